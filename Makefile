@@ -1,0 +1,115 @@
+# mha — build, test, install. `make`, `make test`, `make DEBUG=1 test`, `make install`.
+# `make deps` installs the Debian packages the build needs (when root); the other targets
+# call it first, so a fresh Debian machine needs nothing else.
+
+PREFIX ?= /usr/local
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+DESTDIR ?=
+CC := gcc
+
+MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+# The serial BLIS build, linked statically: every GEMM single-threaded with no nested
+# parallel region, and bli_gks_lookup_id (hidden in libblis.so.4) reachable.
+BLIS_INC ?= /usr/include/$(MULTIARCH)/blis-serial
+BLIS_A ?= /usr/lib/$(MULTIARCH)/blis-serial/libblis.a
+DEB_PKGS := libblis-serial-dev libcriterion-dev pkgconf
+
+VERSION := $(shell awk '/define MHA_VERSION_(MAJOR|MINOR|PATCH)/ {v = v sep $$3; sep = "."} END {print v}' include/mha.h)
+SOMAJOR := $(firstword $(subst ., ,$(VERSION)))
+
+DEBUG ?= 0
+ifeq ($(DEBUG),1)
+B := build/debug
+OPT := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+else
+B := build
+OPT := -O3 -g
+endif
+
+WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wvla -Wmissing-prototypes
+CFLAGS_LIB := -std=c11 $(OPT) $(WARN) -fPIC -fvisibility=hidden -fopenmp -DMHA_BUILDING -Iinclude -isystem $(BLIS_INC)
+LDLIBS := -fopenmp -lm -lpthread
+
+LIB_SRC := $(wildcard src/*.c)
+LIB_OBJ := $(LIB_SRC:src/%.c=$(B)/obj/%.o)
+TEST_SRC := $(wildcard tests/*.c)
+TEST_OBJ := $(TEST_SRC:tests/%.c=$(B)/tests/%.o)
+# Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
+ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
+
+.PHONY: all deps test run install uninstall clean readme-example
+all: $(B)/libmha.a $(B)/libmha.so
+
+deps:
+	@missing=""; for p in $(DEB_PKGS); do \
+	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "make deps: installing$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null || exit 1; \
+	  else echo "make deps: missing Debian packages:$$missing (run 'make deps' as root)" >&2; exit 1; fi; \
+	fi
+
+$(B)/obj/%.o: src/%.c $(wildcard src/*.h) include/mha.h | deps
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_LIB) -c $< -o $@
+
+$(B)/libmha.a: $(LIB_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(B)/libmha.so.$(VERSION): $(LIB_OBJ)
+	$(CC) -shared -Wl,-soname,libmha.so.$(SOMAJOR) -Wl,--no-undefined -Wl,--exclude-libs,ALL \
+	  $(OPT) -o $@ $^ $(BLIS_A) $(LDLIBS)
+
+$(B)/libmha.so: $(B)/libmha.so.$(VERSION)
+	ln -sf libmha.so.$(VERSION) $(B)/libmha.so.$(SOMAJOR)
+	ln -sf libmha.so.$(VERSION) $@
+
+# ---- tests: one Criterion binary over every tests/*.c, linked to a copy of the library
+# whose allocator calls are counted (so a test can prove mha_forward allocates nothing).
+$(B)/counted/libmha.a: $(LIB_OBJ)
+	@mkdir -p $(@D)/obj
+	for o in $^; do objcopy $(foreach s,$(ALLOC_SYMS),--redefine-sym $(s)=mha_counted_$(s)) $$o $(@D)/obj/$$(basename $$o); done
+	rm -f $@ && ar rcs $@ $(@D)/obj/*.o
+
+$(B)/tests/%.o: tests/%.c $(wildcard tests/*.h) $(wildcard src/*.h) include/mha.h | deps
+	@mkdir -p $(@D)
+	$(CC) -std=gnu11 $(OPT) $(WARN) -Wno-missing-prototypes -fopenmp -Iinclude -Isrc -c $< -o $@
+
+$(B)/tests/mha_tests: $(TEST_OBJ) $(B)/counted/libmha.a
+	$(CC) $(OPT) -o $@ $(TEST_OBJ) $(B)/counted/libmha.a $(BLIS_A) -lcriterion $(LDLIBS)
+
+test: $(B)/tests/mha_tests readme-example
+	$(B)/tests/mha_tests --jobs 2
+
+# The README's C example, compiled as written against a staged install through pkg-config.
+readme-example: all
+	@rm -rf $(B)/stage && $(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/$(B)/stage PREFIX=/usr/local DEBUG=$(DEBUG) >/dev/null
+	@mkdir -p $(B)/example
+	awk '/^```c$$/ {on = 1; next} /^```$$/ {on = 0} on' README.md > $(B)/example/example.c
+	PKG_CONFIG_SYSROOT_DIR=$(CURDIR)/$(B)/stage PKG_CONFIG_PATH=$(CURDIR)/$(B)/stage/usr/local/lib/pkgconfig \
+	  sh -c '$(CC) -std=c11 -Wall -Werror $(OPT) $(B)/example/example.c -o $(B)/example/example $$(pkg-config --cflags --libs mha)'
+	LD_LIBRARY_PATH=$(CURDIR)/$(B)/stage/usr/local/lib $(B)/example/example
+
+run: all
+	@echo "mha: the command-line tool is not built yet; running the README example instead"
+	@$(MAKE) --no-print-directory readme-example
+
+install: all
+	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)
+	install -m 644 include/mha.h $(DESTDIR)$(INCLUDEDIR)/mha.h
+	install -m 644 $(B)/libmha.a $(DESTDIR)$(LIBDIR)/libmha.a
+	install -m 755 $(B)/libmha.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libmha.so.$(VERSION)
+	ln -sf libmha.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libmha.so.$(SOMAJOR)
+	ln -sf libmha.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libmha.so
+	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+	    -e 's|@VERSION@|$(VERSION)|; s|@BLIS_A@|$(BLIS_A)|' mha.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/mha.pc
+
+uninstall:
+	rm -f $(DESTDIR)$(INCLUDEDIR)/mha.h $(DESTDIR)$(LIBDIR)/libmha.a $(DESTDIR)$(LIBDIR)/libmha.so* \
+	      $(DESTDIR)$(LIBDIR)/pkgconfig/mha.pc
+
+clean:
+	rm -rf build

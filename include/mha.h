@@ -1,0 +1,120 @@
+/* mha.h — the public API of libmha, batched multi-head attention inference on CPUs.
+ *
+ * The only header a client includes. It depends on <stddef.h> and <stdint.h> alone.
+ * Contract (DESIGN.md §4): the library never prints, exits, aborts, reads the environment
+ * or keeps mutable global state; every failure returns a status and leaves the engine usable.
+ *
+ * Threading contract: use one engine per calling thread at a time; any number of engines
+ * may run at once in one process, and an engine may move between threads between calls.
+ */
+#ifndef MHA_H
+#define MHA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MHA_VERSION_MAJOR 0
+#define MHA_VERSION_MINOR 1
+#define MHA_VERSION_PATCH 0
+#define MHA_VERSION_NUMBER (MHA_VERSION_MAJOR * 10000 + MHA_VERSION_MINOR * 100 + MHA_VERSION_PATCH)
+
+#if defined(MHA_BUILDING) && defined(__GNUC__)
+#define MHA_API __attribute__((visibility("default")))
+#else
+#define MHA_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mha_engine mha_engine; /* opaque */
+
+/* Values are never renumbered; new codes are only appended. */
+typedef enum mha_status {
+    MHA_OK = 0,
+    MHA_ERR_INVALID_ARG = 1, /* NULL pointer, bad enum, inconsistent arguments */
+    MHA_ERR_CONFIG = 2,      /* the config is invalid (see mha_config_check) */
+    MHA_ERR_SHAPE = 3,       /* forward shapes beyond capacity, lengths out of range */
+    MHA_ERR_NOMEM = 4,       /* an allocation failed */
+    MHA_ERR_WORKSPACE = 5,   /* static workspace too small or not 64-byte aligned */
+    MHA_ERR_IO = 6,          /* a file could not be read or written */
+    MHA_ERR_FORMAT = 7,      /* a file's contents are malformed */
+    MHA_ERR_AFFINITY = 8,    /* a pinning request names a CPU the process may not use */
+    MHA_ERR_STATE = 9        /* call out of order: forward before mha_set_weights */
+} mha_status;
+
+MHA_API const char *mha_status_str(mha_status s); /* never NULL */
+MHA_API const char *mha_version_string(void);     /* "0.1.0" */
+
+typedef enum { MHA_PIN_NONE, MHA_PIN_CLOSE, MHA_PIN_SPREAD, MHA_PIN_CPUS } mha_pinning;
+
+#define MHA_MAX_CPUS 256
+#define MHA_MAX_THREADS 1024
+
+typedef struct mha_config {
+    int d_model, n_heads;                  /* n_heads divides d_model */
+    int max_batch, max_seq_q, max_seq_kv;  /* capacity; the arena is sized from these */
+    int bias;                              /* 1: q/k/v/o biases */
+    int threads;                           /* 0: every CPU the process may use */
+    mha_pinning pinning;
+    int cpus[MHA_MAX_CPUS];                /* MHA_PIN_CPUS: worker t runs on cpus[t % n_cpus] */
+    int n_cpus;
+    int q_block;                           /* 0: chosen by the engine */
+    char blis_arch[16];                    /* "" or "auto", or a BLIS sub-config name */
+} mha_config;
+
+/* Defaults: d_model 512, 8 heads, capacity 1 × 128 × 128, bias on, all CPUs, no pinning. */
+MHA_API void mha_config_init(mha_config *cfg);
+/* MHA_OK, or MHA_ERR_CONFIG / MHA_ERR_INVALID_ARG with a message naming the field in err. */
+MHA_API mha_status mha_config_check(const mha_config *cfg, char *err, size_t err_len);
+
+MHA_API size_t mha_workspace_size(const mha_config *cfg); /* 0 if cfg is invalid */
+MHA_API mha_status mha_create(const mha_config *cfg, mha_engine **out);
+/* Runs in caller memory ws (64-byte aligned, at least mha_workspace_size bytes) and never
+ * allocates; ws must outlive the engine. */
+MHA_API mha_status mha_create_static(const mha_config *cfg, void *ws, size_t ws_len,
+                                     mha_engine **out);
+MHA_API void mha_free(mha_engine *e); /* accepts NULL */
+
+typedef enum { MHA_LAYOUT_XW, MHA_LAYOUT_TORCH } mha_layout;
+/* XW: each W is (d, d) applied as x·W (the reference numpy class).
+ * TORCH: each W is (d_out, d_in) applied as x·Wᵀ (nn.Linear, in_proj_weight rows). */
+typedef struct mha_weights {
+    const float *w_q, *w_k, *w_v, *w_o;
+    const float *b_q, *b_k, *b_v, *b_o;  /* all four when the config has bias, else all NULL */
+    mha_layout layout;
+} mha_weights;
+MHA_API mha_status mha_set_weights(mha_engine *e, const mha_weights *w); /* copies and packs */
+
+typedef struct mha_input {
+    int batch, seq_q, seq_kv;
+    const float *q, *k, *v;        /* (batch, seq_q, d), (batch, seq_kv, d) ×2 */
+    const int32_t *q_lengths;      /* NULL or (batch): valid query rows; the rest of out is 0 */
+    const int32_t *kv_lengths;     /* NULL or (batch): key padding */
+    int causal;                    /* 1: causal mask, bottom-right aligned as PyTorch */
+    const uint8_t *mask;           /* NULL or (seq_q, seq_kv), 0 = hidden */
+} mha_input;
+
+/* out: (batch, seq_q, d). attn: NULL or (batch, n_heads, seq_q, seq_kv).
+ * A query row with no visible key gets a zero attention row (its out row is b_o);
+ * a row past its q_length is 0 in out and attn. */
+MHA_API mha_status mha_forward(mha_engine *e, const mha_input *in, float *out, float *attn);
+
+/* Accessors. */
+MHA_API const char *mha_engine_blis_arch(const mha_engine *e); /* BLIS sub-config in use */
+MHA_API int mha_engine_threads(const mha_engine *e);            /* worker threads */
+MHA_API int mha_engine_q_block(const mha_engine *e);            /* query-block rows */
+MHA_API size_t mha_engine_workspace_size(const mha_engine *e);  /* arena bytes */
+/* The CPU each worker ran on at the start of the last forward (-1: not run yet).
+ * Writes min(n, threads) entries; returns how many were written. */
+MHA_API int mha_engine_worker_cpus(const mha_engine *e, int *cpus, int n);
+
+/* The BLIS sub-config "auto" picks on this CPU, and the version of the BLIS linked in. */
+MHA_API const char *mha_blis_arch_auto(void);
+MHA_API const char *mha_blis_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MHA_H */

@@ -1,0 +1,22 @@
+/* affinity.h — the only module that talks to Linux about CPUs: allowed sets, pinning of
+ * the calling thread, the CPU a thread runs on, cache sizes. */
+#ifndef MHA_AFFINITY_H
+#define MHA_AFFINITY_H
+
+#include <stddef.h>
+
+/* A CPU mask with room for 1024 CPUs (the size of glibc's cpu_set_t). */
+typedef struct mha_cpumask {
+    unsigned long bits[1024 / (8 * sizeof(unsigned long))];
+} mha_cpumask;
+
+/* The CPUs the calling thread may run on, ascending, at most max of them.
+ * Returns how many there are (may exceed max), or -1 on failure. */
+int mha_affinity_allowed(int *cpus, int max);
+int mha_affinity_get(mha_cpumask *m);     /* calling thread's mask; 0 on success */
+int mha_affinity_set(const mha_cpumask *m); /* 0 on success */
+int mha_affinity_pin(int cpu);            /* calling thread onto one CPU; 0 on success */
+int mha_affinity_current_cpu(void);       /* -1 if unknown */
+size_t mha_affinity_l2_bytes(void);       /* per-core L2 size; 0 if unknown */
+
+#endif

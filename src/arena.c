@@ -1,0 +1,78 @@
+/* arena.c — sizing and carving share this one plan, so they can never disagree. */
+#include "arena.h"
+
+#include <stdint.h>
+
+/* Reserve count × elem bytes at the cursor, aligned; flags overflow instead of wrapping. */
+static size_t take(size_t *cursor, size_t count, size_t elem, size_t align, int *overflow)
+{
+    size_t bytes, start, end;
+    if (__builtin_mul_overflow(count, elem, &bytes) ||
+        __builtin_add_overflow(*cursor, align - 1, &start)) {
+        *overflow = 1;
+        return 0;
+    }
+    start &= ~(align - 1);
+    if (__builtin_add_overflow(start, bytes, &end)) {
+        *overflow = 1;
+        return 0;
+    }
+    *cursor = end;
+    return start;
+}
+
+static size_t product(size_t a, size_t b, size_t c, int *overflow)
+{
+    size_t ab, abc;
+    if (__builtin_mul_overflow(a, b, &ab) || __builtin_mul_overflow(ab, c, &abc)) {
+        *overflow = 1;
+        return 0;
+    }
+    return abc;
+}
+
+int mha_arena_plan_make(const mha_dims *dims, size_t engine_bytes, mha_arena_plan *p)
+{
+    int of = 0;
+    size_t d = (size_t)dims->d, h = (size_t)dims->h, dk = (size_t)dims->dk;
+    size_t batch = (size_t)dims->batch, threads = (size_t)dims->threads;
+    size_t rows = (size_t)(dims->seq_q > dims->seq_kv ? dims->seq_q : dims->seq_kv);
+    size_t cur = 0;
+
+    p->engine = take(&cur, 1, engine_bytes, MHA_ALIGN, &of);
+    p->wqkv = take(&cur, product(h, d, 3 * dk, &of), sizeof(float), MHA_ALIGN, &of);
+    p->bqkv = take(&cur, 3 * d, sizeof(float), MHA_ALIGN, &of);
+    p->wo = take(&cur, product(d, d, 1, &of), sizeof(float), MHA_ALIGN, &of);
+    p->bo = take(&cur, d, sizeof(float), MHA_ALIGN, &of);
+    p->z = take(&cur, product(batch, (size_t)dims->seq_q, d, &of), sizeof(float), MHA_ALIGN, &of);
+    p->order = take(&cur, batch, sizeof(int), MHA_ALIGN, &of);
+    p->deps = take(&cur, product(batch, h, 1, &of), 1, MHA_ALIGN, &of);
+    p->worker_cpu = take(&cur, threads, sizeof(int), MHA_ALIGN, &of);
+    p->pin_cpu = take(&cur, threads, sizeof(int), MHA_ALIGN, &of);
+
+    /* One worker slice: its head's Q/K/V, then its score tile. */
+    size_t slice = 0;
+    take(&slice, product(rows, 3, dk, &of), sizeof(float), MHA_ALIGN, &of);
+    p->scores = take(&slice, product((size_t)dims->q_block, (size_t)dims->seq_kv, 1, &of),
+                     sizeof(float), MHA_ALIGN, &of);
+    p->scratch_stride = take(&slice, 0, 1, MHA_PAGE, &of); /* round the slice up to a page */
+    p->scratch = take(&cur, threads, p->scratch_stride, MHA_PAGE, &of);
+    p->total = cur;
+    return of ? -1 : 0;
+}
+
+void mha_arena_carve(const mha_arena_plan *p, void *base, mha_arena_views *v)
+{
+    unsigned char *b = base;
+    v->engine = b + p->engine;
+    v->wqkv = (float *)(void *)(b + p->wqkv);
+    v->bqkv = (float *)(void *)(b + p->bqkv);
+    v->wo = (float *)(void *)(b + p->wo);
+    v->bo = (float *)(void *)(b + p->bo);
+    v->z = (float *)(void *)(b + p->z);
+    v->order = (int *)(void *)(b + p->order);
+    v->deps = (char *)(b + p->deps);
+    v->worker_cpu = (int *)(void *)(b + p->worker_cpu);
+    v->pin_cpu = (int *)(void *)(b + p->pin_cpu);
+    v->scratch = b + p->scratch;
+}

@@ -1,0 +1,46 @@
+/* arena.h — the one plan that both sizes the workspace and carves it. */
+#ifndef MHA_ARENA_H
+#define MHA_ARENA_H
+
+#include <stddef.h>
+
+#include "config.h"
+
+#define MHA_ALIGN 64   /* every region; also what mha_create_static requires of ws */
+#define MHA_PAGE 4096  /* worker slices start on their own pages: first touch, no false sharing */
+
+/* Byte offsets of each region from the arena's base. */
+typedef struct mha_arena_plan {
+    size_t engine;          /* the engine struct itself */
+    size_t wqkv, bqkv;      /* packed per-head projection weights and biases */
+    size_t wo, bo;          /* output projection */
+    size_t z;               /* concatenated head outputs */
+    size_t order, deps;     /* task order, task-dependency tokens */
+    size_t worker_cpu, pin_cpu;
+    size_t scratch;         /* first worker slice */
+    size_t scratch_stride;  /* bytes per worker slice, a multiple of MHA_PAGE */
+    size_t scores;          /* offset of the score tile inside a worker slice */
+    size_t total;
+} mha_arena_plan;
+
+typedef struct mha_arena_views {
+    void *engine;
+    float *wqkv;            /* (h, d, 3·dk): x · [Wq_h | Wk_h | Wv_h] */
+    float *bqkv;            /* (h, 3·dk) */
+    float *wo;              /* (d, d): Z · Wo */
+    float *bo;              /* (d) */
+    float *z;               /* (batch, seq_q, d) */
+    int *order;             /* (batch): sequences, most work first */
+    char *deps;             /* (batch, h): one token per head task */
+    int *worker_cpu;        /* (threads): CPU each worker last ran on */
+    int *pin_cpu;           /* (threads): CPU each worker is pinned to, -1 none */
+    unsigned char *scratch; /* (threads, scratch_stride) */
+} mha_arena_views;
+
+/* Per worker slice: qkv (max(seq_q, seq_kv), 3·dk) floats, then scores (q_block, seq_kv). */
+
+/* 0 on success, -1 if a size overflows size_t. */
+int mha_arena_plan_make(const mha_dims *dims, size_t engine_bytes, mha_arena_plan *plan);
+void mha_arena_carve(const mha_arena_plan *plan, void *base, mha_arena_views *views);
+
+#endif

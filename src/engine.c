@@ -1,0 +1,265 @@
+/* engine.c — the public engine: create (heap or caller memory), weights, forward, accessors.
+ * Everything an engine owns lives in one arena laid out by arena.c; a forward pass only
+ * validates its arguments, fills a job description and hands it to the scheduler. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "affinity.h"
+#include "arena.h"
+#include "config.h"
+#include "kernel.h"
+#include "mha.h"
+#include "sched.h"
+#include "softmax.h"
+#include "weights.h"
+
+struct mha_engine {
+    mha_dims dims;
+    mha_arena_plan plan;
+    mha_arena_views views;
+    mha_kernel kernel;
+    mha_softmax_fn softmax;
+    mha_sched sched;
+    void *owned;      /* the arena when mha_create allocated it, else NULL */
+    int weights_set;
+};
+
+/* What create decides before it touches any memory. */
+typedef struct prepared {
+    mha_dims dims;
+    mha_arena_plan plan;
+    mha_kernel kernel;
+    int pin[MHA_MAX_THREADS]; /* CPU per worker */
+    int pinning;
+} prepared;
+
+static int contains(const int *set, int n, int cpu)
+{
+    for (int i = 0; i < n; i++)
+        if (set[i] == cpu)
+            return 1;
+    return 0;
+}
+
+/* Worker t's CPU for each pinning policy; MHA_ERR_AFFINITY if a CPU is not ours to use. */
+static mha_status plan_pinning(const mha_config *cfg, int threads, int *pin)
+{
+    static const int max = 1024;
+    int allowed[1024];
+    int n = mha_affinity_allowed(allowed, max);
+    if (n < 1)
+        return MHA_ERR_AFFINITY;
+    if (n > max)
+        n = max;
+    for (int t = 0; t < threads; t++) {
+        switch (cfg->pinning) {
+        case MHA_PIN_CLOSE:
+            pin[t] = allowed[t % n];
+            break;
+        case MHA_PIN_SPREAD: /* as far apart as the allowed set lets them be */
+            pin[t] = threads <= n ? allowed[(int)((long)t * n / threads)] : allowed[t % n];
+            break;
+        case MHA_PIN_CPUS:
+            pin[t] = cfg->cpus[t % cfg->n_cpus];
+            break;
+        default:
+            pin[t] = -1;
+        }
+    }
+    if (cfg->pinning == MHA_PIN_CPUS)
+        for (int i = 0; i < cfg->n_cpus; i++)
+            if (!contains(allowed, n, cfg->cpus[i]))
+                return MHA_ERR_AFFINITY;
+    return MHA_OK;
+}
+
+static mha_status prepare(const mha_config *cfg, prepared *p)
+{
+    mha_status st = mha_config_resolve(cfg, &p->dims, NULL, 0);
+    if (st != MHA_OK)
+        return st;
+    if (mha_arena_plan_make(&p->dims, sizeof(mha_engine), &p->plan) != 0)
+        return MHA_ERR_CONFIG;
+    if ((st = mha_kernel_select(cfg->blis_arch, &p->kernel)) != MHA_OK)
+        return st;
+    p->pinning = cfg->pinning != MHA_PIN_NONE;
+    return plan_pinning(cfg, p->dims.threads, p->pin);
+}
+
+/* Lay the engine out in ws (at least plan.total bytes, 64-byte aligned). */
+static mha_engine *build(const prepared *p, void *ws)
+{
+    mha_arena_views v;
+    mha_arena_carve(&p->plan, ws, &v);
+    mha_engine *e = v.engine;
+    memset(e, 0, sizeof *e);
+    e->dims = p->dims;
+    e->plan = p->plan;
+    e->views = v;
+    e->kernel = p->kernel;
+    e->softmax = mha_softmax_select(NULL);
+    for (int t = 0; t < p->dims.threads; t++) {
+        v.pin_cpu[t] = p->pin[t];
+        v.worker_cpu[t] = -1;
+    }
+    e->sched = (mha_sched){
+        .threads = p->dims.threads,
+        .pin_cpu = p->pinning ? v.pin_cpu : NULL,
+        .worker_cpu = v.worker_cpu,
+        .scratch = v.scratch,
+        .stride = p->plan.scratch_stride,
+        .scores = p->plan.scores,
+        .order = v.order,
+        .deps = v.deps,
+    };
+    mha_sched_first_touch(&e->sched);
+    return e;
+}
+
+MHA_API size_t mha_workspace_size(const mha_config *cfg)
+{
+    mha_dims dims;
+    mha_arena_plan plan;
+    if (mha_config_resolve(cfg, &dims, NULL, 0) != MHA_OK ||
+        mha_arena_plan_make(&dims, sizeof(mha_engine), &plan) != 0)
+        return 0;
+    return plan.total;
+}
+
+MHA_API mha_status mha_create(const mha_config *cfg, mha_engine **out)
+{
+    if (!out)
+        return MHA_ERR_INVALID_ARG;
+    *out = NULL;
+    prepared p;
+    mha_status st = prepare(cfg, &p);
+    if (st != MHA_OK)
+        return st;
+    size_t bytes = (p.plan.total + MHA_PAGE - 1) / MHA_PAGE * MHA_PAGE;
+    if (bytes < p.plan.total)
+        return MHA_ERR_NOMEM;
+    void *ws = aligned_alloc(MHA_PAGE, bytes);
+    if (!ws)
+        return MHA_ERR_NOMEM;
+    mha_engine *e = build(&p, ws);
+    e->owned = ws;
+    *out = e;
+    return MHA_OK;
+}
+
+MHA_API mha_status mha_create_static(const mha_config *cfg, void *ws, size_t ws_len, mha_engine **out)
+{
+    if (!out)
+        return MHA_ERR_INVALID_ARG;
+    *out = NULL;
+    prepared p;
+    mha_status st = prepare(cfg, &p);
+    if (st != MHA_OK)
+        return st;
+    if (!ws)
+        return MHA_ERR_INVALID_ARG;
+    if ((uintptr_t)ws % MHA_ALIGN != 0 || ws_len < p.plan.total)
+        return MHA_ERR_WORKSPACE;
+    *out = build(&p, ws);
+    return MHA_OK;
+}
+
+MHA_API void mha_free(mha_engine *e)
+{
+    if (e)
+        free(e->owned); /* NULL for a static engine: its memory is the caller's */
+}
+
+MHA_API mha_status mha_set_weights(mha_engine *e, const mha_weights *w)
+{
+    if (!e)
+        return MHA_ERR_INVALID_ARG;
+    mha_status st = mha_weights_check(w, e->dims.bias);
+    if (st != MHA_OK)
+        return st;
+    mha_weights_pack(w, &e->dims, &e->views);
+    e->weights_set = 1;
+    return MHA_OK;
+}
+
+static int lengths_ok(const int32_t *len, int batch, int max)
+{
+    if (!len)
+        return 1;
+    for (int b = 0; b < batch; b++)
+        if (len[b] < 0 || len[b] > max)
+            return 0;
+    return 1;
+}
+
+MHA_API mha_status mha_forward(mha_engine *e, const mha_input *in, float *out, float *attn)
+{
+    if (!e || !in || !out || !in->q || !in->k || !in->v)
+        return MHA_ERR_INVALID_ARG;
+    if (!e->weights_set)
+        return MHA_ERR_STATE;
+    const mha_dims *dm = &e->dims;
+    if (in->batch < 1 || in->batch > dm->batch || in->seq_q < 1 || in->seq_q > dm->seq_q ||
+        in->seq_kv < 1 || in->seq_kv > dm->seq_kv)
+        return MHA_ERR_SHAPE;
+    if (!lengths_ok(in->q_lengths, in->batch, in->seq_q) || !lengths_ok(in->kv_lengths, in->batch, in->seq_kv))
+        return MHA_ERR_SHAPE;
+
+    const mha_arena_views *v = &e->views;
+    const mha_fwd f = {
+        .kernel = &e->kernel,
+        .softmax = e->softmax,
+        .d = dm->d, .h = dm->h, .dk = dm->dk, .q_block = dm->q_block,
+        .batch = in->batch, .seq_q = in->seq_q, .seq_kv = in->seq_kv,
+        .fused = in->q == in->k && in->k == in->v && in->seq_q == in->seq_kv,
+        .kv_shared = in->k == in->v,
+        .causal = in->causal != 0,
+        .has_bias = dm->bias,
+        .q = in->q, .k = in->k, .v = in->v,
+        .q_len = in->q_lengths, .kv_len = in->kv_lengths,
+        .mask = in->mask,
+        .wqkv = v->wqkv, .bqkv = v->bqkv, .wo = v->wo, .bo = v->bo,
+        .z = v->z, .out = out, .attn = attn,
+    };
+    mha_sched_forward(&e->sched, &f);
+    return MHA_OK;
+}
+
+MHA_API const char *mha_engine_blis_arch(const mha_engine *e)
+{
+    return e ? e->kernel.arch : "";
+}
+
+MHA_API int mha_engine_threads(const mha_engine *e)
+{
+    return e ? e->dims.threads : 0;
+}
+
+MHA_API int mha_engine_q_block(const mha_engine *e)
+{
+    return e ? e->dims.q_block : 0;
+}
+
+MHA_API size_t mha_engine_workspace_size(const mha_engine *e)
+{
+    return e ? e->plan.total : 0;
+}
+
+MHA_API int mha_engine_worker_cpus(const mha_engine *e, int *cpus, int n)
+{
+    if (!e || !cpus || n <= 0)
+        return 0;
+    int k = n < e->dims.threads ? n : e->dims.threads;
+    memcpy(cpus, e->views.worker_cpu, (size_t)k * sizeof *cpus);
+    return k;
+}
+
+MHA_API const char *mha_blis_arch_auto(void)
+{
+    return mha_kernel_auto_arch();
+}
+
+MHA_API const char *mha_blis_version(void)
+{
+    return mha_kernel_blis_version();
+}

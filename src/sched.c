@@ -1,0 +1,102 @@
+/* sched.c — OpenMP tasks over (batch × heads), the only file with #pragma omp.
+ *
+ * One parallel region per forward; one thread produces the tasks, all of them run them.
+ * Each head task runs on one worker with that worker's scratch slice, and every GEMM in it
+ * is single-threaded, so a task's result does not depend on which worker ran it or how
+ * many there are: outputs are bitwise identical for every thread count and schedule.
+ * Tasks are tied (the default) and never yield, so a slice is never used by two at once. */
+#include "sched.h"
+
+#include <omp.h>
+#include <string.h>
+
+#include "affinity.h"
+#include "config.h"
+
+static long work_of(const mha_fwd *f, int b)
+{
+    long ql = f->q_len ? f->q_len[b] : f->seq_q;
+    long kl = f->kv_len ? f->kv_len[b] : f->seq_kv;
+    return ql * (kl + f->d);
+}
+
+void mha_sched_order(const mha_fwd *f, int *order)
+{
+    for (int i = 0; i < f->batch; i++)
+        order[i] = i;
+    /* shell sort: no allocation, O(n^1.3) for the batch sizes seen in serving */
+    for (int gap = f->batch / 2; gap > 0; gap /= 2)
+        for (int i = gap; i < f->batch; i++) {
+            int cur = order[i], j = i;
+            long w = work_of(f, cur);
+            while (j >= gap) {
+                long wp = work_of(f, order[j - gap]);
+                if (wp > w || (wp == w && order[j - gap] < cur))
+                    break;
+                order[j] = order[j - gap];
+                j -= gap;
+            }
+            order[j] = cur;
+        }
+}
+
+/* Pin the calling worker for the region, remembering its mask; 1 if it must be restored. */
+static int pin_enter(const mha_sched *s, int t, mha_cpumask *saved)
+{
+    int pinned = s->pin_cpu && mha_affinity_get(saved) == 0 && mha_affinity_pin(s->pin_cpu[t]) == 0;
+    s->worker_cpu[t] = mha_affinity_current_cpu();
+    return pinned;
+}
+
+static void pin_leave(int pinned, const mha_cpumask *saved)
+{
+    if (pinned)
+        mha_affinity_set(saved);
+}
+
+void mha_sched_forward(const mha_sched *s, const mha_fwd *f)
+{
+    for (int t = 0; t < s->threads; t++)
+        s->worker_cpu[t] = -1;
+    mha_sched_order(f, s->order);
+
+#pragma omp parallel num_threads(s->threads)
+    {
+        mha_cpumask saved;
+        int pinned = pin_enter(s, omp_get_thread_num(), &saved);
+#pragma omp single
+        {
+            const int nh = f->h;
+            for (int i = 0; i < f->batch; i++) {
+                const int b = s->order[i];
+                char *tok = s->deps + (size_t)b * nh;
+                (void)tok; /* used only in depend clauses, which gcc 12 does not count */
+                for (int h = 0; h < nh; h++) {
+#pragma omp task firstprivate(b, h) depend(out : tok[h])
+                    {
+                        unsigned char *slice = s->scratch + (size_t)omp_get_thread_num() * s->stride;
+                        mha_kernel_head(f, b, h, (float *)(void *)slice, (float *)(void *)(slice + s->scores));
+                    }
+                }
+                for (int r0 = 0; r0 < f->seq_q; r0 += MHA_OUT_BLOCK) {
+                    const int r1 = r0 + MHA_OUT_BLOCK < f->seq_q ? r0 + MHA_OUT_BLOCK : f->seq_q;
+#pragma omp task firstprivate(b, r0, r1) depend(iterator(j = 0 : nh), in : tok[j])
+                    mha_kernel_out_rows(f, b, r0, r1);
+                }
+            }
+        } /* the barrier here completes every task */
+        pin_leave(pinned, &saved);
+    }
+}
+
+void mha_sched_first_touch(const mha_sched *s)
+{
+#pragma omp parallel num_threads(s->threads)
+    {
+        const int t = omp_get_thread_num();
+        mha_cpumask saved;
+        int pinned = pin_enter(s, t, &saved);
+        memset(s->scratch + (size_t)t * s->stride, 0, s->stride);
+        pin_leave(pinned, &saved);
+    }
+}

@@ -1,0 +1,27 @@
+/* sched.h — the scheduler: the only module with OpenMP pragmas. */
+#ifndef MHA_SCHED_H
+#define MHA_SCHED_H
+
+#include <stddef.h>
+
+#include "kernel.h"
+
+typedef struct mha_sched {
+    int threads;
+    const int *pin_cpu;      /* (threads): CPU of each worker, or NULL: no pinning */
+    int *worker_cpu;         /* (threads): where each worker ran, -1 if it did not */
+    unsigned char *scratch;  /* (threads, stride) worker slices */
+    size_t stride, scores;   /* slice size; score tile offset inside a slice */
+    int *order;              /* (batch) */
+    char *deps;              /* (batch, h) task-dependency tokens */
+} mha_sched;
+
+/* Sequences by descending work (ties by index), so long ones start first. */
+void mha_sched_order(const mha_fwd *f, int *order);
+/* One forward pass: a task per (sequence, head), then output-projection tasks per
+ * (sequence, row block) that wait only for that sequence's heads. */
+void mha_sched_forward(const mha_sched *s, const mha_fwd *f);
+/* Each worker writes its own scratch slice once, so its pages are placed near it. */
+void mha_sched_first_touch(const mha_sched *s);
+
+#endif

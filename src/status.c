@@ -1,0 +1,27 @@
+/* status.c — names of status codes and the library version. */
+#include "mha.h"
+
+#define MHA_STR2(x) #x
+#define MHA_STR(x) MHA_STR2(x)
+
+MHA_API const char *mha_status_str(mha_status s)
+{
+    switch (s) {
+    case MHA_OK: return "ok";
+    case MHA_ERR_INVALID_ARG: return "invalid argument";
+    case MHA_ERR_CONFIG: return "invalid config";
+    case MHA_ERR_SHAPE: return "shape out of range";
+    case MHA_ERR_NOMEM: return "out of memory";
+    case MHA_ERR_WORKSPACE: return "workspace too small or misaligned";
+    case MHA_ERR_IO: return "i/o error";
+    case MHA_ERR_FORMAT: return "malformed file";
+    case MHA_ERR_AFFINITY: return "cpu affinity request cannot be met";
+    case MHA_ERR_STATE: return "call out of order";
+    }
+    return "unknown status";
+}
+
+MHA_API const char *mha_version_string(void)
+{
+    return MHA_STR(MHA_VERSION_MAJOR) "." MHA_STR(MHA_VERSION_MINOR) "." MHA_STR(MHA_VERSION_PATCH);
+}

@@ -1,0 +1,237 @@
+/* helpers.c — see helpers.h. The reference is written plainly, in double, from DESIGN.md §1. */
+#include "helpers.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+uint64_t rng_next(rng *r)
+{
+    /* splitmix64 */
+    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+float rng_uniform(rng *r, float lo, float hi)
+{
+    return lo + (hi - lo) * (float)((rng_next(r) >> 40) * (1.0 / 16777216.0));
+}
+
+void fill_uniform(float *x, size_t n, float lo, float hi, rng *r)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = rng_uniform(r, lo, hi);
+}
+
+static float *alloc_floats(size_t n)
+{
+    float *x = calloc(n ? n : 1, sizeof *x);
+    cr_assert(x, "out of memory in the test");
+    return x;
+}
+
+void problem_make(problem *p, int d, int h, int batch, int seq_q, int seq_kv, int bias, int cross, uint64_t seed)
+{
+    memset(p, 0, sizeof *p);
+    rng r = {seed};
+    p->d = d, p->h = h, p->batch = batch, p->seq_q = seq_q, p->seq_kv = cross ? seq_kv : seq_q;
+    p->bias = bias, p->cross = cross;
+    size_t dd = (size_t)d * d;
+    float ws = 1.0f / sqrtf((float)d);
+    float **w[4] = {&p->wq, &p->wk, &p->wv, &p->wo};
+    float **b[4] = {&p->bq, &p->bk, &p->bv, &p->bo};
+    for (int i = 0; i < 4; i++) {
+        *w[i] = alloc_floats(dd);
+        fill_uniform(*w[i], dd, -ws, ws, &r);
+        if (bias) {
+            *b[i] = alloc_floats((size_t)d);
+            fill_uniform(*b[i], (size_t)d, -0.5f, 0.5f, &r);
+        }
+    }
+    size_t nq = (size_t)batch * seq_q * d, nkv = (size_t)batch * p->seq_kv * d;
+    p->q = alloc_floats(nq);
+    fill_uniform(p->q, nq, -1.0f, 1.0f, &r);
+    if (cross == 0) {
+        p->k = p->v = p->q;
+    } else {
+        p->k = alloc_floats(nkv);
+        fill_uniform(p->k, nkv, -1.0f, 1.0f, &r);
+        if (cross == 1) {
+            p->v = alloc_floats(nkv);
+            fill_uniform(p->v, nkv, -1.0f, 1.0f, &r);
+        } else {
+            p->v = p->k;
+        }
+    }
+}
+
+void problem_free(problem *p)
+{
+    float *all[] = {p->wq, p->wk, p->wv, p->wo, p->bq, p->bk, p->bv, p->bo};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        free(all[i]);
+    if (p->v != p->q && p->v != p->k)
+        free(p->v);
+    if (p->k != p->q)
+        free(p->k);
+    free(p->q);
+    free(p->q_len);
+    free(p->kv_len);
+    free(p->mask);
+    memset(p, 0, sizeof *p);
+}
+
+mha_input problem_input(const problem *p)
+{
+    return (mha_input){
+        .batch = p->batch, .seq_q = p->seq_q, .seq_kv = p->seq_kv,
+        .q = p->q, .k = p->k, .v = p->v,
+        .q_lengths = p->q_len, .kv_lengths = p->kv_len,
+        .causal = p->causal, .mask = p->mask,
+    };
+}
+
+mha_weights problem_weights(const problem *p, mha_layout layout, float **scratch)
+{
+    mha_weights w = {p->wq, p->wk, p->wv, p->wo, p->bq, p->bk, p->bv, p->bo, layout};
+    *scratch = NULL;
+    if (layout == MHA_LAYOUT_TORCH) {
+        /* nn.Linear stores (d_out, d_in): the transpose of the x·W matrix. */
+        size_t d = (size_t)p->d;
+        float *t = alloc_floats(4 * d * d);
+        const float *src[4] = {p->wq, p->wk, p->wv, p->wo};
+        for (int m = 0; m < 4; m++)
+            for (size_t i = 0; i < d; i++)
+                for (size_t o = 0; o < d; o++)
+                    t[m * d * d + o * d + i] = src[m][i * d + o];
+        w.w_q = t, w.w_k = t + d * d, w.w_v = t + 2 * d * d, w.w_o = t + 3 * d * d;
+        *scratch = t;
+    }
+    return w;
+}
+
+void problem_config(const problem *p, mha_config *cfg, int threads)
+{
+    mha_config_init(cfg);
+    cfg->d_model = p->d;
+    cfg->n_heads = p->h;
+    cfg->max_batch = p->batch;
+    cfg->max_seq_q = p->seq_q;
+    cfg->max_seq_kv = p->seq_kv;
+    cfg->bias = p->bias;
+    cfg->threads = threads;
+}
+
+/* y (rows, d) = x (rows, d) · W (d, d) + b */
+static void ref_linear(const float *x, int rows, int d, const float *w, const float *b, double *y)
+{
+    for (int i = 0; i < rows; i++)
+        for (int o = 0; o < d; o++) {
+            double acc = b ? b[o] : 0.0;
+            for (int c = 0; c < d; c++)
+                acc += (double)x[(size_t)i * d + c] * w[(size_t)c * d + o];
+            y[(size_t)i * d + o] = acc;
+        }
+}
+
+void reference_mha(const problem *p, double *out, double *attn)
+{
+    const int d = p->d, h = p->h, dk = d / h, sq = p->seq_q, skv = p->seq_kv;
+    double *Q = calloc((size_t)sq * d, sizeof *Q), *K = calloc((size_t)skv * d, sizeof *K);
+    double *V = calloc((size_t)skv * d, sizeof *V), *Z = calloc((size_t)sq * d, sizeof *Z);
+    double *a = calloc((size_t)skv, sizeof *a);
+    cr_assert(Q && K && V && Z && a);
+    if (attn)
+        memset(attn, 0, (size_t)p->batch * h * sq * skv * sizeof *attn);
+
+    for (int b = 0; b < p->batch; b++) {
+        const int ql = p->q_len ? p->q_len[b] : sq, kl = p->kv_len ? p->kv_len[b] : skv;
+        ref_linear(p->q + (size_t)b * sq * d, sq, d, p->wq, p->bq, Q);
+        ref_linear(p->k + (size_t)b * skv * d, skv, d, p->wk, p->bk, K);
+        ref_linear(p->v + (size_t)b * skv * d, skv, d, p->wv, p->bv, V);
+        memset(Z, 0, (size_t)sq * d * sizeof *Z);
+        for (int hd = 0; hd < h; hd++)
+            for (int i = 0; i < ql; i++) {
+                /* visible keys: within the key length, causal bottom-right, explicit mask */
+                double mx = -INFINITY;
+                for (int j = 0; j < skv; j++) {
+                    int vis = j < kl && (!p->causal || j <= i + (skv - sq)) && (!p->mask || p->mask[(size_t)i * skv + j]);
+                    a[j] = -INFINITY;
+                    if (!vis)
+                        continue;
+                    double s = 0;
+                    for (int c = 0; c < dk; c++)
+                        s += Q[(size_t)i * d + hd * dk + c] * K[(size_t)j * d + hd * dk + c];
+                    a[j] = s / sqrt((double)dk);
+                    mx = a[j] > mx ? a[j] : mx;
+                }
+                if (mx == -INFINITY)
+                    continue; /* no visible key: zero attention row, zero Z row */
+                double sum = 0;
+                for (int j = 0; j < skv; j++) {
+                    a[j] = a[j] == -INFINITY ? 0.0 : exp(a[j] - mx);
+                    sum += a[j];
+                }
+                for (int j = 0; j < skv; j++) {
+                    a[j] /= sum;
+                    if (attn)
+                        attn[(((size_t)b * h + hd) * sq + i) * skv + j] = a[j];
+                    for (int c = 0; c < dk; c++)
+                        Z[(size_t)i * d + hd * dk + c] += a[j] * V[(size_t)j * d + hd * dk + c];
+                }
+            }
+        double *o = out + (size_t)b * sq * d;
+        for (int i = 0; i < sq; i++)
+            for (int c = 0; c < d; c++) {
+                double acc = p->bo && i < ql ? p->bo[c] : 0.0;
+                if (i < ql)
+                    for (int e = 0; e < d; e++)
+                        acc += Z[(size_t)i * d + e] * p->wo[(size_t)e * d + c];
+                o[(size_t)i * d + c] = acc;
+            }
+    }
+    free(Q), free(K), free(V), free(Z), free(a);
+}
+
+double rel_error(const float *x, const double *ref, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = x[i] - ref[i];
+        num += e * e;
+        den += ref[i] * ref[i];
+    }
+    if (den == 0) {
+        for (size_t i = 0; i < n; i++)
+            den += (double)x[i] * x[i];
+        return sqrt(den);
+    }
+    return sqrt(num / den);
+}
+
+long first_bit_difference(const float *a, const float *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(a + i, b + i, sizeof *a) != 0)
+            return (long)i;
+    return -1;
+}
+
+mha_engine *engine_for(const problem *p, int threads, mha_layout layout)
+{
+    mha_config cfg;
+    problem_config(p, &cfg, threads);
+    mha_engine *e = NULL;
+    mha_status st = mha_create(&cfg, &e);
+    cr_assert_eq(st, MHA_OK, "mha_create: %s", mha_status_str(st));
+    float *scratch;
+    mha_weights w = problem_weights(p, layout, &scratch);
+    st = mha_set_weights(e, &w);
+    free(scratch);
+    cr_assert_eq(st, MHA_OK, "mha_set_weights: %s", mha_status_str(st));
+    return e;
+}

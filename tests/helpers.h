@@ -1,0 +1,53 @@
+/* helpers.h — shared test helpers: seeded data, the double-precision reference, comparisons,
+ * and the allocation counter the counted copy of libmha calls into. */
+#ifndef MHA_TEST_HELPERS_H
+#define MHA_TEST_HELPERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mha.h"
+
+/* ---- seeded data ---- */
+typedef struct { uint64_t s; } rng;
+uint64_t rng_next(rng *r);
+float rng_uniform(rng *r, float lo, float hi);
+void fill_uniform(float *x, size_t n, float lo, float hi, rng *r);
+
+/* ---- a test problem: weights in x·W layout, inputs, masks ---- */
+typedef struct problem {
+    int d, h, batch, seq_q, seq_kv;
+    int bias, causal;
+    int cross;        /* 0: k = v = q (one buffer); 1: separate k and v; 2: k = v, its own buffer */
+    float *wq, *wk, *wv, *wo;  /* (d, d), x·W */
+    float *bq, *bk, *bv, *bo;  /* (d) or NULL */
+    float *q, *k, *v;          /* (batch, seq, d) */
+    int32_t *q_len, *kv_len;   /* NULL or (batch) */
+    uint8_t *mask;             /* NULL or (seq_q, seq_kv) */
+} problem;
+
+/* Unit-scale inputs, weights ~ U(-1, 1)/sqrt(d) as nn.Linear's init, so activations stay unit scale. */
+void problem_make(problem *p, int d, int h, int batch, int seq_q, int seq_kv, int bias, int cross, uint64_t seed);
+void problem_free(problem *p);
+mha_input problem_input(const problem *p);
+/* Weights for the engine in the given layout; transposed copies are kept in *scratch (free it). */
+mha_weights problem_weights(const problem *p, mha_layout layout, float **scratch);
+void problem_config(const problem *p, mha_config *cfg, int threads);
+
+/* Plain double-precision multi-head attention (DESIGN.md §1): out (batch, seq_q, d),
+ * attn NULL or (batch, h, seq_q, seq_kv). */
+void reference_mha(const problem *p, double *out, double *attn);
+
+/* ‖x − ref‖ / ‖ref‖ (‖ref‖ = 0: ‖x‖). */
+double rel_error(const float *x, const double *ref, size_t n);
+/* Index of the first differing float bit pattern, or -1. */
+long first_bit_difference(const float *a, const float *b, size_t n);
+
+/* Engine from the problem, weights set; asserts on failure. */
+mha_engine *engine_for(const problem *p, int threads, mha_layout layout);
+
+/* ---- allocation counting (tests/alloc_count.c) ---- */
+long alloc_count(void);
+void alloc_fail_after(long n); /* the n-th allocation from now fails (n >= 1); 0 disables */
+
+#endif

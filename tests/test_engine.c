@@ -1,0 +1,328 @@
+/* test_engine.c — mha_forward against the double-precision reference over a table of shapes,
+ * masks, biases and layouts, and the properties attention must have. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+
+#include "helpers.h"
+
+/* fp32 GEMMs over k ≤ 512 terms and a ~2-ulp exp give relative errors near 1e-6 on
+ * unit-scale inputs; 1e-5 leaves a margin of ten without hiding a wrong mask or head. */
+#define REL_TOL 1e-5
+
+enum { M_NONE = 0, M_CAUSAL = 1, M_KVLEN = 2, M_QLEN = 4, M_EXPLICIT = 8 };
+
+typedef struct fcase {
+    char name[40]; /* an array: Criterion copies parameters into a new process */
+    int d, h, batch, seq_q, seq_kv;
+    int cross;   /* 0 self, 1 separate k and v, 2 k = v */
+    int bias;
+    mha_layout layout;
+    int masks;   /* M_* bits */
+    int q_block; /* 0: the engine's choice */
+    int threads;
+} fcase;
+
+static void apply_masks(problem *p, int masks, uint64_t seed)
+{
+    rng r = {seed};
+    p->causal = (masks & M_CAUSAL) != 0;
+    if (masks & (M_KVLEN | M_QLEN)) {
+        int32_t *ql = malloc(sizeof *ql * p->batch), *kl = malloc(sizeof *kl * p->batch);
+        for (int b = 0; b < p->batch; b++) {
+            /* sequence 0 keeps full length; others random, including 0 */
+            ql[b] = b == 0 ? p->seq_q : (int32_t)(rng_next(&r) % (uint64_t)(p->seq_q + 1));
+            kl[b] = b == 0 ? p->seq_kv : (int32_t)(rng_next(&r) % (uint64_t)(p->seq_kv + 1));
+        }
+        if (masks & M_QLEN) p->q_len = ql; else free(ql);
+        if (masks & M_KVLEN) p->kv_len = kl; else free(kl);
+    }
+    if (masks & M_EXPLICIT) {
+        p->mask = malloc((size_t)p->seq_q * p->seq_kv);
+        for (int i = 0; i < p->seq_q; i++)
+            for (int j = 0; j < p->seq_kv; j++)
+                /* row 1 fully hidden: it must come out as zeros, never NaN */
+                p->mask[(size_t)i * p->seq_kv + j] = i == 1 ? 0 : (rng_next(&r) % 4 != 0);
+    }
+}
+
+ParameterizedTestParameters(engine, matches_reference)
+{
+    static fcase cases[] = {
+        {"reference quick test", 512, 8, 2, 10, 10, 0, 1, MHA_LAYOUT_XW, M_NONE, 0, 2},
+        {"odd sizes", 96, 6, 3, 37, 37, 0, 1, MHA_LAYOUT_XW, M_NONE, 0, 2},
+        {"S=1", 64, 4, 2, 1, 1, 0, 1, MHA_LAYOUT_XW, M_NONE, 0, 1},
+        {"d_k = 10", 40, 4, 2, 19, 19, 0, 1, MHA_LAYOUT_XW, M_NONE, 0, 2},
+        {"cross", 64, 4, 2, 7, 23, 1, 1, MHA_LAYOUT_XW, M_NONE, 0, 2},
+        {"cross k = v", 64, 4, 2, 13, 5, 2, 1, MHA_LAYOUT_XW, M_NONE, 0, 2},
+        {"causal", 64, 2, 2, 33, 33, 0, 1, MHA_LAYOUT_XW, M_CAUSAL, 8, 2},
+        {"causal cross, seq_kv > seq_q", 64, 4, 2, 10, 25, 1, 1, MHA_LAYOUT_XW, M_CAUSAL, 4, 2},
+        {"causal cross, seq_q > seq_kv", 64, 4, 2, 20, 8, 1, 1, MHA_LAYOUT_XW, M_CAUSAL, 4, 2},
+        {"key padding", 64, 4, 4, 17, 17, 0, 1, MHA_LAYOUT_XW, M_KVLEN, 0, 2},
+        {"query lengths", 64, 4, 4, 17, 17, 0, 1, MHA_LAYOUT_XW, M_QLEN, 0, 2},
+        {"explicit mask", 64, 4, 2, 12, 12, 0, 1, MHA_LAYOUT_XW, M_EXPLICIT, 0, 2},
+        {"all masks, cross", 48, 3, 4, 21, 30, 1, 1, MHA_LAYOUT_XW, M_CAUSAL | M_KVLEN | M_QLEN | M_EXPLICIT, 8, 3},
+        {"ragged self, causal", 64, 4, 5, 29, 29, 0, 1, MHA_LAYOUT_XW, M_CAUSAL | M_KVLEN | M_QLEN, 8, 2},
+        {"no bias, torch layout", 64, 4, 2, 11, 11, 0, 0, MHA_LAYOUT_TORCH, M_NONE, 0, 2},
+        {"bias, torch layout, cross", 64, 8, 2, 9, 14, 1, 1, MHA_LAYOUT_TORCH, M_KVLEN, 0, 2},
+        {"many query blocks", 256, 4, 2, 300, 300, 0, 1, MHA_LAYOUT_XW, M_CAUSAL | M_KVLEN, 32, 2},
+        {"three threads", 128, 8, 3, 40, 40, 0, 1, MHA_LAYOUT_XW, M_KVLEN, 16, 3},
+    };
+    return cr_make_param_array(fcase, cases, sizeof cases / sizeof cases[0]);
+}
+
+ParameterizedTest(fcase *c, engine, matches_reference, .timeout = 60)
+{
+    problem p;
+    problem_make(&p, c->d, c->h, c->batch, c->seq_q, c->seq_kv, c->bias, c->cross, 1234);
+    apply_masks(&p, c->masks, 99);
+
+    mha_config cfg;
+    problem_config(&p, &cfg, c->threads);
+    cfg.q_block = c->q_block;
+    mha_engine *e = NULL;
+    cr_assert_eq(mha_create(&cfg, &e), MHA_OK, "%s: create", c->name);
+    float *scratch;
+    mha_weights w = problem_weights(&p, c->layout, &scratch);
+    cr_assert_eq(mha_set_weights(e, &w), MHA_OK);
+    free(scratch);
+
+    size_t n_out = (size_t)p.batch * p.seq_q * p.d, n_attn = (size_t)p.batch * p.h * p.seq_q * p.seq_kv;
+    float *out = malloc(n_out * sizeof *out), *attn = malloc(n_attn * sizeof *attn);
+    double *ref = malloc(n_out * sizeof *ref), *ref_attn = malloc(n_attn * sizeof *ref_attn);
+    /* poison: every element must be written */
+    memset(out, 0xff, n_out * sizeof *out);
+    memset(attn, 0xff, n_attn * sizeof *attn);
+    mha_input in = problem_input(&p);
+    cr_assert_eq(mha_forward(e, &in, out, attn), MHA_OK, "%s: forward", c->name);
+    reference_mha(&p, ref, ref_attn);
+
+    for (size_t i = 0; i < n_out; i++)
+        cr_assert(isfinite(out[i]), "%s: out[%zu] = %g is not finite", c->name, i, out[i]);
+    double err = rel_error(out, ref, n_out), err_attn = rel_error(attn, ref_attn, n_attn);
+    cr_expect_leq(err, REL_TOL, "%s: out relative error %.3g > %g", c->name, err, REL_TOL);
+    cr_expect_leq(err_attn, REL_TOL, "%s: attn relative error %.3g > %g", c->name, err_attn, REL_TOL);
+    /* rows past a query length are exactly 0 */
+    for (int b = 0; p.q_len && b < p.batch; b++)
+        for (size_t i = (size_t)p.q_len[b] * p.d; i < (size_t)p.seq_q * p.d; i++)
+            cr_assert_eq(out[(size_t)b * p.seq_q * p.d + i], 0.0f, "%s: padded row not zero", c->name);
+
+    free(out), free(attn), free(ref), free(ref_attn);
+    mha_free(e);
+    problem_free(&p);
+}
+
+/* Fixture-free helpers for the property tests. */
+static float *run(mha_engine *e, const problem *p, float *attn)
+{
+    float *out = malloc((size_t)p->batch * p->seq_q * p->d * sizeof *out);
+    mha_input in = problem_input(p);
+    cr_assert_eq(mha_forward(e, &in, out, attn), MHA_OK);
+    return out;
+}
+
+Test(engine, attention_rows_sum_to_one, .timeout = 30)
+{
+    problem p;
+    problem_make(&p, 64, 4, 3, 25, 25, 1, 0, 7);
+    apply_masks(&p, M_CAUSAL | M_KVLEN | M_EXPLICIT, 5);
+    mha_engine *e = engine_for(&p, 2, MHA_LAYOUT_XW);
+    size_t n_attn = (size_t)p.batch * p.h * p.seq_q * p.seq_kv;
+    float *attn = malloc(n_attn * sizeof *attn);
+    free(run(e, &p, attn));
+    for (int b = 0; b < p.batch; b++)
+        for (int h = 0; h < p.h; h++)
+            for (int i = 0; i < p.seq_q; i++) {
+                const float *row = attn + (((size_t)b * p.h + h) * p.seq_q + i) * p.seq_kv;
+                int any = 0;
+                double sum = 0;
+                for (int j = 0; j < p.seq_kv; j++) {
+                    int vis = j < p.kv_len[b] && j <= i && p.mask[(size_t)i * p.seq_kv + j];
+                    any |= vis;
+                    if (!vis)
+                        cr_assert_eq(row[j], 0.0f, "hidden key (b %d, h %d, i %d, j %d) has weight %g", b, h, i, j, row[j]);
+                    sum += row[j];
+                }
+                /* a sum of ≤ 25 fp32 weights each within 2 ulp: 1e-5 is loose enough */
+                if (any)
+                    cr_assert(fabs(sum - 1.0) <= 1e-5, "row (b %d, h %d, i %d) sums to %.9g", b, h, i, sum);
+                else
+                    cr_assert_eq(sum, 0.0, "row with no visible key sums to %g", sum);
+            }
+    free(attn);
+    mha_free(e);
+    problem_free(&p);
+}
+
+Test(engine, self_attention_is_permutation_equivariant, .timeout = 30)
+{
+    problem p;
+    problem_make(&p, 64, 4, 1, 16, 16, 1, 0, 11);
+    mha_engine *e = engine_for(&p, 2, MHA_LAYOUT_XW);
+    float *out = run(e, &p, NULL);
+
+    int perm[16];
+    for (int i = 0; i < 16; i++)
+        perm[i] = (i * 7 + 3) % 16; /* 7 is coprime with 16: a permutation */
+    float *orig = malloc(16 * 64 * sizeof *orig);
+    memcpy(orig, p.q, 16 * 64 * sizeof *orig);
+    for (int i = 0; i < 16; i++)
+        memcpy(p.q + i * 64, orig + perm[i] * 64, 64 * sizeof *orig);
+    float *out_perm = run(e, &p, NULL);
+    /* Equal up to fp32 summation order in the softmax and A·V: 1e-5 relative per row. */
+    for (int i = 0; i < 16; i++) {
+        double num = 0, den = 0;
+        for (int c = 0; c < 64; c++) {
+            double diff = out_perm[i * 64 + c] - out[perm[i] * 64 + c];
+            num += diff * diff;
+            den += (double)out[perm[i] * 64 + c] * out[perm[i] * 64 + c];
+        }
+        cr_assert_leq(sqrt(num / den), 1e-5, "row %d does not follow its token", i);
+    }
+    free(orig), free(out), free(out_perm);
+    mha_free(e);
+    problem_free(&p);
+}
+
+Test(engine, causal_outputs_ignore_future_tokens, .timeout = 30)
+{
+    problem p;
+    problem_make(&p, 64, 4, 2, 40, 40, 1, 0, 13);
+    p.causal = 1;
+    mha_config cfg;
+    problem_config(&p, &cfg, 2);
+    cfg.q_block = 16; /* token 20 sits inside a block, so the block's skipping is exercised */
+    mha_engine *e;
+    cr_assert_eq(mha_create(&cfg, &e), MHA_OK);
+    float *scratch;
+    mha_weights w = problem_weights(&p, MHA_LAYOUT_XW, &scratch);
+    cr_assert_eq(mha_set_weights(e, &w), MHA_OK);
+    float *before = run(e, &p, NULL);
+    rng r = {77};
+    for (int b = 0; b < 2; b++)
+        fill_uniform(p.q + ((size_t)b * 40 + 21) * 64, 19 * 64, -3.0f, 3.0f, &r); /* tokens 21.. */
+    float *after = run(e, &p, NULL);
+    for (int b = 0; b < 2; b++) {
+        long i = first_bit_difference(before + (size_t)b * 40 * 64, after + (size_t)b * 40 * 64, 21 * 64);
+        cr_assert_eq(i, -1, "sequence %d: output %ld (token %ld) changed with future tokens", b, i, i / 64);
+    }
+    free(scratch), free(before), free(after);
+    mha_free(e);
+    problem_free(&p);
+}
+
+Test(engine, valid_outputs_ignore_padded_tokens, .timeout = 30)
+{
+    problem p;
+    problem_make(&p, 64, 4, 3, 24, 24, 1, 0, 17);
+    p.q_len = malloc(3 * sizeof *p.q_len);
+    p.kv_len = malloc(3 * sizeof *p.kv_len);
+    const int32_t len[3] = {24, 9, 15};
+    memcpy(p.q_len, len, sizeof len);
+    memcpy(p.kv_len, len, sizeof len);
+    mha_engine *e = engine_for(&p, 2, MHA_LAYOUT_XW);
+    float *before = run(e, &p, NULL);
+    rng r = {78};
+    for (int b = 1; b < 3; b++)
+        fill_uniform(p.q + ((size_t)b * 24 + len[b]) * 64, (size_t)(24 - len[b]) * 64, -5.0f, 5.0f, &r);
+    float *after = run(e, &p, NULL);
+    long i = first_bit_difference(before, after, (size_t)3 * 24 * 64);
+    cr_assert_eq(i, -1, "output %ld changed with padded tokens", i);
+    free(before), free(after);
+    mha_free(e);
+    problem_free(&p);
+}
+
+Test(engine, bitwise_identical_across_thread_counts, .timeout = 60)
+{
+    problem p;
+    problem_make(&p, 96, 6, 5, 45, 45, 1, 0, 19);
+    apply_masks(&p, M_CAUSAL | M_KVLEN | M_QLEN, 3);
+    size_t n = (size_t)p.batch * p.seq_q * p.d;
+    float *first = NULL;
+    for (int threads = 1; threads <= 4; threads++) {
+        mha_config cfg;
+        problem_config(&p, &cfg, threads);
+        cfg.q_block = 16;
+        cfg.pinning = threads == 3 ? MHA_PIN_CLOSE : MHA_PIN_NONE;
+        mha_engine *e;
+        cr_assert_eq(mha_create(&cfg, &e), MHA_OK);
+        float *scratch;
+        mha_weights w = problem_weights(&p, MHA_LAYOUT_XW, &scratch);
+        cr_assert_eq(mha_set_weights(e, &w), MHA_OK);
+        free(scratch);
+        for (int rep = 0; rep < 3; rep++) {
+            float *out = run(e, &p, NULL);
+            if (!first) {
+                first = out;
+                continue;
+            }
+            long i = first_bit_difference(first, out, n);
+            cr_assert_eq(i, -1, "threads %d, run %d: out[%ld] = %a, with 1 thread %a", threads, rep, i,
+                         i >= 0 ? out[i] : 0.0f, i >= 0 ? first[i] : 0.0f);
+            free(out);
+        }
+        mha_free(e);
+    }
+    free(first);
+    problem_free(&p);
+}
+
+Test(engine, static_engine_matches_heap_engine, .timeout = 30)
+{
+    problem p;
+    problem_make(&p, 64, 4, 2, 10, 10, 1, 0, 23);
+    mha_config cfg;
+    problem_config(&p, &cfg, 2);
+    size_t size = mha_workspace_size(&cfg);
+    cr_assert_gt(size, 0);
+    void *ws = aligned_alloc(64, (size + 63) / 64 * 64);
+    mha_engine *s;
+    cr_assert_eq(mha_create_static(&cfg, ws, size, &s), MHA_OK);
+    float *scratch;
+    mha_weights w = problem_weights(&p, MHA_LAYOUT_XW, &scratch);
+    cr_assert_eq(mha_set_weights(s, &w), MHA_OK);
+    mha_engine *h = engine_for(&p, 2, MHA_LAYOUT_XW);
+    float *a = run(s, &p, NULL), *b = run(h, &p, NULL);
+    cr_assert_eq(first_bit_difference(a, b, (size_t)2 * 10 * 64), -1);
+    mha_free(s); /* a static engine's memory stays the caller's */
+    mha_free(h);
+    free(ws), free(a), free(b), free(scratch);
+    problem_free(&p);
+}
+
+Test(engine, forward_calls_no_allocator, .timeout = 30)
+{
+    problem p;
+    problem_make(&p, 128, 8, 4, 50, 50, 1, 0, 29);
+    apply_masks(&p, M_CAUSAL | M_KVLEN | M_QLEN | M_EXPLICIT, 4);
+    mha_engine *e = engine_for(&p, 2, MHA_LAYOUT_XW);
+    size_t n = (size_t)p.batch * p.seq_q * p.d;
+    float *out = malloc(n * sizeof *out), *attn = malloc((size_t)p.batch * p.h * p.seq_q * p.seq_kv * sizeof *attn);
+    mha_input in = problem_input(&p);
+    long before = alloc_count();
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(mha_forward(e, &in, out, i % 2 ? attn : NULL), MHA_OK);
+    cr_assert_eq(alloc_count() - before, 0, "mha_forward called the allocator %ld times", alloc_count() - before);
+    /* the counter does see the library: creating an engine allocates once */
+    mha_free(engine_for(&p, 1, MHA_LAYOUT_XW));
+    cr_assert_eq(alloc_count() - before, 1, "create should allocate its arena once");
+    free(out), free(attn);
+    mha_free(e);
+    problem_free(&p);
+}
+
+Test(engine, arena_for_long_context_is_far_below_a_score_tensor)
+{
+    mha_config cfg;
+    mha_config_init(&cfg);
+    cfg.d_model = 1024, cfg.n_heads = 16, cfg.max_batch = 1;
+    cfg.max_seq_q = cfg.max_seq_kv = 8192, cfg.threads = 2;
+    size_t score_tensor = (size_t)16 * 8192 * 8192 * sizeof(float); /* 4 GiB */
+    size_t ws = mha_workspace_size(&cfg);
+    cr_assert_gt(ws, 0);
+    cr_assert_lt(ws, score_tensor / 32, "arena %zu bytes is not far below the %zu of a score tensor", ws, score_tensor);
+}
