@@ -38,7 +38,7 @@ TEST_OBJ := $(TEST_SRC:tests/%.c=$(B)/tests/%.o)
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
-.PHONY: all deps test run install uninstall clean readme-example
+.PHONY: all deps deps-perf test run install uninstall clean readme-example footprint blis-overhead
 all: $(B)/libmha.a $(B)/libmha.so
 
 deps:
@@ -51,6 +51,11 @@ deps:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null || exit 1; \
 	  else echo "make deps: missing Debian packages:$$missing (run 'make deps' as root)" >&2; exit 1; fi; \
 	fi
+
+# Packages only the measurements in perf/ need.
+PERF_PKGS := libblis-openmp-dev
+deps-perf:
+	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) $(PERF_PKGS)"
 
 $(B)/obj/%.o: src/%.c $(wildcard src/*.h) include/mha.h | deps
 	@mkdir -p $(@D)
@@ -81,8 +86,10 @@ $(B)/tests/%.o: tests/%.c $(wildcard tests/*.h) $(wildcard src/*.h) include/mha.
 $(B)/tests/mha_tests: $(TEST_OBJ) $(B)/counted/libmha.a
 	$(CC) $(OPT) -o $@ $(TEST_OBJ) $(B)/counted/libmha.a $(BLIS_A) -lcriterion $(LDLIBS)
 
+# Sanitizer runs: runtime-owned memory (libgomp's pool, Criterion's runner) is not a leak of ours.
 test: $(B)/tests/mha_tests readme-example
-	$(B)/tests/mha_tests --jobs 2
+	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(B)/tests/mha_tests --jobs 2
 
 # The README's C example, compiled as written against a staged install through pkg-config.
 readme-example: all
@@ -92,6 +99,19 @@ readme-example: all
 	PKG_CONFIG_SYSROOT_DIR=$(CURDIR)/$(B)/stage PKG_CONFIG_PATH=$(CURDIR)/$(B)/stage/usr/local/lib/pkgconfig \
 	  sh -c '$(CC) -std=c11 -Wall -Werror $(OPT) $(B)/example/example.c -o $(B)/example/example $$(pkg-config --cflags --libs mha)'
 	LD_LIBRARY_PATH=$(CURDIR)/$(B)/stage/usr/local/lib $(B)/example/example
+
+# ---- measurements (perf/RESULTS.md says what each printed, where and when)
+footprint: $(B)/libmha.a
+	$(CC) -O2 -Iinclude perf/footprint.c $(B)/libmha.a $(BLIS_A) $(LDLIBS) -o $(B)/footprint
+	$(B)/footprint 1 && $(B)/footprint 2
+
+# Fixed cost per small sgemm call, serial vs OpenMP BLIS build, alternating three times.
+blis-overhead: deps-perf
+	@mkdir -p $(B)
+	for v in serial openmp; do \
+	  $(CC) -O2 -I/usr/include/$(MULTIARCH)/blis-$$v perf/blis_overhead.c /usr/lib/$(MULTIARCH)/blis-$$v/libblis.a \
+	    $(LDLIBS) -o $(B)/blis_overhead_$$v || exit 1; done
+	for r in 1 2 3; do $(B)/blis_overhead_serial serial; $(B)/blis_overhead_openmp openmp; done
 
 run: all
 	@echo "mha: the command-line tool is not built yet; running the README example instead"

@@ -2,11 +2,10 @@
  * of the engine's own choices (thread count, query block). */
 #include "config.h"
 
-#include <stdarg.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "affinity.h"
+#include "status.h"
 
 MHA_API void mha_config_init(mha_config *cfg)
 {
@@ -22,17 +21,6 @@ MHA_API void mha_config_init(mha_config *cfg)
     cfg->threads = 0;
     cfg->pinning = MHA_PIN_NONE;
     cfg->q_block = 0;
-}
-
-static mha_status fail(char *err, size_t err_len, mha_status s, const char *fmt, ...)
-{
-    if (err && err_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
-        va_end(ap);
-    }
-    return s;
 }
 
 /* Score tiles of q_block × seq_kv floats should sit in half the L2 with room for Q and V. */
@@ -53,7 +41,7 @@ static int default_q_block(int seq_q, int seq_kv)
 mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, char *err, size_t err_len)
 {
     if (!cfg)
-        return fail(err, err_len, MHA_ERR_INVALID_ARG, "config is NULL");
+        return mha_errorf(err, err_len, MHA_ERR_INVALID_ARG, "config is NULL");
     const struct { const char *name; int value; } positive[] = {
         {"d_model", cfg->d_model},       {"n_heads", cfg->n_heads},
         {"max_batch", cfg->max_batch},   {"max_seq_q", cfg->max_seq_q},
@@ -61,34 +49,34 @@ mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, char *err, 
     };
     for (size_t i = 0; i < sizeof positive / sizeof positive[0]; i++)
         if (positive[i].value <= 0)
-            return fail(err, err_len, MHA_ERR_CONFIG, "%s: must be positive, got %d",
+            return mha_errorf(err, err_len, MHA_ERR_CONFIG, "%s: must be positive, got %d",
                         positive[i].name, positive[i].value);
     if (cfg->d_model % cfg->n_heads != 0)
-        return fail(err, err_len, MHA_ERR_CONFIG, "n_heads: %d does not divide d_model %d",
+        return mha_errorf(err, err_len, MHA_ERR_CONFIG, "n_heads: %d does not divide d_model %d",
                     cfg->n_heads, cfg->d_model);
     if (cfg->bias != 0 && cfg->bias != 1)
-        return fail(err, err_len, MHA_ERR_CONFIG, "bias: must be 0 or 1, got %d", cfg->bias);
+        return mha_errorf(err, err_len, MHA_ERR_CONFIG, "bias: must be 0 or 1, got %d", cfg->bias);
     if (cfg->threads < 0 || cfg->threads > MHA_MAX_THREADS)
-        return fail(err, err_len, MHA_ERR_CONFIG, "threads: must be in 0..%d, got %d",
+        return mha_errorf(err, err_len, MHA_ERR_CONFIG, "threads: must be in 0..%d, got %d",
                     MHA_MAX_THREADS, cfg->threads);
     if (cfg->q_block < 0)
-        return fail(err, err_len, MHA_ERR_CONFIG, "q_block: must be >= 0, got %d", cfg->q_block);
+        return mha_errorf(err, err_len, MHA_ERR_CONFIG, "q_block: must be >= 0, got %d", cfg->q_block);
     switch (cfg->pinning) {
     case MHA_PIN_NONE: case MHA_PIN_CLOSE: case MHA_PIN_SPREAD:
         break;
     case MHA_PIN_CPUS:
         if (cfg->n_cpus < 1 || cfg->n_cpus > MHA_MAX_CPUS)
-            return fail(err, err_len, MHA_ERR_CONFIG, "n_cpus: must be in 1..%d with pinning cpus, got %d",
+            return mha_errorf(err, err_len, MHA_ERR_CONFIG, "n_cpus: must be in 1..%d with pinning cpus, got %d",
                         MHA_MAX_CPUS, cfg->n_cpus);
         for (int i = 0; i < cfg->n_cpus; i++)
             if (cfg->cpus[i] < 0)
-                return fail(err, err_len, MHA_ERR_CONFIG, "cpus[%d]: must be >= 0, got %d", i, cfg->cpus[i]);
+                return mha_errorf(err, err_len, MHA_ERR_CONFIG, "cpus[%d]: must be >= 0, got %d", i, cfg->cpus[i]);
         break;
     default:
-        return fail(err, err_len, MHA_ERR_CONFIG, "pinning: unknown value %d", (int)cfg->pinning);
+        return mha_errorf(err, err_len, MHA_ERR_CONFIG, "pinning: unknown value %d", (int)cfg->pinning);
     }
     if (memchr(cfg->blis_arch, '\0', sizeof cfg->blis_arch) == NULL)
-        return fail(err, err_len, MHA_ERR_CONFIG, "blis_arch: not NUL-terminated");
+        return mha_errorf(err, err_len, MHA_ERR_CONFIG, "blis_arch: not NUL-terminated");
 
     int threads = cfg->threads;
     if (threads == 0) {
@@ -113,10 +101,4 @@ mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, char *err, 
     if (err && err_len)
         err[0] = '\0';
     return MHA_OK;
-}
-
-MHA_API mha_status mha_config_check(const mha_config *cfg, char *err, size_t err_len)
-{
-    mha_dims dims;
-    return mha_config_resolve(cfg, &dims, err, err_len);
 }

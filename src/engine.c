@@ -9,8 +9,9 @@
 #include "config.h"
 #include "kernel.h"
 #include "mha.h"
-#include "sched.h"
+#include "scheduler.h"
 #include "softmax.h"
+#include "status.h"
 #include "weights.h"
 
 struct mha_engine {
@@ -42,15 +43,20 @@ static int contains(const int *set, int n, int cpu)
 }
 
 /* Worker t's CPU for each pinning policy; MHA_ERR_AFFINITY if a CPU is not ours to use. */
-static mha_status plan_pinning(const mha_config *cfg, int threads, int *pin)
+static mha_status plan_pinning(const mha_config *cfg, int threads, int *pin, char *err, size_t err_len)
 {
-    static const int max = 1024;
-    int allowed[1024];
-    int n = mha_affinity_allowed(allowed, max);
+    enum { MAX = 1024 };
+    int allowed[MAX];
+    int n = mha_affinity_allowed(allowed, MAX);
     if (n < 1)
-        return MHA_ERR_AFFINITY;
-    if (n > max)
-        n = max;
+        return mha_errorf(err, err_len, MHA_ERR_AFFINITY, "pinning: cannot read the allowed CPUs");
+    if (n > MAX)
+        n = MAX;
+    if (cfg->pinning == MHA_PIN_CPUS)
+        for (int i = 0; i < cfg->n_cpus; i++)
+            if (!contains(allowed, n, cfg->cpus[i]))
+                return mha_errorf(err, err_len, MHA_ERR_AFFINITY,
+                                  "cpus[%d]: CPU %d is not one this process may use", i, cfg->cpus[i]);
     for (int t = 0; t < threads; t++) {
         switch (cfg->pinning) {
         case MHA_PIN_CLOSE:
@@ -66,24 +72,29 @@ static mha_status plan_pinning(const mha_config *cfg, int threads, int *pin)
             pin[t] = -1;
         }
     }
-    if (cfg->pinning == MHA_PIN_CPUS)
-        for (int i = 0; i < cfg->n_cpus; i++)
-            if (!contains(allowed, n, cfg->cpus[i]))
-                return MHA_ERR_AFFINITY;
     return MHA_OK;
 }
 
-static mha_status prepare(const mha_config *cfg, prepared *p)
+/* Every check a config must pass, in the order a user would fix them; nothing allocated. */
+static mha_status prepare(const mha_config *cfg, prepared *p, char *err, size_t err_len)
 {
-    mha_status st = mha_config_resolve(cfg, &p->dims, NULL, 0);
+    mha_status st = mha_config_resolve(cfg, &p->dims, err, err_len);
     if (st != MHA_OK)
         return st;
     if (mha_arena_plan_make(&p->dims, sizeof(mha_engine), &p->plan) != 0)
-        return MHA_ERR_CONFIG;
-    if ((st = mha_kernel_select(cfg->blis_arch, &p->kernel)) != MHA_OK)
-        return st;
+        return mha_errorf(err, err_len, MHA_ERR_CONFIG,
+                          "max_batch, max_seq_q, max_seq_kv, d_model, threads: the workspace size overflows size_t");
+    if (mha_kernel_select(cfg->blis_arch, &p->kernel) != MHA_OK)
+        return mha_errorf(err, err_len, MHA_ERR_CONFIG,
+                          "blis_arch: '%s' is unknown, not in this BLIS build, or not runnable on this CPU", cfg->blis_arch);
     p->pinning = cfg->pinning != MHA_PIN_NONE;
-    return plan_pinning(cfg, p->dims.threads, p->pin);
+    return plan_pinning(cfg, p->dims.threads, p->pin, err, err_len);
+}
+
+MHA_API mha_status mha_config_check(const mha_config *cfg, char *err, size_t err_len)
+{
+    prepared p;
+    return prepare(cfg, &p, err, err_len);
 }
 
 /* Lay the engine out in ws (at least plan.total bytes, 64-byte aligned). */
@@ -118,12 +129,8 @@ static mha_engine *build(const prepared *p, void *ws)
 
 MHA_API size_t mha_workspace_size(const mha_config *cfg)
 {
-    mha_dims dims;
-    mha_arena_plan plan;
-    if (mha_config_resolve(cfg, &dims, NULL, 0) != MHA_OK ||
-        mha_arena_plan_make(&dims, sizeof(mha_engine), &plan) != 0)
-        return 0;
-    return plan.total;
+    prepared p;
+    return prepare(cfg, &p, NULL, 0) == MHA_OK ? p.plan.total : 0;
 }
 
 MHA_API mha_status mha_create(const mha_config *cfg, mha_engine **out)
@@ -132,7 +139,7 @@ MHA_API mha_status mha_create(const mha_config *cfg, mha_engine **out)
         return MHA_ERR_INVALID_ARG;
     *out = NULL;
     prepared p;
-    mha_status st = prepare(cfg, &p);
+    mha_status st = prepare(cfg, &p, NULL, 0);
     if (st != MHA_OK)
         return st;
     size_t bytes = (p.plan.total + MHA_PAGE - 1) / MHA_PAGE * MHA_PAGE;
@@ -153,7 +160,7 @@ MHA_API mha_status mha_create_static(const mha_config *cfg, void *ws, size_t ws_
         return MHA_ERR_INVALID_ARG;
     *out = NULL;
     prepared p;
-    mha_status st = prepare(cfg, &p);
+    mha_status st = prepare(cfg, &p, NULL, 0);
     if (st != MHA_OK)
         return st;
     if (!ws)

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #define EXP_HI 88.3762626647949f
-#define EXP_LO -87.3365447504019f  /* exp(EXP_LO) = FLT_MIN: the result stays normal */
+#define EXP_LO -87.3365447504019f  /* exp(EXP_LO) = FLT_MIN; below it the result is 0 */
 #define LOG2E 1.44269504088896341f
 #define LN2_HI 0.693359375f
 #define LN2_LO -2.12194440e-4f
@@ -31,8 +31,9 @@ static int visible_at(const uint8_t *mask, int j)
 
 static float exp_poly(float x)
 {
+    if (x < EXP_LO)
+        return 0.0f; /* below FLT_MIN: flush, as the vector versions do */
     x = x > EXP_HI ? EXP_HI : x;
-    x = x < EXP_LO ? EXP_LO : x;
     float n = rintf(x * LOG2E);
     x = x - n * LN2_HI - n * LN2_LO;
     float y = ((((P0 * x + P1) * x + P2) * x + P3) * x + P4) * x + P5;
@@ -73,6 +74,7 @@ void mha_softmax_row_generic(float *restrict s, int n, int visible, const uint8_
 
 __attribute__((target("avx512f"))) static __m512 exp16(__m512 x)
 {
+    __mmask16 in_range = _mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_LO), _CMP_GE_OQ);
     x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(EXP_LO)), _mm512_set1_ps(EXP_HI));
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(LOG2E)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -86,7 +88,7 @@ __attribute__((target("avx512f"))) static __m512 exp16(__m512 x)
     y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(P5));
     y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
     __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+    return _mm512_maskz_mul_ps(in_range, y, _mm512_castsi512_ps(e));
 }
 
 /* Lanes j..j+15 that are below `visible` and not hidden by the explicit mask. */
@@ -140,6 +142,7 @@ __attribute__((target("avx512f"))) void mha_softmax_row_avx512(float *restrict s
 
 __attribute__((target("avx2,fma"))) static __m256 exp8(__m256 x)
 {
+    __m256 in_range = _mm256_cmp_ps(x, _mm256_set1_ps(EXP_LO), _CMP_GE_OQ);
     x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(EXP_LO)), _mm256_set1_ps(EXP_HI));
     __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(LOG2E)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -153,7 +156,7 @@ __attribute__((target("avx2,fma"))) static __m256 exp8(__m256 x)
     y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(P5));
     y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+    return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), in_range);
 }
 
 /* Scores j..j+7 (0 past visible), and in *vis all-ones lanes where each is visible. */

@@ -1,5 +1,8 @@
-/* status.c — names of status codes and the library version. */
-#include "mha.h"
+/* status.c — names of status codes, error messages, the library version. */
+#include "status.h"
+
+#include <stdarg.h>
+#include <stdio.h>
 
 #define MHA_STR2(x) #x
 #define MHA_STR(x) MHA_STR2(x)
@@ -24,4 +27,15 @@ MHA_API const char *mha_status_str(mha_status s)
 MHA_API const char *mha_version_string(void)
 {
     return MHA_STR(MHA_VERSION_MAJOR) "." MHA_STR(MHA_VERSION_MINOR) "." MHA_STR(MHA_VERSION_PATCH);
+}
+
+mha_status mha_errorf(char *err, size_t err_len, mha_status s, const char *fmt, ...)
+{
+    if (err && err_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
+    }
+    return s;
 }

@@ -1,11 +1,11 @@
-/* sched.c — OpenMP tasks over (batch × heads), the only file with #pragma omp.
+/* scheduler.c — OpenMP tasks over (batch × heads), the only file with #pragma omp.
  *
  * One parallel region per forward; one thread produces the tasks, all of them run them.
  * Each head task runs on one worker with that worker's scratch slice, and every GEMM in it
  * is single-threaded, so a task's result does not depend on which worker ran it or how
  * many there are: outputs are bitwise identical for every thread count and schedule.
  * Tasks are tied (the default) and never yield, so a slice is never used by two at once. */
-#include "sched.h"
+#include "scheduler.h"
 
 #include <omp.h>
 #include <string.h>

@@ -1,6 +1,6 @@
-/* sched.h — the scheduler: the only module with OpenMP pragmas. */
-#ifndef MHA_SCHED_H
-#define MHA_SCHED_H
+/* scheduler.h — the scheduler: the only module with OpenMP pragmas. */
+#ifndef MHA_SCHEDULER_H
+#define MHA_SCHEDULER_H
 
 #include <stddef.h>
 

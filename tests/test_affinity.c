@@ -1,0 +1,113 @@
+/* test_affinity.c — pinning applies to the engine's workers only and the calling thread's
+ * mask is restored; worker CPUs are reported. */
+#define _GNU_SOURCE
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "helpers.h"
+
+static int allowed_cpus(int *cpus, int max)
+{
+    cpu_set_t set;
+    cr_assert_eq(sched_getaffinity(0, sizeof set, &set), 0);
+    int n = 0;
+    for (int c = 0; c < CPU_SETSIZE && n < max; c++)
+        if (CPU_ISSET(c, &set))
+            cpus[n++] = c;
+    return n;
+}
+
+static void run_once(mha_engine *e, const problem *p)
+{
+    float *out = malloc((size_t)p->batch * p->seq_q * p->d * sizeof *out);
+    mha_input in = problem_input(p);
+    cr_assert_eq(mha_forward(e, &in, out, NULL), MHA_OK);
+    free(out);
+}
+
+Test(affinity, pinning_restores_the_callers_mask, .timeout = 30)
+{
+    cpu_set_t before, after;
+    cr_assert_eq(sched_getaffinity(0, sizeof before, &before), 0);
+    problem p;
+    problem_make(&p, 32, 4, 4, 8, 8, 1, 0, 51);
+    const mha_pinning policies[] = {MHA_PIN_CLOSE, MHA_PIN_SPREAD, MHA_PIN_CPUS};
+    for (size_t k = 0; k < 3; k++) {
+        mha_config cfg;
+        problem_config(&p, &cfg, 2);
+        cfg.pinning = policies[k];
+        cfg.n_cpus = allowed_cpus(cfg.cpus, 1);
+        mha_engine *e;
+        cr_assert_eq(mha_create(&cfg, &e), MHA_OK);
+        mha_weights w = problem_weights(&p, MHA_LAYOUT_XW, &(float *){NULL});
+        cr_assert_eq(mha_set_weights(e, &w), MHA_OK);
+        run_once(e, &p);
+        cr_assert_eq(sched_getaffinity(0, sizeof after, &after), 0);
+        cr_assert(CPU_EQUAL(&before, &after), "policy %d left the calling thread's affinity changed", (int)policies[k]);
+        mha_free(e);
+    }
+    problem_free(&p);
+}
+
+Test(affinity, pinned_workers_run_where_asked, .timeout = 30)
+{
+    int cpus[2];
+    int n = allowed_cpus(cpus, 2);
+    problem p;
+    problem_make(&p, 32, 4, 4, 8, 8, 1, 0, 52);
+    mha_config cfg;
+    problem_config(&p, &cfg, n);
+    cfg.pinning = MHA_PIN_CPUS;
+    cfg.n_cpus = n;
+    /* in reverse, so that worker 0 (the calling thread) moves */
+    for (int i = 0; i < n; i++)
+        cfg.cpus[i] = cpus[n - 1 - i];
+    mha_engine *e;
+    cr_assert_eq(mha_create(&cfg, &e), MHA_OK);
+    mha_weights w = problem_weights(&p, MHA_LAYOUT_XW, &(float *){NULL});
+    cr_assert_eq(mha_set_weights(e, &w), MHA_OK);
+    int ran[2] = {-2, -2};
+    run_once(e, &p);
+    cr_assert_eq(mha_engine_worker_cpus(e, ran, 2), n);
+    for (int t = 0; t < n; t++)
+        cr_assert_eq(ran[t], cfg.cpus[t], "worker %d ran on CPU %d, pinned to %d", t, ran[t], cfg.cpus[t]);
+    mha_free(e);
+    problem_free(&p);
+}
+
+Test(affinity, unpinned_workers_report_their_cpus, .timeout = 30)
+{
+    problem p;
+    problem_make(&p, 32, 4, 2, 8, 8, 1, 0, 53);
+    mha_engine *e = engine_for(&p, 2, MHA_LAYOUT_XW);
+    int ran[4] = {-2, -2, -2, -2};
+    cr_assert_eq(mha_engine_worker_cpus(e, ran, 4), 2);
+    int allowed[64];
+    int n = allowed_cpus(allowed, 64);
+    run_once(e, &p);
+    mha_engine_worker_cpus(e, ran, 4);
+    for (int t = 0; t < 2; t++) {
+        int ok = 0;
+        for (int i = 0; i < n; i++)
+            ok |= allowed[i] == ran[t];
+        cr_assert(ok, "worker %d reports CPU %d, not an allowed one", t, ran[t]);
+    }
+    mha_free(e);
+    problem_free(&p);
+}
+
+Test(affinity, threads_zero_means_every_allowed_cpu)
+{
+    int allowed[1024];
+    int n = allowed_cpus(allowed, 1024);
+    mha_config cfg;
+    mha_config_init(&cfg);
+    cfg.d_model = 32, cfg.n_heads = 4, cfg.threads = 0;
+    mha_engine *e;
+    cr_assert_eq(mha_create(&cfg, &e), MHA_OK);
+    cr_assert_eq(mha_engine_threads(e), n);
+    mha_free(e);
+}
