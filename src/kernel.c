@@ -2,8 +2,10 @@
  *
  * Every GEMM goes through bli_sgemm_ex with the engine's context and a 1-thread rntm_t,
  * against the serial BLIS build linked statically: no call opens a parallel region, and
- * parallelism comes only from the scheduler's tasks. (The OpenMP BLIS build opens a nested
- * region on every call, even with one thread; perf/blis_overhead measures what that costs.)
+ * parallelism comes only from the scheduler's tasks. The OpenMP BLIS build opens a nested
+ * region on every call, even with one thread: measured by `make blis-overhead`, the serial
+ * build costs less per call and varies less (e.g. 64×64×64: 11.3–11.9 µs vs 11.2–17.4 µs;
+ * perf/RESULTS.md), so libmha links the serial libblis.a.
  * The context is chosen here from the CPU's features, never from BLIS's own detection,
  * which picks "generic" on some current CPUs (AMD Zen 5), 5–7× slower than "skx". */
 #define _GNU_SOURCE /* blis.h needs the POSIX barrier types */

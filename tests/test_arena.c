@@ -1,0 +1,92 @@
+/* test_arena.c — the plan that sizes and carves the workspace: regions aligned, disjoint,
+ * inside the total, big enough for what the kernel writes; overflow detected. */
+#include <limits.h>
+#include <stdint.h>
+
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+
+#include "arena.h"
+#include "config.h"
+
+typedef struct region { size_t off, bytes; } region;
+
+ParameterizedTestParameters(arena, regions_are_aligned_disjoint_and_inside)
+{
+    static mha_dims dims[] = {
+        {.d = 512, .h = 8, .dk = 64, .batch = 2, .seq_q = 10, .seq_kv = 10, .threads = 2, .q_block = 10},
+        {.d = 96, .h = 6, .dk = 16, .batch = 3, .seq_q = 37, .seq_kv = 90, .threads = 3, .q_block = 16},
+        {.d = 40, .h = 4, .dk = 10, .batch = 1, .seq_q = 300, .seq_kv = 7, .threads = 1, .q_block = 32},
+        {.d = 1024, .h = 16, .dk = 64, .batch = 1, .seq_q = 8192, .seq_kv = 8192, .threads = 2, .q_block = 16},
+    };
+    return cr_make_param_array(mha_dims, dims, sizeof dims / sizeof dims[0]);
+}
+
+ParameterizedTest(mha_dims *dm, arena, regions_are_aligned_disjoint_and_inside)
+{
+    mha_arena_plan p;
+    cr_assert_eq(mha_arena_plan_make(dm, 1000, &p), 0);
+    size_t d = dm->d, dk = dm->dk, rows = dm->seq_q > dm->seq_kv ? dm->seq_q : dm->seq_kv;
+    region r[] = {
+        {p.engine, 1000},
+        {p.wqkv, d * 3 * d * sizeof(float)},
+        {p.bqkv, 3 * d * sizeof(float)},
+        {p.wo, d * d * sizeof(float)},
+        {p.bo, d * sizeof(float)},
+        {p.z, (size_t)dm->batch * dm->seq_q * d * sizeof(float)},
+        {p.order, (size_t)dm->batch * sizeof(int)},
+        {p.deps, (size_t)dm->batch * dm->h},
+        {p.worker_cpu, (size_t)dm->threads * sizeof(int)},
+        {p.pin_cpu, (size_t)dm->threads * sizeof(int)},
+        {p.scratch, (size_t)dm->threads * p.scratch_stride},
+    };
+    size_t n = sizeof r / sizeof r[0];
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_eq(r[i].off % MHA_ALIGN, 0, "region %zu at %zu is not aligned", i, r[i].off);
+        cr_assert_leq(r[i].off + r[i].bytes, p.total, "region %zu ends past the total", i);
+        for (size_t j = 0; j < i; j++)
+            cr_assert(r[i].off >= r[j].off + r[j].bytes || r[j].off >= r[i].off + r[i].bytes,
+                      "regions %zu and %zu overlap", i, j);
+    }
+    /* a worker slice: its Q/K/V, then the score tile, on its own pages */
+    cr_assert_eq(p.scratch % MHA_PAGE, 0);
+    cr_assert_eq(p.scratch_stride % MHA_PAGE, 0);
+    cr_assert_geq(p.scores, rows * 3 * dk * sizeof(float));
+    cr_assert_geq(p.scratch_stride, p.scores + (size_t)dm->q_block * dm->seq_kv * sizeof(float));
+    /* and it never grows with seq_q × seq_kv */
+    cr_assert_lt(p.scratch_stride, (rows * 3 * dk + (size_t)dm->q_block * dm->seq_kv) * sizeof(float) + 2 * MHA_PAGE);
+}
+
+Test(arena, carve_follows_the_plan)
+{
+    mha_dims dm = {.d = 64, .h = 4, .dk = 16, .batch = 2, .seq_q = 9, .seq_kv = 9, .threads = 2, .q_block = 9};
+    mha_arena_plan p;
+    cr_assert_eq(mha_arena_plan_make(&dm, 256, &p), 0);
+    static _Alignas(4096) unsigned char ws[1 << 20];
+    cr_assert_leq(p.total, sizeof ws);
+    mha_arena_views v;
+    mha_arena_carve(&p, ws, &v);
+    cr_assert_eq((unsigned char *)v.wqkv, ws + p.wqkv);
+    cr_assert_eq((unsigned char *)v.z, ws + p.z);
+    cr_assert_eq((unsigned char *)v.pin_cpu, ws + p.pin_cpu);
+    cr_assert_eq(v.scratch, ws + p.scratch);
+}
+
+Test(arena, overflowing_sizes_are_detected)
+{
+    /* Z alone: 2^24 × 2^20 × 2^20 floats */
+    mha_dims dm = {.d = 1 << 20, .h = 1, .dk = 1 << 20, .batch = 1 << 24, .seq_q = 1 << 20, .seq_kv = 1 << 20,
+                   .threads = 2, .q_block = 256};
+    mha_arena_plan p;
+    cr_assert_eq(mha_arena_plan_make(&dm, 256, &p), -1);
+    /* small weights and Z, but a worker slice: INT_MAX² score floats and INT_MAX Q/K/V rows */
+    dm = (mha_dims){.d = 64, .h = 4, .dk = 16, .batch = 1, .seq_q = 1, .seq_kv = INT_MAX, .threads = 1, .q_block = INT_MAX};
+    cr_assert_eq(mha_arena_plan_make(&dm, 256, &p), -1);
+    /* and the sum over workers: each slice fits, 2^40 of them do not */
+    dm = (mha_dims){.d = 64, .h = 4, .dk = 16, .batch = 1, .seq_q = 1, .seq_kv = 1 << 20, .threads = 1, .q_block = 1 << 10};
+    cr_assert_eq(mha_arena_plan_make(&dm, 256, &p), 0);
+    dm.threads = INT_MAX;
+    cr_assert_eq(mha_arena_plan_make(&dm, 256, &p), 0, "2^31 slices of 4 GiB: 2^63 bytes, still fits");
+    dm.seq_kv = 1 << 22;
+    cr_assert_eq(mha_arena_plan_make(&dm, 256, &p), -1, "2^31 slices of 16 GiB: 2^65 bytes");
+}
