@@ -13,7 +13,7 @@ MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null || echo x86_64-linux-gnu
 # parallel region, and bli_gks_lookup_id (hidden in libblis.so.4) reachable.
 BLIS_INC ?= /usr/include/$(MULTIARCH)/blis-serial
 BLIS_A ?= /usr/lib/$(MULTIARCH)/blis-serial/libblis.a
-DEB_PKGS := libblis-serial-dev libcriterion-dev pkgconf
+DEB_PKGS := libblis-serial-dev libcriterion-dev libcyaml-dev libyaml-dev libjansson-dev pkgconf
 
 VERSION := $(shell awk '/define MHA_VERSION_(MAJOR|MINOR|PATCH)/ {v = v sep $$3; sep = "."} END {print v}' include/mha.h)
 SOMAJOR := $(firstword $(subst ., ,$(VERSION)))
@@ -27,19 +27,21 @@ B := build
 OPT := -O3 -g
 endif
 
-WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wvla -Wmissing-prototypes
+WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wvla -Wmissing-prototypes -Wno-format-truncation
 CFLAGS_LIB := -std=c11 $(OPT) $(WARN) -fPIC -fvisibility=hidden -fopenmp -DMHA_BUILDING -Iinclude -isystem $(BLIS_INC)
-LDLIBS := -fopenmp -lm -lpthread
+LDLIBS := -lcyaml -lyaml -ljansson -fopenmp -lm -lpthread
 
 LIB_SRC := $(wildcard src/*.c)
 LIB_OBJ := $(LIB_SRC:src/%.c=$(B)/obj/%.o)
+CLI_SRC := $(wildcard src/cli/*.c)
+CLI_OBJ := $(CLI_SRC:src/cli/%.c=$(B)/obj/cli/%.o)
 TEST_SRC := $(wildcard tests/*.c)
 TEST_OBJ := $(TEST_SRC:tests/%.c=$(B)/tests/%.o)
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
 .PHONY: all deps deps-perf test run install uninstall clean readme-example footprint blis-overhead
-all: $(B)/libmha.a $(B)/libmha.so
+all: $(B)/libmha.a $(B)/libmha.so $(B)/mha
 
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
@@ -60,6 +62,14 @@ deps-perf:
 $(B)/obj/%.o: src/%.c $(wildcard src/*.h) include/mha.h | deps
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_LIB) -c $< -o $@
+
+# The command line links the static library: it may use internal modules (loaders, config).
+$(B)/obj/cli/%.o: src/cli/%.c $(wildcard src/cli/*.h) $(wildcard src/*.h) include/mha.h | deps
+	@mkdir -p $(@D)
+	$(CC) -std=c11 $(OPT) $(WARN) -fopenmp -Iinclude -Isrc -c $< -o $@
+
+$(B)/mha: $(CLI_OBJ) $(B)/libmha.a
+	$(CC) $(OPT) -o $@ $(CLI_OBJ) $(B)/libmha.a $(BLIS_A) $(LDLIBS)
 
 $(B)/libmha.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
@@ -114,8 +124,7 @@ blis-overhead: deps-perf
 	for r in 1 2 3; do $(B)/blis_overhead_serial serial; $(B)/blis_overhead_openmp openmp; done
 
 run: all
-	@echo "mha: the command-line tool is not built yet; running the README example instead"
-	@$(MAKE) --no-print-directory readme-example
+	$(B)/mha run
 
 install: all
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)

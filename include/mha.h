@@ -66,6 +66,10 @@ typedef struct mha_config {
 
 /* Defaults: d_model 512, 8 heads, capacity 1 × 128 × 128, bias on, all CPUs, no pinning. */
 MHA_API void mha_config_init(mha_config *cfg);
+/* Reads a YAML config (DESIGN.md §6) into cfg: model, threads, pinning, engine block, and the
+ * batch block as capacity. MHA_ERR_IO if it cannot be read, MHA_ERR_CONFIG with "file:line:
+ * key: problem" in err for syntax errors, unknown keys, wrong types and out-of-range values. */
+MHA_API mha_status mha_config_load(const char *path, mha_config *cfg, char *err, size_t err_len);
 /* MHA_OK, or MHA_ERR_CONFIG / MHA_ERR_INVALID_ARG with a message naming the field in err. */
 MHA_API mha_status mha_config_check(const mha_config *cfg, char *err, size_t err_len);
 

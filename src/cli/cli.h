@@ -1,0 +1,51 @@
+/* cli.h — the mha command: shared pieces of its subcommands. Only src/cli/ prints or exits. */
+#ifndef MHA_CLI_H
+#define MHA_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config_file.h"
+#include "mha.h"
+
+/* Exit codes (DESIGN.md §5). */
+enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
+
+int mha_cli_run(int argc, char **argv);
+int mha_cli_info(int argc, char **argv);
+
+/* "mha: <message>" on stderr. */
+void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Exit code for a library status: bad input (config, file, shape, affinity) is 2, the rest 1. */
+int cli_exit_code(mha_status st);
+/* Parses an integer option value in [lo, hi]; 0 and a message on failure. */
+int cli_parse_int(const char *opt, const char *text, long lo, long hi, long *out);
+
+double cli_now_ms(void);
+
+/* Seeded data: splitmix64 → uniform floats in [lo, hi). */
+void cli_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t *state);
+
+/* Median, min and max of n times (sorts t). */
+typedef struct cli_stats { double median, min, max; } cli_stats;
+cli_stats cli_stats_of(double *t, int n);
+
+/* The problem a run works on, whatever its source. */
+typedef struct cli_problem {
+    int d, h, batch, seq_q, seq_kv, cross, causal;
+    float *q, *kv;             /* (batch, seq_q, d); (batch, seq_kv, d) or NULL: self-attention */
+    int32_t *q_len, *kv_len;   /* NULL or (batch) */
+    mha_weights w;
+} cli_problem;
+
+/* FLOPs of one forward counting only unmasked work (DESIGN.md's count when nothing is
+ * masked): projections 2·d² per valid query and per valid key ×2 plus the output
+ * projection; scores and A·V 4·d per visible (query, key) pair. */
+double cli_flops(const cli_problem *p);
+/* Valid query tokens of one forward. */
+double cli_tokens(const cli_problem *p);
+/* Max over sampled rows of ‖out_row − ref_row‖ / ‖ref_row‖, ref in double. rows: how many
+ * rows to sample (spread over the batch and the sequence); *checked gets how many were. */
+double cli_check_rows(const cli_problem *p, const float *out, int rows, int *checked);
+
+#endif

@@ -1,0 +1,204 @@
+/* common.c — helpers the subcommands share: messages, option values, time, seeded data,
+ * statistics, the FLOP count, and the double-precision check of sampled output rows. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+
+void cli_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("mha: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+int cli_exit_code(mha_status st)
+{
+    switch (st) {
+    case MHA_OK: return EXIT_OK;
+    case MHA_ERR_INVALID_ARG: case MHA_ERR_CONFIG: case MHA_ERR_SHAPE: case MHA_ERR_IO:
+    case MHA_ERR_FORMAT: case MHA_ERR_AFFINITY: case MHA_ERR_WORKSPACE:
+        return EXIT_USAGE;
+    default:
+        return EXIT_RUNTIME;
+    }
+}
+
+int cli_parse_int(const char *opt, const char *text, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = text ? strtol(text, &end, 10) : 0;
+    if (!text || errno || end == text || *end || v < lo || v > hi) {
+        cli_error("%s: expected an integer in %ld..%ld, got '%s'", opt, lo, hi, text ? text : "");
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+double cli_now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+void cli_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t *state)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        x[i] = lo + (hi - lo) * (float)((double)(z >> 40) / 16777216.0);
+    }
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+cli_stats cli_stats_of(double *t, int n)
+{
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    double med = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+    return (cli_stats){med, t[0], t[n - 1]};
+}
+
+static int q_len_of(const cli_problem *p, int b) { return p->q_len ? p->q_len[b] : p->seq_q; }
+static int kv_len_of(const cli_problem *p, int b) { return p->kv_len ? p->kv_len[b] : p->seq_kv; }
+
+/* Keys query row i of sequence b sees (no explicit mask in the CLI). */
+static int visible(const cli_problem *p, int b, int i)
+{
+    int n = kv_len_of(p, b);
+    if (p->causal && i + (p->seq_kv - p->seq_q) + 1 < n)
+        n = i + (p->seq_kv - p->seq_q) + 1;
+    return n > 0 ? n : 0;
+}
+
+double cli_flops(const cli_problem *p)
+{
+    double d = p->d, total = 0;
+    for (int b = 0; b < p->batch; b++) {
+        int ql = q_len_of(p, b), kl = p->cross ? kv_len_of(p, b) : (ql > kv_len_of(p, b) ? ql : kv_len_of(p, b));
+        total += 2.0 * d * d * (2.0 * ql + 2.0 * kl);
+        for (int i = 0; i < ql; i++)
+            total += 4.0 * d * visible(p, b, i);
+    }
+    return total;
+}
+
+double cli_tokens(const cli_problem *p)
+{
+    double t = 0;
+    for (int b = 0; b < p->batch; b++)
+        t += q_len_of(p, b);
+    return t;
+}
+
+/* y (d) = x (d) · W + bias, W in the problem's layout, in double. */
+static void linear_row(const cli_problem *p, const float *x, const float *w, const float *bias, double *y)
+{
+    const int d = p->d;
+    for (int o = 0; o < d; o++)
+        y[o] = bias ? bias[o] : 0.0;
+    if (p->w.layout == MHA_LAYOUT_TORCH) {
+        for (int o = 0; o < d; o++) {
+            double acc = 0;
+            for (int c = 0; c < d; c++)
+                acc += (double)x[c] * w[(size_t)o * d + c];
+            y[o] += acc;
+        }
+    } else {
+        for (int c = 0; c < d; c++)
+            for (int o = 0; o < d; o++)
+                y[o] += (double)x[c] * w[(size_t)c * d + o];
+    }
+}
+
+double cli_check_rows(const cli_problem *p, const float *out, int rows, int *checked)
+{
+    const int d = p->d, dk = d / p->h;
+    *checked = 0;
+    if (rows <= 0)
+        return 0;
+    /* sample from at most two sequences: each needs its keys and values projected in double */
+    int seqs[2] = {0, p->batch - 1}, n_seq = p->batch > 1 ? 2 : 1;
+    double *K = malloc((size_t)p->seq_kv * d * sizeof *K), *V = malloc((size_t)p->seq_kv * d * sizeof *V);
+    double *q = malloc((size_t)d * sizeof *q), *z = malloc((size_t)d * sizeof *z), *ref = malloc((size_t)d * sizeof *ref);
+    double *a = malloc((size_t)p->seq_kv * sizeof *a);
+    double worst = 0;
+    if (!K || !V || !q || !z || !ref || !a) {
+        worst = NAN;
+        goto done;
+    }
+    for (int s = 0; s < n_seq; s++) {
+        const int b = seqs[s], ql = q_len_of(p, b), kl = kv_len_of(p, b);
+        const float *xq = p->q + (size_t)b * p->seq_q * d;
+        const float *xkv = (p->kv ? p->kv : p->q) + (size_t)b * p->seq_kv * d;
+        int want = (rows + n_seq - 1 - s) / n_seq;
+        if (ql == 0 || want == 0)
+            continue;
+        int max_key = 0;
+        for (int r = 0; r < want; r++) {
+            int i = want == 1 ? ql - 1 : (int)((long)r * (ql - 1) / (want - 1));
+            max_key = visible(p, b, i) > max_key ? visible(p, b, i) : max_key;
+        }
+        for (int j = 0; j < max_key && j < kl; j++) {
+            linear_row(p, xkv + (size_t)j * d, p->w.w_k, p->w.b_k, K + (size_t)j * d);
+            linear_row(p, xkv + (size_t)j * d, p->w.w_v, p->w.b_v, V + (size_t)j * d);
+        }
+        for (int r = 0; r < want; r++) {
+            int i = want == 1 ? ql - 1 : (int)((long)r * (ql - 1) / (want - 1));
+            int nv = visible(p, b, i);
+            linear_row(p, xq + (size_t)i * d, p->w.w_q, p->w.b_q, q);
+            memset(z, 0, (size_t)d * sizeof *z);
+            for (int h = 0; h < p->h && nv > 0; h++) {
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j < nv; j++) {
+                    double sc = 0;
+                    for (int c = 0; c < dk; c++)
+                        sc += q[h * dk + c] * K[(size_t)j * d + h * dk + c];
+                    a[j] = sc / sqrt((double)dk);
+                    mx = a[j] > mx ? a[j] : mx;
+                }
+                for (int j = 0; j < nv; j++)
+                    sum += (a[j] = exp(a[j] - mx));
+                for (int j = 0; j < nv; j++)
+                    for (int c = 0; c < dk; c++)
+                        z[h * dk + c] += a[j] / sum * V[(size_t)j * d + h * dk + c];
+            }
+            /* out row = z · Wo + bo */
+            for (int o = 0; o < d; o++)
+                ref[o] = p->w.b_o ? p->w.b_o[o] : 0.0;
+            for (int c = 0; c < d; c++)
+                for (int o = 0; o < d; o++)
+                    ref[o] += z[c] * (p->w.layout == MHA_LAYOUT_TORCH ? p->w.w_o[(size_t)o * d + c] : p->w.w_o[(size_t)c * d + o]);
+            const float *row = out + ((size_t)b * p->seq_q + i) * d;
+            double num = 0, den = 0;
+            for (int o = 0; o < d; o++) {
+                num += (row[o] - ref[o]) * (row[o] - ref[o]);
+                den += ref[o] * ref[o];
+            }
+            double e = den > 0 ? sqrt(num / den) : sqrt(num);
+            worst = e > worst || isnan(e) ? e : worst;
+            (*checked)++;
+        }
+    }
+done:
+    free(K), free(V), free(q), free(z), free(ref), free(a);
+    return worst;
+}

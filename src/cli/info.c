@@ -1,0 +1,102 @@
+/* info.c — `mha info`: what the engine sees of this machine: CPU model and features, the CPUs
+ * this process may use, BLIS and the kernel the engine would choose, OpenMP and its settings. */
+#define _GNU_SOURCE
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "affinity.h"
+#include "cli.h"
+
+extern char **environ;
+
+static void cpu_model_and_flags(char *model, size_t nm, char *flags, size_t nf)
+{
+    snprintf(model, nm, "unknown");
+    flags[0] = '\0';
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[8192];
+    int got_model = 0, got_flags = 0;
+    while ((!got_model || !got_flags) && fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (!colon)
+            continue;
+        char *value = colon + 2 <= line + strlen(line) ? colon + 2 : colon + 1;
+        value[strcspn(value, "\n")] = '\0';
+        if (!got_model && !strncmp(line, "model name", 10)) {
+            snprintf(model, nm, "%s", value);
+            got_model = 1;
+        } else if (!got_flags && !strncmp(line, "flags", 5)) {
+            /* the features that decide kernels, in the order they matter */
+            static const char *keep[] = {"sse4_2", "avx", "f16c", "fma", "avx2", "avx512f", "avx512dq", "avx512bw",
+                                         "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", NULL};
+            for (int i = 0; keep[i]; i++) {
+                char pat[32];
+                snprintf(pat, sizeof pat, " %s ", keep[i]);
+                char padded[8200];
+                snprintf(padded, sizeof padded, " %s ", value);
+                if (strstr(padded, pat))
+                    snprintf(flags + strlen(flags), nf - strlen(flags), "%s%s", flags[0] ? " " : "", keep[i]);
+            }
+            got_flags = 1;
+        }
+    }
+    fclose(f);
+}
+
+/* "0-3,8,10-11" */
+static void cpu_list(const int *cpus, int n, char *out, size_t len)
+{
+    out[0] = '\0';
+    for (int i = 0; i < n;) {
+        int j = i;
+        while (j + 1 < n && cpus[j + 1] == cpus[j] + 1)
+            j++;
+        size_t k = strlen(out);
+        if (j > i)
+            snprintf(out + k, len - k, "%s%d-%d", k ? "," : "", cpus[i], cpus[j]);
+        else
+            snprintf(out + k, len - k, "%s%d", k ? "," : "", cpus[i]);
+        i = j + 1;
+    }
+}
+
+int mha_cli_info(int argc, char **argv)
+{
+    (void)argv;
+    if (argc > 1) {
+        cli_error("info: takes no arguments");
+        return EXIT_USAGE;
+    }
+    char model[256], flags[512], list[4096];
+    cpu_model_and_flags(model, sizeof model, flags, sizeof flags);
+    static int cpus[1024];
+    int n = mha_affinity_allowed(cpus, 1024);
+    cpu_list(cpus, n < 1024 ? n : 1024, list, sizeof list);
+
+    printf("mha %s\n", mha_version_string());
+    printf("CPU       %s\n", model);
+    printf("features  %s\n", flags[0] ? flags : "(none of the AVX family)");
+    printf("CPUs      %d this process may use: %s (%ld online)\n", n, list, sysconf(_SC_NPROCESSORS_ONLN));
+    printf("L2        %zu KiB per core\n", mha_affinity_l2_bytes() / 1024);
+    printf("BLIS      %s; the engine would choose the '%s' kernels (never BLIS's own detection)\n",
+           mha_blis_version(), mha_blis_arch_auto());
+    static const char *binds[] = {"false", "true", "primary", "close", "spread"};
+    omp_proc_bind_t bind = omp_get_proc_bind();
+    printf("OpenMP    %d (spec date), max threads %d, dynamic %s, proc_bind %s, max active levels %d\n", _OPENMP,
+           omp_get_max_threads(), omp_get_dynamic() ? "true" : "false",
+           (int)bind >= 0 && (int)bind < 5 ? binds[bind] : "?", omp_get_max_active_levels());
+    int any = 0;
+    for (char **e = environ; *e; e++)
+        if (!strncmp(*e, "OMP_", 4) || !strncmp(*e, "GOMP_", 5) || !strncmp(*e, "BLIS_", 5)) {
+            printf("%s%s\n", any ? "          " : "env       ", *e);
+            any = 1;
+        }
+    if (!any)
+        printf("env       no OMP_*, GOMP_* or BLIS_* variables set (libgomp defaults; mha ignores BLIS_*)\n");
+    return EXIT_OK;
+}

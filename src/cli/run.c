@@ -1,0 +1,383 @@
+/* run.c — `mha run [CONFIG] [options]`: one engine, real or generated weights and inputs,
+ * timed forwards, a double-precision check of sampled rows, a summary or JSON. */
+#define _GNU_SOURCE
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "cli.h"
+#include "npy.h"
+#include "weights_file.h"
+
+typedef struct run_opts {
+    const char *config, *weights, *prefix, *input, *kv, *lengths, *kv_lengths, *output, *attn;
+    long threads, iters, warmup, check;
+    int json, causal, have_threads, have_iters, have_warmup;
+} run_opts;
+
+static void usage(FILE *f)
+{
+    fputs("usage: mha run [CONFIG] [--weights W.safetensors] [--prefix P] [--input X.npy] [--kv KV.npy]\n"
+          "               [--lengths L.npy] [--kv-lengths L.npy] [--output Y.npy] [--attn A.npy]\n"
+          "               [--threads N] [--iters N] [--warmup N] [--causal] [--check ROWS] [--json]\n"
+          "With no CONFIG, the built-in default model (configs/default.yaml); with no --weights or\n"
+          "--input, seeded random data. --lengths pads queries and, for self-attention, keys; output\n"
+          "rows past a length are 0. --kv-lengths pads the --kv keys. --check: output rows compared\n"
+          "with a double-precision reference (default 4, 0 skips).\n", f);
+}
+
+static int parse(int argc, char **argv, run_opts *o)
+{
+    static const struct option longopts[] = {
+        {"weights", required_argument, 0, 'w'}, {"prefix", required_argument, 0, 'p'},
+        {"input", required_argument, 0, 'i'},   {"kv", required_argument, 0, 'k'},
+        {"lengths", required_argument, 0, 'l'}, {"kv-lengths", required_argument, 0, 'L'},
+        {"output", required_argument, 0, 'o'},  {"attn", required_argument, 0, 'a'},
+        {"threads", required_argument, 0, 't'}, {"iters", required_argument, 0, 'n'},
+        {"warmup", required_argument, 0, 'W'},  {"check", required_argument, 0, 'c'},
+        {"causal", no_argument, 0, 'C'},        {"json", no_argument, 0, 'j'},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
+    };
+    memset(o, 0, sizeof *o);
+    o->check = 4;
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'w': o->weights = optarg; break;
+        case 'p': o->prefix = optarg; break;
+        case 'i': o->input = optarg; break;
+        case 'k': o->kv = optarg; break;
+        case 'l': o->lengths = optarg; break;
+        case 'L': o->kv_lengths = optarg; break;
+        case 'o': o->output = optarg; break;
+        case 'a': o->attn = optarg; break;
+        case 't': if (!cli_parse_int("--threads", optarg, 0, MHA_MAX_THREADS, &o->threads)) return 0; o->have_threads = 1; break;
+        case 'n': if (!cli_parse_int("--iters", optarg, 1, 1000000, &o->iters)) return 0; o->have_iters = 1; break;
+        case 'W': if (!cli_parse_int("--warmup", optarg, 0, 1000000, &o->warmup)) return 0; o->have_warmup = 1; break;
+        case 'c': if (!cli_parse_int("--check", optarg, 0, 1000, &o->check)) return 0; break;
+        case 'C': o->causal = 1; break;
+        case 'j': o->json = 1; break;
+        case 'h': usage(stdout); exit(EXIT_OK);
+        case ':': cli_error("run: %s needs a value", argv[optind - 1]); return 0;
+        default: cli_error("run: unknown option '%s' (see mha run --help)", argv[optind - 1]); return 0;
+        }
+    }
+    if (optind < argc)
+        o->config = argv[optind++];
+    if (optind < argc) {
+        cli_error("run: unexpected argument '%s'", argv[optind]);
+        return 0;
+    }
+    return 1;
+}
+
+/* Everything a run allocates, freed in one place. */
+typedef struct run_state {
+    mha_file_config fc;
+    cli_problem p;
+    mha_weights_file wf;
+    float *gen_w;
+    float *out, *attn;
+    double *times;
+    mha_engine *e;
+} run_state;
+
+static void release(run_state *s)
+{
+    mha_free(s->e);
+    mha_weights_file_free(&s->wf);
+    free(s->gen_w);
+    free(s->p.q), free(s->p.kv), free(s->p.q_len), free(s->p.kv_len);
+    free(s->out), free(s->attn), free(s->times);
+}
+
+/* Lengths from the config, repeated over the batch. */
+static int32_t *cycle(const int *list, int n, int batch)
+{
+    int32_t *out = malloc((size_t)batch * sizeof *out);
+    for (int b = 0; out && b < batch; b++)
+        out[b] = list[b % n];
+    return out;
+}
+
+static int load_inputs(const run_opts *o, run_state *s)
+{
+    mha_file_config *fc = &s->fc;
+    cli_problem *p = &s->p;
+    char err[512];
+    mha_status st;
+    uint64_t seed = fc->seed;
+    p->d = fc->d_model, p->h = fc->heads;
+    if (o->input) {
+        int64_t shape[3];
+        if ((st = mha_npy_load_f32(o->input, 3, shape, &p->q, err, sizeof err)) != MHA_OK)
+            return cli_error("%s", err), cli_exit_code(st);
+        if (shape[2] != fc->d_model || shape[0] < 1 || shape[1] < 1 || shape[0] > 1 << 20 || shape[1] > 1 << 24)
+            return cli_error("%s: shape (%lld, %lld, %lld): want (batch, seq, d_model = %d)", o->input, (long long)shape[0],
+                             (long long)shape[1], (long long)shape[2], fc->d_model), EXIT_USAGE;
+        p->batch = (int)shape[0], p->seq_q = p->seq_kv = (int)shape[1];
+    } else {
+        p->batch = fc->batch, p->seq_q = fc->seq_len, p->seq_kv = fc->seq_len;
+        size_t n = (size_t)p->batch * p->seq_q * p->d;
+        if (!(p->q = malloc(n * sizeof *p->q)))
+            return cli_error("out of memory for the input"), EXIT_RUNTIME;
+        cli_fill_uniform(p->q, n, -1.0f, 1.0f, &seed);
+    }
+    if (o->kv) {
+        int64_t shape[3];
+        if ((st = mha_npy_load_f32(o->kv, 3, shape, &p->kv, err, sizeof err)) != MHA_OK)
+            return cli_error("%s", err), cli_exit_code(st);
+        if (shape[0] != p->batch || shape[2] != fc->d_model || shape[1] < 1 || shape[1] > 1 << 24)
+            return cli_error("%s: shape (%lld, %lld, %lld): want (batch = %d, seq_kv, d_model = %d)", o->kv,
+                             (long long)shape[0], (long long)shape[1], (long long)shape[2], p->batch, fc->d_model), EXIT_USAGE;
+        p->seq_kv = (int)shape[1];
+        p->cross = 1;
+    } else if (!o->input && fc->cross) {
+        p->seq_kv = fc->kv_len;
+        size_t n = (size_t)p->batch * p->seq_kv * p->d;
+        if (!(p->kv = malloc(n * sizeof *p->kv)))
+            return cli_error("out of memory for the keys"), EXIT_RUNTIME;
+        cli_fill_uniform(p->kv, n, -1.0f, 1.0f, &seed);
+        p->cross = 1;
+    }
+    /* lengths: files first, else the config's for generated inputs */
+    int64_t n;
+    if (o->lengths) {
+        if ((st = mha_npy_load_lengths(o->lengths, &n, &p->q_len, p->seq_q, err, sizeof err)) != MHA_OK)
+            return cli_error("%s", err), cli_exit_code(st);
+        if (n != p->batch)
+            return cli_error("%s: %lld lengths for a batch of %d", o->lengths, (long long)n, p->batch), EXIT_USAGE;
+    } else if (!o->input && fc->n_lengths) {
+        p->q_len = cycle(fc->lengths, fc->n_lengths, p->batch);
+    }
+    if (o->kv_lengths) {
+        if (!p->cross)
+            return cli_error("--kv-lengths: only for cross-attention (--kv)"), EXIT_USAGE;
+        if ((st = mha_npy_load_lengths(o->kv_lengths, &n, &p->kv_len, p->seq_kv, err, sizeof err)) != MHA_OK)
+            return cli_error("%s", err), cli_exit_code(st);
+        if (n != p->batch)
+            return cli_error("%s: %lld lengths for a batch of %d", o->kv_lengths, (long long)n, p->batch), EXIT_USAGE;
+    } else if (p->cross && !o->kv && fc->n_kv_lengths) {
+        p->kv_len = cycle(fc->kv_lengths, fc->n_kv_lengths, p->batch);
+    }
+    if (!p->cross && p->q_len) { /* self-attention: the same lengths pad the keys */
+        if (!(p->kv_len = malloc((size_t)p->batch * sizeof *p->kv_len)))
+            return cli_error("out of memory"), EXIT_RUNTIME;
+        memcpy(p->kv_len, p->q_len, (size_t)p->batch * sizeof *p->kv_len);
+    }
+    p->causal = o->causal || fc->mask == MHA_MASK_CAUSAL;
+    if (fc->mask == MHA_MASK_PADDING && !p->q_len && !p->kv_len) {
+        if (fc->line_mask)
+            cli_error("%s:%d: batch.mask: padding, but no lengths anywhere (batch.lengths, --lengths, --kv-lengths)",
+                      fc->path, fc->line_mask);
+        else
+            cli_error("batch.mask: padding, but no lengths anywhere (batch.lengths, --lengths, --kv-lengths)");
+        return EXIT_USAGE;
+    }
+    return EXIT_OK;
+}
+
+static int load_weights(const run_opts *o, run_state *s)
+{
+    cli_problem *p = &s->p;
+    if (o->weights) {
+        char err[1024];
+        mha_status st = mha_weights_file_load(o->weights, o->prefix, p->d, s->fc.bias, &s->wf, err, sizeof err);
+        if (st != MHA_OK)
+            return cli_error("%s", err), cli_exit_code(st);
+        p->w = s->wf.w;
+        return EXIT_OK;
+    }
+    if (o->prefix)
+        return cli_error("--prefix: only with --weights"), EXIT_USAGE;
+    /* nn.Linear's init: U(-1/sqrt(d), 1/sqrt(d)), after the inputs in the seeded stream */
+    size_t dd = (size_t)p->d * p->d;
+    uint64_t seed = s->fc.seed ^ 0x5EEDull;
+    if (!(s->gen_w = malloc((4 * dd + 4 * (size_t)p->d) * sizeof *s->gen_w)))
+        return cli_error("out of memory for the weights"), EXIT_RUNTIME;
+    float bound = 1.0f / sqrtf((float)p->d), *b = s->gen_w + 4 * dd;
+    cli_fill_uniform(s->gen_w, 4 * dd, -bound, bound, &seed);
+    cli_fill_uniform(b, 4 * (size_t)p->d, -bound, bound, &seed);
+    p->w = (mha_weights){s->gen_w, s->gen_w + dd, s->gen_w + 2 * dd, s->gen_w + 3 * dd, NULL, NULL, NULL, NULL, MHA_LAYOUT_XW};
+    if (s->fc.bias)
+        p->w.b_q = b, p->w.b_k = b + p->d, p->w.b_v = b + 2 * p->d, p->w.b_o = b + 3 * p->d;
+    return EXIT_OK;
+}
+
+static void progress(int k, int n, double elapsed_ms, const double *t)
+{
+    double sorted[64];
+    int m = k < 64 ? k : 64;
+    memcpy(sorted, t + (k - m), (size_t)m * sizeof *t);
+    cli_stats st = cli_stats_of(sorted, m);
+    fprintf(stderr, "\rmha: forward %d/%d, median %.3f ms, %.0f s elapsed   ", k, n, st.median, elapsed_ms / 1e3);
+    fflush(stderr);
+}
+
+int mha_cli_run(int argc, char **argv)
+{
+    run_opts o;
+    if (!parse(argc, argv, &o))
+        return EXIT_USAGE;
+    run_state s;
+    memset(&s, 0, sizeof s);
+    char err[1024];
+    mha_status st;
+    int rc;
+
+    mha_file_config_default(&s.fc);
+    if (o.config && (st = mha_file_config_load(o.config, &s.fc, err, sizeof err)) != MHA_OK) {
+        cli_error("%s", err);
+        return cli_exit_code(st);
+    }
+    if (o.have_threads) s.fc.threads = (int)o.threads;
+    if (o.have_iters) s.fc.iters = (int)o.iters;
+    if (o.have_warmup) s.fc.warmup = (int)o.warmup;
+    if ((rc = load_inputs(&o, &s)) != EXIT_OK || (rc = load_weights(&o, &s)) != EXIT_OK)
+        goto out;
+
+    cli_problem *p = &s.p;
+    mha_config cfg;
+    mha_file_config_engine(&s.fc, &cfg);
+    cfg.max_batch = p->batch, cfg.max_seq_q = p->seq_q, cfg.max_seq_kv = p->seq_kv;
+    if ((st = mha_create(&cfg, &s.e)) != MHA_OK || (st = mha_set_weights(s.e, &p->w)) != MHA_OK) {
+        mha_config_check(&cfg, err, sizeof err);
+        cli_error("engine: %s%s%s", mha_status_str(st), err[0] ? ": " : "", err);
+        rc = cli_exit_code(st);
+        goto out;
+    }
+    size_t n_out = (size_t)p->batch * p->seq_q * p->d, n_attn = 0;
+    if (o.attn && (__builtin_mul_overflow((size_t)p->batch * p->h, (size_t)p->seq_q * p->seq_kv, &n_attn) ||
+                   !(s.attn = malloc(n_attn * sizeof *s.attn)))) {
+        cli_error("--attn: %d × %d × %d × %d weights do not fit in memory", p->batch, p->h, p->seq_q, p->seq_kv);
+        rc = EXIT_RUNTIME;
+        goto out;
+    }
+    if (!(s.out = malloc(n_out * sizeof *s.out)) || !(s.times = malloc((size_t)s.fc.iters * sizeof *s.times))) {
+        cli_error("out of memory for the output");
+        rc = EXIT_RUNTIME;
+        goto out;
+    }
+    mha_input in = {
+        .batch = p->batch, .seq_q = p->seq_q, .seq_kv = p->seq_kv,
+        .q = p->q, .k = p->kv ? p->kv : p->q, .v = p->kv ? p->kv : p->q,
+        .q_lengths = p->q_len, .kv_lengths = p->kv_len, .causal = p->causal,
+    };
+
+    /* warm-up, then timed forwards; progress on a terminal once a run is long */
+    for (int i = 0; i < s.fc.warmup; i++)
+        if ((st = mha_forward(s.e, &in, s.out, s.attn)) != MHA_OK)
+            break;
+    int tty = isatty(2) && !o.json, shown = 0;
+    double start = cli_now_ms(), last_shown = start;
+    for (int i = 0; st == MHA_OK && i < s.fc.iters; i++) {
+        double t0 = cli_now_ms();
+        st = mha_forward(s.e, &in, s.out, s.attn);
+        double t1 = cli_now_ms();
+        s.times[i] = t1 - t0;
+        if (tty && t1 - start > 1000 && t1 - last_shown > 250) {
+            progress(i + 1, s.fc.iters, t1 - start, s.times);
+            last_shown = t1, shown = 1;
+        }
+    }
+    if (shown)
+        fputs("\r\033[K", stderr);
+    if (st != MHA_OK) {
+        cli_error("forward: %s", mha_status_str(st));
+        rc = cli_exit_code(st);
+        goto out;
+    }
+    int checked = 0;
+    double max_err = cli_check_rows(p, s.out, (int)o.check, &checked);
+    cli_stats t = cli_stats_of(s.times, s.fc.iters);
+    double gflops = cli_flops(p) / (t.median * 1e6), tokens = cli_tokens(p) / (t.median / 1e3);
+    int cpus[MHA_MAX_THREADS], nw = mha_engine_worker_cpus(s.e, cpus, MHA_MAX_THREADS);
+
+    if (o.output) {
+        int64_t shape[3] = {p->batch, p->seq_q, p->d};
+        if ((st = mha_npy_save_f32(o.output, s.out, 3, shape, err, sizeof err)) != MHA_OK) {
+            cli_error("%s", err);
+            rc = EXIT_RUNTIME;
+            goto out;
+        }
+    }
+    if (o.attn) {
+        int64_t shape[4] = {p->batch, p->h, p->seq_q, p->seq_kv};
+        if ((st = mha_npy_save_f32(o.attn, s.attn, 4, shape, err, sizeof err)) != MHA_OK) {
+            cli_error("%s", err);
+            rc = EXIT_RUNTIME;
+            goto out;
+        }
+    }
+
+    const char *mask = p->causal ? (p->q_len || p->kv_len ? "causal+padding" : "causal") : (p->q_len || p->kv_len ? "padding" : "none");
+    const char *pin = mha_pinning_name(s.fc.pinning);
+    if (o.json) {
+        json_t *j = json_object(), *wc = json_array();
+        for (int i = 0; i < nw; i++)
+            json_array_append_new(wc, json_integer(cpus[i]));
+        json_object_set_new(j, "name", json_string(s.fc.name));
+        json_object_set_new(j, "config", o.config ? json_string(o.config) : json_null());
+        json_object_set_new(j, "d_model", json_integer(p->d));
+        json_object_set_new(j, "heads", json_integer(p->h));
+        json_object_set_new(j, "batch", json_integer(p->batch));
+        json_object_set_new(j, "seq_q", json_integer(p->seq_q));
+        json_object_set_new(j, "seq_kv", json_integer(p->seq_kv));
+        json_object_set_new(j, "cross", json_boolean(p->cross));
+        json_object_set_new(j, "mask", json_string(mask));
+        json_object_set_new(j, "threads", json_integer(mha_engine_threads(s.e)));
+        json_object_set_new(j, "pinning", json_string(pin));
+        json_object_set_new(j, "worker_cpus", wc);
+        json_object_set_new(j, "blis_arch", json_string(mha_engine_blis_arch(s.e)));
+        json_object_set_new(j, "q_block", json_integer(mha_engine_q_block(s.e)));
+        json_object_set_new(j, "weights", json_string(o.weights ? o.weights : "random"));
+        json_object_set_new(j, "input", json_string(o.input ? o.input : "random"));
+        json_object_set_new(j, "warmup", json_integer(s.fc.warmup));
+        json_object_set_new(j, "iters", json_integer(s.fc.iters));
+        json_object_set_new(j, "median_ms", json_real(t.median));
+        json_object_set_new(j, "min_ms", json_real(t.min));
+        json_object_set_new(j, "max_ms", json_real(t.max));
+        json_object_set_new(j, "gflops", json_real(gflops));
+        json_object_set_new(j, "flops_counted", json_string("unmasked"));
+        json_object_set_new(j, "tokens_per_s", json_real(tokens));
+        json_object_set_new(j, "check_rows", json_integer(checked));
+        json_object_set_new(j, "max_rel_error", checked ? json_real(max_err) : json_null());
+        char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
+        if (text)
+            puts(text);
+        free(text);
+        json_decref(j);
+    } else {
+        printf("mha run: %s%s%s%s\n", s.fc.name, o.config ? " (" : "", o.config ? o.config : "", o.config ? ")" : " (built-in default)");
+        printf("  model    d_model %d, %d heads (d_k %d), %s\n", p->d, p->h, p->d / p->h, s.fc.bias ? "biases" : "no biases");
+        printf("  batch    %d × %d%s, %s-attention (seq_kv %d), mask %s\n", p->batch, p->seq_q, "", p->cross ? "cross" : "self",
+               p->seq_kv, mask);
+        printf("  data     input %s, weights %s%s%s\n", o.input ? o.input : "random", o.weights ? o.weights : "random",
+               o.weights ? ", " : "", o.weights ? s.wf.scheme : "");
+        printf("  engine   %d threads, pinning %s, workers on CPUs", mha_engine_threads(s.e), pin);
+        for (int i = 0; i < nw; i++)
+            printf("%s%d", i ? "," : " ", cpus[i]);
+        printf("; BLIS %s (%s), q_block %d, arena %.1f MiB\n", mha_engine_blis_arch(s.e), mha_blis_version(),
+               mha_engine_q_block(s.e), mha_engine_workspace_size(s.e) / 1048576.0);
+        printf("  time     median %.3f ms (min %.3f, max %.3f) over %d forwards after %d warm-up\n", t.median, t.min,
+               t.max, s.fc.iters, s.fc.warmup);
+        printf("  speed    %.1f GFLOP/s (unmasked work), %.0f tokens/s\n", gflops, tokens);
+        if (checked)
+            printf("  check    max relative error %.2e over %d rows against a double-precision reference\n", max_err, checked);
+        if (o.output)
+            printf("  wrote    %s (%d, %d, %d)\n", o.output, p->batch, p->seq_q, p->d);
+        if (o.attn)
+            printf("  wrote    %s (%d, %d, %d, %d)\n", o.attn, p->batch, p->h, p->seq_q, p->seq_kv);
+    }
+    rc = EXIT_OK;
+out:
+    release(&s);
+    return rc;
+}

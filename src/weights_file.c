@@ -1,0 +1,143 @@
+/* weights_file.c — the three namings DESIGN.md §5 accepts:
+ *   nn.MultiheadAttention:   in_proj_weight (3d, d), in_proj_bias (3d), out_proj.weight, out_proj.bias
+ *   nn.Linear per projection: {q,k,v,o}_proj.weight (d, d) and .bias (d)
+ *   the reference class:     W_q, W_k, W_v, W_o (d, d) in x·W layout, b_q, b_k, b_v, b_o (d)
+ * The first two are (d_out, d_in) matrices: MHA_LAYOUT_TORCH. */
+#include "weights_file.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "safetensors.h"
+#include "status.h"
+
+typedef struct want { const char *name; int rows, cols; float *dst; } want;
+
+static void shape_text(const mha_st_tensor *t, char *out, size_t n)
+{
+    size_t k = (size_t)snprintf(out, n, "(");
+    for (int i = 0; i < t->rank && k < n; i++)
+        k += (size_t)snprintf(out + k, n - k, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+    if (k < n)
+        snprintf(out + k, n - k, ")");
+}
+
+/* Reads prefix+name, which must be a float tensor of shape (rows, cols), or (rows) if cols = 0. */
+static mha_status take(const mha_st_file *sf, const char *path, const char *prefix, const want *w, char *err, size_t err_len)
+{
+    char full[512], found[128];
+    snprintf(full, sizeof full, "%s%s", prefix, w->name);
+    const mha_st_tensor *t = mha_st_find(sf, full);
+    if (!t)
+        return mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: tensor '%s' is missing", path, full);
+    shape_text(t, found, sizeof found);
+    int rank = w->cols ? 2 : 1;
+    if (t->rank != rank || t->shape[0] != w->rows || (rank == 2 && t->shape[1] != w->cols)) {
+        if (rank == 2)
+            return mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: tensor '%s' has shape %s, expected (%d, %d)",
+                              path, full, found, w->rows, w->cols);
+        return mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: tensor '%s' has shape %s, expected (%d,)", path, full, found, w->rows);
+    }
+    if (!mha_st_is_float(t->dtype))
+        return mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: tensor '%s' has dtype %s; weights must be F32, F16 or BF16",
+                          path, full, mha_st_dtype_name(t->dtype));
+    char why[256];
+    mha_status st = mha_st_read_f32(sf, t, w->dst, why, sizeof why);
+    return st == MHA_OK ? MHA_OK : mha_errorf(err, err_len, st, "%s: %s", path, why);
+}
+
+static int has(const mha_st_file *sf, const char *prefix, const char *name)
+{
+    char full[512];
+    snprintf(full, sizeof full, "%s%s", prefix, name);
+    return mha_st_find(sf, full) != NULL;
+}
+
+mha_status mha_weights_file_load(const char *path, const char *prefix_in, int d, int bias,
+                                 mha_weights_file *out, char *err, size_t err_len)
+{
+    memset(out, 0, sizeof *out);
+    char prefix[256] = "";
+    if (prefix_in && prefix_in[0]) {
+        size_t n = strlen(prefix_in);
+        if (n + 2 > sizeof prefix)
+            return mha_errorf(err, err_len, MHA_ERR_INVALID_ARG, "prefix '%s' is too long", prefix_in);
+        snprintf(prefix, sizeof prefix, "%s%s", prefix_in, prefix_in[n - 1] == '.' ? "" : ".");
+    }
+    mha_st_file sf;
+    mha_status st = mha_st_open(path, &sf, err, err_len);
+    if (st != MHA_OK)
+        return st;
+
+    size_t dd = (size_t)d * d;
+    float *s = malloc((4 * dd + 4 * (size_t)d) * sizeof *s);
+    if (!s) {
+        mha_st_close(&sf);
+        return mha_errorf(err, err_len, MHA_ERR_NOMEM, "%s: out of memory for the weights", path);
+    }
+    float *b = s + 4 * dd;
+    want list[8];
+    int n = 0;
+    const char *bias_name = NULL; /* a bias tensor that proves the file has biases */
+    if (has(&sf, prefix, "in_proj_weight")) {
+        out->scheme = "nn.MultiheadAttention (in_proj_weight)";
+        out->w.layout = MHA_LAYOUT_TORCH;
+        list[n++] = (want){"in_proj_weight", 3 * d, d, s};  /* rows q, k, v: contiguous */
+        list[n++] = (want){"out_proj.weight", d, d, s + 3 * dd};
+        bias_name = "in_proj_bias";
+        if (bias) {
+            list[n++] = (want){"in_proj_bias", 3 * d, 0, b};
+            list[n++] = (want){"out_proj.bias", d, 0, b + 3 * d};
+        }
+    } else if (has(&sf, prefix, "q_proj.weight")) {
+        out->scheme = "nn.Linear per projection (q_proj.weight)";
+        out->w.layout = MHA_LAYOUT_TORCH;
+        const char *wn[4] = {"q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight"};
+        const char *bn[4] = {"q_proj.bias", "k_proj.bias", "v_proj.bias", "o_proj.bias"};
+        for (int i = 0; i < 4; i++)
+            list[n++] = (want){wn[i], d, d, s + (size_t)i * dd};
+        for (int i = 0; bias && i < 4; i++)
+            list[n++] = (want){bn[i], d, 0, b + (size_t)i * d};
+        bias_name = "q_proj.bias";
+    } else if (has(&sf, prefix, "W_q")) {
+        out->scheme = "reference class (W_q, x·W)";
+        out->w.layout = MHA_LAYOUT_XW;
+        const char *wn[4] = {"W_q", "W_k", "W_v", "W_o"}, *bn[4] = {"b_q", "b_k", "b_v", "b_o"};
+        for (int i = 0; i < 4; i++)
+            list[n++] = (want){wn[i], d, d, s + (size_t)i * dd};
+        for (int i = 0; bias && i < 4; i++)
+            list[n++] = (want){bn[i], d, 0, b + (size_t)i * d};
+        bias_name = "b_q";
+    } else {
+        char names[256] = "";
+        for (int i = 0; i < sf.n && strlen(names) < 200; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s'%s'", i ? ", " : "", sf.t[i].name);
+        st = mha_errorf(err, err_len, MHA_ERR_FORMAT,
+                        "%s: no attention weights under prefix '%s' (looked for in_proj_weight, q_proj.weight, W_q); "
+                        "the file holds %s%s", path, prefix, sf.n ? names : "no tensors", sf.n > 8 ? ", …" : "");
+    }
+    if (st == MHA_OK && !bias && has(&sf, prefix, bias_name))
+        st = mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: tensor '%s%s' is a bias, but the model has bias: false",
+                        path, prefix, bias_name);
+    for (int i = 0; st == MHA_OK && i < n; i++)
+        st = take(&sf, path, prefix, &list[i], err, err_len);
+    mha_st_close(&sf);
+    if (st != MHA_OK) {
+        free(s);
+        return st;
+    }
+    out->storage = s;
+    out->w.w_q = s, out->w.w_k = s + dd, out->w.w_v = s + 2 * dd, out->w.w_o = s + 3 * dd;
+    if (bias)
+        out->w.b_q = b, out->w.b_k = b + d, out->w.b_v = b + 2 * d, out->w.b_o = b + 3 * d;
+    return MHA_OK;
+}
+
+void mha_weights_file_free(mha_weights_file *w)
+{
+    if (w) {
+        free(w->storage);
+        memset(w, 0, sizeof *w);
+    }
+}
