@@ -91,9 +91,10 @@ $(B)/counted/libmha.a: $(LIB_OBJ)
 
 $(B)/tests/%.o: tests/%.c $(wildcard tests/*.h) $(wildcard src/*.h) include/mha.h | deps
 	@mkdir -p $(@D)
-	$(CC) -std=gnu11 $(OPT) $(WARN) -Wno-missing-prototypes -fopenmp -Iinclude -Isrc -c $< -o $@
+	$(CC) -std=gnu11 $(OPT) $(WARN) -Wno-missing-prototypes -fopenmp -Iinclude -Isrc -DMHA_CLI='"$(B)/mha"' -c $< -o $@
 
-$(B)/tests/mha_tests: $(TEST_OBJ) $(B)/counted/libmha.a
+# The CLI tests run $(B)/mha, so it is built first.
+$(B)/tests/mha_tests: $(TEST_OBJ) $(B)/counted/libmha.a $(B)/mha
 	$(CC) $(OPT) -o $@ $(TEST_OBJ) $(B)/counted/libmha.a $(BLIS_A) -lcriterion $(LDLIBS)
 
 # Sanitizer runs: runtime-owned memory (libgomp's pool, Criterion's runner) is not a leak of ours.

@@ -152,10 +152,10 @@ static void *yaml_mem(void *ctx, void *ptr, size_t size)
 
 /* ---- key → line, from libyaml's events ---- */
 
-typedef struct key_line { char path[64]; int line; } key_line;
+typedef struct key_line { char path[64]; char value[24]; int line; } key_line;
 typedef struct line_map { key_line e[512]; int n; } line_map;
 
-typedef struct frame { int is_map, expect_key, index; char path[64], key[48]; } frame;
+typedef struct frame { int is_map, expect_key, index, entry; char path[64], key[48]; } frame;
 
 static void child_path(const frame *f, char *out, size_t n)
 {
@@ -169,6 +169,7 @@ static void record(line_map *m, const char *path, size_t line)
 {
     if (m->n < (int)N_OF(m->e)) {
         snprintf(m->e[m->n].path, sizeof m->e[0].path, "%s", path);
+        m->e[m->n].value[0] = '\0';
         m->e[m->n++].line = (int)line + 1;
     }
 }
@@ -209,9 +210,12 @@ static void line_map_build(const unsigned char *buf, size_t len, line_map *m)
             if (top->is_map && top->expect_key) {
                 snprintf(top->key, sizeof top->key, "%s", (const char *)ev.data.scalar.value);
                 child_path(top, path, sizeof path);
+                top->entry = m->n;
                 record(m, path, ev.start_mark.line);
                 top->expect_key = 0;
             } else if (top->is_map) {
+                if (top->entry < m->n) /* the key's scalar value, for checks libcyaml does not make */
+                    snprintf(m->e[top->entry].value, sizeof m->e[0].value, "%s", (const char *)ev.data.scalar.value);
                 top->expect_key = 1;
             } else {
                 child_path(top, path, sizeof path);
@@ -239,11 +243,27 @@ static void line_map_build(const unsigned char *buf, size_t len, line_map *m)
     yaml_parser_delete(&parser);
 }
 
-static int line_of(const line_map *m, const char *path)
+static const key_line *entry_of(const line_map *m, const char *path)
 {
     for (int i = 0; i < m->n; i++)
         if (!strcmp(m->e[i].path, path))
-            return m->e[i].line;
+            return &m->e[i];
+    return NULL;
+}
+
+static int line_of(const line_map *m, const char *path)
+{
+    const key_line *e = entry_of(m, path);
+    return e ? e->line : 0;
+}
+
+/* libcyaml takes any word but false/no/off/disable/0 as true: accept YAML's booleans only. */
+static int is_yaml_bool(const char *v)
+{
+    static const char *words[] = {"true", "false", "True", "False", "TRUE", "FALSE", "yes", "no", "on", "off"};
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        if (!strcmp(v, words[i]))
+            return 1;
     return 0;
 }
 
@@ -289,6 +309,12 @@ static mha_status validate(const vctx *v, const y_file *y, mha_file_config *fc)
 
     if (line_of(lm, "name"))
         snprintf(fc->name, sizeof fc->name, "%s", y->name);
+    const char *bools[] = {"model.bias", "batch.cross"};
+    for (int i = 0; i < 2; i++) {
+        const key_line *e = entry_of(lm, bools[i]);
+        if (e && !is_yaml_bool(e->value))
+            return bad(v, MHA_ERR_CONFIG, bools[i], "expected true or false, got '%s'", e->value);
+    }
 
     RANGE("model.d_model", y->model.d_model, 1, 65536);
     RANGE("model.heads", y->model.heads, 1, y->model.d_model);

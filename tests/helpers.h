@@ -51,3 +51,18 @@ long alloc_count(void);
 void alloc_fail_after(long n); /* the n-th allocation from now fails (n >= 1); 0 disables */
 
 #endif
+
+/* ---- files and the command line (tests/files.c) ---- */
+/* A fresh directory under /tmp; remove it with tmpdir_remove. */
+void tmpdir_make(char *dir, size_t n);
+void tmpdir_remove(const char *dir);
+void write_file(const char *path, const void *data, size_t len);
+/* A safetensors file: the header text as given, then data_len bytes of value fill. */
+void write_safetensors_raw(const char *path, const char *header, size_t data_len, unsigned char fill);
+/* A .npy file: magic, version major.0, the dict text padded to 64 bytes, data_len zero bytes. */
+void write_npy_raw(const char *path, int major, const char *dict, size_t data_len);
+/* Runs the built mha command with args (a shell fragment); its stdout and stderr are returned
+ * in malloc'd strings (free them); the exit status is returned (-1 if it did not exit). */
+int run_cli(const char *args, char **out, char **err);
+/* Reads a float32 .npy with the library's reader; asserts on failure. */
+float *read_npy(const char *path, int rank, int64_t *shape);

@@ -1,0 +1,157 @@
+/* test_cli.c — the mha command on PyTorch's golden cases (tests/gen_golden.py), its exit codes,
+ * its JSON, and files that are complete or absent. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+
+#include "helpers.h"
+
+#define D "tests/data/"
+
+typedef struct golden { char name[24]; char args[400]; } golden;
+
+ParameterizedTestParameters(cli, reproduces_pytorch)
+{
+    static golden cases[] = {
+        {"mha_self", "--weights " D "mha.safetensors --input " D "x.npy"},
+        {"mha_keypad", "--weights " D "mha.safetensors --input " D "x.npy --lengths " D "lengths.npy"},
+        {"mha_causal", "--weights " D "mha.safetensors --input " D "x.npy --causal"},
+        {"mha_causal_pad", "--weights " D "mha.safetensors --input " D "x.npy --causal --lengths " D "lengths.npy"},
+        {"mha_cross", "--weights " D "mha.safetensors --input " D "q5.npy --kv " D "kv.npy --kv-lengths " D "kv_lengths.npy"},
+        {"proj_f16", "--weights " D "proj_f16.safetensors --prefix model.layers.0.self_attn --input " D "x.npy"},
+        {"xw_bf16", "--weights " D "xw_bf16.safetensors --input " D "x.npy --causal --lengths " D "lengths.npy"},
+    };
+    return cr_make_param_array(golden, cases, sizeof cases / sizeof cases[0]);
+}
+
+/* The expected outputs are PyTorch's float32 results (or float64 from the stored, rounded
+ * weights); mha's fp32 path is within ~1e-7 of them, so ‖out − ref‖ / ‖ref‖ ≤ 1e-5. */
+ParameterizedTest(golden *g, cli, reproduces_pytorch, .timeout = 60)
+{
+    char dir[64], args[600], path[128];
+    tmpdir_make(dir, sizeof dir);
+    snprintf(args, sizeof args, "run " D "golden.yaml %s --output %s/out.npy --iters 1 --warmup 0", g->args, dir);
+    char *out, *err;
+    int rc = run_cli(args, &out, &err);
+    cr_assert_eq(rc, 0, "%s: exit %d: %s", g->name, rc, err);
+    int64_t s1[3], s2[3];
+    snprintf(path, sizeof path, "%s/out.npy", dir);
+    float *got = read_npy(path, 3, s1);
+    snprintf(path, sizeof path, D "%s_out.npy", g->name);
+    float *want = read_npy(path, 3, s2);
+    cr_assert(s1[0] == s2[0] && s1[1] == s2[1] && s1[2] == s2[2], "%s: shape differs", g->name);
+    size_t n = (size_t)(s1[0] * s1[1] * s1[2]);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
+        den += (double)want[i] * want[i];
+        if (want[i] == 0.0f) /* padded rows are exactly 0 */
+            cr_assert_eq(got[i], 0.0f, "%s: [%zu] = %g, want exactly 0", g->name, i, got[i]);
+    }
+    cr_assert_leq(sqrt(num / den), 1e-5, "%s: relative error %g", g->name, sqrt(num / den));
+    cr_assert(strstr(out, "max relative error"), "%s: the summary has no reference check: %s", g->name, out);
+    free(got), free(want), free(out), free(err);
+    tmpdir_remove(dir);
+}
+
+Test(cli, json_has_the_documented_keys, .timeout = 60)
+{
+    char *out, *err;
+    int rc = run_cli("run --json --iters 2 --warmup 0", &out, &err);
+    cr_assert_eq(rc, 0, "%s", err);
+    const char *keys[] = {"name", "d_model", "heads", "batch", "seq_q", "seq_kv", "mask", "threads", "pinning",
+                          "blis_arch", "iters", "median_ms", "min_ms", "max_ms", "gflops", "tokens_per_s", "max_rel_error"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        char k[40];
+        snprintf(k, sizeof k, "\"%s\":", keys[i]);
+        cr_assert(strstr(out, k), "JSON lacks %s: %s", keys[i], out);
+    }
+    cr_assert_eq(out[0], '{');
+    cr_assert(strchr(out, '\n') == out + strlen(out) - 1, "one line of JSON");
+    free(out), free(err);
+}
+
+Test(cli, built_in_default_runs_and_checks_itself, .timeout = 60)
+{
+    char *out, *err;
+    int rc = run_cli("run --iters 2", &out, &err);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(out, "built-in default"), "%s", out);
+    const char *e = strstr(out, "max relative error ");
+    cr_assert(e, "%s", out);
+    double rel = atof(e + strlen("max relative error "));
+    cr_assert_leq(rel, 1e-5, "random model differs from the double reference by %g", rel);
+    free(out), free(err);
+}
+
+Test(cli, info_names_blis_kernel_and_cpus, .timeout = 30)
+{
+    char *out, *err;
+    cr_assert_eq(run_cli("info", &out, &err), 0, "%s", err);
+    cr_assert(strstr(out, "BLIS") && strstr(out, "OpenMP") && strstr(out, "CPUs"), "%s", out);
+    char want[64];
+    snprintf(want, sizeof want, "'%s' kernels", mha_blis_arch_auto());
+    cr_assert(strstr(out, want), "%s", out);
+    free(out), free(err);
+}
+
+Test(cli, bad_usage_exits_2)
+{
+    const char *cases[] = {"", "frobnicate", "run --threads many", "run --iters 0", "run --no-such-flag",
+                           "run a.yaml b.yaml", "run --kv-lengths " D "kv_lengths.npy", "run --prefix x", "info extra"};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out, *err;
+        int rc = run_cli(cases[i], &out, &err);
+        cr_assert_eq(rc, 2, "'mha %s' exited %d", cases[i], rc);
+        cr_assert(strstr(err, "mha") || strstr(err, "usage"), "'mha %s': no message: %s", cases[i], err);
+        free(out), free(err);
+    }
+}
+
+Test(cli, outputs_are_complete_or_absent, .timeout = 60)
+{
+    char dir[64], args[300], path[128];
+    tmpdir_make(dir, sizeof dir);
+    /* a directory that does not exist: exit non-zero and nothing written anywhere */
+    snprintf(args, sizeof args, "run --iters 1 --output %s/missing/out.npy", dir);
+    char *out, *err;
+    int rc = run_cli(args, &out, &err);
+    cr_assert_neq(rc, 0);
+    cr_assert(strstr(err, "out.npy"), "%s", err);
+    free(out), free(err);
+    /* success: the file and nothing else (no temporary left behind) */
+    snprintf(args, sizeof args, "run --iters 1 --output %s/y.npy --attn %s/a.npy", dir, dir);
+    cr_assert_eq(run_cli(args, &out, &err), 0, "%s", err);
+    free(out), free(err);
+    snprintf(args, sizeof args, "ls %s | wc -l | grep -qx 2", dir);
+    cr_assert_eq(system(args), 0, "the output folder holds more than y.npy and a.npy");
+    int64_t shape[4];
+    snprintf(path, sizeof path, "%s/a.npy", dir);
+    float *attn = read_npy(path, 4, shape);
+    cr_assert(shape[0] == 2 && shape[1] == 4 && shape[2] == 64 && shape[3] == 64);
+    for (int row = 0; row < 2 * 4 * 64; row++) {
+        double sum = 0;
+        for (int j = 0; j < 64; j++)
+            sum += attn[(size_t)row * 64 + j];
+        cr_assert(fabs(sum - 1) < 1e-5, "attention row %d sums to %g", row, sum);
+    }
+    free(attn);
+    tmpdir_remove(dir);
+}
+
+Test(cli, every_shipped_config_is_valid)
+{
+    const char *names[] = {"default", "seed", "bert-base", "bert-base-512", "gpt2-medium", "llama2-7b-attn",
+                           "long-context", "ragged-serving"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char path[128], err[512];
+        snprintf(path, sizeof path, "configs/%s.yaml", names[i]);
+        mha_config cfg;
+        cr_assert_eq(mha_config_load(path, &cfg, err, sizeof err), MHA_OK, "%s", err);
+        cr_assert_gt(mha_workspace_size(&cfg), 0, "%s", path);
+    }
+}

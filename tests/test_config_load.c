@@ -1,0 +1,139 @@
+/* test_config_load.c — YAML configs: every rejection names file:line and the key, exit code 2
+ * from the CLI; defaults; the built-in default matches configs/default.yaml. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+
+#include "config_file.h"
+#include "helpers.h"
+
+typedef struct ycase { char what[40]; char yaml[300]; int status; char want[80]; } ycase;
+
+#define MODEL "model: { d_model: 64, heads: 4 }\n"
+ParameterizedTestParameters(config_load, rejects_bad_configs)
+{
+    static ycase cases[] = {
+        {"unknown key", "model:\n  d_model: 64\n  heads: 4\n  colour: red\n", MHA_ERR_CONFIG, ":4: model.colour"},
+        {"unknown block", MODEL "extra: { a: 1 }\n", MHA_ERR_CONFIG, ":2: extra"},
+        {"wrong type", "model:\n  d_model: wide\n  heads: 4\n", MHA_ERR_CONFIG, ":2: model.d_model"},
+        {"bool expected", "model: { d_model: 64, heads: 4, bias: maybe }\n", MHA_ERR_CONFIG, "model.bias"},
+        {"heads not dividing", "model:\n  d_model: 64\n  heads: 5\n", MHA_ERR_CONFIG, ":3: model.heads: 5 does not divide d_model 64"},
+        {"non-positive width", "model: { d_model: 0, heads: 4 }\n", MHA_ERR_CONFIG, ":1: model.d_model: must be in 1..65536, got 0"},
+        {"length out of range", MODEL "batch:\n  seq_len: 16\n  lengths: [16, 17]\n", MHA_ERR_CONFIG, ":4: batch.lengths[1]: must be in 0..16, got 17"},
+        {"negative batch", MODEL "batch: { size: -3 }\n", MHA_ERR_CONFIG, ":2: batch.size"},
+        {"bad mask", MODEL "batch: { mask: sometimes }\n", MHA_ERR_CONFIG, ":2: batch.mask"},
+        {"bad pinning", MODEL "threads: { pinning: tight }\n", MHA_ERR_CONFIG, ":2: threads.pinning"},
+        {"too many threads", MODEL "threads: { count: 5000 }\n", MHA_ERR_CONFIG, ":2: threads.count: must be in 0..1024"},
+        {"cpus pinning without cpus", MODEL "threads: { pinning: cpus }\n", MHA_ERR_CONFIG, ":2: threads.pinning"},
+        {"cpu not ours", MODEL "threads: { pinning: cpus, cpus: [0, 1000] }\n", MHA_ERR_AFFINITY, ":2: threads.cpus: CPU 1000"},
+        {"iters zero", MODEL "run: { iters: 0 }\n", MHA_ERR_CONFIG, ":2: run.iters"},
+        {"scaling threads zero", MODEL "scaling: { threads: [1, 0] }\n", MHA_ERR_CONFIG, ":2: scaling.threads[1]"},
+        {"scaling mode", MODEL "scaling: { mode: sideways }\n", MHA_ERR_CONFIG, "scaling.mode"},
+        {"kv_lengths on self-attention", MODEL "batch: { kv_lengths: [3] }\n", MHA_ERR_CONFIG, ":2: batch.kv_lengths"},
+        {"unknown BLIS kernel", MODEL "engine: { blis_arch: pentium4 }\n", MHA_ERR_CONFIG, ":2: engine.blis_arch"},
+        {"missing model", "batch: { size: 2 }\n", MHA_ERR_CONFIG, "model"},
+        {"missing heads", "model:\n  d_model: 64\n", MHA_ERR_CONFIG, "model.heads"},
+        {"syntax error", "model: { d_model: 64, heads: 4\nbatch: [\n", MHA_ERR_CONFIG, "did not find expected"},
+        {"not a mapping", "- 1\n- 2\n", MHA_ERR_CONFIG, "MAPPING"},
+        {"empty file", "", MHA_ERR_CONFIG, "empty"},
+        {"list too long", MODEL "scaling: { pinning: [none, close, spread, cpus, none] }\n", MHA_ERR_CONFIG, "scaling.pinning"},
+    };
+    return cr_make_param_array(ycase, cases, sizeof cases / sizeof cases[0]);
+}
+
+ParameterizedTest(ycase *c, config_load, rejects_bad_configs, .timeout = 30)
+{
+    char dir[64], path[128], err[512], args[256];
+    tmpdir_make(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/c.yaml", dir);
+    write_file(path, c->yaml, strlen(c->yaml));
+    mha_config cfg;
+    mha_status st = mha_config_load(path, &cfg, err, sizeof err);
+    cr_assert_eq(st, c->status, "%s: status %s, want %s (%s)", c->what, mha_status_str(st), mha_status_str(c->status), err);
+    cr_assert(strstr(err, path), "%s: message does not name the file: %s", c->what, err);
+    cr_assert(strstr(err, c->want), "%s: message '%s' lacks '%s'", c->what, err, c->want);
+    /* and the command line says the same, with exit code 2 */
+    snprintf(args, sizeof args, "run %s --iters 1", path);
+    char *out, *cerr;
+    cr_assert_eq(run_cli(args, &out, &cerr), 2, "%s: %s", c->what, cerr);
+    cr_assert(strstr(cerr, c->want), "%s: CLI message '%s' lacks '%s'", c->what, cerr, c->want);
+    free(out), free(cerr);
+    tmpdir_remove(dir);
+}
+
+Test(config_load, missing_file_is_an_io_error_and_exit_2)
+{
+    char err[256];
+    mha_config cfg;
+    cr_assert_eq(mha_config_load("/nonexistent/x.yaml", &cfg, err, sizeof err), MHA_ERR_IO);
+    cr_assert(strstr(err, "/nonexistent/x.yaml") && strstr(err, "No such file"), "%s", err);
+    char *out, *cerr;
+    cr_assert_eq(run_cli("run /nonexistent/x.yaml", &out, &cerr), 2);
+    cr_assert(strstr(cerr, "/nonexistent/x.yaml"), "%s", cerr);
+    free(out), free(cerr);
+    cr_assert_eq(mha_config_load(NULL, &cfg, err, sizeof err), MHA_ERR_INVALID_ARG);
+}
+
+Test(config_load, padding_without_lengths_is_an_error_with_its_line, .timeout = 30)
+{
+    char dir[64], path[128], args[256];
+    tmpdir_make(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/p.yaml", dir);
+    const char *yaml = MODEL "batch:\n  size: 2\n  mask: padding\n";
+    write_file(path, yaml, strlen(yaml));
+    snprintf(args, sizeof args, "run %s --iters 1", path);
+    char *out, *err;
+    cr_assert_eq(run_cli(args, &out, &err), 2);
+    cr_assert(strstr(err, ":4: batch.mask"), "%s", err);
+    free(out), free(err);
+    /* with lengths from a file it runs */
+    snprintf(args, sizeof args, "run %s --iters 1 --input tests/data/x.npy --lengths tests/data/lengths.npy", path);
+    const char *yaml32 = "model: { d_model: 32, heads: 4 }\nbatch:\n  size: 2\n  mask: padding\n";
+    write_file(path, yaml32, strlen(yaml32));
+    cr_assert_eq(run_cli(args, &out, &err), 0, "%s", err);
+    free(out), free(err);
+    tmpdir_remove(dir);
+}
+
+Test(config_load, defaults_and_derived_values)
+{
+    char dir[64], path[128], err[256];
+    tmpdir_make(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/my-model.yaml", dir);
+    const char *yaml = MODEL "batch: { size: 5, seq_len: 9, lengths: [9, 3] }\nthreads: { cpus: [0] }\n";
+    write_file(path, yaml, strlen(yaml));
+    static mha_file_config fc;
+    cr_assert_eq(mha_file_config_load(path, &fc, err, sizeof err), MHA_OK, "%s", err);
+    cr_assert_str_eq(fc.name, "my-model", "name defaults to the file's stem");
+    cr_assert_eq(fc.kv_len, 9, "kv_len defaults to seq_len");
+    cr_assert_eq(fc.cross, 0);
+    cr_assert_eq(fc.bias, 1);
+    cr_assert_eq(fc.n_lengths, 2);
+    cr_assert_eq(fc.pinning, MHA_PIN_CPUS, "a cpus list alone pins to those CPUs");
+    cr_assert_eq(fc.iters, 20);
+    cr_assert_eq(fc.seed, 42);
+    mha_config cfg;
+    cr_assert_eq(mha_config_load(path, &cfg, err, sizeof err), MHA_OK);
+    cr_assert(cfg.d_model == 64 && cfg.n_heads == 4 && cfg.max_batch == 5 && cfg.max_seq_q == 9 && cfg.max_seq_kv == 9);
+    tmpdir_remove(dir);
+}
+
+Test(config_load, built_in_default_is_configs_default_yaml)
+{
+    static mha_file_config file, builtin;
+    char err[256];
+    cr_assert_eq(mha_file_config_load("configs/default.yaml", &file, err, sizeof err), MHA_OK, "%s", err);
+    mha_file_config_default(&builtin);
+    /* fields a file does not carry: where it came from and which lines keys sat on */
+    memcpy(builtin.path, file.path, sizeof file.path);
+    builtin.line_mask = file.line_mask, builtin.line_lengths = file.line_lengths, builtin.line_threads = file.line_threads;
+    /* the scaling block is a file's business: the built-in default sweeps the allowed CPUs */
+    memcpy(builtin.scale_threads, file.scale_threads, sizeof file.scale_threads);
+    builtin.n_scale_threads = file.n_scale_threads;
+    memcpy(builtin.scale_pinning, file.scale_pinning, sizeof file.scale_pinning);
+    builtin.n_scale_pinning = file.n_scale_pinning;
+    cr_assert(!memcmp(&file, &builtin, sizeof file), "configs/default.yaml and the built-in default differ");
+}
