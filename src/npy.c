@@ -262,15 +262,6 @@ static mha_status load(const char *path, mha_npy_header *h, void **data, char *e
     return MHA_OK;
 }
 
-static void shape_text(const mha_npy_header *h, char *out, size_t n)
-{
-    size_t k = (size_t)snprintf(out, n, "(");
-    for (int i = 0; i < h->rank && k < n; i++)
-        k += (size_t)snprintf(out + k, n - k, "%s%lld", i ? ", " : "", (long long)h->shape[i]);
-    if (k < n)
-        snprintf(out + k, n - k, ")");
-}
-
 mha_status mha_npy_load_f32(const char *path, int rank, int64_t *shape, float **data, char *err, size_t err_len)
 {
     mha_npy_header h;
@@ -279,7 +270,7 @@ mha_status mha_npy_load_f32(const char *path, int rank, int64_t *shape, float **
     if (st != MHA_OK)
         return st;
     char s[128];
-    shape_text(&h, s, sizeof s);
+    mha_shape_text(h.shape, h.rank, s, sizeof s);
     if (h.dtype != MHA_NPY_F4)
         st = mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: dtype %s, want float32 ('<f4')", path,
                         h.dtype == MHA_NPY_I4 ? "int32" : "int64");
@@ -302,7 +293,7 @@ mha_status mha_npy_load_lengths(const char *path, int64_t *n, int32_t **data, in
     if (st != MHA_OK)
         return st;
     char s[128];
-    shape_text(&h, s, sizeof s);
+    mha_shape_text(h.shape, h.rank, s, sizeof s);
     if (h.dtype == MHA_NPY_F4)
         st = mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: dtype float32, want int32 or int64 lengths", path);
     else if (h.rank != 1)

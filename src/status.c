@@ -39,3 +39,12 @@ mha_status mha_errorf(char *err, size_t err_len, mha_status s, const char *fmt, 
     }
     return s;
 }
+
+void mha_shape_text(const int64_t *shape, int rank, char *out, size_t n)
+{
+    size_t k = (size_t)snprintf(out, n, "(");
+    for (int i = 0; i < rank && k < n; i++)
+        k += (size_t)snprintf(out + k, n - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (k < n)
+        snprintf(out + k, n - k, "%s)", rank == 1 ? "," : "");
+}

@@ -14,15 +14,6 @@
 
 typedef struct want { const char *name; int rows, cols; float *dst; } want;
 
-static void shape_text(const mha_st_tensor *t, char *out, size_t n)
-{
-    size_t k = (size_t)snprintf(out, n, "(");
-    for (int i = 0; i < t->rank && k < n; i++)
-        k += (size_t)snprintf(out + k, n - k, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
-    if (k < n)
-        snprintf(out + k, n - k, ")");
-}
-
 /* Reads prefix+name, which must be a float tensor of shape (rows, cols), or (rows) if cols = 0. */
 static mha_status take(const mha_st_file *sf, const char *path, const char *prefix, const want *w, char *err, size_t err_len)
 {
@@ -31,7 +22,7 @@ static mha_status take(const mha_st_file *sf, const char *path, const char *pref
     const mha_st_tensor *t = mha_st_find(sf, full);
     if (!t)
         return mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: tensor '%s' is missing", path, full);
-    shape_text(t, found, sizeof found);
+    mha_shape_text(t->shape, t->rank, found, sizeof found);
     int rank = w->cols ? 2 : 1;
     if (t->rank != rank || t->shape[0] != w->rows || (rank == 2 && t->shape[1] != w->cols)) {
         if (rank == 2)
