@@ -85,7 +85,7 @@ $(B)/libmha.so: $(B)/libmha.so.$(VERSION)
 # ---- tests: one Criterion binary over every tests/*.c, linked to a copy of the library
 # whose allocator calls are counted (so a test can prove mha_forward allocates nothing).
 $(B)/counted/libmha.a: $(LIB_OBJ)
-	@mkdir -p $(@D)/obj
+	@rm -rf $(@D)/obj && mkdir -p $(@D)/obj
 	for o in $^; do objcopy $(foreach s,$(ALLOC_SYMS),--redefine-sym $(s)=mha_counted_$(s)) $$o $(@D)/obj/$$(basename $$o); done
 	rm -f $@ && ar rcs $@ $(@D)/obj/*.o
 

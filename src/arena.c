@@ -31,18 +31,22 @@ static size_t product(size_t a, size_t b, size_t c, int *overflow)
     return abc;
 }
 
-int mha_arena_plan_make(const mha_dims *dims, size_t engine_bytes, mha_arena_plan *p)
+int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine_bytes, mha_arena_plan *p)
 {
     int of = 0;
     size_t d = (size_t)dims->d, h = (size_t)dims->h, dk = (size_t)dims->dk;
     size_t batch = (size_t)dims->batch, threads = (size_t)dims->threads;
     size_t rows = (size_t)(dims->seq_q > dims->seq_kv ? dims->seq_q : dims->seq_kv);
+    size_t w = (size_t)k->bw, dkp = (dk + w - 1) / w * w, kvp = ((size_t)dims->seq_kv + w - 1) / w * w;
+    size_t dp = (d + w - 1) / w * w, lds = ((size_t)dims->seq_kv + 15) / 16 * 16;
     size_t cur = 0;
+    p->dkp = (int)dkp;
+    p->ld_scores = (ptrdiff_t)lds;
 
     p->engine = take(&cur, 1, engine_bytes, MHA_ALIGN, &of);
-    p->wqkv = take(&cur, product(h, d, 3 * dk, &of), sizeof(float), MHA_ALIGN, &of);
-    p->bqkv = take(&cur, 3 * d, sizeof(float), MHA_ALIGN, &of);
-    p->wo = take(&cur, product(d, d, 1, &of), sizeof(float), MHA_ALIGN, &of);
+    p->wqkv = take(&cur, product(h, d, 3 * dkp, &of), sizeof(float), MHA_ALIGN, &of);
+    p->bqkv = take(&cur, product(h, 3, dkp, &of), sizeof(float), MHA_ALIGN, &of);
+    p->wo = take(&cur, product(d, dp, 1, &of), sizeof(float), MHA_ALIGN, &of);
     p->bo = take(&cur, d, sizeof(float), MHA_ALIGN, &of);
     p->z = take(&cur, product(batch, (size_t)dims->seq_q, d, &of), sizeof(float), MHA_ALIGN, &of);
     p->order = take(&cur, batch, sizeof(int), MHA_ALIGN, &of);
@@ -50,11 +54,12 @@ int mha_arena_plan_make(const mha_dims *dims, size_t engine_bytes, mha_arena_pla
     p->worker_cpu = take(&cur, threads, sizeof(int), MHA_ALIGN, &of);
     p->pin_cpu = take(&cur, threads, sizeof(int), MHA_ALIGN, &of);
 
-    /* One worker slice: its head's Q/K/V, then its score tile. */
+    /* One worker slice: its head's Q/K/V, Kᵀ, its score tile, its A packing buffer. */
     size_t slice = 0;
-    take(&slice, product(rows, 3, dk, &of), sizeof(float), MHA_ALIGN, &of);
-    p->scores = take(&slice, product((size_t)dims->q_block, (size_t)dims->seq_kv, 1, &of),
-                     sizeof(float), MHA_ALIGN, &of);
+    take(&slice, product(rows, 3, dkp, &of), sizeof(float), MHA_ALIGN, &of);
+    p->kt = take(&slice, product(dk, kvp, 1, &of), sizeof(float), MHA_ALIGN, &of);
+    p->scores = take(&slice, product((size_t)dims->q_block, lds, 1, &of), sizeof(float), MHA_ALIGN, &of);
+    p->apack = take(&slice, product((size_t)k->mb, (size_t)k->kc, 1, &of), sizeof(float), MHA_ALIGN, &of);
     p->scratch_stride = take(&slice, 0, 1, MHA_PAGE, &of); /* round the slice up to a page */
     p->scratch = take(&cur, threads, p->scratch_stride, MHA_PAGE, &of);
     p->total = cur;

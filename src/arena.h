@@ -5,6 +5,7 @@
 #include <stddef.h>
 
 #include "config.h"
+#include "kernel.h"
 
 #define MHA_ALIGN 64   /* every region; also what mha_create_static requires of ws */
 #define MHA_PAGE 4096  /* worker slices start on their own pages: first touch, no false sharing */
@@ -19,15 +20,17 @@ typedef struct mha_arena_plan {
     size_t worker_cpu, pin_cpu;
     size_t scratch;         /* first worker slice */
     size_t scratch_stride;  /* bytes per worker slice, a multiple of MHA_PAGE */
-    size_t scores;          /* offset of the score tile inside a worker slice */
+    size_t kt, scores, apack; /* offsets inside a worker slice (its Q/K/V panels start it) */
+    int dkp;                /* d_k rounded up to whole B panels */
+    ptrdiff_t ld_scores;    /* row stride of the score tile */
     size_t total;
 } mha_arena_plan;
 
 typedef struct mha_arena_views {
     void *engine;
-    float *wqkv;            /* (h, d, 3·dk): x · [Wq_h | Wk_h | Wv_h] */
-    float *bqkv;            /* (h, 3·dk) */
-    float *wo;              /* (d, d): Z · Wo */
+    float *wqkv;            /* per head, panels (d, 3·dkp): x · [Wq_h | Wk_h | Wv_h] */
+    float *bqkv;            /* (h, 3·dkp) */
+    float *wo;              /* panels (d, round_up(d, bw)): Z · Wo */
     float *bo;              /* (d) */
     float *z;               /* (batch, seq_q, d) */
     int *order;             /* (batch): sequences, most work first */
@@ -37,10 +40,11 @@ typedef struct mha_arena_views {
     unsigned char *scratch; /* (threads, scratch_stride) */
 } mha_arena_views;
 
-/* Per worker slice: qkv (max(seq_q, seq_kv), 3·dk) floats, then scores (q_block, seq_kv). */
+/* Per worker slice (see attention.h): Q/K/V panels (max(seq_q, seq_kv), 3·dkp), Kᵀ panels
+ * (dk, round_up(seq_kv, bw)), the score tile (q_block, ld_scores), A packing (mb × kc). */
 
 /* 0 on success, -1 if a size overflows size_t. */
-int mha_arena_plan_make(const mha_dims *dims, size_t engine_bytes, mha_arena_plan *plan);
+int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine_bytes, mha_arena_plan *plan);
 void mha_arena_carve(const mha_arena_plan *plan, void *base, mha_arena_views *views);
 
 #endif

@@ -7,6 +7,7 @@
 #include "affinity.h"
 #include "arena.h"
 #include "config.h"
+#include "attention.h"
 #include "kernel.h"
 #include "mha.h"
 #include "scheduler.h"
@@ -81,12 +82,12 @@ static mha_status prepare(const mha_config *cfg, prepared *p, char *err, size_t 
     mha_status st = mha_config_resolve(cfg, &p->dims, err, err_len);
     if (st != MHA_OK)
         return st;
-    if (mha_arena_plan_make(&p->dims, sizeof(mha_engine), &p->plan) != 0)
-        return mha_errorf(err, err_len, MHA_ERR_CONFIG,
-                          "max_batch, max_seq_q, max_seq_kv, d_model, threads: the workspace size overflows size_t");
     if (mha_kernel_select(cfg->blis_arch, &p->kernel) != MHA_OK)
         return mha_errorf(err, err_len, MHA_ERR_CONFIG,
                           "blis_arch: '%s' is unknown, not in this BLIS build, or not runnable on this CPU", cfg->blis_arch);
+    if (mha_arena_plan_make(&p->dims, &p->kernel, sizeof(mha_engine), &p->plan) != 0)
+        return mha_errorf(err, err_len, MHA_ERR_CONFIG,
+                          "max_batch, max_seq_q, max_seq_kv, d_model, threads: the workspace size overflows size_t");
     p->pinning = cfg->pinning != MHA_PIN_NONE;
     return plan_pinning(cfg, p->dims.threads, p->pin, err, err_len);
 }
@@ -119,7 +120,9 @@ static mha_engine *build(const prepared *p, void *ws)
         .worker_cpu = v.worker_cpu,
         .scratch = v.scratch,
         .stride = p->plan.scratch_stride,
+        .kt = p->plan.kt,
         .scores = p->plan.scores,
+        .apack = p->plan.apack,
         .order = v.order,
         .deps = v.deps,
     };
@@ -184,7 +187,7 @@ MHA_API mha_status mha_set_weights(mha_engine *e, const mha_weights *w)
     mha_status st = mha_weights_check(w, e->dims.bias);
     if (st != MHA_OK)
         return st;
-    mha_weights_pack(w, &e->dims, &e->views);
+    mha_weights_pack(w, &e->dims, &e->kernel, e->plan.dkp, &e->views);
     e->weights_set = 1;
     return MHA_OK;
 }
@@ -216,8 +219,10 @@ MHA_API mha_status mha_forward(mha_engine *e, const mha_input *in, float *out, f
     const mha_fwd f = {
         .kernel = &e->kernel,
         .softmax = e->softmax,
-        .d = dm->d, .h = dm->h, .dk = dm->dk, .q_block = dm->q_block,
+        .d = dm->d, .h = dm->h, .dk = dm->dk, .dkp = e->plan.dkp, .q_block = dm->q_block,
         .batch = in->batch, .seq_q = in->seq_q, .seq_kv = in->seq_kv,
+        .rows = dm->seq_q > dm->seq_kv ? dm->seq_q : dm->seq_kv,
+        .ld_scores = e->plan.ld_scores,
         .fused = in->q == in->k && in->k == in->v && in->seq_q == in->seq_kv,
         .kv_shared = in->k == in->v,
         .causal = in->causal != 0,

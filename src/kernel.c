@@ -1,11 +1,11 @@
-/* kernel.c — the attention kernel: single-threaded BLIS GEMMs on one head slice.
+/* kernel.c — the BLIS boundary: sub-config choice and the sgemm microkernel.
  *
- * Every GEMM goes through bli_sgemm_ex with the engine's context and a 1-thread rntm_t,
- * against the serial BLIS build linked statically: no call opens a parallel region, and
- * parallelism comes only from the scheduler's tasks. The OpenMP BLIS build opens a nested
- * region on every call, even with one thread: measured by `make blis-overhead`, the serial
- * build costs less per call and varies less (e.g. 64×64×64: 11.3–11.9 µs vs 11.2–17.4 µs;
- * perf/RESULTS.md), so libmha links the serial libblis.a.
+ * mha drives BLIS's sgemm microkernel itself (gemm.c packs and blocks): weights are packed
+ * once at load, K and V once per head, and no call pays BLIS's ~6 µs of per-call setup or its
+ * reference packing routines (perf/RESULTS.md). It links the serial libblis.a: measured by
+ * `make blis-overhead`, a bli_sgemm_ex call with a 1-thread rntm_t costs less and varies less
+ * there than in the OpenMP build, which opens a nested parallel region on every call (e.g.
+ * 64×64×64: 11.3–11.9 µs vs 11.2–17.4 µs), and the microkernel itself opens none.
  * The context is chosen here from the CPU's features, never from BLIS's own detection,
  * which picks "generic" on some current CPUs (AMD Zen 5), 5–7× slower than "skx". */
 #define _GNU_SOURCE /* blis.h needs the POSIX barrier types */
@@ -81,8 +81,23 @@ mha_status mha_kernel_select(const char *request, mha_kernel *k)
         cntx_t **ctxs = bli_gks_lookup_id(a->id);
         if (!ctxs || !ctxs[BLIS_NAT])
             return MHA_ERR_CONFIG; /* not in this BLIS build */
-        k->cntx = ctxs[BLIS_NAT];
+        cntx_t *cx = ctxs[BLIS_NAT];
+        k->cntx = cx;
         k->arch = a->name;
+        k->ukr = (void *)bli_cntx_get_l3_nat_ukr_dt(BLIS_FLOAT, BLIS_GEMM_UKR, cx);
+        k->transposed = bli_cntx_l3_nat_ukr_prefers_cols_dt(BLIS_FLOAT, BLIS_GEMM_UKR, cx);
+        int mr = (int)bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_MR, cx);
+        int nr = (int)bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_NR, cx);
+        int mc = (int)bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_MC, cx);
+        int nc = (int)bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_NC, cx);
+        k->kc = (int)bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_KC, cx);
+        /* Goto's roles: the MR side's block (MC × KC) stays in L2, the NR side streams */
+        k->bw = k->transposed ? mr : nr;
+        k->aw = k->transposed ? nr : mr;
+        k->mb = (k->transposed ? mc / nr * nr : mc);
+        k->nb = k->transposed ? mc : nc / nr * nr;
+        if (!k->ukr || k->bw < 1 || k->aw < 1 || k->kc < 1 || k->mb < k->aw || k->nb < k->bw)
+            return MHA_ERR_CONFIG;
         return MHA_OK;
     }
     return MHA_ERR_CONFIG;
@@ -93,118 +108,18 @@ const char *mha_kernel_blis_version(void)
     return bli_info_get_version_str();
 }
 
-/* ---- GEMM: C (m, n) = alpha · A (m, k) · B (k, n) + beta · C, general strides ---- */
+/* ---- one microkernel call ---- */
 
-static void gemm(const mha_kernel *kern, int m, int n, int k, float alpha,
-                 const float *a, ptrdiff_t rsa, ptrdiff_t csa,
-                 const float *b, ptrdiff_t rsb, ptrdiff_t csb,
-                 float beta, float *c, ptrdiff_t rsc)
+void mha_kernel_tile(const mha_kernel *k, int rows, int cols, int kc, float alpha, const float *a,
+                     const float *b, float beta, float *c, ptrdiff_t ldc)
 {
-    rntm_t rntm = BLIS_RNTM_INITIALIZER;
-    bli_rntm_set_num_threads(1, &rntm);
-    bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &alpha,
-                 (float *)a, rsa, csa, (float *)b, rsb, csb, &beta, c, rsc, 1,
-                 (cntx_t *)kern->cntx, &rntm);
-}
-
-/* rows × cols of c (row stride ldc) = bias broadcast, so a beta = 1 GEMM adds x·W to it. */
-static void fill_rows(float *c, ptrdiff_t ldc, int rows, int cols, const float *bias)
-{
-    for (int i = 0; i < rows; i++)
-        memcpy(c + i * ldc, bias, (size_t)cols * sizeof *c);
-}
-
-/* qkv[0:m, c0:c0+nc] = x (m, d) · w[:, c0:c0+nc] (+ bias[c0:c0+nc]) */
-static void project(const mha_fwd *f, int m, const float *x, const float *w, const float *bias,
-                    int c0, int nc, float *qkv)
-{
-    if (m <= 0)
-        return;
-    ptrdiff_t ld = 3 * (ptrdiff_t)f->dk;
-    if (f->has_bias)
-        fill_rows(qkv + c0, ld, m, nc, bias + c0);
-    gemm(f->kernel, m, nc, f->d, 1.0f, x, f->d, 1, w + c0, ld, 1, f->has_bias ? 1.0f : 0.0f, qkv + c0, ld);
-}
-
-void mha_kernel_head(const mha_fwd *f, int b, int h, float *qkv, float *scores)
-{
-    const int ql = f->q_len ? f->q_len[b] : f->seq_q;
-    const int kl = f->kv_len ? f->kv_len[b] : f->seq_kv;
-    const ptrdiff_t d = f->d, dk = f->dk, ld = 3 * dk, lds = f->seq_kv;
-    const float *w = f->wqkv + (size_t)h * d * ld; /* (d, 3·dk) */
-    const float *bias = f->bqkv + (size_t)h * ld;  /* (3·dk) */
-    const float *xq = f->q + (size_t)b * f->seq_q * d;
-    const float *xk = f->k + (size_t)b * f->seq_kv * d;
-    const float *xv = f->v + (size_t)b * f->seq_kv * d;
-    float *z = f->z + (size_t)b * f->seq_q * d + (size_t)h * dk; /* (seq_q, dk), row stride d */
-    float *attn = f->attn ? f->attn + ((size_t)b * f->h + h) * f->seq_q * f->seq_kv : NULL;
-
-    /* step 1: Q, K, V of this head (only valid rows), Q in columns [0, dk), K, V after it */
-    if (f->fused) {
-        project(f, ql > kl ? ql : kl, xq, w, bias, 0, 3 * f->dk, qkv);
-    } else {
-        project(f, ql, xq, w, bias, 0, f->dk, qkv);
-        if (f->kv_shared) {
-            project(f, kl, xk, w, bias, f->dk, 2 * f->dk, qkv);
-        } else {
-            project(f, kl, xk, w, bias, f->dk, f->dk, qkv);
-            project(f, kl, xv, w, bias, 2 * f->dk, f->dk, qkv);
-        }
-    }
-    const float *qm = qkv, *km = qkv + dk, *vm = qkv + 2 * dk;
-    const float scale = 1.0f / sqrtf((float)f->dk);
-    const int off = f->seq_kv - f->seq_q; /* causal: row i sees keys j <= i + off */
-
-    /* step 2: query blocks; a block's keys stop where its last row's visibility does */
-    for (int r0 = 0; r0 < ql; r0 += f->q_block) {
-        const int r1 = r0 + f->q_block < ql ? r0 + f->q_block : ql, m = r1 - r0;
-        int kv_end = kl;
-        if (f->causal && r1 + off < kv_end)
-            kv_end = r1 + off > 0 ? r1 + off : 0;
-
-        if (kv_end > 0) {
-            /* scores (m, kv_end) = scale · Q_blk · Kᵀ */
-            gemm(f->kernel, m, kv_end, f->dk, scale, qm + r0 * ld, ld, 1, km, 1, ld, 0.0f, scores, lds);
-            for (int i = r0; i < r1; i++) {
-                int visible = kv_end;
-                if (f->causal && i + off + 1 < visible)
-                    visible = i + off + 1 > 0 ? i + off + 1 : 0;
-                f->softmax(scores + (i - r0) * lds, kv_end, visible,
-                           f->mask ? f->mask + (size_t)i * f->seq_kv : NULL);
-            }
-            /* z block (m, dk) = P (m, kv_end) · V (kv_end, dk) */
-            gemm(f->kernel, m, f->dk, kv_end, 1.0f, scores, lds, 1, vm, ld, 1, 0.0f, z + r0 * d, d);
-        } else {
-            for (int i = r0; i < r1; i++)
-                memset(z + i * d, 0, (size_t)dk * sizeof *z);
-        }
-        if (attn)
-            for (int i = r0; i < r1; i++) {
-                float *row = attn + (size_t)i * f->seq_kv;
-                if (kv_end > 0)
-                    memcpy(row, scores + (i - r0) * lds, (size_t)kv_end * sizeof *row);
-                memset(row + kv_end, 0, (size_t)(f->seq_kv - kv_end) * sizeof *row);
-            }
-    }
-    if (attn && ql < f->seq_q)
-        memset(attn + (size_t)ql * f->seq_kv, 0, (size_t)(f->seq_q - ql) * f->seq_kv * sizeof *attn);
-}
-
-void mha_kernel_out_rows(const mha_fwd *f, int b, int r0, int r1)
-{
-    const int ql = f->q_len ? f->q_len[b] : f->seq_q;
-    const ptrdiff_t d = f->d;
-    const int valid_end = r1 < ql ? r1 : ql;
-    float *out = f->out + ((size_t)b * f->seq_q + r0) * d;
-    const float *z = f->z + ((size_t)b * f->seq_q + r0) * d;
-
-    if (valid_end > r0) {
-        const int m = valid_end - r0;
-        if (f->has_bias)
-            fill_rows(out, d, m, f->d, f->bo);
-        gemm(f->kernel, m, f->d, f->d, 1.0f, z, d, 1, f->wo, d, 1, f->has_bias ? 1.0f : 0.0f, out, d);
-    }
-    const int zero_from = valid_end > r0 ? valid_end : r0;
-    if (zero_from < r1)
-        memset(f->out + ((size_t)b * f->seq_q + zero_from) * d, 0, (size_t)(r1 - zero_from) * d * sizeof(float));
+    auxinfo_t aux;
+    memset(&aux, 0, sizeof aux);
+    bli_auxinfo_set_next_a((void *)a, &aux);
+    bli_auxinfo_set_next_b((void *)b, &aux);
+    sgemm_ukr_ft ukr = (sgemm_ukr_ft)k->ukr;
+    if (k->transposed) /* Cᵀ (cols × rows, column-stored) = Bᵀ · Aᵀ: B's panels are its MR side */
+        ukr(cols, rows, kc, &alpha, (float *)b, (float *)a, &beta, c, 1, ldc, &aux, (cntx_t *)k->cntx);
+    else
+        ukr(rows, cols, kc, &alpha, (float *)a, (float *)b, &beta, c, ldc, 1, &aux, (cntx_t *)k->cntx);
 }

@@ -48,6 +48,17 @@ static int pin_enter(const mha_sched *s, int t, mha_cpumask *saved)
     return pinned;
 }
 
+static mha_scratch scratch_of(const mha_sched *s, int t)
+{
+    unsigned char *slice = s->scratch + (size_t)t * s->stride;
+    return (mha_scratch){
+        .qkv = (float *)(void *)slice,
+        .kt = (float *)(void *)(slice + s->kt),
+        .scores = (float *)(void *)(slice + s->scores),
+        .apack = (float *)(void *)(slice + s->apack),
+    };
+}
+
 static void pin_leave(int pinned, const mha_cpumask *saved)
 {
     if (pinned)
@@ -74,14 +85,14 @@ void mha_sched_forward(const mha_sched *s, const mha_fwd *f)
                 for (int h = 0; h < nh; h++) {
 #pragma omp task firstprivate(b, h) depend(out : tok[h])
                     {
-                        unsigned char *slice = s->scratch + (size_t)omp_get_thread_num() * s->stride;
-                        mha_kernel_head(f, b, h, (float *)(void *)slice, (float *)(void *)(slice + s->scores));
+                        const mha_scratch sc = scratch_of(s, omp_get_thread_num());
+                        mha_attention_head(f, b, h, &sc);
                     }
                 }
                 for (int r0 = 0; r0 < f->seq_q; r0 += MHA_OUT_BLOCK) {
                     const int r1 = r0 + MHA_OUT_BLOCK < f->seq_q ? r0 + MHA_OUT_BLOCK : f->seq_q;
 #pragma omp task firstprivate(b, r0, r1) depend(iterator(j = 0 : nh), in : tok[j])
-                    mha_kernel_out_rows(f, b, r0, r1);
+                    mha_attention_out_rows(f, b, r0, r1, scratch_of(s, omp_get_thread_num()).apack);
                 }
             }
         } /* the barrier here completes every task */

@@ -4,14 +4,15 @@
 
 #include <stddef.h>
 
-#include "kernel.h"
+#include "attention.h"
 
 typedef struct mha_sched {
     int threads;
     const int *pin_cpu;      /* (threads): CPU of each worker, or NULL: no pinning */
     int *worker_cpu;         /* (threads): where each worker ran, -1 if it did not */
     unsigned char *scratch;  /* (threads, stride) worker slices */
-    size_t stride, scores;   /* slice size; score tile offset inside a slice */
+    size_t stride;           /* slice size */
+    size_t kt, scores, apack;/* offsets inside a slice (Q/K/V panels at 0) */
     int *order;              /* (batch) */
     char *deps;              /* (batch, h) task-dependency tokens */
 } mha_sched;

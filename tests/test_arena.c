@@ -8,6 +8,15 @@
 
 #include "arena.h"
 #include "config.h"
+#include "gemm.h"
+#include "kernel.h"
+
+static mha_kernel K;
+
+static void pick_kernel(void)
+{
+    cr_assert_eq(mha_kernel_select("", &K), MHA_OK);
+}
 
 typedef struct region { size_t off, bytes; } region;
 
@@ -22,16 +31,18 @@ ParameterizedTestParameters(arena, regions_are_aligned_disjoint_and_inside)
     return cr_make_param_array(mha_dims, dims, sizeof dims / sizeof dims[0]);
 }
 
-ParameterizedTest(mha_dims *dm, arena, regions_are_aligned_disjoint_and_inside)
+ParameterizedTest(mha_dims *dm, arena, regions_are_aligned_disjoint_and_inside, .init = pick_kernel)
 {
     mha_arena_plan p;
-    cr_assert_eq(mha_arena_plan_make(dm, 1000, &p), 0);
+    cr_assert_eq(mha_arena_plan_make(dm, &K, 1000, &p), 0);
     size_t d = dm->d, dk = dm->dk, rows = dm->seq_q > dm->seq_kv ? dm->seq_q : dm->seq_kv;
+    size_t w = (size_t)K.bw, dkp = mha_round_up(dk, w);
+    cr_assert_eq((size_t)p.dkp, dkp);
     region r[] = {
         {p.engine, 1000},
-        {p.wqkv, d * 3 * d * sizeof(float)},
-        {p.bqkv, 3 * d * sizeof(float)},
-        {p.wo, d * d * sizeof(float)},
+        {p.wqkv, (size_t)dm->h * d * 3 * dkp * sizeof(float)},
+        {p.bqkv, (size_t)dm->h * 3 * dkp * sizeof(float)},
+        {p.wo, d * mha_round_up(d, w) * sizeof(float)},
         {p.bo, d * sizeof(float)},
         {p.z, (size_t)dm->batch * dm->seq_q * d * sizeof(float)},
         {p.order, (size_t)dm->batch * sizeof(int)},
@@ -48,21 +59,36 @@ ParameterizedTest(mha_dims *dm, arena, regions_are_aligned_disjoint_and_inside)
             cr_assert(r[i].off >= r[j].off + r[j].bytes || r[j].off >= r[i].off + r[i].bytes,
                       "regions %zu and %zu overlap", i, j);
     }
-    /* a worker slice: its Q/K/V, then the score tile, on its own pages */
+    /* a worker slice: Q/K/V panels, Kᵀ panels, the score tile, A packing, on its own pages */
     cr_assert_eq(p.scratch % MHA_PAGE, 0);
     cr_assert_eq(p.scratch_stride % MHA_PAGE, 0);
-    cr_assert_geq(p.scores, rows * 3 * dk * sizeof(float));
-    cr_assert_geq(p.scratch_stride, p.scores + (size_t)dm->q_block * dm->seq_kv * sizeof(float));
+    size_t kvp = mha_round_up((size_t)dm->seq_kv, w);
+    region slice[] = {
+        {0, rows * 3 * dkp * sizeof(float)},
+        {p.kt, dk * kvp * sizeof(float)},
+        {p.scores, (size_t)dm->q_block * (size_t)p.ld_scores * sizeof(float)},
+        {p.apack, mha_gemm_apack_floats(&K) * sizeof(float)},
+    };
+    cr_assert_geq(p.ld_scores, dm->seq_kv);
+    for (size_t i = 0; i < 4; i++) {
+        cr_assert_eq(slice[i].off % MHA_ALIGN, 0);
+        cr_assert_leq(slice[i].off + slice[i].bytes, p.scratch_stride, "slice part %zu ends past the slice", i);
+        for (size_t j = 0; j < i; j++)
+            cr_assert(slice[i].off >= slice[j].off + slice[j].bytes, "slice parts %zu and %zu overlap", i, j);
+    }
     /* and it never grows with seq_q × seq_kv */
-    cr_assert_lt(p.scratch_stride, (rows * 3 * dk + (size_t)dm->q_block * dm->seq_kv) * sizeof(float) + 2 * MHA_PAGE);
+    size_t sum = 0;
+    for (size_t i = 0; i < 4; i++)
+        sum += slice[i].bytes;
+    cr_assert_lt(p.scratch_stride, sum + 5 * MHA_ALIGN + MHA_PAGE);
 }
 
-Test(arena, carve_follows_the_plan)
+Test(arena, carve_follows_the_plan, .init = pick_kernel)
 {
     mha_dims dm = {.d = 64, .h = 4, .dk = 16, .batch = 2, .seq_q = 9, .seq_kv = 9, .threads = 2, .q_block = 9};
     mha_arena_plan p;
-    cr_assert_eq(mha_arena_plan_make(&dm, 256, &p), 0);
-    static _Alignas(4096) unsigned char ws[1 << 20];
+    cr_assert_eq(mha_arena_plan_make(&dm, &K, 256, &p), 0);
+    static _Alignas(4096) unsigned char ws[8 << 20];
     cr_assert_leq(p.total, sizeof ws);
     mha_arena_views v;
     mha_arena_carve(&p, ws, &v);
@@ -72,21 +98,21 @@ Test(arena, carve_follows_the_plan)
     cr_assert_eq(v.scratch, ws + p.scratch);
 }
 
-Test(arena, overflowing_sizes_are_detected)
+Test(arena, overflowing_sizes_are_detected, .init = pick_kernel)
 {
     /* Z alone: 2^24 × 2^20 × 2^20 floats */
     mha_dims dm = {.d = 1 << 20, .h = 1, .dk = 1 << 20, .batch = 1 << 24, .seq_q = 1 << 20, .seq_kv = 1 << 20,
                    .threads = 2, .q_block = 256};
     mha_arena_plan p;
-    cr_assert_eq(mha_arena_plan_make(&dm, 256, &p), -1);
+    cr_assert_eq(mha_arena_plan_make(&dm, &K, 256, &p), -1);
     /* small weights and Z, but a worker slice: INT_MAX² score floats and INT_MAX Q/K/V rows */
     dm = (mha_dims){.d = 64, .h = 4, .dk = 16, .batch = 1, .seq_q = 1, .seq_kv = INT_MAX, .threads = 1, .q_block = INT_MAX};
-    cr_assert_eq(mha_arena_plan_make(&dm, 256, &p), -1);
+    cr_assert_eq(mha_arena_plan_make(&dm, &K, 256, &p), -1);
     /* and the sum over workers: each slice fits, 2^40 of them do not */
     dm = (mha_dims){.d = 64, .h = 4, .dk = 16, .batch = 1, .seq_q = 1, .seq_kv = 1 << 20, .threads = 1, .q_block = 1 << 10};
-    cr_assert_eq(mha_arena_plan_make(&dm, 256, &p), 0);
+    cr_assert_eq(mha_arena_plan_make(&dm, &K, 256, &p), 0);
     dm.threads = INT_MAX;
-    cr_assert_eq(mha_arena_plan_make(&dm, 256, &p), 0, "2^31 slices of 4 GiB: 2^63 bytes, still fits");
+    cr_assert_eq(mha_arena_plan_make(&dm, &K, 256, &p), 0, "2^31 slices of 4 GiB: 2^63 bytes, still fits");
     dm.seq_kv = 1 << 22;
-    cr_assert_eq(mha_arena_plan_make(&dm, 256, &p), -1, "2^31 slices of 16 GiB: 2^65 bytes");
+    cr_assert_eq(mha_arena_plan_make(&dm, &K, 256, &p), -1, "2^31 slices of 16 GiB: 2^65 bytes");
 }

@@ -1,0 +1,117 @@
+/* attention.c — one head of one sequence, and one block of output rows, on the packed GEMM.
+ *
+ * Head task: Q|K|V = x_b · [Wq_h | Wk_h | Wv_h] in one GEMM into the worker's panel-form
+ * scratch (V is then already in the form the A·V GEMM reads), Kᵀ packed once, then for each
+ * query block: scores = Q_blk · Kᵀ / sqrt(d_k) up to the block's last visible key, a masked
+ * softmax per row, and Z_blk = P · V written straight into the head's columns of Z. */
+#include "attention.h"
+
+#include <math.h>
+#include <string.h>
+
+/* C (m × n) = x (m × d) · W-panels (+ bias): one projection into Q/K/V scratch columns. */
+static void project(const mha_fwd *f, const mha_scratch *s, int m, const float *x, const float *w,
+                    const float *bias, int col, int n)
+{
+    if (m <= 0)
+        return;
+    const mha_kernel *k = f->kernel;
+    mha_mat c = mha_mat_sub(k, mha_mat_panels(k, s->qkv, f->rows), 0, col);
+    mha_mat wb = mha_mat_sub(k, mha_mat_panels(k, w, f->d), 0, col);
+    if (f->has_bias)
+        mha_mat_fill_rows(k, c, m, n, bias + col);
+    mha_gemm(k, m, n, f->d, 1.0f, mha_mat_rows(k, x, f->d), wb, f->has_bias ? 1.0f : 0.0f, c, s->apack);
+}
+
+void mha_attention_head(const mha_fwd *f, int b, int h, const mha_scratch *s)
+{
+    const mha_kernel *k = f->kernel;
+    const int ql = f->q_len ? f->q_len[b] : f->seq_q;
+    const int kl = f->kv_len ? f->kv_len[b] : f->seq_kv;
+    const int dk = f->dk, dkp = f->dkp, d = f->d;
+    const ptrdiff_t lds = f->ld_scores;
+    const float *w = f->wqkv + (size_t)h * d * 3 * dkp;
+    const float *bias = f->bqkv + (size_t)h * 3 * dkp;
+    const float *xq = f->q + (size_t)b * f->seq_q * d;
+    const float *xk = f->k + (size_t)b * f->seq_kv * d;
+    const float *xv = f->v + (size_t)b * f->seq_kv * d;
+    float *z = f->z + (size_t)b * f->seq_q * d + (size_t)h * dk; /* (seq_q, dk), row stride d */
+    float *attn = f->attn ? f->attn + ((size_t)b * f->h + h) * f->seq_q * f->seq_kv : NULL;
+
+    /* step 1: Q, K, V of this head for the valid rows: Q in columns [0, dkp), K, V after */
+    if (f->fused) {
+        project(f, s, ql > kl ? ql : kl, xq, w, bias, 0, 3 * dkp);
+    } else {
+        project(f, s, ql, xq, w, bias, 0, dkp);
+        if (f->kv_shared) {
+            project(f, s, kl, xk, w, bias, dkp, 2 * dkp);
+        } else {
+            project(f, s, kl, xk, w, bias, dkp, dkp);
+            project(f, s, kl, xv, w, bias, 2 * dkp, dkp);
+        }
+    }
+    const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
+    const mha_mat qm = qkv, km = mha_mat_sub(k, qkv, 0, dkp), vm = mha_mat_sub(k, qkv, 0, 2 * dkp);
+    /* step 2: Kᵀ in panels, once for every query block */
+    if (kl > 0)
+        mha_pack_panels(k, dk, kl, km, 1, s->kt);
+    const mha_mat ktm = mha_mat_panels(k, s->kt, dk);
+    const mha_mat sm = mha_mat_rows(k, s->scores, lds);
+    const float scale = 1.0f / sqrtf((float)dk);
+    const int off = f->seq_kv - f->seq_q; /* causal: row i sees keys j <= i + off */
+
+    /* step 3: query blocks; a block's keys stop where its last row's visibility does */
+    for (int r0 = 0; r0 < ql; r0 += f->q_block) {
+        const int r1 = r0 + f->q_block < ql ? r0 + f->q_block : ql, m = r1 - r0;
+        int kv_end = kl;
+        if (f->causal && r1 + off < kv_end)
+            kv_end = r1 + off > 0 ? r1 + off : 0;
+        mha_mat zm = mha_mat_rows(k, z + (size_t)r0 * d, d);
+        if (kv_end > 0) {
+            /* scores (m, kv_end) = scale · Q_blk · Kᵀ */
+            mha_gemm(k, m, kv_end, dk, scale, mha_mat_sub(k, qm, r0, 0), ktm, 0.0f, sm, s->apack);
+            for (int i = r0; i < r1; i++) {
+                int visible = kv_end;
+                if (f->causal && i + off + 1 < visible)
+                    visible = i + off + 1 > 0 ? i + off + 1 : 0;
+                f->softmax(s->scores + (i - r0) * lds, kv_end, visible, f->mask ? f->mask + (size_t)i * f->seq_kv : NULL);
+            }
+            /* z block (m, dk) = P (m, kv_end) · V (kv_end, dk) */
+            mha_gemm(k, m, dk, kv_end, 1.0f, sm, vm, 0.0f, zm, s->apack);
+        } else {
+            for (int i = 0; i < m; i++)
+                memset(z + (size_t)(r0 + i) * d, 0, (size_t)dk * sizeof *z);
+        }
+        if (attn)
+            for (int i = r0; i < r1; i++) {
+                float *row = attn + (size_t)i * f->seq_kv;
+                if (kv_end > 0)
+                    memcpy(row, s->scores + (i - r0) * lds, (size_t)kv_end * sizeof *row);
+                memset(row + kv_end, 0, (size_t)(f->seq_kv - kv_end) * sizeof *row);
+            }
+    }
+    if (attn && ql < f->seq_q)
+        memset(attn + (size_t)ql * f->seq_kv, 0, (size_t)(f->seq_q - ql) * f->seq_kv * sizeof *attn);
+}
+
+void mha_attention_out_rows(const mha_fwd *f, int b, int r0, int r1, float *apack)
+{
+    const mha_kernel *k = f->kernel;
+    const int ql = f->q_len ? f->q_len[b] : f->seq_q;
+    const ptrdiff_t d = f->d;
+    const int valid_end = r1 < ql ? r1 : ql;
+    float *out = f->out + ((size_t)b * f->seq_q + r0) * d;
+    const float *z = f->z + ((size_t)b * f->seq_q + r0) * d;
+
+    if (valid_end > r0) {
+        const int m = valid_end - r0;
+        mha_mat om = mha_mat_rows(k, out, d);
+        if (f->has_bias)
+            mha_mat_fill_rows(k, om, m, f->d, f->bo);
+        mha_gemm(k, m, f->d, f->d, 1.0f, mha_mat_rows(k, z, d), mha_mat_panels(k, f->wo, f->d),
+                 f->has_bias ? 1.0f : 0.0f, om, apack);
+    }
+    const int zero_from = valid_end > r0 ? valid_end : r0;
+    if (zero_from < r1)
+        memset(f->out + ((size_t)b * f->seq_q + zero_from) * d, 0, (size_t)(r1 - zero_from) * d * sizeof(float));
+}

@@ -1,0 +1,46 @@
+/* attention.h — the work of one head task and of one output-projection task. */
+#ifndef MHA_ATTENTION_H
+#define MHA_ATTENTION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gemm.h"
+#include "softmax.h"
+
+/* One forward pass, as every task sees it (read-only during the pass). */
+typedef struct mha_fwd {
+    const mha_kernel *kernel;
+    mha_softmax_fn softmax;
+    int d, h, dk, dkp, q_block;   /* dkp: dk rounded up to whole B panels */
+    int batch, seq_q, seq_kv;
+    int rows;                     /* capacity rows of the Q/K/V scratch: max(max_seq_q, max_seq_kv) */
+    ptrdiff_t ld_scores;          /* row stride of the score tile */
+    int fused;                    /* q == k == v, seq_q == seq_kv: one GEMM gives Q|K|V */
+    int kv_shared;                /* k == v: one GEMM gives K|V */
+    int causal, has_bias;
+    const float *q, *k, *v;       /* (batch, seq_q, d), (batch, seq_kv, d) ×2 */
+    const int32_t *q_len, *kv_len;/* NULL or (batch) */
+    const uint8_t *mask;          /* NULL or (seq_q, seq_kv) */
+    const float *wqkv, *bqkv;     /* per head: panels (d, 3·dkp); (3·dkp) */
+    const float *wo, *bo;         /* panels (d, round_up(d, bw)); (d) */
+    float *z;                     /* (batch, seq_q, d) */
+    float *out;                   /* (batch, seq_q, d) */
+    float *attn;                  /* NULL or (batch, h, seq_q, seq_kv) */
+} mha_fwd;
+
+/* A worker's scratch slice, carved by the arena plan. */
+typedef struct mha_scratch {
+    float *qkv;     /* panels (rows, 3·dkp): Q | K | V of the current head */
+    float *kt;      /* panels (dk, round_up(seq_kv, bw)): Kᵀ */
+    float *scores;  /* (q_block, ld_scores) */
+    float *apack;   /* mha_gemm_apack_floats */
+} mha_scratch;
+
+/* Q/K/V projection of head h of sequence b, then query block by query block: scores,
+ * softmax, A·V into the head's columns of z (and attn). */
+void mha_attention_head(const mha_fwd *f, int b, int h, const mha_scratch *s);
+/* out rows [r0, r1) of sequence b: z · Wo + bo; rows past the query length are 0. */
+void mha_attention_out_rows(const mha_fwd *f, int b, int r0, int r1, float *apack);
+
+#endif

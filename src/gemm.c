@@ -1,0 +1,205 @@
+/* gemm.c — the Goto loops around BLIS's microkernel, for the shapes attention has.
+ *
+ * B always arrives packed: weights at mha_set_weights, Kᵀ and V once per head. A is packed
+ * here, mb rows × kc at a time, into panels of aw rows. For every output element the sum
+ * over k runs in the same order whatever m and n are blocked into, so results do not depend
+ * on how many rows a call covers or which worker makes it. */
+#include "gemm.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+size_t mha_gemm_apack_floats(const mha_kernel *k)
+{
+    return (size_t)k->mb * (size_t)k->kc;
+}
+
+/* A rows [i0, i0 + rows), columns [p0, p0 + kc) into panels of aw rows: dst[panel][p][r].
+ * Portable version; pack_a_avx512 below does the same 16 columns at a time. */
+static void pack_a_scalar(const mha_kernel *k, mha_mat a, int i0, int rows, int p0, int kc, float *restrict dst)
+{
+    const int aw = k->aw, w = k->bw;
+    for (int r0 = 0; r0 < rows; r0 += aw, dst += (size_t)aw * kc) {
+        const int nr = rows - r0 < aw ? rows - r0 : aw;
+        for (int r = 0; r < nr; r++) {
+            const float *src = a.p + (ptrdiff_t)(i0 + r0 + r) * a.ld;
+            /* walk the columns a panel of w at a time: within one they are contiguous */
+            for (int p = 0; p < kc;) {
+                const int col = p0 + p, in_panel = w - col % w, n = kc - p < in_panel ? kc - p : in_panel;
+                const float *s = src + (ptrdiff_t)(col / w) * a.ps + col % w;
+                for (int t = 0; t < n; t++)
+                    dst[(size_t)(p + t) * aw + r] = s[t];
+                p += n;
+            }
+        }
+        for (int r = nr; r < aw; r++) /* pad the last panel with zero rows */
+            for (int p = 0; p < kc; p++)
+                dst[(size_t)p * aw + r] = 0.0f;
+    }
+}
+
+/* r[i] (16 rows of 16) becomes its transpose: unpack 32- and 64-bit pairs, then 128-bit lanes. */
+__attribute__((target("avx512f"))) static void transpose16(__m512 r[16])
+{
+    __m512 t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]);
+        __m512d c = _mm512_castps_pd(t[i + 2]), d = _mm512_castps_pd(t[i + 3]);
+        r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+    }
+    for (int i = 0; i < 8; i++) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+    }
+}
+
+__attribute__((target("avx512f"))) static void pack_a_avx512(const mha_kernel *k, mha_mat a, int i0, int rows, int p0,
+                                                            int kc, float *restrict dst)
+{
+    const int aw = k->aw, w = k->bw;
+    const __mmask16 store = (__mmask16)((1u << aw) - 1u);
+    for (int r0 = 0; r0 < rows; r0 += aw, dst += (size_t)aw * kc) {
+        const int nr = rows - r0 < aw ? rows - r0 : aw;
+        const float *src[16];
+        for (int r = 0; r < nr; r++)
+            src[r] = a.p + (ptrdiff_t)(i0 + r0 + r) * a.ld;
+        for (int p = 0; p < kc;) {
+            const int col = p0 + p, in_panel = w - col % w;
+            int n = kc - p < in_panel ? kc - p : in_panel;
+            n = n < 16 ? n : 16;
+            const __mmask16 load = (__mmask16)((1u << n) - 1u);
+            const ptrdiff_t off = (ptrdiff_t)(col / w) * a.ps + col % w;
+            __m512 v[16];
+            for (int r = 0; r < 16; r++)
+                v[r] = r < nr ? _mm512_maskz_loadu_ps(load, src[r] + off) : _mm512_setzero_ps();
+            transpose16(v);
+            for (int t = 0; t < n; t++)
+                _mm512_mask_storeu_ps(dst + (size_t)(p + t) * aw, store, v[t]);
+            p += n;
+        }
+    }
+}
+
+static void pack_a(const mha_kernel *k, mha_mat a, int i0, int rows, int p0, int kc, float *restrict dst)
+{
+    if (k->aw <= 16 && mha_cpu_has_avx512())
+        pack_a_avx512(k, a, i0, rows, p0, kc, dst);
+    else
+        pack_a_scalar(k, a, i0, rows, p0, kc, dst);
+}
+
+/* Few rows: c[i][j] = alpha · Σ_p a[i][p] · b[p][j] + beta · c[i][j], B read panel by panel.
+ * Cloned per ISA; C11 mode forbids FMA contraction, so every clone gives the same bits. */
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static void gemv_rows(const mha_kernel *k, int m, int n, int kk, float alpha, mha_mat a, mha_mat b, float beta, mha_mat c)
+{
+    enum { MAXW = 64 };
+    const int w = k->bw;
+    float acc[MAXW];
+    for (int i = 0; i < m; i++)
+        for (int j0 = 0; j0 < n; j0 += w) {
+            const float *bp = b.p + (ptrdiff_t)(j0 / w) * b.ps;
+            const int nj = n - j0 < w ? n - j0 : w;
+            for (int t = 0; t < w; t++)
+                acc[t] = 0.0f;
+            for (int p = 0; p < kk;) { /* A's columns are contiguous within one of its panels */
+                const int in_panel = w - p % w, np = kk - p < in_panel ? kk - p : in_panel;
+                const float *x = a.p + (ptrdiff_t)i * a.ld + (ptrdiff_t)(p / w) * a.ps + p % w;
+                for (int q = 0; q < np; q++) {
+                    const float *row = bp + (ptrdiff_t)(p + q) * w;
+                    for (int t = 0; t < w; t++)
+                        acc[t] += x[q] * row[t];
+                }
+                p += np;
+            }
+            float *cp = mha_mat_at(k, c, i, j0);
+            for (int t = 0; t < nj; t++)
+                cp[t] = beta == 0.0f ? alpha * acc[t] : alpha * acc[t] + beta * cp[t];
+        }
+}
+
+void mha_gemm(const mha_kernel *k, int m, int n, int kk, float alpha, mha_mat a, mha_mat b, float beta,
+              mha_mat c, float *apack)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    if (kk <= 0) { /* C = beta · C */
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) {
+                float *cp = mha_mat_at(k, c, i, j);
+                *cp = beta == 0.0f ? 0.0f : beta * *cp;
+            }
+        return;
+    }
+    if (m * 4 <= k->aw && k->bw <= 64) {
+        gemv_rows(k, m, n, kk, alpha, a, b, beta, c);
+        return;
+    }
+    const int aw = k->aw, w = k->bw;
+    for (int i0 = 0; i0 < m; i0 += k->mb) {
+        const int mb = m - i0 < k->mb ? m - i0 : k->mb;
+        for (int p0 = 0; p0 < kk; p0 += k->kc) {
+            const int kc = kk - p0 < k->kc ? kk - p0 : k->kc;
+            const float beta_p = p0 == 0 ? beta : 1.0f;
+            pack_a(k, a, i0, mb, p0, kc, apack);
+            for (int j0 = 0; j0 < n; j0 += k->nb) {
+                const int nb = n - j0 < k->nb ? n - j0 : k->nb;
+                /* the B block (kc × nb) stays in cache while every A panel passes over it */
+                for (int r0 = 0; r0 < mb; r0 += aw) {
+                    const float *ap = apack + (size_t)r0 * kc;
+                    const int rows = mb - r0 < aw ? mb - r0 : aw;
+                    for (int jj = j0; jj < j0 + nb; jj += w) {
+                        const float *bp = b.p + (ptrdiff_t)(jj / w) * b.ps + (ptrdiff_t)p0 * w;
+                        const int cols = n - jj < w ? n - jj : w;
+                        mha_kernel_tile(k, rows, cols, kc, alpha, ap, bp, beta_p, mha_mat_at(k, c, i0 + r0, jj), c.ld);
+                    }
+                }
+            }
+        }
+    }
+}
+
+void mha_pack_panels(const mha_kernel *k, int rows, int cols, mha_mat src, int transpose, float *dst)
+{
+    const int w = k->bw;
+    const int padded = (int)mha_round_up((size_t)cols, (size_t)w);
+    for (int j0 = 0; j0 < padded; j0 += w) {
+        float *panel = dst + (size_t)j0 * rows; /* rows × w */
+        for (int i = 0; i < rows; i++)
+            for (int t = 0; t < w; t++) {
+                const int j = j0 + t;
+                panel[(size_t)i * w + t] = j >= cols ? 0.0f : transpose ? *mha_mat_at(k, src, j, i) : *mha_mat_at(k, src, i, j);
+            }
+    }
+}
+
+void mha_mat_fill_rows(const mha_kernel *k, mha_mat c, int rows, int cols, const float *v)
+{
+    const int w = k->bw;
+    for (int j0 = 0; j0 < cols; j0 += w) {
+        const int n = cols - j0 < w ? cols - j0 : w;
+        for (int i = 0; i < rows; i++)
+            memcpy(mha_mat_at(k, c, i, j0), v + j0, (size_t)n * sizeof *v);
+    }
+}
+
+void mha_gemm_pack_a(const mha_kernel *k, mha_mat a, int i0, int rows, int p0, int kc, float *dst, int vector)
+{
+    if (vector)
+        pack_a(k, a, i0, rows, p0, kc, dst);
+    else
+        pack_a_scalar(k, a, i0, rows, p0, kc, dst);
+}
