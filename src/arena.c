@@ -49,8 +49,12 @@ int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine
     p->wo = take(&cur, product(d, dp, 1, &of), sizeof(float), MHA_ALIGN, &of);
     p->bo = take(&cur, d, sizeof(float), MHA_ALIGN, &of);
     p->z = take(&cur, product(batch, (size_t)dims->seq_q, d, &of), sizeof(float), MHA_ALIGN, &of);
+    p->xpack_stride = product(((size_t)dims->seq_q + k->aw - 1) / k->aw * k->aw, d, 1, &of);
+    p->xpack = take(&cur, product(batch, p->xpack_stride, 1, &of), sizeof(float), MHA_ALIGN, &of);
     p->order = take(&cur, batch, sizeof(int), MHA_ALIGN, &of);
     p->deps = take(&cur, product(batch, h, 1, &of), 1, MHA_ALIGN, &of);
+    p->xdeps = take(&cur, product(batch, ((size_t)dims->seq_q + MHA_PACK_BLOCK - 1) / MHA_PACK_BLOCK, 1, &of), 1,
+                    MHA_ALIGN, &of);
     p->worker_cpu = take(&cur, threads, sizeof(int), MHA_ALIGN, &of);
     p->pin_cpu = take(&cur, threads, sizeof(int), MHA_ALIGN, &of);
 
@@ -75,8 +79,10 @@ void mha_arena_carve(const mha_arena_plan *p, void *base, mha_arena_views *v)
     v->wo = (float *)(void *)(b + p->wo);
     v->bo = (float *)(void *)(b + p->bo);
     v->z = (float *)(void *)(b + p->z);
+    v->xpack = (float *)(void *)(b + p->xpack);
     v->order = (int *)(void *)(b + p->order);
     v->deps = (char *)(b + p->deps);
+    v->xdeps = (char *)(b + p->xdeps);
     v->worker_cpu = (int *)(void *)(b + p->worker_cpu);
     v->pin_cpu = (int *)(void *)(b + p->pin_cpu);
     v->scratch = b + p->scratch;

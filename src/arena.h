@@ -16,7 +16,9 @@ typedef struct mha_arena_plan {
     size_t wqkv, bqkv;      /* packed per-head projection weights and biases */
     size_t wo, bo;          /* output projection */
     size_t z;               /* concatenated head outputs */
-    size_t order, deps;     /* task order, task-dependency tokens */
+    size_t xpack;           /* the query input, packed once per sequence for the projections */
+    size_t xpack_stride;    /* floats per sequence in it */
+    size_t order, deps, xdeps; /* task order, task-dependency tokens */
     size_t worker_cpu, pin_cpu;
     size_t scratch;         /* first worker slice */
     size_t scratch_stride;  /* bytes per worker slice, a multiple of MHA_PAGE */
@@ -33,8 +35,10 @@ typedef struct mha_arena_views {
     float *wo;              /* panels (d, round_up(d, bw)): Z · Wo */
     float *bo;              /* (d) */
     float *z;               /* (batch, seq_q, d) */
+    float *xpack;           /* (batch, xpack_stride): A panels of x_b, every column */
     int *order;             /* (batch): sequences, most work first */
     char *deps;             /* (batch, h): one token per head task */
+    char *xdeps;            /* (batch, ceil(seq_q / MHA_PACK_BLOCK)): one per packing task */
     int *worker_cpu;        /* (threads): CPU each worker last ran on */
     int *pin_cpu;           /* (threads): CPU each worker is pinned to, -1 none */
     unsigned char *scratch; /* (threads, scratch_stride) */

@@ -9,18 +9,37 @@
 #include <math.h>
 #include <string.h>
 
-/* C (m × n) = x (m × d) · W-panels (+ bias): one projection into Q/K/V scratch columns. */
-static void project(const mha_fwd *f, const mha_scratch *s, int m, const float *x, const float *w,
-                    const float *bias, int col, int n)
+int mha_attention_packed_rows(const mha_fwd *f, int b)
+{
+    const int ql = f->q_len ? f->q_len[b] : f->seq_q;
+    const int kl = f->kv_len ? f->kv_len[b] : f->seq_kv;
+    return f->fused && kl > ql ? kl : ql;
+}
+
+void mha_attention_pack_rows(const mha_fwd *f, int b, int r0, int r1)
+{
+    const mha_kernel *k = f->kernel;
+    mha_gemm_pack_a(k, mha_mat_rows(k, f->q + (size_t)b * f->seq_q * f->d, f->d), r0, r1 - r0, 0, f->d,
+                    f->xpack + (size_t)b * f->xpack_stride + (size_t)r0 * f->d, 1);
+}
+
+/* C (m × n) = x (m × d) · W-panels (+ bias): one projection into Q/K/V scratch columns.
+ * xp: x in A panels (packed once per sequence), or NULL to pack here. */
+static void project(const mha_fwd *f, const mha_scratch *s, int m, const float *x, const float *xp,
+                    const float *w, const float *bias, int col, int n)
 {
     if (m <= 0)
         return;
     const mha_kernel *k = f->kernel;
     mha_mat c = mha_mat_sub(k, mha_mat_panels(k, s->qkv, f->rows), 0, col);
     mha_mat wb = mha_mat_sub(k, mha_mat_panels(k, w, f->d), 0, col);
+    const float beta = f->has_bias ? 1.0f : 0.0f;
     if (f->has_bias)
         mha_mat_fill_rows(k, c, m, n, bias + col);
-    mha_gemm(k, m, n, f->d, 1.0f, mha_mat_rows(k, x, f->d), wb, f->has_bias ? 1.0f : 0.0f, c, s->apack);
+    if (xp && m * 4 > k->aw) /* few rows run as matrix-vector products from x itself */
+        mha_gemm_prepacked(k, m, n, f->d, 1.0f, xp, wb, beta, c);
+    else
+        mha_gemm(k, m, n, f->d, 1.0f, mha_mat_rows(k, x, f->d), wb, beta, c, s->apack);
 }
 
 void mha_attention_head(const mha_fwd *f, int b, int h, const mha_scratch *s)
@@ -39,15 +58,16 @@ void mha_attention_head(const mha_fwd *f, int b, int h, const mha_scratch *s)
     float *attn = f->attn ? f->attn + ((size_t)b * f->h + h) * f->seq_q * f->seq_kv : NULL;
 
     /* step 1: Q, K, V of this head for the valid rows: Q in columns [0, dkp), K, V after */
+    const float *xp = f->xpack + (size_t)b * f->xpack_stride;
     if (f->fused) {
-        project(f, s, ql > kl ? ql : kl, xq, w, bias, 0, 3 * dkp);
+        project(f, s, ql > kl ? ql : kl, xq, xp, w, bias, 0, 3 * dkp);
     } else {
-        project(f, s, ql, xq, w, bias, 0, dkp);
+        project(f, s, ql, xq, xp, w, bias, 0, dkp);
         if (f->kv_shared) {
-            project(f, s, kl, xk, w, bias, dkp, 2 * dkp);
+            project(f, s, kl, xk, NULL, w, bias, dkp, 2 * dkp);
         } else {
-            project(f, s, kl, xk, w, bias, dkp, dkp);
-            project(f, s, kl, xv, w, bias, 2 * dkp, dkp);
+            project(f, s, kl, xk, NULL, w, bias, dkp, dkp);
+            project(f, s, kl, xv, NULL, w, bias, 2 * dkp, dkp);
         }
     }
     const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);

@@ -25,6 +25,8 @@ typedef struct mha_fwd {
     const float *wqkv, *bqkv;     /* per head: panels (d, 3·dkp); (3·dkp) */
     const float *wo, *bo;         /* panels (d, round_up(d, bw)); (d) */
     float *z;                     /* (batch, seq_q, d) */
+    float *xpack;                 /* per sequence (xpack_stride floats): q in A panels, all of d */
+    size_t xpack_stride;
     float *out;                   /* (batch, seq_q, d) */
     float *attn;                  /* NULL or (batch, h, seq_q, seq_kv) */
 } mha_fwd;
@@ -36,6 +38,11 @@ typedef struct mha_scratch {
     float *scores;  /* (q_block, ld_scores) */
     float *apack;   /* mha_gemm_apack_floats */
 } mha_scratch;
+
+/* Rows the head tasks project from the query input of sequence b (packed beforehand). */
+int mha_attention_packed_rows(const mha_fwd *f, int b);
+/* Packs rows [r0, r1) of sequence b's query input into f->xpack (r0 a multiple of the panel). */
+void mha_attention_pack_rows(const mha_fwd *f, int b, int r0, int r1);
 
 /* Q/K/V projection of head h of sequence b, then query block by query block: scores,
  * softmax, A·V into the head's columns of z (and attn). */

@@ -14,8 +14,10 @@ typedef struct mha_dims {
     int bias;
 } mha_dims;
 
-/* Rows of one output-projection task: fixed, so results never depend on the thread count. */
+/* Rows of one output-projection task and of one input-packing task: fixed, so results never
+ * depend on the thread count. MHA_PACK_BLOCK is a multiple of every microkernel's row panel. */
 #define MHA_OUT_BLOCK 128
+#define MHA_PACK_BLOCK 192
 
 mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, char *err, size_t err_len);
 

@@ -125,6 +125,8 @@ static mha_engine *build(const prepared *p, void *ws)
         .apack = p->plan.apack,
         .order = v.order,
         .deps = v.deps,
+        .xdeps = v.xdeps,
+        .pack_chunks = (p->dims.seq_q + MHA_PACK_BLOCK - 1) / MHA_PACK_BLOCK,
     };
     mha_sched_first_touch(&e->sched);
     return e;
@@ -232,6 +234,7 @@ MHA_API mha_status mha_forward(mha_engine *e, const mha_input *in, float *out, f
         .mask = in->mask,
         .wqkv = v->wqkv, .bqkv = v->bqkv, .wo = v->wo, .bo = v->bo,
         .z = v->z, .out = out, .attn = attn,
+        .xpack = v->xpack, .xpack_stride = e->plan.xpack_stride,
     };
     mha_sched_forward(&e->sched, &f);
     return MHA_OK;

@@ -131,43 +131,76 @@ static void gemv_rows(const mha_kernel *k, int m, int n, int kk, float alpha, mh
         }
 }
 
+/* The loops over one block of A (mb rows × kc, already in panels at ap, panel stride aps)
+ * and the columns of B: C[i0 .., ..] (+)= alpha · A_blk · B[p0 .., ..]. */
+static void gemm_block(const mha_kernel *k, int i0, int mb, int n, int p0, int kc, float alpha, const float *ap,
+                       ptrdiff_t aps, mha_mat b, float beta, mha_mat c)
+{
+    const int aw = k->aw, w = k->bw;
+    for (int j0 = 0; j0 < n; j0 += k->nb) {
+        const int nb = n - j0 < k->nb ? n - j0 : k->nb;
+        /* the B block (kc × nb) stays in cache while every A panel passes over it */
+        for (int r0 = 0; r0 < mb; r0 += aw) {
+            const float *a = ap + (ptrdiff_t)(r0 / aw) * aps;
+            const int rows = mb - r0 < aw ? mb - r0 : aw;
+            for (int jj = j0; jj < j0 + nb; jj += w) {
+                const float *bp = b.p + (ptrdiff_t)(jj / w) * b.ps + (ptrdiff_t)p0 * w;
+                const int cols = n - jj < w ? n - jj : w;
+                mha_kernel_tile(k, rows, cols, kc, alpha, a, bp, beta, mha_mat_at(k, c, i0 + r0, jj), c.ld);
+            }
+        }
+    }
+}
+
+/* C = beta · C, for k = 0 */
+static void scale_c(const mha_kernel *k, int m, int n, float beta, mha_mat c)
+{
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            float *cp = mha_mat_at(k, c, i, j);
+            *cp = beta == 0.0f ? 0.0f : beta * *cp;
+        }
+}
+
 void mha_gemm(const mha_kernel *k, int m, int n, int kk, float alpha, mha_mat a, mha_mat b, float beta,
               mha_mat c, float *apack)
 {
     if (m <= 0 || n <= 0)
         return;
-    if (kk <= 0) { /* C = beta · C */
-        for (int i = 0; i < m; i++)
-            for (int j = 0; j < n; j++) {
-                float *cp = mha_mat_at(k, c, i, j);
-                *cp = beta == 0.0f ? 0.0f : beta * *cp;
-            }
+    if (kk <= 0) {
+        scale_c(k, m, n, beta, c);
         return;
     }
     if (m * 4 <= k->aw && k->bw <= 64) {
         gemv_rows(k, m, n, kk, alpha, a, b, beta, c);
         return;
     }
-    const int aw = k->aw, w = k->bw;
     for (int i0 = 0; i0 < m; i0 += k->mb) {
         const int mb = m - i0 < k->mb ? m - i0 : k->mb;
         for (int p0 = 0; p0 < kk; p0 += k->kc) {
             const int kc = kk - p0 < k->kc ? kk - p0 : k->kc;
-            const float beta_p = p0 == 0 ? beta : 1.0f;
             pack_a(k, a, i0, mb, p0, kc, apack);
-            for (int j0 = 0; j0 < n; j0 += k->nb) {
-                const int nb = n - j0 < k->nb ? n - j0 : k->nb;
-                /* the B block (kc × nb) stays in cache while every A panel passes over it */
-                for (int r0 = 0; r0 < mb; r0 += aw) {
-                    const float *ap = apack + (size_t)r0 * kc;
-                    const int rows = mb - r0 < aw ? mb - r0 : aw;
-                    for (int jj = j0; jj < j0 + nb; jj += w) {
-                        const float *bp = b.p + (ptrdiff_t)(jj / w) * b.ps + (ptrdiff_t)p0 * w;
-                        const int cols = n - jj < w ? n - jj : w;
-                        mha_kernel_tile(k, rows, cols, kc, alpha, ap, bp, beta_p, mha_mat_at(k, c, i0 + r0, jj), c.ld);
-                    }
-                }
-            }
+            gemm_block(k, i0, mb, n, p0, kc, alpha, apack, (ptrdiff_t)k->aw * kc, b, p0 == 0 ? beta : 1.0f, c);
+        }
+    }
+}
+
+void mha_gemm_prepacked(const mha_kernel *k, int m, int n, int kk, float alpha, const float *ap, mha_mat b,
+                        float beta, mha_mat c)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    if (kk <= 0) {
+        scale_c(k, m, n, beta, c);
+        return;
+    }
+    const ptrdiff_t aps = (ptrdiff_t)k->aw * kk; /* whole rows of k in each panel */
+    for (int i0 = 0; i0 < m; i0 += k->mb) {
+        const int mb = m - i0 < k->mb ? m - i0 : k->mb;
+        for (int p0 = 0; p0 < kk; p0 += k->kc) {
+            const int kc = kk - p0 < k->kc ? kk - p0 : k->kc;
+            gemm_block(k, i0, mb, n, p0, kc, alpha, ap + (i0 / k->aw) * aps + (ptrdiff_t)p0 * k->aw, aps, b,
+                       p0 == 0 ? beta : 1.0f, c);
         }
     }
 }

@@ -60,13 +60,24 @@ size_t mha_gemm_apack_floats(const mha_kernel *k);
 void mha_gemm(const mha_kernel *k, int m, int n, int kk, float alpha, mha_mat a, mha_mat b, float beta,
               mha_mat c, float *apack);
 
+/* The same with A already in panels of aw rows holding every k: element (i, p) at
+ * ap[(i / aw) · aw · kk + p · aw + i % aw], as mha_gemm_pack_a(k, a, 0, m, 0, kk, ap) writes.
+ * k->mb must be a multiple of aw (it is). */
+void mha_gemm_prepacked(const mha_kernel *k, int m, int n, int kk, float alpha, const float *ap, mha_mat b,
+                        float beta, mha_mat c);
+
 /* dst (panels of bw columns, rows × round_up(cols, bw), zero-padded) = src (rows × cols),
  * or its transpose when transpose is set (then src is cols × rows). */
 void mha_pack_panels(const mha_kernel *k, int rows, int cols, mha_mat src, int transpose, float *dst);
 
-/* The packing of mha_gemm's A operand (exposed for tests): rows [i0, i0 + rows), columns
+/* The packing of mha_gemm's A operand: rows [i0, i0 + rows), columns
  * [p0, p0 + kc) of a into panels of aw rows, dst[panel][p][r], zero rows padding the last. */
 void mha_gemm_pack_a(const mha_kernel *k, mha_mat a, int i0, int rows, int p0, int kc, float *dst, int vector);
+/* Floats of the packed form of rows × kk (rows rounded up to whole panels). */
+static inline size_t mha_gemm_packed_a_floats(const mha_kernel *k, size_t rows, size_t kk)
+{
+    return mha_round_up(rows, (size_t)k->aw) * kk;
+}
 
 /* Rows [0, rows) of c, columns [0, cols), set to the broadcast vector v. */
 void mha_mat_fill_rows(const mha_kernel *k, mha_mat c, int rows, int cols, const float *v);

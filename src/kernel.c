@@ -94,7 +94,7 @@ mha_status mha_kernel_select(const char *request, mha_kernel *k)
         /* Goto's roles: the MR side's block (MC × KC) stays in L2, the NR side streams */
         k->bw = k->transposed ? mr : nr;
         k->aw = k->transposed ? nr : mr;
-        k->mb = (k->transposed ? mc / nr * nr : mc);
+        k->mb = mc / k->aw * k->aw;
         k->nb = k->transposed ? mc : nc / nr * nr;
         if (!k->ukr || k->bw < 1 || k->aw < 1 || k->kc < 1 || k->mb < k->aw || k->nb < k->bw)
             return MHA_ERR_CONFIG;

@@ -81,9 +81,17 @@ void mha_sched_forward(const mha_sched *s, const mha_fwd *f)
             for (int i = 0; i < f->batch; i++) {
                 const int b = s->order[i];
                 char *tok = s->deps + (size_t)b * nh;
-                (void)tok; /* used only in depend clauses, which gcc 12 does not count */
+                char *xtok = s->xdeps + (size_t)b * s->pack_chunks;
+                (void)tok, (void)xtok; /* used only in depend clauses, which gcc 12 does not count */
+                const int rows = mha_attention_packed_rows(f, b);
+                const int nc = (rows + MHA_PACK_BLOCK - 1) / MHA_PACK_BLOCK;
+                for (int c = 0; c < nc; c++) {
+                    const int r0 = c * MHA_PACK_BLOCK, r1 = r0 + MHA_PACK_BLOCK < rows ? r0 + MHA_PACK_BLOCK : rows;
+#pragma omp task firstprivate(b, r0, r1) depend(out : xtok[c])
+                    mha_attention_pack_rows(f, b, r0, r1);
+                }
                 for (int h = 0; h < nh; h++) {
-#pragma omp task firstprivate(b, h) depend(out : tok[h])
+#pragma omp task firstprivate(b, h) depend(iterator(c = 0 : nc), in : xtok[c]) depend(out : tok[h])
                     {
                         const mha_scratch sc = scratch_of(s, omp_get_thread_num());
                         mha_attention_head(f, b, h, &sc);

@@ -15,12 +15,15 @@ typedef struct mha_sched {
     size_t kt, scores, apack;/* offsets inside a slice (Q/K/V panels at 0) */
     int *order;              /* (batch) */
     char *deps;              /* (batch, h) task-dependency tokens */
+    char *xdeps;             /* (batch, pack_chunks) tokens of the input-packing tasks */
+    int pack_chunks;         /* ceil(max_seq_q / MHA_PACK_BLOCK) */
 } mha_sched;
 
 /* Sequences by descending work (ties by index), so long ones start first. */
 void mha_sched_order(const mha_fwd *f, int *order);
-/* One forward pass: a task per (sequence, head), then output-projection tasks per
- * (sequence, row block) that wait only for that sequence's heads. */
+/* One forward pass: per sequence, tasks that pack its input rows once, a task per head that
+ * waits for them, then output-projection tasks per row block that wait only for that
+ * sequence's heads. */
 void mha_sched_forward(const mha_sched *s, const mha_fwd *f);
 /* Each worker writes its own scratch slice once, so its pages are placed near it. */
 void mha_sched_first_touch(const mha_sched *s);

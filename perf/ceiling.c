@@ -1,0 +1,86 @@
+/* ceiling.c — the machine's arithmetic ceiling: an FMA loop (AVX-512, else AVX2+FMA) on
+ * 1..T threads, the median of 9 runs each. usage: ceiling [THREADS] (default 2).
+ * Prints one line per thread count: threads, median GFLOP/s, min, max. */
+#include <immintrin.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define ITERS 20000000L
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* 16 independent chains of FMAs, named so they stay in registers and started from distinct
+ * values so the compiler cannot merge them: flops = ITERS · 16 · lanes · 2 */
+#define CHAINS(T, FMA)                                                                          \
+    T a0 = FMA(x, x, y), a1 = FMA(a0, x, y), a2 = FMA(a1, x, y), a3 = FMA(a2, x, y);            \
+    T a4 = FMA(a3, x, y), a5 = FMA(a4, x, y), a6 = FMA(a5, x, y), a7 = FMA(a6, x, y);           \
+    T a8 = FMA(a7, x, y), a9 = FMA(a8, x, y), a10 = FMA(a9, x, y), a11 = FMA(a10, x, y);        \
+    T a12 = FMA(a11, x, y), a13 = FMA(a12, x, y), a14 = FMA(a13, x, y), a15 = FMA(a14, x, y);   \
+    for (long n = 0; n < ITERS; n++) {                                                          \
+        a0 = FMA(a0, x, y); a1 = FMA(a1, x, y); a2 = FMA(a2, x, y); a3 = FMA(a3, x, y);         \
+        a4 = FMA(a4, x, y); a5 = FMA(a5, x, y); a6 = FMA(a6, x, y); a7 = FMA(a7, x, y);         \
+        a8 = FMA(a8, x, y); a9 = FMA(a9, x, y); a10 = FMA(a10, x, y); a11 = FMA(a11, x, y);     \
+        a12 = FMA(a12, x, y); a13 = FMA(a13, x, y); a14 = FMA(a14, x, y); a15 = FMA(a15, x, y); \
+    }
+
+__attribute__((target("avx512f"))) static float fma512(float seed)
+{
+    __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(seed + 1e-3f);
+    CHAINS(__m512, _mm512_fmadd_ps)
+    __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                             _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+    s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)),
+                                       _mm512_add_ps(_mm512_add_ps(a12, a13), _mm512_add_ps(a14, a15))));
+    return _mm512_reduce_add_ps(s);
+}
+
+__attribute__((target("avx2,fma"))) static float fma256(float seed)
+{
+    __m256 x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(seed + 1e-3f);
+    CHAINS(__m256, _mm256_fmadd_ps)
+    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
+                             _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
+    s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)),
+                                       _mm256_add_ps(_mm256_add_ps(a12, a13), _mm256_add_ps(a14, a15))));
+    float v[8];
+    _mm256_storeu_ps(v, s);
+    return v[0] + v[7];
+}
+
+static int cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv)
+{
+    int max_threads = argc > 1 ? atoi(argv[1]) : 2;
+    __builtin_cpu_init();
+    int wide = __builtin_cpu_supports("avx512f");
+    double lanes = wide ? 16 : 8;
+    volatile float sink = 0;
+    for (int t = 1; t <= max_threads; t++) {
+        double g[9];
+        for (int r = 0; r < 9; r++) {
+            double t0 = now();
+#pragma omp parallel num_threads(t)
+            {
+                float v = wide ? fma512(1e-7f * omp_get_thread_num()) : fma256(1e-7f);
+#pragma omp atomic
+                sink += v;
+            }
+            g[r] = ITERS * 16.0 * lanes * 2 * t / (now() - t0) / 1e9;
+        }
+        qsort(g, 9, sizeof g[0], cmp);
+        printf("%s %d %.1f %.1f %.1f\n", wide ? "avx512" : "avx2", t, g[4], g[0], g[8]);
+    }
+    return 0;
+}
