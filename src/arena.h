@@ -22,7 +22,7 @@ typedef struct mha_arena_plan {
     size_t worker_cpu, pin_cpu;
     size_t scratch;         /* first worker slice */
     size_t scratch_stride;  /* bytes per worker slice, a multiple of MHA_PAGE */
-    size_t kt, scores, apack; /* offsets inside a worker slice (its Q/K/V panels start it) */
+    size_t kt, scores, apack, inv; /* offsets inside a worker slice (its Q/K/V panels start it) */
     int dkp;                /* d_k rounded up to whole B panels */
     ptrdiff_t ld_scores;    /* row stride of the score tile */
     size_t total;
@@ -45,7 +45,8 @@ typedef struct mha_arena_views {
 } mha_arena_views;
 
 /* Per worker slice (see attention.h): Q/K/V panels (max(seq_q, seq_kv), 3·dkp), Kᵀ panels
- * (dk, round_up(seq_kv, bw)), the score tile (q_block, ld_scores), A packing (mb × kc). */
+ * (dk, round_up(seq_kv, bw)), the score tile (q_block, ld_scores), A packing (mb × kc),
+ * the rows' inverse softmax sums (q_block). */
 
 /* 0 on success, -1 if a size overflows size_t. */
 int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine_bytes, mha_arena_plan *plan);

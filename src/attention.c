@@ -3,7 +3,8 @@
  * Head task: Q|K|V = x_b · [Wq_h | Wk_h | Wv_h] in one GEMM into the worker's panel-form
  * scratch (V is then already in the form the A·V GEMM reads), Kᵀ packed once, then for each
  * query block: scores = Q_blk · Kᵀ / sqrt(d_k) up to the block's last visible key, a masked
- * softmax per row, and Z_blk = P · V written straight into the head's columns of Z. */
+ * exp per row (softmax without its division), Z_blk = E · V written straight into the
+ * head's columns of Z, and each Z row divided by its sum: d_k divisions, not seq_kv. */
 #include "attention.h"
 
 #include <math.h>
@@ -94,10 +95,17 @@ void mha_attention_head(const mha_fwd *f, int b, int h, const mha_scratch *s)
                 int visible = kv_end;
                 if (f->causal && i + off + 1 < visible)
                     visible = i + off + 1 > 0 ? i + off + 1 : 0;
-                f->softmax(s->scores + (i - r0) * lds, kv_end, visible, f->mask ? f->mask + (size_t)i * f->seq_kv : NULL);
+                float sum = f->softmax(s->scores + (i - r0) * lds, kv_end, visible,
+                                       f->mask ? f->mask + (size_t)i * f->seq_kv : NULL);
+                s->inv[i - r0] = sum > 0.0f ? 1.0f / sum : 0.0f; /* no visible key: a zero row */
             }
-            /* z block (m, dk) = P (m, kv_end) · V (kv_end, dk) */
+            /* z block (m, dk) = E (m, kv_end) · V (kv_end, dk), then each row / its sum */
             mha_gemm(k, m, dk, kv_end, 1.0f, sm, vm, 0.0f, zm, s->apack);
+            for (int i = 0; i < m; i++) {
+                float *zr = z + (size_t)(r0 + i) * d;
+                for (int c = 0; c < dk; c++)
+                    zr[c] *= s->inv[i];
+            }
         } else {
             for (int i = 0; i < m; i++)
                 memset(z + (size_t)(r0 + i) * d, 0, (size_t)dk * sizeof *z);
@@ -105,8 +113,9 @@ void mha_attention_head(const mha_fwd *f, int b, int h, const mha_scratch *s)
         if (attn)
             for (int i = r0; i < r1; i++) {
                 float *row = attn + (size_t)i * f->seq_kv;
-                if (kv_end > 0)
-                    memcpy(row, s->scores + (i - r0) * lds, (size_t)kv_end * sizeof *row);
+                const float *e = s->scores + (i - r0) * lds;
+                for (int j = 0; j < kv_end; j++)
+                    row[j] = e[j] * s->inv[i - r0];
                 memset(row + kv_end, 0, (size_t)(f->seq_kv - kv_end) * sizeof *row);
             }
     }

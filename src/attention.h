@@ -37,6 +37,7 @@ typedef struct mha_scratch {
     float *kt;      /* panels (dk, round_up(seq_kv, bw)): Kᵀ */
     float *scores;  /* (q_block, ld_scores) */
     float *apack;   /* mha_gemm_apack_floats */
+    float *inv;     /* (q_block): 1 / each row's softmax sum */
 } mha_scratch;
 
 /* Rows the head tasks project from the query input of sequence b (packed beforehand). */

@@ -123,6 +123,7 @@ static mha_engine *build(const prepared *p, void *ws)
         .kt = p->plan.kt,
         .scores = p->plan.scores,
         .apack = p->plan.apack,
+        .inv = p->plan.inv,
         .order = v.order,
         .deps = v.deps,
         .xdeps = v.xdeps,

@@ -66,37 +66,39 @@ __attribute__((target("avx512f"))) static void transpose16(__m512 r[16])
     }
 }
 
-__attribute__((target("avx512f"))) static void pack_a_avx512(const mha_kernel *k, mha_mat a, int i0, int rows, int p0,
-                                                            int kc, float *restrict dst)
+/* Rows [i0, i0 + rows) of a, columns [p0, p0 + kc), into panels of pw rows (pw ≤ 64):
+ * dst[panel][p][r]. Sixteen rows by sixteen columns at a time through a register transpose. */
+__attribute__((target("avx512f"))) static void pack_rows_avx512(mha_mat a, int w, int i0, int rows, int p0, int kc,
+                                                               int pw, float *restrict dst)
 {
-    const int aw = k->aw, w = k->bw;
-    const __mmask16 store = (__mmask16)((1u << aw) - 1u);
-    for (int r0 = 0; r0 < rows; r0 += aw, dst += (size_t)aw * kc) {
-        const int nr = rows - r0 < aw ? rows - r0 : aw;
-        const float *src[16];
-        for (int r = 0; r < nr; r++)
-            src[r] = a.p + (ptrdiff_t)(i0 + r0 + r) * a.ld;
-        for (int p = 0; p < kc;) {
-            const int col = p0 + p, in_panel = w - col % w;
-            int n = kc - p < in_panel ? kc - p : in_panel;
-            n = n < 16 ? n : 16;
-            const __mmask16 load = (__mmask16)((1u << n) - 1u);
-            const ptrdiff_t off = (ptrdiff_t)(col / w) * a.ps + col % w;
-            __m512 v[16];
-            for (int r = 0; r < 16; r++)
-                v[r] = r < nr ? _mm512_maskz_loadu_ps(load, src[r] + off) : _mm512_setzero_ps();
-            transpose16(v);
-            for (int t = 0; t < n; t++)
-                _mm512_mask_storeu_ps(dst + (size_t)(p + t) * aw, store, v[t]);
-            p += n;
+    for (int r0 = 0; r0 < rows; r0 += pw, dst += (size_t)pw * kc)
+        for (int g = 0; g < pw; g += 16) { /* a group of up to 16 rows of the panel */
+            const int gw = pw - g < 16 ? pw - g : 16, have = rows - r0 - g;
+            const __mmask16 store = (__mmask16)((1u << gw) - 1u);
+            const float *src[16];
+            for (int r = 0; r < gw && r < have; r++)
+                src[r] = a.p + (ptrdiff_t)(i0 + r0 + g + r) * a.ld;
+            for (int p = 0; p < kc;) {
+                const int col = p0 + p, in_panel = w - col % w;
+                int n = kc - p < in_panel ? kc - p : in_panel;
+                n = n < 16 ? n : 16;
+                const __mmask16 load = (__mmask16)((1u << n) - 1u);
+                const ptrdiff_t off = (ptrdiff_t)(col / w) * a.ps + col % w;
+                __m512 v[16];
+                for (int r = 0; r < 16; r++)
+                    v[r] = r < gw && r < have ? _mm512_maskz_loadu_ps(load, src[r] + off) : _mm512_setzero_ps();
+                transpose16(v);
+                for (int t = 0; t < n; t++)
+                    _mm512_mask_storeu_ps(dst + (size_t)(p + t) * pw + g, store, v[t]);
+                p += n;
+            }
         }
-    }
 }
 
 static void pack_a(const mha_kernel *k, mha_mat a, int i0, int rows, int p0, int kc, float *restrict dst)
 {
-    if (k->aw <= 16 && mha_cpu_has_avx512())
-        pack_a_avx512(k, a, i0, rows, p0, kc, dst);
+    if (k->aw <= 64 && mha_cpu_has_avx512())
+        pack_rows_avx512(a, k->bw, i0, rows, p0, kc, k->aw, dst);
     else
         pack_a_scalar(k, a, i0, rows, p0, kc, dst);
 }
@@ -208,6 +210,11 @@ void mha_gemm_prepacked(const mha_kernel *k, int m, int n, int kk, float alpha, 
 void mha_pack_panels(const mha_kernel *k, int rows, int cols, mha_mat src, int transpose, float *dst)
 {
     const int w = k->bw;
+    /* the transpose's panels of w columns are panels of w rows of src: the A packing's form */
+    if (transpose && w <= 64 && mha_cpu_has_avx512()) {
+        pack_rows_avx512(src, w, 0, cols, 0, rows, w, dst);
+        return;
+    }
     const int padded = (int)mha_round_up((size_t)cols, (size_t)w);
     for (int j0 = 0; j0 < padded; j0 += w) {
         float *panel = dst + (size_t)j0 * rows; /* rows × w */

@@ -56,6 +56,7 @@ static mha_scratch scratch_of(const mha_sched *s, int t)
         .kt = (float *)(void *)(slice + s->kt),
         .scores = (float *)(void *)(slice + s->scores),
         .apack = (float *)(void *)(slice + s->apack),
+        .inv = (float *)(void *)(slice + s->inv),
     };
 }
 

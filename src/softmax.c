@@ -1,4 +1,4 @@
-/* softmax.c — masked row softmax in three passes (max, exp and sum, scale).
+/* softmax.c — masked row softmax in two passes (max; exp and sum); the caller normalises.
  *
  * A scalar expf per score costs more than the GEMMs at S = 512, so exp is a Cephes-style
  * polynomial evaluated 16 (AVX-512) or 8 (AVX2) lanes at a time; the generic version runs
@@ -44,7 +44,7 @@ static float exp_poly(float x)
     return y * scale;
 }
 
-void mha_softmax_row_generic(float *restrict s, int n, int visible, const uint8_t *restrict mask)
+float mha_softmax_row_generic(float *restrict s, int n, int visible, const uint8_t *restrict mask)
 {
     /* pass 1: max over the visible entries */
     float mx = -INFINITY;
@@ -53,7 +53,7 @@ void mha_softmax_row_generic(float *restrict s, int n, int visible, const uint8_
             mx = s[j];
     if (mx == -INFINITY) { /* nothing visible: a zero row, never NaN */
         memset(s, 0, (size_t)n * sizeof *s);
-        return;
+        return 0.0f;
     }
     /* pass 2: exp(s - max) where visible, 0 elsewhere, and the sum */
     float sum = 0.0f;
@@ -64,10 +64,7 @@ void mha_softmax_row_generic(float *restrict s, int n, int visible, const uint8_
     }
     for (int j = visible; j < n; j++)
         s[j] = 0.0f;
-    /* pass 3: normalise */
-    float inv = 1.0f / sum;
-    for (int j = 0; j < visible; j++)
-        s[j] *= inv;
+    return sum;
 }
 
 /* ---- AVX-512: 16 lanes, tails and masks as k-registers ---- */
@@ -105,7 +102,7 @@ __attribute__((target("avx512f"))) static __mmask16 lanes16(const uint8_t *mask,
     return k;
 }
 
-__attribute__((target("avx512f"))) void mha_softmax_row_avx512(float *restrict s, int n, int visible,
+__attribute__((target("avx512f"))) float mha_softmax_row_avx512(float *restrict s, int n, int visible,
                                                                const uint8_t *restrict mask)
 {
     /* pass 1: max over the visible entries */
@@ -117,7 +114,7 @@ __attribute__((target("avx512f"))) void mha_softmax_row_avx512(float *restrict s
     float mx = _mm512_reduce_max_ps(vmax);
     if (mx == -INFINITY) {
         memset(s, 0, (size_t)n * sizeof *s);
-        return;
+        return 0.0f;
     }
     /* pass 2: exp(s - max) where visible, 0 elsewhere, and the sum */
     __m512 vmx = _mm512_set1_ps(mx), vsum = _mm512_setzero_ps();
@@ -130,12 +127,7 @@ __attribute__((target("avx512f"))) void mha_softmax_row_avx512(float *restrict s
     }
     for (int j = visible; j < n; j++)
         s[j] = 0.0f;
-    /* pass 3: normalise */
-    __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum));
-    for (int j = 0; j < visible; j += 16) {
-        __mmask16 tail = visible - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (visible - j)) - 1u);
-        _mm512_mask_storeu_ps(s + j, tail, _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, s + j), inv));
-    }
+    return _mm512_reduce_add_ps(vsum);
 }
 
 /* ---- AVX2: 8 lanes; a tail runs through a padded copy so it gets the same arithmetic ---- */
@@ -177,7 +169,7 @@ __attribute__((target("avx2,fma"))) static __m256 load8(const float *s, const ui
     return _mm256_loadu_ps(buf);
 }
 
-__attribute__((target("avx2,fma"))) void mha_softmax_row_avx2(float *restrict s, int n, int visible,
+__attribute__((target("avx2,fma"))) float mha_softmax_row_avx2(float *restrict s, int n, int visible,
                                                              const uint8_t *restrict mask)
 {
     /* pass 1: max over the visible entries */
@@ -193,7 +185,7 @@ __attribute__((target("avx2,fma"))) void mha_softmax_row_avx2(float *restrict s,
         mx = lanes[i] > mx ? lanes[i] : mx;
     if (mx == -INFINITY) {
         memset(s, 0, (size_t)n * sizeof *s);
-        return;
+        return 0.0f;
     }
     /* pass 2: exp(s - max) where visible, 0 elsewhere, and the sum */
     __m256 vmx = _mm256_set1_ps(mx), vsum = _mm256_setzero_ps();
@@ -206,12 +198,8 @@ __attribute__((target("avx2,fma"))) void mha_softmax_row_avx2(float *restrict s,
     }
     for (int j = visible; j < n; j++)
         s[j] = 0.0f;
-    /* pass 3: normalise */
     _mm256_storeu_ps(lanes, vsum);
-    float sum = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
-    float inv = 1.0f / sum;
-    for (int j = 0; j < visible; j++)
-        s[j] *= inv;
+    return ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
 }
 
 mha_softmax_fn mha_softmax_select(const char **name)

@@ -1,4 +1,5 @@
-/* test_softmax.c — every softmax implementation this CPU runs, against a double softmax. */
+/* test_softmax.c — every softmax implementation this CPU runs, against a double softmax:
+ * the unnormalised row divided by the returned sum. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +23,8 @@ static double tolerance(double x_minus_max, int n)
     return (fabs(x_minus_max) + 4.0 + n) * 0x1p-24;
 }
 
-static void check_row(const char *impl, const float *in, int n, int visible, const uint8_t *mask, const float *got)
+static void check_row(const char *impl, const float *in, int n, int visible, const uint8_t *mask, const float *got,
+                      float got_sum)
 {
     double mx = -INFINITY, sum = 0;
     for (int j = 0; j < visible; j++)
@@ -34,12 +36,16 @@ static void check_row(const char *impl, const float *in, int n, int visible, con
     for (int j = 0; j < n; j++) {
         int vis = j < visible && (!mask || mask[j]);
         double want = vis ? exp((double)in[j] - mx) / sum : 0.0;
-        if (!vis || mx == -INFINITY)
+        if (!vis || mx == -INFINITY) {
             cr_assert_eq(got[j], 0.0f, "%s n=%d visible=%d: hidden [%d] = %g", impl, n, visible, j, got[j]);
-        else
-            cr_assert(fabs(got[j] - want) <= tolerance(in[j] - mx, visible) * want,
-                      "%s n=%d visible=%d: [%d] = %.9g, want %.9g", impl, n, visible, j, got[j], want);
+        } else {
+            double p = (double)got[j] / got_sum;
+            cr_assert(fabs(p - want) <= tolerance(in[j] - mx, visible) * want,
+                      "%s n=%d visible=%d: [%d] = %.9g, want %.9g", impl, n, visible, j, p, want);
+        }
     }
+    if (mx == -INFINITY)
+        cr_assert_eq(got_sum, 0.0f, "%s: a row with nothing visible sums to %g", impl, got_sum);
 }
 
 Test(softmax, every_implementation_matches_double, .timeout = 30)
@@ -60,8 +66,8 @@ Test(softmax, every_implementation_matches_double, .timeout = 30)
                 int visible = variant == 1 ? n / 2 : variant == 3 ? 0 : n;
                 const uint8_t *m = variant >= 2 ? mask : NULL;
                 memcpy(row, in, (size_t)n * sizeof *row);
-                impls[k].fn(row, n, visible, m);
-                check_row(impls[k].name, in, n, visible, m, row);
+                float sum = impls[k].fn(row, n, visible, m);
+                check_row(impls[k].name, in, n, visible, m, row, sum);
             }
         }
     }
@@ -76,7 +82,7 @@ Test(softmax, extreme_scores_stay_finite)
             continue;
         for (int j = 0; j < 20; j++)
             row[j] = j == 3 ? 1e30f : -1e30f;
-        impls[k].fn(row, 20, 20, NULL);
+        cr_assert_eq(impls[k].fn(row, 20, 20, NULL), 1.0f, "%s: sum", impls[k].name);
         for (int j = 0; j < 20; j++)
             cr_assert_eq(row[j], j == 3 ? 1.0f : 0.0f, "%s [%d] = %g", impls[k].name, j, row[j]);
     }
@@ -91,7 +97,7 @@ Test(softmax, fully_hidden_row_is_zero)
             continue;
         for (int j = 0; j < 40; j++)
             row[j] = (float)j;
-        impls[k].fn(row, 40, 40, none);
+        cr_assert_eq(impls[k].fn(row, 40, 40, none), 0.0f);
         for (int j = 0; j < 40; j++)
             cr_assert_eq(row[j], 0.0f, "%s [%d] = %g", impls[k].name, j, row[j]);
     }
