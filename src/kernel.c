@@ -11,7 +11,6 @@
 #define _GNU_SOURCE /* blis.h needs the POSIX barrier types */
 #include "kernel.h"
 
-#include <math.h>
 #include <string.h>
 
 #include <blis.h>
