@@ -40,7 +40,7 @@ TEST_OBJ := $(TEST_SRC:tests/%.c=$(B)/tests/%.o)
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
-.PHONY: all deps deps-perf test run install uninstall clean readme-example footprint blis-overhead
+.PHONY: all deps deps-perf deps-bench test run install uninstall clean readme-example footprint blis-overhead bench
 all: $(B)/libmha.a $(B)/libmha.so $(B)/mha
 
 deps:
@@ -123,6 +123,17 @@ blis-overhead: deps-perf
 	  $(CC) -O2 -I/usr/include/$(MULTIARCH)/blis-$$v perf/blis_overhead.c /usr/lib/$(MULTIARCH)/blis-$$v/libblis.a \
 	    $(LDLIBS) -o $(B)/blis_overhead_$$v || exit 1; done
 	for r in 1 2 3; do $(B)/blis_overhead_serial serial; $(B)/blis_overhead_openmp openmp; done
+
+# make bench: mha against PyTorch and numpy peers (perf/bench.py). PEERS=1 installs them.
+PEERS ?= 0
+BENCH_PKGS := python3 $(if $(filter 1,$(PEERS)),python3-torch python3-numpy)
+deps-bench:
+	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) $(BENCH_PKGS)"
+
+bench: all deps-bench
+	$(CC) -O2 -fopenmp perf/ceiling.c -o $(B)/ceiling
+	$(CC) -O2 -fopenmp -isystem $(BLIS_INC) perf/sgemm_ceiling.c $(BLIS_A) -lm -lpthread -o $(B)/sgemm_ceiling
+	/usr/bin/python3 perf/bench.py $(BENCH_ARGS)
 
 run: all
 	$(B)/mha run

@@ -2,6 +2,7 @@
  * timed forwards, a double-precision check of sampled rows, a summary or JSON. */
 #define _GNU_SOURCE
 #include <getopt.h>
+#include <sys/resource.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -211,6 +212,13 @@ static int load_weights(const run_opts *o, run_state *s)
     return EXIT_OK;
 }
 
+/* The whole process's peak resident memory. */
+static double peak_rss_mb(void)
+{
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss / 1024.0 : 0.0;
+}
+
 static void progress(int k, int n, double elapsed_ms, const double *t)
 {
     double sorted[64];
@@ -347,6 +355,7 @@ int mha_cli_run(int argc, char **argv)
         json_object_set_new(j, "gflops", json_real(gflops));
         json_object_set_new(j, "flops_counted", json_string("unmasked"));
         json_object_set_new(j, "tokens_per_s", json_real(tokens));
+        json_object_set_new(j, "peak_rss_mb", json_real(peak_rss_mb()));
         json_object_set_new(j, "check_rows", json_integer(checked));
         json_object_set_new(j, "max_rel_error", checked ? json_real(max_err) : json_null());
         char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
@@ -368,7 +377,7 @@ int mha_cli_run(int argc, char **argv)
                mha_engine_q_block(s.e), mha_engine_workspace_size(s.e) / 1048576.0);
         printf("  time     median %.3f ms (min %.3f, max %.3f) over %d forwards after %d warm-up\n", t.median, t.min,
                t.max, s.fc.iters, s.fc.warmup);
-        printf("  speed    %.1f GFLOP/s (unmasked work), %.0f tokens/s\n", gflops, tokens);
+        printf("  speed    %.1f GFLOP/s (unmasked work), %.0f tokens/s; peak RSS %.0f MiB\n", gflops, tokens, peak_rss_mb());
         if (checked)
             printf("  check    max relative error %.2e over %d rows against a double-precision reference\n", max_err, checked);
         if (o.output)

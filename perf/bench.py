@@ -1,0 +1,169 @@
+#!/usr/bin/python3
+"""make bench — mha against its peers on a fixed matrix of shapes, in one run.
+
+For every shape, rounds alternate mha and each installed peer (so they share the machine's
+noise): PyTorch nn.MultiheadAttention at its default setup, with BLIS's skx kernels
+(BLIS_ARCH_TYPE=0, the kernel mha uses on AVX-512) and with that plus glibc keeping freed
+memory (GLIBC_TUNABLES); the reference numpy class as written (float64) and in float32 on
+the shapes where it finishes in seconds. Machine ceilings: the FMA loop (build/ceiling) and
+one large BLIS sgemm with mha's kernel (build/sgemm_ceiling). Prints a table and writes it
+to perf/results/bench-HOST-DATE.csv. A missing peer gets "n/a" in its columns; the driver
+never fails for that. GFLOP/s: 8·B·S·d² + 4·B·S²·d, only unmasked work for causal/ragged.
+usage: perf/bench.py [--rounds N] [--quick]"""
+import argparse
+import csv
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.path.join(ROOT, "build")
+PY = "/usr/bin/python3"
+
+# name, d, h, B, S, threads, mask ("none", "causal"), lengths or None, iters
+SHAPES = [
+    ("t1 bert S=512", 768, 12, 8, 512, 2, "none", None, 5),
+    ("t2 bert S=128", 768, 12, 8, 128, 2, "none", None, 10),
+    ("t2 bert S=128 1T", 768, 12, 8, 128, 1, "none", None, 10),
+    ("t3 B=1 S=2048", 1024, 16, 1, 2048, 2, "none", None, 3),
+    ("t4 causal S=512", 768, 12, 8, 512, 2, "causal", None, 5),
+    ("t4 ragged half", 768, 12, 8, 512, 2, "none", [512, 64, 448, 128, 384, 192, 320, 0], 5),
+    ("t5 long S=8192", 1024, 16, 1, 8192, 2, "none", None, 1),
+    ("t6 decode S=1 1T", 256, 4, 1, 1, 1, "none", None, 200),
+]
+
+
+def flops(d, b, s, mask, lengths):
+    total = 0.0
+    for i in range(b):
+        n = lengths[i % len(lengths)] if lengths else s
+        attn = n * (n + 1) / 2 if mask == "causal" else n * n
+        total += 8.0 * n * d * d + 4.0 * attn * d
+    return total
+
+
+def run_json(cmd, env=None):
+    """Runs cmd; returns its last output line parsed as JSON, or None if it failed."""
+    e = dict(os.environ)
+    e.update(env or {})
+    try:
+        out = subprocess.run(cmd, capture_output=True, env=e, cwd=ROOT, timeout=1800).stdout
+        return json.loads(out.decode().strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return None
+
+
+def mha_config(path, name, d, h, b, s, threads, mask, lengths, iters):
+    lines = [f"name: {json.dumps(name)}", f"model: {{ d_model: {d}, heads: {h}, bias: true }}"]
+    batch = f"batch: {{ size: {b}, seq_len: {s}, mask: {'padding' if lengths else mask}"
+    if lengths:
+        batch += f", lengths: [{', '.join(map(str, lengths))}]"
+    lines += [batch + " }", f"threads: {{ count: {threads} }}", f"run: {{ warmup: 2, iters: {iters}, seed: 42 }}"]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def have_module(name):
+    if not os.path.exists(PY):
+        return False
+    return subprocess.run([PY, "-c", f"import {name}"], capture_output=True).returncode == 0
+
+
+def median(xs):
+    xs = sorted(x for x in xs if x is not None)
+    return xs[len(xs) // 2] if xs else None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="only the first two shapes, one round")
+    args = ap.parse_args()
+    shapes = SHAPES[:2] if args.quick else SHAPES
+    rounds = 1 if args.quick else args.rounds
+    torch_ok, numpy_ok = have_module("torch"), have_module("numpy")
+
+    ceil = subprocess.run([os.path.join(BUILD, "ceiling"), "2"], capture_output=True, text=True).stdout.split()
+    fma = {int(ceil[i + 1]): float(ceil[i + 2]) for i in range(0, len(ceil), 5)} if ceil else {}
+    sg = {}
+    for t in (1, 2):
+        r = subprocess.run([os.path.join(BUILD, "sgemm_ceiling"), "2048", str(t)], capture_output=True, text=True).stdout.split()
+        sg[t] = float(r[2]) if r else None
+    print(f"machine: {platform.node()}, FMA peak {fma} GFLOP/s by threads; BLIS sgemm 2048³ {sg} GFLOP/s")
+    print(f"peers: torch {'yes' if torch_ok else 'n/a (install python3-torch: make bench PEERS=1)'}, "
+          f"numpy {'yes' if numpy_ok else 'n/a'}")
+
+    setups = {
+        "torch default": {},
+        "torch skx": {"BLIS_ARCH_TYPE": "0"},
+        "torch skx+tunables": {"BLIS_ARCH_TYPE": "0", "GLIBC_TUNABLES":
+                               "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736"},
+    }
+    rows = []
+    tmp = tempfile.mkdtemp(prefix="mha-bench-")
+    for name, d, h, b, s, t, mask, lengths, iters in shapes:
+        cfg = os.path.join(tmp, "shape.yaml")
+        mha_config(cfg, name, d, h, b, s, t, mask, lengths, iters)
+        fl = flops(d, b, s, mask, lengths)
+        res = {"mha": []}
+        rss = None
+        thr = {"OMP_NUM_THREADS": str(t), "BLIS_NUM_THREADS": str(t)}
+        for r in range(rounds):
+            out = run_json([os.path.join(BUILD, "mha"), "run", cfg, "--json", "--check", "0"])
+            if out:
+                res["mha"].append(out["median_ms"])
+                rss = out.get("peak_rss_mb", rss)
+                res.setdefault("mha min", []).append(out["min_ms"])
+                res.setdefault("mha max", []).append(out["max_ms"])
+            if torch_ok and s <= 2048:  # S=8192: PyTorch would hold a 4 GiB score tensor
+                for setup, env in setups.items():
+                    e = dict(thr, **env)
+                    cmd = [PY, os.path.join(ROOT, "perf/peers/torch_mha.py"), str(d), str(h), str(b), str(s), str(t),
+                           str(max(1, min(iters, 5))), "1", "1" if mask == "causal" else "0",
+                           ",".join(map(str, lengths)) if lengths else "-"]
+                    o = run_json(cmd, e)
+                    res.setdefault(setup, []).append(o["median_ms"] if o else None)
+            if numpy_ok and fl <= 6e9 and r == 0:
+                for dt in ("float64", "float32"):
+                    o = run_json([PY, os.path.join(ROOT, "perf/peers/numpy_mha.py"), str(d), str(h), str(b), str(s),
+                                     dt, "1", "1" if mask == "causal" else "0"], thr)
+                    res.setdefault(f"numpy {dt}", []).append(o["median_ms"] if o else None)
+        m = median(res["mha"])
+        peak = fma.get(t)
+        row = {"shape": name, "d": d, "heads": h, "batch": b, "seq": s, "threads": t, "mask": "padding" if lengths else mask,
+               "mha_median_ms": m, "mha_min_ms": min(res.get("mha min", [0]) or [0]),
+               "mha_max_ms": max(res.get("mha max", [0]) or [0]),
+               "gflops": fl / (m * 1e6) if m else None, "pct_fma_peak": 100 * fl / (m * 1e6) / peak if m and peak else None,
+               "peak_rss_mb": rss}
+        best = None
+        for peer in list(setups) + ["numpy float64", "numpy float32"]:
+            v = median(res.get(peer, []))
+            row[f"{peer} ms"] = v
+            row[f"{peer} / mha"] = v / m if v and m else None
+            if peer.startswith("torch") and v:
+                best = v if best is None else min(best, v)
+        row["torch best / mha"] = best / m if best and m else None
+        rows.append(row)
+        fmt = lambda v, f="{:.3f}": "n/a" if v is None else f.format(v)
+        print(f"{name:18s} mha {fmt(m)} ms ({fmt(row['mha_min_ms'])}–{fmt(row['mha_max_ms'])}) "
+              f"{fmt(row['gflops'], '{:.1f}')} GFLOP/s {fmt(row['pct_fma_peak'], '{:.0f}')}% of peak, "
+              f"torch best {fmt(best)} ms = {fmt(row['torch best / mha'], '{:.2f}')}× mha, "
+              f"numpy64 {fmt(row.get('numpy float64 ms'))} ms, RSS {fmt(rss, '{:.0f}')} MiB", flush=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(os.path.join(ROOT, "perf/results"), exist_ok=True)
+    path = os.path.join(ROOT, "perf/results", f"bench-{platform.node()}-{datetime.date.today()}.csv")
+    with open(path + ".tmp", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+    os.replace(path + ".tmp", path)
+    print(f"wrote {os.path.relpath(path, ROOT)}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+#!/usr/bin/python3
+"""PyTorch's nn.MultiheadAttention as a peer: prints {"median_ms", "min_ms", "max_ms"} for
+one shape. usage: torch_mha.py D H B S THREADS ITERS WARMUP CAUSAL LENGTHS(comma list or -)
+Fast path: eval mode, no_grad, need_weights=False, batch_first. bias=True (PyTorch 1.13's
+bias=False fails in eval mode, pytorch#97128). The environment (OMP_NUM_THREADS,
+BLIS_NUM_THREADS, BLIS_ARCH_TYPE, GLIBC_TUNABLES) is the setup being measured."""
+import json
+import sys
+import time
+
+import torch
+
+d, h, b, s, threads, iters, warmup, causal = map(int, sys.argv[1:9])
+lengths = None if sys.argv[9] == "-" else [int(x) for x in sys.argv[9].split(",")]
+torch.set_num_threads(threads)
+torch.manual_seed(0)
+m = torch.nn.MultiheadAttention(d, h, bias=True, batch_first=True).eval()
+x = torch.rand(b, s, d) * 2 - 1
+mask = torch.triu(torch.ones(s, s, dtype=torch.bool), 1) if causal else None
+pad = None
+if lengths:
+    pad = torch.arange(s)[None, :] >= torch.tensor([lengths[i % len(lengths)] for i in range(b)])[:, None]
+times = []
+with torch.no_grad():
+    for i in range(warmup + iters):
+        t0 = time.perf_counter()
+        m(x, x, x, attn_mask=mask, key_padding_mask=pad, need_weights=False)
+        if i >= warmup:
+            times.append((time.perf_counter() - t0) * 1e3)
+times.sort()
+print(json.dumps({"median_ms": times[len(times) // 2], "min_ms": times[0], "max_ms": times[-1]}))
