@@ -37,7 +37,7 @@ static void project(const mha_fwd *f, const mha_scratch *s, int m, const float *
     const float beta = f->has_bias ? 1.0f : 0.0f;
     if (f->has_bias)
         mha_mat_fill_rows(k, c, m, n, bias + col);
-    if (xp && m * 4 > k->aw) /* few rows run as matrix-vector products from x itself */
+    if (xp && !mha_gemm_few_rows(k, m)) /* few rows are read from x itself */
         mha_gemm_prepacked(k, m, n, f->d, 1.0f, xp, wb, beta, c);
     else
         mha_gemm(k, m, n, f->d, 1.0f, mha_mat_rows(k, x, f->d), wb, beta, c, s->apack);

@@ -97,7 +97,7 @@ __attribute__((target("avx512f"))) static void pack_rows_avx512(mha_mat a, int w
 
 static void pack_a(const mha_kernel *k, mha_mat a, int i0, int rows, int p0, int kc, float *restrict dst)
 {
-    if (k->aw <= 64 && mha_cpu_has_avx512())
+    if (k->aw <= 64 && k->avx512)
         pack_rows_avx512(a, k->bw, i0, rows, p0, kc, k->aw, dst);
     else
         pack_a_scalar(k, a, i0, rows, p0, kc, dst);
@@ -173,7 +173,7 @@ void mha_gemm(const mha_kernel *k, int m, int n, int kk, float alpha, mha_mat a,
         scale_c(k, m, n, beta, c);
         return;
     }
-    if (m * 4 <= k->aw && k->bw <= 64) {
+    if (mha_gemm_few_rows(k, m)) {
         gemv_rows(k, m, n, kk, alpha, a, b, beta, c);
         return;
     }
@@ -211,7 +211,7 @@ void mha_pack_panels(const mha_kernel *k, int rows, int cols, mha_mat src, int t
 {
     const int w = k->bw;
     /* the transpose's panels of w columns are panels of w rows of src: the A packing's form */
-    if (transpose && w <= 64 && mha_cpu_has_avx512()) {
+    if (transpose && w <= 64 && k->avx512) {
         pack_rows_avx512(src, w, 0, cols, 0, rows, w, dst);
         return;
     }

@@ -45,10 +45,11 @@ static inline size_t mha_round_up(size_t n, size_t w)
     return (n + w - 1) / w * w;
 }
 
-/* Whether this CPU runs AVX-512F (the packing fast path). */
-static inline int mha_cpu_has_avx512(void)
+/* Whether mha_gemm runs m rows as matrix-vector products (a register tile would be mostly
+ * empty): then its A operand is read in place and never packed. */
+static inline int mha_gemm_few_rows(const mha_kernel *k, int m)
 {
-    return __builtin_cpu_supports("avx512f");
+    return m * 4 <= k->aw && k->bw <= 64;
 }
 
 /* Floats of scratch mha_gemm needs to pack A. */

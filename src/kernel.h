@@ -15,6 +15,7 @@ typedef struct mha_kernel {
     int bw, aw;        /* panel widths: B panels of bw columns, A panels of aw rows */
     int kc;            /* k per pass (BLIS's KC) */
     int mb, nb;        /* rows of A packed per pass; columns of B per cache block */
+    int avx512;        /* the CPU runs AVX-512F: packing uses register transposes */
 } mha_kernel;
 
 /* request: "" or "auto" (from the CPU's features), or a sub-config name.
