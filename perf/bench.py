@@ -160,7 +160,7 @@ def main():
     with open(path + ".tmp", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
         w.writeheader()
-        w.writerows(rows)
+        w.writerows({k: "n/a" if v is None else v for k, v in r.items()} for r in rows)
     os.replace(path + ".tmp", path)
     print(f"wrote {os.path.relpath(path, ROOT)}")
 
