@@ -1,6 +1,7 @@
 # mha — build, test, install. `make`, `make test`, `make DEBUG=1 test`, `make install`.
-# `make deps` installs the Debian packages the build needs (when root); the other targets
-# call it first, so a fresh Debian machine needs nothing else.
+# `make deps` installs the Debian packages the build needs (when root; gnuplot-nox draws the
+# plots of `mha scale`); the other targets call it first, so a fresh Debian machine needs
+# nothing else.
 
 PREFIX ?= /usr/local
 LIBDIR ?= $(PREFIX)/lib
@@ -13,7 +14,7 @@ MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null || echo x86_64-linux-gnu
 # parallel region, and bli_gks_lookup_id (hidden in libblis.so.4) reachable.
 BLIS_INC ?= /usr/include/$(MULTIARCH)/blis-serial
 BLIS_A ?= /usr/lib/$(MULTIARCH)/blis-serial/libblis.a
-DEB_PKGS := libblis-serial-dev libcriterion-dev libcyaml-dev libyaml-dev libjansson-dev pkgconf
+DEB_PKGS := libblis-serial-dev libcriterion-dev libcyaml-dev libyaml-dev libjansson-dev pkgconf gnuplot-nox
 
 VERSION := $(shell awk '/define MHA_VERSION_(MAJOR|MINOR|PATCH)/ {v = v sep $$3; sep = "."} END {print v}' include/mha.h)
 SOMAJOR := $(firstword $(subst ., ,$(VERSION)))
@@ -37,10 +38,12 @@ CLI_SRC := $(wildcard src/cli/*.c)
 CLI_OBJ := $(CLI_SRC:src/cli/%.c=$(B)/obj/cli/%.o)
 TEST_SRC := $(wildcard tests/*.c)
 TEST_OBJ := $(TEST_SRC:tests/%.c=$(B)/tests/%.o)
+# Command-line modules the tests call directly (pure functions).
+TEST_CLI_OBJ := $(B)/obj/cli/scale_fit.o
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
-.PHONY: all deps deps-perf deps-bench test run install uninstall clean readme-example footprint blis-overhead bench
+.PHONY: all deps deps-perf deps-bench test run install uninstall clean readme-example footprint blis-overhead bench report
 all: $(B)/libmha.a $(B)/libmha.so $(B)/mha
 
 deps:
@@ -91,11 +94,11 @@ $(B)/counted/libmha.a: $(LIB_OBJ)
 
 $(B)/tests/%.o: tests/%.c $(wildcard tests/*.h) $(wildcard src/*.h) include/mha.h | deps
 	@mkdir -p $(@D)
-	$(CC) -std=gnu11 $(OPT) $(WARN) -Wno-missing-prototypes -fopenmp -Iinclude -Isrc -DMHA_CLI='"$(B)/mha"' -c $< -o $@
+	$(CC) -std=gnu11 $(OPT) $(WARN) -Wno-missing-prototypes -fopenmp -Iinclude -Isrc -Isrc/cli -DMHA_CLI='"$(B)/mha"' -c $< -o $@
 
 # The CLI tests run $(B)/mha, so it is built first.
-$(B)/tests/mha_tests: $(TEST_OBJ) $(B)/counted/libmha.a $(B)/mha
-	$(CC) $(OPT) -o $@ $(TEST_OBJ) $(B)/counted/libmha.a $(BLIS_A) -lcriterion $(LDLIBS)
+$(B)/tests/mha_tests: $(TEST_OBJ) $(TEST_CLI_OBJ) $(B)/counted/libmha.a $(B)/mha
+	$(CC) $(OPT) -o $@ $(TEST_OBJ) $(TEST_CLI_OBJ) $(B)/counted/libmha.a $(BLIS_A) -lcriterion $(LDLIBS)
 
 # Sanitizer runs: runtime-owned memory (libgomp's pool, Criterion's runner) is not a leak of ours.
 test: $(B)/tests/mha_tests readme-example
@@ -137,6 +140,11 @@ bench: all deps-bench
 
 run: all
 	$(B)/mha run
+
+# Thread-scaling report of bert-base on this machine (README: "Thread-scaling reports").
+REPORT_DIR ?= perf/reports/$(shell hostname -s)-$(shell date +%F)
+report: all
+	$(B)/mha scale configs/bert-base.yaml --out $(REPORT_DIR)
 
 install: all
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)

@@ -64,7 +64,7 @@ void write_npy_raw(const char *path, int major, const char *dict, size_t data_le
     free(buf);
 }
 
-static char *slurp(const char *path)
+char *read_text(const char *path)
 {
     FILE *f = fopen(path, "rb");
     cr_assert(f);
@@ -87,9 +87,9 @@ int run_cli(const char *args, char **out, char **err)
     snprintf(cmd, sizeof cmd, "%s %s >%s 2>%s </dev/null", MHA_CLI, args, o, e);
     int status = system(cmd);
     if (out)
-        *out = slurp(o);
+        *out = read_text(o);
     if (err)
-        *err = slurp(e);
+        *err = read_text(e);
     tmpdir_remove(dir);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }

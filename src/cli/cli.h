@@ -13,6 +13,7 @@ enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 
 int mha_cli_run(int argc, char **argv);
 int mha_cli_info(int argc, char **argv);
+int mha_cli_scale(int argc, char **argv);
 
 /* "mha: <message>" on stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -37,6 +38,20 @@ typedef struct cli_problem {
     int32_t *q_len, *kv_len;   /* NULL or (batch) */
     mha_weights w;
 } cli_problem;
+
+/* The config's generated problem for `batch` sequences: seeded uniform inputs (q, and kv
+ * for cross-attention), lengths repeated over the batch, and for self-attention the query
+ * lengths as key padding too. Returns EXIT_OK, or an exit code after a message. */
+int cli_generate_inputs(const mha_file_config *fc, int batch, cli_problem *p);
+/* Seeded weights with nn.Linear's init, U(-1/sqrt(d), 1/sqrt(d)), into *buf (the caller
+ * frees it) and p->w (x·W layout; biases when the config has them). */
+int cli_generate_weights(const mha_file_config *fc, cli_problem *p, float **buf);
+/* Lengths list, repeated over the batch (NULL when out of memory). */
+int32_t *cli_cycle_lengths(const int *list, int n, int batch);
+/* Self-attention: the query lengths pad the keys too (p->kv_len becomes a copy). */
+int cli_self_key_padding(cli_problem *p);
+/* Frees what a cli_problem owns (inputs and lengths, not the weights). */
+void cli_problem_free(cli_problem *p);
 
 /* FLOPs of one forward counting only unmasked work (DESIGN.md's count when nothing is
  * masked): projections 2·d² per valid query and per valid key ×2 plus the output

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +76,83 @@ cli_stats cli_stats_of(double *t, int n)
     qsort(t, (size_t)n, sizeof *t, cmp_double);
     double med = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
     return (cli_stats){med, t[0], t[n - 1]};
+}
+
+int32_t *cli_cycle_lengths(const int *list, int n, int batch)
+{
+    int32_t *out = malloc((size_t)batch * sizeof *out);
+    for (int b = 0; out && b < batch; b++)
+        out[b] = list[b % n];
+    return out;
+}
+
+static float *uniform(size_t n, uint64_t *seed)
+{
+    float *x = malloc(n * sizeof *x);
+    if (x)
+        cli_fill_uniform(x, n, -1.0f, 1.0f, seed);
+    return x;
+}
+
+int cli_generate_inputs(const mha_file_config *fc, int batch, cli_problem *p)
+{
+    uint64_t seed = fc->seed;
+    size_t nq, nkv;
+    p->d = fc->d_model, p->h = fc->heads, p->batch = batch;
+    p->seq_q = fc->seq_len, p->seq_kv = fc->cross ? fc->kv_len : fc->seq_len, p->cross = fc->cross;
+    if (__builtin_mul_overflow((size_t)batch * p->seq_q, (size_t)p->d, &nq) ||
+        __builtin_mul_overflow((size_t)batch * p->seq_kv, (size_t)p->d, &nkv) || nq > SIZE_MAX / 8 || nkv > SIZE_MAX / 8) {
+        cli_error("a batch of %d × %d × %d does not fit in memory", batch, p->seq_q, p->d);
+        return EXIT_RUNTIME;
+    }
+    if (!(p->q = uniform(nq, &seed)) || (p->cross && !(p->kv = uniform(nkv, &seed)))) {
+        cli_error("out of memory for a batch of %d × %d × %d inputs", batch, p->seq_q, p->d);
+        return EXIT_RUNTIME;
+    }
+    if ((fc->n_lengths && !(p->q_len = cli_cycle_lengths(fc->lengths, fc->n_lengths, batch))) ||
+        (p->cross && fc->n_kv_lengths && !(p->kv_len = cli_cycle_lengths(fc->kv_lengths, fc->n_kv_lengths, batch)))) {
+        cli_error("out of memory");
+        return EXIT_RUNTIME;
+    }
+    p->causal = fc->mask == MHA_MASK_CAUSAL;
+    return EXIT_OK;
+}
+
+int cli_self_key_padding(cli_problem *p)
+{
+    if (p->cross || !p->q_len)
+        return EXIT_OK;
+    free(p->kv_len);
+    if (!(p->kv_len = malloc((size_t)p->batch * sizeof *p->kv_len))) {
+        cli_error("out of memory");
+        return EXIT_RUNTIME;
+    }
+    memcpy(p->kv_len, p->q_len, (size_t)p->batch * sizeof *p->kv_len);
+    return EXIT_OK;
+}
+
+int cli_generate_weights(const mha_file_config *fc, cli_problem *p, float **buf)
+{
+    /* after the inputs' stream: a different seed */
+    size_t dd = (size_t)p->d * p->d;
+    uint64_t seed = fc->seed ^ 0x5EEDull;
+    if (!(*buf = malloc((4 * dd + 4 * (size_t)p->d) * sizeof **buf))) {
+        cli_error("out of memory for the weights");
+        return EXIT_RUNTIME;
+    }
+    float bound = 1.0f / sqrtf((float)p->d), *w = *buf, *b = w + 4 * dd;
+    cli_fill_uniform(w, 4 * dd, -bound, bound, &seed);
+    cli_fill_uniform(b, 4 * (size_t)p->d, -bound, bound, &seed);
+    p->w = (mha_weights){w, w + dd, w + 2 * dd, w + 3 * dd, NULL, NULL, NULL, NULL, MHA_LAYOUT_XW};
+    if (fc->bias)
+        p->w.b_q = b, p->w.b_k = b + p->d, p->w.b_v = b + 2 * p->d, p->w.b_o = b + 3 * p->d;
+    return EXIT_OK;
+}
+
+void cli_problem_free(cli_problem *p)
+{
+    free(p->q), free(p->kv), free(p->q_len), free(p->kv_len);
+    p->q = p->kv = NULL, p->q_len = p->kv_len = NULL;
 }
 
 static int q_len_of(const cli_problem *p, int b) { return p->q_len ? p->q_len[b] : p->seq_q; }

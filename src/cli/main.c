@@ -1,4 +1,4 @@
-/* main.c — the mha command: dispatch to run, info (and, later, scale). */
+/* main.c — the mha command: dispatch to run, scale and info. */
 #include <stdio.h>
 #include <string.h>
 
@@ -7,6 +7,7 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: mha run [CONFIG] [options]   run the engine (mha run --help)\n"
+"       mha scale CONFIG [options]   thread-scaling sweep: CSV, Markdown, plots (mha scale --help)\n"
                "       mha info                     CPU, cores, BLIS and OpenMP as the engine sees them\n"
                "       mha --version\n");
 }
@@ -20,6 +21,8 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     if (!strcmp(cmd, "run"))
         return mha_cli_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "scale"))
+        return mha_cli_scale(argc - 1, argv + 1);
     if (!strcmp(cmd, "info"))
         return mha_cli_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "--version")) {

@@ -95,17 +95,8 @@ static void release(run_state *s)
     mha_free(s->e);
     mha_weights_file_free(&s->wf);
     free(s->gen_w);
-    free(s->p.q), free(s->p.kv), free(s->p.q_len), free(s->p.kv_len);
+    cli_problem_free(&s->p);
     free(s->out), free(s->attn), free(s->times);
-}
-
-/* Lengths from the config, repeated over the batch. */
-static int32_t *cycle(const int *list, int n, int batch)
-{
-    int32_t *out = malloc((size_t)batch * sizeof *out);
-    for (int b = 0; out && b < batch; b++)
-        out[b] = list[b % n];
-    return out;
 }
 
 static int load_inputs(const run_opts *o, run_state *s)
@@ -114,25 +105,25 @@ static int load_inputs(const run_opts *o, run_state *s)
     cli_problem *p = &s->p;
     char err[512];
     mha_status st;
-    uint64_t seed = fc->seed;
-    p->d = fc->d_model, p->h = fc->heads;
-    if (o->input) {
+    int rc;
+    if (!o->input) {
+        if ((rc = cli_generate_inputs(fc, fc->batch, p)) != EXIT_OK)
+            return rc;
+    } else {
         int64_t shape[3];
+        p->d = fc->d_model, p->h = fc->heads;
         if ((st = mha_npy_load_f32(o->input, 3, shape, &p->q, err, sizeof err)) != MHA_OK)
             return cli_error("%s", err), cli_exit_code(st);
         if (shape[2] != fc->d_model || shape[0] < 1 || shape[1] < 1 || shape[0] > 1 << 20 || shape[1] > 1 << 24)
             return cli_error("%s: shape (%lld, %lld, %lld): want (batch, seq, d_model = %d)", o->input, (long long)shape[0],
                              (long long)shape[1], (long long)shape[2], fc->d_model), EXIT_USAGE;
         p->batch = (int)shape[0], p->seq_q = p->seq_kv = (int)shape[1];
-    } else {
-        p->batch = fc->batch, p->seq_q = fc->seq_len, p->seq_kv = fc->seq_len;
-        size_t n = (size_t)p->batch * p->seq_q * p->d;
-        if (!(p->q = malloc(n * sizeof *p->q)))
-            return cli_error("out of memory for the input"), EXIT_RUNTIME;
-        cli_fill_uniform(p->q, n, -1.0f, 1.0f, &seed);
+        p->causal = fc->mask == MHA_MASK_CAUSAL;
     }
-    if (o->kv) {
+    if (o->kv) { /* replaces generated keys and their config lengths */
         int64_t shape[3];
+        free(p->kv), free(p->kv_len);
+        p->kv = NULL, p->kv_len = NULL;
         if ((st = mha_npy_load_f32(o->kv, 3, shape, &p->kv, err, sizeof err)) != MHA_OK)
             return cli_error("%s", err), cli_exit_code(st);
         if (shape[0] != p->batch || shape[2] != fc->d_model || shape[1] < 1 || shape[1] > 1 << 24)
@@ -140,40 +131,29 @@ static int load_inputs(const run_opts *o, run_state *s)
                              (long long)shape[0], (long long)shape[1], (long long)shape[2], p->batch, fc->d_model), EXIT_USAGE;
         p->seq_kv = (int)shape[1];
         p->cross = 1;
-    } else if (!o->input && fc->cross) {
-        p->seq_kv = fc->kv_len;
-        size_t n = (size_t)p->batch * p->seq_kv * p->d;
-        if (!(p->kv = malloc(n * sizeof *p->kv)))
-            return cli_error("out of memory for the keys"), EXIT_RUNTIME;
-        cli_fill_uniform(p->kv, n, -1.0f, 1.0f, &seed);
-        p->cross = 1;
     }
-    /* lengths: files first, else the config's for generated inputs */
     int64_t n;
     if (o->lengths) {
+        free(p->q_len);
+        p->q_len = NULL;
         if ((st = mha_npy_load_lengths(o->lengths, &n, &p->q_len, p->seq_q, err, sizeof err)) != MHA_OK)
             return cli_error("%s", err), cli_exit_code(st);
         if (n != p->batch)
             return cli_error("%s: %lld lengths for a batch of %d", o->lengths, (long long)n, p->batch), EXIT_USAGE;
-    } else if (!o->input && fc->n_lengths) {
-        p->q_len = cycle(fc->lengths, fc->n_lengths, p->batch);
     }
     if (o->kv_lengths) {
         if (!p->cross)
             return cli_error("--kv-lengths: only for cross-attention (--kv)"), EXIT_USAGE;
+        free(p->kv_len);
+        p->kv_len = NULL;
         if ((st = mha_npy_load_lengths(o->kv_lengths, &n, &p->kv_len, p->seq_kv, err, sizeof err)) != MHA_OK)
             return cli_error("%s", err), cli_exit_code(st);
         if (n != p->batch)
             return cli_error("%s: %lld lengths for a batch of %d", o->kv_lengths, (long long)n, p->batch), EXIT_USAGE;
-    } else if (p->cross && !o->kv && fc->n_kv_lengths) {
-        p->kv_len = cycle(fc->kv_lengths, fc->n_kv_lengths, p->batch);
     }
-    if (!p->cross && p->q_len) { /* self-attention: the same lengths pad the keys */
-        if (!(p->kv_len = malloc((size_t)p->batch * sizeof *p->kv_len)))
-            return cli_error("out of memory"), EXIT_RUNTIME;
-        memcpy(p->kv_len, p->q_len, (size_t)p->batch * sizeof *p->kv_len);
-    }
-    p->causal = o->causal || fc->mask == MHA_MASK_CAUSAL;
+    if ((rc = cli_self_key_padding(p)) != EXIT_OK)
+        return rc;
+    p->causal |= o->causal;
     if (fc->mask == MHA_MASK_PADDING && !p->q_len && !p->kv_len) {
         if (fc->line_mask)
             cli_error("%s:%d: batch.mask: padding, but no lengths anywhere (batch.lengths, --lengths, --kv-lengths)",
@@ -198,18 +178,7 @@ static int load_weights(const run_opts *o, run_state *s)
     }
     if (o->prefix)
         return cli_error("--prefix: only with --weights"), EXIT_USAGE;
-    /* nn.Linear's init: U(-1/sqrt(d), 1/sqrt(d)), after the inputs in the seeded stream */
-    size_t dd = (size_t)p->d * p->d;
-    uint64_t seed = s->fc.seed ^ 0x5EEDull;
-    if (!(s->gen_w = malloc((4 * dd + 4 * (size_t)p->d) * sizeof *s->gen_w)))
-        return cli_error("out of memory for the weights"), EXIT_RUNTIME;
-    float bound = 1.0f / sqrtf((float)p->d), *b = s->gen_w + 4 * dd;
-    cli_fill_uniform(s->gen_w, 4 * dd, -bound, bound, &seed);
-    cli_fill_uniform(b, 4 * (size_t)p->d, -bound, bound, &seed);
-    p->w = (mha_weights){s->gen_w, s->gen_w + dd, s->gen_w + 2 * dd, s->gen_w + 3 * dd, NULL, NULL, NULL, NULL, MHA_LAYOUT_XW};
-    if (s->fc.bias)
-        p->w.b_q = b, p->w.b_k = b + p->d, p->w.b_v = b + 2 * p->d, p->w.b_o = b + 3 * p->d;
-    return EXIT_OK;
+    return cli_generate_weights(&s->fc, p, &s->gen_w);
 }
 
 /* The whole process's peak resident memory. */
