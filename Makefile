@@ -43,7 +43,7 @@ TEST_CLI_OBJ := $(B)/obj/cli/scale_fit.o
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
-.PHONY: all deps deps-perf deps-bench test run install uninstall clean readme-example footprint blis-overhead bench report
+.PHONY: all deps deps-perf deps-bench test run install uninstall clean readme-example footprint blis-overhead bench report serve-bench
 all: $(B)/libmha.a $(B)/libmha.so $(B)/mha
 
 deps:
@@ -140,6 +140,14 @@ bench: all deps-bench
 
 run: all
 	$(B)/mha run
+
+# libmha under server load (perf/serve_bench.c, perf/serve_bench.sh): 1 × 2 and 2 × 1
+# workers × threads at 90% of capacity and 1 × 2 at 20%, each with default and passive
+# OpenMP waiting: six runs of SERVE_SECONDS (3: about 20 s in all, with calibration).
+SERVE_SECONDS ?= 3
+serve-bench: $(B)/libmha.a
+	$(CC) -O2 -Iinclude perf/serve_bench.c $(B)/libmha.a $(BLIS_A) $(LDLIBS) -o $(B)/serve_bench
+	perf/serve_bench.sh $(B)/serve_bench $(SERVE_SECONDS)
 
 # Thread-scaling report of bert-base on this machine (README: "Thread-scaling reports").
 REPORT_DIR ?= perf/reports/$(shell hostname -s)-$(shell date +%F)

@@ -1,0 +1,365 @@
+/* serve_bench.c — libmha embedded as a server embeds it: M worker threads, each owning an
+ * engine with T OpenMP threads, fed by an open-loop request generator (Poisson arrivals at a
+ * target rate) through one queue. A request is one sequence whose length is drawn from a
+ * ragged distribution; its response is checked bit for bit against a checksum computed
+ * offline, before the load, by a separate engine. Reports achieved throughput, latency and
+ * queueing-delay percentiles, the process's CPU use, and stops by itself: arrivals end after
+ * the duration, the queue drains, and a hard deadline ends a run that cannot keep up.
+ *
+ * usage: serve_bench [--workers M] [--threads T] [--rate R|auto] [--duration S] [--d D]
+ *                    [--heads H] [--max-len L] [--seed N] [--calibrate] [--header]
+ * --rate auto (default): 0.9 × the capacity measured closed-loop for 2 s with this M × T.
+ * --calibrate: print only that capacity (requests/s). --header: the table header. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mha.h"
+
+#define TEMPLATES 64 /* distinct requests; each arrival picks one at random */
+
+typedef struct request_template {
+    int len;
+    float *x;          /* (len, d) */
+    uint64_t checksum; /* FNV-1a of the expected output's bytes */
+} request_template;
+
+typedef struct request {
+    int tmpl;
+    double arrival, start, end; /* ms since the run began */
+    int ok;
+} request;
+
+typedef struct server {
+    int workers, threads, d, heads, max_len;
+    double rate, duration_s;
+    request_template t[TEMPLATES];
+    mha_weights w;
+    float *wbuf;
+    /* queue: requests[head, tail) are waiting; tail only grows */
+    request *req;
+    size_t cap, head, tail;
+    int closed;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    double t0;
+    int failed; /* an engine call failed */
+} server;
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double uniform01(uint64_t *s) { return (double)(splitmix(s) >> 11) / 9007199254740992.0; }
+
+static uint64_t fnv1a(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static mha_engine *make_engine(const server *s, int threads)
+{
+    mha_config cfg;
+    mha_config_init(&cfg);
+    cfg.d_model = s->d, cfg.n_heads = s->heads, cfg.threads = threads;
+    cfg.max_batch = 1, cfg.max_seq_q = cfg.max_seq_kv = s->max_len;
+    mha_engine *e = NULL;
+    if (mha_create(&cfg, &e) != MHA_OK || mha_set_weights(e, &s->w) != MHA_OK) {
+        mha_free(e);
+        return NULL;
+    }
+    return e;
+}
+
+static mha_status serve_one(mha_engine *e, const request_template *t, float *out)
+{
+    mha_input in = {.batch = 1, .seq_q = t->len, .seq_kv = t->len, .q = t->x, .k = t->x, .v = t->x};
+    return mha_forward(e, &in, out, NULL);
+}
+
+/* Ragged lengths: log-uniform over [8, max_len], so short requests are common and long ones
+ * present, as in serving traffic. Checksums from one 1-thread engine: mha's output does not
+ * depend on the thread count (bitwise; tested), so any worker must reproduce them. */
+static int prepare(server *s, uint64_t seed)
+{
+    size_t dd = (size_t)s->d * s->d;
+    if (!(s->wbuf = malloc((4 * dd + 4 * (size_t)s->d) * sizeof *s->wbuf)))
+        return -1;
+    float bound = 1.0f / sqrtf((float)s->d);
+    for (size_t i = 0; i < 4 * dd + 4 * (size_t)s->d; i++)
+        s->wbuf[i] = (float)(2 * uniform01(&seed) - 1) * bound;
+    float *w = s->wbuf, *b = w + 4 * dd;
+    s->w = (mha_weights){w, w + dd, w + 2 * dd, w + 3 * dd, b, b + s->d, b + 2 * s->d, b + 3 * s->d, MHA_LAYOUT_XW};
+    mha_engine *e = make_engine(s, 1);
+    float *out = malloc((size_t)s->max_len * s->d * sizeof *out);
+    if (!e || !out)
+        return free(out), mha_free(e), -1;
+    for (int i = 0; i < TEMPLATES; i++) {
+        request_template *t = &s->t[i];
+        t->len = (int)lround(exp(log(8.0) + uniform01(&seed) * (log((double)s->max_len) - log(8.0))));
+        if (!(t->x = malloc((size_t)t->len * s->d * sizeof *t->x)))
+            return free(out), mha_free(e), -1;
+        for (size_t j = 0; j < (size_t)t->len * s->d; j++)
+            t->x[j] = (float)(2 * uniform01(&seed) - 1);
+        if (serve_one(e, t, out) != MHA_OK)
+            return free(out), mha_free(e), -1;
+        t->checksum = fnv1a(out, (size_t)t->len * s->d * sizeof *out);
+    }
+    free(out);
+    mha_free(e);
+    return 0;
+}
+
+static void *worker(void *arg)
+{
+    server *s = arg;
+    mha_engine *e = make_engine(s, s->threads);
+    float *out = malloc((size_t)s->max_len * s->d * sizeof *out);
+    if (!e || !out) {
+        pthread_mutex_lock(&s->mu);
+        s->failed = 1;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        while (s->head == s->tail && !s->closed && !s->failed)
+            pthread_cond_wait(&s->cv, &s->mu);
+        if (s->failed || (s->head == s->tail && s->closed)) {
+            pthread_mutex_unlock(&s->mu);
+            break;
+        }
+        request *r = &s->req[s->head++];
+        pthread_mutex_unlock(&s->mu);
+        r->start = now_ms() - s->t0;
+        const request_template *t = &s->t[r->tmpl];
+        mha_status st = serve_one(e, t, out);
+        r->end = now_ms() - s->t0;
+        r->ok = st == MHA_OK && fnv1a(out, (size_t)t->len * s->d * sizeof *out) == t->checksum;
+        if (st != MHA_OK) {
+            pthread_mutex_lock(&s->mu);
+            s->failed = 1;
+            pthread_cond_broadcast(&s->cv);
+            pthread_mutex_unlock(&s->mu);
+        }
+    }
+    free(out);
+    mha_free(e);
+    return NULL;
+}
+
+static void push(server *s, int tmpl, double arrival)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->tail < s->cap) {
+        s->req[s->tail] = (request){.tmpl = tmpl, .arrival = arrival};
+        s->tail++;
+        pthread_cond_signal(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double pct(const double *sorted, size_t n, double p)
+{
+    if (!n)
+        return NAN;
+    size_t i = (size_t)ceil(p / 100.0 * (double)n);
+    return sorted[i ? i - 1 : 0];
+}
+
+/* One run. closed: every worker takes a request as soon as it is free (capacity). Returns
+ * requests/s completed, and prints the table row unless quiet. */
+static double run(server *s, int closed, int quiet, uint64_t seed)
+{
+    double expect = closed ? 1e6 : s->rate * s->duration_s * 1.5 + 1024;
+    s->cap = (size_t)expect;
+    s->req = calloc(s->cap, sizeof *s->req);
+    if (!s->req)
+        return -1;
+    s->head = s->tail = 0, s->closed = 0, s->failed = 0;
+    pthread_t *th = calloc((size_t)s->workers, sizeof *th);
+    struct rusage ru0, ru1;
+    getrusage(RUSAGE_SELF, &ru0);
+    s->t0 = now_ms();
+    if (closed) { /* every request there at t = 0; measure how fast the workers empty it */
+        for (size_t i = 0; i < s->cap; i++)
+            s->req[i] = (request){.tmpl = (int)(splitmix(&seed) % TEMPLATES)};
+        s->tail = s->cap;
+    }
+    for (int i = 0; i < s->workers; i++)
+        pthread_create(&th[i], NULL, worker, s);
+    const double end_ms = s->duration_s * 1e3, deadline = 2 * end_ms + 10e3;
+    if (closed) {
+        while (now_ms() - s->t0 < end_ms)
+            usleep(10000);
+    } else { /* open loop: Poisson arrivals, whatever the workers manage */
+        double next = 0;
+        while (next < end_ms) {
+            double t = now_ms() - s->t0;
+            if (t < next) {
+                double wait = next - t;
+                if (wait > 0.05)
+                    usleep((useconds_t)(wait * 1e3 * 0.8));
+                continue;
+            }
+            push(s, (int)(splitmix(&seed) % TEMPLATES), next);
+            next += -log(1.0 - uniform01(&seed)) * 1e3 / s->rate;
+        }
+    }
+    pthread_mutex_lock(&s->mu);
+    if (closed)
+        s->tail = s->head; /* drop what is left: capacity is what got done in the time */
+    s->closed = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    /* drain, but not forever: a run that cannot keep up is cut at the deadline */
+    int cut = 0;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        int empty = s->head == s->tail;
+        if (!empty && now_ms() - s->t0 > deadline)
+            s->tail = s->head, cut = 1;
+        pthread_mutex_unlock(&s->mu);
+        if (empty || cut)
+            break;
+        usleep(10000);
+    }
+    for (int i = 0; i < s->workers; i++)
+        pthread_join(th[i], NULL);
+    double wall = now_ms() - s->t0;
+    getrusage(RUSAGE_SELF, &ru1);
+    double cpu_s = (double)(ru1.ru_utime.tv_sec - ru0.ru_utime.tv_sec + ru1.ru_stime.tv_sec - ru0.ru_stime.tv_sec) +
+                   (double)(ru1.ru_utime.tv_usec - ru0.ru_utime.tv_usec + ru1.ru_stime.tv_usec - ru0.ru_stime.tv_usec) / 1e6;
+    free(th);
+
+    /* statistics over the requests served, the first 10% of the arrival window left out
+     * (engines and caches warming up) */
+    size_t n = 0, bad = 0, done = 0;
+    double tokens = 0, busy = 0;
+    double *lat = malloc(s->head * sizeof *lat + 1), *queue = malloc(s->head * sizeof *queue + 1);
+    double first = 1e300, last = 0;
+    for (size_t i = 0; i < s->head; i++) {
+        const request *r = &s->req[i];
+        if (r->end <= 0)
+            continue;
+        done++;
+        bad += !r->ok;
+        busy += r->end - r->start;
+        if (!closed && r->arrival < 0.1 * end_ms)
+            continue;
+        lat[n] = r->end - r->arrival, queue[n] = r->start - r->arrival, n++;
+        tokens += s->t[r->tmpl].len;
+        first = r->arrival < first ? r->arrival : first;
+        last = r->end > last ? r->end : last;
+    }
+    qsort(lat, n, sizeof *lat, cmp_double);
+    qsort(queue, n, sizeof *queue, cmp_double);
+    double span_s = closed ? end_ms / 1e3 : (last - first) / 1e3;
+    double achieved = closed ? (double)done / span_s : (double)n / span_s;
+    if (!quiet) {
+        const char *wp = getenv("OMP_WAIT_POLICY");
+        printf("| %d × %d | %s | %.1f | %.1f | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f%% | %.0f%% | %zu/%zu%s |\n",
+               s->workers, s->threads, wp ? wp : "default", s->rate, achieved, tokens / span_s, pct(lat, n, 50),
+               pct(lat, n, 95), pct(lat, n, 99), lat[n ? n - 1 : 0], pct(queue, n, 50), pct(queue, n, 99),
+               busy / wall * 100 / s->workers, 100 * cpu_s / (wall / 1e3) / (double)sysconf(_SC_NPROCESSORS_ONLN),
+               done - bad, done, cut ? ", cut at the deadline" : "");
+        fflush(stdout);
+    }
+    free(lat), free(queue), free(s->req);
+    s->req = NULL;
+    if (s->failed) {
+        fprintf(stderr, "serve_bench: an engine failed\n");
+        return -1;
+    }
+    if (bad) {
+        fprintf(stderr, "serve_bench: %zu of %zu responses differ from their offline checksum\n", bad, done);
+        return -1;
+    }
+    return achieved;
+}
+
+int main(int argc, char **argv)
+{
+    server s = {.workers = 1, .threads = 2, .d = 768, .heads = 12, .max_len = 256, .duration_s = 20};
+    uint64_t seed = 42;
+    int calibrate = 0, auto_rate = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--header")) {
+            printf("| M × T | OMP_WAIT_POLICY | offered req/s | achieved req/s | tokens/s | p50 ms | p95 ms | "
+                   "p99 ms | max ms | queue p50 ms | queue p99 ms | worker busy | process CPU | ok/served |\n"
+                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+            return 0;
+        }
+        if (!strcmp(a, "--calibrate")) { calibrate = 1; continue; }
+        if (!v) { fprintf(stderr, "serve_bench: %s needs a value\n", a); return 2; }
+        i++;
+        if (!strcmp(a, "--workers")) s.workers = atoi(v);
+        else if (!strcmp(a, "--threads")) s.threads = atoi(v);
+        else if (!strcmp(a, "--rate")) { auto_rate = !strcmp(v, "auto"); s.rate = auto_rate ? 0 : atof(v); }
+        else if (!strcmp(a, "--duration")) s.duration_s = atof(v);
+        else if (!strcmp(a, "--d")) s.d = atoi(v);
+        else if (!strcmp(a, "--heads")) s.heads = atoi(v);
+        else if (!strcmp(a, "--max-len")) s.max_len = atoi(v);
+        else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
+        else { fprintf(stderr, "serve_bench: unknown option %s\n", a); return 2; }
+    }
+    if (s.workers < 1 || s.workers > 256 || s.threads < 1 || s.threads > 256 || s.duration_s <= 0 ||
+        s.duration_s > 3600 || s.max_len < 8 || s.max_len > 8192 || s.d < 1 || s.heads < 1 || s.d % s.heads ||
+        (!auto_rate && !(s.rate > 0 && s.rate < 1e6))) {
+        fprintf(stderr, "serve_bench: an option is out of range (see the usage at the top of perf/serve_bench.c)\n");
+        return 2;
+    }
+    pthread_mutex_init(&s.mu, NULL);
+    pthread_cond_init(&s.cv, NULL);
+    if (prepare(&s, seed) != 0) {
+        fprintf(stderr, "serve_bench: could not prepare the requests (memory or engine)\n");
+        return 1;
+    }
+    int rc = 0;
+    if (calibrate || auto_rate) {
+        double d = s.duration_s;
+        s.duration_s = 2;
+        double cap = run(&s, 1, 1, seed);
+        s.duration_s = d;
+        if (cap <= 0)
+            rc = 1;
+        else if (calibrate)
+            printf("%.1f\n", cap);
+        s.rate = 0.9 * cap;
+    }
+    if (!rc && !calibrate && run(&s, 0, 0, seed + 1) < 0)
+        rc = 1;
+    for (int i = 0; i < TEMPLATES; i++)
+        free(s.t[i].x);
+    free(s.wbuf);
+    return rc;
+}
