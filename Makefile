@@ -30,7 +30,9 @@ endif
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wvla -Wmissing-prototypes -Wno-format-truncation
 CFLAGS_LIB := -std=c11 $(OPT) $(WARN) -fPIC -fvisibility=hidden -fopenmp -DMHA_BUILDING -Iinclude -isystem $(BLIS_INC)
-LDLIBS := -lcyaml -lyaml -ljansson -fopenmp -lm -lpthread
+# The library needs libcyaml/libyaml (config loader); the command also jansson (--json output).
+LDLIBS := -lcyaml -lyaml -fopenmp -lm -lpthread
+CLI_LDLIBS := $(LDLIBS) -ljansson
 
 LIB_SRC := $(wildcard src/*.c)
 LIB_OBJ := $(LIB_SRC:src/%.c=$(B)/obj/%.o)
@@ -72,7 +74,7 @@ $(B)/obj/cli/%.o: src/cli/%.c $(wildcard src/cli/*.h) $(wildcard src/*.h) includ
 	$(CC) -std=c11 $(OPT) $(WARN) -fopenmp -Iinclude -Isrc -c $< -o $@
 
 $(B)/mha: $(CLI_OBJ) $(B)/libmha.a
-	$(CC) $(OPT) -o $@ $(CLI_OBJ) $(B)/libmha.a $(BLIS_A) $(LDLIBS)
+	$(CC) $(OPT) -o $@ $(CLI_OBJ) $(B)/libmha.a $(BLIS_A) $(CLI_LDLIBS)
 
 $(B)/libmha.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
@@ -98,7 +100,7 @@ $(B)/tests/%.o: tests/%.c $(wildcard tests/*.h) $(wildcard src/*.h) include/mha.
 
 # The CLI tests run $(B)/mha, so it is built first.
 $(B)/tests/mha_tests: $(TEST_OBJ) $(TEST_CLI_OBJ) $(B)/counted/libmha.a $(B)/mha
-	$(CC) $(OPT) -o $@ $(TEST_OBJ) $(TEST_CLI_OBJ) $(B)/counted/libmha.a $(BLIS_A) -lcriterion $(LDLIBS)
+	$(CC) $(OPT) -o $@ $(TEST_OBJ) $(TEST_CLI_OBJ) $(B)/counted/libmha.a $(BLIS_A) -lcriterion $(CLI_LDLIBS)
 
 # Sanitizer runs: runtime-owned memory (libgomp's pool, Criterion's runner) is not a leak of ours.
 test: $(B)/tests/mha_tests readme-example

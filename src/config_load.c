@@ -496,7 +496,9 @@ mha_status mha_file_config_load(const char *path, mha_file_config *fc, char *err
             line = (int)cap.line;
         const char *what = cap.msg[0] ? cap.msg : cyaml_strerror(ce);
         st = ce == CYAML_ERR_OOM ? MHA_ERR_NOMEM : MHA_ERR_CONFIG;
-        if (line)
+        if (st == MHA_ERR_NOMEM)
+            mha_errorf(err, err_len, st, "%s: out of memory while parsing", path);
+        else if (line)
             mha_errorf(err, err_len, st, "%s:%d: %s%s%s", path, line, key, key[0] ? ": " : "", what);
         else
             mha_errorf(err, err_len, st, "%s: %s%s%s", path, key, key[0] ? ": " : "", what);

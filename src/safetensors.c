@@ -1,16 +1,16 @@
-/* safetensors.c — reading safetensors files. The header is parsed by jansson and checked as
- * the reference reader checks it: length cap and within the file, a JSON object without
- * duplicate keys, known dtypes, non-negative shapes whose byte sizes (overflow-checked) match
- * their offsets, offsets contiguous from 0 to the end of the file. Tensors are then read one
- * at a time, straight into the caller's buffer. */
+/* safetensors.c — reading safetensors files. The header is walked by the strict JSON scanner
+ * (json_scan.h: no tree, no allocation but the tensor table the caller keeps) and checked as
+ * the reference reader checks it: length cap and within the file, one JSON object without
+ * duplicate tensor names or fields, known dtypes, non-negative shapes whose byte sizes
+ * (overflow-checked) match their offsets, offsets contiguous from 0 to the end of the file.
+ * Tensors are then read one at a time, straight into the caller's buffer. */
 #include "safetensors.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
-
+#include "json_scan.h"
 #include "status.h"
 
 static const struct { const char *name; unsigned size; } dtypes[] = {
@@ -68,50 +68,170 @@ static int by_offset(const void *a, const void *b)
     return (x->end > y->end) - (x->end < y->end);
 }
 
-static int read_u64(json_t *j, uint64_t *out)
+#define BAD(...) mha_errorf(err, err_len, MHA_ERR_FORMAT, __VA_ARGS__)
+
+/* One entry of the header: name → {dtype, shape, data_offsets}; other fields are skipped. */
+static mha_status parse_tensor(const char *path, const char *name, mha_json *j, mha_st_tensor *t, char *err, size_t err_len)
 {
-    if (!json_is_integer(j) || json_integer_value(j) < 0)
-        return 0;
-    *out = (uint64_t)json_integer_value(j);
-    return 1;
+    if (mha_json_peek(j) != MHA_JSON_OBJECT) /* valid JSON of another kind, or no JSON at all */
+        return mha_json_skip(j) ? BAD("%s: tensor '%s': not an object", path, name) : BAD("%s: header JSON, %s", path, j->msg);
+    j->pos++;
+    int seen_dtype = 0, seen_shape = 0, seen_off = 0, r;
+    char field[32], dt[16];
+    for (int first = 1; (r = mha_json_next(j, first, '}')) == 1; first = 0) {
+        size_t raw;
+        if (!mha_json_string_raw_len(j, &raw))
+            return BAD("%s: header JSON, %s", path, j->msg);
+        if (raw >= sizeof field) { /* not one of ours: skip it */
+            if (!mha_json_skip(j) || !mha_json_expect(j, ':') || !mha_json_skip(j))
+                return BAD("%s: header JSON, %s", path, j->msg);
+            continue;
+        }
+        if (!mha_json_string(j, field, sizeof field, NULL) || !mha_json_expect(j, ':'))
+            return BAD("%s: header JSON, %s", path, j->msg);
+        int *seen = !strcmp(field, "dtype") ? &seen_dtype : !strcmp(field, "shape") ? &seen_shape
+                  : !strcmp(field, "data_offsets") ? &seen_off : NULL;
+        if (seen && (*seen)++)
+            return BAD("%s: tensor '%s': duplicate field '%s'", path, name, field);
+        if (seen == &seen_dtype) {
+            size_t len;
+            if (mha_json_peek(j) != MHA_JSON_STRING)
+                return BAD("%s: tensor '%s': dtype is not a string", path, name);
+            if (!mha_json_string_raw_len(j, &len))
+                return BAD("%s: header JSON, %s", path, j->msg);
+            if (len >= sizeof dt)
+                return BAD("%s: tensor '%s': unknown dtype (a %zu-byte string)", path, name, len);
+            if (!mha_json_string(j, dt, sizeof dt, NULL))
+                return BAD("%s: header JSON, %s", path, j->msg);
+            t->dtype = -1;
+            for (int i = 0; i < N_DTYPES; i++)
+                if (!strcmp(dt, dtypes[i].name))
+                    t->dtype = i;
+            if (t->dtype < 0)
+                return BAD("%s: tensor '%s': unknown dtype '%s'", path, name, dt);
+        } else if (seen == &seen_shape) {
+            if (!mha_json_expect(j, '['))
+                return BAD("%s: tensor '%s': shape is not a list", path, name);
+            t->rank = 0;
+            for (int f = 1; (r = mha_json_next(j, f, ']')) == 1; f = 0) {
+                uint64_t dim;
+                if (t->rank == MHA_ST_MAX_RANK)
+                    return BAD("%s: tensor '%s': more than %d dimensions", path, name, MHA_ST_MAX_RANK);
+                if (!mha_json_u64(j, &dim))
+                    return BAD("%s: tensor '%s': shape[%d] is not a non-negative integer", path, name, t->rank);
+                t->shape[t->rank++] = (int64_t)dim;
+            }
+            if (r < 0)
+                return BAD("%s: header JSON, %s", path, j->msg);
+        } else if (seen == &seen_off) {
+            int k = 0;
+            uint64_t v[2];
+            if (!mha_json_expect(j, '['))
+                return BAD("%s: tensor '%s': data_offsets must be [begin, end]", path, name);
+            for (int f = 1; (r = mha_json_next(j, f, ']')) == 1; f = 0)
+                if (k == 2 || !mha_json_u64(j, &v[k++]))
+                    return BAD("%s: tensor '%s': data_offsets must be [begin, end]", path, name);
+            if (r < 0 || k != 2)
+                return BAD("%s: tensor '%s': data_offsets must be [begin, end]", path, name);
+            t->begin = v[0], t->end = v[1];
+        } else if (!mha_json_skip(j)) {
+            return BAD("%s: header JSON, %s", path, j->msg);
+        }
+    }
+    if (r < 0)
+        return BAD("%s: header JSON, %s", path, j->msg);
+    if (!seen_dtype)
+        return BAD("%s: tensor '%s': missing dtype", path, name);
+    if (!seen_shape)
+        return BAD("%s: tensor '%s': shape is not a list", path, name);
+    if (!seen_off)
+        return BAD("%s: tensor '%s': data_offsets must be [begin, end]", path, name);
+    uint64_t bytes = dtypes[t->dtype].size;
+    for (int i = 0; i < t->rank; i++)
+        if (__builtin_mul_overflow(bytes, (uint64_t)t->shape[i], &bytes))
+            return BAD("%s: tensor '%s': size overflows", path, name);
+    if (t->end < t->begin || t->end - t->begin != bytes)
+        return BAD("%s: tensor '%s': data_offsets [%llu, %llu] hold %llu bytes, its dtype and shape need %llu", path,
+                   name, (unsigned long long)t->begin, (unsigned long long)t->end,
+                   (unsigned long long)(t->end >= t->begin ? t->end - t->begin : 0), (unsigned long long)bytes);
+    return MHA_OK;
 }
 
-/* One entry of the header: name → {dtype, shape, data_offsets}. */
-static mha_status parse_tensor(const char *path, const char *name, json_t *v, mha_st_tensor *t, char *err, size_t err_len)
+/* __metadata__: an object of strings (its keys are not checked for duplicates). */
+static mha_status parse_metadata(const char *path, mha_json *j, char *err, size_t err_len)
 {
-    if (!json_is_object(v))
-        return mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: tensor '%s': not an object", path, name);
-    json_t *dt = json_object_get(v, "dtype"), *shape = json_object_get(v, "shape"), *off = json_object_get(v, "data_offsets");
-    if (!json_is_string(dt))
-        return mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: tensor '%s': missing dtype", path, name);
-    t->dtype = -1;
-    for (int i = 0; i < N_DTYPES; i++)
-        if (!strcmp(json_string_value(dt), dtypes[i].name))
-            t->dtype = i;
-    if (t->dtype < 0)
-        return mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: tensor '%s': unknown dtype '%s'", path, name, json_string_value(dt));
-    if (!json_is_array(shape))
-        return mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: tensor '%s': shape is not a list", path, name);
-    if (json_array_size(shape) > MHA_ST_MAX_RANK)
-        return mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: tensor '%s': more than %d dimensions", path, name, MHA_ST_MAX_RANK);
-    t->rank = (int)json_array_size(shape);
-    uint64_t bytes = dtypes[t->dtype].size;
-    for (int i = 0; i < t->rank; i++) {
-        uint64_t dim;
-        if (!read_u64(json_array_get(shape, (size_t)i), &dim))
-            return mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: tensor '%s': shape[%d] is not a non-negative integer", path, name, i);
-        t->shape[i] = (int64_t)dim;
-        if (__builtin_mul_overflow(bytes, dim, &bytes))
-            return mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: tensor '%s': size overflows", path, name);
+    if (mha_json_peek(j) != MHA_JSON_OBJECT)
+        return BAD("%s: __metadata__ is not an object", path);
+    j->pos++;
+    int r;
+    for (int first = 1; (r = mha_json_next(j, first, '}')) == 1; first = 0) {
+        size_t key_at = j->pos;
+        if (!mha_json_skip(j) || !mha_json_expect(j, ':'))
+            return BAD("%s: header JSON, %s", path, j->msg);
+        if (mha_json_peek(j) != MHA_JSON_STRING)
+            return BAD("%s: __metadata__ entry at byte %zu is not a string", path, key_at);
+        if (!mha_json_skip(j))
+            return BAD("%s: header JSON, %s", path, j->msg);
     }
-    if (!json_is_array(off) || json_array_size(off) != 2 || !read_u64(json_array_get(off, 0), &t->begin) ||
-        !read_u64(json_array_get(off, 1), &t->end))
-        return mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: tensor '%s': data_offsets must be [begin, end]", path, name);
-    if (t->end < t->begin || t->end - t->begin != bytes)
-        return mha_errorf(err, err_len, MHA_ERR_FORMAT,
-                          "%s: tensor '%s': data_offsets [%llu, %llu] hold %llu bytes, its dtype and shape need %llu",
-                          path, name, (unsigned long long)t->begin, (unsigned long long)t->end,
-                          (unsigned long long)(t->end >= t->begin ? t->end - t->begin : 0), (unsigned long long)bytes);
+    return r == 0 ? MHA_OK : BAD("%s: header JSON, %s", path, j->msg);
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(((const mha_st_tensor *)a)->name, ((const mha_st_tensor *)b)->name);
+}
+
+/* The header text → sf->t: every tensor, checked, names unique. */
+static mha_status parse_header(const char *path, const char *text, size_t n, mha_st_file *sf, char *err, size_t err_len)
+{
+    mha_json j;
+    mha_json_init(&j, text, n);
+    if (mha_json_peek(&j) != MHA_JSON_OBJECT)
+        return BAD("%s: header does not start with '{'", path);
+    j.pos++;
+    int r, cap = 0, metadata = 0;
+    for (int first = 1; (r = mha_json_next(&j, first, '}')) == 1; first = 0) {
+        size_t raw;
+        if (!mha_json_string_raw_len(&j, &raw))
+            return BAD("%s: header JSON, %s", path, j.msg);
+        if (sf->n == cap) {
+            int grow = cap ? 2 * cap : 16;
+            mha_st_tensor *t = grow < (1 << 24) ? realloc(sf->t, (size_t)grow * sizeof *t) : NULL;
+            if (!t)
+                return grow < (1 << 24) ? mha_errorf(err, err_len, MHA_ERR_NOMEM, "%s: out of memory", path)
+                                        : BAD("%s: more than %d tensors", path, 1 << 23);
+            sf->t = t, cap = grow;
+        }
+        mha_st_tensor *t = &sf->t[sf->n];
+        memset(t, 0, sizeof *t);
+        if (!(t->name = malloc(raw + 1)))
+            return mha_errorf(err, err_len, MHA_ERR_NOMEM, "%s: out of memory", path);
+        sf->n++; /* owned by sf from here: mha_st_close frees it */
+        if (!mha_json_string(&j, t->name, raw + 1, NULL) || !mha_json_expect(&j, ':'))
+            return BAD("%s: header JSON, %s", path, j.msg);
+        mha_status st;
+        if (!strcmp(t->name, "__metadata__")) {
+            free(t->name);
+            sf->n--;
+            if (metadata++)
+                return BAD("%s: duplicate key '__metadata__'", path);
+            st = parse_metadata(path, &j, err, err_len);
+        } else {
+            st = parse_tensor(path, t->name, &j, t, err, err_len);
+        }
+        if (st != MHA_OK)
+            return st;
+    }
+    if (r < 0)
+        return BAD("%s: header JSON, %s", path, j.msg);
+    if (!mha_json_at_end(&j))
+        return BAD("%s: header JSON, byte %zu: text after the header object", path, j.pos);
+    if (sf->n > 1) {
+        qsort(sf->t, (size_t)sf->n, sizeof *sf->t, by_name);
+        for (int i = 1; i < sf->n; i++)
+            if (!strcmp(sf->t[i - 1].name, sf->t[i].name))
+                return BAD("%s: duplicate tensor name '%s'", path, sf->t[i].name);
+    }
     return MHA_OK;
 }
 
@@ -123,7 +243,6 @@ mha_status mha_st_open(const char *path, mha_st_file *sf, char *err, size_t err_
         return mha_errorf(err, err_len, MHA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     mha_status st = MHA_OK;
     char *text = NULL;
-    json_t *root = NULL;
     unsigned char len8[8];
     long size;
     uint64_t n = 0;
@@ -160,48 +279,8 @@ mha_status mha_st_open(const char *path, mha_st_file *sf, char *err, size_t err_
         st = mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: header does not start with '{'", path);
         goto fail;
     }
-    json_error_t je;
-    root = json_loadb(text, n, JSON_REJECT_DUPLICATES, &je);
-    if (!root) {
-        st = mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: header JSON, line %d column %d: %s", path, je.line, je.column, je.text);
+    if ((st = parse_header(path, text, (size_t)n, sf, err, err_len)) != MHA_OK)
         goto fail;
-    }
-    if (!json_is_object(root)) {
-        st = mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: header is not a JSON object", path);
-        goto fail;
-    }
-    size_t count = json_object_size(root);
-    sf->t = calloc(count ? count : 1, sizeof *sf->t);
-    if (!sf->t) {
-        st = mha_errorf(err, err_len, MHA_ERR_NOMEM, "%s: out of memory", path);
-        goto fail;
-    }
-    const char *key;
-    json_t *v;
-    json_object_foreach(root, key, v) {
-        if (!strcmp(key, "__metadata__")) {
-            const char *mk;
-            json_t *mv;
-            if (!json_is_object(v)) {
-                st = mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: __metadata__ is not an object", path);
-                goto fail;
-            }
-            json_object_foreach(v, mk, mv) if (!json_is_string(mv)) {
-                st = mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: __metadata__ '%s' is not a string", path, mk);
-                goto fail;
-            }
-            continue;
-        }
-        mha_st_tensor *t = &sf->t[sf->n];
-        if ((st = parse_tensor(path, key, v, t, err, err_len)) != MHA_OK)
-            goto fail;
-        if (!(t->name = malloc(strlen(key) + 1))) {
-            st = mha_errorf(err, err_len, MHA_ERR_NOMEM, "%s: out of memory", path);
-            goto fail;
-        }
-        strcpy(t->name, key);
-        sf->n++;
-    }
     /* the data section is exactly the tensors, back to back from offset 0 */
     qsort(sf->t, (size_t)sf->n, sizeof *sf->t, by_offset);
     uint64_t expect = 0, data_len = (uint64_t)size - 8 - n;
@@ -221,11 +300,9 @@ mha_status mha_st_open(const char *path, mha_st_file *sf, char *err, size_t err_
     }
     sf->f = f;
     sf->data_start = 8 + n;
-    json_decref(root);
     free(text);
     return MHA_OK;
 fail:
-    json_decref(root);
     free(text);
     fclose(f);
     sf->f = NULL;

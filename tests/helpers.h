@@ -48,7 +48,11 @@ mha_engine *engine_for(const problem *p, int threads, mha_layout layout);
 
 /* ---- allocation counting (tests/alloc_count.c) ---- */
 long alloc_count(void);
+long alloc_live(void);         /* blocks allocated through the counter and not yet freed */
 void alloc_fail_after(long n); /* the n-th allocation from now fails (n >= 1); 0 disables */
+/* The counted allocator itself, for libraries that take allocation hooks (jansson). */
+void *mha_counted_malloc(size_t n);
+void mha_counted_free(void *p);
 
 #endif
 

@@ -10,6 +10,7 @@
 
 #include "helpers.h"
 #include "npy.h"
+#include "json_scan.h"
 #include "safetensors.h"
 
 #define D "tests/data/"
@@ -55,6 +56,17 @@ ParameterizedTestParameters(formats, malformed_safetensors)
         {"offsets past the data", "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 8, "data section"},
         {"bad data_offsets", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0]}}", 8, "data_offsets"},
         {"metadata not strings", "{\"__metadata__\":{\"x\":1}}", 0, "__metadata__"},
+        {"duplicate field", "{\"a\":{\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "duplicate field 'dtype'"},
+        {"duplicate metadata", "{\"__metadata__\":{},\"__metadata__\":{}}", 0, "duplicate key '__metadata__'"},
+        {"text after the object", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}} x", 8, "text after"},
+        {"nested too deep", "{\"a\":{\"x\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]],"
+                            "\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "nested deeper"},
+        {"invalid UTF-8 in a name", "{\"a\xff\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "invalid UTF-8"},
+        {"unpaired surrogate", "{\"a\\ud800\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "surrogate"},
+        {"NUL in a name", "{\"a\\u0000\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "\\u0000"},
+        {"fractional shape", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2.0],\"data_offsets\":[0,8]}}", 8, "shape[0]"},
+        {"offset too large", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,99999999999999999999]}}", 8, "data_offsets"},
+        {"unterminated string", "{\"a\":{\"dtype\":\"F32", 0, "unterminated string"},
         {"no attention tensors", "{\"encoder.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "no attention weights"},
         {"wrong dtype for weights", "{\"in_proj_weight\":{\"dtype\":\"I64\",\"shape\":[96,32],\"data_offsets\":[0,24576]}}", 24576, "dtype I64"},
         {"wrong shape", "{\"in_proj_weight\":{\"dtype\":\"F32\",\"shape\":[96,16],\"data_offsets\":[0,6144]}}", 6144, "expected (96, 32)"},
@@ -216,4 +228,55 @@ Test(formats, half_precision_conversions_are_exact)
     cr_assert_eq(mha_bf16_to_f32(0x3f80), 1.0f);
     cr_assert_eq(mha_bf16_to_f32(0xc049), -3.140625f);
     cr_assert(isinf(mha_bf16_to_f32(0x7f80)));
+}
+
+/* ---- the JSON scanner behind the safetensors header ---- */
+
+Test(formats, json_scanner_decodes_escapes_and_bounds_integers)
+{
+    const char *text = "\"a\\u00e9\\ud83d\\ude00\\n\\/\\\"\"";
+    mha_json j;
+    mha_json_init(&j, text, strlen(text));
+    size_t raw, len;
+    cr_assert(mha_json_string_raw_len(&j, &raw));
+    cr_assert_eq(raw, strlen(text) - 2);
+    char out[64];
+    cr_assert(mha_json_string(&j, out, raw + 1, &len), "%s", j.msg);
+    cr_assert_str_eq(out, "a\xc3\xa9\xf0\x9f\x98\x80\n/\"");
+    cr_assert_eq(len, strlen(out));
+    cr_assert(mha_json_at_end(&j));
+
+    static const struct { const char *text; int ok; uint64_t v; } ints[] = {
+        {"0", 1, 0}, {"9223372036854775807", 1, 9223372036854775807ull}, {"9223372036854775808", 0, 0},
+        {"-0", 0, 0}, {"1e3", 0, 0}, {"1.0", 0, 0}, {"01", 1, 0} /* "0", then "1" is left over */,
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        uint64_t v = 99;
+        mha_json_init(&j, ints[i].text, strlen(ints[i].text));
+        cr_assert_eq(mha_json_u64(&j, &v), ints[i].ok, "'%s': %s", ints[i].text, j.msg);
+        if (ints[i].ok)
+            cr_assert_eq(v, ints[i].v, "'%s'", ints[i].text);
+    }
+    mha_json_init(&j, "01", 2);
+    uint64_t v;
+    cr_assert(mha_json_u64(&j, &v) && !mha_json_at_end(&j), "a leading zero ends the number");
+}
+
+Test(formats, safetensors_names_are_decoded_and_extra_fields_skipped, .timeout = 30)
+{
+    char dir[64], path[128];
+    tmpdir_make(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/w.safetensors", dir);
+    write_safetensors_raw(path,
+                          "{\"__metadata__\":{\"format\":\"pt\",\"format\":\"again\"},"
+                          "\"in\\u005fproj\":{\"note\":{\"deep\":[1,2.5e3,true,null]},\"dtype\":\"F32\",\"shape\":[2],"
+                          "\"data_offsets\":[0,8]}}  ",
+                          8, 0);
+    mha_st_file sf;
+    char err[256];
+    cr_assert_eq(mha_st_open(path, &sf, err, sizeof err), MHA_OK, "%s", err);
+    cr_assert_eq(sf.n, 1);
+    cr_assert(mha_st_find(&sf, "in_proj"), "the escaped name was not decoded");
+    mha_st_close(&sf);
+    tmpdir_remove(dir);
 }
