@@ -45,7 +45,7 @@ TEST_CLI_OBJ := $(B)/obj/cli/scale_fit.o
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
-.PHONY: all deps deps-perf deps-bench test run install uninstall clean readme-example footprint blis-overhead bench report serve-bench
+.PHONY: all deps deps-perf deps-bench test run install uninstall clean readme-example footprint blis-overhead bench report serve-bench fuzz deps-fuzz
 all: $(B)/libmha.a $(B)/libmha.so $(B)/mha
 
 deps:
@@ -115,6 +115,43 @@ readme-example: all
 	PKG_CONFIG_SYSROOT_DIR=$(CURDIR)/$(B)/stage PKG_CONFIG_PATH=$(CURDIR)/$(B)/stage/usr/local/lib/pkgconfig \
 	  sh -c '$(CC) -std=c11 -Wall -Werror $(OPT) $(B)/example/example.c -o $(B)/example/example $$(pkg-config --cflags --libs mha)'
 	LD_LIBRARY_PATH=$(CURDIR)/$(B)/stage/usr/local/lib $(B)/example/example
+
+# ---- fuzzing: libFuzzer targets (tests/fuzz/) for the config loader, the safetensors reader
+# and the .npy reader. The loaders are compiled by clang with libFuzzer's coverage, ASan and
+# UBSan; the rest of the library comes from the plain build. Seeds: tests/data and configs/.
+# Found inputs stay in build/fuzz/corpus; a crash stops `make fuzz` with its input in
+# build/fuzz/artifacts/ (turn it into a regression file under tests/data/fuzz/).
+FUZZ_PKGS := clang libclang-rt-14-dev
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := config safetensors npy
+FUZZ_SRC := config_load json_scan safetensors npy weights_file config status
+FUZZ_CFLAGS := -std=c11 -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined \
+  -DMHA_BUILDING -Iinclude -Isrc -isystem $(BLIS_INC)
+FUZZ_LIBS := $(BLIS_A) -lcyaml -lyaml $(shell $(CC) -print-file-name=libgomp.so) -lm -lpthread
+deps-fuzz:
+	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) $(FUZZ_PKGS)"
+
+build/fuzz/obj/%.o: src/%.c $(wildcard src/*.h) include/mha.h | deps-fuzz
+	@mkdir -p $(@D)
+	clang $(FUZZ_CFLAGS) -c $< -o $@
+
+build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_input.h $(FUZZ_SRC:%=build/fuzz/obj/%.o) build/libmha.a
+	clang $(FUZZ_CFLAGS) -D_GNU_SOURCE -fsanitize=fuzzer $< $(FUZZ_SRC:%=build/fuzz/obj/%.o) build/libmha.a $(FUZZ_LIBS) -o $@
+
+.SECONDARY: $(FUZZ_SRC:%=build/fuzz/obj/%.o)
+fuzz: $(FUZZ_TARGETS:%=build/fuzz/fuzz_%)
+	@rm -rf build/fuzz/seeds && mkdir -p build/fuzz/seeds/config build/fuzz/seeds/safetensors build/fuzz/seeds/npy build/fuzz/artifacts
+	@cp configs/*.yaml tests/data/*.yaml build/fuzz/seeds/config/
+	@cp tests/data/*.safetensors build/fuzz/seeds/safetensors/ && cp tests/data/*.npy build/fuzz/seeds/npy/
+	@for t in $(FUZZ_TARGETS); do [ -d tests/data/fuzz/$$t ] && cp tests/data/fuzz/$$t/* build/fuzz/seeds/$$t/; done; true
+	@for t in $(FUZZ_TARGETS); do \
+	  mkdir -p build/fuzz/corpus/$$t; \
+	  echo "fuzz $$t: $(FUZZ_SECONDS) s"; \
+	  build/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
+	    -max_len=65536 -artifact_prefix=build/fuzz/artifacts/$$t- build/fuzz/corpus/$$t build/fuzz/seeds/$$t \
+	    > build/fuzz/$$t.log 2>&1 || { tail -40 build/fuzz/$$t.log; echo "fuzz $$t: FAILED, input in build/fuzz/artifacts/"; exit 1; }; \
+	  awk -v t=$$t '/number_of_executed_units/ {runs = $$2} /corpus: / {c = $$0} END {print "fuzz " t ": " runs " executions, no crash"}' build/fuzz/$$t.log; \
+	done
 
 # ---- measurements (perf/RESULTS.md says what each printed, where and when)
 footprint: $(B)/libmha.a

@@ -1,0 +1,22 @@
+/* fuzz_config.c — libFuzzer target: the YAML config loader (libcyaml schema, the libyaml line
+ * map, every range check). Any input must give MHA_OK or an error with a message. */
+#include <string.h>
+
+#include "config_file.h"
+#include "fuzz_input.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    mha_file_config fc;
+    char err[512] = "";
+    mha_file_config_default(&fc);
+    mha_status st = mha_file_config_load(fuzz_path(data, size), &fc, err, sizeof err);
+    if (st != MHA_OK && !err[0])
+        abort(); /* every failure explains itself */
+    mha_config cfg;
+    st = mha_config_load(fuzz_path(data, size), &cfg, err, sizeof err);
+    if (st != MHA_OK && !err[0])
+        abort();
+    return 0;
+}
