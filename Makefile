@@ -41,12 +41,12 @@ CLI_OBJ := $(CLI_SRC:src/cli/%.c=$(B)/obj/cli/%.o)
 TEST_SRC := $(wildcard tests/*.c)
 TEST_OBJ := $(TEST_SRC:tests/%.c=$(B)/tests/%.o)
 # Command-line modules the tests call directly (pure functions).
-TEST_CLI_OBJ := $(B)/obj/cli/scale_fit.o
+TEST_CLI_OBJ := $(B)/obj/cli/scale_fit.o $(B)/obj/cli/shard.o
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
-.PHONY: all deps deps-perf deps-bench test run install uninstall clean readme-example footprint blis-overhead bench report serve-bench fuzz deps-fuzz
-all: $(B)/libmha.a $(B)/libmha.so $(B)/mha
+.PHONY: all deps deps-perf deps-bench test run install uninstall clean readme-example footprint blis-overhead bench report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
+all: $(B)/libmha.a $(B)/libmha.so $(B)/mha $(if $(filter 1,$(MPI)),$(B)/mha-mpi)
 
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
@@ -115,6 +115,26 @@ readme-example: all
 	PKG_CONFIG_SYSROOT_DIR=$(CURDIR)/$(B)/stage PKG_CONFIG_PATH=$(CURDIR)/$(B)/stage/usr/local/lib/pkgconfig \
 	  sh -c '$(CC) -std=c11 -Wall -Werror $(OPT) $(B)/example/example.c -o $(B)/example/example $$(pkg-config --cflags --libs mha)'
 	LD_LIBRARY_PATH=$(CURDIR)/$(B)/stage/usr/local/lib $(B)/example/example
+
+# ---- MPI: build/mha-mpi shards a batch over MPI ranks (src/mpi/). Open MPI from Debian,
+# installed by deps-mpi; `make MPI=1` adds it to the default build, the plain build never
+# needs MPI. `make test-mpi` runs tests/mpi/test_mpi.sh (1–3 ranks on this machine).
+MPI_PKGS := libopenmpi-dev openmpi-bin
+MPICC ?= mpicc
+deps-mpi:
+	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) $(MPI_PKGS)"
+
+$(B)/mha-mpi: src/mpi/mha_mpi.c src/cli/common.c src/cli/shard.c $(wildcard src/cli/*.h) $(B)/libmha.a | deps-mpi
+	$(MPICC) -std=c11 $(OPT) $(WARN) -fopenmp -Iinclude -Isrc -Isrc/cli src/mpi/mha_mpi.c src/cli/common.c \
+	  src/cli/shard.c $(B)/libmha.a $(BLIS_A) $(CLI_LDLIBS) -o $@
+
+$(B)/mpi_make_batch: tests/mpi/make_batch.c $(B)/libmha.a
+	$(CC) -std=c11 $(OPT) $(WARN) -Iinclude -Isrc $< $(B)/libmha.a $(BLIS_A) $(LDLIBS) -o $@
+
+mha-mpi: $(B)/mha-mpi
+
+test-mpi: $(B)/mha-mpi $(B)/mha $(B)/mpi_make_batch
+	tests/mpi/test_mpi.sh $(B)
 
 # ---- fuzzing: libFuzzer targets (tests/fuzz/) for the config loader, the safetensors reader
 # and the .npy reader. The loaders are compiled by clang with libFuzzer's coverage, ASan and

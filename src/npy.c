@@ -326,21 +326,41 @@ mha_status mha_npy_load_lengths(const char *path, int64_t *n, int32_t **data, in
     return MHA_OK;
 }
 
-mha_status mha_npy_save_f32(const char *path, const float *data, int rank, const int64_t *shape, char *err, size_t err_len)
+size_t mha_npy_format_header(const char *descr, int rank, const int64_t *shape, unsigned char *out, size_t cap)
 {
-    char dict[256], s[160] = "";
-    size_t count = 1, k = 0;
-    for (int i = 0; i < rank; i++) {
+    char dict[256], s[200] = "";
+    size_t k = 0;
+    for (int i = 0; i < rank && k < sizeof s; i++)
         k += (size_t)snprintf(s + k, sizeof s - k, "%lld,%s", (long long)shape[i], i + 1 < rank ? " " : "");
-        if (__builtin_mul_overflow(count, (size_t)shape[i], &count))
-            return mha_errorf(err, err_len, MHA_ERR_INVALID_ARG, "%s: shape overflows", path);
-    }
+    if (k >= sizeof s)
+        return 0;
     if (rank > 1) /* Python writes (2, 3) but (2,) */
         s[strlen(s) - 1] = '\0';
-    int n = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }", s);
+    int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }", descr, s);
+    if (n < 0 || (size_t)n >= sizeof dict)
+        return 0;
     /* pad with spaces so that magic + header is a multiple of 64, ending in '\n' */
     size_t total = (10 + (size_t)n + 1 + 63) / 64 * 64, hlen = total - 10;
-    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff), (unsigned char)(hlen >> 8)};
+    if (total > cap)
+        return 0;
+    const unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff), (unsigned char)(hlen >> 8)};
+    memcpy(out, pre, 10);
+    memcpy(out + 10, dict, (size_t)n);
+    memset(out + 10 + n, ' ', total - 10 - (size_t)n - 1);
+    out[total - 1] = '\n';
+    return total;
+}
+
+mha_status mha_npy_save_f32(const char *path, const float *data, int rank, const int64_t *shape, char *err, size_t err_len)
+{
+    size_t count = 1;
+    for (int i = 0; i < rank; i++)
+        if (shape[i] < 0 || __builtin_mul_overflow(count, (size_t)shape[i], &count))
+            return mha_errorf(err, err_len, MHA_ERR_INVALID_ARG, "%s: shape overflows", path);
+    unsigned char header[MHA_NPY_MAX_HEADER];
+    size_t hlen = mha_npy_format_header("<f4", rank, shape, header, sizeof header);
+    if (!hlen)
+        return mha_errorf(err, err_len, MHA_ERR_INVALID_ARG, "%s: shape too long for a header", path);
 
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path) >= (int)sizeof tmp)
@@ -354,10 +374,7 @@ mha_status mha_npy_save_f32(const char *path, const float *data, int rank, const
         unlink(tmp);
         return mha_errorf(err, err_len, MHA_ERR_IO, "%s: %s", path, strerror(errno));
     }
-    int ok = fwrite(pre, 1, 10, f) == 10 && fwrite(dict, 1, (size_t)n, f) == (size_t)n;
-    for (size_t i = (size_t)n; ok && i + 1 < hlen; i++)
-        ok = fputc(' ', f) != EOF;
-    ok = ok && fputc('\n', f) != EOF && fwrite(data, sizeof *data, count, f) == count;
+    int ok = fwrite(header, 1, hlen, f) == hlen && fwrite(data, sizeof *data, count, f) == count;
     ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
     int saved = errno;
     ok = (fclose(f) == 0) && ok;

@@ -28,6 +28,11 @@ mha_status mha_npy_open(const char *path, mha_npy_header *h, char *err, size_t e
 mha_status mha_npy_load_f32(const char *path, int rank, int64_t *shape, float **data, char *err, size_t err_len);
 /* A (n) vector of lengths, int32 or int64, each in [0, max]; *data is malloc'd int32. */
 mha_status mha_npy_load_lengths(const char *path, int64_t *n, int32_t **data, int32_t max, char *err, size_t err_len);
+/* The header (magic, version 1.0, dictionary, padding) of a C-order .npy of this dtype
+ * ("<f4", "<i4") and shape, into out; returns its length (a multiple of 64), 0 if it does not
+ * fit in cap. */
+#define MHA_NPY_MAX_HEADER 512
+size_t mha_npy_format_header(const char *descr, int rank, const int64_t *shape, unsigned char *out, size_t cap);
 /* Writes a float32 .npy (version 1.0) through a temporary file renamed into place. */
 mha_status mha_npy_save_f32(const char *path, const float *data, int rank, const int64_t *shape, char *err, size_t err_len);
 

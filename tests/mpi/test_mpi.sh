@@ -1,0 +1,62 @@
+#!/bin/sh
+# test_mpi.sh — `make test-mpi`: the MPI runner on a ragged batch, 1, 2 and 3 ranks with one
+# OpenMP thread each, against `mha run` on the whole batch (bitwise, the whole file); a
+# malformed input and a rank that runs out of memory make every rank exit non-zero with the
+# failing rank's message and leave no output file.
+# usage: tests/mpi/test_mpi.sh BUILD_DIR
+set -u
+B=$1
+dir=$(mktemp -d /tmp/mha-mpi-test-XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1"
+RUN="$B/mha-mpi run tests/data/golden.yaml --weights tests/data/mha.safetensors --threads 1 --iters 2 --warmup 1"
+fails=0
+check() { if [ "$1" = 0 ]; then echo "ok   $2"; else echo "FAIL $2"; fails=$((fails + 1)); fi; }
+
+"$B/mpi_make_batch" "$dir/x.npy" "$dir/l.npy" 11 24 32 || exit 1
+"$B/mha" run tests/data/golden.yaml --weights tests/data/mha.safetensors --input "$dir/x.npy" \
+    --lengths "$dir/l.npy" --threads 1 --iters 1 --warmup 0 --check 0 --output "$dir/ref.npy" >/dev/null
+check $? "mha run writes the single-process reference"
+
+for np in 1 2 3; do
+  $MPIRUN -np $np $RUN --input "$dir/x.npy" --lengths "$dir/l.npy" --output "$dir/y$np.npy" > "$dir/out$np.txt" 2>&1
+  check $? "$np rank(s) run"
+  cmp -s "$dir/ref.npy" "$dir/y$np.npy"
+  check $? "$np rank(s): output bitwise identical to mha run"
+  [ "$(grep -c '^  rank [0-9]*:' "$dir/out$np.txt")" = $np ]
+  check $? "$np rank(s): one timing line per rank"
+  grep -q '^  total: .* tokens/s' "$dir/out$np.txt"
+  check $? "$np rank(s): a total line"
+done
+cat "$dir/out2.txt"
+$MPIRUN -np 2 $RUN --input "$dir/x.npy" --lengths "$dir/l.npy" --output "$dir/yj.npy" --json > "$dir/j.txt" 2>&1
+grep -q '"per_rank":\[{"rank":0' "$dir/j.txt" && grep -q '"tokens_per_s"' "$dir/j.txt"
+check $? "--json prints one object with every rank"
+
+# a malformed input: every rank exits non-zero, rank 0 says why, nothing is written
+head -c 1000 "$dir/x.npy" > "$dir/bad.npy"
+$MPIRUN -np 2 sh -c "$RUN --input $dir/bad.npy --lengths $dir/l.npy --output $dir/bad-out.npy; \
+  echo \"rank \$OMPI_COMM_WORLD_RANK exit \$?\" >> $dir/codes; exit 0" > "$dir/bad.txt" 2>&1
+[ "$(grep -c 'exit [1-9]' "$dir/codes")" = 2 ]
+check $? "malformed input: both ranks exit non-zero ($(tr '\n' ' ' < "$dir/codes"))"
+grep -q "bad.npy" "$dir/bad.txt"
+check $? "malformed input: the message names the file: $(grep mha-mpi "$dir/bad.txt" | head -1)"
+[ ! -e "$dir/bad-out.npy" ] && [ ! -e "$dir/bad-out.npy.mpi-tmp" ]
+check $? "malformed input: no output file left"
+
+# one rank cannot allocate its shard: its message, every rank non-zero, no output
+rm -f "$dir/codes"
+"$B/mpi_make_batch" "$dir/big.npy" "$dir/bigl.npy" 2 32768 1024 sparse || exit 1
+BIG="$B/mha-mpi run configs/long-context.yaml --threads 1 --iters 1 --warmup 0 --input $dir/big.npy"
+$MPIRUN -np 1 sh -c "$BIG --output $dir/big-out.npy; echo \"rank 0 exit \$?\" >> $dir/codes" : \
+        -np 1 sh -c "ulimit -v 600000; $BIG --output $dir/big-out.npy; echo \"rank 1 exit \$?\" >> $dir/codes" \
+        > "$dir/oom.txt" 2>&1
+[ "$(grep -c 'exit [1-9]' "$dir/codes")" = 2 ]
+check $? "a rank out of memory: both ranks exit non-zero ($(tr '\n' ' ' < "$dir/codes"))"
+grep -q "rank 1 of 2: .*memory" "$dir/oom.txt"
+check $? "a rank out of memory: rank 1's message: $(grep mha-mpi "$dir/oom.txt" | head -1)"
+[ ! -e "$dir/big-out.npy" ] && [ ! -e "$dir/big-out.npy.mpi-tmp" ]
+check $? "a rank out of memory: no output file left"
+
+[ $fails = 0 ] && echo "test-mpi: all passed" || echo "test-mpi: $fails failed"
+[ $fails = 0 ]
