@@ -15,6 +15,10 @@ MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null || echo x86_64-linux-gnu
 BLIS_INC ?= /usr/include/$(MULTIARCH)/blis-serial
 BLIS_A ?= /usr/lib/$(MULTIARCH)/blis-serial/libblis.a
 DEB_PKGS := libblis-serial-dev libcriterion-dev libcyaml-dev libyaml-dev libjansson-dev pkgconf gnuplot-nox
+MPI_PKGS := libopenmpi-dev openmpi-bin
+ifeq ($(MPI),1)
+DEB_PKGS += $(MPI_PKGS)
+endif
 
 VERSION := $(shell awk '/define MHA_VERSION_(MAJOR|MINOR|PATCH)/ {v = v sep $$3; sep = "."} END {print v}' include/mha.h)
 SOMAJOR := $(firstword $(subst ., ,$(VERSION)))
@@ -118,8 +122,8 @@ readme-example: all
 
 # ---- MPI: build/mha-mpi shards a batch over MPI ranks (src/mpi/). Open MPI from Debian,
 # installed by deps-mpi; `make MPI=1` adds it to the default build, the plain build never
-# needs MPI. `make test-mpi` runs tests/mpi/test_mpi.sh (1–3 ranks on this machine).
-MPI_PKGS := libopenmpi-dev openmpi-bin
+# needs MPI (`make deps MPI=1` installs it too). `make test-mpi` runs tests/mpi/test_mpi.sh
+# (1–3 ranks on this machine).
 MPICC ?= mpicc
 deps-mpi:
 	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) $(MPI_PKGS)"
