@@ -64,7 +64,7 @@ int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine
     p->kt = take(&slice, product(dk, kvp, 1, &of), sizeof(float), MHA_ALIGN, &of);
     p->scores = take(&slice, product((size_t)dims->q_block, lds, 1, &of), sizeof(float), MHA_ALIGN, &of);
     p->apack = take(&slice, product((size_t)k->mb, (size_t)k->kc, 1, &of), sizeof(float), MHA_ALIGN, &of);
-    p->inv = take(&slice, (size_t)dims->q_block, sizeof(float), MHA_ALIGN, &of);
+    p->inv = take(&slice, product(2, (size_t)dims->q_block, 1, &of), sizeof(float), MHA_ALIGN, &of);
     p->scratch_stride = take(&slice, 0, 1, MHA_PAGE, &of); /* round the slice up to a page */
     p->scratch = take(&cur, threads, p->scratch_stride, MHA_PAGE, &of);
     p->total = cur;

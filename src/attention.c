@@ -4,7 +4,10 @@
  * scratch (V is then already in the form the A·V GEMM reads), Kᵀ packed once, then for each
  * query block: scores = Q_blk · Kᵀ / sqrt(d_k) up to the block's last visible key, a masked
  * exp per row (softmax without its division), Z_blk = E · V written straight into the
- * head's columns of Z, and each Z row divided by its sum: d_k divisions, not seq_kv. */
+ * head's columns of Z, and each Z row divided by its sum: d_k divisions, not seq_kv.
+ * Rows longer than MHA_KV_CHUNK keys go chunk by chunk (online softmax): each chunk's
+ * scores are exp'd against the running row max, Z_blk is rescaled where the max grew and
+ * accumulates E_chunk · V_chunk, so the working set stays in L2 however long the row. */
 #include "attention.h"
 
 #include <math.h>
@@ -77,45 +80,64 @@ void mha_attention_head(const mha_fwd *f, int b, int h, const mha_scratch *s)
     if (kl > 0)
         mha_pack_panels(k, dk, kl, km, 1, s->kt);
     const mha_mat ktm = mha_mat_panels(k, s->kt, dk);
-    const mha_mat sm = mha_mat_rows(k, s->scores, lds);
     const float scale = 1.0f / sqrtf((float)dk);
     const int off = f->seq_kv - f->seq_q; /* causal: row i sees keys j <= i + off */
 
     /* step 3: query blocks; a block's keys stop where its last row's visibility does */
+    const int chunk = (int)mha_round_up(MHA_KV_CHUNK, (size_t)k->bw);
+    float *sum = s->inv, *mx = s->inv + f->q_block;
     for (int r0 = 0; r0 < ql; r0 += f->q_block) {
         const int r1 = r0 + f->q_block < ql ? r0 + f->q_block : ql, m = r1 - r0;
         int kv_end = kl;
         if (f->causal && r1 + off < kv_end)
             kv_end = r1 + off > 0 ? r1 + off : 0;
         mha_mat zm = mha_mat_rows(k, z + (size_t)r0 * d, d);
-        if (kv_end > 0) {
-            /* scores (m, kv_end) = scale · Q_blk · Kᵀ */
-            mha_gemm(k, m, kv_end, dk, scale, mha_mat_sub(k, qm, r0, 0), ktm, 0.0f, sm, s->apack);
-            for (int i = r0; i < r1; i++) {
-                int visible = kv_end;
-                if (f->causal && i + off + 1 < visible)
-                    visible = i + off + 1 > 0 ? i + off + 1 : 0;
-                float sum = f->softmax(s->scores + (i - r0) * lds, kv_end, visible,
-                                       f->mask ? f->mask + (size_t)i * f->seq_kv : NULL);
-                s->inv[i - r0] = sum > 0.0f ? 1.0f / sum : 0.0f; /* no visible key: a zero row */
-            }
-            /* z block (m, dk) = E (m, kv_end) · V (kv_end, dk), then each row / its sum */
-            mha_gemm(k, m, dk, kv_end, 1.0f, sm, vm, 0.0f, zm, s->apack);
+        for (int i = 0; i < m; i++) {
+            memset(z + (size_t)(r0 + i) * d, 0, (size_t)dk * sizeof *z);
+            sum[i] = 0.0f, mx[i] = -INFINITY;
+        }
+        /* keys in chunks (one chunk when the attention weights are wanted: they need whole
+         * rows); per chunk: scores, exp against the running max, Z += E · V */
+        const int step = attn || kv_end <= chunk ? kv_end : chunk;
+        const ptrdiff_t ld = step == kv_end ? lds : chunk;
+        for (int c0 = 0; c0 < kv_end; c0 += step) {
+            const int n = kv_end - c0 < step ? kv_end - c0 : step;
+            const mha_mat sm = mha_mat_rows(k, s->scores, ld);
+            mha_gemm(k, m, n, dk, scale, mha_mat_sub(k, qm, r0, 0), mha_mat_sub(k, ktm, 0, c0), 0.0f, sm, s->apack);
             for (int i = 0; i < m; i++) {
-                float *zr = z + (size_t)(r0 + i) * d;
-                for (int c = 0; c < dk; c++)
-                    zr[c] *= s->inv[i];
+                int visible = kv_end; /* keys row r0 + i sees, then within this chunk */
+                if (f->causal && r0 + i + off + 1 < visible)
+                    visible = r0 + i + off + 1 > 0 ? r0 + i + off + 1 : 0;
+                visible = visible - c0 < 0 ? 0 : visible - c0 > n ? n : visible - c0;
+                const float before = mx[i];
+                const float part = f->softmax(s->scores + i * ld, n, visible,
+                                              f->mask ? f->mask + (size_t)(r0 + i) * f->seq_kv + c0 : NULL, &mx[i]);
+                if (before != mx[i] && sum[i] > 0.0f) { /* the max grew: rescale what came before */
+                    const float c = expf(before - mx[i]);
+                    float *zr = z + (size_t)(r0 + i) * d;
+                    for (int j = 0; j < dk; j++)
+                        zr[j] *= c;
+                    sum[i] *= c;
+                }
+                sum[i] += part;
             }
-        } else {
-            for (int i = 0; i < m; i++)
-                memset(z + (size_t)(r0 + i) * d, 0, (size_t)dk * sizeof *z);
+            /* z block (m, dk) += E (m, n) · V (n, dk) */
+            mha_gemm(k, m, dk, n, 1.0f, sm, mha_mat_sub(k, vm, c0, 0), 1.0f, zm, s->apack);
+        }
+        /* each row / its sum; a row with no visible key stays 0 */
+        for (int i = 0; i < m; i++) {
+            const float inv = sum[i] > 0.0f ? 1.0f / sum[i] : 0.0f;
+            float *zr = z + (size_t)(r0 + i) * d;
+            for (int j = 0; j < dk; j++)
+                zr[j] *= inv;
+            sum[i] = inv;
         }
         if (attn)
             for (int i = r0; i < r1; i++) {
                 float *row = attn + (size_t)i * f->seq_kv;
                 const float *e = s->scores + (i - r0) * lds;
                 for (int j = 0; j < kv_end; j++)
-                    row[j] = e[j] * s->inv[i - r0];
+                    row[j] = e[j] * sum[i - r0];
                 memset(row + kv_end, 0, (size_t)(f->seq_kv - kv_end) * sizeof *row);
             }
     }

@@ -8,6 +8,10 @@
 #include "gemm.h"
 #include "softmax.h"
 
+/* Keys per chunk of the online softmax: long rows are processed this many keys at a time, so
+ * the score chunk, Kᵀ's and V's slices stay in L2 (rounded up to whole B panels). */
+#define MHA_KV_CHUNK 512
+
 /* One forward pass, as every task sees it (read-only during the pass). */
 typedef struct mha_fwd {
     const mha_kernel *kernel;
@@ -37,7 +41,7 @@ typedef struct mha_scratch {
     float *kt;      /* panels (dk, round_up(seq_kv, bw)): Kᵀ */
     float *scores;  /* (q_block, ld_scores) */
     float *apack;   /* mha_gemm_apack_floats */
-    float *inv;     /* (q_block): 1 / each row's softmax sum */
+    float *inv;     /* (2·q_block): each row's softmax sum (then its inverse), and running max */
 } mha_scratch;
 
 /* Rows the head tasks project from the query input of sequence b (packed beforehand). */

@@ -1,4 +1,5 @@
-/* softmax.c — masked row softmax in two passes (max; exp and sum); the caller normalises.
+/* softmax.c — masked row softmax in two passes (max; exp and sum) against a running max, so
+ * that a row can come in chunks (online softmax); the caller rescales and normalises.
  *
  * A scalar expf per score costs more than the GEMMs at S = 512, so exp is a Cephes-style
  * polynomial evaluated 16 (AVX-512) or 8 (AVX2) lanes at a time; the generic version runs
@@ -44,13 +45,14 @@ static float exp_poly(float x)
     return y * scale;
 }
 
-float mha_softmax_row_generic(float *restrict s, int n, int visible, const uint8_t *restrict mask)
+float mha_softmax_row_generic(float *restrict s, int n, int visible, const uint8_t *restrict mask, float *max_io)
 {
-    /* pass 1: max over the visible entries */
-    float mx = -INFINITY;
+    /* pass 1: max over the visible entries and the running max */
+    float mx = *max_io;
     for (int j = 0; j < visible; j++)
         if (visible_at(mask, j) && s[j] > mx)
             mx = s[j];
+    *max_io = mx;
     if (mx == -INFINITY) { /* nothing visible: a zero row, never NaN */
         memset(s, 0, (size_t)n * sizeof *s);
         return 0.0f;
@@ -103,22 +105,48 @@ __attribute__((target("avx512f"))) static __mmask16 lanes16(const uint8_t *mask,
 }
 
 __attribute__((target("avx512f"))) float mha_softmax_row_avx512(float *restrict s, int n, int visible,
-                                                               const uint8_t *restrict mask)
+                                                               const uint8_t *restrict mask, float *max_io)
 {
-    /* pass 1: max over the visible entries */
-    __m512 vmax = _mm512_set1_ps(-INFINITY);
-    for (int j = 0; j < visible; j += 16) {
+    /* pass 1: max over the visible entries and the running max; without a mask, 64 lanes
+     * per step into four accumulators (one max chain would wait on its own latency) */
+    __m512 vmax = _mm512_set1_ps(*max_io), m1 = vmax, m2 = vmax, m3 = vmax;
+    int j0 = 0;
+    if (!mask)
+        for (; j0 + 64 <= visible; j0 += 64) {
+            vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(s + j0));
+            m1 = _mm512_max_ps(m1, _mm512_loadu_ps(s + j0 + 16));
+            m2 = _mm512_max_ps(m2, _mm512_loadu_ps(s + j0 + 32));
+            m3 = _mm512_max_ps(m3, _mm512_loadu_ps(s + j0 + 48));
+        }
+    vmax = _mm512_max_ps(_mm512_max_ps(vmax, m1), _mm512_max_ps(m2, m3));
+    for (int j = j0; j < visible; j += 16) {
         __mmask16 k = lanes16(mask, j, visible);
         vmax = _mm512_mask_max_ps(vmax, k, vmax, _mm512_maskz_loadu_ps(k, s + j));
     }
     float mx = _mm512_reduce_max_ps(vmax);
+    *max_io = mx;
     if (mx == -INFINITY) {
         memset(s, 0, (size_t)n * sizeof *s);
         return 0.0f;
     }
-    /* pass 2: exp(s - max) where visible, 0 elsewhere, and the sum */
-    __m512 vmx = _mm512_set1_ps(mx), vsum = _mm512_setzero_ps();
-    for (int j = 0; j < visible; j += 16) {
+    /* pass 2: exp(s - max) where visible, 0 elsewhere, and the sum (four sums likewise) */
+    __m512 vmx = _mm512_set1_ps(mx), vsum = _mm512_setzero_ps(), s1 = vsum, s2 = vsum, s3 = vsum;
+    j0 = 0;
+    if (!mask)
+        for (; j0 + 64 <= visible; j0 += 64) {
+            __m512 e0 = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j0), vmx));
+            __m512 e1 = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j0 + 16), vmx));
+            __m512 e2 = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j0 + 32), vmx));
+            __m512 e3 = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j0 + 48), vmx));
+            _mm512_storeu_ps(s + j0, e0);
+            _mm512_storeu_ps(s + j0 + 16, e1);
+            _mm512_storeu_ps(s + j0 + 32, e2);
+            _mm512_storeu_ps(s + j0 + 48, e3);
+            vsum = _mm512_add_ps(vsum, e0), s1 = _mm512_add_ps(s1, e1);
+            s2 = _mm512_add_ps(s2, e2), s3 = _mm512_add_ps(s3, e3);
+        }
+    vsum = _mm512_add_ps(_mm512_add_ps(vsum, s1), _mm512_add_ps(s2, s3));
+    for (int j = j0; j < visible; j += 16) {
         __mmask16 k = lanes16(mask, j, visible);
         __mmask16 tail = visible - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (visible - j)) - 1u);
         __m512 e = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vmx)));
@@ -170,10 +198,10 @@ __attribute__((target("avx2,fma"))) static __m256 load8(const float *s, const ui
 }
 
 __attribute__((target("avx2,fma"))) float mha_softmax_row_avx2(float *restrict s, int n, int visible,
-                                                             const uint8_t *restrict mask)
+                                                             const uint8_t *restrict mask, float *max_io)
 {
-    /* pass 1: max over the visible entries */
-    __m256 vmax = _mm256_set1_ps(-INFINITY), ninf = vmax, vis;
+    /* pass 1: max over the visible entries and the running max */
+    __m256 vmax = _mm256_set1_ps(*max_io), ninf = _mm256_set1_ps(-INFINITY), vis;
     for (int j = 0; j < visible; j += 8) {
         __m256 x = load8(s, mask, j, visible, &vis);
         vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(ninf, x, vis));
@@ -183,6 +211,7 @@ __attribute__((target("avx2,fma"))) float mha_softmax_row_avx2(float *restrict s
     float mx = -INFINITY;
     for (int i = 0; i < 8; i++)
         mx = lanes[i] > mx ? lanes[i] : mx;
+    *max_io = mx;
     if (mx == -INFINITY) {
         memset(s, 0, (size_t)n * sizeof *s);
         return 0.0f;

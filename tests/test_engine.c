@@ -70,6 +70,9 @@ ParameterizedTestParameters(engine, matches_reference)
         {"bias, torch layout, cross", 64, 8, 2, 9, 14, 1, 1, MHA_LAYOUT_TORCH, M_KVLEN, 0, 2},
         {"many query blocks", 256, 4, 2, 300, 300, 0, 1, MHA_LAYOUT_XW, M_CAUSAL | M_KVLEN, 32, 2},
         {"three threads", 128, 8, 3, 40, 40, 0, 1, MHA_LAYOUT_XW, M_KVLEN, 16, 3},
+        /* rows longer than MHA_KV_CHUNK keys: the online softmax over key chunks */
+        {"long rows, cross", 32, 2, 2, 40, 1300, 1, 1, MHA_LAYOUT_XW, M_KVLEN, 0, 2},
+        {"long rows, all masks", 32, 2, 2, 1100, 1100, 0, 1, MHA_LAYOUT_XW, M_CAUSAL | M_KVLEN | M_QLEN | M_EXPLICIT, 0, 2},
     };
     return cr_make_param_array(fcase, cases, sizeof cases / sizeof cases[0]);
 }
@@ -105,12 +108,21 @@ ParameterizedTest(fcase *c, engine, matches_reference, .timeout = 60)
     double err = rel_error(out, ref, n_out), err_attn = rel_error(attn, ref_attn, n_attn);
     cr_expect_leq(err, REL_TOL, "%s: out relative error %.3g > %g", c->name, err, REL_TOL);
     cr_expect_leq(err_attn, REL_TOL, "%s: attn relative error %.3g > %g", c->name, err_attn, REL_TOL);
+    /* without the attention weights, rows longer than MHA_KV_CHUNK go through the online
+     * softmax in key chunks: the same bound */
+    float *out2 = malloc(n_out * sizeof *out2);
+    memset(out2, 0xff, n_out * sizeof *out2);
+    cr_assert_eq(mha_forward(e, &in, out2, NULL), MHA_OK, "%s: forward without attn", c->name);
+    double err2 = rel_error(out2, ref, n_out);
+    cr_expect_leq(err2, REL_TOL, "%s: out (no attn) relative error %.3g > %g", c->name, err2, REL_TOL);
     /* rows past a query length are exactly 0 */
     for (int b = 0; p.q_len && b < p.batch; b++)
-        for (size_t i = (size_t)p.q_len[b] * p.d; i < (size_t)p.seq_q * p.d; i++)
+        for (size_t i = (size_t)p.q_len[b] * p.d; i < (size_t)p.seq_q * p.d; i++) {
             cr_assert_eq(out[(size_t)b * p.seq_q * p.d + i], 0.0f, "%s: padded row not zero", c->name);
+            cr_assert_eq(out2[(size_t)b * p.seq_q * p.d + i], 0.0f, "%s: padded row not zero", c->name);
+        }
 
-    free(out), free(attn), free(ref), free(ref_attn);
+    free(out), free(out2), free(attn), free(ref), free(ref_attn);
     mha_free(e);
     problem_free(&p);
 }
@@ -236,17 +248,17 @@ Test(engine, valid_outputs_ignore_padded_tokens, .timeout = 30)
     problem_free(&p);
 }
 
-Test(engine, bitwise_identical_across_thread_counts, .timeout = 60)
+static void check_bitwise_across_threads(int d, int h, int batch, int seq, int q_block)
 {
     problem p;
-    problem_make(&p, 96, 6, 5, 45, 45, 1, 0, 19);
+    problem_make(&p, d, h, batch, seq, seq, 1, 0, 19);
     apply_masks(&p, M_CAUSAL | M_KVLEN | M_QLEN, 3);
     size_t n = (size_t)p.batch * p.seq_q * p.d;
     float *first = NULL;
     for (int threads = 1; threads <= 4; threads++) {
         mha_config cfg;
         problem_config(&p, &cfg, threads);
-        cfg.q_block = 16;
+        cfg.q_block = q_block;
         cfg.pinning = threads == 3 ? MHA_PIN_CLOSE : MHA_PIN_NONE;
         mha_engine *e;
         cr_assert_eq(mha_create(&cfg, &e), MHA_OK);
@@ -269,6 +281,12 @@ Test(engine, bitwise_identical_across_thread_counts, .timeout = 60)
     }
     free(first);
     problem_free(&p);
+}
+
+Test(engine, bitwise_identical_across_thread_counts, .timeout = 60)
+{
+    check_bitwise_across_threads(96, 6, 5, 45, 16);
+    check_bitwise_across_threads(32, 2, 3, 1200, 0); /* long rows: key chunks */
 }
 
 Test(engine, static_engine_matches_heap_engine, .timeout = 30)

@@ -66,7 +66,8 @@ Test(softmax, every_implementation_matches_double, .timeout = 30)
                 int visible = variant == 1 ? n / 2 : variant == 3 ? 0 : n;
                 const uint8_t *m = variant >= 2 ? mask : NULL;
                 memcpy(row, in, (size_t)n * sizeof *row);
-                float sum = impls[k].fn(row, n, visible, m);
+                float mx = -INFINITY;
+                float sum = impls[k].fn(row, n, visible, m, &mx);
                 check_row(impls[k].name, in, n, visible, m, row, sum);
             }
         }
@@ -82,7 +83,9 @@ Test(softmax, extreme_scores_stay_finite)
             continue;
         for (int j = 0; j < 20; j++)
             row[j] = j == 3 ? 1e30f : -1e30f;
-        cr_assert_eq(impls[k].fn(row, 20, 20, NULL), 1.0f, "%s: sum", impls[k].name);
+        float mx = -INFINITY;
+        cr_assert_eq(impls[k].fn(row, 20, 20, NULL, &mx), 1.0f, "%s: sum", impls[k].name);
+        cr_assert_eq(mx, 1e30f);
         for (int j = 0; j < 20; j++)
             cr_assert_eq(row[j], j == 3 ? 1.0f : 0.0f, "%s [%d] = %g", impls[k].name, j, row[j]);
     }
@@ -97,9 +100,60 @@ Test(softmax, fully_hidden_row_is_zero)
             continue;
         for (int j = 0; j < 40; j++)
             row[j] = (float)j;
-        cr_assert_eq(impls[k].fn(row, 40, 40, none), 0.0f);
+        float mx = -INFINITY;
+        cr_assert_eq(impls[k].fn(row, 40, 40, none, &mx), 0.0f);
+        cr_assert(isinf(mx) && mx < 0, "the max of nothing stays -inf");
         for (int j = 0; j < 40; j++)
             cr_assert_eq(row[j], 0.0f, "%s [%d] = %g", impls[k].name, j, row[j]);
+    }
+}
+
+/* A row in chunks against a running max, rescaled as the max grows (what attention.c does
+ * for long rows), equals the whole row's softmax: the same tolerance as above plus one
+ * rounding per rescale. */
+Test(softmax, chunks_with_a_running_max_match_the_whole_row, .timeout = 30)
+{
+    rng r = {11};
+    enum { N = 700 };
+    float in[N], row[N];
+    uint8_t mask[N];
+    for (size_t k = 0; k < sizeof impls / sizeof impls[0]; k++) {
+        if (!mha_softmax_supported(impls[k].fn))
+            continue;
+        for (int variant = 0; variant < 3; variant++) {
+            /* rising scores make the max grow chunk after chunk */
+            for (int j = 0; j < N; j++)
+                in[j] = rng_uniform(&r, -10.0f, 10.0f) + (variant == 1 ? 0.05f * (float)j : 0.0f);
+            for (int j = 0; j < N; j++)
+                mask[j] = rng_next(&r) % 4 != 0;
+            const uint8_t *m = variant == 2 ? mask : NULL;
+            const int visible = variant == 2 ? 650 : N, chunk = 128;
+            memcpy(row, in, sizeof row);
+            float mx = -INFINITY, total = 0.0f;
+            for (int c0 = 0; c0 < N; c0 += chunk) {
+                int n = N - c0 < chunk ? N - c0 : chunk, vis = visible - c0 < 0 ? 0 : visible - c0 > n ? n : visible - c0;
+                float before = mx;
+                float part = impls[k].fn(row + c0, n, vis, m ? m + c0 : NULL, &mx);
+                float corr = total > 0.0f && before != mx ? expf(before - mx) : 1.0f;
+                total = total * corr + part;
+                for (int j = 0; j < c0; j++) /* rescale the earlier chunks, as Z is */
+                    row[j] *= corr;
+            }
+            double dmx = -INFINITY, dsum = 0;
+            for (int j = 0; j < visible; j++)
+                if (!m || m[j])
+                    dmx = in[j] > dmx ? in[j] : dmx;
+            for (int j = 0; j < visible; j++)
+                if (!m || m[j])
+                    dsum += exp((double)in[j] - dmx);
+            for (int j = 0; j < N; j++) {
+                int vis = j < visible && (!m || m[j]);
+                double want = vis ? exp((double)in[j] - dmx) / dsum : 0.0;
+                double got = (double)row[j] / total;
+                cr_assert(fabs(got - want) <= (tolerance(in[j] - dmx, visible) + 8 * 0x1p-24) * want,
+                          "%s variant %d: [%d] = %.9g, want %.9g", impls[k].name, variant, j, got, want);
+            }
+        }
     }
 }
 
