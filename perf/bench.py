@@ -7,7 +7,7 @@ noise): PyTorch nn.MultiheadAttention at its default setup, with BLIS's skx kern
 memory (GLIBC_TUNABLES); the reference numpy class as written (float64) and in float32 on
 the shapes where it finishes in seconds. Machine ceilings: the FMA loop (build/ceiling) and
 one large BLIS sgemm with mha's kernel (build/sgemm_ceiling). Prints a table and writes it
-to perf/results/bench-HOST-DATE.csv. A missing peer gets "n/a" in its columns; the driver
+to perf/results/bench-HOST-DATETIME.csv. A missing peer gets "n/a" in its columns; the driver
 never fails for that. GFLOP/s: 8·B·S·d² + 4·B·S²·d, only unmasked work for causal/ragged.
 usage: perf/bench.py [--rounds N] [--quick]"""
 import argparse
@@ -156,7 +156,8 @@ def main():
               f"numpy64 {fmt(row.get('numpy float64 ms'))} ms, RSS {fmt(rss, '{:.0f}')} MiB", flush=True)
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(os.path.join(ROOT, "perf/results"), exist_ok=True)
-    path = os.path.join(ROOT, "perf/results", f"bench-{platform.node()}-{datetime.date.today()}.csv")
+    stamp = datetime.datetime.now().strftime("%Y-%m-%dT%H%M")  # a later run never overwrites one
+    path = os.path.join(ROOT, "perf/results", f"bench-{platform.node()}-{stamp}.csv")
     with open(path + ".tmp", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
         w.writeheader()
