@@ -228,7 +228,8 @@ static int plan(sweep *w)
                     return EXIT_USAGE;
                 }
                 p->batch = (int)batch;
-                p->oversubscribed = p->threads > w->n_allowed;
+                /* pinned to a cpus list, the workers share that list's CPUs */
+                p->oversubscribed = p->threads > (p->pinning == MHA_PIN_CPUS ? w->fc.n_cpus : w->n_allowed);
                 mha_config cfg;
                 engine_config(w, p, &cfg);
                 mha_status st = MHA_ERR_AFFINITY;
@@ -561,9 +562,12 @@ static int write_report(const sweep *w, int plotted, const char *why)
           "throughput ratio. Efficiency = speedup / p. Karp–Flatt serial fraction e = (1/S − 1/p) / (1 − 1/p). "
           "Worker CPUs are where each worker thread last ran, as the workers read it (sched_getcpu), not "
           "what was requested.", f);
-    if (w->threads[w->n_threads - 1] > w->n_allowed)
-        fprintf(f, " Points with more threads than the %d CPUs allowed are marked *oversubscribed*: "
-                   "their threads share CPUs.", w->n_allowed);
+    int any_over = 0;
+    for (int i = 0; i < w->n; i++)
+        any_over |= w->pt[i].oversubscribed;
+    if (any_over)
+        fprintf(f, " Points with more threads than the %d CPUs allowed (or, pinned to `cpus`, than the CPUs "
+                   "listed) are marked *oversubscribed*: their threads share CPUs.", w->n_allowed);
     fputs("\n\n## Results\n\n", f);
     fputs("| mode | pinning | threads | batch | median ms (min–max) | GFLOP/s | tokens/s | speedup | efficiency | "
           "Karp–Flatt | worker CPUs | note |\n"

@@ -158,6 +158,8 @@ static int load_on_root(const opts *o, shared *sh, int32_t **lengths, float **wb
                     sh->fc.d_model, h.rank, h.dtype == MHA_NPY_F4 ? "float32" : "integer");
     sh->batch = (int)h.shape[0], sh->seq = (int)h.shape[1], sh->d = sh->fc.d_model;
     sh->data_offset = h.data_offset;
+    if (sh->fc.mask == MHA_MASK_PADDING && !o->lengths)
+        return fail(EXIT_USAGE, "%s: batch.mask is padding, but no --lengths file is given", o->config);
     if (o->lengths) {
         int64_t n;
         if ((st = mha_npy_load_lengths(o->lengths, &n, lengths, sh->seq, err, sizeof err)) != MHA_OK)
