@@ -455,7 +455,9 @@ static int write_plots(const sweep *w, char *why, size_t why_len)
                     continue;
                 char name[64];
                 snprintf(name, sizeof name, "%s, %s", mode_name(p), mha_pinning_name(p->pinning));
-                fprintf(f, "%s$s%d using 1:%d with linespoints lw 2 pt 7 title '%s'", s ? ", " : "", s, column[k], name);
+                /* weak scaling dashed, with hollow points: the same pinning keeps its colour */
+                fprintf(f, "%s$s%d using 1:%d with linespoints lw 2 dt %d pt %d lc %d title '%s'", s ? ", " : "", s,
+                        column[k], p->weak ? 3 : 1, p->weak ? 6 : 7, (int)p->pinning + 1, name);
                 s++;
             }
             fputs("\nunset output\n", f);
