@@ -49,7 +49,7 @@ TEST_CLI_OBJ := $(B)/obj/cli/scale_fit.o $(B)/obj/cli/shard.o
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
-.PHONY: all deps deps-perf deps-bench test run install uninstall clean readme-example footprint blis-overhead bench report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
+.PHONY: all deps deps-perf deps-bench test run install uninstall clean readme-example footprint blis-overhead head-shapes bench report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
 all: $(B)/libmha.a $(B)/libmha.so $(B)/mha $(if $(filter 1,$(MPI)),$(B)/mha-mpi)
 
 deps:
@@ -189,6 +189,13 @@ blis-overhead: deps-perf
 	  $(CC) -O2 -I/usr/include/$(MULTIARCH)/blis-$$v perf/blis_overhead.c /usr/lib/$(MULTIARCH)/blis-$$v/libblis.a \
 	    $(LDLIBS) -o $(B)/blis_overhead_$$v || exit 1; done
 	for r in 1 2 3; do $(B)/blis_overhead_serial serial; $(B)/blis_overhead_openmp openmp; done
+
+# BLIS's own sgemm on one head's GEMM shapes (bert-base at S=512 and S=128): the per-shape
+# ceiling of issue 4, next to mha run's rate on the same model (1 thread).
+head-shapes: $(B)/mha
+	$(CC) -O2 -isystem $(BLIS_INC) perf/head_shapes.c $(BLIS_A) -lm -lpthread -o $(B)/head_shapes
+	$(B)/head_shapes 768 12 512 && $(B)/mha run configs/bert-base-512.yaml --threads 1 --iters 5 --check 0 | grep speed
+	$(B)/head_shapes 768 12 128 && $(B)/mha run configs/bert-base.yaml --threads 1 --iters 10 --check 0 | grep speed
 
 # make bench: mha against PyTorch and numpy peers (perf/bench.py). PEERS=1 installs them.
 PEERS ?= 0
