@@ -120,7 +120,7 @@ readme-example: all
 	  sh -c '$(CC) -std=c11 -Wall -Werror $(OPT) $(B)/example/example.c -o $(B)/example/example $$(pkg-config --cflags --libs mha)'
 	LD_LIBRARY_PATH=$(CURDIR)/$(B)/stage/usr/local/lib $(B)/example/example
 
-# ---- MPI: build/mha-mpi shards a batch over MPI ranks (src/mpi/). Open MPI from Debian,
+# ---- MPI: build/mha-mpi shards a batch over MPI ranks (src/cli/mpi/). Open MPI from Debian,
 # installed by deps-mpi; `make MPI=1` adds it to the default build, the plain build never
 # needs MPI (`make deps MPI=1` installs it too). `make test-mpi` runs tests/mpi/test_mpi.sh
 # (1–3 ranks on this machine).
@@ -128,8 +128,8 @@ MPICC ?= mpicc
 deps-mpi:
 	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) $(MPI_PKGS)"
 
-$(B)/mha-mpi: src/mpi/mha_mpi.c src/cli/common.c src/cli/shard.c $(wildcard src/cli/*.h) $(B)/libmha.a | deps-mpi
-	$(MPICC) -std=c11 $(OPT) $(WARN) -fopenmp -Iinclude -Isrc -Isrc/cli src/mpi/mha_mpi.c src/cli/common.c \
+$(B)/mha-mpi: src/cli/mpi/mha_mpi.c src/cli/common.c src/cli/shard.c $(wildcard src/cli/*.h) $(B)/libmha.a | deps-mpi
+	$(MPICC) -std=c11 $(OPT) $(WARN) -fopenmp -Iinclude -Isrc -Isrc/cli src/cli/mpi/mha_mpi.c src/cli/common.c \
 	  src/cli/shard.c $(B)/libmha.a $(BLIS_A) $(CLI_LDLIBS) -o $@
 
 $(B)/mpi_make_batch: tests/mpi/make_batch.c $(B)/libmha.a
