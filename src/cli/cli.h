@@ -24,6 +24,10 @@ int cli_parse_int(const char *opt, const char *text, long lo, long hi, long *out
 
 double cli_now_ms(void);
 
+/* The CPU's model name and the features that decide kernels (AVX family, FMA, AMX), from
+ * /proc/cpuinfo; "unknown" and "" when it cannot be read. */
+void cli_cpu_info(char *model, size_t nm, char *flags, size_t nf);
+
 /* Seeded data: splitmix64 → uniform floats in [lo, hi). */
 void cli_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t *state);
 

@@ -1,5 +1,6 @@
-/* common.c — helpers the subcommands share: messages, option values, time, seeded data,
- * statistics, the FLOP count, and the double-precision check of sampled output rows. */
+/* common.c — helpers the subcommands share: messages, option values, time, seeded data and
+ * generated problems, statistics, the FLOP count, the double-precision check of sampled
+ * output rows, and the CPU's description. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <math.h>
@@ -279,4 +280,40 @@ double cli_check_rows(const cli_problem *p, const float *out, int rows, int *che
 done:
     free(K), free(V), free(q), free(z), free(ref), free(a);
     return worst;
+}
+
+void cli_cpu_info(char *model, size_t nm, char *flags, size_t nf)
+{
+    snprintf(model, nm, "unknown");
+    flags[0] = '\0';
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[8192];
+    int got_model = 0, got_flags = 0;
+    while ((!got_model || !got_flags) && fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (!colon)
+            continue;
+        char *value = colon + 2 <= line + strlen(line) ? colon + 2 : colon + 1;
+        value[strcspn(value, "\n")] = '\0';
+        if (!got_model && !strncmp(line, "model name", 10)) {
+            snprintf(model, nm, "%s", value);
+            got_model = 1;
+        } else if (!got_flags && !strncmp(line, "flags", 5)) {
+            /* the features that decide kernels, in the order they matter */
+            static const char *keep[] = {"sse4_2", "avx", "f16c", "fma", "avx2", "avx512f", "avx512dq", "avx512bw",
+                                         "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", NULL};
+            for (int i = 0; keep[i]; i++) {
+                char pat[32];
+                snprintf(pat, sizeof pat, " %s ", keep[i]);
+                char padded[8200];
+                snprintf(padded, sizeof padded, " %s ", value);
+                if (strstr(padded, pat))
+                    snprintf(flags + strlen(flags), nf - strlen(flags), "%s%s", flags[0] ? " " : "", keep[i]);
+            }
+            got_flags = 1;
+        }
+    }
+    fclose(f);
 }

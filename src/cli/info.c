@@ -12,42 +12,6 @@
 
 extern char **environ;
 
-static void cpu_model_and_flags(char *model, size_t nm, char *flags, size_t nf)
-{
-    snprintf(model, nm, "unknown");
-    flags[0] = '\0';
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f)
-        return;
-    char line[8192];
-    int got_model = 0, got_flags = 0;
-    while ((!got_model || !got_flags) && fgets(line, sizeof line, f)) {
-        char *colon = strchr(line, ':');
-        if (!colon)
-            continue;
-        char *value = colon + 2 <= line + strlen(line) ? colon + 2 : colon + 1;
-        value[strcspn(value, "\n")] = '\0';
-        if (!got_model && !strncmp(line, "model name", 10)) {
-            snprintf(model, nm, "%s", value);
-            got_model = 1;
-        } else if (!got_flags && !strncmp(line, "flags", 5)) {
-            /* the features that decide kernels, in the order they matter */
-            static const char *keep[] = {"sse4_2", "avx", "f16c", "fma", "avx2", "avx512f", "avx512dq", "avx512bw",
-                                         "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", NULL};
-            for (int i = 0; keep[i]; i++) {
-                char pat[32];
-                snprintf(pat, sizeof pat, " %s ", keep[i]);
-                char padded[8200];
-                snprintf(padded, sizeof padded, " %s ", value);
-                if (strstr(padded, pat))
-                    snprintf(flags + strlen(flags), nf - strlen(flags), "%s%s", flags[0] ? " " : "", keep[i]);
-            }
-            got_flags = 1;
-        }
-    }
-    fclose(f);
-}
-
 /* "0-3,8,10-11" */
 static void cpu_list(const int *cpus, int n, char *out, size_t len)
 {
@@ -73,7 +37,7 @@ int mha_cli_info(int argc, char **argv)
         return EXIT_USAGE;
     }
     char model[256], flags[512], list[4096];
-    cpu_model_and_flags(model, sizeof model, flags, sizeof flags);
+    cli_cpu_info(model, sizeof model, flags, sizeof flags);
     static int cpus[1024];
     int n = mha_affinity_allowed(cpus, 1024);
     cpu_list(cpus, n < 1024 ? n : 1024, list, sizeof list);

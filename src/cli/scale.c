@@ -483,23 +483,6 @@ static int write_plots(const sweep *w, char *why, size_t why_len)
     return 0;
 }
 
-static void cpu_model(char *out, size_t n)
-{
-    snprintf(out, n, "unknown");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    char line[1024];
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
-            char *v = strchr(line, ':') + 1;
-            v += strspn(v, " \t");
-            v[strcspn(v, "\n")] = '\0';
-            snprintf(out, n, "%s", v);
-            break;
-        }
-    if (f)
-        fclose(f);
-}
-
 static void md_point_row(FILE *f, const point *p)
 {
     char cpus[4 * MHA_MAX_THREADS + 16];
@@ -520,8 +503,8 @@ static int write_report(const sweep *w, int plotted, const char *why)
     FILE *f = open_tmp(w, "report.md", tmp, sizeof tmp);
     if (!f)
         return EXIT_RUNTIME;
-    char model[256], host[256] = "unknown", date[64];
-    cpu_model(model, sizeof model);
+    char model[256], flags[512], host[256] = "unknown", date[64];
+    cli_cpu_info(model, sizeof model, flags, sizeof flags);
     struct utsname u;
     if (uname(&u) == 0)
         snprintf(host, sizeof host, "%s", u.nodename);
@@ -533,7 +516,7 @@ static int write_report(const sweep *w, int plotted, const char *why)
     fprintf(f, "# Thread scaling: %s\n\n", fc->name);
     fprintf(f, "`%s`, %s, on %s.\n\n", w->cmdline, date, host);
     fputs("## Machine\n\n| | |\n| --- | --- |\n", f);
-    fprintf(f, "| CPU | %s |\n", model);
+    fprintf(f, "| CPU | %s |\n| CPU features | %s |\n", model, flags[0] ? flags : "none of the AVX family");
     fprintf(f, "| CPUs this process may use | %d:", w->n_allowed);
     for (int i = 0; i < w->n_allowed && i < 1024; i++)
         fprintf(f, " %d", w->allowed[i]);
