@@ -7,14 +7,20 @@ PREFIX ?= /usr/local
 LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 DESTDIR ?=
+# CC, CFLAGS and LDFLAGS from the environment or the command line are honoured (added after
+# the project's own flags); make's built-in default `cc` becomes gcc.
+ifeq ($(origin CC),default)
 CC := gcc
+endif
+CFLAGS ?=
+LDFLAGS ?=
 
 MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
 # The serial BLIS build, linked statically: every GEMM single-threaded with no nested
 # parallel region, and bli_gks_lookup_id (hidden in libblis.so.4) reachable.
 BLIS_INC ?= /usr/include/$(MULTIARCH)/blis-serial
 BLIS_A ?= /usr/lib/$(MULTIARCH)/blis-serial/libblis.a
-DEB_PKGS := libblis-serial-dev libcriterion-dev libcyaml-dev libyaml-dev libjansson-dev pkgconf gnuplot-nox
+DEB_PKGS := libblis-serial-dev libcriterion-dev libyaml-dev libjansson-dev pkgconf gnuplot-nox
 MPI_PKGS := libopenmpi-dev openmpi-bin
 ifeq ($(MPI),1)
 DEB_PKGS += $(MPI_PKGS)
@@ -33,9 +39,9 @@ OPT := -O3 -g
 endif
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wvla -Wmissing-prototypes -Wno-format-truncation
-CFLAGS_LIB := -std=c11 $(OPT) $(WARN) -fPIC -fvisibility=hidden -fopenmp -DMHA_BUILDING -Iinclude -isystem $(BLIS_INC)
-# The library needs libcyaml/libyaml (config loader); the command also jansson (--json output).
-LDLIBS := -lcyaml -lyaml -fopenmp -lm -lpthread
+CFLAGS_LIB := -std=c11 $(OPT) $(WARN) -fPIC -fvisibility=hidden -fopenmp -DMHA_BUILDING -Iinclude -isystem $(BLIS_INC) $(CFLAGS)
+# The library needs libyaml (config loader); the command also jansson (--json output).
+LDLIBS := -lyaml -fopenmp -lm -lpthread
 CLI_LDLIBS := $(LDLIBS) -ljansson
 
 LIB_SRC := $(wildcard src/*.c)
@@ -53,7 +59,9 @@ ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign v
 all: $(B)/libmha.a $(B)/libmha.so $(B)/mha $(if $(filter 1,$(MPI)),$(B)/mha-mpi)
 
 deps:
-	@missing=""; for p in $(DEB_PKGS); do \
+	@if ! command -v dpkg-query >/dev/null 2>&1; then \
+	  echo "make deps: no dpkg here: assuming$(DEB_PKGS) (or their equivalents) are installed"; exit 0; fi; \
+	missing=""; for p in $(DEB_PKGS); do \
 	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
@@ -68,24 +76,29 @@ PERF_PKGS := libblis-openmp-dev
 deps-perf:
 	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) $(PERF_PKGS)"
 
-$(B)/obj/%.o: src/%.c $(wildcard src/*.h) include/mha.h | deps
+$(B)/obj/%.o: src/%.c $(wildcard src/*.h) include/mha.h include/mha_io.h | deps
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_LIB) -c $< -o $@
 
-# The command line links the static library: it may use internal modules (loaders, config).
-$(B)/obj/cli/%.o: src/cli/%.c $(wildcard src/cli/*.h) $(wildcard src/*.h) include/mha.h | deps
+# The command line is a client like any other: public headers only (include/), no src/.
+# Its built-in default model is configs/default.yaml, compiled in as text.
+$(B)/gen/default_yaml.h: configs/default.yaml
 	@mkdir -p $(@D)
-	$(CC) -std=c11 $(OPT) $(WARN) -fopenmp -Iinclude -Isrc -c $< -o $@
+	sed -e 's/\\/\\\\/g; s/"/\\"/g; s/^/"/; s/$$/\\n"/' $< > $@
+
+$(B)/obj/cli/%.o: src/cli/%.c $(wildcard src/cli/*.h) include/mha.h include/mha_io.h $(B)/gen/default_yaml.h | deps
+	@mkdir -p $(@D)
+	$(CC) -std=c11 $(OPT) $(WARN) -fopenmp -Iinclude -I$(B)/gen $(CFLAGS) -c $< -o $@
 
 $(B)/mha: $(CLI_OBJ) $(B)/libmha.a
-	$(CC) $(OPT) -o $@ $(CLI_OBJ) $(B)/libmha.a $(BLIS_A) $(CLI_LDLIBS)
+	$(CC) $(OPT) $(LDFLAGS) -o $@ $(CLI_OBJ) $(B)/libmha.a $(BLIS_A) $(CLI_LDLIBS)
 
 $(B)/libmha.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 $(B)/libmha.so.$(VERSION): $(LIB_OBJ)
 	$(CC) -shared -Wl,-soname,libmha.so.$(SOMAJOR) -Wl,--no-undefined -Wl,--exclude-libs,ALL \
-	  $(OPT) -o $@ $^ $(BLIS_A) $(LDLIBS)
+	  $(OPT) $(LDFLAGS) -o $@ $^ $(BLIS_A) $(LDLIBS)
 
 $(B)/libmha.so: $(B)/libmha.so.$(VERSION)
 	ln -sf libmha.so.$(VERSION) $(B)/libmha.so.$(SOMAJOR)
@@ -98,27 +111,31 @@ $(B)/counted/libmha.a: $(LIB_OBJ)
 	for o in $^; do objcopy $(foreach s,$(ALLOC_SYMS),--redefine-sym $(s)=mha_counted_$(s)) $$o $(@D)/obj/$$(basename $$o); done
 	rm -f $@ && ar rcs $@ $(@D)/obj/*.o
 
-$(B)/tests/%.o: tests/%.c $(wildcard tests/*.h) $(wildcard src/*.h) include/mha.h | deps
+$(B)/tests/%.o: tests/%.c $(wildcard tests/*.h) $(wildcard src/*.h) include/mha.h include/mha_io.h | deps
 	@mkdir -p $(@D)
-	$(CC) -std=gnu11 $(OPT) $(WARN) -Wno-missing-prototypes -fopenmp -Iinclude -Isrc -Isrc/cli -DMHA_CLI='"$(B)/mha"' -c $< -o $@
+	$(CC) -std=gnu11 $(OPT) $(WARN) -Wno-missing-prototypes -fopenmp -Iinclude -Isrc -Isrc/cli -DMHA_CLI='"$(B)/mha"' $(CFLAGS) -c $< -o $@
 
 # The CLI tests run $(B)/mha, so it is built first.
 $(B)/tests/mha_tests: $(TEST_OBJ) $(TEST_CLI_OBJ) $(B)/counted/libmha.a $(B)/mha
-	$(CC) $(OPT) -o $@ $(TEST_OBJ) $(TEST_CLI_OBJ) $(B)/counted/libmha.a $(BLIS_A) -lcriterion $(CLI_LDLIBS)
+	$(CC) $(OPT) $(LDFLAGS) -o $@ $(TEST_OBJ) $(TEST_CLI_OBJ) $(B)/counted/libmha.a $(BLIS_A) -lcriterion $(CLI_LDLIBS)
 
 # Sanitizer runs: runtime-owned memory (libgomp's pool, Criterion's runner) is not a leak of ours.
 test: $(B)/tests/mha_tests readme-example
 	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(B)/tests/mha_tests --jobs 2
 
-# The README's C example, compiled as written against a staged install through pkg-config.
+# Every C block of the README, compiled as written against a staged install through
+# pkg-config and run (example1.c, example2.c, ...).
 readme-example: all
-	@rm -rf $(B)/stage && $(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/$(B)/stage PREFIX=/usr/local DEBUG=$(DEBUG) >/dev/null
+	@rm -rf $(B)/stage $(B)/example && $(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/$(B)/stage PREFIX=/usr/local DEBUG=$(DEBUG) >/dev/null
 	@mkdir -p $(B)/example
-	awk '/^```c$$/ {on = 1; next} /^```$$/ {on = 0} on' README.md > $(B)/example/example.c
-	PKG_CONFIG_SYSROOT_DIR=$(CURDIR)/$(B)/stage PKG_CONFIG_PATH=$(CURDIR)/$(B)/stage/usr/local/lib/pkgconfig \
-	  sh -c '$(CC) -std=c11 -Wall -Werror $(OPT) $(B)/example/example.c -o $(B)/example/example $$(pkg-config --cflags --libs mha)'
-	LD_LIBRARY_PATH=$(CURDIR)/$(B)/stage/usr/local/lib $(B)/example/example
+	awk -v dir=$(B)/example '/^```c$$/ {n++; on = 1; next} /^```$$/ {on = 0} on {print > (dir "/example" n ".c")}' README.md
+	@for c in $(B)/example/example*.c; do \
+	  echo "README example $$c"; \
+	  PKG_CONFIG_SYSROOT_DIR=$(CURDIR)/$(B)/stage PKG_CONFIG_PATH=$(CURDIR)/$(B)/stage/usr/local/lib/pkgconfig \
+	    sh -c '$(CC) -std=c11 -Wall -Werror $(OPT) '"$$c"' -o '"$${c%.c}"' $$(pkg-config --cflags --libs mha)' || exit 1; \
+	  LD_LIBRARY_PATH=$(CURDIR)/$(B)/stage/usr/local/lib $${c%.c} || exit 1; \
+	done
 
 # ---- MPI: build/mha-mpi shards a batch over MPI ranks (src/cli/mpi/). Open MPI from Debian,
 # installed by deps-mpi; `make MPI=1` adds it to the default build, the plain build never
@@ -129,11 +146,11 @@ deps-mpi:
 	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) $(MPI_PKGS)"
 
 $(B)/mha-mpi: src/cli/mpi/mha_mpi.c src/cli/common.c src/cli/shard.c $(wildcard src/cli/*.h) $(B)/libmha.a | deps-mpi
-	$(MPICC) -std=c11 $(OPT) $(WARN) -fopenmp -Iinclude -Isrc -Isrc/cli src/cli/mpi/mha_mpi.c src/cli/common.c \
+	$(MPICC) -std=c11 $(OPT) $(WARN) -fopenmp -Iinclude -Isrc/cli src/cli/mpi/mha_mpi.c src/cli/common.c \
 	  src/cli/shard.c $(B)/libmha.a $(BLIS_A) $(CLI_LDLIBS) -o $@
 
 $(B)/mpi_make_batch: tests/mpi/make_batch.c $(B)/libmha.a
-	$(CC) -std=c11 $(OPT) $(WARN) -Iinclude -Isrc $< $(B)/libmha.a $(BLIS_A) $(LDLIBS) -o $@
+	$(CC) -std=c11 $(OPT) $(WARN) -Iinclude $< $(B)/libmha.a $(BLIS_A) $(LDLIBS) -o $@
 
 mha-mpi: $(B)/mha-mpi
 
@@ -148,10 +165,10 @@ test-mpi: $(B)/mha-mpi $(B)/mha $(B)/mpi_make_batch
 FUZZ_PKGS := clang libclang-rt-14-dev
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := config safetensors npy
-FUZZ_SRC := config_load json_scan safetensors npy weights_file config status
+FUZZ_SRC := config_load config_schema fileio json_scan safetensors npy weights_file config status
 FUZZ_CFLAGS := -std=c11 -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined \
   -DMHA_BUILDING -Iinclude -Isrc -isystem $(BLIS_INC)
-FUZZ_LIBS := $(BLIS_A) -lcyaml -lyaml $(shell $(CC) -print-file-name=libgomp.so) -lm -lpthread
+FUZZ_LIBS := $(BLIS_A) -lyaml $(shell $(CC) -print-file-name=libgomp.so) -lm -lpthread
 deps-fuzz:
 	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) $(FUZZ_PKGS)"
 
@@ -191,7 +208,7 @@ blis-overhead: deps-perf
 	for r in 1 2 3; do $(B)/blis_overhead_serial serial; $(B)/blis_overhead_openmp openmp; done
 
 # BLIS's own sgemm on one head's GEMM shapes (bert-base at S=512 and S=128): the per-shape
-# ceiling of issue 4, next to mha run's rate on the same model (1 thread).
+# ceiling, next to mha run's rate on the same model (1 thread).
 head-shapes: $(B)/mha
 	$(CC) -O2 -fopenmp -isystem $(BLIS_INC) perf/sgemm_ceiling.c $(BLIS_A) -lm -lpthread -o $(B)/sgemm_ceiling
 	$(B)/sgemm_ceiling heads 768 12 512 && $(B)/mha run configs/bert-base-512.yaml --threads 1 --iters 5 --check 0 | grep speed
@@ -227,6 +244,7 @@ report: all
 install: all
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)
 	install -m 644 include/mha.h $(DESTDIR)$(INCLUDEDIR)/mha.h
+	install -m 644 include/mha_io.h $(DESTDIR)$(INCLUDEDIR)/mha_io.h
 	install -m 644 $(B)/libmha.a $(DESTDIR)$(LIBDIR)/libmha.a
 	install -m 755 $(B)/libmha.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libmha.so.$(VERSION)
 	ln -sf libmha.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libmha.so.$(SOMAJOR)
@@ -235,7 +253,7 @@ install: all
 	    -e 's|@VERSION@|$(VERSION)|; s|@BLIS_A@|$(BLIS_A)|' mha.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/mha.pc
 
 uninstall:
-	rm -f $(DESTDIR)$(INCLUDEDIR)/mha.h $(DESTDIR)$(LIBDIR)/libmha.a $(DESTDIR)$(LIBDIR)/libmha.so* \
+	rm -f $(DESTDIR)$(INCLUDEDIR)/mha.h $(DESTDIR)$(INCLUDEDIR)/mha_io.h $(DESTDIR)$(LIBDIR)/libmha.a $(DESTDIR)$(LIBDIR)/libmha.so* \
 	      $(DESTDIR)$(LIBDIR)/pkgconfig/mha.pc
 
 clean:

@@ -1,11 +1,24 @@
-/* mha.h — the public API of libmha, batched multi-head attention inference on CPUs.
+/* mha.h — the public API of libmha, batched multi-head attention inference on CPUs
+ * (x86-64 Linux). mha_io.h adds the file loaders.
  *
- * The only header a client includes. It depends on <stddef.h> and <stdint.h> alone.
- * Contract (DESIGN.md §4): the library never prints, exits, aborts, reads the environment
- * or keeps mutable global state; every failure returns a status and leaves the engine usable.
+ * It depends on <stddef.h> and <stdint.h> alone.
+ * Contract (docs/DESIGN.md §4): the library never prints, exits, aborts, reads the
+ * environment or keeps mutable global state; every failure returns a status and leaves the
+ * engine usable.
  *
  * Threading contract: use one engine per calling thread at a time; any number of engines
  * may run at once in one process, and an engine may move between threads between calls.
+ *
+ * Memory: an engine's memory is one arena taken at mha_create (or yours, with
+ * mha_create_static); mha_set_weights and mha_forward allocate nothing themselves. What the
+ * runtimes below mha allocate is theirs: BLIS allocates its kernel tables once per process
+ * at the first mha_create, and libgomp allocates a small descriptor per OpenMP task from
+ * malloc in every forward with more than one thread (about two per head task).
+ *
+ * ABI policy: while the version is 0.x there is none. Structs (mha_config, mha_input, ...)
+ * may grow and enum values may be added in any minor release: rebuild against the header
+ * you link, and check mha_version_number() == MHA_VERSION_NUMBER at start-up. Status codes
+ * are never renumbered.
  */
 #ifndef MHA_H
 #define MHA_H
@@ -46,6 +59,7 @@ typedef enum mha_status {
 
 MHA_API const char *mha_status_str(mha_status s); /* never NULL */
 MHA_API const char *mha_version_string(void);     /* "0.1.0" */
+MHA_API int mha_version_number(void);             /* MHA_VERSION_NUMBER of the library linked */
 
 typedef enum { MHA_PIN_NONE, MHA_PIN_CLOSE, MHA_PIN_SPREAD, MHA_PIN_CPUS } mha_pinning;
 
@@ -66,17 +80,24 @@ typedef struct mha_config {
 
 /* Defaults: d_model 512, 8 heads, capacity 1 × 128 × 128, bias on, all CPUs, no pinning. */
 MHA_API void mha_config_init(mha_config *cfg);
-/* Reads a YAML config (DESIGN.md §6) into cfg: model, threads, pinning, engine block, and the
- * batch block as capacity. MHA_ERR_IO if it cannot be read, MHA_ERR_CONFIG with "file:line:
- * key: problem" in err for syntax errors, unknown keys, wrong types and out-of-range values. */
+/* Reads a YAML config (README "Configs") into cfg: model, threads, pinning, engine block, and
+ * the batch block as capacity; cfg changes only on success. MHA_ERR_IO if it cannot be read,
+ * MHA_ERR_CONFIG with "file:line: key: problem" in err for syntax errors, unknown keys, wrong
+ * types and out-of-range values, MHA_ERR_AFFINITY for a CPU the process may not use,
+ * MHA_ERR_NOMEM. mha_io.h has the whole file (mha_config_file_load) and the key table. */
 MHA_API mha_status mha_config_load(const char *path, mha_config *cfg, char *err, size_t err_len);
-/* MHA_OK, or MHA_ERR_CONFIG / MHA_ERR_INVALID_ARG with a message naming the field in err. */
+/* Everything mha_create checks, without creating: MHA_OK, MHA_ERR_INVALID_ARG (cfg NULL),
+ * MHA_ERR_CONFIG (a field out of range, an unknown or unrunnable blis_arch, sizes that
+ * overflow) or MHA_ERR_AFFINITY (cpus names a CPU this process may not use), with a message
+ * naming the field in err ("n_heads: 7 does not divide d_model 512"). */
 MHA_API mha_status mha_config_check(const mha_config *cfg, char *err, size_t err_len);
 
 MHA_API size_t mha_workspace_size(const mha_config *cfg); /* 0 if cfg is invalid */
 MHA_API mha_status mha_create(const mha_config *cfg, mha_engine **out);
 /* Runs in caller memory ws (64-byte aligned, at least mha_workspace_size bytes) and never
- * allocates; ws must outlive the engine. */
+ * allocates; ws must outlive the engine. mha_workspace_size is a function of the config
+ * alone, except that threads = 0 counts mha_cpus_allowed() of the calling thread: to size
+ * on one thread and create on another, set threads. */
 MHA_API mha_status mha_create_static(const mha_config *cfg, void *ws, size_t ws_len,
                                      mha_engine **out);
 MHA_API void mha_free(mha_engine *e); /* accepts NULL */
@@ -91,6 +112,20 @@ typedef struct mha_weights {
 } mha_weights;
 MHA_API mha_status mha_set_weights(mha_engine *e, const mha_weights *w); /* copies and packs */
 
+/* Shared weights: packed once, read by any number of engines (one per core is the
+ * recommended server setup), so the process holds one copy instead of one per engine.
+ * mha_pack_weights copies and packs w for cfg's model (d_model, n_heads, bias) and kernel
+ * (blis_arch); the packed copy is read-only and may be used from any thread.
+ * mha_create_shared makes an engine whose arena holds no weights: cfg must describe the
+ * same model and kernel as the packed copy's (else MHA_ERR_CONFIG), pw must outlive it,
+ * and mha_set_weights on it is MHA_ERR_STATE. Outputs are bitwise those of an engine with
+ * its own copy. */
+typedef struct mha_packed_weights mha_packed_weights; /* opaque */
+MHA_API mha_status mha_pack_weights(const mha_config *cfg, const mha_weights *w, mha_packed_weights **out);
+MHA_API void mha_packed_weights_free(mha_packed_weights *pw); /* accepts NULL */
+MHA_API size_t mha_packed_weights_size(const mha_packed_weights *pw); /* bytes held */
+MHA_API mha_status mha_create_shared(const mha_config *cfg, const mha_packed_weights *pw, mha_engine **out);
+
 typedef struct mha_input {
     int batch, seq_q, seq_kv;
     const float *q, *k, *v;        /* (batch, seq_q, d), (batch, seq_kv, d) ×2 */
@@ -102,8 +137,14 @@ typedef struct mha_input {
 
 /* out: (batch, seq_q, d). attn: NULL or (batch, n_heads, seq_q, seq_kv).
  * A query row with no visible key gets a zero attention row (its out row is b_o);
- * a row past its q_length is 0 in out and attn. */
+ * a row past its q_length is 0 in out and attn. out and attn must not overlap the inputs
+ * or each other (inputs are read while out is written). */
 MHA_API mha_status mha_forward(mha_engine *e, const mha_input *in, float *out, float *attn);
+
+/* The message of the engine's last failed call (set_weights, forward), naming the field
+ * and values ("batch 3 > max_batch 2"); "" after a success. Never NULL. A failed create
+ * has no engine: mha_config_check gives its message. */
+MHA_API const char *mha_engine_last_error(const mha_engine *e);
 
 /* Accessors. */
 MHA_API const char *mha_engine_blis_arch(const mha_engine *e); /* BLIS sub-config in use */
@@ -113,6 +154,13 @@ MHA_API size_t mha_engine_workspace_size(const mha_engine *e);  /* arena bytes *
 /* The CPU each worker ran on at the start of the last forward (-1: not run yet).
  * Writes min(n, threads) entries; returns how many were written. */
 MHA_API int mha_engine_worker_cpus(const mha_engine *e, int *cpus, int n);
+
+/* The CPUs this process may use, ascending, into cpus[0 .. min(n, max)); returns n, or -1.
+ * When OpenMP binds threads (OMP_PROC_BIND/OMP_PLACES), libgomp pins the initial thread to
+ * one place before main, so this is the union of OpenMP's places; otherwise it is the
+ * calling thread's affinity mask. threads = 0 and the close/spread pinnings use this set. */
+MHA_API int mha_cpus_allowed(int *cpus, int max);
+MHA_API size_t mha_l2_bytes(void); /* per-core L2 cache; 0 if unknown */
 
 /* The BLIS sub-config "auto" picks on this CPU, and the version of the BLIS linked in. */
 MHA_API const char *mha_blis_arch_auto(void);

@@ -5,7 +5,7 @@
  *   sgemm_ceiling heads D HEADS SEQ [REPS]: 1 thread, each GEMM of one attention head (and
  *     its share of the output projection) at its own rate, and the forward pass's rate if
  *     every GEMM ran at BLIS's rate and nothing else cost anything: the per-shape ceiling
- *     issue 4 quotes. */
+ *     the performance targets quote. */
 #define _GNU_SOURCE
 #include <omp.h>
 #include <stdio.h>

@@ -1,17 +1,41 @@
 /* affinity.c — Linux CPU affinity and topology queries, for the scheduler and the engine. */
 #define _GNU_SOURCE
 #include "affinity.h"
+#include "mha.h"
 
+#include <omp.h>
 #include <sched.h>
 #include <string.h>
 #include <unistd.h>
 
 _Static_assert(sizeof(mha_cpumask) == sizeof(cpu_set_t), "mha_cpumask mirrors cpu_set_t");
 
+/* With OMP_PROC_BIND / OMP_PLACES set, libgomp binds the initial thread to its first place
+ * before main, so that thread's mask is one place, not the process's CPUs. OpenMP's place
+ * list is then what the process was given (libgomp builds it from the startup mask). */
+static int places_mask(cpu_set_t *set)
+{
+    int places = omp_get_num_places();
+    if (places < 1 || omp_get_proc_bind() == omp_proc_bind_false)
+        return 0;
+    CPU_ZERO(set);
+    int ids[CPU_SETSIZE];
+    for (int p = 0; p < places; p++) {
+        int n = omp_get_place_num_procs(p);
+        if (n < 0 || n > CPU_SETSIZE)
+            return 0;
+        omp_get_place_proc_ids(p, ids);
+        for (int i = 0; i < n; i++)
+            if (ids[i] >= 0 && ids[i] < CPU_SETSIZE)
+                CPU_SET(ids[i], set);
+    }
+    return CPU_COUNT(set) > 0;
+}
+
 int mha_affinity_allowed(int *cpus, int max)
 {
     cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) != 0)
+    if (!places_mask(&set) && sched_getaffinity(0, sizeof set, &set) != 0)
         return -1;
     int n = 0;
     for (int c = 0; c < CPU_SETSIZE; c++) {
@@ -53,6 +77,18 @@ int mha_affinity_pin(int cpu)
 int mha_affinity_current_cpu(void)
 {
     return sched_getcpu();
+}
+
+MHA_API int mha_cpus_allowed(int *cpus, int max)
+{
+    if (max < 0 || (max > 0 && !cpus))
+        return -1;
+    return mha_affinity_allowed(cpus, max);
+}
+
+MHA_API size_t mha_l2_bytes(void)
+{
+    return mha_affinity_l2_bytes();
 }
 
 size_t mha_affinity_l2_bytes(void)

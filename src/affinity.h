@@ -10,7 +10,8 @@ typedef struct mha_cpumask {
     unsigned long bits[1024 / (8 * sizeof(unsigned long))];
 } mha_cpumask;
 
-/* The CPUs the calling thread may run on, ascending, at most max of them.
+/* The CPUs this process may run on, ascending, at most max of them: OpenMP's place list
+ * when OpenMP binds threads (OMP_PROC_BIND/OMP_PLACES), else the calling thread's mask.
  * Returns how many there are (may exceed max), or -1 on failure. */
 int mha_affinity_allowed(int *cpus, int max);
 int mha_affinity_get(mha_cpumask *m);     /* calling thread's mask; 0 on success */

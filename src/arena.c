@@ -31,7 +31,8 @@ static size_t product(size_t a, size_t b, size_t c, int *overflow)
     return abc;
 }
 
-int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine_bytes, mha_arena_plan *p)
+int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine_bytes, mha_arena_kind kind,
+                        mha_arena_plan *p)
 {
     int of = 0;
     size_t d = (size_t)dims->d, h = (size_t)dims->h, dk = (size_t)dims->dk;
@@ -44,10 +45,19 @@ int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine
     p->ld_scores = (ptrdiff_t)lds;
 
     p->engine = take(&cur, 1, engine_bytes, MHA_ALIGN, &of);
-    p->wqkv = take(&cur, product(h, d, 3 * dkp, &of), sizeof(float), MHA_ALIGN, &of);
-    p->bqkv = take(&cur, product(h, 3, dkp, &of), sizeof(float), MHA_ALIGN, &of);
-    p->wo = take(&cur, product(d, dp, 1, &of), sizeof(float), MHA_ALIGN, &of);
-    p->bo = take(&cur, d, sizeof(float), MHA_ALIGN, &of);
+    p->wqkv = p->bqkv = p->wo = p->bo = MHA_ARENA_ABSENT;
+    if (kind != MHA_ARENA_ENGINE_SHARED) {
+        p->wqkv = take(&cur, product(h, d, 3 * dkp, &of), sizeof(float), MHA_ALIGN, &of);
+        p->bqkv = take(&cur, product(h, 3, dkp, &of), sizeof(float), MHA_ALIGN, &of);
+        p->wo = take(&cur, product(d, dp, 1, &of), sizeof(float), MHA_ALIGN, &of);
+        p->bo = take(&cur, d, sizeof(float), MHA_ALIGN, &of);
+    }
+    if (kind == MHA_ARENA_WEIGHTS) {
+        p->z = p->xpack = p->order = p->deps = p->xdeps = p->worker_cpu = p->pin_cpu = p->scratch = MHA_ARENA_ABSENT;
+        p->xpack_stride = p->scratch_stride = p->kt = p->scores = p->apack = p->inv = 0;
+        p->total = cur;
+        return of ? -1 : 0;
+    }
     p->z = take(&cur, product(batch, (size_t)dims->seq_q, d, &of), sizeof(float), MHA_ALIGN, &of);
     p->xpack_stride = product(((size_t)dims->seq_q + k->aw - 1) / k->aw * k->aw, d, 1, &of);
     p->xpack = take(&cur, product(batch, p->xpack_stride, 1, &of), sizeof(float), MHA_ALIGN, &of);
@@ -71,20 +81,25 @@ int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine
     return of ? -1 : 0;
 }
 
+static void *at(unsigned char *base, size_t offset)
+{
+    return offset == MHA_ARENA_ABSENT ? NULL : base + offset;
+}
+
 void mha_arena_carve(const mha_arena_plan *p, void *base, mha_arena_views *v)
 {
     unsigned char *b = base;
-    v->engine = b + p->engine;
-    v->wqkv = (float *)(void *)(b + p->wqkv);
-    v->bqkv = (float *)(void *)(b + p->bqkv);
-    v->wo = (float *)(void *)(b + p->wo);
-    v->bo = (float *)(void *)(b + p->bo);
-    v->z = (float *)(void *)(b + p->z);
-    v->xpack = (float *)(void *)(b + p->xpack);
-    v->order = (int *)(void *)(b + p->order);
-    v->deps = (char *)(b + p->deps);
-    v->xdeps = (char *)(b + p->xdeps);
-    v->worker_cpu = (int *)(void *)(b + p->worker_cpu);
-    v->pin_cpu = (int *)(void *)(b + p->pin_cpu);
-    v->scratch = b + p->scratch;
+    v->engine = at(b, p->engine);
+    v->wqkv = at(b, p->wqkv);
+    v->bqkv = at(b, p->bqkv);
+    v->wo = at(b, p->wo);
+    v->bo = at(b, p->bo);
+    v->z = at(b, p->z);
+    v->xpack = at(b, p->xpack);
+    v->order = at(b, p->order);
+    v->deps = at(b, p->deps);
+    v->xdeps = at(b, p->xdeps);
+    v->worker_cpu = at(b, p->worker_cpu);
+    v->pin_cpu = at(b, p->pin_cpu);
+    v->scratch = at(b, p->scratch);
 }

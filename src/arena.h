@@ -10,7 +10,9 @@
 #define MHA_ALIGN 64   /* every region; also what mha_create_static requires of ws */
 #define MHA_PAGE 4096  /* worker slices start on their own pages: first touch, no false sharing */
 
-/* Byte offsets of each region from the arena's base. */
+/* Byte offsets of each region from the arena's base; MHA_ARENA_ABSENT for a region the plan's
+ * kind leaves out. */
+#define MHA_ARENA_ABSENT ((size_t)-1)
 typedef struct mha_arena_plan {
     size_t engine;          /* the engine struct itself */
     size_t wqkv, bqkv;      /* packed per-head projection weights and biases */
@@ -48,8 +50,14 @@ typedef struct mha_arena_views {
  * (dk, round_up(seq_kv, bw)), the score tile (q_block, ld_scores), A packing (mb × kc),
  * the rows' inverse softmax sums (q_block). */
 
-/* 0 on success, -1 if a size overflows size_t. */
-int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine_bytes, mha_arena_plan *plan);
+/* Which regions a plan lays out: an engine with its own weights, an engine that reads shared
+ * packed weights (no weight regions), or a packed-weights block (the header struct in the
+ * engine slot and the weight regions only). */
+typedef enum { MHA_ARENA_ENGINE, MHA_ARENA_ENGINE_SHARED, MHA_ARENA_WEIGHTS } mha_arena_kind;
+
+/* 0 on success, -1 if a size overflows size_t. Regions a kind leaves out carve as NULL. */
+int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine_bytes, mha_arena_kind kind,
+                        mha_arena_plan *plan);
 void mha_arena_carve(const mha_arena_plan *plan, void *base, mha_arena_views *views);
 
 #endif

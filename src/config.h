@@ -1,8 +1,47 @@
-/* config.h — config validation and the dimensions an engine is built with. */
+/* config.h — the config schema table, config validation and the dimensions an engine is
+ * built with. */
 #ifndef MHA_CONFIG_H
 #define MHA_CONFIG_H
 
+#include <stddef.h>
+
 #include "mha.h"
+#include "mha_io.h"
+
+/* ---- the schema (config_schema.c) ---- */
+
+typedef struct mha_name_val { const char *name; int value; } mha_name_val;
+
+typedef struct mha_key_def {
+    mha_config_key pub;       /* what clients see: name, type, range, default text */
+    size_t off;               /* destination: in mha_config for engine keys (pub.field set),
+                                 else in mha_config_file */
+    size_t count_off;         /* lists: where the entry count goes (same base) */
+    long long def;            /* default of an integer, bool or enum key */
+    const mha_name_val *names;/* enums */
+    int n_names;
+} mha_key_def;
+
+extern const mha_key_def mha_keys[];
+extern const int mha_n_keys;
+
+const mha_key_def *mha_key_find(const char *key);
+const char *mha_key_value_name(const mha_key_def *k, int value);
+void *mha_key_dest(const mha_key_def *k, mha_config_file *fc);
+void *mha_key_count_dest(const mha_key_def *k, mha_config_file *fc);
+
+/* The first key of an engine config that breaks the schema, and why. */
+typedef struct mha_key_problem {
+    const mha_key_def *key;
+    int index;                /* list entry, -1: the key itself, -2: the list's length */
+    char what[160];
+} mha_key_problem;
+/* Range, enum and cross-key checks of every engine key, table-driven. */
+mha_status mha_config_verify(const mha_config *cfg, mha_key_problem *p);
+/* "field: what" (C names: "cpus[2]", "n_cpus") into err; returns MHA_ERR_CONFIG. */
+mha_status mha_config_problem_text(const mha_key_problem *p, char *err, size_t err_len);
+
+/* ---- an engine's dimensions ---- */
 
 /* Everything the arena plan and the forward pass need, resolved from a config:
  * threads = 0 becomes the CPUs allowed now, q_block = 0 becomes the engine's choice. */

@@ -1,521 +1,543 @@
-/* config_load.c — YAML configs (DESIGN.md §6) through libcyaml, which checks structure,
- * keys and types against the schema below; value ranges are checked here afterwards. Every
- * message names the file, the line and the key: libcyaml's backtrace gives the line for
- * its own errors, and a pass of libyaml's event parser maps each key to its line for ours. */
+/* config_load.c — YAML configs (DESIGN.md §6) read with libyaml's event parser against the
+ * schema table (config_schema.c). Each key's type, range and destination come from the
+ * table; each value is checked where it stands, so every message names the file, the line
+ * and the key. Strict where YAML is loose: integers are plain decimal digits (no 1e6, 0o10,
+ * 6_4 or 64.9), one document per file, no aliases, no duplicate keys. */
+#define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <stdarg.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <cyaml/cyaml.h>
 #include <yaml.h>
 
-#include "config_file.h"
+#include "config.h"
+#include "fileio.h"
 #include "status.h"
 
 #define MAX_FILE_BYTES (1u << 20)
+#define MAX_DEPTH 4
 
-/* ---- what libcyaml fills: one struct per block ---- */
-
-typedef struct y_model { int d_model, heads; bool bias; } y_model;
-typedef struct y_batch {
-    int size, seq_len, kv_len;
-    bool cross;
-    int mask;
-    int lengths[MHA_MAX_LENGTHS];
-    unsigned n_lengths;
-    int kv_lengths[MHA_MAX_LENGTHS];
-    unsigned n_kv_lengths;
-} y_batch;
-typedef struct y_threads { int count, pinning; int cpus[MHA_MAX_CPUS]; unsigned n_cpus; } y_threads;
-typedef struct y_run { int warmup, iters; uint64_t seed; } y_run;
-typedef struct y_scaling {
-    int threads[MHA_MAX_SCALE_POINTS];
-    unsigned n_threads;
-    int pinning[4];
-    unsigned n_pinning;
-    int mode, iters;
-} y_scaling;
-typedef struct y_engine { int q_block; char blis_arch[16]; } y_engine;
-typedef struct y_file {
-    char name[64];
-    y_model model;
-    y_batch batch;
-    y_threads threads;
-    y_run run;
-    y_scaling scaling;
-    y_engine engine;
-} y_file;
-
-static const cyaml_strval_t mask_names[] = {
-    {"none", MHA_MASK_NONE}, {"causal", MHA_MASK_CAUSAL}, {"padding", MHA_MASK_PADDING}};
-static const cyaml_strval_t pinning_names[] = {
-    {"none", MHA_PIN_NONE}, {"close", MHA_PIN_CLOSE}, {"spread", MHA_PIN_SPREAD}, {"cpus", MHA_PIN_CPUS}};
-static const cyaml_strval_t mode_names[] = {
-    {"strong", MHA_SCALE_STRONG}, {"weak", MHA_SCALE_WEAK}, {"both", MHA_SCALE_BOTH}};
-#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
-
-static const cyaml_schema_value_t int_entry = {CYAML_VALUE_INT(CYAML_FLAG_DEFAULT, int)};
-static const cyaml_schema_value_t pinning_entry = {
-    CYAML_VALUE_ENUM(CYAML_FLAG_STRICT, int, pinning_names, N_OF(pinning_names))};
-
-#define OPT CYAML_FLAG_OPTIONAL
-static const cyaml_schema_field_t model_fields[] = {
-    CYAML_FIELD_INT("d_model", CYAML_FLAG_DEFAULT, y_model, d_model),
-    CYAML_FIELD_INT("heads", CYAML_FLAG_DEFAULT, y_model, heads),
-    CYAML_FIELD_BOOL("bias", OPT, y_model, bias),
-    CYAML_FIELD_END};
-static const cyaml_schema_field_t batch_fields[] = {
-    CYAML_FIELD_INT("size", OPT, y_batch, size),
-    CYAML_FIELD_INT("seq_len", OPT, y_batch, seq_len),
-    CYAML_FIELD_INT("kv_len", OPT, y_batch, kv_len),
-    CYAML_FIELD_BOOL("cross", OPT, y_batch, cross),
-    CYAML_FIELD_ENUM("mask", OPT | CYAML_FLAG_STRICT, y_batch, mask, mask_names, N_OF(mask_names)),
-    CYAML_FIELD_SEQUENCE_COUNT("lengths", OPT, y_batch, lengths, n_lengths, &int_entry, 1, MHA_MAX_LENGTHS),
-    CYAML_FIELD_SEQUENCE_COUNT("kv_lengths", OPT, y_batch, kv_lengths, n_kv_lengths, &int_entry, 1, MHA_MAX_LENGTHS),
-    CYAML_FIELD_END};
-static const cyaml_schema_field_t threads_fields[] = {
-    CYAML_FIELD_INT("count", OPT, y_threads, count),
-    CYAML_FIELD_ENUM("pinning", OPT | CYAML_FLAG_STRICT, y_threads, pinning, pinning_names, N_OF(pinning_names)),
-    CYAML_FIELD_SEQUENCE_COUNT("cpus", OPT, y_threads, cpus, n_cpus, &int_entry, 1, MHA_MAX_CPUS),
-    CYAML_FIELD_END};
-static const cyaml_schema_field_t run_fields[] = {
-    CYAML_FIELD_INT("warmup", OPT, y_run, warmup),
-    CYAML_FIELD_INT("iters", OPT, y_run, iters),
-    CYAML_FIELD_UINT("seed", OPT, y_run, seed),
-    CYAML_FIELD_END};
-static const cyaml_schema_field_t scaling_fields[] = {
-    CYAML_FIELD_SEQUENCE_COUNT("threads", OPT, y_scaling, threads, n_threads, &int_entry, 1, MHA_MAX_SCALE_POINTS),
-    CYAML_FIELD_SEQUENCE_COUNT("pinning", OPT, y_scaling, pinning, n_pinning, &pinning_entry, 1, 4),
-    CYAML_FIELD_ENUM("mode", OPT | CYAML_FLAG_STRICT, y_scaling, mode, mode_names, N_OF(mode_names)),
-    CYAML_FIELD_INT("iters", OPT, y_scaling, iters),
-    CYAML_FIELD_END};
-static const cyaml_schema_field_t engine_fields[] = {
-    CYAML_FIELD_INT("q_block", OPT, y_engine, q_block),
-    CYAML_FIELD_STRING("blis_arch", OPT, y_engine, blis_arch, 0),
-    CYAML_FIELD_END};
-static const cyaml_schema_field_t file_fields[] = {
-    CYAML_FIELD_STRING("name", OPT, y_file, name, 1),
-    CYAML_FIELD_MAPPING("model", CYAML_FLAG_DEFAULT, y_file, model, model_fields),
-    CYAML_FIELD_MAPPING("batch", OPT, y_file, batch, batch_fields),
-    CYAML_FIELD_MAPPING("threads", OPT, y_file, threads, threads_fields),
-    CYAML_FIELD_MAPPING("run", OPT, y_file, run, run_fields),
-    CYAML_FIELD_MAPPING("scaling", OPT, y_file, scaling, scaling_fields),
-    CYAML_FIELD_MAPPING("engine", OPT, y_file, engine, engine_fields),
-    CYAML_FIELD_END};
-static const cyaml_schema_value_t file_schema = {CYAML_VALUE_MAPPING(CYAML_FLAG_POINTER, y_file, file_fields)};
-
-/* ---- libcyaml's messages, caught instead of printed ---- */
-
-typedef struct capture {
-    char msg[160];            /* the first error line */
-    char field[8][48];        /* backtrace fields, innermost first */
-    int n_field;
-    size_t line;              /* innermost backtrace line */
-} capture;
-
-static void capture_log(cyaml_log_t level, void *ctx, const char *fmt, va_list args)
-{
-    capture *c = ctx;
-    char text[192];
-    if (level < CYAML_LOG_ERROR)
-        return;
-    vsnprintf(text, sizeof text, fmt, args);
-    text[strcspn(text, "\n")] = '\0';
-    char field[48];
-    size_t line = 0, col = 0;
-    if (sscanf(text, " in mapping field '%47[^']' (line: %zu, column: %zu)", field, &line, &col) == 3) {
-        if (c->n_field < 8)
-            snprintf(c->field[c->n_field++], sizeof c->field[0], "%s", field);
-        if (!c->line)
-            c->line = line;
-    } else if (sscanf(text, " in %*s (line: %zu", &line) == 1 ||
-               sscanf(text, " in sequence entry '%*u' (line: %zu", &line) == 1) {
-        if (!c->line)
-            c->line = line;
-    } else if (!c->msg[0] && strncmp(text, "Load: Backtrace", 15) != 0) {
-        snprintf(c->msg, sizeof c->msg, "%s", strncmp(text, "Load: ", 6) ? text : text + 6);
-    }
-}
-
-static void *yaml_mem(void *ctx, void *ptr, size_t size)
-{
-    (void)ctx;
-    if (size == 0) {
-        free(ptr);
-        return NULL;
-    }
-    return realloc(ptr, size);
-}
-
-/* ---- key → line, from libyaml's events ---- */
-
-typedef struct key_line { char path[64]; char value[24]; int line; } key_line;
-typedef struct line_map { key_line e[512]; int n; } line_map;
-
-typedef struct frame { int is_map, expect_key, index, entry; char path[64], key[48]; } frame;
-
-static void child_path(const frame *f, char *out, size_t n)
-{
-    if (f->is_map)
-        snprintf(out, n, "%s%s%s", f->path, f->path[0] ? "." : "", f->key);
-    else
-        snprintf(out, n, "%s[%d]", f->path, f->index);
-}
-
-static void record(line_map *m, const char *path, size_t line)
-{
-    if (m->n < (int)N_OF(m->e)) {
-        snprintf(m->e[m->n].path, sizeof m->e[0].path, "%s", path);
-        m->e[m->n].value[0] = '\0';
-        m->e[m->n++].line = (int)line + 1;
-    }
-}
-
-static void line_map_build(const unsigned char *buf, size_t len, line_map *m)
-{
+typedef struct loader {
     yaml_parser_t parser;
-    yaml_event_t ev;
-    frame st[16];
-    int depth = 0, done = 0;
-    m->n = 0;
-    if (!yaml_parser_initialize(&parser))
-        return;
-    yaml_parser_set_input_string(&parser, buf, len);
-    while (!done && yaml_parser_parse(&parser, &ev)) {
-        frame *top = depth ? &st[depth - 1] : NULL;
-        char path[64];
-        switch (ev.type) {
-        case YAML_MAPPING_START_EVENT:
-        case YAML_SEQUENCE_START_EVENT:
-            if (depth == (int)N_OF(st)) {
-                done = 1;
-                break;
-            }
-            path[0] = '\0';
-            if (top) {
-                child_path(top, path, sizeof path);
-                if (!top->is_map)
-                    record(m, path, ev.start_mark.line);
-            }
-            st[depth] = (frame){.is_map = ev.type == YAML_MAPPING_START_EVENT, .expect_key = 1};
-            snprintf(st[depth].path, sizeof st[depth].path, "%s", path);
-            depth++;
-            break;
-        case YAML_SCALAR_EVENT:
-            if (!top)
-                break;
-            if (top->is_map && top->expect_key) {
-                snprintf(top->key, sizeof top->key, "%s", (const char *)ev.data.scalar.value);
-                child_path(top, path, sizeof path);
-                top->entry = m->n;
-                record(m, path, ev.start_mark.line);
-                top->expect_key = 0;
-            } else if (top->is_map) {
-                if (top->entry < m->n) /* the key's scalar value, for checks libcyaml does not make */
-                    snprintf(m->e[top->entry].value, sizeof m->e[0].value, "%s", (const char *)ev.data.scalar.value);
-                top->expect_key = 1;
-            } else {
-                child_path(top, path, sizeof path);
-                record(m, path, ev.start_mark.line);
-                top->index++;
-            }
-            break;
-        case YAML_MAPPING_END_EVENT:
-        case YAML_SEQUENCE_END_EVENT:
-            if (--depth > 0) {
-                if (st[depth - 1].is_map)
-                    st[depth - 1].expect_key = 1;
-                else
-                    st[depth - 1].index++;
-            }
-            break;
-        case YAML_STREAM_END_EVENT:
-            done = 1;
-            break;
-        default:
-            break;
-        }
-        yaml_event_delete(&ev);
-    }
-    yaml_parser_delete(&parser);
-}
+    const char *origin;         /* the file's name in messages */
+    mha_config_file *fc;
+    int line[64];               /* per schema key: its line, 0 if absent */
+    int *entry_line[64];        /* per list key: the line of each entry */
+    char *err;
+    size_t err_len;
+} loader;
 
-static const key_line *entry_of(const line_map *m, const char *path)
+_Static_assert(sizeof(((loader *)0)->line) / sizeof(int) >= 24, "one slot per schema key");
+
+static mha_status bad_at(loader *L, mha_status st, int line, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static mha_status bad_at(loader *L, mha_status st, int line, const char *key, const char *fmt, ...)
 {
-    for (int i = 0; i < m->n; i++)
-        if (!strcmp(m->e[i].path, path))
-            return &m->e[i];
-    return NULL;
-}
-
-static int line_of(const line_map *m, const char *path)
-{
-    const key_line *e = entry_of(m, path);
-    return e ? e->line : 0;
-}
-
-/* libcyaml takes any word but false/no/off/disable/0 as true: accept YAML's booleans only. */
-static int is_yaml_bool(const char *v)
-{
-    static const char *words[] = {"true", "false", "True", "False", "TRUE", "FALSE", "yes", "no", "on", "off"};
-    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
-        if (!strcmp(v, words[i]))
-            return 1;
-    return 0;
-}
-
-/* ---- validation ---- */
-
-typedef struct vctx { const char *path; const line_map *lines; char *err; size_t err_len; } vctx;
-
-static mha_status bad(const vctx *v, mha_status st, const char *key, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static mha_status bad(const vctx *v, mha_status st, const char *key, const char *fmt, ...)
-{
-    char what[200];
+    char what[256];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    int line = line_of(v->lines, key);
-    if (line)
-        return mha_errorf(v->err, v->err_len, st, "%s:%d: %s: %s", v->path, line, key, what);
-    return mha_errorf(v->err, v->err_len, st, "%s: %s: %s", v->path, key, what);
+    if (line > 0)
+        return mha_errorf(L->err, L->err_len, st, "%s:%d: %s%s%s", L->origin, line, key, key[0] ? ": " : "", what);
+    return mha_errorf(L->err, L->err_len, st, "%s: %s%s%s", L->origin, key, key[0] ? ": " : "", what);
 }
 
-#define RANGE(key, value, lo, hi)                                                              \
-    do {                                                                                       \
-        if ((value) < (lo) || (value) > (hi))                                                  \
-            return bad(v, MHA_ERR_CONFIG, key, "must be in %d..%d, got %d", (int)(lo), (int)(hi), (int)(value)); \
-    } while (0)
+static int key_index(const mha_key_def *k) { return (int)(k - mha_keys); }
 
-/* A key that is in the file: range-checked, then taken; absent keys keep their default. */
-#define TAKE(key, dst, value, lo, hi)                                                          \
-    do {                                                                                       \
-        if (line_of(lm, key)) {                                                                \
-            RANGE(key, value, lo, hi);                                                         \
-            (dst) = (value);                                                                   \
-        }                                                                                      \
-    } while (0)
-
-static mha_status validate(const vctx *v, const y_file *y, mha_file_config *fc)
+/* The next event; syntax errors carry libyaml's own words and position. Anchors and aliases
+ * are refused here, wherever they stand: a config means what it says where it says it. */
+static mha_status next(loader *L, yaml_event_t *ev)
 {
-    const line_map *lm = v->lines;
-    char key[64];
-
-    if (line_of(lm, "name"))
-        snprintf(fc->name, sizeof fc->name, "%s", y->name);
-    const char *bools[] = {"model.bias", "batch.cross"};
-    for (int i = 0; i < 2; i++) {
-        const key_line *e = entry_of(lm, bools[i]);
-        if (e && !is_yaml_bool(e->value))
-            return bad(v, MHA_ERR_CONFIG, bools[i], "expected true or false, got '%s'", e->value);
+    if (yaml_parser_parse(&L->parser, ev)) {
+        const yaml_char_t *anchor = ev->type == YAML_SCALAR_EVENT           ? ev->data.scalar.anchor
+                                    : ev->type == YAML_SEQUENCE_START_EVENT ? ev->data.sequence_start.anchor
+                                    : ev->type == YAML_MAPPING_START_EVENT  ? ev->data.mapping_start.anchor
+                                                                            : NULL;
+        if (ev->type != YAML_ALIAS_EVENT && !anchor)
+            return MHA_OK;
+        int line = (int)ev->start_mark.line + 1;
+        yaml_event_delete(ev);
+        return bad_at(L, MHA_ERR_CONFIG, line, "", "anchors and aliases are not supported in a config");
     }
+    if (L->parser.error == YAML_MEMORY_ERROR)
+        return mha_errorf(L->err, L->err_len, MHA_ERR_NOMEM, "%s: out of memory while parsing", L->origin);
+    const yaml_mark_t *m = L->parser.problem ? &L->parser.problem_mark : &L->parser.context_mark;
+    return mha_errorf(L->err, L->err_len, MHA_ERR_CONFIG, "%s:%zu: syntax: %s%s%s", L->origin, m->line + 1,
+                      L->parser.problem ? L->parser.problem : "malformed YAML", L->parser.context ? " " : "",
+                      L->parser.context ? L->parser.context : "");
+}
 
-    RANGE("model.d_model", y->model.d_model, 1, 65536);
-    RANGE("model.heads", y->model.heads, 1, y->model.d_model);
-    if (y->model.d_model % y->model.heads)
-        return bad(v, MHA_ERR_CONFIG, "model.heads", "%d does not divide d_model %d", y->model.heads, y->model.d_model);
-    fc->d_model = y->model.d_model;
-    fc->heads = y->model.heads;
-    if (line_of(lm, "model.bias"))
-        fc->bias = y->model.bias;
+static int line_of_event(const yaml_event_t *ev) { return (int)ev->start_mark.line + 1; }
 
-    TAKE("batch.size", fc->batch, y->batch.size, 1, 1 << 16);
-    TAKE("batch.seq_len", fc->seq_len, y->batch.seq_len, 1, 1 << 20);
-    fc->kv_len = fc->seq_len;
-    TAKE("batch.kv_len", fc->kv_len, y->batch.kv_len, 1, 1 << 20);
-    fc->cross = y->batch.cross || fc->kv_len != fc->seq_len;
-    if (line_of(lm, "batch.mask"))
-        fc->mask = y->batch.mask;
-    fc->n_lengths = (int)y->batch.n_lengths;
-    for (int i = 0; i < fc->n_lengths; i++) {
-        snprintf(key, sizeof key, "batch.lengths[%d]", i);
-        RANGE(key, y->batch.lengths[i], 0, fc->seq_len);
-        fc->lengths[i] = y->batch.lengths[i];
+static const char *event_kind(const yaml_event_t *ev)
+{
+    switch (ev->type) {
+    case YAML_MAPPING_START_EVENT: return "a mapping";
+    case YAML_SEQUENCE_START_EVENT: return "a list";
+    case YAML_ALIAS_EVENT: return "an alias";
+    default: return "a value";
     }
-    fc->n_kv_lengths = (int)y->batch.n_kv_lengths;
+}
+
+/* ---- scalars ---- */
+
+static int has_control(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            return 1;
+    return 0;
+}
+
+/* A plain decimal integer: optional sign, digits, no leading zeros, nothing after. */
+static int parse_integer(const char *s, long long *out)
+{
+    const char *p = s;
+    int neg = 0;
+    if (*p == '-' || *p == '+')
+        neg = *p++ == '-';
+    if (*p < '0' || *p > '9' || (p[0] == '0' && p[1] != '\0'))
+        return 0;
+    unsigned long long v = 0;
+    for (; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return 0;
+        if (v > (~0ull - 9) / 10)
+            return 0;
+        v = v * 10 + (unsigned)(*p - '0');
+    }
+    if (v > (unsigned long long)1 << 62) /* far beyond any range in the table */
+        return 0;
+    *out = neg ? -(long long)v : (long long)v;
+    return 1;
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+    if (*s < '0' || *s > '9' || (s[0] == '0' && s[1] != '\0'))
+        return 0;
+    uint64_t v = 0;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9')
+            return 0;
+        unsigned d = (unsigned)(*s - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return 0;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return 1;
+}
+
+/* YAML's booleans (1.2's true/false and 1.1's yes/no/on/off). */
+static int parse_bool(const char *s, int *out)
+{
+    static const char *yes[] = {"true", "True", "TRUE", "yes", "on"}, *no[] = {"false", "False", "FALSE", "no", "off"};
+    for (int i = 0; i < 5; i++) {
+        if (!strcmp(s, yes[i]))
+            return *out = 1, 1;
+        if (!strcmp(s, no[i]))
+            return *out = 0, 1;
+    }
+    return 0;
+}
+
+static int parse_name(const mha_key_def *k, const char *s, int *out)
+{
+    for (int i = 0; i < k->n_names; i++)
+        if (!strcmp(k->names[i].name, s))
+            return *out = k->names[i].value, 1;
+    return 0;
+}
+
+/* One scalar for key k (or one entry of its list, entry >= 0), checked and stored. */
+static mha_status scalar(loader *L, const mha_key_def *k, int entry, const yaml_event_t *ev)
+{
+    const char *s = (const char *)ev->data.scalar.value;
+    int line = line_of_event(ev);
+    char key[80];
+    if (entry >= 0)
+        snprintf(key, sizeof key, "%s[%d]", k->pub.key, entry);
+    else
+        snprintf(key, sizeof key, "%s", k->pub.key);
+    int quoted = ev->data.scalar.style != YAML_PLAIN_SCALAR_STYLE;
+    void *dst = mha_key_dest(k, L->fc);
+    long long v;
+    int iv;
+    switch (k->pub.type) {
+    case MHA_KEY_INT:
+    case MHA_KEY_INT_LIST:
+        if (quoted || !parse_integer(s, &v))
+            return bad_at(L, MHA_ERR_CONFIG, line, key, "expected an integer, got '%.40s'", s);
+        if (v < k->pub.min || v > k->pub.max)
+            return bad_at(L, MHA_ERR_CONFIG, line, key, "must be in %lld..%lld, got %lld", k->pub.min, k->pub.max, v);
+        ((int *)dst)[entry < 0 ? 0 : entry] = (int)v;
+        return MHA_OK;
+    case MHA_KEY_UINT64:
+        if (quoted || !parse_u64(s, (uint64_t *)dst))
+            return bad_at(L, MHA_ERR_CONFIG, line, key, "expected an integer in 0..18446744073709551615, got '%.40s'", s);
+        return MHA_OK;
+    case MHA_KEY_BOOL:
+        if (quoted || !parse_bool(s, &iv))
+            return bad_at(L, MHA_ERR_CONFIG, line, key, "expected true or false, got '%.40s'", s);
+        *(int *)dst = iv;
+        return MHA_OK;
+    case MHA_KEY_ENUM:
+    case MHA_KEY_ENUM_LIST:
+        if (!parse_name(k, s, &iv))
+            return bad_at(L, MHA_ERR_CONFIG, line, key, "'%.40s' is not one of %s", s, k->pub.values);
+        ((int *)dst)[entry < 0 ? 0 : entry] = iv;
+        return MHA_OK;
+    case MHA_KEY_STRING:
+        if (strlen(s) > (size_t)k->pub.max)
+            return bad_at(L, MHA_ERR_CONFIG, line, key, "longer than %lld characters", k->pub.max);
+        if (has_control(s))
+            return bad_at(L, MHA_ERR_CONFIG, line, key, "contains a control character");
+        memcpy(dst, s, strlen(s) + 1);
+        return MHA_OK;
+    }
+    return MHA_ERR_CONFIG;
+}
+
+static const char *expected(const mha_key_def *k)
+{
+    switch (k->pub.type) {
+    case MHA_KEY_INT: case MHA_KEY_UINT64: return "an integer";
+    case MHA_KEY_BOOL: return "true or false";
+    case MHA_KEY_ENUM: return "one word";
+    case MHA_KEY_STRING: return "a string";
+    default: return "a list";
+    }
+}
+
+/* The value of key k, whose own line is `line`. */
+static mha_status value(loader *L, const mha_key_def *k, int line)
+{
+    yaml_event_t ev;
+    mha_status st = next(L, &ev);
+    if (st != MHA_OK)
+        return st;
+    int is_list = k->pub.type == MHA_KEY_INT_LIST || k->pub.type == MHA_KEY_ENUM_LIST;
+    if (ev.type == YAML_SCALAR_EVENT && !is_list) {
+        st = scalar(L, k, -1, &ev);
+    } else if (ev.type == YAML_SEQUENCE_START_EVENT && is_list) {
+        int *count = mha_key_count_dest(k, L->fc);
+        int *lines = L->entry_line[key_index(k)];
+        *count = 0;
+        for (;;) {
+            yaml_event_delete(&ev);
+            if ((st = next(L, &ev)) != MHA_OK)
+                return st;
+            if (ev.type == YAML_SEQUENCE_END_EVENT)
+                break;
+            if (ev.type != YAML_SCALAR_EVENT) {
+                st = bad_at(L, MHA_ERR_CONFIG, line_of_event(&ev), k->pub.key, "entries must be single values, got %s",
+                            event_kind(&ev));
+                break;
+            }
+            if (*count == k->pub.max_count) {
+                st = bad_at(L, MHA_ERR_CONFIG, line_of_event(&ev), k->pub.key, "more than %d entries", k->pub.max_count);
+                break;
+            }
+            if ((st = scalar(L, k, *count, &ev)) != MHA_OK)
+                break;
+            if (lines)
+                lines[*count] = line_of_event(&ev);
+            ++*count;
+        }
+    } else {
+        const char *got = ev.type == YAML_SCALAR_EVENT ? (const char *)ev.data.scalar.value : event_kind(&ev);
+        st = bad_at(L, MHA_ERR_CONFIG, line_of_event(&ev) ? line_of_event(&ev) : line, k->pub.key, "expected %s, got %s%.40s%s",
+                    expected(k), ev.type == YAML_SCALAR_EVENT ? "'" : "", got, ev.type == YAML_SCALAR_EVENT ? "'" : "");
+    }
+    yaml_event_delete(&ev);
+    return st;
+}
+
+/* Whether `path` is a block: some key of the table lies under it. */
+static int is_block(const char *path)
+{
+    size_t n = strlen(path);
+    for (int i = 0; i < mha_n_keys; i++)
+        if (!strncmp(mha_keys[i].pub.key, path, n) && mha_keys[i].pub.key[n] == '.')
+            return 1;
+    return 0;
+}
+
+/* "d_model, heads, bias": the words a block (or the top, "") takes, for messages. */
+static void block_keys(const char *block, char *out, size_t n)
+{
+    size_t len = strlen(block), k = 0;
+    out[0] = '\0';
+    for (int i = 0; i < mha_n_keys && k < n; i++) {
+        const char *key = mha_keys[i].pub.key;
+        if (len && (strncmp(key, block, len) || key[len] != '.'))
+            continue;
+        const char *rest = len ? key + len + 1 : key;
+        int word = (int)strcspn(rest, ".");
+        int dup = 0; /* the top level lists each block once */
+        for (int j = 0; j < i && !dup; j++) {
+            const char *prev = mha_keys[j].pub.key;
+            dup = (!len || (!strncmp(prev, block, len) && prev[len] == '.')) &&
+                  !strncmp(len ? prev + len + 1 : prev, rest, (size_t)word) &&
+                  strchr(".", (len ? prev + len + 1 : prev)[word]) != NULL;
+        }
+        if (!dup)
+            k += (size_t)snprintf(out + k, n - k, "%s%.*s", k ? ", " : "", word, rest);
+    }
+}
+
+static mha_status mapping(loader *L, const char *prefix, int depth);
+
+/* One key of a mapping under prefix ("" at the top) and its value. */
+static mha_status entry(loader *L, const char *prefix, const yaml_event_t *key_ev, int depth, char seen[][48], int *n_seen)
+{
+    const char *name = (const char *)key_ev->data.scalar.value;
+    int line = line_of_event(key_ev);
+    char path[96];
+    snprintf(path, sizeof path, "%s%s%.60s", prefix, prefix[0] ? "." : "", name);
+    if (has_control(name))
+        return bad_at(L, MHA_ERR_CONFIG, line, prefix, "a key contains a control character");
+    const mha_key_def *k = mha_key_find(path);
+    if (k) {
+        int *first = &L->line[key_index(k)];
+        if (*first)
+            return bad_at(L, MHA_ERR_CONFIG, line, path, "duplicate key (first on line %d)", *first);
+        *first = line;
+        return value(L, k, line);
+    }
+    if (is_block(path)) {
+        for (int i = 0; i < *n_seen; i++)
+            if (!strcmp(seen[i], path))
+                return bad_at(L, MHA_ERR_CONFIG, line, path, "duplicate block");
+        if (*n_seen < 16)
+            snprintf(seen[(*n_seen)++], sizeof seen[0], "%s", path);
+        yaml_event_t ev;
+        mha_status st = next(L, &ev);
+        if (st != MHA_OK)
+            return st;
+        int is_map = ev.type == YAML_MAPPING_START_EVENT;
+        if (!is_map) {
+            char keys[200];
+            block_keys(path, keys, sizeof keys);
+            st = bad_at(L, MHA_ERR_CONFIG, line, path, "expected a mapping of keys (%s), got %s", keys, event_kind(&ev));
+        }
+        yaml_event_delete(&ev);
+        return is_map ? mapping(L, path, depth + 1) : st;
+    }
+    char keys[200];
+    block_keys(prefix, keys, sizeof keys);
+    return bad_at(L, MHA_ERR_CONFIG, line, path, "unknown key (%s takes %s)", prefix[0] ? prefix : "a config", keys);
+}
+
+/* The keys of a mapping whose start event was just read, up to its end. */
+static mha_status mapping(loader *L, const char *prefix, int depth)
+{
+    char seen[16][48];
+    int n_seen = 0;
+    if (depth > MAX_DEPTH)
+        return bad_at(L, MHA_ERR_CONFIG, 0, prefix, "nested too deep");
+    for (;;) {
+        yaml_event_t ev;
+        mha_status st = next(L, &ev);
+        if (st != MHA_OK)
+            return st;
+        if (ev.type == YAML_MAPPING_END_EVENT) {
+            yaml_event_delete(&ev);
+            return MHA_OK;
+        }
+        if (ev.type != YAML_SCALAR_EVENT)
+            st = bad_at(L, MHA_ERR_CONFIG, line_of_event(&ev), prefix, "keys must be plain words, got %s", event_kind(&ev));
+        else
+            st = entry(L, prefix, &ev, depth, seen, &n_seen);
+        yaml_event_delete(&ev);
+        if (st != MHA_OK)
+            return st;
+    }
+}
+
+/* The stream: exactly one document whose root is a mapping. */
+static mha_status document(loader *L)
+{
+    yaml_event_t ev;
+    mha_status st;
+    int stage = 0; /* 0: stream start, 1: document start, 2: root, 3: document end, 4: stream end */
+    while ((st = next(L, &ev)) == MHA_OK) {
+        yaml_event_type_t t = ev.type;
+        int line = line_of_event(&ev);
+        if (stage == 0 && t == YAML_STREAM_START_EVENT)
+            stage = 1;
+        else if (stage == 1 && t == YAML_STREAM_END_EVENT)
+            st = bad_at(L, MHA_ERR_CONFIG, 0, "", "empty: a config needs at least a model block");
+        else if (stage == 1 && t == YAML_DOCUMENT_START_EVENT)
+            stage = 2;
+        else if (stage == 2 && t == YAML_MAPPING_START_EVENT)
+            st = mapping(L, "", 0), stage = 3;
+        else if (stage == 2 && t == YAML_SCALAR_EVENT && !ev.data.scalar.value[0])
+            st = bad_at(L, MHA_ERR_CONFIG, 0, "", "empty: a config needs at least a model block");
+        else if (stage == 2)
+            st = bad_at(L, MHA_ERR_CONFIG, line, "", "a config is a mapping of blocks (model, batch, ...), got %s",
+                        event_kind(&ev));
+        else if (stage == 3 && t == YAML_DOCUMENT_END_EVENT)
+            stage = 4;
+        else if (stage == 4 && t == YAML_DOCUMENT_START_EVENT)
+            st = bad_at(L, MHA_ERR_CONFIG, line, "", "a second YAML document: a config is one document");
+        else if (stage == 4 && t == YAML_STREAM_END_EVENT) {
+            yaml_event_delete(&ev);
+            return MHA_OK;
+        }
+        yaml_event_delete(&ev);
+        if (st != MHA_OK)
+            return st;
+    }
+    return st;
+}
+
+/* ---- what one key's type and range cannot say ---- */
+
+static int seen(const loader *L, const char *key) { return L->line[key_index(mha_key_find(key))]; }
+
+static mha_status check_list(loader *L, const char *key, const int *v, int n, int max, const char *bound)
+{
+    const mha_key_def *k = mha_key_find(key);
+    for (int i = 0; i < n; i++)
+        if (v[i] > max) {
+            char entry[64];
+            snprintf(entry, sizeof entry, "%s[%d]", key, i);
+            return bad_at(L, MHA_ERR_CONFIG, L->entry_line[key_index(k)][i], entry, "must be in 0..%d (%s), got %d", max,
+                          bound, v[i]);
+        }
+    return MHA_OK;
+}
+
+static mha_status finish(loader *L)
+{
+    mha_config_file *fc = L->fc;
+    mha_config *c = &fc->engine;
+    for (int i = 0; i < mha_n_keys; i++)
+        if (mha_keys[i].pub.required && !L->line[i]) {
+            const char *key = mha_keys[i].pub.key;
+            return bad_at(L, MHA_ERR_CONFIG, 0, key, "missing: a config needs a model block with d_model and heads");
+        }
+    if (!seen(L, "batch.kv_len"))
+        c->max_seq_kv = c->max_seq_q;
+    fc->cross = fc->cross || c->max_seq_kv != c->max_seq_q;
+    mha_status st = check_list(L, "batch.lengths", fc->lengths, fc->n_lengths, c->max_seq_q, "seq_len");
+    if (st != MHA_OK)
+        return st;
     if (fc->n_kv_lengths && !fc->cross)
-        return bad(v, MHA_ERR_CONFIG, "batch.kv_lengths", "needs cross-attention (kv_len different from seq_len, or cross: true)");
-    for (int i = 0; i < fc->n_kv_lengths; i++) {
-        snprintf(key, sizeof key, "batch.kv_lengths[%d]", i);
-        RANGE(key, y->batch.kv_lengths[i], 0, fc->kv_len);
-        fc->kv_lengths[i] = y->batch.kv_lengths[i];
+        return bad_at(L, MHA_ERR_CONFIG, seen(L, "batch.kv_lengths"), "batch.kv_lengths",
+                      "needs cross-attention (kv_len different from seq_len, or cross: true)");
+    if ((st = check_list(L, "batch.kv_lengths", fc->kv_lengths, fc->n_kv_lengths, c->max_seq_kv, "kv_len")) != MHA_OK)
+        return st;
+    if (c->pinning == MHA_PIN_CPUS && c->n_cpus == 0)
+        return bad_at(L, MHA_ERR_CONFIG, seen(L, "threads.pinning"), "threads.pinning", "'cpus' needs a threads.cpus list");
+    if (c->n_cpus > 0 && !seen(L, "threads.pinning"))
+        c->pinning = MHA_PIN_CPUS; /* a cpus list alone means: pin to these */
+    if (!seen(L, "scaling.iters"))
+        fc->scale_iters = fc->iters;
+    fc->line_mask = seen(L, "batch.mask");
+    fc->line_lengths = seen(L, "batch.lengths");
+    fc->line_threads = seen(L, "threads.count");
+
+    /* the engine's own checks: the cross-key rules of the table, then what only the engine
+     * can judge (BLIS kernel, CPUs this process may use, sizes that overflow) */
+    mha_key_problem p;
+    if (mha_config_verify(c, &p) != MHA_OK) {
+        char key[80];
+        if (p.index >= 0)
+            snprintf(key, sizeof key, "%s[%d]", p.key->pub.key, p.index);
+        else
+            snprintf(key, sizeof key, "%s", p.key->pub.key);
+        return bad_at(L, MHA_ERR_CONFIG, L->line[key_index(p.key)], key, "%s", p.what);
     }
-    fc->line_mask = line_of(lm, "batch.mask");
-    fc->line_lengths = line_of(lm, "batch.lengths");
-
-    TAKE("threads.count", fc->threads, y->threads.count, 0, MHA_MAX_THREADS);
-    fc->line_threads = line_of(lm, "threads.count");
-    if (line_of(lm, "threads.pinning"))
-        fc->pinning = (mha_pinning)y->threads.pinning;
-    fc->n_cpus = (int)y->threads.n_cpus;
-    for (int i = 0; i < fc->n_cpus; i++) {
-        snprintf(key, sizeof key, "threads.cpus[%d]", i);
-        RANGE(key, y->threads.cpus[i], 0, 1023);
-        fc->cpus[i] = y->threads.cpus[i];
-    }
-    if (fc->pinning == MHA_PIN_CPUS && fc->n_cpus == 0)
-        return bad(v, MHA_ERR_CONFIG, "threads.pinning", "'cpus' needs a threads.cpus list");
-    if (fc->pinning != MHA_PIN_CPUS && fc->n_cpus > 0 && !line_of(lm, "threads.pinning"))
-        fc->pinning = MHA_PIN_CPUS; /* a cpus list alone means: pin to these */
-
-    TAKE("run.warmup", fc->warmup, y->run.warmup, 0, 1000000);
-    TAKE("run.iters", fc->iters, y->run.iters, 1, 1000000);
-    if (line_of(lm, "run.seed"))
-        fc->seed = y->run.seed;
-
-    fc->n_scale_threads = (int)y->scaling.n_threads;
-    for (int i = 0; i < fc->n_scale_threads; i++) {
-        snprintf(key, sizeof key, "scaling.threads[%d]", i);
-        RANGE(key, y->scaling.threads[i], 1, MHA_MAX_THREADS);
-        fc->scale_threads[i] = y->scaling.threads[i];
-    }
-    fc->n_scale_pinning = (int)y->scaling.n_pinning;
-    for (int i = 0; i < fc->n_scale_pinning; i++)
-        fc->scale_pinning[i] = (mha_pinning)y->scaling.pinning[i];
-    if (line_of(lm, "scaling.mode"))
-        fc->scale_mode = y->scaling.mode;
-    fc->scale_iters = fc->iters;
-    TAKE("scaling.iters", fc->scale_iters, y->scaling.iters, 1, 1000000);
-
-    TAKE("engine.q_block", fc->q_block, y->engine.q_block, 0, 1 << 20);
-    if (line_of(lm, "engine.blis_arch"))
-        snprintf(fc->blis_arch, sizeof fc->blis_arch, "%s", y->engine.blis_arch);
-
-    /* what only the engine can judge: BLIS context, CPUs we may use, sizes that overflow */
-    mha_config cfg;
-    char why[160];
-    mha_file_config_engine(fc, &cfg);
-    mha_status st = mha_config_check(&cfg, why, sizeof why);
+    char why[200];
+    st = mha_config_check(c, why, sizeof why);
     if (st != MHA_OK) {
-        const char *k = st == MHA_ERR_AFFINITY ? "threads.cpus" : strncmp(why, "blis_arch", 9) == 0 ? "engine.blis_arch" : "batch";
+        const char *key = st == MHA_ERR_AFFINITY ? "threads.cpus"
+                          : strncmp(why, "blis_arch", 9) == 0 ? "engine.blis_arch"
+                                                              : "batch";
         const char *colon = strstr(why, ": ");
-        return bad(v, st, k, "%s", colon ? colon + 2 : why);
+        int line = L->line[key_index(mha_key_find(key) ? mha_key_find(key) : mha_key_find("batch.size"))];
+        return bad_at(L, st, line, key, "%s", colon ? colon + 2 : why);
     }
     return MHA_OK;
 }
 
 /* ---- entry points ---- */
 
-void mha_file_config_default(mha_file_config *fc)
+static mha_status parse(const char *text, size_t len, const char *origin, mha_config_file *fc, char *err, size_t err_len)
 {
-    memset(fc, 0, sizeof *fc);
-    snprintf(fc->name, sizeof fc->name, "default");
-    fc->d_model = 256, fc->heads = 4, fc->bias = 1;
-    fc->batch = 2, fc->seq_len = fc->kv_len = 64, fc->mask = MHA_MASK_NONE;
-    fc->threads = 0, fc->pinning = MHA_PIN_NONE;
-    fc->warmup = 3, fc->iters = 20, fc->seed = 42;
-    fc->scale_mode = MHA_SCALE_STRONG, fc->scale_iters = 20;
+    loader *L = calloc(1, sizeof *L);
+    if (!L)
+        return mha_errorf(err, err_len, MHA_ERR_NOMEM, "%s: out of memory", origin);
+    L->origin = origin, L->fc = fc, L->err = err, L->err_len = err_len;
+    mha_status st = MHA_OK;
+    for (int i = 0; i < mha_n_keys && st == MHA_OK; i++)
+        if (mha_keys[i].pub.type == MHA_KEY_INT_LIST && !(L->entry_line[i] = calloc((size_t)mha_keys[i].pub.max_count, sizeof(int))))
+            st = mha_errorf(err, err_len, MHA_ERR_NOMEM, "%s: out of memory", origin);
+    if (st == MHA_OK && !yaml_parser_initialize(&L->parser))
+        st = mha_errorf(err, err_len, MHA_ERR_NOMEM, "%s: out of memory", origin);
+    if (st == MHA_OK) {
+        mha_config_file_default(fc);
+        const char *base = strrchr(origin, '/') ? strrchr(origin, '/') + 1 : origin;
+        snprintf(fc->name, sizeof fc->name, "%.*s", (int)strcspn(base, "."), base);
+        if (has_control(fc->name))
+            snprintf(fc->name, sizeof fc->name, "config");
+        yaml_parser_set_input_string(&L->parser, (const unsigned char *)text, len);
+        st = document(L);
+        yaml_parser_delete(&L->parser);
+        if (st == MHA_OK)
+            st = finish(L);
+    }
+    for (int i = 0; i < mha_n_keys; i++)
+        free(L->entry_line[i]);
+    free(L);
+    return st;
 }
 
-void mha_file_config_engine(const mha_file_config *fc, mha_config *cfg)
+MHA_API mha_status mha_config_file_parse(const char *text, size_t len, const char *origin, mha_config_file *fc,
+                                         char *err, size_t err_len)
 {
-    mha_config_init(cfg);
-    cfg->d_model = fc->d_model;
-    cfg->n_heads = fc->heads;
-    cfg->bias = fc->bias;
-    cfg->max_batch = fc->batch;
-    cfg->max_seq_q = fc->seq_len;
-    cfg->max_seq_kv = fc->kv_len;
-    cfg->threads = fc->threads;
-    cfg->pinning = fc->pinning;
-    cfg->n_cpus = fc->n_cpus;
-    memcpy(cfg->cpus, fc->cpus, sizeof fc->cpus);
-    cfg->q_block = fc->q_block;
-    memcpy(cfg->blis_arch, fc->blis_arch, sizeof cfg->blis_arch);
+    if (!text || !fc)
+        return mha_errorf(err, err_len, MHA_ERR_INVALID_ARG, "config text or output is NULL");
+    if (!origin)
+        origin = "config";
+    mha_config_file *tmp = malloc(sizeof *tmp);
+    if (!tmp)
+        return mha_errorf(err, err_len, MHA_ERR_NOMEM, "%s: out of memory", origin);
+    mha_status st = parse(text, len, origin, tmp, err, err_len);
+    if (st == MHA_OK) { /* fc changes only on success */
+        *fc = *tmp;
+        fc->path[0] = '\0';
+        if (err && err_len)
+            err[0] = '\0';
+    }
+    free(tmp);
+    return st;
 }
 
-static mha_status read_file(const char *path, unsigned char **buf, size_t *len, char *err, size_t err_len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return mha_errorf(err, err_len, MHA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    unsigned char *b = malloc(MAX_FILE_BYTES + 1);
-    if (!b) {
-        fclose(f);
-        return mha_errorf(err, err_len, MHA_ERR_NOMEM, "%s: out of memory", path);
-    }
-    size_t n = fread(b, 1, MAX_FILE_BYTES + 1, f);
-    int failed = ferror(f);
-    fclose(f);
-    if (failed) {
-        free(b);
-        return mha_errorf(err, err_len, MHA_ERR_IO, "%s: read error", path);
-    }
-    if (n > MAX_FILE_BYTES) {
-        free(b);
-        return mha_errorf(err, err_len, MHA_ERR_CONFIG, "%s: larger than %u bytes: not a config", path, MAX_FILE_BYTES);
-    }
-    *buf = b;
-    *len = n;
-    return MHA_OK;
-}
-
-mha_status mha_file_config_load(const char *path, mha_file_config *fc, char *err, size_t err_len)
+MHA_API mha_status mha_config_file_load(const char *path, mha_config_file *fc, char *err, size_t err_len)
 {
     if (!path || !fc)
         return mha_errorf(err, err_len, MHA_ERR_INVALID_ARG, "config path or output is NULL");
-    unsigned char *buf = NULL;
+    char *buf = NULL;
     size_t len = 0;
-    mha_status st = read_file(path, &buf, &len, err, err_len);
+    mha_status st = mha_file_read_all(path, MAX_FILE_BYTES, &buf, &len, err, err_len);
+    if (st == MHA_ERR_FORMAT)
+        st = mha_errorf(err, err_len, MHA_ERR_CONFIG, "%s: larger than %u bytes: not a config", path, MAX_FILE_BYTES);
     if (st != MHA_OK)
         return st;
-
-    line_map *lines = malloc(sizeof *lines);
-    if (!lines) {
-        free(buf);
-        return mha_errorf(err, err_len, MHA_ERR_NOMEM, "%s: out of memory", path);
-    }
-    line_map_build(buf, len, lines);
-
-    capture cap = {0};
-    const cyaml_config_t cy = {
-        .log_fn = capture_log, .log_ctx = &cap, .mem_fn = yaml_mem, .mem_ctx = NULL,
-        .log_level = CYAML_LOG_ERROR, .flags = CYAML_CFG_NO_ALIAS,
-    };
-    y_file *y = NULL;
-    cyaml_err_t ce = cyaml_load_data(buf, len, &cy, &file_schema, (cyaml_data_t **)&y, NULL);
-    if (ce != CYAML_OK) {
-        /* the key path: backtrace fields outermost first, then an unexpected key's own name */
-        char key[160] = "";
-        for (int i = cap.n_field - 1; i >= 0; i--)
-            snprintf(key + strlen(key), sizeof key - strlen(key), "%s%s", key[0] ? "." : "", cap.field[i]);
-        const char *unexpected = strstr(cap.msg, "Unexpected key: ");
-        const char *missing = strstr(cap.msg, "Missing required mapping field: ");
-        if (unexpected)
-            snprintf(key + strlen(key), sizeof key - strlen(key), "%s%s", key[0] ? "." : "", unexpected + 16);
-        if (missing) /* the backtrace ends wherever parsing stopped: name the key from the schema */
-            snprintf(key, sizeof key, "%s%s", strcmp(missing + 32, "model") ? "model." : "", missing + 32);
-        int line = line_of(lines, key);
-        if (!line)
-            line = (int)cap.line;
-        const char *what = cap.msg[0] ? cap.msg : cyaml_strerror(ce);
-        st = ce == CYAML_ERR_OOM ? MHA_ERR_NOMEM : MHA_ERR_CONFIG;
-        if (st == MHA_ERR_NOMEM)
-            mha_errorf(err, err_len, st, "%s: out of memory while parsing", path);
-        else if (line)
-            mha_errorf(err, err_len, st, "%s:%d: %s%s%s", path, line, key, key[0] ? ": " : "", what);
-        else
-            mha_errorf(err, err_len, st, "%s: %s%s%s", path, key, key[0] ? ": " : "", what);
-    } else if (!y) {
-        st = mha_errorf(err, err_len, MHA_ERR_CONFIG, "%s: empty: a config needs at least a model block", path);
-    } else {
-        mha_file_config_default(fc);
+    if (memchr(buf, '\0', len))
+        st = mha_errorf(err, err_len, MHA_ERR_CONFIG, "%s: holds a NUL byte: not a YAML config", path);
+    else
+        st = mha_config_file_parse(buf, len, path, fc, err, err_len);
+    if (st == MHA_OK)
         snprintf(fc->path, sizeof fc->path, "%s", path);
-        /* name defaults to the file's name without directory and extension */
-        const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-        snprintf(fc->name, sizeof fc->name, "%.*s", (int)strcspn(base, "."), base);
-        vctx v = {path, lines, err, err_len};
-        st = validate(&v, y, fc);
-    }
-    if (y)
-        cyaml_free(&cy, &file_schema, y, 0);
-    free(lines);
     free(buf);
     return st;
 }
@@ -524,36 +546,12 @@ MHA_API mha_status mha_config_load(const char *path, mha_config *cfg, char *err,
 {
     if (!path || !cfg)
         return mha_errorf(err, err_len, MHA_ERR_INVALID_ARG, "config path or output is NULL");
-    mha_file_config *fc = malloc(sizeof *fc);
+    mha_config_file *fc = malloc(sizeof *fc);
     if (!fc)
         return mha_errorf(err, err_len, MHA_ERR_NOMEM, "%s: out of memory", path);
-    mha_status st = mha_file_config_load(path, fc, err, err_len);
+    mha_status st = mha_config_file_load(path, fc, err, err_len);
     if (st == MHA_OK)
-        mha_file_config_engine(fc, cfg);
+        *cfg = fc->engine;
     free(fc);
     return st;
-}
-
-const char *mha_mask_name(int mask)
-{
-    for (size_t i = 0; i < N_OF(mask_names); i++)
-        if (mask_names[i].val == mask)
-            return mask_names[i].str;
-    return "?";
-}
-
-const char *mha_pinning_name(mha_pinning p)
-{
-    for (size_t i = 0; i < N_OF(pinning_names); i++)
-        if (pinning_names[i].val == (int64_t)p)
-            return pinning_names[i].str;
-    return "?";
-}
-
-const char *mha_scale_mode_name(int mode)
-{
-    for (size_t i = 0; i < N_OF(mode_names); i++)
-        if (mode_names[i].val == mode)
-            return mode_names[i].str;
-    return "?";
 }

@@ -1,6 +1,8 @@
 /* engine.c — the public engine: create (heap or caller memory), weights, forward, accessors.
  * Everything an engine owns lives in one arena laid out by arena.c; a forward pass only
  * validates its arguments, fills a job description and hands it to the scheduler. */
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,12 +20,24 @@
 struct mha_engine {
     mha_dims dims;
     mha_arena_plan plan;
-    mha_arena_views views;
+    mha_arena_views views;  /* weight views point into a shared packed copy when shared */
     mha_kernel kernel;
     mha_softmax_fn softmax;
     mha_sched sched;
     void *owned;      /* the arena when mha_create allocated it, else NULL */
     int weights_set;
+    int shared;       /* reads an mha_packed_weights: set_weights is refused */
+    char last_error[256];
+};
+
+/* One packed copy of a model's weights (mha_pack_weights): the header at the start of its own
+ * block, the weight regions of an engine's arena after it. */
+struct mha_packed_weights {
+    mha_dims dims;          /* d, h, dk, bias: what an engine must match */
+    const char *arch;       /* the kernel it was packed for (panel width bw, dkp) */
+    int bw, dkp;
+    size_t bytes;
+    mha_arena_views views;  /* wqkv, bqkv, wo, bo */
 };
 
 /* What create decides before it touches any memory. */
@@ -77,7 +91,7 @@ static mha_status plan_pinning(const mha_config *cfg, int threads, int *pin, cha
 }
 
 /* Every check a config must pass, in the order a user would fix them; nothing allocated. */
-static mha_status prepare(const mha_config *cfg, prepared *p, char *err, size_t err_len)
+static mha_status prepare(const mha_config *cfg, mha_arena_kind kind, prepared *p, char *err, size_t err_len)
 {
     mha_status st = mha_config_resolve(cfg, &p->dims, err, err_len);
     if (st != MHA_OK)
@@ -85,7 +99,8 @@ static mha_status prepare(const mha_config *cfg, prepared *p, char *err, size_t 
     if (mha_kernel_select(cfg->blis_arch, &p->kernel) != MHA_OK)
         return mha_errorf(err, err_len, MHA_ERR_CONFIG,
                           "blis_arch: '%s' is unknown, not in this BLIS build, or not runnable on this CPU", cfg->blis_arch);
-    if (mha_arena_plan_make(&p->dims, &p->kernel, sizeof(mha_engine), &p->plan) != 0)
+    size_t header = kind == MHA_ARENA_WEIGHTS ? sizeof(mha_packed_weights) : sizeof(mha_engine);
+    if (mha_arena_plan_make(&p->dims, &p->kernel, header, kind, &p->plan) != 0)
         return mha_errorf(err, err_len, MHA_ERR_CONFIG,
                           "max_batch, max_seq_q, max_seq_kv, d_model, threads: the workspace size overflows size_t");
     p->pinning = cfg->pinning != MHA_PIN_NONE;
@@ -95,7 +110,7 @@ static mha_status prepare(const mha_config *cfg, prepared *p, char *err, size_t 
 MHA_API mha_status mha_config_check(const mha_config *cfg, char *err, size_t err_len)
 {
     prepared p;
-    return prepare(cfg, &p, err, err_len);
+    return prepare(cfg, MHA_ARENA_ENGINE, &p, err, err_len);
 }
 
 /* Lay the engine out in ws (at least plan.total bytes, 64-byte aligned). */
@@ -136,7 +151,14 @@ static mha_engine *build(const prepared *p, void *ws)
 MHA_API size_t mha_workspace_size(const mha_config *cfg)
 {
     prepared p;
-    return prepare(cfg, &p, NULL, 0) == MHA_OK ? p.plan.total : 0;
+    return prepare(cfg, MHA_ARENA_ENGINE, &p, NULL, 0) == MHA_OK ? p.plan.total : 0;
+}
+
+/* A page-rounded, page-aligned block of at least `bytes` (NULL when it cannot be had). */
+static void *alloc_pages(size_t bytes)
+{
+    size_t rounded = (bytes + MHA_PAGE - 1) / MHA_PAGE * MHA_PAGE;
+    return rounded < bytes ? NULL : aligned_alloc(MHA_PAGE, rounded);
 }
 
 MHA_API mha_status mha_create(const mha_config *cfg, mha_engine **out)
@@ -145,13 +167,10 @@ MHA_API mha_status mha_create(const mha_config *cfg, mha_engine **out)
         return MHA_ERR_INVALID_ARG;
     *out = NULL;
     prepared p;
-    mha_status st = prepare(cfg, &p, NULL, 0);
+    mha_status st = prepare(cfg, MHA_ARENA_ENGINE, &p, NULL, 0);
     if (st != MHA_OK)
         return st;
-    size_t bytes = (p.plan.total + MHA_PAGE - 1) / MHA_PAGE * MHA_PAGE;
-    if (bytes < p.plan.total)
-        return MHA_ERR_NOMEM;
-    void *ws = aligned_alloc(MHA_PAGE, bytes);
+    void *ws = alloc_pages(p.plan.total);
     if (!ws)
         return MHA_ERR_NOMEM;
     mha_engine *e = build(&p, ws);
@@ -166,7 +185,7 @@ MHA_API mha_status mha_create_static(const mha_config *cfg, void *ws, size_t ws_
         return MHA_ERR_INVALID_ARG;
     *out = NULL;
     prepared p;
-    mha_status st = prepare(cfg, &p, NULL, 0);
+    mha_status st = prepare(cfg, MHA_ARENA_ENGINE, &p, NULL, 0);
     if (st != MHA_OK)
         return st;
     if (!ws)
@@ -183,40 +202,141 @@ MHA_API void mha_free(mha_engine *e)
         free(e->owned); /* NULL for a static engine: its memory is the caller's */
 }
 
+/* ---- shared packed weights ---- */
+
+MHA_API mha_status mha_pack_weights(const mha_config *cfg, const mha_weights *w, mha_packed_weights **out)
+{
+    if (!out)
+        return MHA_ERR_INVALID_ARG;
+    *out = NULL;
+    prepared p;
+    mha_status st = prepare(cfg, MHA_ARENA_WEIGHTS, &p, NULL, 0);
+    if (st != MHA_OK)
+        return st;
+    if ((st = mha_weights_check(w, p.dims.bias)) != MHA_OK)
+        return st;
+    void *mem = alloc_pages(p.plan.total);
+    if (!mem)
+        return MHA_ERR_NOMEM;
+    mha_arena_views v;
+    mha_arena_carve(&p.plan, mem, &v);
+    mha_packed_weights *pw = v.engine;
+    *pw = (mha_packed_weights){.dims = p.dims, .arch = p.kernel.arch, .bw = p.kernel.bw, .dkp = p.plan.dkp,
+                               .bytes = p.plan.total, .views = v};
+    mha_weights_pack(w, &p.dims, &p.kernel, p.plan.dkp, &v);
+    *out = pw;
+    return MHA_OK;
+}
+
+MHA_API void mha_packed_weights_free(mha_packed_weights *pw)
+{
+    free(pw); /* the header starts the block */
+}
+
+MHA_API size_t mha_packed_weights_size(const mha_packed_weights *pw)
+{
+    return pw ? pw->bytes : 0;
+}
+
+MHA_API mha_status mha_create_shared(const mha_config *cfg, const mha_packed_weights *pw, mha_engine **out)
+{
+    if (!out)
+        return MHA_ERR_INVALID_ARG;
+    *out = NULL;
+    if (!pw)
+        return MHA_ERR_INVALID_ARG;
+    prepared p;
+    mha_status st = prepare(cfg, MHA_ARENA_ENGINE_SHARED, &p, NULL, 0);
+    if (st != MHA_OK)
+        return st;
+    if (p.dims.d != pw->dims.d || p.dims.h != pw->dims.h || p.dims.bias != pw->dims.bias ||
+        strcmp(p.kernel.arch, pw->arch) != 0 || p.kernel.bw != pw->bw || p.plan.dkp != pw->dkp)
+        return MHA_ERR_CONFIG; /* another model, or packed for another kernel's panels */
+    void *ws = alloc_pages(p.plan.total);
+    if (!ws)
+        return MHA_ERR_NOMEM;
+    mha_engine *e = build(&p, ws);
+    e->owned = ws;
+    e->views.wqkv = pw->views.wqkv, e->views.bqkv = pw->views.bqkv;
+    e->views.wo = pw->views.wo, e->views.bo = pw->views.bo;
+    e->weights_set = e->shared = 1;
+    *out = e;
+    return MHA_OK;
+}
+
+/* ---- weights and forward: failures leave a message in the engine ---- */
+
+static mha_status failed(mha_engine *e, mha_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static mha_status failed(mha_engine *e, mha_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->last_error, sizeof e->last_error, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
 MHA_API mha_status mha_set_weights(mha_engine *e, const mha_weights *w)
 {
     if (!e)
         return MHA_ERR_INVALID_ARG;
+    if (e->shared)
+        return failed(e, MHA_ERR_STATE, "set_weights: this engine reads shared packed weights (mha_create_shared)");
+    if (!w)
+        return failed(e, MHA_ERR_INVALID_ARG, "set_weights: weights are NULL");
+    if (!w->w_q || !w->w_k || !w->w_v || !w->w_o)
+        return failed(e, MHA_ERR_INVALID_ARG, "set_weights: w_q %s, w_k %s, w_v %s, w_o %s: all four are needed",
+                      w->w_q ? "set" : "NULL", w->w_k ? "set" : "NULL", w->w_v ? "set" : "NULL", w->w_o ? "set" : "NULL");
+    if (w->layout != MHA_LAYOUT_XW && w->layout != MHA_LAYOUT_TORCH)
+        return failed(e, MHA_ERR_INVALID_ARG, "set_weights: layout %d is neither MHA_LAYOUT_XW nor MHA_LAYOUT_TORCH",
+                      (int)w->layout);
     mha_status st = mha_weights_check(w, e->dims.bias);
     if (st != MHA_OK)
-        return st;
+        return failed(e, st, "set_weights: %d of the biases b_q, b_k, b_v, b_o given; the config has bias %d (%s)",
+                      !!w->b_q + !!w->b_k + !!w->b_v + !!w->b_o, e->dims.bias, e->dims.bias ? "all four" : "none");
     mha_weights_pack(w, &e->dims, &e->kernel, e->plan.dkp, &e->views);
     e->weights_set = 1;
+    e->last_error[0] = '\0';
     return MHA_OK;
 }
 
-static int lengths_ok(const int32_t *len, int batch, int max)
+/* The first length outside [0, max], or -1. */
+static int bad_length(const int32_t *len, int batch, int max)
 {
-    if (!len)
-        return 1;
-    for (int b = 0; b < batch; b++)
+    for (int b = 0; len && b < batch; b++)
         if (len[b] < 0 || len[b] > max)
-            return 0;
-    return 1;
+            return b;
+    return -1;
 }
 
 MHA_API mha_status mha_forward(mha_engine *e, const mha_input *in, float *out, float *attn)
 {
-    if (!e || !in || !out || !in->q || !in->k || !in->v)
+    if (!e)
         return MHA_ERR_INVALID_ARG;
+    if (!in || !out || !in->q || !in->k || !in->v)
+        return failed(e, MHA_ERR_INVALID_ARG, "forward: %s is NULL",
+                      !in ? "in" : !out ? "out" : !in->q ? "in->q" : !in->k ? "in->k" : "in->v");
     if (!e->weights_set)
-        return MHA_ERR_STATE;
+        return failed(e, MHA_ERR_STATE, "forward: no weights yet (call mha_set_weights first)");
     const mha_dims *dm = &e->dims;
-    if (in->batch < 1 || in->batch > dm->batch || in->seq_q < 1 || in->seq_q > dm->seq_q ||
-        in->seq_kv < 1 || in->seq_kv > dm->seq_kv)
-        return MHA_ERR_SHAPE;
-    if (!lengths_ok(in->q_lengths, in->batch, in->seq_q) || !lengths_ok(in->kv_lengths, in->batch, in->seq_kv))
-        return MHA_ERR_SHAPE;
+    const struct { const char *name; int value, max; const char *cap; } size[] = {
+        {"batch", in->batch, dm->batch, "max_batch"},
+        {"seq_q", in->seq_q, dm->seq_q, "max_seq_q"},
+        {"seq_kv", in->seq_kv, dm->seq_kv, "max_seq_kv"},
+    };
+    for (int i = 0; i < 3; i++) {
+        if (size[i].value < 1)
+            return failed(e, MHA_ERR_SHAPE, "forward: %s %d < 1", size[i].name, size[i].value);
+        if (size[i].value > size[i].max)
+            return failed(e, MHA_ERR_SHAPE, "forward: %s %d > %s %d", size[i].name, size[i].value, size[i].cap, size[i].max);
+    }
+    int b;
+    if ((b = bad_length(in->q_lengths, in->batch, in->seq_q)) >= 0)
+        return failed(e, MHA_ERR_SHAPE, "forward: q_lengths[%d] = %d is outside 0..seq_q %d", b, in->q_lengths[b], in->seq_q);
+    if ((b = bad_length(in->kv_lengths, in->batch, in->seq_kv)) >= 0)
+        return failed(e, MHA_ERR_SHAPE, "forward: kv_lengths[%d] = %d is outside 0..seq_kv %d", b, in->kv_lengths[b],
+                      in->seq_kv);
 
     const mha_arena_views *v = &e->views;
     const mha_fwd f = {
@@ -238,7 +358,13 @@ MHA_API mha_status mha_forward(mha_engine *e, const mha_input *in, float *out, f
         .xpack = v->xpack, .xpack_stride = e->plan.xpack_stride,
     };
     mha_sched_forward(&e->sched, &f);
+    e->last_error[0] = '\0';
     return MHA_OK;
+}
+
+MHA_API const char *mha_engine_last_error(const mha_engine *e)
+{
+    return e ? e->last_error : "engine is NULL";
 }
 
 MHA_API const char *mha_engine_blis_arch(const mha_engine *e)

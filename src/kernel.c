@@ -7,7 +7,10 @@
  * there than in the OpenMP build, which opens a nested parallel region on every call (e.g.
  * 64×64×64: 11.3–11.9 µs vs 11.2–17.4 µs), and the microkernel itself opens none.
  * The context is chosen here from the CPU's features, never from BLIS's own detection,
- * which picks "generic" on some current CPUs (AMD Zen 5), 5–7× slower than "skx". */
+ * which picks "generic" on some current CPUs (AMD Zen 5), 5–7× slower than "skx", and is
+ * built by the sub-config's own init function into the engine's memory: mha never calls
+ * bli_init, so BLIS reads no environment variable (BLIS_ARCH_TYPE, BLIS_ARCH_DEBUG), never
+ * aborts and prints nothing, and keeps no global state on mha's behalf. */
 #define _GNU_SOURCE /* blis.h needs the POSIX barrier types */
 #include "kernel.h"
 
@@ -17,21 +20,33 @@
 
 /* ---- BLIS context choice ---- */
 
+_Static_assert(sizeof(cntx_t) <= MHA_CNTX_BYTES, "MHA_CNTX_BYTES holds BLIS's cntx_t");
+
+/* Each sub-config's own context initialiser (in every x86-64 build of Debian's libblis.a). */
+void bli_cntx_init_skx(cntx_t *cntx);
+void bli_cntx_init_zen3(cntx_t *cntx);
+void bli_cntx_init_zen2(cntx_t *cntx);
+void bli_cntx_init_zen(cntx_t *cntx);
+void bli_cntx_init_haswell(cntx_t *cntx);
+void bli_cntx_init_sandybridge(cntx_t *cntx);
+void bli_cntx_init_penryn(cntx_t *cntx);
+void bli_cntx_init_generic(cntx_t *cntx);
+
 typedef struct arch_req {
     const char *name;
-    arch_t id;
+    void (*init)(cntx_t *);
     const char *features[6]; /* what the CPU must support; NULL-terminated */
 } arch_req;
 
 static const arch_req arch_table[] = {
-    {"skx", BLIS_ARCH_SKX, {"avx512f", "avx512dq", "avx512bw", "avx512vl", "fma", NULL}},
-    {"zen3", BLIS_ARCH_ZEN3, {"avx2", "fma", NULL}},
-    {"zen2", BLIS_ARCH_ZEN2, {"avx2", "fma", NULL}},
-    {"zen", BLIS_ARCH_ZEN, {"avx2", "fma", NULL}},
-    {"haswell", BLIS_ARCH_HASWELL, {"avx2", "fma", NULL}},
-    {"sandybridge", BLIS_ARCH_SANDYBRIDGE, {"avx", NULL}},
-    {"penryn", BLIS_ARCH_PENRYN, {"ssse3", NULL}},
-    {"generic", BLIS_ARCH_GENERIC, {NULL}},
+    {"skx", bli_cntx_init_skx, {"avx512f", "avx512dq", "avx512bw", "avx512vl", "fma", NULL}},
+    {"zen3", bli_cntx_init_zen3, {"avx2", "fma", NULL}},
+    {"zen2", bli_cntx_init_zen2, {"avx2", "fma", NULL}},
+    {"zen", bli_cntx_init_zen, {"avx2", "fma", NULL}},
+    {"haswell", bli_cntx_init_haswell, {"avx2", "fma", NULL}},
+    {"sandybridge", bli_cntx_init_sandybridge, {"avx", NULL}},
+    {"penryn", bli_cntx_init_penryn, {"ssse3", NULL}},
+    {"generic", bli_cntx_init_generic, {NULL}},
 };
 
 static int cpu_has(const char *feature)
@@ -76,12 +91,9 @@ mha_status mha_kernel_select(const char *request, mha_kernel *k)
             continue;
         if (!runnable(a))
             return MHA_ERR_CONFIG;
-        bli_init(); /* once per process; BLIS guards it */
-        cntx_t **ctxs = bli_gks_lookup_id(a->id);
-        if (!ctxs || !ctxs[BLIS_NAT])
-            return MHA_ERR_CONFIG; /* not in this BLIS build */
-        cntx_t *cx = ctxs[BLIS_NAT];
-        k->cntx = cx;
+        cntx_t *cx = (cntx_t *)(void *)k->cntx;
+        memset(cx, 0, sizeof *cx);
+        a->init(cx);
         k->arch = a->name;
         k->ukr = (void *)bli_cntx_get_l3_nat_ukr_dt(BLIS_FLOAT, BLIS_GEMM_UKR, cx);
         k->transposed = bli_cntx_l3_nat_ukr_prefers_cols_dt(BLIS_FLOAT, BLIS_GEMM_UKR, cx);
@@ -119,7 +131,7 @@ void mha_kernel_tile(const mha_kernel *k, int rows, int cols, int kc, float alph
     bli_auxinfo_set_next_b((void *)b, &aux);
     sgemm_ukr_ft ukr = (sgemm_ukr_ft)k->ukr;
     if (k->transposed) /* Cᵀ (cols × rows, column-stored) = Bᵀ · Aᵀ: B's panels are its MR side */
-        ukr(cols, rows, kc, &alpha, (float *)b, (float *)a, &beta, c, 1, ldc, &aux, (cntx_t *)k->cntx);
+        ukr(cols, rows, kc, &alpha, (float *)b, (float *)a, &beta, c, 1, ldc, &aux, (cntx_t *)(void *)k->cntx);
     else
-        ukr(rows, cols, kc, &alpha, (float *)a, (float *)b, &beta, c, ldc, 1, &aux, (cntx_t *)k->cntx);
+        ukr(rows, cols, kc, &alpha, (float *)a, (float *)b, &beta, c, ldc, 1, &aux, (cntx_t *)(void *)k->cntx);
 }

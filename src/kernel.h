@@ -7,8 +7,15 @@
 
 #include "mha.h"
 
+/* Room for BLIS's cntx_t (5072 bytes in BLIS 0.9; kernel.c checks it at compile time). */
+#define MHA_CNTX_BYTES 6144
+
 typedef struct mha_kernel {
-    void *cntx;        /* BLIS cntx_t * of the chosen sub-config */
+    /* The BLIS context of the chosen sub-config, initialised by its own init function into
+     * this engine-owned copy: BLIS's global kernel structure (bli_init, whose first call reads
+     * BLIS_ARCH_TYPE and aborts on a bad value, and prints under BLIS_ARCH_DEBUG) is never
+     * touched. Copied with the struct; used through mha_kernel_tile only. */
+    _Alignas(64) unsigned char cntx[MHA_CNTX_BYTES];
     void *ukr;         /* its sgemm microkernel */
     const char *arch;  /* "skx", "haswell", "zen3", "generic", … */
     int transposed;    /* the microkernel prefers column-stored C: it computes Cᵀ tiles */

@@ -4,7 +4,6 @@
  * Python dict literal {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), } padded with
  * spaces and ended by '\n', then the raw data. The dict is parsed strictly: exactly those
  * three keys, each once. Only little-endian f4 / i4 / i8 in C order is accepted. */
-#define _POSIX_C_SOURCE 200809L /* mkstemp, fdopen, fsync */
 #include "npy.h"
 
 #include <errno.h>
@@ -13,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fileio.h"
 #include "status.h"
 
 #define MAX_HEADER (1u << 20)
@@ -162,9 +162,10 @@ static size_t item_size(mha_npy_dtype t)
 
 static mha_status open_header(const char *path, FILE **out, mha_npy_header *h, char *err, size_t err_len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return mha_errorf(err, err_len, MHA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    FILE *f;
+    mha_status opened = mha_file_open_read(path, &f, err, err_len);
+    if (opened != MHA_OK)
+        return opened;
     unsigned char pre[12];
     char *text = NULL;
     mha_status st = MHA_OK;
@@ -236,7 +237,7 @@ done:
     return st;
 }
 
-mha_status mha_npy_open(const char *path, mha_npy_header *h, char *err, size_t err_len)
+MHA_API mha_status mha_npy_open(const char *path, mha_npy_header *h, char *err, size_t err_len)
 {
     return open_header(path, NULL, h, err, err_len);
 }
@@ -262,7 +263,7 @@ static mha_status load(const char *path, mha_npy_header *h, void **data, char *e
     return MHA_OK;
 }
 
-mha_status mha_npy_load_f32(const char *path, int rank, int64_t *shape, float **data, char *err, size_t err_len)
+MHA_API mha_status mha_npy_load_f32(const char *path, int rank, int64_t *shape, float **data, char *err, size_t err_len)
 {
     mha_npy_header h;
     void *buf;
@@ -285,7 +286,7 @@ mha_status mha_npy_load_f32(const char *path, int rank, int64_t *shape, float **
     return MHA_OK;
 }
 
-mha_status mha_npy_load_lengths(const char *path, int64_t *n, int32_t **data, int32_t max, char *err, size_t err_len)
+MHA_API mha_status mha_npy_load_lengths(const char *path, int64_t *n, int32_t **data, int32_t max, char *err, size_t err_len)
 {
     mha_npy_header h;
     void *buf;
@@ -326,7 +327,7 @@ mha_status mha_npy_load_lengths(const char *path, int64_t *n, int32_t **data, in
     return MHA_OK;
 }
 
-size_t mha_npy_format_header(const char *descr, int rank, const int64_t *shape, unsigned char *out, size_t cap)
+MHA_API size_t mha_npy_format_header(const char *descr, int rank, const int64_t *shape, unsigned char *out, size_t cap)
 {
     char dict[256], s[200] = "";
     size_t k = 0;
@@ -351,7 +352,7 @@ size_t mha_npy_format_header(const char *descr, int rank, const int64_t *shape, 
     return total;
 }
 
-mha_status mha_npy_save_f32(const char *path, const float *data, int rank, const int64_t *shape, char *err, size_t err_len)
+MHA_API mha_status mha_npy_save_f32(const char *path, const float *data, int rank, const int64_t *shape, char *err, size_t err_len)
 {
     size_t count = 1;
     for (int i = 0; i < rank; i++)
@@ -362,27 +363,8 @@ mha_status mha_npy_save_f32(const char *path, const float *data, int rank, const
     if (!hlen)
         return mha_errorf(err, err_len, MHA_ERR_INVALID_ARG, "%s: shape too long for a header", path);
 
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path) >= (int)sizeof tmp)
-        return mha_errorf(err, err_len, MHA_ERR_IO, "%s: path too long", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0)
-        return mha_errorf(err, err_len, MHA_ERR_IO, "%s: cannot create a file beside it: %s", path, strerror(errno));
-    FILE *f = fdopen(fd, "wb");
-    if (!f) {
-        close(fd);
-        unlink(tmp);
-        return mha_errorf(err, err_len, MHA_ERR_IO, "%s: %s", path, strerror(errno));
-    }
-    int ok = fwrite(header, 1, hlen, f) == hlen && fwrite(data, sizeof *data, count, f) == count;
-    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int saved = errno;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        if (ok)
-            saved = errno;
-        unlink(tmp);
-        return mha_errorf(err, err_len, MHA_ERR_IO, "%s: write failed: %s", path, strerror(saved));
-    }
-    return MHA_OK;
+    size_t bytes;
+    if (__builtin_mul_overflow(count, sizeof *data, &bytes))
+        return mha_errorf(err, err_len, MHA_ERR_INVALID_ARG, "%s: shape overflows", path);
+    return mha_file_write(path, header, hlen, data, bytes, err, err_len);
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "json_scan.h"
+#include "fileio.h"
 #include "status.h"
 
 static const struct { const char *name; unsigned size; } dtypes[] = {
@@ -238,10 +239,10 @@ static mha_status parse_header(const char *path, const char *text, size_t n, mha
 mha_status mha_st_open(const char *path, mha_st_file *sf, char *err, size_t err_len)
 {
     memset(sf, 0, sizeof *sf);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return mha_errorf(err, err_len, MHA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    mha_status st = MHA_OK;
+    FILE *f;
+    mha_status st = mha_file_open_read(path, &f, err, err_len);
+    if (st != MHA_OK)
+        return st;
     char *text = NULL;
     unsigned char len8[8];
     long size;
@@ -282,7 +283,8 @@ mha_status mha_st_open(const char *path, mha_st_file *sf, char *err, size_t err_
     if ((st = parse_header(path, text, (size_t)n, sf, err, err_len)) != MHA_OK)
         goto fail;
     /* the data section is exactly the tensors, back to back from offset 0 */
-    qsort(sf->t, (size_t)sf->n, sizeof *sf->t, by_offset);
+    if (sf->n > 1) /* qsort's pointer must not be NULL, even for no elements */
+        qsort(sf->t, (size_t)sf->n, sizeof *sf->t, by_offset);
     uint64_t expect = 0, data_len = (uint64_t)size - 8 - n;
     for (int i = 0; i < sf->n; i++) {
         if (sf->t[i].begin != expect) {

@@ -32,8 +32,10 @@ static int visible_at(const uint8_t *mask, int j)
 
 static float exp_poly(float x)
 {
-    if (x < EXP_LO)
-        return 0.0f; /* below FLT_MIN: flush, as the vector versions do */
+    /* below FLT_MIN: flush, as the vector versions do; NaN too (their in-range compare is
+     * false for NaN), which also keeps NaN away from the float-to-int conversion below */
+    if (!(x >= EXP_LO))
+        return 0.0f;
     x = x > EXP_HI ? EXP_HI : x;
     float n = rintf(x * LOG2E);
     x = x - n * LN2_HI - n * LN2_LO;

@@ -24,6 +24,11 @@ MHA_API const char *mha_status_str(mha_status s)
     return "unknown status";
 }
 
+MHA_API int mha_version_number(void)
+{
+    return MHA_VERSION_NUMBER;
+}
+
 MHA_API const char *mha_version_string(void)
 {
     return MHA_STR(MHA_VERSION_MAJOR) "." MHA_STR(MHA_VERSION_MINOR) "." MHA_STR(MHA_VERSION_PATCH);

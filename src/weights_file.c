@@ -3,12 +3,12 @@
  *   nn.Linear per projection: {q,k,v,o}_proj.weight (d, d) and .bias (d)
  *   the reference class:     W_q, W_k, W_v, W_o (d, d) in x·W layout, b_q, b_k, b_v, b_o (d)
  * The first two are (d_out, d_in) matrices: MHA_LAYOUT_TORCH. */
-#include "weights_file.h"
-
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "safetensors.h"
 #include "status.h"
 
@@ -35,7 +35,15 @@ static mha_status take(const mha_st_file *sf, const char *path, const char *pref
                           path, full, mha_st_dtype_name(t->dtype));
     char why[256];
     mha_status st = mha_st_read_f32(sf, t, w->dst, why, sizeof why);
-    return st == MHA_OK ? MHA_OK : mha_errorf(err, err_len, st, "%s: %s", path, why);
+    if (st != MHA_OK)
+        return mha_errorf(err, err_len, st, "%s: %s", path, why);
+    /* a NaN or Inf weight poisons every output row: refuse it where it can be named */
+    size_t count = (size_t)w->rows * (size_t)(w->cols ? w->cols : 1);
+    for (size_t i = 0; i < count; i++)
+        if (!isfinite(w->dst[i]))
+            return mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: tensor '%s' holds %s at element %zu: weights must be finite",
+                              path, full, isnan(w->dst[i]) ? "NaN" : "an infinity", i);
+    return MHA_OK;
 }
 
 static int has(const mha_st_file *sf, const char *prefix, const char *name)
@@ -45,10 +53,21 @@ static int has(const mha_st_file *sf, const char *prefix, const char *name)
     return mha_st_find(sf, full) != NULL;
 }
 
-mha_status mha_weights_file_load(const char *path, const char *prefix_in, int d, int bias,
-                                 mha_weights_file *out, char *err, size_t err_len)
+MHA_API mha_status mha_weights_file_load(const char *path, const char *prefix_in, const mha_config *cfg,
+                                         mha_weights_file *out, char *err, size_t err_len)
 {
+    if (!out)
+        return mha_errorf(err, err_len, MHA_ERR_INVALID_ARG, "weights output is NULL");
     memset(out, 0, sizeof *out);
+    if (!path || !cfg)
+        return mha_errorf(err, err_len, MHA_ERR_INVALID_ARG, "weights path or config is NULL");
+    mha_key_problem bad;
+    if (mha_config_verify(cfg, &bad) != MHA_OK) {
+        char why[200];
+        mha_config_problem_text(&bad, why, sizeof why);
+        return mha_errorf(err, err_len, MHA_ERR_CONFIG, "%s: config: %s", path, why);
+    }
+    const int d = cfg->d_model, bias = cfg->bias;
     char prefix[256] = "";
     if (prefix_in && prefix_in[0]) {
         size_t n = strlen(prefix_in);
@@ -125,7 +144,7 @@ mha_status mha_weights_file_load(const char *path, const char *prefix_in, int d,
     return MHA_OK;
 }
 
-void mha_weights_file_free(mha_weights_file *w)
+MHA_API void mha_weights_file_free(mha_weights_file *w)
 {
     if (w) {
         free(w->storage);

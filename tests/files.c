@@ -80,11 +80,16 @@ char *read_text(const char *path)
 
 int run_cli(const char *args, char **out, char **err)
 {
+    return run_cli_env("", args, out, err);
+}
+
+int run_cli_env(const char *env, const char *args, char **out, char **err)
+{
     char dir[64], cmd[8192], o[96], e[96];
     tmpdir_make(dir, sizeof dir);
     snprintf(o, sizeof o, "%s/stdout", dir);
     snprintf(e, sizeof e, "%s/stderr", dir);
-    snprintf(cmd, sizeof cmd, "%s %s >%s 2>%s </dev/null", MHA_CLI, args, o, e);
+    snprintf(cmd, sizeof cmd, "%s%s%s %s >%s 2>%s </dev/null", env[0] ? "env " : "", env, MHA_CLI, args, o, e);
     int status = system(cmd);
     if (out)
         *out = read_text(o);

@@ -68,6 +68,8 @@ void write_npy_raw(const char *path, int major, const char *dict, size_t data_le
 /* Runs the built mha command with args (a shell fragment); its stdout and stderr are returned
  * in malloc'd strings (free them); the exit status is returned (-1 if it did not exit). */
 int run_cli(const char *args, char **out, char **err);
+/* The same with environment assignments first ("OMP_PLACES=cores OMP_PROC_BIND=close "). */
+int run_cli_env(const char *env, const char *args, char **out, char **err);
 /* A whole file as a malloc'd, NUL-terminated string; asserts on failure. */
 char *read_text(const char *path);
 /* Reads a float32 .npy with the library's reader; asserts on failure. */

@@ -2,9 +2,9 @@
  * loaders make is made to fail in turn (the n-th, for n = 1, 2, … until the call succeeds):
  * each failing call returns MHA_ERR_NOMEM with a message, leaves nothing allocated (the
  * counted allocator's live count; LeakSanitizer under `make DEBUG=1 test`) and hands back
- * no half-made result. libmha's own allocations, libcyaml's (through its mem_fn hook) and
- * jansson's (routed here with json_set_alloc_funcs) are counted; libyaml's internal ones
- * have no hook and are not. */
+ * no half-made result. libmha's own allocations and jansson's (routed here with
+ * json_set_alloc_funcs) are counted; libyaml's internal ones have no hook and are not
+ * (the config loader's own buffers around it are). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +14,6 @@
 
 #include "helpers.h"
 #include "npy.h"
-#include "weights_file.h"
 
 #define D "tests/data/"
 
@@ -113,7 +112,10 @@ static int no_lengths(call *c) { return c->lengths == NULL; }
 static mha_status run_weights(call *c, char *err, size_t n)
 {
     memset(&c->wf, 0, sizeof c->wf);
-    mha_status st = mha_weights_file_load(c->path, c->prefix, c->d, c->bias, &c->wf, err, n);
+    mha_config cfg;
+    mha_config_init(&cfg);
+    cfg.d_model = c->d, cfg.n_heads = 4, cfg.bias = c->bias;
+    mha_status st = mha_weights_file_load(c->path, c->prefix, &cfg, &c->wf, err, n);
     if (st == MHA_ERR_NOMEM)
         expect_message(c->what, err);
     return st;

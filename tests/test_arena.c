@@ -34,7 +34,7 @@ ParameterizedTestParameters(arena, regions_are_aligned_disjoint_and_inside)
 ParameterizedTest(mha_dims *dm, arena, regions_are_aligned_disjoint_and_inside, .init = pick_kernel)
 {
     mha_arena_plan p;
-    cr_assert_eq(mha_arena_plan_make(dm, &K, 1000, &p), 0);
+    cr_assert_eq(mha_arena_plan_make(dm, &K, 1000, MHA_ARENA_ENGINE, &p), 0);
     size_t d = dm->d, dk = dm->dk, rows = dm->seq_q > dm->seq_kv ? dm->seq_q : dm->seq_kv;
     size_t w = (size_t)K.bw, dkp = mha_round_up(dk, w);
     cr_assert_eq((size_t)p.dkp, dkp);
@@ -89,7 +89,7 @@ Test(arena, carve_follows_the_plan, .init = pick_kernel)
 {
     mha_dims dm = {.d = 64, .h = 4, .dk = 16, .batch = 2, .seq_q = 9, .seq_kv = 9, .threads = 2, .q_block = 9};
     mha_arena_plan p;
-    cr_assert_eq(mha_arena_plan_make(&dm, &K, 256, &p), 0);
+    cr_assert_eq(mha_arena_plan_make(&dm, &K, 256, MHA_ARENA_ENGINE, &p), 0);
     static _Alignas(4096) unsigned char ws[8 << 20];
     cr_assert_leq(p.total, sizeof ws);
     mha_arena_views v;
@@ -106,15 +106,15 @@ Test(arena, overflowing_sizes_are_detected, .init = pick_kernel)
     mha_dims dm = {.d = 1 << 20, .h = 1, .dk = 1 << 20, .batch = 1 << 24, .seq_q = 1 << 20, .seq_kv = 1 << 20,
                    .threads = 2, .q_block = 256};
     mha_arena_plan p;
-    cr_assert_eq(mha_arena_plan_make(&dm, &K, 256, &p), -1);
+    cr_assert_eq(mha_arena_plan_make(&dm, &K, 256, MHA_ARENA_ENGINE, &p), -1);
     /* small weights and Z, but a worker slice: INT_MAX² score floats and INT_MAX Q/K/V rows */
     dm = (mha_dims){.d = 64, .h = 4, .dk = 16, .batch = 1, .seq_q = 1, .seq_kv = INT_MAX, .threads = 1, .q_block = INT_MAX};
-    cr_assert_eq(mha_arena_plan_make(&dm, &K, 256, &p), -1);
+    cr_assert_eq(mha_arena_plan_make(&dm, &K, 256, MHA_ARENA_ENGINE, &p), -1);
     /* and the sum over workers: each slice fits, 2^40 of them do not */
     dm = (mha_dims){.d = 64, .h = 4, .dk = 16, .batch = 1, .seq_q = 1, .seq_kv = 1 << 20, .threads = 1, .q_block = 1 << 10};
-    cr_assert_eq(mha_arena_plan_make(&dm, &K, 256, &p), 0);
+    cr_assert_eq(mha_arena_plan_make(&dm, &K, 256, MHA_ARENA_ENGINE, &p), 0);
     dm.threads = INT_MAX;
-    cr_assert_eq(mha_arena_plan_make(&dm, &K, 256, &p), 0, "2^31 slices of 4 GiB: 2^63 bytes, still fits");
+    cr_assert_eq(mha_arena_plan_make(&dm, &K, 256, MHA_ARENA_ENGINE, &p), 0, "2^31 slices of 4 GiB: 2^63 bytes, still fits");
     dm.seq_kv = 1 << 22;
-    cr_assert_eq(mha_arena_plan_make(&dm, &K, 256, &p), -1, "2^31 slices of 16 GiB: 2^65 bytes");
+    cr_assert_eq(mha_arena_plan_make(&dm, &K, 256, MHA_ARENA_ENGINE, &p), -1, "2^31 slices of 16 GiB: 2^65 bytes");
 }

@@ -7,7 +7,7 @@
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 
-#include "config_file.h"
+#include "mha_io.h"
 #include "helpers.h"
 
 typedef struct ycase { char what[40]; char yaml[300]; int status; char want[80]; } ycase;
@@ -22,7 +22,7 @@ ParameterizedTestParameters(config_load, rejects_bad_configs)
         {"bool expected", "model: { d_model: 64, heads: 4, bias: maybe }\n", MHA_ERR_CONFIG, "model.bias"},
         {"heads not dividing", "model:\n  d_model: 64\n  heads: 5\n", MHA_ERR_CONFIG, ":3: model.heads: 5 does not divide d_model 64"},
         {"non-positive width", "model: { d_model: 0, heads: 4 }\n", MHA_ERR_CONFIG, ":1: model.d_model: must be in 1..65536, got 0"},
-        {"length out of range", MODEL "batch:\n  seq_len: 16\n  lengths: [16, 17]\n", MHA_ERR_CONFIG, ":4: batch.lengths[1]: must be in 0..16, got 17"},
+        {"length out of range", MODEL "batch:\n  seq_len: 16\n  lengths: [16, 17]\n", MHA_ERR_CONFIG, ":4: batch.lengths[1]: must be in 0..16 (seq_len), got 17"},
         {"negative batch", MODEL "batch: { size: -3 }\n", MHA_ERR_CONFIG, ":2: batch.size"},
         {"bad mask", MODEL "batch: { mask: sometimes }\n", MHA_ERR_CONFIG, ":2: batch.mask"},
         {"bad pinning", MODEL "threads: { pinning: tight }\n", MHA_ERR_CONFIG, ":2: threads.pinning"},
@@ -36,8 +36,8 @@ ParameterizedTestParameters(config_load, rejects_bad_configs)
         {"unknown BLIS kernel", MODEL "engine: { blis_arch: pentium4 }\n", MHA_ERR_CONFIG, ":2: engine.blis_arch"},
         {"missing model", "batch: { size: 2 }\n", MHA_ERR_CONFIG, "model"},
         {"missing heads", "model:\n  d_model: 64\n", MHA_ERR_CONFIG, "model.heads"},
-        {"syntax error", "model: { d_model: 64, heads: 4\nbatch: [\n", MHA_ERR_CONFIG, "did not find expected"},
-        {"not a mapping", "- 1\n- 2\n", MHA_ERR_CONFIG, "MAPPING"},
+        {"syntax error", MODEL "batch: { lengths: [1, 2 }\n", MHA_ERR_CONFIG, ":2: syntax: did not find expected"},
+        {"not a mapping", "- 1\n- 2\n", MHA_ERR_CONFIG, ":1: a config is a mapping of blocks"},
         {"empty file", "", MHA_ERR_CONFIG, "empty"},
         {"list too long", MODEL "scaling: { pinning: [none, close, spread, cpus, none] }\n", MHA_ERR_CONFIG, "scaling.pinning"},
     };
@@ -105,14 +105,14 @@ Test(config_load, defaults_and_derived_values)
     snprintf(path, sizeof path, "%s/my-model.yaml", dir);
     const char *yaml = MODEL "batch: { size: 5, seq_len: 9, lengths: [9, 3] }\nthreads: { cpus: [0] }\n";
     write_file(path, yaml, strlen(yaml));
-    static mha_file_config fc;
-    cr_assert_eq(mha_file_config_load(path, &fc, err, sizeof err), MHA_OK, "%s", err);
+    static mha_config_file fc;
+    cr_assert_eq(mha_config_file_load(path, &fc, err, sizeof err), MHA_OK, "%s", err);
     cr_assert_str_eq(fc.name, "my-model", "name defaults to the file's stem");
-    cr_assert_eq(fc.kv_len, 9, "kv_len defaults to seq_len");
+    cr_assert_eq(fc.engine.max_seq_kv, 9, "kv_len defaults to seq_len");
     cr_assert_eq(fc.cross, 0);
-    cr_assert_eq(fc.bias, 1);
+    cr_assert_eq(fc.engine.bias, 1);
     cr_assert_eq(fc.n_lengths, 2);
-    cr_assert_eq(fc.pinning, MHA_PIN_CPUS, "a cpus list alone pins to those CPUs");
+    cr_assert_eq(fc.engine.pinning, MHA_PIN_CPUS, "a cpus list alone pins to those CPUs");
     cr_assert_eq(fc.iters, 20);
     cr_assert_eq(fc.seed, 42);
     mha_config cfg;
@@ -121,19 +121,17 @@ Test(config_load, defaults_and_derived_values)
     tmpdir_remove(dir);
 }
 
-Test(config_load, built_in_default_is_configs_default_yaml)
+Test(config_load, built_in_default_is_configs_default_yaml, .timeout = 30)
 {
-    static mha_file_config file, builtin;
-    char err[256];
-    cr_assert_eq(mha_file_config_load("configs/default.yaml", &file, err, sizeof err), MHA_OK, "%s", err);
-    mha_file_config_default(&builtin);
-    /* fields a file does not carry: where it came from and which lines keys sat on */
-    memcpy(builtin.path, file.path, sizeof file.path);
-    builtin.line_mask = file.line_mask, builtin.line_lengths = file.line_lengths, builtin.line_threads = file.line_threads;
-    /* the scaling block is a file's business: the built-in default sweeps the allowed CPUs */
-    memcpy(builtin.scale_threads, file.scale_threads, sizeof file.scale_threads);
-    builtin.n_scale_threads = file.n_scale_threads;
-    memcpy(builtin.scale_pinning, file.scale_pinning, sizeof file.scale_pinning);
-    builtin.n_scale_pinning = file.n_scale_pinning;
-    cr_assert(!memcmp(&file, &builtin, sizeof file), "configs/default.yaml and the built-in default differ");
+    /* the command compiles configs/default.yaml in as text: with no CONFIG it runs that file */
+    mha_config_file file;
+    char err[256], *out, *cerr;
+    cr_assert_eq(mha_config_file_load("configs/default.yaml", &file, err, sizeof err), MHA_OK, "%s", err);
+    cr_assert_eq(run_cli("run --iters 1 --warmup 0", &out, &cerr), 0, "%s", cerr);
+    char want[128];
+    snprintf(want, sizeof want, "d_model %d, %d heads", file.engine.d_model, file.engine.n_heads);
+    cr_assert(strstr(out, want), "'%s' not in %s", want, out);
+    snprintf(want, sizeof want, "batch    %d × %d", file.engine.max_batch, file.engine.max_seq_q);
+    cr_assert(strstr(out, want), "'%s' not in %s", want, out);
+    free(out), free(cerr);
 }

@@ -10,7 +10,7 @@
 
 #include <criterion/criterion.h>
 
-#include "config_file.h"
+#include "mha_io.h"
 #include "npy.h"
 #include "safetensors.h"
 
@@ -18,17 +18,27 @@ typedef mha_status (*loader)(const char *path, char *err, size_t err_len);
 
 static mha_status load_config(const char *path, char *err, size_t n)
 {
-    mha_file_config fc;
-    mha_file_config_default(&fc);
-    return mha_file_config_load(path, &fc, err, n);
+    mha_config_file fc;
+    mha_config_file_default(&fc);
+    return mha_config_file_load(path, &fc, err, n);
 }
 
 static mha_status load_safetensors(const char *path, char *err, size_t n)
 {
     mha_st_file sf;
     mha_status st = mha_st_open(path, &sf, err, n);
+    if (st != MHA_OK)
+        return st;
+    mha_st_close(&sf);
+    /* a well-formed file (an empty header, say) must still be refused as weights */
+    mha_config cfg;
+    mha_config_init(&cfg);
+    cfg.d_model = 32, cfg.n_heads = 4;
+    mha_weights_file wf;
+    st = mha_weights_file_load(path, NULL, &cfg, &wf, err, n);
+    cr_assert(st != MHA_OK || wf.storage, "%s", path);
     if (st == MHA_OK)
-        mha_st_close(&sf);
+        mha_weights_file_free(&wf);
     return st;
 }
 

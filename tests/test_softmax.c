@@ -91,6 +91,31 @@ Test(softmax, extreme_scores_stay_finite)
     }
 }
 
+/* The generic path runs on every machine here, whatever the CPU would pick, so UBSan
+ * (make DEBUG=1 test) sees it with NaN and infinite scores: exp of a NaN difference once
+ * converted NaN to int32 and shifted a negative value. NaN and -inf differences flush to 0,
+ * as the vector versions' in-range mask does. */
+Test(softmax, generic_path_takes_non_finite_scores)
+{
+    float row[8] = {1.0f, NAN, 2.0f, -INFINITY, 0.5f, NAN, 3.0f, -1.0f};
+    float mx = -INFINITY;
+    float sum = mha_softmax_row_generic(row, 8, 8, NULL, &mx);
+    cr_assert_eq(mx, 3.0f, "NaN never becomes the max");
+    cr_assert_eq(row[1], 0.0f);
+    cr_assert_eq(row[3], 0.0f);
+    cr_assert_eq(row[5], 0.0f);
+    cr_assert_eq(row[6], 1.0f);
+    cr_assert(isfinite(sum) && sum > 1.0f, "sum %g", sum);
+    /* an infinite max: inf - inf is NaN for that entry, every other difference is -inf */
+    float inf_row[4] = {INFINITY, 1.0f, NAN, -INFINITY};
+    mx = -INFINITY;
+    sum = mha_softmax_row_generic(inf_row, 4, 4, NULL, &mx);
+    cr_assert(isinf(mx) && mx > 0);
+    for (int j = 0; j < 4; j++)
+        cr_assert_eq(inf_row[j], 0.0f, "[%d] = %g", j, inf_row[j]);
+    cr_assert_eq(sum, 0.0f);
+}
+
 Test(softmax, fully_hidden_row_is_zero)
 {
     uint8_t none[40] = {0};

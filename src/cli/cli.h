@@ -5,14 +5,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config_file.h"
+#include "mha_io.h"
 #include "mha.h"
+#include "mha_io.h"
 
 /* Exit codes (DESIGN.md §5). */
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 
 int mha_cli_run(int argc, char **argv);
 int mha_cli_info(int argc, char **argv);
+int mha_cli_schema(int argc, char **argv);
 int mha_cli_scale(int argc, char **argv);
 
 /* "mha: <message>" on stderr. */
@@ -23,6 +25,9 @@ int cli_exit_code(mha_status st);
 int cli_parse_int(const char *opt, const char *text, long lo, long hi, long *out);
 
 double cli_now_ms(void);
+
+/* What OpenMP's environment asked for: the binding policy and the place list, in words. */
+void cli_openmp_binding(char *out, size_t n);
 
 /* The CPU's model name and the features that decide kernels (AVX family, FMA, AMX), from
  * /proc/cpuinfo; "unknown" and "" when it cannot be read. */
@@ -46,10 +51,10 @@ typedef struct cli_problem {
 /* The config's generated problem for `batch` sequences: seeded uniform inputs (q, and kv
  * for cross-attention), lengths repeated over the batch, and for self-attention the query
  * lengths as key padding too. Returns EXIT_OK, or an exit code after a message. */
-int cli_generate_inputs(const mha_file_config *fc, int batch, cli_problem *p);
+int cli_generate_inputs(const mha_config_file *fc, int batch, cli_problem *p);
 /* Seeded weights with nn.Linear's init, U(-1/sqrt(d), 1/sqrt(d)), into *buf (the caller
  * frees it) and p->w (x·W layout; biases when the config has them). */
-int cli_generate_weights(const mha_file_config *fc, cli_problem *p, float **buf);
+int cli_generate_weights(const mha_config_file *fc, cli_problem *p, float **buf);
 /* Lengths list, repeated over the batch (NULL when out of memory). */
 int32_t *cli_cycle_lengths(const int *list, int n, int batch);
 /* Self-attention: the query lengths pad the keys too (p->kv_len becomes a copy). */

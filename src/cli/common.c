@@ -11,6 +11,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <omp.h>
+
 #include "cli.h"
 
 void cli_error(const char *fmt, ...)
@@ -95,12 +97,12 @@ static float *uniform(size_t n, uint64_t *seed)
     return x;
 }
 
-int cli_generate_inputs(const mha_file_config *fc, int batch, cli_problem *p)
+int cli_generate_inputs(const mha_config_file *fc, int batch, cli_problem *p)
 {
     uint64_t seed = fc->seed;
     size_t nq, nkv;
-    p->d = fc->d_model, p->h = fc->heads, p->batch = batch;
-    p->seq_q = fc->seq_len, p->seq_kv = fc->cross ? fc->kv_len : fc->seq_len, p->cross = fc->cross;
+    p->d = fc->engine.d_model, p->h = fc->engine.n_heads, p->batch = batch;
+    p->seq_q = fc->engine.max_seq_q, p->seq_kv = fc->cross ? fc->engine.max_seq_kv : fc->engine.max_seq_q, p->cross = fc->cross;
     if (__builtin_mul_overflow((size_t)batch * p->seq_q, (size_t)p->d, &nq) ||
         __builtin_mul_overflow((size_t)batch * p->seq_kv, (size_t)p->d, &nkv) || nq > SIZE_MAX / 8 || nkv > SIZE_MAX / 8) {
         cli_error("a batch of %d × %d × %d does not fit in memory", batch, p->seq_q, p->d);
@@ -132,7 +134,7 @@ int cli_self_key_padding(cli_problem *p)
     return EXIT_OK;
 }
 
-int cli_generate_weights(const mha_file_config *fc, cli_problem *p, float **buf)
+int cli_generate_weights(const mha_config_file *fc, cli_problem *p, float **buf)
 {
     /* after the inputs' stream: a different seed */
     size_t dd = (size_t)p->d * p->d;
@@ -145,7 +147,7 @@ int cli_generate_weights(const mha_file_config *fc, cli_problem *p, float **buf)
     cli_fill_uniform(w, 4 * dd, -bound, bound, &seed);
     cli_fill_uniform(b, 4 * (size_t)p->d, -bound, bound, &seed);
     p->w = (mha_weights){w, w + dd, w + 2 * dd, w + 3 * dd, NULL, NULL, NULL, NULL, MHA_LAYOUT_XW};
-    if (fc->bias)
+    if (fc->engine.bias)
         p->w.b_q = b, p->w.b_k = b + p->d, p->w.b_v = b + 2 * p->d, p->w.b_o = b + 3 * p->d;
     return EXIT_OK;
 }
@@ -316,4 +318,30 @@ void cli_cpu_info(char *model, size_t nm, char *flags, size_t nf)
         }
     }
     fclose(f);
+}
+
+void cli_openmp_binding(char *out, size_t n)
+{
+    static const char *binds[] = {"false", "true", "primary", "close", "spread"};
+    omp_proc_bind_t bind = omp_get_proc_bind();
+    int places = omp_get_num_places();
+    size_t k = (size_t)snprintf(out, n, "proc_bind %s", (int)bind >= 0 && (int)bind < 5 ? binds[bind] : "?");
+    if (bind == omp_proc_bind_false || places < 1) {
+        snprintf(out + k, k < n ? n - k : 0, ", no places: OpenMP does not pin; mha uses the CPUs this process may use");
+        return;
+    }
+    k += (size_t)snprintf(out + k, k < n ? n - k : 0, ", %d places:", places);
+    for (int p = 0; p < places && p < 64 && k < n; p++) {
+        int ids[1024], m = omp_get_place_num_procs(p);
+        if (m < 0 || m > 1024)
+            break;
+        omp_get_place_proc_ids(p, ids);
+        k += (size_t)snprintf(out + k, n - k, " {");
+        for (int i = 0; i < m && k < n; i++)
+            k += (size_t)snprintf(out + k, n - k, "%s%d", i ? "," : "", ids[i]);
+        k += (size_t)snprintf(out + k, k < n ? n - k : 0, "}");
+    }
+    if (k < n)
+        snprintf(out + k, n - k, "%s; libgomp binds the initial thread to the first before main, so mha takes its "
+                                 "CPUs from the places, not from that thread", places > 64 ? " ..." : "");
 }

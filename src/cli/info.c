@@ -7,7 +7,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "affinity.h"
 #include "cli.h"
 
 extern char **environ;
@@ -39,14 +38,14 @@ int mha_cli_info(int argc, char **argv)
     char model[256], flags[512], list[4096];
     cli_cpu_info(model, sizeof model, flags, sizeof flags);
     static int cpus[1024];
-    int n = mha_affinity_allowed(cpus, 1024);
+    int n = mha_cpus_allowed(cpus, 1024);
     cpu_list(cpus, n < 1024 ? n : 1024, list, sizeof list);
 
     printf("mha %s\n", mha_version_string());
     printf("CPU       %s\n", model);
     printf("features  %s\n", flags[0] ? flags : "(none of the AVX family)");
     printf("CPUs      %d this process may use: %s (%ld online)\n", n, list, sysconf(_SC_NPROCESSORS_ONLN));
-    printf("L2        %zu KiB per core\n", mha_affinity_l2_bytes() / 1024);
+    printf("L2        %zu KiB per core\n", mha_l2_bytes() / 1024);
     printf("BLIS      %s; the engine would choose the '%s' kernels (never BLIS's own detection)\n",
            mha_blis_version(), mha_blis_arch_auto());
     static const char *binds[] = {"false", "true", "primary", "close", "spread"};
@@ -54,6 +53,9 @@ int mha_cli_info(int argc, char **argv)
     printf("OpenMP    %d (spec date), max threads %d, dynamic %s, proc_bind %s, max active levels %d\n", _OPENMP,
            omp_get_max_threads(), omp_get_dynamic() ? "true" : "false",
            (int)bind >= 0 && (int)bind < 5 ? binds[bind] : "?", omp_get_max_active_levels());
+    char binding[2048];
+    cli_openmp_binding(binding, sizeof binding);
+    printf("binding   %s\n", binding);
     int any = 0;
     for (char **e = environ; *e; e++)
         if (!strncmp(*e, "OMP_", 4) || !strncmp(*e, "GOMP_", 5) || !strncmp(*e, "BLIS_", 5)) {

@@ -1,4 +1,4 @@
-/* main.c — the mha command: dispatch to run, scale and info. */
+/* main.c — the mha command: dispatch to run, scale, info and schema. */
 #include <stdio.h>
 #include <string.h>
 
@@ -9,6 +9,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: mha run [CONFIG] [options]   run the engine (mha run --help)\n"
 "       mha scale CONFIG [options]   thread-scaling sweep: CSV, Markdown, plots (mha scale --help)\n"
                "       mha info                     CPU, cores, BLIS and OpenMP as the engine sees them\n"
+               "       mha schema                   the config file's keys as a Markdown table\n"
                "       mha --version\n");
 }
 
@@ -25,6 +26,8 @@ int main(int argc, char **argv)
         return mha_cli_scale(argc - 1, argv + 1);
     if (!strcmp(cmd, "info"))
         return mha_cli_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "schema"))
+        return mha_cli_schema(argc - 1, argv + 1);
     if (!strcmp(cmd, "--version")) {
         printf("mha %s (BLIS %s)\n", mha_version_string(), mha_blis_version());
         return EXIT_OK;

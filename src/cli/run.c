@@ -12,8 +12,7 @@
 #include <jansson.h>
 
 #include "cli.h"
-#include "npy.h"
-#include "weights_file.h"
+#include "mha_io.h"
 
 typedef struct run_opts {
     const char *config, *weights, *prefix, *input, *kv, *lengths, *kv_lengths, *output, *attn;
@@ -81,7 +80,7 @@ static int parse(int argc, char **argv, run_opts *o)
 
 /* Everything a run allocates, freed in one place. */
 typedef struct run_state {
-    mha_file_config fc;
+    mha_config_file fc;
     cli_problem p;
     mha_weights_file wf;
     float *gen_w;
@@ -101,22 +100,22 @@ static void release(run_state *s)
 
 static int load_inputs(const run_opts *o, run_state *s)
 {
-    mha_file_config *fc = &s->fc;
+    mha_config_file *fc = &s->fc;
     cli_problem *p = &s->p;
     char err[512];
     mha_status st;
     int rc;
     if (!o->input) {
-        if ((rc = cli_generate_inputs(fc, fc->batch, p)) != EXIT_OK)
+        if ((rc = cli_generate_inputs(fc, fc->engine.max_batch, p)) != EXIT_OK)
             return rc;
     } else {
         int64_t shape[3];
-        p->d = fc->d_model, p->h = fc->heads;
+        p->d = fc->engine.d_model, p->h = fc->engine.n_heads;
         if ((st = mha_npy_load_f32(o->input, 3, shape, &p->q, err, sizeof err)) != MHA_OK)
             return cli_error("%s", err), cli_exit_code(st);
-        if (shape[2] != fc->d_model || shape[0] < 1 || shape[1] < 1 || shape[0] > 1 << 20 || shape[1] > 1 << 24)
+        if (shape[2] != fc->engine.d_model || shape[0] < 1 || shape[1] < 1 || shape[0] > 1 << 20 || shape[1] > 1 << 24)
             return cli_error("%s: shape (%lld, %lld, %lld): want (batch, seq, d_model = %d)", o->input, (long long)shape[0],
-                             (long long)shape[1], (long long)shape[2], fc->d_model), EXIT_USAGE;
+                             (long long)shape[1], (long long)shape[2], fc->engine.d_model), EXIT_USAGE;
         p->batch = (int)shape[0], p->seq_q = p->seq_kv = (int)shape[1];
         p->causal = fc->mask == MHA_MASK_CAUSAL;
     }
@@ -126,9 +125,9 @@ static int load_inputs(const run_opts *o, run_state *s)
         p->kv = NULL, p->kv_len = NULL;
         if ((st = mha_npy_load_f32(o->kv, 3, shape, &p->kv, err, sizeof err)) != MHA_OK)
             return cli_error("%s", err), cli_exit_code(st);
-        if (shape[0] != p->batch || shape[2] != fc->d_model || shape[1] < 1 || shape[1] > 1 << 24)
+        if (shape[0] != p->batch || shape[2] != fc->engine.d_model || shape[1] < 1 || shape[1] > 1 << 24)
             return cli_error("%s: shape (%lld, %lld, %lld): want (batch = %d, seq_kv, d_model = %d)", o->kv,
-                             (long long)shape[0], (long long)shape[1], (long long)shape[2], p->batch, fc->d_model), EXIT_USAGE;
+                             (long long)shape[0], (long long)shape[1], (long long)shape[2], p->batch, fc->engine.d_model), EXIT_USAGE;
         p->seq_kv = (int)shape[1];
         p->cross = 1;
     }
@@ -170,7 +169,7 @@ static int load_weights(const run_opts *o, run_state *s)
     cli_problem *p = &s->p;
     if (o->weights) {
         char err[1024];
-        mha_status st = mha_weights_file_load(o->weights, o->prefix, p->d, s->fc.bias, &s->wf, err, sizeof err);
+        mha_status st = mha_weights_file_load(o->weights, o->prefix, &s->fc.engine, &s->wf, err, sizeof err);
         if (st != MHA_OK)
             return cli_error("%s", err), cli_exit_code(st);
         p->w = s->wf.w;
@@ -209,12 +208,17 @@ int mha_cli_run(int argc, char **argv)
     mha_status st;
     int rc;
 
-    mha_file_config_default(&s.fc);
-    if (o.config && (st = mha_file_config_load(o.config, &s.fc, err, sizeof err)) != MHA_OK) {
+    static const char builtin[] =
+#include "default_yaml.h"
+        ;
+    st = o.config ? mha_config_file_load(o.config, &s.fc, err, sizeof err)
+                  : mha_config_file_parse(builtin, sizeof builtin - 1, "configs/default.yaml (built in)", &s.fc, err,
+                                          sizeof err);
+    if (st != MHA_OK) {
         cli_error("%s", err);
         return cli_exit_code(st);
     }
-    if (o.have_threads) s.fc.threads = (int)o.threads;
+    if (o.have_threads) s.fc.engine.threads = (int)o.threads;
     if (o.have_iters) s.fc.iters = (int)o.iters;
     if (o.have_warmup) s.fc.warmup = (int)o.warmup;
     if ((rc = load_inputs(&o, &s)) != EXIT_OK || (rc = load_weights(&o, &s)) != EXIT_OK)
@@ -222,7 +226,7 @@ int mha_cli_run(int argc, char **argv)
 
     cli_problem *p = &s.p;
     mha_config cfg;
-    mha_file_config_engine(&s.fc, &cfg);
+    cfg = s.fc.engine;
     cfg.max_batch = p->batch, cfg.max_seq_q = p->seq_q, cfg.max_seq_kv = p->seq_kv;
     if ((st = mha_create(&cfg, &s.e)) != MHA_OK || (st = mha_set_weights(s.e, &p->w)) != MHA_OK) {
         mha_config_check(&cfg, err, sizeof err);
@@ -295,7 +299,7 @@ int mha_cli_run(int argc, char **argv)
     }
 
     const char *mask = p->causal ? (p->q_len || p->kv_len ? "causal+padding" : "causal") : (p->q_len || p->kv_len ? "padding" : "none");
-    const char *pin = mha_pinning_name(s.fc.pinning);
+    const char *pin = mha_pinning_name(s.fc.engine.pinning);
     if (o.json) {
         json_t *j = json_object(), *wc = json_array();
         for (int i = 0; i < nw; i++)
@@ -334,7 +338,7 @@ int mha_cli_run(int argc, char **argv)
         json_decref(j);
     } else {
         printf("mha run: %s%s%s%s\n", s.fc.name, o.config ? " (" : "", o.config ? o.config : "", o.config ? ")" : " (built-in default)");
-        printf("  model    d_model %d, %d heads (d_k %d), %s\n", p->d, p->h, p->d / p->h, s.fc.bias ? "biases" : "no biases");
+        printf("  model    d_model %d, %d heads (d_k %d), %s\n", p->d, p->h, p->d / p->h, s.fc.engine.bias ? "biases" : "no biases");
         printf("  batch    %d × %d%s, %s-attention (seq_kv %d), mask %s\n", p->batch, p->seq_q, "", p->cross ? "cross" : "self",
                p->seq_kv, mask);
         printf("  data     input %s, weights %s%s%s\n", o.input ? o.input : "random", o.weights ? o.weights : "random",

@@ -18,7 +18,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "affinity.h"
 #include "cli.h"
 #include "scale_fit.h"
 
@@ -42,7 +41,7 @@ typedef struct point {
 } point;
 
 typedef struct sweep {
-    mha_file_config fc;
+    mha_config_file fc;
     const char *config_path;
     char out[4096];
     int threads[MHA_MAX_SCALE_POINTS], n_threads;
@@ -201,10 +200,10 @@ static void normalise_threads(int *t, int *n)
 
 static void engine_config(const sweep *w, const point *p, mha_config *cfg)
 {
-    mha_file_config fc = w->fc;
-    fc.threads = p->threads;
-    fc.pinning = p->pinning;
-    mha_file_config_engine(&fc, cfg);
+    mha_config_file fc = w->fc;
+    fc.engine.threads = p->threads;
+    fc.engine.pinning = p->pinning;
+    *cfg = fc.engine;
     cfg->max_batch = p->batch;
 }
 
@@ -221,7 +220,7 @@ static int plan(sweep *w)
                 point *p = &w->pt[w->n++];
                 memset(p, 0, sizeof *p);
                 p->weak = weak, p->pinning = w->pinning[i], p->threads = w->threads[j];
-                long batch = (long)w->fc.batch * (weak ? p->threads : 1);
+                long batch = (long)w->fc.engine.max_batch * (weak ? p->threads : 1);
                 if (batch > (1 << 20)) {
                     cli_error("%s: weak scaling at %d threads needs a batch of %ld, above %d", w->config_path,
                               p->threads, batch, 1 << 20);
@@ -229,11 +228,11 @@ static int plan(sweep *w)
                 }
                 p->batch = (int)batch;
                 /* pinned to a cpus list, the workers share that list's CPUs */
-                p->oversubscribed = p->threads > (p->pinning == MHA_PIN_CPUS ? w->fc.n_cpus : w->n_allowed);
+                p->oversubscribed = p->threads > (p->pinning == MHA_PIN_CPUS ? w->fc.engine.n_cpus : w->n_allowed);
                 mha_config cfg;
                 engine_config(w, p, &cfg);
                 mha_status st = MHA_ERR_AFFINITY;
-                if (p->pinning == MHA_PIN_CPUS && w->fc.n_cpus == 0)
+                if (p->pinning == MHA_PIN_CPUS && w->fc.engine.n_cpus == 0)
                     snprintf(err, sizeof err, "pinning cpus needs a threads.cpus list in the config");
                 else
                     st = mha_config_check(&cfg, err, sizeof err);
@@ -429,8 +428,8 @@ static int write_plots(const sweep *w, char *why, size_t why_len)
                    "set label 'oversubscribed →' at %g, graph 0.95 left textcolor 'gray40'\n",
                 w->n_allowed + 0.5, w->n_allowed + 0.5, w->n_allowed + 0.55);
     char title[512];
-    snprintf(title, sizeof title, "%s: d=%d h=%d batch %d seq %d", w->fc.name, w->fc.d_model, w->fc.heads,
-             w->fc.batch, w->fc.seq_len);
+    snprintf(title, sizeof title, "%s: d=%d h=%d batch %d seq %d", w->fc.name, w->fc.engine.d_model, w->fc.engine.n_heads,
+             w->fc.engine.max_batch, w->fc.engine.max_seq_q);
     const char *ylabel[3] = {"speedup vs 1 thread", "parallel efficiency", "GFLOP/s (unmasked work)"};
     const int column[3] = {2, 3, 4};
     for (int k = 0; k < 3; k++) {
@@ -510,7 +509,7 @@ static int write_report(const sweep *w, int plotted, const char *why)
         snprintf(host, sizeof host, "%s", u.nodename);
     time_t now = time(NULL);
     strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S %Z", localtime(&now));
-    const mha_file_config *fc = &w->fc;
+    const mha_config_file *fc = &w->fc;
     const char *mask = fc->mask == MHA_MASK_CAUSAL ? "causal" : fc->n_lengths ? "padding (lengths)" : "none";
 
     fprintf(f, "# Thread scaling: %s\n\n", fc->name);
@@ -520,28 +519,31 @@ static int write_report(const sweep *w, int plotted, const char *why)
     fprintf(f, "| CPUs this process may use | %d:", w->n_allowed);
     for (int i = 0; i < w->n_allowed && i < 1024; i++)
         fprintf(f, " %d", w->allowed[i]);
-    fprintf(f, " |\n| L2 per core | %zu KiB |\n", mha_affinity_l2_bytes() / 1024);
+    fprintf(f, " |\n| L2 per core | %zu KiB |\n", mha_l2_bytes() / 1024);
     fprintf(f, "| BLIS | %s, kernel %s (mha's choice; only its microkernel is used) |\n", mha_blis_version(),
-            fc->blis_arch[0] ? fc->blis_arch : mha_blis_arch_auto());
+            fc->engine.blis_arch[0] ? fc->engine.blis_arch : mha_blis_arch_auto());
     fprintf(f, "| OpenMP | %d (spec date), libgomp |\n", _OPENMP);
     fputs("| OMP_* settings |", f);
     int any = 0;
     for (char **e = environ; *e; e++)
         if (!strncmp(*e, "OMP_", 4) || !strncmp(*e, "GOMP_", 5))
             fprintf(f, "%s `%s`", any++ ? "," : "", *e);
-    fprintf(f, "%s |\n| mha | %s |\n\n", any ? "" : " none set (libgomp defaults)", mha_version_string());
+    char binding[2048];
+    cli_openmp_binding(binding, sizeof binding);
+    fprintf(f, "%s |\n| OpenMP binding | %s |\n| mha | %s |\n\n", any ? "" : " none set (libgomp defaults)", binding,
+            mha_version_string());
 
     fputs("## Workload\n\n", f);
     fprintf(f, "Config `%s`: d_model %d, %d heads, batch %d × seq %d (%s-attention%s%d), mask %s, %s.\n",
-            w->config_path, fc->d_model, fc->heads, fc->batch, fc->seq_len, fc->cross ? "cross" : "self",
-            fc->cross ? ", seq_kv " : ", seq_kv ", fc->cross ? fc->kv_len : fc->seq_len, mask,
-            fc->bias ? "biases" : "no biases");
+            w->config_path, fc->engine.d_model, fc->engine.n_heads, fc->engine.max_batch, fc->engine.max_seq_q, fc->cross ? "cross" : "self",
+            fc->cross ? ", seq_kv " : ", seq_kv ", fc->cross ? fc->engine.max_seq_kv : fc->engine.max_seq_q, mask,
+            fc->engine.bias ? "biases" : "no biases");
     fprintf(f, "Seeded random weights and inputs (seed %llu). Every point, in each round: a fresh engine, %d warm-up forwards, "
                "then %d timed forwards in all, spread over %d rounds that visit every point in turn; "
                "median (min–max) in ms.\n",
             (unsigned long long)fc->seed, w->warmup, w->iters, w->rounds);
     fprintf(f, "GFLOP/s count only unmasked work (DESIGN.md: 8·B·S·d² + 4·B·S²·d when nothing is masked; "
-               "%.3f GFLOP per forward at batch %d).\n\n", w->flops_1 / 1e9, fc->batch);
+               "%.3f GFLOP per forward at batch %d).\n\n", w->flops_1 / 1e9, fc->engine.max_batch);
     fputs("Strong scaling runs the config's batch at every thread count: speedup = t(1) / t(p). Weak scaling "
           "runs batch × p sequences on p threads (fixed work per thread): speedup = p · t(1) / t(p), the "
           "throughput ratio. Efficiency = speedup / p. Karp–Flatt serial fraction e = (1/S − 1/p) / (1 − 1/p). "
@@ -626,12 +628,12 @@ static int setup(const scale_opts *o, sweep *w)
 {
     char err[1024];
     mha_status st;
-    mha_file_config_default(&w->fc);
-    if ((st = mha_file_config_load(o->config, &w->fc, err, sizeof err)) != MHA_OK)
+    mha_config_file_default(&w->fc);
+    if ((st = mha_config_file_load(o->config, &w->fc, err, sizeof err)) != MHA_OK)
         return cli_error("%s", err), cli_exit_code(st);
     w->config_path = o->config;
-    const mha_file_config *fc = &w->fc;
-    w->n_allowed = mha_affinity_allowed(w->allowed, 1024);
+    const mha_config_file *fc = &w->fc;
+    w->n_allowed = mha_cpus_allowed(w->allowed, 1024);
     if (w->n_allowed < 1)
         return cli_error("scale: cannot read the CPUs this process may use"), EXIT_RUNTIME;
 
@@ -720,7 +722,7 @@ int mha_cli_scale(int argc, char **argv)
     }
     {
         cli_problem one = prob;
-        one.batch = w->fc.batch;
+        one.batch = w->fc.engine.max_batch;
         w->flops_1 = cli_flops(&one);
     }
     fprintf(stderr, "mha scale: %s, %d points (%d thread counts × %d pinnings × %s scaling), %d CPUs allowed, into %s/\n",

@@ -4,8 +4,8 @@
 #include <string.h>
 
 #include "fuzz_input.h"
+#include "mha_io.h"
 #include "safetensors.h"
-#include "weights_file.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -30,8 +30,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         mha_st_close(&sf);
     }
     mha_weights_file wf;
+    mha_config cfg;
+    mha_config_init(&cfg);
+    cfg.n_heads = 4;
     for (int d = 4; d <= 32; d *= 2) {
-        st = mha_weights_file_load(path, NULL, d, 1, &wf, err, sizeof err);
+        cfg.d_model = d;
+        st = mha_weights_file_load(path, NULL, &cfg, &wf, err, sizeof err);
         if (st == MHA_OK)
             mha_weights_file_free(&wf);
     }

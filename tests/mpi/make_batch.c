@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "npy.h"
+#include "mha_io.h"
 
 int main(int argc, char **argv)
 {

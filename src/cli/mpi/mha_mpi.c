@@ -23,9 +23,8 @@
 #include <mpi.h>
 
 #include "cli.h"
-#include "npy.h"
+#include "mha_io.h"
 #include "shard.h"
-#include "weights_file.h"
 
 typedef struct opts {
     const char *config, *weights, *prefix, *input, *lengths, *output;
@@ -35,7 +34,7 @@ typedef struct opts {
 
 /* What every rank knows after the broadcasts (plain data: sent as bytes). */
 typedef struct shared {
-    mha_file_config fc;
+    mha_config_file fc;
     int batch, seq, d, layout, has_lengths;
     uint64_t data_offset;
     long w_off[8]; /* offsets of w_q … b_o in the weight buffer, -1: none */
@@ -142,21 +141,21 @@ static int load_on_root(const opts *o, shared *sh, int32_t **lengths, float **wb
 {
     char err[1024];
     mha_status st;
-    mha_file_config_default(&sh->fc);
-    if ((st = mha_file_config_load(o->config, &sh->fc, err, sizeof err)) != MHA_OK)
+    mha_config_file_default(&sh->fc);
+    if ((st = mha_config_file_load(o->config, &sh->fc, err, sizeof err)) != MHA_OK)
         return fail(cli_exit_code(st), "%s", err);
-    if (o->have_threads) sh->fc.threads = (int)o->threads;
+    if (o->have_threads) sh->fc.engine.threads = (int)o->threads;
     if (o->have_iters) sh->fc.iters = (int)o->iters;
     if (o->have_warmup) sh->fc.warmup = (int)o->warmup;
     if (o->causal) sh->fc.mask = MHA_MASK_CAUSAL;
     mha_npy_header h;
     if ((st = mha_npy_open(o->input, &h, err, sizeof err)) != MHA_OK)
         return fail(cli_exit_code(st), "%s", err);
-    if (h.dtype != MHA_NPY_F4 || h.rank != 3 || h.shape[2] != sh->fc.d_model || h.shape[0] < 1 || h.shape[1] < 1 ||
+    if (h.dtype != MHA_NPY_F4 || h.rank != 3 || h.shape[2] != sh->fc.engine.d_model || h.shape[0] < 1 || h.shape[1] < 1 ||
         h.shape[0] > 1 << 20 || h.shape[1] > 1 << 24)
         return fail(EXIT_USAGE, "%s: want float32 (batch, seq, d_model = %d), found a %d-d %s array", o->input,
-                    sh->fc.d_model, h.rank, h.dtype == MHA_NPY_F4 ? "float32" : "integer");
-    sh->batch = (int)h.shape[0], sh->seq = (int)h.shape[1], sh->d = sh->fc.d_model;
+                    sh->fc.engine.d_model, h.rank, h.dtype == MHA_NPY_F4 ? "float32" : "integer");
+    sh->batch = (int)h.shape[0], sh->seq = (int)h.shape[1], sh->d = sh->fc.engine.d_model;
     sh->data_offset = h.data_offset;
     if (sh->fc.mask == MHA_MASK_PADDING && !o->lengths)
         return fail(EXIT_USAGE, "%s: batch.mask is padding, but no --lengths file is given", o->config);
@@ -168,11 +167,11 @@ static int load_on_root(const opts *o, shared *sh, int32_t **lengths, float **wb
             return fail(EXIT_USAGE, "%s: %lld lengths for a batch of %d", o->lengths, (long long)n, sh->batch);
         sh->has_lengths = 1;
     }
-    cli_problem p = {.d = sh->d, .h = sh->fc.heads};
+    cli_problem p = {.d = sh->d, .h = sh->fc.engine.n_heads};
     const float *base;
     mha_weights_file wf;
     if (o->weights) {
-        if ((st = mha_weights_file_load(o->weights, o->prefix, sh->d, sh->fc.bias, &wf, err, sizeof err)) != MHA_OK)
+        if ((st = mha_weights_file_load(o->weights, o->prefix, &sh->fc.engine, &wf, err, sizeof err)) != MHA_OK)
             return fail(cli_exit_code(st), "%s", err);
         p.w = wf.w, *wbuf = wf.storage, base = wf.storage; /* the buffer is ours to free */
     } else {
@@ -243,7 +242,7 @@ static int prepare_shard(const opts *o, const shared *sh, const float *w, shard 
     if (rc != EXIT_OK)
         return rc;
     mha_config cfg;
-    mha_file_config_engine(&sh->fc, &cfg);
+    cfg = sh->fc.engine;
     cfg.max_batch = sd->count, cfg.max_seq_q = cfg.max_seq_kv = sh->seq;
     const float *v[8];
     for (int i = 0; i < 8; i++)
@@ -348,7 +347,7 @@ static void report(const opts *o, const shared *sh, const rank_result *all, cons
         }
         json_object_set_new(j, "name", json_string(sh->fc.name));
         json_object_set_new(j, "ranks", json_integer(size_));
-        json_object_set_new(j, "threads_per_rank", json_integer(sh->fc.threads));
+        json_object_set_new(j, "threads_per_rank", json_integer(sh->fc.engine.threads));
         json_object_set_new(j, "batch", json_integer(sh->batch));
         json_object_set_new(j, "seq", json_integer(sh->seq));
         json_object_set_new(j, "d_model", json_integer(sh->d));
@@ -365,7 +364,7 @@ static void report(const opts *o, const shared *sh, const rank_result *all, cons
         return;
     }
     printf("mha-mpi run: %s (%s), %d ranks × %d threads, batch %d × %d, d_model %d\n", sh->fc.name, o->config, size_,
-           sh->fc.threads, sh->batch, sh->seq, sh->d);
+           sh->fc.engine.threads, sh->batch, sh->seq, sh->d);
     for (int r = 0; r < size_; r++)
         printf("  rank %d: sequences %d..%d (%d), %.0f tokens, median %.3f ms (min %.3f, max %.3f), %.0f tokens/s\n", r,
                all[r].first, all[r].first + all[r].count - 1, all[r].count, all[r].tokens, all[r].median, all[r].min,

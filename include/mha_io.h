@@ -1,0 +1,137 @@
+/* mha_io.h — loaders for clients of libmha: YAML configs, safetensors weights and NumPy .npy
+ * tensors, as the mha command reads and writes them.
+ *
+ * Same contract as mha.h: no printing, no exits, no environment reads, no global state.
+ * Every call returns a status; on failure `err` (when not NULL) holds a message that names
+ * the file, and for configs the line and key ("m.yaml:3: model.heads: 5 does not divide
+ * d_model 64"), for weights the tensor. Buffers handed back are malloc'd: release them with
+ * free() (or the _free function named next to them). On failure nothing is handed back.
+ * Only regular files are read: a directory, FIFO or device is refused at once (never blocks). */
+#ifndef MHA_IO_H
+#define MHA_IO_H
+
+#include "mha.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- YAML configs (README "Configs"; every key is in the schema table below) ---- */
+
+typedef enum { MHA_MASK_NONE, MHA_MASK_CAUSAL, MHA_MASK_PADDING } mha_mask_kind;
+typedef enum { MHA_SCALE_STRONG, MHA_SCALE_WEAK, MHA_SCALE_BOTH } mha_scale_mode;
+
+#define MHA_MAX_LENGTHS 4096
+#define MHA_MAX_SCALE_POINTS 64
+
+/* A whole config file: the engine's part (what mha_config_load returns) and the blocks the
+ * mha command reads (generated batch, timing, scaling sweep). */
+typedef struct mha_config_file {
+    char path[256];                       /* where it was read from ("" for text) */
+    char name[64];                        /* name:, or the file's stem */
+    mha_config engine;                    /* model, threads, engine; batch shape as capacity */
+    int cross;                            /* batch.cross, or kv_len different from seq_len */
+    mha_mask_kind mask;                   /* batch.mask */
+    int lengths[MHA_MAX_LENGTHS], n_lengths;        /* batch.lengths (repeat over the batch) */
+    int kv_lengths[MHA_MAX_LENGTHS], n_kv_lengths;  /* batch.kv_lengths */
+    int warmup, iters;                    /* run.* */
+    uint64_t seed;
+    int scale_threads[MHA_MAX_SCALE_POINTS], n_scale_threads;   /* scaling.* */
+    mha_pinning scale_pinning[4];
+    int n_scale_pinning;
+    mha_scale_mode scale_mode;
+    int scale_iters;
+    int line_mask, line_lengths, line_threads; /* lines of batch.mask, batch.lengths, threads.count (0: absent) */
+} mha_config_file;
+
+/* The schema's defaults: mha_config_init's engine, run { warmup 3, iters 20, seed 42 }. */
+MHA_API void mha_config_file_default(mha_config_file *fc);
+/* Reads and validates a config file. MHA_ERR_IO (cannot read), MHA_ERR_CONFIG (syntax,
+ * unknown or duplicate key, wrong type, out of range, more than one YAML document),
+ * MHA_ERR_AFFINITY (a CPU this process may not use), MHA_ERR_NOMEM. */
+MHA_API mha_status mha_config_file_load(const char *path, mha_config_file *fc, char *err, size_t err_len);
+/* The same from text in memory; `origin` names it in messages. */
+MHA_API mha_status mha_config_file_parse(const char *text, size_t len, const char *origin, mha_config_file *fc,
+                                         char *err, size_t err_len);
+
+/* The schema: one entry per key, the table that drives mha_config_init, mha_config_check,
+ * mha_config_load and their messages (README's key table is printed from it by `mha schema`). */
+typedef enum {
+    MHA_KEY_INT, MHA_KEY_UINT64, MHA_KEY_BOOL, MHA_KEY_ENUM, MHA_KEY_STRING, MHA_KEY_INT_LIST, MHA_KEY_ENUM_LIST
+} mha_key_type;
+typedef struct mha_config_key {
+    const char *key;          /* "model.d_model" */
+    const char *field;        /* the mha_config field it fills ("d_model"), NULL: not the engine's */
+    mha_key_type type;
+    long long min, max;       /* integers and list entries; strings: max is the longest length */
+    int max_count;            /* lists: most entries */
+    int required;             /* 1: a file must have it */
+    const char *values;       /* enums: "none, causal, padding" */
+    const char *default_text; /* "128", "seq_len", "the file's stem" */
+    const char *doc;          /* one line: what it means */
+} mha_config_key;
+/* Key i of the schema, NULL past the last. */
+MHA_API const mha_config_key *mha_config_key_at(int i);
+
+/* Names of enum values as a config spells them ("?" for others). */
+MHA_API const char *mha_mask_name(int mask);
+MHA_API const char *mha_pinning_name(mha_pinning p);
+MHA_API const char *mha_scale_mode_name(int mode);
+
+/* ---- safetensors weights (F32, F16, BF16 → float32) ---- */
+
+/* Found under `prefix` ("" or e.g. "encoder.layers.0.self_attn"; a trailing '.' optional),
+ * in one of three namings:
+ *   nn.MultiheadAttention     in_proj_weight (3d, d), in_proj_bias, out_proj.weight, out_proj.bias
+ *   nn.Linear per projection  {q,k,v,o}_proj.weight (d, d) and .bias
+ *   the reference class       W_q, W_k, W_v, W_o (d, d) as x·W, b_q … b_o
+ * Shapes must match cfg (d_model; biases present exactly when cfg->bias). */
+typedef struct mha_weights_file {
+    mha_weights w;            /* views into storage, ready for mha_set_weights / mha_pack_weights */
+    float *storage;           /* owned */
+    const char *scheme;       /* which naming was found (static text) */
+} mha_weights_file;
+/* MHA_ERR_IO, MHA_ERR_FORMAT (malformed file; a missing or misshapen tensor: err names it, the
+ * shape found and the one expected), MHA_ERR_INVALID_ARG, MHA_ERR_NOMEM. */
+MHA_API mha_status mha_weights_file_load(const char *path, const char *prefix, const mha_config *cfg,
+                                         mha_weights_file *out, char *err, size_t err_len);
+MHA_API void mha_weights_file_free(mha_weights_file *w); /* accepts NULL; zeroes *w */
+
+/* ---- NumPy .npy (format 1.0–3.0, little-endian, C order) ---- */
+
+typedef enum { MHA_NPY_F4, MHA_NPY_I4, MHA_NPY_I8 } mha_npy_dtype;
+#define MHA_NPY_MAX_RANK 8
+typedef struct mha_npy_header {
+    mha_npy_dtype dtype;
+    int rank;
+    int64_t shape[MHA_NPY_MAX_RANK];
+    size_t count;             /* elements */
+    size_t data_offset;       /* bytes from the start of the file */
+} mha_npy_header;
+
+/* Parses the header and checks that the file holds exactly the data it announces.
+ * MHA_ERR_IO (cannot read), MHA_ERR_FORMAT (malformed or unsupported: err says what). */
+MHA_API mha_status mha_npy_open(const char *path, mha_npy_header *h, char *err, size_t err_len);
+/* The float32 tensor at path, which must have this rank; its shape into shape[rank]. */
+MHA_API mha_status mha_npy_load_f32(const char *path, int rank, int64_t *shape, float **data, char *err,
+                                    size_t err_len);
+/* A (n,) vector of lengths, int32 or int64, each in [0, max], as int32. */
+MHA_API mha_status mha_npy_load_lengths(const char *path, int64_t *n, int32_t **data, int32_t max, char *err,
+                                        size_t err_len);
+/* Writes a float32 .npy (version 1.0). A regular file (new, or replacing one) is written to a
+ * temporary file beside it and renamed into place: complete or absent, with the old file's
+ * mode, or 0666 less the umask for a new one. A FIFO or character device (/dev/null, a pipe)
+ * is written through, never replaced; a directory is refused. */
+MHA_API mha_status mha_npy_save_f32(const char *path, const float *data, int rank, const int64_t *shape,
+                                    char *err, size_t err_len);
+/* The header (magic, version 1.0, dictionary, padding) of a C-order .npy of this dtype
+ * ("<f4", "<i4") and shape, into out; returns its length (a multiple of 64), 0 if it does not
+ * fit in cap (MHA_NPY_MAX_HEADER always suffices). */
+#define MHA_NPY_MAX_HEADER 512
+MHA_API size_t mha_npy_format_header(const char *descr, int rank, const int64_t *shape, unsigned char *out,
+                                     size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MHA_IO_H */

@@ -1,0 +1,55 @@
+/* schema.c — `mha schema`: the config key table (mha_config_key_at) as Markdown, the table
+ * README's "Configs" section holds (a test checks that the two are the same text). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char *type_name(mha_key_type t)
+{
+    switch (t) {
+    case MHA_KEY_INT: return "integer";
+    case MHA_KEY_UINT64: return "integer";
+    case MHA_KEY_BOOL: return "bool";
+    case MHA_KEY_ENUM: return "word";
+    case MHA_KEY_STRING: return "string";
+    case MHA_KEY_INT_LIST: return "integer list";
+    case MHA_KEY_ENUM_LIST: return "word list";
+    }
+    return "?";
+}
+
+int mha_cli_schema(int argc, char **argv)
+{
+    (void)argv;
+    if (argc > 1) {
+        cli_error("schema: takes no arguments");
+        return EXIT_USAGE;
+    }
+    printf("| key | type | values | default | meaning |\n|---|---|---|---|---|\n");
+    for (int i = 0; mha_config_key_at(i); i++) {
+        const mha_config_key *k = mha_config_key_at(i);
+        char values[96];
+        switch (k->type) {
+        case MHA_KEY_ENUM: case MHA_KEY_ENUM_LIST:
+            snprintf(values, sizeof values, "%s", k->values);
+            break;
+        case MHA_KEY_STRING:
+            snprintf(values, sizeof values, "up to %lld characters", k->max);
+            break;
+        case MHA_KEY_UINT64:
+            snprintf(values, sizeof values, "0 .. 2^64-1");
+            break;
+        case MHA_KEY_BOOL:
+            snprintf(values, sizeof values, "true, false");
+            break;
+        default:
+            snprintf(values, sizeof values, "%lld .. %lld", k->min, k->max);
+        }
+        if (k->max_count)
+            snprintf(values + strlen(values), sizeof values - strlen(values), "; up to %d entries", k->max_count);
+        printf("| `%s`%s | %s | %s | %s | %s%s%s%s |\n", k->key, k->required ? " (required)" : "", type_name(k->type), values,
+               k->default_text, k->doc, k->field ? " (`mha_config." : "", k->field ? k->field : "", k->field ? "`)" : "");
+    }
+    return EXIT_OK;
+}

@@ -1,0 +1,130 @@
+/* test_files.c — what the loaders and writers do with paths that are not plain files: a FIFO
+ * is refused at once (opening one for reading once blocked forever), a directory is named as
+ * such, and an output that is a FIFO, a device or a symbolic link is written through or
+ * followed, never replaced by a new regular file; new outputs get 0666 less the umask. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "helpers.h"
+#include "npy.h"
+
+Test(files, fifo_and_directory_inputs_are_refused_at_once, .timeout = 20)
+{
+    char dir[64], fifo[128], args[512];
+    tmpdir_make(dir, sizeof dir);
+    snprintf(fifo, sizeof fifo, "%s/pipe", dir);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    char err[512];
+    mha_config cfg;
+    mha_config_init(&cfg);
+    const char *paths[] = {fifo, dir};
+    const char *want[] = {"not a regular file", "is a directory"};
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(mha_config_load(paths[i], &cfg, err, sizeof err), MHA_ERR_IO);
+        cr_assert(strstr(err, paths[i]) && strstr(err, want[i]), "config: %s", err);
+        int64_t shape[3];
+        float *data = NULL;
+        cr_assert_eq(mha_npy_load_f32(paths[i], 3, shape, &data, err, sizeof err), MHA_ERR_IO);
+        cr_assert(strstr(err, want[i]), "npy: %s", err);
+        mha_weights_file wf;
+        cr_assert_eq(mha_weights_file_load(paths[i], NULL, &cfg, &wf, err, sizeof err), MHA_ERR_IO);
+        cr_assert(strstr(err, want[i]), "weights: %s", err);
+    }
+    /* the command line the same way, for each file option */
+    const char *opts[] = {"run %s", "run --input %s", "run --weights %s", "run tests/data/golden.yaml --lengths %s --input tests/data/x.npy"};
+    for (int i = 0; i < 4; i++) {
+        char fmt[96];
+        snprintf(fmt, sizeof fmt, "%s --iters 1", opts[i]);
+        snprintf(args, sizeof args, fmt, fifo);
+        char *out, *cerr;
+        cr_assert_eq(run_cli(args, &out, &cerr), 2, "%s", args);
+        cr_assert(strstr(cerr, "not a regular file"), "%s: %s", args, cerr);
+        free(out), free(cerr);
+    }
+    tmpdir_remove(dir);
+}
+
+static void *drain(void *arg)
+{
+    const char *path = arg;
+    static long got;
+    int fd = open(path, O_RDONLY);
+    char buf[4096];
+    ssize_t n;
+    got = 0;
+    while (fd >= 0 && (n = read(fd, buf, sizeof buf)) > 0)
+        got += n;
+    if (fd >= 0)
+        close(fd);
+    return &got;
+}
+
+static const float data[6] = {1, 2, 3, 4, 5, 6};
+static const int64_t shape[2] = {2, 3};
+
+Test(files, outputs_that_are_not_regular_files_are_written_through, .timeout = 20)
+{
+    char dir[64], path[128], err[512];
+    struct stat st;
+    tmpdir_make(dir, sizeof dir);
+    /* a FIFO: written through to its reader, still a FIFO after */
+    snprintf(path, sizeof path, "%s/pipe", dir);
+    cr_assert_eq(mkfifo(path, 0600), 0);
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, drain, path), 0);
+    cr_assert_eq(mha_npy_save_f32(path, data, 2, shape, err, sizeof err), MHA_OK, "%s", err);
+    void *got;
+    pthread_join(th, &got);
+    cr_assert_eq(*(long *)got, 128 + (long)sizeof data, "the reader got %ld bytes", *(long *)got);
+    cr_assert(stat(path, &st) == 0 && S_ISFIFO(st.st_mode), "the FIFO was replaced");
+    /* a character device (a null device of our own, where root may make one) */
+    snprintf(path, sizeof path, "%s/null", dir);
+    if (mknod(path, S_IFCHR | 0666, makedev(1, 3)) == 0) {
+        cr_assert_eq(mha_npy_save_f32(path, data, 2, shape, err, sizeof err), MHA_OK, "%s", err);
+        cr_assert(stat(path, &st) == 0 && S_ISCHR(st.st_mode), "the device node was replaced by a regular file");
+    } else {
+        cr_log_info("mknod: %s: the device case needs root", strerror(errno));
+    }
+    /* a directory: refused, still a directory */
+    cr_assert_eq(mha_npy_save_f32(dir, data, 2, shape, err, sizeof err), MHA_ERR_IO);
+    cr_assert(strstr(err, "is a directory"), "%s", err);
+    tmpdir_remove(dir);
+}
+
+Test(files, a_symlinked_output_replaces_its_target_and_modes_follow_the_umask)
+{
+    char dir[64], target[128], link[128], err[512];
+    struct stat st;
+    tmpdir_make(dir, sizeof dir);
+    umask(022);
+    snprintf(target, sizeof target, "%s/y.npy", dir);
+    cr_assert_eq(mha_npy_save_f32(target, data, 2, shape, err, sizeof err), MHA_OK, "%s", err);
+    cr_assert_eq(stat(target, &st), 0);
+    cr_assert_eq(st.st_mode & 0777, 0644, "a new file is 0666 less the umask, got %o", st.st_mode & 0777);
+    /* an existing file keeps its mode */
+    cr_assert_eq(chmod(target, 0640), 0);
+    snprintf(link, sizeof link, "%s/link.npy", dir);
+    cr_assert_eq(symlink("y.npy", link), 0);
+    cr_assert_eq(mha_npy_save_f32(link, data, 2, shape, err, sizeof err), MHA_OK, "%s", err);
+    cr_assert(lstat(link, &st) == 0 && S_ISLNK(st.st_mode), "the symbolic link was replaced");
+    cr_assert(stat(target, &st) == 0 && (st.st_mode & 0777) == 0640, "target mode %o", st.st_mode & 0777);
+    int64_t got[2];
+    float *back = read_npy(target, 2, got);
+    cr_assert(got[0] == 2 && got[1] == 3 && back[5] == 6.0f);
+    free(back);
+    /* nothing left beside it */
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "test $(ls -A '%s' | wc -l) -eq 2", dir);
+    cr_assert_eq(system(cmd), 0, "a temporary file was left in %s", dir);
+    tmpdir_remove(dir);
+}
