@@ -155,3 +155,33 @@ Test(cli, every_shipped_config_is_valid)
         cr_assert_gt(mha_workspace_size(&cfg), 0, "%s", path);
     }
 }
+
+/* --check's double-precision reference runs head by head: it once held K and V of a whole
+ * sequence in double (seq_kv × d × 16 bytes: 32 MiB here, 128 MiB at the long-context shape),
+ * more than the engine. Checking 4 rows may now add at most one head's share. */
+static double peak_rss_of(const char *args)
+{
+    char *out, *err;
+    cr_assert_eq(run_cli(args, &out, &err), 0, "%s: %s", args, err);
+    const char *at = strstr(out, "peak RSS ");
+    double mib = -1;
+    cr_assert(at && sscanf(at, "peak RSS %lf MiB", &mib) == 1, "no peak RSS in: %s", out);
+    free(out), free(err);
+    return mib;
+}
+
+Test(cli, check_rows_cost_little_memory_next_to_the_engine, .timeout = 120)
+{
+    char dir[64], path[128], args[256];
+    tmpdir_make(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/long.yaml", dir);
+    const char *yaml = "model: { d_model: 256, heads: 4 }\nbatch: { size: 1, seq_len: 8192 }\nthreads: { count: 2 }\n";
+    write_file(path, yaml, strlen(yaml));
+    snprintf(args, sizeof args, "run %s --iters 1 --warmup 0 --check 0", path);
+    double without = peak_rss_of(args);
+    snprintf(args, sizeof args, "run %s --iters 1 --warmup 0 --check 4", path);
+    double with = peak_rss_of(args);
+    cr_log_info("peak RSS %.0f MiB without --check, %.0f MiB with 4 rows", without, with);
+    cr_assert_lt(with - without, 16.0, "--check 4 added %.0f MiB (K and V of the whole sequence are 32 MiB)", with - without);
+    tmpdir_remove(dir);
+}

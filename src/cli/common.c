@@ -190,24 +190,32 @@ double cli_tokens(const cli_problem *p)
     return t;
 }
 
-/* y (d) = x (d) · W + bias, W in the problem's layout, in double. */
-static void linear_row(const cli_problem *p, const float *x, const float *w, const float *bias, double *y)
+/* y (n) = x (d) · W[:, o0 : o0 + n] + bias[o0 : o0 + n]: output columns o0.. of a linear map
+ * in the problem's layout, in double. */
+static void linear_cols(const cli_problem *p, const float *x, const float *w, const float *bias, int o0, int n,
+                        double *y)
 {
     const int d = p->d;
-    for (int o = 0; o < d; o++)
-        y[o] = bias ? bias[o] : 0.0;
+    for (int o = 0; o < n; o++)
+        y[o] = bias ? bias[o0 + o] : 0.0;
     if (p->w.layout == MHA_LAYOUT_TORCH) {
-        for (int o = 0; o < d; o++) {
+        for (int o = 0; o < n; o++) {
             double acc = 0;
             for (int c = 0; c < d; c++)
-                acc += (double)x[c] * w[(size_t)o * d + c];
+                acc += (double)x[c] * w[(size_t)(o0 + o) * d + c];
             y[o] += acc;
         }
     } else {
         for (int c = 0; c < d; c++)
-            for (int o = 0; o < d; o++)
-                y[o] += (double)x[c] * w[(size_t)c * d + o];
+            for (int o = 0; o < n; o++)
+                y[o] += (double)x[c] * w[(size_t)c * d + o0 + o];
     }
+}
+
+/* Sampled row r of `want` spread over a sequence's ql valid rows. */
+static int sample_row(int r, int want, int ql)
+{
+    return want == 1 ? ql - 1 : (int)((long)r * (ql - 1) / (want - 1));
 }
 
 double cli_check_rows(const cli_problem *p, const float *out, int rows, int *checked)
@@ -216,11 +224,14 @@ double cli_check_rows(const cli_problem *p, const float *out, int rows, int *che
     *checked = 0;
     if (rows <= 0)
         return 0;
-    /* sample from at most two sequences: each needs its keys and values projected in double */
+    /* Sample from at most two sequences. The reference runs head by head: one head's keys and
+     * values in double (seq_kv × d_k each), not the whole sequence's (seq_kv × d), so checking
+     * a long context costs little memory next to the engine. */
     int seqs[2] = {0, p->batch - 1}, n_seq = p->batch > 1 ? 2 : 1;
-    double *K = malloc((size_t)p->seq_kv * d * sizeof *K), *V = malloc((size_t)p->seq_kv * d * sizeof *V);
-    double *q = malloc((size_t)d * sizeof *q), *z = malloc((size_t)d * sizeof *z), *ref = malloc((size_t)d * sizeof *ref);
-    double *a = malloc((size_t)p->seq_kv * sizeof *a);
+    const int max_want = (rows + n_seq - 1) / n_seq; /* the first sequence's share, the larger */
+    double *K = malloc((size_t)p->seq_kv * dk * sizeof *K), *V = malloc((size_t)p->seq_kv * dk * sizeof *V);
+    double *q = malloc((size_t)dk * sizeof *q), *z = malloc((size_t)max_want * d * sizeof *z);
+    double *ref = malloc((size_t)d * sizeof *ref), *a = malloc((size_t)p->seq_kv * sizeof *a);
     double worst = 0;
     if (!K || !V || !q || !z || !ref || !a) {
         worst = NAN;
@@ -234,40 +245,47 @@ double cli_check_rows(const cli_problem *p, const float *out, int rows, int *che
         if (ql == 0 || want == 0)
             continue;
         int max_key = 0;
-        for (int r = 0; r < want; r++) {
-            int i = want == 1 ? ql - 1 : (int)((long)r * (ql - 1) / (want - 1));
-            max_key = visible(p, b, i) > max_key ? visible(p, b, i) : max_key;
-        }
-        for (int j = 0; j < max_key && j < kl; j++) {
-            linear_row(p, xkv + (size_t)j * d, p->w.w_k, p->w.b_k, K + (size_t)j * d);
-            linear_row(p, xkv + (size_t)j * d, p->w.w_v, p->w.b_v, V + (size_t)j * d);
-        }
-        for (int r = 0; r < want; r++) {
-            int i = want == 1 ? ql - 1 : (int)((long)r * (ql - 1) / (want - 1));
-            int nv = visible(p, b, i);
-            linear_row(p, xq + (size_t)i * d, p->w.w_q, p->w.b_q, q);
-            memset(z, 0, (size_t)d * sizeof *z);
-            for (int h = 0; h < p->h && nv > 0; h++) {
+        for (int r = 0; r < want; r++)
+            max_key = visible(p, b, sample_row(r, want, ql)) > max_key ? visible(p, b, sample_row(r, want, ql)) : max_key;
+        if (max_key > kl)
+            max_key = kl;
+        memset(z, 0, (size_t)want * d * sizeof *z);
+        for (int h = 0; h < p->h; h++) {
+            const int c0 = h * dk;
+            for (int j = 0; j < max_key; j++) {
+                linear_cols(p, xkv + (size_t)j * d, p->w.w_k, p->w.b_k, c0, dk, K + (size_t)j * dk);
+                linear_cols(p, xkv + (size_t)j * d, p->w.w_v, p->w.b_v, c0, dk, V + (size_t)j * dk);
+            }
+            for (int r = 0; r < want; r++) {
+                const int i = sample_row(r, want, ql), nv = visible(p, b, i);
+                if (nv <= 0)
+                    continue;
+                linear_cols(p, xq + (size_t)i * d, p->w.w_q, p->w.b_q, c0, dk, q);
                 double mx = -INFINITY, sum = 0;
                 for (int j = 0; j < nv; j++) {
                     double sc = 0;
                     for (int c = 0; c < dk; c++)
-                        sc += q[h * dk + c] * K[(size_t)j * d + h * dk + c];
+                        sc += q[c] * K[(size_t)j * dk + c];
                     a[j] = sc / sqrt((double)dk);
                     mx = a[j] > mx ? a[j] : mx;
                 }
                 for (int j = 0; j < nv; j++)
                     sum += (a[j] = exp(a[j] - mx));
+                double *zr = z + (size_t)r * d + c0;
                 for (int j = 0; j < nv; j++)
                     for (int c = 0; c < dk; c++)
-                        z[h * dk + c] += a[j] / sum * V[(size_t)j * d + h * dk + c];
+                        zr[c] += a[j] / sum * V[(size_t)j * dk + c];
             }
+        }
+        for (int r = 0; r < want; r++) {
+            const int i = sample_row(r, want, ql);
             /* out row = z · Wo + bo */
             for (int o = 0; o < d; o++)
                 ref[o] = p->w.b_o ? p->w.b_o[o] : 0.0;
             for (int c = 0; c < d; c++)
                 for (int o = 0; o < d; o++)
-                    ref[o] += z[c] * (p->w.layout == MHA_LAYOUT_TORCH ? p->w.w_o[(size_t)o * d + c] : p->w.w_o[(size_t)c * d + o]);
+                    ref[o] += z[(size_t)r * d + c] *
+                              (p->w.layout == MHA_LAYOUT_TORCH ? p->w.w_o[(size_t)o * d + c] : p->w.w_o[(size_t)c * d + o]);
             const float *row = out + ((size_t)b * p->seq_q + i) * d;
             double num = 0, den = 0;
             for (int o = 0; o < d; o++) {
