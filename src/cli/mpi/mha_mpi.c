@@ -6,17 +6,27 @@
  * shard.h). Each rank reads only its own rows of the input with MPI-IO (offsets from the
  * .npy header), runs its own engine with its OpenMP threads, and writes only its own rows
  * of the output into a temporary file that rank 0 renames into place once every rank has
- * succeeded: the output is complete or absent. After every phase the ranks agree on the
+ * succeeded: the output is complete or absent. The temporary name is unique per run
+ * (OUTPUT.mpi-tmp.PID.TAG beside the output's target, symlinks followed), so concurrent runs
+ * never share one; rank 0 removes it when the job is terminated (SIGTERM, SIGINT, SIGHUP,
+ * as mpirun sends when a rank dies), and removes leftovers of runs that were killed outright
+ * (their PID no longer alive on this host) before it writes. After every phase the ranks agree on the
  * outcome; if one failed, all exit non-zero and rank 0 prints the failing rank's message.
  * Each sequence's rows depend on that sequence alone, so the output is bitwise identical
  * to `mha run` on the whole batch. */
 #define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -365,13 +375,79 @@ static void report(const opts *o, const shared *sh, const rank_result *all, cons
     }
     printf("mha-mpi run: %s (%s), %d ranks × %d threads, batch %d × %d, d_model %d\n", sh->fc.name, o->config, size_,
            sh->fc.engine.threads, sh->batch, sh->seq, sh->d);
-    for (int r = 0; r < size_; r++)
+    for (int r = 0; r < size_; r++) {
+        if (all[r].count == 0) { /* more ranks than sequences worth splitting */
+            printf("  rank %d: idle (no sequences)\n", r);
+            continue;
+        }
         printf("  rank %d: sequences %d..%d (%d), %.0f tokens, median %.3f ms (min %.3f, max %.3f), %.0f tokens/s\n", r,
                all[r].first, all[r].first + all[r].count - 1, all[r].count, all[r].tokens, all[r].median, all[r].min,
                all[r].max, all[r].median > 0 ? all[r].tokens / (all[r].median / 1e3) : 0.0);
+    }
     printf("  total: %.0f tokens in %.3f ms (slowest rank's median), %.0f tokens/s; imbalance %.2f (slowest / mean)\n",
            tokens, slowest, total_tps, imbalance);
     printf("  wrote %s (%d, %d, %d)\n", o->output, sh->batch, sh->seq, sh->d);
+}
+
+/* ---- the output's temporary file ---- */
+
+static char cleanup_path_[PATH_MAX + 96]; /* rank 0: the temporary to remove on a signal */
+static mode_t replaced_mode_;             /* rank 0: the mode of the file replaced, 0: new */
+
+static void remove_and_exit(int sig)
+{
+    if (cleanup_path_[0])
+        unlink(cleanup_path_); /* async-signal-safe */
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* Rank 0: where the output goes (a symlink's target) and a temporary name beside it unique
+ * to this run; EXIT_USAGE when the output is something MPI-IO cannot replace. */
+static int temp_name(const char *output, char *target, size_t nt, char *tmp, size_t n)
+{
+    struct stat st;
+    if (stat(output, &st) == 0) {
+        if (!S_ISREG(st.st_mode))
+            return fail(EXIT_USAGE, "%s: not a regular file: mha-mpi writes its output with MPI-IO at offsets and "
+                                    "renames it into place (use mha run to write to a pipe or device)", output);
+        if (!realpath(output, target))
+            return fail(EXIT_RUNTIME, "%s: %s", output, strerror(errno));
+        replaced_mode_ = st.st_mode & 07777;
+    } else {
+        snprintf(target, nt, "%s", output);
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if (snprintf(tmp, n, "%s.mpi-tmp.%ld.%lx", target, (long)getpid(), (unsigned long)ts.tv_nsec) >= (int)n)
+        return fail(EXIT_USAGE, "%s: path too long", output);
+    return EXIT_OK;
+}
+
+/* Rank 0: removes TARGET.mpi-tmp.PID.* left by runs on this host whose PID is gone. */
+static void remove_stale(const char *target)
+{
+    char dir[PATH_MAX], prefix[PATH_MAX];
+    const char *slash = strrchr(target, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - target) : 1, slash ? target : ".");
+    if (slash && slash == target)
+        snprintf(dir, sizeof dir, "/");
+    snprintf(prefix, sizeof prefix, "%s.mpi-tmp.", slash ? slash + 1 : target);
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    size_t np = strlen(prefix);
+    for (struct dirent *e; (e = readdir(d));) {
+        long pid;
+        if (strncmp(e->d_name, prefix, np) != 0 || sscanf(e->d_name + np, "%ld.", &pid) != 1 || pid <= 0)
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue; /* alive (or not ours to ask): another run's file */
+        char path[2 * PATH_MAX + 2];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        unlink(path);
+    }
+    closedir(d);
 }
 
 int main(int argc, char **argv)
@@ -390,7 +466,7 @@ int main(int argc, char **argv)
     int *bounds = NULL, rc, opened = 0;
     uint64_t *cost = NULL;
     rank_result mine = {0}, *all = NULL;
-    char tmp[4200] = "";
+    char tmp[PATH_MAX + 96] = "", target[PATH_MAX] = "";
 
     if (argc < 2 || strcmp(argv[1], "run")) {
         rc = argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) ? -1
@@ -441,15 +517,22 @@ int main(int argc, char **argv)
         goto out;
 
     /* phase 3: the output, complete or absent */
-    snprintf(tmp, sizeof tmp, "%s.mpi-tmp", o.output);
-    if (rank_ == 0)
-        MPI_File_delete(tmp, MPI_INFO_NULL); /* a leftover of a killed run */
-    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank_ == 0 && (rc = temp_name(o.output, target, sizeof target, tmp, sizeof tmp)) == EXIT_OK) {
+        remove_stale(target);
+        snprintf(cleanup_path_, sizeof cleanup_path_, "%s", tmp);
+        signal(SIGTERM, remove_and_exit), signal(SIGINT, remove_and_exit), signal(SIGHUP, remove_and_exit);
+    }
+    if ((rc = agree(rc)) != EXIT_OK)
+        goto out;
+    MPI_Bcast(tmp, (int)sizeof tmp, MPI_CHAR, 0, MPI_COMM_WORLD);
     rc = write_rows(tmp, &sh, sd.out, sd.first, sd.count, &opened);
     if ((rc = agree(rc)) != EXIT_OK)
         goto out;
-    if (rank_ == 0 && rename(tmp, o.output) != 0)
+    if (rank_ == 0 && replaced_mode_ && chmod(tmp, replaced_mode_) != 0)
+        rc = fail(EXIT_RUNTIME, "%s: cannot keep the mode of %s: %s", tmp, o.output, strerror(errno));
+    if (rc == EXIT_OK && rank_ == 0 && rename(tmp, target) != 0)
         rc = fail(EXIT_RUNTIME, "%s: cannot rename %s into place", o.output, tmp);
+    cleanup_path_[0] = '\0';
     opened = rc != EXIT_OK;
     if ((rc = agree(rc)) != EXIT_OK)
         goto out;
