@@ -221,16 +221,22 @@ long first_bit_difference(const float *a, const float *b, size_t n)
     return -1;
 }
 
-mha_engine *engine_for(const problem *p, int threads, mha_layout layout)
+mha_engine *engine_bare(const problem *p, int threads)
 {
     mha_config cfg;
     problem_config(p, &cfg, threads);
     mha_engine *e = NULL;
     mha_status st = mha_create(&cfg, &e);
     cr_assert_eq(st, MHA_OK, "mha_create: %s", mha_status_str(st));
+    return e;
+}
+
+mha_engine *engine_for(const problem *p, int threads, mha_layout layout)
+{
+    mha_engine *e = engine_bare(p, threads);
     float *scratch;
     mha_weights w = problem_weights(p, layout, &scratch);
-    st = mha_set_weights(e, &w);
+    mha_status st = mha_set_weights(e, &w);
     free(scratch);
     cr_assert_eq(st, MHA_OK, "mha_set_weights: %s", mha_status_str(st));
     return e;

@@ -43,6 +43,8 @@ double rel_error(const float *x, const double *ref, size_t n);
 /* Index of the first differing float bit pattern, or -1. */
 long first_bit_difference(const float *a, const float *b, size_t n);
 
+/* Engine from the problem's config, no weights yet; asserts on failure. */
+mha_engine *engine_bare(const problem *p, int threads);
 /* Engine from the problem, weights set; asserts on failure. */
 mha_engine *engine_for(const problem *p, int threads, mha_layout layout);
 

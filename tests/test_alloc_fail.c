@@ -138,10 +138,7 @@ Test(alloc_fail, mha_set_weights_allocates_nothing)
 {
     problem p;
     problem_make(&p, 64, 4, 1, 8, 8, 1, 0, 1);
-    mha_config cfg;
-    problem_config(&p, &cfg, 1);
-    mha_engine *e;
-    cr_assert_eq(mha_create(&cfg, &e), MHA_OK);
+    mha_engine *e = engine_bare(&p, 1);
     float *scratch;
     mha_weights w = problem_weights(&p, MHA_LAYOUT_TORCH, &scratch);
     const long before = alloc_count();

@@ -57,10 +57,7 @@ Test(contract, failed_calls_leave_a_message_naming_field_and_values)
 {
     problem p;
     problem_make(&p, 32, 4, 2, 8, 8, 1, 0, 9);
-    mha_config cfg;
-    problem_config(&p, &cfg, 1);
-    mha_engine *e;
-    cr_assert_eq(mha_create(&cfg, &e), MHA_OK);
+    mha_engine *e = engine_bare(&p, 1);
     cr_assert_str_eq(mha_engine_last_error(e), "");
     float *out = malloc((size_t)3 * 8 * 32 * sizeof *out);
     mha_input in = problem_input(&p);

@@ -128,3 +128,51 @@ Test(files, a_symlinked_output_replaces_its_target_and_modes_follow_the_umask)
     cr_assert_eq(system(cmd), 0, "a temporary file was left in %s", dir);
     tmpdir_remove(dir);
 }
+
+/* An F16 NaN payload once loaded as a weight and gave `max relative error nan` with exit 0:
+ * non-finite weights are refused, naming the tensor and the element. */
+Test(files, non_finite_weights_are_refused, .timeout = 30)
+{
+    char dir[64], path[128], err[512];
+    tmpdir_make(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/nan.safetensors", dir);
+    const char *header = "{\"W_q\":{\"dtype\":\"F16\",\"shape\":[4,4],\"data_offsets\":[0,32]},"
+                         "\"W_k\":{\"dtype\":\"F16\",\"shape\":[4,4],\"data_offsets\":[32,64]},"
+                         "\"W_v\":{\"dtype\":\"F16\",\"shape\":[4,4],\"data_offsets\":[64,96]},"
+                         "\"W_o\":{\"dtype\":\"F16\",\"shape\":[4,4],\"data_offsets\":[96,128]}}";
+    write_safetensors_raw(path, header, 128, 0xff); /* 0xffff: an F16 NaN */
+    mha_config cfg;
+    mha_config_init(&cfg);
+    cfg.d_model = 4, cfg.n_heads = 1, cfg.bias = 0;
+    mha_weights_file wf;
+    cr_assert_eq(mha_weights_file_load(path, NULL, &cfg, &wf, err, sizeof err), MHA_ERR_FORMAT);
+    cr_assert(strstr(err, "tensor 'W_q' holds NaN at element 0"), "%s", err);
+    cr_assert_null(wf.storage);
+    write_safetensors_raw(path, header, 128, 0x3c); /* 0x3c3c: a finite F16 (about 1.06) */
+    cr_assert_eq(mha_weights_file_load(path, NULL, &cfg, &wf, err, sizeof err), MHA_OK, "%s", err);
+    mha_weights_file_free(&wf);
+    tmpdir_remove(dir);
+}
+
+/* The Makefile honours CC and CFLAGS from the command line (it once forced gcc and its own
+ * flags), and `make deps` works where there is no dpkg (it once failed there even with every
+ * library installed). */
+Test(files, makefile_honours_cc_cflags_and_builds_without_dpkg, .timeout = 60)
+{
+    char dir[64], cmd[512];
+    tmpdir_make(dir, sizeof dir);
+    snprintf(cmd, sizeof cmd, "make -n -B CC=clang CFLAGS=-DMHA_MARKER build/obj/status.o > %s/n.txt 2>&1", dir);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "%s/n.txt", dir);
+    char *n = read_text(cmd);
+    cr_assert(strstr(n, "clang ") && strstr(n, "-DMHA_MARKER") && strstr(n, "src/status.c"), "%s", n);
+    free(n);
+    /* a PATH with no dpkg-query (nor anything else: the recipe needs only sh's builtins) */
+    snprintf(cmd, sizeof cmd, "PATH=%s /usr/bin/make -s deps > %s/deps.txt 2>&1", dir, dir);
+    cr_assert_eq(system(cmd), 0, "make deps failed without dpkg");
+    snprintf(cmd, sizeof cmd, "%s/deps.txt", dir);
+    char *d = read_text(cmd);
+    cr_assert(strstr(d, "no dpkg here"), "%s", d);
+    free(d);
+    tmpdir_remove(dir);
+}
