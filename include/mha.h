@@ -66,6 +66,24 @@ typedef enum { MHA_PIN_NONE, MHA_PIN_CLOSE, MHA_PIN_SPREAD, MHA_PIN_CPUS } mha_p
 #define MHA_MAX_CPUS 256
 #define MHA_MAX_THREADS 1024
 
+/* Rotary position embeddings (RoPE), as HF transformers' rope utilities define them: applied
+ * to each head's Q and K after projection and bias, before the scores. In mha_forward key j
+ * sits at position j and query i at i + (seq_kv - seq_q), the causal mask's alignment. */
+typedef enum { MHA_ROPE_NONE = 0, MHA_ROPE_NEOX = 1, MHA_ROPE_GPTJ = 2 } mha_rope_style;
+typedef enum { MHA_ROPE_SCALING_NONE = 0, MHA_ROPE_SCALING_LINEAR = 1,
+               MHA_ROPE_SCALING_LLAMA3 = 2, MHA_ROPE_SCALING_YARN = 3 } mha_rope_scaling;
+typedef struct mha_rope {
+    mha_rope_style style;        /* NEOX rotates halves (x_i, x_{i+r/2}) (HF rotate_half, Llama);
+                                    GPTJ adjacent pairs (x_2i, x_2i+1); NONE: no rotation */
+    float theta;                 /* base: θ_i = theta^(-2i/r); default 10000 */
+    int rotary_dim;              /* r: features rotated, even, <= d_k; 0: d_k */
+    mha_rope_scaling scaling;    /* of θ, as HF's rope_type */
+    float factor;                /* linear (θ/factor), llama3, yarn */
+    float low_freq_factor, high_freq_factor; /* llama3 (HF defaults 1, 4) */
+    int original_max_position;   /* llama3, yarn: the pre-training context */
+    float beta_fast, beta_slow;  /* yarn (HF defaults 32, 1) */
+} mha_rope;
+
 typedef struct mha_config {
     int d_model, n_heads;                  /* n_heads divides d_model */
     int max_batch, max_seq_q, max_seq_kv;  /* capacity; the arena is sized from these */
@@ -76,9 +94,17 @@ typedef struct mha_config {
     int n_cpus;
     int q_block;                           /* 0: chosen by the engine */
     char blis_arch[16];                    /* "" or "auto", or a BLIS sub-config name */
+    int n_kv_heads;                        /* 0: n_heads; divides n_heads (grouped-query
+                                              attention; 1: multi-query). Query head h reads
+                                              KV head h / (n_heads / n_kv_heads), as HF's repeat_kv */
+    mha_rope rope;                         /* MHA_ROPE_NONE by default */
+    int window;                            /* sliding window W > 0: a query at position p sees
+                                              keys p - W < j <= p (causal implied); 0: none */
 } mha_config;
 
-/* Defaults: d_model 512, 8 heads, capacity 1 × 128 × 128, bias on, all CPUs, no pinning. */
+/* Defaults: d_model 512, 8 heads, capacity 1 × 128 × 128, bias on, all CPUs, no pinning,
+ * n_kv_heads = n_heads, no RoPE (theta 10000, factor 1, low/high_freq_factor 1/4, beta_fast/slow
+ * 32/1 ready for when a style is set), no window. */
 MHA_API void mha_config_init(mha_config *cfg);
 /* Reads a YAML config (README "Configs") into cfg: model, threads, pinning, engine block, and
  * the batch block as capacity; cfg changes only on success. MHA_ERR_IO if it cannot be read,
@@ -103,11 +129,14 @@ MHA_API mha_status mha_create_static(const mha_config *cfg, void *ws, size_t ws_
 MHA_API void mha_free(mha_engine *e); /* accepts NULL */
 
 typedef enum { MHA_LAYOUT_XW, MHA_LAYOUT_TORCH } mha_layout;
-/* XW: each W is (d, d) applied as x·W (the reference numpy class).
- * TORCH: each W is (d_out, d_in) applied as x·Wᵀ (nn.Linear, in_proj_weight rows). */
+/* XW: each W is (d_in, d_out) applied as x·W (the reference numpy class).
+ * TORCH: each W is (d_out, d_in) applied as x·Wᵀ (nn.Linear, in_proj_weight rows).
+ * With n_kv_heads < n_heads, w_k and w_v map d to n_kv_heads·d_k: (d, n_kv_heads·d_k) in XW,
+ * (n_kv_heads·d_k, d) in TORCH; b_k and b_v have n_kv_heads·d_k entries. */
 typedef struct mha_weights {
     const float *w_q, *w_k, *w_v, *w_o;
-    const float *b_q, *b_k, *b_v, *b_o;  /* all four when the config has bias, else all NULL */
+    const float *b_q, *b_k, *b_v, *b_o;  /* config with bias: b_q, b_k, b_v, and b_o or NULL
+                                            (no output bias, as Qwen2); without: all NULL */
     mha_layout layout;
 } mha_weights;
 MHA_API mha_status mha_set_weights(mha_engine *e, const mha_weights *w); /* copies and packs */

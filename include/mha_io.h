@@ -57,7 +57,8 @@ MHA_API mha_status mha_config_file_parse(const char *text, size_t len, const cha
 /* The schema: one entry per key, the table that drives mha_config_init, mha_config_check,
  * mha_config_load and their messages (README's key table is printed from it by `mha schema`). */
 typedef enum {
-    MHA_KEY_INT, MHA_KEY_UINT64, MHA_KEY_BOOL, MHA_KEY_ENUM, MHA_KEY_STRING, MHA_KEY_INT_LIST, MHA_KEY_ENUM_LIST
+    MHA_KEY_INT, MHA_KEY_UINT64, MHA_KEY_BOOL, MHA_KEY_ENUM, MHA_KEY_STRING, MHA_KEY_INT_LIST, MHA_KEY_ENUM_LIST,
+    MHA_KEY_FLOAT
 } mha_key_type;
 typedef struct mha_config_key {
     const char *key;          /* "model.d_model" */
@@ -69,6 +70,8 @@ typedef struct mha_config_key {
     const char *values;       /* enums: "none, causal, padding" */
     const char *default_text; /* "128", "seq_len", "the file's stem" */
     const char *doc;          /* one line: what it means */
+    double fmin, fmax;        /* floats: the range (fmin excluded when fmin_open) */
+    int fmin_open;
 } mha_config_key;
 /* Key i of the schema, NULL past the last. */
 MHA_API const mha_config_key *mha_config_key_at(int i);

@@ -47,13 +47,15 @@ int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine
     p->engine = take(&cur, 1, engine_bytes, MHA_ALIGN, &of);
     p->wqkv = p->bqkv = p->wo = p->bo = MHA_ARENA_ABSENT;
     if (kind != MHA_ARENA_ENGINE_SHARED) {
-        p->wqkv = take(&cur, product(h, d, 3 * dkp, &of), sizeof(float), MHA_ALIGN, &of);
-        p->bqkv = take(&cur, product(h, 3, dkp, &of), sizeof(float), MHA_ALIGN, &of);
+        const size_t kvh = (size_t)dims->kvh, per_group = (size_t)dims->group + 2;
+        p->wqkv = take(&cur, product(kvh, d, per_group * dkp, &of), sizeof(float), MHA_ALIGN, &of);
+        p->bqkv = take(&cur, product(kvh, per_group, dkp, &of), sizeof(float), MHA_ALIGN, &of);
         p->wo = take(&cur, product(d, dp, 1, &of), sizeof(float), MHA_ALIGN, &of);
         p->bo = take(&cur, d, sizeof(float), MHA_ALIGN, &of);
     }
     if (kind == MHA_ARENA_WEIGHTS) {
         p->z = p->xpack = p->order = p->deps = p->xdeps = p->worker_cpu = p->pin_cpu = p->scratch = MHA_ARENA_ABSENT;
+        p->rope_cos = p->rope_sin = MHA_ARENA_ABSENT;
         p->xpack_stride = p->scratch_stride = p->kt = p->scores = p->apack = p->inv = 0;
         p->total = cur;
         return of ? -1 : 0;
@@ -67,6 +69,12 @@ int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine
                     MHA_ALIGN, &of);
     p->worker_cpu = take(&cur, threads, sizeof(int), MHA_ALIGN, &of);
     p->pin_cpu = take(&cur, threads, sizeof(int), MHA_ALIGN, &of);
+    p->rope_cos = p->rope_sin = MHA_ARENA_ABSENT;
+    if (dims->rope.style != MHA_ROPE_NONE) {
+        const size_t half = (size_t)dims->rope.rotary_dim / 2;
+        p->rope_cos = take(&cur, product((size_t)dims->positions, half, 1, &of), sizeof(float), MHA_ALIGN, &of);
+        p->rope_sin = take(&cur, product((size_t)dims->positions, half, 1, &of), sizeof(float), MHA_ALIGN, &of);
+    }
 
     /* One worker slice: its head's Q/K/V, Kᵀ, its score tile, its A packing buffer. */
     size_t slice = 0;
@@ -101,5 +109,7 @@ void mha_arena_carve(const mha_arena_plan *p, void *base, mha_arena_views *v)
     v->xdeps = at(b, p->xdeps);
     v->worker_cpu = at(b, p->worker_cpu);
     v->pin_cpu = at(b, p->pin_cpu);
+    v->rope_cos = at(b, p->rope_cos);
+    v->rope_sin = at(b, p->rope_sin);
     v->scratch = at(b, p->scratch);
 }

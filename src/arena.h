@@ -22,6 +22,7 @@ typedef struct mha_arena_plan {
     size_t xpack_stride;    /* floats per sequence in it */
     size_t order, deps, xdeps; /* task order, task-dependency tokens */
     size_t worker_cpu, pin_cpu;
+    size_t rope_cos, rope_sin; /* (positions, r/2) each; absent without RoPE */
     size_t scratch;         /* first worker slice */
     size_t scratch_stride;  /* bytes per worker slice, a multiple of MHA_PAGE */
     size_t kt, scores, apack, inv; /* offsets inside a worker slice (its Q/K/V panels start it) */
@@ -32,8 +33,9 @@ typedef struct mha_arena_plan {
 
 typedef struct mha_arena_views {
     void *engine;
-    float *wqkv;            /* per head, panels (d, 3·dkp): x · [Wq_h | Wk_h | Wv_h] */
-    float *bqkv;            /* (h, 3·dkp) */
+    float *wqkv;            /* per KV head g, panels (d, (group + 2)·dkp):
+                               x · [Wq_{g·group} | Wk_g | Wv_g | Wq_{g·group+1} | …] */
+    float *bqkv;            /* (kvh, (group + 2)·dkp) */
     float *wo;              /* panels (d, round_up(d, bw)): Z · Wo */
     float *bo;              /* (d) */
     float *z;               /* (batch, seq_q, d) */
@@ -43,6 +45,7 @@ typedef struct mha_arena_views {
     char *xdeps;            /* (batch, ceil(seq_q / MHA_PACK_BLOCK)): one per packing task */
     int *worker_cpu;        /* (threads): CPU each worker last ran on */
     int *pin_cpu;           /* (threads): CPU each worker is pinned to, -1 none */
+    float *rope_cos, *rope_sin; /* (positions, r/2), or NULL */
     unsigned char *scratch; /* (threads, scratch_stride) */
 } mha_arena_views;
 

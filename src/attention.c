@@ -1,14 +1,17 @@
-/* attention.c — one head of one sequence, and one block of output rows, on the packed GEMM.
+/* attention.c — one KV head of one sequence, and one block of output rows, on the packed GEMM.
  *
- * Head task: Q|K|V = x_b · [Wq_h | Wk_h | Wv_h] in one GEMM into the worker's panel-form
- * scratch (V is then already in the form the A·V GEMM reads), Kᵀ packed once, then for each
- * query block: scores = Q_blk · Kᵀ / sqrt(d_k) up to the block's last visible key, a masked
+ * Group task (a KV head and the query heads that read it; one head without GQA): K|V =
+ * x_b · [Wk_g | Wv_g] into the worker's panel-form scratch (V is then already in the form the
+ * A·V GEMM reads; without GQA one GEMM gives Q|K|V), RoPE on K, Kᵀ packed once for every
+ * query head of the group; per query head its Q (RoPE), then for each query block: scores = Q_blk · Kᵀ / sqrt(d_k) up to the block's last visible key, a masked
  * exp per row (softmax without its division), Z_blk = E · V written straight into the
  * head's columns of Z, and each Z row divided by its sum: d_k divisions, not seq_kv.
  * Rows longer than MHA_KV_CHUNK keys go chunk by chunk (online softmax): each chunk's
  * scores are exp'd against the running row max, Z_blk is rescaled where the max grew and
  * accumulates E_chunk · V_chunk, so the working set stays in L2 however long the row. */
 #include "attention.h"
+
+#include "rope.h"
 
 #include <math.h>
 #include <string.h>
@@ -27,70 +30,61 @@ void mha_attention_pack_rows(const mha_fwd *f, int b, int r0, int r1)
                     f->xpack + (size_t)b * f->xpack_stride + (size_t)r0 * f->d, 1);
 }
 
-/* C (m × n) = x (m × d) · W-panels (+ bias): one projection into Q/K/V scratch columns.
- * xp: x in A panels (packed once per sequence), or NULL to pack here. */
+/* Q/K/V scratch columns [ccol, ccol + n) of rows [0, m) = x (m × d) · W[:, wcol : wcol + n]
+ * (+ bias). xp: x in A panels (packed once per sequence), or NULL to pack here. */
 static void project(const mha_fwd *f, const mha_scratch *s, int m, const float *x, const float *xp,
-                    const float *w, const float *bias, int col, int n)
+                    const float *w, const float *bias, int wcol, int ccol, int n)
 {
     if (m <= 0)
         return;
     const mha_kernel *k = f->kernel;
-    mha_mat c = mha_mat_sub(k, mha_mat_panels(k, s->qkv, f->rows), 0, col);
-    mha_mat wb = mha_mat_sub(k, mha_mat_panels(k, w, f->d), 0, col);
+    mha_mat c = mha_mat_sub(k, mha_mat_panels(k, s->qkv, f->rows), 0, ccol);
+    mha_mat wb = mha_mat_sub(k, mha_mat_panels(k, w, f->d), 0, wcol);
     const float beta = f->has_bias ? 1.0f : 0.0f;
     if (f->has_bias)
-        mha_mat_fill_rows(k, c, m, n, bias + col);
+        mha_mat_fill_rows(k, c, m, n, bias + wcol);
     if (xp && !mha_gemm_few_rows(k, m)) /* few rows are read from x itself */
         mha_gemm_prepacked(k, m, n, f->d, 1.0f, xp, wb, beta, c);
     else
         mha_gemm(k, m, n, f->d, 1.0f, mha_mat_rows(k, x, f->d), wb, beta, c, s->apack);
 }
 
-void mha_attention_head(const mha_fwd *f, int b, int h, const mha_scratch *s)
+/* Rotary embedding of rows [0, rows) of the scratch columns starting at col (Q at 0, K at dkp). */
+static void rotate(const mha_fwd *f, const mha_scratch *s, int rows, int col, int pos0)
+{
+    if (f->rope != MHA_ROPE_NONE && rows > 0)
+        mha_rope_rows(f->kernel, mha_mat_panels(f->kernel, s->qkv, f->rows), rows, col, pos0, f->rope, f->rope_dim,
+                      f->rope_cos, f->rope_sin);
+}
+
+/* Query head h of sequence b, its Q in scratch columns [0, dkp), its KV head's Kᵀ in s->kt and
+ * V in columns [2·dkp, 3·dkp): query block by query block, scores, softmax, A·V into z. */
+static void attend(const mha_fwd *f, int b, int h, const mha_scratch *s, int ql, int kl)
 {
     const mha_kernel *k = f->kernel;
-    const int ql = f->q_len ? f->q_len[b] : f->seq_q;
-    const int kl = f->kv_len ? f->kv_len[b] : f->seq_kv;
-    const int dk = f->dk, dkp = f->dkp, d = f->d;
+    const int dk = f->dk, dkp = f->dkp, d = f->d, bw = k->bw;
     const ptrdiff_t lds = f->ld_scores;
-    const float *w = f->wqkv + (size_t)h * d * 3 * dkp;
-    const float *bias = f->bqkv + (size_t)h * 3 * dkp;
-    const float *xq = f->q + (size_t)b * f->seq_q * d;
-    const float *xk = f->k + (size_t)b * f->seq_kv * d;
-    const float *xv = f->v + (size_t)b * f->seq_kv * d;
     float *z = f->z + (size_t)b * f->seq_q * d + (size_t)h * dk; /* (seq_q, dk), row stride d */
     float *attn = f->attn ? f->attn + ((size_t)b * f->h + h) * f->seq_q * f->seq_kv : NULL;
-
-    /* step 1: Q, K, V of this head for the valid rows: Q in columns [0, dkp), K, V after */
-    const float *xp = f->xpack + (size_t)b * f->xpack_stride;
-    if (f->fused) {
-        project(f, s, ql > kl ? ql : kl, xq, xp, w, bias, 0, 3 * dkp);
-    } else {
-        project(f, s, ql, xq, xp, w, bias, 0, dkp);
-        if (f->kv_shared) {
-            project(f, s, kl, xk, NULL, w, bias, dkp, 2 * dkp);
-        } else {
-            project(f, s, kl, xk, NULL, w, bias, dkp, dkp);
-            project(f, s, kl, xv, NULL, w, bias, 2 * dkp, dkp);
-        }
-    }
     const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
-    const mha_mat qm = qkv, km = mha_mat_sub(k, qkv, 0, dkp), vm = mha_mat_sub(k, qkv, 0, 2 * dkp);
-    /* step 2: Kᵀ in panels, once for every query block */
-    if (kl > 0)
-        mha_pack_panels(k, dk, kl, km, 1, s->kt);
+    const mha_mat qm = qkv, vm = mha_mat_sub(k, qkv, 0, 2 * dkp);
     const mha_mat ktm = mha_mat_panels(k, s->kt, dk);
     const float scale = 1.0f / sqrtf((float)dk);
     const int off = f->seq_kv - f->seq_q; /* causal: row i sees keys j <= i + off */
+    const int window = f->window, causal = f->causal || window > 0; /* a window implies causal */
 
-    /* step 3: query blocks; a block's keys stop where its last row's visibility does */
-    const int chunk = (int)mha_round_up(MHA_KV_CHUNK, (size_t)k->bw);
+    /* query blocks; a block's keys stop where its last row's visibility does and, with a
+     * window, start (a whole panel earlier at most) where its first row's does */
+    const int chunk = (int)mha_round_up(MHA_KV_CHUNK, (size_t)bw);
     float *sum = s->inv, *mx = s->inv + f->q_block;
     for (int r0 = 0; r0 < ql; r0 += f->q_block) {
         const int r1 = r0 + f->q_block < ql ? r0 + f->q_block : ql, m = r1 - r0;
         int kv_end = kl;
-        if (f->causal && r1 + off < kv_end)
+        if (causal && r1 + off < kv_end)
             kv_end = r1 + off > 0 ? r1 + off : 0;
+        int kv_begin = window > 0 && r0 + off - window + 1 > 0 ? (r0 + off - window + 1) / bw * bw : 0;
+        if (kv_begin > kv_end)
+            kv_begin = kv_end;
         mha_mat zm = mha_mat_rows(k, z + (size_t)r0 * d, d);
         for (int i = 0; i < m; i++) {
             memset(z + (size_t)(r0 + i) * d, 0, (size_t)dk * sizeof *z);
@@ -98,20 +92,27 @@ void mha_attention_head(const mha_fwd *f, int b, int h, const mha_scratch *s)
         }
         /* keys in chunks (one chunk when the attention weights are wanted: they need whole
          * rows); per chunk: scores, exp against the running max, Z += E · V */
-        const int step = attn || kv_end <= chunk ? kv_end : chunk;
-        const ptrdiff_t ld = step == kv_end ? lds : chunk;
-        for (int c0 = 0; c0 < kv_end; c0 += step) {
+        const int span = kv_end - kv_begin;
+        const int step = attn || span <= chunk ? span : chunk;
+        const ptrdiff_t ld = step == span ? lds : chunk;
+        for (int c0 = kv_begin; c0 < kv_end; c0 += step) {
             const int n = kv_end - c0 < step ? kv_end - c0 : step;
             const mha_mat sm = mha_mat_rows(k, s->scores, ld);
             mha_gemm(k, m, n, dk, scale, mha_mat_sub(k, qm, r0, 0), mha_mat_sub(k, ktm, 0, c0), 0.0f, sm, s->apack);
             for (int i = 0; i < m; i++) {
-                int visible = kv_end; /* keys row r0 + i sees, then within this chunk */
-                if (f->causal && r0 + i + off + 1 < visible)
-                    visible = r0 + i + off + 1 > 0 ? r0 + i + off + 1 : 0;
-                visible = visible - c0 < 0 ? 0 : visible - c0 > n ? n : visible - c0;
+                const int p = r0 + i + off; /* this row's position */
+                int hi = kv_end, lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+                if (causal && p + 1 < hi)
+                    hi = p + 1 > 0 ? p + 1 : 0;
+                /* keys of this chunk the row sees: [hidden, visible) */
+                const int visible = hi - c0 < 0 ? 0 : hi - c0 > n ? n : hi - c0;
+                const int hidden = lo - c0 < 0 ? 0 : lo - c0 > visible ? visible : lo - c0;
+                float *row = s->scores + i * ld;
+                for (int j = 0; j < hidden; j++)
+                    row[j] = -INFINITY; /* before the window: exp gives 0 */
                 const float before = mx[i];
-                const float part = f->softmax(s->scores + i * ld, n, visible,
-                                              f->mask ? f->mask + (size_t)(r0 + i) * f->seq_kv + c0 : NULL, &mx[i]);
+                const float part = f->softmax(row, n, visible, f->mask ? f->mask + (size_t)(r0 + i) * f->seq_kv + c0 : NULL,
+                                              &mx[i]);
                 if (before != mx[i] && sum[i] > 0.0f) { /* the max grew: rescale what came before */
                     const float c = expf(before - mx[i]);
                     float *zr = z + (size_t)(r0 + i) * d;
@@ -136,13 +137,52 @@ void mha_attention_head(const mha_fwd *f, int b, int h, const mha_scratch *s)
             for (int i = r0; i < r1; i++) {
                 float *row = attn + (size_t)i * f->seq_kv;
                 const float *e = s->scores + (i - r0) * lds;
-                for (int j = 0; j < kv_end; j++)
-                    row[j] = e[j] * sum[i - r0];
+                memset(row, 0, (size_t)kv_begin * sizeof *row);
+                for (int j = kv_begin; j < kv_end; j++)
+                    row[j] = e[j - kv_begin] * sum[i - r0];
                 memset(row + kv_end, 0, (size_t)(f->seq_kv - kv_end) * sizeof *row);
             }
     }
     if (attn && ql < f->seq_q)
         memset(attn + (size_t)ql * f->seq_kv, 0, (size_t)(f->seq_q - ql) * f->seq_kv * sizeof *attn);
+}
+
+void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)
+{
+    const mha_kernel *k = f->kernel;
+    const int ql = f->q_len ? f->q_len[b] : f->seq_q;
+    const int kl = f->kv_len ? f->kv_len[b] : f->seq_kv;
+    const int dk = f->dk, dkp = f->dkp, d = f->d, width = (f->group + 2) * dkp;
+    const float *w = f->wqkv + (size_t)g * d * width;
+    const float *bias = f->bqkv + (size_t)g * width;
+    const float *xq = f->q + (size_t)b * f->seq_q * d;
+    const float *xk = f->k + (size_t)b * f->seq_kv * d;
+    const float *xv = f->v + (size_t)b * f->seq_kv * d;
+    const float *xp = f->xpack + (size_t)b * f->xpack_stride;
+    const int one_gemm = f->fused && f->group == 1; /* Q|K|V of the only head in one GEMM */
+
+    /* step 1: K and V of this KV head for the valid keys, into columns [dkp, 3·dkp) */
+    if (one_gemm)
+        project(f, s, ql > kl ? ql : kl, xq, xp, w, bias, 0, 0, 3 * dkp);
+    else if (f->fused) /* self-attention: the packed query input is the keys' input too */
+        project(f, s, kl, xq, xp, w, bias, dkp, dkp, 2 * dkp);
+    else if (f->kv_shared)
+        project(f, s, kl, xk, NULL, w, bias, dkp, dkp, 2 * dkp);
+    else {
+        project(f, s, kl, xk, NULL, w, bias, dkp, dkp, dkp);
+        project(f, s, kl, xv, NULL, w, bias, 2 * dkp, 2 * dkp, dkp);
+    }
+    rotate(f, s, kl, dkp, 0); /* key j at position j */
+    /* step 2: Kᵀ in panels, once for every query head of the group and every query block */
+    if (kl > 0)
+        mha_pack_panels(k, dk, kl, mha_mat_sub(k, mha_mat_panels(k, s->qkv, f->rows), 0, dkp), 1, s->kt);
+    /* step 3: each query head of the group: its Q (rotated), then its attention */
+    for (int j = 0; j < f->group; j++) {
+        if (!one_gemm)
+            project(f, s, ql, xq, xp, w, bias, j == 0 ? 0 : (j + 2) * dkp, 0, dkp);
+        rotate(f, s, ql, 0, f->seq_kv - f->seq_q); /* query i at position i + seq_kv - seq_q */
+        attend(f, b, g * f->group + j, s, ql, kl);
+    }
 }
 
 void mha_attention_out_rows(const mha_fwd *f, int b, int r0, int r1, float *apack)

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "gemm.h"
+#include "mha.h"
 #include "softmax.h"
 
 /* Keys per chunk of the online softmax: long rows are processed this many keys at a time, so
@@ -23,10 +24,15 @@ typedef struct mha_fwd {
     int fused;                    /* q == k == v, seq_q == seq_kv: one GEMM gives Q|K|V */
     int kv_shared;                /* k == v: one GEMM gives K|V */
     int causal, has_bias;
+    int kvh, group;               /* KV heads, query heads per KV head */
+    int window;                   /* sliding window, 0: none */
+    mha_rope_style rope;          /* MHA_ROPE_NONE: no rotation */
+    int rope_dim;                 /* features rotated */
+    const float *rope_cos, *rope_sin; /* (positions, rope_dim / 2) */
     const float *q, *k, *v;       /* (batch, seq_q, d), (batch, seq_kv, d) ×2 */
     const int32_t *q_len, *kv_len;/* NULL or (batch) */
     const uint8_t *mask;          /* NULL or (seq_q, seq_kv) */
-    const float *wqkv, *bqkv;     /* per head: panels (d, 3·dkp); (3·dkp) */
+    const float *wqkv, *bqkv;     /* per KV head: panels (d, (group + 2)·dkp); ((group + 2)·dkp) */
     const float *wo, *bo;         /* panels (d, round_up(d, bw)); (d) */
     float *z;                     /* (batch, seq_q, d) */
     float *xpack;                 /* per sequence (xpack_stride floats): q in A panels, all of d */
@@ -49,9 +55,10 @@ int mha_attention_packed_rows(const mha_fwd *f, int b);
 /* Packs rows [r0, r1) of sequence b's query input into f->xpack (r0 a multiple of the panel). */
 void mha_attention_pack_rows(const mha_fwd *f, int b, int r0, int r1);
 
-/* Q/K/V projection of head h of sequence b, then query block by query block: scores,
- * softmax, A·V into the head's columns of z (and attn). */
-void mha_attention_head(const mha_fwd *f, int b, int h, const mha_scratch *s);
+/* KV head g of sequence b: its K and V projected (and rotated) once, then for each query
+ * head of the group its Q, and query block by query block: scores, softmax, A·V into the
+ * head's columns of z (and attn). */
+void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s);
 /* out rows [r0, r1) of sequence b: z · Wo + bo; rows past the query length are 0. */
 void mha_attention_out_rows(const mha_fwd *f, int b, int r0, int r1, float *apack);
 

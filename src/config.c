@@ -47,6 +47,13 @@ mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, char *err, 
         dims->q_block = cfg->q_block > 0 ? (cfg->q_block < cfg->max_seq_q ? cfg->q_block : cfg->max_seq_q)
                                          : default_q_block(cfg->max_seq_q, cfg->max_seq_kv);
         dims->bias = cfg->bias;
+        dims->kvh = cfg->n_kv_heads ? cfg->n_kv_heads : cfg->n_heads;
+        dims->group = cfg->n_heads / dims->kvh;
+        dims->window = cfg->window;
+        dims->rope = cfg->rope;
+        if (dims->rope.style != MHA_ROPE_NONE && dims->rope.rotary_dim == 0)
+            dims->rope.rotary_dim = dims->dk;
+        dims->positions = cfg->max_seq_q > cfg->max_seq_kv ? cfg->max_seq_q : cfg->max_seq_kv;
     }
     if (err && err_len)
         err[0] = '\0';

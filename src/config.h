@@ -20,6 +20,7 @@ typedef struct mha_key_def {
     long long def;            /* default of an integer, bool or enum key */
     const mha_name_val *names;/* enums */
     int n_names;
+    double fdef;              /* default of a float key */
 } mha_key_def;
 
 extern const mha_key_def mha_keys[];
@@ -29,6 +30,10 @@ const mha_key_def *mha_key_find(const char *key);
 const char *mha_key_value_name(const mha_key_def *k, int value);
 void *mha_key_dest(const mha_key_def *k, mha_config_file *fc);
 void *mha_key_count_dest(const mha_key_def *k, mha_config_file *fc);
+
+/* Whether the engine reads this field ("rope.beta_fast") under the config's RoPE style and
+ * scaling; every field outside rope is read. */
+int mha_rope_key_read(const mha_rope *r, const char *field);
 
 /* The first key of an engine config that breaks the schema, and why. */
 typedef struct mha_key_problem {
@@ -51,6 +56,10 @@ typedef struct mha_dims {
     int threads;                  /* workers, each with its own scratch slice */
     int q_block;                  /* query rows per score tile */
     int bias;
+    int kvh, group;               /* KV heads; query heads per KV head (h / kvh) */
+    int window;                   /* sliding window, 0: none */
+    mha_rope rope;                /* as configured; rope.rotary_dim resolved (0 -> dk) */
+    int positions;                /* RoPE table rows: max(seq_q, seq_kv) */
 } mha_dims;
 
 /* Rows of one output-projection task and of one input-packing task: fixed, so results never

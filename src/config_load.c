@@ -133,6 +133,21 @@ static int parse_u64(const char *s, uint64_t *out)
     return 1;
 }
 
+/* A decimal number: digits with an optional sign, fraction and exponent (8, 1e4, 500000.0);
+ * no hex, inf or nan, nothing after. */
+static int parse_float(const char *s, double *out)
+{
+    if (!*s || strspn(s, "0123456789+-.eE") != strlen(s) || !strpbrk(s, "0123456789"))
+        return 0;
+    char *end;
+    errno = 0;
+    double x = strtod(s, &end);
+    if (*end || errno == ERANGE || !(x == x) || x > 1e300 || x < -1e300)
+        return 0;
+    *out = x;
+    return 1;
+}
+
 /* YAML's booleans (1.2's true/false and 1.1's yes/no/on/off). */
 static int parse_bool(const char *s, int *out)
 {
@@ -192,6 +207,16 @@ static mha_status scalar(loader *L, const mha_key_def *k, int entry, const yaml_
             return bad_at(L, MHA_ERR_CONFIG, line, key, "'%.40s' is not one of %s", s, k->pub.values);
         ((int *)dst)[entry < 0 ? 0 : entry] = iv;
         return MHA_OK;
+    case MHA_KEY_FLOAT: {
+        double x = 0;
+        if (quoted || !parse_float(s, &x))
+            return bad_at(L, MHA_ERR_CONFIG, line, key, "expected a number, got '%.40s'", s);
+        if (!(x <= k->pub.fmax && (k->pub.fmin_open ? x > k->pub.fmin : x >= k->pub.fmin)))
+            return bad_at(L, MHA_ERR_CONFIG, line, key, "must be in %s%g..%g, got %g", k->pub.fmin_open ? "(" : "",
+                          k->pub.fmin, k->pub.fmax, x);
+        *(float *)dst = (float)x;
+        return MHA_OK;
+    }
     case MHA_KEY_STRING:
         if (strlen(s) > (size_t)k->pub.max)
             return bad_at(L, MHA_ERR_CONFIG, line, key, "longer than %lld characters", k->pub.max);
@@ -207,6 +232,7 @@ static const char *expected(const mha_key_def *k)
 {
     switch (k->pub.type) {
     case MHA_KEY_INT: case MHA_KEY_UINT64: return "an integer";
+    case MHA_KEY_FLOAT: return "a number";
     case MHA_KEY_BOOL: return "true or false";
     case MHA_KEY_ENUM: return "one word";
     case MHA_KEY_STRING: return "a string";
@@ -440,6 +466,12 @@ static mha_status finish(loader *L)
         c->pinning = MHA_PIN_CPUS; /* a cpus list alone means: pin to these */
     if (!seen(L, "scaling.iters"))
         fc->scale_iters = fc->iters;
+    /* a RoPE parameter that this style and scaling do not read: a mistake, not a no-op */
+    for (int i = 0; i < mha_n_keys; i++)
+        if (L->line[i] && mha_keys[i].pub.field && !mha_rope_key_read(&c->rope, mha_keys[i].pub.field))
+            return bad_at(L, MHA_ERR_CONFIG, L->line[i], mha_keys[i].pub.key, "given, but rope style %s, scaling %s do not read it",
+                          mha_key_value_name(mha_key_find("model.rope.style"), c->rope.style),
+                          mha_key_value_name(mha_key_find("model.rope.scaling"), c->rope.scaling));
     fc->line_mask = seen(L, "batch.mask");
     fc->line_lengths = seen(L, "batch.lengths");
     fc->line_threads = seen(L, "threads.count");

@@ -23,71 +23,87 @@ static const mha_name_val mask_names[] = {
     {"none", MHA_MASK_NONE}, {"causal", MHA_MASK_CAUSAL}, {"padding", MHA_MASK_PADDING}};
 static const mha_name_val pinning_names[] = {
     {"none", MHA_PIN_NONE}, {"close", MHA_PIN_CLOSE}, {"spread", MHA_PIN_SPREAD}, {"cpus", MHA_PIN_CPUS}};
+static const mha_name_val rope_style_names[] = {
+    {"none", MHA_ROPE_NONE}, {"neox", MHA_ROPE_NEOX}, {"gptj", MHA_ROPE_GPTJ}};
+static const mha_name_val rope_scaling_names[] = {{"none", MHA_ROPE_SCALING_NONE},
+    {"linear", MHA_ROPE_SCALING_LINEAR}, {"llama3", MHA_ROPE_SCALING_LLAMA3}, {"yarn", MHA_ROPE_SCALING_YARN}};
 static const mha_name_val mode_names[] = {
     {"strong", MHA_SCALE_STRONG}, {"weak", MHA_SCALE_WEAK}, {"both", MHA_SCALE_BOTH}};
 #define NAMES(a) a, (int)N_OF(a)
 
 #define MILLION 1000000
-/* key, engine field, type, min, max, max entries, required, enum text, default text, doc;
+/* K(key, engine field, type, min, max, max entries, required, enum text, default text, doc),
  * then destination, count destination, default value, enum names */
+#define K(key, field, type, lo, hi, count, req, values, dtext, doc) {key, field, type, lo, hi, count, req, values, dtext, doc, 0, 0, 0}
+#define KEY(pub, off, count_off, def, ...) {pub, off, count_off, def, __VA_ARGS__, 0.0} /* ...: enum names, count */
+/* a float key of the engine: (lo, hi], its default */
+#define FLOAT_KEY(key, field, lo, hi, dtext, doc, off, fdef)                                      \
+    {{key, field, MHA_KEY_FLOAT, 0, 0, 0, 0, NULL, dtext, doc, lo, hi, 1}, off, NONE, 0, NULL, 0, fdef}
 const mha_key_def mha_keys[] = {
-    {{"name", NULL, MHA_KEY_STRING, 0, 63, 0, 0, NULL, "the file's stem", "the model's name in reports"},
-     FILE_(name), NONE, 0, NULL, 0},
-    {{"model.d_model", "d_model", MHA_KEY_INT, 1, 65536, 0, 1, NULL, "512", "model width d"},
-     ENG(d_model), NONE, 512, NULL, 0},
-    {{"model.heads", "n_heads", MHA_KEY_INT, 1, 65536, 0, 1, NULL, "8", "attention heads h; divides d_model"},
-     ENG(n_heads), NONE, 8, NULL, 0},
-    {{"model.bias", "bias", MHA_KEY_BOOL, 0, 1, 0, 0, NULL, "true", "q, k, v and output projection biases"},
-     ENG(bias), NONE, 1, NULL, 0},
-    {{"batch.size", "max_batch", MHA_KEY_INT, 1, 65536, 0, 0, NULL, "1", "sequences per forward (engine capacity)"},
-     ENG(max_batch), NONE, 1, NULL, 0},
-    {{"batch.seq_len", "max_seq_q", MHA_KEY_INT, 1, 1 << 20, 0, 0, NULL, "128", "query tokens per sequence"},
-     ENG(max_seq_q), NONE, 128, NULL, 0},
-    {{"batch.kv_len", "max_seq_kv", MHA_KEY_INT, 1, 1 << 20, 0, 0, NULL, "seq_len",
-      "key/value tokens per sequence; other than seq_len means cross-attention"},
-     ENG(max_seq_kv), NONE, 128, NULL, 0},
-    {{"batch.cross", NULL, MHA_KEY_BOOL, 0, 1, 0, 0, NULL, "false", "generate separate key/value inputs"},
-     FILE_(cross), NONE, 0, NULL, 0},
-    {{"batch.mask", NULL, MHA_KEY_ENUM, 0, 0, 0, 0, "none, causal, padding", "none",
-      "mask of generated inputs; padding needs lengths"},
-     FILE_(mask), NONE, MHA_MASK_NONE, NAMES(mask_names)},
-    {{"batch.lengths", NULL, MHA_KEY_INT_LIST, 0, 1 << 20, MHA_MAX_LENGTHS, 0, NULL, "none",
-      "valid query tokens per sequence (<= seq_len), repeated over the batch"},
-     FILE_(lengths), FILE_(n_lengths), 0, NULL, 0},
-    {{"batch.kv_lengths", NULL, MHA_KEY_INT_LIST, 0, 1 << 20, MHA_MAX_LENGTHS, 0, NULL, "none",
-      "valid key tokens per sequence (<= kv_len), cross-attention only"},
-     FILE_(kv_lengths), FILE_(n_kv_lengths), 0, NULL, 0},
-    {{"threads.count", "threads", MHA_KEY_INT, 0, MHA_MAX_THREADS, 0, 0, NULL, "0",
-      "worker threads; 0: every CPU the process may use"},
-     ENG(threads), NONE, 0, NULL, 0},
-    {{"threads.pinning", "pinning", MHA_KEY_ENUM, 0, 0, 0, 0, "none, close, spread, cpus", "none (cpus with a cpus list)",
-      "where workers run"},
-     ENG(pinning), NONE, MHA_PIN_NONE, NAMES(pinning_names)},
-    {{"threads.cpus", "cpus", MHA_KEY_INT_LIST, 0, 1023, MHA_MAX_CPUS, 0, NULL, "none",
-      "CPUs for pinning cpus: worker t on cpus[t % n]"},
-     ENG(cpus), ENG(n_cpus), 0, NULL, 0},
-    {{"run.warmup", NULL, MHA_KEY_INT, 0, MILLION, 0, 0, NULL, "3", "untimed forwards first"},
-     FILE_(warmup), NONE, 3, NULL, 0},
-    {{"run.iters", NULL, MHA_KEY_INT, 1, MILLION, 0, 0, NULL, "20", "timed forwards"},
-     FILE_(iters), NONE, 20, NULL, 0},
-    {{"run.seed", NULL, MHA_KEY_UINT64, 0, 0, 0, 0, NULL, "42", "seed of generated inputs and weights"},
-     FILE_(seed), NONE, 42, NULL, 0},
-    {{"scaling.threads", NULL, MHA_KEY_INT_LIST, 1, MHA_MAX_THREADS, MHA_MAX_SCALE_POINTS, 0, NULL,
-      "1 .. the CPUs allowed", "thread counts of mha scale"},
-     FILE_(scale_threads), FILE_(n_scale_threads), 0, NULL, 0},
-    {{"scaling.pinning", NULL, MHA_KEY_ENUM_LIST, 0, 0, 4, 0, "none, close, spread, cpus", "none, close, spread",
-      "pinnings of mha scale"},
-     FILE_(scale_pinning), FILE_(n_scale_pinning), 0, NAMES(pinning_names)},
-    {{"scaling.mode", NULL, MHA_KEY_ENUM, 0, 0, 0, 0, "strong, weak, both", "strong",
-      "strong: fixed batch; weak: batch × threads"},
-     FILE_(scale_mode), NONE, MHA_SCALE_STRONG, NAMES(mode_names)},
-    {{"scaling.iters", NULL, MHA_KEY_INT, 1, MILLION, 0, 0, NULL, "run.iters", "timed forwards per point"},
-     FILE_(scale_iters), NONE, 20, NULL, 0},
-    {{"engine.q_block", "q_block", MHA_KEY_INT, 0, 1 << 20, 0, 0, NULL, "0", "query rows per score tile; 0: the engine's choice"},
-     ENG(q_block), NONE, 0, NULL, 0},
-    {{"engine.blis_arch", "blis_arch", MHA_KEY_STRING, 0, 15, 0, 0, NULL, "auto",
-      "BLIS sub-config (skx, haswell, zen3, generic, ...); auto: from the CPU's features"},
-     ENG(blis_arch), NONE, 0, NULL, 0},
+    KEY(K("name", NULL, MHA_KEY_STRING, 0, 63, 0, 0, NULL, "the file's stem", "the model's name in reports"),
+        FILE_(name), NONE, 0, NULL, 0),
+    KEY(K("model.d_model", "d_model", MHA_KEY_INT, 1, 65536, 0, 1, NULL, "512", "model width d"),
+        ENG(d_model), NONE, 512, NULL, 0),
+    KEY(K("model.heads", "n_heads", MHA_KEY_INT, 1, 65536, 0, 1, NULL, "8", "attention heads h; divides d_model"),
+        ENG(n_heads), NONE, 8, NULL, 0),
+    KEY(K("model.bias", "bias", MHA_KEY_BOOL, 0, 1, 0, 0, NULL, "true", "q, k, v and output projection biases"),
+        ENG(bias), NONE, 1, NULL, 0),
+    KEY(K("model.kv_heads", "n_kv_heads", MHA_KEY_INT, 0, 65536, 0, 0, NULL, "heads", "key/value heads (grouped-query attention; 1: multi-query); divides heads; 0: heads"),
+        ENG(n_kv_heads), NONE, 0, NULL, 0),
+    KEY(K("model.window", "window", MHA_KEY_INT, 0, 1 << 20, 0, 0, NULL, "0", "sliding window W: position p sees keys p-W < j <= p (causal implied); 0: none"),
+        ENG(window), NONE, 0, NULL, 0),
+    KEY(K("model.rope.style", "rope.style", MHA_KEY_ENUM, 0, 0, 0, 0, "none, neox, gptj", "none", "rotary embeddings: neox rotates halves (Llama, HF rotate_half), gptj adjacent pairs"),
+        ENG(rope.style), NONE, MHA_ROPE_NONE, NAMES(rope_style_names)),
+    FLOAT_KEY("model.rope.theta", "rope.theta", 0, 1e12, "10000", "RoPE base", ENG(rope.theta), 10000.0),
+    KEY(K("model.rope.rotary_dim", "rope.rotary_dim", MHA_KEY_INT, 0, 65536, 0, 0, NULL, "d_k", "features rotated per head, even, <= d_k; 0: d_k"),
+        ENG(rope.rotary_dim), NONE, 0, NULL, 0),
+    KEY(K("model.rope.scaling", "rope.scaling", MHA_KEY_ENUM, 0, 0, 0, 0, "none, linear, llama3, yarn", "none", "scaling of the frequencies, as HF's rope_type"),
+        ENG(rope.scaling), NONE, MHA_ROPE_SCALING_NONE, NAMES(rope_scaling_names)),
+    FLOAT_KEY("model.rope.factor", "rope.factor", 0, 1e6, "1", "linear, llama3, yarn: the scaling factor", ENG(rope.factor), 1.0),
+    FLOAT_KEY("model.rope.low_freq_factor", "rope.low_freq_factor", 0, 1e6, "1", "llama3", ENG(rope.low_freq_factor), 1.0),
+    FLOAT_KEY("model.rope.high_freq_factor", "rope.high_freq_factor", 0, 1e6, "4", "llama3; above low_freq_factor", ENG(rope.high_freq_factor), 4.0),
+    KEY(K("model.rope.original_max_position", "rope.original_max_position", MHA_KEY_INT, 0, 1 << 24, 0, 0, NULL, "0", "llama3, yarn: the pre-training context (required by both)"),
+        ENG(rope.original_max_position), NONE, 0, NULL, 0),
+    FLOAT_KEY("model.rope.beta_fast", "rope.beta_fast", 0, 1e6, "32", "yarn; above beta_slow", ENG(rope.beta_fast), 32.0),
+    FLOAT_KEY("model.rope.beta_slow", "rope.beta_slow", 0, 1e6, "1", "yarn", ENG(rope.beta_slow), 1.0),
+    KEY(K("batch.size", "max_batch", MHA_KEY_INT, 1, 65536, 0, 0, NULL, "1", "sequences per forward (engine capacity)"),
+        ENG(max_batch), NONE, 1, NULL, 0),
+    KEY(K("batch.seq_len", "max_seq_q", MHA_KEY_INT, 1, 1 << 20, 0, 0, NULL, "128", "query tokens per sequence"),
+        ENG(max_seq_q), NONE, 128, NULL, 0),
+    KEY(K("batch.kv_len", "max_seq_kv", MHA_KEY_INT, 1, 1 << 20, 0, 0, NULL, "seq_len", "key/value tokens per sequence; other than seq_len means cross-attention"),
+        ENG(max_seq_kv), NONE, 128, NULL, 0),
+    KEY(K("batch.cross", NULL, MHA_KEY_BOOL, 0, 1, 0, 0, NULL, "false", "generate separate key/value inputs"),
+        FILE_(cross), NONE, 0, NULL, 0),
+    KEY(K("batch.mask", NULL, MHA_KEY_ENUM, 0, 0, 0, 0, "none, causal, padding", "none", "mask of generated inputs; padding needs lengths"),
+        FILE_(mask), NONE, MHA_MASK_NONE, NAMES(mask_names)),
+    KEY(K("batch.lengths", NULL, MHA_KEY_INT_LIST, 0, 1 << 20, MHA_MAX_LENGTHS, 0, NULL, "none", "valid query tokens per sequence (<= seq_len), repeated over the batch"),
+        FILE_(lengths), FILE_(n_lengths), 0, NULL, 0),
+    KEY(K("batch.kv_lengths", NULL, MHA_KEY_INT_LIST, 0, 1 << 20, MHA_MAX_LENGTHS, 0, NULL, "none", "valid key tokens per sequence (<= kv_len), cross-attention only"),
+        FILE_(kv_lengths), FILE_(n_kv_lengths), 0, NULL, 0),
+    KEY(K("threads.count", "threads", MHA_KEY_INT, 0, MHA_MAX_THREADS, 0, 0, NULL, "0", "worker threads; 0: every CPU the process may use"),
+        ENG(threads), NONE, 0, NULL, 0),
+    KEY(K("threads.pinning", "pinning", MHA_KEY_ENUM, 0, 0, 0, 0, "none, close, spread, cpus", "none (cpus with a cpus list)", "where workers run"),
+        ENG(pinning), NONE, MHA_PIN_NONE, NAMES(pinning_names)),
+    KEY(K("threads.cpus", "cpus", MHA_KEY_INT_LIST, 0, 1023, MHA_MAX_CPUS, 0, NULL, "none", "CPUs for pinning cpus: worker t on cpus[t % n]"),
+        ENG(cpus), ENG(n_cpus), 0, NULL, 0),
+    KEY(K("run.warmup", NULL, MHA_KEY_INT, 0, MILLION, 0, 0, NULL, "3", "untimed forwards first"),
+        FILE_(warmup), NONE, 3, NULL, 0),
+    KEY(K("run.iters", NULL, MHA_KEY_INT, 1, MILLION, 0, 0, NULL, "20", "timed forwards"),
+        FILE_(iters), NONE, 20, NULL, 0),
+    KEY(K("run.seed", NULL, MHA_KEY_UINT64, 0, 0, 0, 0, NULL, "42", "seed of generated inputs and weights"),
+        FILE_(seed), NONE, 42, NULL, 0),
+    KEY(K("scaling.threads", NULL, MHA_KEY_INT_LIST, 1, MHA_MAX_THREADS, MHA_MAX_SCALE_POINTS, 0, NULL, "1 .. the CPUs allowed", "thread counts of mha scale"),
+        FILE_(scale_threads), FILE_(n_scale_threads), 0, NULL, 0),
+    KEY(K("scaling.pinning", NULL, MHA_KEY_ENUM_LIST, 0, 0, 4, 0, "none, close, spread, cpus", "none, close, spread", "pinnings of mha scale"),
+        FILE_(scale_pinning), FILE_(n_scale_pinning), 0, NAMES(pinning_names)),
+    KEY(K("scaling.mode", NULL, MHA_KEY_ENUM, 0, 0, 0, 0, "strong, weak, both", "strong", "strong: fixed batch; weak: batch × threads"),
+        FILE_(scale_mode), NONE, MHA_SCALE_STRONG, NAMES(mode_names)),
+    KEY(K("scaling.iters", NULL, MHA_KEY_INT, 1, MILLION, 0, 0, NULL, "run.iters", "timed forwards per point"),
+        FILE_(scale_iters), NONE, 20, NULL, 0),
+    KEY(K("engine.q_block", "q_block", MHA_KEY_INT, 0, 1 << 20, 0, 0, NULL, "0", "query rows per score tile; 0: the engine's choice"),
+        ENG(q_block), NONE, 0, NULL, 0),
+    KEY(K("engine.blis_arch", "blis_arch", MHA_KEY_STRING, 0, 15, 0, 0, NULL, "auto", "BLIS sub-config (skx, haswell, zen3, generic, ...); auto: from the CPU's features"),
+        ENG(blis_arch), NONE, 0, NULL, 0),
 };
 const int mha_n_keys = (int)N_OF(mha_keys);
 
@@ -154,6 +170,9 @@ static void set_defaults(mha_config_file *fc, mha_config *cfg)
         case MHA_KEY_UINT64:
             *(uint64_t *)dst = (uint64_t)k->def;
             break;
+        case MHA_KEY_FLOAT:
+            *(float *)dst = (float)k->fdef;
+            break;
         default: /* strings and lists start empty (zeroed by the caller) */
             break;
         }
@@ -201,6 +220,26 @@ static int in_names(const mha_key_def *k, int v)
     return 0;
 }
 
+int mha_rope_key_read(const mha_rope *r, const char *field)
+{
+    if (strncmp(field, "rope.", 5) != 0 || !strcmp(field, "rope.style"))
+        return 1;
+    if (r->style == MHA_ROPE_NONE)
+        return 0;
+    const char *f = field + 5;
+    if (!strcmp(f, "theta") || !strcmp(f, "rotary_dim"))
+        return 1;
+    if (!strcmp(f, "scaling"))
+        return 1;
+    if (!strcmp(f, "factor"))
+        return r->scaling != MHA_ROPE_SCALING_NONE;
+    if (!strcmp(f, "low_freq_factor") || !strcmp(f, "high_freq_factor"))
+        return r->scaling == MHA_ROPE_SCALING_LLAMA3;
+    if (!strcmp(f, "original_max_position"))
+        return r->scaling == MHA_ROPE_SCALING_LLAMA3 || r->scaling == MHA_ROPE_SCALING_YARN;
+    return r->scaling == MHA_ROPE_SCALING_YARN; /* beta_fast, beta_slow */
+}
+
 mha_status mha_config_verify(const mha_config *cfg, mha_key_problem *p)
 {
     const char *base = (const char *)cfg;
@@ -208,6 +247,8 @@ mha_status mha_config_verify(const mha_config *cfg, mha_key_problem *p)
         const mha_key_def *k = &mha_keys[i];
         if (!k->pub.field)
             continue;
+        if (!mha_rope_key_read(&cfg->rope, k->pub.field))
+            continue; /* a RoPE parameter this style and scaling do not read: any value is fine */
         const void *src = base + k->off;
         int v = 0;
         switch (k->pub.type) {
@@ -226,6 +267,13 @@ mha_status mha_config_verify(const mha_config *cfg, mha_key_problem *p)
             if (!in_names(k, v))
                 return fail(p, k, -1, "unknown value %d (one of %s)", v, k->pub.values);
             break;
+        case MHA_KEY_FLOAT: {
+            const float x = *(const float *)src;
+            if (!(x <= k->pub.fmax && (k->pub.fmin_open ? x > k->pub.fmin : x >= k->pub.fmin)))
+                return fail(p, k, -1, "must be in %s%g..%g, got %g", k->pub.fmin_open ? "(" : "", k->pub.fmin, k->pub.fmax,
+                            (double)x);
+            break;
+        }
         case MHA_KEY_STRING:
             if (!memchr(src, '\0', (size_t)k->pub.max + 1))
                 return fail(p, k, -1, "longer than %lld characters or not NUL-terminated", k->pub.max);
@@ -248,6 +296,24 @@ mha_status mha_config_verify(const mha_config *cfg, mha_key_problem *p)
     /* what one key's range cannot say */
     if (cfg->d_model % cfg->n_heads)
         return fail(p, mha_key_find("model.heads"), -1, "%d does not divide d_model %d", cfg->n_heads, cfg->d_model);
+    if (cfg->n_kv_heads && (cfg->n_kv_heads > cfg->n_heads || cfg->n_heads % cfg->n_kv_heads))
+        return fail(p, mha_key_find("model.kv_heads"), -1, "%d does not divide heads %d", cfg->n_kv_heads, cfg->n_heads);
+    const mha_rope *r = &cfg->rope;
+    const int dk = cfg->d_model / cfg->n_heads;
+    if (r->style == MHA_ROPE_NONE && r->scaling != MHA_ROPE_SCALING_NONE)
+        return fail(p, mha_key_find("model.rope.scaling"), -1, "%s needs a rope style (neox or gptj)",
+                    mha_key_value_name(mha_key_find("model.rope.scaling"), r->scaling));
+    if (r->style != MHA_ROPE_NONE && (r->rotary_dim % 2 || r->rotary_dim > dk))
+        return fail(p, mha_key_find("model.rope.rotary_dim"), -1, "%d must be even and at most d_k %d", r->rotary_dim, dk);
+    if ((r->scaling == MHA_ROPE_SCALING_LLAMA3 || r->scaling == MHA_ROPE_SCALING_YARN) && r->original_max_position < 1)
+        return fail(p, mha_key_find("model.rope.original_max_position"), -1, "%s scaling needs it (the pre-training context)",
+                    r->scaling == MHA_ROPE_SCALING_LLAMA3 ? "llama3" : "yarn");
+    if (r->scaling == MHA_ROPE_SCALING_LLAMA3 && !(r->high_freq_factor > r->low_freq_factor))
+        return fail(p, mha_key_find("model.rope.high_freq_factor"), -1, "%g must be above low_freq_factor %g",
+                    (double)r->high_freq_factor, (double)r->low_freq_factor);
+    if (r->scaling == MHA_ROPE_SCALING_YARN && !(r->beta_fast > r->beta_slow))
+        return fail(p, mha_key_find("model.rope.beta_fast"), -1, "%g must be above beta_slow %g", (double)r->beta_fast,
+                    (double)r->beta_slow);
     if (cfg->pinning == MHA_PIN_CPUS && cfg->n_cpus < 1)
         return fail(p, mha_key_find("threads.cpus"), -2, "must be in 1..%d with pinning cpus, got %d", MHA_MAX_CPUS,
                     cfg->n_cpus);

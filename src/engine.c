@@ -12,6 +12,7 @@
 #include "attention.h"
 #include "kernel.h"
 #include "mha.h"
+#include "rope.h"
 #include "scheduler.h"
 #include "softmax.h"
 #include "status.h"
@@ -145,6 +146,8 @@ static mha_engine *build(const prepared *p, void *ws)
         .pack_chunks = (p->dims.seq_q + MHA_PACK_BLOCK - 1) / MHA_PACK_BLOCK,
     };
     mha_sched_first_touch(&e->sched);
+    if (p->dims.rope.style != MHA_ROPE_NONE)
+        mha_rope_table(&p->dims.rope, p->dims.rope.rotary_dim, p->dims.positions, v.rope_cos, v.rope_sin);
     return e;
 }
 
@@ -249,7 +252,7 @@ MHA_API mha_status mha_create_shared(const mha_config *cfg, const mha_packed_wei
     mha_status st = prepare(cfg, MHA_ARENA_ENGINE_SHARED, &p, NULL, 0);
     if (st != MHA_OK)
         return st;
-    if (p.dims.d != pw->dims.d || p.dims.h != pw->dims.h || p.dims.bias != pw->dims.bias ||
+    if (p.dims.d != pw->dims.d || p.dims.h != pw->dims.h || p.dims.bias != pw->dims.bias || p.dims.kvh != pw->dims.kvh ||
         strcmp(p.kernel.arch, pw->arch) != 0 || p.kernel.bw != pw->bw || p.plan.dkp != pw->dkp)
         return MHA_ERR_CONFIG; /* another model, or packed for another kernel's panels */
     void *ws = alloc_pages(p.plan.total);
@@ -293,8 +296,9 @@ MHA_API mha_status mha_set_weights(mha_engine *e, const mha_weights *w)
                       (int)w->layout);
     mha_status st = mha_weights_check(w, e->dims.bias);
     if (st != MHA_OK)
-        return failed(e, st, "set_weights: %d of the biases b_q, b_k, b_v, b_o given; the config has bias %d (%s)",
-                      !!w->b_q + !!w->b_k + !!w->b_v + !!w->b_o, e->dims.bias, e->dims.bias ? "all four" : "none");
+        return failed(e, st, "set_weights: biases b_q %s, b_k %s, b_v %s, b_o %s; the config has bias %d (%s)",
+                      w->b_q ? "set" : "NULL", w->b_k ? "set" : "NULL", w->b_v ? "set" : "NULL", w->b_o ? "set" : "NULL",
+                      e->dims.bias, e->dims.bias ? "b_q, b_k, b_v needed, b_o optional" : "all NULL");
     mha_weights_pack(w, &e->dims, &e->kernel, e->plan.dkp, &e->views);
     e->weights_set = 1;
     e->last_error[0] = '\0';
@@ -350,6 +354,9 @@ MHA_API mha_status mha_forward(mha_engine *e, const mha_input *in, float *out, f
         .kv_shared = in->k == in->v,
         .causal = in->causal != 0,
         .has_bias = dm->bias,
+        .kvh = dm->kvh, .group = dm->group, .window = dm->window,
+        .rope = dm->rope.style, .rope_dim = dm->rope.rotary_dim,
+        .rope_cos = v->rope_cos, .rope_sin = v->rope_sin,
         .q = in->q, .k = in->k, .v = in->v,
         .q_len = in->q_lengths, .kv_len = in->kv_lengths,
         .mask = in->mask,

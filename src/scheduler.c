@@ -1,7 +1,8 @@
-/* scheduler.c — OpenMP tasks over (batch × heads), the only file with #pragma omp.
+/* scheduler.c — OpenMP tasks over (batch × KV heads), the only file with #pragma omp.
  *
  * One parallel region per forward; one thread produces the tasks, all of them run them.
- * Each head task runs on one worker with that worker's scratch slice, and every GEMM in it
+ * Each head task (a KV head and its query heads) runs on one worker with that worker's
+ * scratch slice, and every GEMM in it
  * is single-threaded, so a task's result does not depend on which worker ran it or how
  * many there are: outputs are bitwise identical for every thread count and schedule.
  * Tasks are tied (the default) and never yield, so a slice is never used by two at once. */
@@ -78,7 +79,7 @@ void mha_sched_forward(const mha_sched *s, const mha_fwd *f)
         int pinned = pin_enter(s, omp_get_thread_num(), &saved);
 #pragma omp single
         {
-            const int nh = f->h;
+            const int nh = f->kvh; /* one task per KV head: its K and V are made once */
             for (int i = 0; i < f->batch; i++) {
                 const int b = s->order[i];
                 char *tok = s->deps + (size_t)b * nh;
@@ -95,7 +96,7 @@ void mha_sched_forward(const mha_sched *s, const mha_fwd *f)
 #pragma omp task firstprivate(b, h) depend(iterator(c = 0 : nc), in : xtok[c]) depend(out : tok[h])
                     {
                         const mha_scratch sc = scratch_of(s, omp_get_thread_num());
-                        mha_attention_head(f, b, h, &sc);
+                        mha_attention_group(f, b, h, &sc);
                     }
                 }
                 for (int r0 = 0; r0 < f->seq_q; r0 += MHA_OUT_BLOCK) {

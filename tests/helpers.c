@@ -1,4 +1,5 @@
 /* helpers.c — see helpers.h. The reference is written plainly, in double, from DESIGN.md §1. */
+#define _DEFAULT_SOURCE /* M_PI */
 #include "helpers.h"
 
 #include <math.h>
@@ -52,6 +53,7 @@ void problem_make(problem *p, int d, int h, int batch, int seq_q, int seq_kv, in
             fill_uniform(*b[i], (size_t)d, -0.5f, 0.5f, &r);
         }
     }
+    p->kvh = h;
     size_t nq = (size_t)batch * seq_q * d, nkv = (size_t)batch * p->seq_kv * d;
     p->q = alloc_floats(nq);
     fill_uniform(p->q, nq, -1.0f, 1.0f, &r);
@@ -67,6 +69,25 @@ void problem_make(problem *p, int d, int h, int batch, int seq_q, int seq_kv, in
             p->v = p->k;
         }
     }
+}
+
+void problem_set_kv_heads(problem *p, int kvh, uint64_t seed)
+{
+    rng r = {seed};
+    const size_t d = (size_t)p->d, kvd = (size_t)kvh * (d / (size_t)p->h);
+    const float ws = 1.0f / sqrtf((float)d);
+    float **w[2] = {&p->wk, &p->wv}, **b[2] = {&p->bk, &p->bv};
+    for (int i = 0; i < 2; i++) {
+        free(*w[i]);
+        *w[i] = alloc_floats(d * kvd);
+        fill_uniform(*w[i], d * kvd, -ws, ws, &r);
+        if (p->bias) {
+            free(*b[i]);
+            *b[i] = alloc_floats(kvd);
+            fill_uniform(*b[i], kvd, -0.5f, 0.5f, &r);
+        }
+    }
+    p->kvh = kvh;
 }
 
 void problem_free(problem *p)
@@ -101,13 +122,14 @@ mha_weights problem_weights(const problem *p, mha_layout layout, float **scratch
     *scratch = NULL;
     if (layout == MHA_LAYOUT_TORCH) {
         /* nn.Linear stores (d_out, d_in): the transpose of the x·W matrix. */
-        size_t d = (size_t)p->d;
+        size_t d = (size_t)p->d, kvd = (size_t)p->kvh * (d / (size_t)p->h);
         float *t = alloc_floats(4 * d * d);
         const float *src[4] = {p->wq, p->wk, p->wv, p->wo};
+        const size_t out[4] = {d, kvd, kvd, d};
         for (int m = 0; m < 4; m++)
             for (size_t i = 0; i < d; i++)
-                for (size_t o = 0; o < d; o++)
-                    t[m * d * d + o * d + i] = src[m][i * d + o];
+                for (size_t o = 0; o < out[m]; o++)
+                    t[m * d * d + o * d + i] = src[m][i * out[m] + o];
         w.w_q = t, w.w_k = t + d * d, w.w_v = t + 2 * d * d, w.w_o = t + 3 * d * d;
         *scratch = t;
     }
@@ -124,25 +146,83 @@ void problem_config(const problem *p, mha_config *cfg, int threads)
     cfg->max_seq_kv = p->seq_kv;
     cfg->bias = p->bias;
     cfg->threads = threads;
+    cfg->n_kv_heads = p->kvh == p->h ? 0 : p->kvh;
+    if (p->rope.style != MHA_ROPE_NONE)
+        cfg->rope = p->rope;
+    cfg->window = p->window;
 }
 
-/* y (rows, d) = x (rows, d) · W (d, d) + b */
-static void ref_linear(const float *x, int rows, int d, const float *w, const float *b, double *y)
+/* y (rows, n) = x (rows, d) · W (d, n) + b */
+static void ref_linear(const float *x, int rows, int d, int n, const float *w, const float *b, double *y)
 {
     for (int i = 0; i < rows; i++)
-        for (int o = 0; o < d; o++) {
+        for (int o = 0; o < n; o++) {
             double acc = b ? b[o] : 0.0;
             for (int c = 0; c < d; c++)
-                acc += (double)x[(size_t)i * d + c] * w[(size_t)c * d + o];
-            y[(size_t)i * d + o] = acc;
+                acc += (double)x[(size_t)i * d + c] * w[(size_t)c * n + o];
+            y[(size_t)i * n + o] = acc;
+        }
+}
+
+/* The RoPE frequencies in double, written from HF's rope utilities (not from src/rope.c):
+ * theta_i = base^(-2i/r), then linear, llama3 or yarn; *att: yarn's attention factor. */
+static void ref_rope_freqs(const mha_rope *rp, int r, double *f, double *att)
+{
+    const double base = rp->theta, factor = rp->factor;
+    *att = 1.0;
+    for (int i = 0; i < r / 2; i++) {
+        const double theta = pow(base, -2.0 * i / r);
+        f[i] = theta;
+        if (rp->scaling == MHA_ROPE_SCALING_LINEAR) {
+            f[i] = theta / factor;
+        } else if (rp->scaling == MHA_ROPE_SCALING_LLAMA3) {
+            const double ctx = rp->original_max_position, wavelen = 2 * M_PI / theta;
+            if (wavelen > ctx / rp->low_freq_factor)
+                f[i] = theta / factor;              /* low frequencies: interpolated */
+            else if (wavelen >= ctx / rp->high_freq_factor) { /* the band between: smoothed */
+                const double smooth = (ctx / wavelen - rp->low_freq_factor) / (rp->high_freq_factor - rp->low_freq_factor);
+                f[i] = (1 - smooth) * theta / factor + smooth * theta;
+            }
+        } else if (rp->scaling == MHA_ROPE_SCALING_YARN) {
+            const double ctx = rp->original_max_position;
+            double lo = floor(r * log(ctx / (rp->beta_fast * 2 * M_PI)) / (2 * log(base)));
+            double hi = ceil(r * log(ctx / (rp->beta_slow * 2 * M_PI)) / (2 * log(base)));
+            lo = lo < 0 ? 0 : lo, hi = hi > r - 1 ? r - 1 : hi;
+            if (lo == hi)
+                hi += 0.001;
+            double ramp = (i - lo) / (hi - lo);
+            ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+            f[i] = theta / factor * ramp + theta * (1 - ramp); /* extrapolated where ramp is 0 */
+            *att = factor > 1 ? 0.1 * log(factor) + 1 : 1;
+        }
+    }
+}
+
+/* Rotates the first r features of each of n_heads heads (width dk) of rows × (n_heads·dk). */
+static void ref_rope(const problem *p, double *x, int rows, int n_heads, int pos0)
+{
+    const int dk = p->d / p->h, r = p->rope.rotary_dim ? p->rope.rotary_dim : dk, half = r / 2;
+    double f[4096], att;
+    ref_rope_freqs(&p->rope, r, f, &att);
+    for (int i = 0; i < rows; i++)
+        for (int hd = 0; hd < n_heads; hd++) {
+            double *v = x + (size_t)i * n_heads * dk + (size_t)hd * dk;
+            for (int j = 0; j < half; j++) {
+                const int a = p->rope.style == MHA_ROPE_NEOX ? j : 2 * j, b = p->rope.style == MHA_ROPE_NEOX ? j + half : 2 * j + 1;
+                const double ang = (pos0 + i) * f[j], c = cos(ang) * att, s = sin(ang) * att;
+                const double x1 = v[a], x2 = v[b];
+                v[a] = x1 * c - x2 * s;
+                v[b] = x2 * c + x1 * s;
+            }
         }
 }
 
 void reference_mha(const problem *p, double *out, double *attn)
 {
     const int d = p->d, h = p->h, dk = d / h, sq = p->seq_q, skv = p->seq_kv;
-    double *Q = calloc((size_t)sq * d, sizeof *Q), *K = calloc((size_t)skv * d, sizeof *K);
-    double *V = calloc((size_t)skv * d, sizeof *V), *Z = calloc((size_t)sq * d, sizeof *Z);
+    const int kvd = p->kvh * dk, group = h / p->kvh, off = skv - sq;
+    double *Q = calloc((size_t)sq * d, sizeof *Q), *K = calloc((size_t)skv * kvd, sizeof *K);
+    double *V = calloc((size_t)skv * kvd, sizeof *V), *Z = calloc((size_t)sq * d, sizeof *Z);
     double *a = calloc((size_t)skv, sizeof *a);
     cr_assert(Q && K && V && Z && a);
     if (attn)
@@ -150,22 +230,28 @@ void reference_mha(const problem *p, double *out, double *attn)
 
     for (int b = 0; b < p->batch; b++) {
         const int ql = p->q_len ? p->q_len[b] : sq, kl = p->kv_len ? p->kv_len[b] : skv;
-        ref_linear(p->q + (size_t)b * sq * d, sq, d, p->wq, p->bq, Q);
-        ref_linear(p->k + (size_t)b * skv * d, skv, d, p->wk, p->bk, K);
-        ref_linear(p->v + (size_t)b * skv * d, skv, d, p->wv, p->bv, V);
+        ref_linear(p->q + (size_t)b * sq * d, sq, d, d, p->wq, p->bq, Q);
+        ref_linear(p->k + (size_t)b * skv * d, skv, d, kvd, p->wk, p->bk, K);
+        ref_linear(p->v + (size_t)b * skv * d, skv, d, kvd, p->wv, p->bv, V);
+        if (p->rope.style != MHA_ROPE_NONE) { /* key j at position j, query i at i + skv - sq */
+            ref_rope(p, Q, sq, h, off);
+            ref_rope(p, K, skv, p->kvh, 0);
+        }
         memset(Z, 0, (size_t)sq * d * sizeof *Z);
         for (int hd = 0; hd < h; hd++)
             for (int i = 0; i < ql; i++) {
                 /* visible keys: within the key length, causal bottom-right, explicit mask */
                 double mx = -INFINITY;
+                const int g = hd / group; /* its KV head, as HF's repeat_kv */
                 for (int j = 0; j < skv; j++) {
-                    int vis = j < kl && (!p->causal || j <= i + (skv - sq)) && (!p->mask || p->mask[(size_t)i * skv + j]);
+                    int vis = j < kl && (!(p->causal || p->window) || j <= i + off) &&
+                              (!p->window || j > i + off - p->window) && (!p->mask || p->mask[(size_t)i * skv + j]);
                     a[j] = -INFINITY;
                     if (!vis)
                         continue;
                     double s = 0;
                     for (int c = 0; c < dk; c++)
-                        s += Q[(size_t)i * d + hd * dk + c] * K[(size_t)j * d + hd * dk + c];
+                        s += Q[(size_t)i * d + hd * dk + c] * K[(size_t)j * kvd + g * dk + c];
                     a[j] = s / sqrt((double)dk);
                     mx = a[j] > mx ? a[j] : mx;
                 }
@@ -181,7 +267,7 @@ void reference_mha(const problem *p, double *out, double *attn)
                     if (attn)
                         attn[(((size_t)b * h + hd) * sq + i) * skv + j] = a[j];
                     for (int c = 0; c < dk; c++)
-                        Z[(size_t)i * d + hd * dk + c] += a[j] * V[(size_t)j * d + hd * dk + c];
+                        Z[(size_t)i * d + hd * dk + c] += a[j] * V[(size_t)j * kvd + g * dk + c];
                 }
             }
         double *o = out + (size_t)b * sq * d;

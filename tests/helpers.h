@@ -24,11 +24,16 @@ typedef struct problem {
     float *q, *k, *v;          /* (batch, seq, d) */
     int32_t *q_len, *kv_len;   /* NULL or (batch) */
     uint8_t *mask;             /* NULL or (seq_q, seq_kv) */
+    int kvh;                   /* KV heads (problem_set_kv_heads); h by default */
+    mha_rope rope;             /* style NONE by default */
+    int window;                /* 0: none */
 } problem;
 
 /* Unit-scale inputs, weights ~ U(-1, 1)/sqrt(d) as nn.Linear's init, so activations stay unit scale. */
 void problem_make(problem *p, int d, int h, int batch, int seq_q, int seq_kv, int bias, int cross, uint64_t seed);
 void problem_free(problem *p);
+/* Grouped-query attention: wk, wv (and bk, bv) become (d, kvh·d_k), redrawn from seed. */
+void problem_set_kv_heads(problem *p, int kvh, uint64_t seed);
 mha_input problem_input(const problem *p);
 /* Weights for the engine in the given layout; transposed copies are kept in *scratch (free it). */
 mha_weights problem_weights(const problem *p, mha_layout layout, float **scratch);

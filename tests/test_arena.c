@@ -23,10 +23,10 @@ typedef struct region { size_t off, bytes; } region;
 ParameterizedTestParameters(arena, regions_are_aligned_disjoint_and_inside)
 {
     static mha_dims dims[] = {
-        {.d = 512, .h = 8, .dk = 64, .batch = 2, .seq_q = 10, .seq_kv = 10, .threads = 2, .q_block = 10},
-        {.d = 96, .h = 6, .dk = 16, .batch = 3, .seq_q = 37, .seq_kv = 90, .threads = 3, .q_block = 16},
-        {.d = 40, .h = 4, .dk = 10, .batch = 1, .seq_q = 300, .seq_kv = 7, .threads = 1, .q_block = 32},
-        {.d = 1024, .h = 16, .dk = 64, .batch = 1, .seq_q = 8192, .seq_kv = 8192, .threads = 2, .q_block = 16},
+        {.d = 512, .h = 8, .dk = 64, .batch = 2, .seq_q = 10, .seq_kv = 10, .threads = 2, .q_block = 10, .kvh = 8, .group = 1},
+        {.d = 96, .h = 6, .dk = 16, .batch = 3, .seq_q = 37, .seq_kv = 90, .threads = 3, .q_block = 16, .kvh = 6, .group = 1},
+        {.d = 40, .h = 4, .dk = 10, .batch = 1, .seq_q = 300, .seq_kv = 7, .threads = 1, .q_block = 32, .kvh = 4, .group = 1},
+        {.d = 1024, .h = 16, .dk = 64, .batch = 1, .seq_q = 8192, .seq_kv = 8192, .threads = 2, .q_block = 16, .kvh = 16, .group = 1},
     };
     return cr_make_param_array(mha_dims, dims, sizeof dims / sizeof dims[0]);
 }

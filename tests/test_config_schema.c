@@ -56,7 +56,7 @@ Test(config_schema, keys_after_a_long_list_are_read_and_checked)
     free(yaml);
 }
 
-typedef struct scase { char what[40]; char yaml[160]; char want[100]; } scase;
+typedef struct scase { char what[40]; char yaml[200]; char want[100]; } scase;
 
 ParameterizedTestParameters(config_schema, strict_values)
 {
@@ -85,6 +85,27 @@ ParameterizedTestParameters(config_schema, strict_values)
         {"unknown top-level key", MODEL "modle: {}\n", ":2: modle: unknown key (a config takes name, model, batch"},
         {"bool spelled as number", "model: { d_model: 64, heads: 4, bias: 1 }\n", "model.bias: expected true or false, got '1'"},
         {"too many entries", MODEL "scaling: { pinning: [none, close, spread, cpus, none] }\n", "scaling.pinning: more than 4 entries"},
+        /* decoder keys */
+        {"kv_heads not dividing", "model: { d_model: 64, heads: 4, kv_heads: 3 }\n", ":1: model.kv_heads: 3 does not divide heads 4"},
+        {"odd rotary_dim", "model: { d_model: 64, heads: 4, rope: { style: neox, rotary_dim: 7 } }\n",
+         ":1: model.rope.rotary_dim: 7 must be even and at most d_k 16"},
+        {"rotary_dim above d_k", "model: { d_model: 64, heads: 4, rope: { style: neox, rotary_dim: 18 } }\n",
+         "model.rope.rotary_dim: 18 must be even and at most d_k 16"},
+        {"unknown rope style", "model: { d_model: 64, heads: 4, rope: { style: spiral } }\n",
+         "model.rope.style: 'spiral' is not one of none, neox, gptj"},
+        {"unknown rope scaling", "model: { d_model: 64, heads: 4, rope: { style: neox, scaling: ntk } }\n",
+         "model.rope.scaling: 'ntk' is not one of none, linear, llama3, yarn"},
+        {"negative window", "model: { d_model: 64, heads: 4, window: -1 }\n", ":1: model.window: must be in 0..1048576, got -1"},
+        {"theta without a style", "model:\n  d_model: 64\n  heads: 4\n  rope: { theta: 500000 }\n",
+         ":4: model.rope.theta: given, but rope style none, scaling none do not read it"},
+        {"llama3 without its context", "model: { d_model: 64, heads: 4, rope: { style: neox, scaling: llama3, factor: 8 } }\n",
+         "model.rope.original_max_position: llama3 scaling needs it"},
+        {"beta with llama3", "model: { d_model: 64, heads: 4, rope: { style: neox, scaling: llama3, factor: 8, "
+         "original_max_position: 8192, beta_fast: 16 } }\n", "model.rope.beta_fast: given, but rope style neox, scaling llama3"},
+        {"theta not a number", "model: { d_model: 64, heads: 4, rope: { style: neox, theta: 1e4x } }\n",
+         "model.rope.theta: expected a number, got '1e4x'"},
+        {"theta zero", "model: { d_model: 64, heads: 4, rope: { style: neox, theta: 0 } }\n",
+         "model.rope.theta: must be in (0..1e+12, got 0"},
     };
     return cr_make_param_array(scase, cases, sizeof cases / sizeof cases[0]);
 }
@@ -131,6 +152,11 @@ Test(config_schema, every_integer_key_is_range_checked_from_the_table)
             if (!strcmp(k->key, "model.d_model") || !strcmp(k->key, "model.heads"))
                 snprintf(yaml, sizeof yaml, "model: { %s: %lld, %s: %s }\n", dot + 1, bad,
                          !strcmp(k->key, "model.heads") ? "d_model" : "heads", !strcmp(k->key, "model.heads") ? "64" : "1");
+            else if (!strncmp(k->key, "model.rope.", 11))
+                snprintf(yaml, sizeof yaml, "model: { d_model: 64, heads: 4, rope: { style: neox, %s: %lld } }\n", k->key + 11,
+                         bad);
+            else if (!strncmp(k->key, "model.", 6))
+                snprintf(yaml, sizeof yaml, "model: { d_model: 64, heads: 4, %s: %lld }\n", k->key + 6, bad);
             else
                 snprintf(yaml, sizeof yaml, MODEL "%.*s: { %s: %lld }\n", (int)(dot - k->key), k->key, dot + 1, bad);
             cr_assert_eq(load_text(yaml, &fc, err, sizeof err), MHA_ERR_CONFIG, "%s = %lld accepted", k->key, bad);
@@ -144,6 +170,8 @@ Test(config_schema, every_integer_key_is_range_checked_from_the_table)
         mha_config cfg;
         mha_config_init(&cfg);
         cr_assert_eq(*(int *)((char *)&cfg + def->off), (int)def->def, "mha_config_init: %s", k->field);
+        if (!strncmp(k->field, "rope.", 5))
+            cfg.rope.style = MHA_ROPE_NEOX, cfg.rope.scaling = MHA_ROPE_SCALING_YARN; /* on, reading them all */
         *(int *)((char *)&cfg + def->off) = (int)k->max + 1;
         cr_assert_neq(mha_config_check(&cfg, err, sizeof err), MHA_OK, "%s = max + 1 accepted", k->field);
         snprintf(want, sizeof want, "%s: must be in %lld..%lld, got %lld", k->field, k->min, k->max, k->max + 1);

@@ -69,7 +69,7 @@ Test(contract, failed_calls_leave_a_message_naming_field_and_values)
     mha_weights no_bias = w;
     no_bias.b_v = NULL;
     cr_assert_eq(mha_set_weights(e, &no_bias), MHA_ERR_INVALID_ARG);
-    cr_assert(strstr(mha_engine_last_error(e), "3 of the biases"), "%s", mha_engine_last_error(e));
+    cr_assert(strstr(mha_engine_last_error(e), "b_v NULL"), "%s", mha_engine_last_error(e));
     cr_assert_eq(mha_set_weights(e, &w), MHA_OK);
     cr_assert_str_eq(mha_engine_last_error(e), "", "a success clears the message");
 

@@ -24,7 +24,28 @@ typedef struct fcase {
     int masks;   /* M_* bits */
     int q_block; /* 0: the engine's choice */
     int threads;
+    int kvh;     /* 0: heads */
+    int rope;    /* mha_rope_style */
+    int scaling; /* mha_rope_scaling */
+    int rdim;    /* rotary_dim, 0: d_k */
+    int window;
 } fcase;
+
+/* RoPE parameters of the decoder cases: small original contexts, so that llama3's three bands
+ * and yarn's ramp all fall among the frequencies of a small head. */
+static mha_rope rope_of(const fcase *c)
+{
+    mha_rope r = {.style = (mha_rope_style)c->rope, .theta = 10000.0f, .rotary_dim = c->rdim,
+                  .scaling = (mha_rope_scaling)c->scaling, .factor = 1.0f, .low_freq_factor = 1.0f,
+                  .high_freq_factor = 4.0f, .beta_fast = 32.0f, .beta_slow = 1.0f};
+    if (c->scaling == MHA_ROPE_SCALING_LINEAR)
+        r.factor = 4.0f;
+    if (c->scaling == MHA_ROPE_SCALING_LLAMA3)
+        r.theta = 500000.0f, r.factor = 8.0f, r.original_max_position = 64;
+    if (c->scaling == MHA_ROPE_SCALING_YARN)
+        r.factor = 4.0f, r.original_max_position = 64;
+    return r;
+}
 
 static void apply_masks(problem *p, int masks, uint64_t seed)
 {
@@ -49,6 +70,9 @@ static void apply_masks(problem *p, int masks, uint64_t seed)
     }
 }
 
+/* The fields after threads (GQA, RoPE, window) are 0 where a case leaves them out. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 ParameterizedTestParameters(engine, matches_reference)
 {
     static fcase cases[] = {
@@ -73,15 +97,39 @@ ParameterizedTestParameters(engine, matches_reference)
         /* rows longer than MHA_KV_CHUNK keys: the online softmax over key chunks */
         {"long rows, cross", 32, 2, 2, 40, 1300, 1, 1, MHA_LAYOUT_XW, M_KVLEN, 0, 2},
         {"long rows, all masks", 32, 2, 2, 1100, 1100, 0, 1, MHA_LAYOUT_XW, M_CAUSAL | M_KVLEN | M_QLEN | M_EXPLICIT, 0, 2},
+        /* decoder attention: grouped-query heads, rotary embeddings, sliding windows */
+        {"GQA 8/2", 128, 8, 2, 19, 19, 0, 1, MHA_LAYOUT_XW, M_CAUSAL, 0, 2, 2},
+        {"MQA, torch layout, ragged", 96, 6, 3, 23, 23, 0, 1, MHA_LAYOUT_TORCH, M_CAUSAL | M_KVLEN | M_QLEN, 8, 2, 1},
+        {"GQA cross, k = v", 64, 4, 2, 7, 30, 2, 1, MHA_LAYOUT_XW, M_NONE, 0, 2, 2},
+        {"GQA cross, separate k v", 64, 4, 2, 9, 17, 1, 0, MHA_LAYOUT_TORCH, M_KVLEN, 0, 2, 2},
+        {"RoPE neox", 64, 4, 2, 25, 25, 0, 1, MHA_LAYOUT_XW, M_CAUSAL, 0, 2, 0, MHA_ROPE_NEOX},
+        {"RoPE gptj, partial", 96, 4, 2, 21, 21, 0, 0, MHA_LAYOUT_XW, M_CAUSAL, 0, 2, 0, MHA_ROPE_GPTJ, 0, 16},
+        {"RoPE neox, partial, GQA", 128, 8, 2, 17, 17, 0, 1, MHA_LAYOUT_TORCH, M_CAUSAL, 0, 2, 4, MHA_ROPE_NEOX, 0, 8},
+        {"RoPE linear", 64, 2, 2, 40, 40, 0, 1, MHA_LAYOUT_XW, M_CAUSAL, 0, 2, 0, MHA_ROPE_NEOX, MHA_ROPE_SCALING_LINEAR},
+        {"RoPE llama3", 128, 2, 2, 70, 70, 0, 1, MHA_LAYOUT_XW, M_CAUSAL, 0, 2, 1, MHA_ROPE_NEOX, MHA_ROPE_SCALING_LLAMA3},
+        {"RoPE yarn", 128, 2, 2, 70, 70, 0, 1, MHA_LAYOUT_XW, M_CAUSAL, 0, 2, 0, MHA_ROPE_NEOX, MHA_ROPE_SCALING_YARN},
+        {"RoPE cross, seq_kv > seq_q", 64, 4, 2, 6, 20, 1, 1, MHA_LAYOUT_XW, M_CAUSAL, 0, 2, 2, MHA_ROPE_NEOX},
+        {"RoPE cross, seq_q > seq_kv", 64, 4, 2, 20, 6, 1, 1, MHA_LAYOUT_XW, M_NONE, 0, 2, 0, MHA_ROPE_GPTJ},
+        {"window 5", 64, 4, 2, 33, 33, 0, 1, MHA_LAYOUT_XW, M_NONE, 8, 2, 0, 0, 0, 0, 5},
+        {"window 16, GQA, RoPE, ragged", 128, 8, 3, 61, 61, 0, 1, MHA_LAYOUT_XW, M_KVLEN | M_QLEN, 16, 3, 2,
+         MHA_ROPE_NEOX, 0, 0, 16},
+        {"window 1", 32, 2, 2, 9, 9, 0, 1, MHA_LAYOUT_XW, M_CAUSAL, 0, 1, 0, 0, 0, 0, 1},
+        {"window cross, explicit mask", 64, 4, 2, 12, 30, 1, 1, MHA_LAYOUT_XW, M_EXPLICIT, 4, 2, 0, 0, 0, 0, 7},
+        {"window long rows", 32, 2, 2, 1300, 1300, 0, 1, MHA_LAYOUT_XW, M_CAUSAL, 0, 2, 1, MHA_ROPE_NEOX, 0, 0, 700},
     };
     return cr_make_param_array(fcase, cases, sizeof cases / sizeof cases[0]);
 }
+#pragma GCC diagnostic pop
 
 ParameterizedTest(fcase *c, engine, matches_reference, .timeout = 60)
 {
     problem p;
     problem_make(&p, c->d, c->h, c->batch, c->seq_q, c->seq_kv, c->bias, c->cross, 1234);
     apply_masks(&p, c->masks, 99);
+    if (c->kvh)
+        problem_set_kv_heads(&p, c->kvh, 77);
+    p.rope = rope_of(c);
+    p.window = c->window;
 
     mha_config cfg;
     problem_config(&p, &cfg, c->threads);
@@ -248,11 +296,16 @@ Test(engine, valid_outputs_ignore_padded_tokens, .timeout = 30)
     problem_free(&p);
 }
 
-static void check_bitwise_across_threads(int d, int h, int batch, int seq, int q_block)
+static void check_bitwise_across_threads(int d, int h, int batch, int seq, int q_block, int kvh, int window)
 {
     problem p;
     problem_make(&p, d, h, batch, seq, seq, 1, 0, 19);
     apply_masks(&p, M_CAUSAL | M_KVLEN | M_QLEN, 3);
+    if (kvh) { /* a decoder layer: grouped KV heads, RoPE, a window */
+        problem_set_kv_heads(&p, kvh, 5);
+        p.rope = (mha_rope){.style = MHA_ROPE_NEOX, .theta = 10000.0f};
+        p.window = window;
+    }
     size_t n = (size_t)p.batch * p.seq_q * p.d;
     float *first = NULL;
     for (int threads = 1; threads <= 4; threads++) {
@@ -285,8 +338,9 @@ static void check_bitwise_across_threads(int d, int h, int batch, int seq, int q
 
 Test(engine, bitwise_identical_across_thread_counts, .timeout = 60)
 {
-    check_bitwise_across_threads(96, 6, 5, 45, 16);
-    check_bitwise_across_threads(32, 2, 3, 1200, 0); /* long rows: key chunks */
+    check_bitwise_across_threads(96, 6, 5, 45, 16, 0, 0);
+    check_bitwise_across_threads(32, 2, 3, 1200, 0, 0, 0); /* long rows: key chunks */
+    check_bitwise_across_threads(128, 8, 3, 70, 16, 2, 20); /* GQA, RoPE, window */
 }
 
 Test(engine, static_engine_matches_heap_engine, .timeout = 30)

@@ -97,9 +97,14 @@ Test(errors, null_arguments_are_invalid, .init = setup, .fini = teardown)
 
 Test(errors, weights_that_disagree_with_the_config, .init = setup, .fini = teardown)
 {
-    mha_weights w = {P.wq, P.wk, P.wv, P.wo, P.bq, P.bk, P.bv, NULL, MHA_LAYOUT_XW};
-    cr_assert_eq(mha_set_weights(E, &w), MHA_ERR_INVALID_ARG, "three of four biases");
+    mha_weights w = {P.wq, NULL, P.wv, P.wo, P.bq, P.bk, P.bv, P.bo, MHA_LAYOUT_XW};
+    cr_assert_eq(mha_set_weights(E, &w), MHA_ERR_INVALID_ARG, "missing W_k");
+    w.w_k = P.wk, w.b_k = NULL;
+    cr_assert_eq(mha_set_weights(E, &w), MHA_ERR_INVALID_ARG, "b_q and b_v without b_k");
+    w.b_k = P.bk, w.b_o = NULL;
+    cr_assert_eq(mha_set_weights(E, &w), MHA_OK, "b_o is optional (no output bias, as Qwen2)");
     w.b_o = P.bo;
+    cr_assert_eq(mha_set_weights(E, &w), MHA_OK); /* the problem's own weights again */
     w.w_v = NULL;
     cr_assert_eq(mha_set_weights(E, &w), MHA_ERR_INVALID_ARG, "missing W_v");
     w.w_v = P.wv;

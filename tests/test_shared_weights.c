@@ -171,7 +171,7 @@ Test(shared_weights, rules)
     cr_assert_eq(mha_pack_weights(NULL, &wt, &pw), MHA_ERR_INVALID_ARG);
     cr_assert_null(pw);
     mha_weights no_bias = wt;
-    no_bias.b_o = NULL;
+    no_bias.b_k = NULL;
     cr_assert_eq(mha_pack_weights(&cfg, &no_bias, &pw), MHA_ERR_INVALID_ARG);
     cr_assert_eq(mha_pack_weights(&cfg, &wt, &pw), MHA_OK);
 

@@ -15,6 +15,7 @@ static const char *type_name(mha_key_type t)
     case MHA_KEY_STRING: return "string";
     case MHA_KEY_INT_LIST: return "integer list";
     case MHA_KEY_ENUM_LIST: return "word list";
+    case MHA_KEY_FLOAT: return "number";
     }
     return "?";
 }
@@ -42,6 +43,9 @@ int mha_cli_schema(int argc, char **argv)
             break;
         case MHA_KEY_BOOL:
             snprintf(values, sizeof values, "true, false");
+            break;
+        case MHA_KEY_FLOAT:
+            snprintf(values, sizeof values, "%s %g, <= %g", k->fmin_open ? ">" : ">=", k->fmin, k->fmax);
             break;
         default:
             snprintf(values, sizeof values, "%lld .. %lld", k->min, k->max);

@@ -1,0 +1,100 @@
+/* rope.c — rotary position embeddings (rope.h). The frequency formulas follow HF transformers'
+ * modeling_rope_utils (_compute_default/linear/llama3/yarn_parameters), in float32 where HF
+ * computes in float32, so the same positions give the same angles. */
+#include "rope.h"
+
+#include <math.h>
+
+#define PI 3.14159265358979323846 /* Python's math.pi */
+
+void mha_rope_freqs(const mha_rope *rope, int r, float *inv_freq, float *attention_factor)
+{
+    const int half = r / 2;
+    const double base = rope->theta, factor = rope->factor;
+    *attention_factor = 1.0f;
+    /* default: 1 / base^(2i / r), the power in float32 as torch does it */
+    for (int i = 0; i < half; i++)
+        inv_freq[i] = 1.0f / powf((float)base, (float)(2 * i) / (float)r);
+    switch (rope->scaling) {
+    case MHA_ROPE_SCALING_LINEAR:
+        for (int i = 0; i < half; i++)
+            inv_freq[i] /= (float)factor;
+        break;
+    case MHA_ROPE_SCALING_LLAMA3: {
+        /* wavelengths above the original context's low-frequency bound are divided by the
+         * factor, those below its high-frequency bound kept, the band between interpolated */
+        /* tensor-with-scalar arithmetic in float32, as torch does it */
+        const float ctx = (float)rope->original_max_position, lo = rope->low_freq_factor, hi = rope->high_freq_factor;
+        const double low_wavelen = (double)rope->original_max_position / lo, high_wavelen = (double)rope->original_max_position / hi;
+        const float fac = (float)factor;
+        for (int i = 0; i < half; i++) {
+            const float f = inv_freq[i];
+            const float wavelen = (float)(2.0 * PI) / f;
+            float g = wavelen > low_wavelen ? f / fac : f;
+            if (!(wavelen < high_wavelen) && !(wavelen > low_wavelen)) {
+                const float smooth = (ctx / wavelen - lo) / (hi - lo);
+                g = (1.0f - smooth) * g / fac + smooth * g;
+            }
+            inv_freq[i] = g;
+        }
+        break;
+    }
+    case MHA_ROPE_SCALING_YARN: {
+        /* dimensions rotating fewer than beta_slow times over the original context are
+         * interpolated (θ / factor), more than beta_fast times extrapolated (θ kept), a linear
+         * ramp between; cos and sin carry the attention factor 0.1·ln(factor) + 1 */
+        const double ctx = rope->original_max_position;
+#define CORRECTION_DIM(rot) ((double)r * log(ctx / ((rot) * 2.0 * PI)) / (2.0 * log(base)))
+        double low = floor(CORRECTION_DIM(rope->beta_fast)), high = ceil(CORRECTION_DIM(rope->beta_slow));
+#undef CORRECTION_DIM
+        low = low > 0 ? low : 0;
+        high = high < r - 1 ? high : r - 1;
+        if (low == high)
+            high += 0.001;
+        for (int i = 0; i < half; i++) {
+            const float pos_freq = powf((float)base, (float)(2 * i) / (float)r);
+            const float extrapolation = 1.0f / pos_freq, interpolation = 1.0f / ((float)factor * pos_freq);
+            float ramp = ((float)i - (float)low) / (float)(high - low);
+            ramp = ramp < 0.0f ? 0.0f : ramp > 1.0f ? 1.0f : ramp;
+            const float keep = 1.0f - ramp; /* the extrapolation's share */
+            inv_freq[i] = interpolation * (1.0f - keep) + extrapolation * keep;
+        }
+        *attention_factor = factor > 1.0 ? (float)(0.1 * log(factor) + 1.0) : 1.0f;
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+void mha_rope_table(const mha_rope *rope, int r, int positions, float *cos_t, float *sin_t)
+{
+    const int half = r / 2;
+    float att, *inv_freq = sin_t; /* position 0's row holds the frequencies until written last */
+    mha_rope_freqs(rope, r, inv_freq, &att);
+    for (int p = positions - 1; p >= 0; p--)
+        for (int i = 0; i < half; i++) {
+            const float angle = (float)p * inv_freq[i]; /* float32, as HF's freqs */
+            cos_t[(size_t)p * half + i] = (float)cos((double)angle) * att;
+            sin_t[(size_t)p * half + i] = (float)sin((double)angle) * att;
+        }
+}
+
+void mha_rope_rows(const mha_kernel *k, mha_mat m, int rows, int col, int pos0, mha_rope_style style, int r,
+                   const float *cos_t, const float *sin_t)
+{
+    const int half = r / 2;
+    for (int i = 0; i < rows; i++) {
+        const int p = pos0 + i, ap = p < 0 ? -p : p;
+        const float sign = p < 0 ? -1.0f : 1.0f;
+        const float *c = cos_t + (size_t)ap * half, *s = sin_t + (size_t)ap * half;
+        for (int j = 0; j < half; j++) {
+            /* neox pairs feature j with j + r/2 (HF rotate_half), gptj with its neighbour */
+            const int a = style == MHA_ROPE_NEOX ? j : 2 * j, b = style == MHA_ROPE_NEOX ? j + half : 2 * j + 1;
+            float *xa = mha_mat_at(k, m, i, col + a), *xb = mha_mat_at(k, m, i, col + b);
+            const float x1 = *xa, x2 = *xb, sn = sign * s[j];
+            *xa = x1 * c[j] - x2 * sn;
+            *xb = x2 * c[j] + x1 * sn;
+        }
+    }
+}
