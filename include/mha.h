@@ -184,6 +184,13 @@ MHA_API size_t mha_engine_workspace_size(const mha_engine *e);  /* arena bytes *
  * Writes min(n, threads) entries; returns how many were written. */
 MHA_API int mha_engine_worker_cpus(const mha_engine *e, int *cpus, int n);
 
+/* RoPE's frequencies as the engine uses them: inv_freq[i] for i < rotary_dim / 2 (float32,
+ * as HF computes them) and the factor cos and sin are scaled by (yarn's attention factor,
+ * else 1). Key j is rotated by angle j·inv_freq[i] (a float32 product), query i of a forward
+ * by (i + seq_kv − seq_q)·inv_freq[i]. MHA_ERR_INVALID_ARG for a NULL pointer or an odd or
+ * non-positive rotary_dim. */
+MHA_API mha_status mha_rope_inv_freq(const mha_rope *rope, int rotary_dim, float *inv_freq, float *attention_factor);
+
 /* The CPUs this process may use, ascending, into cpus[0 .. min(n, max)); returns n, or -1.
  * When OpenMP binds threads (OMP_PROC_BIND/OMP_PLACES), libgomp pins the initial thread to
  * one place before main, so this is the union of OpenMP's places; otherwise it is the

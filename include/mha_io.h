@@ -88,10 +88,13 @@ MHA_API const char *mha_scale_mode_name(int mode);
  *   nn.MultiheadAttention     in_proj_weight (3d, d), in_proj_bias, out_proj.weight, out_proj.bias
  *   nn.Linear per projection  {q,k,v,o}_proj.weight (d, d) and .bias
  *   the reference class       W_q, W_k, W_v, W_o (d, d) as x·W, b_q … b_o
- * Shapes must match cfg (d_model; biases present exactly when cfg->bias). */
+ * Shapes must match cfg: d_model, and with kv_heads K and V of (kv_heads·d_k, d) as HF's
+ * k_proj/v_proj (Llama, Mistral, Qwen2); biases when cfg->bias — those of the output
+ * projection optional (Qwen2 has q, k and v biases only) — and none without. */
 typedef struct mha_weights_file {
     mha_weights w;            /* views into storage, ready for mha_set_weights / mha_pack_weights */
-    float *storage;           /* owned */
+    float *storage;           /* owned: Wq, Wk, Wv, Wo, then b_q, b_k, b_v, b_o */
+    size_t n_floats;          /* storage's length */
     const char *scheme;       /* which naming was found (static text) */
 } mha_weights_file;
 /* MHA_ERR_IO, MHA_ERR_FORMAT (malformed file; a missing or misshapen tensor: err names it, the

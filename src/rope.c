@@ -98,3 +98,11 @@ void mha_rope_rows(const mha_kernel *k, mha_mat m, int rows, int col, int pos0, 
         }
     }
 }
+
+MHA_API mha_status mha_rope_inv_freq(const mha_rope *rope, int rotary_dim, float *inv_freq, float *attention_factor)
+{
+    if (!rope || !inv_freq || !attention_factor || rotary_dim < 2 || rotary_dim % 2)
+        return MHA_ERR_INVALID_ARG;
+    mha_rope_freqs(rope, rotary_dim, inv_freq, attention_factor);
+    return MHA_OK;
+}

@@ -68,6 +68,7 @@ MHA_API mha_status mha_weights_file_load(const char *path, const char *prefix_in
         return mha_errorf(err, err_len, MHA_ERR_CONFIG, "%s: config: %s", path, why);
     }
     const int d = cfg->d_model, bias = cfg->bias;
+    const int kvd = (cfg->n_kv_heads ? cfg->n_kv_heads : cfg->n_heads) * (d / cfg->n_heads);
     char prefix[256] = "";
     if (prefix_in && prefix_in[0]) {
         size_t n = strlen(prefix_in);
@@ -80,45 +81,58 @@ MHA_API mha_status mha_weights_file_load(const char *path, const char *prefix_in
     if (st != MHA_OK)
         return st;
 
-    size_t dd = (size_t)d * d;
-    float *s = malloc((4 * dd + 4 * (size_t)d) * sizeof *s);
+    /* one buffer: Wq (d·d), Wk, Wv (kvd·d each), Wo (d·d), then b_q (d), b_k, b_v (kvd), b_o (d) */
+    const size_t dd = (size_t)d * d, kd = (size_t)kvd * d, nw = 2 * dd + 2 * kd;
+    const size_t total = nw + 2 * (size_t)d + 2 * (size_t)kvd;
+    float *s = malloc(total * sizeof *s);
     if (!s) {
         mha_st_close(&sf);
         return mha_errorf(err, err_len, MHA_ERR_NOMEM, "%s: out of memory for the weights", path);
     }
-    float *b = s + 4 * dd;
+    float *wq = s, *wk = s + dd, *wv = wk + kd, *wo = wv + kd;
+    float *bq = s + nw, *bk = bq + d, *bv = bk + kvd, *bo = bv + kvd;
     want list[8];
     int n = 0;
-    const char *bias_name = NULL; /* a bias tensor that proves the file has biases */
+    const char *bias_name = NULL, *o_bias = NULL; /* a bias that proves the file has biases; the optional one */
     if (has(&sf, prefix, "in_proj_weight")) {
         out->scheme = "nn.MultiheadAttention (in_proj_weight)";
         out->w.layout = MHA_LAYOUT_TORCH;
-        list[n++] = (want){"in_proj_weight", 3 * d, d, s};  /* rows q, k, v: contiguous */
-        list[n++] = (want){"out_proj.weight", d, d, s + 3 * dd};
-        bias_name = "in_proj_bias";
-        if (bias) {
-            list[n++] = (want){"in_proj_bias", 3 * d, 0, b};
-            list[n++] = (want){"out_proj.bias", d, 0, b + 3 * d};
+        if (kvd != d) {
+            st = mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: tensor '%sin_proj_weight' is nn.MultiheadAttention's, "
+                            "which has no grouped KV heads; the model has kv_heads %d of %d heads", path, prefix,
+                            kvd / (d / cfg->n_heads), cfg->n_heads);
         }
+        list[n++] = (want){"in_proj_weight", 3 * d, d, s};  /* rows q, k, v: contiguous */
+        list[n++] = (want){"out_proj.weight", d, d, wo};
+        bias_name = "in_proj_bias", o_bias = "out_proj.bias";
+        if (bias)
+            list[n++] = (want){"in_proj_bias", 3 * d, 0, bq};
     } else if (has(&sf, prefix, "q_proj.weight")) {
         out->scheme = "nn.Linear per projection (q_proj.weight)";
         out->w.layout = MHA_LAYOUT_TORCH;
-        const char *wn[4] = {"q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight"};
-        const char *bn[4] = {"q_proj.bias", "k_proj.bias", "v_proj.bias", "o_proj.bias"};
-        for (int i = 0; i < 4; i++)
-            list[n++] = (want){wn[i], d, d, s + (size_t)i * dd};
-        for (int i = 0; bias && i < 4; i++)
-            list[n++] = (want){bn[i], d, 0, b + (size_t)i * d};
-        bias_name = "q_proj.bias";
+        list[n++] = (want){"q_proj.weight", d, d, wq};
+        list[n++] = (want){"k_proj.weight", kvd, d, wk};
+        list[n++] = (want){"v_proj.weight", kvd, d, wv};
+        list[n++] = (want){"o_proj.weight", d, d, wo};
+        if (bias) {
+            list[n++] = (want){"q_proj.bias", d, 0, bq};
+            list[n++] = (want){"k_proj.bias", kvd, 0, bk};
+            list[n++] = (want){"v_proj.bias", kvd, 0, bv};
+        }
+        bias_name = "q_proj.bias", o_bias = "o_proj.bias";
     } else if (has(&sf, prefix, "W_q")) {
         out->scheme = "reference class (W_q, x·W)";
         out->w.layout = MHA_LAYOUT_XW;
-        const char *wn[4] = {"W_q", "W_k", "W_v", "W_o"}, *bn[4] = {"b_q", "b_k", "b_v", "b_o"};
-        for (int i = 0; i < 4; i++)
-            list[n++] = (want){wn[i], d, d, s + (size_t)i * dd};
-        for (int i = 0; bias && i < 4; i++)
-            list[n++] = (want){bn[i], d, 0, b + (size_t)i * d};
-        bias_name = "b_q";
+        list[n++] = (want){"W_q", d, d, wq};
+        list[n++] = (want){"W_k", d, kvd, wk};
+        list[n++] = (want){"W_v", d, kvd, wv};
+        list[n++] = (want){"W_o", d, d, wo};
+        if (bias) {
+            list[n++] = (want){"b_q", d, 0, bq};
+            list[n++] = (want){"b_k", kvd, 0, bk};
+            list[n++] = (want){"b_v", kvd, 0, bv};
+        }
+        bias_name = "b_q", o_bias = "b_o";
     } else {
         char names[256] = "";
         for (int i = 0; i < sf.n && strlen(names) < 200; i++)
@@ -127,9 +141,13 @@ MHA_API mha_status mha_weights_file_load(const char *path, const char *prefix_in
                         "%s: no attention weights under prefix '%s' (looked for in_proj_weight, q_proj.weight, W_q); "
                         "the file holds %s%s", path, prefix, sf.n ? names : "no tensors", sf.n > 8 ? ", …" : "");
     }
-    if (st == MHA_OK && !bias && has(&sf, prefix, bias_name))
+    if (st == MHA_OK && !bias && (has(&sf, prefix, bias_name) || has(&sf, prefix, o_bias)))
         st = mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: tensor '%s%s' is a bias, but the model has bias: false",
-                        path, prefix, bias_name);
+                        path, prefix, has(&sf, prefix, bias_name) ? bias_name : o_bias);
+    /* the output projection's bias is optional (Qwen2 has q, k, v biases only) */
+    const int with_o_bias = st == MHA_OK && bias && has(&sf, prefix, o_bias);
+    if (with_o_bias)
+        list[n++] = (want){o_bias, d, 0, bo};
     for (int i = 0; st == MHA_OK && i < n; i++)
         st = take(&sf, path, prefix, &list[i], err, err_len);
     mha_st_close(&sf);
@@ -138,9 +156,10 @@ MHA_API mha_status mha_weights_file_load(const char *path, const char *prefix_in
         return st;
     }
     out->storage = s;
-    out->w.w_q = s, out->w.w_k = s + dd, out->w.w_v = s + 2 * dd, out->w.w_o = s + 3 * dd;
+    out->n_floats = total;
+    out->w.w_q = wq, out->w.w_k = wk, out->w.w_v = wv, out->w.w_o = wo;
     if (bias)
-        out->w.b_q = b, out->w.b_k = b + d, out->w.b_v = b + 2 * d, out->w.b_o = b + 3 * d;
+        out->w.b_q = bq, out->w.b_k = bk, out->w.b_v = bv, out->w.b_o = with_o_bias ? bo : NULL;
     return MHA_OK;
 }
 

@@ -12,18 +12,27 @@
 
 #define D "tests/data/"
 
-typedef struct golden { char name[24]; char args[400]; } golden;
+typedef struct golden { char name[24]; char args[400]; char config[48]; } golden;
 
 ParameterizedTestParameters(cli, reproduces_pytorch)
 {
     static golden cases[] = {
-        {"mha_self", "--weights " D "mha.safetensors --input " D "x.npy"},
-        {"mha_keypad", "--weights " D "mha.safetensors --input " D "x.npy --lengths " D "lengths.npy"},
-        {"mha_causal", "--weights " D "mha.safetensors --input " D "x.npy --causal"},
-        {"mha_causal_pad", "--weights " D "mha.safetensors --input " D "x.npy --causal --lengths " D "lengths.npy"},
-        {"mha_cross", "--weights " D "mha.safetensors --input " D "q5.npy --kv " D "kv.npy --kv-lengths " D "kv_lengths.npy"},
-        {"proj_f16", "--weights " D "proj_f16.safetensors --prefix model.layers.0.self_attn --input " D "x.npy"},
-        {"xw_bf16", "--weights " D "xw_bf16.safetensors --input " D "x.npy --causal --lengths " D "lengths.npy"},
+        {"mha_self", "--weights " D "mha.safetensors --input " D "x.npy", D "golden.yaml"},
+        {"mha_keypad", "--weights " D "mha.safetensors --input " D "x.npy --lengths " D "lengths.npy", D "golden.yaml"},
+        {"mha_causal", "--weights " D "mha.safetensors --input " D "x.npy --causal", D "golden.yaml"},
+        {"mha_causal_pad", "--weights " D "mha.safetensors --input " D "x.npy --causal --lengths " D "lengths.npy", D "golden.yaml"},
+        {"mha_cross", "--weights " D "mha.safetensors --input " D "q5.npy --kv " D "kv.npy --kv-lengths " D "kv_lengths.npy", D "golden.yaml"},
+        {"proj_f16", "--weights " D "proj_f16.safetensors --prefix model.layers.0.self_attn --input " D "x.npy", D "golden.yaml"},
+        {"xw_bf16", "--weights " D "xw_bf16.safetensors --input " D "x.npy --causal --lengths " D "lengths.npy", D "golden.yaml"},
+        /* decoder layers after HF's Llama / Qwen2 / Mistral / GPT-J attention (GQA, RoPE, window) */
+        {"llama_gqa", "--weights " D "llama_gqa.safetensors --prefix model.layers.0.self_attn --input " D "x128.npy",
+         D "llama_gqa.yaml"},
+        {"qwen2_bias", "--weights " D "qwen2_bias.safetensors --prefix model.layers.0.self_attn --input " D "x64.npy "
+         "--lengths " D "lengths12.npy", D "qwen2_bias.yaml"},
+        {"mistral_window", "--weights " D "mistral_window.safetensors --prefix model.layers.0.self_attn --input " D "x64.npy",
+         D "mistral_window.yaml"},
+        {"gptj_partial", "--weights " D "gptj_partial.safetensors --prefix model.layers.0.self_attn --input " D "x64.npy",
+         D "gptj_partial.yaml"},
     };
     return cr_make_param_array(golden, cases, sizeof cases / sizeof cases[0]);
 }
@@ -32,9 +41,9 @@ ParameterizedTestParameters(cli, reproduces_pytorch)
  * weights); mha's fp32 path is within ~1e-7 of them, so ‖out − ref‖ / ‖ref‖ ≤ 1e-5. */
 ParameterizedTest(golden *g, cli, reproduces_pytorch, .timeout = 60)
 {
-    char dir[64], args[600], path[128];
+    char dir[64], args[700], path[128];
     tmpdir_make(dir, sizeof dir);
-    snprintf(args, sizeof args, "run " D "golden.yaml %s --output %s/out.npy --iters 1 --warmup 0", g->args, dir);
+    snprintf(args, sizeof args, "run %s %s --output %s/out.npy --iters 1 --warmup 0", g->config, g->args, dir);
     char *out, *err;
     int rc = run_cli(args, &out, &err);
     cr_assert_eq(rc, 0, "%s: exit %d: %s", g->name, rc, err);

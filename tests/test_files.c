@@ -176,3 +176,27 @@ Test(files, makefile_honours_cc_cflags_and_builds_without_dpkg, .timeout = 60)
     free(d);
     tmpdir_remove(dir);
 }
+
+/* Grouped-query weights are checked against the config's KV heads, naming the tensor. */
+Test(files, gqa_weights_must_match_kv_heads, .timeout = 30)
+{
+    char *out, *err;
+    int rc = run_cli("run tests/data/llama_gqa.yaml --weights tests/data/llama_gqa.safetensors --input tests/data/x128.npy "
+                     "--iters 1", &out, &err);
+    cr_assert_eq(rc, 2, "without the prefix: %s", err);
+    cr_assert(strstr(err, "no attention weights under prefix ''"), "%s", err);
+    free(out), free(err);
+    mha_config cfg;
+    char e[512];
+    cr_assert_eq(mha_config_load("tests/data/llama_gqa.yaml", &cfg, e, sizeof e), MHA_OK, "%s", e);
+    cfg.n_kv_heads = 4; /* the file has 2 */
+    mha_weights_file wf;
+    cr_assert_eq(mha_weights_file_load("tests/data/llama_gqa.safetensors", "model.layers.0.self_attn", &cfg, &wf, e, sizeof e),
+                 MHA_ERR_FORMAT);
+    cr_assert(strstr(e, "tensor 'model.layers.0.self_attn.k_proj.weight' has shape (32, 128), expected (64, 128)"), "%s", e);
+    cfg.n_kv_heads = 2;
+    cr_assert_eq(mha_weights_file_load("tests/data/llama_gqa.safetensors", "model.layers.0.self_attn", &cfg, &wf, e, sizeof e),
+                 MHA_OK, "%s", e);
+    cr_assert_null(wf.w.b_o);
+    mha_weights_file_free(&wf);
+}

@@ -97,11 +97,22 @@ static float *uniform(size_t n, uint64_t *seed)
     return x;
 }
 
+void cli_problem_model(cli_problem *p, const mha_config *cfg)
+{
+    p->d = cfg->d_model, p->h = cfg->n_heads;
+    p->kvh = cfg->n_kv_heads ? cfg->n_kv_heads : cfg->n_heads;
+    p->rope = cfg->rope;
+    if (p->rope.style != MHA_ROPE_NONE && p->rope.rotary_dim == 0)
+        p->rope.rotary_dim = p->d / p->h;
+    p->window = cfg->window;
+}
+
 int cli_generate_inputs(const mha_config_file *fc, int batch, cli_problem *p)
 {
     uint64_t seed = fc->seed;
     size_t nq, nkv;
-    p->d = fc->engine.d_model, p->h = fc->engine.n_heads, p->batch = batch;
+    cli_problem_model(p, &fc->engine);
+    p->batch = batch;
     p->seq_q = fc->engine.max_seq_q, p->seq_kv = fc->cross ? fc->engine.max_seq_kv : fc->engine.max_seq_q, p->cross = fc->cross;
     if (__builtin_mul_overflow((size_t)batch * p->seq_q, (size_t)p->d, &nq) ||
         __builtin_mul_overflow((size_t)batch * p->seq_kv, (size_t)p->d, &nkv) || nq > SIZE_MAX / 8 || nkv > SIZE_MAX / 8) {
@@ -134,21 +145,29 @@ int cli_self_key_padding(cli_problem *p)
     return EXIT_OK;
 }
 
+size_t cli_weight_floats(const cli_problem *p)
+{
+    const size_t d = (size_t)p->d, kvd = (size_t)p->kvh * (d / (size_t)p->h);
+    return 2 * d * d + 2 * d * kvd + 2 * d + 2 * kvd;
+}
+
 int cli_generate_weights(const mha_config_file *fc, cli_problem *p, float **buf)
 {
-    /* after the inputs' stream: a different seed */
-    size_t dd = (size_t)p->d * p->d;
+    /* after the inputs' stream: a different seed; Wq, Wk, Wv, Wo then their biases, Wk and
+     * Wv (d, kvh·d_k) with grouped-query heads */
+    const size_t d = (size_t)p->d, dd = d * d, kvd = (size_t)p->kvh * (d / (size_t)p->h);
+    const size_t nw = 2 * dd + 2 * d * kvd, nb = cli_weight_floats(p) - nw;
     uint64_t seed = fc->seed ^ 0x5EEDull;
-    if (!(*buf = malloc((4 * dd + 4 * (size_t)p->d) * sizeof **buf))) {
+    if (!(*buf = malloc((nw + nb) * sizeof **buf))) {
         cli_error("out of memory for the weights");
         return EXIT_RUNTIME;
     }
-    float bound = 1.0f / sqrtf((float)p->d), *w = *buf, *b = w + 4 * dd;
-    cli_fill_uniform(w, 4 * dd, -bound, bound, &seed);
-    cli_fill_uniform(b, 4 * (size_t)p->d, -bound, bound, &seed);
-    p->w = (mha_weights){w, w + dd, w + 2 * dd, w + 3 * dd, NULL, NULL, NULL, NULL, MHA_LAYOUT_XW};
+    float bound = 1.0f / sqrtf((float)p->d), *w = *buf, *b = w + nw;
+    cli_fill_uniform(w, nw, -bound, bound, &seed);
+    cli_fill_uniform(b, nb, -bound, bound, &seed);
+    p->w = (mha_weights){w, w + dd, w + dd + d * kvd, w + dd + 2 * d * kvd, NULL, NULL, NULL, NULL, MHA_LAYOUT_XW};
     if (fc->engine.bias)
-        p->w.b_q = b, p->w.b_k = b + p->d, p->w.b_v = b + 2 * p->d, p->w.b_o = b + 3 * p->d;
+        p->w.b_q = b, p->w.b_k = b + d, p->w.b_v = b + d + kvd, p->w.b_o = b + d + 2 * kvd;
     return EXIT_OK;
 }
 
@@ -161,23 +180,30 @@ void cli_problem_free(cli_problem *p)
 static int q_len_of(const cli_problem *p, int b) { return p->q_len ? p->q_len[b] : p->seq_q; }
 static int kv_len_of(const cli_problem *p, int b) { return p->kv_len ? p->kv_len[b] : p->seq_kv; }
 
-/* Keys query row i of sequence b sees (no explicit mask in the CLI). */
-static int visible(const cli_problem *p, int b, int i)
+/* Keys [*first, end) that query row i of sequence b sees (no explicit mask in the CLI): its
+ * key length, causal (bottom-right), a sliding window (causal implied). Returns end. */
+static int visible(const cli_problem *p, int b, int i, int *first)
 {
-    int n = kv_len_of(p, b);
-    if (p->causal && i + (p->seq_kv - p->seq_q) + 1 < n)
-        n = i + (p->seq_kv - p->seq_q) + 1;
-    return n > 0 ? n : 0;
+    const int pos = i + (p->seq_kv - p->seq_q);
+    int n = kv_len_of(p, b), lo = p->window > 0 && pos - p->window + 1 > 0 ? pos - p->window + 1 : 0;
+    if ((p->causal || p->window > 0) && pos + 1 < n)
+        n = pos + 1;
+    n = n > 0 ? n : 0;
+    if (first)
+        *first = lo < n ? lo : n;
+    return n;
 }
 
 double cli_flops(const cli_problem *p)
 {
-    double d = p->d, total = 0;
+    double d = p->d, kvd = (double)p->kvh * (p->d / p->h), total = 0;
     for (int b = 0; b < p->batch; b++) {
         int ql = q_len_of(p, b), kl = p->cross ? kv_len_of(p, b) : (ql > kv_len_of(p, b) ? ql : kv_len_of(p, b));
-        total += 2.0 * d * d * (2.0 * ql + 2.0 * kl);
-        for (int i = 0; i < ql; i++)
-            total += 4.0 * d * visible(p, b, i);
+        total += 2.0 * d * d * 2.0 * ql + 2.0 * d * kvd * 2.0 * kl; /* Q and out; K and V */
+        for (int i = 0; i < ql; i++) {
+            int lo, hi = visible(p, b, i, &lo);
+            total += 4.0 * d * (hi - lo);
+        }
     }
     return total;
 }
@@ -191,9 +217,9 @@ double cli_tokens(const cli_problem *p)
 }
 
 /* y (n) = x (d) · W[:, o0 : o0 + n] + bias[o0 : o0 + n]: output columns o0.. of a linear map
- * in the problem's layout, in double. */
-static void linear_cols(const cli_problem *p, const float *x, const float *w, const float *bias, int o0, int n,
-                        double *y)
+ * from d to width outputs in the problem's layout, in double. */
+static void linear_cols(const cli_problem *p, const float *x, const float *w, const float *bias, int width, int o0,
+                        int n, double *y)
 {
     const int d = p->d;
     for (int o = 0; o < n; o++)
@@ -208,7 +234,20 @@ static void linear_cols(const cli_problem *p, const float *x, const float *w, co
     } else {
         for (int c = 0; c < d; c++)
             for (int o = 0; o < n; o++)
-                y[o] += (double)x[c] * w[(size_t)c * d + o0 + o];
+                y[o] += (double)x[c] * w[(size_t)c * width + o0 + o];
+    }
+}
+
+/* RoPE of one head's features y (d_k) at position pos, with the engine's frequencies. */
+static void rope_row(const cli_problem *p, const float *inv_freq, float att, double *y, int pos)
+{
+    const int half = p->rope.rotary_dim / 2, neox = p->rope.style == MHA_ROPE_NEOX;
+    for (int j = 0; j < half; j++) {
+        const int a = neox ? j : 2 * j, b = neox ? j + half : 2 * j + 1;
+        const double ang = (double)((float)pos * inv_freq[j]), c = cos(ang) * att, s = sin(ang) * att;
+        const double x1 = y[a], x2 = y[b];
+        y[a] = x1 * c - x2 * s;
+        y[b] = x2 * c + x1 * s;
     }
 }
 
@@ -229,11 +268,15 @@ double cli_check_rows(const cli_problem *p, const float *out, int rows, int *che
      * a long context costs little memory next to the engine. */
     int seqs[2] = {0, p->batch - 1}, n_seq = p->batch > 1 ? 2 : 1;
     const int max_want = (rows + n_seq - 1) / n_seq; /* the first sequence's share, the larger */
+    const int kvd = p->kvh * dk, group = p->h / p->kvh, off = p->seq_kv - p->seq_q;
     double *K = malloc((size_t)p->seq_kv * dk * sizeof *K), *V = malloc((size_t)p->seq_kv * dk * sizeof *V);
     double *q = malloc((size_t)dk * sizeof *q), *z = malloc((size_t)max_want * d * sizeof *z);
     double *ref = malloc((size_t)d * sizeof *ref), *a = malloc((size_t)p->seq_kv * sizeof *a);
+    float *inv_freq = malloc(((size_t)dk / 2 + 1) * sizeof *inv_freq), att = 1.0f;
     double worst = 0;
-    if (!K || !V || !q || !z || !ref || !a) {
+    if (p->rope.style != MHA_ROPE_NONE && inv_freq)
+        mha_rope_inv_freq(&p->rope, p->rope.rotary_dim, inv_freq, &att);
+    if (!K || !V || !q || !z || !ref || !a || !inv_freq) {
         worst = NAN;
         goto done;
     }
@@ -245,34 +288,42 @@ double cli_check_rows(const cli_problem *p, const float *out, int rows, int *che
         if (ql == 0 || want == 0)
             continue;
         int max_key = 0;
-        for (int r = 0; r < want; r++)
-            max_key = visible(p, b, sample_row(r, want, ql)) > max_key ? visible(p, b, sample_row(r, want, ql)) : max_key;
+        for (int r = 0; r < want; r++) {
+            const int nv = visible(p, b, sample_row(r, want, ql), NULL);
+            max_key = nv > max_key ? nv : max_key;
+        }
         if (max_key > kl)
             max_key = kl;
         memset(z, 0, (size_t)want * d * sizeof *z);
         for (int h = 0; h < p->h; h++) {
-            const int c0 = h * dk;
-            for (int j = 0; j < max_key; j++) {
-                linear_cols(p, xkv + (size_t)j * d, p->w.w_k, p->w.b_k, c0, dk, K + (size_t)j * dk);
-                linear_cols(p, xkv + (size_t)j * d, p->w.w_v, p->w.b_v, c0, dk, V + (size_t)j * dk);
-            }
+            const int c0 = h * dk, kc0 = (h / group) * dk; /* its columns, its KV head's */
+            if (h % group == 0) /* a new KV head: its keys and values (rotated keys at j) */
+                for (int j = 0; j < max_key; j++) {
+                    linear_cols(p, xkv + (size_t)j * d, p->w.w_k, p->w.b_k, kvd, kc0, dk, K + (size_t)j * dk);
+                    linear_cols(p, xkv + (size_t)j * d, p->w.w_v, p->w.b_v, kvd, kc0, dk, V + (size_t)j * dk);
+                    if (p->rope.style != MHA_ROPE_NONE)
+                        rope_row(p, inv_freq, att, K + (size_t)j * dk, j);
+                }
             for (int r = 0; r < want; r++) {
-                const int i = sample_row(r, want, ql), nv = visible(p, b, i);
-                if (nv <= 0)
+                int lo;
+                const int i = sample_row(r, want, ql), nv = visible(p, b, i, &lo);
+                if (nv <= lo)
                     continue;
-                linear_cols(p, xq + (size_t)i * d, p->w.w_q, p->w.b_q, c0, dk, q);
+                linear_cols(p, xq + (size_t)i * d, p->w.w_q, p->w.b_q, d, c0, dk, q);
+                if (p->rope.style != MHA_ROPE_NONE)
+                    rope_row(p, inv_freq, att, q, i + off);
                 double mx = -INFINITY, sum = 0;
-                for (int j = 0; j < nv; j++) {
+                for (int j = lo; j < nv; j++) {
                     double sc = 0;
                     for (int c = 0; c < dk; c++)
                         sc += q[c] * K[(size_t)j * dk + c];
                     a[j] = sc / sqrt((double)dk);
                     mx = a[j] > mx ? a[j] : mx;
                 }
-                for (int j = 0; j < nv; j++)
+                for (int j = lo; j < nv; j++)
                     sum += (a[j] = exp(a[j] - mx));
                 double *zr = z + (size_t)r * d + c0;
-                for (int j = 0; j < nv; j++)
+                for (int j = lo; j < nv; j++)
                     for (int c = 0; c < dk; c++)
                         zr[c] += a[j] / sum * V[(size_t)j * dk + c];
             }
@@ -298,7 +349,7 @@ double cli_check_rows(const cli_problem *p, const float *out, int rows, int *che
         }
     }
 done:
-    free(K), free(V), free(q), free(z), free(ref), free(a);
+    free(K), free(V), free(q), free(z), free(ref), free(a), free(inv_freq);
     return worst;
 }
 

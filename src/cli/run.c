@@ -110,7 +110,7 @@ static int load_inputs(const run_opts *o, run_state *s)
             return rc;
     } else {
         int64_t shape[3];
-        p->d = fc->engine.d_model, p->h = fc->engine.n_heads;
+        cli_problem_model(p, &fc->engine);
         if ((st = mha_npy_load_f32(o->input, 3, shape, &p->q, err, sizeof err)) != MHA_OK)
             return cli_error("%s", err), cli_exit_code(st);
         if (shape[2] != fc->engine.d_model || shape[0] < 1 || shape[1] < 1 || shape[0] > 1 << 20 || shape[1] > 1 << 24)
@@ -300,6 +300,15 @@ int mha_cli_run(int argc, char **argv)
 
     const char *mask = p->causal ? (p->q_len || p->kv_len ? "causal+padding" : "causal") : (p->q_len || p->kv_len ? "padding" : "none");
     const char *pin = mha_pinning_name(s.fc.engine.pinning);
+    char rope_text[160] = "none";
+    if (p->rope.style != MHA_ROPE_NONE) {
+        const mha_rope *r = &p->rope;
+        static const char *scalings[] = {"", ", linear", ", llama3", ", yarn"};
+        snprintf(rope_text, sizeof rope_text, "%s theta %g, %d of %d features%s", r->style == MHA_ROPE_NEOX ? "neox" : "gptj",
+                 (double)r->theta, r->rotary_dim, p->d / p->h, scalings[r->scaling & 3]);
+        if (r->scaling != MHA_ROPE_SCALING_NONE)
+            snprintf(rope_text + strlen(rope_text), sizeof rope_text - strlen(rope_text), " ×%g", (double)r->factor);
+    }
     if (o.json) {
         json_t *j = json_object(), *wc = json_array();
         for (int i = 0; i < nw; i++)
@@ -308,6 +317,9 @@ int mha_cli_run(int argc, char **argv)
         json_object_set_new(j, "config", o.config ? json_string(o.config) : json_null());
         json_object_set_new(j, "d_model", json_integer(p->d));
         json_object_set_new(j, "heads", json_integer(p->h));
+        json_object_set_new(j, "kv_heads", json_integer(p->kvh));
+        json_object_set_new(j, "rope", json_string(rope_text));
+        json_object_set_new(j, "window", json_integer(p->window));
         json_object_set_new(j, "batch", json_integer(p->batch));
         json_object_set_new(j, "seq_q", json_integer(p->seq_q));
         json_object_set_new(j, "seq_kv", json_integer(p->seq_kv));
@@ -338,7 +350,15 @@ int mha_cli_run(int argc, char **argv)
         json_decref(j);
     } else {
         printf("mha run: %s%s%s%s\n", s.fc.name, o.config ? " (" : "", o.config ? o.config : "", o.config ? ")" : " (built-in default)");
-        printf("  model    d_model %d, %d heads (d_k %d), %s\n", p->d, p->h, p->d / p->h, s.fc.engine.bias ? "biases" : "no biases");
+        printf("  model    d_model %d, %d heads (d_k %d)", p->d, p->h, p->d / p->h);
+        if (p->kvh != p->h)
+            printf(", %d KV heads", p->kvh);
+        printf(", %s", s.fc.engine.bias ? "biases" : "no biases");
+        if (p->rope.style != MHA_ROPE_NONE)
+            printf(", RoPE %s", rope_text);
+        if (p->window)
+            printf(", window %d", p->window);
+        printf("\n");
         printf("  batch    %d × %d%s, %s-attention (seq_kv %d), mask %s\n", p->batch, p->seq_q, "", p->cross ? "cross" : "self",
                p->seq_kv, mask);
         printf("  data     input %s, weights %s%s%s\n", o.input ? o.input : "random", o.weights ? o.weights : "random",

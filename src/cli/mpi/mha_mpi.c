@@ -48,6 +48,7 @@ typedef struct shared {
     int batch, seq, d, layout, has_lengths;
     uint64_t data_offset;
     long w_off[8]; /* offsets of w_q … b_o in the weight buffer, -1: none */
+    size_t wlen;   /* floats in the weight buffer */
 } shared;
 
 typedef struct rank_result {
@@ -177,7 +178,8 @@ static int load_on_root(const opts *o, shared *sh, int32_t **lengths, float **wb
             return fail(EXIT_USAGE, "%s: %lld lengths for a batch of %d", o->lengths, (long long)n, sh->batch);
         sh->has_lengths = 1;
     }
-    cli_problem p = {.d = sh->d, .h = sh->fc.engine.n_heads};
+    cli_problem p = {0};
+    cli_problem_model(&p, &sh->fc.engine);
     const float *base;
     mha_weights_file wf;
     if (o->weights) {
@@ -191,7 +193,7 @@ static int load_on_root(const opts *o, shared *sh, int32_t **lengths, float **wb
             return fail(EXIT_RUNTIME, "out of memory for the weights");
         base = *wbuf;
     }
-    *wlen = 4 * (size_t)sh->d * sh->d + 4 * (size_t)sh->d;
+    *wlen = sh->wlen = cli_weight_floats(&p); /* the loader's buffer has the same layout */
     const float *views[8] = {p.w.w_q, p.w.w_k, p.w.w_v, p.w.w_o, p.w.b_q, p.w.b_k, p.w.b_v, p.w.b_o};
     for (int i = 0; i < 8; i++)
         sh->w_off[i] = views[i] ? (long)(views[i] - base) : -1;
@@ -484,7 +486,7 @@ int main(int argc, char **argv)
     if ((rc = agree(rc)) != EXIT_OK)
         goto out;
     MPI_Bcast(&sh, sizeof sh, MPI_BYTE, 0, MPI_COMM_WORLD);
-    wlen = 4 * (size_t)sh.d * sh.d + 4 * (size_t)sh.d;
+    wlen = sh.wlen;
     if (rank_ != 0) {
         w = malloc(wlen * sizeof *w);
         lengths = sh.has_lengths ? malloc((size_t)sh.batch * sizeof *lengths) : NULL;
