@@ -170,6 +170,45 @@ typedef struct mha_input {
  * or each other (inputs are read while out is written). */
 MHA_API mha_status mha_forward(mha_engine *e, const mha_input *in, float *out, float *attn);
 
+/* ---- decoding: a paged KV cache and steps of prefill and decode ----
+ *
+ * The cache holds K (after bias and RoPE) and V of every KV head for blocks of block_size
+ * token slots; a sequence's position p lives in block table[p / block_size], slot
+ * p % block_size, so sequences grow block by block and may share blocks they only read (a
+ * common prompt prefix). One block per sequence of max_context slots is the contiguous case.
+ * float32 (bf16 when the engine's precision is bf16, once that lands). The cache is made for
+ * a config (d_model, heads, KV heads, RoPE) and works with any engine of that model. */
+typedef struct mha_kv_cache mha_kv_cache; /* opaque */
+/* Bytes a cache of n_blocks blocks needs (mha_kv_cache_create_static's len); 0 if invalid. */
+MHA_API size_t mha_kv_cache_size(const mha_config *cfg, int n_blocks, int block_size);
+MHA_API mha_status mha_kv_cache_create(const mha_config *cfg, int n_blocks, int block_size, mha_kv_cache **out);
+/* In caller memory mem (64-byte aligned, at least mha_kv_cache_size bytes; outlives the cache). */
+MHA_API mha_status mha_kv_cache_create_static(const mha_config *cfg, int n_blocks, int block_size, void *mem,
+                                              size_t len, mha_kv_cache **out);
+MHA_API void mha_kv_cache_free(mha_kv_cache *c); /* accepts NULL */
+
+/* One step: each sequence has n_past tokens cached and brings n_new tokens at positions
+ * n_past .. n_past + n_new − 1 (a prefill chunk, one decode token, or 0: nothing). Their K and
+ * V are written into the cache, then each new token attends causally (and within the window)
+ * to its sequence's positions up to its own. */
+typedef struct mha_step {
+    int n_seqs;
+    const int32_t *n_past;     /* (n_seqs): tokens already cached per sequence */
+    const int32_t *n_new;      /* (n_seqs): new tokens per sequence, >= 0 */
+    const int32_t *blocks;     /* (n_seqs, max_blocks): cache blocks in position order */
+    int max_blocks;            /* row stride of blocks */
+    const float *x;            /* (sum of n_new, d): new tokens, sequence after sequence */
+} mha_step;
+/* out: (sum of n_new, d). The whole step is checked before anything is written: n_seqs <=
+ * max_batch, each n_new <= max_seq_q and their sum <= max_batch·max_seq_q, n_past + n_new <=
+ * min(max_blocks·block_size, max_seq_kv), the block ids a sequence needs in range, the cache
+ * made for this model; otherwise MHA_ERR_SHAPE / MHA_ERR_INVALID_ARG / MHA_ERR_CONFIG
+ * (another model's cache) with mha_engine_last_error saying what, and neither the cache nor
+ * out changes. Splitting a sequence into steps in any way gives the outputs of one causal
+ * mha_forward over it (to float rounding); outputs are bitwise identical for every thread
+ * count. Allocates nothing. */
+MHA_API mha_status mha_step_forward(mha_engine *e, mha_kv_cache *c, const mha_step *s, float *out);
+
 /* The message of the engine's last failed call (set_weights, forward), naming the field
  * and values ("batch 3 > max_batch 2"); "" after a success. Never NULL. A failed create
  * has no engine: mha_config_check gives its message. */

@@ -69,6 +69,7 @@ int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine
                     MHA_ALIGN, &of);
     p->worker_cpu = take(&cur, threads, sizeof(int), MHA_ALIGN, &of);
     p->pin_cpu = take(&cur, threads, sizeof(int), MHA_ALIGN, &of);
+    p->step_row0 = take(&cur, batch + 1, sizeof(int), MHA_ALIGN, &of);
     p->rope_cos = p->rope_sin = MHA_ARENA_ABSENT;
     if (dims->rope.style != MHA_ROPE_NONE) {
         const size_t half = (size_t)dims->rope.rotary_dim / 2;
@@ -111,5 +112,6 @@ void mha_arena_carve(const mha_arena_plan *p, void *base, mha_arena_views *v)
     v->pin_cpu = at(b, p->pin_cpu);
     v->rope_cos = at(b, p->rope_cos);
     v->rope_sin = at(b, p->rope_sin);
+    v->step_row0 = at(b, p->step_row0);
     v->scratch = at(b, p->scratch);
 }

@@ -30,10 +30,8 @@ void mha_attention_pack_rows(const mha_fwd *f, int b, int r0, int r1)
                     f->xpack + (size_t)b * f->xpack_stride + (size_t)r0 * f->d, 1);
 }
 
-/* Q/K/V scratch columns [ccol, ccol + n) of rows [0, m) = x (m × d) · W[:, wcol : wcol + n]
- * (+ bias). xp: x in A panels (packed once per sequence), or NULL to pack here. */
-static void project(const mha_fwd *f, const mha_scratch *s, int m, const float *x, const float *xp,
-                    const float *w, const float *bias, int wcol, int ccol, int n)
+void mha_attention_project(const mha_fwd *f, const mha_scratch *s, int m, const float *x, const float *xp,
+                           const float *w, const float *bias, int wcol, int ccol, int n)
 {
     if (m <= 0)
         return;
@@ -57,20 +55,17 @@ static void rotate(const mha_fwd *f, const mha_scratch *s, int rows, int col, in
                       f->rope_cos, f->rope_sin);
 }
 
-/* Query head h of sequence b, its Q in scratch columns [0, dkp), its KV head's Kᵀ in s->kt and
- * V in columns [2·dkp, 3·dkp): query block by query block, scores, softmax, A·V into z. */
-static void attend(const mha_fwd *f, int b, int h, const mha_scratch *s, int ql, int kl)
+void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, int kl, int off, float *z_seq,
+                        float *attn)
 {
     const mha_kernel *k = f->kernel;
     const int dk = f->dk, dkp = f->dkp, d = f->d, bw = k->bw;
     const ptrdiff_t lds = f->ld_scores;
-    float *z = f->z + (size_t)b * f->seq_q * d + (size_t)h * dk; /* (seq_q, dk), row stride d */
-    float *attn = f->attn ? f->attn + ((size_t)b * f->h + h) * f->seq_q * f->seq_kv : NULL;
+    float *z = z_seq + (size_t)h * dk; /* (ql, dk), row stride d */
     const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
     const mha_mat qm = qkv, vm = mha_mat_sub(k, qkv, 0, 2 * dkp);
     const mha_mat ktm = mha_mat_panels(k, s->kt, dk);
     const float scale = 1.0f / sqrtf((float)dk);
-    const int off = f->seq_kv - f->seq_q; /* causal: row i sees keys j <= i + off */
     const int window = f->window, causal = f->causal || window > 0; /* a window implies causal */
 
     /* query blocks; a block's keys stop where its last row's visibility does and, with a
@@ -147,6 +142,13 @@ static void attend(const mha_fwd *f, int b, int h, const mha_scratch *s, int ql,
         memset(attn + (size_t)ql * f->seq_kv, 0, (size_t)(f->seq_q - ql) * f->seq_kv * sizeof *attn);
 }
 
+/* Query head h of sequence b of a forward: key j at position j, query i at i + seq_kv - seq_q. */
+static void attend(const mha_fwd *f, int b, int h, const mha_scratch *s, int ql, int kl)
+{
+    float *attn = f->attn ? f->attn + ((size_t)b * f->h + h) * f->seq_q * f->seq_kv : NULL;
+    mha_attention_rows(f, h, s, ql, kl, f->seq_kv - f->seq_q, f->z + (size_t)b * f->seq_q * f->d, attn);
+}
+
 void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)
 {
     const mha_kernel *k = f->kernel;
@@ -163,14 +165,14 @@ void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)
 
     /* step 1: K and V of this KV head for the valid keys, into columns [dkp, 3·dkp) */
     if (one_gemm)
-        project(f, s, ql > kl ? ql : kl, xq, xp, w, bias, 0, 0, 3 * dkp);
+        mha_attention_project(f, s, ql > kl ? ql : kl, xq, xp, w, bias, 0, 0, 3 * dkp);
     else if (f->fused) /* self-attention: the packed query input is the keys' input too */
-        project(f, s, kl, xq, xp, w, bias, dkp, dkp, 2 * dkp);
+        mha_attention_project(f, s, kl, xq, xp, w, bias, dkp, dkp, 2 * dkp);
     else if (f->kv_shared)
-        project(f, s, kl, xk, NULL, w, bias, dkp, dkp, 2 * dkp);
+        mha_attention_project(f, s, kl, xk, NULL, w, bias, dkp, dkp, 2 * dkp);
     else {
-        project(f, s, kl, xk, NULL, w, bias, dkp, dkp, dkp);
-        project(f, s, kl, xv, NULL, w, bias, 2 * dkp, 2 * dkp, dkp);
+        mha_attention_project(f, s, kl, xk, NULL, w, bias, dkp, dkp, dkp);
+        mha_attention_project(f, s, kl, xv, NULL, w, bias, 2 * dkp, 2 * dkp, dkp);
     }
     rotate(f, s, kl, dkp, 0); /* key j at position j */
     /* step 2: Kᵀ in panels, once for every query head of the group and every query block */
@@ -179,7 +181,7 @@ void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)
     /* step 3: each query head of the group: its Q (rotated), then its attention */
     for (int j = 0; j < f->group; j++) {
         if (!one_gemm)
-            project(f, s, ql, xq, xp, w, bias, j == 0 ? 0 : (j + 2) * dkp, 0, dkp);
+            mha_attention_project(f, s, ql, xq, xp, w, bias, j == 0 ? 0 : (j + 2) * dkp, 0, dkp);
         rotate(f, s, ql, 0, f->seq_kv - f->seq_q); /* query i at position i + seq_kv - seq_q */
         attend(f, b, g * f->group + j, s, ql, kl);
     }

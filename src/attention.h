@@ -55,6 +55,18 @@ int mha_attention_packed_rows(const mha_fwd *f, int b);
 /* Packs rows [r0, r1) of sequence b's query input into f->xpack (r0 a multiple of the panel). */
 void mha_attention_pack_rows(const mha_fwd *f, int b, int r0, int r1);
 
+/* Q/K/V scratch columns [ccol, ccol + n) of rows [0, m) = x (m × d) · W[:, wcol : wcol + n]
+ * (+ bias) of one KV head's weight panels w. xp: x in A panels (packed once per sequence), or
+ * NULL to pack here. */
+void mha_attention_project(const mha_fwd *f, const mha_scratch *s, int m, const float *x, const float *xp,
+                           const float *w, const float *bias, int wcol, int ccol, int n);
+/* Attention of query head h for ql query rows over kl keys, with Q in the scratch's columns
+ * [0, dkp), the head's Kᵀ in s->kt and V in columns [2·dkp, 3·dkp): query block by query
+ * block, scores, softmax (causal: row i sees keys j <= i + off; the window; f->mask), A·V
+ * into z_seq's columns of head h (rows ql, row stride d), each row divided by its sum.
+ * attn: NULL, or this head's (seq_q, seq_kv) weights of a forward. */
+void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, int kl, int off, float *z_seq,
+                        float *attn);
 /* KV head g of sequence b: its K and V projected (and rotated) once, then for each query
  * head of the group its Q, and query block by query block: scores, softmax, A·V into the
  * head's columns of z (and attn). */

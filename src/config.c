@@ -50,9 +50,22 @@ mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, char *err, 
         dims->kvh = cfg->n_kv_heads ? cfg->n_kv_heads : cfg->n_heads;
         dims->group = cfg->n_heads / dims->kvh;
         dims->window = cfg->window;
-        dims->rope = cfg->rope;
-        if (dims->rope.style != MHA_ROPE_NONE && dims->rope.rotary_dim == 0)
-            dims->rope.rotary_dim = dims->dk;
+        /* RoPE with the fields its style and scaling do not read zeroed: two configs of one
+         * model compare equal (a KV cache checks this) */
+        const mha_rope *r = &cfg->rope;
+        memset(&dims->rope, 0, sizeof dims->rope);
+        if (r->style != MHA_ROPE_NONE) {
+            dims->rope = (mha_rope){.style = r->style, .theta = r->theta, .scaling = r->scaling,
+                                    .rotary_dim = r->rotary_dim ? r->rotary_dim : dims->dk};
+            if (r->scaling != MHA_ROPE_SCALING_NONE)
+                dims->rope.factor = r->factor;
+            if (r->scaling == MHA_ROPE_SCALING_LLAMA3)
+                dims->rope.low_freq_factor = r->low_freq_factor, dims->rope.high_freq_factor = r->high_freq_factor;
+            if (r->scaling == MHA_ROPE_SCALING_LLAMA3 || r->scaling == MHA_ROPE_SCALING_YARN)
+                dims->rope.original_max_position = r->original_max_position;
+            if (r->scaling == MHA_ROPE_SCALING_YARN)
+                dims->rope.beta_fast = r->beta_fast, dims->rope.beta_slow = r->beta_slow;
+        }
         dims->positions = cfg->max_seq_q > cfg->max_seq_kv ? cfg->max_seq_q : cfg->max_seq_kv;
     }
     if (err && err_len)

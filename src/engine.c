@@ -11,6 +11,7 @@
 #include "config.h"
 #include "attention.h"
 #include "kernel.h"
+#include "kvcache.h"
 #include "mha.h"
 #include "rope.h"
 #include "scheduler.h"
@@ -305,6 +306,27 @@ MHA_API mha_status mha_set_weights(mha_engine *e, const mha_weights *w)
     return MHA_OK;
 }
 
+/* What every pass shares: the kernel, the sizes, the weights and the engine's buffers. */
+static mha_fwd engine_fwd(const mha_engine *e, float *out)
+{
+    const mha_dims *dm = &e->dims;
+    const mha_arena_views *v = &e->views;
+    return (mha_fwd){
+        .kernel = &e->kernel,
+        .softmax = e->softmax,
+        .d = dm->d, .h = dm->h, .dk = dm->dk, .dkp = e->plan.dkp, .q_block = dm->q_block,
+        .rows = dm->seq_q > dm->seq_kv ? dm->seq_q : dm->seq_kv,
+        .ld_scores = e->plan.ld_scores,
+        .has_bias = dm->bias,
+        .kvh = dm->kvh, .group = dm->group, .window = dm->window,
+        .rope = dm->rope.style, .rope_dim = dm->rope.rotary_dim,
+        .rope_cos = v->rope_cos, .rope_sin = v->rope_sin,
+        .wqkv = v->wqkv, .bqkv = v->bqkv, .wo = v->wo, .bo = v->bo,
+        .z = v->z, .out = out,
+        .xpack = v->xpack, .xpack_stride = e->plan.xpack_stride,
+    };
+}
+
 /* The first length outside [0, max], or -1. */
 static int bad_length(const int32_t *len, int batch, int max)
 {
@@ -342,29 +364,84 @@ MHA_API mha_status mha_forward(mha_engine *e, const mha_input *in, float *out, f
         return failed(e, MHA_ERR_SHAPE, "forward: kv_lengths[%d] = %d is outside 0..seq_kv %d", b, in->kv_lengths[b],
                       in->seq_kv);
 
-    const mha_arena_views *v = &e->views;
-    const mha_fwd f = {
-        .kernel = &e->kernel,
-        .softmax = e->softmax,
-        .d = dm->d, .h = dm->h, .dk = dm->dk, .dkp = e->plan.dkp, .q_block = dm->q_block,
-        .batch = in->batch, .seq_q = in->seq_q, .seq_kv = in->seq_kv,
-        .rows = dm->seq_q > dm->seq_kv ? dm->seq_q : dm->seq_kv,
-        .ld_scores = e->plan.ld_scores,
-        .fused = in->q == in->k && in->k == in->v && in->seq_q == in->seq_kv,
-        .kv_shared = in->k == in->v,
-        .causal = in->causal != 0,
-        .has_bias = dm->bias,
-        .kvh = dm->kvh, .group = dm->group, .window = dm->window,
-        .rope = dm->rope.style, .rope_dim = dm->rope.rotary_dim,
-        .rope_cos = v->rope_cos, .rope_sin = v->rope_sin,
-        .q = in->q, .k = in->k, .v = in->v,
-        .q_len = in->q_lengths, .kv_len = in->kv_lengths,
-        .mask = in->mask,
-        .wqkv = v->wqkv, .bqkv = v->bqkv, .wo = v->wo, .bo = v->bo,
-        .z = v->z, .out = out, .attn = attn,
-        .xpack = v->xpack, .xpack_stride = e->plan.xpack_stride,
-    };
+    mha_fwd f = engine_fwd(e, out);
+    f.batch = in->batch, f.seq_q = in->seq_q, f.seq_kv = in->seq_kv;
+    f.fused = in->q == in->k && in->k == in->v && in->seq_q == in->seq_kv;
+    f.kv_shared = in->k == in->v;
+    f.causal = in->causal != 0;
+    f.q = in->q, f.k = in->k, f.v = in->v;
+    f.q_len = in->q_lengths, f.kv_len = in->kv_lengths;
+    f.mask = in->mask;
+    f.attn = attn;
     mha_sched_forward(&e->sched, &f);
+    e->last_error[0] = '\0';
+    return MHA_OK;
+}
+
+/* ---- decoding steps ---- */
+
+/* The first failed check of a step, its status and message in e; MHA_OK when it may run. */
+static mha_status step_check(mha_engine *e, const mha_kv_cache *c, const mha_step *s, const float *out, long *rows)
+{
+    const mha_dims *dm = &e->dims;
+    if (!c || !s)
+        return failed(e, MHA_ERR_INVALID_ARG, "step: %s is NULL", !c ? "the cache" : "the step");
+    if (!e->weights_set)
+        return failed(e, MHA_ERR_STATE, "step: no weights yet (call mha_set_weights first)");
+    if (!mha_kv_cache_fits(c, dm->d, dm->h, dm->kvh, &dm->rope))
+        return failed(e, MHA_ERR_CONFIG, "step: the cache was made for another model (d_model %d, %d heads, %d KV heads, "
+                      "or another RoPE) than this engine's (d_model %d, %d heads, %d KV heads)", c->d, c->h, c->kvh, dm->d,
+                      dm->h, dm->kvh);
+    if (s->n_seqs < 1 || s->n_seqs > dm->batch)
+        return failed(e, MHA_ERR_SHAPE, "step: n_seqs %d is outside 1..max_batch %d", s->n_seqs, dm->batch);
+    if (!s->n_past || !s->n_new || !s->blocks)
+        return failed(e, MHA_ERR_INVALID_ARG, "step: %s is NULL", !s->n_past ? "n_past" : !s->n_new ? "n_new" : "blocks");
+    if (s->max_blocks < 1)
+        return failed(e, MHA_ERR_SHAPE, "step: max_blocks %d < 1", s->max_blocks);
+    const long cap = (long)s->max_blocks * c->block_size < dm->seq_kv ? (long)s->max_blocks * c->block_size : dm->seq_kv;
+    long total = 0;
+    for (int q = 0; q < s->n_seqs; q++) {
+        const long past = s->n_past[q], add = s->n_new[q];
+        if (past < 0 || add < 0)
+            return failed(e, MHA_ERR_SHAPE, "step: sequence %d: n_past %ld, n_new %ld: must be >= 0", q, past, add);
+        if (add > dm->seq_q)
+            return failed(e, MHA_ERR_SHAPE, "step: sequence %d: n_new %ld > max_seq_q %d", q, add, dm->seq_q);
+        if (past + add > cap)
+            return failed(e, MHA_ERR_SHAPE, "step: sequence %d: n_past %ld + n_new %ld > %ld (min of max_blocks %d × "
+                          "block_size %d and max_seq_kv %d)", q, past, add, cap, s->max_blocks, c->block_size, dm->seq_kv);
+        const int32_t *table = s->blocks + (size_t)q * s->max_blocks;
+        for (long b = 0; add > 0 && b < (past + add + c->block_size - 1) / c->block_size; b++)
+            if (table[b] < 0 || table[b] >= c->n_blocks)
+                return failed(e, MHA_ERR_SHAPE, "step: sequence %d: block %ld of its table is %d, outside 0..%d", q, b,
+                              table[b], c->n_blocks - 1);
+        total += add;
+    }
+    if (total > (long)dm->batch * dm->seq_q)
+        return failed(e, MHA_ERR_SHAPE, "step: %ld new tokens > max_batch %d × max_seq_q %d", total, dm->batch, dm->seq_q);
+    if (total > 0 && (!s->x || !out))
+        return failed(e, MHA_ERR_INVALID_ARG, "step: %s is NULL", !s->x ? "x" : "out");
+    *rows = total;
+    return MHA_OK;
+}
+
+MHA_API mha_status mha_step_forward(mha_engine *e, mha_kv_cache *c, const mha_step *s, float *out)
+{
+    if (!e)
+        return MHA_ERR_INVALID_ARG;
+    long rows = 0;
+    mha_status st = step_check(e, c, s, out, &rows);
+    if (st != MHA_OK)
+        return st;
+    int *row0 = e->views.step_row0;
+    row0[0] = 0;
+    for (int q = 0; q < s->n_seqs; q++)
+        row0[q + 1] = row0[q] + s->n_new[q];
+    if (rows > 0) {
+        mha_step_job j = {.f = engine_fwd(e, out), .cache = c, .step = s, .row0 = row0, .rows = (int)rows};
+        j.f.causal = 1;
+        j.chunk_rows = j.f.rows < MHA_PACK_BLOCK ? j.f.rows : MHA_PACK_BLOCK;
+        mha_sched_step(&e->sched, &j);
+    }
     e->last_error[0] = '\0';
     return MHA_OK;
 }

@@ -110,6 +110,46 @@ void mha_sched_forward(const mha_sched *s, const mha_fwd *f)
     }
 }
 
+void mha_sched_step(const mha_sched *s, const mha_step_job *j)
+{
+    for (int t = 0; t < s->threads; t++)
+        s->worker_cpu[t] = -1;
+    const int kvh = j->f.kvh, n = j->step->n_seqs;
+#pragma omp parallel num_threads(s->threads)
+    {
+        mha_cpumask saved;
+        int pinned = pin_enter(s, omp_get_thread_num(), &saved);
+#pragma omp single
+        {
+            for (int g = 0; g < kvh; g++)
+                for (int r0 = 0; r0 < j->rows; r0 += j->chunk_rows) {
+                    const int r1 = r0 + j->chunk_rows < j->rows ? r0 + j->chunk_rows : j->rows;
+#pragma omp task firstprivate(g, r0, r1)
+                    {
+                        const mha_scratch sc = scratch_of(s, omp_get_thread_num());
+                        mha_step_project(j, g, r0, r1, &sc);
+                    }
+                }
+#pragma omp taskwait
+            for (int q = 0; q < n; q++)
+                for (int g = 0; g < kvh && j->step->n_new[q] > 0; g++) {
+#pragma omp task firstprivate(q, g)
+                    {
+                        const mha_scratch sc = scratch_of(s, omp_get_thread_num());
+                        mha_step_attend(j, q, g, &sc);
+                    }
+                }
+#pragma omp taskwait
+            for (int r0 = 0; r0 < j->rows; r0 += MHA_OUT_BLOCK) {
+                const int r1 = r0 + MHA_OUT_BLOCK < j->rows ? r0 + MHA_OUT_BLOCK : j->rows;
+#pragma omp task firstprivate(r0, r1)
+                mha_step_out_rows(j, r0, r1, scratch_of(s, omp_get_thread_num()).apack);
+            }
+        } /* the barrier here completes every task */
+        pin_leave(pinned, &saved);
+    }
+}
+
 void mha_sched_first_touch(const mha_sched *s)
 {
 #pragma omp parallel num_threads(s->threads)

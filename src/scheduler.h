@@ -5,6 +5,7 @@
 #include <stddef.h>
 
 #include "attention.h"
+#include "step.h"
 
 typedef struct mha_sched {
     int threads;
@@ -25,6 +26,9 @@ void mha_sched_order(const mha_fwd *f, int *order);
  * waits for them, then output-projection tasks per row block that wait only for that
  * sequence's heads. */
 void mha_sched_forward(const mha_sched *s, const mha_fwd *f);
+/* One decoding step: projection tasks per (KV head, block of rows), then attention tasks per
+ * (sequence, KV head), then output-projection tasks per block of rows. */
+void mha_sched_step(const mha_sched *s, const mha_step_job *j);
 /* Each worker writes its own scratch slice once, so its pages are placed near it. */
 void mha_sched_first_touch(const mha_sched *s);
 

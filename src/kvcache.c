@@ -1,0 +1,90 @@
+/* kvcache.c — sizing, creating and freeing the paged KV cache (kvcache.h). */
+#include "kvcache.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+
+#define HEADER ((sizeof(mha_kv_cache) + 63) / 64 * 64)
+
+/* The cache's layout for cfg, or 0 if the config or the sizes are invalid or overflow. */
+static size_t plan(const mha_config *cfg, int n_blocks, int block_size, mha_kv_cache *c)
+{
+    mha_dims dims;
+    if (!cfg || n_blocks < 1 || block_size < 1 || block_size > (1 << 20) ||
+        mha_config_resolve(cfg, &dims, NULL, 0) != MHA_OK)
+        return 0;
+    size_t per_block, bytes, total;
+    if (__builtin_mul_overflow((size_t)2 * dims.kvh * dims.dk, (size_t)block_size, &per_block) ||
+        __builtin_mul_overflow(per_block * sizeof(float), (size_t)n_blocks, &bytes) ||
+        __builtin_add_overflow(bytes, HEADER, &total))
+        return 0;
+    *c = (mha_kv_cache){.d = dims.d, .h = dims.h, .kvh = dims.kvh, .dk = dims.dk, .rope = dims.rope,
+                        .n_blocks = n_blocks, .block_size = block_size, .block_floats = per_block};
+    return total;
+}
+
+MHA_API size_t mha_kv_cache_size(const mha_config *cfg, int n_blocks, int block_size)
+{
+    mha_kv_cache c;
+    return plan(cfg, n_blocks, block_size, &c);
+}
+
+static mha_kv_cache *build(const mha_kv_cache *layout, void *mem)
+{
+    mha_kv_cache *c = mem;
+    *c = *layout;
+    c->data = (float *)(void *)((unsigned char *)mem + HEADER);
+    c->owned = NULL;
+    return c;
+}
+
+MHA_API mha_status mha_kv_cache_create(const mha_config *cfg, int n_blocks, int block_size, mha_kv_cache **out)
+{
+    if (!out)
+        return MHA_ERR_INVALID_ARG;
+    *out = NULL;
+    mha_kv_cache layout;
+    size_t total = plan(cfg, n_blocks, block_size, &layout);
+    if (!total)
+        return cfg ? MHA_ERR_CONFIG : MHA_ERR_INVALID_ARG;
+    size_t rounded = (total + 4095) / 4096 * 4096;
+    void *mem = rounded < total ? NULL : aligned_alloc(4096, rounded);
+    if (!mem)
+        return MHA_ERR_NOMEM;
+    mha_kv_cache *c = build(&layout, mem);
+    c->owned = mem;
+    *out = c;
+    return MHA_OK;
+}
+
+MHA_API mha_status mha_kv_cache_create_static(const mha_config *cfg, int n_blocks, int block_size, void *mem,
+                                              size_t len, mha_kv_cache **out)
+{
+    if (!out)
+        return MHA_ERR_INVALID_ARG;
+    *out = NULL;
+    mha_kv_cache layout;
+    size_t total = plan(cfg, n_blocks, block_size, &layout);
+    if (!total)
+        return cfg ? MHA_ERR_CONFIG : MHA_ERR_INVALID_ARG;
+    if (!mem)
+        return MHA_ERR_INVALID_ARG;
+    if ((uintptr_t)mem % 64 || len < total)
+        return MHA_ERR_WORKSPACE;
+    *out = build(&layout, mem);
+    return MHA_OK;
+}
+
+MHA_API void mha_kv_cache_free(mha_kv_cache *c)
+{
+    if (c)
+        free(c->owned); /* NULL for a cache in caller memory */
+}
+
+int mha_kv_cache_fits(const mha_kv_cache *c, int d, int h, int kvh, const mha_rope *rope)
+{
+    return c->d == d && c->h == h && c->kvh == kvh && !memcmp(&c->rope, rope, sizeof *rope);
+}

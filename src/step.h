@@ -1,0 +1,28 @@
+/* step.h — the work of one decoding step (mha_step_forward): projections of the new tokens
+ * with their K and V written into the paged cache, attention of each sequence's new tokens
+ * over its cached context, the output projection. */
+#ifndef MHA_STEP_H
+#define MHA_STEP_H
+
+#include "attention.h"
+#include "kvcache.h"
+
+typedef struct mha_step_job {
+    mha_fwd f;                 /* what attention needs: kernel, sizes, weights, z, out; causal */
+    const mha_kv_cache *cache;
+    const mha_step *step;
+    const int *row0;           /* (n_seqs + 1): each sequence's first row in x, z and out */
+    int rows;                  /* new tokens in all: sum of n_new */
+    int chunk_rows;            /* rows per projection task: a function of the config only */
+} mha_step_job;
+
+/* Rows [r0, r1) of the step, KV head g: K and V projected, rotated at their positions and
+ * written to the cache; Q of the group's heads projected, rotated, into z. */
+void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_scratch *s);
+/* Sequence q, KV head g: its context's K and V from the cache, then each query head of the
+ * group attends from its new tokens (Q read from z, Z written over it). */
+void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s);
+/* out rows [r0, r1) = z · Wo + bo. */
+void mha_step_out_rows(const mha_step_job *j, int r0, int r1, float *apack);
+
+#endif

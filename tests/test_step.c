@@ -1,0 +1,285 @@
+/* test_step.c — decoding through the paged KV cache: any split of a sequence into steps
+ * (prefill then token by token, chunked prefill, sequences of one batch at different stages,
+ * shuffled block tables, n_new = 0) gives the outputs of one causal mha_forward over it;
+ * a step that fails a check changes neither the cache nor out; outputs are bitwise identical
+ * for every thread count; a step allocates nothing. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "helpers.h"
+
+/* fp32 with another summation order than the forward's (the context is gathered per step),
+ * on unit-scale data: 1e-5 relative, as the engine tests. */
+#define STEP_TOL 1e-5
+
+typedef struct decoder {
+    problem p;          /* batch of sequences, all of length seq, self-attention */
+    mha_config cfg;
+    mha_engine *e;
+    float *want;        /* (batch, seq, d): one causal forward over each whole sequence */
+} decoder;
+
+/* A GQA + RoPE (+ window) layer, engine capacity max_batch × max_new new tokens per step. */
+static void decoder_make(decoder *dc, int batch, int seq, int window, int max_new, int threads)
+{
+    problem_make(&dc->p, 64, 8, batch, seq, seq, 1, 0, 404);
+    problem_set_kv_heads(&dc->p, 2, 405);
+    dc->p.rope = (mha_rope){.style = MHA_ROPE_NEOX, .theta = 10000.0f, .scaling = MHA_ROPE_SCALING_LLAMA3,
+                            .factor = 8.0f, .low_freq_factor = 1.0f, .high_freq_factor = 4.0f,
+                            .original_max_position = 16};
+    dc->p.window = window;
+    dc->p.causal = 1;
+    /* the whole-sequence reference: one causal forward */
+    mha_engine *whole = engine_for(&dc->p, 2, MHA_LAYOUT_XW);
+    dc->want = malloc((size_t)batch * seq * 64 * sizeof *dc->want);
+    mha_input in = problem_input(&dc->p);
+    cr_assert_eq(mha_forward(whole, &in, dc->want, NULL), MHA_OK);
+    mha_free(whole);
+    /* the decoding engine: capacity max_new new tokens per sequence, seq of context */
+    problem_config(&dc->p, &dc->cfg, threads);
+    dc->cfg.max_seq_q = max_new;
+    cr_assert_eq(mha_create(&dc->cfg, &dc->e), MHA_OK);
+    float *scratch;
+    mha_weights w = problem_weights(&dc->p, MHA_LAYOUT_XW, &scratch);
+    cr_assert_eq(mha_set_weights(dc->e, &w), MHA_OK);
+    free(scratch);
+}
+
+static void decoder_free(decoder *dc)
+{
+    mha_free(dc->e);
+    free(dc->want);
+    problem_free(&dc->p);
+}
+
+/* Runs a schedule: step k gives sequence b new[k][b] tokens. Blocks of each sequence come from
+ * a shuffled pool. Compares every output row with the forward's. */
+static void run_schedule(decoder *dc, int block_size, int n_steps, const int (*sched)[4], uint64_t seed)
+{
+    const int B = dc->p.batch, S = dc->p.seq_q, d = dc->p.d;
+    const int max_blocks = (S + block_size - 1) / block_size, n_blocks = B * max_blocks + 3;
+    mha_kv_cache *c;
+    cr_assert_eq(mha_kv_cache_create(&dc->cfg, n_blocks, block_size, &c), MHA_OK);
+    int32_t *table = malloc((size_t)B * max_blocks * sizeof *table), *pool = malloc((size_t)n_blocks * sizeof *pool);
+    rng r = {seed};
+    for (int i = 0; i < n_blocks; i++)
+        pool[i] = i;
+    for (int i = n_blocks - 1; i > 0; i--) { /* Fisher-Yates */
+        int k = (int)(rng_next(&r) % (uint64_t)(i + 1)), t = pool[i];
+        pool[i] = pool[k], pool[k] = t;
+    }
+    memcpy(table, pool, (size_t)B * max_blocks * sizeof *table);
+    int32_t past[4] = {0}, add[4];
+    float *x = malloc((size_t)B * S * d * sizeof *x), *out = malloc((size_t)B * S * d * sizeof *out);
+    double worst = 0;
+    for (int k = 0; k < n_steps; k++) {
+        size_t rows = 0;
+        for (int b = 0; b < B; b++) { /* the sequence's next tokens, packed */
+            add[b] = sched[k][b];
+            memcpy(x + rows * d, dc->p.q + ((size_t)b * S + past[b]) * d, (size_t)add[b] * d * sizeof *x);
+            rows += (size_t)add[b];
+        }
+        mha_step st = {.n_seqs = B, .n_past = past, .n_new = add, .blocks = table, .max_blocks = max_blocks, .x = x};
+        mha_status s = mha_step_forward(dc->e, c, &st, out);
+        cr_assert_eq(s, MHA_OK, "step %d: %s (%s)", k, mha_status_str(s), mha_engine_last_error(dc->e));
+        rows = 0;
+        for (int b = 0; b < B; b++) {
+            for (int i = 0; i < add[b]; i++, rows++) {
+                const float *got = out + rows * d, *ref = dc->want + ((size_t)b * S + past[b] + i) * d;
+                double num = 0, den = 0;
+                for (int o = 0; o < d; o++)
+                    num += ((double)got[o] - ref[o]) * ((double)got[o] - ref[o]), den += (double)ref[o] * ref[o];
+                double e = sqrt(num / den);
+                worst = e > worst ? e : worst;
+                cr_assert_leq(e, STEP_TOL, "step %d, sequence %d, position %d: relative error %.3g", k, b, past[b] + i, e);
+            }
+            past[b] += add[b];
+        }
+    }
+    for (int b = 0; b < B; b++)
+        cr_assert_eq(past[b], S, "the schedule covers sequence %d", b);
+    cr_log_info("block_size %d, %d steps: worst relative error %.3g against the forward", block_size, n_steps, worst);
+    free(x), free(out), free(table), free(pool);
+    mha_kv_cache_free(c);
+}
+
+Test(step, prefill_then_token_by_token_equals_one_forward, .timeout = 60)
+{
+    decoder dc;
+    decoder_make(&dc, 1, 20, 0, 20, 2);
+    int sched[12][4] = {{9}};
+    for (int k = 1; k < 12; k++)
+        sched[k][0] = 1;
+    run_schedule(&dc, 4, 12, (const int (*)[4])sched, 1);
+    decoder_free(&dc);
+}
+
+Test(step, chunked_prefill_and_mixed_batches_equal_one_forward, .timeout = 60)
+{
+    decoder dc;
+    decoder_make(&dc, 3, 24, 0, 24, 2);
+    /* three sequences at different stages in each step, some with nothing new */
+    static const int sched[][4] = {
+        {5, 24, 0}, {7, 0, 3}, {1, 0, 10}, {0, 0, 0}, {3, 0, 1}, {8, 0, 1}, {0, 0, 9},
+    };
+    run_schedule(&dc, 5, (int)(sizeof sched / sizeof sched[0]), sched, 2);
+    run_schedule(&dc, 24, (int)(sizeof sched / sizeof sched[0]), sched, 3); /* one block each: contiguous */
+    decoder_free(&dc);
+}
+
+Test(step, sliding_window_through_steps_equals_one_forward, .timeout = 60)
+{
+    decoder dc;
+    decoder_make(&dc, 2, 30, 6, 16, 3);
+    static const int sched[][4] = {{16, 3}, {1, 13}, {1, 1}, {4, 13}, {8, 0}};
+    run_schedule(&dc, 8, (int)(sizeof sched / sizeof sched[0]), sched, 4);
+    decoder_free(&dc);
+}
+
+/* Steps over a fixed schedule with the given thread count; the final outputs. */
+static float *step_outputs(int threads)
+{
+    decoder dc;
+    decoder_make(&dc, 3, 40, 0, 20, threads);
+    mha_kv_cache *c;
+    cr_assert_eq(mha_kv_cache_create(&dc.cfg, 30, 8, &c), MHA_OK);
+    int32_t table[3 * 5] = {0, 1, 2, 3, 4, 10, 11, 12, 13, 14, 20, 21, 22, 23, 24};
+    int32_t past[3] = {0, 0, 0}, add[3] = {20, 13, 7};
+    float *out = malloc((size_t)3 * 20 * 64 * sizeof *out * 2);
+    mha_step st = {.n_seqs = 3, .n_past = past, .n_new = add, .blocks = table, .max_blocks = 5, .x = dc.p.q};
+    cr_assert_eq(mha_step_forward(dc.e, c, &st, out), MHA_OK);
+    past[0] = 20, past[1] = 13, past[2] = 7, add[0] = 1, add[1] = 2, add[2] = 1;
+    cr_assert_eq(mha_step_forward(dc.e, c, &st, out + 40 * 64), MHA_OK, "%s", mha_engine_last_error(dc.e));
+    mha_kv_cache_free(c);
+    decoder_free(&dc);
+    return out;
+}
+
+Test(step, bitwise_identical_across_thread_counts, .timeout = 60)
+{
+    float *one = step_outputs(1);
+    for (int t = 2; t <= 3; t++) {
+        float *other = step_outputs(t);
+        long at = first_bit_difference(one, other, (size_t)44 * 64);
+        cr_assert_eq(at, -1, "%d threads: out[%ld] differs from 1 thread", t, at);
+        free(other);
+    }
+    free(one);
+}
+
+Test(step, a_failed_check_changes_neither_cache_nor_out, .timeout = 30)
+{
+    decoder dc;
+    decoder_make(&dc, 2, 16, 0, 8, 2);
+    size_t bytes = mha_kv_cache_size(&dc.cfg, 6, 4);
+    cr_assert_gt(bytes, 0);
+    void *mem = aligned_alloc(64, (bytes + 63) / 64 * 64), *copy = malloc(bytes);
+    mha_kv_cache *c;
+    cr_assert_eq(mha_kv_cache_create_static(&dc.cfg, 6, 4, mem, bytes, &c), MHA_OK);
+    int32_t table[2 * 4] = {0, 1, 2, -1, 3, 4, 5, -1}, past[2] = {0, 0}, add[2] = {6, 3};
+    float out[9 * 64], out_copy[9 * 64];
+    mha_step st = {.n_seqs = 2, .n_past = past, .n_new = add, .blocks = table, .max_blocks = 4, .x = dc.p.q};
+    cr_assert_eq(mha_step_forward(dc.e, c, &st, out), MHA_OK, "%s", mha_engine_last_error(dc.e));
+    memcpy(copy, mem, bytes);
+    memset(out, 0x5a, sizeof out);
+    memcpy(out_copy, out, sizeof out);
+
+    struct { const char *what, *want; mha_status st; } cases[] = {
+        {"n_new past max_seq_q", "n_new 9 > max_seq_q 8", MHA_ERR_SHAPE},
+        {"past its blocks", "n_past 6 + n_new 7 > 12", MHA_ERR_SHAPE},
+        {"a block id out of range", "block 2 of its table is 6", MHA_ERR_SHAPE},
+        {"a block id of -1 where needed", "block 3 of its table is -1", MHA_ERR_SHAPE},
+        {"negative n_past", "n_past -1", MHA_ERR_SHAPE},
+        {"too many sequences", "n_seqs 3 is outside 1..max_batch 2", MHA_ERR_SHAPE},
+        {"no x", "x is NULL", MHA_ERR_INVALID_ARG},
+    };
+    for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
+        int32_t bp[2] = {6, 3}, ba[2] = {1, 1}, bt[2 * 4];
+        memcpy(bt, table, sizeof bt);
+        mha_step bad = {.n_seqs = 2, .n_past = bp, .n_new = ba, .blocks = bt, .max_blocks = 4, .x = dc.p.q};
+        switch (i) {
+        case 0: ba[1] = 9; break;
+        case 1: ba[0] = 7; bad.max_blocks = 3; break;
+        case 2: bt[2] = 6; ba[0] = 3; break;
+        case 3: ba[0] = 7; break;
+        case 4: bp[1] = -1; break;
+        case 5: bad.n_seqs = 3; break;
+        case 6: bad.x = NULL; break;
+        }
+        mha_status s = mha_step_forward(dc.e, c, &bad, out);
+        cr_assert_eq(s, cases[i].st, "%s: %s", cases[i].what, mha_status_str(s));
+        cr_assert(strstr(mha_engine_last_error(dc.e), cases[i].want), "%s: '%s' lacks '%s'", cases[i].what,
+                  mha_engine_last_error(dc.e), cases[i].want);
+        cr_assert(!memcmp(mem, copy, bytes), "%s: the cache changed", cases[i].what);
+        cr_assert(!memcmp(out, out_copy, sizeof out), "%s: out changed", cases[i].what);
+    }
+    /* a cache made for another model */
+    mha_config other = dc.cfg;
+    other.n_kv_heads = 4;
+    mha_kv_cache *c2;
+    cr_assert_eq(mha_kv_cache_create(&other, 6, 4, &c2), MHA_OK);
+    cr_assert_eq(mha_step_forward(dc.e, c2, &st, out), MHA_ERR_CONFIG);
+    cr_assert(strstr(mha_engine_last_error(dc.e), "another model"), "%s", mha_engine_last_error(dc.e));
+    mha_kv_cache_free(c2);
+    other = dc.cfg;
+    other.rope.theta = 500000.0f; /* K is stored rotated: another RoPE may not read it */
+    cr_assert_eq(mha_kv_cache_create(&other, 6, 4, &c2), MHA_OK);
+    cr_assert_eq(mha_step_forward(dc.e, c2, &st, out), MHA_ERR_CONFIG);
+    mha_kv_cache_free(c2);
+    cr_assert(!memcmp(out, out_copy, sizeof out));
+    /* the engine stays usable */
+    past[0] = 6, past[1] = 3, add[0] = 1, add[1] = 0;
+    cr_assert_eq(mha_step_forward(dc.e, c, &st, out), MHA_OK, "%s", mha_engine_last_error(dc.e));
+    mha_kv_cache_free(c);
+    free(mem), free(copy);
+    decoder_free(&dc);
+}
+
+Test(step, a_step_allocates_nothing, .timeout = 30)
+{
+    decoder dc;
+    decoder_make(&dc, 2, 16, 0, 16, 2);
+    mha_kv_cache *c;
+    cr_assert_eq(mha_kv_cache_create(&dc.cfg, 8, 4, &c), MHA_OK);
+    int32_t table[2 * 4] = {0, 1, 2, 3, 4, 5, 6, 7}, past[2] = {0, 0}, add[2] = {10, 4};
+    float *out = malloc((size_t)16 * 2 * 64 * sizeof *out);
+    mha_step st = {.n_seqs = 2, .n_past = past, .n_new = add, .blocks = table, .max_blocks = 4, .x = dc.p.q};
+    cr_assert_eq(mha_step_forward(dc.e, c, &st, out), MHA_OK); /* the first: libgomp's pools warm */
+    past[0] = 10, past[1] = 4, add[0] = 1, add[1] = 1;
+    const long before = alloc_count();
+    cr_assert_eq(mha_step_forward(dc.e, c, &st, out), MHA_OK);
+    /* libgomp's task descriptors are malloc'd by libgomp, not counted here: libmha's own
+     * allocations (routed to the counter) must be none */
+    cr_assert_eq(alloc_count() - before, 0, "a step made %ld allocations", alloc_count() - before);
+    free(out);
+    mha_kv_cache_free(c);
+    decoder_free(&dc);
+}
+
+Test(step, cache_sizes_and_arguments)
+{
+    mha_config cfg;
+    mha_config_init(&cfg);
+    cfg.d_model = 64, cfg.n_heads = 8, cfg.n_kv_heads = 2;
+    /* 2 (K, V) × 2 KV heads × 16 slots × 8 floats × 4 bytes per block, plus a header */
+    size_t one = mha_kv_cache_size(&cfg, 1, 16), two = mha_kv_cache_size(&cfg, 2, 16);
+    cr_assert_eq(two - one, (size_t)2 * 2 * 16 * 8 * 4);
+    cr_assert_eq(mha_kv_cache_size(&cfg, 0, 16), 0);
+    cr_assert_eq(mha_kv_cache_size(&cfg, 4, 0), 0);
+    cr_assert_eq(mha_kv_cache_size(NULL, 4, 16), 0);
+    mha_kv_cache *c = (mha_kv_cache *)&cfg;
+    cr_assert_eq(mha_kv_cache_create(&cfg, -1, 16, &c), MHA_ERR_CONFIG);
+    cr_assert_null(c);
+    char mem[256] __attribute__((aligned(64)));
+    cr_assert_eq(mha_kv_cache_create_static(&cfg, 1, 16, mem, sizeof mem, &c), MHA_ERR_WORKSPACE, "too small");
+    cr_assert_eq(mha_kv_cache_create_static(&cfg, 1, 1, mem + 4, 200, &c), MHA_ERR_WORKSPACE, "misaligned");
+    mha_kv_cache_free(NULL);
+    mha_engine *e;
+    cr_assert_eq(mha_create(&cfg, &e), MHA_OK);
+    cr_assert_eq(mha_step_forward(e, NULL, NULL, NULL), MHA_ERR_INVALID_ARG);
+    cr_assert_eq(mha_step_forward(NULL, NULL, NULL, NULL), MHA_ERR_INVALID_ARG);
+    mha_free(e);
+}
