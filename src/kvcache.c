@@ -41,15 +41,24 @@ static mha_kv_cache *build(const mha_kv_cache *layout, void *mem)
     return c;
 }
 
-MHA_API mha_status mha_kv_cache_create(const mha_config *cfg, int n_blocks, int block_size, mha_kv_cache **out)
+/* What both creators check first: out cleared, the layout planned into *layout (*total bytes). */
+static mha_status begin(const mha_config *cfg, int n_blocks, int block_size, mha_kv_cache **out, mha_kv_cache *layout,
+                        size_t *total)
 {
     if (!out)
         return MHA_ERR_INVALID_ARG;
     *out = NULL;
+    *total = plan(cfg, n_blocks, block_size, layout);
+    return *total ? MHA_OK : cfg ? MHA_ERR_CONFIG : MHA_ERR_INVALID_ARG;
+}
+
+MHA_API mha_status mha_kv_cache_create(const mha_config *cfg, int n_blocks, int block_size, mha_kv_cache **out)
+{
     mha_kv_cache layout;
-    size_t total = plan(cfg, n_blocks, block_size, &layout);
-    if (!total)
-        return cfg ? MHA_ERR_CONFIG : MHA_ERR_INVALID_ARG;
+    size_t total;
+    mha_status st = begin(cfg, n_blocks, block_size, out, &layout, &total);
+    if (st != MHA_OK)
+        return st;
     size_t rounded = (total + 4095) / 4096 * 4096;
     void *mem = rounded < total ? NULL : aligned_alloc(4096, rounded);
     if (!mem)
@@ -63,13 +72,11 @@ MHA_API mha_status mha_kv_cache_create(const mha_config *cfg, int n_blocks, int 
 MHA_API mha_status mha_kv_cache_create_static(const mha_config *cfg, int n_blocks, int block_size, void *mem,
                                               size_t len, mha_kv_cache **out)
 {
-    if (!out)
-        return MHA_ERR_INVALID_ARG;
-    *out = NULL;
     mha_kv_cache layout;
-    size_t total = plan(cfg, n_blocks, block_size, &layout);
-    if (!total)
-        return cfg ? MHA_ERR_CONFIG : MHA_ERR_INVALID_ARG;
+    size_t total;
+    mha_status st = begin(cfg, n_blocks, block_size, out, &layout, &total);
+    if (st != MHA_OK)
+        return st;
     if (!mem)
         return MHA_ERR_INVALID_ARG;
     if ((uintptr_t)mem % 64 || len < total)
