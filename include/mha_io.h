@@ -42,6 +42,10 @@ typedef struct mha_config_file {
     mha_scale_mode scale_mode;
     int scale_iters;
     int line_mask, line_lengths, line_threads; /* lines of batch.mask, batch.lengths, threads.count (0: absent) */
+    /* decode: mha run prefills seqs sequences to context tokens through the KV cache
+     * (prefill_chunk tokens per sequence per step), then runs steps steps of new tokens each */
+    int decode;                           /* 1: the file has a decode block */
+    int decode_seqs, decode_context, decode_new, decode_steps, decode_block_size, decode_prefill_chunk;
 } mha_config_file;
 
 /* The schema's defaults: mha_config_init's engine, run { warmup 3, iters 20, seed 42 }. */

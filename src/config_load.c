@@ -25,6 +25,7 @@ typedef struct loader {
     mha_config_file *fc;
     int line[64];               /* per schema key: its line, 0 if absent */
     int *entry_line[64];        /* per list key: the line of each entry */
+    int decode_line;            /* line of a decode block, 0: none */
     char *err;
     size_t err_len;
 } loader;
@@ -342,6 +343,8 @@ static mha_status entry(loader *L, const char *prefix, const yaml_event_t *key_e
                 return bad_at(L, MHA_ERR_CONFIG, line, path, "duplicate block");
         if (*n_seen < 16)
             snprintf(seen[(*n_seen)++], sizeof seen[0], "%s", path);
+        if (!strcmp(path, "decode"))
+            L->decode_line = line;
         yaml_event_t ev;
         mha_status st = next(L, &ev);
         if (st != MHA_OK)
@@ -472,6 +475,10 @@ static mha_status finish(loader *L)
             return bad_at(L, MHA_ERR_CONFIG, L->line[i], mha_keys[i].pub.key, "given, but rope style %s, scaling %s do not read it",
                           mha_key_value_name(mha_key_find("model.rope.style"), c->rope.style),
                           mha_key_value_name(mha_key_find("model.rope.scaling"), c->rope.scaling));
+    fc->decode = L->decode_line > 0;
+    if (fc->decode && (long)fc->decode_context + (long)fc->decode_new * fc->decode_steps > (1 << 20))
+        return bad_at(L, MHA_ERR_CONFIG, L->decode_line, "decode", "context %d + new %d × steps %d is past 1048576 positions",
+                      fc->decode_context, fc->decode_new, fc->decode_steps);
     fc->line_mask = seen(L, "batch.mask");
     fc->line_lengths = seen(L, "batch.lengths");
     fc->line_threads = seen(L, "threads.count");

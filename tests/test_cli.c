@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <glob.h>
+
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 
@@ -154,15 +156,45 @@ Test(cli, outputs_are_complete_or_absent, .timeout = 60)
 
 Test(cli, every_shipped_config_is_valid)
 {
-    const char *names[] = {"default", "seed", "bert-base", "bert-base-512", "gpt2-medium", "llama2-7b-attn",
-                           "long-context", "ragged-serving"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        char path[128], err[512];
-        snprintf(path, sizeof path, "configs/%s.yaml", names[i]);
+    glob_t g;
+    cr_assert_eq(glob("configs/*.yaml", 0, NULL, &g), 0);
+    cr_assert_geq(g.gl_pathc, 12, "configs/ has its configs");
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        char err[512];
+        const char *path = g.gl_pathv[i];
         mha_config cfg;
         cr_assert_eq(mha_config_load(path, &cfg, err, sizeof err), MHA_OK, "%s", err);
         cr_assert_gt(mha_workspace_size(&cfg), 0, "%s", path);
     }
+    globfree(&g);
+}
+
+/* A config with a decode block: prefill and decode through the KV cache, the step-versus-
+ * forward check, the documented JSON keys; file options that do not apply are refused. */
+Test(cli, decode_block_runs_steps_through_the_cache, .timeout = 60)
+{
+    char dir[64], path[128], args[256];
+    tmpdir_make(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/dec.yaml", dir);
+    const char *yaml = "model: { d_model: 128, heads: 8, kv_heads: 2, bias: true, window: 40, rope: { style: neox } }\n"
+                       "decode: { seqs: 3, context: 50, new: 2, steps: 6, block_size: 8, prefill_chunk: 16 }\n";
+    write_file(path, yaml, strlen(yaml));
+    snprintf(args, sizeof args, "run %s --json", path);
+    char *out, *err;
+    cr_assert_eq(run_cli(args, &out, &err), 0, "%s", err);
+    const char *keys[] = {"\"mode\":\"decode\"", "\"prefill_tokens_per_s\":", "\"step_median_ms\":", "\"step_p99_ms\":",
+                          "\"decode_tokens_per_s\":", "\"kv_cache_bytes\":", "\"check_rows\":2", "\"max_rel_error\":"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        cr_assert(strstr(out, keys[i]), "no %s in %s", keys[i], out);
+    double e = 1;
+    const char *at = strstr(out, "\"max_rel_error\":");
+    cr_assert(at && sscanf(at, "\"max_rel_error\":%lf", &e) == 1 && e < 1e-5, "steps against the forward: %s", out);
+    free(out), free(err);
+    snprintf(args, sizeof args, "run %s --input tests/data/x.npy", path);
+    cr_assert_eq(run_cli(args, &out, &err), 2);
+    cr_assert(strstr(err, "--input: not with a decode config"), "%s", err);
+    free(out), free(err);
+    tmpdir_remove(dir);
 }
 
 /* --check's double-precision reference runs head by head: it once held K and V of a whole

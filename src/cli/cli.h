@@ -15,6 +15,8 @@ enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 int mha_cli_run(int argc, char **argv);
 int mha_cli_info(int argc, char **argv);
 int mha_cli_schema(int argc, char **argv);
+/* mha run on a config with a decode block (decode.c). */
+int cli_decode(const mha_config_file *fc, const char *config, const char *weights, const char *prefix, int check, int json);
 int mha_cli_scale(int argc, char **argv);
 
 /* "mha: <message>" on stderr. */

@@ -219,6 +219,15 @@ int mha_cli_run(int argc, char **argv)
         return cli_exit_code(st);
     }
     if (o.have_threads) s.fc.engine.threads = (int)o.threads;
+    if (s.fc.decode) { /* prefill and decode through the KV cache */
+        const char *other = o.input ? "--input" : o.kv ? "--kv" : o.lengths ? "--lengths" : o.kv_lengths ? "--kv-lengths"
+                            : o.output ? "--output" : o.attn ? "--attn" : o.causal ? "--causal" : NULL;
+        if (other) {
+            cli_error("%s: not with a decode config (%s has a decode block)", other, o.config);
+            return EXIT_USAGE;
+        }
+        return cli_decode(&s.fc, o.config, o.weights, o.prefix, (int)o.check, o.json);
+    }
     if (o.have_iters) s.fc.iters = (int)o.iters;
     if (o.have_warmup) s.fc.warmup = (int)o.warmup;
     if ((rc = load_inputs(&o, &s)) != EXIT_OK || (rc = load_weights(&o, &s)) != EXIT_OK)
