@@ -56,7 +56,7 @@ int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine
     if (kind == MHA_ARENA_WEIGHTS) {
         p->z = p->xpack = p->order = p->deps = p->xdeps = p->worker_cpu = p->pin_cpu = p->scratch = MHA_ARENA_ABSENT;
         p->rope_cos = p->rope_sin = MHA_ARENA_ABSENT;
-        p->xpack_stride = p->scratch_stride = p->kt = p->scores = p->apack = p->inv = 0;
+        p->xpack_stride = p->scratch_stride = p->kt = p->scores = p->apack = p->inv = p->dec = 0;
         p->total = cur;
         return of ? -1 : 0;
     }
@@ -70,6 +70,9 @@ int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine
     p->worker_cpu = take(&cur, threads, sizeof(int), MHA_ALIGN, &of);
     p->pin_cpu = take(&cur, threads, sizeof(int), MHA_ALIGN, &of);
     p->step_row0 = take(&cur, batch + 1, sizeof(int), MHA_ALIGN, &of);
+    const size_t chunks = ((size_t)dims->seq_kv + MHA_DECODE_CHUNK - 1) / MHA_DECODE_CHUNK;
+    const size_t dec_q = (size_t)dims->group * MHA_DECODE_ROWS; /* queries of one decode task */
+    p->partial = take(&cur, product(batch * (size_t)dims->kvh, chunks, dec_q * (dk + 2), &of), sizeof(float), MHA_ALIGN, &of);
     p->rope_cos = p->rope_sin = MHA_ARENA_ABSENT;
     if (dims->rope.style != MHA_ROPE_NONE) {
         const size_t half = (size_t)dims->rope.rotary_dim / 2;
@@ -84,6 +87,7 @@ int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine
     p->scores = take(&slice, product((size_t)dims->q_block, lds, 1, &of), sizeof(float), MHA_ALIGN, &of);
     p->apack = take(&slice, product((size_t)k->mb, (size_t)k->kc, 1, &of), sizeof(float), MHA_ALIGN, &of);
     p->inv = take(&slice, product(2, (size_t)dims->q_block, 1, &of), sizeof(float), MHA_ALIGN, &of);
+    p->dec = take(&slice, product(dec_q, MHA_DECODE_CHUNK + dk, 1, &of), sizeof(float), MHA_ALIGN, &of);
     p->scratch_stride = take(&slice, 0, 1, MHA_PAGE, &of); /* round the slice up to a page */
     p->scratch = take(&cur, threads, p->scratch_stride, MHA_PAGE, &of);
     p->total = cur;
@@ -113,5 +117,6 @@ void mha_arena_carve(const mha_arena_plan *p, void *base, mha_arena_views *v)
     v->rope_cos = at(b, p->rope_cos);
     v->rope_sin = at(b, p->rope_sin);
     v->step_row0 = at(b, p->step_row0);
+    v->partial = at(b, p->partial);
     v->scratch = at(b, p->scratch);
 }

@@ -24,6 +24,8 @@ typedef struct mha_arena_plan {
     size_t worker_cpu, pin_cpu;
     size_t rope_cos, rope_sin; /* (positions, r/2) each; absent without RoPE */
     size_t step_row0;       /* (batch + 1) ints: a step's first row of each sequence */
+    size_t partial;         /* decode partial results: (batch, kvh, chunks, group·DECODE_ROWS, dk + 2) */
+    size_t dec;             /* offset in a worker slice: group·DECODE_ROWS × (DECODE_CHUNK + dk) floats */
     size_t scratch;         /* first worker slice */
     size_t scratch_stride;  /* bytes per worker slice, a multiple of MHA_PAGE */
     size_t kt, scores, apack, inv; /* offsets inside a worker slice (its Q/K/V panels start it) */
@@ -48,6 +50,7 @@ typedef struct mha_arena_views {
     int *pin_cpu;           /* (threads): CPU each worker is pinned to, -1 none */
     float *rope_cos, *rope_sin; /* (positions, r/2), or NULL */
     int *step_row0;         /* (batch + 1) */
+    float *partial;
     unsigned char *scratch; /* (threads, scratch_stride) */
 } mha_arena_views;
 

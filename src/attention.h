@@ -48,6 +48,7 @@ typedef struct mha_scratch {
     float *scores;  /* (q_block, ld_scores) */
     float *apack;   /* mha_gemm_apack_floats */
     float *inv;     /* (2·q_block): each row's softmax sum (then its inverse), and running max */
+    float *dec;     /* decode: (group·MHA_DECODE_ROWS) × (MHA_DECODE_CHUNK + dk): scores, queries */
 } mha_scratch;
 
 /* Rows the head tasks project from the query input of sequence b (packed beforehand). */

@@ -66,6 +66,11 @@ typedef struct mha_dims {
  * depend on the thread count. MHA_PACK_BLOCK is a multiple of every microkernel's row panel. */
 #define MHA_OUT_BLOCK 128
 #define MHA_PACK_BLOCK 192
+/* Decoding: a sequence bringing at most MHA_DECODE_ROWS new tokens to a step attends straight
+ * from the cache, its context cut into chunks of MHA_DECODE_CHUNK keys (one task each, merged
+ * in order: a split fixed by the shapes, so outputs never depend on the thread count). */
+#define MHA_DECODE_ROWS 4
+#define MHA_DECODE_CHUNK 512
 
 mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, char *err, size_t err_len);
 

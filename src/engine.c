@@ -141,6 +141,7 @@ static mha_engine *build(const prepared *p, void *ws)
         .scores = p->plan.scores,
         .apack = p->plan.apack,
         .inv = p->plan.inv,
+        .dec = p->plan.dec,
         .order = v.order,
         .deps = v.deps,
         .xdeps = v.xdeps,
@@ -437,7 +438,9 @@ MHA_API mha_status mha_step_forward(mha_engine *e, mha_kv_cache *c, const mha_st
     for (int q = 0; q < s->n_seqs; q++)
         row0[q + 1] = row0[q] + s->n_new[q];
     if (rows > 0) {
-        mha_step_job j = {.f = engine_fwd(e, out), .cache = c, .step = s, .row0 = row0, .rows = (int)rows};
+        mha_step_job j = {.f = engine_fwd(e, out), .cache = c, .step = s, .row0 = row0, .rows = (int)rows,
+                          .partial = e->views.partial,
+                          .max_chunks = (e->dims.seq_kv + MHA_DECODE_CHUNK - 1) / MHA_DECODE_CHUNK};
         j.f.causal = 1;
         j.chunk_rows = j.f.rows < MHA_PACK_BLOCK ? j.f.rows : MHA_PACK_BLOCK;
         mha_sched_step(&e->sched, &j);

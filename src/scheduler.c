@@ -58,6 +58,7 @@ static mha_scratch scratch_of(const mha_sched *s, int t)
         .scores = (float *)(void *)(slice + s->scores),
         .apack = (float *)(void *)(slice + s->apack),
         .inv = (float *)(void *)(slice + s->inv),
+        .dec = (float *)(void *)(slice + s->dec),
     };
 }
 
@@ -131,13 +132,32 @@ void mha_sched_step(const mha_sched *s, const mha_step_job *j)
                     }
                 }
 #pragma omp taskwait
-            for (int q = 0; q < n; q++)
-                for (int g = 0; g < kvh && j->step->n_new[q] > 0; g++) {
+            /* few new rows: chunks of the context straight from the cache, merged below;
+             * more: the context gathered and the forward's attention */
+            for (int q = 0; q < n; q++) {
+                const int add = j->step->n_new[q], chunks = mha_step_chunks(j, q);
+                for (int g = 0; g < kvh && add > 0; g++)
+                    if (add <= MHA_DECODE_ROWS)
+                        for (int c = 0; c < chunks; c++) {
+#pragma omp task firstprivate(q, g, c)
+                            {
+                                const mha_scratch sc = scratch_of(s, omp_get_thread_num());
+                                mha_step_decode_chunk(j, q, g, c, &sc);
+                            }
+                        }
+                    else {
 #pragma omp task firstprivate(q, g)
-                    {
-                        const mha_scratch sc = scratch_of(s, omp_get_thread_num());
-                        mha_step_attend(j, q, g, &sc);
+                        {
+                            const mha_scratch sc = scratch_of(s, omp_get_thread_num());
+                            mha_step_attend(j, q, g, &sc);
+                        }
                     }
+            }
+#pragma omp taskwait
+            for (int q = 0; q < n; q++)
+                for (int g = 0; g < kvh && j->step->n_new[q] > 0 && j->step->n_new[q] <= MHA_DECODE_ROWS; g++) {
+#pragma omp task firstprivate(q, g)
+                    mha_step_decode_merge(j, q, g);
                 }
 #pragma omp taskwait
             for (int r0 = 0; r0 < j->rows; r0 += MHA_OUT_BLOCK) {

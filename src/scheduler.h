@@ -13,7 +13,7 @@ typedef struct mha_sched {
     int *worker_cpu;         /* (threads): where each worker ran, -1 if it did not */
     unsigned char *scratch;  /* (threads, stride) worker slices */
     size_t stride;           /* slice size */
-    size_t kt, scores, apack, inv; /* offsets inside a slice (Q/K/V panels at 0) */
+    size_t kt, scores, apack, inv, dec; /* offsets inside a slice (Q/K/V panels at 0) */
     int *order;              /* (batch) */
     char *deps;              /* (batch, h) task-dependency tokens */
     char *xdeps;             /* (batch, pack_chunks) tokens of the input-packing tasks */

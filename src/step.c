@@ -3,14 +3,21 @@
  * Three phases, each a set of tasks (scheduler.c): (1) per KV head and block of rows, the new
  * tokens' K|V (one GEMM over every sequence's rows, so the weights are read once per step,
  * not once per sequence) rotated at their positions and stored in the cache, and the group's
- * Q rotated into z; (2) per sequence and KV head, the context's K and V gathered from the
- * cache into the worker's panel scratch, Kᵀ packed once, and the forward's attention
- * (mha_attention_rows) for each query head of the group, with query i at position
- * n_past + i; (3) the output projection over all rows. */
+ * Q rotated into z; (2) per sequence and KV head, either (prefill: more than
+ * MHA_DECODE_ROWS new tokens) the context's K and V gathered from the cache into the worker's
+ * panel scratch, Kᵀ packed once, and the forward's attention (mha_attention_rows) for each
+ * query head of the group, with query i at position n_past + i; or (decode) per chunk of
+ * MHA_DECODE_CHUNK keys, dot products and value updates read straight from the cache blocks,
+ * each key and value row once for all queries of the group, then the chunks merged in order
+ * with their maxima and sums (flash-decoding: long contexts spread over the workers, the
+ * result independent of how many there are); (3) the output projection over all rows. */
 #include "step.h"
 
+#include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
+#include "config.h"
 #include "rope.h"
 
 /* Row t of a panel matrix, columns [c0, c0 + n) (c0 a panel boundary) from / to a vector. */
@@ -94,6 +101,149 @@ void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s)
         for (int i = 0; i < n_new; i++) /* its Q (rotated in phase 1), then Z over it */
             to_panels(k, qkv, i, 0, z + (size_t)i * f->d + (size_t)h * dk, dk);
         mha_attention_rows(f, h, s, n_new, ctx, n_past, z, NULL);
+    }
+}
+
+/* ---- decode: attention straight from the cache, in chunks of keys ---- */
+
+static float dot_scalar(const float *restrict a, const float *restrict b, int n)
+{
+    float acc = 0.0f;
+    for (int i = 0; i < n; i++)
+        acc += a[i] * b[i];
+    return acc;
+}
+
+__attribute__((target("avx512f"))) static float dot_avx512(const float *restrict a, const float *restrict b, int n)
+{
+    __m512 acc = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+static void axpy_scalar(float *restrict y, float a, const float *restrict x, int n)
+{
+    for (int i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
+__attribute__((target("avx512f"))) static void axpy_avx512(float *restrict y, float a, const float *restrict x, int n)
+{
+    const __m512 va = _mm512_set1_ps(a);
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+    }
+}
+
+int mha_step_chunks(const mha_step_job *j, int q)
+{
+    const int ctx = j->step->n_past[q] + j->step->n_new[q];
+    return (ctx + MHA_DECODE_CHUNK - 1) / MHA_DECODE_CHUNK;
+}
+
+/* Partial results of query qi (head-in-group major, then row) of chunk c of (q, g):
+ * Z (dk floats, unnormalised), then the running max and the sum. */
+static float *partial_of(const mha_step_job *j, int q, int g, int c, int qi)
+{
+    const size_t per_query = (size_t)j->f.dk + 2, per_chunk = (size_t)j->f.group * MHA_DECODE_ROWS * per_query;
+    return j->partial + (((size_t)q * j->f.kvh + g) * j->max_chunks + c) * per_chunk + (size_t)qi * per_query;
+}
+
+void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha_scratch *s)
+{
+    const mha_fwd *f = &j->f;
+    const mha_step *st = j->step;
+    const mha_kv_cache *cache = j->cache;
+    const int n_new = st->n_new[q], n_past = st->n_past[q], ctx = n_past + n_new;
+    const int dk = f->dk, d = f->d, G = f->group, nq = G * n_new, W = f->window;
+    const int k0 = c * MHA_DECODE_CHUNK, k1 = k0 + MHA_DECODE_CHUNK < ctx ? k0 + MHA_DECODE_CHUNK : ctx, n = k1 - k0;
+    const int32_t *table = st->blocks + (size_t)q * st->max_blocks;
+    const int avx512 = f->kernel->avx512;
+    const float scale = 1.0f / sqrtf((float)dk);
+    float *sc = s->dec, *qv = s->dec + (size_t)nq * MHA_DECODE_CHUNK; /* (nq, chunk) scores; (nq, dk) queries */
+
+    /* the group's queries, rotated in phase 1, from z: query qi = head jh, row i */
+    const float *z = f->z + (size_t)j->row0[q] * d;
+    for (int jh = 0; jh < G; jh++)
+        for (int i = 0; i < n_new; i++)
+            memcpy(qv + (size_t)(jh * n_new + i) * dk, z + (size_t)i * d + (size_t)(g * G + jh) * dk, (size_t)dk * sizeof *qv);
+    /* scores: each key row read once for every query of the group */
+    for (int t = k0; t < k1; t++) {
+        const float *kr = mha_kv_k(cache, table[t / cache->block_size], g, t % cache->block_size);
+        for (int qi = 0; qi < nq; qi++)
+            sc[(size_t)qi * MHA_DECODE_CHUNK + (t - k0)] =
+                (avx512 ? dot_avx512(qv + (size_t)qi * dk, kr, dk) : dot_scalar(qv + (size_t)qi * dk, kr, dk)) * scale;
+    }
+    /* per query: the keys it sees in this chunk (causal from its position, the window), exp
+     * against the chunk's max, the sum */
+    for (int qi = 0; qi < nq; qi++) {
+        const int pos = n_past + qi % n_new;
+        const int hi = pos + 1 < k1 ? pos + 1 : k1, lo = W > 0 && pos - W + 1 > k0 ? pos - W + 1 : k0;
+        const int visible = hi - k0 < 0 ? 0 : hi - k0, hidden = lo - k0 > visible ? visible : lo - k0;
+        float *row = sc + (size_t)qi * MHA_DECODE_CHUNK;
+        for (int t = 0; t < hidden; t++)
+            row[t] = -INFINITY;
+        float mx = -INFINITY;
+        const float sum = f->softmax(row, n, visible, NULL, &mx);
+        float *p = partial_of(j, q, g, c, qi);
+        memset(p, 0, (size_t)dk * sizeof *p);
+        p[dk] = mx, p[dk + 1] = sum;
+    }
+    /* Z += e · V: each value row read once for every query */
+    for (int t = k0; t < k1; t++) {
+        const float *vr = mha_kv_v(cache, table[t / cache->block_size], g, t % cache->block_size);
+        for (int qi = 0; qi < nq; qi++) {
+            const float e = sc[(size_t)qi * MHA_DECODE_CHUNK + (t - k0)];
+            if (e != 0.0f) {
+                float *p = partial_of(j, q, g, c, qi);
+                if (avx512)
+                    axpy_avx512(p, e, vr, dk);
+                else
+                    axpy_scalar(p, e, vr, dk);
+            }
+        }
+    }
+}
+
+void mha_step_decode_merge(const mha_step_job *j, int q, int g)
+{
+    const mha_fwd *f = &j->f;
+    const int n_new = j->step->n_new[q], dk = f->dk, d = f->d, G = f->group, chunks = mha_step_chunks(j, q);
+    float *z = f->z + (size_t)j->row0[q] * d;
+    for (int qi = 0; qi < G * n_new; qi++) {
+        const int jh = qi / n_new, i = qi % n_new;
+        float *zr = z + (size_t)i * d + (size_t)(g * G + jh) * dk;
+        float m = -INFINITY;
+        for (int c = 0; c < chunks; c++) {
+            const float mc = partial_of(j, q, g, c, qi)[dk];
+            m = mc > m ? mc : m;
+        }
+        memset(zr, 0, (size_t)dk * sizeof *zr);
+        if (m == -INFINITY)
+            continue; /* no visible key: a zero row */
+        float sum = 0.0f;
+        for (int c = 0; c < chunks; c++) { /* in chunk order: the same sums whatever ran them */
+            const float *p = partial_of(j, q, g, c, qi);
+            if (p[dk] == -INFINITY)
+                continue;
+            const float w = expf(p[dk] - m);
+            sum += p[dk + 1] * w;
+            for (int t = 0; t < dk; t++)
+                zr[t] += p[t] * w;
+        }
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        for (int t = 0; t < dk; t++)
+            zr[t] *= inv;
     }
 }
 

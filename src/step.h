@@ -14,6 +14,8 @@ typedef struct mha_step_job {
     const int *row0;           /* (n_seqs + 1): each sequence's first row in x, z and out */
     int rows;                  /* new tokens in all: sum of n_new */
     int chunk_rows;            /* rows per projection task: a function of the config only */
+    float *partial;            /* decode: (max_batch, kvh, max_chunks, group·DECODE_ROWS, dk + 2) */
+    int max_chunks;            /* ceil(max_seq_kv / MHA_DECODE_CHUNK) */
 } mha_step_job;
 
 /* Rows [r0, r1) of the step, KV head g: K and V projected, rotated at their positions and
@@ -22,6 +24,13 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
 /* Sequence q, KV head g: its context's K and V from the cache, then each query head of the
  * group attends from its new tokens (Q read from z, Z written over it). */
 void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s);
+/* Chunks of MHA_DECODE_CHUNK keys in sequence q's context. */
+int mha_step_chunks(const mha_step_job *j, int q);
+/* Decode (n_new <= MHA_DECODE_ROWS): chunk c of sequence q's context for the query heads of KV
+ * head g, read in place from the cache: each query's running max, sum and unnormalised Z. */
+void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha_scratch *s);
+/* Decode: the chunks of (q, g) merged in order (log-sum-exp) into z. */
+void mha_step_decode_merge(const mha_step_job *j, int q, int g);
 /* out rows [r0, r1) = z · Wo + bo. */
 void mha_step_out_rows(const mha_step_job *j, int r0, int r1, float *apack);
 

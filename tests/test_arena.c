@@ -61,7 +61,8 @@ ParameterizedTest(mha_dims *dm, arena, regions_are_aligned_disjoint_and_inside, 
             cr_assert(r[i].off >= r[j].off + r[j].bytes || r[j].off >= r[i].off + r[i].bytes,
                       "regions %zu and %zu overlap", i, j);
     }
-    /* a worker slice: Q/K/V panels, Kᵀ panels, the score tile, A packing, on its own pages */
+    /* a worker slice: Q/K/V panels, Kᵀ panels, the score tile, A packing, row sums, the decode
+     * scratch, on its own pages */
     cr_assert_eq(p.scratch % MHA_PAGE, 0);
     cr_assert_eq(p.scratch_stride % MHA_PAGE, 0);
     size_t kvp = mha_round_up((size_t)dm->seq_kv, w);
@@ -70,9 +71,11 @@ ParameterizedTest(mha_dims *dm, arena, regions_are_aligned_disjoint_and_inside, 
         {p.kt, dk * kvp * sizeof(float)},
         {p.scores, (size_t)dm->q_block * (size_t)p.ld_scores * sizeof(float)},
         {p.apack, mha_gemm_apack_floats(&K) * sizeof(float)},
+        {p.inv, 2 * (size_t)dm->q_block * sizeof(float)},
+        {p.dec, (size_t)dm->group * MHA_DECODE_ROWS * (MHA_DECODE_CHUNK + dk) * sizeof(float)},
     };
     cr_assert_geq(p.ld_scores, dm->seq_kv);
-    for (size_t i = 0; i < 4; i++) {
+    for (size_t i = 0; i < 6; i++) {
         cr_assert_eq(slice[i].off % MHA_ALIGN, 0);
         cr_assert_leq(slice[i].off + slice[i].bytes, p.scratch_stride, "slice part %zu ends past the slice", i);
         for (size_t j = 0; j < i; j++)
@@ -80,9 +83,9 @@ ParameterizedTest(mha_dims *dm, arena, regions_are_aligned_disjoint_and_inside, 
     }
     /* and it never grows with seq_q × seq_kv */
     size_t sum = 0;
-    for (size_t i = 0; i < 4; i++)
+    for (size_t i = 0; i < 6; i++)
         sum += slice[i].bytes;
-    cr_assert_lt(p.scratch_stride, sum + 5 * MHA_ALIGN + MHA_PAGE);
+    cr_assert_lt(p.scratch_stride, sum + 7 * MHA_ALIGN + MHA_PAGE);
 }
 
 Test(arena, carve_follows_the_plan, .init = pick_kernel)

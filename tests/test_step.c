@@ -283,3 +283,17 @@ Test(step, cache_sizes_and_arguments)
     cr_assert_eq(mha_step_forward(NULL, NULL, NULL, NULL), MHA_ERR_INVALID_ARG);
     mha_free(e);
 }
+
+/* Contexts longer than one decode chunk: up to 4 new tokens attend from the cache chunk by
+ * chunk (merged with their maxima and sums), more take the gathered path; both, with and
+ * without a window that spans chunks, equal one causal forward. */
+Test(step, long_contexts_in_decode_chunks_equal_one_forward, .timeout = 120)
+{
+    static const int sched[][4] = {{1100, 1200}, {4, 2}, {1, 3}, {195, 95}};
+    for (int window = 0; window <= 700; window += 700) {
+        decoder dc;
+        decoder_make(&dc, 2, 1300, window, 1200, 2);
+        run_schedule(&dc, 16, 4, sched, 9);
+        decoder_free(&dc);
+    }
+}
