@@ -70,6 +70,9 @@ typedef struct mha_dims {
  * from the cache, its context cut into chunks of MHA_DECODE_CHUNK keys (one task each, merged
  * in order: a split fixed by the shapes, so outputs never depend on the thread count). */
 #define MHA_DECODE_ROWS 4
+/* Columns of one output-projection task of a step with few rows (a multiple of every B panel
+ * width: 8, 16, 32, 64). */
+#define MHA_OUT_COLS 512
 #define MHA_DECODE_CHUNK 512
 
 mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, char *err, size_t err_len);

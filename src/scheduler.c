@@ -160,11 +160,16 @@ void mha_sched_step(const mha_sched *s, const mha_step_job *j)
                     mha_step_decode_merge(j, q, g);
                 }
 #pragma omp taskwait
-            for (int r0 = 0; r0 < j->rows; r0 += MHA_OUT_BLOCK) {
-                const int r1 = r0 + MHA_OUT_BLOCK < j->rows ? r0 + MHA_OUT_BLOCK : j->rows;
-#pragma omp task firstprivate(r0, r1)
-                mha_step_out_rows(j, r0, r1, scratch_of(s, omp_get_thread_num()).apack);
-            }
+            /* few rows (decode): split the columns too, so the whole of Wo is streamed by
+             * every worker, not one; each element's sum is the same either way */
+            const int cols = j->rows <= MHA_OUT_BLOCK ? MHA_OUT_COLS : j->f.d;
+            for (int r0 = 0; r0 < j->rows; r0 += MHA_OUT_BLOCK)
+                for (int c0 = 0; c0 < j->f.d; c0 += cols) {
+                    const int r1 = r0 + MHA_OUT_BLOCK < j->rows ? r0 + MHA_OUT_BLOCK : j->rows;
+                    const int c1 = c0 + cols < j->f.d ? c0 + cols : j->f.d;
+#pragma omp task firstprivate(r0, r1, c0, c1)
+                    mha_step_out_rows(j, r0, r1, c0, c1, scratch_of(s, omp_get_thread_num()).apack);
+                }
         } /* the barrier here completes every task */
         pin_leave(pinned, &saved);
     }

@@ -247,14 +247,14 @@ void mha_step_decode_merge(const mha_step_job *j, int q, int g)
     }
 }
 
-void mha_step_out_rows(const mha_step_job *j, int r0, int r1, float *apack)
+void mha_step_out_rows(const mha_step_job *j, int r0, int r1, int c0, int c1, float *apack)
 {
     const mha_fwd *f = &j->f;
     const mha_kernel *k = f->kernel;
     const ptrdiff_t d = f->d;
-    mha_mat om = mha_mat_rows(k, f->out + (size_t)r0 * d, d);
+    mha_mat om = mha_mat_rows(k, f->out + (size_t)r0 * d + c0, d);
     if (f->has_bias)
-        mha_mat_fill_rows(k, om, r1 - r0, f->d, f->bo);
-    mha_gemm(k, r1 - r0, f->d, f->d, 1.0f, mha_mat_rows(k, f->z + (size_t)r0 * d, d), mha_mat_panels(k, f->wo, f->d),
-             f->has_bias ? 1.0f : 0.0f, om, apack);
+        mha_mat_fill_rows(k, om, r1 - r0, c1 - c0, f->bo + c0);
+    mha_gemm(k, r1 - r0, c1 - c0, f->d, 1.0f, mha_mat_rows(k, f->z + (size_t)r0 * d, d),
+             mha_mat_sub(k, mha_mat_panels(k, f->wo, f->d), 0, c0), f->has_bias ? 1.0f : 0.0f, om, apack);
 }

@@ -31,7 +31,7 @@ int mha_step_chunks(const mha_step_job *j, int q);
 void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha_scratch *s);
 /* Decode: the chunks of (q, g) merged in order (log-sum-exp) into z. */
 void mha_step_decode_merge(const mha_step_job *j, int q, int g);
-/* out rows [r0, r1) = z · Wo + bo. */
-void mha_step_out_rows(const mha_step_job *j, int r0, int r1, float *apack);
+/* out rows [r0, r1), columns [c0, c1) (c0 a panel boundary) = z · Wo + bo. */
+void mha_step_out_rows(const mha_step_job *j, int r0, int r1, int c0, int c1, float *apack);
 
 #endif

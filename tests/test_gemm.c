@@ -1,6 +1,6 @@
 /* test_gemm.c — the GEMM on BLIS's microkernel against a double-precision product, for every
  * kernel this CPU runs: edge tiles, several k passes, several A blocks, panel-form operands,
- * beta, the few-rows path; and the vector A packing against the scalar one, bit for bit. */
+ * beta, the few-rows and 4-to-16-rows paths; and the vector A packing against the scalar one, bit for bit. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +27,8 @@ ParameterizedTestParameters(gemm, matches_double_product)
         {1, 1, 1, 0, 0}, {1, 64, 256, 0, 0}, {2, 192, 256, 0, 1}, {3, 33, 17, 1, 0},
         {12, 32, 64, 0, 0}, {13, 31, 65, 1, 1}, {37, 100, 391, 0, 1}, {128, 192, 768, 0, 0},
         {500, 70, 40, 1, 0}, {64, 1000, 64, 0, 0}, {7, 5, 800, 0, 1}, {481, 13, 9, 0, 1},
+        /* 4..16 row-major rows: the streaming path on skx (every n tail, beta 0 and 1) */
+        {4, 70, 33, 0, 0}, {9, 33, 300, 0, 1}, {16, 1024, 128, 0, 1}, {16, 17, 256, 0, 0},
     };
     return cr_make_param_array(gcase, cases, sizeof cases / sizeof cases[0]);
 }
