@@ -28,6 +28,12 @@ void tmpdir_remove(const char *dir)
     cr_assert_eq(system(cmd), 0);
 }
 
+void write_config(const char *dir, const char *name, const char *yaml, char *path, size_t n)
+{
+    snprintf(path, n, "%s/%s", dir, name);
+    write_file(path, yaml, strlen(yaml));
+}
+
 void write_file(const char *path, const void *data, size_t len)
 {
     FILE *f = fopen(path, "wb");

@@ -136,6 +136,12 @@ mha_weights problem_weights(const problem *p, mha_layout layout, float **scratch
     return w;
 }
 
+mha_weights problem_ready(const problem *p, mha_config *cfg, int threads, mha_layout layout, float **scratch)
+{
+    problem_config(p, cfg, threads);
+    return problem_weights(p, layout, scratch);
+}
+
 void problem_config(const problem *p, mha_config *cfg, int threads)
 {
     mha_config_init(cfg);

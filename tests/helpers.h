@@ -38,6 +38,8 @@ mha_input problem_input(const problem *p);
 /* Weights for the engine in the given layout; transposed copies are kept in *scratch (free it). */
 mha_weights problem_weights(const problem *p, mha_layout layout, float **scratch);
 void problem_config(const problem *p, mha_config *cfg, int threads);
+/* Both: the problem's config and its weights in the given layout (free *scratch). */
+mha_weights problem_ready(const problem *p, mha_config *cfg, int threads, mha_layout layout, float **scratch);
 
 /* Plain double-precision multi-head attention (DESIGN.md §1): out (batch, seq_q, d),
  * attn NULL or (batch, h, seq_q, seq_kv). */
@@ -68,6 +70,8 @@ void mha_counted_free(void *p);
 void tmpdir_make(char *dir, size_t n);
 void tmpdir_remove(const char *dir);
 void write_file(const char *path, const void *data, size_t len);
+/* dir/name holding yaml; its path into path. */
+void write_config(const char *dir, const char *name, const char *yaml, char *path, size_t n);
 /* A safetensors file: the header text as given, then data_len bytes of value fill. */
 void write_safetensors_raw(const char *path, const char *header, size_t data_len, unsigned char fill);
 /* A .npy file: magic, version major.0, the dict text padded to 64 bytes, data_len zero bytes. */

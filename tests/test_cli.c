@@ -175,10 +175,10 @@ Test(cli, decode_block_runs_steps_through_the_cache, .timeout = 60)
 {
     char dir[64], path[128], args[256];
     tmpdir_make(dir, sizeof dir);
-    snprintf(path, sizeof path, "%s/dec.yaml", dir);
-    const char *yaml = "model: { d_model: 128, heads: 8, kv_heads: 2, bias: true, window: 40, rope: { style: neox } }\n"
-                       "decode: { seqs: 3, context: 50, new: 2, steps: 6, block_size: 8, prefill_chunk: 16 }\n";
-    write_file(path, yaml, strlen(yaml));
+    write_config(dir, "dec.yaml",
+                 "model: { d_model: 128, heads: 8, kv_heads: 2, bias: true, window: 40, rope: { style: neox } }\n"
+                 "decode: { seqs: 3, context: 50, new: 2, steps: 6, block_size: 8, prefill_chunk: 16 }\n",
+                 path, sizeof path);
     snprintf(args, sizeof args, "run %s --json", path);
     char *out, *err;
     cr_assert_eq(run_cli(args, &out, &err), 0, "%s", err);
@@ -215,9 +215,8 @@ Test(cli, check_rows_cost_little_memory_next_to_the_engine, .timeout = 120)
 {
     char dir[64], path[128], args[256];
     tmpdir_make(dir, sizeof dir);
-    snprintf(path, sizeof path, "%s/long.yaml", dir);
-    const char *yaml = "model: { d_model: 256, heads: 4 }\nbatch: { size: 1, seq_len: 8192 }\nthreads: { count: 2 }\n";
-    write_file(path, yaml, strlen(yaml));
+    write_config(dir, "long.yaml", "model: { d_model: 256, heads: 4 }\nbatch: { size: 1, seq_len: 8192 }\nthreads: { count: 2 }\n",
+                 path, sizeof path);
     snprintf(args, sizeof args, "run %s --iters 1 --warmup 0 --check 0", path);
     double without = peak_rss_of(args);
     snprintf(args, sizeof args, "run %s --iters 1 --warmup 0 --check 4", path);

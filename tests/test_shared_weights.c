@@ -68,10 +68,9 @@ Test(shared_weights, eight_shared_engines_equal_eight_private_ones_bitwise, .tim
     problem p;
     problem_make(&p, 96, 6, 2, 21, 21, 1, 0, 31);
     p.causal = 1;
-    mha_config cfg;
-    problem_config(&p, &cfg, 1); /* one single-threaded engine per core: the server recipe */
+    mha_config cfg; /* one single-threaded engine per core: the server recipe */
     float *scratch;
-    mha_weights wt = problem_weights(&p, MHA_LAYOUT_TORCH, &scratch);
+    mha_weights wt = problem_ready(&p, &cfg, 1, MHA_LAYOUT_TORCH, &scratch);
     mha_packed_weights *pw;
     cr_assert_eq(mha_pack_weights(&cfg, &wt, &pw), MHA_OK);
     free(scratch); /* packed: the caller's arrays are no longer needed */
@@ -115,9 +114,8 @@ Test(shared_weights, the_process_holds_one_copy_not_eight, .timeout = 120)
     problem p;
     problem_make(&p, 1024, 16, 1, 8, 8, 1, 0, 5);
     mha_config cfg;
-    problem_config(&p, &cfg, 1);
     float *scratch;
-    mha_weights wt = problem_weights(&p, MHA_LAYOUT_XW, &scratch);
+    mha_weights wt = problem_ready(&p, &cfg, 1, MHA_LAYOUT_XW, &scratch);
     float *out = malloc((size_t)p.batch * p.seq_q * p.d * sizeof *out);
     mha_input in = problem_input(&p);
 
@@ -164,9 +162,8 @@ Test(shared_weights, rules)
     problem p;
     problem_make(&p, 64, 4, 1, 8, 8, 1, 0, 3);
     mha_config cfg;
-    problem_config(&p, &cfg, 1);
     float *scratch;
-    mha_weights wt = problem_weights(&p, MHA_LAYOUT_XW, &scratch);
+    mha_weights wt = problem_ready(&p, &cfg, 1, MHA_LAYOUT_XW, &scratch);
     mha_packed_weights *pw = (mha_packed_weights *)&p; /* must be cleared on failure */
     cr_assert_eq(mha_pack_weights(NULL, &wt, &pw), MHA_ERR_INVALID_ARG);
     cr_assert_null(pw);

@@ -28,6 +28,10 @@ int cli_parse_int(const char *opt, const char *text, long lo, long hi, long *out
 
 double cli_now_ms(void);
 
+/* Prints a JSON object on one line (6 significant digits for reals) and frees it. */
+struct json_t;
+void cli_print_json(struct json_t *j);
+
 /* What OpenMP's environment asked for: the binding policy and the place list, in words. */
 void cli_openmp_binding(char *out, size_t n);
 

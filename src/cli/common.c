@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <jansson.h>
 #include <omp.h>
 
 #include "cli.h"
@@ -413,4 +414,13 @@ void cli_openmp_binding(char *out, size_t n)
     if (k < n)
         snprintf(out + k, n - k, "%s; libgomp binds the initial thread to the first before main, so mha takes its "
                                  "CPUs from the places, not from that thread", places > 64 ? " ..." : "");
+}
+
+void cli_print_json(json_t *j)
+{
+    char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
+    if (text)
+        puts(text);
+    free(text);
+    json_decref(j);
 }

@@ -187,11 +187,7 @@ int cli_decode(const mha_config_file *fc, const char *config, const char *weight
         json_object_set_new(j, "kv_cache_bytes", json_integer((json_int_t)cache_bytes));
         json_object_set_new(j, "check_rows", json_integer(checked));
         json_object_set_new(j, "max_rel_error", checked ? json_real(max_err) : json_null());
-        char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
-        if (text)
-            puts(text);
-        free(text);
-        json_decref(j);
+        cli_print_json(j);
     } else {
         printf("mha run (decode): %s (%s)\n", fc->name, config);
         printf("  model    d_model %d, %d heads, %d KV heads (d_k %d)\n", d, p.h, p.kvh, d / p.h);

@@ -352,11 +352,7 @@ int mha_cli_run(int argc, char **argv)
         json_object_set_new(j, "peak_rss_mb", json_real(peak_rss_mb()));
         json_object_set_new(j, "check_rows", json_integer(checked));
         json_object_set_new(j, "max_rel_error", checked ? json_real(max_err) : json_null());
-        char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
-        if (text)
-            puts(text);
-        free(text);
-        json_decref(j);
+        cli_print_json(j);
     } else {
         printf("mha run: %s%s%s%s\n", s.fc.name, o.config ? " (" : "", o.config ? o.config : "", o.config ? ")" : " (built-in default)");
         printf("  model    d_model %d, %d heads (d_k %d)", p->d, p->h, p->d / p->h);

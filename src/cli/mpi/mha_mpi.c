@@ -368,11 +368,7 @@ static void report(const opts *o, const shared *sh, const rank_result *all, cons
         json_object_set_new(j, "tokens_per_s", json_real(total_tps));
         json_object_set_new(j, "imbalance", json_real(imbalance));
         json_object_set_new(j, "output", json_string(o->output));
-        char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
-        if (text)
-            puts(text);
-        free(text);
-        json_decref(j);
+        cli_print_json(j);
         return;
     }
     printf("mha-mpi run: %s (%s), %d ranks × %d threads, batch %d × %d, d_model %d\n", sh->fc.name, o->config, size_,
