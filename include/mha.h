@@ -181,6 +181,7 @@ MHA_API mha_status mha_forward(mha_engine *e, const mha_input *in, float *out, f
 typedef struct mha_kv_cache mha_kv_cache; /* opaque */
 /* Bytes a cache of n_blocks blocks needs (mha_kv_cache_create_static's len); 0 if invalid. */
 MHA_API size_t mha_kv_cache_size(const mha_config *cfg, int n_blocks, int block_size);
+/* The cache's memory is zeroed (its pages touched) here, not in the first steps. */
 MHA_API mha_status mha_kv_cache_create(const mha_config *cfg, int n_blocks, int block_size, mha_kv_cache **out);
 /* In caller memory mem (64-byte aligned, at least mha_kv_cache_size bytes; outlives the cache). */
 MHA_API mha_status mha_kv_cache_create_static(const mha_config *cfg, int n_blocks, int block_size, void *mem,

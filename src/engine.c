@@ -120,8 +120,10 @@ static mha_engine *build(const prepared *p, void *ws)
 {
     mha_arena_views v;
     mha_arena_carve(&p->plan, ws, &v);
+    /* every page before the worker slices touched now (the slices by their workers below):
+     * no first-touch page faults inside the first forwards and steps */
+    memset(ws, 0, p->plan.scratch);
     mha_engine *e = v.engine;
-    memset(e, 0, sizeof *e);
     e->dims = p->dims;
     e->plan = p->plan;
     e->views = v;

@@ -64,6 +64,7 @@ MHA_API mha_status mha_kv_cache_create(const mha_config *cfg, int n_blocks, int 
     if (!mem)
         return MHA_ERR_NOMEM;
     mha_kv_cache *c = build(&layout, mem);
+    memset(c->data, 0, total - HEADER); /* zeroed, and its pages touched before the first step */
     c->owned = mem;
     *out = c;
     return MHA_OK;
