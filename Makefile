@@ -55,7 +55,7 @@ TEST_CLI_OBJ := $(B)/obj/cli/scale_fit.o $(B)/obj/cli/shard.o
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
-.PHONY: all deps deps-perf deps-bench decode-bench test run install uninstall clean readme-example footprint blis-overhead head-shapes bench report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
+.PHONY: all deps deps-perf deps-bench decode-bench decode-serve test run install uninstall clean readme-example footprint blis-overhead head-shapes bench report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
 all: $(B)/libmha.a $(B)/libmha.so $(B)/mha $(if $(filter 1,$(MPI)),$(B)/mha-mpi)
 
 deps:
@@ -224,6 +224,13 @@ bench: all deps-bench
 	$(CC) -O2 -fopenmp perf/ceiling.c -o $(B)/ceiling
 	$(CC) -O2 -fopenmp -isystem $(BLIS_INC) perf/sgemm_ceiling.c $(BLIS_A) -lm -lpthread -o $(B)/sgemm_ceiling
 	/usr/bin/python3 perf/bench.py $(BENCH_ARGS)
+
+# Continuous batching through the KV cache (perf/decode_serve.c): DECODE_SERVE_ARGS to change
+# the model, slots, rate, duration, prompt and generation lengths.
+DECODE_SERVE_ARGS ?= --duration 5 --rate 20
+decode-serve: $(B)/libmha.a
+	$(CC) -O2 -Iinclude perf/decode_serve.c $(B)/libmha.a $(BLIS_A) $(LDLIBS) -o $(B)/decode_serve
+	$(B)/decode_serve $(DECODE_SERVE_ARGS)
 
 # A decode step against PyTorch's, next to the read bandwidth (perf/decode_bench.sh). PEERS=1
 # installs python3-torch.
