@@ -1,6 +1,8 @@
 /* kvcache.h — the paged KV cache: blocks of block_size token slots, each holding K and V of
- * every KV head, row-major per head: K(block, g, slot) is d_k contiguous floats, V follows
- * the block's K of all heads. */
+ * every KV head. Per block and KV head, K is stored transposed, (d_k, block_size): feature c
+ * of the block's slots is contiguous, so a decode step's scores for a block are d_k vector
+ * FMAs over the slots, no horizontal sums; V is (block_size, d_k), a slot's values contiguous,
+ * after the block's K of all heads. */
 #ifndef MHA_KVCACHE_H
 #define MHA_KVCACHE_H
 
@@ -17,14 +19,16 @@ struct mha_kv_cache {
     void *owned;                 /* the memory when mha_kv_cache_create allocated it */
 };
 
-static inline float *mha_kv_k(const mha_kv_cache *c, int block, int g, int slot)
+/* Kᵀ of KV head g in a block: (d_k, block_size), feature c of slot t at [c · block_size + t]. */
+static inline float *mha_kv_kt(const mha_kv_cache *c, int block, int g)
 {
-    return c->data + (size_t)block * c->block_floats + ((size_t)g * c->block_size + slot) * c->dk;
+    return c->data + (size_t)block * c->block_floats + (size_t)g * c->block_size * c->dk;
 }
 
+/* V of KV head g at a slot: d_k contiguous floats. */
 static inline float *mha_kv_v(const mha_kv_cache *c, int block, int g, int slot)
 {
-    return mha_kv_k(c, block, g, slot) + (size_t)c->kvh * c->block_size * c->dk;
+    return c->data + (size_t)block * c->block_floats + ((size_t)(c->kvh + g) * c->block_size + slot) * c->dk;
 }
 
 /* Whether an engine of these dimensions may read and write the cache. */

@@ -61,8 +61,10 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
         if (f->rope != MHA_ROPE_NONE)
             mha_rope_rows(k, mha_mat_sub(k, qkv, i, 0), 1, dkp, pos, f->rope, f->rope_dim, f->rope_cos, f->rope_sin);
         const int block = st->blocks[(size_t)q * st->max_blocks + pos / j->cache->block_size];
-        const int slot = pos % j->cache->block_size;
-        from_panels(k, qkv, i, dkp, mha_kv_k(j->cache, block, g, slot), dk);
+        const int slot = pos % j->cache->block_size, bs = j->cache->block_size;
+        float *kt = mha_kv_kt(j->cache, block, g);
+        for (int c = 0; c < dk; c++) /* K transposed into the block */
+            kt[(size_t)c * bs + slot] = *mha_mat_at(k, qkv, i, dkp + c);
         from_panels(k, qkv, i, 2 * dkp, mha_kv_v(j->cache, block, g, slot), dk);
     }
     /* Q of each query head of the group, rotated, into its columns of z */
@@ -89,13 +91,26 @@ void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s)
         return;
     const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
     const int32_t *table = st->blocks + (size_t)q * st->max_blocks;
-    /* the context's K and V, position by position from its blocks */
-    for (int t = 0; t < ctx; t++) {
-        const int block = table[t / j->cache->block_size], slot = t % j->cache->block_size;
-        to_panels(k, qkv, t, dkp, mha_kv_k(j->cache, block, g, slot), dk);
-        to_panels(k, qkv, t, 2 * dkp, mha_kv_v(j->cache, block, g, slot), dk);
+    const int bs = j->cache->block_size;
+    /* the context's V, position by position from its blocks, into the scratch; its Kᵀ
+     * straight into the panels the score GEMM reads (dk × ctx, zero columns to the panel's
+     * end): feature c of a block's slots is a contiguous run in the cache */
+    const mha_mat ktm = mha_mat_panels(k, s->kt, dk);
+    for (int t0 = 0; t0 < ctx; t0 += bs) {
+        const int block = table[t0 / bs], n = ctx - t0 < bs ? ctx - t0 : bs;
+        const float *kt = mha_kv_kt(j->cache, block, g);
+        for (int c = 0; c < dk; c++) /* row c of Kᵀ: runs up to each panel's edge */
+            for (int t = 0; t < n;) {
+                const int col = t0 + t, run = k->bw - col % k->bw < n - t ? k->bw - col % k->bw : n - t;
+                memcpy(mha_mat_at(k, ktm, c, col), kt + (size_t)c * bs + t, (size_t)run * sizeof *kt);
+                t += run;
+            }
+        for (int t = 0; t < n; t++)
+            to_panels(k, qkv, t0 + t, 2 * dkp, mha_kv_v(j->cache, block, g, t), dk);
     }
-    mha_pack_panels(k, dk, ctx, mha_mat_sub(k, qkv, 0, dkp), 1, s->kt);
+    for (int c = 0; c < dk; c++) /* the last panel's columns past ctx */
+        for (int t = ctx; t < (int)mha_round_up((size_t)ctx, (size_t)k->bw); t++)
+            *mha_mat_at(k, ktm, c, t) = 0.0f;
     float *z = f->z + (size_t)j->row0[q] * f->d;
     for (int h = g * f->group; h < (g + 1) * f->group; h++) {
         for (int i = 0; i < n_new; i++) /* its Q (rotated in phase 1), then Z over it */
@@ -106,25 +121,43 @@ void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s)
 
 /* ---- decode: attention straight from the cache, in chunks of keys ---- */
 
-static float dot_scalar(const float *restrict a, const float *restrict b, int n)
+/* sc[qi · CHUNK + t] = scale · Σ_c q[qi][c] · kt[c · ld + t] for t < n slots of one block:
+ * the queries' scores against a run of slots, feature by feature. */
+static void scores_scalar(const float *restrict q, int nq, int dk, const float *restrict kt, int ld, int n, float scale,
+                          float *restrict sc)
 {
-    float acc = 0.0f;
-    for (int i = 0; i < n; i++)
-        acc += a[i] * b[i];
-    return acc;
+    for (int qi = 0; qi < nq; qi++)
+        for (int t = 0; t < n; t++) {
+            float acc = 0.0f;
+            for (int c = 0; c < dk; c++)
+                acc += q[(size_t)qi * dk + c] * kt[(size_t)c * ld + t];
+            sc[(size_t)qi * MHA_DECODE_CHUNK + t] = acc * scale;
+        }
 }
 
-__attribute__((target("avx512f"))) static float dot_avx512(const float *restrict a, const float *restrict b, int n)
+/* 16 slots at a time, 8 queries per pass: 8 accumulators, one Kᵀ row load per feature. */
+__attribute__((target("avx512f"))) static void scores_avx512(const float *restrict q, int nq, int dk,
+                                                             const float *restrict kt, int ld, int n, float scale,
+                                                             float *restrict sc)
 {
-    __m512 acc = _mm512_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16)
-        acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
-    if (i < n) {
-        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
-        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc);
+    for (int t = 0; t < n; t += 16) {
+        const __mmask16 m = n - t >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - t)) - 1u);
+        for (int q0 = 0; q0 < nq; q0 += 8) {
+            const int nb = nq - q0 < 8 ? nq - q0 : 8;
+            __m512 acc[8];
+            for (int r = 0; r < 8; r++)
+                acc[r] = _mm512_setzero_ps();
+            for (int c = 0; c < dk; c++) {
+                const __m512 krow = _mm512_maskz_loadu_ps(m, kt + (size_t)c * ld + t);
+                for (int r = 0; r < 8; r++)
+                    if (r < nb)
+                        acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[(size_t)(q0 + r) * dk + c]), krow, acc[r]);
+            }
+            for (int r = 0; r < nb; r++)
+                _mm512_mask_storeu_ps(sc + (size_t)(q0 + r) * MHA_DECODE_CHUNK + t, m,
+                                      _mm512_mul_ps(acc[r], _mm512_set1_ps(scale)));
+        }
     }
-    return _mm512_reduce_add_ps(acc);
 }
 
 static void axpy_scalar(float *restrict y, float a, const float *restrict x, int n)
@@ -177,12 +210,17 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
     for (int jh = 0; jh < G; jh++)
         for (int i = 0; i < n_new; i++)
             memcpy(qv + (size_t)(jh * n_new + i) * dk, z + (size_t)i * d + (size_t)(g * G + jh) * dk, (size_t)dk * sizeof *qv);
-    /* scores: each key row read once for every query of the group */
-    for (int t = k0; t < k1; t++) {
-        const float *kr = mha_kv_k(cache, table[t / cache->block_size], g, t % cache->block_size);
-        for (int qi = 0; qi < nq; qi++)
-            sc[(size_t)qi * MHA_DECODE_CHUNK + (t - k0)] =
-                (avx512 ? dot_avx512(qv + (size_t)qi * dk, kr, dk) : dot_scalar(qv + (size_t)qi * dk, kr, dk)) * scale;
+    /* scores, block by block: each block's Kᵀ read once for every query of the group */
+    const int bs = cache->block_size;
+    for (int t = k0; t < k1;) {
+        const int slot = t % bs, n_run = bs - slot < k1 - t ? bs - slot : k1 - t;
+        const float *kt = mha_kv_kt(cache, table[t / bs], g) + slot;
+        float *out = sc + (t - k0);
+        if (avx512)
+            scores_avx512(qv, nq, dk, kt, bs, n_run, scale, out);
+        else
+            scores_scalar(qv, nq, dk, kt, bs, n_run, scale, out);
+        t += n_run;
     }
     /* per query: the keys it sees in this chunk (causal from its position, the window), exp
      * against the chunk's max, the sum */
