@@ -215,6 +215,9 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
     for (int t = k0; t < k1;) {
         const int slot = t % bs, n_run = bs - slot < k1 - t ? bs - slot : k1 - t;
         const float *kt = mha_kv_kt(cache, table[t / bs], g) + slot;
+        if (t + n_run < k1) /* the next block's Kᵀ on its way while this one is used */
+            for (size_t off = 0; off < (size_t)dk * bs; off += 16)
+                _mm_prefetch((const char *)(mha_kv_kt(cache, table[(t + n_run) / bs], g) + off), _MM_HINT_T0);
         float *out = sc + (t - k0);
         if (avx512)
             scores_avx512(qv, nq, dk, kt, bs, n_run, scale, out);
@@ -240,6 +243,9 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
     /* Z += e · V: each value row read once for every query */
     for (int t = k0; t < k1; t++) {
         const float *vr = mha_kv_v(cache, table[t / cache->block_size], g, t % cache->block_size);
+        if (t + 8 < k1) /* a few rows ahead */
+            for (int off = 0; off < dk; off += 16)
+                _mm_prefetch((const char *)(mha_kv_v(cache, table[(t + 8) / bs], g, (t + 8) % bs) + off), _MM_HINT_T0);
         for (int qi = 0; qi < nq; qi++) {
             const float e = sc[(size_t)qi * MHA_DECODE_CHUNK + (t - k0)];
             if (e != 0.0f) {
