@@ -106,6 +106,9 @@ ParameterizedTestParameters(config_schema, strict_values)
          "model.rope.theta: expected a number, got '1e4x'"},
         {"theta zero", "model: { d_model: 64, heads: 4, rope: { style: neox, theta: 0 } }\n",
          "model.rope.theta: must be in (0..1e+12, got 0"},
+        {"decode context past the positions", MODEL "decode:\n  context: 1048576\n  steps: 2\n",
+         ":2: decode: context 1048576 + new 1 × steps 2 is past 1048576 positions"},
+        {"decode block of the wrong type", MODEL "decode: [1, 2]\n", ":2: decode: expected a mapping of keys (seqs, context"},
     };
     return cr_make_param_array(scase, cases, sizeof cases / sizeof cases[0]);
 }
