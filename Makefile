@@ -219,6 +219,10 @@ PEERS ?= 0
 BENCH_PKGS := python3 $(if $(filter 1,$(PEERS)),python3-torch python3-numpy)
 deps-bench:
 	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) $(BENCH_PKGS)"
+	@if [ "$(PEERS)" = 1 ] && [ ! -x perf/.venv/bin/python ]; then \
+	  echo "make deps-bench: PyTorch 2.x from PyPI into perf/.venv (several GB: PyPI's torch brings CUDA wheels)"; \
+	  python3 -m venv perf/.venv && perf/.venv/bin/pip install -q torch numpy || { rm -rf perf/.venv; exit 1; }; \
+	fi
 
 bench: all deps-bench
 	$(CC) -O2 -fopenmp perf/ceiling.c -o $(B)/ceiling
@@ -233,7 +237,7 @@ decode-serve: $(B)/libmha.a
 	$(B)/decode_serve $(DECODE_SERVE_ARGS)
 
 # A decode step against PyTorch's, next to the read bandwidth (perf/decode_bench.sh). PEERS=1
-# installs python3-torch.
+# installs python3-torch (1.13, Debian) and PyTorch 2.x from PyPI into perf/.venv.
 decode-bench: all deps-bench
 	$(CC) -O2 -fopenmp perf/bandwidth.c -o $(B)/bandwidth
 	perf/decode_bench.sh $(B) $(DECODE_ROUNDS)

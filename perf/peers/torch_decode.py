@@ -2,9 +2,11 @@
 """PyTorch decode step as a peer: an HF-style decoder attention layer (q/k/v/o nn.Linear without
 bias, llama3 RoPE, repeat_kv, matmul + softmax) over a static KV cache tensor, one new token per
 sequence per step. Prints {"median_ms", "min_ms", "max_ms", "p99_ms"} of the step.
-usage: torch_decode.py D HEADS KV_HEADS SEQS CONTEXT STEPS THREADS
+usage: torch_decode.py D HEADS KV_HEADS SEQS CONTEXT STEPS THREADS [eager|sdpa]
 The cache holds random K and V for CONTEXT positions (prefill is not timed); step k writes
-position CONTEXT + k and attends to positions 0 .. CONTEXT + k, as mha_step_forward does."""
+position CONTEXT + k and attends to positions 0 .. CONTEXT + k, as mha_step_forward does.
+eager (default): HF's eager path, repeat_kv then matmul + softmax; sdpa (PyTorch >= 2.5):
+torch.nn.functional.scaled_dot_product_attention on the cache's KV heads with enable_gqa."""
 import json
 import math
 import sys
@@ -13,6 +15,7 @@ import time
 import torch
 
 d, h, kvh, seqs, ctx, steps, threads = map(int, sys.argv[1:8])
+mode = sys.argv[8] if len(sys.argv) > 8 else "eager"
 torch.set_num_threads(threads)
 torch.manual_seed(0)
 dk, rep = d // h, h // kvh
@@ -47,10 +50,13 @@ with torch.no_grad():
         vn = v_proj(x).view(seqs, 1, kvh, dk).transpose(1, 2)
         K[:, :, pos:pos + 1] = kn
         V[:, :, pos:pos + 1] = vn
-        keys = K[:, :, : pos + 1][:, :, None].expand(seqs, kvh, rep, pos + 1, dk).reshape(seqs, h, pos + 1, dk)
-        vals = V[:, :, : pos + 1][:, :, None].expand(seqs, kvh, rep, pos + 1, dk).reshape(seqs, h, pos + 1, dk)
-        p = torch.softmax(q @ keys.transpose(2, 3) / math.sqrt(dk), dim=-1)
-        o_proj((p @ vals).transpose(1, 2).reshape(seqs, 1, d))
+        if mode == "sdpa":
+            z = torch.nn.functional.scaled_dot_product_attention(q, K[:, :, : pos + 1], V[:, :, : pos + 1], enable_gqa=True)
+        else:
+            keys = K[:, :, : pos + 1][:, :, None].expand(seqs, kvh, rep, pos + 1, dk).reshape(seqs, h, pos + 1, dk)
+            vals = V[:, :, : pos + 1][:, :, None].expand(seqs, kvh, rep, pos + 1, dk).reshape(seqs, h, pos + 1, dk)
+            z = torch.softmax(q @ keys.transpose(2, 3) / math.sqrt(dk), dim=-1) @ vals
+        o_proj(z.transpose(1, 2).reshape(seqs, 1, d))
         times.append((time.perf_counter() - t0) * 1e3)
 times.sort()
 print(json.dumps({"median_ms": times[len(times) // 2], "min_ms": times[0], "max_ms": times[-1],
