@@ -1,6 +1,6 @@
 /* decode.c — `mha run CONFIG` for a config with a decode block: seqs sequences prefilled to
- * context tokens through the paged KV cache (prefill_chunk tokens per sequence per step), then
- * `steps` decode steps of `new` tokens per sequence; prefill tokens/s, step latency (median,
+ * context tokens through the paged KV cache (prefill_chunk tokens per sequence per step; with
+ * run.warmup > 0 an untimed prefill first), then `steps` decode steps of `new` tokens per sequence; prefill tokens/s, step latency (median,
  * p99), decode tokens/s, the cache's bytes. The check: sequence 0's last step against one
  * causal mha_forward over its whole token sequence (float32 against float32). */
 #define _GNU_SOURCE
@@ -112,9 +112,20 @@ int cli_decode(const mha_config_file *fc, const char *config, const char *weight
     for (int i = 0; i < n_seqs * max_blocks; i++)
         s.table[i] = i; /* sequence q: blocks q·max_blocks .. */
 
-    /* prefill: every sequence chunk by chunk to `context` tokens */
+    /* prefill: every sequence chunk by chunk to `context` tokens; with run.warmup > 0 once
+     * untimed first (the same tokens, the cache then rewound), so the timed one runs warm */
     uint64_t seed = fc->seed;
     double prefill_ms = 0;
+    for (int warm = fc->warmup > 0; warm > 0; warm--) {
+        uint64_t wseed = seed;
+        for (int done = 0; done < context; done += chunk) {
+            for (int q = 0; q < n_seqs; q++)
+                want[q] = context - done < chunk ? context - done : chunk;
+            if (step(&s, n_seqs, max_blocks, want, &wseed, d) < 0)
+                goto out_want;
+        }
+        memset(s.past, 0, (size_t)n_seqs * sizeof *s.past);
+    }
     for (int done = 0; done < context; done += chunk) {
         for (int q = 0; q < n_seqs; q++)
             want[q] = context - done < chunk ? context - done : chunk;
