@@ -122,6 +122,12 @@ void mha_sched_step(const mha_sched *s, const mha_step_job *j)
         int pinned = pin_enter(s, omp_get_thread_num(), &saved);
 #pragma omp single
         {
+            for (int r0 = 0; r0 < j->rows; r0 += j->chunk_rows) {
+                const int r1 = r0 + j->chunk_rows < j->rows ? r0 + j->chunk_rows : j->rows;
+#pragma omp task firstprivate(r0, r1)
+                mha_step_pack_rows(j, r0, r1);
+            }
+#pragma omp taskwait
             for (int g = 0; g < kvh; g++)
                 for (int r0 = 0; r0 < j->rows; r0 += j->chunk_rows) {
                     const int r1 = r0 + j->chunk_rows < j->rows ? r0 + j->chunk_rows : j->rows;

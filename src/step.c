@@ -1,6 +1,7 @@
 /* step.c — one decoding step on the paged KV cache (step.h).
  *
- * Three phases, each a set of tasks (scheduler.c): (1) per KV head and block of rows, the new
+ * Three phases, each a set of tasks (scheduler.c), after the new tokens are packed once into
+ * the GEMM's A panels: (1) per KV head and block of rows, the new
  * tokens' K|V (one GEMM over every sequence's rows, so the weights are read once per step,
  * not once per sequence) rotated at their positions and stored in the cache, and the group's
  * Q rotated into z; (2) per sequence and KV head, either (prefill: more than
@@ -41,6 +42,12 @@ static int seq_of(const mha_step_job *j, int r, int q)
     return q;
 }
 
+void mha_step_pack_rows(const mha_step_job *j, int r0, int r1)
+{
+    const mha_kernel *k = j->f.kernel;
+    mha_gemm_pack_a(k, mha_mat_rows(k, j->step->x, j->f.d), r0, r1 - r0, 0, j->f.d, j->f.xpack + (size_t)r0 * j->f.d, 1);
+}
+
 void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_scratch *s)
 {
     const mha_fwd *f = &j->f;
@@ -54,7 +61,8 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
 
     /* K and V of the new rows: one GEMM into scratch columns [dkp, 3·dkp), then row by row
      * RoPE at the row's position and a copy into its cache slot */
-    mha_attention_project(f, s, m, x, NULL, w, bias, dkp, dkp, 2 * dkp);
+    const float *xp = f->xpack + (size_t)r0 * d; /* these rows in A panels (mha_step_pack_rows) */
+    mha_attention_project(f, s, m, x, xp, w, bias, dkp, dkp, 2 * dkp);
     for (int i = 0, q = first; i < m; i++) {
         q = seq_of(j, r0 + i, q);
         const int pos = st->n_past[q] + (r0 + i - j->row0[q]);
@@ -69,7 +77,7 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
     }
     /* Q of each query head of the group, rotated, into its columns of z */
     for (int h = 0; h < f->group; h++) {
-        mha_attention_project(f, s, m, x, NULL, w, bias, h == 0 ? 0 : (h + 2) * dkp, 0, dkp);
+        mha_attention_project(f, s, m, x, xp, w, bias, h == 0 ? 0 : (h + 2) * dkp, 0, dkp);
         float *z = f->z + (size_t)r0 * d + (size_t)(g * f->group + h) * dk;
         for (int i = 0, q = first; i < m; i++) {
             q = seq_of(j, r0 + i, q);

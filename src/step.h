@@ -18,6 +18,9 @@ typedef struct mha_step_job {
     int max_chunks;            /* ceil(max_seq_kv / MHA_DECODE_CHUNK) */
 } mha_step_job;
 
+/* Rows [r0, r1) of the step's x into A panels at f.xpack + r0·d (r0 a multiple of the panel
+ * height), once for all the projections that read them. */
+void mha_step_pack_rows(const mha_step_job *j, int r0, int r1);
 /* Rows [r0, r1) of the step, KV head g: K and V projected, rotated at their positions and
  * written to the cache; Q of the group's heads projected, rotated, into z. */
 void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_scratch *s);
