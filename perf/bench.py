@@ -88,8 +88,9 @@ def main():
     rounds = 1 if args.quick else args.rounds
     torch_ok, numpy_ok = have_module("torch"), have_module("numpy")
 
-    ceil = subprocess.run([os.path.join(BUILD, "ceiling"), "2"], capture_output=True, text=True).stdout.split()
-    fma = {int(ceil[i + 1]): float(ceil[i + 2]) for i in range(0, len(ceil), 5)} if ceil else {}
+    ceil = [l.split() for l in subprocess.run([os.path.join(BUILD, "ceiling"), "2"], capture_output=True,
+                                              text=True).stdout.splitlines()]
+    fma = {int(l[1]): float(l[2]) for l in ceil if l and l[0] in ("avx512", "avx2")}  # not the bf16 lines
     sg = {}
     for t in (1, 2):
         r = subprocess.run([os.path.join(BUILD, "sgemm_ceiling"), "2048", str(t)], capture_output=True, text=True).stdout.split()

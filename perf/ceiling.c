@@ -1,6 +1,8 @@
 /* ceiling.c — the machine's arithmetic ceiling: an FMA loop (AVX-512, else AVX2+FMA) on
- * 1..T threads, the median of 9 runs each. usage: ceiling [THREADS] (default 2).
- * Prints one line per thread count: threads, median GFLOP/s, min, max. */
+ * 1..T threads, the median of 9 runs each; where the CPU has AVX512_BF16, the same loop of
+ * vdpbf16ps (bf16 pairs into float32: 32 multiply-adds per instruction) next to it.
+ * usage: ceiling [THREADS] (default 2).
+ * Prints one line per kind and thread count: kind, threads, median GFLOP/s, min, max. */
 #include <immintrin.h>
 #include <omp.h>
 #include <stdio.h>
@@ -54,6 +56,27 @@ __attribute__((target("avx2,fma"))) static float fma256(float seed)
     return v[0] + v[7];
 }
 
+/* 16 chains of vdpbf16ps: flops = ITERS · 16 · 16 lanes · 2 pairs · 2 */
+__attribute__((target("avx512f,avx512bf16"))) static float dpbf16(float seed)
+{
+    const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80), y = x; /* bf16 1.0 pairs */
+    __m512 a0 = _mm512_set1_ps(seed), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    __m512 a8 = a0, a9 = a0, a10 = a0, a11 = a0, a12 = a0, a13 = a0, a14 = a0, a15 = a0;
+    for (long n = 0; n < ITERS; n++) {
+        a0 = _mm512_dpbf16_ps(a0, x, y); a1 = _mm512_dpbf16_ps(a1, x, y); a2 = _mm512_dpbf16_ps(a2, x, y);
+        a3 = _mm512_dpbf16_ps(a3, x, y); a4 = _mm512_dpbf16_ps(a4, x, y); a5 = _mm512_dpbf16_ps(a5, x, y);
+        a6 = _mm512_dpbf16_ps(a6, x, y); a7 = _mm512_dpbf16_ps(a7, x, y); a8 = _mm512_dpbf16_ps(a8, x, y);
+        a9 = _mm512_dpbf16_ps(a9, x, y); a10 = _mm512_dpbf16_ps(a10, x, y); a11 = _mm512_dpbf16_ps(a11, x, y);
+        a12 = _mm512_dpbf16_ps(a12, x, y); a13 = _mm512_dpbf16_ps(a13, x, y); a14 = _mm512_dpbf16_ps(a14, x, y);
+        a15 = _mm512_dpbf16_ps(a15, x, y);
+    }
+    __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                             _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+    s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)),
+                                       _mm512_add_ps(_mm512_add_ps(a12, a13), _mm512_add_ps(a14, a15))));
+    return _mm512_reduce_add_ps(s);
+}
+
 static int cmp(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -82,5 +105,21 @@ int main(int argc, char **argv)
         qsort(g, 9, sizeof g[0], cmp);
         printf("%s %d %.1f %.1f %.1f\n", wide ? "avx512" : "avx2", t, g[4], g[0], g[8]);
     }
+    if (__builtin_cpu_supports("avx512bf16"))
+        for (int t = 1; t <= max_threads; t++) {
+            double g[9];
+            for (int r = 0; r < 9; r++) {
+                double t0 = now();
+#pragma omp parallel num_threads(t)
+                {
+                    float v = dpbf16(1e-7f * omp_get_thread_num());
+#pragma omp atomic
+                    sink += v;
+                }
+                g[r] = ITERS * 16.0 * 16 * 2 * 2 * t / (now() - t0) / 1e9;
+            }
+            qsort(g, 9, sizeof g[0], cmp);
+            printf("avx512_bf16 %d %.1f %.1f %.1f\n", t, g[4], g[0], g[8]);
+        }
     return 0;
 }
