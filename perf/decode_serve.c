@@ -20,23 +20,7 @@
 #include <time.h>
 
 #include "mha.h"
-
-static double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-
-static uint64_t next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double uniform(uint64_t *s) { return (double)(next(s) >> 11) / 9007199254740992.0; }
+#include "perf_util.h"
 
 static int cmp(const void *a, const void *b)
 {
@@ -80,7 +64,7 @@ int main(int argc, char **argv)
     float *w = malloc((2 * dd + 2 * kd) * sizeof *w);
     uint64_t ws = seed ^ 0x5EED;
     for (size_t i = 0; i < 2 * dd + 2 * kd; i++)
-        w[i] = (float)(uniform(&ws) * 2 - 1) / sqrtf((float)d);
+        w[i] = (float)(uniform01(&ws) * 2 - 1) / sqrtf((float)d);
     mha_weights wt = {w, w + dd, w + dd + kd, w + dd + 2 * kd, NULL, NULL, NULL, NULL, MHA_LAYOUT_XW};
     mha_engine *e;
     mha_kv_cache *cache;
@@ -103,7 +87,7 @@ int main(int argc, char **argv)
     double *step_ms = malloc((size_t)max_steps * sizeof *step_ms), *req_ms = malloc(100000 * sizeof *req_ms);
     long prefill_tokens = 0, decode_tokens = 0, batch_sum = 0;
     uint64_t rs = seed, xs = seed ^ 0xABCD;
-    double t0 = now_ms(), next_arrival = t0 - log(1 - uniform(&rs)) / rate * 1e3, step_total = 0;
+    double t0 = now_ms(), next_arrival = t0 - log(1 - uniform01(&rs)) / rate * 1e3, step_total = 0;
     for (;;) {
         const double t = now_ms();
         /* arrivals until now join free slots (the rest wait: the batch is full) */
@@ -113,10 +97,10 @@ int main(int argc, char **argv)
                 s++;
             if (s == slots)
                 break;
-            sl[s] = (slot){1, id++, pmin + (int)(uniform(&rs) * (pmax - pmin + 1)), gmin + (int)(uniform(&rs) * (gmax - gmin + 1)),
+            sl[s] = (slot){1, id++, pmin + (int)(uniform01(&rs) * (pmax - pmin + 1)), gmin + (int)(uniform01(&rs) * (gmax - gmin + 1)),
                            0, next_arrival};
             past[s] = 0;
-            next_arrival += -log(1 - uniform(&rs)) / rate * 1e3;
+            next_arrival += -log(1 - uniform01(&rs)) / rate * 1e3;
         }
         int any = 0;
         size_t rows = 0;
@@ -128,7 +112,7 @@ int main(int argc, char **argv)
             const int left_prompt = sl[s].prompt - past[s];
             add[s] = left_prompt > 0 ? (left_prompt < chunk ? left_prompt : chunk) : 1;
             for (int i = 0; i < add[s] * d; i++)
-                x[rows * d + i] = (float)(uniform(&xs) * 2 - 1);
+                x[rows * d + i] = (float)(uniform01(&xs) * 2 - 1);
             if (sl[s].id == 0) /* request 0's tokens, for the check */
                 memcpy(tokens0 + (size_t)past[s] * d, x + rows * d, (size_t)add[s] * d * sizeof *x);
             rows += (size_t)add[s];
@@ -136,7 +120,12 @@ int main(int argc, char **argv)
         if (!any) {
             if (t - t0 >= duration * 1e3)
                 break;
-            continue; /* idle until the next arrival */
+            const double wait = next_arrival - now_ms(); /* idle: sleep until the next arrival */
+            if (wait > 0) {
+                struct timespec ts = {(time_t)(wait / 1e3), (long)(fmod(wait, 1e3) * 1e6)};
+                nanosleep(&ts, NULL);
+            }
+            continue;
         }
         mha_step step = {slots, past, add, table, max_blocks, x};
         const double a = now_ms();

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "mha.h"
+#include "perf_util.h"
 
 #define TEMPLATES 64 /* distinct requests; each arrival picks one at random */
 
@@ -52,23 +53,6 @@ typedef struct server {
     double t0;
     int failed; /* an engine call failed */
 } server;
-
-static double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double uniform01(uint64_t *s) { return (double)(splitmix(s) >> 11) / 9007199254740992.0; }
 
 static uint64_t fnv1a(const void *p, size_t n)
 {

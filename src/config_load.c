@@ -295,26 +295,23 @@ static int is_block(const char *path)
     return 0;
 }
 
-/* "d_model, heads, bias": the words a block (or the top, "") takes, for messages. */
+/* "d_model, heads, bias": the words a block (or the top, "") takes, for messages. The table
+ * keeps each block's keys together, so a word repeats only right after itself (model.rope.*). */
 static void block_keys(const char *block, char *out, size_t n)
 {
     size_t len = strlen(block), k = 0;
+    char last[64] = "";
     out[0] = '\0';
     for (int i = 0; i < mha_n_keys && k < n; i++) {
         const char *key = mha_keys[i].pub.key;
         if (len && (strncmp(key, block, len) || key[len] != '.'))
             continue;
         const char *rest = len ? key + len + 1 : key;
-        int word = (int)strcspn(rest, ".");
-        int dup = 0; /* the top level lists each block once */
-        for (int j = 0; j < i && !dup; j++) {
-            const char *prev = mha_keys[j].pub.key;
-            dup = (!len || (!strncmp(prev, block, len) && prev[len] == '.')) &&
-                  !strncmp(len ? prev + len + 1 : prev, rest, (size_t)word) &&
-                  strchr(".", (len ? prev + len + 1 : prev)[word]) != NULL;
-        }
-        if (!dup)
-            k += (size_t)snprintf(out + k, n - k, "%s%.*s", k ? ", " : "", word, rest);
+        char word[64];
+        snprintf(word, sizeof word, "%.*s", (int)strcspn(rest, "."), rest);
+        if (strcmp(word, last) != 0)
+            k += (size_t)snprintf(out + k, n - k, "%s%s", k ? ", " : "", word);
+        memcpy(last, word, sizeof last);
     }
 }
 

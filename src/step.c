@@ -42,6 +42,20 @@ static int seq_of(const mha_step_job *j, int r, int q)
     return q;
 }
 
+/* The position of row r, which belongs to sequence q. */
+static int pos_of(const mha_step_job *j, int r, int q)
+{
+    return j->step->n_past[q] + (r - j->row0[q]);
+}
+
+/* The first key a step's rows of sequence q may see: the window's start for its first new
+ * token (its later tokens' windows start later), 0 without a window. */
+static int first_key(const mha_step_job *j, int q)
+{
+    const int lo = j->step->n_past[q] - j->f.window + 1;
+    return j->f.window > 0 && lo > 0 ? lo : 0;
+}
+
 void mha_step_pack_rows(const mha_step_job *j, int r0, int r1)
 {
     const mha_kernel *k = j->f.kernel;
@@ -65,7 +79,7 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
     mha_attention_project(f, s, m, x, xp, w, bias, dkp, dkp, 2 * dkp);
     for (int i = 0, q = first; i < m; i++) {
         q = seq_of(j, r0 + i, q);
-        const int pos = st->n_past[q] + (r0 + i - j->row0[q]);
+        const int pos = pos_of(j, r0 + i, q);
         if (f->rope != MHA_ROPE_NONE)
             mha_rope_rows(k, mha_mat_sub(k, qkv, i, 0), 1, dkp, pos, f->rope, f->rope_dim, f->rope_cos, f->rope_sin);
         const int block = st->blocks[(size_t)q * st->max_blocks + pos / j->cache->block_size];
@@ -82,8 +96,8 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
         for (int i = 0, q = first; i < m; i++) {
             q = seq_of(j, r0 + i, q);
             if (f->rope != MHA_ROPE_NONE)
-                mha_rope_rows(k, mha_mat_sub(k, qkv, i, 0), 1, 0, st->n_past[q] + (r0 + i - j->row0[q]), f->rope,
-                              f->rope_dim, f->rope_cos, f->rope_sin);
+                mha_rope_rows(k, mha_mat_sub(k, qkv, i, 0), 1, 0, pos_of(j, r0 + i, q), f->rope, f->rope_dim,
+                              f->rope_cos, f->rope_sin);
             from_panels(k, qkv, i, 0, z + (size_t)i * d, dk);
         }
     }
@@ -102,11 +116,13 @@ void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s)
     const int bs = j->cache->block_size;
     /* the context's V, position by position from its blocks, into the scratch; its Kᵀ
      * straight into the panels the score GEMM reads (dk × ctx, zero columns to the panel's
-     * end): feature c of a block's slots is a contiguous run in the cache */
+     * end): feature c of a block's slots is a contiguous run in the cache. Keys before the
+     * window are never read by the attention (it starts on the panel holding the first
+     * visible key), so they are not gathered either. */
     const mha_mat ktm = mha_mat_panels(k, s->kt, dk);
-    for (int t0 = 0; t0 < ctx; t0 += bs) {
-        const int block = table[t0 / bs], n = ctx - t0 < bs ? ctx - t0 : bs;
-        const float *kt = mha_kv_kt(j->cache, block, g);
+    for (int t0 = first_key(j, q) / k->bw * k->bw; t0 < ctx;) {
+        const int block = table[t0 / bs], slot = t0 % bs, n = ctx - t0 < bs - slot ? ctx - t0 : bs - slot;
+        const float *kt = mha_kv_kt(j->cache, block, g) + slot;
         for (int c = 0; c < dk; c++) /* row c of Kᵀ: runs up to each panel's edge */
             for (int t = 0; t < n;) {
                 const int col = t0 + t, run = k->bw - col % k->bw < n - t ? k->bw - col % k->bw : n - t;
@@ -114,7 +130,8 @@ void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s)
                 t += run;
             }
         for (int t = 0; t < n; t++)
-            to_panels(k, qkv, t0 + t, 2 * dkp, mha_kv_v(j->cache, block, g, t), dk);
+            to_panels(k, qkv, t0 + t, 2 * dkp, mha_kv_v(j->cache, block, g, slot + t), dk);
+        t0 += n;
     }
     for (int c = 0; c < dk; c++) /* the last panel's columns past ctx */
         for (int t = ctx; t < (int)mha_round_up((size_t)ctx, (size_t)k->bw); t++)
@@ -212,6 +229,13 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
     const int avx512 = f->kernel->avx512;
     const float scale = 1.0f / sqrtf((float)dk);
     float *sc = s->dec, *qv = s->dec + (size_t)nq * MHA_DECODE_CHUNK; /* (nq, chunk) scores; (nq, dk) queries */
+    if (k1 <= first_key(j, q)) { /* the whole chunk is before every query's window */
+        for (int qi = 0; qi < nq; qi++) {
+            float *p = partial_of(j, q, g, c, qi);
+            p[dk] = -INFINITY, p[dk + 1] = 0.0f; /* the merge skips it */
+        }
+        return;
+    }
 
     /* the group's queries, rotated in phase 1, from z: query qi = head jh, row i */
     const float *z = f->z + (size_t)j->row0[q] * d;
@@ -250,7 +274,7 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
     }
     /* Z += e · V: each value row read once for every query */
     for (int t = k0; t < k1; t++) {
-        const float *vr = mha_kv_v(cache, table[t / cache->block_size], g, t % cache->block_size);
+        const float *vr = mha_kv_v(cache, table[t / bs], g, t % bs);
         if (t + 8 < k1) /* a few rows ahead */
             for (int off = 0; off < dk; off += 16)
                 _mm_prefetch((const char *)(mha_kv_v(cache, table[(t + 8) / bs], g, (t + 8) % bs) + off), _MM_HINT_T0);
