@@ -1,0 +1,388 @@
+/* bgemm.c — bf16 products: kernel choice, packing, the model and its three hardware forms.
+ *
+ * One block is up to 32 rows (two A panels) × 32 columns (two B panels) summed over every k
+ * tile; the driver packs 32 rows of A at a time (or reads them prepacked) and walks B's
+ * panels two by two. AMX holds the block in four accumulator tiles (2 × 2: each A and B tile
+ * load feeds two tdpbf16ps); the AVX-512 kernels hold up to 8 rows × 32 columns in sixteen
+ * registers and walk the rows in groups, specialised for 8, 4, 2 and 1 rows so that a
+ * product with few rows (a decode step) does no work for rows it lacks. */
+#define _GNU_SOURCE /* syscall */
+#include "bgemm.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* ---- choice ---- */
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+/* Linux grants a process the AMX tile data state only on request (once is enough; asking
+ * again is harmless). Without it the first tile instruction raises SIGILL. */
+static int amx_usable(void)
+{
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16"))
+        return 0;
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+}
+
+static int avx512_usable(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+}
+
+static int dpbf16_usable(void)
+{
+    return avx512_usable() && __builtin_cpu_supports("avx512bf16");
+}
+
+static const mha_bkernel kernels[] = {
+    {MHA_BK_AMX, "amx-bf16", 0},
+    {MHA_BK_DPBF16, "avx512-bf16", 1},
+    {MHA_BK_FMA, "fma-bf16", 0},
+    {MHA_BK_REF, "ref-bf16", 0},
+};
+
+const char *mha_bkernel_auto(void)
+{
+    return amx_usable() ? "amx" : dpbf16_usable() ? "avx512bf16" : avx512_usable() ? "fma" : "ref";
+}
+
+mha_status mha_bkernel_select(const char *request, mha_bkernel *bk, const char **why)
+{
+    const char *name = (!request || !request[0] || !strcmp(request, "auto")) ? mha_bkernel_auto() : request;
+    *why = NULL;
+    int i;
+    if (!strcmp(name, "amx")) {
+        i = 0;
+        if (!amx_usable())
+            *why = "this CPU has no AMX-BF16, or Linux did not grant the tile data state";
+    } else if (!strcmp(name, "avx512bf16")) {
+        i = 1;
+        if (!dpbf16_usable())
+            *why = "this CPU has no AVX512_BF16";
+    } else if (!strcmp(name, "fma")) {
+        i = 2;
+        if (!avx512_usable())
+            *why = "this CPU has no AVX-512";
+    } else if (!strcmp(name, "ref")) {
+        i = 3;
+    } else {
+        *why = "unknown (auto, amx, avx512bf16, fma, ref)";
+        return MHA_ERR_CONFIG;
+    }
+    if (*why)
+        return MHA_ERR_CONFIG;
+    *bk = kernels[i];
+    return MHA_OK;
+}
+
+/* ---- the model ---- */
+
+static float daz(mha_bf16 h)
+{
+    return (h & 0x7f80u) == 0 ? 0.0f : mha_bf16_float(h);
+}
+
+static float ftz(float x)
+{
+    return fpclassify(x) == FP_SUBNORMAL ? copysignf(0.0f, x) : x;
+}
+
+void mha_bk_block_model(int odd_first, int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps,
+                        float *acc)
+{
+    const int first = odd_first ? 1 : 0, second = 1 - first;
+    for (int i = 0; i < rows; i++) {
+        const mha_bf16 *ar = a + (size_t)(i / 16) * 16 * 32 * kt + (size_t)(i % 16) * 32;
+        for (int j = 0; j < 16 * npan; j++) {
+            const mha_bf16 *bc = b + (size_t)(j / 16) * ps + (size_t)(j % 16) * 2;
+            float s = 0.0f;
+            for (int t = 0; t < kt; t++)
+                for (int q = 0; q < 16; q++) { /* k pair q of tile t */
+                    const mha_bf16 *ap = ar + (size_t)t * 512 + 2 * q, *bp = bc + (size_t)t * 512 + 32 * q;
+                    s = ftz(s + daz(ap[first]) * daz(bp[first]));
+                    s = ftz(s + daz(ap[second]) * daz(bp[second]));
+                }
+            acc[i * 32 + j] = s;
+        }
+    }
+}
+
+/* ---- AVX-512: rows in groups of NR (8, 4, 2, 1), 16·npan columns ---- */
+
+#define BK_AVX512 __attribute__((target("avx512f,avx512bw,avx512bf16"), always_inline)) static inline
+
+/* Row i's k pair q of tile t, as the 32-bit word vdpbf16ps broadcasts. */
+BK_AVX512 uint32_t a_pair(const mha_bf16 *a, int kt, int i, int t, int q)
+{
+    uint32_t w;
+    memcpy(&w, a + (size_t)(i / 16) * 16 * 32 * kt + (size_t)t * 512 + (size_t)(i % 16) * 32 + 2 * q, sizeof w);
+    return w;
+}
+
+BK_AVX512 void rows_dpbf16(const int NR, int i0, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps,
+                           float *acc)
+{
+    __m512 c0[8], c1[8];
+    for (int r = 0; r < NR; r++)
+        c0[r] = c1[r] = _mm512_setzero_ps();
+    for (int t = 0; t < kt; t++)
+        for (int q = 0; q < 16; q++) {
+            const mha_bf16 *bp = b + (size_t)t * 512 + 32 * q;
+            const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp);
+            if (npan == 2) {
+                const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + ps);
+                for (int r = 0; r < NR; r++) {
+                    const __m512bh x = (__m512bh)_mm512_set1_epi32((int)a_pair(a, kt, i0 + r, t, q));
+                    c0[r] = _mm512_dpbf16_ps(c0[r], x, b0);
+                    c1[r] = _mm512_dpbf16_ps(c1[r], x, b1);
+                }
+            } else
+                for (int r = 0; r < NR; r++)
+                    c0[r] = _mm512_dpbf16_ps(c0[r], (__m512bh)_mm512_set1_epi32((int)a_pair(a, kt, i0 + r, t, q)), b0);
+        }
+    for (int r = 0; r < NR; r++) {
+        _mm512_storeu_ps(acc + (i0 + r) * 32, c0[r]);
+        if (npan == 2)
+            _mm512_storeu_ps(acc + (i0 + r) * 32 + 16, c1[r]);
+    }
+}
+
+/* bf16 widened to float32 (a shift or a mask) and two FMAs per pair, even element first:
+ * the product is exact, so each FMA rounds once, as the model's sum does. */
+BK_AVX512 void rows_fma(const int NR, int i0, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps,
+                        float *acc)
+{
+    const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+    __m512 c0[8], c1[8];
+    for (int r = 0; r < NR; r++)
+        c0[r] = c1[r] = _mm512_setzero_ps();
+    for (int t = 0; t < kt; t++)
+        for (int q = 0; q < 16; q++) {
+            const mha_bf16 *bp = b + (size_t)t * 512 + 32 * q;
+            const __m512i v0 = _mm512_loadu_si512(bp);
+            const __m512 e0 = _mm512_castsi512_ps(_mm512_slli_epi32(v0, 16));
+            const __m512 o0 = _mm512_castsi512_ps(_mm512_and_si512(v0, hi));
+            __m512 e1 = e0, o1 = o0;
+            if (npan == 2) {
+                const __m512i v1 = _mm512_loadu_si512(bp + ps);
+                e1 = _mm512_castsi512_ps(_mm512_slli_epi32(v1, 16));
+                o1 = _mm512_castsi512_ps(_mm512_and_si512(v1, hi));
+            }
+            for (int r = 0; r < NR; r++) {
+                const uint32_t w = a_pair(a, kt, i0 + r, t, q);
+                const uint32_t we = w << 16, wo = w & 0xffff0000u;
+                float fe, fo;
+                memcpy(&fe, &we, sizeof fe);
+                memcpy(&fo, &wo, sizeof fo);
+                const __m512 xe = _mm512_set1_ps(fe), xo = _mm512_set1_ps(fo);
+                c0[r] = _mm512_fmadd_ps(xo, o0, _mm512_fmadd_ps(xe, e0, c0[r]));
+                if (npan == 2)
+                    c1[r] = _mm512_fmadd_ps(xo, o1, _mm512_fmadd_ps(xe, e1, c1[r]));
+            }
+        }
+    for (int r = 0; r < NR; r++) {
+        _mm512_storeu_ps(acc + (i0 + r) * 32, c0[r]);
+        if (npan == 2)
+            _mm512_storeu_ps(acc + (i0 + r) * 32 + 16, c1[r]);
+    }
+}
+
+/* Specialised per row count, so the accumulators live in registers. */
+#define ROW_GROUPS(fn)                                                                                    \
+    __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void fn##_block(                        \
+        int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps, float *acc)          \
+    {                                                                                                     \
+        int i = 0;                                                                                        \
+        for (; i + 8 <= rows; i += 8)                                                                     \
+            fn(8, i, npan, kt, a, b, ps, acc);                                                            \
+        if (i + 4 <= rows)                                                                                \
+            fn(4, i, npan, kt, a, b, ps, acc), i += 4;                                                    \
+        if (i + 2 <= rows)                                                                                \
+            fn(2, i, npan, kt, a, b, ps, acc), i += 2;                                                    \
+        if (i < rows)                                                                                     \
+            fn(1, i, npan, kt, a, b, ps, acc);                                                            \
+    }
+ROW_GROUPS(rows_dpbf16)
+ROW_GROUPS(rows_fma)
+
+/* ---- AMX: tiles 0-3 accumulate the 2 × 2 block, 4-5 hold A, 6-7 B ---- */
+
+typedef struct tile_config {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_config;
+
+__attribute__((target("amx-tile"))) static void amx_begin(void)
+{
+    tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++)
+        cfg.rows[t] = 16, cfg.colsb[t] = 64;
+    _tile_loadconfig(&cfg);
+}
+
+__attribute__((target("amx-tile"))) static void amx_end(void)
+{
+    _tile_release();
+}
+
+__attribute__((target("amx-tile,amx-bf16"))) static void amx_block(int rows, int npan, int kt, const mha_bf16 *a,
+                                                                   const mha_bf16 *b, size_t ps, float *acc)
+{
+    const mha_bf16 *a1 = a + (size_t)16 * 32 * kt, *b1 = b + ps;
+    const long s = 64; /* bytes per tile row, A and B alike */
+    __asm__ volatile("" ::: "memory"); /* the packed panels are written before the tile loads read them */
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int t = 0; t < kt; t++) {
+        const size_t o = (size_t)t * 512;
+        _tile_loadd(4, a + o, s);
+        _tile_loadd(6, b + o, s);
+        _tile_dpbf16ps(0, 4, 6);
+        if (npan == 2) {
+            _tile_loadd(7, b1 + o, s);
+            _tile_dpbf16ps(1, 4, 7);
+        }
+        if (rows > 16) {
+            _tile_loadd(5, a1 + o, s);
+            _tile_dpbf16ps(2, 5, 6);
+            if (npan == 2)
+                _tile_dpbf16ps(3, 5, 7);
+        }
+    }
+    const long sc = 32 * sizeof(float);
+    _tile_stored(0, acc, sc);
+    if (npan == 2)
+        _tile_stored(1, acc + 16, sc);
+    if (rows > 16) {
+        _tile_stored(2, acc + 16 * 32, sc);
+        if (npan == 2)
+            _tile_stored(3, acc + 16 * 32 + 16, sc);
+    }
+}
+
+/* ---- one block, and what a run of blocks needs around it ---- */
+
+/* Tile configuration is per thread: loaded at the start of each product, released at its end. */
+static void begin(const mha_bkernel *bk)
+{
+    if (bk->id == MHA_BK_AMX)
+        amx_begin();
+}
+
+static void end(const mha_bkernel *bk)
+{
+    if (bk->id == MHA_BK_AMX)
+        amx_end();
+}
+
+static void block(const mha_bkernel *bk, int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps,
+                  float *acc)
+{
+    switch (bk->id) {
+    case MHA_BK_AMX: amx_block(rows, npan, kt, a, b, ps, acc); break;
+    case MHA_BK_DPBF16: rows_dpbf16_block(rows, npan, kt, a, b, ps, acc); break;
+    case MHA_BK_FMA: { /* the instructions' DAZ and FTZ, for the FMAs only */
+        const unsigned csr = _mm_getcsr();
+        _mm_setcsr(csr | 0x8040u);
+        rows_fma_block(rows, npan, kt, a, b, ps, acc);
+        _mm_setcsr(csr);
+        break;
+    }
+    case MHA_BK_REF: mha_bk_block_model(0, rows, npan, kt, a, b, ps, acc); break;
+    }
+}
+
+void mha_bk_block(const mha_bkernel *bk, int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b,
+                  size_t ps, float *acc)
+{
+    begin(bk);
+    block(bk, rows, npan, kt, a, b, ps, acc);
+    end(bk);
+}
+
+/* ---- packing ---- */
+
+void mha_bk_pack_a(const mha_kernel *k, mha_mat a, int i0, int rows, int kk, mha_bf16 *dst)
+{
+    const size_t kp = mha_bk_kp(kk);
+    const int padded = (int)mha_round_up((size_t)rows, MHA_BT_M), w = k->bw;
+    for (int r = 0; r < padded; r++) {
+        mha_bf16 *d = dst + (size_t)(r / 16) * 16 * kp + (size_t)(r % 16) * 32;
+        int p = 0;
+        if (r < rows) {
+            const float *src = a.p + (ptrdiff_t)(i0 + r) * a.ld;
+            while (p < kk) { /* contiguous within one of a's panels */
+                const int in_panel = w - p % w, n = kk - p < in_panel ? kk - p : in_panel;
+                const float *s = src + (ptrdiff_t)(p / w) * a.ps + p % w;
+                for (int t = 0; t < n; t++)
+                    d[(size_t)((p + t) / 32) * 512 + (p + t) % 32] = mha_bf16_round(s[t]);
+                p += n;
+            }
+        }
+        for (; p < (int)kp; p++)
+            d[(size_t)(p / 32) * 512 + p % 32] = 0;
+    }
+}
+
+void mha_bk_pack_b(const mha_kernel *k, mha_mat src, int transpose, int kk, int n, mha_bf16 *dst, size_t ps)
+{
+    const int kp = (int)mha_bk_kp(kk), np = (int)mha_round_up((size_t)n, MHA_BT_N);
+    for (int j = 0; j < np; j++)
+        for (int p = 0; p < kp; p++) {
+            float x = 0.0f;
+            if (j < n && p < kk)
+                x = transpose ? *mha_mat_at(k, src, j, p) : *mha_mat_at(k, src, p, j);
+            dst[mha_bk_b_index(p, j, ps)] = mha_bf16_round(x);
+        }
+}
+
+/* ---- the product ---- */
+
+void mha_bgemm(const mha_bkernel *bk, const mha_kernel *k, int m, int n, int kk, float alpha, const mha_bf16 *ap,
+               mha_mat a, const mha_bf16 *b, size_t ps, float beta, mha_mat c, mha_bf16 *apack)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    const int kt = (int)(mha_bk_kp(kk) / MHA_BT_K);
+    _Alignas(64) float acc[32 * 32];
+    begin(bk);
+    for (int i0 = 0; i0 < m; i0 += 32) {
+        const int rows = m - i0 < 32 ? m - i0 : 32;
+        const mha_bf16 *ab = ap ? ap + (size_t)(i0 / 16) * 16 * 32 * kt : apack;
+        if (!ap && kt > 0)
+            mha_bk_pack_a(k, a, i0, rows, kk, apack);
+        for (int j0 = 0; j0 < n; j0 += 32) {
+            const int cols = n - j0 < 32 ? n - j0 : 32, npan = cols > 16 ? 2 : 1;
+            if (kt > 0)
+                block(bk, rows, npan, kt, ab, b + (size_t)(j0 / 16) * ps, ps, acc);
+            else
+                memset(acc, 0, sizeof acc);
+            for (int i = 0; i < rows; i++)
+                for (int g = 0; g < cols; g += 16) { /* 16 columns are contiguous in any form (bw 16 or 32) */
+                    float *cp = mha_mat_at(k, c, i0 + i, j0 + g);
+                    const float *x = acc + i * 32 + g;
+                    const int cnt = cols - g < 16 ? cols - g : 16;
+                    if (beta == 0.0f)
+                        for (int t = 0; t < cnt; t++)
+                            cp[t] = alpha * x[t];
+                    else
+                        for (int t = 0; t < cnt; t++) {
+                            const float y = alpha * x[t];
+                            cp[t] = y + beta * cp[t];
+                        }
+                }
+        }
+    }
+    end(bk);
+}

@@ -1,0 +1,122 @@
+/* bgemm.h — bf16 matrix products with float32 accumulation: the tile layouts, the kernels
+ * that run them, and the portable model every kernel is checked against.
+ *
+ * Operands are rounded to bfloat16 (nearest even) as they are packed; products of two bf16
+ * are exact in float32 and are added to a float32 accumulator one at a time, k pair by k pair
+ * in increasing k, each sum rounded to float32 (denormal sums flushed to zero). Within a pair
+ * the order is the instruction's: AMX's tdpbf16ps adds the even element first, AVX512_BF16's
+ * vdpbf16ps the odd one first (Intel SDM pseudocode; vdpbf16ps measured bitwise on Xeon model
+ * 207). The whole of k is summed in one pass, so a result never depends on how rows and
+ * columns are blocked or which worker computes them.
+ *
+ * Layouts (k padded with zeros to whole tiles of MHA_BT_K):
+ *   A, panels of 16 rows, in each tiles of 16 rows × 32 k, row-major (an AMX A tile):
+ *     (i, p) at a[(i / 16)·16·kp + (p / 32)·512 + (i % 16)·32 + p % 32]
+ *   B, panels of 16 columns, k pairs interleaved (VNNI; an AMX B tile is 16 pairs):
+ *     (p, j) at b[(j / 16)·ps + (p / 2)·32 + (j % 16)·2 + p % 2],   ps >= kp·16
+ * where kp = kk rounded up to 32. */
+#ifndef MHA_BGEMM_H
+#define MHA_BGEMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "gemm.h"
+
+typedef uint16_t mha_bf16;
+
+enum { MHA_BT_M = 16, MHA_BT_N = 16, MHA_BT_K = 32 };
+
+/* float -> bf16, nearest even; a denormal becomes a signed zero (what the instructions do with
+ * denormal inputs), NaN stays a quiet NaN (as vcvtneps2bf16). */
+static inline mha_bf16 mha_bf16_round(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7f800000u) == 0)
+        return (mha_bf16)((u >> 16) & 0x8000u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (mha_bf16)((u >> 16) | 0x0040u);
+    return (mha_bf16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static inline float mha_bf16_float(mha_bf16 h)
+{
+    const uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+typedef enum {
+    MHA_BK_REF,    /* portable C: the model itself (even element first) */
+    MHA_BK_FMA,    /* AVX-512F: bf16 widened to float32, FMA (even first; the model's bits) */
+    MHA_BK_DPBF16, /* AVX512_BF16: vdpbf16ps (odd first) */
+    MHA_BK_AMX     /* AMX-BF16 tiles: tdpbf16ps (even first) */
+} mha_bk_id;
+
+typedef struct mha_bkernel {
+    mha_bk_id id;
+    const char *name;   /* "ref-bf16", "fma-bf16", "avx512-bf16", "amx-bf16" */
+    int odd_first;      /* the order within a k pair */
+} mha_bkernel;
+
+/* request: "" or "auto" (AMX where the CPU has it and Linux grants tile data, else
+ * AVX512_BF16, else AVX-512F FMA, else the portable model), or "amx", "avx512bf16", "fma",
+ * "ref". MHA_ERR_CONFIG if unknown or not runnable here (then *why says which). */
+mha_status mha_bkernel_select(const char *request, mha_bkernel *bk, const char **why);
+/* What "auto" picks here. */
+const char *mha_bkernel_auto(void);
+
+static inline size_t mha_bk_kp(int kk)
+{
+    return mha_round_up((size_t)(kk > 0 ? kk : 0), MHA_BT_K);
+}
+/* bf16 elements of A packed (rows rounded to panels) and of B (cols rounded to panels). */
+static inline size_t mha_bk_a_elems(int rows, int kk)
+{
+    return mha_round_up((size_t)rows, MHA_BT_M) * mha_bk_kp(kk);
+}
+static inline size_t mha_bk_b_elems(int kk, int cols)
+{
+    return mha_bk_kp(kk) * mha_round_up((size_t)cols, MHA_BT_N);
+}
+static inline size_t mha_bk_b_index(int p, int j, size_t ps)
+{
+    return (size_t)(j / 16) * ps + (size_t)(p / 2) * 32 + (size_t)(j % 16) * 2 + (size_t)(p % 2);
+}
+
+/* Rows [i0, i0 + rows) of a (float, any mha_mat form of kernel k), all kk columns, into A
+ * panels at dst (rows a multiple of 16 except at the end of a; padding is zero). */
+void mha_bk_pack_a(const mha_kernel *k, mha_mat a, int i0, int rows, int kk, mha_bf16 *dst);
+/* B (kk × n) = src (kk × n), or srcᵀ when transpose (src is n × kk), into B panels of stride
+ * ps; zero padding to whole tiles and panels. */
+void mha_bk_pack_b(const mha_kernel *k, mha_mat src, int transpose, int kk, int n, mha_bf16 *dst, size_t ps);
+
+/* bf16 of scratch mha_bgemm needs to pack A for products of depth up to kk. */
+static inline size_t mha_bgemm_apack_elems(int kk)
+{
+    return mha_bk_a_elems(2 * MHA_BT_M, kk);
+}
+
+/* C (m × n) = alpha · A · B + beta · C (beta = 0: C is not read), A (m × kk) from ap packed
+ * (mha_bk_pack_a of those rows), or from the float a packed here into apack when ap is NULL;
+ * B packed with panel stride ps; C float in kernel k's mha_mat form. The epilogue is the same
+ * float32 code for every kernel: c = alpha·acc, then + beta·c, each rounded. */
+void mha_bgemm(const mha_bkernel *bk, const mha_kernel *k, int m, int n, int kk, float alpha, const mha_bf16 *ap,
+               mha_mat a, const mha_bf16 *b, size_t ps, float beta, mha_mat c, mha_bf16 *apack);
+
+/* The accumulators of one block: acc[i·32 + j] (i < rows ≤ 32, j < 16·npan, npan 1 or 2) =
+ * Σ_k A·B over kt tiles of k, for A panels a (the second at a + 16·kt·32 when rows > 16; a
+ * panel's rows past `rows` are read and must be finite) and B panels b (and b + ps).
+ * Exposed for the tests: each kernel against the model, bitwise. */
+void mha_bk_block(const mha_bkernel *bk, int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b,
+                  size_t ps, float *acc);
+/* The model of that block, with the given pair order: bitwise what the kernels compute while
+ * products and sums stay in float32's normal range (the instructions flush denormal inputs
+ * and results; the model does too, but rounds an underflowing product before adding it). */
+void mha_bk_block_model(int odd_first, int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps,
+                        float *acc);
+
+#endif

@@ -1,0 +1,216 @@
+/* test_bgemm.c — the bf16 products: rounding to bf16, every kernel this CPU runs bitwise
+ * against the portable model (a kernel the CPU lacks reports itself skipped, with the reason),
+ * the packed layouts and the driver against a double product of the rounded operands, and
+ * results that do not depend on how rows are blocked. */
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+
+#include "bgemm.h"
+#include "helpers.h"
+
+static float from_bits(uint32_t u)
+{
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+Test(bgemm, rounds_to_nearest_even)
+{
+    cr_assert_eq(mha_bf16_round(1.0f), 0x3f80);
+    cr_assert_eq(mha_bf16_round(-2.0f), 0xc000);
+    /* halfway: ties go to the even mantissa, up and down */
+    cr_assert_eq(mha_bf16_round(from_bits(0x3f808000u)), 0x3f80);
+    cr_assert_eq(mha_bf16_round(from_bits(0x3f818000u)), 0x3f82);
+    cr_assert_eq(mha_bf16_round(from_bits(0x3f808001u)), 0x3f81);
+    cr_assert_eq(mha_bf16_round(from_bits(0x3f807fffu)), 0x3f80);
+    cr_assert_eq(mha_bf16_round(INFINITY), 0x7f80);
+    cr_assert_eq(mha_bf16_round(-INFINITY), 0xff80);
+    cr_assert_eq(mha_bf16_round(from_bits(0x7f7fffffu)), 0x7f80, "FLT_MAX rounds to infinity");
+    cr_assert_eq(mha_bf16_round(from_bits(0x7f800001u)), 0x7fc0, "a signalling NaN comes out quiet");
+    cr_assert_eq(mha_bf16_round(from_bits(0x00400000u)), 0x0000, "a denormal becomes zero");
+    cr_assert_eq(mha_bf16_round(from_bits(0x80000001u)), 0x8000, "keeping its sign");
+    for (uint32_t h = 0; h < 0x10000u; h++) /* every bf16 that is not a NaN or a denormal survives the trip */
+        if ((h & 0x7f80u) != 0 && (h & 0x7fffu) <= 0x7f80u)
+            cr_assert_eq(mha_bf16_round(mha_bf16_float((mha_bf16)h)), h);
+}
+
+/* The CPU's own conversion (vcvtneps2bf16), on a sample of every 97th float. */
+__attribute__((target("avx512f,avx512bf16"))) static uint32_t hw_mismatches(void)
+{
+    uint32_t bad = 0;
+    for (uint64_t u = 0; u < 0x100000000ull; u += 97 * 16) {
+        float x[16];
+        for (int i = 0; i < 16; i++)
+            x[i] = from_bits((uint32_t)(u + 97u * (uint32_t)i));
+        __m256bh h = _mm512_cvtneps_pbh(_mm512_loadu_ps(x));
+        uint16_t o[16];
+        memcpy(o, &h, sizeof o);
+        for (int i = 0; i < 16; i++)
+            bad += o[i] != mha_bf16_round(x[i]);
+    }
+    return bad;
+}
+
+Test(bgemm, rounding_matches_the_cpus_conversion, .timeout = 60)
+{
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512bf16"))
+        cr_skip_test("this CPU has no AVX512_BF16 (vcvtneps2bf16): rounding checked by the cases above only");
+    cr_assert_eq(hw_mismatches(), 0u);
+}
+
+/* Random bf16 of unit scale give sums far from float32's denormals: the model's domain. */
+static void fill_bf16(mha_bf16 *x, size_t n, rng *r)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = mha_bf16_round(rng_uniform(r, -2.0f, 2.0f));
+}
+
+static void kernel_matches_model(const char *name)
+{
+    mha_bkernel bk;
+    const char *why;
+    if (mha_bkernel_select(name, &bk, &why) != MHA_OK)
+        cr_skip_test("kernel %s not run: %s", name, why);
+    rng r = {42};
+    for (int kt = 1; kt <= 4; kt++)
+        for (int npan = 1; npan <= 2; npan++)
+            for (int rows = 1; rows <= 32; rows += rows < 4 ? 1 : 3) {
+                const size_t ps = (size_t)kt * 512 + 64; /* a panel stride larger than the panel */
+                mha_bf16 *a = aligned_alloc(64, (size_t)32 * 32 * kt * sizeof *a);
+                mha_bf16 *b = aligned_alloc(64, 2 * ps * sizeof *b);
+                fill_bf16(a, (size_t)32 * 32 * kt, &r);
+                fill_bf16(b, 2 * ps, &r);
+                float got[32 * 32], want[32 * 32];
+                memset(got, 0, sizeof got), memset(want, 0, sizeof want);
+                mha_bk_block(&bk, rows, npan, kt, a, b, ps, got);
+                mha_bk_block_model(bk.odd_first, rows, npan, kt, a, b, ps, want);
+                for (int i = 0; i < rows; i++)
+                    for (int j = 0; j < 16 * npan; j++)
+                        cr_assert(memcmp(&got[i * 32 + j], &want[i * 32 + j], sizeof(float)) == 0,
+                                  "%s: rows %d, %d panels, %d k tiles: (%d, %d) %a, model %a", bk.name, rows, npan, kt,
+                                  i, j, got[i * 32 + j], want[i * 32 + j]);
+                free(a), free(b);
+            }
+    cr_log_info("bf16 kernel %s matches the model bitwise", bk.name);
+}
+
+Test(bgemm, amx_kernel_matches_model, .timeout = 60) { kernel_matches_model("amx"); }
+Test(bgemm, avx512bf16_kernel_matches_model, .timeout = 60) { kernel_matches_model("avx512bf16"); }
+Test(bgemm, fma_kernel_matches_model, .timeout = 60) { kernel_matches_model("fma"); }
+Test(bgemm, ref_kernel_is_the_model, .timeout = 60) { kernel_matches_model("ref"); }
+
+Test(bgemm, unknown_kernel_is_refused)
+{
+    mha_bkernel bk;
+    const char *why;
+    cr_assert_eq(mha_bkernel_select("tpu", &bk, &why), MHA_ERR_CONFIG);
+    cr_assert(why && strstr(why, "unknown"));
+}
+
+typedef struct bcase { int m, n, k; int prepacked; float beta; } bcase;
+
+ParameterizedTestParameters(bgemm, matches_double_product_of_rounded_operands)
+{
+    static bcase cases[] = {
+        {1, 1, 1, 0, 0}, {1, 64, 768, 0, 0}, {3, 33, 17, 1, 1}, {16, 16, 32, 0, 0}, {17, 47, 65, 1, 0},
+        {32, 32, 64, 0, 1}, {33, 100, 391, 0, 1}, {100, 192, 768, 1, 0}, {64, 520, 64, 0, 1}, {7, 5, 800, 1, 0},
+    };
+    return cr_make_param_array(bcase, cases, sizeof cases / sizeof cases[0]);
+}
+
+/* Each kernel's sum of rounded float32 terms against the exact (double) sum: k terms of unit
+ * products accumulate at most k·2^-24 relative rounding each; 1e-5 of Σ|a||b| is generous at
+ * k ≤ 800 and far below one bf16 rounding (2^-9) of an operand, which a packing or layout
+ * mistake produces. */
+#define BGEMM_TOL 1e-5
+
+ParameterizedTest(bcase *g, bgemm, matches_double_product_of_rounded_operands, .timeout = 60)
+{
+    mha_kernel k;
+    cr_assert_eq(mha_kernel_select("auto", &k), MHA_OK);
+    const char *names[] = {"amx", "avx512bf16", "fma", "ref"};
+    const int m = g->m, n = g->n, kk = g->k;
+    rng r = {(uint64_t)m * 1000 + (uint64_t)n};
+    float *a = malloc((size_t)m * kk * sizeof *a), *bsrc = malloc((size_t)kk * n * sizeof *bsrc);
+    float *c0 = malloc((size_t)m * n * sizeof *c0), *c = malloc((size_t)m * n * sizeof *c);
+    fill_uniform(a, (size_t)m * kk, -1.0f, 1.0f, &r);
+    fill_uniform(bsrc, (size_t)kk * n, -1.0f, 1.0f, &r);
+    fill_uniform(c0, (size_t)m * n, -1.0f, 1.0f, &r);
+    const size_t ps = mha_bk_kp(kk) * 16;
+    mha_bf16 *b = aligned_alloc(64, mha_round_up(mha_bk_b_elems(kk, n) * 2, 64));
+    mha_bf16 *ap = aligned_alloc(64, mha_round_up(mha_bk_a_elems(m, kk) * 2, 64));
+    mha_bf16 *apack = aligned_alloc(64, mha_round_up(mha_bgemm_apack_elems(kk) * 2, 64));
+    mha_bk_pack_b(&k, mha_mat_rows(&k, bsrc, n), 0, kk, n, b, ps);
+    mha_bk_pack_a(&k, mha_mat_rows(&k, a, kk), 0, m, kk, ap);
+    const float alpha = 0.5f;
+    int ran = 0;
+    for (int ki = 0; ki < 4; ki++) {
+        mha_bkernel bk;
+        const char *why;
+        if (mha_bkernel_select(names[ki], &bk, &why) != MHA_OK)
+            continue;
+        ran++;
+        memcpy(c, c0, (size_t)m * n * sizeof *c);
+        mha_bgemm(&bk, &k, m, n, kk, alpha, g->prepacked ? ap : NULL, mha_mat_rows(&k, a, kk), b, ps, g->beta,
+                  mha_mat_rows(&k, c, n), apack);
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) {
+                double s = 0, mag = 0;
+                for (int p = 0; p < kk; p++) {
+                    const double x = mha_bf16_float(mha_bf16_round(a[(size_t)i * kk + p]));
+                    const double y = mha_bf16_float(mha_bf16_round(bsrc[(size_t)p * n + j]));
+                    s += x * y, mag += fabs(x * y);
+                }
+                const double want = alpha * s + g->beta * c0[(size_t)i * n + j];
+                const double got = c[(size_t)i * n + j];
+                cr_assert(fabs(got - want) <= BGEMM_TOL * (alpha * mag + 1.0), "%s %dx%dx%d: (%d, %d) %g vs %g",
+                          bk.name, m, n, kk, i, j, got, want);
+            }
+    }
+    cr_assert_geq(ran, 1, "the portable kernel always runs");
+    free(a), free(bsrc), free(c0), free(c), free(b), free(ap), free(apack);
+}
+
+/* Row i of a product is the same bits whether it is computed among 100 rows or alone, and the
+ * model kernel and the FMA kernel (same pair order) agree bitwise through the whole driver. */
+Test(bgemm, rows_do_not_depend_on_blocking, .timeout = 60)
+{
+    mha_kernel k;
+    cr_assert_eq(mha_kernel_select("auto", &k), MHA_OK);
+    mha_bkernel bk, ref;
+    const char *why;
+    cr_assert_eq(mha_bkernel_select("auto", &bk, &why), MHA_OK);
+    cr_assert_eq(mha_bkernel_select("ref", &ref, &why), MHA_OK);
+    const int m = 100, n = 70, kk = 200;
+    rng r = {5};
+    float *a = malloc((size_t)m * kk * sizeof *a), *bsrc = malloc((size_t)kk * n * sizeof *bsrc);
+    float *all = malloc((size_t)m * n * sizeof *all), *one = malloc((size_t)n * sizeof *one);
+    fill_uniform(a, (size_t)m * kk, -1.0f, 1.0f, &r);
+    fill_uniform(bsrc, (size_t)kk * n, -1.0f, 1.0f, &r);
+    const size_t ps = mha_bk_kp(kk) * 16;
+    mha_bf16 *b = aligned_alloc(64, mha_round_up(mha_bk_b_elems(kk, n) * 2, 64));
+    mha_bf16 *apack = aligned_alloc(64, mha_round_up(mha_bgemm_apack_elems(kk) * 2, 64));
+    mha_bk_pack_b(&k, mha_mat_rows(&k, bsrc, n), 0, kk, n, b, ps);
+    mha_bgemm(&bk, &k, m, n, kk, 1.0f, NULL, mha_mat_rows(&k, a, kk), b, ps, 0.0f, mha_mat_rows(&k, all, n), apack);
+    for (int i = 0; i < m; i += 7) {
+        mha_bgemm(&bk, &k, 1, n, kk, 1.0f, NULL, mha_mat_rows(&k, a + (size_t)i * kk, kk), b, ps, 0.0f,
+                  mha_mat_rows(&k, one, n), apack);
+        cr_assert(memcmp(one, all + (size_t)i * n, (size_t)n * sizeof *one) == 0, "%s: row %d", bk.name, i);
+    }
+    mha_bkernel fma;
+    if (mha_bkernel_select("fma", &fma, &why) == MHA_OK) {
+        float *x = malloc((size_t)m * n * sizeof *x), *y = malloc((size_t)m * n * sizeof *y);
+        mha_bgemm(&fma, &k, m, n, kk, 1.0f, NULL, mha_mat_rows(&k, a, kk), b, ps, 0.0f, mha_mat_rows(&k, x, n), apack);
+        mha_bgemm(&ref, &k, m, n, kk, 1.0f, NULL, mha_mat_rows(&k, a, kk), b, ps, 0.0f, mha_mat_rows(&k, y, n), apack);
+        cr_assert(memcmp(x, y, (size_t)m * n * sizeof *x) == 0, "fma-bf16 and the model differ");
+        free(x), free(y);
+    }
+    free(a), free(bsrc), free(all), free(one), free(b), free(apack);
+}
