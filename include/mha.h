@@ -84,6 +84,13 @@ typedef struct mha_rope {
     float beta_fast, beta_slow;  /* yarn (HF defaults 32, 1) */
 } mha_rope;
 
+/* Arithmetic of the matrix products. F32: float32 throughout (BLIS's microkernel). BF16:
+ * weights stored in bfloat16, activations rounded to bf16 (nearest even) where they enter a
+ * product, products accumulated in float32; softmax, inputs and outputs stay float32
+ * (‖out − ref‖ / ‖ref‖ ≤ 1e-2 on unit-scale data). Runs on AMX tiles where the CPU has them,
+ * else on the fastest fallback (mha_engine_kernel says which). */
+typedef enum { MHA_PRECISION_F32 = 0, MHA_PRECISION_BF16 = 1 } mha_precision;
+
 typedef struct mha_config {
     int d_model, n_heads;                  /* n_heads divides d_model */
     int max_batch, max_seq_q, max_seq_kv;  /* capacity; the arena is sized from these */
@@ -100,10 +107,13 @@ typedef struct mha_config {
     mha_rope rope;                         /* MHA_ROPE_NONE by default */
     int window;                            /* sliding window W > 0: a query at position p sees
                                               keys p - W < j <= p (causal implied); 0: none */
+    mha_precision precision;               /* MHA_PRECISION_F32 by default */
+    char bf16_kernel[16];                  /* precision bf16: "" or "auto" (amx, else avx512bf16,
+                                              else fma, else ref), or one of those names */
 } mha_config;
 
 /* Defaults: d_model 512, 8 heads, capacity 1 × 128 × 128, bias on, all CPUs, no pinning,
- * n_kv_heads = n_heads, no RoPE (theta 10000, factor 1, low/high_freq_factor 1/4, beta_fast/slow
+ * precision f32, n_kv_heads = n_heads, no RoPE (theta 10000, factor 1, low/high_freq_factor 1/4, beta_fast/slow
  * 32/1 ready for when a style is set), no window. */
 MHA_API void mha_config_init(mha_config *cfg);
 /* Reads a YAML config (README "Configs") into cfg: model, threads, pinning, engine block, and
@@ -176,7 +186,7 @@ MHA_API mha_status mha_forward(mha_engine *e, const mha_input *in, float *out, f
  * token slots; a sequence's position p lives in block table[p / block_size], slot
  * p % block_size, so sequences grow block by block and may share blocks they only read (a
  * common prompt prefix). One block per sequence of max_context slots is the contiguous case.
- * float32 (bf16 when the engine's precision is bf16, once that lands). The cache is made for
+ * float32. Engines of precision bf16 do not run steps yet (MHA_ERR_CONFIG). The cache is made for
  * a config (d_model, heads, KV heads, RoPE) and works with any engine of that model. */
 typedef struct mha_kv_cache mha_kv_cache; /* opaque */
 /* Bytes a cache of n_blocks blocks needs (mha_kv_cache_create_static's len); 0 if invalid. */
@@ -217,6 +227,10 @@ MHA_API const char *mha_engine_last_error(const mha_engine *e);
 
 /* Accessors. */
 MHA_API const char *mha_engine_blis_arch(const mha_engine *e); /* BLIS sub-config in use */
+/* What runs the matrix products: "blis-<sub-config>" (f32), or for bf16 "amx-bf16" (AMX
+ * tiles), "avx512-bf16" (vdpbf16ps), "fma-bf16" (bf16 storage, float32 FMA) or "ref-bf16"
+ * (portable C). "" for NULL. */
+MHA_API const char *mha_engine_kernel(const mha_engine *e);
 MHA_API int mha_engine_threads(const mha_engine *e);            /* worker threads */
 MHA_API int mha_engine_q_block(const mha_engine *e);            /* query-block rows */
 MHA_API size_t mha_engine_workspace_size(const mha_engine *e);  /* arena bytes */

@@ -38,30 +38,38 @@ int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine
     size_t d = (size_t)dims->d, h = (size_t)dims->h, dk = (size_t)dims->dk;
     size_t batch = (size_t)dims->batch, threads = (size_t)dims->threads;
     size_t rows = (size_t)(dims->seq_q > dims->seq_kv ? dims->seq_q : dims->seq_kv);
-    size_t w = (size_t)k->bw, dkp = (dk + w - 1) / w * w, kvp = ((size_t)dims->seq_kv + w - 1) / w * w;
+    size_t w = (size_t)k->bw, kvp = ((size_t)dims->seq_kv + w - 1) / w * w;
+    /* bf16: head columns start on whole bf16 B panels too (bw is 16 or 32 there) */
+    size_t dkp = mha_round_up(dk, dims->bf16 && w < MHA_BT_N ? MHA_BT_N : w);
     size_t dp = (d + w - 1) / w * w, lds = ((size_t)dims->seq_kv + 15) / 16 * 16;
     size_t cur = 0;
     p->dkp = (int)dkp;
     p->ld_scores = (ptrdiff_t)lds;
+    p->w_ps = dims->bf16 ? mha_bk_kp(dims->d) * MHA_BT_N : 0;
+    p->bf16 = dims->bf16;
+    const size_t welem = dims->bf16 ? sizeof(mha_bf16) : sizeof(float);
+    const size_t wrows = dims->bf16 ? mha_bk_kp(dims->d) : d; /* k of the weights, padded to tiles */
 
     p->engine = take(&cur, 1, engine_bytes, MHA_ALIGN, &of);
     p->wqkv = p->bqkv = p->wo = p->bo = MHA_ARENA_ABSENT;
     if (kind != MHA_ARENA_ENGINE_SHARED) {
         const size_t kvh = (size_t)dims->kvh, per_group = (size_t)dims->group + 2;
-        p->wqkv = take(&cur, product(kvh, d, per_group * dkp, &of), sizeof(float), MHA_ALIGN, &of);
+        p->wqkv = take(&cur, product(kvh, wrows, per_group * dkp, &of), welem, MHA_ALIGN, &of);
         p->bqkv = take(&cur, product(kvh, per_group, dkp, &of), sizeof(float), MHA_ALIGN, &of);
-        p->wo = take(&cur, product(d, dp, 1, &of), sizeof(float), MHA_ALIGN, &of);
+        p->wo = take(&cur, product(wrows, dims->bf16 ? mha_round_up(d, MHA_BT_N) : dp, 1, &of), welem, MHA_ALIGN, &of);
         p->bo = take(&cur, d, sizeof(float), MHA_ALIGN, &of);
     }
     if (kind == MHA_ARENA_WEIGHTS) {
         p->z = p->xpack = p->order = p->deps = p->xdeps = p->worker_cpu = p->pin_cpu = p->scratch = MHA_ARENA_ABSENT;
         p->rope_cos = p->rope_sin = MHA_ARENA_ABSENT;
-        p->xpack_stride = p->scratch_stride = p->kt = p->scores = p->apack = p->inv = p->dec = 0;
+        p->xpack_stride = p->scratch_stride = p->kt = p->scores = p->apack = p->inv = p->dec = p->vb = 0;
         p->total = cur;
         return of ? -1 : 0;
     }
     p->z = take(&cur, product(batch, (size_t)dims->seq_q, d, &of), sizeof(float), MHA_ALIGN, &of);
     p->xpack_stride = product(((size_t)dims->seq_q + k->aw - 1) / k->aw * k->aw, d, 1, &of);
+    if (dims->bf16) /* bf16 A panels, in floats' room */
+        p->xpack_stride = (product(mha_round_up((size_t)dims->seq_q, MHA_BT_M), mha_bk_kp(dims->d), 1, &of) + 1) / 2;
     p->xpack = take(&cur, product(batch, p->xpack_stride, 1, &of), sizeof(float), MHA_ALIGN, &of);
     p->order = take(&cur, batch, sizeof(int), MHA_ALIGN, &of);
     p->deps = take(&cur, product(batch, h, 1, &of), 1, MHA_ALIGN, &of);
@@ -83,9 +91,22 @@ int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine
     /* One worker slice: its head's Q/K/V, Kᵀ, its score tile, its A packing buffer. */
     size_t slice = 0;
     take(&slice, product(rows, 3, dkp, &of), sizeof(float), MHA_ALIGN, &of);
-    p->kt = take(&slice, product(dk, kvp, 1, &of), sizeof(float), MHA_ALIGN, &of);
+    size_t kt_bytes = product(dk, kvp, sizeof(float), &of);
+    size_t apack_bytes = product((size_t)k->mb, (size_t)k->kc, sizeof(float), &of);
+    if (dims->bf16) {
+        /* Kᵀ: (dk, seq_kv) in B panels; A packing for the deepest product: d, or a whole key row */
+        const size_t kt16 = product(mha_bk_b_elems(dims->dk, dims->seq_kv), sizeof(mha_bf16), 1, &of);
+        const size_t deepest = (size_t)(dims->d > dims->seq_kv ? dims->d : dims->seq_kv);
+        const size_t ap16 = product(mha_bgemm_apack_elems((int)deepest), sizeof(mha_bf16), 1, &of);
+        kt_bytes = kt_bytes > kt16 ? kt_bytes : kt16;
+        apack_bytes = apack_bytes > ap16 ? apack_bytes : ap16;
+    }
+    p->kt = take(&slice, kt_bytes, 1, MHA_ALIGN, &of);
     p->scores = take(&slice, product((size_t)dims->q_block, lds, 1, &of), sizeof(float), MHA_ALIGN, &of);
-    p->apack = take(&slice, product((size_t)k->mb, (size_t)k->kc, 1, &of), sizeof(float), MHA_ALIGN, &of);
+    p->apack = take(&slice, apack_bytes, 1, MHA_ALIGN, &of);
+    /* V (seq_kv, dk) in B panels; a key chunk may start 16 rows into a k tile and read a
+     * tile past its end (those rows meet zero probabilities): one tile of room */
+    p->vb = dims->bf16 ? take(&slice, product(mha_bk_kp(dims->seq_kv) + MHA_BT_K, mha_round_up(dk, MHA_BT_N), sizeof(mha_bf16), &of), 1, MHA_ALIGN, &of) : 0;
     p->inv = take(&slice, product(2, (size_t)dims->q_block, 1, &of), sizeof(float), MHA_ALIGN, &of);
     p->dec = take(&slice, product(dec_q, MHA_DECODE_CHUNK + dk, 1, &of), sizeof(float), MHA_ALIGN, &of);
     p->scratch_stride = take(&slice, 0, 1, MHA_PAGE, &of); /* round the slice up to a page */
@@ -103,9 +124,11 @@ void mha_arena_carve(const mha_arena_plan *p, void *base, mha_arena_views *v)
 {
     unsigned char *b = base;
     v->engine = at(b, p->engine);
-    v->wqkv = at(b, p->wqkv);
+    v->wqkv = p->bf16 ? NULL : at(b, p->wqkv);
+    v->wqkv16 = p->bf16 ? at(b, p->wqkv) : NULL;
     v->bqkv = at(b, p->bqkv);
-    v->wo = at(b, p->wo);
+    v->wo = p->bf16 ? NULL : at(b, p->wo);
+    v->wo16 = p->bf16 ? at(b, p->wo) : NULL;
     v->bo = at(b, p->bo);
     v->z = at(b, p->z);
     v->xpack = at(b, p->xpack);

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 
+#include "bgemm.h"
 #include "config.h"
 #include "kernel.h"
 
@@ -29,7 +30,10 @@ typedef struct mha_arena_plan {
     size_t scratch;         /* first worker slice */
     size_t scratch_stride;  /* bytes per worker slice, a multiple of MHA_PAGE */
     size_t kt, scores, apack, inv; /* offsets inside a worker slice (its Q/K/V panels start it) */
+    size_t vb;              /* bf16: V in B panels, in a worker slice; else 0 */
+    size_t w_ps;            /* bf16: elements per B panel of the weights (d rounded to k tiles · 16) */
     int dkp;                /* d_k rounded up to whole B panels */
+    int bf16;
     ptrdiff_t ld_scores;    /* row stride of the score tile */
     size_t total;
 } mha_arena_plan;
@@ -41,6 +45,8 @@ typedef struct mha_arena_views {
     float *bqkv;            /* (kvh, (group + 2)·dkp) */
     float *wo;              /* panels (d, round_up(d, bw)): Z · Wo */
     float *bo;              /* (d) */
+    mha_bf16 *wqkv16, *wo16; /* bf16 engines: the same matrices in bf16 B panels (bgemm.h), and
+                               wqkv, wo NULL; f32 engines: NULL */
     float *z;               /* (batch, seq_q, d) */
     float *xpack;           /* (batch, xpack_stride): A panels of x_b, every column */
     int *order;             /* (batch): sequences, most work first */
@@ -56,7 +62,8 @@ typedef struct mha_arena_views {
 
 /* Per worker slice (see attention.h): Q/K/V panels (max(seq_q, seq_kv), 3·dkp), Kᵀ panels
  * (dk, round_up(seq_kv, bw)), the score tile (q_block, ld_scores), A packing (mb × kc),
- * the rows' inverse softmax sums (q_block). */
+ * the rows' inverse softmax sums (q_block). bf16: Kᵀ and A packing in bf16 in the same
+ * regions (each sized for the larger form), and V in B panels. */
 
 /* Which regions a plan lays out: an engine with its own weights, an engine that reads shared
  * packed weights (no weight regions), or a packed-weights block (the header struct in the

@@ -26,25 +26,62 @@ int mha_attention_packed_rows(const mha_fwd *f, int b)
 void mha_attention_pack_rows(const mha_fwd *f, int b, int r0, int r1)
 {
     const mha_kernel *k = f->kernel;
-    mha_gemm_pack_a(k, mha_mat_rows(k, f->q + (size_t)b * f->seq_q * f->d, f->d), r0, r1 - r0, 0, f->d,
-                    f->xpack + (size_t)b * f->xpack_stride + (size_t)r0 * f->d, 1);
+    const mha_mat x = mha_mat_rows(k, f->q + (size_t)b * f->seq_q * f->d, f->d);
+    float *xp = f->xpack + (size_t)b * f->xpack_stride;
+    if (f->bk) /* r0 is a multiple of MHA_PACK_BLOCK, so of the 16-row panels */
+        mha_bk_pack_a(k, x, r0, r1 - r0, f->d, (mha_bf16 *)(void *)xp + (size_t)r0 * mha_bk_kp(f->d));
+    else
+        mha_gemm_pack_a(k, x, r0, r1 - r0, 0, f->d, xp + (size_t)r0 * f->d, 1);
 }
 
-void mha_attention_project(const mha_fwd *f, const mha_scratch *s, int m, const float *x, const float *xp,
-                           const float *w, const float *bias, int wcol, int ccol, int n)
+void mha_attention_project(const mha_fwd *f, const mha_scratch *s, int m, const float *x, const float *xp, int g,
+                           int wcol, int ccol, int n)
 {
     if (m <= 0)
         return;
     const mha_kernel *k = f->kernel;
+    const size_t width = (size_t)(f->group + 2) * f->dkp;
+    const float *bias = f->bqkv + (size_t)g * width;
     mha_mat c = mha_mat_sub(k, mha_mat_panels(k, s->qkv, f->rows), 0, ccol);
-    mha_mat wb = mha_mat_sub(k, mha_mat_panels(k, w, f->d), 0, wcol);
     const float beta = f->has_bias ? 1.0f : 0.0f;
     if (f->has_bias)
         mha_mat_fill_rows(k, c, m, n, bias + wcol);
+    if (f->bk) { /* wcol is a multiple of dkp, so of the 16-column panels */
+        const mha_bf16 *wb = f->wqkv16 + (size_t)g * mha_bk_kp(f->d) * width + (size_t)(wcol / MHA_BT_N) * f->w_ps;
+        mha_bgemm(f->bk, k, m, n, f->d, 1.0f, (const mha_bf16 *)(const void *)xp, mha_mat_rows(k, x, f->d), wb, f->w_ps,
+                  beta, c, s->apack16);
+        return;
+    }
+    mha_mat wb = mha_mat_sub(k, mha_mat_panels(k, f->wqkv + (size_t)g * f->d * width, f->d), 0, wcol);
     if (xp && !mha_gemm_few_rows(k, m)) /* few rows are read from x itself */
         mha_gemm_prepacked(k, m, n, f->d, 1.0f, xp, wb, beta, c);
     else
         mha_gemm(k, m, n, f->d, 1.0f, mha_mat_rows(k, x, f->d), wb, beta, c, s->apack);
+}
+
+/* bf16: panel strides of Kᵀ (dk × keys) and of V (keys × dk, a k tile of room past the keys:
+ * a chunk that starts 16 keys into a tile reads that far; those rows meet zero probabilities). */
+static size_t kt16_ps(const mha_fwd *f)
+{
+    return mha_bk_kp(f->dk) * MHA_BT_N;
+}
+
+static size_t v16_ps(int kl)
+{
+    return (mha_bk_kp(kl) + MHA_BT_K) * MHA_BT_N;
+}
+
+/* bf16: the group's Kᵀ and V (kl keys, in the Q/K/V scratch) into B panels, once for every
+ * query head of the group. */
+static void pack_kv16(const mha_fwd *f, const mha_scratch *s, int kl)
+{
+    const mha_kernel *k = f->kernel;
+    const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
+    const size_t vps = v16_ps(kl), room = mha_bk_kp(kl);
+    mha_bk_pack_b(k, mha_mat_sub(k, qkv, 0, f->dkp), 1, f->dk, kl, s->kt16, kt16_ps(f));
+    mha_bk_pack_b(k, mha_mat_sub(k, qkv, 0, 2 * f->dkp), 0, kl, f->dk, s->v16, vps);
+    for (int j = 0; j < f->dk; j += MHA_BT_N) /* the tile of room: zeros */
+        memset(s->v16 + (size_t)(j / MHA_BT_N) * vps + room * MHA_BT_N, 0, MHA_BT_K * MHA_BT_N * sizeof(mha_bf16));
 }
 
 /* Rotary embedding of rows [0, rows) of the scratch columns starting at col (Q at 0, K at dkp). */
@@ -93,7 +130,11 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, i
         for (int c0 = kv_begin; c0 < kv_end; c0 += step) {
             const int n = kv_end - c0 < step ? kv_end - c0 : step;
             const mha_mat sm = mha_mat_rows(k, s->scores, ld);
-            mha_gemm(k, m, n, dk, scale, mha_mat_sub(k, qm, r0, 0), mha_mat_sub(k, ktm, 0, c0), 0.0f, sm, s->apack);
+            if (f->bk) /* c0 is a multiple of bw (16 or 32): a whole bf16 panel */
+                mha_bgemm(f->bk, k, m, n, dk, scale, NULL, mha_mat_sub(k, qm, r0, 0),
+                          s->kt16 + (size_t)(c0 / MHA_BT_N) * kt16_ps(f), kt16_ps(f), 0.0f, sm, s->apack16);
+            else
+                mha_gemm(k, m, n, dk, scale, mha_mat_sub(k, qm, r0, 0), mha_mat_sub(k, ktm, 0, c0), 0.0f, sm, s->apack);
             for (int i = 0; i < m; i++) {
                 const int p = r0 + i + off; /* this row's position */
                 int hi = kv_end, lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
@@ -117,8 +158,12 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, i
                 }
                 sum[i] += part;
             }
-            /* z block (m, dk) += E (m, n) · V (n, dk) */
-            mha_gemm(k, m, dk, n, 1.0f, sm, mha_mat_sub(k, vm, c0, 0), 1.0f, zm, s->apack);
+            /* z block (m, dk) += E (m, n) · V (n, dk); bf16: E rounded as it is packed */
+            if (f->bk)
+                mha_bgemm(f->bk, k, m, dk, n, 1.0f, NULL, sm, s->v16 + mha_bk_b_index(c0, 0, 0), v16_ps(kl), 1.0f, zm,
+                          s->apack16);
+            else
+                mha_gemm(k, m, dk, n, 1.0f, sm, mha_mat_sub(k, vm, c0, 0), 1.0f, zm, s->apack);
         }
         /* each row / its sum; a row with no visible key stays 0 */
         for (int i = 0; i < m; i++) {
@@ -154,9 +199,7 @@ void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)
     const mha_kernel *k = f->kernel;
     const int ql = f->q_len ? f->q_len[b] : f->seq_q;
     const int kl = f->kv_len ? f->kv_len[b] : f->seq_kv;
-    const int dk = f->dk, dkp = f->dkp, d = f->d, width = (f->group + 2) * dkp;
-    const float *w = f->wqkv + (size_t)g * d * width;
-    const float *bias = f->bqkv + (size_t)g * width;
+    const int dk = f->dk, dkp = f->dkp, d = f->d;
     const float *xq = f->q + (size_t)b * f->seq_q * d;
     const float *xk = f->k + (size_t)b * f->seq_kv * d;
     const float *xv = f->v + (size_t)b * f->seq_kv * d;
@@ -165,29 +208,32 @@ void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)
 
     /* step 1: K and V of this KV head for the valid keys, into columns [dkp, 3·dkp) */
     if (one_gemm)
-        mha_attention_project(f, s, ql > kl ? ql : kl, xq, xp, w, bias, 0, 0, 3 * dkp);
+        mha_attention_project(f, s, ql > kl ? ql : kl, xq, xp, g, 0, 0, 3 * dkp);
     else if (f->fused) /* self-attention: the packed query input is the keys' input too */
-        mha_attention_project(f, s, kl, xq, xp, w, bias, dkp, dkp, 2 * dkp);
+        mha_attention_project(f, s, kl, xq, xp, g, dkp, dkp, 2 * dkp);
     else if (f->kv_shared)
-        mha_attention_project(f, s, kl, xk, NULL, w, bias, dkp, dkp, 2 * dkp);
+        mha_attention_project(f, s, kl, xk, NULL, g, dkp, dkp, 2 * dkp);
     else {
-        mha_attention_project(f, s, kl, xk, NULL, w, bias, dkp, dkp, dkp);
-        mha_attention_project(f, s, kl, xv, NULL, w, bias, 2 * dkp, 2 * dkp, dkp);
+        mha_attention_project(f, s, kl, xk, NULL, g, dkp, dkp, dkp);
+        mha_attention_project(f, s, kl, xv, NULL, g, 2 * dkp, 2 * dkp, dkp);
     }
     rotate(f, s, kl, dkp, 0); /* key j at position j */
-    /* step 2: Kᵀ in panels, once for every query head of the group and every query block */
-    if (kl > 0)
+    /* step 2: Kᵀ in panels, once for every query head of the group and every query block
+     * (bf16: Kᵀ and V in bf16 B panels) */
+    if (kl > 0 && f->bk)
+        pack_kv16(f, s, kl);
+    else if (kl > 0)
         mha_pack_panels(k, dk, kl, mha_mat_sub(k, mha_mat_panels(k, s->qkv, f->rows), 0, dkp), 1, s->kt);
     /* step 3: each query head of the group: its Q (rotated), then its attention */
     for (int j = 0; j < f->group; j++) {
         if (!one_gemm)
-            mha_attention_project(f, s, ql, xq, xp, w, bias, j == 0 ? 0 : (j + 2) * dkp, 0, dkp);
+            mha_attention_project(f, s, ql, xq, xp, g, j == 0 ? 0 : (j + 2) * dkp, 0, dkp);
         rotate(f, s, ql, 0, f->seq_kv - f->seq_q); /* query i at position i + seq_kv - seq_q */
         attend(f, b, g * f->group + j, s, ql, kl);
     }
 }
 
-void mha_attention_out_rows(const mha_fwd *f, int b, int r0, int r1, float *apack)
+void mha_attention_out_rows(const mha_fwd *f, int b, int r0, int r1, const mha_scratch *s)
 {
     const mha_kernel *k = f->kernel;
     const int ql = f->q_len ? f->q_len[b] : f->seq_q;
@@ -201,8 +247,11 @@ void mha_attention_out_rows(const mha_fwd *f, int b, int r0, int r1, float *apac
         mha_mat om = mha_mat_rows(k, out, d);
         if (f->has_bias)
             mha_mat_fill_rows(k, om, m, f->d, f->bo);
-        mha_gemm(k, m, f->d, f->d, 1.0f, mha_mat_rows(k, z, d), mha_mat_panels(k, f->wo, f->d),
-                 f->has_bias ? 1.0f : 0.0f, om, apack);
+        const float beta = f->has_bias ? 1.0f : 0.0f;
+        if (f->bk)
+            mha_bgemm(f->bk, k, m, f->d, f->d, 1.0f, NULL, mha_mat_rows(k, z, d), f->wo16, f->w_ps, beta, om, s->apack16);
+        else
+            mha_gemm(k, m, f->d, f->d, 1.0f, mha_mat_rows(k, z, d), mha_mat_panels(k, f->wo, f->d), beta, om, s->apack);
     }
     const int zero_from = valid_end > r0 ? valid_end : r0;
     if (zero_from < r1)

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bgemm.h"
 #include "gemm.h"
 #include "mha.h"
 #include "softmax.h"
@@ -34,6 +35,9 @@ typedef struct mha_fwd {
     const uint8_t *mask;          /* NULL or (seq_q, seq_kv) */
     const float *wqkv, *bqkv;     /* per KV head: panels (d, (group + 2)·dkp); ((group + 2)·dkp) */
     const float *wo, *bo;         /* panels (d, round_up(d, bw)); (d) */
+    const mha_bkernel *bk;        /* bf16 engines: the kernel of every product; NULL: float32 */
+    const mha_bf16 *wqkv16, *wo16;/* bf16 engines: wqkv, wo in bf16 B panels of w_ps elements */
+    size_t w_ps;
     float *z;                     /* (batch, seq_q, d) */
     float *xpack;                 /* per sequence (xpack_stride floats): q in A panels, all of d */
     size_t xpack_stride;
@@ -49,6 +53,9 @@ typedef struct mha_scratch {
     float *apack;   /* mha_gemm_apack_floats */
     float *inv;     /* (2·q_block): each row's softmax sum (then its inverse), and running max */
     float *dec;     /* decode: (group·MHA_DECODE_ROWS) × (MHA_DECODE_CHUNK + dk): scores, queries */
+    mha_bf16 *kt16; /* bf16: Kᵀ in B panels (the kt region) */
+    mha_bf16 *v16;  /* bf16: V in B panels */
+    mha_bf16 *apack16; /* bf16: A packing (the apack region) */
 } mha_scratch;
 
 /* Rows the head tasks project from the query input of sequence b (packed beforehand). */
@@ -57,10 +64,10 @@ int mha_attention_packed_rows(const mha_fwd *f, int b);
 void mha_attention_pack_rows(const mha_fwd *f, int b, int r0, int r1);
 
 /* Q/K/V scratch columns [ccol, ccol + n) of rows [0, m) = x (m × d) · W[:, wcol : wcol + n]
- * (+ bias) of one KV head's weight panels w. xp: x in A panels (packed once per sequence), or
- * NULL to pack here. */
-void mha_attention_project(const mha_fwd *f, const mha_scratch *s, int m, const float *x, const float *xp,
-                           const float *w, const float *bias, int wcol, int ccol, int n);
+ * (+ bias) of KV head g's weights. xp: x in A panels (packed once per sequence; bf16 A panels
+ * in a bf16 engine), or NULL to pack here. */
+void mha_attention_project(const mha_fwd *f, const mha_scratch *s, int m, const float *x, const float *xp, int g,
+                           int wcol, int ccol, int n);
 /* Attention of query head h for ql query rows over kl keys, with Q in the scratch's columns
  * [0, dkp), the head's Kᵀ in s->kt and V in columns [2·dkp, 3·dkp): query block by query
  * block, scores, softmax (causal: row i sees keys j <= i + off; the window; f->mask), A·V
@@ -73,6 +80,6 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, i
  * head's columns of z (and attn). */
 void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s);
 /* out rows [r0, r1) of sequence b: z · Wo + bo; rows past the query length are 0. */
-void mha_attention_out_rows(const mha_fwd *f, int b, int r0, int r1, float *apack);
+void mha_attention_out_rows(const mha_fwd *f, int b, int r0, int r1, const mha_scratch *s);
 
 #endif

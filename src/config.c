@@ -47,6 +47,7 @@ mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, char *err, 
         dims->q_block = cfg->q_block > 0 ? (cfg->q_block < cfg->max_seq_q ? cfg->q_block : cfg->max_seq_q)
                                          : default_q_block(cfg->max_seq_q, cfg->max_seq_kv);
         dims->bias = cfg->bias;
+        dims->bf16 = cfg->precision == MHA_PRECISION_BF16;
         dims->kvh = cfg->n_kv_heads ? cfg->n_kv_heads : cfg->n_heads;
         dims->group = cfg->n_heads / dims->kvh;
         dims->window = cfg->window;

@@ -56,6 +56,7 @@ typedef struct mha_dims {
     int threads;                  /* workers, each with its own scratch slice */
     int q_block;                  /* query rows per score tile */
     int bias;
+    int bf16;                     /* precision bf16: weights, K, V and operands in bfloat16 */
     int kvh, group;               /* KV heads; query heads per KV head (h / kvh) */
     int window;                   /* sliding window, 0: none */
     mha_rope rope;                /* as configured; rope.rotary_dim resolved (0 -> dk) */

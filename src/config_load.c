@@ -495,8 +495,9 @@ static mha_status finish(loader *L)
     st = mha_config_check(c, why, sizeof why);
     if (st != MHA_OK) {
         const char *key = st == MHA_ERR_AFFINITY ? "threads.cpus"
-                          : strncmp(why, "blis_arch", 9) == 0 ? "engine.blis_arch"
-                                                              : "batch";
+                          : strncmp(why, "blis_arch", 9) == 0   ? "engine.blis_arch"
+                          : strncmp(why, "bf16_kernel", 11) == 0 ? "engine.bf16_kernel"
+                                                                 : "batch";
         const char *colon = strstr(why, ": ");
         int line = L->line[key_index(mha_key_find(key) ? mha_key_find(key) : mha_key_find("batch.size"))];
         return bad_at(L, st, line, key, "%s", colon ? colon + 2 : why);

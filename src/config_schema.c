@@ -18,6 +18,7 @@
 _Static_assert(sizeof(mha_pinning) == sizeof(int) && sizeof(mha_mask_kind) == sizeof(int) &&
                    sizeof(mha_scale_mode) == sizeof(int),
                "enum fields are stored as int");
+_Static_assert(sizeof(mha_precision) == sizeof(int), "enum fields are stored as int");
 
 static const mha_name_val mask_names[] = {
     {"none", MHA_MASK_NONE}, {"causal", MHA_MASK_CAUSAL}, {"padding", MHA_MASK_PADDING}};
@@ -27,6 +28,7 @@ static const mha_name_val rope_style_names[] = {
     {"none", MHA_ROPE_NONE}, {"neox", MHA_ROPE_NEOX}, {"gptj", MHA_ROPE_GPTJ}};
 static const mha_name_val rope_scaling_names[] = {{"none", MHA_ROPE_SCALING_NONE},
     {"linear", MHA_ROPE_SCALING_LINEAR}, {"llama3", MHA_ROPE_SCALING_LLAMA3}, {"yarn", MHA_ROPE_SCALING_YARN}};
+static const mha_name_val precision_names[] = {{"f32", MHA_PRECISION_F32}, {"bf16", MHA_PRECISION_BF16}};
 static const mha_name_val mode_names[] = {
     {"strong", MHA_SCALE_STRONG}, {"weak", MHA_SCALE_WEAK}, {"both", MHA_SCALE_BOTH}};
 #define NAMES(a) a, (int)N_OF(a)
@@ -116,6 +118,10 @@ const mha_key_def mha_keys[] = {
         ENG(q_block), NONE, 0, NULL, 0),
     KEY(K("engine.blis_arch", "blis_arch", MHA_KEY_STRING, 0, 15, 0, 0, NULL, "auto", "BLIS sub-config (skx, haswell, zen3, generic, ...); auto: from the CPU's features"),
         ENG(blis_arch), NONE, 0, NULL, 0),
+    KEY(K("engine.precision", "precision", MHA_KEY_ENUM, 0, 0, 0, 0, "f32, bf16", "f32", "arithmetic of the matrix products: bf16 stores weights in bfloat16 and runs on AMX tiles (or the best fallback)"),
+        ENG(precision), NONE, MHA_PRECISION_F32, NAMES(precision_names)),
+    KEY(K("engine.bf16_kernel", "bf16_kernel", MHA_KEY_STRING, 0, 15, 0, 0, NULL, "auto", "bf16 kernel: amx, avx512bf16, fma, ref; auto: the fastest this CPU runs"),
+        ENG(bf16_kernel), NONE, 0, NULL, 0),
 };
 const int mha_n_keys = (int)N_OF(mha_keys);
 

@@ -24,6 +24,8 @@ struct mha_engine {
     mha_arena_plan plan;
     mha_arena_views views;  /* weight views point into a shared packed copy when shared */
     mha_kernel kernel;
+    mha_bkernel bkernel;    /* bf16 engines */
+    char kernel_name[24];   /* mha_engine_kernel */
     mha_softmax_fn softmax;
     mha_sched sched;
     void *owned;      /* the arena when mha_create allocated it, else NULL */
@@ -35,7 +37,7 @@ struct mha_engine {
 /* One packed copy of a model's weights (mha_pack_weights): the header at the start of its own
  * block, the weight regions of an engine's arena after it. */
 struct mha_packed_weights {
-    mha_dims dims;          /* d, h, dk, bias: what an engine must match */
+    mha_dims dims;          /* d, h, dk, bias, bf16: what an engine must match */
     const char *arch;       /* the kernel it was packed for (panel width bw, dkp) */
     int bw, dkp;
     size_t bytes;
@@ -47,6 +49,7 @@ typedef struct prepared {
     mha_dims dims;
     mha_arena_plan plan;
     mha_kernel kernel;
+    mha_bkernel bkernel;      /* precision bf16 */
     int pin[MHA_MAX_THREADS]; /* CPU per worker */
     int pinning;
 } prepared;
@@ -101,6 +104,14 @@ static mha_status prepare(const mha_config *cfg, mha_arena_kind kind, prepared *
     if (mha_kernel_select(cfg->blis_arch, &p->kernel) != MHA_OK)
         return mha_errorf(err, err_len, MHA_ERR_CONFIG,
                           "blis_arch: '%s' is unknown, not in this BLIS build, or not runnable on this CPU", cfg->blis_arch);
+    if (p->dims.bf16) {
+        const char *why;
+        if (mha_bkernel_select(cfg->bf16_kernel, &p->bkernel, &why) != MHA_OK)
+            return mha_errorf(err, err_len, MHA_ERR_CONFIG, "bf16_kernel: '%s': %s", cfg->bf16_kernel, why);
+        if (p->kernel.bw % MHA_BT_N != 0 && MHA_BT_N % p->kernel.bw != 0)
+            return mha_errorf(err, err_len, MHA_ERR_CONFIG, "precision: bf16 needs B panels of 16 or 32 columns; "
+                              "BLIS '%s' has %d", p->kernel.arch, p->kernel.bw);
+    }
     size_t header = kind == MHA_ARENA_WEIGHTS ? sizeof(mha_packed_weights) : sizeof(mha_engine);
     if (mha_arena_plan_make(&p->dims, &p->kernel, header, kind, &p->plan) != 0)
         return mha_errorf(err, err_len, MHA_ERR_CONFIG,
@@ -128,6 +139,11 @@ static mha_engine *build(const prepared *p, void *ws)
     e->plan = p->plan;
     e->views = v;
     e->kernel = p->kernel;
+    e->bkernel = p->bkernel;
+    if (p->dims.bf16)
+        snprintf(e->kernel_name, sizeof e->kernel_name, "%s", p->bkernel.name);
+    else
+        snprintf(e->kernel_name, sizeof e->kernel_name, "blis-%s", p->kernel.arch);
     e->softmax = mha_softmax_select(NULL);
     for (int t = 0; t < p->dims.threads; t++) {
         v.pin_cpu[t] = p->pin[t];
@@ -144,6 +160,7 @@ static mha_engine *build(const prepared *p, void *ws)
         .apack = p->plan.apack,
         .inv = p->plan.inv,
         .dec = p->plan.dec,
+        .vb = p->plan.vb,
         .order = v.order,
         .deps = v.deps,
         .xdeps = v.xdeps,
@@ -257,6 +274,7 @@ MHA_API mha_status mha_create_shared(const mha_config *cfg, const mha_packed_wei
     if (st != MHA_OK)
         return st;
     if (p.dims.d != pw->dims.d || p.dims.h != pw->dims.h || p.dims.bias != pw->dims.bias || p.dims.kvh != pw->dims.kvh ||
+        p.dims.bf16 != pw->dims.bf16 ||
         strcmp(p.kernel.arch, pw->arch) != 0 || p.kernel.bw != pw->bw || p.plan.dkp != pw->dkp)
         return MHA_ERR_CONFIG; /* another model, or packed for another kernel's panels */
     void *ws = alloc_pages(p.plan.total);
@@ -266,6 +284,7 @@ MHA_API mha_status mha_create_shared(const mha_config *cfg, const mha_packed_wei
     e->owned = ws;
     e->views.wqkv = pw->views.wqkv, e->views.bqkv = pw->views.bqkv;
     e->views.wo = pw->views.wo, e->views.bo = pw->views.bo;
+    e->views.wqkv16 = pw->views.wqkv16, e->views.wo16 = pw->views.wo16;
     e->weights_set = e->shared = 1;
     *out = e;
     return MHA_OK;
@@ -325,6 +344,8 @@ static mha_fwd engine_fwd(const mha_engine *e, float *out)
         .rope = dm->rope.style, .rope_dim = dm->rope.rotary_dim,
         .rope_cos = v->rope_cos, .rope_sin = v->rope_sin,
         .wqkv = v->wqkv, .bqkv = v->bqkv, .wo = v->wo, .bo = v->bo,
+        .bk = dm->bf16 ? &e->bkernel : NULL,
+        .wqkv16 = v->wqkv16, .wo16 = v->wo16, .w_ps = e->plan.w_ps,
         .z = v->z, .out = out,
         .xpack = v->xpack, .xpack_stride = e->plan.xpack_stride,
     };
@@ -391,6 +412,8 @@ static mha_status step_check(mha_engine *e, const mha_kv_cache *c, const mha_ste
         return failed(e, MHA_ERR_INVALID_ARG, "step: %s is NULL", !c ? "the cache" : "the step");
     if (!e->weights_set)
         return failed(e, MHA_ERR_STATE, "step: no weights yet (call mha_set_weights first)");
+    if (dm->bf16)
+        return failed(e, MHA_ERR_CONFIG, "step: precision bf16 does not run steps yet (use f32 for the KV cache)");
     if (!mha_kv_cache_fits(c, dm->d, dm->h, dm->kvh, &dm->rope))
         return failed(e, MHA_ERR_CONFIG, "step: the cache was made for another model (d_model %d, %d heads, %d KV heads, "
                       "or another RoPE) than this engine's (d_model %d, %d heads, %d KV heads)", c->d, c->h, c->kvh, dm->d,
@@ -459,6 +482,11 @@ MHA_API const char *mha_engine_last_error(const mha_engine *e)
 MHA_API const char *mha_engine_blis_arch(const mha_engine *e)
 {
     return e ? e->kernel.arch : "";
+}
+
+MHA_API const char *mha_engine_kernel(const mha_engine *e)
+{
+    return e ? e->kernel_name : "";
 }
 
 MHA_API int mha_engine_threads(const mha_engine *e)

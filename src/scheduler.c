@@ -59,6 +59,9 @@ static mha_scratch scratch_of(const mha_sched *s, int t)
         .apack = (float *)(void *)(slice + s->apack),
         .inv = (float *)(void *)(slice + s->inv),
         .dec = (float *)(void *)(slice + s->dec),
+        .kt16 = (mha_bf16 *)(void *)(slice + s->kt),
+        .v16 = s->vb ? (mha_bf16 *)(void *)(slice + s->vb) : NULL,
+        .apack16 = (mha_bf16 *)(void *)(slice + s->apack),
     };
 }
 
@@ -103,7 +106,10 @@ void mha_sched_forward(const mha_sched *s, const mha_fwd *f)
                 for (int r0 = 0; r0 < f->seq_q; r0 += MHA_OUT_BLOCK) {
                     const int r1 = r0 + MHA_OUT_BLOCK < f->seq_q ? r0 + MHA_OUT_BLOCK : f->seq_q;
 #pragma omp task firstprivate(b, r0, r1) depend(iterator(j = 0 : nh), in : tok[j])
-                    mha_attention_out_rows(f, b, r0, r1, scratch_of(s, omp_get_thread_num()).apack);
+                    {
+                        const mha_scratch sc = scratch_of(s, omp_get_thread_num());
+                        mha_attention_out_rows(f, b, r0, r1, &sc);
+                    }
                 }
             }
         } /* the barrier here completes every task */

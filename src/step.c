@@ -67,8 +67,7 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
     const mha_fwd *f = &j->f;
     const mha_kernel *k = f->kernel;
     const mha_step *st = j->step;
-    const int d = f->d, dk = f->dk, dkp = f->dkp, width = (f->group + 2) * dkp, m = r1 - r0;
-    const float *w = f->wqkv + (size_t)g * d * width, *bias = f->bqkv + (size_t)g * width;
+    const int d = f->d, dk = f->dk, dkp = f->dkp, m = r1 - r0;
     const float *x = st->x + (size_t)r0 * d;
     const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
     const int first = seq_of(j, r0, 0);
@@ -76,7 +75,7 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
     /* K and V of the new rows: one GEMM into scratch columns [dkp, 3·dkp), then row by row
      * RoPE at the row's position and a copy into its cache slot */
     const float *xp = f->xpack + (size_t)r0 * d; /* these rows in A panels (mha_step_pack_rows) */
-    mha_attention_project(f, s, m, x, xp, w, bias, dkp, dkp, 2 * dkp);
+    mha_attention_project(f, s, m, x, xp, g, dkp, dkp, 2 * dkp);
     for (int i = 0, q = first; i < m; i++) {
         q = seq_of(j, r0 + i, q);
         const int pos = pos_of(j, r0 + i, q);
@@ -91,7 +90,7 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
     }
     /* Q of each query head of the group, rotated, into its columns of z */
     for (int h = 0; h < f->group; h++) {
-        mha_attention_project(f, s, m, x, xp, w, bias, h == 0 ? 0 : (h + 2) * dkp, 0, dkp);
+        mha_attention_project(f, s, m, x, xp, g, h == 0 ? 0 : (h + 2) * dkp, 0, dkp);
         float *z = f->z + (size_t)r0 * d + (size_t)(g * f->group + h) * dk;
         for (int i = 0, q = first; i < m; i++) {
             q = seq_of(j, r0 + i, q);

@@ -1,9 +1,11 @@
 /* weights.c — copy and pack weights once, at mha_set_weights, into the panels the GEMM reads
  * in place: per KV head g one (d, (group + 2)·dkp) matrix [Wq_{g·G} | Wk_g | Wv_g | Wq_{g·G+1}
  * | …], each part starting on a panel boundary (zero columns up to dkp), and Wo. Without GQA
- * (group 1) that is [Wq_h | Wk_h | Wv_h]: x_b · W is a single GEMM for Q, K and V. */
+ * (group 1) that is [Wq_h | Wk_h | Wv_h]: x_b · W is a single GEMM for Q, K and V. bf16 engines
+ * hold the same matrices in bf16 B panels (bgemm.h). */
 #include "weights.h"
 
+#include "bgemm.h"
 #include "gemm.h"
 
 #include <string.h>
@@ -26,17 +28,44 @@ static float at(const float *w, mha_layout layout, size_t d, size_t n, size_t i,
     return layout == MHA_LAYOUT_XW ? w[i * n + o] : w[o * d + i];
 }
 
+/* One packed matrix of d input rows: float panels of bw columns, or bf16 B panels (its rows
+ * padded with zeros to whole k tiles, panel stride ps). */
+typedef struct packed {
+    float *f;
+    mha_bf16 *h;
+    size_t d, bw, ps;
+} packed;
+
+static void put(const packed *m, size_t i, size_t j, float x)
+{
+    if (m->h)
+        m->h[mha_bk_b_index((int)i, (int)j, m->ps)] = mha_bf16_round(x);
+    else
+        m->f[(j / m->bw) * m->d * m->bw + i * m->bw + j % m->bw] = x;
+}
+
+/* Column j of m: col(i) for the d rows, then (bf16) the padding rows. */
+#define PUT_COLUMN(m, j, value)                                                                  \
+    do {                                                                                         \
+        for (size_t i = 0; i < (m)->d; i++)                                                      \
+            put((m), i, (j), (value));                                                           \
+        for (size_t i = (m)->d; (m)->h && i < mha_bk_kp((int)(m)->d); i++)                       \
+            put((m), i, (j), 0.0f);                                                              \
+    } while (0)
+
 void mha_weights_pack(const mha_weights *w, const mha_dims *dims, const mha_kernel *k, int dkp,
                       const mha_arena_views *v)
 {
     const size_t d = (size_t)dims->d, dk = (size_t)dims->dk, g_n = (size_t)dims->group;
     const size_t kvd = (size_t)dims->kvh * dk, width = (g_n + 2) * (size_t)dkp;
-    const size_t bw = (size_t)k->bw, dp = mha_round_up(d, bw);
+    const size_t bw = (size_t)k->bw, dp = mha_round_up(d, v->wo16 ? MHA_BT_N : bw);
+    const size_t ps = mha_bk_kp(dims->d) * MHA_BT_N;
 
     /* KV head g: the (d, (group + 2)·dkp) matrix [Wq_{g·G} | Wk_g | Wv_g | Wq_{g·G+1} | …],
      * each part dkp wide (zero columns after d_k), panel by panel */
     for (size_t g = 0; g < (size_t)dims->kvh; g++) {
-        float *dst = v->wqkv + g * d * width;
+        const packed m = {v->wqkv ? v->wqkv + g * d * width : NULL,
+                          v->wqkv16 ? v->wqkv16 + g * mha_bk_kp(dims->d) * width : NULL, d, bw, ps};
         float *bdst = v->bqkv + g * width;
         for (size_t j = 0; j < width; j++) {
             const size_t part = j / (size_t)dkp, c = j % (size_t)dkp;
@@ -49,17 +78,13 @@ void mha_weights_pack(const mha_weights *w, const mha_dims *dims, const mha_kern
                 const size_t head = g * g_n + (part == 0 ? 0 : part - 2);
                 src = w->w_q, bias = w->b_q, n = d, o = head * dk + c;
             }
-            float *col = dst + (j / bw) * d * bw + j % bw;
-            for (size_t i = 0; i < d; i++)
-                col[i * bw] = c < dk ? at(src, w->layout, d, n, i, o) : 0.0f;
+            PUT_COLUMN(&m, j, c < dk ? at(src, w->layout, d, n, i, o) : 0.0f);
             bdst[j] = c < dk && bias ? bias[o] : 0.0f;
         }
     }
-    for (size_t j = 0; j < dp; j++) {
-        float *col = v->wo + (j / bw) * d * bw + j % bw;
-        for (size_t i = 0; i < d; i++)
-            col[i * bw] = j < d ? at(w->w_o, w->layout, d, d, i, j) : 0.0f;
-    }
+    const packed mo = {v->wo, v->wo16, d, bw, ps};
+    for (size_t j = 0; j < dp; j++)
+        PUT_COLUMN(&mo, j, j < d ? at(w->w_o, w->layout, d, d, i, j) : 0.0f);
     if (w->b_o)
         memcpy(v->bo, w->b_o, d * sizeof(float));
     else
