@@ -254,6 +254,9 @@ MHA_API size_t mha_l2_bytes(void); /* per-core L2 cache; 0 if unknown */
 
 /* The BLIS sub-config "auto" picks on this CPU, and the version of the BLIS linked in. */
 MHA_API const char *mha_blis_arch_auto(void);
+/* The bf16 kernel "auto" picks here: "amx" (asks Linux for the tile data state), "avx512bf16",
+ * "fma" or "ref". */
+MHA_API const char *mha_bf16_kernel_auto(void);
 MHA_API const char *mha_blis_version(void);
 
 #ifdef __cplusplus

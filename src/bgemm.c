@@ -49,7 +49,14 @@ static const mha_bkernel kernels[] = {
 
 const char *mha_bkernel_auto(void)
 {
-    return amx_usable() ? "amx" : dpbf16_usable() ? "avx512bf16" : avx512_usable() ? "fma" : "ref";
+    /* vdpbf16ps issues at half the FMA rate on Intel's cores (measured on Xeons with and
+     * without AMX exposed, perf/RESULTS.md): there the FMA kernel on widened bf16 is faster.
+     * AMD's Zen 4/5 are listed at one vdpbf16ps per FMA slot (unmeasured here). */
+    if (amx_usable())
+        return "amx";
+    if (dpbf16_usable() && __builtin_cpu_is("amd"))
+        return "avx512bf16";
+    return avx512_usable() ? "fma" : "ref";
 }
 
 mha_status mha_bkernel_select(const char *request, mha_bkernel *bk, const char **why)
@@ -153,39 +160,54 @@ BK_AVX512 void rows_dpbf16(const int NR, int i0, int npan, int kt, const mha_bf1
     }
 }
 
-/* bf16 widened to float32 (a shift or a mask) and two FMAs per pair, even element first:
- * the product is exact, so each FMA rounds once, as the model's sum does. */
+/* bf16 widened to float32 and two FMAs per pair, even element first: the product is exact, so
+ * each FMA rounds once, as the model's sum does. A's rows are widened into a small float buffer
+ * a chunk of k at a time (then each FMA broadcasts its A value from memory: a load, not a
+ * shuffle on an FMA port); B's pairs are split into even and odd halves by a shift and a mask. */
+enum { FMA_KCH = 8 }; /* k tiles per widened chunk: 8 rows × 256 floats, 8 KiB */
+
 BK_AVX512 void rows_fma(const int NR, int i0, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps,
                         float *acc)
 {
     const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+    _Alignas(64) float aw[8][FMA_KCH * 32];
     __m512 c0[8], c1[8];
     for (int r = 0; r < NR; r++)
         c0[r] = c1[r] = _mm512_setzero_ps();
-    for (int t = 0; t < kt; t++)
-        for (int q = 0; q < 16; q++) {
-            const mha_bf16 *bp = b + (size_t)t * 512 + 32 * q;
-            const __m512i v0 = _mm512_loadu_si512(bp);
-            const __m512 e0 = _mm512_castsi512_ps(_mm512_slli_epi32(v0, 16));
-            const __m512 o0 = _mm512_castsi512_ps(_mm512_and_si512(v0, hi));
-            __m512 e1 = e0, o1 = o0;
-            if (npan == 2) {
-                const __m512i v1 = _mm512_loadu_si512(bp + ps);
-                e1 = _mm512_castsi512_ps(_mm512_slli_epi32(v1, 16));
-                o1 = _mm512_castsi512_ps(_mm512_and_si512(v1, hi));
-            }
-            for (int r = 0; r < NR; r++) {
-                const uint32_t w = a_pair(a, kt, i0 + r, t, q);
-                const uint32_t we = w << 16, wo = w & 0xffff0000u;
-                float fe, fo;
-                memcpy(&fe, &we, sizeof fe);
-                memcpy(&fo, &wo, sizeof fo);
-                const __m512 xe = _mm512_set1_ps(fe), xo = _mm512_set1_ps(fo);
-                c0[r] = _mm512_fmadd_ps(xo, o0, _mm512_fmadd_ps(xe, e0, c0[r]));
-                if (npan == 2)
-                    c1[r] = _mm512_fmadd_ps(xo, o1, _mm512_fmadd_ps(xe, e1, c1[r]));
+    for (int t0 = 0; t0 < kt; t0 += FMA_KCH) {
+        const int tn = kt - t0 < FMA_KCH ? kt - t0 : FMA_KCH;
+        for (int r = 0; r < NR; r++) {
+            const int i = i0 + r;
+            const mha_bf16 *src = a + (size_t)(i / 16) * 16 * 32 * kt + (size_t)(i % 16) * 32;
+            for (int t = 0; t < tn; t++) {
+                const __m512i v = _mm512_loadu_si512(src + (size_t)(t0 + t) * 512);
+                const __m512i lo16 = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(v));
+                const __m512i hi16 = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(v, 1));
+                _mm512_store_ps(&aw[r][t * 32], _mm512_castsi512_ps(_mm512_slli_epi32(lo16, 16)));
+                _mm512_store_ps(&aw[r][t * 32 + 16], _mm512_castsi512_ps(_mm512_slli_epi32(hi16, 16)));
             }
         }
+        for (int t = 0; t < tn; t++)
+            for (int q = 0; q < 16; q++) {
+                const mha_bf16 *bp = b + (size_t)(t0 + t) * 512 + 32 * q;
+                const __m512i v0 = _mm512_loadu_si512(bp);
+                const __m512 e0 = _mm512_castsi512_ps(_mm512_slli_epi32(v0, 16));
+                const __m512 o0 = _mm512_castsi512_ps(_mm512_and_si512(v0, hi));
+                __m512 e1 = e0, o1 = o0;
+                if (npan == 2) {
+                    const __m512i v1 = _mm512_loadu_si512(bp + ps);
+                    e1 = _mm512_castsi512_ps(_mm512_slli_epi32(v1, 16));
+                    o1 = _mm512_castsi512_ps(_mm512_and_si512(v1, hi));
+                }
+                for (int r = 0; r < NR; r++) {
+                    const __m512 xe = _mm512_set1_ps(aw[r][t * 32 + 2 * q]);
+                    const __m512 xo = _mm512_set1_ps(aw[r][t * 32 + 2 * q + 1]);
+                    c0[r] = _mm512_fmadd_ps(xo, o0, _mm512_fmadd_ps(xe, e0, c0[r]));
+                    if (npan == 2)
+                        c1[r] = _mm512_fmadd_ps(xo, o1, _mm512_fmadd_ps(xe, e1, c1[r]));
+                }
+            }
+    }
     for (int r = 0; r < NR; r++) {
         _mm512_storeu_ps(acc + (i0 + r) * 32, c0[r]);
         if (npan == 2)
@@ -313,6 +335,28 @@ void mha_bk_block(const mha_bkernel *bk, int rows, int npan, int kt, const mha_b
 
 /* ---- packing ---- */
 
+/* n <= 16 floats rounded to bf16 as mha_bf16_round does, 16 lanes at a time. */
+__attribute__((target("avx512f"))) static void round16(const float *src, mha_bf16 *dst, int n)
+{
+    const __mmask16 m = (__mmask16)((1u << n) - 1u);
+    const __m512i u = _mm512_castps_si512(_mm512_maskz_loadu_ps(m, src));
+    const __m512i top = _mm512_srli_epi32(u, 16);
+    __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), _mm512_and_si512(top, _mm512_set1_epi32(1))), 16);
+    const __mmask16 tiny = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                  _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_mov_epi32(r, tiny, _mm512_and_si512(top, _mm512_set1_epi32(0x8000)));
+    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(top, _mm512_set1_epi32(0x0040)));
+    if (n == 16)
+        _mm256_storeu_si256((__m256i *)(void *)dst, _mm512_cvtepi32_epi16(r));
+    else {
+        mha_bf16 t[16];
+        _mm256_storeu_si256((__m256i *)(void *)t, _mm512_cvtepi32_epi16(r));
+        memcpy(dst, t, (size_t)n * sizeof *t);
+    }
+}
+
 void mha_bk_pack_a(const mha_kernel *k, mha_mat a, int i0, int rows, int kk, mha_bf16 *dst)
 {
     const size_t kp = mha_bk_kp(kk);
@@ -325,8 +369,16 @@ void mha_bk_pack_a(const mha_kernel *k, mha_mat a, int i0, int rows, int kk, mha
             while (p < kk) { /* contiguous within one of a's panels */
                 const int in_panel = w - p % w, n = kk - p < in_panel ? kk - p : in_panel;
                 const float *s = src + (ptrdiff_t)(p / w) * a.ps + p % w;
-                for (int t = 0; t < n; t++)
-                    d[(size_t)((p + t) / 32) * 512 + (p + t) % 32] = mha_bf16_round(s[t]);
+                for (int t = 0; t < n;) { /* within one 16-wide half of a tile row: contiguous */
+                    const int c = p + t, run = 16 - c % 16 < n - t ? 16 - c % 16 : n - t;
+                    mha_bf16 *o = d + (size_t)(c / 32) * 512 + c % 32;
+                    if (k->avx512)
+                        round16(s + t, o, run);
+                    else
+                        for (int u = 0; u < run; u++)
+                            o[u] = mha_bf16_round(s[t + u]);
+                    t += run;
+                }
                 p += n;
             }
         }

@@ -518,6 +518,11 @@ MHA_API const char *mha_blis_arch_auto(void)
     return mha_kernel_auto_arch();
 }
 
+MHA_API const char *mha_bf16_kernel_auto(void)
+{
+    return mha_bkernel_auto();
+}
+
 MHA_API const char *mha_blis_version(void)
 {
     return mha_kernel_blis_version();

@@ -99,6 +99,28 @@ Test(cli, built_in_default_runs_and_checks_itself, .timeout = 60)
     free(out), free(err);
 }
 
+/* --precision bf16: the JSON names the precision and the kernel that ran, and the check
+ * against the double reference holds the bf16 contract. */
+Test(cli, precision_bf16_runs_and_says_which_kernel, .timeout = 60)
+{
+    char *out, *err;
+    int rc = run_cli("run --json --iters 2 --warmup 0 --precision bf16", &out, &err);
+    cr_assert_eq(rc, 0, "%s", err);
+    char want[64];
+    const char *auto_k = mha_bf16_kernel_auto();
+    snprintf(want, sizeof want, "\"kernel\":\"%s-bf16\"", !strcmp(auto_k, "avx512bf16") ? "avx512" : auto_k);
+    cr_assert(strstr(out, "\"precision\":\"bf16\"") && strstr(out, want), "%s (want %s)", out, want);
+    const char *e = strstr(out, "\"max_rel_error\":");
+    cr_assert(e, "%s", out);
+    double rel = atof(e + strlen("\"max_rel_error\":"));
+    cr_assert(rel > 0 && rel <= 1e-2, "bf16 run differs from the double reference by %g", rel);
+    free(out), free(err);
+    rc = run_cli("info", &out, &err);
+    snprintf(want, sizeof want, "bf16 would run on '%s'", auto_k);
+    cr_assert(rc == 0 && strstr(out, want), "%s", out);
+    free(out), free(err);
+}
+
 Test(cli, info_names_blis_kernel_and_cpus, .timeout = 30)
 {
     char *out, *err;
@@ -113,7 +135,8 @@ Test(cli, info_names_blis_kernel_and_cpus, .timeout = 30)
 Test(cli, bad_usage_exits_2)
 {
     const char *cases[] = {"", "frobnicate", "run --threads many", "run --iters 0", "run --no-such-flag",
-                           "run a.yaml b.yaml", "run --kv-lengths " D "kv_lengths.npy", "run --prefix x", "info extra"};
+                           "run a.yaml b.yaml", "run --kv-lengths " D "kv_lengths.npy", "run --prefix x", "info extra",
+                           "run --precision fp8", "scale x.yaml --precision"};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *out, *err;
         int rc = run_cli(cases[i], &out, &err);

@@ -341,7 +341,8 @@ Test(engine, valid_outputs_ignore_padded_tokens, .timeout = 30)
     problem_free(&p);
 }
 
-static void check_bitwise_across_threads(int d, int h, int batch, int seq, int q_block, int kvh, int window)
+static void check_bitwise_across_threads(int d, int h, int batch, int seq, int q_block, int kvh, int window,
+                                         mha_precision precision)
 {
     problem p;
     problem_make(&p, d, h, batch, seq, seq, 1, 0, 19);
@@ -358,6 +359,7 @@ static void check_bitwise_across_threads(int d, int h, int batch, int seq, int q
         problem_config(&p, &cfg, threads);
         cfg.q_block = q_block;
         cfg.pinning = threads == 3 ? MHA_PIN_CLOSE : MHA_PIN_NONE;
+        cfg.precision = precision;
         mha_engine *e;
         cr_assert_eq(mha_create(&cfg, &e), MHA_OK);
         float *scratch;
@@ -383,9 +385,47 @@ static void check_bitwise_across_threads(int d, int h, int batch, int seq, int q
 
 Test(engine, bitwise_identical_across_thread_counts, .timeout = 60)
 {
-    check_bitwise_across_threads(96, 6, 5, 45, 16, 0, 0);
-    check_bitwise_across_threads(32, 2, 3, 1200, 0, 0, 0); /* long rows: key chunks */
-    check_bitwise_across_threads(128, 8, 3, 70, 16, 2, 20); /* GQA, RoPE, window */
+    for (int bf16 = 0; bf16 <= 1; bf16++) {
+        const mha_precision pr = bf16 ? MHA_PRECISION_BF16 : MHA_PRECISION_F32;
+        check_bitwise_across_threads(96, 6, 5, 45, 16, 0, 0, pr);
+        check_bitwise_across_threads(32, 2, 3, 1200, 0, 0, 0, pr); /* long rows: key chunks */
+        check_bitwise_across_threads(128, 8, 3, 70, 16, 2, 20, pr); /* GQA, RoPE, window */
+    }
+}
+
+/* A bf16 engine holds half the weight bytes, and refuses steps (not built yet) with a message
+ * rather than running them in float32 behind the caller's back. */
+Test(engine, bf16_halves_weights_and_refuses_steps, .timeout = 30)
+{
+    mha_config f32, bf;
+    mha_config_init(&f32);
+    f32.d_model = 1024, f32.n_heads = 16, f32.max_seq_q = f32.max_seq_kv = 16, f32.threads = 1;
+    bf = f32;
+    bf.precision = MHA_PRECISION_BF16;
+    mha_packed_weights *pw32 = NULL, *pw16 = NULL;
+    problem p;
+    problem_make(&p, 1024, 16, 1, 16, 16, 1, 0, 3);
+    float *scratch;
+    mha_weights w = problem_weights(&p, MHA_LAYOUT_XW, &scratch);
+    cr_assert_eq(mha_pack_weights(&f32, &w, &pw32), MHA_OK);
+    cr_assert_eq(mha_pack_weights(&bf, &w, &pw16), MHA_OK);
+    const double ratio = (double)mha_packed_weights_size(pw16) / (double)mha_packed_weights_size(pw32);
+    cr_assert(ratio > 0.45 && ratio < 0.55, "bf16 weights are %.2f of float32's", ratio);
+    mha_engine *e = NULL;
+    cr_assert_eq(mha_create_shared(&f32, pw16, &e), MHA_ERR_CONFIG, "an f32 engine must refuse bf16 weights");
+    cr_assert_eq(mha_create_shared(&bf, pw16, &e), MHA_OK);
+    mha_kv_cache *c = NULL;
+    cr_assert_eq(mha_kv_cache_create(&bf, 1, 16, &c), MHA_OK);
+    int32_t past = 0, add = 1, block = 0;
+    mha_step st = {.n_seqs = 1, .n_past = &past, .n_new = &add, .blocks = &block, .max_blocks = 1, .x = p.q};
+    float out[1024];
+    cr_assert_eq(mha_step_forward(e, c, &st, out), MHA_ERR_CONFIG);
+    cr_assert(strstr(mha_engine_last_error(e), "bf16"), "%s", mha_engine_last_error(e));
+    mha_kv_cache_free(c);
+    mha_free(e);
+    mha_packed_weights_free(pw32), mha_packed_weights_free(pw16);
+    free(scratch);
+    problem_free(&p);
 }
 
 Test(engine, static_engine_matches_heap_engine, .timeout = 30)

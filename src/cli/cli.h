@@ -25,6 +25,11 @@ void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int cli_exit_code(mha_status st);
 /* Parses an integer option value in [lo, hi]; 0 and a message on failure. */
 int cli_parse_int(const char *opt, const char *text, long lo, long hi, long *out);
+/* --precision f32|bf16; 0 and a message on anything else. */
+int cli_parse_precision(const char *text, mha_precision *out);
+/* What runs an engine of this config's products: "blis-skx", "avx512-bf16", ... (as
+ * mha_engine_kernel would say; the bf16 request itself when it names a kernel). */
+const char *cli_kernel_name(const mha_config *cfg, char *buf, size_t len);
 
 double cli_now_ms(void);
 

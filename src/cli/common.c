@@ -51,6 +51,26 @@ int cli_parse_int(const char *opt, const char *text, long lo, long hi, long *out
     return 1;
 }
 
+int cli_parse_precision(const char *text, mha_precision *out)
+{
+    if (text && !strcmp(text, "f32"))
+        return *out = MHA_PRECISION_F32, 1;
+    if (text && !strcmp(text, "bf16"))
+        return *out = MHA_PRECISION_BF16, 1;
+    cli_error("--precision: expected f32 or bf16, got '%s'", text ? text : "");
+    return 0;
+}
+
+const char *cli_kernel_name(const mha_config *cfg, char *buf, size_t len)
+{
+    if (cfg->precision == MHA_PRECISION_BF16) {
+        const char *req = cfg->bf16_kernel[0] && strcmp(cfg->bf16_kernel, "auto") ? cfg->bf16_kernel : mha_bf16_kernel_auto();
+        snprintf(buf, len, "bf16 kernel %s", req);
+    } else
+        snprintf(buf, len, "blis-%s", cfg->blis_arch[0] && strcmp(cfg->blis_arch, "auto") ? cfg->blis_arch : mha_blis_arch_auto());
+    return buf;
+}
+
 double cli_now_ms(void)
 {
     struct timespec t;
@@ -375,7 +395,7 @@ void cli_cpu_info(char *model, size_t nm, char *flags, size_t nf)
         } else if (!got_flags && !strncmp(line, "flags", 5)) {
             /* the features that decide kernels, in the order they matter */
             static const char *keep[] = {"sse4_2", "avx", "f16c", "fma", "avx2", "avx512f", "avx512dq", "avx512bw",
-                                         "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", NULL};
+                                         "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", NULL};
             for (int i = 0; keep[i]; i++) {
                 char pat[32];
                 snprintf(pat, sizeof pat, " %s ", keep[i]);

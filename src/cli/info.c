@@ -48,6 +48,12 @@ int mha_cli_info(int argc, char **argv)
     printf("L2        %zu KiB per core\n", mha_l2_bytes() / 1024);
     printf("BLIS      %s; the engine would choose the '%s' kernels (never BLIS's own detection)\n",
            mha_blis_version(), mha_blis_arch_auto());
+    const char *bk = mha_bf16_kernel_auto();
+    printf("bf16      precision bf16 would run on '%s'%s\n", bk,
+           !strcmp(bk, "amx") ? " (AMX tiles)"
+           : !strcmp(bk, "avx512bf16") ? " (vdpbf16ps; no AMX here)"
+           : !strcmp(bk, "fma") ? " (bf16 storage, float32 FMA; no AMX or AVX512_BF16 here)"
+                                : " (portable C; no AVX-512 here)");
     static const char *binds[] = {"false", "true", "primary", "close", "spread"};
     omp_proc_bind_t bind = omp_get_proc_bind();
     printf("OpenMP    %d (spec date), max threads %d, dynamic %s, proc_bind %s, max active levels %d\n", _OPENMP,

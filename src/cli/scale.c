@@ -28,7 +28,8 @@ extern char **environ;
 typedef struct scale_opts {
     const char *config, *out, *threads, *pinning, *mode;
     long iters, warmup, rounds;
-    int have_iters, have_warmup, have_rounds;
+    int have_iters, have_warmup, have_rounds, have_precision;
+    mha_precision precision;
 } scale_opts;
 
 typedef struct point {
@@ -57,7 +58,7 @@ typedef struct sweep {
 static void usage(FILE *f)
 {
     fputs("usage: mha scale CONFIG [--out DIR] [--threads LIST] [--pinning LIST] [--mode strong|weak|both]\n"
-          "                        [--iters N] [--warmup N] [--rounds R]\n"
+          "                        [--iters N] [--warmup N] [--rounds R] [--precision f32|bf16]\n"
           "Sweeps thread counts and pinnings on the config's model and batch; writes DIR/scaling.csv,\n"
           "DIR/report.md and speedup/efficiency/throughput plots (.svg, .png; needs gnuplot).\n"
           "LIST: comma-separated, ranges allowed (1-4,8). Defaults: the config's scaling block, else\n"
@@ -73,7 +74,8 @@ static int parse(int argc, char **argv, scale_opts *o)
         {"out", required_argument, 0, 'o'},   {"threads", required_argument, 0, 't'},
         {"pinning", required_argument, 0, 'p'}, {"mode", required_argument, 0, 'm'},
         {"iters", required_argument, 0, 'n'}, {"warmup", required_argument, 0, 'W'},
-        {"rounds", required_argument, 0, 'r'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+        {"rounds", required_argument, 0, 'r'}, {"precision", required_argument, 0, 'P'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
     optind = 1;
@@ -88,6 +90,7 @@ static int parse(int argc, char **argv, scale_opts *o)
         case 'n': if (!cli_parse_int("--iters", optarg, 1, 1000000, &o->iters)) return 0; o->have_iters = 1; break;
         case 'W': if (!cli_parse_int("--warmup", optarg, 0, 1000000, &o->warmup)) return 0; o->have_warmup = 1; break;
         case 'r': if (!cli_parse_int("--rounds", optarg, 1, 1000, &o->rounds)) return 0; o->have_rounds = 1; break;
+        case 'P': if (!cli_parse_precision(optarg, &o->precision)) return 0; o->have_precision = 1; break;
         case 'h': usage(stdout); exit(EXIT_OK);
         case ':': cli_error("scale: %s needs a value", argv[optind - 1]); return 0;
         default: cli_error("scale: unknown option '%s' (see mha scale --help)", argv[optind - 1]); return 0;
@@ -522,6 +525,9 @@ static int write_report(const sweep *w, int plotted, const char *why)
     fprintf(f, " |\n| L2 per core | %zu KiB |\n", mha_l2_bytes() / 1024);
     fprintf(f, "| BLIS | %s, kernel %s (mha's choice; only its microkernel is used) |\n", mha_blis_version(),
             fc->engine.blis_arch[0] ? fc->engine.blis_arch : mha_blis_arch_auto());
+    char kname[64];
+    fprintf(f, "| Precision | %s, products on %s |\n", fc->engine.precision == MHA_PRECISION_BF16 ? "bf16" : "f32",
+            cli_kernel_name(&fc->engine, kname, sizeof kname));
     fprintf(f, "| OpenMP | %d (spec date), libgomp |\n", _OPENMP);
     fputs("| OMP_* settings |", f);
     int any = 0;
@@ -632,6 +638,8 @@ static int setup(const scale_opts *o, sweep *w)
     if ((st = mha_config_file_load(o->config, &w->fc, err, sizeof err)) != MHA_OK)
         return cli_error("%s", err), cli_exit_code(st);
     w->config_path = o->config;
+    if (o->have_precision)
+        w->fc.engine.precision = o->precision;
     const mha_config_file *fc = &w->fc;
     w->n_allowed = mha_cpus_allowed(w->allowed, 1024);
     if (w->n_allowed < 1)
