@@ -121,6 +121,9 @@ def main():
                 rss = out.get("peak_rss_mb", rss)
                 res.setdefault("mha min", []).append(out["min_ms"])
                 res.setdefault("mha max", []).append(out["max_ms"])
+            o = run_json([os.path.join(BUILD, "mha"), "run", cfg, "--json", "--check", "0", "--precision", "bf16"])
+            res.setdefault("mha bf16", []).append(o["median_ms"] if o else None)
+            kernel_bf16 = o["kernel"] if o else "n/a"
             if torch_ok and s <= 2048:  # S=8192: PyTorch would hold a 4 GiB score tensor
                 for setup, env in setups.items():
                     e = dict(thr, **env)
@@ -129,6 +132,8 @@ def main():
                            ",".join(map(str, lengths)) if lengths else "-"]
                     o = run_json(cmd, e)
                     res.setdefault(setup, []).append(o["median_ms"] if o else None)
+                o = run_json(cmd + ["bf16"], thr)  # the module in bf16, default setup
+                res.setdefault("torch bf16", []).append(o["median_ms"] if o else None)
             if numpy_ok and fl <= 6e9 and r == 0:
                 for dt in ("float64", "float32"):
                     o = run_json([PY, os.path.join(ROOT, "perf/peers/numpy_mha.py"), str(d), str(h), str(b), str(s),
@@ -141,12 +146,15 @@ def main():
                "mha_max_ms": max(res.get("mha max", [0]) or [0]),
                "gflops": fl / (m * 1e6) if m else None, "pct_fma_peak": 100 * fl / (m * 1e6) / peak if m and peak else None,
                "peak_rss_mb": rss}
+        mb = median([v for v in res.get("mha bf16", []) if v])
+        row["mha_bf16_ms"], row["bf16_kernel"] = mb, kernel_bf16
+        row["mha f32 / bf16"] = m / mb if m and mb else None
         best = None
-        for peer in list(setups) + ["numpy float64", "numpy float32"]:
+        for peer in list(setups) + ["torch bf16", "numpy float64", "numpy float32"]:
             v = median(res.get(peer, []))
             row[f"{peer} ms"] = v
             row[f"{peer} / mha"] = v / m if v and m else None
-            if peer.startswith("torch") and v:
+            if peer.startswith("torch") and peer != "torch bf16" and v:
                 best = v if best is None else min(best, v)
         row["torch best / mha"] = best / m if best and m else None
         rows.append(row)
@@ -154,7 +162,9 @@ def main():
         print(f"{name:18s} mha {fmt(m)} ms ({fmt(row['mha_min_ms'])}–{fmt(row['mha_max_ms'])}) "
               f"{fmt(row['gflops'], '{:.1f}')} GFLOP/s {fmt(row['pct_fma_peak'], '{:.0f}')}% of peak, "
               f"torch best {fmt(best)} ms = {fmt(row['torch best / mha'], '{:.2f}')}× mha, "
-              f"numpy64 {fmt(row.get('numpy float64 ms'))} ms, RSS {fmt(rss, '{:.0f}')} MiB", flush=True)
+              f"numpy64 {fmt(row.get('numpy float64 ms'))} ms, RSS {fmt(rss, '{:.0f}')} MiB; "
+              f"bf16: mha {fmt(mb)} ms on {kernel_bf16} ({fmt(row['mha f32 / bf16'], '{:.2f}')}× f32), "
+              f"torch bf16 {fmt(row.get('torch bf16 ms'))} ms", flush=True)
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(os.path.join(ROOT, "perf/results"), exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y-%m-%dT%H%M")  # a later run never overwrites one

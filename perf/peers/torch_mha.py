@@ -1,6 +1,8 @@
 #!/usr/bin/python3
 """PyTorch's nn.MultiheadAttention as a peer: prints {"median_ms", "min_ms", "max_ms"} for
-one shape. usage: torch_mha.py D H B S THREADS ITERS WARMUP CAUSAL LENGTHS(comma list or -)
+one shape. usage: torch_mha.py D H B S THREADS ITERS WARMUP CAUSAL LENGTHS(comma list or -) [bf16]
+bf16: the module converted with .to(torch.bfloat16), inputs in bf16 (CPU autocast breaks the
+fast path in 1.13).
 Fast path: eval mode, no_grad, need_weights=False, batch_first. bias=True (PyTorch 1.13's
 bias=False fails in eval mode, pytorch#97128). The environment (OMP_NUM_THREADS,
 BLIS_NUM_THREADS, BLIS_ARCH_TYPE, GLIBC_TUNABLES) is the setup being measured."""
@@ -16,6 +18,8 @@ torch.set_num_threads(threads)
 torch.manual_seed(0)
 m = torch.nn.MultiheadAttention(d, h, bias=True, batch_first=True).eval()
 x = torch.rand(b, s, d) * 2 - 1
+if len(sys.argv) > 10 and sys.argv[10] == "bf16":
+    m, x = m.to(torch.bfloat16), x.to(torch.bfloat16)
 mask = torch.triu(torch.ones(s, s, dtype=torch.bool), 1) if causal else None
 pad = None
 if lengths:
