@@ -108,8 +108,8 @@ typedef struct mha_config {
     int window;                            /* sliding window W > 0: a query at position p sees
                                               keys p - W < j <= p (causal implied); 0: none */
     mha_precision precision;               /* MHA_PRECISION_F32 by default */
-    char bf16_kernel[16];                  /* precision bf16: "" or "auto" (amx, else avx512bf16,
-                                              else fma, else ref), or one of those names */
+    char bf16_kernel[16];                  /* precision bf16: "" or "auto", or a kernel's name as
+                                              mha_engine_kernel says it ("fma-bf16", ...) */
 } mha_config;
 
 /* Defaults: d_model 512, 8 heads, capacity 1 × 128 × 128, bias on, all CPUs, no pinning,
@@ -254,8 +254,8 @@ MHA_API size_t mha_l2_bytes(void); /* per-core L2 cache; 0 if unknown */
 
 /* The BLIS sub-config "auto" picks on this CPU, and the version of the BLIS linked in. */
 MHA_API const char *mha_blis_arch_auto(void);
-/* The bf16 kernel "auto" picks here: "amx" (asks Linux for the tile data state), "avx512bf16",
- * "fma" or "ref". */
+/* The bf16 kernel "auto" picks here, named as mha_engine_kernel names it: "amx-bf16" (asks
+ * Linux for the tile data state), "avx512-bf16" (AMD), "fma-bf16" or "ref-bf16". */
 MHA_API const char *mha_bf16_kernel_auto(void);
 MHA_API const char *mha_blis_version(void);
 

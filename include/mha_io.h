@@ -84,6 +84,7 @@ MHA_API const mha_config_key *mha_config_key_at(int i);
 MHA_API const char *mha_mask_name(int mask);
 MHA_API const char *mha_pinning_name(mha_pinning p);
 MHA_API const char *mha_scale_mode_name(int mode);
+MHA_API const char *mha_precision_name(mha_precision p);
 
 /* ---- safetensors weights (F32, F16, BF16 → float32) ---- */
 

@@ -38,14 +38,14 @@ int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine
     size_t d = (size_t)dims->d, h = (size_t)dims->h, dk = (size_t)dims->dk;
     size_t batch = (size_t)dims->batch, threads = (size_t)dims->threads;
     size_t rows = (size_t)(dims->seq_q > dims->seq_kv ? dims->seq_q : dims->seq_kv);
-    size_t w = (size_t)k->bw, kvp = ((size_t)dims->seq_kv + w - 1) / w * w;
-    /* bf16: head columns start on whole bf16 B panels too (bw is 16 or 32 there) */
-    size_t dkp = mha_round_up(dk, dims->bf16 && w < MHA_BT_N ? MHA_BT_N : w);
+    /* bf16 engines have bw a multiple of 16 (engine.c checks): head columns (multiples of
+     * dkp) start on whole bf16 B panels too */
+    size_t w = (size_t)k->bw, dkp = (dk + w - 1) / w * w, kvp = ((size_t)dims->seq_kv + w - 1) / w * w;
     size_t dp = (d + w - 1) / w * w, lds = ((size_t)dims->seq_kv + 15) / 16 * 16;
     size_t cur = 0;
     p->dkp = (int)dkp;
     p->ld_scores = (ptrdiff_t)lds;
-    p->w_ps = dims->bf16 ? mha_bk_kp(dims->d) * MHA_BT_N : 0;
+    p->w_ps = dims->bf16 ? mha_bk_ps(dims->d) : 0;
     p->bf16 = dims->bf16;
     const size_t welem = dims->bf16 ? sizeof(mha_bf16) : sizeof(float);
     const size_t wrows = dims->bf16 ? mha_bk_kp(dims->d) : d; /* k of the weights, padded to tiles */
@@ -106,7 +106,10 @@ int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine
     p->apack = take(&slice, apack_bytes, 1, MHA_ALIGN, &of);
     /* V (seq_kv, dk) in B panels; a key chunk may start 16 rows into a k tile and read a
      * tile past its end (those rows meet zero probabilities): one tile of room */
-    p->vb = dims->bf16 ? take(&slice, product(mha_bk_kp(dims->seq_kv) + MHA_BT_K, mha_round_up(dk, MHA_BT_N), sizeof(mha_bf16), &of), 1, MHA_ALIGN, &of) : 0;
+    p->vb = 0;
+    if (dims->bf16)
+        p->vb = take(&slice, product(mha_bk_b_elems(dims->seq_kv + MHA_BT_K, dims->dk), sizeof(mha_bf16), 1, &of), 1,
+                     MHA_ALIGN, &of);
     p->inv = take(&slice, product(2, (size_t)dims->q_block, 1, &of), sizeof(float), MHA_ALIGN, &of);
     p->dec = take(&slice, product(dec_q, MHA_DECODE_CHUNK + dk, 1, &of), sizeof(float), MHA_ALIGN, &of);
     p->scratch_stride = take(&slice, 0, 1, MHA_PAGE, &of); /* round the slice up to a page */

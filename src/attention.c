@@ -63,12 +63,12 @@ void mha_attention_project(const mha_fwd *f, const mha_scratch *s, int m, const 
  * a chunk that starts 16 keys into a tile reads that far; those rows meet zero probabilities). */
 static size_t kt16_ps(const mha_fwd *f)
 {
-    return mha_bk_kp(f->dk) * MHA_BT_N;
+    return mha_bk_ps(f->dk);
 }
 
 static size_t v16_ps(int kl)
 {
-    return (mha_bk_kp(kl) + MHA_BT_K) * MHA_BT_N;
+    return mha_bk_ps(kl + MHA_BT_K);
 }
 
 /* bf16: the group's Kᵀ and V (kl keys, in the Q/K/V scratch) into B panels, once for every

@@ -40,11 +40,15 @@ static int dpbf16_usable(void)
     return avx512_usable() && __builtin_cpu_supports("avx512bf16");
 }
 
-static const mha_bkernel kernels[] = {
-    {MHA_BK_AMX, "amx-bf16", 0},
-    {MHA_BK_DPBF16, "avx512-bf16", 1},
-    {MHA_BK_FMA, "fma-bf16", 0},
-    {MHA_BK_REF, "ref-bf16", 0},
+static const struct {
+    mha_bkernel k;
+    int (*usable)(void); /* NULL: runs anywhere */
+    const char *lacks;   /* why not, when usable() says no */
+} kernels[] = {
+    {{MHA_BK_AMX, "amx-bf16", 0}, amx_usable, "this CPU has no AMX-BF16, or Linux did not grant the tile data state"},
+    {{MHA_BK_DPBF16, "avx512-bf16", 1}, dpbf16_usable, "this CPU has no AVX512_BF16"},
+    {{MHA_BK_FMA, "fma-bf16", 0}, avx512_usable, "this CPU has no AVX-512"},
+    {{MHA_BK_REF, "ref-bf16", 0}, NULL, NULL},
 };
 
 const char *mha_bkernel_auto(void)
@@ -53,39 +57,28 @@ const char *mha_bkernel_auto(void)
      * without AMX exposed, perf/RESULTS.md): there the FMA kernel on widened bf16 is faster.
      * AMD's Zen 4/5 are listed at one vdpbf16ps per FMA slot (unmeasured here). */
     if (amx_usable())
-        return "amx";
+        return "amx-bf16";
     if (dpbf16_usable() && __builtin_cpu_is("amd"))
-        return "avx512bf16";
-    return avx512_usable() ? "fma" : "ref";
+        return "avx512-bf16";
+    return avx512_usable() ? "fma-bf16" : "ref-bf16";
 }
 
 mha_status mha_bkernel_select(const char *request, mha_bkernel *bk, const char **why)
 {
     const char *name = (!request || !request[0] || !strcmp(request, "auto")) ? mha_bkernel_auto() : request;
-    *why = NULL;
-    int i;
-    if (!strcmp(name, "amx")) {
-        i = 0;
-        if (!amx_usable())
-            *why = "this CPU has no AMX-BF16, or Linux did not grant the tile data state";
-    } else if (!strcmp(name, "avx512bf16")) {
-        i = 1;
-        if (!dpbf16_usable())
-            *why = "this CPU has no AVX512_BF16";
-    } else if (!strcmp(name, "fma")) {
-        i = 2;
-        if (!avx512_usable())
-            *why = "this CPU has no AVX-512";
-    } else if (!strcmp(name, "ref")) {
-        i = 3;
-    } else {
-        *why = "unknown (auto, amx, avx512bf16, fma, ref)";
-        return MHA_ERR_CONFIG;
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
+        if (strcmp(kernels[i].k.name, name) != 0)
+            continue;
+        if (kernels[i].usable && !kernels[i].usable()) {
+            *why = kernels[i].lacks;
+            return MHA_ERR_CONFIG;
+        }
+        *bk = kernels[i].k;
+        *why = NULL;
+        return MHA_OK;
     }
-    if (*why)
-        return MHA_ERR_CONFIG;
-    *bk = kernels[i];
-    return MHA_OK;
+    *why = "unknown (auto, amx-bf16, avx512-bf16, fma-bf16, ref-bf16)";
+    return MHA_ERR_CONFIG;
 }
 
 /* ---- the model ---- */
@@ -421,7 +414,7 @@ void mha_bgemm(const mha_bkernel *bk, const mha_kernel *k, int m, int n, int kk,
             else
                 memset(acc, 0, sizeof acc);
             for (int i = 0; i < rows; i++)
-                for (int g = 0; g < cols; g += 16) { /* 16 columns are contiguous in any form (bw 16 or 32) */
+                for (int g = 0; g < cols; g += 16) { /* 16 columns are contiguous in any form (bw: 16k) */
                     float *cp = mha_mat_at(k, c, i0 + i, j0 + g);
                     const float *x = acc + i * 32 + g;
                     const int cnt = cols - g < 16 ? cols - g : 16;

@@ -62,9 +62,10 @@ typedef struct mha_bkernel {
     int odd_first;      /* the order within a k pair */
 } mha_bkernel;
 
-/* request: "" or "auto" (AMX where the CPU has it and Linux grants tile data, else
- * AVX512_BF16, else AVX-512F FMA, else the portable model), or "amx", "avx512bf16", "fma",
- * "ref". MHA_ERR_CONFIG if unknown or not runnable here (then *why says which). */
+/* request: "" or "auto" (AMX where the CPU has it and Linux grants tile data; else on AMD
+ * AVX512_BF16; else AVX-512F FMA; else the portable model), or a kernel's name ("amx-bf16",
+ * "avx512-bf16", "fma-bf16", "ref-bf16"). MHA_ERR_CONFIG if unknown or not runnable here (then
+ * *why says which). */
 mha_status mha_bkernel_select(const char *request, mha_bkernel *bk, const char **why);
 /* What "auto" picks here. */
 const char *mha_bkernel_auto(void);
@@ -72,6 +73,11 @@ const char *mha_bkernel_auto(void);
 static inline size_t mha_bk_kp(int kk)
 {
     return mha_round_up((size_t)(kk > 0 ? kk : 0), MHA_BT_K);
+}
+/* Elements per B panel of depth kk: the smallest panel stride. */
+static inline size_t mha_bk_ps(int kk)
+{
+    return mha_bk_kp(kk) * MHA_BT_N;
 }
 /* bf16 elements of A packed (rows rounded to panels) and of B (cols rounded to panels). */
 static inline size_t mha_bk_a_elems(int rows, int kk)

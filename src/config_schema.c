@@ -120,7 +120,7 @@ const mha_key_def mha_keys[] = {
         ENG(blis_arch), NONE, 0, NULL, 0),
     KEY(K("engine.precision", "precision", MHA_KEY_ENUM, 0, 0, 0, 0, "f32, bf16", "f32", "arithmetic of the matrix products: bf16 stores weights in bfloat16 and runs on AMX tiles (or the best fallback)"),
         ENG(precision), NONE, MHA_PRECISION_F32, NAMES(precision_names)),
-    KEY(K("engine.bf16_kernel", "bf16_kernel", MHA_KEY_STRING, 0, 15, 0, 0, NULL, "auto", "bf16 kernel: amx, avx512bf16, fma, ref; auto: the fastest this CPU runs"),
+    KEY(K("engine.bf16_kernel", "bf16_kernel", MHA_KEY_STRING, 0, 15, 0, 0, NULL, "auto", "bf16 kernel: amx-bf16, avx512-bf16, fma-bf16, ref-bf16; auto: the fastest this CPU runs"),
         ENG(bf16_kernel), NONE, 0, NULL, 0),
 };
 const int mha_n_keys = (int)N_OF(mha_keys);
@@ -154,6 +154,11 @@ MHA_API const char *mha_mask_name(int mask)
 MHA_API const char *mha_pinning_name(mha_pinning p)
 {
     return mha_key_value_name(mha_key_find("threads.pinning"), (int)p);
+}
+
+MHA_API const char *mha_precision_name(mha_precision p)
+{
+    return mha_key_value_name(mha_key_find("engine.precision"), (int)p);
 }
 
 MHA_API const char *mha_scale_mode_name(int mode)

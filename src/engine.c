@@ -108,9 +108,9 @@ static mha_status prepare(const mha_config *cfg, mha_arena_kind kind, prepared *
         const char *why;
         if (mha_bkernel_select(cfg->bf16_kernel, &p->bkernel, &why) != MHA_OK)
             return mha_errorf(err, err_len, MHA_ERR_CONFIG, "bf16_kernel: '%s': %s", cfg->bf16_kernel, why);
-        if (p->kernel.bw % MHA_BT_N != 0 && MHA_BT_N % p->kernel.bw != 0)
-            return mha_errorf(err, err_len, MHA_ERR_CONFIG, "precision: bf16 needs B panels of 16 or 32 columns; "
-                              "BLIS '%s' has %d", p->kernel.arch, p->kernel.bw);
+        if (p->kernel.bw % MHA_BT_N != 0) /* head columns and 16-column groups of C on whole panels */
+            return mha_errorf(err, err_len, MHA_ERR_CONFIG, "precision: bf16 needs B panels of a multiple of 16 "
+                              "columns; BLIS '%s' has %d", p->kernel.arch, p->kernel.bw);
     }
     size_t header = kind == MHA_ARENA_WEIGHTS ? sizeof(mha_packed_weights) : sizeof(mha_engine);
     if (mha_arena_plan_make(&p->dims, &p->kernel, header, kind, &p->plan) != 0)

@@ -59,7 +59,7 @@ void mha_weights_pack(const mha_weights *w, const mha_dims *dims, const mha_kern
     const size_t d = (size_t)dims->d, dk = (size_t)dims->dk, g_n = (size_t)dims->group;
     const size_t kvd = (size_t)dims->kvh * dk, width = (g_n + 2) * (size_t)dkp;
     const size_t bw = (size_t)k->bw, dp = mha_round_up(d, v->wo16 ? MHA_BT_N : bw);
-    const size_t ps = mha_bk_kp(dims->d) * MHA_BT_N;
+    const size_t ps = mha_bk_ps(dims->d);
 
     /* KV head g: the (d, (group + 2)·dkp) matrix [Wq_{g·G} | Wk_g | Wv_g | Wq_{g·G+1} | …],
      * each part dkp wide (zero columns after d_k), panel by panel */

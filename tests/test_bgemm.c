@@ -101,10 +101,10 @@ static void kernel_matches_model(const char *name)
     cr_log_info("bf16 kernel %s matches the model bitwise", bk.name);
 }
 
-Test(bgemm, amx_kernel_matches_model, .timeout = 60) { kernel_matches_model("amx"); }
-Test(bgemm, avx512bf16_kernel_matches_model, .timeout = 60) { kernel_matches_model("avx512bf16"); }
-Test(bgemm, fma_kernel_matches_model, .timeout = 60) { kernel_matches_model("fma"); }
-Test(bgemm, ref_kernel_is_the_model, .timeout = 60) { kernel_matches_model("ref"); }
+Test(bgemm, amx_kernel_matches_model, .timeout = 60) { kernel_matches_model("amx-bf16"); }
+Test(bgemm, avx512bf16_kernel_matches_model, .timeout = 60) { kernel_matches_model("avx512-bf16"); }
+Test(bgemm, fma_kernel_matches_model, .timeout = 60) { kernel_matches_model("fma-bf16"); }
+Test(bgemm, ref_kernel_is_the_model, .timeout = 60) { kernel_matches_model("ref-bf16"); }
 
 Test(bgemm, unknown_kernel_is_refused)
 {
@@ -135,7 +135,7 @@ ParameterizedTest(bcase *g, bgemm, matches_double_product_of_rounded_operands, .
 {
     mha_kernel k;
     cr_assert_eq(mha_kernel_select("auto", &k), MHA_OK);
-    const char *names[] = {"amx", "avx512bf16", "fma", "ref"};
+    const char *names[] = {"amx-bf16", "avx512-bf16", "fma-bf16", "ref-bf16"};
     const int m = g->m, n = g->n, kk = g->k;
     rng r = {(uint64_t)m * 1000 + (uint64_t)n};
     float *a = malloc((size_t)m * kk * sizeof *a), *bsrc = malloc((size_t)kk * n * sizeof *bsrc);
@@ -143,7 +143,7 @@ ParameterizedTest(bcase *g, bgemm, matches_double_product_of_rounded_operands, .
     fill_uniform(a, (size_t)m * kk, -1.0f, 1.0f, &r);
     fill_uniform(bsrc, (size_t)kk * n, -1.0f, 1.0f, &r);
     fill_uniform(c0, (size_t)m * n, -1.0f, 1.0f, &r);
-    const size_t ps = mha_bk_kp(kk) * 16;
+    const size_t ps = mha_bk_ps(kk);
     mha_bf16 *b = aligned_alloc(64, mha_round_up(mha_bk_b_elems(kk, n) * 2, 64));
     mha_bf16 *ap = aligned_alloc(64, mha_round_up(mha_bk_a_elems(m, kk) * 2, 64));
     mha_bf16 *apack = aligned_alloc(64, mha_round_up(mha_bgemm_apack_elems(kk) * 2, 64));
@@ -187,14 +187,14 @@ Test(bgemm, rows_do_not_depend_on_blocking, .timeout = 60)
     mha_bkernel bk, ref;
     const char *why;
     cr_assert_eq(mha_bkernel_select("auto", &bk, &why), MHA_OK);
-    cr_assert_eq(mha_bkernel_select("ref", &ref, &why), MHA_OK);
+    cr_assert_eq(mha_bkernel_select("ref-bf16", &ref, &why), MHA_OK);
     const int m = 100, n = 70, kk = 200;
     rng r = {5};
     float *a = malloc((size_t)m * kk * sizeof *a), *bsrc = malloc((size_t)kk * n * sizeof *bsrc);
     float *all = malloc((size_t)m * n * sizeof *all), *one = malloc((size_t)n * sizeof *one);
     fill_uniform(a, (size_t)m * kk, -1.0f, 1.0f, &r);
     fill_uniform(bsrc, (size_t)kk * n, -1.0f, 1.0f, &r);
-    const size_t ps = mha_bk_kp(kk) * 16;
+    const size_t ps = mha_bk_ps(kk);
     mha_bf16 *b = aligned_alloc(64, mha_round_up(mha_bk_b_elems(kk, n) * 2, 64));
     mha_bf16 *apack = aligned_alloc(64, mha_round_up(mha_bgemm_apack_elems(kk) * 2, 64));
     mha_bk_pack_b(&k, mha_mat_rows(&k, bsrc, n), 0, kk, n, b, ps);
@@ -205,7 +205,7 @@ Test(bgemm, rows_do_not_depend_on_blocking, .timeout = 60)
         cr_assert(memcmp(one, all + (size_t)i * n, (size_t)n * sizeof *one) == 0, "%s: row %d", bk.name, i);
     }
     mha_bkernel fma;
-    if (mha_bkernel_select("fma", &fma, &why) == MHA_OK) {
+    if (mha_bkernel_select("fma-bf16", &fma, &why) == MHA_OK) {
         float *x = malloc((size_t)m * n * sizeof *x), *y = malloc((size_t)m * n * sizeof *y);
         mha_bgemm(&fma, &k, m, n, kk, 1.0f, NULL, mha_mat_rows(&k, a, kk), b, ps, 0.0f, mha_mat_rows(&k, x, n), apack);
         mha_bgemm(&ref, &k, m, n, kk, 1.0f, NULL, mha_mat_rows(&k, a, kk), b, ps, 0.0f, mha_mat_rows(&k, y, n), apack);

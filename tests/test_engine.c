@@ -203,7 +203,7 @@ ParameterizedTestParameters(engine, bf16_matches_reference)
 
 ParameterizedTest(fcase *c, engine, bf16_matches_reference, .timeout = 120)
 {
-    const char *kernels[] = {"amx", "avx512bf16", "fma", "ref"};
+    const char *kernels[] = {"amx-bf16", "avx512-bf16", "fma-bf16", "ref-bf16"};
     char ran[80] = "";
     for (int i = 0; i < 4; i++) {
         mha_config probe;

@@ -27,8 +27,8 @@ int cli_exit_code(mha_status st);
 int cli_parse_int(const char *opt, const char *text, long lo, long hi, long *out);
 /* --precision f32|bf16; 0 and a message on anything else. */
 int cli_parse_precision(const char *text, mha_precision *out);
-/* What runs an engine of this config's products: "blis-skx", "avx512-bf16", ... (as
- * mha_engine_kernel would say; the bf16 request itself when it names a kernel). */
+/* What runs an engine of this config's products: "blis-skx", "fma-bf16", ... (as
+ * mha_engine_kernel would say). */
 const char *cli_kernel_name(const mha_config *cfg, char *buf, size_t len);
 
 double cli_now_ms(void);

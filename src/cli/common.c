@@ -53,10 +53,10 @@ int cli_parse_int(const char *opt, const char *text, long lo, long hi, long *out
 
 int cli_parse_precision(const char *text, mha_precision *out)
 {
-    if (text && !strcmp(text, "f32"))
-        return *out = MHA_PRECISION_F32, 1;
-    if (text && !strcmp(text, "bf16"))
-        return *out = MHA_PRECISION_BF16, 1;
+    const mha_precision all[] = {MHA_PRECISION_F32, MHA_PRECISION_BF16};
+    for (int i = 0; text && i < 2; i++)
+        if (!strcmp(text, mha_precision_name(all[i])))
+            return *out = all[i], 1;
     cli_error("--precision: expected f32 or bf16, got '%s'", text ? text : "");
     return 0;
 }
@@ -65,7 +65,7 @@ const char *cli_kernel_name(const mha_config *cfg, char *buf, size_t len)
 {
     if (cfg->precision == MHA_PRECISION_BF16) {
         const char *req = cfg->bf16_kernel[0] && strcmp(cfg->bf16_kernel, "auto") ? cfg->bf16_kernel : mha_bf16_kernel_auto();
-        snprintf(buf, len, "bf16 kernel %s", req);
+        snprintf(buf, len, "%s", req);
     } else
         snprintf(buf, len, "blis-%s", cfg->blis_arch[0] && strcmp(cfg->blis_arch, "auto") ? cfg->blis_arch : mha_blis_arch_auto());
     return buf;

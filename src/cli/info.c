@@ -50,9 +50,9 @@ int mha_cli_info(int argc, char **argv)
            mha_blis_version(), mha_blis_arch_auto());
     const char *bk = mha_bf16_kernel_auto();
     printf("bf16      precision bf16 would run on '%s'%s\n", bk,
-           !strcmp(bk, "amx") ? " (AMX tiles)"
-           : !strcmp(bk, "avx512bf16") ? " (vdpbf16ps; no AMX here)"
-           : !strcmp(bk, "fma") ? " (bf16 storage, float32 FMA; no AMX or AVX512_BF16 here)"
+           !strcmp(bk, "amx-bf16") ? " (AMX tiles)"
+           : !strcmp(bk, "avx512-bf16") ? " (vdpbf16ps; no AMX here)"
+           : !strcmp(bk, "fma-bf16") ? " (bf16 storage, float32 FMA; no AMX here)"
                                 : " (portable C; no AVX-512 here)");
     static const char *binds[] = {"false", "true", "primary", "close", "spread"};
     omp_proc_bind_t bind = omp_get_proc_bind();

@@ -344,7 +344,7 @@ int mha_cli_run(int argc, char **argv)
         json_object_set_new(j, "pinning", json_string(pin));
         json_object_set_new(j, "worker_cpus", wc);
         json_object_set_new(j, "blis_arch", json_string(mha_engine_blis_arch(s.e)));
-        json_object_set_new(j, "precision", json_string(s.fc.engine.precision == MHA_PRECISION_BF16 ? "bf16" : "f32"));
+        json_object_set_new(j, "precision", json_string(mha_precision_name(s.fc.engine.precision)));
         json_object_set_new(j, "kernel", json_string(mha_engine_kernel(s.e)));
         json_object_set_new(j, "q_block", json_integer(mha_engine_q_block(s.e)));
         json_object_set_new(j, "weights", json_string(o.weights ? o.weights : "random"));

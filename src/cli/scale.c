@@ -526,7 +526,7 @@ static int write_report(const sweep *w, int plotted, const char *why)
     fprintf(f, "| BLIS | %s, kernel %s (mha's choice; only its microkernel is used) |\n", mha_blis_version(),
             fc->engine.blis_arch[0] ? fc->engine.blis_arch : mha_blis_arch_auto());
     char kname[64];
-    fprintf(f, "| Precision | %s, products on %s |\n", fc->engine.precision == MHA_PRECISION_BF16 ? "bf16" : "f32",
+    fprintf(f, "| Precision | %s, products on %s |\n", mha_precision_name(fc->engine.precision),
             cli_kernel_name(&fc->engine, kname, sizeof kname));
     fprintf(f, "| OpenMP | %d (spec date), libgomp |\n", _OPENMP);
     fputs("| OMP_* settings |", f);
