@@ -186,8 +186,9 @@ MHA_API mha_status mha_forward(mha_engine *e, const mha_input *in, float *out, f
  * token slots; a sequence's position p lives in block table[p / block_size], slot
  * p % block_size, so sequences grow block by block and may share blocks they only read (a
  * common prompt prefix). One block per sequence of max_context slots is the contiguous case.
- * float32. Engines of precision bf16 do not run steps yet (MHA_ERR_CONFIG). The cache is made for
- * a config (d_model, heads, KV heads, RoPE) and works with any engine of that model. */
+ * Elements are float32, or bfloat16 (rounded to nearest even as they are written: half the
+ * bytes) for a config of precision bf16. The cache is made for a config (d_model, heads, KV
+ * heads, RoPE, precision) and works with any engine of that model and precision. */
 typedef struct mha_kv_cache mha_kv_cache; /* opaque */
 /* Bytes a cache of n_blocks blocks needs (mha_kv_cache_create_static's len); 0 if invalid. */
 MHA_API size_t mha_kv_cache_size(const mha_config *cfg, int n_blocks, int block_size);

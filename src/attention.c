@@ -59,26 +59,14 @@ void mha_attention_project(const mha_fwd *f, const mha_scratch *s, int m, const 
         mha_gemm(k, m, n, f->d, 1.0f, mha_mat_rows(k, x, f->d), wb, beta, c, s->apack);
 }
 
-/* bf16: panel strides of Kᵀ (dk × keys) and of V (keys × dk, a k tile of room past the keys:
- * a chunk that starts 16 keys into a tile reads that far; those rows meet zero probabilities). */
-static size_t kt16_ps(const mha_fwd *f)
-{
-    return mha_bk_ps(f->dk);
-}
-
-static size_t v16_ps(int kl)
-{
-    return mha_bk_ps(kl + MHA_BT_K);
-}
-
 /* bf16: the group's Kᵀ and V (kl keys, in the Q/K/V scratch) into B panels, once for every
  * query head of the group. */
 static void pack_kv16(const mha_fwd *f, const mha_scratch *s, int kl)
 {
     const mha_kernel *k = f->kernel;
     const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
-    const size_t vps = v16_ps(kl), room = mha_bk_kp(kl);
-    mha_bk_pack_b(k, mha_mat_sub(k, qkv, 0, f->dkp), 1, f->dk, kl, s->kt16, kt16_ps(f));
+    const size_t vps = mha_attention_v16_ps(kl), room = mha_bk_kp(kl);
+    mha_bk_pack_b(k, mha_mat_sub(k, qkv, 0, f->dkp), 1, f->dk, kl, s->kt16, mha_attention_kt16_ps(f));
     mha_bk_pack_b(k, mha_mat_sub(k, qkv, 0, 2 * f->dkp), 0, kl, f->dk, s->v16, vps);
     for (int j = 0; j < f->dk; j += MHA_BT_N) /* the tile of room: zeros */
         memset(s->v16 + (size_t)(j / MHA_BT_N) * vps + room * MHA_BT_N, 0, MHA_BT_K * MHA_BT_N * sizeof(mha_bf16));
@@ -103,6 +91,7 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, i
     const mha_mat qm = qkv, vm = mha_mat_sub(k, qkv, 0, 2 * dkp);
     const mha_mat ktm = mha_mat_panels(k, s->kt, dk);
     const float scale = 1.0f / sqrtf((float)dk);
+    const size_t kps = mha_attention_kt16_ps(f), vps = mha_attention_v16_ps(kl); /* bf16 */
     const int window = f->window, causal = f->causal || window > 0; /* a window implies causal */
 
     /* query blocks; a block's keys stop where its last row's visibility does and, with a
@@ -131,8 +120,8 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, i
             const int n = kv_end - c0 < step ? kv_end - c0 : step;
             const mha_mat sm = mha_mat_rows(k, s->scores, ld);
             if (f->bk) /* c0 is a multiple of bw (16 or 32): a whole bf16 panel */
-                mha_bgemm(f->bk, k, m, n, dk, scale, NULL, mha_mat_sub(k, qm, r0, 0),
-                          s->kt16 + (size_t)(c0 / MHA_BT_N) * kt16_ps(f), kt16_ps(f), 0.0f, sm, s->apack16);
+                mha_bgemm(f->bk, k, m, n, dk, scale, NULL, mha_mat_sub(k, qm, r0, 0), s->kt16 + (size_t)(c0 / MHA_BT_N) * kps,
+                          kps, 0.0f, sm, s->apack16);
             else
                 mha_gemm(k, m, n, dk, scale, mha_mat_sub(k, qm, r0, 0), mha_mat_sub(k, ktm, 0, c0), 0.0f, sm, s->apack);
             for (int i = 0; i < m; i++) {
@@ -160,8 +149,7 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, i
             }
             /* z block (m, dk) += E (m, n) · V (n, dk); bf16: E rounded as it is packed */
             if (f->bk)
-                mha_bgemm(f->bk, k, m, dk, n, 1.0f, NULL, sm, s->v16 + mha_bk_b_index(c0, 0, 0), v16_ps(kl), 1.0f, zm,
-                          s->apack16);
+                mha_bgemm(f->bk, k, m, dk, n, 1.0f, NULL, sm, s->v16 + mha_bk_b_index(c0, 0, 0), vps, 1.0f, zm, s->apack16);
             else
                 mha_gemm(k, m, dk, n, 1.0f, sm, mha_mat_sub(k, vm, c0, 0), 1.0f, zm, s->apack);
         }

@@ -58,6 +58,18 @@ typedef struct mha_scratch {
     mha_bf16 *apack16; /* bf16: A packing (the apack region) */
 } mha_scratch;
 
+/* bf16: panel strides of Kᵀ (dk × keys) in s->kt16 and of V (keys × dk) in s->v16, which has
+ * a k tile of room past the keys: a chunk that starts 16 keys into a tile reads that far;
+ * those rows (zero) meet zero probabilities. */
+static inline size_t mha_attention_kt16_ps(const mha_fwd *f)
+{
+    return mha_bk_ps(f->dk);
+}
+static inline size_t mha_attention_v16_ps(int kl)
+{
+    return mha_bk_ps(kl + MHA_BT_K);
+}
+
 /* Rows the head tasks project from the query input of sequence b (packed beforehand). */
 int mha_attention_packed_rows(const mha_fwd *f, int b);
 /* Packs rows [r0, r1) of sequence b's query input into f->xpack (r0 a multiple of the panel). */

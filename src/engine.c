@@ -13,6 +13,7 @@
 #include "kernel.h"
 #include "kvcache.h"
 #include "mha.h"
+#include "mha_io.h"
 #include "rope.h"
 #include "scheduler.h"
 #include "softmax.h"
@@ -404,6 +405,11 @@ MHA_API mha_status mha_forward(mha_engine *e, const mha_input *in, float *out, f
 
 /* ---- decoding steps ---- */
 
+static const char *precision_name(int bf16)
+{
+    return mha_precision_name(bf16 ? MHA_PRECISION_BF16 : MHA_PRECISION_F32);
+}
+
 /* The first failed check of a step, its status and message in e; MHA_OK when it may run. */
 static mha_status step_check(mha_engine *e, const mha_kv_cache *c, const mha_step *s, const float *out, long *rows)
 {
@@ -412,12 +418,10 @@ static mha_status step_check(mha_engine *e, const mha_kv_cache *c, const mha_ste
         return failed(e, MHA_ERR_INVALID_ARG, "step: %s is NULL", !c ? "the cache" : "the step");
     if (!e->weights_set)
         return failed(e, MHA_ERR_STATE, "step: no weights yet (call mha_set_weights first)");
-    if (dm->bf16)
-        return failed(e, MHA_ERR_CONFIG, "step: precision bf16 does not run steps yet (use f32 for the KV cache)");
-    if (!mha_kv_cache_fits(c, dm->d, dm->h, dm->kvh, &dm->rope))
+    if (!mha_kv_cache_fits(c, dm->d, dm->h, dm->kvh, &dm->rope, dm->bf16))
         return failed(e, MHA_ERR_CONFIG, "step: the cache was made for another model (d_model %d, %d heads, %d KV heads, "
-                      "or another RoPE) than this engine's (d_model %d, %d heads, %d KV heads)", c->d, c->h, c->kvh, dm->d,
-                      dm->h, dm->kvh);
+                      "precision %s, or another RoPE) than this engine's (d_model %d, %d heads, %d KV heads, precision %s)",
+                      c->d, c->h, c->kvh, precision_name(c->bf16), dm->d, dm->h, dm->kvh, precision_name(dm->bf16));
     if (s->n_seqs < 1 || s->n_seqs > dm->batch)
         return failed(e, MHA_ERR_SHAPE, "step: n_seqs %d is outside 1..max_batch %d", s->n_seqs, dm->batch);
     if (!s->n_past || !s->n_new || !s->blocks)
@@ -467,7 +471,10 @@ MHA_API mha_status mha_step_forward(mha_engine *e, mha_kv_cache *c, const mha_st
                           .partial = e->views.partial,
                           .max_chunks = (e->dims.seq_kv + MHA_DECODE_CHUNK - 1) / MHA_DECODE_CHUNK};
         j.f.causal = 1;
-        j.chunk_rows = j.f.rows < MHA_PACK_BLOCK ? j.f.rows : MHA_PACK_BLOCK;
+        /* rows per projection task: what the Q/K/V scratch holds, whole A panels where it holds
+         * one (then each task's rows start a panel of the packed rows) */
+        const int panel = mha_step_panel(&j), cap = j.f.rows < MHA_PACK_BLOCK ? j.f.rows : MHA_PACK_BLOCK;
+        j.chunk_rows = cap >= panel ? cap / panel * panel : cap;
         mha_sched_step(&e->sched, &j);
     }
     e->last_error[0] = '\0';

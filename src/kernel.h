@@ -23,6 +23,7 @@ typedef struct mha_kernel {
     int kc;            /* k per pass (BLIS's KC) */
     int mb, nb;        /* rows of A packed per pass; columns of B per cache block */
     int avx512;        /* the CPU runs AVX-512F: packing uses register transposes */
+    int avx512bw;      /* and AVX-512BW and VL (16-bit masked loads): decode reads the cache wide */
 } mha_kernel;
 
 /* request: "" or "auto" (from the CPU's features), or a sub-config name.

@@ -17,12 +17,13 @@ static size_t plan(const mha_config *cfg, int n_blocks, int block_size, mha_kv_c
         mha_config_resolve(cfg, &dims, NULL, 0) != MHA_OK)
         return 0;
     size_t per_block, bytes, total;
+    const size_t elem = dims.bf16 ? sizeof(mha_bf16) : sizeof(float);
     if (__builtin_mul_overflow((size_t)2 * dims.kvh * dims.dk, (size_t)block_size, &per_block) ||
-        __builtin_mul_overflow(per_block * sizeof(float), (size_t)n_blocks, &bytes) ||
+        __builtin_mul_overflow(per_block * elem, (size_t)n_blocks, &bytes) ||
         __builtin_add_overflow(bytes, HEADER, &total))
         return 0;
     *c = (mha_kv_cache){.d = dims.d, .h = dims.h, .kvh = dims.kvh, .dk = dims.dk, .rope = dims.rope,
-                        .n_blocks = n_blocks, .block_size = block_size, .block_floats = per_block};
+                        .bf16 = dims.bf16, .n_blocks = n_blocks, .block_size = block_size, .block_elems = per_block};
     return total;
 }
 
@@ -36,7 +37,7 @@ static mha_kv_cache *build(const mha_kv_cache *layout, void *mem)
 {
     mha_kv_cache *c = mem;
     *c = *layout;
-    c->data = (float *)(void *)((unsigned char *)mem + HEADER);
+    c->data = (unsigned char *)mem + HEADER;
     c->owned = NULL;
     return c;
 }
@@ -92,7 +93,7 @@ MHA_API void mha_kv_cache_free(mha_kv_cache *c)
         free(c->owned); /* NULL for a cache in caller memory */
 }
 
-int mha_kv_cache_fits(const mha_kv_cache *c, int d, int h, int kvh, const mha_rope *rope)
+int mha_kv_cache_fits(const mha_kv_cache *c, int d, int h, int kvh, const mha_rope *rope, int bf16)
 {
-    return c->d == d && c->h == h && c->kvh == kvh && !memcmp(&c->rope, rope, sizeof *rope);
+    return c->d == d && c->h == h && c->kvh == kvh && !memcmp(&c->rope, rope, sizeof *rope) && c->bf16 == bf16;
 }

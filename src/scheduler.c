@@ -128,8 +128,8 @@ void mha_sched_step(const mha_sched *s, const mha_step_job *j)
         int pinned = pin_enter(s, omp_get_thread_num(), &saved);
 #pragma omp single
         {
-            for (int r0 = 0; r0 < j->rows; r0 += j->chunk_rows) {
-                const int r1 = r0 + j->chunk_rows < j->rows ? r0 + j->chunk_rows : j->rows;
+            for (int r0 = 0; r0 < j->rows; r0 += MHA_PACK_BLOCK) { /* whole panels each */
+                const int r1 = r0 + MHA_PACK_BLOCK < j->rows ? r0 + MHA_PACK_BLOCK : j->rows;
 #pragma omp task firstprivate(r0, r1)
                 mha_step_pack_rows(j, r0, r1);
             }
@@ -180,7 +180,10 @@ void mha_sched_step(const mha_sched *s, const mha_step_job *j)
                     const int r1 = r0 + MHA_OUT_BLOCK < j->rows ? r0 + MHA_OUT_BLOCK : j->rows;
                     const int c1 = c0 + cols < j->f.d ? c0 + cols : j->f.d;
 #pragma omp task firstprivate(r0, r1, c0, c1)
-                    mha_step_out_rows(j, r0, r1, c0, c1, scratch_of(s, omp_get_thread_num()).apack);
+                    {
+                        const mha_scratch sc = scratch_of(s, omp_get_thread_num());
+                        mha_step_out_rows(j, r0, r1, c0, c1, &sc);
+                    }
                 }
         } /* the barrier here completes every task */
         pin_leave(pinned, &saved);

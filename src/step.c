@@ -11,7 +11,11 @@
  * MHA_DECODE_CHUNK keys, dot products and value updates read straight from the cache blocks,
  * each key and value row once for all queries of the group, then the chunks merged in order
  * with their maxima and sums (flash-decoding: long contexts spread over the workers, the
- * result independent of how many there are); (3) the output projection over all rows. */
+ * result independent of how many there are); (3) the output projection over all rows.
+ * bf16 (engine and cache): the rows are packed to bf16 A panels and every product of the
+ * forward runs on its bf16 kernel; K and V are rounded to bf16 as they are stored, a prefill
+ * gathers them straight into the kernel's B panels, and decode widens them to float32 as it
+ * reads them (the queries stay float32: decode reads half the bytes, at no loss of accuracy). */
 #include "step.h"
 
 #include <immintrin.h>
@@ -56,10 +60,47 @@ static int first_key(const mha_step_job *j, int q)
     return j->f.window > 0 && lo > 0 ? lo : 0;
 }
 
+/* Where row r0 of the step's packed rows starts (float or bf16 A panels). */
+static const float *packed_rows(const mha_step_job *j, int r0)
+{
+    if (j->f.bk)
+        return (const float *)(const void *)((const mha_bf16 *)(const void *)j->f.xpack + (size_t)r0 * mha_bk_kp(j->f.d));
+    return j->f.xpack + (size_t)r0 * j->f.d;
+}
+
+int mha_step_panel(const mha_step_job *j)
+{
+    return j->f.bk ? MHA_BT_M : j->f.kernel->aw;
+}
+
 void mha_step_pack_rows(const mha_step_job *j, int r0, int r1)
 {
     const mha_kernel *k = j->f.kernel;
-    mha_gemm_pack_a(k, mha_mat_rows(k, j->step->x, j->f.d), r0, r1 - r0, 0, j->f.d, j->f.xpack + (size_t)r0 * j->f.d, 1);
+    const mha_mat x = mha_mat_rows(k, j->step->x, j->f.d);
+    if (j->f.bk)
+        mha_bk_pack_a(k, x, r0, r1 - r0, j->f.d, (mha_bf16 *)(void *)packed_rows(j, r0));
+    else
+        mha_gemm_pack_a(k, x, r0, r1 - r0, 0, j->f.d, (float *)packed_rows(j, r0), 1);
+}
+
+/* Row i of the Q/K/V scratch, K at dkp and V at 2·dkp, into slot `slot` of a cache block. */
+static void store_kv(const mha_step_job *j, mha_mat qkv, int i, int block, int g, int slot)
+{
+    const mha_kernel *k = j->f.kernel;
+    const mha_kv_cache *c = j->cache;
+    const int dk = j->f.dk, dkp = j->f.dkp, bs = c->block_size;
+    if (c->bf16) {
+        mha_bf16 *kt = mha_kv_bf16(c) + mha_kv_kt_at(c, block, g), *v = mha_kv_bf16(c) + mha_kv_v_at(c, block, g, slot);
+        for (int col = 0; col < dk; col++) {
+            kt[(size_t)col * bs + slot] = mha_bf16_round(*mha_mat_at(k, qkv, i, dkp + col));
+            v[col] = mha_bf16_round(*mha_mat_at(k, qkv, i, 2 * dkp + col));
+        }
+        return;
+    }
+    float *kt = mha_kv_f32(c) + mha_kv_kt_at(c, block, g);
+    for (int col = 0; col < dk; col++) /* K transposed into the block */
+        kt[(size_t)col * bs + slot] = *mha_mat_at(k, qkv, i, dkp + col);
+    from_panels(k, qkv, i, 2 * dkp, mha_kv_f32(c) + mha_kv_v_at(c, block, g, slot), dk);
 }
 
 void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_scratch *s)
@@ -67,26 +108,22 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
     const mha_fwd *f = &j->f;
     const mha_kernel *k = f->kernel;
     const mha_step *st = j->step;
-    const int d = f->d, dk = f->dk, dkp = f->dkp, m = r1 - r0;
+    const int d = f->d, dk = f->dk, dkp = f->dkp, m = r1 - r0, bs = j->cache->block_size;
     const float *x = st->x + (size_t)r0 * d;
     const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
     const int first = seq_of(j, r0, 0);
 
     /* K and V of the new rows: one GEMM into scratch columns [dkp, 3·dkp), then row by row
      * RoPE at the row's position and a copy into its cache slot */
-    const float *xp = f->xpack + (size_t)r0 * d; /* these rows in A panels (mha_step_pack_rows) */
+    /* these rows in A panels (mha_step_pack_rows) where they start one; else packed here */
+    const float *xp = r0 % mha_step_panel(j) == 0 ? packed_rows(j, r0) : NULL;
     mha_attention_project(f, s, m, x, xp, g, dkp, dkp, 2 * dkp);
     for (int i = 0, q = first; i < m; i++) {
         q = seq_of(j, r0 + i, q);
         const int pos = pos_of(j, r0 + i, q);
         if (f->rope != MHA_ROPE_NONE)
             mha_rope_rows(k, mha_mat_sub(k, qkv, i, 0), 1, dkp, pos, f->rope, f->rope_dim, f->rope_cos, f->rope_sin);
-        const int block = st->blocks[(size_t)q * st->max_blocks + pos / j->cache->block_size];
-        const int slot = pos % j->cache->block_size, bs = j->cache->block_size;
-        float *kt = mha_kv_kt(j->cache, block, g);
-        for (int c = 0; c < dk; c++) /* K transposed into the block */
-            kt[(size_t)c * bs + slot] = *mha_mat_at(k, qkv, i, dkp + c);
-        from_panels(k, qkv, i, 2 * dkp, mha_kv_v(j->cache, block, g, slot), dk);
+        store_kv(j, qkv, i, st->blocks[(size_t)q * st->max_blocks + pos / bs], g, pos % bs);
     }
     /* Q of each query head of the group, rotated, into its columns of z */
     for (int h = 0; h < f->group; h++) {
@@ -102,26 +139,20 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
     }
 }
 
-void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s)
+/* The context's V, position by position from its blocks, into the scratch; its Kᵀ straight
+ * into the panels the score GEMM reads (dk × ctx, zero columns to the panel's end): feature c
+ * of a block's slots is a contiguous run in the cache. Keys before the window are never read
+ * by the attention (it starts on the panel holding the first visible key), so they are not
+ * gathered either. */
+static void gather_f32(const mha_step_job *j, const int32_t *table, int g, int ctx, int t_begin, const mha_scratch *s)
 {
-    const mha_fwd *f = &j->f;
-    const mha_kernel *k = f->kernel;
-    const mha_step *st = j->step;
-    const int n_new = st->n_new[q], n_past = st->n_past[q], ctx = n_past + n_new, dk = f->dk, dkp = f->dkp;
-    if (n_new == 0)
-        return;
-    const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
-    const int32_t *table = st->blocks + (size_t)q * st->max_blocks;
-    const int bs = j->cache->block_size;
-    /* the context's V, position by position from its blocks, into the scratch; its Kᵀ
-     * straight into the panels the score GEMM reads (dk × ctx, zero columns to the panel's
-     * end): feature c of a block's slots is a contiguous run in the cache. Keys before the
-     * window are never read by the attention (it starts on the panel holding the first
-     * visible key), so they are not gathered either. */
-    const mha_mat ktm = mha_mat_panels(k, s->kt, dk);
-    for (int t0 = first_key(j, q) / k->bw * k->bw; t0 < ctx;) {
+    const mha_kernel *k = j->f.kernel;
+    const mha_kv_cache *cache = j->cache;
+    const int dk = j->f.dk, dkp = j->f.dkp, bs = cache->block_size;
+    const mha_mat qkv = mha_mat_panels(k, s->qkv, j->f.rows), ktm = mha_mat_panels(k, s->kt, dk);
+    for (int t0 = t_begin; t0 < ctx;) {
         const int block = table[t0 / bs], slot = t0 % bs, n = ctx - t0 < bs - slot ? ctx - t0 : bs - slot;
-        const float *kt = mha_kv_kt(j->cache, block, g) + slot;
+        const float *kt = mha_kv_f32(cache) + mha_kv_kt_at(cache, block, g) + slot;
         for (int c = 0; c < dk; c++) /* row c of Kᵀ: runs up to each panel's edge */
             for (int t = 0; t < n;) {
                 const int col = t0 + t, run = k->bw - col % k->bw < n - t ? k->bw - col % k->bw : n - t;
@@ -129,12 +160,62 @@ void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s)
                 t += run;
             }
         for (int t = 0; t < n; t++)
-            to_panels(k, qkv, t0 + t, 2 * dkp, mha_kv_v(j->cache, block, g, slot + t), dk);
+            to_panels(k, qkv, t0 + t, 2 * dkp, mha_kv_f32(cache) + mha_kv_v_at(cache, block, g, slot + t), dk);
         t0 += n;
     }
     for (int c = 0; c < dk; c++) /* the last panel's columns past ctx */
         for (int t = ctx; t < (int)mha_round_up((size_t)ctx, (size_t)k->bw); t++)
             *mha_mat_at(k, ktm, c, t) = 0.0f;
+}
+
+/* bf16: the same from a bf16 cache straight into the bf16 kernel's B panels (s->kt16, s->v16,
+ * as the forward's pack_kv16 leaves them): Kᵀ key pairs of each feature pair interleaved, V
+ * feature by feature; zeros in the padding (features past dk, keys past ctx, the tile of room
+ * after V). */
+static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int ctx, int t_begin, const mha_scratch *s)
+{
+    const mha_kv_cache *cache = j->cache;
+    const int dk = j->f.dk, bs = cache->block_size, ctx16 = (int)mha_round_up((size_t)ctx, MHA_BT_N);
+    const int kp_dk = (int)mha_bk_kp(dk), dk16 = (int)mha_round_up((size_t)dk, MHA_BT_N);
+    const int v_end = (int)mha_bk_kp(ctx) + MHA_BT_K;
+    const size_t kps = mha_attention_kt16_ps(&j->f), vps = mha_attention_v16_ps(ctx);
+    const mha_bf16 *data = mha_kv_bf16(cache);
+    for (int t0 = t_begin; t0 < ctx;) {
+        const int block = table[t0 / bs], slot = t0 % bs, n = ctx - t0 < bs - slot ? ctx - t0 : bs - slot;
+        const mha_bf16 *kt = data + mha_kv_kt_at(cache, block, g) + slot;
+        for (int c = 0; c < dk; c++)
+            for (int t = 0; t < n; t++)
+                s->kt16[mha_bk_b_index(c, t0 + t, kps)] = kt[(size_t)c * bs + t];
+        for (int t = 0; t < n; t++) {
+            const mha_bf16 *v = data + mha_kv_v_at(cache, block, g, slot + t);
+            for (int c = 0; c < dk; c++)
+                s->v16[mha_bk_b_index(t0 + t, c, vps)] = v[c];
+        }
+        t0 += n;
+    }
+    for (int t = t_begin; t < ctx16; t++) /* Kᵀ: features past dk; keys past ctx */
+        for (int c = t < ctx ? dk : 0; c < kp_dk; c++)
+            s->kt16[mha_bk_b_index(c, t, kps)] = 0;
+    for (int t = t_begin; t < v_end; t++) /* V: columns past dk; rows past ctx */
+        for (int c = t < ctx ? dk : 0; c < dk16; c++)
+            s->v16[mha_bk_b_index(t, c, vps)] = 0;
+}
+
+void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s)
+{
+    const mha_fwd *f = &j->f;
+    const mha_kernel *k = f->kernel;
+    const mha_step *st = j->step;
+    const int n_new = st->n_new[q], n_past = st->n_past[q], ctx = n_past + n_new, dk = f->dk;
+    if (n_new == 0)
+        return;
+    const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
+    const int32_t *table = st->blocks + (size_t)q * st->max_blocks;
+    const int t_begin = first_key(j, q) / k->bw * k->bw;
+    if (f->bk)
+        gather_bf16(j, table, g, ctx, t_begin, s);
+    else
+        gather_f32(j, table, g, ctx, t_begin, s);
     float *z = f->z + (size_t)j->row0[q] * f->d;
     for (int h = g * f->group; h < (g + 1) * f->group; h++) {
         for (int i = 0; i < n_new; i++) /* its Q (rotated in phase 1), then Z over it */
@@ -145,24 +226,32 @@ void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s)
 
 /* ---- decode: attention straight from the cache, in chunks of keys ---- */
 
+/* Element i of a run of the cache, float32 or bf16. */
+static inline float cache_elem(const void *run, int bf16, size_t i)
+{
+    return bf16 ? mha_bf16_float(((const mha_bf16 *)run)[i]) : ((const float *)run)[i];
+}
+
 /* sc[qi · CHUNK + t] = scale · Σ_c q[qi][c] · kt[c · ld + t] for t < n slots of one block:
- * the queries' scores against a run of slots, feature by feature. */
-static void scores_scalar(const float *restrict q, int nq, int dk, const float *restrict kt, int ld, int n, float scale,
+ * the queries' scores against a run of slots, feature by feature (kt float32, or bf16 when
+ * bf16, widened exactly). */
+static void scores_scalar(const float *restrict q, int nq, int dk, const void *kt, int bf16, int ld, int n, float scale,
                           float *restrict sc)
 {
     for (int qi = 0; qi < nq; qi++)
         for (int t = 0; t < n; t++) {
             float acc = 0.0f;
             for (int c = 0; c < dk; c++)
-                acc += q[(size_t)qi * dk + c] * kt[(size_t)c * ld + t];
+                acc += q[(size_t)qi * dk + c] * cache_elem(kt, bf16, (size_t)c * ld + t);
             sc[(size_t)qi * MHA_DECODE_CHUNK + t] = acc * scale;
         }
 }
 
-/* 16 slots at a time, 8 queries per pass: 8 accumulators, one Kᵀ row load per feature. */
-__attribute__((target("avx512f"))) static void scores_avx512(const float *restrict q, int nq, int dk,
-                                                             const float *restrict kt, int ld, int n, float scale,
-                                                             float *restrict sc)
+/* 16 slots at a time, 8 queries per pass: 8 accumulators, one Kᵀ row load per feature (bf16:
+ * 16 halves widened to float32 by a shift). */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void scores_avx512(const float *restrict q, int nq, int dk,
+                                                                               const void *kt, int bf16, int ld, int n,
+                                                                               float scale, float *restrict sc)
 {
     for (int t = 0; t < n; t += 16) {
         const __mmask16 m = n - t >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - t)) - 1u);
@@ -172,7 +261,11 @@ __attribute__((target("avx512f"))) static void scores_avx512(const float *restri
             for (int r = 0; r < 8; r++)
                 acc[r] = _mm512_setzero_ps();
             for (int c = 0; c < dk; c++) {
-                const __m512 krow = _mm512_maskz_loadu_ps(m, kt + (size_t)c * ld + t);
+                const size_t at = (size_t)c * ld + t;
+                const __m512 krow =
+                    bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(
+                               _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const mha_bf16 *)kt + at)), 16))
+                         : _mm512_maskz_loadu_ps(m, (const float *)kt + at);
                 for (int r = 0; r < 8; r++)
                     if (r < nb)
                         acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[(size_t)(q0 + r) * dk + c]), krow, acc[r]);
@@ -225,9 +318,12 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
     const int dk = f->dk, d = f->d, G = f->group, nq = G * n_new, W = f->window;
     const int k0 = c * MHA_DECODE_CHUNK, k1 = k0 + MHA_DECODE_CHUNK < ctx ? k0 + MHA_DECODE_CHUNK : ctx, n = k1 - k0;
     const int32_t *table = st->blocks + (size_t)q * st->max_blocks;
-    const int avx512 = f->kernel->avx512;
+    const int avx512 = f->kernel->avx512bw, bf16 = cache->bf16;
+    const size_t elem = bf16 ? sizeof(mha_bf16) : sizeof(float);
+    const unsigned char *data = cache->data;
     const float scale = 1.0f / sqrtf((float)dk);
-    float *sc = s->dec, *qv = s->dec + (size_t)nq * MHA_DECODE_CHUNK; /* (nq, chunk) scores; (nq, dk) queries */
+    /* (nq, chunk) scores; (nq, dk) queries, then (bf16) a value row widened to float32 */
+    float *sc = s->dec, *qv = s->dec + (size_t)nq * MHA_DECODE_CHUNK;
     if (k1 <= first_key(j, q)) { /* the whole chunk is before every query's window */
         for (int qi = 0; qi < nq; qi++) {
             float *p = partial_of(j, q, g, c, qi);
@@ -245,15 +341,17 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
     const int bs = cache->block_size;
     for (int t = k0; t < k1;) {
         const int slot = t % bs, n_run = bs - slot < k1 - t ? bs - slot : k1 - t;
-        const float *kt = mha_kv_kt(cache, table[t / bs], g) + slot;
-        if (t + n_run < k1) /* the next block's Kᵀ on its way while this one is used */
-            for (size_t off = 0; off < (size_t)dk * bs; off += 16)
-                _mm_prefetch((const char *)(mha_kv_kt(cache, table[(t + n_run) / bs], g) + off), _MM_HINT_T0);
+        const void *kt = data + (mha_kv_kt_at(cache, table[t / bs], g) + slot) * elem;
+        if (t + n_run < k1) { /* the next block's Kᵀ on its way while this one is used */
+            const char *next = (const char *)data + mha_kv_kt_at(cache, table[(t + n_run) / bs], g) * elem;
+            for (size_t off = 0; off < (size_t)dk * bs * elem; off += 64)
+                _mm_prefetch(next + off, _MM_HINT_T0);
+        }
         float *out = sc + (t - k0);
         if (avx512)
-            scores_avx512(qv, nq, dk, kt, bs, n_run, scale, out);
+            scores_avx512(qv, nq, dk, kt, bf16, bs, n_run, scale, out);
         else
-            scores_scalar(qv, nq, dk, kt, bs, n_run, scale, out);
+            scores_scalar(qv, nq, dk, kt, bf16, bs, n_run, scale, out);
         t += n_run;
     }
     /* per query: the keys it sees in this chunk (causal from its position, the window), exp
@@ -273,10 +371,18 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
     }
     /* Z += e · V: each value row read once for every query */
     for (int t = k0; t < k1; t++) {
-        const float *vr = mha_kv_v(cache, table[t / bs], g, t % bs);
-        if (t + 8 < k1) /* a few rows ahead */
-            for (int off = 0; off < dk; off += 16)
-                _mm_prefetch((const char *)(mha_kv_v(cache, table[(t + 8) / bs], g, (t + 8) % bs) + off), _MM_HINT_T0);
+        const void *row = data + mha_kv_v_at(cache, table[t / bs], g, t % bs) * elem;
+        if (t + 8 < k1) { /* a few rows ahead */
+            const char *ahead = (const char *)data + mha_kv_v_at(cache, table[(t + 8) / bs], g, (t + 8) % bs) * elem;
+            for (size_t off = 0; off < (size_t)dk * elem; off += 64)
+                _mm_prefetch(ahead + off, _MM_HINT_T0);
+        }
+        const float *vr = row;
+        if (bf16) { /* widened once for every query (the queries' room is free after the scores) */
+            for (int col = 0; col < dk; col++)
+                qv[col] = mha_bf16_float(((const mha_bf16 *)row)[col]);
+            vr = qv;
+        }
         for (int qi = 0; qi < nq; qi++) {
             const float e = sc[(size_t)qi * MHA_DECODE_CHUNK + (t - k0)];
             if (e != 0.0f) {
@@ -322,14 +428,19 @@ void mha_step_decode_merge(const mha_step_job *j, int q, int g)
     }
 }
 
-void mha_step_out_rows(const mha_step_job *j, int r0, int r1, int c0, int c1, float *apack)
+void mha_step_out_rows(const mha_step_job *j, int r0, int r1, int c0, int c1, const mha_scratch *s)
 {
     const mha_fwd *f = &j->f;
     const mha_kernel *k = f->kernel;
     const ptrdiff_t d = f->d;
-    mha_mat om = mha_mat_rows(k, f->out + (size_t)r0 * d + c0, d);
+    const mha_mat om = mha_mat_rows(k, f->out + (size_t)r0 * d + c0, d), zm = mha_mat_rows(k, f->z + (size_t)r0 * d, d);
+    const float beta = f->has_bias ? 1.0f : 0.0f;
     if (f->has_bias)
         mha_mat_fill_rows(k, om, r1 - r0, c1 - c0, f->bo + c0);
-    mha_gemm(k, r1 - r0, c1 - c0, f->d, 1.0f, mha_mat_rows(k, f->z + (size_t)r0 * d, d),
-             mha_mat_sub(k, mha_mat_panels(k, f->wo, f->d), 0, c0), f->has_bias ? 1.0f : 0.0f, om, apack);
+    if (f->bk) /* c0 is a multiple of the 16-column panels */
+        mha_bgemm(f->bk, k, r1 - r0, c1 - c0, f->d, 1.0f, NULL, zm, f->wo16 + (size_t)(c0 / MHA_BT_N) * f->w_ps, f->w_ps,
+                  beta, om, s->apack16);
+    else
+        mha_gemm(k, r1 - r0, c1 - c0, f->d, 1.0f, zm, mha_mat_sub(k, mha_mat_panels(k, f->wo, f->d), 0, c0), beta, om,
+                 s->apack);
 }

@@ -13,13 +13,15 @@ typedef struct mha_step_job {
     const mha_step *step;
     const int *row0;           /* (n_seqs + 1): each sequence's first row in x, z and out */
     int rows;                  /* new tokens in all: sum of n_new */
-    int chunk_rows;            /* rows per projection task: a function of the config only */
+    int chunk_rows;            /* rows per projection task (<= f.rows): a function of the config only */
     float *partial;            /* decode: (max_batch, kvh, max_chunks, group·DECODE_ROWS, dk + 2) */
     int max_chunks;            /* ceil(max_seq_kv / MHA_DECODE_CHUNK) */
 } mha_step_job;
 
-/* Rows [r0, r1) of the step's x into A panels at f.xpack + r0·d (r0 a multiple of the panel
- * height), once for all the projections that read them. */
+/* Rows per A panel of the step's packed rows: the float32 microkernel's, or 16 for bf16. */
+int mha_step_panel(const mha_step_job *j);
+/* Rows [r0, r1) of the step's x into A panels at f.xpack (r0 a multiple of MHA_PACK_BLOCK),
+ * once for all the projections that read them. */
 void mha_step_pack_rows(const mha_step_job *j, int r0, int r1);
 /* Rows [r0, r1) of the step, KV head g: K and V projected, rotated at their positions and
  * written to the cache; Q of the group's heads projected, rotated, into z. */
@@ -35,6 +37,6 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
 /* Decode: the chunks of (q, g) merged in order (log-sum-exp) into z. */
 void mha_step_decode_merge(const mha_step_job *j, int q, int g);
 /* out rows [r0, r1), columns [c0, c1) (c0 a panel boundary) = z · Wo + bo. */
-void mha_step_out_rows(const mha_step_job *j, int r0, int r1, int c0, int c1, float *apack);
+void mha_step_out_rows(const mha_step_job *j, int r0, int r1, int c0, int c1, const mha_scratch *s);
 
 #endif

@@ -212,6 +212,21 @@ Test(cli, decode_block_runs_steps_through_the_cache, .timeout = 60)
     double e = 1;
     const char *at = strstr(out, "\"max_rel_error\":");
     cr_assert(at && sscanf(at, "\"max_rel_error\":%lf", &e) == 1 && e < 1e-5, "steps against the forward: %s", out);
+    long f32_bytes = 0, bf16_bytes = 0;
+    at = strstr(out, "\"kv_cache_bytes\":");
+    cr_assert(at && sscanf(at, "\"kv_cache_bytes\":%ld", &f32_bytes) == 1, "%s", out);
+    free(out), free(err);
+    /* bf16: a bf16 cache (half the bytes past its header), within the bf16 contract of the
+     * float32 forward, the kernel named */
+    snprintf(args, sizeof args, "run %s --json --precision bf16", path);
+    cr_assert_eq(run_cli(args, &out, &err), 0, "%s", err);
+    cr_assert(strstr(out, "\"precision\":\"bf16\"") && strstr(out, "-bf16\""), "%s", out);
+    at = strstr(out, "\"kv_cache_bytes\":");
+    cr_assert(at && sscanf(at, "\"kv_cache_bytes\":%ld", &bf16_bytes) == 1, "%s", out);
+    cr_assert(bf16_bytes < f32_bytes && bf16_bytes * 2 > f32_bytes, "bf16 cache %ld bytes, f32 %ld", bf16_bytes,
+              f32_bytes);
+    at = strstr(out, "\"max_rel_error\":");
+    cr_assert(at && sscanf(at, "\"max_rel_error\":%lf", &e) == 1 && e < 1e-2, "bf16 steps against the forward: %s", out);
     free(out), free(err);
     snprintf(args, sizeof args, "run %s --input tests/data/x.npy", path);
     cr_assert_eq(run_cli(args, &out, &err), 2);

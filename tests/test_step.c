@@ -10,20 +10,27 @@
 #include <criterion/criterion.h>
 
 #include "helpers.h"
+#include "mha_io.h"
 
 /* fp32 with another summation order than the forward's (the context is gathered per step),
  * on unit-scale data: 1e-5 relative, as the engine tests. */
 #define STEP_TOL 1e-5
+/* bf16 steps against the float32 forward: operands rounded to 8 significant bits (weights,
+ * inputs, K and V in the cache, probabilities), as the engine's bf16 forward against the double
+ * reference (its contract, DESIGN.md): 1e-2 relative. */
+#define STEP_BF16_TOL 1e-2
 
 typedef struct decoder {
     problem p;          /* batch of sequences, all of length seq, self-attention */
     mha_config cfg;
     mha_engine *e;
-    float *want;        /* (batch, seq, d): one causal forward over each whole sequence */
+    float *want;        /* (batch, seq, d): one causal float32 forward over each whole sequence */
+    double tol;         /* of a step's rows against want */
 } decoder;
 
-/* A GQA + RoPE (+ window) layer, engine capacity max_batch × max_new new tokens per step. */
-static void decoder_make(decoder *dc, int batch, int seq, int window, int max_new, int threads)
+/* A GQA + RoPE (+ window) layer, engine capacity max_batch × max_new new tokens per step, of
+ * the given precision (its cache too); the reference forward is float32. */
+static void decoder_make_in(decoder *dc, int batch, int seq, int window, int max_new, int threads, mha_precision prec)
 {
     problem_make(&dc->p, 64, 8, batch, seq, seq, 1, 0, 404);
     problem_set_kv_heads(&dc->p, 2, 405);
@@ -41,11 +48,18 @@ static void decoder_make(decoder *dc, int batch, int seq, int window, int max_ne
     /* the decoding engine: capacity max_new new tokens per sequence, seq of context */
     problem_config(&dc->p, &dc->cfg, threads);
     dc->cfg.max_seq_q = max_new;
+    dc->cfg.precision = prec;
+    dc->tol = prec == MHA_PRECISION_BF16 ? STEP_BF16_TOL : STEP_TOL;
     cr_assert_eq(mha_create(&dc->cfg, &dc->e), MHA_OK);
     float *scratch;
     mha_weights w = problem_weights(&dc->p, MHA_LAYOUT_XW, &scratch);
     cr_assert_eq(mha_set_weights(dc->e, &w), MHA_OK);
     free(scratch);
+}
+
+static void decoder_make(decoder *dc, int batch, int seq, int window, int max_new, int threads)
+{
+    decoder_make_in(dc, batch, seq, window, max_new, threads, MHA_PRECISION_F32);
 }
 
 static void decoder_free(decoder *dc)
@@ -94,56 +108,81 @@ static void run_schedule(decoder *dc, int block_size, int n_steps, const int (*s
                     num += ((double)got[o] - ref[o]) * ((double)got[o] - ref[o]), den += (double)ref[o] * ref[o];
                 double e = sqrt(num / den);
                 worst = e > worst ? e : worst;
-                cr_assert_leq(e, STEP_TOL, "step %d, sequence %d, position %d: relative error %.3g", k, b, past[b] + i, e);
+                cr_assert_leq(e, dc->tol, "step %d, sequence %d, position %d: relative error %.3g", k, b, past[b] + i, e);
             }
             past[b] += add[b];
         }
     }
     for (int b = 0; b < B; b++)
         cr_assert_eq(past[b], S, "the schedule covers sequence %d", b);
-    cr_log_info("block_size %d, %d steps: worst relative error %.3g against the forward", block_size, n_steps, worst);
+    cr_log_info("%s, block_size %d, %d steps: worst relative error %.3g against the float32 forward",
+                mha_precision_name(dc->cfg.precision), block_size, n_steps, worst);
     free(x), free(out), free(table), free(pool);
     mha_kv_cache_free(c);
 }
 
+/* Each property below holds for both precisions: float32 (to STEP_TOL) and bf16 with a bf16
+ * cache (to STEP_BF16_TOL). */
+#define EACH_PRECISION(prec) for (mha_precision prec = MHA_PRECISION_F32; prec <= MHA_PRECISION_BF16; prec++)
+
 Test(step, prefill_then_token_by_token_equals_one_forward, .timeout = 60)
 {
-    decoder dc;
-    decoder_make(&dc, 1, 20, 0, 20, 2);
-    int sched[12][4] = {{9}};
-    for (int k = 1; k < 12; k++)
-        sched[k][0] = 1;
-    run_schedule(&dc, 4, 12, (const int (*)[4])sched, 1);
-    decoder_free(&dc);
+    EACH_PRECISION(prec) {
+        decoder dc;
+        decoder_make_in(&dc, 1, 20, 0, 20, 2, prec);
+        int sched[12][4] = {{9}};
+        for (int k = 1; k < 12; k++)
+            sched[k][0] = 1;
+        run_schedule(&dc, 4, 12, (const int (*)[4])sched, 1);
+        decoder_free(&dc);
+    }
 }
 
 Test(step, chunked_prefill_and_mixed_batches_equal_one_forward, .timeout = 60)
 {
-    decoder dc;
-    decoder_make(&dc, 3, 24, 0, 24, 2);
     /* three sequences at different stages in each step, some with nothing new */
     static const int sched[][4] = {
         {5, 24, 0}, {7, 0, 3}, {1, 0, 10}, {0, 0, 0}, {3, 0, 1}, {8, 0, 1}, {0, 0, 9},
     };
-    run_schedule(&dc, 5, (int)(sizeof sched / sizeof sched[0]), sched, 2);
-    run_schedule(&dc, 24, (int)(sizeof sched / sizeof sched[0]), sched, 3); /* one block each: contiguous */
-    decoder_free(&dc);
+    EACH_PRECISION(prec) {
+        decoder dc;
+        decoder_make_in(&dc, 3, 24, 0, 24, 2, prec);
+        run_schedule(&dc, 5, (int)(sizeof sched / sizeof sched[0]), sched, 2);
+        run_schedule(&dc, 24, (int)(sizeof sched / sizeof sched[0]), sched, 3); /* one block each: contiguous */
+        decoder_free(&dc);
+    }
 }
 
 Test(step, sliding_window_through_steps_equals_one_forward, .timeout = 60)
 {
-    decoder dc;
-    decoder_make(&dc, 2, 30, 6, 16, 3);
     static const int sched[][4] = {{16, 3}, {1, 13}, {1, 1}, {4, 13}, {8, 0}};
-    run_schedule(&dc, 8, (int)(sizeof sched / sizeof sched[0]), sched, 4);
-    decoder_free(&dc);
+    EACH_PRECISION(prec) {
+        decoder dc;
+        decoder_make_in(&dc, 2, 30, 6, 16, 3, prec);
+        run_schedule(&dc, 8, (int)(sizeof sched / sizeof sched[0]), sched, 4);
+        decoder_free(&dc);
+    }
 }
 
-/* Steps over a fixed schedule with the given thread count; the final outputs. */
-static float *step_outputs(int threads)
+/* Whole prefills of several sequences in one step: more rows than one projection task takes
+ * (the Q/K/V scratch holds max(max_seq_q, max_seq_kv) = 20 rows, not a whole number of A
+ * panels of 12, 16 or 32 rows): each task's rows, and the packing of them, start on a panel. */
+Test(step, many_sequences_prefilled_in_one_step_equal_one_forward, .timeout = 60)
+{
+    static const int sched[][4] = {{20, 13, 20}, {0, 7, 0}};
+    EACH_PRECISION(prec) {
+        decoder dc;
+        decoder_make_in(&dc, 3, 20, 0, 20, 2, prec);
+        run_schedule(&dc, 4, 2, sched, 5);
+        decoder_free(&dc);
+    }
+}
+
+/* Steps over a fixed schedule with the given thread count and precision; the final outputs. */
+static float *step_outputs(int threads, mha_precision prec)
 {
     decoder dc;
-    decoder_make(&dc, 3, 40, 0, 20, threads);
+    decoder_make_in(&dc, 3, 40, 0, 20, threads, prec);
     mha_kv_cache *c;
     cr_assert_eq(mha_kv_cache_create(&dc.cfg, 30, 8, &c), MHA_OK);
     int32_t table[3 * 5] = {0, 1, 2, 3, 4, 10, 11, 12, 13, 14, 20, 21, 22, 23, 24};
@@ -160,14 +199,16 @@ static float *step_outputs(int threads)
 
 Test(step, bitwise_identical_across_thread_counts, .timeout = 60)
 {
-    float *one = step_outputs(1);
-    for (int t = 2; t <= 3; t++) {
-        float *other = step_outputs(t);
-        long at = first_bit_difference(one, other, (size_t)44 * 64);
-        cr_assert_eq(at, -1, "%d threads: out[%ld] differs from 1 thread", t, at);
-        free(other);
+    EACH_PRECISION(prec) {
+        float *one = step_outputs(1, prec);
+        for (int t = 2; t <= 3; t++) {
+            float *other = step_outputs(t, prec);
+            long at = first_bit_difference(one, other, (size_t)44 * 64);
+            cr_assert_eq(at, -1, "%s, %d threads: out[%ld] differs from 1 thread", mha_precision_name(prec), t, at);
+            free(other);
+        }
+        free(one);
     }
-    free(one);
 }
 
 Test(step, a_failed_check_changes_neither_cache_nor_out, .timeout = 30)
@@ -229,6 +270,12 @@ Test(step, a_failed_check_changes_neither_cache_nor_out, .timeout = 30)
     cr_assert_eq(mha_kv_cache_create(&other, 6, 4, &c2), MHA_OK);
     cr_assert_eq(mha_step_forward(dc.e, c2, &st, out), MHA_ERR_CONFIG);
     mha_kv_cache_free(c2);
+    other = dc.cfg;
+    other.precision = MHA_PRECISION_BF16; /* a bf16 cache: not this float32 engine's */
+    cr_assert_eq(mha_kv_cache_create(&other, 6, 4, &c2), MHA_OK);
+    cr_assert_eq(mha_step_forward(dc.e, c2, &st, out), MHA_ERR_CONFIG);
+    cr_assert(strstr(mha_engine_last_error(dc.e), "precision bf16"), "%s", mha_engine_last_error(dc.e));
+    mha_kv_cache_free(c2);
     cr_assert(!memcmp(out, out_copy, sizeof out));
     /* the engine stays usable */
     past[0] = 6, past[1] = 3, add[0] = 1, add[1] = 0;
@@ -240,23 +287,26 @@ Test(step, a_failed_check_changes_neither_cache_nor_out, .timeout = 30)
 
 Test(step, a_step_allocates_nothing, .timeout = 30)
 {
-    decoder dc;
-    decoder_make(&dc, 2, 16, 0, 16, 2);
-    mha_kv_cache *c;
-    cr_assert_eq(mha_kv_cache_create(&dc.cfg, 8, 4, &c), MHA_OK);
-    int32_t table[2 * 4] = {0, 1, 2, 3, 4, 5, 6, 7}, past[2] = {0, 0}, add[2] = {10, 4};
-    float *out = malloc((size_t)16 * 2 * 64 * sizeof *out);
-    mha_step st = {.n_seqs = 2, .n_past = past, .n_new = add, .blocks = table, .max_blocks = 4, .x = dc.p.q};
-    cr_assert_eq(mha_step_forward(dc.e, c, &st, out), MHA_OK); /* the first: libgomp's pools warm */
-    past[0] = 10, past[1] = 4, add[0] = 1, add[1] = 1;
-    const long before = alloc_count();
-    cr_assert_eq(mha_step_forward(dc.e, c, &st, out), MHA_OK);
-    /* libgomp's task descriptors are malloc'd by libgomp, not counted here: libmha's own
-     * allocations (routed to the counter) must be none */
-    cr_assert_eq(alloc_count() - before, 0, "a step made %ld allocations", alloc_count() - before);
-    free(out);
-    mha_kv_cache_free(c);
-    decoder_free(&dc);
+    EACH_PRECISION(prec) {
+        decoder dc;
+        decoder_make_in(&dc, 2, 16, 0, 16, 2, prec);
+        mha_kv_cache *c;
+        cr_assert_eq(mha_kv_cache_create(&dc.cfg, 8, 4, &c), MHA_OK);
+        int32_t table[2 * 4] = {0, 1, 2, 3, 4, 5, 6, 7}, past[2] = {0, 0}, add[2] = {10, 4};
+        float *out = malloc((size_t)16 * 2 * 64 * sizeof *out);
+        mha_step st = {.n_seqs = 2, .n_past = past, .n_new = add, .blocks = table, .max_blocks = 4, .x = dc.p.q};
+        cr_assert_eq(mha_step_forward(dc.e, c, &st, out), MHA_OK); /* the first: libgomp's pools warm */
+        past[0] = 10, past[1] = 4, add[0] = 1, add[1] = 1;
+        const long before = alloc_count();
+        cr_assert_eq(mha_step_forward(dc.e, c, &st, out), MHA_OK);
+        /* libgomp's task descriptors are malloc'd by libgomp, not counted here: libmha's own
+         * allocations (routed to the counter) must be none */
+        cr_assert_eq(alloc_count() - before, 0, "%s: a step made %ld allocations", mha_precision_name(prec),
+                     alloc_count() - before);
+        free(out);
+        mha_kv_cache_free(c);
+        decoder_free(&dc);
+    }
 }
 
 Test(step, cache_sizes_and_arguments)
@@ -276,6 +326,9 @@ Test(step, cache_sizes_and_arguments)
     char mem[256] __attribute__((aligned(64)));
     cr_assert_eq(mha_kv_cache_create_static(&cfg, 1, 16, mem, sizeof mem, &c), MHA_ERR_WORKSPACE, "too small");
     cr_assert_eq(mha_kv_cache_create_static(&cfg, 1, 1, mem + 4, 200, &c), MHA_ERR_WORKSPACE, "misaligned");
+    cfg.precision = MHA_PRECISION_BF16; /* bf16 elements: half the bytes */
+    cr_assert_eq(mha_kv_cache_size(&cfg, 2, 16) - mha_kv_cache_size(&cfg, 1, 16), (size_t)2 * 2 * 16 * 8 * 2);
+    cfg.precision = MHA_PRECISION_F32;
     mha_kv_cache_free(NULL);
     mha_engine *e;
     cr_assert_eq(mha_create(&cfg, &e), MHA_OK);
@@ -292,11 +345,34 @@ Test(step, long_contexts_in_decode_chunks_equal_one_forward, .timeout = 120)
     static const int sched[][4] = {{1100, 1200}, {4, 2}, {1, 3}, {195, 95}};
     /* no window; one spanning chunks; one that leaves whole chunks behind (skipped unread) */
     static const int windows[] = {0, 700, 300};
-    for (int w = 0; w < 3; w++) {
-        const int window = windows[w];
-        decoder dc;
-        decoder_make(&dc, 2, 1300, window, 1200, 2);
-        run_schedule(&dc, 16, 4, sched, 9);
-        decoder_free(&dc);
-    }
+    EACH_PRECISION(prec)
+        for (int w = 0; w < 3; w++) {
+            const int window = windows[w];
+            decoder dc;
+            decoder_make_in(&dc, 2, 1300, window, 1200, 2, prec);
+            run_schedule(&dc, 16, 4, sched, 9);
+            decoder_free(&dc);
+        }
+}
+
+/* A bf16 engine reads and writes a bf16 cache only: a float32 cache of the same model is refused
+ * before anything is written. */
+Test(step, a_bf16_engine_refuses_a_float32_cache)
+{
+    decoder dc;
+    decoder_make_in(&dc, 1, 8, 0, 8, 1, MHA_PRECISION_BF16);
+    mha_config f32 = dc.cfg;
+    f32.precision = MHA_PRECISION_F32;
+    mha_kv_cache *c;
+    cr_assert_eq(mha_kv_cache_create(&f32, 2, 4, &c), MHA_OK);
+    int32_t table[2] = {0, 1}, past[1] = {0}, add[1] = {8};
+    float out[8 * 64];
+    memset(out, 0x5a, sizeof out);
+    mha_step st = {.n_seqs = 1, .n_past = past, .n_new = add, .blocks = table, .max_blocks = 2, .x = dc.p.q};
+    cr_assert_eq(mha_step_forward(dc.e, c, &st, out), MHA_ERR_CONFIG);
+    cr_assert(strstr(mha_engine_last_error(dc.e), "precision f32"), "%s", mha_engine_last_error(dc.e));
+    for (size_t i = 0; i < sizeof out / sizeof out[0]; i++)
+        cr_assert_eq(((const unsigned char *)out)[i * sizeof *out], 0x5a, "out changed");
+    mha_kv_cache_free(c);
+    decoder_free(&dc);
 }

@@ -2,11 +2,12 @@
 """PyTorch decode step as a peer: an HF-style decoder attention layer (q/k/v/o nn.Linear without
 bias, llama3 RoPE, repeat_kv, matmul + softmax) over a static KV cache tensor, one new token per
 sequence per step. Prints {"median_ms", "min_ms", "max_ms", "p99_ms"} of the step.
-usage: torch_decode.py D HEADS KV_HEADS SEQS CONTEXT STEPS THREADS [eager|sdpa]
+usage: torch_decode.py D HEADS KV_HEADS SEQS CONTEXT STEPS THREADS [eager|sdpa] [f32|bf16]
 The cache holds random K and V for CONTEXT positions (prefill is not timed); step k writes
 position CONTEXT + k and attends to positions 0 .. CONTEXT + k, as mha_step_forward does.
 eager (default): HF's eager path, repeat_kv then matmul + softmax; sdpa (PyTorch >= 2.5):
-torch.nn.functional.scaled_dot_product_attention on the cache's KV heads with enable_gqa."""
+torch.nn.functional.scaled_dot_product_attention on the cache's KV heads with enable_gqa.
+bf16: the layers, the cache and the new tokens in torch.bfloat16 (RoPE frequencies float32)."""
 import json
 import math
 import sys
@@ -16,6 +17,7 @@ import torch
 
 d, h, kvh, seqs, ctx, steps, threads = map(int, sys.argv[1:8])
 mode = sys.argv[8] if len(sys.argv) > 8 else "eager"
+dtype = torch.bfloat16 if len(sys.argv) > 9 and sys.argv[9] == "bf16" else torch.float32
 torch.set_num_threads(threads)
 torch.manual_seed(0)
 dk, rep = d // h, h // kvh
@@ -30,11 +32,14 @@ mid = ~(wavelen < 8192 / 4) * ~(wavelen > 8192 / 1)
 inv = torch.where(mid, (1 - smooth) * inv_l / 8 + smooth * inv_l, inv_l)
 K = torch.rand(seqs, kvh, ctx + steps, dk) * 2 - 1   # the static cache
 V = torch.rand(seqs, kvh, ctx + steps, dk) * 2 - 1
+K, V = K.to(dtype), V.to(dtype)
+for m in (q_proj, k_proj, v_proj, o_proj):
+    m.to(dtype)
 
 
 def rope(x, pos):
     f = pos * inv
-    cos, sin = torch.cat((f, f)).cos(), torch.cat((f, f)).sin()
+    cos, sin = torch.cat((f, f)).cos().to(dtype), torch.cat((f, f)).sin().to(dtype)
     x1, x2 = x[..., : dk // 2], x[..., dk // 2:]
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
@@ -42,7 +47,7 @@ def rope(x, pos):
 times = []
 with torch.no_grad():
     for k in range(steps):
-        x = torch.rand(seqs, 1, d) * 2 - 1
+        x = (torch.rand(seqs, 1, d) * 2 - 1).to(dtype)
         pos = ctx + k
         t0 = time.perf_counter()
         q = rope(q_proj(x).view(seqs, 1, h, dk).transpose(1, 2), pos)
