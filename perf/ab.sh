@@ -5,7 +5,7 @@
 set -euo pipefail
 a=$1 b=$2 cfg=$3 rounds=${4:-5}
 shift $(( $# < 4 ? $# : 4 ))
-ms() { local bin=$1; shift; "$bin" run "$cfg" --json --check 0 "$@" | sed -n 's/.*"median_ms":\([0-9.e+-]*\).*/\1/p'; }
+ms() { local bin=$1; shift; "$bin" run "$cfg" --json --check 0 "$@" | sed -n 's/.*"\(step_\)\{0,1\}median_ms":\([0-9.e+-]*\).*/\2/p'; }
 ta=() tb=()
 for r in $(seq "$rounds"); do
   x=$(ms "$a" "$@"); y=$(ms "$b" "$@")

@@ -133,6 +133,82 @@ static void gemv_rows(const mha_kernel *k, int m, int n, int kk, float alpha, mh
         }
 }
 
+/* Up to MHA_STREAM_ROWS rows on AVX-512 with B panels of 32 columns (k->stream): B streamed
+ * once from memory, R rows × 32 columns of accumulators per pass over a chunk of k (R = 8, 4,
+ * 2, 1: a register tile of the rows that exist; the microkernel would compute whole panels
+ * of aw rows), the other passes reading that chunk again from L1. The sums are the
+ * microkernel's, bit for bit for beta 0 and 1 (the engine's): one FMA chain per element over
+ * each chunk of k->kc in k order, then c = alpha·acc, + beta·c by FMA for the first chunk
+ * (beta = 0: c not read), c + alpha·acc for the others. (BLIS's edge tiles round beta·c
+ * separately for other betas.) */
+#ifndef MHA_STREAM_AHEAD
+#define MHA_STREAM_AHEAD 32 /* rows of B (128 bytes each) the first pass prefetches ahead */
+#endif
+static inline __attribute__((always_inline, target("avx512f"))) void
+stream_pass(const mha_kernel *k, const int R, const int pf, int i0, int p0, int p1, int j0, int nj, float alpha, mha_mat a,
+            const float *bp, float beta, mha_mat c)
+{
+    const int w = 32;
+    __m512 acc0[8], acc1[8];
+    for (int r = 0; r < R; r++)
+        acc0[r] = acc1[r] = _mm512_setzero_ps();
+    for (int p = p0; p < p1;) { /* A's columns are contiguous within one of its panels */
+        const int in_panel = w - p % w, np = p1 - p < in_panel ? p1 - p : in_panel;
+        const float *x = a.p + (ptrdiff_t)i0 * a.ld + (ptrdiff_t)(p / w) * a.ps + p % w;
+        const float *bq = bp + (ptrdiff_t)p * w;
+        for (int q = 0; q < np; q++, bq += w) {
+            if (pf) { /* the first pass reads B from memory: rows far enough ahead on their way */
+                _mm_prefetch((const char *)(bq + MHA_STREAM_AHEAD * w), _MM_HINT_T0);
+                _mm_prefetch((const char *)(bq + MHA_STREAM_AHEAD * w + 16), _MM_HINT_T0);
+            }
+            const __m512 b0 = _mm512_load_ps(bq), b1 = _mm512_load_ps(bq + 16);
+            for (int r = 0; r < R; r++) {
+                const __m512 xr = _mm512_set1_ps(x[(ptrdiff_t)r * a.ld + q]);
+                acc0[r] = _mm512_fmadd_ps(xr, b0, acc0[r]);
+                acc1[r] = _mm512_fmadd_ps(xr, b1, acc1[r]);
+            }
+        }
+        p += np;
+    }
+    const __mmask16 m0 = nj >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nj) - 1u);
+    const __mmask16 m1 = nj >= 32 ? (__mmask16)0xFFFF : nj <= 16 ? 0 : (__mmask16)((1u << (nj - 16)) - 1u);
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    for (int r = 0; r < R; r++) {
+        float *cp = mha_mat_at(k, c, i0 + r, j0);
+        __m512 t0 = _mm512_mul_ps(va, acc0[r]), t1 = _mm512_mul_ps(va, acc1[r]);
+        if (p0 > 0) {
+            t0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, cp), t0);
+            t1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, cp + 16), t1);
+        } else if (beta != 0.0f) {
+            t0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, cp), t0);
+            t1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, cp + 16), t1);
+        }
+        _mm512_mask_storeu_ps(cp, m0, t0);
+        _mm512_mask_storeu_ps(cp + 16, m1, t1);
+    }
+}
+
+__attribute__((target("avx512f"))) static void stream_rows(const mha_kernel *k, int m, int n, int kk, float alpha,
+                                                          mha_mat a, mha_mat b, float beta, mha_mat c)
+{
+    for (int j0 = 0; j0 < n; j0 += 32) {
+        const float *bp = b.p + (ptrdiff_t)(j0 / 32) * b.ps;
+        const int nj = n - j0 < 32 ? n - j0 : 32;
+        for (int p0 = 0; p0 < kk; p0 += k->kc) {
+            const int p1 = kk - p0 < k->kc ? kk : p0 + k->kc;
+            int i0 = 0;
+            for (; i0 + 8 <= m; i0 += 8)
+                stream_pass(k, 8, i0 == 0, i0, p0, p1, j0, nj, alpha, a, bp, beta, c);
+            if (m - i0 >= 4)
+                stream_pass(k, 4, i0 == 0, i0, p0, p1, j0, nj, alpha, a, bp, beta, c), i0 += 4;
+            if (m - i0 >= 2)
+                stream_pass(k, 2, i0 == 0, i0, p0, p1, j0, nj, alpha, a, bp, beta, c), i0 += 2;
+            if (m - i0 >= 1)
+                stream_pass(k, 1, i0 == 0, i0, p0, p1, j0, nj, alpha, a, bp, beta, c);
+        }
+    }
+}
+
 /* The loops over one block of A (mb rows × kc, already in panels at ap, panel stride aps)
  * and the columns of B: C[i0 .., ..] (+)= alpha · A_blk · B[p0 .., ..]. */
 static void gemm_block(const mha_kernel *k, int i0, int mb, int n, int p0, int kc, float alpha, const float *ap,
@@ -171,6 +247,10 @@ void mha_gemm(const mha_kernel *k, int m, int n, int kk, float alpha, mha_mat a,
         return;
     if (kk <= 0) {
         scale_c(k, m, n, beta, c);
+        return;
+    }
+    if (k->stream && m <= MHA_STREAM_ROWS) {
+        stream_rows(k, m, n, kk, alpha, a, b, beta, c);
         return;
     }
     if (mha_gemm_few_rows(k, m)) {

@@ -45,11 +45,15 @@ static inline size_t mha_round_up(size_t n, size_t w)
     return (n + w - 1) / w * w;
 }
 
-/* Whether mha_gemm runs m rows as matrix-vector products (a register tile would be mostly
- * empty): then its A operand is read in place and never packed. */
+/* Rows up to which mha_gemm streams B past register tiles of the rows themselves where the
+ * kernel allows it (k->stream), with the microkernel's sums bit for bit. */
+#define MHA_STREAM_ROWS 32
+
+/* Whether mha_gemm reads A in place, never packed: m rows as matrix-vector products (a
+ * register tile would be mostly empty), or streamed (k->stream, up to MHA_STREAM_ROWS). */
 static inline int mha_gemm_few_rows(const mha_kernel *k, int m)
 {
-    return m * 4 <= k->aw && k->bw <= 64;
+    return (m * 4 <= k->aw && k->bw <= 64) || (k->stream && m <= MHA_STREAM_ROWS);
 }
 
 /* Floats of scratch mha_gemm needs to pack A. */

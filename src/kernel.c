@@ -109,6 +109,7 @@ mha_status mha_kernel_select(const char *request, mha_kernel *k)
         k->nb = k->transposed ? mc : nc / nr * nr;
         k->avx512 = __builtin_cpu_supports("avx512f");
         k->avx512bw = k->avx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+        k->stream = k->avx512 && !strcmp(k->arch, "skx") && k->bw == 32;
         if (!k->ukr || k->bw < 1 || k->aw < 1 || k->kc < 1 || k->mb < k->aw || k->nb < k->bw)
             return MHA_ERR_CONFIG;
         return MHA_OK;

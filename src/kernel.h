@@ -24,6 +24,7 @@ typedef struct mha_kernel {
     int mb, nb;        /* rows of A packed per pass; columns of B per cache block */
     int avx512;        /* the CPU runs AVX-512F: packing uses register transposes */
     int avx512bw;      /* and AVX-512BW and VL (16-bit masked loads): decode reads the cache wide */
+    int stream;        /* few rows stream B (gemm.c): AVX-512, skx's microkernel (its sums matched) */
 } mha_kernel;
 
 /* request: "" or "auto" (from the CPU's features), or a sub-config name.

@@ -1,6 +1,7 @@
 /* test_gemm.c — the GEMM on BLIS's microkernel against a double-precision product, for every
  * kernel this CPU runs: edge tiles, several k passes, several A blocks, panel-form operands,
- * beta, the few-rows and 4-to-16-rows paths; and the vector A packing against the scalar one, bit for bit. */
+ * beta, the few-rows and streamed-rows paths; the streamed rows against the microkernel and the
+ * vector A packing against the scalar one, bit for bit. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,8 +28,9 @@ ParameterizedTestParameters(gemm, matches_double_product)
         {1, 1, 1, 0, 0}, {1, 64, 256, 0, 0}, {2, 192, 256, 0, 1}, {3, 33, 17, 1, 0},
         {12, 32, 64, 0, 0}, {13, 31, 65, 1, 1}, {37, 100, 391, 0, 1}, {128, 192, 768, 0, 0},
         {500, 70, 40, 1, 0}, {64, 1000, 64, 0, 0}, {7, 5, 800, 0, 1}, {481, 13, 9, 0, 1},
-        /* 4..16 row-major rows: the streaming path on skx (every n tail, beta 0 and 1) */
+        /* up to MHA_STREAM_ROWS rows: streamed on skx (every n tail, beta 0 and 1, k passes) */
         {4, 70, 33, 0, 0}, {9, 33, 300, 0, 1}, {16, 1024, 128, 0, 1}, {16, 17, 256, 0, 0},
+        {24, 65, 900, 1, 1}, {32, 96, 385, 0, 0}, {31, 40, 50, 1, 1},
     };
     return cr_make_param_array(gcase, cases, sizeof cases / sizeof cases[0]);
 }
@@ -100,4 +102,53 @@ Test(gemm, vector_packing_matches_scalar_bit_for_bit)
             cr_assert(!memcmp(x, y, used * sizeof *x), "start %d, %d columns: packings differ", starts[s], lens[l]);
         }
     free(a), free(x), free(y);
+}
+
+/* The streamed rows (k->stream) sum exactly as the microkernel does (per chunk of kc, k in
+ * order, the same epilogue for beta 0 and 1), so a row's bits never depend on how many rows a
+ * call has. */
+Test(gemm, streamed_rows_match_the_microkernel_bit_for_bit, .timeout = 60)
+{
+    mha_kernel k;
+    cr_assert_eq(mha_kernel_select("", &k), MHA_OK);
+    if (!k.stream)
+        cr_skip_test("rows are not streamed with BLIS '%s' on this CPU (AVX-512 and skx's microkernel needed)", k.arch);
+    const int ms[] = {1, 2, 3, 4, 7, 8, 9, 12, 15, 16, 17, 24, 31, 32}, ns[] = {1, 31, 32, 33, 100}, ks[] = {1, 100, 801};
+    /* the engine's betas (0: c not read; 1: c + alpha·acc, a bias or an earlier k pass). Others
+     * are accurate (matches_double_product) but BLIS's edge tiles round beta·c their own way */
+    const float betas[] = {0.0f, 1.0f};
+    rng r = {91};
+    const int M = 32, N = 100, K = 801, w = k.bw;
+    float *a = malloc((size_t)M * K * sizeof *a), *b = malloc((size_t)K * N * sizeof *b);
+    float *c0 = malloc((size_t)M * N * sizeof *c0), *c1 = malloc((size_t)M * N * sizeof *c1);
+    float *c2 = malloc((size_t)M * N * sizeof *c2);
+    fill_uniform(a, (size_t)M * K, -1, 1, &r);
+    fill_uniform(b, (size_t)K * N, -1, 1, &r);
+    fill_uniform(c0, (size_t)M * N, -1, 1, &r);
+    float *ap = aligned_floats(mha_gemm_packed_a_floats(&k, M, K)), *a_pan = aligned_floats((size_t)M * mha_round_up(K, (size_t)w));
+    float *bp = aligned_floats((size_t)K * mha_round_up(N, (size_t)w));
+    for (int ki = 0; ki < 3; ki++)
+        for (int ni = 0; ni < 5; ni++) {
+            const int kk = ks[ki], n = ns[ni];
+            mha_pack_panels(&k, kk, n, mha_mat_rows(&k, b, N), 0, bp);
+            mha_pack_panels(&k, M, kk, mha_mat_rows(&k, a, K), 0, a_pan);
+            for (int mi = 0; mi < (int)(sizeof ms / sizeof ms[0]); mi++)
+                for (int bi = 0; bi < 2; bi++)
+                    for (int form = 0; form < 2; form++) { /* A row-major, or in panels */
+                        const int m = ms[mi];
+                        const mha_mat am = form ? mha_mat_panels(&k, a_pan, M) : mha_mat_rows(&k, a, K);
+                        memcpy(c1, c0, (size_t)M * N * sizeof *c1);
+                        memcpy(c2, c0, (size_t)M * N * sizeof *c2);
+                        mha_gemm(&k, m, n, kk, 0.75f, am, mha_mat_panels(&k, bp, kk), betas[bi], mha_mat_rows(&k, c1, N),
+                                 NULL);
+                        mha_gemm_pack_a(&k, mha_mat_rows(&k, a, K), 0, m, 0, kk, ap, 1);
+                        mha_gemm_prepacked(&k, m, n, kk, 0.75f, ap, mha_mat_panels(&k, bp, kk), betas[bi],
+                                           mha_mat_rows(&k, c2, N));
+                        long at = first_bit_difference(c1, c2, (size_t)M * N);
+                        cr_assert_eq(at, -1, "m %d, n %d, k %d, beta %g, A %s: c[%ld][%ld] %.9g, microkernel %.9g", m, n,
+                                     kk, betas[bi], form ? "panels" : "rows", at / N, at % N, c1[at < 0 ? 0 : at],
+                                     c2[at < 0 ? 0 : at]);
+                    }
+        }
+    free(a), free(b), free(c0), free(c1), free(c2), free(ap), free(a_pan), free(bp);
 }
