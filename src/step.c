@@ -248,11 +248,14 @@ static void scores_scalar(const float *restrict q, int nq, int dk, const void *k
 }
 
 /* 16 slots at a time, 8 queries per pass: 8 accumulators, one Kᵀ row load per feature (bf16:
- * 16 halves widened to float32 by a shift). */
+ * 16 halves widened to float32 by a shift); the same slots of the next block's Kᵀ (next, or
+ * NULL) prefetched feature by feature as the first pass goes. */
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static void scores_avx512(const float *restrict q, int nq, int dk,
                                                                                const void *kt, int bf16, int ld, int n,
-                                                                               float scale, float *restrict sc)
+                                                                               float scale, float *restrict sc,
+                                                                               const void *next)
 {
+    const size_t elem = bf16 ? sizeof(mha_bf16) : sizeof(float);
     for (int t = 0; t < n; t += 16) {
         const __mmask16 m = n - t >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - t)) - 1u);
         for (int q0 = 0; q0 < nq; q0 += 8) {
@@ -262,6 +265,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void scores_avx512(c
                 acc[r] = _mm512_setzero_ps();
             for (int c = 0; c < dk; c++) {
                 const size_t at = (size_t)c * ld + t;
+                if (next && q0 == 0)
+                    _mm_prefetch((const char *)next + at * elem, _MM_HINT_T0);
                 const __m512 krow =
                     bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(
                                _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const mha_bf16 *)kt + at)), 16))
@@ -277,21 +282,67 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void scores_avx512(c
     }
 }
 
-static void axpy_scalar(float *restrict y, float a, const float *restrict x, int n)
+/* p[qi][c] += Σ_t e[qi · CHUNK + t] · v[t][c] over the n value rows of one block (v: d_k per
+ * row, float32 or bf16), key by key in order: one multiply-add per key and feature. */
+static void values_scalar(const float *e, int nq, const void *v, int bf16, int n, int dk, float *p, size_t ps)
 {
-    for (int i = 0; i < n; i++)
-        y[i] += a * x[i];
+    for (int t = 0; t < n; t++)
+        for (int qi = 0; qi < nq; qi++) {
+            const float x = e[(size_t)qi * MHA_DECODE_CHUNK + t];
+            float *y = p + (size_t)qi * ps;
+            for (int c = 0; c < dk; c++)
+                y[c] += x * cache_elem(v, bf16, (size_t)t * dk + c);
+        }
 }
 
-__attribute__((target("avx512f"))) static void axpy_avx512(float *restrict y, float a, const float *restrict x, int n)
+/* The same with 8 queries × 32 features of FMA accumulators per pass over the block's rows
+ * (bf16 rows widened by a shift), the rows of the next block (next, or NULL) prefetched as the
+ * first pass goes. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void values_avx512(const float *e, int nq, const void *v,
+                                                                               int bf16, int n, int dk, float *p,
+                                                                               size_t ps, const void *next)
 {
-    const __m512 va = _mm512_set1_ps(a);
-    int i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
-    if (i < n) {
-        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
-        _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+    const size_t elem = bf16 ? sizeof(mha_bf16) : sizeof(float), row = (size_t)dk * elem;
+    for (int c0 = 0; c0 < dk; c0 += 32) {
+        const int nc = dk - c0;
+        const __mmask16 m0 = nc >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nc) - 1u);
+        const __mmask16 m1 = nc >= 32 ? (__mmask16)0xFFFF : nc <= 16 ? 0 : (__mmask16)((1u << (nc - 16)) - 1u);
+        for (int q0 = 0; q0 < nq; q0 += 8) {
+            const int nb = nq - q0 < 8 ? nq - q0 : 8;
+            __m512 acc0[8], acc1[8];
+            for (int r = 0; r < 8; r++) {
+                const float *y = p + (size_t)(q0 + r < nq ? q0 + r : q0) * ps + c0;
+                acc0[r] = _mm512_maskz_loadu_ps(m0, y);
+                acc1[r] = _mm512_maskz_loadu_ps(m1, y + 16);
+            }
+            for (int t = 0; t < n; t++) {
+                if (next && c0 == 0 && q0 == 0)
+                    for (size_t off = 0; off < row; off += 64)
+                        _mm_prefetch((const char *)next + (size_t)t * row + off, _MM_HINT_T0);
+                __m512 b0, b1;
+                if (bf16) {
+                    const mha_bf16 *vr = (const mha_bf16 *)v + (size_t)t * dk + c0;
+                    b0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m0, vr)), 16));
+                    b1 = _mm512_castsi512_ps(
+                        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m1, vr + 16)), 16));
+                } else {
+                    const float *vr = (const float *)v + (size_t)t * dk + c0;
+                    b0 = _mm512_maskz_loadu_ps(m0, vr);
+                    b1 = _mm512_maskz_loadu_ps(m1, vr + 16);
+                }
+                for (int r = 0; r < 8; r++)
+                    if (r < nb) {
+                        const __m512 x = _mm512_set1_ps(e[(size_t)(q0 + r) * MHA_DECODE_CHUNK + t]);
+                        acc0[r] = _mm512_fmadd_ps(x, b0, acc0[r]);
+                        acc1[r] = _mm512_fmadd_ps(x, b1, acc1[r]);
+                    }
+            }
+            for (int r = 0; r < nb; r++) {
+                float *y = p + (size_t)(q0 + r) * ps + c0;
+                _mm512_mask_storeu_ps(y, m0, acc0[r]);
+                _mm512_mask_storeu_ps(y + 16, m1, acc1[r]);
+            }
+        }
     }
 }
 
@@ -322,7 +373,7 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
     const size_t elem = bf16 ? sizeof(mha_bf16) : sizeof(float);
     const unsigned char *data = cache->data;
     const float scale = 1.0f / sqrtf((float)dk);
-    /* (nq, chunk) scores; (nq, dk) queries, then (bf16) a value row widened to float32 */
+    /* (nq, chunk) scores; (nq, dk) queries */
     float *sc = s->dec, *qv = s->dec + (size_t)nq * MHA_DECODE_CHUNK;
     if (k1 <= first_key(j, q)) { /* the whole chunk is before every query's window */
         for (int qi = 0; qi < nq; qi++) {
@@ -342,14 +393,11 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
     for (int t = k0; t < k1;) {
         const int slot = t % bs, n_run = bs - slot < k1 - t ? bs - slot : k1 - t;
         const void *kt = data + (mha_kv_kt_at(cache, table[t / bs], g) + slot) * elem;
-        if (t + n_run < k1) { /* the next block's Kᵀ on its way while this one is used */
-            const char *next = (const char *)data + mha_kv_kt_at(cache, table[(t + n_run) / bs], g) * elem;
-            for (size_t off = 0; off < (size_t)dk * bs * elem; off += 64)
-                _mm_prefetch(next + off, _MM_HINT_T0);
-        }
+        /* the next block's Kᵀ on its way while this one is used */
+        const void *next = t + n_run < k1 ? data + mha_kv_kt_at(cache, table[(t + n_run) / bs], g) * elem : NULL;
         float *out = sc + (t - k0);
         if (avx512)
-            scores_avx512(qv, nq, dk, kt, bf16, bs, n_run, scale, out);
+            scores_avx512(qv, nq, dk, kt, bf16, bs, n_run, scale, out, next);
         else
             scores_scalar(qv, nq, dk, kt, bf16, bs, n_run, scale, out);
         t += n_run;
@@ -369,30 +417,18 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
         memset(p, 0, (size_t)dk * sizeof *p);
         p[dk] = mx, p[dk + 1] = sum;
     }
-    /* Z += e · V: each value row read once for every query */
-    for (int t = k0; t < k1; t++) {
-        const void *row = data + mha_kv_v_at(cache, table[t / bs], g, t % bs) * elem;
-        if (t + 8 < k1) { /* a few rows ahead */
-            const char *ahead = (const char *)data + mha_kv_v_at(cache, table[(t + 8) / bs], g, (t + 8) % bs) * elem;
-            for (size_t off = 0; off < (size_t)dk * elem; off += 64)
-                _mm_prefetch(ahead + off, _MM_HINT_T0);
-        }
-        const float *vr = row;
-        if (bf16) { /* widened once for every query (the queries' room is free after the scores) */
-            for (int col = 0; col < dk; col++)
-                qv[col] = mha_bf16_float(((const mha_bf16 *)row)[col]);
-            vr = qv;
-        }
-        for (int qi = 0; qi < nq; qi++) {
-            const float e = sc[(size_t)qi * MHA_DECODE_CHUNK + (t - k0)];
-            if (e != 0.0f) {
-                float *p = partial_of(j, q, g, c, qi);
-                if (avx512)
-                    axpy_avx512(p, e, vr, dk);
-                else
-                    axpy_scalar(p, e, vr, dk);
-            }
-        }
+    /* Z += e · V, block by block: each value row read once for every query */
+    float *p = partial_of(j, q, g, c, 0);
+    const size_t ps = (size_t)dk + 2; /* partial_of's stride between queries */
+    for (int t = k0; t < k1;) {
+        const int slot = t % bs, n_run = bs - slot < k1 - t ? bs - slot : k1 - t;
+        const void *v = data + mha_kv_v_at(cache, table[t / bs], g, slot) * elem;
+        const void *next = t + n_run < k1 ? data + mha_kv_v_at(cache, table[(t + n_run) / bs], g, 0) * elem : NULL;
+        if (avx512)
+            values_avx512(sc + (t - k0), nq, v, bf16, n_run, dk, p, ps, next);
+        else
+            values_scalar(sc + (t - k0), nq, v, bf16, n_run, dk, p, ps);
+        t += n_run;
     }
 }
 
