@@ -117,6 +117,16 @@ void mha_bk_block_model(int odd_first, int rows, int npan, int kt, const mha_bf1
 
 #define BK_AVX512 __attribute__((target("avx512f,avx512bw,avx512bf16"), always_inline)) static inline
 
+/* Few-row products read B from memory once: its pairs PF_AHEAD ahead (64 bytes per panel each)
+ * prefetched by the first row group as it goes. */
+enum { PF_AHEAD = 32 };
+BK_AVX512 void prefetch_b(const mha_bf16 *bp, int npan, size_t ps)
+{
+    _mm_prefetch((const char *)(bp + 32 * PF_AHEAD), _MM_HINT_T0);
+    if (npan == 2)
+        _mm_prefetch((const char *)(bp + ps + 32 * PF_AHEAD), _MM_HINT_T0);
+}
+
 /* Row i's k pair q of tile t, as the 32-bit word vdpbf16ps broadcasts. */
 BK_AVX512 uint32_t a_pair(const mha_bf16 *a, int kt, int i, int t, int q)
 {
@@ -125,8 +135,8 @@ BK_AVX512 uint32_t a_pair(const mha_bf16 *a, int kt, int i, int t, int q)
     return w;
 }
 
-BK_AVX512 void rows_dpbf16(const int NR, int i0, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps,
-                           float *acc)
+BK_AVX512 void rows_dpbf16(const int NR, int pf, int i0, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b,
+                           size_t ps, float *acc)
 {
     __m512 c0[8], c1[8];
     for (int r = 0; r < NR; r++)
@@ -134,6 +144,8 @@ BK_AVX512 void rows_dpbf16(const int NR, int i0, int npan, int kt, const mha_bf1
     for (int t = 0; t < kt; t++)
         for (int q = 0; q < 16; q++) {
             const mha_bf16 *bp = b + (size_t)t * 512 + 32 * q;
+            if (pf)
+                prefetch_b(bp, npan, ps);
             const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp);
             if (npan == 2) {
                 const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + ps);
@@ -159,8 +171,8 @@ BK_AVX512 void rows_dpbf16(const int NR, int i0, int npan, int kt, const mha_bf1
  * shuffle on an FMA port); B's pairs are split into even and odd halves by a shift and a mask. */
 enum { FMA_KCH = 8 }; /* k tiles per widened chunk: 8 rows × 256 floats, 8 KiB */
 
-BK_AVX512 void rows_fma(const int NR, int i0, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps,
-                        float *acc)
+BK_AVX512 void rows_fma(const int NR, int pf, int i0, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b,
+                        size_t ps, float *acc)
 {
     const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
     _Alignas(64) float aw[8][FMA_KCH * 32];
@@ -183,6 +195,8 @@ BK_AVX512 void rows_fma(const int NR, int i0, int npan, int kt, const mha_bf16 *
         for (int t = 0; t < tn; t++)
             for (int q = 0; q < 16; q++) {
                 const mha_bf16 *bp = b + (size_t)(t0 + t) * 512 + 32 * q;
+                if (pf)
+                    prefetch_b(bp, npan, ps);
                 const __m512i v0 = _mm512_loadu_si512(bp);
                 const __m512 e0 = _mm512_castsi512_ps(_mm512_slli_epi32(v0, 16));
                 const __m512 o0 = _mm512_castsi512_ps(_mm512_and_si512(v0, hi));
@@ -208,20 +222,21 @@ BK_AVX512 void rows_fma(const int NR, int i0, int npan, int kt, const mha_bf16 *
     }
 }
 
-/* Specialised per row count, so the accumulators live in registers. */
+/* Specialised per row count, so the accumulators live in registers; pf: the first group
+ * prefetches B. */
 #define ROW_GROUPS(fn)                                                                                    \
     __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void fn##_block(                        \
-        int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps, float *acc)          \
+        int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps, float *acc, int pf)  \
     {                                                                                                     \
         int i = 0;                                                                                        \
         for (; i + 8 <= rows; i += 8)                                                                     \
-            fn(8, i, npan, kt, a, b, ps, acc);                                                            \
+            fn(8, pf && i == 0, i, npan, kt, a, b, ps, acc);                                              \
         if (i + 4 <= rows)                                                                                \
-            fn(4, i, npan, kt, a, b, ps, acc), i += 4;                                                    \
+            fn(4, pf && i == 0, i, npan, kt, a, b, ps, acc), i += 4;                                      \
         if (i + 2 <= rows)                                                                                \
-            fn(2, i, npan, kt, a, b, ps, acc), i += 2;                                                    \
+            fn(2, pf && i == 0, i, npan, kt, a, b, ps, acc), i += 2;                                      \
         if (i < rows)                                                                                     \
-            fn(1, i, npan, kt, a, b, ps, acc);                                                            \
+            fn(1, pf && i == 0, i, npan, kt, a, b, ps, acc);                                              \
     }
 ROW_GROUPS(rows_dpbf16)
 ROW_GROUPS(rows_fma)
@@ -301,16 +316,17 @@ static void end(const mha_bkernel *bk)
         amx_end();
 }
 
+/* pf: B comes from memory (a product of few rows reads it once): prefetch it ahead. */
 static void block(const mha_bkernel *bk, int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps,
-                  float *acc)
+                  float *acc, int pf)
 {
     switch (bk->id) {
     case MHA_BK_AMX: amx_block(rows, npan, kt, a, b, ps, acc); break;
-    case MHA_BK_DPBF16: rows_dpbf16_block(rows, npan, kt, a, b, ps, acc); break;
+    case MHA_BK_DPBF16: rows_dpbf16_block(rows, npan, kt, a, b, ps, acc, pf); break;
     case MHA_BK_FMA: { /* the instructions' DAZ and FTZ, for the FMAs only */
         const unsigned csr = _mm_getcsr();
         _mm_setcsr(csr | 0x8040u);
-        rows_fma_block(rows, npan, kt, a, b, ps, acc);
+        rows_fma_block(rows, npan, kt, a, b, ps, acc, pf);
         _mm_setcsr(csr);
         break;
     }
@@ -322,7 +338,7 @@ void mha_bk_block(const mha_bkernel *bk, int rows, int npan, int kt, const mha_b
                   size_t ps, float *acc)
 {
     begin(bk);
-    block(bk, rows, npan, kt, a, b, ps, acc);
+    block(bk, rows, npan, kt, a, b, ps, acc, 1);
     end(bk);
 }
 
@@ -410,7 +426,7 @@ void mha_bgemm(const mha_bkernel *bk, const mha_kernel *k, int m, int n, int kk,
         for (int j0 = 0; j0 < n; j0 += 32) {
             const int cols = n - j0 < 32 ? n - j0 : 32, npan = cols > 16 ? 2 : 1;
             if (kt > 0)
-                block(bk, rows, npan, kt, ab, b + (size_t)(j0 / 16) * ps, ps, acc);
+                block(bk, rows, npan, kt, ab, b + (size_t)(j0 / 16) * ps, ps, acc, m <= 32);
             else
                 memset(acc, 0, sizeof acc);
             for (int i = 0; i < rows; i++)
