@@ -214,7 +214,8 @@ head-shapes: $(B)/mha
 	$(B)/sgemm_ceiling heads 768 12 512 && $(B)/mha run configs/bert-base-512.yaml --threads 1 --iters 5 --check 0 | grep speed
 	$(B)/sgemm_ceiling heads 768 12 128 && $(B)/mha run configs/bert-base.yaml --threads 1 --iters 10 --check 0 | grep speed
 
-# make bench: mha against PyTorch and numpy peers (perf/bench.py). PEERS=1 installs them.
+# make bench: mha against PyTorch, OpenVINO and numpy peers (perf/bench.py). PEERS=1 installs
+# them: Debian's python3-torch and numpy, PyTorch 2.x and OpenVINO from PyPI into perf/.venv.
 PEERS ?= 0
 BENCH_PKGS := python3 $(if $(filter 1,$(PEERS)),python3-torch python3-numpy)
 deps-bench:
@@ -222,6 +223,10 @@ deps-bench:
 	@if [ "$(PEERS)" = 1 ] && [ ! -x perf/.venv/bin/python ]; then \
 	  echo "make deps-bench: PyTorch 2.x from PyPI into perf/.venv (several GB: PyPI's torch brings CUDA wheels)"; \
 	  python3 -m venv perf/.venv && perf/.venv/bin/pip install -q torch numpy || { rm -rf perf/.venv; exit 1; }; \
+	fi
+	@if [ "$(PEERS)" = 1 ] && ! perf/.venv/bin/python -c 'import openvino' 2>/dev/null; then \
+	  echo "make deps-bench: OpenVINO from PyPI into perf/.venv"; \
+	  perf/.venv/bin/pip install -q openvino; \
 	fi
 
 bench: all deps-bench

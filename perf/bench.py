@@ -5,7 +5,10 @@ For every shape, rounds alternate mha and each installed peer (so they share the
 noise): PyTorch nn.MultiheadAttention at its default setup, with BLIS's skx kernels
 (BLIS_ARCH_TYPE=0, the kernel mha uses on AVX-512) and with that plus glibc keeping freed
 memory (GLIBC_TUNABLES); the reference numpy class as written (float64) and in float32 on
-the shapes where it finishes in seconds. Machine ceilings: the FMA loop (build/ceiling) and
+the shapes where it finishes in seconds. bf16: mha --precision bf16, PyTorch 1.13's module
+converted to bf16; from perf/.venv (make bench PEERS=1) PyTorch 2.x's
+scaled_dot_product_attention layer (perf/peers/sdpa_layer.py) and OpenVINO's CPU plugin
+running that layer converted (perf/peers/openvino_mha.py), each in float32 and bf16. Machine ceilings: the FMA loop (build/ceiling) and
 one large BLIS sgemm with mha's kernel (build/sgemm_ceiling). Prints a table and writes it
 to perf/results/bench-HOST-DATETIME.csv. A missing peer gets "n/a" in its columns; the driver
 never fails for that. GFLOP/s: 8·B·S·d² + 4·B·S²·d, only unmasked work for causal/ragged.
@@ -24,6 +27,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(ROOT, "build")
 PY = "/usr/bin/python3"
+VENV = os.path.join(ROOT, "perf/.venv/bin/python")  # PyTorch 2.x, OpenVINO (make bench PEERS=1)
 
 # name, d, h, B, S, threads, mask ("none", "causal"), lengths or None, iters
 SHAPES = [
@@ -68,10 +72,10 @@ def mha_config(path, name, d, h, b, s, threads, mask, lengths, iters):
         f.write("\n".join(lines) + "\n")
 
 
-def have_module(name):
-    if not os.path.exists(PY):
+def have_module(name, python=PY):
+    if not os.path.exists(python):
         return False
-    return subprocess.run([PY, "-c", f"import {name}"], capture_output=True).returncode == 0
+    return subprocess.run([python, "-c", f"import {name}"], capture_output=True).returncode == 0
 
 
 def median(xs):
@@ -87,6 +91,7 @@ def main():
     shapes = SHAPES[:2] if args.quick else SHAPES
     rounds = 1 if args.quick else args.rounds
     torch_ok, numpy_ok = have_module("torch"), have_module("numpy")
+    torch2_ok, ov_ok = have_module("torch", VENV), have_module("openvino", VENV)
 
     ceil = [l.split() for l in subprocess.run([os.path.join(BUILD, "ceiling"), "2"], capture_output=True,
                                               text=True).stdout.splitlines()]
@@ -97,7 +102,8 @@ def main():
         sg[t] = float(r[2]) if r else None
     print(f"machine: {platform.node()}, FMA peak {fma} GFLOP/s by threads; BLIS sgemm 2048³ {sg} GFLOP/s")
     print(f"peers: torch {'yes' if torch_ok else 'n/a (install python3-torch: make bench PEERS=1)'}, "
-          f"numpy {'yes' if numpy_ok else 'n/a'}")
+          f"numpy {'yes' if numpy_ok else 'n/a'}, perf/.venv: PyTorch 2.x {'yes' if torch2_ok else 'n/a'}, "
+          f"OpenVINO {'yes' if ov_ok else 'n/a'} (make bench PEERS=1)")
 
     setups = {
         "torch default": {},
@@ -134,6 +140,13 @@ def main():
                     res.setdefault(setup, []).append(o["median_ms"] if o else None)
                 o = run_json(cmd + ["bf16"], thr)  # the module in bf16, default setup
                 res.setdefault("torch bf16", []).append(o["median_ms"] if o else None)
+                for prec in ("f32", "bf16"):  # perf/.venv's peers, each in both precisions
+                    if torch2_ok:
+                        o = run_json([VENV] + cmd[1:] + [prec, "sdpa"], thr)
+                        res.setdefault(f"torch2 sdpa {prec}", []).append(o["median_ms"] if o else None)
+                    if ov_ok:
+                        o = run_json([VENV, os.path.join(ROOT, "perf/peers/openvino_mha.py")] + cmd[2:] + [prec], thr)
+                        res.setdefault(f"openvino {prec}", []).append(o["median_ms"] if o else None)
             if numpy_ok and fl <= 6e9 and r == 0:
                 for dt in ("float64", "float32"):
                     o = run_json([PY, os.path.join(ROOT, "perf/peers/numpy_mha.py"), str(d), str(h), str(b), str(s),
@@ -149,22 +162,32 @@ def main():
         mb = median([v for v in res.get("mha bf16", []) if v])
         row["mha_bf16_ms"], row["bf16_kernel"] = mb, kernel_bf16
         row["mha f32 / bf16"] = m / mb if m and mb else None
-        best = None
-        for peer in list(setups) + ["torch bf16", "numpy float64", "numpy float32"]:
+        best = best16 = None
+        for peer in list(setups) + ["torch2 sdpa f32", "openvino f32", "numpy float64", "numpy float32"]:
             v = median(res.get(peer, []))
             row[f"{peer} ms"] = v
             row[f"{peer} / mha"] = v / m if v and m else None
-            if peer.startswith("torch") and peer != "torch bf16" and v:
+            if not peer.startswith("numpy") and v:
                 best = v if best is None else min(best, v)
-        row["torch best / mha"] = best / m if best and m else None
+        for peer in ("torch bf16", "torch2 sdpa bf16", "openvino bf16"):  # against mha in bf16
+            v = median(res.get(peer, []))
+            row[f"{peer} ms"] = v
+            row[f"{peer} / mha bf16"] = v / mb if v and mb else None
+            if v:
+                best16 = v if best16 is None else min(best16, v)
+        row["peer best / mha"] = best / m if best and m else None
+        row["bf16 peer best / mha bf16"] = best16 / mb if best16 and mb else None
         rows.append(row)
         fmt = lambda v, f="{:.3f}": "n/a" if v is None else f.format(v)
         print(f"{name:18s} mha {fmt(m)} ms ({fmt(row['mha_min_ms'])}–{fmt(row['mha_max_ms'])}) "
               f"{fmt(row['gflops'], '{:.1f}')} GFLOP/s {fmt(row['pct_fma_peak'], '{:.0f}')}% of peak, "
-              f"torch best {fmt(best)} ms = {fmt(row['torch best / mha'], '{:.2f}')}× mha, "
+              f"best peer {fmt(best)} ms = {fmt(row['peer best / mha'], '{:.2f}')}× mha "
+              f"(torch2 sdpa {fmt(row.get('torch2 sdpa f32 ms'))}, openvino {fmt(row.get('openvino f32 ms'))}), "
               f"numpy64 {fmt(row.get('numpy float64 ms'))} ms, RSS {fmt(rss, '{:.0f}')} MiB; "
               f"bf16: mha {fmt(mb)} ms on {kernel_bf16} ({fmt(row['mha f32 / bf16'], '{:.2f}')}× f32), "
-              f"torch bf16 {fmt(row.get('torch bf16 ms'))} ms", flush=True)
+              f"best bf16 peer {fmt(best16)} ms = {fmt(row['bf16 peer best / mha bf16'], '{:.2f}')}× mha bf16 "
+              f"(torch 1.13 {fmt(row.get('torch bf16 ms'))}, torch2 sdpa {fmt(row.get('torch2 sdpa bf16 ms'))}, "
+              f"openvino {fmt(row.get('openvino bf16 ms'))})", flush=True)
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(os.path.join(ROOT, "perf/results"), exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y-%m-%dT%H%M")  # a later run never overwrites one

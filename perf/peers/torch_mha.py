@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """PyTorch's nn.MultiheadAttention as a peer: prints {"median_ms", "min_ms", "max_ms"} for
-one shape. usage: torch_mha.py D H B S THREADS ITERS WARMUP CAUSAL LENGTHS(comma list or -) [bf16]
+one shape. usage: torch_mha.py D H B S THREADS ITERS WARMUP CAUSAL LENGTHS(comma list or -)
+[f32|bf16] [module|sdpa]
 bf16: the module converted with .to(torch.bfloat16), inputs in bf16 (CPU autocast breaks the
-fast path in 1.13).
+fast path in 1.13). sdpa (PyTorch >= 2.0): sdpa_layer.Layer, projections as nn.Linear and
+torch.nn.functional.scaled_dot_product_attention (causal: is_causal; padding: a boolean mask).
 Fast path: eval mode, no_grad, need_weights=False, batch_first. bias=True (PyTorch 1.13's
 bias=False fails in eval mode, pytorch#97128). The environment (OMP_NUM_THREADS,
 BLIS_NUM_THREADS, BLIS_ARCH_TYPE, GLIBC_TUNABLES) is the setup being measured."""
@@ -16,19 +18,27 @@ d, h, b, s, threads, iters, warmup, causal = map(int, sys.argv[1:9])
 lengths = None if sys.argv[9] == "-" else [int(x) for x in sys.argv[9].split(",")]
 torch.set_num_threads(threads)
 torch.manual_seed(0)
-m = torch.nn.MultiheadAttention(d, h, bias=True, batch_first=True).eval()
+sdpa = len(sys.argv) > 11 and sys.argv[11] == "sdpa"
+if sdpa:
+    from sdpa_layer import Layer, padding_mask
+    m = Layer(d, h, causal).eval()
+    keep = padding_mask(b, s, lengths)
+    run = lambda: m(x, keep)
+else:
+    m = torch.nn.MultiheadAttention(d, h, bias=True, batch_first=True).eval()
+    mask = torch.triu(torch.ones(s, s, dtype=torch.bool), 1) if causal else None
+    pad = None
+    if lengths:
+        pad = torch.arange(s)[None, :] >= torch.tensor([lengths[i % len(lengths)] for i in range(b)])[:, None]
+    run = lambda: m(x, x, x, attn_mask=mask, key_padding_mask=pad, need_weights=False)
 x = torch.rand(b, s, d) * 2 - 1
 if len(sys.argv) > 10 and sys.argv[10] == "bf16":
     m, x = m.to(torch.bfloat16), x.to(torch.bfloat16)
-mask = torch.triu(torch.ones(s, s, dtype=torch.bool), 1) if causal else None
-pad = None
-if lengths:
-    pad = torch.arange(s)[None, :] >= torch.tensor([lengths[i % len(lengths)] for i in range(b)])[:, None]
 times = []
 with torch.no_grad():
     for i in range(warmup + iters):
         t0 = time.perf_counter()
-        m(x, x, x, attn_mask=mask, key_padding_mask=pad, need_weights=False)
+        run()
         if i >= warmup:
             times.append((time.perf_counter() - t0) * 1e3)
 times.sort()
