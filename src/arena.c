@@ -62,7 +62,7 @@ int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine
     if (kind == MHA_ARENA_WEIGHTS) {
         p->z = p->xpack = p->order = p->deps = p->xdeps = p->worker_cpu = p->pin_cpu = p->scratch = MHA_ARENA_ABSENT;
         p->rope_cos = p->rope_sin = MHA_ARENA_ABSENT;
-        p->xpack_stride = p->scratch_stride = p->kt = p->scores = p->apack = p->inv = p->dec = p->vb = 0;
+        p->xpack_stride = p->scratch_stride = p->kt = p->scores = p->apack = p->inv = p->dec = p->vb = p->pb = 0;
         p->total = cur;
         return of ? -1 : 0;
     }
@@ -106,10 +106,16 @@ int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine
     p->apack = take(&slice, apack_bytes, 1, MHA_ALIGN, &of);
     /* V (seq_kv, dk) in B panels; a key chunk may start 16 rows into a k tile and read a
      * tile past its end (those rows meet zero probabilities): one tile of room */
-    p->vb = 0;
-    if (dims->bf16)
+    p->vb = p->pb = 0;
+    if (dims->bf16) {
         p->vb = take(&slice, product(mha_bk_b_elems(dims->seq_kv + MHA_BT_K, dims->dk), sizeof(mha_bf16), 1, &of), 1,
                      MHA_ALIGN, &of);
+        /* the probabilities of a query block against one chunk of keys, rounded to bf16 in A
+         * panels as each row is exp'd (the A·V product reads them packed) */
+        const size_t chunk = mha_round_up(MHA_KV_CHUNK, (size_t)k->bw), kv = mha_round_up((size_t)dims->seq_kv, (size_t)k->bw);
+        p->pb = take(&slice, product(mha_bk_a_elems(dims->q_block, (int)(kv < chunk ? kv : chunk)), sizeof(mha_bf16), 1, &of),
+                     1, MHA_ALIGN, &of);
+    }
     p->inv = take(&slice, product(2, (size_t)dims->q_block, 1, &of), sizeof(float), MHA_ALIGN, &of);
     p->dec = take(&slice, product(dec_q, MHA_DECODE_CHUNK + dk, 1, &of), sizeof(float), MHA_ALIGN, &of);
     p->scratch_stride = take(&slice, 0, 1, MHA_PAGE, &of); /* round the slice up to a page */

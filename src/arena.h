@@ -31,6 +31,7 @@ typedef struct mha_arena_plan {
     size_t scratch_stride;  /* bytes per worker slice, a multiple of MHA_PAGE */
     size_t kt, scores, apack, inv; /* offsets inside a worker slice (its Q/K/V panels start it) */
     size_t vb;              /* bf16: V in B panels, in a worker slice; else 0 */
+    size_t pb;              /* bf16: a query block's probabilities in A panels, in a worker slice; else 0 */
     size_t w_ps;            /* bf16: elements per B panel of the weights (d rounded to k tiles · 16) */
     int dkp;                /* d_k rounded up to whole B panels */
     int bf16;

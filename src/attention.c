@@ -11,6 +11,7 @@
  * accumulates E_chunk · V_chunk, so the working set stays in L2 however long the row. */
 #include "attention.h"
 
+#include "config.h"
 #include "rope.h"
 
 #include <math.h>
@@ -93,6 +94,7 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, i
     const float scale = 1.0f / sqrtf((float)dk);
     const size_t kps = mha_attention_kt16_ps(f), vps = mha_attention_v16_ps(kl); /* bf16 */
     const int window = f->window, causal = f->causal || window > 0; /* a window implies causal */
+    const int fuse = f->bk && !attn; /* bf16 probabilities packed row by row as they are exp'd */
 
     /* query blocks; a block's keys stop where its last row's visibility does and, with a
      * window, start (a whole panel earlier at most) where its first row's does */
@@ -146,10 +148,14 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, i
                     sum[i] *= c;
                 }
                 sum[i] += part;
+                if (fuse) /* bf16: the row rounded and packed for A·V while it is in L1 */
+                    mha_bk_pack_a_row(k, row, i, n, s->p16);
             }
-            /* z block (m, dk) += E (m, n) · V (n, dk); bf16: E rounded as it is packed */
+            /* z block (m, dk) += E (m, n) · V (n, dk); bf16: E rounded as it is packed (above,
+             * or here when the attention weights keep E in float32) */
             if (f->bk)
-                mha_bgemm(f->bk, k, m, dk, n, 1.0f, NULL, sm, s->v16 + mha_bk_b_index(c0, 0, 0), vps, 1.0f, zm, s->apack16);
+                mha_bgemm(f->bk, k, m, dk, n, 1.0f, fuse ? s->p16 : NULL, sm, s->v16 + mha_bk_b_index(c0, 0, 0), vps, 1.0f,
+                          zm, s->apack16);
             else
                 mha_gemm(k, m, dk, n, 1.0f, sm, mha_mat_sub(k, vm, c0, 0), 1.0f, zm, s->apack);
         }

@@ -10,10 +10,6 @@
 #include "mha.h"
 #include "softmax.h"
 
-/* Keys per chunk of the online softmax: long rows are processed this many keys at a time, so
- * the score chunk, Kᵀ's and V's slices stay in L2 (rounded up to whole B panels). */
-#define MHA_KV_CHUNK 512
-
 /* One forward pass, as every task sees it (read-only during the pass). */
 typedef struct mha_fwd {
     const mha_kernel *kernel;
@@ -55,6 +51,7 @@ typedef struct mha_scratch {
     float *dec;     /* decode: (group·MHA_DECODE_ROWS) × (MHA_DECODE_CHUNK + dk): scores, queries */
     mha_bf16 *kt16; /* bf16: Kᵀ in B panels (the kt region) */
     mha_bf16 *v16;  /* bf16: V in B panels */
+    mha_bf16 *p16;  /* bf16: a query block's probabilities in A panels (each row rounded as exp'd) */
     mha_bf16 *apack16; /* bf16: A packing (the apack region) */
 } mha_scratch;
 

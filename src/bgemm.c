@@ -14,6 +14,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "simd.h"
+
 /* ---- choice ---- */
 
 #define ARCH_REQ_XCOMP_PERM 0x1023
@@ -344,11 +346,10 @@ void mha_bk_block(const mha_bkernel *bk, int rows, int npan, int kt, const mha_b
 
 /* ---- packing ---- */
 
-/* n <= 16 floats rounded to bf16 as mha_bf16_round does, 16 lanes at a time. */
-__attribute__((target("avx512f"))) static void round16(const float *src, mha_bf16 *dst, int n)
+/* 16 floats rounded to bf16 as mha_bf16_round does: each in the low half of its 32-bit lane. */
+static inline __attribute__((target("avx512f"))) __m512i round_lanes(__m512 x)
 {
-    const __mmask16 m = (__mmask16)((1u << n) - 1u);
-    const __m512i u = _mm512_castps_si512(_mm512_maskz_loadu_ps(m, src));
+    const __m512i u = _mm512_castps_si512(x);
     const __m512i top = _mm512_srli_epi32(u, 16);
     __m512i r = _mm512_srli_epi32(
         _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), _mm512_and_si512(top, _mm512_set1_epi32(1))), 16);
@@ -356,7 +357,14 @@ __attribute__((target("avx512f"))) static void round16(const float *src, mha_bf1
     const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
                                                   _mm512_set1_epi32(0x7f800000));
     r = _mm512_mask_mov_epi32(r, tiny, _mm512_and_si512(top, _mm512_set1_epi32(0x8000)));
-    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(top, _mm512_set1_epi32(0x0040)));
+    return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(top, _mm512_set1_epi32(0x0040)));
+}
+
+/* n <= 16 floats rounded to bf16, 16 lanes at a time. */
+__attribute__((target("avx512f"))) static void round16(const float *src, mha_bf16 *dst, int n)
+{
+    const __mmask16 m = (__mmask16)((1u << n) - 1u);
+    const __m512i r = round_lanes(_mm512_maskz_loadu_ps(m, src));
     if (n == 16)
         _mm256_storeu_si256((__m256i *)(void *)dst, _mm512_cvtepi32_epi16(r));
     else {
@@ -366,38 +374,80 @@ __attribute__((target("avx512f"))) static void round16(const float *src, mha_bf1
     }
 }
 
+/* One row of A panels of depth kk (d: the row's first element in its panel) from src (its
+ * columns contiguous within runs of ps's panels of w; NULL: a zero row), zeros past kk. */
+static void pack_a_row(const mha_kernel *k, const float *src, ptrdiff_t ps, int kk, mha_bf16 *d)
+{
+    const size_t kp = mha_bk_kp(kk);
+    const int w = k->bw;
+    int p = 0;
+    while (src && p < kk) { /* contiguous within one of the source's panels */
+        const int in_panel = w - p % w, n = kk - p < in_panel ? kk - p : in_panel;
+        const float *s = src + (ptrdiff_t)(p / w) * ps + p % w;
+        for (int t = 0; t < n;) { /* within one 16-wide half of a tile row: contiguous */
+            const int c = p + t, run = 16 - c % 16 < n - t ? 16 - c % 16 : n - t;
+            mha_bf16 *o = d + (size_t)(c / 32) * 512 + c % 32;
+            if (k->avx512)
+                round16(s + t, o, run);
+            else
+                for (int u = 0; u < run; u++)
+                    o[u] = mha_bf16_round(s[t + u]);
+            t += run;
+        }
+        p += n;
+    }
+    for (; p < (int)kp; p++)
+        d[(size_t)(p / 32) * 512 + p % 32] = 0;
+}
+
 void mha_bk_pack_a(const mha_kernel *k, mha_mat a, int i0, int rows, int kk, mha_bf16 *dst)
 {
     const size_t kp = mha_bk_kp(kk);
-    const int padded = (int)mha_round_up((size_t)rows, MHA_BT_M), w = k->bw;
-    for (int r = 0; r < padded; r++) {
-        mha_bf16 *d = dst + (size_t)(r / 16) * 16 * kp + (size_t)(r % 16) * 32;
-        int p = 0;
-        if (r < rows) {
-            const float *src = a.p + (ptrdiff_t)(i0 + r) * a.ld;
-            while (p < kk) { /* contiguous within one of a's panels */
-                const int in_panel = w - p % w, n = kk - p < in_panel ? kk - p : in_panel;
-                const float *s = src + (ptrdiff_t)(p / w) * a.ps + p % w;
-                for (int t = 0; t < n;) { /* within one 16-wide half of a tile row: contiguous */
-                    const int c = p + t, run = 16 - c % 16 < n - t ? 16 - c % 16 : n - t;
-                    mha_bf16 *o = d + (size_t)(c / 32) * 512 + c % 32;
-                    if (k->avx512)
-                        round16(s + t, o, run);
-                    else
-                        for (int u = 0; u < run; u++)
-                            o[u] = mha_bf16_round(s[t + u]);
-                    t += run;
-                }
-                p += n;
+    const int padded = (int)mha_round_up((size_t)rows, MHA_BT_M);
+    for (int r = 0; r < padded; r++)
+        pack_a_row(k, r < rows ? a.p + (ptrdiff_t)(i0 + r) * a.ld : NULL, a.ps, kk,
+                   dst + (size_t)(r / 16) * 16 * kp + (size_t)(r % 16) * 32);
+}
+
+void mha_bk_pack_a_row(const mha_kernel *k, const float *x, int i, int kk, mha_bf16 *dst)
+{
+    const size_t kp = mha_bk_kp(kk);
+    pack_a_row(k, x, k->bw, kk, dst + (size_t)(i / 16) * 16 * kp + (size_t)(i % 16) * 32);
+}
+
+/* The same, 16 k × 16 columns at a time: 16 source rows loaded (transposed: keys' rows of 16
+ * features, turned by a register transpose), each k pair rounded and interleaved into the 32
+ * bf16 (one 64-byte line) of its VNNI row. src's 16-column runs must not cross its panels
+ * (its panel width a multiple of 16). */
+__attribute__((target("avx512f"))) static void pack_b_avx512(const mha_kernel *k, mha_mat src, int transpose, int kk,
+                                                            int n, mha_bf16 *dst, size_t ps)
+{
+    const int kp = (int)mha_bk_kp(kk), np = (int)mha_round_up((size_t)n, MHA_BT_N);
+    for (int j0 = 0; j0 < np; j0 += 16)
+        for (int p0 = 0; p0 < kp; p0 += 16) {
+            __m512 v[16];
+            /* rows of src: k (features of the keys' rows when transposed) or columns */
+            const int rows = transpose ? n - j0 : kk - p0, cols = transpose ? kk - p0 : n - j0;
+            const __mmask16 m = cols >= 16 ? (__mmask16)0xFFFF : cols <= 0 ? 0 : (__mmask16)((1u << cols) - 1u);
+            for (int r = 0; r < 16; r++)
+                v[r] = r < rows && m ? _mm512_maskz_loadu_ps(m, transpose ? mha_mat_at(k, src, j0 + r, p0)
+                                                                           : mha_mat_at(k, src, p0 + r, j0))
+                                     : _mm512_setzero_ps();
+            if (transpose)
+                mha_transpose16(v); /* v[r]: k p0 + r over the 16 columns */
+            for (int r = 0; r < 16; r += 2) {
+                const __m512i pair = _mm512_or_si512(round_lanes(v[r]), _mm512_slli_epi32(round_lanes(v[r + 1]), 16));
+                _mm512_storeu_si512(dst + mha_bk_b_index(p0 + r, j0, ps), pair);
             }
         }
-        for (; p < (int)kp; p++)
-            d[(size_t)(p / 32) * 512 + p % 32] = 0;
-    }
 }
 
 void mha_bk_pack_b(const mha_kernel *k, mha_mat src, int transpose, int kk, int n, mha_bf16 *dst, size_t ps)
 {
+    if (k->avx512 && k->bw % 16 == 0) {
+        pack_b_avx512(k, src, transpose, kk, n, dst, ps);
+        return;
+    }
     const int kp = (int)mha_bk_kp(kk), np = (int)mha_round_up((size_t)n, MHA_BT_N);
     for (int j = 0; j < np; j++)
         for (int p = 0; p < kp; p++) {
@@ -409,6 +459,29 @@ void mha_bk_pack_b(const mha_kernel *k, mha_mat src, int transpose, int kk, int 
 }
 
 /* ---- the product ---- */
+
+/* c = alpha·x, then + beta·c (beta = 0: c not read), each rounded: cnt <= 16 contiguous floats. */
+static void epilogue_scalar(float *c, const float *x, int cnt, float alpha, float beta)
+{
+    if (beta == 0.0f)
+        for (int t = 0; t < cnt; t++)
+            c[t] = alpha * x[t];
+    else
+        for (int t = 0; t < cnt; t++) {
+            const float y = alpha * x[t];
+            c[t] = y + beta * c[t];
+        }
+}
+
+/* The same 16 lanes at a time: a multiply and an add, no FMA, so the bits are the scalar's. */
+__attribute__((target("avx512f"))) static void epilogue_avx512(float *c, const float *x, int cnt, float alpha, float beta)
+{
+    const __mmask16 m = cnt >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << cnt) - 1u);
+    __m512 y = _mm512_mul_ps(_mm512_set1_ps(alpha), _mm512_maskz_loadu_ps(m, x));
+    if (beta != 0.0f)
+        y = _mm512_add_ps(y, _mm512_mul_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(m, c)));
+    _mm512_mask_storeu_ps(c, m, y);
+}
 
 void mha_bgemm(const mha_bkernel *bk, const mha_kernel *k, int m, int n, int kk, float alpha, const mha_bf16 *ap,
                mha_mat a, const mha_bf16 *b, size_t ps, float beta, mha_mat c, mha_bf16 *apack)
@@ -434,14 +507,10 @@ void mha_bgemm(const mha_bkernel *bk, const mha_kernel *k, int m, int n, int kk,
                     float *cp = mha_mat_at(k, c, i0 + i, j0 + g);
                     const float *x = acc + i * 32 + g;
                     const int cnt = cols - g < 16 ? cols - g : 16;
-                    if (beta == 0.0f)
-                        for (int t = 0; t < cnt; t++)
-                            cp[t] = alpha * x[t];
+                    if (k->avx512)
+                        epilogue_avx512(cp, x, cnt, alpha, beta);
                     else
-                        for (int t = 0; t < cnt; t++) {
-                            const float y = alpha * x[t];
-                            cp[t] = y + beta * cp[t];
-                        }
+                        epilogue_scalar(cp, x, cnt, alpha, beta);
                 }
         }
     }

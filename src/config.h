@@ -75,6 +75,9 @@ typedef struct mha_dims {
  * width: 8, 16, 32, 64). */
 #define MHA_OUT_COLS 512
 #define MHA_DECODE_CHUNK 512
+/* Keys per chunk of the online softmax: long rows are processed this many keys at a time, so
+ * the score chunk, Kᵀ's and V's slices stay in L2 (rounded up to whole B panels). */
+#define MHA_KV_CHUNK 512
 
 mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, char *err, size_t err_len);
 

@@ -162,6 +162,7 @@ static mha_engine *build(const prepared *p, void *ws)
         .inv = p->plan.inv,
         .dec = p->plan.dec,
         .vb = p->plan.vb,
+        .pb = p->plan.pb,
         .order = v.order,
         .deps = v.deps,
         .xdeps = v.xdeps,

@@ -9,6 +9,8 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "simd.h"
+
 size_t mha_gemm_apack_floats(const mha_kernel *k)
 {
     return (size_t)k->mb * (size_t)k->kc;
@@ -38,34 +40,6 @@ static void pack_a_scalar(const mha_kernel *k, mha_mat a, int i0, int rows, int 
     }
 }
 
-/* r[i] (16 rows of 16) becomes its transpose: unpack 32- and 64-bit pairs, then 128-bit lanes. */
-__attribute__((target("avx512f"))) static void transpose16(__m512 r[16])
-{
-    __m512 t[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {
-        __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]);
-        __m512d c = _mm512_castps_pd(t[i + 2]), d = _mm512_castps_pd(t[i + 3]);
-        r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-        r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-        r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-        r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-    }
-    for (int i = 0; i < 4; i++) {
-        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
-        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
-        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
-        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
-    }
-    for (int i = 0; i < 8; i++) {
-        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
-    }
-}
-
 /* Rows [i0, i0 + rows) of a, columns [p0, p0 + kc), into panels of pw rows (pw ≤ 64):
  * dst[panel][p][r]. Sixteen rows by sixteen columns at a time through a register transpose. */
 __attribute__((target("avx512f"))) static void pack_rows_avx512(mha_mat a, int w, int i0, int rows, int p0, int kc,
@@ -87,7 +61,7 @@ __attribute__((target("avx512f"))) static void pack_rows_avx512(mha_mat a, int w
                 __m512 v[16];
                 for (int r = 0; r < 16; r++)
                     v[r] = r < gw && r < have ? _mm512_maskz_loadu_ps(load, src[r] + off) : _mm512_setzero_ps();
-                transpose16(v);
+                mha_transpose16(v);
                 for (int t = 0; t < n; t++)
                     _mm512_mask_storeu_ps(dst + (size_t)(p + t) * pw + g, store, v[t]);
                 p += n;

@@ -61,6 +61,7 @@ static mha_scratch scratch_of(const mha_sched *s, int t)
         .dec = (float *)(void *)(slice + s->dec),
         .kt16 = (mha_bf16 *)(void *)(slice + s->kt),
         .v16 = s->vb ? (mha_bf16 *)(void *)(slice + s->vb) : NULL,
+        .p16 = s->pb ? (mha_bf16 *)(void *)(slice + s->pb) : NULL,
         .apack16 = (mha_bf16 *)(void *)(slice + s->apack),
     };
 }

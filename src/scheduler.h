@@ -14,7 +14,7 @@ typedef struct mha_sched {
     unsigned char *scratch;  /* (threads, stride) worker slices */
     size_t stride;           /* slice size */
     size_t kt, scores, apack, inv, dec; /* offsets inside a slice (Q/K/V panels at 0) */
-    size_t vb;                          /* bf16: V in B panels; 0: none */
+    size_t vb, pb;                      /* bf16: V in B panels, probabilities in A panels; 0: none */
     int *order;              /* (batch) */
     char *deps;              /* (batch, h) task-dependency tokens */
     char *xdeps;             /* (batch, pack_chunks) tokens of the input-packing tasks */

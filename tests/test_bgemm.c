@@ -214,3 +214,78 @@ Test(bgemm, rows_do_not_depend_on_blocking, .timeout = 60)
     }
     free(a), free(bsrc), free(all), free(one), free(b), free(apack);
 }
+
+/* B packing 16 × 16 at a time (AVX-512, a register transpose for Kᵀ) writes what the scalar
+ * packing writes, bit for bit: every element rounded the same way, the same zero padding
+ * (k past kk, columns past n), from row-major and panel-form sources, transposed or not. */
+Test(bgemm, vector_b_packing_matches_scalar_bit_for_bit, .timeout = 60)
+{
+    mha_kernel k;
+    cr_assert_eq(mha_kernel_select("auto", &k), MHA_OK);
+    if (!k.avx512 || k.bw % 16)
+        cr_skip_test("no AVX-512 B packing with BLIS '%s' here (AVX-512F and panels of 16k columns needed)", k.arch);
+    mha_kernel scalar = k;
+    scalar.avx512 = 0;
+    const int shapes[][2] = {{1, 1}, {17, 33}, {32, 16}, {64, 100}, {100, 7}, {129, 48}};
+    rng r = {17};
+    for (int si = 0; si < 6; si++)
+        for (int transpose = 0; transpose < 2; transpose++)
+            for (int panels = 0; panels < 2; panels++) {
+                const int kk = shapes[si][0], n = shapes[si][1];
+                const int rows = transpose ? n : kk, cols = transpose ? kk : n; /* src: rows × cols */
+                const size_t cp = mha_round_up((size_t)cols, (size_t)k.bw);
+                float *src = aligned_alloc(64, (size_t)rows * cp * sizeof *src);
+                fill_uniform(src, (size_t)rows * cp, -2.0f, 2.0f, &r);
+                src[0] = from_bits(0x00000001u); /* a denormal (to signed zero), a NaN, a tie */
+                if (rows * cp > 2)
+                    src[1] = from_bits(0x7fc01234u), src[2] = from_bits(0x3f808000u);
+                const mha_mat m = panels ? mha_mat_panels(&k, src, rows) : mha_mat_rows(&k, src, (ptrdiff_t)cp);
+                const size_t ps = mha_bk_ps(kk) + 64, elems = mha_bk_b_elems(kk, n) + 64 * mha_round_up(n, 16) / 16;
+                mha_bf16 *x = aligned_alloc(64, mha_round_up(elems * 2, 64)), *y = aligned_alloc(64, mha_round_up(elems * 2, 64));
+                memset(x, 0xAB, elems * 2);
+                memset(y, 0xAB, elems * 2);
+                mha_bk_pack_b(&k, m, transpose, kk, n, x, ps);
+                mha_bk_pack_b(&scalar, m, transpose, kk, n, y, ps);
+                for (size_t i = 0; i < elems; i++)
+                    cr_assert_eq(x[i], y[i], "k %d, n %d, %s, %s: element %zu: %#06x, scalar %#06x", kk, n,
+                                 transpose ? "transposed" : "as is", panels ? "panels" : "rows", i, x[i], y[i]);
+                free(src), free(x), free(y);
+            }
+}
+
+/* The driver's AVX-512 parts (A packing, the float32 epilogue) give the scalar parts' bits:
+ * the same product through a kernel with and without AVX-512, on the portable model. */
+Test(bgemm, vector_driver_matches_scalar_bit_for_bit, .timeout = 60)
+{
+    mha_kernel k;
+    cr_assert_eq(mha_kernel_select("auto", &k), MHA_OK);
+    if (!k.avx512)
+        cr_skip_test("no AVX-512 on this CPU: the driver runs its scalar parts only");
+    mha_kernel scalar = k;
+    scalar.avx512 = 0;
+    mha_bkernel bk;
+    const char *why;
+    cr_assert_eq(mha_bkernel_select("ref-bf16", &bk, &why), MHA_OK);
+    const int m = 37, n = 45, kk = 70;
+    rng r = {23};
+    float *a = malloc((size_t)m * kk * sizeof *a), *bsrc = malloc((size_t)kk * n * sizeof *bsrc);
+    float *c0 = malloc((size_t)m * n * sizeof *c0), *x = malloc((size_t)m * n * sizeof *x), *y = malloc((size_t)m * n * sizeof *y);
+    fill_uniform(a, (size_t)m * kk, -1.0f, 1.0f, &r);
+    fill_uniform(bsrc, (size_t)kk * n, -1.0f, 1.0f, &r);
+    fill_uniform(c0, (size_t)m * n, -1.0f, 1.0f, &r);
+    const size_t ps = mha_bk_ps(kk);
+    mha_bf16 *b = aligned_alloc(64, mha_round_up(mha_bk_b_elems(kk, n) * 2, 64));
+    mha_bf16 *apack = aligned_alloc(64, mha_round_up(mha_bgemm_apack_elems(kk) * 2, 64));
+    mha_bk_pack_b(&scalar, mha_mat_rows(&k, bsrc, n), 0, kk, n, b, ps);
+    const float betas[] = {0.0f, 1.0f, 0.3f};
+    for (int i = 0; i < 3; i++) {
+        memcpy(x, c0, (size_t)m * n * sizeof *x);
+        memcpy(y, c0, (size_t)m * n * sizeof *y);
+        mha_bgemm(&bk, &k, m, n, kk, 0.7f, NULL, mha_mat_rows(&k, a, kk), b, ps, betas[i], mha_mat_rows(&k, x, n), apack);
+        mha_bgemm(&bk, &scalar, m, n, kk, 0.7f, NULL, mha_mat_rows(&k, a, kk), b, ps, betas[i], mha_mat_rows(&k, y, n),
+                  apack);
+        long at = first_bit_difference(x, y, (size_t)m * n);
+        cr_assert_eq(at, -1, "beta %g: c[%ld] %.9g, scalar %.9g", betas[i], at, x[at < 0 ? 0 : at], y[at < 0 ? 0 : at]);
+    }
+    free(a), free(bsrc), free(c0), free(x), free(y), free(b), free(apack);
+}

@@ -8,6 +8,7 @@
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 
+#include "config.h"
 #include "helpers.h"
 
 /* fp32 GEMMs over k ≤ 512 terms and a ~2-ulp exp give relative errors near 1e-6 on
@@ -171,6 +172,13 @@ static void check_case(const fcase *c, mha_precision precision, const char *kern
     cr_assert_eq(mha_forward(e, &in, out2, NULL), MHA_OK, "%s: forward without attn", c->name);
     double err2 = rel_error(out2, ref, n_out);
     cr_expect_leq(err2, tol, "%s (%s): out (no attn) relative error %.3g > %g", c->name, what, err2, tol);
+    /* rows within one key chunk: the same sums either way, bit for bit (bf16: probabilities
+     * rounded and packed row by row as they are exp'd, or after the block when the weights
+     * are wanted) */
+    if (p.seq_kv <= MHA_KV_CHUNK) {
+        long at = first_bit_difference(out, out2, n_out);
+        cr_expect_eq(at, -1, "%s (%s): out[%ld] differs with and without the attention weights", c->name, what, at);
+    }
     err[0] = err0, err[1] = err_attn, err[2] = err2;
     /* rows past a query length are exactly 0 */
     for (int b = 0; p.q_len && b < p.batch; b++)
