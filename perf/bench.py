@@ -9,7 +9,8 @@ the shapes where it finishes in seconds. bf16: mha --precision bf16, PyTorch 1.1
 converted to bf16; from perf/.venv (make bench PEERS=1) PyTorch 2.x's
 scaled_dot_product_attention layer (perf/peers/sdpa_layer.py) and OpenVINO's CPU plugin
 running that layer converted (perf/peers/openvino_mha.py), each in float32 and bf16. Machine ceilings: the FMA loop (build/ceiling) and
-one large BLIS sgemm with mha's kernel (build/sgemm_ceiling). Prints a table and writes it
+one large BLIS sgemm with mha's kernel (build/sgemm_ceiling); where the CPU has AMX, the
+tdpbf16ps loop (build/ceiling) and each bf16 row's share of it. Prints a table and writes it
 to perf/results/bench-HOST-DATETIME.csv. A missing peer gets "n/a" in its columns; the driver
 never fails for that. GFLOP/s: 8·B·S·d² + 4·B·S²·d, only unmasked work for causal/ragged.
 usage: perf/bench.py [--rounds N] [--quick]"""
@@ -96,11 +97,13 @@ def main():
     ceil = [l.split() for l in subprocess.run([os.path.join(BUILD, "ceiling"), "2"], capture_output=True,
                                               text=True).stdout.splitlines()]
     fma = {int(l[1]): float(l[2]) for l in ceil if l and l[0] in ("avx512", "avx2")}  # not the bf16 lines
+    amx = {int(l[1]): float(l[2]) for l in ceil if len(l) > 2 and l[0] == "amx_bf16" and l[1].isdigit()}
     sg = {}
     for t in (1, 2):
         r = subprocess.run([os.path.join(BUILD, "sgemm_ceiling"), "2048", str(t)], capture_output=True, text=True).stdout.split()
         sg[t] = float(r[2]) if r else None
-    print(f"machine: {platform.node()}, FMA peak {fma} GFLOP/s by threads; BLIS sgemm 2048³ {sg} GFLOP/s")
+    print(f"machine: {platform.node()}, FMA peak {fma} GFLOP/s by threads; AMX tdpbf16ps loop "
+          f"{amx or 'n/a (no AMX here)'}; BLIS sgemm 2048³ {sg} GFLOP/s")
     print(f"peers: torch {'yes' if torch_ok else 'n/a (install python3-torch: make bench PEERS=1)'}, "
           f"numpy {'yes' if numpy_ok else 'n/a'}, perf/.venv: PyTorch 2.x {'yes' if torch2_ok else 'n/a'}, "
           f"OpenVINO {'yes' if ov_ok else 'n/a'} (make bench PEERS=1)")
@@ -162,6 +165,7 @@ def main():
         mb = median([v for v in res.get("mha bf16", []) if v])
         row["mha_bf16_ms"], row["bf16_kernel"] = mb, kernel_bf16
         row["mha f32 / bf16"] = m / mb if m and mb else None
+        row["bf16 pct_amx_peak"] = 100 * fl / (mb * 1e6) / amx[t] if mb and amx.get(t) else None
         best = best16 = None
         for peer in list(setups) + ["torch2 sdpa f32", "openvino f32", "numpy float64", "numpy float32"]:
             v = median(res.get(peer, []))
@@ -184,7 +188,8 @@ def main():
               f"best peer {fmt(best)} ms = {fmt(row['peer best / mha'], '{:.2f}')}× mha "
               f"(torch2 sdpa {fmt(row.get('torch2 sdpa f32 ms'))}, openvino {fmt(row.get('openvino f32 ms'))}), "
               f"numpy64 {fmt(row.get('numpy float64 ms'))} ms, RSS {fmt(rss, '{:.0f}')} MiB; "
-              f"bf16: mha {fmt(mb)} ms on {kernel_bf16} ({fmt(row['mha f32 / bf16'], '{:.2f}')}× f32), "
+              f"bf16: mha {fmt(mb)} ms on {kernel_bf16} ({fmt(row['mha f32 / bf16'], '{:.2f}')}× f32, "
+              f"{fmt(row['bf16 pct_amx_peak'], '{:.0f}')}% of the AMX loop), "
               f"best bf16 peer {fmt(best16)} ms = {fmt(row['bf16 peer best / mha bf16'], '{:.2f}')}× mha bf16 "
               f"(torch 1.13 {fmt(row.get('torch bf16 ms'))}, torch2 sdpa {fmt(row.get('torch2 sdpa bf16 ms'))}, "
               f"openvino {fmt(row.get('openvino bf16 ms'))})", flush=True)
