@@ -26,7 +26,14 @@ package); each with its YAML config tests/data/NAME.yaml:
  torch computes every query row and
 only masks keys; mha writes 0 for query rows past a sequence's length. The expected outputs
 here zero those rows.
+PyTorch bf16 goldens, NAME_bf16_out.npy, for mha_self, mha_causal_pad and the four decoder
+cases: the same module and inputs converted to torch.bfloat16 (nn.MultiheadAttention
+.to(torch.bfloat16); the decoder layers as HF runs a bf16 model: projections, RoPE with cos
+and sin cast to bf16, scores and A·V in bf16, softmax in float32 then bf16), the output
+widened to float32. mha --precision bf16 is compared with them and with the float32 goldens
+(tests/test_cli.c says the tolerances).
 """
+import copy
 import json
 import math
 import os
@@ -118,6 +125,10 @@ def main():
         save("mha_causal_out.npy", m(x, x, x, attn_mask=causal, need_weights=False)[0].numpy())
         out = m(x, x, x, attn_mask=causal, key_padding_mask=pad, need_weights=False)[0].numpy()
         save("mha_causal_pad_out.npy", zero_padded_rows(out, lengths))
+        m16, x16 = copy.deepcopy(m).to(torch.bfloat16), x.to(torch.bfloat16)
+        save("mha_self_bf16_out.npy", m16(x16, x16, x16, need_weights=False)[0].float().numpy())
+        out = m16(x16, x16, x16, attn_mask=causal, key_padding_mask=pad, need_weights=False)[0].float().numpy()
+        save("mha_causal_pad_bf16_out.npy", zero_padded_rows(out, lengths))
         save("mha_cross_out.npy", m(q5, kv, kv, key_padding_mask=kv_pad, need_weights=False)[0].numpy())
 
     # nn.Linear per projection, F16, under a prefix; reference in float64 from the rounded weights
@@ -243,6 +254,7 @@ def decoder_attention(x, p, lengths=None):
     r = p.get("rotary_dim", dk)
     inv_freq, att = rope_inv_freq(r, p["theta"], p.get("scaling", {}))
     cos, sin = rotary_cos_sin(inv_freq, att, torch.arange(S), p.get("interleaved", False))
+    cos, sin = cos.to(q.dtype), sin.to(q.dtype)  # HF: computed in float32, applied in the model's dtype
     q = apply_rotary(q, cos, sin, r, p.get("interleaved", False))
     k = apply_rotary(k, cos, sin, r, p.get("interleaved", False))
     k, v = repeat_kv(k, h // kvh), repeat_kv(v, h // kvh)
@@ -258,7 +270,7 @@ def decoder_attention(x, p, lengths=None):
     probs = torch.nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
     probs = torch.nan_to_num(probs)  # rows with no visible key (none here)
     out = (probs @ v).transpose(1, 2).reshape(B, S, d)
-    out = p["o_proj"](out)
+    out = p["o_proj"](out).float()
     return zero_padded_rows(out.detach().numpy(), lengths) if lengths is not None else out.detach().numpy()
 
 
@@ -283,6 +295,8 @@ def decoder_case(name, seed, d, heads, kv_heads, bias, x, lengths=None, **rope):
     write_safetensors(os.path.join(HERE, name + ".safetensors"), tensors)
     with torch.no_grad():
         save(name + "_out.npy", decoder_attention(x, p, lengths))
+        p16 = {k: copy.deepcopy(v).to(torch.bfloat16) if isinstance(v, torch.nn.Module) else v for k, v in p.items()}
+        save(name + "_bf16_out.npy", decoder_attention(x.to(torch.bfloat16), p16, lengths))
 
 
 def decoder_cases():
