@@ -83,24 +83,30 @@ void mha_step_pack_rows(const mha_step_job *j, int r0, int r1)
         mha_gemm_pack_a(k, x, r0, r1 - r0, 0, j->f.d, (float *)packed_rows(j, r0), 1);
 }
 
-/* Row i of the Q/K/V scratch, K at dkp and V at 2·dkp, into slot `slot` of a cache block. */
+/* Row i of the Q/K/V scratch, K at dkp and V at 2·dkp, into slot `slot` of a cache block: K
+ * transposed (feature c at c · block_size + slot), V as a row; a panel's run at a time. */
 static void store_kv(const mha_step_job *j, mha_mat qkv, int i, int block, int g, int slot)
 {
     const mha_kernel *k = j->f.kernel;
     const mha_kv_cache *c = j->cache;
     const int dk = j->f.dk, dkp = j->f.dkp, bs = c->block_size;
-    if (c->bf16) {
-        mha_bf16 *kt = mha_kv_bf16(c) + mha_kv_kt_at(c, block, g), *v = mha_kv_bf16(c) + mha_kv_v_at(c, block, g, slot);
-        for (int col = 0; col < dk; col++) {
-            kt[(size_t)col * bs + slot] = mha_bf16_round(*mha_mat_at(k, qkv, i, dkp + col));
-            v[col] = mha_bf16_round(*mha_mat_at(k, qkv, i, 2 * dkp + col));
+    const size_t kt = mha_kv_kt_at(c, block, g) + (size_t)slot, v = mha_kv_v_at(c, block, g, slot);
+    for (int c0 = 0; c0 < dk; c0 += k->bw) {
+        const int n = dk - c0 < k->bw ? dk - c0 : k->bw;
+        const float *ks = mha_mat_at(k, qkv, i, dkp + c0), *vs = mha_mat_at(k, qkv, i, 2 * dkp + c0);
+        if (c->bf16) {
+            mha_bf16 *kd = mha_kv_bf16(c) + kt + (size_t)c0 * bs, *vd = mha_kv_bf16(c) + v + c0;
+            for (int t = 0; t < n; t++) {
+                kd[(size_t)t * bs] = mha_bf16_round(ks[t]);
+                vd[t] = mha_bf16_round(vs[t]);
+            }
+        } else {
+            float *kd = mha_kv_f32(c) + kt + (size_t)c0 * bs;
+            for (int t = 0; t < n; t++)
+                kd[(size_t)t * bs] = ks[t];
+            memcpy(mha_kv_f32(c) + v + c0, vs, (size_t)n * sizeof *vs);
         }
-        return;
     }
-    float *kt = mha_kv_f32(c) + mha_kv_kt_at(c, block, g);
-    for (int col = 0; col < dk; col++) /* K transposed into the block */
-        kt[(size_t)col * bs + slot] = *mha_mat_at(k, qkv, i, dkp + col);
-    from_panels(k, qkv, i, 2 * dkp, mha_kv_f32(c) + mha_kv_v_at(c, block, g, slot), dk);
 }
 
 void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_scratch *s)
