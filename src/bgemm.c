@@ -375,13 +375,12 @@ __attribute__((target("avx512f"))) static void round16(const float *src, mha_bf1
 }
 
 /* One row of A panels of depth kk (d: the row's first element in its panel) from src (its
- * columns contiguous within runs of ps's panels of w; NULL: a zero row), zeros past kk. */
+ * columns contiguous within runs of ps's panels of w), zeros past kk. */
 static void pack_a_row(const mha_kernel *k, const float *src, ptrdiff_t ps, int kk, mha_bf16 *d)
 {
-    const size_t kp = mha_bk_kp(kk);
-    const int w = k->bw;
+    const int kp = (int)mha_bk_kp(kk), w = k->bw;
     int p = 0;
-    while (src && p < kk) { /* contiguous within one of the source's panels */
+    while (p < kk) { /* contiguous within one of the source's panels */
         const int in_panel = w - p % w, n = kk - p < in_panel ? kk - p : in_panel;
         const float *s = src + (ptrdiff_t)(p / w) * ps + p % w;
         for (int t = 0; t < n;) { /* within one 16-wide half of a tile row: contiguous */
@@ -396,17 +395,20 @@ static void pack_a_row(const mha_kernel *k, const float *src, ptrdiff_t ps, int 
         }
         p += n;
     }
-    for (; p < (int)kp; p++)
-        d[(size_t)(p / 32) * 512 + p % 32] = 0;
+    if (p < kp) /* the rest of the last k tile's row */
+        memset(d + (size_t)(p / 32) * 512 + p % 32, 0, (size_t)(kp - p) * sizeof *d);
 }
 
 void mha_bk_pack_a(const mha_kernel *k, mha_mat a, int i0, int rows, int kk, mha_bf16 *dst)
 {
     const size_t kp = mha_bk_kp(kk);
-    const int padded = (int)mha_round_up((size_t)rows, MHA_BT_M);
-    for (int r = 0; r < padded; r++)
-        pack_a_row(k, r < rows ? a.p + (ptrdiff_t)(i0 + r) * a.ld : NULL, a.ps, kk,
-                   dst + (size_t)(r / 16) * 16 * kp + (size_t)(r % 16) * 32);
+    for (int r = 0; r < rows; r++)
+        pack_a_row(k, a.p + (ptrdiff_t)(i0 + r) * a.ld, a.ps, kk, dst + (size_t)(r / 16) * 16 * kp + (size_t)(r % 16) * 32);
+    if (rows % 16) { /* the last panel's missing rows: zero, one run per k tile */
+        mha_bf16 *last = dst + (size_t)(rows / 16) * 16 * kp + (size_t)(rows % 16) * 32;
+        for (size_t t = 0; t < kp / 32; t++)
+            memset(last + t * 512, 0, (size_t)(16 - rows % 16) * 32 * sizeof *last);
+    }
 }
 
 void mha_bk_pack_a_row(const mha_kernel *k, const float *x, int i, int kk, mha_bf16 *dst)

@@ -289,3 +289,26 @@ Test(bgemm, vector_driver_matches_scalar_bit_for_bit, .timeout = 60)
     }
     free(a), free(bsrc), free(c0), free(x), free(y), free(b), free(apack);
 }
+
+/* A packing: each row's values rounded at their tile places, zeros past kk to the tile's end
+ * and in the last panel's missing rows (whatever the buffer held before). */
+Test(bgemm, a_packing_places_rows_and_pads_with_zeros)
+{
+    mha_kernel k;
+    cr_assert_eq(mha_kernel_select("auto", &k), MHA_OK);
+    const int rows = 21, kk = 40; /* two panels, the second with 5 rows; two k tiles, the second 8 wide */
+    const size_t kp = mha_bk_kp(kk), n = mha_bk_a_elems(rows, kk);
+    rng r = {5};
+    float *a = malloc((size_t)rows * kk * sizeof *a);
+    fill_uniform(a, (size_t)rows * kk, -3.0f, 3.0f, &r);
+    mha_bf16 *dst = malloc(n * sizeof *dst);
+    memset(dst, 0xAB, n * sizeof *dst);
+    mha_bk_pack_a(&k, mha_mat_rows(&k, a, kk), 0, rows, kk, dst);
+    for (int i = 0; i < 32; i++)
+        for (int p = 0; p < (int)kp; p++) {
+            const mha_bf16 got = dst[(size_t)(i / 16) * 16 * kp + (size_t)(p / 32) * 512 + (size_t)(i % 16) * 32 + p % 32];
+            const mha_bf16 want = i < rows && p < kk ? mha_bf16_round(a[(size_t)i * kk + p]) : 0;
+            cr_assert_eq(got, want, "row %d, k %d: %#06x, want %#06x", i, p, got, want);
+        }
+    free(a), free(dst);
+}
