@@ -108,7 +108,7 @@ static void gemv_rows(const mha_kernel *k, int m, int n, int kk, float alpha, mh
 }
 
 /* Up to MHA_STREAM_ROWS rows on AVX-512 with B panels of 32 columns (k->stream): B streamed
- * once from memory, R rows × 32 columns of accumulators per pass over a chunk of k (R = 8, 4,
+ * once from memory, R rows × 32 columns of accumulators per pass over a chunk of k (R = 12, 8, 4,
  * 2, 1: a register tile of the rows that exist; the microkernel would compute whole panels
  * of aw rows), the other passes reading that chunk again from L1. The sums are the
  * microkernel's, bit for bit for beta 0 and 1 (the engine's): one FMA chain per element over
@@ -123,7 +123,7 @@ stream_pass(const mha_kernel *k, const int R, const int pf, int i0, int p0, int 
             const float *bp, float beta, mha_mat c)
 {
     const int w = 32;
-    __m512 acc0[8], acc1[8];
+    __m512 acc0[12], acc1[12];
     for (int r = 0; r < R; r++)
         acc0[r] = acc1[r] = _mm512_setzero_ps();
     for (int p = p0; p < p1;) { /* A's columns are contiguous within one of its panels */
@@ -171,8 +171,10 @@ __attribute__((target("avx512f"))) static void stream_rows(const mha_kernel *k, 
         for (int p0 = 0; p0 < kk; p0 += k->kc) {
             const int p1 = kk - p0 < k->kc ? kk : p0 + k->kc;
             int i0 = 0;
-            for (; i0 + 8 <= m; i0 += 8)
-                stream_pass(k, 8, i0 == 0, i0, p0, p1, j0, nj, alpha, a, bp, beta, c);
+            for (; i0 + 12 <= m; i0 += 12)
+                stream_pass(k, 12, i0 == 0, i0, p0, p1, j0, nj, alpha, a, bp, beta, c);
+            if (m - i0 >= 8)
+                stream_pass(k, 8, i0 == 0, i0, p0, p1, j0, nj, alpha, a, bp, beta, c), i0 += 8;
             if (m - i0 >= 4)
                 stream_pass(k, 4, i0 == 0, i0, p0, p1, j0, nj, alpha, a, bp, beta, c), i0 += 4;
             if (m - i0 >= 2)
