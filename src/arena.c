@@ -1,5 +1,9 @@
 /* arena.c — sizing and carving share this one plan, so they can never disagree. */
+#define _DEFAULT_SOURCE /* madvise, MADV_HUGEPAGE */
 #include "arena.h"
+
+#include <stdlib.h>
+#include <sys/mman.h>
 
 #include <stdint.h>
 
@@ -151,4 +155,14 @@ void mha_arena_carve(const mha_arena_plan *p, void *base, mha_arena_views *v)
     v->step_row0 = at(b, p->step_row0);
     v->partial = at(b, p->partial);
     v->scratch = at(b, p->scratch);
+}
+
+void *mha_alloc_pages(size_t bytes)
+{
+    const size_t align = bytes >= MHA_HUGE_PAGE ? MHA_HUGE_PAGE : MHA_PAGE;
+    const size_t rounded = (bytes + align - 1) / align * align;
+    void *p = rounded < bytes ? NULL : aligned_alloc(align, rounded);
+    if (p && align == MHA_HUGE_PAGE)
+        (void)madvise(p, rounded, MADV_HUGEPAGE); /* a hint: without THP the pages stay small */
+    return p;
 }

@@ -10,6 +10,13 @@
 
 #define MHA_ALIGN 64   /* every region; also what mha_create_static requires of ws */
 #define MHA_PAGE 4096  /* worker slices start on their own pages: first touch, no false sharing */
+#define MHA_HUGE_PAGE (2u << 20)
+
+/* At least `bytes`, page-aligned (free() it); from 2 MiB on, 2 MiB-aligned and rounded, with
+ * Linux asked for transparent huge pages (madvise, where THP is "madvise"): weights and KV
+ * caches streamed by every step then cost a TLB entry per 2 MiB, not per 4 KiB. NULL when it
+ * cannot be had. */
+void *mha_alloc_pages(size_t bytes);
 
 /* Byte offsets of each region from the arena's base; MHA_ARENA_ABSENT for a region the plan's
  * kind leaves out. */

@@ -180,13 +180,6 @@ MHA_API size_t mha_workspace_size(const mha_config *cfg)
     return prepare(cfg, MHA_ARENA_ENGINE, &p, NULL, 0) == MHA_OK ? p.plan.total : 0;
 }
 
-/* A page-rounded, page-aligned block of at least `bytes` (NULL when it cannot be had). */
-static void *alloc_pages(size_t bytes)
-{
-    size_t rounded = (bytes + MHA_PAGE - 1) / MHA_PAGE * MHA_PAGE;
-    return rounded < bytes ? NULL : aligned_alloc(MHA_PAGE, rounded);
-}
-
 MHA_API mha_status mha_create(const mha_config *cfg, mha_engine **out)
 {
     if (!out)
@@ -196,7 +189,7 @@ MHA_API mha_status mha_create(const mha_config *cfg, mha_engine **out)
     mha_status st = prepare(cfg, MHA_ARENA_ENGINE, &p, NULL, 0);
     if (st != MHA_OK)
         return st;
-    void *ws = alloc_pages(p.plan.total);
+    void *ws = mha_alloc_pages(p.plan.total);
     if (!ws)
         return MHA_ERR_NOMEM;
     mha_engine *e = build(&p, ws);
@@ -241,7 +234,7 @@ MHA_API mha_status mha_pack_weights(const mha_config *cfg, const mha_weights *w,
         return st;
     if ((st = mha_weights_check(w, p.dims.bias)) != MHA_OK)
         return st;
-    void *mem = alloc_pages(p.plan.total);
+    void *mem = mha_alloc_pages(p.plan.total);
     if (!mem)
         return MHA_ERR_NOMEM;
     mha_arena_views v;
@@ -279,7 +272,7 @@ MHA_API mha_status mha_create_shared(const mha_config *cfg, const mha_packed_wei
         p.dims.bf16 != pw->dims.bf16 ||
         strcmp(p.kernel.arch, pw->arch) != 0 || p.kernel.bw != pw->bw || p.plan.dkp != pw->dkp)
         return MHA_ERR_CONFIG; /* another model, or packed for another kernel's panels */
-    void *ws = alloc_pages(p.plan.total);
+    void *ws = mha_alloc_pages(p.plan.total);
     if (!ws)
         return MHA_ERR_NOMEM;
     mha_engine *e = build(&p, ws);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arena.h"
 #include "config.h"
 
 #define HEADER ((sizeof(mha_kv_cache) + 63) / 64 * 64)
@@ -60,8 +61,7 @@ MHA_API mha_status mha_kv_cache_create(const mha_config *cfg, int n_blocks, int 
     mha_status st = begin(cfg, n_blocks, block_size, out, &layout, &total);
     if (st != MHA_OK)
         return st;
-    size_t rounded = (total + 4095) / 4096 * 4096;
-    void *mem = rounded < total ? NULL : aligned_alloc(4096, rounded);
+    void *mem = mha_alloc_pages(total);
     if (!mem)
         return MHA_ERR_NOMEM;
     mha_kv_cache *c = build(&layout, mem);
