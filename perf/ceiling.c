@@ -148,12 +148,15 @@ static int cmp(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-int main(int argc, char **argv)
+static float fma_loop(float seed)
 {
-    int max_threads = argc > 1 ? atoi(argv[1]) : 2;
-    __builtin_cpu_init();
-    int wide = __builtin_cpu_supports("avx512f");
-    double lanes = wide ? 16 : 8;
+    return __builtin_cpu_supports("avx512f") ? fma512(seed) : fma256(seed);
+}
+
+/* loop on 1..max_threads threads, 9 runs each: one line "kind threads median min max" in
+ * GFLOP/s, flops being the loop's per thread. */
+static void measure(const char *kind, float (*loop)(float), double flops, int max_threads)
+{
     volatile float sink = 0;
     for (int t = 1; t <= max_threads; t++) {
         double g[9];
@@ -161,49 +164,29 @@ int main(int argc, char **argv)
             double t0 = now();
 #pragma omp parallel num_threads(t)
             {
-                float v = wide ? fma512(1e-7f * omp_get_thread_num()) : fma256(1e-7f);
+                float v = loop(1e-7f * omp_get_thread_num());
 #pragma omp atomic
                 sink += v;
             }
-            g[r] = ITERS * 16.0 * lanes * 2 * t / (now() - t0) / 1e9;
+            g[r] = flops * t / (now() - t0) / 1e9;
         }
         qsort(g, 9, sizeof g[0], cmp);
-        printf("%s %d %.1f %.1f %.1f\n", wide ? "avx512" : "avx2", t, g[4], g[0], g[8]);
+        printf("%s %d %.1f %.1f %.1f\n", kind, t, g[4], g[0], g[8]);
     }
+}
+
+int main(int argc, char **argv)
+{
+    int max_threads = argc > 1 ? atoi(argv[1]) : 2;
+    __builtin_cpu_init();
+    int wide = __builtin_cpu_supports("avx512f");
+    measure(wide ? "avx512" : "avx2", fma_loop, ITERS * 16.0 * (wide ? 16 : 8) * 2, max_threads);
     if (__builtin_cpu_supports("avx512bf16"))
-        for (int t = 1; t <= max_threads; t++) {
-            double g[9];
-            for (int r = 0; r < 9; r++) {
-                double t0 = now();
-#pragma omp parallel num_threads(t)
-                {
-                    float v = dpbf16(1e-7f * omp_get_thread_num());
-#pragma omp atomic
-                    sink += v;
-                }
-                g[r] = ITERS * 16.0 * 16 * 2 * 2 * t / (now() - t0) / 1e9;
-            }
-            qsort(g, 9, sizeof g[0], cmp);
-            printf("avx512_bf16 %d %.1f %.1f %.1f\n", t, g[4], g[0], g[8]);
-        }
+        measure("avx512_bf16", dpbf16, ITERS * 16.0 * 16 * 2 * 2, max_threads);
     const char *no_amx = amx_unavailable();
     if (no_amx)
         printf("amx_bf16 n/a: %s\n", no_amx);
     else
-        for (int t = 1; t <= max_threads; t++) {
-            double g[9];
-            for (int r = 0; r < 9; r++) {
-                double t0 = now();
-#pragma omp parallel num_threads(t)
-                {
-                    float v = amx_loop(1e-7f * omp_get_thread_num());
-#pragma omp atomic
-                    sink += v;
-                }
-                g[r] = ITERS_AMX * 4.0 * 16 * 16 * 32 * 2 * t / (now() - t0) / 1e9;
-            }
-            qsort(g, 9, sizeof g[0], cmp);
-            printf("amx_bf16 %d %.1f %.1f %.1f\n", t, g[4], g[0], g[8]);
-        }
+        measure("amx_bf16", amx_loop, ITERS_AMX * 4.0 * 16 * 16 * 32 * 2, max_threads);
     return 0;
 }
