@@ -253,38 +253,70 @@ static void scores_scalar(const float *restrict q, int nq, int dk, const void *k
         }
 }
 
-/* 16 slots at a time, 8 queries per pass: 8 accumulators, one Kᵀ row load per feature (bf16:
- * 16 halves widened to float32 by a shift); the same slots of the next block's Kᵀ (next, or
- * NULL) prefetched feature by feature as the first pass goes. */
+/* 16 elements of a cache run at i (float32, or bf16 widened to float32 by a shift), lanes
+ * outside m zero. */
+static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl"))) __m512
+load16(const void *run, int bf16, size_t i, __mmask16 m)
+{
+    return bf16 ? _mm512_castsi512_ps(
+                      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const mha_bf16 *)run + i)), 16))
+                : _mm512_maskz_loadu_ps(m, (const float *)run + i);
+}
+
+/* Scores of nb <= R queries for the 16 slots from t (lanes m) of one block, with P · R = 8
+ * accumulators: the features cut into P parts of h = ceil(dk / P), each part its own FMA chain
+ * per query (P independent chains hide the FMA latency when few queries share the block),
+ * the parts added in order at the end. One Kᵀ row load per feature for all queries; the same
+ * row of the next block's Kᵀ (next, or NULL) prefetched as it goes. */
+static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl"))) void
+scores_tile(const int P, const float *restrict q, int nb, int dk, const void *kt, int bf16, int ld, int t, __mmask16 m,
+            float scale, float *restrict sc, const void *next)
+{
+    const int R = 8 / P, h = (dk + P - 1) / P;
+    const size_t elem = bf16 ? sizeof(mha_bf16) : sizeof(float);
+    __m512 acc[8];
+    for (int i = 0; i < 8; i++)
+        acc[i] = _mm512_setzero_ps();
+    for (int c = 0; c < h; c++)
+        for (int part = 0; part < P; part++) {
+            const int f = part * h + c;
+            if (f >= dk) /* the last part may be shorter */
+                continue;
+            const size_t at = (size_t)f * ld + t;
+            if (next)
+                _mm_prefetch((const char *)next + at * elem, _MM_HINT_T0);
+            const __m512 krow = load16(kt, bf16, at, m);
+            for (int r = 0; r < R; r++)
+                if (r < nb)
+                    acc[part * R + r] = _mm512_fmadd_ps(_mm512_set1_ps(q[(size_t)r * dk + f]), krow, acc[part * R + r]);
+        }
+    for (int r = 0; r < nb; r++) {
+        __m512 x = acc[r];
+        for (int part = 1; part < P; part++)
+            x = _mm512_add_ps(x, acc[part * R + r]);
+        _mm512_mask_storeu_ps(sc + (size_t)r * MHA_DECODE_CHUNK + t, m, _mm512_mul_ps(x, _mm512_set1_ps(scale)));
+    }
+}
+
+/* scores_scalar's products, 16 slots at a time: 1 query in 8 feature parts, 2 in 4, up to 4 in
+ * 2, more 8 at a time in one (each query's sum fixed by nq, dk and the slot alone). */
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static void scores_avx512(const float *restrict q, int nq, int dk,
                                                                                const void *kt, int bf16, int ld, int n,
                                                                                float scale, float *restrict sc,
                                                                                const void *next)
 {
-    const size_t elem = bf16 ? sizeof(mha_bf16) : sizeof(float);
     for (int t = 0; t < n; t += 16) {
         const __mmask16 m = n - t >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - t)) - 1u);
-        for (int q0 = 0; q0 < nq; q0 += 8) {
-            const int nb = nq - q0 < 8 ? nq - q0 : 8;
-            __m512 acc[8];
-            for (int r = 0; r < 8; r++)
-                acc[r] = _mm512_setzero_ps();
-            for (int c = 0; c < dk; c++) {
-                const size_t at = (size_t)c * ld + t;
-                if (next && q0 == 0)
-                    _mm_prefetch((const char *)next + at * elem, _MM_HINT_T0);
-                const __m512 krow =
-                    bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(
-                               _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const mha_bf16 *)kt + at)), 16))
-                         : _mm512_maskz_loadu_ps(m, (const float *)kt + at);
-                for (int r = 0; r < 8; r++)
-                    if (r < nb)
-                        acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[(size_t)(q0 + r) * dk + c]), krow, acc[r]);
-            }
-            for (int r = 0; r < nb; r++)
-                _mm512_mask_storeu_ps(sc + (size_t)(q0 + r) * MHA_DECODE_CHUNK + t, m,
-                                      _mm512_mul_ps(acc[r], _mm512_set1_ps(scale)));
-        }
+        if (nq == 1)
+            scores_tile(8, q, nq, dk, kt, bf16, ld, t, m, scale, sc, next);
+        else if (nq == 2)
+            scores_tile(4, q, nq, dk, kt, bf16, ld, t, m, scale, sc, next);
+        else if (nq <= 4)
+            scores_tile(2, q, nq, dk, kt, bf16, ld, t, m, scale, sc, next);
+        else
+            for (int q0 = 0; q0 < nq; q0 += 8)
+                scores_tile(1, q + (size_t)q0 * dk, nq - q0 < 8 ? nq - q0 : 8, dk, kt, bf16, ld, t, m, scale,
+                            sc + (size_t)q0 * MHA_DECODE_CHUNK, q0 == 0 ? next : NULL);
     }
 }
 
@@ -301,52 +333,63 @@ static void values_scalar(const float *e, int nq, const void *v, int bf16, int n
         }
 }
 
-/* The same with 8 queries × 32 features of FMA accumulators per pass over the block's rows
- * (bf16 rows widened by a shift), the rows of the next block (next, or NULL) prefetched as the
- * first pass goes. */
+/* Z of nb <= R queries, features [c0, c0 + 16·V) (the last vector's lanes ml), over the n
+ * value rows of one block, with R · V <= 16 accumulators: each row's vectors loaded once for all
+ * the queries, key by key in order (values_scalar's sums); the same features of the next
+ * block's rows (next, or NULL) prefetched row by row as it goes, so the prefetches are spread
+ * as evenly as the loads (all of a row's lines at once was 10% slower: fill buffers run out). */
+static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl"))) void
+values_tile(const int R, const int V, const float *e, int nb, const void *v, int bf16, int n, int dk, int c0,
+            __mmask16 ml, float *p, size_t ps, const void *next)
+{
+    const size_t elem = bf16 ? sizeof(mha_bf16) : sizeof(float), row = (size_t)dk * elem;
+    const size_t pf0 = (size_t)c0 * elem, pf1 = (size_t)(c0 + 16 * V < dk ? c0 + 16 * V : dk) * elem;
+    __m512 acc[16];
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < V; j++)
+            acc[r * V + j] = _mm512_maskz_loadu_ps(j == V - 1 ? ml : (__mmask16)0xFFFF,
+                                                   p + (size_t)(r < nb ? r : 0) * ps + c0 + 16 * j);
+    for (int t = 0; t < n; t++) {
+        if (next)
+            for (size_t off = pf0; off < pf1; off += 64)
+                _mm_prefetch((const char *)next + (size_t)t * row + off, _MM_HINT_T0);
+        __m512 b[8];
+        for (int j = 0; j < V; j++)
+            b[j] = load16(v, bf16, (size_t)t * dk + c0 + 16 * j, j == V - 1 ? ml : (__mmask16)0xFFFF);
+        for (int r = 0; r < R; r++)
+            if (r < nb) {
+                const __m512 x = _mm512_set1_ps(e[(size_t)r * MHA_DECODE_CHUNK + t]);
+                for (int j = 0; j < V; j++)
+                    acc[r * V + j] = _mm512_fmadd_ps(x, b[j], acc[r * V + j]);
+            }
+    }
+    for (int r = 0; r < nb; r++)
+        for (int j = 0; j < V; j++)
+            _mm512_mask_storeu_ps(p + (size_t)r * ps + c0 + 16 * j, j == V - 1 ? ml : (__mmask16)0xFFFF, acc[r * V + j]);
+}
+
+/* values_scalar's sums with register tiles: up to 2 queries × 128 features, 4 × 64 or 8 × 32
+ * (fewer queries, more features per pass over the block's rows), 16 features the last pass. */
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static void values_avx512(const float *e, int nq, const void *v,
                                                                                int bf16, int n, int dk, float *p,
                                                                                size_t ps, const void *next)
 {
-    const size_t elem = bf16 ? sizeof(mha_bf16) : sizeof(float), row = (size_t)dk * elem;
-    for (int c0 = 0; c0 < dk; c0 += 32) {
-        const int nc = dk - c0;
-        const __mmask16 m0 = nc >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nc) - 1u);
-        const __mmask16 m1 = nc >= 32 ? (__mmask16)0xFFFF : nc <= 16 ? 0 : (__mmask16)((1u << (nc - 16)) - 1u);
-        for (int q0 = 0; q0 < nq; q0 += 8) {
-            const int nb = nq - q0 < 8 ? nq - q0 : 8;
-            __m512 acc0[8], acc1[8];
-            for (int r = 0; r < 8; r++) {
-                const float *y = p + (size_t)(q0 + r < nq ? q0 + r : q0) * ps + c0;
-                acc0[r] = _mm512_maskz_loadu_ps(m0, y);
-                acc1[r] = _mm512_maskz_loadu_ps(m1, y + 16);
-            }
-            for (int t = 0; t < n; t++) {
-                if (next && c0 == 0 && q0 == 0)
-                    for (size_t off = 0; off < row; off += 64)
-                        _mm_prefetch((const char *)next + (size_t)t * row + off, _MM_HINT_T0);
-                __m512 b0, b1;
-                if (bf16) {
-                    const mha_bf16 *vr = (const mha_bf16 *)v + (size_t)t * dk + c0;
-                    b0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m0, vr)), 16));
-                    b1 = _mm512_castsi512_ps(
-                        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m1, vr + 16)), 16));
-                } else {
-                    const float *vr = (const float *)v + (size_t)t * dk + c0;
-                    b0 = _mm512_maskz_loadu_ps(m0, vr);
-                    b1 = _mm512_maskz_loadu_ps(m1, vr + 16);
-                }
-                for (int r = 0; r < 8; r++)
-                    if (r < nb) {
-                        const __m512 x = _mm512_set1_ps(e[(size_t)(q0 + r) * MHA_DECODE_CHUNK + t]);
-                        acc0[r] = _mm512_fmadd_ps(x, b0, acc0[r]);
-                        acc1[r] = _mm512_fmadd_ps(x, b1, acc1[r]);
-                    }
-            }
-            for (int r = 0; r < nb; r++) {
-                float *y = p + (size_t)(q0 + r) * ps + c0;
-                _mm512_mask_storeu_ps(y, m0, acc0[r]);
-                _mm512_mask_storeu_ps(y + 16, m1, acc1[r]);
+    for (int q0 = 0; q0 < nq; q0 += 8) {
+        const int nb = nq - q0 < 8 ? nq - q0 : 8;
+        const float *eq = e + (size_t)q0 * MHA_DECODE_CHUNK;
+        float *pq = p + (size_t)q0 * ps;
+        const void *pf = q0 == 0 ? next : NULL;
+        for (int c0 = 0; c0 < dk;) {
+            const int left = dk - c0;
+            if (nb <= 2 && left >= 128)
+                values_tile(2, 8, eq, nb, v, bf16, n, dk, c0, 0xFFFF, pq, ps, pf), c0 += 128;
+            else if (nb <= 4 && left >= 64)
+                values_tile(4, 4, eq, nb, v, bf16, n, dk, c0, 0xFFFF, pq, ps, pf), c0 += 64;
+            else if (left >= 32)
+                values_tile(8, 2, eq, nb, v, bf16, n, dk, c0, 0xFFFF, pq, ps, pf), c0 += 32;
+            else {
+                const __mmask16 ml = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
+                values_tile(8, 1, eq, nb, v, bf16, n, dk, c0, ml, pq, ps, pf), c0 += 16;
             }
         }
     }

@@ -28,12 +28,14 @@ typedef struct decoder {
     double tol;         /* of a step's rows against want */
 } decoder;
 
-/* A GQA + RoPE (+ window) layer, engine capacity max_batch × max_new new tokens per step, of
- * the given precision (its cache too); the reference forward is float32. */
-static void decoder_make_in(decoder *dc, int batch, int seq, int window, int max_new, int threads, mha_precision prec)
+/* A GQA + RoPE (+ window) layer of width d, h query heads over kvh KV heads, engine capacity
+ * max_batch × max_new new tokens per step, of the given precision (its cache too); the
+ * reference forward is float32. */
+static void decoder_make_shape(decoder *dc, int d, int h, int kvh, int batch, int seq, int window, int max_new,
+                               int threads, mha_precision prec)
 {
-    problem_make(&dc->p, 64, 8, batch, seq, seq, 1, 0, 404);
-    problem_set_kv_heads(&dc->p, 2, 405);
+    problem_make(&dc->p, d, h, batch, seq, seq, 1, 0, 404);
+    problem_set_kv_heads(&dc->p, kvh, 405);
     dc->p.rope = (mha_rope){.style = MHA_ROPE_NEOX, .theta = 10000.0f, .scaling = MHA_ROPE_SCALING_LLAMA3,
                             .factor = 8.0f, .low_freq_factor = 1.0f, .high_freq_factor = 4.0f,
                             .original_max_position = 16};
@@ -41,7 +43,7 @@ static void decoder_make_in(decoder *dc, int batch, int seq, int window, int max
     dc->p.causal = 1;
     /* the whole-sequence reference: one causal forward */
     mha_engine *whole = engine_for(&dc->p, 2, MHA_LAYOUT_XW);
-    dc->want = malloc((size_t)batch * seq * 64 * sizeof *dc->want);
+    dc->want = malloc((size_t)batch * seq * d * sizeof *dc->want);
     mha_input in = problem_input(&dc->p);
     cr_assert_eq(mha_forward(whole, &in, dc->want, NULL), MHA_OK);
     mha_free(whole);
@@ -55,6 +57,12 @@ static void decoder_make_in(decoder *dc, int batch, int seq, int window, int max
     mha_weights w = problem_weights(&dc->p, MHA_LAYOUT_XW, &scratch);
     cr_assert_eq(mha_set_weights(dc->e, &w), MHA_OK);
     free(scratch);
+}
+
+/* d 64, 8 query heads over 2 KV heads (d_k 8) */
+static void decoder_make_in(decoder *dc, int batch, int seq, int window, int max_new, int threads, mha_precision prec)
+{
+    decoder_make_shape(dc, 64, 8, 2, batch, seq, window, max_new, threads, prec);
 }
 
 static void decoder_make(decoder *dc, int batch, int seq, int window, int max_new, int threads)
@@ -176,6 +184,27 @@ Test(step, many_sequences_prefilled_in_one_step_equal_one_forward, .timeout = 60
         run_schedule(&dc, 4, 2, sched, 5);
         decoder_free(&dc);
     }
+}
+
+/* Decode reads each block once for all the queries of a KV-head group (group × new tokens), in
+ * register tiles that depend on that count and on d_k: scores in 8 feature parts for one query
+ * down to one part for 5 and more, values 128, 64, 32 or 16 features per pass. Groups of 1, 2,
+ * 4 and 6 query heads with 1-4 new tokens (1 to 24 queries), d_k 128, 136, 80 and 8, blocks cut
+ * short: each equals one forward. */
+Test(step, decode_tiles_for_every_query_count_and_head_size_equal_one_forward, .timeout = 60)
+{
+    static const struct {
+        int d, h, kvh;
+    } shapes[] = {{512, 4, 4}, {544, 4, 4}, {512, 4, 2}, {320, 4, 1}, {48, 6, 1}};
+    static const int sched[][4] = {{13}, {1}, {2}, {3}, {4}, {1}};
+    EACH_PRECISION(prec)
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            decoder dc;
+            decoder_make_shape(&dc, shapes[i].d, shapes[i].h, shapes[i].kvh, 1, 24, 0, 13, 2, prec);
+            cr_log_info("d %d, %d heads over %d KV heads:", shapes[i].d, shapes[i].h, shapes[i].kvh);
+            run_schedule(&dc, 16, (int)(sizeof sched / sizeof sched[0]), sched, 11);
+            decoder_free(&dc);
+        }
 }
 
 /* Steps over a fixed schedule with the given thread count and precision; the final outputs. */
