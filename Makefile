@@ -55,7 +55,7 @@ TEST_CLI_OBJ := $(B)/obj/cli/scale_fit.o $(B)/obj/cli/shard.o
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
-.PHONY: all deps deps-perf deps-bench decode-bench decode-serve test run install uninstall clean readme-example footprint blis-overhead head-shapes bench report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
+.PHONY: all deps deps-perf deps-bench decode-bench decode-step decode-serve test run install uninstall clean readme-example footprint blis-overhead head-shapes bench report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
 all: $(B)/libmha.a $(B)/libmha.so $(B)/mha $(if $(filter 1,$(MPI)),$(B)/mha-mpi)
 
 deps:
@@ -247,6 +247,13 @@ decode-bench: all deps-bench
 	$(CC) -O2 -fopenmp perf/bandwidth.c -o $(B)/bandwidth
 	perf/decode_bench.sh $(B) $(DECODE_ROUNDS)
 DECODE_ROUNDS ?= 3
+
+# Decode steps alone (perf/decode_step.c: the decode-bench shape, no prefill, seconds a run),
+# to compare builds of the step's kernels alternately. DECODE_STEP_ARGS: [f32|bf16] [KV_HEADS]
+# [CONTEXT] [STEPS] [THREADS].
+decode-step: $(B)/libmha.a
+	$(CC) -O2 -Iinclude perf/decode_step.c $(B)/libmha.a $(BLIS_A) $(LDLIBS) -o $(B)/decode_step
+	$(B)/decode_step $(DECODE_STEP_ARGS)
 
 run: all
 	$(B)/mha run

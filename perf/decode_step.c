@@ -1,0 +1,112 @@
+/* decode_step.c — decode steps alone, for comparing builds of the step's kernels: the
+ * llama3-8b decode shape of `make decode-bench` (d 4096, 32 heads, 8 KV heads of 128; 16
+ * sequences, one new token each at position CONTEXT − 1) on a cache whose blocks are
+ * shuffled and zeroed (mha_kv_cache_create touches its pages): no prefill, so a run takes
+ * seconds, not the minute of `mha run configs/llama3-8b-decode.yaml`. The values in the
+ * cache do not change the work. Reports the median step, min–max, and bytes moved
+ * (weights + the cache read) per second of the median step. Run two builds alternately
+ * (perf/ab.sh does it for `mha run`): single runs on a shared VM swing by 10–30%.
+ *
+ * usage: decode_step [f32|bf16] [KV_HEADS (8)] [CONTEXT (2048)] [STEPS (30)] [THREADS (2)] */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mha.h"
+#include "perf_util.h"
+
+enum { D = 4096, HEADS = 32, DK = 128, SEQS = 16, BLOCK = 16, WARMUP = 3 };
+
+static int cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static float *random_floats(size_t n, float scale, uint64_t *s)
+{
+    float *p = malloc(n * sizeof *p);
+    for (size_t i = 0; p && i < n; i++)
+        p[i] = (float)(uniform01(s) - 0.5) * scale;
+    return p;
+}
+
+static int fail(const char *what, mha_status st, const mha_engine *e)
+{
+    fprintf(stderr, "decode_step: %s: %s%s%s\n", what, mha_status_str(st), e ? ": " : "",
+            e ? mha_engine_last_error(e) : "");
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    const int bf16 = argc > 1 && !strcmp(argv[1], "bf16");
+    const int kvh = argc > 2 ? atoi(argv[2]) : 8, context = argc > 3 ? atoi(argv[3]) : 2048;
+    const int steps = argc > 4 ? atoi(argv[4]) : 30, threads = argc > 5 ? atoi(argv[5]) : 2;
+    if ((argc > 1 && !bf16 && strcmp(argv[1], "f32")) || kvh < 1 || HEADS % kvh || context < 1 || steps < 1 ||
+        threads < 1) {
+        fprintf(stderr, "usage: decode_step [f32|bf16] [KV_HEADS dividing %d] [CONTEXT >= 1] [STEPS] [THREADS]\n", HEADS);
+        return 2;
+    }
+    mha_config cfg;
+    mha_config_init(&cfg);
+    cfg.d_model = D, cfg.n_heads = HEADS, cfg.n_kv_heads = kvh, cfg.bias = 0;
+    cfg.max_batch = SEQS, cfg.max_seq_q = 1, cfg.max_seq_kv = context;
+    cfg.threads = threads, cfg.pinning = MHA_PIN_CLOSE;
+    cfg.precision = bf16 ? MHA_PRECISION_BF16 : MHA_PRECISION_F32;
+    cfg.rope = (mha_rope){.style = MHA_ROPE_NEOX, .theta = 500000.0f};
+    mha_engine *e = NULL;
+    mha_status st = mha_create(&cfg, &e);
+    if (st != MHA_OK)
+        return fail("create", st, NULL);
+
+    const size_t kvd = (size_t)kvh * DK;
+    uint64_t seed = 42;
+    float *wq = random_floats((size_t)D * D, 0.02f, &seed), *wk = random_floats((size_t)D * kvd, 0.02f, &seed);
+    float *wv = random_floats((size_t)D * kvd, 0.02f, &seed), *wo = random_floats((size_t)D * D, 0.02f, &seed);
+    float *x = random_floats((size_t)SEQS * D, 1.0f, &seed), *out = malloc((size_t)SEQS * D * sizeof *out);
+    const int per_seq = (context + BLOCK - 1) / BLOCK, n_blocks = SEQS * per_seq;
+    int32_t *blocks = malloc((size_t)n_blocks * sizeof *blocks), past[SEQS], add[SEQS];
+    if (!wq || !wk || !wv || !wo || !x || !out || !blocks) {
+        fprintf(stderr, "decode_step: out of memory\n");
+        return 1;
+    }
+    mha_weights w = {.w_q = wq, .w_k = wk, .w_v = wv, .w_o = wo, .layout = MHA_LAYOUT_XW};
+    if ((st = mha_set_weights(e, &w)) != MHA_OK)
+        return fail("set_weights", st, e);
+    free(wq), free(wk), free(wv), free(wo);
+    mha_kv_cache *cache = NULL;
+    if ((st = mha_kv_cache_create(&cfg, n_blocks, BLOCK, &cache)) != MHA_OK)
+        return fail("kv_cache_create", st, NULL);
+    for (int i = 0; i < n_blocks; i++) /* a pool's blocks, handed out in no order */
+        blocks[i] = i;
+    for (int i = n_blocks - 1; i > 0; i--) {
+        const int j = (int)(splitmix(&seed) % (uint64_t)(i + 1)), t = blocks[i];
+        blocks[i] = blocks[j], blocks[j] = t;
+    }
+    for (int s = 0; s < SEQS; s++)
+        past[s] = context - 1, add[s] = 1;
+    const mha_step step = {.n_seqs = SEQS, .n_past = past, .n_new = add, .blocks = blocks, .max_blocks = per_seq, .x = x};
+
+    double *ms = malloc((size_t)steps * sizeof *ms);
+    for (int i = 0; ms && i < WARMUP + steps; i++) { /* the same step again: the same work */
+        const double t0 = now_ms();
+        if ((st = mha_step_forward(e, cache, &step, out)) != MHA_OK)
+            return fail("step_forward", st, e);
+        if (i >= WARMUP)
+            ms[i - WARMUP] = now_ms() - t0;
+    }
+    if (!ms)
+        return 1;
+    qsort(ms, (size_t)steps, sizeof *ms, cmp);
+    const double elem = bf16 ? 2.0 : 4.0, median = ms[steps / 2];
+    const double bytes = elem * (2.0 * D * D + 2.0 * D * (double)kvd) + elem * 2.0 * SEQS * (double)kvd * context;
+    printf("decode_step %s, %d KV heads, context %d, %d threads: median %.2f ms (min %.2f, max %.2f) over %d steps, "
+           "%.1f GB/s\n",
+           bf16 ? "bf16" : "f32", kvh, context, threads, median, ms[0], ms[steps - 1], steps, bytes / median / 1e6);
+    free(ms), free(x), free(out), free(blocks);
+    mha_kv_cache_free(cache);
+    mha_free(e);
+    return 0;
+}
