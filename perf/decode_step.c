@@ -1,13 +1,14 @@
 /* decode_step.c — decode steps alone, for comparing builds of the step's kernels: the
- * llama3-8b decode shape of `make decode-bench` (d 4096, 32 heads, 8 KV heads of 128; 16
- * sequences, one new token each at position CONTEXT − 1) on a cache whose blocks are
+ * llama3-8b decode shape of `make decode-bench` (d 4096, 32 heads, 8 KV heads of 128; SEQS
+ * sequences (16), one new token each at position CONTEXT − 1) on a cache whose blocks are
  * shuffled and zeroed (mha_kv_cache_create touches its pages): no prefill, so a run takes
  * seconds, not the minute of `mha run configs/llama3-8b-decode.yaml`. The values in the
  * cache do not change the work. Reports the median step, min–max, and bytes moved
  * (weights + the cache read) per second of the median step. Run two builds alternately
  * (perf/ab.sh does it for `mha run`): single runs on a shared VM swing by 10–30%.
  *
- * usage: decode_step [f32|bf16] [KV_HEADS (8)] [CONTEXT (2048)] [STEPS (30)] [THREADS (2)] */
+ * usage: decode_step [f32|bf16] [KV_HEADS (8)] [CONTEXT (2048)] [STEPS (30)] [THREADS (2)]
+ *                    [SEQS (16)] */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +17,7 @@
 #include "mha.h"
 #include "perf_util.h"
 
-enum { D = 4096, HEADS = 32, DK = 128, SEQS = 16, BLOCK = 16, WARMUP = 3 };
+enum { D = 4096, HEADS = 32, DK = 128, MAX_SEQS = 256, BLOCK = 16, WARMUP = 3 };
 
 static int cmp(const void *a, const void *b)
 {
@@ -44,15 +45,19 @@ int main(int argc, char **argv)
     const int bf16 = argc > 1 && !strcmp(argv[1], "bf16");
     const int kvh = argc > 2 ? atoi(argv[2]) : 8, context = argc > 3 ? atoi(argv[3]) : 2048;
     const int steps = argc > 4 ? atoi(argv[4]) : 30, threads = argc > 5 ? atoi(argv[5]) : 2;
-    if ((argc > 1 && !bf16 && strcmp(argv[1], "f32")) || kvh < 1 || HEADS % kvh || context < 1 || steps < 1 ||
-        threads < 1) {
-        fprintf(stderr, "usage: decode_step [f32|bf16] [KV_HEADS dividing %d] [CONTEXT >= 1] [STEPS] [THREADS]\n", HEADS);
+    const int seqs = argc > 6 ? atoi(argv[6]) : 16;
+    if ((argc > 1 && !bf16 && strcmp(argv[1], "f32")) || kvh < 1 || HEADS % kvh || context < 1 || context > 1 << 20 ||
+        steps < 1 || threads < 1 || seqs < 1 || seqs > MAX_SEQS) {
+        fprintf(stderr,
+                "usage: decode_step [f32|bf16] [KV_HEADS dividing %d] [CONTEXT 1..%d] [STEPS >= 1] [THREADS >= 1] "
+                "[SEQS 1..%d]\n",
+                HEADS, 1 << 20, MAX_SEQS);
         return 2;
     }
     mha_config cfg;
     mha_config_init(&cfg);
     cfg.d_model = D, cfg.n_heads = HEADS, cfg.n_kv_heads = kvh, cfg.bias = 0;
-    cfg.max_batch = SEQS, cfg.max_seq_q = 1, cfg.max_seq_kv = context;
+    cfg.max_batch = seqs, cfg.max_seq_q = 1, cfg.max_seq_kv = context;
     cfg.threads = threads, cfg.pinning = MHA_PIN_CLOSE;
     cfg.precision = bf16 ? MHA_PRECISION_BF16 : MHA_PRECISION_F32;
     cfg.rope = (mha_rope){.style = MHA_ROPE_NEOX, .theta = 500000.0f};
@@ -65,9 +70,9 @@ int main(int argc, char **argv)
     uint64_t seed = 42;
     float *wq = random_floats((size_t)D * D, 0.02f, &seed), *wk = random_floats((size_t)D * kvd, 0.02f, &seed);
     float *wv = random_floats((size_t)D * kvd, 0.02f, &seed), *wo = random_floats((size_t)D * D, 0.02f, &seed);
-    float *x = random_floats((size_t)SEQS * D, 1.0f, &seed), *out = malloc((size_t)SEQS * D * sizeof *out);
-    const int per_seq = (context + BLOCK - 1) / BLOCK, n_blocks = SEQS * per_seq;
-    int32_t *blocks = malloc((size_t)n_blocks * sizeof *blocks), past[SEQS], add[SEQS];
+    float *x = random_floats((size_t)seqs * D, 1.0f, &seed), *out = malloc((size_t)seqs * D * sizeof *out);
+    const int per_seq = (context + BLOCK - 1) / BLOCK, n_blocks = seqs * per_seq;
+    int32_t *blocks = malloc((size_t)n_blocks * sizeof *blocks), past[MAX_SEQS], add[MAX_SEQS];
     if (!wq || !wk || !wv || !wo || !x || !out || !blocks) {
         fprintf(stderr, "decode_step: out of memory\n");
         return 1;
@@ -85,9 +90,9 @@ int main(int argc, char **argv)
         const int j = (int)(splitmix(&seed) % (uint64_t)(i + 1)), t = blocks[i];
         blocks[i] = blocks[j], blocks[j] = t;
     }
-    for (int s = 0; s < SEQS; s++)
+    for (int s = 0; s < seqs; s++)
         past[s] = context - 1, add[s] = 1;
-    const mha_step step = {.n_seqs = SEQS, .n_past = past, .n_new = add, .blocks = blocks, .max_blocks = per_seq, .x = x};
+    const mha_step step = {.n_seqs = seqs, .n_past = past, .n_new = add, .blocks = blocks, .max_blocks = per_seq, .x = x};
 
     double *ms = malloc((size_t)steps * sizeof *ms);
     for (int i = 0; ms && i < WARMUP + steps; i++) { /* the same step again: the same work */
@@ -101,10 +106,10 @@ int main(int argc, char **argv)
         return 1;
     qsort(ms, (size_t)steps, sizeof *ms, cmp);
     const double elem = bf16 ? 2.0 : 4.0, median = ms[steps / 2];
-    const double bytes = elem * (2.0 * D * D + 2.0 * D * (double)kvd) + elem * 2.0 * SEQS * (double)kvd * context;
-    printf("decode_step %s, %d KV heads, context %d, %d threads: median %.2f ms (min %.2f, max %.2f) over %d steps, "
+    const double bytes = elem * (2.0 * D * D + 2.0 * D * (double)kvd) + elem * 2.0 * seqs * (double)kvd * context;
+    printf("decode_step %s, %d sequences, %d KV heads, context %d, %d threads: median %.2f ms (min %.2f, max %.2f) over %d steps, "
            "%.1f GB/s\n",
-           bf16 ? "bf16" : "f32", kvh, context, threads, median, ms[0], ms[steps - 1], steps, bytes / median / 1e6);
+           bf16 ? "bf16" : "f32", seqs, kvh, context, threads, median, ms[0], ms[steps - 1], steps, bytes / median / 1e6);
     free(ms), free(x), free(out), free(blocks);
     mha_kv_cache_free(cache);
     mha_free(e);
