@@ -33,13 +33,6 @@ static float *random_floats(size_t n, float scale, uint64_t *s)
     return p;
 }
 
-static int fail(const char *what, mha_status st, const mha_engine *e)
-{
-    fprintf(stderr, "decode_step: %s: %s%s%s\n", what, mha_status_str(st), e ? ": " : "",
-            e ? mha_engine_last_error(e) : "");
-    return 1;
-}
-
 int main(int argc, char **argv)
 {
     const int bf16 = argc > 1 && !strcmp(argv[1], "bf16");
@@ -61,29 +54,34 @@ int main(int argc, char **argv)
     cfg.threads = threads, cfg.pinning = MHA_PIN_CLOSE;
     cfg.precision = bf16 ? MHA_PRECISION_BF16 : MHA_PRECISION_F32;
     cfg.rope = (mha_rope){.style = MHA_ROPE_NEOX, .theta = 500000.0f};
-    mha_engine *e = NULL;
-    mha_status st = mha_create(&cfg, &e);
-    if (st != MHA_OK)
-        return fail("create", st, NULL);
 
     const size_t kvd = (size_t)kvh * DK;
+    const int per_seq = (context + BLOCK - 1) / BLOCK, n_blocks = seqs * per_seq;
     uint64_t seed = 42;
     float *wq = random_floats((size_t)D * D, 0.02f, &seed), *wk = random_floats((size_t)D * kvd, 0.02f, &seed);
     float *wv = random_floats((size_t)D * kvd, 0.02f, &seed), *wo = random_floats((size_t)D * D, 0.02f, &seed);
     float *x = random_floats((size_t)seqs * D, 1.0f, &seed), *out = malloc((size_t)seqs * D * sizeof *out);
-    const int per_seq = (context + BLOCK - 1) / BLOCK, n_blocks = seqs * per_seq;
     int32_t *blocks = malloc((size_t)n_blocks * sizeof *blocks), past[MAX_SEQS], add[MAX_SEQS];
-    if (!wq || !wk || !wv || !wo || !x || !out || !blocks) {
-        fprintf(stderr, "decode_step: out of memory\n");
-        return 1;
-    }
-    mha_weights w = {.w_q = wq, .w_k = wk, .w_v = wv, .w_o = wo, .layout = MHA_LAYOUT_XW};
-    if ((st = mha_set_weights(e, &w)) != MHA_OK)
-        return fail("set_weights", st, e);
-    free(wq), free(wk), free(wv), free(wo);
+    double *ms = malloc((size_t)steps * sizeof *ms);
+    mha_engine *e = NULL;
     mha_kv_cache *cache = NULL;
-    if ((st = mha_kv_cache_create(&cfg, n_blocks, BLOCK, &cache)) != MHA_OK)
-        return fail("kv_cache_create", st, NULL);
+    const char *what = "out of memory";
+    mha_status st = MHA_ERR_NOMEM;
+    if (!wq || !wk || !wv || !wo || !x || !out || !blocks || !ms)
+        goto done;
+    mha_weights w = {.w_q = wq, .w_k = wk, .w_v = wv, .w_o = wo, .layout = MHA_LAYOUT_XW};
+    if ((st = mha_create(&cfg, &e)) != MHA_OK) {
+        what = "mha_create";
+        goto done;
+    }
+    if ((st = mha_set_weights(e, &w)) != MHA_OK) {
+        what = "mha_set_weights";
+        goto done;
+    }
+    if ((st = mha_kv_cache_create(&cfg, n_blocks, BLOCK, &cache)) != MHA_OK) {
+        what = "mha_kv_cache_create";
+        goto done;
+    }
     for (int i = 0; i < n_blocks; i++) /* a pool's blocks, handed out in no order */
         blocks[i] = i;
     for (int i = n_blocks - 1; i > 0; i--) {
@@ -93,25 +91,27 @@ int main(int argc, char **argv)
     for (int s = 0; s < seqs; s++)
         past[s] = context - 1, add[s] = 1;
     const mha_step step = {.n_seqs = seqs, .n_past = past, .n_new = add, .blocks = blocks, .max_blocks = per_seq, .x = x};
-
-    double *ms = malloc((size_t)steps * sizeof *ms);
-    for (int i = 0; ms && i < WARMUP + steps; i++) { /* the same step again: the same work */
+    for (int i = 0; i < WARMUP + steps; i++) { /* the same step again: the same work */
         const double t0 = now_ms();
-        if ((st = mha_step_forward(e, cache, &step, out)) != MHA_OK)
-            return fail("step_forward", st, e);
+        if ((st = mha_step_forward(e, cache, &step, out)) != MHA_OK) {
+            what = "mha_step_forward";
+            goto done;
+        }
         if (i >= WARMUP)
             ms[i - WARMUP] = now_ms() - t0;
     }
-    if (!ms)
-        return 1;
     qsort(ms, (size_t)steps, sizeof *ms, cmp);
     const double elem = bf16 ? 2.0 : 4.0, median = ms[steps / 2];
     const double bytes = elem * (2.0 * D * D + 2.0 * D * (double)kvd) + elem * 2.0 * seqs * (double)kvd * context;
-    printf("decode_step %s, %d sequences, %d KV heads, context %d, %d threads: median %.2f ms (min %.2f, max %.2f) over %d steps, "
-           "%.1f GB/s\n",
+    printf("decode_step %s, %d sequences, %d KV heads, context %d, %d threads: median %.2f ms (min %.2f, max %.2f) "
+           "over %d steps, %.1f GB/s\n",
            bf16 ? "bf16" : "f32", seqs, kvh, context, threads, median, ms[0], ms[steps - 1], steps, bytes / median / 1e6);
-    free(ms), free(x), free(out), free(blocks);
+done:
+    if (st != MHA_OK)
+        fprintf(stderr, "decode_step: %s: %s%s%s\n", what, mha_status_str(st), e ? ": " : "",
+                e ? mha_engine_last_error(e) : "");
+    free(wq), free(wk), free(wv), free(wo), free(x), free(out), free(blocks), free(ms);
     mha_kv_cache_free(cache);
     mha_free(e);
-    return 0;
+    return st == MHA_OK ? 0 : 1;
 }
