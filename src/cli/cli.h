@@ -5,7 +5,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "mha_io.h"
 #include "mha.h"
 #include "mha_io.h"
 
@@ -19,7 +18,7 @@ int mha_cli_schema(int argc, char **argv);
 int cli_decode(const mha_config_file *fc, const char *config, const char *weights, const char *prefix, int check, int json);
 int mha_cli_scale(int argc, char **argv);
 
-/* "mha: <message>" on stderr. */
+/* "mha: <message>" on stderr (on a terminal, replacing a progress line). */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Exit code for a library status: bad input (config, file, shape, affinity) is 2, the rest 1. */
 int cli_exit_code(mha_status st);
@@ -32,6 +31,14 @@ int cli_parse_precision(const char *text, mha_precision *out);
 const char *cli_kernel_name(const mha_config *cfg, char *buf, size_t len);
 
 double cli_now_ms(void);
+
+/* A progress line on stderr for long runs: only on a terminal and not for --json output, once
+ * the run has lasted a second, at most every 250 ms, each line replacing the last;
+ * cli_progress_end clears it. Never called inside a timed region. */
+typedef struct cli_progress { int on, shown; double start, last; } cli_progress;
+void cli_progress_begin(cli_progress *p, int json);
+void cli_progress_show(cli_progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void cli_progress_end(cli_progress *p);
 
 /* Prints a JSON object on one line (6 significant digits for reals) and frees it. */
 struct json_t;

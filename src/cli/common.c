@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 #include <omp.h>
@@ -20,7 +21,8 @@ void cli_error(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("mha: ", stderr);
+    /* on a terminal, over any progress line (cli_progress_show) rather than after it */
+    fputs(isatty(2) ? "\r\033[Kmha: " : "mha: ", stderr);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
@@ -76,6 +78,34 @@ double cli_now_ms(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+void cli_progress_begin(cli_progress *p, int json)
+{
+    p->on = !json && isatty(2), p->shown = 0;
+    p->start = p->last = cli_now_ms();
+}
+
+void cli_progress_show(cli_progress *p, const char *fmt, ...)
+{
+    const double now = cli_now_ms();
+    if (!p->on || now - p->start < 1000 || (p->shown && now - p->last < 250))
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("\rmha: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, ", %.0f s elapsed\033[K", (now - p->start) / 1e3);
+    fflush(stderr);
+    p->shown = 1, p->last = now;
+}
+
+void cli_progress_end(cli_progress *p)
+{
+    if (p->shown)
+        fputs("\r\033[K", stderr), fflush(stderr);
+    p->shown = 0;
 }
 
 void cli_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t *state)

@@ -116,6 +116,8 @@ int cli_decode(const mha_config_file *fc, const char *config, const char *weight
      * untimed first (the same tokens, the cache then rewound), so the timed one runs warm */
     uint64_t seed = fc->seed;
     double prefill_ms = 0;
+    cli_progress pr;
+    cli_progress_begin(&pr, json);
     for (int warm = fc->warmup > 0; warm > 0; warm--) {
         uint64_t wseed = seed;
         for (int done = 0; done < context; done += chunk) {
@@ -123,6 +125,7 @@ int cli_decode(const mha_config_file *fc, const char *config, const char *weight
                 want[q] = context - done < chunk ? context - done : chunk;
             if (step(&s, n_seqs, max_blocks, want, &wseed, d) < 0)
                 goto out_want;
+            cli_progress_show(&pr, "warm-up prefill %d/%d tokens", done + want[0], context);
         }
         memset(s.past, 0, (size_t)n_seqs * sizeof *s.past);
     }
@@ -133,13 +136,18 @@ int cli_decode(const mha_config_file *fc, const char *config, const char *weight
         if (t < 0)
             goto out_want;
         prefill_ms += t;
+        cli_progress_show(&pr, "prefill %d/%d tokens, %.0f tokens/s", done + want[0], context,
+                          (double)n_seqs * (done + want[0]) / (prefill_ms / 1e3));
     }
     /* decode: `steps` steps of `add` tokens per sequence */
     for (int q = 0; q < n_seqs; q++)
         want[q] = add;
-    for (int k = 0; k < steps; k++)
+    for (int k = 0; k < steps; k++) {
         if ((s.times[k] = step(&s, n_seqs, max_blocks, want, &seed, d)) < 0)
             goto out_want;
+        cli_progress_show(&pr, "decode step %d/%d, last %.2f ms", k + 1, steps, s.times[k]);
+    }
+    cli_progress_end(&pr);
 
     /* the check: sequence 0's last `add` outputs against one causal float32 forward over its
      * tokens; float32 steps differ from it in summation order only, bf16 steps by bf16 operands

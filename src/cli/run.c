@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <jansson.h>
 
@@ -192,14 +191,13 @@ static double peak_rss_mb(void)
     return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss / 1024.0 : 0.0;
 }
 
-static void progress(int k, int n, double elapsed_ms, const double *t)
+/* The median of the last (up to 64) of the k forward times so far. */
+static double recent_median(int k, const double *t)
 {
     double sorted[64];
     int m = k < 64 ? k : 64;
     memcpy(sorted, t + (k - m), (size_t)m * sizeof *t);
-    cli_stats st = cli_stats_of(sorted, m);
-    fprintf(stderr, "\rmha: forward %d/%d, median %.3f ms, %.0f s elapsed   ", k, n, st.median, elapsed_ms / 1e3);
-    fflush(stderr);
+    return cli_stats_of(sorted, m).median;
 }
 
 int mha_cli_run(int argc, char **argv)
@@ -271,20 +269,15 @@ int mha_cli_run(int argc, char **argv)
     for (int i = 0; i < s.fc.warmup; i++)
         if ((st = mha_forward(s.e, &in, s.out, s.attn)) != MHA_OK)
             break;
-    int tty = isatty(2) && !o.json, shown = 0;
-    double start = cli_now_ms(), last_shown = start;
+    cli_progress pr;
+    cli_progress_begin(&pr, o.json);
     for (int i = 0; st == MHA_OK && i < s.fc.iters; i++) {
         double t0 = cli_now_ms();
         st = mha_forward(s.e, &in, s.out, s.attn);
-        double t1 = cli_now_ms();
-        s.times[i] = t1 - t0;
-        if (tty && t1 - start > 1000 && t1 - last_shown > 250) {
-            progress(i + 1, s.fc.iters, t1 - start, s.times);
-            last_shown = t1, shown = 1;
-        }
+        s.times[i] = cli_now_ms() - t0;
+        cli_progress_show(&pr, "forward %d/%d, median %.3f ms", i + 1, s.fc.iters, recent_median(i + 1, s.times));
     }
-    if (shown)
-        fputs("\r\033[K", stderr);
+    cli_progress_end(&pr);
     if (st != MHA_OK) {
         cli_error("forward: %s", mha_status_str(st));
         rc = cli_exit_code(st);
