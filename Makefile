@@ -55,7 +55,7 @@ TEST_CLI_OBJ := $(B)/obj/cli/scale_fit.o $(B)/obj/cli/shard.o
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
-.PHONY: all deps deps-perf deps-bench decode-bench decode-step decode-serve test run install uninstall clean readme-example footprint blis-overhead head-shapes bench report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
+.PHONY: all deps deps-perf deps-bench decode-bench decode-step ukernel-rate decode-serve test run install uninstall clean readme-example footprint blis-overhead head-shapes bench report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
 all: $(B)/libmha.a $(B)/libmha.so $(B)/mha $(if $(filter 1,$(MPI)),$(B)/mha-mpi)
 
 deps:
@@ -206,6 +206,13 @@ blis-overhead: deps-perf
 	  $(CC) -O2 -I/usr/include/$(MULTIARCH)/blis-$$v perf/blis_overhead.c /usr/lib/$(MULTIARCH)/blis-$$v/libblis.a \
 	    $(LDLIBS) -o $(B)/blis_overhead_$$v || exit 1; done
 	for r in 1 2 3; do $(B)/blis_overhead_serial serial; $(B)/blis_overhead_openmp openmp; done
+
+# The float32 microkernel's own rate on cache-resident packed panels (perf/ukernel_rate.c),
+# next to the FMA loop (perf/ceiling.c, 1 thread): what mha's GEMMs can reach at best here.
+ukernel-rate: $(B)/libmha.a
+	$(CC) -O2 -std=c11 -Iinclude -Isrc perf/ukernel_rate.c $(B)/libmha.a $(BLIS_A) $(LDLIBS) -o $(B)/ukernel_rate
+	$(CC) -O2 -fopenmp perf/ceiling.c -o $(B)/ceiling
+	$(B)/ceiling 1 && $(B)/ukernel_rate
 
 # BLIS's own sgemm on one head's GEMM shapes (bert-base at S=512 and S=128): the per-shape
 # ceiling, next to mha run's rate on the same model (1 thread).

@@ -1,0 +1,66 @@
+/* ukernel_rate.c — the float32 microkernel's own rate, one thread: mha_kernel_tile (the BLIS
+ * sub-config mha selected, as the engine calls it) over packed A panels (aw rows) and B panels
+ * (bw columns) small enough to stay in L1/L2 (96 rows × KC, KC × 512), tile after tile, C
+ * accumulated (beta 1). What a GEMM of mha's can reach at best on this CPU; compare with the
+ * FMA loop of `build/ceiling 1` run next to it. Median of 5 runs of 200 sweeps per KC.
+ * usage: ukernel_rate [KC ...] (default 64 384: d_k, and BLIS's k block on skx) */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernel.h"
+#include "perf_util.h"
+
+enum { MB = 96, NB = 512, SWEEPS = 200, RUNS = 5 };
+
+static int cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv)
+{
+    mha_kernel k;
+    if (mha_kernel_select("", &k) != MHA_OK) {
+        fprintf(stderr, "ukernel_rate: no float32 kernel for this CPU\n");
+        return 1;
+    }
+    printf("kernel blis-%s: A panels of %d rows, B panels of %d columns\n", k.arch, k.aw, k.bw);
+    const int n_kc = argc > 1 ? argc - 1 : 2;
+    for (int i = 0; i < n_kc; i++) {
+        const int kc = argc > 1 ? atoi(argv[1 + i]) : (i == 0 ? 64 : 384);
+        if (kc < 1 || kc > 4096) {
+            fprintf(stderr, "usage: ukernel_rate [KC 1..4096 ...]\n");
+            return 2;
+        }
+        const int mb = MB / k.aw * k.aw, nb = NB / k.bw * k.bw;
+        float *a = aligned_alloc(64, (size_t)mb * kc * sizeof *a), *b = aligned_alloc(64, (size_t)kc * nb * sizeof *b);
+        float *c = aligned_alloc(64, (size_t)mb * nb * sizeof *c);
+        if (!a || !b || !c) {
+            fprintf(stderr, "ukernel_rate: out of memory\n");
+            return 1;
+        }
+        for (size_t t = 0; t < (size_t)mb * kc; t++)
+            a[t] = 1e-3f * (float)(t % 11);
+        for (size_t t = 0; t < (size_t)kc * nb; t++)
+            b[t] = 1e-3f * (float)(t % 7);
+        memset(c, 0, (size_t)mb * nb * sizeof *c);
+        double ms[RUNS];
+        for (int r = 0; r < RUNS; r++) {
+            const double t0 = now_ms();
+            for (int s = 0; s < SWEEPS; s++)
+                for (int j = 0; j < nb; j += k.bw)
+                    for (int row = 0; row < mb; row += k.aw)
+                        mha_kernel_tile(&k, k.aw, k.bw, kc, 1.0f, a + (size_t)row * kc, b + (size_t)j * kc, 1.0f,
+                                        c + (size_t)row * nb + j, nb);
+            ms[r] = now_ms() - t0;
+        }
+        qsort(ms, RUNS, sizeof *ms, cmp);
+        const double flop = 2.0 * mb * nb * kc * SWEEPS;
+        printf("kc %4d: %.1f GFLOP/s (min-max %.1f-%.1f), median of %d\n", kc, flop / ms[RUNS / 2] / 1e6,
+               flop / ms[RUNS - 1] / 1e6, flop / ms[0] / 1e6, RUNS);
+        free(a), free(b), free(c);
+    }
+    return 0;
+}
