@@ -3,11 +3,16 @@
  * (bw columns) small enough to stay in L1/L2 (96 rows × KC, KC × 512), tile after tile, C
  * accumulated (beta 1). What a GEMM of mha's can reach at best on this CPU; compare with the
  * FMA loop of `build/ceiling 1` run next to it. Median of 5 runs of 200 sweeps per KC.
+ * Where few-row products are streamed (skx, AVX-512: gemm.c's stream_rows, mha's own register
+ * tiles with the microkernel's sums bit for bit), the same work through it too: 8 products of
+ * 12 rows × KC by KC × 512 per sweep, the same B panels — what an AVX-512 tile of mha's own
+ * reaches on the same operands.
  * usage: ukernel_rate [KC ...] (default 64 384: d_k, and BLIS's k block on skx) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm.h"
 #include "kernel.h"
 #include "perf_util.h"
 
@@ -58,8 +63,23 @@ int main(int argc, char **argv)
         }
         qsort(ms, RUNS, sizeof *ms, cmp);
         const double flop = 2.0 * mb * nb * kc * SWEEPS;
-        printf("kc %4d: %.1f GFLOP/s (min-max %.1f-%.1f), median of %d\n", kc, flop / ms[RUNS / 2] / 1e6,
-               flop / ms[RUNS - 1] / 1e6, flop / ms[0] / 1e6, RUNS);
+        printf("kc %4d: microkernel %.1f GFLOP/s (min-max %.1f-%.1f)", kc, flop / ms[RUNS / 2] / 1e6,
+               flop / ms[RUNS - 1] / 1e6, flop / ms[0] / 1e6);
+        if (k.stream && k.bw == 32) { /* the same operands: A as 12-row panels, B as bw-column panels */
+            const mha_mat bm = mha_mat_panels(&k, b, kc);
+            for (int r = 0; r < RUNS; r++) {
+                const double t0 = now_ms();
+                for (int sw = 0; sw < SWEEPS; sw++)
+                    for (int row = 0; row < mb; row += 12)
+                        mha_gemm(&k, 12, nb, kc, 1.0f, mha_mat_rows(&k, a + (size_t)row * kc, kc), bm, 1.0f,
+                                 mha_mat_rows(&k, c + (size_t)row * nb, nb), NULL);
+                ms[r] = now_ms() - t0;
+            }
+            qsort(ms, RUNS, sizeof *ms, cmp);
+            printf("; streamed 12-row tiles %.1f (%.1f-%.1f)", flop / ms[RUNS / 2] / 1e6, flop / ms[RUNS - 1] / 1e6,
+                   flop / ms[0] / 1e6);
+        }
+        printf(", medians of %d\n", RUNS);
         free(a), free(b), free(c);
     }
     return 0;
