@@ -208,11 +208,14 @@ blis-overhead: deps-perf
 	for r in 1 2 3; do $(B)/blis_overhead_serial serial; $(B)/blis_overhead_openmp openmp; done
 
 # The float32 microkernel's own rate on cache-resident packed panels (perf/ukernel_rate.c),
-# next to the FMA loop (perf/ceiling.c, 1 thread): what mha's GEMMs can reach at best here.
+# next to the FMA loop (perf/ceiling.c, 1 thread): what mha's GEMMs can reach at best here;
+# then plain AVX-512 tiles of other shapes on the same operands (perf/tile_shapes.c).
 ukernel-rate: $(B)/libmha.a
 	$(CC) -O2 -std=c11 -Iinclude -Isrc perf/ukernel_rate.c $(B)/libmha.a $(BLIS_A) $(LDLIBS) -o $(B)/ukernel_rate
 	$(CC) -O2 -fopenmp perf/ceiling.c -o $(B)/ceiling
 	$(B)/ceiling 1 && $(B)/ukernel_rate
+	$(CC) -O3 -std=c11 -Iinclude -Isrc perf/tile_shapes.c $(B)/libmha.a $(BLIS_A) $(LDLIBS) -o $(B)/tile_shapes
+	$(B)/tile_shapes
 
 # BLIS's own sgemm on one head's GEMM shapes (bert-base at S=512 and S=128): the per-shape
 # ceiling, next to mha run's rate on the same model (1 thread).
