@@ -9,6 +9,7 @@
  *
  * usage: decode_step [f32|bf16] [KV_HEADS (8)] [CONTEXT (2048)] [STEPS (30)] [THREADS (2)]
  *                    [SEQS (16)] */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime (perf_util.h) under -std=c11 */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

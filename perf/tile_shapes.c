@@ -6,6 +6,7 @@
  * Prints GFLOP/s per shape for KC 64 (a head's d_k) and 384 (BLIS's k block on skx); run the
  * FMA loop (`build/ceiling 1`) next to it. Only where the selected kernel is skx's (12 × 32).
  * usage: tile_shapes */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime (perf_util.h) under -std=c11 */
 #include <immintrin.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -8,6 +8,7 @@
  * 12 rows × KC by KC × 512 per sweep, the same B panels — what an AVX-512 tile of mha's own
  * reaches on the same operands.
  * usage: ukernel_rate [KC ...] (default 64 384: d_k, and BLIS's k block on skx) */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime (perf_util.h) under -std=c11 */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
