@@ -47,10 +47,10 @@ static const struct {
     int (*usable)(void); /* NULL: runs anywhere */
     const char *lacks;   /* why not, when usable() says no */
 } kernels[] = {
-    {{MHA_BK_AMX, "amx-bf16", 0}, amx_usable, "this CPU has no AMX-BF16, or Linux did not grant the tile data state"},
-    {{MHA_BK_DPBF16, "avx512-bf16", 1}, dpbf16_usable, "this CPU has no AVX512_BF16"},
-    {{MHA_BK_FMA, "fma-bf16", 0}, avx512_usable, "this CPU has no AVX-512"},
-    {{MHA_BK_REF, "ref-bf16", 0}, NULL, NULL},
+    {{MHA_BK_AMX, "amx-bf16", MHA_BK_TILE_LANES}, amx_usable, "this CPU has no AMX-BF16, or Linux did not grant the tile data state"},
+    {{MHA_BK_DPBF16, "avx512-bf16", MHA_BK_ODD_FIRST}, dpbf16_usable, "this CPU has no AVX512_BF16"},
+    {{MHA_BK_FMA, "fma-bf16", MHA_BK_EVEN_FIRST}, avx512_usable, "this CPU has no AVX-512"},
+    {{MHA_BK_REF, "ref-bf16", MHA_BK_EVEN_FIRST}, NULL, NULL},
 };
 
 const char *mha_bkernel_auto(void)
@@ -95,21 +95,30 @@ static float ftz(float x)
     return fpclassify(x) == FP_SUBNORMAL ? copysignf(0.0f, x) : x;
 }
 
-void mha_bk_block_model(int odd_first, int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps,
-                        float *acc)
+void mha_bk_block_model(mha_bk_order order, int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b,
+                        size_t ps, float *acc)
 {
-    const int first = odd_first ? 1 : 0, second = 1 - first;
+    const int first = order == MHA_BK_ODD_FIRST ? 1 : 0, second = 1 - first;
     for (int i = 0; i < rows; i++) {
         const mha_bf16 *ar = a + (size_t)(i / 16) * 16 * 32 * kt + (size_t)(i % 16) * 32;
         for (int j = 0; j < 16 * npan; j++) {
             const mha_bf16 *bc = b + (size_t)(j / 16) * ps + (size_t)(j % 16) * 2;
             float s = 0.0f;
-            for (int t = 0; t < kt; t++)
+            for (int t = 0; t < kt; t++) {
+                float even = 0.0f, odd = 0.0f; /* tile lanes: the tile's two chains */
                 for (int q = 0; q < 16; q++) { /* k pair q of tile t */
                     const mha_bf16 *ap = ar + (size_t)t * 512 + 2 * q, *bp = bc + (size_t)t * 512 + 32 * q;
-                    s = ftz(s + daz(ap[first]) * daz(bp[first]));
-                    s = ftz(s + daz(ap[second]) * daz(bp[second]));
+                    if (order == MHA_BK_TILE_LANES) {
+                        even = ftz(even + daz(ap[0]) * daz(bp[0]));
+                        odd = ftz(odd + daz(ap[1]) * daz(bp[1]));
+                    } else {
+                        s = ftz(s + daz(ap[first]) * daz(bp[first]));
+                        s = ftz(s + daz(ap[second]) * daz(bp[second]));
+                    }
                 }
+                if (order == MHA_BK_TILE_LANES)
+                    s = ftz(s + ftz(even + odd));
+            }
             acc[i * 32 + j] = s;
         }
     }
@@ -258,7 +267,10 @@ __attribute__((target("amx-tile"))) static void amx_begin(void)
     cfg.palette = 1;
     for (int t = 0; t < 8; t++)
         cfg.rows[t] = 16, cfg.colsb[t] = 64;
-    _tile_loadconfig(&cfg);
+    /* Not gcc 12's _tile_loadconfig: its asm operand is the first 8 bytes of the config only,
+     * so the rest of the struct is dead to the compiler, its stores are dropped, and
+     * ldtilecfg faults on the stack garbage (#GP: SIGSEGV). The operand here is all 64. */
+    __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
 }
 
 __attribute__((target("amx-tile"))) static void amx_end(void)
@@ -332,7 +344,7 @@ static void block(const mha_bkernel *bk, int rows, int npan, int kt, const mha_b
         _mm_setcsr(csr);
         break;
     }
-    case MHA_BK_REF: mha_bk_block_model(0, rows, npan, kt, a, b, ps, acc); break;
+    case MHA_BK_REF: mha_bk_block_model(MHA_BK_EVEN_FIRST, rows, npan, kt, a, b, ps, acc); break;
     }
 }
 

@@ -2,12 +2,17 @@
  * that run them, and the portable model every kernel is checked against.
  *
  * Operands are rounded to bfloat16 (nearest even) as they are packed; products of two bf16
- * are exact in float32 and are added to a float32 accumulator one at a time, k pair by k pair
- * in increasing k, each sum rounded to float32 (denormal sums flushed to zero). Within a pair
- * the order is the instruction's: AMX's tdpbf16ps adds the even element first, AVX512_BF16's
- * vdpbf16ps the odd one first (Intel SDM pseudocode; vdpbf16ps measured bitwise on Xeon model
- * 207). The whole of k is summed in one pass, so a result never depends on how rows and
- * columns are blocked or which worker computes them.
+ * are exact in float32, and every sum is rounded to float32 (nearest even, denormal sums
+ * flushed to zero). The order of the sums is the instruction's, one of three (mha_bk_order):
+ *   even first, odd first: one accumulator, k pair by k pair in increasing k, the pair's two
+ *     products added one at a time, even element first (FMA on widened bf16; Intel's SDM for
+ *     tdpbf16ps reads so, hardware does not) or odd first (vdpbf16ps, measured bitwise on Xeon
+ *     model 207);
+ *   tile lanes (AMX tdpbf16ps, measured bitwise on a Sapphire Rapids Xeon, perf/RESULTS.md):
+ *     per k tile of 32, the even products and the odd products each summed in their own chain
+ *     from zero in increasing k, then acc += (even + odd), two more roundings.
+ * The whole of k is summed in one pass, so a result never depends on how rows and columns are
+ * blocked or which worker computes them.
  *
  * Layouts (k padded with zeros to whole tiles of MHA_BT_K):
  *   A, panels of 16 rows, in each tiles of 16 rows × 32 k, row-major (an AMX A tile):
@@ -56,10 +61,13 @@ typedef enum {
     MHA_BK_AMX     /* AMX-BF16 tiles: tdpbf16ps (even first) */
 } mha_bk_id;
 
+/* The order of a kernel's sums (see the top of this file). */
+typedef enum { MHA_BK_EVEN_FIRST, MHA_BK_ODD_FIRST, MHA_BK_TILE_LANES } mha_bk_order;
+
 typedef struct mha_bkernel {
     mha_bk_id id;
     const char *name;   /* "ref-bf16", "fma-bf16", "avx512-bf16", "amx-bf16" */
-    int odd_first;      /* the order within a k pair */
+    mha_bk_order order; /* the order of its sums */
 } mha_bkernel;
 
 /* request: "" or "auto" (AMX where the CPU has it and Linux grants tile data; else on AMD
@@ -122,10 +130,10 @@ void mha_bgemm(const mha_bkernel *bk, const mha_kernel *k, int m, int n, int kk,
  * Exposed for the tests: each kernel against the model, bitwise. */
 void mha_bk_block(const mha_bkernel *bk, int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b,
                   size_t ps, float *acc);
-/* The model of that block, with the given pair order: bitwise what the kernels compute while
+/* The model of that block, in the given order: bitwise what the kernels compute while
  * products and sums stay in float32's normal range (the instructions flush denormal inputs
  * and results; the model does too, but rounds an underflowing product before adding it). */
-void mha_bk_block_model(int odd_first, int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps,
+void mha_bk_block_model(mha_bk_order order, int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps,
                         float *acc);
 
 #endif

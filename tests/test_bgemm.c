@@ -90,7 +90,7 @@ static void kernel_matches_model(const char *name)
                 float got[32 * 32], want[32 * 32];
                 memset(got, 0, sizeof got), memset(want, 0, sizeof want);
                 mha_bk_block(&bk, rows, npan, kt, a, b, ps, got);
-                mha_bk_block_model(bk.odd_first, rows, npan, kt, a, b, ps, want);
+                mha_bk_block_model(bk.order, rows, npan, kt, a, b, ps, want);
                 for (int i = 0; i < rows; i++)
                     for (int j = 0; j < 16 * npan; j++)
                         cr_assert(memcmp(&got[i * 32 + j], &want[i * 32 + j], sizeof(float)) == 0,
