@@ -39,12 +39,12 @@ OPT := -O3 -g
 endif
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wvla -Wmissing-prototypes -Wno-format-truncation
-CFLAGS_LIB := -std=c11 $(OPT) $(WARN) -fPIC -fvisibility=hidden -fopenmp -DMHA_BUILDING -Iinclude -isystem $(BLIS_INC) $(CFLAGS)
+CFLAGS_LIB := -std=c11 $(OPT) $(WARN) -fPIC -fvisibility=hidden -fopenmp -DMHA_BUILDING -Iinclude -Isrc -isystem $(BLIS_INC) $(CFLAGS)
 # The library needs libyaml (config loader); the command also jansson (--json output).
 LDLIBS := -lyaml -fopenmp -lm -lpthread
 CLI_LDLIBS := $(LDLIBS) -ljansson
 
-LIB_SRC := $(wildcard src/*.c)
+LIB_SRC := $(wildcard src/*.c) $(wildcard src/isa/*.c)
 LIB_OBJ := $(LIB_SRC:src/%.c=$(B)/obj/%.o)
 CLI_SRC := $(wildcard src/cli/*.c)
 CLI_OBJ := $(CLI_SRC:src/cli/%.c=$(B)/obj/cli/%.o)
@@ -76,7 +76,7 @@ PERF_PKGS := libblis-openmp-dev
 deps-perf:
 	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) $(PERF_PKGS)"
 
-$(B)/obj/%.o: src/%.c $(wildcard src/*.h) include/mha.h include/mha_io.h | deps
+$(B)/obj/%.o: src/%.c $(wildcard src/*.h src/isa/*.h) include/mha.h include/mha_io.h | deps
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_LIB) -c $< -o $@
 
@@ -111,7 +111,7 @@ $(B)/counted/libmha.a: $(LIB_OBJ)
 	for o in $^; do objcopy $(foreach s,$(ALLOC_SYMS),--redefine-sym $(s)=mha_counted_$(s)) $$o $(@D)/obj/$$(basename $$o); done
 	rm -f $@ && ar rcs $@ $(@D)/obj/*.o
 
-$(B)/tests/%.o: tests/%.c $(wildcard tests/*.h) $(wildcard src/*.h) include/mha.h include/mha_io.h | deps
+$(B)/tests/%.o: tests/%.c $(wildcard tests/*.h) $(wildcard src/*.h src/isa/*.h) include/mha.h include/mha_io.h | deps
 	@mkdir -p $(@D)
 	$(CC) -std=gnu11 $(OPT) $(WARN) -Wno-missing-prototypes -fopenmp -Iinclude -Isrc -Isrc/cli -DMHA_CLI='"$(B)/mha"' $(CFLAGS) -c $< -o $@
 
@@ -120,9 +120,18 @@ $(B)/tests/mha_tests: $(TEST_OBJ) $(TEST_CLI_OBJ) $(B)/counted/libmha.a $(B)/mha
 	$(CC) $(OPT) $(LDFLAGS) -o $@ $(TEST_OBJ) $(TEST_CLI_OBJ) $(B)/counted/libmha.a $(BLIS_A) -lcriterion $(CLI_LDLIBS)
 
 # Sanitizer runs: runtime-owned memory (libgomp's pool, Criterion's runner) is not a leak of ours.
+# The whole suite on the auto kernel table, then the engine suites once per table
+# (MHA_TEST_ISA): every table this CPU runs is tested, one it cannot run reports each test
+# skipped with the reason (the kernel-level suites loop over the tables themselves).
+ISA_SUITES := @(engine|step|shared_weights|embedding)/*
+TEST_ENV := LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 test: $(B)/tests/mha_tests readme-example
-	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
-	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(B)/tests/mha_tests --jobs 2
+	$(TEST_ENV) $(B)/tests/mha_tests --jobs 2
+	@for isa in avx512 avx2 ref; do \
+	  echo "engine suites on isa $$isa (MHA_TEST_ISA=$$isa)"; \
+	  $(TEST_ENV) MHA_TEST_ISA=$$isa $(B)/tests/mha_tests --jobs 2 --filter '$(ISA_SUITES)' || exit 1; \
+	done
 
 # Every C block of the README, compiled as written against a staged install through
 # pkg-config and run (example1.c, example2.c, ...).

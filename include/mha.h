@@ -109,7 +109,11 @@ typedef struct mha_config {
                                               keys p - W < j <= p (causal implied); 0: none */
     mha_precision precision;               /* MHA_PRECISION_F32 by default */
     char bf16_kernel[16];                  /* precision bf16: "" or "auto", or a kernel's name as
-                                              mha_engine_kernel says it ("fma-bf16", ...) */
+                                              mha_engine_kernel says it ("fma-bf16", ...), one
+                                              of the isa's */
+    char isa[16];                          /* the kernel table: "" or "auto" (the widest this CPU
+                                              runs; with blis_arch set, the widest that runs
+                                              that sub-config), "avx512", "avx2" or "ref" */
 } mha_config;
 
 /* Defaults: d_model 512, 8 heads, capacity 1 × 128 × 128, bias on, all CPUs, no pinning,
@@ -228,9 +232,10 @@ MHA_API const char *mha_engine_last_error(const mha_engine *e);
 
 /* Accessors. */
 MHA_API const char *mha_engine_blis_arch(const mha_engine *e); /* BLIS sub-config in use */
+MHA_API const char *mha_engine_isa(const mha_engine *e);       /* kernel table; "" for NULL */
 /* What runs the matrix products: "blis-<sub-config>" (f32), or for bf16 "amx-bf16" (AMX
- * tiles), "avx512-bf16" (vdpbf16ps), "fma-bf16" (bf16 storage, float32 FMA) or "ref-bf16"
- * (portable C). "" for NULL. */
+ * tiles), "avx512-bf16" (vdpbf16ps), "fma-bf16" (bf16 storage, float32 FMA, AVX-512),
+ * "avx2-bf16" (the same on AVX2) or "ref-bf16" (portable C). "" for NULL. */
 MHA_API const char *mha_engine_kernel(const mha_engine *e);
 MHA_API int mha_engine_threads(const mha_engine *e);            /* worker threads */
 MHA_API int mha_engine_q_block(const mha_engine *e);            /* query-block rows */
@@ -253,10 +258,17 @@ MHA_API mha_status mha_rope_inv_freq(const mha_rope *rope, int rotary_dim, float
 MHA_API int mha_cpus_allowed(int *cpus, int max);
 MHA_API size_t mha_l2_bytes(void); /* per-core L2 cache; 0 if unknown */
 
-/* The BLIS sub-config "auto" picks on this CPU, and the version of the BLIS linked in. */
+/* The kernel table "auto" picks on this CPU: "avx512" (AVX-512 F/DQ/BW/VL and FMA), "avx2"
+ * (AVX2, FMA and F16C) or "ref" (portable C). Each table holds every ISA-specific operation
+ * of the engine; results are bit for bit the same within a table and precision, and may
+ * differ across tables (float rounding). */
+MHA_API const char *mha_isa_auto(void);
+/* The BLIS sub-config "auto" picks on this CPU (the auto table's default), and the version of
+ * the BLIS linked in. */
 MHA_API const char *mha_blis_arch_auto(void);
-/* The bf16 kernel "auto" picks here, named as mha_engine_kernel names it: "amx-bf16" (asks
- * Linux for the tile data state), "avx512-bf16" (AMD), "fma-bf16" or "ref-bf16". */
+/* The bf16 kernel "auto" picks here (within the auto table), named as mha_engine_kernel names
+ * it: "amx-bf16", "avx512-bf16" (AMD), "fma-bf16", "avx2-bf16" or "ref-bf16". Asks the OS for
+ * nothing: an engine on amx-bf16 requests Linux's tile data permission at create. */
 MHA_API const char *mha_bf16_kernel_auto(void);
 MHA_API const char *mha_blis_version(void);
 

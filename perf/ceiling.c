@@ -107,7 +107,7 @@ __attribute__((target("amx-tile,amx-bf16"))) static float amx_loop(float seed)
     cfg.palette = 1;
     for (int t = 0; t < 8; t++)
         cfg.rows[t] = 16, cfg.colsb[t] = 64;
-    _tile_loadconfig(&cfg);
+    __asm__ volatile("ldtilecfg %0" ::"m"(cfg)); /* not gcc 12's _tile_loadconfig: see src/bgemm.c */
     _Alignas(64) uint16_t ab[16 * 32];
     _Alignas(64) float c[16 * 16];
     for (int i = 0; i < 16 * 32; i++)

@@ -12,6 +12,7 @@
 #include "attention.h"
 
 #include "config.h"
+#include "isa/isa.h"
 #include "rope.h"
 
 #include <math.h>
@@ -32,7 +33,7 @@ void mha_attention_pack_rows(const mha_fwd *f, int b, int r0, int r1)
     if (f->bk) /* r0 is a multiple of MHA_PACK_BLOCK, so of the 16-row panels */
         mha_bk_pack_a(k, x, r0, r1 - r0, f->d, (mha_bf16 *)(void *)xp + (size_t)r0 * mha_bk_kp(f->d));
     else
-        mha_gemm_pack_a(k, x, r0, r1 - r0, 0, f->d, xp + (size_t)r0 * f->d, 1);
+        mha_gemm_pack_a(k, x, r0, r1 - r0, 0, f->d, xp + (size_t)r0 * f->d);
 }
 
 void mha_attention_project(const mha_fwd *f, const mha_scratch *s, int m, const float *x, const float *xp, int g,
@@ -138,7 +139,7 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, i
                 for (int j = 0; j < hidden; j++)
                     row[j] = -INFINITY; /* before the window: exp gives 0 */
                 const float before = mx[i];
-                const float part = f->softmax(row, n, visible, f->mask ? f->mask + (size_t)(r0 + i) * f->seq_kv + c0 : NULL,
+                const float part = f->kernel->isa->softmax_row(row, n, visible, f->mask ? f->mask + (size_t)(r0 + i) * f->seq_kv + c0 : NULL,
                                               &mx[i]);
                 if (before != mx[i] && sum[i] > 0.0f) { /* the max grew: rescale what came before */
                     const float c = expf(before - mx[i]);

@@ -12,8 +12,7 @@
 
 /* One forward pass, as every task sees it (read-only during the pass). */
 typedef struct mha_fwd {
-    const mha_kernel *kernel;
-    mha_softmax_fn softmax;
+    const mha_kernel *kernel;     /* BLIS's microkernel and the kernel table (kernel->isa) */
     int d, h, dk, dkp, q_block;   /* dkp: dk rounded up to whole B panels */
     int batch, seq_q, seq_kv;
     int rows;                     /* capacity rows of the Q/K/V scratch: max(max_seq_q, max_seq_kv) */

@@ -54,29 +54,34 @@ static inline float mha_bf16_float(mha_bf16 h)
     return x;
 }
 
-typedef enum {
-    MHA_BK_REF,    /* portable C: the model itself (even element first) */
-    MHA_BK_FMA,    /* AVX-512F: bf16 widened to float32, FMA (even first; the model's bits) */
-    MHA_BK_DPBF16, /* AVX512_BF16: vdpbf16ps (odd first) */
-    MHA_BK_AMX     /* AMX-BF16 tiles: tdpbf16ps (even first) */
-} mha_bk_id;
-
 /* The order of a kernel's sums (see the top of this file). */
 typedef enum { MHA_BK_EVEN_FIRST, MHA_BK_ODD_FIRST, MHA_BK_TILE_LANES } mha_bk_order;
 
+/* A bf16 kernel of a table (src/isa/): "ref-bf16" (the model), "fma-bf16" (AVX-512F FMA on
+ * widened bf16), "avx512-bf16" (vdpbf16ps), "amx-bf16" (AMX tiles), "avx2-bf16" (AVX2 FMA on
+ * widened bf16). */
 typedef struct mha_bkernel {
-    mha_bk_id id;
-    const char *name;   /* "ref-bf16", "fma-bf16", "avx512-bf16", "amx-bf16" */
+    const char *name;   /* as mha_engine_kernel names it */
     mha_bk_order order; /* the order of its sums */
+    int (*usable)(void);/* NULL: wherever its table runs; else whether this CPU has what it
+                         * needs (a query: changes nothing) */
+    const char *lacks;  /* why not, when usable() says no */
+    int (*enable)(void);/* NULL, or what the process asks once before the first use (AMX:
+                         * Linux's tile data permission); 0 if refused */
+    void (*begin)(void), (*end)(void); /* hardware context (AMX tile configuration) around
+                                        * a thread's run of products; NULL: none */
+    /* mha_bk_block's contract; pf: B comes from memory (a product of few rows reads it
+     * once): prefetch it ahead */
+    void (*block)(int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps, float *acc, int pf);
 } mha_bkernel;
 
-/* request: "" or "auto" (AMX where the CPU has it and Linux grants tile data; else on AMD
- * AVX512_BF16; else AVX-512F FMA; else the portable model), or a kernel's name ("amx-bf16",
- * "avx512-bf16", "fma-bf16", "ref-bf16"). MHA_ERR_CONFIG if unknown or not runnable here (then
- * *why says which). */
-mha_status mha_bkernel_select(const char *request, mha_bkernel *bk, const char **why);
-/* What "auto" picks here. */
-const char *mha_bkernel_auto(void);
+/* Once per process before the first product (at create: a check never calls it); 0 when the OS
+ * refused. NULL or a kernel without the need: 1. */
+int mha_bkernel_enable(const mha_bkernel *bk);
+/* A thread's stretch of products of kernel bk (NULL: no-op) runs between these: the
+ * scheduler enters it once per worker and parallel region, not once per product. */
+void mha_bk_begin(const mha_bkernel *bk);
+void mha_bk_end(const mha_bkernel *bk);
 
 static inline size_t mha_bk_kp(int kk)
 {
@@ -120,11 +125,12 @@ static inline size_t mha_bgemm_apack_elems(int kk)
 /* C (m × n) = alpha · A · B + beta · C (beta = 0: C is not read), A (m × kk) from ap packed
  * (mha_bk_pack_a of those rows), or from the float a packed here into apack when ap is NULL;
  * B packed with panel stride ps; C float in kernel k's mha_mat form. The epilogue is the same
- * float32 code for every kernel: c = alpha·acc, then + beta·c, each rounded. */
+ * float32 code for every kernel: c = alpha·acc, then + beta·c, each rounded. Runs between
+ * mha_bk_begin and mha_bk_end of bk on the calling thread. */
 void mha_bgemm(const mha_bkernel *bk, const mha_kernel *k, int m, int n, int kk, float alpha, const mha_bf16 *ap,
                mha_mat a, const mha_bf16 *b, size_t ps, float beta, mha_mat c, mha_bf16 *apack);
 
-/* The accumulators of one block: acc[i·32 + j] (i < rows ≤ 32, j < 16·npan, npan 1 or 2) =
+/* The accumulators of one block (entering and leaving bk's hardware context): acc[i·32 + j] (i < rows ≤ 32, j < 16·npan, npan 1 or 2) =
  * Σ_k A·B over kt tiles of k, for A panels a (the second at a + 16·kt·32 when rows > 16; a
  * panel's rows past `rows` are read and must be finite) and B panels b (and b + ps).
  * Exposed for the tests: each kernel against the model, bitwise. */

@@ -497,6 +497,7 @@ static mha_status finish(loader *L)
         const char *key = st == MHA_ERR_AFFINITY ? "threads.cpus"
                           : strncmp(why, "blis_arch", 9) == 0   ? "engine.blis_arch"
                           : strncmp(why, "bf16_kernel", 11) == 0 ? "engine.bf16_kernel"
+                          : strncmp(why, "isa:", 4) == 0        ? "engine.isa"
                                                                  : "batch";
         const char *colon = strstr(why, ": ");
         int line = L->line[key_index(mha_key_find(key) ? mha_key_find(key) : mha_key_find("batch.size"))];

@@ -116,12 +116,14 @@ const mha_key_def mha_keys[] = {
         FILE_(decode_prefill_chunk), NONE, 256, NULL, 0),
     KEY(K("engine.q_block", "q_block", MHA_KEY_INT, 0, 1 << 20, 0, 0, NULL, "0", "query rows per score tile; 0: the engine's choice"),
         ENG(q_block), NONE, 0, NULL, 0),
-    KEY(K("engine.blis_arch", "blis_arch", MHA_KEY_STRING, 0, 15, 0, 0, NULL, "auto", "BLIS sub-config (skx, haswell, zen3, generic, ...); auto: from the CPU's features"),
+    KEY(K("engine.blis_arch", "blis_arch", MHA_KEY_STRING, 0, 15, 0, 0, NULL, "auto", "BLIS sub-config of the isa (avx512: skx; avx2: haswell, zen, zen2, zen3; ref: generic, sandybridge, penryn); auto: the isa's for this CPU"),
         ENG(blis_arch), NONE, 0, NULL, 0),
     KEY(K("engine.precision", "precision", MHA_KEY_ENUM, 0, 0, 0, 0, "f32, bf16", "f32", "arithmetic of the matrix products: bf16 stores weights in bfloat16 and runs on AMX tiles (or the best fallback)"),
         ENG(precision), NONE, MHA_PRECISION_F32, NAMES(precision_names)),
-    KEY(K("engine.bf16_kernel", "bf16_kernel", MHA_KEY_STRING, 0, 15, 0, 0, NULL, "auto", "bf16 kernel: amx-bf16, avx512-bf16, fma-bf16, ref-bf16; auto: the fastest this CPU runs"),
+    KEY(K("engine.bf16_kernel", "bf16_kernel", MHA_KEY_STRING, 0, 15, 0, 0, NULL, "auto", "bf16 kernel of the isa: amx-bf16, avx512-bf16, fma-bf16 (avx512), avx2-bf16 (avx2), ref-bf16 (ref); auto: the fastest this CPU runs"),
         ENG(bf16_kernel), NONE, 0, NULL, 0),
+    KEY(K("engine.isa", "isa", MHA_KEY_STRING, 0, 15, 0, 0, NULL, "auto", "kernel table: avx512, avx2, ref; auto: the widest this CPU runs (with blis_arch set: the widest that runs it)"),
+        ENG(isa), NONE, 0, NULL, 0),
 };
 const int mha_n_keys = (int)N_OF(mha_keys);
 

@@ -16,7 +16,7 @@
 #include "mha_io.h"
 #include "rope.h"
 #include "scheduler.h"
-#include "softmax.h"
+#include "isa/isa.h"
 #include "status.h"
 #include "weights.h"
 
@@ -24,10 +24,9 @@ struct mha_engine {
     mha_dims dims;
     mha_arena_plan plan;
     mha_arena_views views;  /* weight views point into a shared packed copy when shared */
-    mha_kernel kernel;
-    mha_bkernel bkernel;    /* bf16 engines */
+    mha_kernel kernel;      /* BLIS's microkernel and the kernel table (kernel.isa) */
+    const mha_bkernel *bkernel; /* bf16 engines; NULL: float32 */
     char kernel_name[24];   /* mha_engine_kernel */
-    mha_softmax_fn softmax;
     mha_sched sched;
     void *owned;      /* the arena when mha_create allocated it, else NULL */
     int weights_set;
@@ -50,7 +49,7 @@ typedef struct prepared {
     mha_dims dims;
     mha_arena_plan plan;
     mha_kernel kernel;
-    mha_bkernel bkernel;      /* precision bf16 */
+    const mha_bkernel *bkernel; /* precision bf16; else NULL */
     int pin[MHA_MAX_THREADS]; /* CPU per worker */
     int pinning;
 } prepared;
@@ -96,19 +95,57 @@ static mha_status plan_pinning(const mha_config *cfg, int threads, int *pin, cha
     return MHA_OK;
 }
 
+static int is_auto(const char *name)
+{
+    return !name[0] || !strcmp(name, "auto");
+}
+
+/* The kernel table, BLIS's sub-config within it, and the bf16 kernel within it. isa auto with
+ * a sub-config named: the widest table that runs that sub-config here. */
+static mha_status select_kernels(const mha_config *cfg, prepared *p, char *err, size_t err_len)
+{
+    char why[192];
+    const mha_isa *isa = NULL;
+    if (is_auto(cfg->isa) && !is_auto(cfg->blis_arch)) {
+        if (!(isa = mha_isa_of_arch(cfg->blis_arch)))
+            return mha_errorf(err, err_len, MHA_ERR_CONFIG,
+                              "blis_arch: '%s' is unknown, not in this BLIS build, or not runnable on this CPU",
+                              cfg->blis_arch);
+    } else if (mha_isa_select(cfg->isa, &isa, why, sizeof why) != MHA_OK)
+        return mha_errorf(err, err_len, MHA_ERR_CONFIG, "isa: '%s': %s", cfg->isa, why);
+    if (!is_auto(cfg->blis_arch) && !mha_isa_runs_arch(isa, cfg->blis_arch)) {
+        size_t at = (size_t)snprintf(why, sizeof why, "%s", isa->archs[0]);
+        for (int i = 1; isa->archs[i] && at < sizeof why; i++)
+            at += (size_t)snprintf(why + at, sizeof why - at, ", %s", isa->archs[i]);
+        return mha_errorf(err, err_len, MHA_ERR_CONFIG, "blis_arch: '%s' is not a sub-config of isa %s (it runs %s)",
+                          cfg->blis_arch, isa->name, why);
+    }
+    if (mha_kernel_select(cfg->blis_arch, isa, &p->kernel) != MHA_OK)
+        return mha_errorf(err, err_len, MHA_ERR_CONFIG,
+                          "blis_arch: '%s' is unknown, not in this BLIS build, or not runnable on this CPU",
+                          is_auto(cfg->blis_arch) ? isa->default_arch() : cfg->blis_arch);
+    p->bkernel = NULL;
+    if (p->dims.bf16 && mha_bkernel_select(isa, cfg->bf16_kernel, &p->bkernel, why, sizeof why) != MHA_OK)
+        return mha_errorf(err, err_len, MHA_ERR_CONFIG, "bf16_kernel: '%s': %s", cfg->bf16_kernel, why);
+    return MHA_OK;
+}
+
+/* What a create asks of the process before the first forward (AMX: the tile data permission);
+ * a check never does. */
+static mha_status acquire(const prepared *p)
+{
+    return mha_bkernel_enable(p->bkernel) ? MHA_OK : MHA_ERR_CONFIG;
+}
+
 /* Every check a config must pass, in the order a user would fix them; nothing allocated. */
 static mha_status prepare(const mha_config *cfg, mha_arena_kind kind, prepared *p, char *err, size_t err_len)
 {
     mha_status st = mha_config_resolve(cfg, &p->dims, err, err_len);
     if (st != MHA_OK)
         return st;
-    if (mha_kernel_select(cfg->blis_arch, &p->kernel) != MHA_OK)
-        return mha_errorf(err, err_len, MHA_ERR_CONFIG,
-                          "blis_arch: '%s' is unknown, not in this BLIS build, or not runnable on this CPU", cfg->blis_arch);
+    if ((st = select_kernels(cfg, p, err, err_len)) != MHA_OK)
+        return st;
     if (p->dims.bf16) {
-        const char *why;
-        if (mha_bkernel_select(cfg->bf16_kernel, &p->bkernel, &why) != MHA_OK)
-            return mha_errorf(err, err_len, MHA_ERR_CONFIG, "bf16_kernel: '%s': %s", cfg->bf16_kernel, why);
         if (p->kernel.bw % MHA_BT_N != 0) /* head columns and 16-column groups of C on whole panels */
             return mha_errorf(err, err_len, MHA_ERR_CONFIG, "precision: bf16 needs B panels of a multiple of 16 "
                               "columns; BLIS '%s' has %d", p->kernel.arch, p->kernel.bw);
@@ -142,10 +179,9 @@ static mha_engine *build(const prepared *p, void *ws)
     e->kernel = p->kernel;
     e->bkernel = p->bkernel;
     if (p->dims.bf16)
-        snprintf(e->kernel_name, sizeof e->kernel_name, "%s", p->bkernel.name);
+        snprintf(e->kernel_name, sizeof e->kernel_name, "%s", p->bkernel->name);
     else
         snprintf(e->kernel_name, sizeof e->kernel_name, "blis-%s", p->kernel.arch);
-    e->softmax = mha_softmax_select(NULL);
     for (int t = 0; t < p->dims.threads; t++) {
         v.pin_cpu[t] = p->pin[t];
         v.worker_cpu[t] = -1;
@@ -187,7 +223,7 @@ MHA_API mha_status mha_create(const mha_config *cfg, mha_engine **out)
     *out = NULL;
     prepared p;
     mha_status st = prepare(cfg, MHA_ARENA_ENGINE, &p, NULL, 0);
-    if (st != MHA_OK)
+    if (st != MHA_OK || (st = acquire(&p)) != MHA_OK)
         return st;
     void *ws = mha_alloc_pages(p.plan.total);
     if (!ws)
@@ -205,7 +241,7 @@ MHA_API mha_status mha_create_static(const mha_config *cfg, void *ws, size_t ws_
     *out = NULL;
     prepared p;
     mha_status st = prepare(cfg, MHA_ARENA_ENGINE, &p, NULL, 0);
-    if (st != MHA_OK)
+    if (st != MHA_OK || (st = acquire(&p)) != MHA_OK)
         return st;
     if (!ws)
         return MHA_ERR_INVALID_ARG;
@@ -266,7 +302,7 @@ MHA_API mha_status mha_create_shared(const mha_config *cfg, const mha_packed_wei
         return MHA_ERR_INVALID_ARG;
     prepared p;
     mha_status st = prepare(cfg, MHA_ARENA_ENGINE_SHARED, &p, NULL, 0);
-    if (st != MHA_OK)
+    if (st != MHA_OK || (st = acquire(&p)) != MHA_OK)
         return st;
     if (p.dims.d != pw->dims.d || p.dims.h != pw->dims.h || p.dims.bias != pw->dims.bias || p.dims.kvh != pw->dims.kvh ||
         p.dims.bf16 != pw->dims.bf16 ||
@@ -330,7 +366,6 @@ static mha_fwd engine_fwd(const mha_engine *e, float *out)
     const mha_arena_views *v = &e->views;
     return (mha_fwd){
         .kernel = &e->kernel,
-        .softmax = e->softmax,
         .d = dm->d, .h = dm->h, .dk = dm->dk, .dkp = e->plan.dkp, .q_block = dm->q_block,
         .rows = dm->seq_q > dm->seq_kv ? dm->seq_q : dm->seq_kv,
         .ld_scores = e->plan.ld_scores,
@@ -339,7 +374,7 @@ static mha_fwd engine_fwd(const mha_engine *e, float *out)
         .rope = dm->rope.style, .rope_dim = dm->rope.rotary_dim,
         .rope_cos = v->rope_cos, .rope_sin = v->rope_sin,
         .wqkv = v->wqkv, .bqkv = v->bqkv, .wo = v->wo, .bo = v->bo,
-        .bk = dm->bf16 ? &e->bkernel : NULL,
+        .bk = e->bkernel,
         .wqkv16 = v->wqkv16, .wo16 = v->wo16, .w_ps = e->plan.w_ps,
         .z = v->z, .out = out,
         .xpack = v->xpack, .xpack_stride = e->plan.xpack_stride,
@@ -516,12 +551,22 @@ MHA_API int mha_engine_worker_cpus(const mha_engine *e, int *cpus, int n)
 
 MHA_API const char *mha_blis_arch_auto(void)
 {
-    return mha_kernel_auto_arch();
+    return mha_isa_auto_table()->default_arch();
 }
 
 MHA_API const char *mha_bf16_kernel_auto(void)
 {
-    return mha_bkernel_auto();
+    return mha_isa_auto_table()->bf16_auto()->name;
+}
+
+MHA_API const char *mha_isa_auto(void)
+{
+    return mha_isa_auto_table()->name;
+}
+
+MHA_API const char *mha_engine_isa(const mha_engine *e)
+{
+    return e ? e->kernel.isa->name : "";
 }
 
 MHA_API const char *mha_blis_version(void)

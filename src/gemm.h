@@ -76,8 +76,9 @@ void mha_gemm_prepacked(const mha_kernel *k, int m, int n, int kk, float alpha, 
 void mha_pack_panels(const mha_kernel *k, int rows, int cols, mha_mat src, int transpose, float *dst);
 
 /* The packing of mha_gemm's A operand: rows [i0, i0 + rows), columns
- * [p0, p0 + kc) of a into panels of aw rows, dst[panel][p][r], zero rows padding the last. */
-void mha_gemm_pack_a(const mha_kernel *k, mha_mat a, int i0, int rows, int p0, int kc, float *dst, int vector);
+ * [p0, p0 + kc) of a into panels of aw rows, dst[panel][p][r], zero rows padding the last
+ * (the kernel table's pack_rows). */
+void mha_gemm_pack_a(const mha_kernel *k, mha_mat a, int i0, int rows, int p0, int kc, float *dst);
 /* Floats of the packed form of rows × kk (rows rounded up to whole panels). */
 static inline size_t mha_gemm_packed_a_floats(const mha_kernel *k, size_t rows, size_t kk)
 {

@@ -18,6 +18,8 @@
 
 #include <blis.h>
 
+#include "isa/isa.h"
+
 /* ---- BLIS context choice ---- */
 
 _Static_assert(sizeof(cntx_t) <= MHA_CNTX_BYTES, "MHA_CNTX_BYTES holds BLIS's cntx_t");
@@ -49,42 +51,19 @@ static const arch_req arch_table[] = {
     {"generic", bli_cntx_init_generic, {NULL}},
 };
 
-static int cpu_has(const char *feature)
-{
-    /* __builtin_cpu_supports needs a literal; list the ones the table uses. */
-    if (!strcmp(feature, "avx512f")) return __builtin_cpu_supports("avx512f");
-    if (!strcmp(feature, "avx512dq")) return __builtin_cpu_supports("avx512dq");
-    if (!strcmp(feature, "avx512bw")) return __builtin_cpu_supports("avx512bw");
-    if (!strcmp(feature, "avx512vl")) return __builtin_cpu_supports("avx512vl");
-    if (!strcmp(feature, "avx2")) return __builtin_cpu_supports("avx2");
-    if (!strcmp(feature, "fma")) return __builtin_cpu_supports("fma");
-    if (!strcmp(feature, "avx")) return __builtin_cpu_supports("avx");
-    if (!strcmp(feature, "ssse3")) return __builtin_cpu_supports("ssse3");
-    return 0;
-}
-
 static int runnable(const arch_req *a)
 {
     for (int i = 0; a->features[i]; i++)
-        if (!cpu_has(a->features[i]))
+        if (!mha_cpu_has(a->features[i]))
             return 0;
     return 1;
 }
 
-const char *mha_kernel_auto_arch(void)
+mha_status mha_kernel_select(const char *request, const mha_isa *isa, mha_kernel *k)
 {
-    __builtin_cpu_init();
-    if (runnable(&arch_table[0]))
-        return "skx";
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        return __builtin_cpu_is("amd") ? "zen3" : "haswell";
-    return "generic";
-}
-
-mha_status mha_kernel_select(const char *request, mha_kernel *k)
-{
-    const char *name = (!request || !request[0] || !strcmp(request, "auto")) ? mha_kernel_auto_arch() : request;
-    __builtin_cpu_init();
+    const char *name = (!request || !request[0] || !strcmp(request, "auto")) ? isa->default_arch() : request;
+    if (!mha_isa_runs_arch(isa, name))
+        return MHA_ERR_CONFIG;
     for (size_t i = 0; i < sizeof arch_table / sizeof arch_table[0]; i++) {
         const arch_req *a = &arch_table[i];
         if (strcmp(a->name, name) != 0)
@@ -107,9 +86,8 @@ mha_status mha_kernel_select(const char *request, mha_kernel *k)
         k->aw = k->transposed ? nr : mr;
         k->mb = mc / k->aw * k->aw;
         k->nb = k->transposed ? mc : nc / nr * nr;
-        k->avx512 = __builtin_cpu_supports("avx512f");
-        k->avx512bw = k->avx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-        k->stream = k->avx512 && !strcmp(k->arch, "skx") && k->bw == 32;
+        k->isa = isa;
+        k->stream = isa->stream_rows && !strcmp(k->arch, isa->stream_arch) && k->bw == isa->stream_bw;
         if (!k->ukr || k->bw < 1 || k->aw < 1 || k->kc < 1 || k->mb < k->aw || k->nb < k->bw)
             return MHA_ERR_CONFIG;
         return MHA_OK;

@@ -22,15 +22,16 @@ typedef struct mha_kernel {
     int bw, aw;        /* panel widths: B panels of bw columns, A panels of aw rows */
     int kc;            /* k per pass (BLIS's KC) */
     int mb, nb;        /* rows of A packed per pass; columns of B per cache block */
-    int avx512;        /* the CPU runs AVX-512F: packing uses register transposes */
-    int avx512bw;      /* and AVX-512BW and VL (16-bit masked loads): decode reads the cache wide */
-    int stream;        /* few rows stream B (gemm.c): AVX-512, skx's microkernel (its sums matched) */
+    const struct mha_isa *isa; /* the kernel table every other ISA-specific operation comes from */
+    int stream;        /* few rows stream B (isa->stream_rows): the table has it for this
+                        * sub-config and panel width (its sums are the microkernel's) */
 } mha_kernel;
 
-/* request: "" or "auto" (from the CPU's features), or a sub-config name.
- * MHA_ERR_CONFIG if it is unknown, not in this BLIS build or not runnable on this CPU. */
-mha_status mha_kernel_select(const char *request, mha_kernel *k);
-const char *mha_kernel_auto_arch(void); /* what "auto" picks on this CPU */
+struct mha_isa;
+/* request: "" or "auto" (the table's default sub-config for this CPU), or a sub-config name,
+ * with the kernel table isa. MHA_ERR_CONFIG if it is unknown, not in this BLIS build, not
+ * runnable on this CPU, or not one the table runs with. */
+mha_status mha_kernel_select(const char *request, const struct mha_isa *isa, mha_kernel *k);
 const char *mha_kernel_blis_version(void);
 
 /* One register tile of a row-major C: c[i·ldc + j] (i < rows ≤ aw, j < cols ≤ bw) =

@@ -82,6 +82,7 @@ void mha_sched_forward(const mha_sched *s, const mha_fwd *f)
     {
         mha_cpumask saved;
         int pinned = pin_enter(s, omp_get_thread_num(), &saved);
+        mha_bk_begin(f->bk); /* AMX: each worker's tile configuration, once for all its tasks */
 #pragma omp single
         {
             const int nh = f->kvh; /* one task per KV head: its K and V are made once */
@@ -114,6 +115,7 @@ void mha_sched_forward(const mha_sched *s, const mha_fwd *f)
                 }
             }
         } /* the barrier here completes every task */
+        mha_bk_end(f->bk);
         pin_leave(pinned, &saved);
     }
 }
@@ -127,6 +129,7 @@ void mha_sched_step(const mha_sched *s, const mha_step_job *j)
     {
         mha_cpumask saved;
         int pinned = pin_enter(s, omp_get_thread_num(), &saved);
+        mha_bk_begin(j->f.bk);
 #pragma omp single
         {
             for (int r0 = 0; r0 < j->rows; r0 += MHA_PACK_BLOCK) { /* whole panels each */
@@ -187,6 +190,7 @@ void mha_sched_step(const mha_sched *s, const mha_step_job *j)
                     }
                 }
         } /* the barrier here completes every task */
+        mha_bk_end(j->f.bk);
         pin_leave(pinned, &saved);
     }
 }

@@ -1,4 +1,5 @@
-/* softmax.h — masked row softmax (unnormalised), vectorized, with a portable scalar fallback. */
+/* softmax.h — the contract of the masked row softmax (unnormalised); each kernel table
+ * (src/isa/) holds one (softmax_row), two passes: the max, then exp and the sum. */
 #ifndef MHA_SOFTMAX_H
 #define MHA_SOFTMAX_H
 
@@ -13,14 +14,5 @@
  * divides by the sum where it is cheaper: after A·V, on d_k columns instead of n. */
 typedef float (*mha_softmax_fn)(float *restrict s, int n, int visible, const uint8_t *restrict mask,
                                 float *max_io);
-
-float mha_softmax_row_generic(float *restrict s, int n, int visible, const uint8_t *restrict mask, float *max_io);
-float mha_softmax_row_avx2(float *restrict s, int n, int visible, const uint8_t *restrict mask, float *max_io);
-float mha_softmax_row_avx512(float *restrict s, int n, int visible, const uint8_t *restrict mask, float *max_io);
-
-/* The fastest implementation this CPU runs, and its name ("avx512", "avx2", "generic"). */
-mha_softmax_fn mha_softmax_select(const char **name);
-/* Whether this CPU can run the named implementation. */
-int mha_softmax_supported(mha_softmax_fn fn);
 
 #endif

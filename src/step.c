@@ -18,11 +18,11 @@
  * reads them (the queries stay float32: decode reads half the bytes, at no loss of accuracy). */
 #include "step.h"
 
-#include <immintrin.h>
 #include <math.h>
 #include <string.h>
 
 #include "config.h"
+#include "isa/isa.h"
 #include "rope.h"
 
 /* Row t of a panel matrix, columns [c0, c0 + n) (c0 a panel boundary) from / to a vector. */
@@ -80,7 +80,7 @@ void mha_step_pack_rows(const mha_step_job *j, int r0, int r1)
     if (j->f.bk)
         mha_bk_pack_a(k, x, r0, r1 - r0, j->f.d, (mha_bf16 *)(void *)packed_rows(j, r0));
     else
-        mha_gemm_pack_a(k, x, r0, r1 - r0, 0, j->f.d, (float *)packed_rows(j, r0), 1);
+        mha_gemm_pack_a(k, x, r0, r1 - r0, 0, j->f.d, (float *)packed_rows(j, r0));
 }
 
 /* Row i of the Q/K/V scratch, K at dkp and V at 2·dkp, into slot `slot` of a cache block: K
@@ -232,169 +232,6 @@ void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s)
 
 /* ---- decode: attention straight from the cache, in chunks of keys ---- */
 
-/* Element i of a run of the cache, float32 or bf16. */
-static inline float cache_elem(const void *run, int bf16, size_t i)
-{
-    return bf16 ? mha_bf16_float(((const mha_bf16 *)run)[i]) : ((const float *)run)[i];
-}
-
-/* sc[qi · CHUNK + t] = scale · Σ_c q[qi][c] · kt[c · ld + t] for t < n slots of one block:
- * the queries' scores against a run of slots, feature by feature (kt float32, or bf16 when
- * bf16, widened exactly). */
-static void scores_scalar(const float *restrict q, int nq, int dk, const void *kt, int bf16, int ld, int n, float scale,
-                          float *restrict sc)
-{
-    for (int qi = 0; qi < nq; qi++)
-        for (int t = 0; t < n; t++) {
-            float acc = 0.0f;
-            for (int c = 0; c < dk; c++)
-                acc += q[(size_t)qi * dk + c] * cache_elem(kt, bf16, (size_t)c * ld + t);
-            sc[(size_t)qi * MHA_DECODE_CHUNK + t] = acc * scale;
-        }
-}
-
-/* 16 elements of a cache run at i (float32, or bf16 widened to float32 by a shift), lanes
- * outside m zero. */
-static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl"))) __m512
-load16(const void *run, int bf16, size_t i, __mmask16 m)
-{
-    return bf16 ? _mm512_castsi512_ps(
-                      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const mha_bf16 *)run + i)), 16))
-                : _mm512_maskz_loadu_ps(m, (const float *)run + i);
-}
-
-/* Scores of nb <= R queries for the 16 slots from t (lanes m) of one block, with P · R = 8
- * accumulators: the features cut into P parts of h = ceil(dk / P), each part its own FMA chain
- * per query (P independent chains hide the FMA latency when few queries share the block),
- * the parts added in order at the end. One Kᵀ row load per feature for all queries; the same
- * row of the next block's Kᵀ (next, or NULL) prefetched as it goes. */
-static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl"))) void
-scores_tile(const int P, const float *restrict q, int nb, int dk, const void *kt, int bf16, int ld, int t, __mmask16 m,
-            float scale, float *restrict sc, const void *next)
-{
-    const int R = 8 / P, h = (dk + P - 1) / P;
-    const size_t elem = bf16 ? sizeof(mha_bf16) : sizeof(float);
-    __m512 acc[8];
-    for (int i = 0; i < 8; i++)
-        acc[i] = _mm512_setzero_ps();
-    for (int c = 0; c < h; c++)
-        for (int part = 0; part < P; part++) {
-            const int f = part * h + c;
-            if (f >= dk) /* the last part may be shorter */
-                continue;
-            const size_t at = (size_t)f * ld + t;
-            if (next)
-                _mm_prefetch((const char *)next + at * elem, _MM_HINT_T0);
-            const __m512 krow = load16(kt, bf16, at, m);
-            for (int r = 0; r < R; r++)
-                if (r < nb)
-                    acc[part * R + r] = _mm512_fmadd_ps(_mm512_set1_ps(q[(size_t)r * dk + f]), krow, acc[part * R + r]);
-        }
-    for (int r = 0; r < nb; r++) {
-        __m512 x = acc[r];
-        for (int part = 1; part < P; part++)
-            x = _mm512_add_ps(x, acc[part * R + r]);
-        _mm512_mask_storeu_ps(sc + (size_t)r * MHA_DECODE_CHUNK + t, m, _mm512_mul_ps(x, _mm512_set1_ps(scale)));
-    }
-}
-
-/* scores_scalar's products, 16 slots at a time: 1 query in 8 feature parts, 2 in 4, up to 4 in
- * 2, more 8 at a time in one (each query's sum fixed by nq, dk and the slot alone). */
-__attribute__((target("avx512f,avx512bw,avx512vl"))) static void scores_avx512(const float *restrict q, int nq, int dk,
-                                                                               const void *kt, int bf16, int ld, int n,
-                                                                               float scale, float *restrict sc,
-                                                                               const void *next)
-{
-    for (int t = 0; t < n; t += 16) {
-        const __mmask16 m = n - t >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - t)) - 1u);
-        if (nq == 1)
-            scores_tile(8, q, nq, dk, kt, bf16, ld, t, m, scale, sc, next);
-        else if (nq == 2)
-            scores_tile(4, q, nq, dk, kt, bf16, ld, t, m, scale, sc, next);
-        else if (nq <= 4)
-            scores_tile(2, q, nq, dk, kt, bf16, ld, t, m, scale, sc, next);
-        else
-            for (int q0 = 0; q0 < nq; q0 += 8)
-                scores_tile(1, q + (size_t)q0 * dk, nq - q0 < 8 ? nq - q0 : 8, dk, kt, bf16, ld, t, m, scale,
-                            sc + (size_t)q0 * MHA_DECODE_CHUNK, q0 == 0 ? next : NULL);
-    }
-}
-
-/* p[qi][c] += Σ_t e[qi · CHUNK + t] · v[t][c] over the n value rows of one block (v: d_k per
- * row, float32 or bf16), key by key in order: one multiply-add per key and feature. */
-static void values_scalar(const float *e, int nq, const void *v, int bf16, int n, int dk, float *p, size_t ps)
-{
-    for (int t = 0; t < n; t++)
-        for (int qi = 0; qi < nq; qi++) {
-            const float x = e[(size_t)qi * MHA_DECODE_CHUNK + t];
-            float *y = p + (size_t)qi * ps;
-            for (int c = 0; c < dk; c++)
-                y[c] += x * cache_elem(v, bf16, (size_t)t * dk + c);
-        }
-}
-
-/* Z of nb <= R queries, features [c0, c0 + 16·V) (the last vector's lanes ml), over the n
- * value rows of one block, with R · V <= 16 accumulators: each row's vectors loaded once for all
- * the queries, key by key in order (values_scalar's sums); the same features of the next
- * block's rows (next, or NULL) prefetched row by row as it goes, so the prefetches are spread
- * as evenly as the loads (all of a row's lines at once was 10% slower: fill buffers run out). */
-static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl"))) void
-values_tile(const int R, const int V, const float *e, int nb, const void *v, int bf16, int n, int dk, int c0,
-            __mmask16 ml, float *p, size_t ps, const void *next)
-{
-    const size_t elem = bf16 ? sizeof(mha_bf16) : sizeof(float), row = (size_t)dk * elem;
-    const size_t pf0 = (size_t)c0 * elem, pf1 = (size_t)(c0 + 16 * V < dk ? c0 + 16 * V : dk) * elem;
-    __m512 acc[16];
-    for (int r = 0; r < R; r++)
-        for (int j = 0; j < V; j++)
-            acc[r * V + j] = _mm512_maskz_loadu_ps(j == V - 1 ? ml : (__mmask16)0xFFFF,
-                                                   p + (size_t)(r < nb ? r : 0) * ps + c0 + 16 * j);
-    for (int t = 0; t < n; t++) {
-        if (next)
-            for (size_t off = pf0; off < pf1; off += 64)
-                _mm_prefetch((const char *)next + (size_t)t * row + off, _MM_HINT_T0);
-        __m512 b[8];
-        for (int j = 0; j < V; j++)
-            b[j] = load16(v, bf16, (size_t)t * dk + c0 + 16 * j, j == V - 1 ? ml : (__mmask16)0xFFFF);
-        for (int r = 0; r < R; r++)
-            if (r < nb) {
-                const __m512 x = _mm512_set1_ps(e[(size_t)r * MHA_DECODE_CHUNK + t]);
-                for (int j = 0; j < V; j++)
-                    acc[r * V + j] = _mm512_fmadd_ps(x, b[j], acc[r * V + j]);
-            }
-    }
-    for (int r = 0; r < nb; r++)
-        for (int j = 0; j < V; j++)
-            _mm512_mask_storeu_ps(p + (size_t)r * ps + c0 + 16 * j, j == V - 1 ? ml : (__mmask16)0xFFFF, acc[r * V + j]);
-}
-
-/* values_scalar's sums with register tiles: up to 2 queries × 128 features, 4 × 64 or 8 × 32
- * (fewer queries, more features per pass over the block's rows), 16 features the last pass. */
-__attribute__((target("avx512f,avx512bw,avx512vl"))) static void values_avx512(const float *e, int nq, const void *v,
-                                                                               int bf16, int n, int dk, float *p,
-                                                                               size_t ps, const void *next)
-{
-    for (int q0 = 0; q0 < nq; q0 += 8) {
-        const int nb = nq - q0 < 8 ? nq - q0 : 8;
-        const float *eq = e + (size_t)q0 * MHA_DECODE_CHUNK;
-        float *pq = p + (size_t)q0 * ps;
-        const void *pf = q0 == 0 ? next : NULL;
-        for (int c0 = 0; c0 < dk;) {
-            const int left = dk - c0;
-            if (nb <= 2 && left >= 128)
-                values_tile(2, 8, eq, nb, v, bf16, n, dk, c0, 0xFFFF, pq, ps, pf), c0 += 128;
-            else if (nb <= 4 && left >= 64)
-                values_tile(4, 4, eq, nb, v, bf16, n, dk, c0, 0xFFFF, pq, ps, pf), c0 += 64;
-            else if (left >= 32)
-                values_tile(8, 2, eq, nb, v, bf16, n, dk, c0, 0xFFFF, pq, ps, pf), c0 += 32;
-            else {
-                const __mmask16 ml = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
-                values_tile(8, 1, eq, nb, v, bf16, n, dk, c0, ml, pq, ps, pf), c0 += 16;
-            }
-        }
-    }
-}
-
 int mha_step_chunks(const mha_step_job *j, int q)
 {
     const int ctx = j->step->n_past[q] + j->step->n_new[q];
@@ -418,7 +255,8 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
     const int dk = f->dk, d = f->d, G = f->group, nq = G * n_new, W = f->window;
     const int k0 = c * MHA_DECODE_CHUNK, k1 = k0 + MHA_DECODE_CHUNK < ctx ? k0 + MHA_DECODE_CHUNK : ctx, n = k1 - k0;
     const int32_t *table = st->blocks + (size_t)q * st->max_blocks;
-    const int avx512 = f->kernel->avx512bw, bf16 = cache->bf16;
+    const mha_isa *isa = f->kernel->isa;
+    const int bf16 = cache->bf16;
     const size_t elem = bf16 ? sizeof(mha_bf16) : sizeof(float);
     const unsigned char *data = cache->data;
     const float scale = 1.0f / sqrtf((float)dk);
@@ -445,10 +283,7 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
         /* the next block's Kᵀ on its way while this one is used */
         const void *next = t + n_run < k1 ? data + mha_kv_kt_at(cache, table[(t + n_run) / bs], g) * elem : NULL;
         float *out = sc + (t - k0);
-        if (avx512)
-            scores_avx512(qv, nq, dk, kt, bf16, bs, n_run, scale, out, next);
-        else
-            scores_scalar(qv, nq, dk, kt, bf16, bs, n_run, scale, out);
+        isa->decode_scores(qv, nq, dk, kt, bf16, bs, n_run, scale, out, MHA_DECODE_CHUNK, next);
         t += n_run;
     }
     /* per query: the keys it sees in this chunk (causal from its position, the window), exp
@@ -461,7 +296,7 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
         for (int t = 0; t < hidden; t++)
             row[t] = -INFINITY;
         float mx = -INFINITY;
-        const float sum = f->softmax(row, n, visible, NULL, &mx);
+        const float sum = isa->softmax_row(row, n, visible, NULL, &mx);
         float *p = partial_of(j, q, g, c, qi);
         memset(p, 0, (size_t)dk * sizeof *p);
         p[dk] = mx, p[dk + 1] = sum;
@@ -473,10 +308,7 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
         const int slot = t % bs, n_run = bs - slot < k1 - t ? bs - slot : k1 - t;
         const void *v = data + mha_kv_v_at(cache, table[t / bs], g, slot) * elem;
         const void *next = t + n_run < k1 ? data + mha_kv_v_at(cache, table[(t + n_run) / bs], g, 0) * elem : NULL;
-        if (avx512)
-            values_avx512(sc + (t - k0), nq, v, bf16, n_run, dk, p, ps, next);
-        else
-            values_scalar(sc + (t - k0), nq, v, bf16, n_run, dk, p, ps);
+        isa->decode_values(sc + (t - k0), MHA_DECODE_CHUNK, nq, v, bf16, n_run, dk, p, ps, next);
         t += n_run;
     }
 }

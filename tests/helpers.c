@@ -2,11 +2,60 @@
 #define _DEFAULT_SOURCE /* M_PI */
 #include "helpers.h"
 
+#include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <criterion/criterion.h>
+
+#include "isa/isa.h"
+#include "kernel.h"
+
+const char *test_isa(void)
+{
+    const char *e = getenv("MHA_TEST_ISA");
+    return e ? e : "";
+}
+
+void config_init(mha_config *cfg)
+{
+    mha_config_init(cfg);
+    const char *why = NULL;
+    if (!isa_runnable(test_isa(), &why))
+        cr_skip_test("isa %s: %s", test_isa(), why);
+    snprintf(cfg->isa, sizeof cfg->isa, "%s", test_isa());
+}
+
+const mha_isa *isa_runnable(const char *name, const char **why)
+{
+    static char buf[192];
+    const mha_isa *t = NULL;
+    if (mha_isa_select(name, &t, buf, sizeof buf) != MHA_OK) {
+        if (why)
+            *why = buf;
+        return NULL;
+    }
+    return t;
+}
+
+int isa_next(int *i, const mha_isa **isa)
+{
+    for (; *i < mha_isa_count; ++*i) {
+        const char *why;
+        if ((*isa = isa_runnable(mha_isa_tables[*i]->name, &why))) {
+            ++*i;
+            return 1;
+        }
+        cr_log_warn("SKIPPED for isa %s: %s", mha_isa_tables[*i]->name, why);
+    }
+    return 0;
+}
+
+void kernel_auto(mha_kernel *k)
+{
+    cr_assert_eq(mha_kernel_select("", mha_isa_auto_table(), k), MHA_OK);
+}
 
 uint64_t rng_next(rng *r)
 {
@@ -144,7 +193,7 @@ mha_weights problem_ready(const problem *p, mha_config *cfg, int threads, mha_la
 
 void problem_config(const problem *p, mha_config *cfg, int threads)
 {
-    mha_config_init(cfg);
+    config_init(cfg);
     cfg->d_model = p->d;
     cfg->n_heads = p->h;
     cfg->max_batch = p->batch;

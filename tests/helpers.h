@@ -55,6 +55,24 @@ mha_engine *engine_bare(const problem *p, int threads);
 /* Engine from the problem, weights set; asserts on failure. */
 mha_engine *engine_for(const problem *p, int threads, mha_layout layout);
 
+/* ---- kernel tables (src/isa/) ---- */
+struct mha_isa;
+struct mha_kernel;
+/* The table the engine tests run on: $MHA_TEST_ISA, else "" (auto). make test runs the engine
+ * suites once per table (tests read the environment; the library never does). */
+const char *test_isa(void);
+/* cfg from mha_config_init, on test_isa()'s table; a table this CPU cannot run skips the
+ * calling test with the reason (Criterion's skip). */
+void config_init(mha_config *cfg);
+/* Table `name` ("" or "auto": the widest this CPU runs) if this CPU runs it, else NULL and the
+ * reason in why (when not NULL). */
+const struct mha_isa *isa_runnable(const char *name, const char **why);
+/* Each table in turn, widest first; one this CPU cannot run is logged as skipped, with why. */
+int isa_next(int *i, const struct mha_isa **isa);
+#define FOR_EACH_ISA(isa) for (int isa##_i = 0; isa_next(&isa##_i, &isa);)
+/* A kernel of the auto table's default sub-config; asserts. */
+void kernel_auto(struct mha_kernel *k);
+
 /* ---- allocation counting (tests/alloc_count.c) ---- */
 long alloc_count(void);
 long alloc_live(void);         /* blocks allocated through the counter and not yet freed */

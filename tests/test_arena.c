@@ -9,13 +9,14 @@
 #include "arena.h"
 #include "config.h"
 #include "gemm.h"
+#include "helpers.h"
 #include "kernel.h"
 
 static mha_kernel K;
 
 static void pick_kernel(void)
 {
-    cr_assert_eq(mha_kernel_select("", &K), MHA_OK);
+    kernel_auto(&K);
 }
 
 typedef struct region { size_t off, bytes; } region;

@@ -3,6 +3,7 @@
  * the packed layouts and the driver against a double product of the rounded operands, and
  * results that do not depend on how rows are blocked. */
 #include <immintrin.h>
+#include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 
 #include "bgemm.h"
 #include "helpers.h"
+#include "isa/isa.h"
 
 static float from_bits(uint32_t u)
 {
@@ -72,11 +74,38 @@ static void fill_bf16(mha_bf16 *x, size_t n, rng *r)
         x[i] = mha_bf16_round(rng_uniform(r, -2.0f, 2.0f));
 }
 
+/* The kernel named, from whichever table holds it, if this CPU runs both; else NULL and why. */
+static const mha_bkernel *find_bkernel(const char *name, const char **why)
+{
+    static char buf[256];
+    for (int i = 0; i < mha_isa_count; i++) {
+        const mha_isa *t = mha_isa_tables[i];
+        for (int j = 0; t->bf16[j]; j++) {
+            const mha_bkernel *bk = t->bf16[j];
+            if (strcmp(bk->name, name) != 0)
+                continue;
+            const char *no;
+            if (!isa_runnable(t->name, &no))
+                snprintf(buf, sizeof buf, "isa %s: %s", t->name, no);
+            else if (bk->usable && !bk->usable())
+                snprintf(buf, sizeof buf, "%s", bk->lacks);
+            else if (!mha_bkernel_enable(bk))
+                snprintf(buf, sizeof buf, "Linux refused what %s needs (tile data permission)", name);
+            else
+                return bk;
+            *why = buf;
+            return NULL;
+        }
+    }
+    *why = "no table holds it";
+    return NULL;
+}
+
 static void kernel_matches_model(const char *name)
 {
-    mha_bkernel bk;
     const char *why;
-    if (mha_bkernel_select(name, &bk, &why) != MHA_OK)
+    const mha_bkernel *bk = find_bkernel(name, &why);
+    if (!bk)
         cr_skip_test("kernel %s not run: %s", name, why);
     rng r = {42};
     for (int kt = 1; kt <= 4; kt++)
@@ -89,29 +118,33 @@ static void kernel_matches_model(const char *name)
                 fill_bf16(b, 2 * ps, &r);
                 float got[32 * 32], want[32 * 32];
                 memset(got, 0, sizeof got), memset(want, 0, sizeof want);
-                mha_bk_block(&bk, rows, npan, kt, a, b, ps, got);
-                mha_bk_block_model(bk.order, rows, npan, kt, a, b, ps, want);
+                mha_bk_block(bk, rows, npan, kt, a, b, ps, got);
+                mha_bk_block_model(bk->order, rows, npan, kt, a, b, ps, want);
                 for (int i = 0; i < rows; i++)
                     for (int j = 0; j < 16 * npan; j++)
                         cr_assert(memcmp(&got[i * 32 + j], &want[i * 32 + j], sizeof(float)) == 0,
-                                  "%s: rows %d, %d panels, %d k tiles: (%d, %d) %a, model %a", bk.name, rows, npan, kt,
+                                  "%s: rows %d, %d panels, %d k tiles: (%d, %d) %a, model %a", bk->name, rows, npan, kt,
                                   i, j, got[i * 32 + j], want[i * 32 + j]);
                 free(a), free(b);
             }
-    cr_log_info("bf16 kernel %s matches the model bitwise", bk.name);
+    cr_log_info("bf16 kernel %s matches the model bitwise", bk->name);
 }
 
 Test(bgemm, amx_kernel_matches_model, .timeout = 60) { kernel_matches_model("amx-bf16"); }
 Test(bgemm, avx512bf16_kernel_matches_model, .timeout = 60) { kernel_matches_model("avx512-bf16"); }
 Test(bgemm, fma_kernel_matches_model, .timeout = 60) { kernel_matches_model("fma-bf16"); }
+Test(bgemm, avx2_kernel_matches_model, .timeout = 60) { kernel_matches_model("avx2-bf16"); }
 Test(bgemm, ref_kernel_is_the_model, .timeout = 60) { kernel_matches_model("ref-bf16"); }
 
-Test(bgemm, unknown_kernel_is_refused)
+Test(bgemm, unknown_or_another_tables_kernel_is_refused)
 {
-    mha_bkernel bk;
-    const char *why;
-    cr_assert_eq(mha_bkernel_select("tpu", &bk, &why), MHA_ERR_CONFIG);
-    cr_assert(why && strstr(why, "unknown"));
+    const mha_bkernel *bk;
+    char why[256];
+    cr_assert_eq(mha_bkernel_select(&mha_isa_ref, "tpu", &bk, why, sizeof why), MHA_ERR_CONFIG);
+    cr_assert(strstr(why, "not a kernel of isa ref (it has ref-bf16)"), "%s", why);
+    cr_assert_eq(mha_bkernel_select(&mha_isa_avx2, "fma-bf16", &bk, why, sizeof why), MHA_ERR_CONFIG);
+    cr_assert(strstr(why, "not a kernel of isa avx2 (it has avx2-bf16)"), "%s", why);
+    cr_assert_eq(mha_bkernel_select(&mha_isa_avx512, "avx2-bf16", &bk, why, sizeof why), MHA_ERR_CONFIG);
 }
 
 typedef struct bcase { int m, n, k; int prepacked; float beta; } bcase;
@@ -133,9 +166,6 @@ ParameterizedTestParameters(bgemm, matches_double_product_of_rounded_operands)
 
 ParameterizedTest(bcase *g, bgemm, matches_double_product_of_rounded_operands, .timeout = 60)
 {
-    mha_kernel k;
-    cr_assert_eq(mha_kernel_select("auto", &k), MHA_OK);
-    const char *names[] = {"amx-bf16", "avx512-bf16", "fma-bf16", "ref-bf16"};
     const int m = g->m, n = g->n, kk = g->k;
     rng r = {(uint64_t)m * 1000 + (uint64_t)n};
     float *a = malloc((size_t)m * kk * sizeof *a), *bsrc = malloc((size_t)kk * n * sizeof *bsrc);
@@ -147,125 +177,137 @@ ParameterizedTest(bcase *g, bgemm, matches_double_product_of_rounded_operands, .
     mha_bf16 *b = aligned_alloc(64, mha_round_up(mha_bk_b_elems(kk, n) * 2, 64));
     mha_bf16 *ap = aligned_alloc(64, mha_round_up(mha_bk_a_elems(m, kk) * 2, 64));
     mha_bf16 *apack = aligned_alloc(64, mha_round_up(mha_bgemm_apack_elems(kk) * 2, 64));
-    mha_bk_pack_b(&k, mha_mat_rows(&k, bsrc, n), 0, kk, n, b, ps);
-    mha_bk_pack_a(&k, mha_mat_rows(&k, a, kk), 0, m, kk, ap);
     const float alpha = 0.5f;
     int ran = 0;
-    for (int ki = 0; ki < 4; ki++) {
-        mha_bkernel bk;
-        const char *why;
-        if (mha_bkernel_select(names[ki], &bk, &why) != MHA_OK)
-            continue;
-        ran++;
-        memcpy(c, c0, (size_t)m * n * sizeof *c);
-        mha_bgemm(&bk, &k, m, n, kk, alpha, g->prepacked ? ap : NULL, mha_mat_rows(&k, a, kk), b, ps, g->beta,
-                  mha_mat_rows(&k, c, n), apack);
-        for (int i = 0; i < m; i++)
-            for (int j = 0; j < n; j++) {
-                double s = 0, mag = 0;
-                for (int p = 0; p < kk; p++) {
-                    const double x = mha_bf16_float(mha_bf16_round(a[(size_t)i * kk + p]));
-                    const double y = mha_bf16_float(mha_bf16_round(bsrc[(size_t)p * n + j]));
-                    s += x * y, mag += fabs(x * y);
-                }
-                const double want = alpha * s + g->beta * c0[(size_t)i * n + j];
-                const double got = c[(size_t)i * n + j];
-                cr_assert(fabs(got - want) <= BGEMM_TOL * (alpha * mag + 1.0), "%s %dx%dx%d: (%d, %d) %g vs %g",
-                          bk.name, m, n, kk, i, j, got, want);
+    const mha_isa *isa;
+    FOR_EACH_ISA(isa) {
+        mha_kernel k;
+        cr_assert_eq(mha_kernel_select("", isa, &k), MHA_OK);
+        mha_bk_pack_b(&k, mha_mat_rows(&k, bsrc, n), 0, kk, n, b, ps);
+        mha_bk_pack_a(&k, mha_mat_rows(&k, a, kk), 0, m, kk, ap);
+        for (int ki = 0; isa->bf16[ki]; ki++) {
+            const mha_bkernel *bk = isa->bf16[ki];
+            if ((bk->usable && !bk->usable()) || !mha_bkernel_enable(bk)) {
+                cr_log_warn("SKIPPED %s: %s", bk->name, bk->lacks);
+                continue;
             }
+            ran++;
+            memcpy(c, c0, (size_t)m * n * sizeof *c);
+            mha_bk_begin(bk);
+            mha_bgemm(bk, &k, m, n, kk, alpha, g->prepacked ? ap : NULL, mha_mat_rows(&k, a, kk), b, ps, g->beta,
+                      mha_mat_rows(&k, c, n), apack);
+            mha_bk_end(bk);
+            for (int i = 0; i < m; i++)
+                for (int j = 0; j < n; j++) {
+                    double s = 0, mag = 0;
+                    for (int p = 0; p < kk; p++) {
+                        const double x = mha_bf16_float(mha_bf16_round(a[(size_t)i * kk + p]));
+                        const double y = mha_bf16_float(mha_bf16_round(bsrc[(size_t)p * n + j]));
+                        s += x * y, mag += fabs(x * y);
+                    }
+                    const double want = alpha * s + g->beta * c0[(size_t)i * n + j];
+                    const double got = c[(size_t)i * n + j];
+                    cr_assert(fabs(got - want) <= BGEMM_TOL * (alpha * mag + 1.0), "%s/%s %dx%dx%d: (%d, %d) %g vs %g",
+                              isa->name, bk->name, m, n, kk, i, j, got, want);
+                }
+        }
     }
     cr_assert_geq(ran, 1, "the portable kernel always runs");
     free(a), free(bsrc), free(c0), free(c), free(b), free(ap), free(apack);
 }
 
-/* Row i of a product is the same bits whether it is computed among 100 rows or alone, and the
- * model kernel and the FMA kernel (same pair order) agree bitwise through the whole driver. */
+/* Row i of a product is the same bits whether it is computed among 100 rows or alone, on
+ * every kernel; and every kernel that sums even first (fma-bf16, avx2-bf16, ref-bf16) gives the
+ * model's bits through the whole driver, whatever table packs and finishes it. */
 Test(bgemm, rows_do_not_depend_on_blocking, .timeout = 60)
 {
-    mha_kernel k;
-    cr_assert_eq(mha_kernel_select("auto", &k), MHA_OK);
-    mha_bkernel bk, ref;
-    const char *why;
-    cr_assert_eq(mha_bkernel_select("auto", &bk, &why), MHA_OK);
-    cr_assert_eq(mha_bkernel_select("ref-bf16", &ref, &why), MHA_OK);
     const int m = 100, n = 70, kk = 200;
     rng r = {5};
     float *a = malloc((size_t)m * kk * sizeof *a), *bsrc = malloc((size_t)kk * n * sizeof *bsrc);
     float *all = malloc((size_t)m * n * sizeof *all), *one = malloc((size_t)n * sizeof *one);
+    float *ref = malloc((size_t)m * n * sizeof *ref);
     fill_uniform(a, (size_t)m * kk, -1.0f, 1.0f, &r);
     fill_uniform(bsrc, (size_t)kk * n, -1.0f, 1.0f, &r);
     const size_t ps = mha_bk_ps(kk);
     mha_bf16 *b = aligned_alloc(64, mha_round_up(mha_bk_b_elems(kk, n) * 2, 64));
     mha_bf16 *apack = aligned_alloc(64, mha_round_up(mha_bgemm_apack_elems(kk) * 2, 64));
-    mha_bk_pack_b(&k, mha_mat_rows(&k, bsrc, n), 0, kk, n, b, ps);
-    mha_bgemm(&bk, &k, m, n, kk, 1.0f, NULL, mha_mat_rows(&k, a, kk), b, ps, 0.0f, mha_mat_rows(&k, all, n), apack);
-    for (int i = 0; i < m; i += 7) {
-        mha_bgemm(&bk, &k, 1, n, kk, 1.0f, NULL, mha_mat_rows(&k, a + (size_t)i * kk, kk), b, ps, 0.0f,
-                  mha_mat_rows(&k, one, n), apack);
-        cr_assert(memcmp(one, all + (size_t)i * n, (size_t)n * sizeof *one) == 0, "%s: row %d", bk.name, i);
+    mha_kernel kr;
+    cr_assert_eq(mha_kernel_select("", &mha_isa_ref, &kr), MHA_OK);
+    mha_bk_pack_b(&kr, mha_mat_rows(&kr, bsrc, n), 0, kk, n, b, ps);
+    mha_bgemm(mha_isa_ref.bf16[0], &kr, m, n, kk, 1.0f, NULL, mha_mat_rows(&kr, a, kk), b, ps, 0.0f,
+              mha_mat_rows(&kr, ref, n), apack);
+    const mha_isa *isa;
+    FOR_EACH_ISA(isa) {
+        mha_kernel k;
+        cr_assert_eq(mha_kernel_select("", isa, &k), MHA_OK);
+        for (int ki = 0; isa->bf16[ki]; ki++) {
+            const mha_bkernel *bk = isa->bf16[ki];
+            if ((bk->usable && !bk->usable()) || !mha_bkernel_enable(bk)) {
+                cr_log_warn("SKIPPED %s: %s", bk->name, bk->lacks);
+                continue;
+            }
+            mha_bk_pack_b(&k, mha_mat_rows(&k, bsrc, n), 0, kk, n, b, ps);
+            mha_bk_begin(bk);
+            mha_bgemm(bk, &k, m, n, kk, 1.0f, NULL, mha_mat_rows(&k, a, kk), b, ps, 0.0f, mha_mat_rows(&k, all, n),
+                      apack);
+            for (int i = 0; i < m; i += 7) {
+                mha_bgemm(bk, &k, 1, n, kk, 1.0f, NULL, mha_mat_rows(&k, a + (size_t)i * kk, kk), b, ps, 0.0f,
+                          mha_mat_rows(&k, one, n), apack);
+                cr_assert(memcmp(one, all + (size_t)i * n, (size_t)n * sizeof *one) == 0, "%s: row %d", bk->name, i);
+            }
+            mha_bk_end(bk);
+            if (bk->order == MHA_BK_EVEN_FIRST) {
+                long at = first_bit_difference(all, ref, (size_t)m * n);
+                cr_assert_eq(at, -1, "%s/%s and the model differ at %ld", isa->name, bk->name, at);
+            }
+        }
     }
-    mha_bkernel fma;
-    if (mha_bkernel_select("fma-bf16", &fma, &why) == MHA_OK) {
-        float *x = malloc((size_t)m * n * sizeof *x), *y = malloc((size_t)m * n * sizeof *y);
-        mha_bgemm(&fma, &k, m, n, kk, 1.0f, NULL, mha_mat_rows(&k, a, kk), b, ps, 0.0f, mha_mat_rows(&k, x, n), apack);
-        mha_bgemm(&ref, &k, m, n, kk, 1.0f, NULL, mha_mat_rows(&k, a, kk), b, ps, 0.0f, mha_mat_rows(&k, y, n), apack);
-        cr_assert(memcmp(x, y, (size_t)m * n * sizeof *x) == 0, "fma-bf16 and the model differ");
-        free(x), free(y);
-    }
-    free(a), free(bsrc), free(all), free(one), free(b), free(apack);
+    free(a), free(bsrc), free(all), free(one), free(ref), free(b), free(apack);
 }
 
-/* B packing 16 × 16 at a time (AVX-512, a register transpose for Kᵀ) writes what the scalar
- * packing writes, bit for bit: every element rounded the same way, the same zero padding
- * (k past kk, columns past n), from row-major and panel-form sources, transposed or not. */
+/* Each vector table's B packing (a register transpose for Kᵀ) writes what ref's writes, bit for
+ * bit: every element rounded the same way, the same zero padding (k past kk, columns past n),
+ * from row-major and panel-form sources, transposed or not. */
 Test(bgemm, vector_b_packing_matches_scalar_bit_for_bit, .timeout = 60)
 {
-    mha_kernel k;
-    cr_assert_eq(mha_kernel_select("auto", &k), MHA_OK);
-    if (!k.avx512 || k.bw % 16)
-        cr_skip_test("no AVX-512 B packing with BLIS '%s' here (AVX-512F and panels of 16k columns needed)", k.arch);
-    mha_kernel scalar = k;
-    scalar.avx512 = 0;
-    const int shapes[][2] = {{1, 1}, {17, 33}, {32, 16}, {64, 100}, {100, 7}, {129, 48}};
-    rng r = {17};
-    for (int si = 0; si < 6; si++)
-        for (int transpose = 0; transpose < 2; transpose++)
-            for (int panels = 0; panels < 2; panels++) {
-                const int kk = shapes[si][0], n = shapes[si][1];
-                const int rows = transpose ? n : kk, cols = transpose ? kk : n; /* src: rows × cols */
-                const size_t cp = mha_round_up((size_t)cols, (size_t)k.bw);
-                float *src = aligned_alloc(64, (size_t)rows * cp * sizeof *src);
-                fill_uniform(src, (size_t)rows * cp, -2.0f, 2.0f, &r);
-                src[0] = from_bits(0x00000001u); /* a denormal (to signed zero), a NaN, a tie */
-                if (rows * cp > 2)
-                    src[1] = from_bits(0x7fc01234u), src[2] = from_bits(0x3f808000u);
-                const mha_mat m = panels ? mha_mat_panels(&k, src, rows) : mha_mat_rows(&k, src, (ptrdiff_t)cp);
-                const size_t ps = mha_bk_ps(kk) + 64, elems = mha_bk_b_elems(kk, n) + 64 * mha_round_up(n, 16) / 16;
-                mha_bf16 *x = aligned_alloc(64, mha_round_up(elems * 2, 64)), *y = aligned_alloc(64, mha_round_up(elems * 2, 64));
-                memset(x, 0xAB, elems * 2);
-                memset(y, 0xAB, elems * 2);
-                mha_bk_pack_b(&k, m, transpose, kk, n, x, ps);
-                mha_bk_pack_b(&scalar, m, transpose, kk, n, y, ps);
-                for (size_t i = 0; i < elems; i++)
-                    cr_assert_eq(x[i], y[i], "k %d, n %d, %s, %s: element %zu: %#06x, scalar %#06x", kk, n,
-                                 transpose ? "transposed" : "as is", panels ? "panels" : "rows", i, x[i], y[i]);
-                free(src), free(x), free(y);
-            }
+    const mha_isa *isa;
+    FOR_EACH_ISA(isa) {
+        mha_kernel k;
+        cr_assert_eq(mha_kernel_select("", isa, &k), MHA_OK);
+        mha_kernel scalar = k;
+        scalar.isa = &mha_isa_ref;
+        const int shapes[][2] = {{1, 1}, {17, 33}, {32, 16}, {64, 100}, {100, 7}, {129, 48}};
+        rng r = {17};
+        for (int si = 0; si < 6; si++)
+            for (int transpose = 0; transpose < 2; transpose++)
+                for (int panels = 0; panels < 2; panels++) {
+                    const int kk = shapes[si][0], n = shapes[si][1];
+                    const int rows = transpose ? n : kk, cols = transpose ? kk : n; /* src: rows × cols */
+                    const size_t cp = mha_round_up((size_t)cols, (size_t)k.bw);
+                    float *src = aligned_alloc(64, (size_t)rows * cp * sizeof *src);
+                    fill_uniform(src, (size_t)rows * cp, -2.0f, 2.0f, &r);
+                    src[0] = from_bits(0x00000001u); /* a denormal (to signed zero), a NaN, a tie */
+                    if (rows * cp > 2)
+                        src[1] = from_bits(0x7fc01234u), src[2] = from_bits(0x3f808000u);
+                    const mha_mat m = panels ? mha_mat_panels(&k, src, rows) : mha_mat_rows(&k, src, (ptrdiff_t)cp);
+                    const size_t ps = mha_bk_ps(kk) + 64, elems = mha_bk_b_elems(kk, n) + 64 * mha_round_up(n, 16) / 16;
+                    mha_bf16 *x = aligned_alloc(64, mha_round_up(elems * 2, 64)), *y = aligned_alloc(64, mha_round_up(elems * 2, 64));
+                    memset(x, 0xAB, elems * 2);
+                    memset(y, 0xAB, elems * 2);
+                    mha_bk_pack_b(&k, m, transpose, kk, n, x, ps);
+                    mha_bk_pack_b(&scalar, m, transpose, kk, n, y, ps);
+                    for (size_t i = 0; i < elems; i++)
+                        cr_assert_eq(x[i], y[i], "%s: k %d, n %d, %s, %s: element %zu: %#06x, ref %#06x", isa->name, kk,
+                                     n, transpose ? "transposed" : "as is", panels ? "panels" : "rows", i, x[i], y[i]);
+                    free(src), free(x), free(y);
+                }
+    }
 }
 
-/* The driver's AVX-512 parts (A packing, the float32 epilogue) give the scalar parts' bits:
- * the same product through a kernel with and without AVX-512, on the portable model. */
+/* Each table's driver parts (A rounding, the float32 epilogue) give ref's bits: the same product
+ * through a kernel of the table and one of ref's parts, on the portable model. */
 Test(bgemm, vector_driver_matches_scalar_bit_for_bit, .timeout = 60)
 {
-    mha_kernel k;
-    cr_assert_eq(mha_kernel_select("auto", &k), MHA_OK);
-    if (!k.avx512)
-        cr_skip_test("no AVX-512 on this CPU: the driver runs its scalar parts only");
-    mha_kernel scalar = k;
-    scalar.avx512 = 0;
-    mha_bkernel bk;
-    const char *why;
-    cr_assert_eq(mha_bkernel_select("ref-bf16", &bk, &why), MHA_OK);
     const int m = 37, n = 45, kk = 70;
     rng r = {23};
     float *a = malloc((size_t)m * kk * sizeof *a), *bsrc = malloc((size_t)kk * n * sizeof *bsrc);
@@ -276,16 +318,25 @@ Test(bgemm, vector_driver_matches_scalar_bit_for_bit, .timeout = 60)
     const size_t ps = mha_bk_ps(kk);
     mha_bf16 *b = aligned_alloc(64, mha_round_up(mha_bk_b_elems(kk, n) * 2, 64));
     mha_bf16 *apack = aligned_alloc(64, mha_round_up(mha_bgemm_apack_elems(kk) * 2, 64));
-    mha_bk_pack_b(&scalar, mha_mat_rows(&k, bsrc, n), 0, kk, n, b, ps);
-    const float betas[] = {0.0f, 1.0f, 0.3f};
-    for (int i = 0; i < 3; i++) {
-        memcpy(x, c0, (size_t)m * n * sizeof *x);
-        memcpy(y, c0, (size_t)m * n * sizeof *y);
-        mha_bgemm(&bk, &k, m, n, kk, 0.7f, NULL, mha_mat_rows(&k, a, kk), b, ps, betas[i], mha_mat_rows(&k, x, n), apack);
-        mha_bgemm(&bk, &scalar, m, n, kk, 0.7f, NULL, mha_mat_rows(&k, a, kk), b, ps, betas[i], mha_mat_rows(&k, y, n),
-                  apack);
-        long at = first_bit_difference(x, y, (size_t)m * n);
-        cr_assert_eq(at, -1, "beta %g: c[%ld] %.9g, scalar %.9g", betas[i], at, x[at < 0 ? 0 : at], y[at < 0 ? 0 : at]);
+    const mha_bkernel *bk = mha_isa_ref.bf16[0];
+    const mha_isa *isa;
+    FOR_EACH_ISA(isa) {
+        mha_kernel k;
+        cr_assert_eq(mha_kernel_select("", isa, &k), MHA_OK);
+        mha_kernel scalar = k;
+        scalar.isa = &mha_isa_ref;
+        mha_bk_pack_b(&scalar, mha_mat_rows(&k, bsrc, n), 0, kk, n, b, ps);
+        const float betas[] = {0.0f, 1.0f, 0.3f};
+        for (int i = 0; i < 3; i++) {
+            memcpy(x, c0, (size_t)m * n * sizeof *x);
+            memcpy(y, c0, (size_t)m * n * sizeof *y);
+            mha_bgemm(bk, &k, m, n, kk, 0.7f, NULL, mha_mat_rows(&k, a, kk), b, ps, betas[i], mha_mat_rows(&k, x, n), apack);
+            mha_bgemm(bk, &scalar, m, n, kk, 0.7f, NULL, mha_mat_rows(&k, a, kk), b, ps, betas[i],
+                      mha_mat_rows(&k, y, n), apack);
+            long at = first_bit_difference(x, y, (size_t)m * n);
+            cr_assert_eq(at, -1, "%s, beta %g: c[%ld] %.9g, ref %.9g", isa->name, betas[i], at, x[at < 0 ? 0 : at],
+                         y[at < 0 ? 0 : at]);
+        }
     }
     free(a), free(bsrc), free(c0), free(x), free(y), free(b), free(apack);
 }
@@ -294,21 +345,24 @@ Test(bgemm, vector_driver_matches_scalar_bit_for_bit, .timeout = 60)
  * and in the last panel's missing rows (whatever the buffer held before). */
 Test(bgemm, a_packing_places_rows_and_pads_with_zeros)
 {
-    mha_kernel k;
-    cr_assert_eq(mha_kernel_select("auto", &k), MHA_OK);
-    const int rows = 21, kk = 40; /* two panels, the second with 5 rows; two k tiles, the second 8 wide */
-    const size_t kp = mha_bk_kp(kk), n = mha_bk_a_elems(rows, kk);
-    rng r = {5};
-    float *a = malloc((size_t)rows * kk * sizeof *a);
-    fill_uniform(a, (size_t)rows * kk, -3.0f, 3.0f, &r);
-    mha_bf16 *dst = malloc(n * sizeof *dst);
-    memset(dst, 0xAB, n * sizeof *dst);
-    mha_bk_pack_a(&k, mha_mat_rows(&k, a, kk), 0, rows, kk, dst);
-    for (int i = 0; i < 32; i++)
-        for (int p = 0; p < (int)kp; p++) {
-            const mha_bf16 got = dst[(size_t)(i / 16) * 16 * kp + (size_t)(p / 32) * 512 + (size_t)(i % 16) * 32 + p % 32];
-            const mha_bf16 want = i < rows && p < kk ? mha_bf16_round(a[(size_t)i * kk + p]) : 0;
-            cr_assert_eq(got, want, "row %d, k %d: %#06x, want %#06x", i, p, got, want);
-        }
-    free(a), free(dst);
+    const mha_isa *isa;
+    FOR_EACH_ISA(isa) {
+        mha_kernel k;
+        cr_assert_eq(mha_kernel_select("", isa, &k), MHA_OK);
+        const int rows = 21, kk = 40; /* two panels, the second with 5 rows; two k tiles, the second 8 wide */
+        const size_t kp = mha_bk_kp(kk), n = mha_bk_a_elems(rows, kk);
+        rng r = {5};
+        float *a = malloc((size_t)rows * kk * sizeof *a);
+        fill_uniform(a, (size_t)rows * kk, -3.0f, 3.0f, &r);
+        mha_bf16 *dst = malloc(n * sizeof *dst);
+        memset(dst, 0xAB, n * sizeof *dst);
+        mha_bk_pack_a(&k, mha_mat_rows(&k, a, kk), 0, rows, kk, dst);
+        for (int i = 0; i < 32; i++)
+            for (int p = 0; p < (int)kp; p++) {
+                const mha_bf16 got = dst[(size_t)(i / 16) * 16 * kp + (size_t)(p / 32) * 512 + (size_t)(i % 16) * 32 + p % 32];
+                const mha_bf16 want = i < rows && p < kk ? mha_bf16_round(a[(size_t)i * kk + p]) : 0;
+                cr_assert_eq(got, want, "%s: row %d, k %d: %#06x, want %#06x", isa->name, i, p, got, want);
+            }
+        free(a), free(dst);
+    }
 }

@@ -182,9 +182,29 @@ Test(cli, info_names_blis_kernel_and_cpus, .timeout = 30)
     char *out, *err;
     cr_assert_eq(run_cli("info", &out, &err), 0, "%s", err);
     cr_assert(strstr(out, "BLIS") && strstr(out, "OpenMP") && strstr(out, "CPUs"), "%s", out);
-    char want[64];
-    snprintf(want, sizeof want, "'%s' kernels", mha_blis_arch_auto());
-    cr_assert(strstr(out, want), "%s", out);
+    char want[96];
+    snprintf(want, sizeof want, "%s runs here (auto): f32 on BLIS '%s', bf16 on '%s'", mha_isa_auto(), mha_blis_arch_auto(),
+             mha_bf16_kernel_auto());
+    const char *at = strstr(out, mha_isa_auto());
+    cr_assert(at && strstr(out, "runs here (auto)"), "%s", out);
+    /* the table's name is padded in its column: compare from "runs here" on */
+    cr_assert(strstr(out, strstr(want, "runs here")), "%s (want %s)", out, want);
+    cr_assert(strstr(out, "ref       runs here"), "the portable table runs everywhere: %s", out);
+    free(out), free(err);
+}
+
+/* --isa runs the table named (run output and JSON say which) and refuses a name it does not
+ * know, or a table that contradicts the config, with exit 2 naming --isa. */
+Test(cli, isa_option_chooses_the_table, .timeout = 60)
+{
+    char *out, *err;
+    cr_assert_eq(run_cli("run --json --iters 1 --warmup 0 --isa ref", &out, &err), 0, "%s", err);
+    cr_assert(strstr(out, "\"isa\":\"ref\"") && strstr(out, "\"blis_arch\":\"generic\""), "%s", out);
+    free(out), free(err);
+    cr_assert_eq(run_cli("run --iters 1 --warmup 0 --isa neon", &out, &err), 2);
+    cr_assert(strstr(err, "--isa neon: unknown (auto, avx512, avx2, ref)"), "%s", err);
+    free(out), free(err);
+    cr_assert_eq(run_cli("scale --isa ref", &out, &err), 2, "no config: usage error");
     free(out), free(err);
 }
 

@@ -1,11 +1,13 @@
 /* test_kernel.c — the BLIS context: chosen from the CPU's features, forced by config,
  * reported by the engine; results agree across contexts. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <criterion/criterion.h>
 
 #include "helpers.h"
+#include "isa/isa.h"
 #include "kernel.h"
 
 Test(kernel, auto_choice_follows_cpu_features)
@@ -36,6 +38,7 @@ Test(kernel, engine_reports_the_context_in_use)
     strcpy(cfg.blis_arch, "generic");
     cr_assert_eq(mha_create(&cfg, &e), MHA_OK);
     cr_assert_str_eq(mha_engine_blis_arch(e), "generic");
+    cr_assert_str_eq(mha_engine_isa(e), "ref", "generic's table is ref: no vector kernel behind a generic engine");
     mha_free(e);
     strcpy(cfg.blis_arch, "auto");
     cr_assert_eq(mha_create(&cfg, &e), MHA_OK);
@@ -46,11 +49,89 @@ Test(kernel, engine_reports_the_context_in_use)
 Test(kernel, unknown_or_unrunnable_contexts_are_config_errors)
 {
     mha_kernel k;
-    cr_assert_eq(mha_kernel_select("no-such-arch", &k), MHA_ERR_CONFIG);
-    cr_assert_eq(mha_kernel_select("knl", &k), MHA_ERR_CONFIG, "not offered: no mha machine is a Xeon Phi");
+    cr_assert_eq(mha_kernel_select("no-such-arch", &mha_isa_ref, &k), MHA_ERR_CONFIG);
+    cr_assert_eq(mha_kernel_select("knl", &mha_isa_avx512, &k), MHA_ERR_CONFIG, "not offered: no mha machine is a Xeon Phi");
+    cr_assert_eq(mha_kernel_select("skx", &mha_isa_avx2, &k), MHA_ERR_CONFIG, "skx is not a sub-config of avx2");
+    cr_assert_eq(mha_kernel_select("haswell", &mha_isa_ref, &k), MHA_ERR_CONFIG, "haswell is not a sub-config of ref");
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx512f"))
-        cr_assert_eq(mha_kernel_select("skx", &k), MHA_ERR_CONFIG, "skx on a CPU without AVX-512");
+        cr_assert_eq(mha_kernel_select("skx", &mha_isa_avx512, &k), MHA_ERR_CONFIG, "skx on a CPU without AVX-512");
+}
+
+/* The auto table is the widest this CPU runs, and each table runs on the features it names. */
+Test(kernel, auto_table_follows_cpu_features)
+{
+    __builtin_cpu_init();
+    const int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                       __builtin_cpu_supports("fma");
+    const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    cr_assert_str_eq(mha_isa_auto(), avx512 ? "avx512" : avx2 ? "avx2" : "ref");
+    cr_assert_eq(mha_isa_avx512.runnable(), avx512);
+    cr_assert_eq(mha_isa_avx2.runnable(), avx2);
+    cr_assert(mha_isa_ref.runnable());
+}
+
+/* Each table this CPU runs: an engine of it says so, with the table's default sub-config and
+ * bf16 kernel; a sub-config named without isa picks the table that runs it. */
+Test(kernel, engines_report_their_table)
+{
+    const mha_isa *isa;
+    FOR_EACH_ISA(isa) {
+        mha_config cfg;
+        mha_config_init(&cfg);
+        cfg.d_model = 32, cfg.n_heads = 2, cfg.threads = 1;
+        snprintf(cfg.isa, sizeof cfg.isa, "%s", isa->name);
+        mha_engine *e;
+        cr_assert_eq(mha_create(&cfg, &e), MHA_OK, "isa %s", isa->name);
+        cr_assert_str_eq(mha_engine_isa(e), isa->name);
+        cr_assert_str_eq(mha_engine_blis_arch(e), isa->default_arch());
+        mha_free(e);
+        cfg.precision = MHA_PRECISION_BF16;
+        cr_assert_eq(mha_create(&cfg, &e), MHA_OK, "isa %s bf16", isa->name);
+        cr_assert_str_eq(mha_engine_kernel(e), isa->bf16_auto()->name);
+        mha_free(e);
+        mha_config_init(&cfg);
+        cfg.d_model = 32, cfg.n_heads = 2, cfg.threads = 1;
+        snprintf(cfg.blis_arch, sizeof cfg.blis_arch, "%s", isa->default_arch());
+        cr_assert_eq(mha_create(&cfg, &e), MHA_OK);
+        cr_assert_str_eq(mha_engine_isa(e), isa->name, "blis_arch %s", isa->default_arch());
+        mha_free(e);
+    }
+}
+
+/* An unknown table, a sub-config or bf16 kernel of another table, and a table this CPU cannot
+ * run are config errors that say which field and why; nothing is created. */
+Test(kernel, bad_isa_choices_are_config_errors_naming_the_field)
+{
+    mha_config cfg;
+    mha_config_init(&cfg);
+    cfg.d_model = 32, cfg.n_heads = 2, cfg.threads = 1;
+    char err[256];
+    mha_engine *e = (mha_engine *)1;
+    strcpy(cfg.isa, "neon");
+    cr_assert_eq(mha_config_check(&cfg, err, sizeof err), MHA_ERR_CONFIG);
+    cr_assert(strstr(err, "isa: 'neon': unknown (auto, avx512, avx2, ref)"), "%s", err);
+    cr_assert_eq(mha_create(&cfg, &e), MHA_ERR_CONFIG);
+    cr_assert_null(e);
+    strcpy(cfg.isa, "ref"), strcpy(cfg.blis_arch, "skx");
+    cr_assert_eq(mha_config_check(&cfg, err, sizeof err), MHA_ERR_CONFIG);
+    cr_assert(strstr(err, "blis_arch: 'skx' is not a sub-config of isa ref (it runs generic, sandybridge, penryn)"), "%s",
+              err);
+    strcpy(cfg.blis_arch, "auto"), cfg.precision = MHA_PRECISION_BF16, strcpy(cfg.bf16_kernel, "amx-bf16");
+    cr_assert_eq(mha_config_check(&cfg, err, sizeof err), MHA_ERR_CONFIG);
+    cr_assert(strstr(err, "bf16_kernel: 'amx-bf16': not a kernel of isa ref (it has ref-bf16)"), "%s", err);
+    const mha_isa *missing = NULL;
+    for (int i = 0; i < mha_isa_count && !missing; i++)
+        if (!mha_isa_tables[i]->runnable())
+            missing = mha_isa_tables[i];
+    if (!missing)
+        cr_skip_test("this CPU runs every table: the 'cannot run' message is not provoked here");
+    mha_config_init(&cfg);
+    cfg.d_model = 32, cfg.n_heads = 2, cfg.threads = 1;
+    snprintf(cfg.isa, sizeof cfg.isa, "%s", missing->name);
+    cr_assert_eq(mha_config_check(&cfg, err, sizeof err), MHA_ERR_CONFIG);
+    cr_assert(strstr(err, "needs") && strstr(err, "this CPU lacks"), "%s", err);
 }
 
 Test(kernel, contexts_agree, .timeout = 60)

@@ -1,4 +1,4 @@
-/* test_softmax.c — every softmax implementation this CPU runs, against a double softmax:
+/* test_softmax.c — the softmax of every kernel table this CPU runs, against a double softmax:
  * the unnormalised row divided by the returned sum. */
 #include <math.h>
 #include <stdlib.h>
@@ -7,13 +7,7 @@
 #include <criterion/criterion.h>
 
 #include "helpers.h"
-#include "softmax.h"
-
-static const struct { const char *name; mha_softmax_fn fn; } impls[] = {
-    {"generic", mha_softmax_row_generic},
-    {"avx2", mha_softmax_row_avx2},
-    {"avx512", mha_softmax_row_avx512},
-};
+#include "isa/isa.h"
 
 /* Relative error allowed per weight, in units of float's 2^-24: rounding s − max in float
  * costs up to |s − max| of them, the exp polynomial ~2, the division 1, and a float sum of
@@ -53,9 +47,8 @@ Test(softmax, every_implementation_matches_double, .timeout = 30)
     rng r = {5};
     float in[300], row[300];
     uint8_t mask[300];
-    for (size_t k = 0; k < sizeof impls / sizeof impls[0]; k++) {
-        if (!mha_softmax_supported(impls[k].fn))
-            continue; /* this CPU cannot run it */
+    const mha_isa *isa;
+    FOR_EACH_ISA(isa) {
         const int sizes[] = {1, 2, 7, 8, 15, 16, 17, 31, 33, 64, 100, 257, 300};
         for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
             int n = sizes[s];
@@ -67,8 +60,8 @@ Test(softmax, every_implementation_matches_double, .timeout = 30)
                 const uint8_t *m = variant >= 2 ? mask : NULL;
                 memcpy(row, in, (size_t)n * sizeof *row);
                 float mx = -INFINITY;
-                float sum = impls[k].fn(row, n, visible, m, &mx);
-                check_row(impls[k].name, in, n, visible, m, row, sum);
+                float sum = isa->softmax_row(row, n, visible, m, &mx);
+                check_row(isa->name, in, n, visible, m, row, sum);
             }
         }
     }
@@ -78,20 +71,19 @@ Test(softmax, extreme_scores_stay_finite)
 {
     /* differences far beyond exp's range underflow to 0, not NaN */
     float row[20];
-    for (size_t k = 0; k < sizeof impls / sizeof impls[0]; k++) {
-        if (!mha_softmax_supported(impls[k].fn))
-            continue;
+    const mha_isa *isa;
+    FOR_EACH_ISA(isa) {
         for (int j = 0; j < 20; j++)
             row[j] = j == 3 ? 1e30f : -1e30f;
         float mx = -INFINITY;
-        cr_assert_eq(impls[k].fn(row, 20, 20, NULL, &mx), 1.0f, "%s: sum", impls[k].name);
+        cr_assert_eq(isa->softmax_row(row, 20, 20, NULL, &mx), 1.0f, "%s: sum", isa->name);
         cr_assert_eq(mx, 1e30f);
         for (int j = 0; j < 20; j++)
-            cr_assert_eq(row[j], j == 3 ? 1.0f : 0.0f, "%s [%d] = %g", impls[k].name, j, row[j]);
+            cr_assert_eq(row[j], j == 3 ? 1.0f : 0.0f, "%s [%d] = %g", isa->name, j, row[j]);
     }
 }
 
-/* The generic path runs on every machine here, whatever the CPU would pick, so UBSan
+/* The ref path runs on every machine here, whatever the CPU would pick, so UBSan
  * (make DEBUG=1 test) sees it with NaN and infinite scores: exp of a NaN difference once
  * converted NaN to int32 and shifted a negative value. NaN and -inf differences flush to 0,
  * as the vector versions' in-range mask does. */
@@ -99,7 +91,7 @@ Test(softmax, generic_path_takes_non_finite_scores)
 {
     float row[8] = {1.0f, NAN, 2.0f, -INFINITY, 0.5f, NAN, 3.0f, -1.0f};
     float mx = -INFINITY;
-    float sum = mha_softmax_row_generic(row, 8, 8, NULL, &mx);
+    float sum = mha_isa_ref.softmax_row(row, 8, 8, NULL, &mx);
     cr_assert_eq(mx, 3.0f, "NaN never becomes the max");
     cr_assert_eq(row[1], 0.0f);
     cr_assert_eq(row[3], 0.0f);
@@ -109,7 +101,7 @@ Test(softmax, generic_path_takes_non_finite_scores)
     /* an infinite max: inf - inf is NaN for that entry, every other difference is -inf */
     float inf_row[4] = {INFINITY, 1.0f, NAN, -INFINITY};
     mx = -INFINITY;
-    sum = mha_softmax_row_generic(inf_row, 4, 4, NULL, &mx);
+    sum = mha_isa_ref.softmax_row(inf_row, 4, 4, NULL, &mx);
     cr_assert(isinf(mx) && mx > 0);
     for (int j = 0; j < 4; j++)
         cr_assert_eq(inf_row[j], 0.0f, "[%d] = %g", j, inf_row[j]);
@@ -120,16 +112,15 @@ Test(softmax, fully_hidden_row_is_zero)
 {
     uint8_t none[40] = {0};
     float row[40];
-    for (size_t k = 0; k < sizeof impls / sizeof impls[0]; k++) {
-        if (!mha_softmax_supported(impls[k].fn))
-            continue;
+    const mha_isa *isa;
+    FOR_EACH_ISA(isa) {
         for (int j = 0; j < 40; j++)
             row[j] = (float)j;
         float mx = -INFINITY;
-        cr_assert_eq(impls[k].fn(row, 40, 40, none, &mx), 0.0f);
+        cr_assert_eq(isa->softmax_row(row, 40, 40, none, &mx), 0.0f);
         cr_assert(isinf(mx) && mx < 0, "the max of nothing stays -inf");
         for (int j = 0; j < 40; j++)
-            cr_assert_eq(row[j], 0.0f, "%s [%d] = %g", impls[k].name, j, row[j]);
+            cr_assert_eq(row[j], 0.0f, "%s [%d] = %g", isa->name, j, row[j]);
     }
 }
 
@@ -142,9 +133,8 @@ Test(softmax, chunks_with_a_running_max_match_the_whole_row, .timeout = 30)
     enum { N = 700 };
     float in[N], row[N];
     uint8_t mask[N];
-    for (size_t k = 0; k < sizeof impls / sizeof impls[0]; k++) {
-        if (!mha_softmax_supported(impls[k].fn))
-            continue;
+    const mha_isa *isa;
+    FOR_EACH_ISA(isa) {
         for (int variant = 0; variant < 3; variant++) {
             /* rising scores make the max grow chunk after chunk */
             for (int j = 0; j < N; j++)
@@ -158,7 +148,7 @@ Test(softmax, chunks_with_a_running_max_match_the_whole_row, .timeout = 30)
             for (int c0 = 0; c0 < N; c0 += chunk) {
                 int n = N - c0 < chunk ? N - c0 : chunk, vis = visible - c0 < 0 ? 0 : visible - c0 > n ? n : visible - c0;
                 float before = mx;
-                float part = impls[k].fn(row + c0, n, vis, m ? m + c0 : NULL, &mx);
+                float part = isa->softmax_row(row + c0, n, vis, m ? m + c0 : NULL, &mx);
                 float corr = total > 0.0f && before != mx ? expf(before - mx) : 1.0f;
                 total = total * corr + part;
                 for (int j = 0; j < c0; j++) /* rescale the earlier chunks, as Z is */
@@ -176,22 +166,8 @@ Test(softmax, chunks_with_a_running_max_match_the_whole_row, .timeout = 30)
                 double want = vis ? exp((double)in[j] - dmx) / dsum : 0.0;
                 double got = (double)row[j] / total;
                 cr_assert(fabs(got - want) <= (tolerance(in[j] - dmx, visible) + 8 * 0x1p-24) * want,
-                          "%s variant %d: [%d] = %.9g, want %.9g", impls[k].name, variant, j, got, want);
+                          "%s variant %d: [%d] = %.9g, want %.9g", isa->name, variant, j, got, want);
             }
         }
     }
-}
-
-Test(softmax, selection_picks_the_widest_the_cpu_runs)
-{
-    const char *name = NULL;
-    mha_softmax_fn fn = mha_softmax_select(&name);
-    cr_assert(mha_softmax_supported(fn));
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f"))
-        cr_assert_str_eq(name, "avx512");
-    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        cr_assert_str_eq(name, "avx2");
-    else
-        cr_assert_str_eq(name, "generic");
 }

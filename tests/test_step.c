@@ -341,7 +341,7 @@ Test(step, a_step_allocates_nothing, .timeout = 30)
 Test(step, cache_sizes_and_arguments)
 {
     mha_config cfg;
-    mha_config_init(&cfg);
+    config_init(&cfg);
     cfg.d_model = 64, cfg.n_heads = 8, cfg.n_kv_heads = 2;
     /* 2 (K, V) × 2 KV heads × 16 slots × 8 floats × 4 bytes per block, plus a header */
     size_t one = mha_kv_cache_size(&cfg, 1, 16), two = mha_kv_cache_size(&cfg, 2, 16);

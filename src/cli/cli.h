@@ -26,9 +26,15 @@ int cli_exit_code(mha_status st);
 int cli_parse_int(const char *opt, const char *text, long lo, long hi, long *out);
 /* --precision f32|bf16; 0 and a message on anything else. */
 int cli_parse_precision(const char *text, mha_precision *out);
-/* What runs an engine of this config's products: "blis-skx", "fma-bf16", ... (as
- * mha_engine_kernel would say). */
-const char *cli_kernel_name(const mha_config *cfg, char *buf, size_t len);
+/* --isa NAME over the config's engine.isa: the name checked with the config (an unknown table,
+ * one this CPU cannot run, or one that contradicts engine.blis_arch or bf16_kernel); 0 and a
+ * message "--isa NAME: why" otherwise. NULL: nothing to apply. */
+int cli_apply_isa(mha_config *cfg, const char *isa);
+/* What an engine of this config runs on, as its accessors say: the kernel table ("avx512"),
+ * BLIS's sub-config ("skx") and the products' kernel ("blis-skx", "amx-bf16"); 0 if no engine
+ * of it can be made. */
+typedef struct cli_kernels_used { char isa[16], blis_arch[16], kernel[24]; } cli_kernels_used;
+int cli_kernels(const mha_config *cfg, cli_kernels_used *k);
 
 double cli_now_ms(void);
 

@@ -63,14 +63,39 @@ int cli_parse_precision(const char *text, mha_precision *out)
     return 0;
 }
 
-const char *cli_kernel_name(const mha_config *cfg, char *buf, size_t len)
+int cli_apply_isa(mha_config *cfg, const char *isa)
 {
-    if (cfg->precision == MHA_PRECISION_BF16) {
-        const char *req = cfg->bf16_kernel[0] && strcmp(cfg->bf16_kernel, "auto") ? cfg->bf16_kernel : mha_bf16_kernel_auto();
-        snprintf(buf, len, "%s", req);
-    } else
-        snprintf(buf, len, "blis-%s", cfg->blis_arch[0] && strcmp(cfg->blis_arch, "auto") ? cfg->blis_arch : mha_blis_arch_auto());
-    return buf;
+    if (!isa)
+        return 1;
+    if (strlen(isa) >= sizeof cfg->isa)
+        return cli_error("--isa: '%.40s' is not a kernel table (auto, avx512, avx2, ref)", isa), 0;
+    mha_config c = *cfg;
+    snprintf(c.isa, sizeof c.isa, "%s", isa);
+    char err[256];
+    if (mha_config_check(&c, err, sizeof err) != MHA_OK &&
+        (!strncmp(err, "isa:", 4) || !strncmp(err, "blis_arch:", 10) || !strncmp(err, "bf16_kernel:", 12)))
+    {
+        const char *why = !strncmp(err, "isa:", 4) && strstr(err, "': ") ? strstr(err, "': ") + 3 : err;
+        return cli_error("--isa %s: %s", isa, why), 0;
+    }
+    *cfg = c; /* other problems are the config's own, reported where it is used */
+    return 1;
+}
+
+int cli_kernels(const mha_config *cfg, cli_kernels_used *k)
+{
+    /* the engine's own choice, from a one-token engine of the same settings (no prediction
+     * here to drift from the engine's rules) */
+    mha_config c = *cfg;
+    c.max_batch = c.max_seq_q = c.max_seq_kv = 1, c.threads = 1, c.pinning = MHA_PIN_NONE;
+    mha_engine *e = NULL;
+    if (mha_create(&c, &e) != MHA_OK)
+        return 0;
+    snprintf(k->isa, sizeof k->isa, "%s", mha_engine_isa(e));
+    snprintf(k->blis_arch, sizeof k->blis_arch, "%s", mha_engine_blis_arch(e));
+    snprintf(k->kernel, sizeof k->kernel, "%s", mha_engine_kernel(e));
+    mha_free(e);
+    return 1;
 }
 
 double cli_now_ms(void)

@@ -200,6 +200,7 @@ int cli_decode(const mha_config_file *fc, const char *config, const char *weight
         json_object_set_new(j, "steps", json_integer(steps));
         json_object_set_new(j, "block_size", json_integer(bs));
         json_object_set_new(j, "threads", json_integer(mha_engine_threads(s.e)));
+        json_object_set_new(j, "isa", json_string(mha_engine_isa(s.e)));
         json_object_set_new(j, "precision", json_string(mha_precision_name(cfg.precision)));
         json_object_set_new(j, "kernel", json_string(mha_engine_kernel(s.e)));
         json_object_set_new(j, "prefill_ms", json_real(prefill_ms));
@@ -218,8 +219,8 @@ int cli_decode(const mha_config_file *fc, const char *config, const char *weight
         printf("  model    d_model %d, %d heads, %d KV heads (d_k %d)\n", d, p.h, p.kvh, d / p.h);
         printf("  decode   %d sequences, prefilled to %d tokens in chunks of %d, then %d steps of %d token%s each\n",
                n_seqs, context, chunk, steps, add, add == 1 ? "" : "s");
-        printf("  engine   %d threads, %s, kernel %s; KV cache %d blocks of %d slots, %.1f MiB\n",
-               mha_engine_threads(s.e), mha_precision_name(cfg.precision), mha_engine_kernel(s.e), n_seqs * max_blocks,
+        printf("  engine   %d threads, isa %s, %s, kernel %s; KV cache %d blocks of %d slots, %.1f MiB\n",
+               mha_engine_threads(s.e), mha_engine_isa(s.e), mha_precision_name(cfg.precision), mha_engine_kernel(s.e), n_seqs * max_blocks,
                bs, cache_bytes / 1048576.0);
         printf("  prefill  %.1f ms, %.0f tokens/s\n", prefill_ms, prefill_tps);
         printf("  step     median %.3f ms, p99 %.3f ms (min %.3f, max %.3f) over %d steps\n", t.median, p99, t.min, t.max,

@@ -1,5 +1,5 @@
 /* info.c — `mha info`: what the engine sees of this machine: CPU model and features, the CPUs
- * this process may use, BLIS and the kernel the engine would choose, OpenMP and its settings. */
+ * this process may use, BLIS, each kernel table and what it would run here, OpenMP and its settings. */
 #define _GNU_SOURCE
 #include <omp.h>
 #include <stdio.h>
@@ -46,14 +46,31 @@ int mha_cli_info(int argc, char **argv)
     printf("features  %s\n", flags[0] ? flags : "(none of the AVX family)");
     printf("CPUs      %d this process may use: %s (%ld online)\n", n, list, sysconf(_SC_NPROCESSORS_ONLN));
     printf("L2        %zu KiB per core\n", mha_l2_bytes() / 1024);
-    printf("BLIS      %s; the engine would choose the '%s' kernels (never BLIS's own detection)\n",
-           mha_blis_version(), mha_blis_arch_auto());
+    printf("BLIS      %s; sub-configs chosen by the kernel table (never BLIS's own detection)\n", mha_blis_version());
+    /* each kernel table, as an engine of it would run here (a one-token engine says) */
+    static const char *tables[] = {"avx512", "avx2", "ref"};
+    for (int i = 0; i < 3; i++) {
+        mha_config c;
+        mha_config_init(&c);
+        snprintf(c.isa, sizeof c.isa, "%s", tables[i]);
+        char err[256];
+        cli_kernels_used f32, bf16;
+        if (mha_config_check(&c, err, sizeof err) != MHA_OK || !cli_kernels(&c, &f32)) {
+            printf("%s%-6s    not on this CPU: %s\n", i ? "          " : "isa       ", tables[i], err);
+            continue;
+        }
+        c.precision = MHA_PRECISION_BF16;
+        if (!cli_kernels(&c, &bf16))
+            snprintf(bf16.kernel, sizeof bf16.kernel, "none");
+        printf("%s%-6s    runs here%s: f32 on BLIS '%s', bf16 on '%s'\n", i ? "          " : "isa       ", tables[i],
+               !strcmp(tables[i], mha_isa_auto()) ? " (auto)" : "", f32.blis_arch, bf16.kernel);
+    }
     const char *bk = mha_bf16_kernel_auto();
     printf("bf16      precision bf16 would run on '%s'%s\n", bk,
            !strcmp(bk, "amx-bf16") ? " (AMX tiles)"
            : !strcmp(bk, "avx512-bf16") ? " (vdpbf16ps; no AMX here)"
-           : !strcmp(bk, "fma-bf16") ? " (bf16 storage, float32 FMA; no AMX here)"
-                                : " (portable C; no AVX-512 here)");
+           : !strcmp(bk, "fma-bf16") || !strcmp(bk, "avx2-bf16") ? " (bf16 storage, float32 FMA; no AMX here)"
+                                : " (portable C; no AVX2 here)");
     static const char *binds[] = {"false", "true", "primary", "close", "spread"};
     omp_proc_bind_t bind = omp_get_proc_bind();
     printf("OpenMP    %d (spec date), max threads %d, dynamic %s, proc_bind %s, max active levels %d\n", _OPENMP,

@@ -14,7 +14,7 @@
 #include "mha_io.h"
 
 typedef struct run_opts {
-    const char *config, *weights, *prefix, *input, *kv, *lengths, *kv_lengths, *output, *attn;
+    const char *config, *weights, *prefix, *input, *kv, *lengths, *kv_lengths, *output, *attn, *isa;
     long threads, iters, warmup, check;
     int json, causal, have_threads, have_iters, have_warmup, have_precision;
     mha_precision precision;
@@ -25,12 +25,12 @@ static void usage(FILE *f)
     fputs("usage: mha run [CONFIG] [--weights W.safetensors] [--prefix P] [--input X.npy] [--kv KV.npy]\n"
           "               [--lengths L.npy] [--kv-lengths L.npy] [--output Y.npy] [--attn A.npy]\n"
           "               [--threads N] [--iters N] [--warmup N] [--causal] [--check ROWS]\n"
-          "               [--precision f32|bf16] [--json]\n"
+          "               [--precision f32|bf16] [--isa auto|avx512|avx2|ref] [--json]\n"
           "With no CONFIG, the built-in default model (configs/default.yaml); with no --weights or\n"
           "--input, seeded random data. --lengths pads queries and, for self-attention, keys; output\n"
           "rows past a length are 0. --kv-lengths pads the --kv keys. --check: output rows compared\n"
-          "with a double-precision reference (default 4, 0 skips). --precision overrides the config's\n"
-          "engine.precision.\n", f);
+          "with a double-precision reference (default 4, 0 skips). --precision and --isa override the\n"
+          "config's engine.precision and engine.isa (the kernel table: mha info lists them).\n", f);
 }
 
 static int parse(int argc, char **argv, run_opts *o)
@@ -43,7 +43,7 @@ static int parse(int argc, char **argv, run_opts *o)
         {"threads", required_argument, 0, 't'}, {"iters", required_argument, 0, 'n'},
         {"warmup", required_argument, 0, 'W'},  {"check", required_argument, 0, 'c'},
         {"causal", no_argument, 0, 'C'},        {"json", no_argument, 0, 'j'},
-        {"precision", required_argument, 0, 'P'},
+        {"precision", required_argument, 0, 'P'}, {"isa", required_argument, 0, 'I'},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
@@ -66,6 +66,7 @@ static int parse(int argc, char **argv, run_opts *o)
         case 'W': if (!cli_parse_int("--warmup", optarg, 0, 1000000, &o->warmup)) return 0; o->have_warmup = 1; break;
         case 'c': if (!cli_parse_int("--check", optarg, 0, 1000, &o->check)) return 0; break;
         case 'P': if (!cli_parse_precision(optarg, &o->precision)) return 0; o->have_precision = 1; break;
+        case 'I': o->isa = optarg; break;
         case 'C': o->causal = 1; break;
         case 'j': o->json = 1; break;
         case 'h': usage(stdout); exit(EXIT_OK);
@@ -223,6 +224,8 @@ int mha_cli_run(int argc, char **argv)
     }
     if (o.have_threads) s.fc.engine.threads = (int)o.threads;
     if (o.have_precision) s.fc.engine.precision = o.precision;
+    if (!cli_apply_isa(&s.fc.engine, o.isa))
+        return EXIT_USAGE;
     if (s.fc.decode) { /* prefill and decode through the KV cache */
         const char *other = o.input ? "--input" : o.kv ? "--kv" : o.lengths ? "--lengths" : o.kv_lengths ? "--kv-lengths"
                             : o.output ? "--output" : o.attn ? "--attn" : o.causal ? "--causal" : NULL;
@@ -336,6 +339,7 @@ int mha_cli_run(int argc, char **argv)
         json_object_set_new(j, "threads", json_integer(mha_engine_threads(s.e)));
         json_object_set_new(j, "pinning", json_string(pin));
         json_object_set_new(j, "worker_cpus", wc);
+        json_object_set_new(j, "isa", json_string(mha_engine_isa(s.e)));
         json_object_set_new(j, "blis_arch", json_string(mha_engine_blis_arch(s.e)));
         json_object_set_new(j, "precision", json_string(mha_precision_name(s.fc.engine.precision)));
         json_object_set_new(j, "kernel", json_string(mha_engine_kernel(s.e)));
@@ -372,8 +376,8 @@ int mha_cli_run(int argc, char **argv)
         printf("  engine   %d threads, pinning %s, workers on CPUs", mha_engine_threads(s.e), pin);
         for (int i = 0; i < nw; i++)
             printf("%s%d", i ? "," : " ", cpus[i]);
-        printf("; kernel %s (BLIS %s), q_block %d, arena %.1f MiB\n", mha_engine_kernel(s.e), mha_blis_version(),
-               mha_engine_q_block(s.e), mha_engine_workspace_size(s.e) / 1048576.0);
+        printf("; isa %s, kernel %s (BLIS %s), q_block %d, arena %.1f MiB\n", mha_engine_isa(s.e), mha_engine_kernel(s.e),
+               mha_blis_version(), mha_engine_q_block(s.e), mha_engine_workspace_size(s.e) / 1048576.0);
         printf("  time     median %.3f ms (min %.3f, max %.3f) over %d forwards after %d warm-up\n", t.median, t.min,
                t.max, s.fc.iters, s.fc.warmup);
         printf("  speed    %.1f GFLOP/s (unmasked work), %.0f tokens/s; peak RSS %.0f MiB\n", gflops, tokens, peak_rss_mb());

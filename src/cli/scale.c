@@ -26,7 +26,7 @@ extern char **environ;
 #define MAX_POINTS (2 * 4 * MHA_MAX_SCALE_POINTS)
 
 typedef struct scale_opts {
-    const char *config, *out, *threads, *pinning, *mode;
+    const char *config, *out, *threads, *pinning, *mode, *isa;
     long iters, warmup, rounds;
     int have_iters, have_warmup, have_rounds, have_precision;
     mha_precision precision;
@@ -59,6 +59,7 @@ static void usage(FILE *f)
 {
     fputs("usage: mha scale CONFIG [--out DIR] [--threads LIST] [--pinning LIST] [--mode strong|weak|both]\n"
           "                        [--iters N] [--warmup N] [--rounds R] [--precision f32|bf16]\n"
+          "                        [--isa auto|avx512|avx2|ref]\n"
           "Sweeps thread counts and pinnings on the config's model and batch; writes DIR/scaling.csv,\n"
           "DIR/report.md and speedup/efficiency/throughput plots (.svg, .png; needs gnuplot).\n"
           "LIST: comma-separated, ranges allowed (1-4,8). Defaults: the config's scaling block, else\n"
@@ -75,7 +76,7 @@ static int parse(int argc, char **argv, scale_opts *o)
         {"pinning", required_argument, 0, 'p'}, {"mode", required_argument, 0, 'm'},
         {"iters", required_argument, 0, 'n'}, {"warmup", required_argument, 0, 'W'},
         {"rounds", required_argument, 0, 'r'}, {"precision", required_argument, 0, 'P'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+        {"isa", required_argument, 0, 'I'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
     optind = 1;
@@ -91,6 +92,7 @@ static int parse(int argc, char **argv, scale_opts *o)
         case 'W': if (!cli_parse_int("--warmup", optarg, 0, 1000000, &o->warmup)) return 0; o->have_warmup = 1; break;
         case 'r': if (!cli_parse_int("--rounds", optarg, 1, 1000, &o->rounds)) return 0; o->have_rounds = 1; break;
         case 'P': if (!cli_parse_precision(optarg, &o->precision)) return 0; o->have_precision = 1; break;
+        case 'I': o->isa = optarg; break;
         case 'h': usage(stdout); exit(EXIT_OK);
         case ':': cli_error("scale: %s needs a value", argv[optind - 1]); return 0;
         default: cli_error("scale: unknown option '%s' (see mha scale --help)", argv[optind - 1]); return 0;
@@ -523,11 +525,12 @@ static int write_report(const sweep *w, int plotted, const char *why)
     for (int i = 0; i < w->n_allowed && i < 1024; i++)
         fprintf(f, " %d", w->allowed[i]);
     fprintf(f, " |\n| L2 per core | %zu KiB |\n", mha_l2_bytes() / 1024);
+    cli_kernels_used used = {"?", "?", "?"};
+    cli_kernels(&fc->engine, &used);
+    fprintf(f, "| Kernel table | %s (isa: every ISA-specific operation of the engine) |\n", used.isa);
     fprintf(f, "| BLIS | %s, kernel %s (mha's choice; only its microkernel is used) |\n", mha_blis_version(),
-            fc->engine.blis_arch[0] ? fc->engine.blis_arch : mha_blis_arch_auto());
-    char kname[64];
-    fprintf(f, "| Precision | %s, products on %s |\n", mha_precision_name(fc->engine.precision),
-            cli_kernel_name(&fc->engine, kname, sizeof kname));
+            used.blis_arch);
+    fprintf(f, "| Precision | %s, products on %s |\n", mha_precision_name(fc->engine.precision), used.kernel);
     fprintf(f, "| OpenMP | %d (spec date), libgomp |\n", _OPENMP);
     fputs("| OMP_* settings |", f);
     int any = 0;
@@ -640,6 +643,8 @@ static int setup(const scale_opts *o, sweep *w)
     w->config_path = o->config;
     if (o->have_precision)
         w->fc.engine.precision = o->precision;
+    if (!cli_apply_isa(&w->fc.engine, o->isa))
+        return EXIT_USAGE;
     const mha_config_file *fc = &w->fc;
     w->n_allowed = mha_cpus_allowed(w->allowed, 1024);
     if (w->n_allowed < 1)

@@ -1,0 +1,561 @@
+/* avx2.c — the AVX2 table (AVX2, FMA, F16C: AMD Zen 1-3, Intel Haswell and later client parts):
+ * 8-lane packing through 8 × 8 register transposes, the few-row products streamed past
+ * haswell's microkernel with its sums, softmax, decode tiles, bf16 rounding and packing, and
+ * the bf16 products as FMA on widened bf16 (avx2-bf16: the sums of the model, even first, bit
+ * for bit, as fma-bf16 and ref-bf16). */
+#include "isa.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "exp_poly.h"
+#include "gemv_body.h"
+
+#define AVX2 "avx2,fma,f16c"
+
+/* All-ones in the first n lanes of 8 (n <= 0: none, n >= 8: all): AVX2's masked loads and
+ * stores read and write only those. */
+static inline __attribute__((target(AVX2))) __m256i first8(int n)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* r[i] (8 rows of 8) becomes its transpose. */
+static inline __attribute__((target(AVX2))) void transpose8(__m256 r[8])
+{
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+        r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+    }
+}
+
+/* ---- float32 packing ---- */
+
+/* Rows [i0, i0 + rows) of a, columns [p0, p0 + kc), into panels of pw rows: dst[panel][p][r].
+ * Eight rows by eight columns at a time through a register transpose. */
+__attribute__((target(AVX2))) static void pack_rows_avx2(mha_mat a, int w, int i0, int rows, int p0, int kc, int pw,
+                                                        float *restrict dst)
+{
+    for (int r0 = 0; r0 < rows; r0 += pw, dst += (size_t)pw * kc)
+        for (int g = 0; g < pw; g += 8) { /* a group of up to 8 rows of the panel */
+            const int gw = pw - g < 8 ? pw - g : 8, have = rows - r0 - g;
+            const __m256i store = first8(gw);
+            const float *src[8];
+            for (int r = 0; r < gw && r < have; r++)
+                src[r] = a.p + (ptrdiff_t)(i0 + r0 + g + r) * a.ld;
+            for (int p = 0; p < kc;) {
+                const int col = p0 + p, in_panel = w - col % w;
+                int n = kc - p < in_panel ? kc - p : in_panel;
+                n = n < 8 ? n : 8;
+                const __m256i load = first8(n);
+                const ptrdiff_t off = (ptrdiff_t)(col / w) * a.ps + col % w;
+                __m256 v[8];
+                for (int r = 0; r < 8; r++)
+                    v[r] = r < gw && r < have ? _mm256_maskload_ps(src[r] + off, load) : _mm256_setzero_ps();
+                transpose8(v);
+                for (int t = 0; t < n; t++)
+                    _mm256_maskstore_ps(dst + (size_t)(p + t) * pw + g, store, v[t]);
+                p += n;
+            }
+        }
+}
+
+/* ---- few rows ---- */
+
+__attribute__((target(AVX2))) static void gemv_rows_avx2(const mha_kernel *k, int m, int n, int kk, float alpha,
+                                                        mha_mat a, mha_mat b, float beta, mha_mat c)
+{
+    mha_gemv_rows_body(k, m, n, kk, alpha, a, b, beta, c);
+}
+
+/* Up to MHA_STREAM_ROWS rows with haswell's B panels of 16 columns: B streamed once from
+ * memory, R rows × 16 columns of accumulators per pass over a chunk of k (R = 6, 4, 2, 1: the
+ * microkernel's 6 × 16 tile holds 12 accumulators, as these do), the other passes reading the
+ * chunk again from cache. The sums are haswell's microkernel's, bit for bit for beta 0 and 1:
+ * one FMA chain per element over each chunk of k->kc in k order, then c = alpha·acc, + beta·c
+ * by FMA for the first chunk, c + alpha·acc for the others. The next chunk of B comes into L2
+ * over the passes in proportion to their rows (avx512.c says why). */
+typedef struct ahead {
+    const char *at;          /* the next line of the next chunk */
+    long credit, share, per; /* a line each time credit, growing by share per row of a pass, reaches per */
+} ahead;
+
+static inline __attribute__((always_inline, target(AVX2))) void
+stream_pass(const mha_kernel *k, const int R, ahead *pf, int i0, int p0, int p1, int j0, int nj, float alpha, mha_mat a,
+            const float *bp, float beta, mha_mat c)
+{
+    const int w = 16;
+    __m256 acc0[6], acc1[6];
+    for (int r = 0; r < R; r++)
+        acc0[r] = acc1[r] = _mm256_setzero_ps();
+    for (int p = p0; p < p1;) { /* A's columns are contiguous within one of its panels */
+        const int in_panel = w - p % w, np = p1 - p < in_panel ? p1 - p : in_panel;
+        const float *x = a.p + (ptrdiff_t)i0 * a.ld + (ptrdiff_t)(p / w) * a.ps + p % w;
+        const float *bq = bp + (ptrdiff_t)p * w;
+        for (int q = 0; q < np; q++, bq += w) {
+            for (pf->credit += pf->share; pf->credit >= pf->per; pf->credit -= pf->per, pf->at += 64)
+                _mm_prefetch(pf->at, _MM_HINT_T1);
+            const __m256 b0 = _mm256_load_ps(bq), b1 = _mm256_load_ps(bq + 8);
+            for (int r = 0; r < R; r++) {
+                const __m256 xr = _mm256_broadcast_ss(x + (ptrdiff_t)r * a.ld + q);
+                acc0[r] = _mm256_fmadd_ps(xr, b0, acc0[r]);
+                acc1[r] = _mm256_fmadd_ps(xr, b1, acc1[r]);
+            }
+        }
+        p += np;
+    }
+    const __m256i m0 = first8(nj), m1 = first8(nj - 8);
+    const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+    for (int r = 0; r < R; r++) {
+        float *cp = mha_mat_at(k, c, i0 + r, j0);
+        __m256 t0 = _mm256_mul_ps(va, acc0[r]), t1 = _mm256_mul_ps(va, acc1[r]);
+        if (p0 > 0) {
+            t0 = _mm256_add_ps(_mm256_maskload_ps(cp, m0), t0);
+            t1 = _mm256_add_ps(_mm256_maskload_ps(cp + 8, m1), t1);
+        } else if (beta != 0.0f) {
+            t0 = _mm256_fmadd_ps(vb, _mm256_maskload_ps(cp, m0), t0);
+            t1 = _mm256_fmadd_ps(vb, _mm256_maskload_ps(cp + 8, m1), t1);
+        }
+        _mm256_maskstore_ps(cp, m0, t0);
+        _mm256_maskstore_ps(cp + 8, m1, t1);
+    }
+}
+
+__attribute__((target(AVX2))) static void stream_rows_avx2(const mha_kernel *k, int m, int n, int kk, float alpha,
+                                                          mha_mat a, mha_mat b, float beta, mha_mat c)
+{
+    for (int j0 = 0; j0 < n; j0 += 16) {
+        const float *bp = b.p + (ptrdiff_t)(j0 / 16) * b.ps;
+        const int nj = n - j0 < 16 ? n - j0 : 16;
+        for (int p0 = 0; p0 < kk; p0 += k->kc) {
+            const int p1 = kk - p0 < k->kc ? kk : p0 + k->kc;
+            /* the next chunk: rows p1 .. of this panel, or the first of the next panel */
+            const int more = p1 < kk ? kk - p1 : j0 + 16 < n ? kk : 0;
+            const float *next = p1 < kk ? bp + (ptrdiff_t)p1 * 16 : more ? bp + b.ps : bp;
+            const long lines = (long)(more < k->kc ? more : k->kc); /* 64-byte rows */
+            ahead pf = {.at = (const char *)next, .per = (long)(p1 - p0) * m};
+            int i0 = 0;
+            for (; i0 + 6 <= m; i0 += 6)
+                pf.share = lines * 6, stream_pass(k, 6, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c);
+            if (m - i0 >= 4)
+                pf.share = lines * 4, stream_pass(k, 4, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c), i0 += 4;
+            if (m - i0 >= 2)
+                pf.share = lines * 2, stream_pass(k, 2, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c), i0 += 2;
+            if (m - i0 >= 1)
+                pf.share = lines, stream_pass(k, 1, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c);
+        }
+    }
+}
+
+/* ---- softmax: 8 lanes; a tail runs through a padded copy so it gets the same arithmetic ---- */
+
+__attribute__((target(AVX2))) static __m256 exp8(__m256 x)
+{
+    __m256 in_range = _mm256_cmp_ps(x, _mm256_set1_ps(MHA_EXP_LO), _CMP_GE_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(MHA_EXP_LO)), _mm256_set1_ps(MHA_EXP_HI));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(MHA_LOG2E)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(MHA_LN2_HI), x);
+    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(MHA_LN2_LO), x);
+    __m256 y = _mm256_set1_ps(MHA_EXP_P0);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(MHA_EXP_P1));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(MHA_EXP_P2));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(MHA_EXP_P3));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(MHA_EXP_P4));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(MHA_EXP_P5));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), in_range);
+}
+
+/* Scores j..j+7 (0 past visible), and in *vis all-ones lanes where each is visible. */
+__attribute__((target(AVX2))) static __m256 load8(const float *s, const uint8_t *mask, int j,
+                                                        int visible, __m256 *vis)
+{
+    int left = visible - j < 8 ? visible - j : 8;
+    if (left == 8 && mask == NULL) {
+        *vis = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+        return _mm256_loadu_ps(s + j);
+    }
+    float buf[8] = {0};
+    int32_t on[8] = {0};
+    memcpy(buf, s + j, (size_t)left * sizeof *buf);
+    for (int i = 0; i < left; i++)
+        on[i] = (mask == NULL || mask[j + i] != 0) ? -1 : 0;
+    *vis = _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(const void *)on));
+    return _mm256_loadu_ps(buf);
+}
+
+__attribute__((target(AVX2))) static float softmax_row_avx2(float *restrict s, int n, int visible,
+                                                             const uint8_t *restrict mask, float *max_io)
+{
+    /* pass 1: max over the visible entries and the running max */
+    __m256 vmax = _mm256_set1_ps(*max_io), ninf = _mm256_set1_ps(-INFINITY), vis;
+    for (int j = 0; j < visible; j += 8) {
+        __m256 x = load8(s, mask, j, visible, &vis);
+        vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(ninf, x, vis));
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, vmax);
+    float mx = -INFINITY;
+    for (int i = 0; i < 8; i++)
+        mx = lanes[i] > mx ? lanes[i] : mx;
+    *max_io = mx;
+    if (mx == -INFINITY) {
+        memset(s, 0, (size_t)n * sizeof *s);
+        return 0.0f;
+    }
+    /* pass 2: exp(s - max) where visible, 0 elsewhere, and the sum */
+    __m256 vmx = _mm256_set1_ps(mx), vsum = _mm256_setzero_ps();
+    for (int j = 0; j < visible; j += 8) {
+        __m256 x = load8(s, mask, j, visible, &vis);
+        __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(x, vmx)), vis);
+        _mm256_storeu_ps(lanes, e);
+        memcpy(s + j, lanes, (size_t)(visible - j < 8 ? visible - j : 8) * sizeof *s);
+        vsum = _mm256_add_ps(vsum, e);
+    }
+    for (int j = visible; j < n; j++)
+        s[j] = 0.0f;
+    _mm256_storeu_ps(lanes, vsum);
+    return ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+}
+
+/* ---- decode tiles ---- */
+
+/* n <= 8 elements of a cache run at i (float32, or bf16 widened to float32 by a shift), lanes
+ * from n on zero. */
+static inline __attribute__((always_inline, target(AVX2))) __m256 load8_run(const void *run, int bf16, size_t i, int n)
+{
+    if (bf16) {
+        __m128i h;
+        if (n >= 8)
+            h = _mm_loadu_si128((const __m128i *)(const void *)((const mha_bf16 *)run + i));
+        else {
+            mha_bf16 t[8] = {0};
+            memcpy(t, (const mha_bf16 *)run + i, (size_t)n * sizeof *t);
+            h = _mm_loadu_si128((const __m128i *)(const void *)t);
+        }
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    return n >= 8 ? _mm256_loadu_ps((const float *)run + i) : _mm256_maskload_ps((const float *)run + i, first8(n));
+}
+
+/* Scores of nb <= R queries for the n <= 8 slots from t of one block, with P · R = 8
+ * accumulators: the features cut into P parts of h = ceil(dk / P), each part its own FMA chain
+ * per query, the parts added in order at the end: the avx512 table's sums, lane for lane. */
+static inline __attribute__((always_inline, target(AVX2))) void
+scores_tile(const int P, const float *restrict q, int nb, int dk, const void *kt, int bf16, int ld, int t, int n,
+            float scale, float *restrict sc, size_t sc_ld, const void *next)
+{
+    const int R = 8 / P, h = (dk + P - 1) / P;
+    const size_t elem = bf16 ? sizeof(mha_bf16) : sizeof(float);
+    __m256 acc[8];
+    for (int i = 0; i < 8; i++)
+        acc[i] = _mm256_setzero_ps();
+    for (int c = 0; c < h; c++)
+        for (int part = 0; part < P; part++) {
+            const int f = part * h + c;
+            if (f >= dk) /* the last part may be shorter */
+                continue;
+            const size_t at = (size_t)f * ld + t;
+            if (next)
+                _mm_prefetch((const char *)next + at * elem, _MM_HINT_T0);
+            const __m256 krow = load8_run(kt, bf16, at, n);
+            for (int r = 0; r < R; r++)
+                if (r < nb)
+                    acc[part * R + r] = _mm256_fmadd_ps(_mm256_set1_ps(q[(size_t)r * dk + f]), krow, acc[part * R + r]);
+        }
+    const __m256i m = first8(n);
+    for (int r = 0; r < nb; r++) {
+        __m256 x = acc[r];
+        for (int part = 1; part < P; part++)
+            x = _mm256_add_ps(x, acc[part * R + r]);
+        _mm256_maskstore_ps(sc + (size_t)r * sc_ld + t, m, _mm256_mul_ps(x, _mm256_set1_ps(scale)));
+    }
+}
+
+/* 8 slots at a time: 1 query in 8 feature parts, 2 in 4, up to 4 in 2, more 8 at a time in one. */
+__attribute__((target(AVX2))) static void decode_scores_avx2(const float *restrict q, int nq, int dk, const void *kt,
+                                                            int bf16, int ld, int n, float scale, float *restrict sc,
+                                                            size_t sc_ld, const void *next)
+{
+    for (int t = 0; t < n; t += 8) {
+        const int nt = n - t < 8 ? n - t : 8;
+        if (nq == 1)
+            scores_tile(8, q, nq, dk, kt, bf16, ld, t, nt, scale, sc, sc_ld, next);
+        else if (nq == 2)
+            scores_tile(4, q, nq, dk, kt, bf16, ld, t, nt, scale, sc, sc_ld, next);
+        else if (nq <= 4)
+            scores_tile(2, q, nq, dk, kt, bf16, ld, t, nt, scale, sc, sc_ld, next);
+        else
+            for (int q0 = 0; q0 < nq; q0 += 8)
+                scores_tile(1, q + (size_t)q0 * dk, nq - q0 < 8 ? nq - q0 : 8, dk, kt, bf16, ld, t, nt, scale,
+                            sc + (size_t)q0 * sc_ld, sc_ld, q0 == 0 ? next : NULL);
+    }
+}
+
+/* Z of nb <= R queries, features [c0, c0 + 8·V) (the last vector's first nl lanes), over the n
+ * value rows of one block, with R · V <= 8 accumulators, key by key in order (an FMA per key
+ * and feature: the avx512 table's sums); the next block's rows prefetched row by row. */
+static inline __attribute__((always_inline, target(AVX2))) void
+values_tile(const int R, const int V, const float *e, size_t e_ld, int nb, const void *v, int bf16, int n, int dk,
+            int c0, int nl, float *p, size_t ps, const void *next)
+{
+    const size_t elem = bf16 ? sizeof(mha_bf16) : sizeof(float), row = (size_t)dk * elem;
+    const size_t pf0 = (size_t)c0 * elem, pf1 = (size_t)(c0 + 8 * V < dk ? c0 + 8 * V : dk) * elem;
+    const __m256i ml = first8(nl);
+    __m256 acc[8];
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < V; j++) {
+            const float *y = p + (size_t)(r < nb ? r : 0) * ps + c0 + 8 * j;
+            acc[r * V + j] = j == V - 1 ? _mm256_maskload_ps(y, ml) : _mm256_loadu_ps(y);
+        }
+    for (int t = 0; t < n; t++) {
+        if (next)
+            for (size_t off = pf0; off < pf1; off += 64)
+                _mm_prefetch((const char *)next + (size_t)t * row + off, _MM_HINT_T0);
+        __m256 b[4];
+        for (int j = 0; j < V; j++)
+            b[j] = load8_run(v, bf16, (size_t)t * dk + c0 + 8 * j, j == V - 1 ? nl : 8);
+        for (int r = 0; r < R; r++)
+            if (r < nb) {
+                const __m256 x = _mm256_set1_ps(e[(size_t)r * e_ld + t]);
+                for (int j = 0; j < V; j++)
+                    acc[r * V + j] = _mm256_fmadd_ps(x, b[j], acc[r * V + j]);
+            }
+    }
+    for (int r = 0; r < nb; r++)
+        for (int j = 0; j < V; j++) {
+            float *y = p + (size_t)r * ps + c0 + 8 * j;
+            if (j == V - 1)
+                _mm256_maskstore_ps(y, ml, acc[r * V + j]);
+            else
+                _mm256_storeu_ps(y, acc[r * V + j]);
+        }
+}
+
+/* Register tiles of up to 2 queries × 32 features, 4 × 16 or 8 × 8, 8 features the last pass. */
+__attribute__((target(AVX2))) static void decode_values_avx2(const float *e, size_t e_ld, int nq, const void *v,
+                                                            int bf16, int n, int dk, float *p, size_t ps,
+                                                            const void *next)
+{
+    for (int q0 = 0; q0 < nq; q0 += 8) {
+        const int nb = nq - q0 < 8 ? nq - q0 : 8;
+        const float *eq = e + (size_t)q0 * e_ld;
+        float *pq = p + (size_t)q0 * ps;
+        const void *pf = q0 == 0 ? next : NULL;
+        for (int c0 = 0; c0 < dk;) {
+            const int left = dk - c0;
+            if (nb <= 2 && left >= 32)
+                values_tile(2, 4, eq, e_ld, nb, v, bf16, n, dk, c0, 8, pq, ps, pf), c0 += 32;
+            else if (nb <= 4 && left >= 16)
+                values_tile(4, 2, eq, e_ld, nb, v, bf16, n, dk, c0, 8, pq, ps, pf), c0 += 16;
+            else
+                values_tile(8, 1, eq, e_ld, nb, v, bf16, n, dk, c0, left < 8 ? left : 8, pq, ps, pf), c0 += 8;
+        }
+    }
+}
+
+/* ---- bf16: rounding, packing, epilogue ---- */
+
+/* 8 floats rounded to bf16 as mha_bf16_round does: each in the low half of its 32-bit lane. */
+static inline __attribute__((target(AVX2))) __m256i round_lanes(__m256 x)
+{
+    const __m256i u = _mm256_castps_si256(x);
+    const __m256i top = _mm256_srli_epi32(u, 16);
+    const __m256i r = _mm256_srli_epi32(
+        _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), _mm256_and_si256(top, _mm256_set1_epi32(1))), 16);
+    const __m256i tiny = _mm256_cmpeq_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7f800000)), _mm256_setzero_si256());
+    /* NaN: |u| > 0x7f800000 as signed integers (both are below 2^31) */
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+    __m256i out = _mm256_blendv_epi8(r, _mm256_and_si256(top, _mm256_set1_epi32(0x8000)), tiny);
+    return _mm256_blendv_epi8(out, _mm256_or_si256(top, _mm256_set1_epi32(0x0040)), nan);
+}
+
+/* 8 rounded lanes (low halves) as 8 contiguous bf16. */
+static inline __attribute__((target(AVX2))) __m128i narrow8(__m256i r)
+{
+    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+
+__attribute__((target(AVX2))) static void round_run_avx2(const float *src, mha_bf16 *dst, int n)
+{
+    for (int t = 0; t < n; t += 8) {
+        const int nt = n - t < 8 ? n - t : 8;
+        const __m128i h = narrow8(round_lanes(_mm256_maskload_ps(src + t, first8(nt))));
+        if (nt == 8)
+            _mm_storeu_si128((__m128i *)(void *)(dst + t), h);
+        else {
+            mha_bf16 tmp[8];
+            _mm_storeu_si128((__m128i *)(void *)tmp, h);
+            memcpy(dst + t, tmp, (size_t)nt * sizeof *tmp);
+        }
+    }
+}
+
+/* B panels 8 k × 8 columns at a time: 8 source rows loaded (transposed: keys' rows of 8
+ * features, turned by a register transpose), each k pair rounded and interleaved into 8 words
+ * (half a 64-byte VNNI row). src's 8-column runs must not cross its panels. */
+__attribute__((target(AVX2))) static void pack_b16_avx2(const mha_kernel *k, mha_mat src, int transpose, int kk, int n,
+                                                       mha_bf16 *dst, size_t ps)
+{
+    if (k->bw % 8 != 0) {
+        mha_isa_ref.pack_b16(k, src, transpose, kk, n, dst, ps);
+        return;
+    }
+    const int kp = (int)mha_bk_kp(kk), np = (int)mha_round_up((size_t)n, MHA_BT_N);
+    for (int j0 = 0; j0 < np; j0 += 8)
+        for (int p0 = 0; p0 < kp; p0 += 8) {
+            __m256 v[8];
+            /* rows of src: k (features of the keys' rows when transposed) or columns */
+            const int rows = transpose ? n - j0 : kk - p0, cols = transpose ? kk - p0 : n - j0;
+            const __m256i m = first8(cols);
+            for (int r = 0; r < 8; r++)
+                v[r] = r < rows && cols > 0 ? _mm256_maskload_ps(transpose ? mha_mat_at(k, src, j0 + r, p0)
+                                                                           : mha_mat_at(k, src, p0 + r, j0), m)
+                                            : _mm256_setzero_ps();
+            if (transpose)
+                transpose8(v); /* v[r]: k p0 + r over the 8 columns */
+            for (int r = 0; r < 8; r += 2) {
+                const __m256i pair = _mm256_or_si256(round_lanes(v[r]), _mm256_slli_epi32(round_lanes(v[r + 1]), 16));
+                _mm256_storeu_si256((__m256i *)(void *)(dst + mha_bk_b_index(p0 + r, j0, ps)), pair);
+            }
+        }
+}
+
+/* 8 lanes at a time: a multiply and an add, no FMA, so the bits are epilogue_ref's. */
+__attribute__((target(AVX2))) static void epilogue_avx2(float *c, const float *x, int cnt, float alpha, float beta)
+{
+    for (int t = 0; t < cnt; t += 8) {
+        const __m256i m = first8(cnt - t);
+        __m256 y = _mm256_mul_ps(_mm256_set1_ps(alpha), _mm256_maskload_ps(x + t, m));
+        if (beta != 0.0f)
+            y = _mm256_add_ps(y, _mm256_mul_ps(_mm256_set1_ps(beta), _mm256_maskload_ps(c + t, m)));
+        _mm256_maskstore_ps(c + t, m, y);
+    }
+}
+
+/* ---- bf16 products: FMA on widened bf16, even element first (the model's sums) ---- */
+
+/* A's rows widened into a small float buffer a chunk of k at a time, B's pairs split into even
+ * and odd halves by a shift and a mask; NR rows × one panel of 16 columns (two vectors) at a
+ * time, panels one after the other. */
+enum { FMA_KCH = 8 }; /* k tiles per widened chunk: 4 rows × 256 floats, 4 KiB */
+enum { PF_AHEAD = 32 }; /* pairs of B prefetched ahead by a few-row product */
+
+static inline __attribute__((always_inline, target(AVX2))) void
+rows_fma(const int NR, int pf, int i0, int kt, const mha_bf16 *a, const mha_bf16 *b, float *acc, int col0)
+{
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+    _Alignas(32) float aw[4][FMA_KCH * 32];
+    __m256 c[4][2];
+    for (int r = 0; r < NR; r++)
+        c[r][0] = c[r][1] = _mm256_setzero_ps();
+    for (int t0 = 0; t0 < kt; t0 += FMA_KCH) {
+        const int tn = kt - t0 < FMA_KCH ? kt - t0 : FMA_KCH;
+        for (int r = 0; r < NR; r++) {
+            const int i = i0 + r;
+            const mha_bf16 *src = a + (size_t)(i / 16) * 16 * 32 * kt + (size_t)(i % 16) * 32;
+            for (int t = 0; t < tn; t++)
+                for (int h = 0; h < 4; h++) {
+                    const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(src + (size_t)(t0 + t) * 512 + 8 * h));
+                    _mm256_store_ps(&aw[r][t * 32 + 8 * h], _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16)));
+                }
+        }
+        for (int t = 0; t < tn; t++)
+            for (int q = 0; q < 16; q++) {
+                const mha_bf16 *bp = b + (size_t)(t0 + t) * 512 + 32 * q;
+                if (pf)
+                    _mm_prefetch((const char *)(bp + 32 * PF_AHEAD), _MM_HINT_T0);
+                const __m256i v0 = _mm256_loadu_si256((const __m256i *)(const void *)bp);
+                const __m256i v1 = _mm256_loadu_si256((const __m256i *)(const void *)(bp + 16));
+                const __m256 e0 = _mm256_castsi256_ps(_mm256_slli_epi32(v0, 16));
+                const __m256 o0 = _mm256_castsi256_ps(_mm256_and_si256(v0, hi));
+                const __m256 e1 = _mm256_castsi256_ps(_mm256_slli_epi32(v1, 16));
+                const __m256 o1 = _mm256_castsi256_ps(_mm256_and_si256(v1, hi));
+                for (int r = 0; r < NR; r++) {
+                    const __m256 xe = _mm256_broadcast_ss(&aw[r][t * 32 + 2 * q]);
+                    const __m256 xo = _mm256_broadcast_ss(&aw[r][t * 32 + 2 * q + 1]);
+                    c[r][0] = _mm256_fmadd_ps(xo, o0, _mm256_fmadd_ps(xe, e0, c[r][0]));
+                    c[r][1] = _mm256_fmadd_ps(xo, o1, _mm256_fmadd_ps(xe, e1, c[r][1]));
+                }
+            }
+    }
+    for (int r = 0; r < NR; r++) {
+        _mm256_storeu_ps(acc + (i0 + r) * 32 + col0, c[r][0]);
+        _mm256_storeu_ps(acc + (i0 + r) * 32 + col0 + 8, c[r][1]);
+    }
+}
+
+/* Under the instructions' DAZ and FTZ, as fma-bf16 (the caller's MXCSR comes back); pf: the
+ * first row group prefetches B. */
+__attribute__((target(AVX2))) static void block_avx2(int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b,
+                                                    size_t ps, float *acc, int pf)
+{
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x8040u);
+    for (int j = 0; j < npan; j++) {
+        const mha_bf16 *bj = b + (size_t)j * ps;
+        int i = 0;
+        for (; i + 4 <= rows; i += 4)
+            rows_fma(4, pf && i == 0, i, kt, a, bj, acc, 16 * j);
+        if (i + 2 <= rows)
+            rows_fma(2, pf && i == 0, i, kt, a, bj, acc, 16 * j), i += 2;
+        if (i < rows)
+            rows_fma(1, pf && i == 0, i, kt, a, bj, acc, 16 * j);
+    }
+    _mm_setcsr(csr);
+}
+
+static const mha_bkernel bk_avx2 = {.name = "avx2-bf16", .order = MHA_BK_EVEN_FIRST, .block = block_avx2};
+
+/* ---- the table ---- */
+
+static int runnable_avx2(void)
+{
+    return mha_cpu_has("avx2") && mha_cpu_has("fma") && mha_cpu_has("f16c");
+}
+
+/* Debian's BLIS picks haswell's kernels on Intel and zen3's on AMD. */
+static const char *default_arch_avx2(void)
+{
+    return __builtin_cpu_is("amd") ? "zen3" : "haswell";
+}
+
+static const mha_bkernel *bf16_auto_avx2(void)
+{
+    return &bk_avx2;
+}
+
+const mha_isa mha_isa_avx2 = {
+    .name = "avx2",
+    .needs = "avx2 fma f16c",
+    .runnable = runnable_avx2,
+    .archs = {"haswell", "zen3", "zen2", "zen", NULL},
+    .default_arch = default_arch_avx2,
+    .bf16 = {&bk_avx2, NULL},
+    .bf16_auto = bf16_auto_avx2,
+    .pack_rows = pack_rows_avx2,
+    .gemv_rows = gemv_rows_avx2,
+    .stream_rows = stream_rows_avx2,
+    .stream_bw = 16,
+    .stream_arch = "haswell",
+    .softmax_row = softmax_row_avx2,
+    .decode_scores = decode_scores_avx2,
+    .decode_values = decode_values_avx2,
+    .round_run = round_run_avx2,
+    .pack_b16 = pack_b16_avx2,
+    .epilogue = epilogue_avx2,
+};

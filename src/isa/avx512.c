@@ -1,0 +1,670 @@
+/* avx512.c — the AVX-512 table (F, BW, VL, DQ with FMA): 16-lane packing through register
+ * transposes, the few-row products streamed past skx's microkernel with its sums, softmax,
+ * decode tiles, bf16 rounding and packing, and the bf16 products on FMA (widened bf16) and
+ * AVX512_BF16 (vdpbf16ps); the AMX products are beside it (amx.c). */
+#include "isa.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "exp_poly.h"
+#include "gemv_body.h"
+
+#define AVX512 "avx512f,avx512bw,avx512vl,avx512dq,fma"
+
+/* The mask of the first n lanes of 16 (n <= 0: none, n >= 16: all). */
+static inline __mmask16 first16(int n)
+{
+    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+}
+
+/* ---- float32 packing ---- */
+
+/* r[i] (16 rows of 16) becomes its transpose: unpack 32- and 64-bit pairs, then 128-bit lanes. */
+static inline __attribute__((target(AVX512))) void transpose16(__m512 r[16])
+{
+    __m512 t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]);
+        __m512d c = _mm512_castps_pd(t[i + 2]), d = _mm512_castps_pd(t[i + 3]);
+        r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+    }
+    for (int i = 0; i < 8; i++) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+    }
+}
+
+/* Rows [i0, i0 + rows) of a, columns [p0, p0 + kc), into panels of pw rows (pw ≤ 64, else ref's):
+ * dst[panel][p][r]. Sixteen rows by sixteen columns at a time through a register transpose. */
+__attribute__((target(AVX512))) static void pack_rows_avx512(mha_mat a, int w, int i0, int rows, int p0, int kc,
+                                                               int pw, float *restrict dst)
+{
+    if (pw > 64) {
+        mha_isa_ref.pack_rows(a, w, i0, rows, p0, kc, pw, dst);
+        return;
+    }
+    for (int r0 = 0; r0 < rows; r0 += pw, dst += (size_t)pw * kc)
+        for (int g = 0; g < pw; g += 16) { /* a group of up to 16 rows of the panel */
+            const int gw = pw - g < 16 ? pw - g : 16, have = rows - r0 - g;
+            const __mmask16 store = first16(gw);
+            const float *src[16];
+            for (int r = 0; r < gw && r < have; r++)
+                src[r] = a.p + (ptrdiff_t)(i0 + r0 + g + r) * a.ld;
+            for (int p = 0; p < kc;) {
+                const int col = p0 + p, in_panel = w - col % w;
+                int n = kc - p < in_panel ? kc - p : in_panel;
+                n = n < 16 ? n : 16;
+                const __mmask16 load = first16(n);
+                const ptrdiff_t off = (ptrdiff_t)(col / w) * a.ps + col % w;
+                __m512 v[16];
+                for (int r = 0; r < 16; r++)
+                    v[r] = r < gw && r < have ? _mm512_maskz_loadu_ps(load, src[r] + off) : _mm512_setzero_ps();
+                transpose16(v);
+                for (int t = 0; t < n; t++)
+                    _mm512_mask_storeu_ps(dst + (size_t)(p + t) * pw + g, store, v[t]);
+                p += n;
+            }
+        }
+}
+
+/* ---- few rows ---- */
+
+__attribute__((target(AVX512))) static void gemv_rows_avx512(const mha_kernel *k, int m, int n, int kk, float alpha,
+                                                              mha_mat a, mha_mat b, float beta, mha_mat c)
+{
+    mha_gemv_rows_body(k, m, n, kk, alpha, a, b, beta, c);
+}
+
+/* Up to MHA_STREAM_ROWS rows on AVX-512 with B panels of 32 columns (k->stream): B streamed
+ * once from memory, R rows × 32 columns of accumulators per pass over a chunk of k (R = 12, 8, 4,
+ * 2, 1: a register tile of the rows that exist; the microkernel would compute whole panels
+ * of aw rows), the other passes reading that chunk again from cache. The sums are the
+ * microkernel's, bit for bit for beta 0 and 1 (the engine's): one FMA chain per element over
+ * each chunk of k->kc in k order, then c = alpha·acc, + beta·c by FMA for the first chunk
+ * (beta = 0: c not read), c + alpha·acc for the others. (BLIS's edge tiles round beta·c
+ * separately for other betas.)
+ *
+ * Prefetch: while the passes compute on one chunk, the next chunk of B (the rest of this
+ * panel, or the next panel's first) comes into L2, its lines spread over every pass in
+ * proportion to the pass's rows, so memory is read at an even pace the whole time.
+ * Prefetching only in the first pass (32 rows ahead) left memory idle during the others:
+ * 16 rows, 2 threads, 64 MB of B each, alternating in one process: 0.84-0.89× the time. */
+typedef struct ahead {
+    const char *at;            /* the next line of the next chunk */
+    long credit, share, per;   /* a line each time credit, growing by share per row of a
+                                * pass, reaches per */
+} ahead;
+
+static inline __attribute__((always_inline, target(AVX512))) void
+stream_pass(const mha_kernel *k, const int R, ahead *pf, int i0, int p0, int p1, int j0, int nj, float alpha, mha_mat a,
+            const float *bp, float beta, mha_mat c)
+{
+    const int w = 32;
+    __m512 acc0[12], acc1[12];
+    for (int r = 0; r < R; r++)
+        acc0[r] = acc1[r] = _mm512_setzero_ps();
+    for (int p = p0; p < p1;) { /* A's columns are contiguous within one of its panels */
+        const int in_panel = w - p % w, np = p1 - p < in_panel ? p1 - p : in_panel;
+        const float *x = a.p + (ptrdiff_t)i0 * a.ld + (ptrdiff_t)(p / w) * a.ps + p % w;
+        const float *bq = bp + (ptrdiff_t)p * w;
+        for (int q = 0; q < np; q++, bq += w) {
+            for (pf->credit += pf->share; pf->credit >= pf->per; pf->credit -= pf->per, pf->at += 64)
+                _mm_prefetch(pf->at, _MM_HINT_T1);
+            const __m512 b0 = _mm512_load_ps(bq), b1 = _mm512_load_ps(bq + 16);
+            for (int r = 0; r < R; r++) {
+                const __m512 xr = _mm512_set1_ps(x[(ptrdiff_t)r * a.ld + q]);
+                acc0[r] = _mm512_fmadd_ps(xr, b0, acc0[r]);
+                acc1[r] = _mm512_fmadd_ps(xr, b1, acc1[r]);
+            }
+        }
+        p += np;
+    }
+    const __mmask16 m0 = first16(nj), m1 = first16(nj - 16);
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    for (int r = 0; r < R; r++) {
+        float *cp = mha_mat_at(k, c, i0 + r, j0);
+        __m512 t0 = _mm512_mul_ps(va, acc0[r]), t1 = _mm512_mul_ps(va, acc1[r]);
+        if (p0 > 0) {
+            t0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, cp), t0);
+            t1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, cp + 16), t1);
+        } else if (beta != 0.0f) {
+            t0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, cp), t0);
+            t1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, cp + 16), t1);
+        }
+        _mm512_mask_storeu_ps(cp, m0, t0);
+        _mm512_mask_storeu_ps(cp + 16, m1, t1);
+    }
+}
+
+__attribute__((target(AVX512))) static void stream_rows_avx512(const mha_kernel *k, int m, int n, int kk, float alpha,
+                                                          mha_mat a, mha_mat b, float beta, mha_mat c)
+{
+    for (int j0 = 0; j0 < n; j0 += 32) {
+        const float *bp = b.p + (ptrdiff_t)(j0 / 32) * b.ps;
+        const int nj = n - j0 < 32 ? n - j0 : 32;
+        for (int p0 = 0; p0 < kk; p0 += k->kc) {
+            const int p1 = kk - p0 < k->kc ? kk : p0 + k->kc;
+            /* the next chunk: rows p1 .. of this panel, or the first of the next panel */
+            const int more = p1 < kk ? kk - p1 : j0 + 32 < n ? kk : 0;
+            const float *next = p1 < kk ? bp + (ptrdiff_t)p1 * 32 : more ? bp + b.ps : bp;
+            const long lines = (long)(more < k->kc ? more : k->kc) * 2; /* 128-byte rows */
+            /* pass of R rows: lines·R/m of them over its p1 - p0 rows */
+            ahead pf = {.at = (const char *)next, .per = (long)(p1 - p0) * m};
+            int i0 = 0;
+            for (; i0 + 12 <= m; i0 += 12)
+                pf.share = lines * 12, stream_pass(k, 12, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c);
+            if (m - i0 >= 8)
+                pf.share = lines * 8, stream_pass(k, 8, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c), i0 += 8;
+            if (m - i0 >= 4)
+                pf.share = lines * 4, stream_pass(k, 4, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c), i0 += 4;
+            if (m - i0 >= 2)
+                pf.share = lines * 2, stream_pass(k, 2, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c), i0 += 2;
+            if (m - i0 >= 1)
+                pf.share = lines, stream_pass(k, 1, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c);
+        }
+    }
+}
+
+/* ---- softmax: 16 lanes, tails and masks as k-registers ---- */
+
+__attribute__((target(AVX512))) static __m512 exp16(__m512 x)
+{
+    __mmask16 in_range = _mm512_cmp_ps_mask(x, _mm512_set1_ps(MHA_EXP_LO), _CMP_GE_OQ);
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(MHA_EXP_LO)), _mm512_set1_ps(MHA_EXP_HI));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(MHA_LOG2E)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    x = _mm512_fnmadd_ps(n, _mm512_set1_ps(MHA_LN2_HI), x);
+    x = _mm512_fnmadd_ps(n, _mm512_set1_ps(MHA_LN2_LO), x);
+    __m512 y = _mm512_set1_ps(MHA_EXP_P0);
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(MHA_EXP_P1));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(MHA_EXP_P2));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(MHA_EXP_P3));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(MHA_EXP_P4));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(MHA_EXP_P5));
+    y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mul_ps(in_range, y, _mm512_castsi512_ps(e));
+}
+
+/* Lanes j..j+15 that are below `visible` and not hidden by the explicit mask. */
+__attribute__((target(AVX512))) static __mmask16 lanes16(const uint8_t *mask, int j, int visible)
+{
+    int left = visible - j;
+    __mmask16 k = first16(left);
+    if (mask) {
+        uint8_t bytes[16] = {0};
+        memcpy(bytes, mask + j, (size_t)(left >= 16 ? 16 : left));
+        __m512i m = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)bytes));
+        k &= _mm512_test_epi32_mask(m, m);
+    }
+    return k;
+}
+
+__attribute__((target(AVX512))) static float softmax_row_avx512(float *restrict s, int n, int visible,
+                                                               const uint8_t *restrict mask, float *max_io)
+{
+    /* pass 1: max over the visible entries and the running max; without a mask, 64 lanes
+     * per step into four accumulators (one max chain would wait on its own latency) */
+    __m512 vmax = _mm512_set1_ps(*max_io), m1 = vmax, m2 = vmax, m3 = vmax;
+    int j0 = 0;
+    if (!mask)
+        for (; j0 + 64 <= visible; j0 += 64) {
+            vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(s + j0));
+            m1 = _mm512_max_ps(m1, _mm512_loadu_ps(s + j0 + 16));
+            m2 = _mm512_max_ps(m2, _mm512_loadu_ps(s + j0 + 32));
+            m3 = _mm512_max_ps(m3, _mm512_loadu_ps(s + j0 + 48));
+        }
+    vmax = _mm512_max_ps(_mm512_max_ps(vmax, m1), _mm512_max_ps(m2, m3));
+    for (int j = j0; j < visible; j += 16) {
+        __mmask16 k = lanes16(mask, j, visible);
+        vmax = _mm512_mask_max_ps(vmax, k, vmax, _mm512_maskz_loadu_ps(k, s + j));
+    }
+    float mx = _mm512_reduce_max_ps(vmax);
+    *max_io = mx;
+    if (mx == -INFINITY) {
+        memset(s, 0, (size_t)n * sizeof *s);
+        return 0.0f;
+    }
+    /* pass 2: exp(s - max) where visible, 0 elsewhere, and the sum (four sums likewise) */
+    __m512 vmx = _mm512_set1_ps(mx), vsum = _mm512_setzero_ps(), s1 = vsum, s2 = vsum, s3 = vsum;
+    j0 = 0;
+    if (!mask)
+        for (; j0 + 64 <= visible; j0 += 64) {
+            __m512 e0 = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j0), vmx));
+            __m512 e1 = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j0 + 16), vmx));
+            __m512 e2 = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j0 + 32), vmx));
+            __m512 e3 = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j0 + 48), vmx));
+            _mm512_storeu_ps(s + j0, e0);
+            _mm512_storeu_ps(s + j0 + 16, e1);
+            _mm512_storeu_ps(s + j0 + 32, e2);
+            _mm512_storeu_ps(s + j0 + 48, e3);
+            vsum = _mm512_add_ps(vsum, e0), s1 = _mm512_add_ps(s1, e1);
+            s2 = _mm512_add_ps(s2, e2), s3 = _mm512_add_ps(s3, e3);
+        }
+    vsum = _mm512_add_ps(_mm512_add_ps(vsum, s1), _mm512_add_ps(s2, s3));
+    for (int j = j0; j < visible; j += 16) {
+        __mmask16 k = lanes16(mask, j, visible);
+        __mmask16 tail = first16(visible - j);
+        __m512 e = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vmx)));
+        _mm512_mask_storeu_ps(s + j, tail, e);
+        vsum = _mm512_add_ps(vsum, e);
+    }
+    for (int j = visible; j < n; j++)
+        s[j] = 0.0f;
+    return _mm512_reduce_add_ps(vsum);
+}
+
+/* ---- decode tiles ---- */
+
+/* 16 elements of a cache run at i (float32, or bf16 widened to float32 by a shift), lanes
+ * outside m zero. */
+static inline __attribute__((always_inline, target(AVX512))) __m512
+load16(const void *run, int bf16, size_t i, __mmask16 m)
+{
+    return bf16 ? _mm512_castsi512_ps(
+                      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const mha_bf16 *)run + i)), 16))
+                : _mm512_maskz_loadu_ps(m, (const float *)run + i);
+}
+
+/* Scores of nb <= R queries for the 16 slots from t (lanes m) of one block, with P · R = 8
+ * accumulators: the features cut into P parts of h = ceil(dk / P), each part its own FMA chain
+ * per query (P independent chains hide the FMA latency when few queries share the block),
+ * the parts added in order at the end. One Kᵀ row load per feature for all queries; the same
+ * row of the next block's Kᵀ (next, or NULL) prefetched as it goes. */
+static inline __attribute__((always_inline, target(AVX512))) void
+scores_tile(const int P, const float *restrict q, int nb, int dk, const void *kt, int bf16, int ld, int t, __mmask16 m,
+            float scale, float *restrict sc, size_t sc_ld, const void *next)
+{
+    const int R = 8 / P, h = (dk + P - 1) / P;
+    const size_t elem = bf16 ? sizeof(mha_bf16) : sizeof(float);
+    __m512 acc[8];
+    for (int i = 0; i < 8; i++)
+        acc[i] = _mm512_setzero_ps();
+    for (int c = 0; c < h; c++)
+        for (int part = 0; part < P; part++) {
+            const int f = part * h + c;
+            if (f >= dk) /* the last part may be shorter */
+                continue;
+            const size_t at = (size_t)f * ld + t;
+            if (next)
+                _mm_prefetch((const char *)next + at * elem, _MM_HINT_T0);
+            const __m512 krow = load16(kt, bf16, at, m);
+            for (int r = 0; r < R; r++)
+                if (r < nb)
+                    acc[part * R + r] = _mm512_fmadd_ps(_mm512_set1_ps(q[(size_t)r * dk + f]), krow, acc[part * R + r]);
+        }
+    for (int r = 0; r < nb; r++) {
+        __m512 x = acc[r];
+        for (int part = 1; part < P; part++)
+            x = _mm512_add_ps(x, acc[part * R + r]);
+        _mm512_mask_storeu_ps(sc + (size_t)r * sc_ld + t, m, _mm512_mul_ps(x, _mm512_set1_ps(scale)));
+    }
+}
+
+/* decode_scores_ref's products, 16 slots at a time: 1 query in 8 feature parts, 2 in 4, up to 4 in
+ * 2, more 8 at a time in one (each query's sum fixed by nq, dk and the slot alone). */
+__attribute__((target(AVX512))) static void decode_scores_avx512(const float *restrict q, int nq, int dk,
+                                                                 const void *kt, int bf16, int ld, int n, float scale,
+                                                                 float *restrict sc, size_t sc_ld, const void *next)
+{
+    for (int t = 0; t < n; t += 16) {
+        const __mmask16 m = first16(n - t);
+        if (nq == 1)
+            scores_tile(8, q, nq, dk, kt, bf16, ld, t, m, scale, sc, sc_ld, next);
+        else if (nq == 2)
+            scores_tile(4, q, nq, dk, kt, bf16, ld, t, m, scale, sc, sc_ld, next);
+        else if (nq <= 4)
+            scores_tile(2, q, nq, dk, kt, bf16, ld, t, m, scale, sc, sc_ld, next);
+        else
+            for (int q0 = 0; q0 < nq; q0 += 8)
+                scores_tile(1, q + (size_t)q0 * dk, nq - q0 < 8 ? nq - q0 : 8, dk, kt, bf16, ld, t, m, scale,
+                            sc + (size_t)q0 * sc_ld, sc_ld, q0 == 0 ? next : NULL);
+    }
+}
+
+/* Z of nb <= R queries, features [c0, c0 + 16·V) (the last vector's lanes ml), over the n
+ * value rows of one block, with R · V <= 16 accumulators: each row's vectors loaded once for all
+ * the queries, key by key in order (decode_values_ref's sums); the same features of the next
+ * block's rows (next, or NULL) prefetched row by row as it goes, so the prefetches are spread
+ * as evenly as the loads (all of a row's lines at once was 10% slower: fill buffers run out). */
+static inline __attribute__((always_inline, target(AVX512))) void
+values_tile(const int R, const int V, const float *e, size_t e_ld, int nb, const void *v, int bf16, int n, int dk,
+            int c0, __mmask16 ml, float *p, size_t ps, const void *next)
+{
+    const size_t elem = bf16 ? sizeof(mha_bf16) : sizeof(float), row = (size_t)dk * elem;
+    const size_t pf0 = (size_t)c0 * elem, pf1 = (size_t)(c0 + 16 * V < dk ? c0 + 16 * V : dk) * elem;
+    __m512 acc[16];
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < V; j++)
+            acc[r * V + j] = _mm512_maskz_loadu_ps(j == V - 1 ? ml : (__mmask16)0xFFFF,
+                                                   p + (size_t)(r < nb ? r : 0) * ps + c0 + 16 * j);
+    for (int t = 0; t < n; t++) {
+        if (next)
+            for (size_t off = pf0; off < pf1; off += 64)
+                _mm_prefetch((const char *)next + (size_t)t * row + off, _MM_HINT_T0);
+        __m512 b[8];
+        for (int j = 0; j < V; j++)
+            b[j] = load16(v, bf16, (size_t)t * dk + c0 + 16 * j, j == V - 1 ? ml : (__mmask16)0xFFFF);
+        for (int r = 0; r < R; r++)
+            if (r < nb) {
+                const __m512 x = _mm512_set1_ps(e[(size_t)r * e_ld + t]);
+                for (int j = 0; j < V; j++)
+                    acc[r * V + j] = _mm512_fmadd_ps(x, b[j], acc[r * V + j]);
+            }
+    }
+    for (int r = 0; r < nb; r++)
+        for (int j = 0; j < V; j++)
+            _mm512_mask_storeu_ps(p + (size_t)r * ps + c0 + 16 * j, j == V - 1 ? ml : (__mmask16)0xFFFF, acc[r * V + j]);
+}
+
+/* decode_values_ref's sums with register tiles: up to 2 queries × 128 features, 4 × 64 or 8 × 32
+ * (fewer queries, more features per pass over the block's rows), 16 features the last pass. */
+__attribute__((target(AVX512))) static void decode_values_avx512(const float *e, size_t e_ld, int nq, const void *v,
+                                                                 int bf16, int n, int dk, float *p, size_t ps,
+                                                                 const void *next)
+{
+    for (int q0 = 0; q0 < nq; q0 += 8) {
+        const int nb = nq - q0 < 8 ? nq - q0 : 8;
+        const float *eq = e + (size_t)q0 * e_ld;
+        float *pq = p + (size_t)q0 * ps;
+        const void *pf = q0 == 0 ? next : NULL;
+        for (int c0 = 0; c0 < dk;) {
+            const int left = dk - c0;
+            if (nb <= 2 && left >= 128)
+                values_tile(2, 8, eq, e_ld, nb, v, bf16, n, dk, c0, 0xFFFF, pq, ps, pf), c0 += 128;
+            else if (nb <= 4 && left >= 64)
+                values_tile(4, 4, eq, e_ld, nb, v, bf16, n, dk, c0, 0xFFFF, pq, ps, pf), c0 += 64;
+            else if (left >= 32)
+                values_tile(8, 2, eq, e_ld, nb, v, bf16, n, dk, c0, 0xFFFF, pq, ps, pf), c0 += 32;
+            else {
+                const __mmask16 ml = first16(left);
+                values_tile(8, 1, eq, e_ld, nb, v, bf16, n, dk, c0, ml, pq, ps, pf), c0 += 16;
+            }
+        }
+    }
+}
+
+/* ---- bf16: rounding, packing, epilogue ---- */
+
+/* 16 floats rounded to bf16 as mha_bf16_round does: each in the low half of its 32-bit lane. */
+static inline __attribute__((target(AVX512))) __m512i round_lanes(__m512 x)
+{
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i top = _mm512_srli_epi32(u, 16);
+    __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), _mm512_and_si512(top, _mm512_set1_epi32(1))), 16);
+    const __mmask16 tiny = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                  _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_mov_epi32(r, tiny, _mm512_and_si512(top, _mm512_set1_epi32(0x8000)));
+    return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(top, _mm512_set1_epi32(0x0040)));
+}
+
+/* n <= 16 floats rounded to bf16, 16 lanes at a time. */
+__attribute__((target(AVX512))) static void round_run_avx512(const float *src, mha_bf16 *dst, int n)
+{
+    const __mmask16 m = first16(n);
+    const __m512i r = round_lanes(_mm512_maskz_loadu_ps(m, src));
+    if (n == 16)
+        _mm256_storeu_si256((__m256i *)(void *)dst, _mm512_cvtepi32_epi16(r));
+    else {
+        mha_bf16 t[16];
+        _mm256_storeu_si256((__m256i *)(void *)t, _mm512_cvtepi32_epi16(r));
+        memcpy(dst, t, (size_t)n * sizeof *t);
+    }
+}
+
+/* B panels 16 k × 16 columns at a time: 16 source rows loaded (transposed: keys' rows of 16
+ * features, turned by a register transpose), each k pair rounded and interleaved into the 32
+ * bf16 (one 64-byte line) of its VNNI row. src's 16-column runs must not cross its panels
+ * (its panel width a multiple of 16). */
+__attribute__((target(AVX512))) static void pack_b16_avx512(const mha_kernel *k, mha_mat src, int transpose, int kk,
+                                                            int n, mha_bf16 *dst, size_t ps)
+{
+    if (k->bw % 16 != 0) {
+        mha_isa_ref.pack_b16(k, src, transpose, kk, n, dst, ps);
+        return;
+    }
+    const int kp = (int)mha_bk_kp(kk), np = (int)mha_round_up((size_t)n, MHA_BT_N);
+    for (int j0 = 0; j0 < np; j0 += 16)
+        for (int p0 = 0; p0 < kp; p0 += 16) {
+            __m512 v[16];
+            /* rows of src: k (features of the keys' rows when transposed) or columns */
+            const int rows = transpose ? n - j0 : kk - p0, cols = transpose ? kk - p0 : n - j0;
+            const __mmask16 m = first16(cols);
+            for (int r = 0; r < 16; r++)
+                v[r] = r < rows && m ? _mm512_maskz_loadu_ps(m, transpose ? mha_mat_at(k, src, j0 + r, p0)
+                                                                           : mha_mat_at(k, src, p0 + r, j0))
+                                     : _mm512_setzero_ps();
+            if (transpose)
+                transpose16(v); /* v[r]: k p0 + r over the 16 columns */
+            for (int r = 0; r < 16; r += 2) {
+                const __m512i pair = _mm512_or_si512(round_lanes(v[r]), _mm512_slli_epi32(round_lanes(v[r + 1]), 16));
+                _mm512_storeu_si512(dst + mha_bk_b_index(p0 + r, j0, ps), pair);
+            }
+        }
+}
+
+/* 16 lanes at a time: a multiply and an add, no FMA, so the bits are epilogue_ref's. */
+__attribute__((target(AVX512))) static void epilogue_avx512(float *c, const float *x, int cnt, float alpha, float beta)
+{
+    const __mmask16 m = first16(cnt);
+    __m512 y = _mm512_mul_ps(_mm512_set1_ps(alpha), _mm512_maskz_loadu_ps(m, x));
+    if (beta != 0.0f)
+        y = _mm512_add_ps(y, _mm512_mul_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(m, c)));
+    _mm512_mask_storeu_ps(c, m, y);
+}
+
+/* ---- bf16 products: rows in groups of NR (8, 4, 2, 1), 16·npan columns ---- */
+
+#define BF16_TARGET AVX512 ",avx512bf16"
+#define BK_AVX512 __attribute__((target(BF16_TARGET), always_inline)) static inline
+#define FMA_INLINE __attribute__((target(AVX512), always_inline)) static inline
+
+/* Few-row products read B from memory once: its pairs PF_AHEAD ahead (64 bytes per panel each)
+ * prefetched by the first row group as it goes. */
+enum { PF_AHEAD = 32 };
+FMA_INLINE void prefetch_b(const mha_bf16 *bp, int npan, size_t ps)
+{
+    _mm_prefetch((const char *)(bp + 32 * PF_AHEAD), _MM_HINT_T0);
+    if (npan == 2)
+        _mm_prefetch((const char *)(bp + ps + 32 * PF_AHEAD), _MM_HINT_T0);
+}
+
+/* Row i's k pair q of tile t, as the 32-bit word vdpbf16ps broadcasts. */
+BK_AVX512 uint32_t a_pair(const mha_bf16 *a, int kt, int i, int t, int q)
+{
+    uint32_t w;
+    memcpy(&w, a + (size_t)(i / 16) * 16 * 32 * kt + (size_t)t * 512 + (size_t)(i % 16) * 32 + 2 * q, sizeof w);
+    return w;
+}
+
+BK_AVX512 void rows_dpbf16(const int NR, int pf, int i0, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b,
+                           size_t ps, float *acc)
+{
+    __m512 c0[8], c1[8];
+    for (int r = 0; r < NR; r++)
+        c0[r] = c1[r] = _mm512_setzero_ps();
+    for (int t = 0; t < kt; t++)
+        for (int q = 0; q < 16; q++) {
+            const mha_bf16 *bp = b + (size_t)t * 512 + 32 * q;
+            if (pf)
+                prefetch_b(bp, npan, ps);
+            const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp);
+            if (npan == 2) {
+                const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + ps);
+                for (int r = 0; r < NR; r++) {
+                    const __m512bh x = (__m512bh)_mm512_set1_epi32((int)a_pair(a, kt, i0 + r, t, q));
+                    c0[r] = _mm512_dpbf16_ps(c0[r], x, b0);
+                    c1[r] = _mm512_dpbf16_ps(c1[r], x, b1);
+                }
+            } else
+                for (int r = 0; r < NR; r++)
+                    c0[r] = _mm512_dpbf16_ps(c0[r], (__m512bh)_mm512_set1_epi32((int)a_pair(a, kt, i0 + r, t, q)), b0);
+        }
+    for (int r = 0; r < NR; r++) {
+        _mm512_storeu_ps(acc + (i0 + r) * 32, c0[r]);
+        if (npan == 2)
+            _mm512_storeu_ps(acc + (i0 + r) * 32 + 16, c1[r]);
+    }
+}
+
+/* bf16 widened to float32 and two FMAs per pair, even element first: the product is exact, so
+ * each FMA rounds once, as the model's sum does. A's rows are widened into a small float buffer
+ * a chunk of k at a time (then each FMA broadcasts its A value from memory: a load, not a
+ * shuffle on an FMA port); B's pairs are split into even and odd halves by a shift and a mask. */
+enum { FMA_KCH = 8 }; /* k tiles per widened chunk: 8 rows × 256 floats, 8 KiB */
+
+FMA_INLINE void rows_fma(const int NR, int pf, int i0, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b,
+                        size_t ps, float *acc)
+{
+    const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+    _Alignas(64) float aw[8][FMA_KCH * 32];
+    __m512 c0[8], c1[8];
+    for (int r = 0; r < NR; r++)
+        c0[r] = c1[r] = _mm512_setzero_ps();
+    for (int t0 = 0; t0 < kt; t0 += FMA_KCH) {
+        const int tn = kt - t0 < FMA_KCH ? kt - t0 : FMA_KCH;
+        for (int r = 0; r < NR; r++) {
+            const int i = i0 + r;
+            const mha_bf16 *src = a + (size_t)(i / 16) * 16 * 32 * kt + (size_t)(i % 16) * 32;
+            for (int t = 0; t < tn; t++) {
+                const __m512i v = _mm512_loadu_si512(src + (size_t)(t0 + t) * 512);
+                const __m512i lo16 = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(v));
+                const __m512i hi16 = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(v, 1));
+                _mm512_store_ps(&aw[r][t * 32], _mm512_castsi512_ps(_mm512_slli_epi32(lo16, 16)));
+                _mm512_store_ps(&aw[r][t * 32 + 16], _mm512_castsi512_ps(_mm512_slli_epi32(hi16, 16)));
+            }
+        }
+        for (int t = 0; t < tn; t++)
+            for (int q = 0; q < 16; q++) {
+                const mha_bf16 *bp = b + (size_t)(t0 + t) * 512 + 32 * q;
+                if (pf)
+                    prefetch_b(bp, npan, ps);
+                const __m512i v0 = _mm512_loadu_si512(bp);
+                const __m512 e0 = _mm512_castsi512_ps(_mm512_slli_epi32(v0, 16));
+                const __m512 o0 = _mm512_castsi512_ps(_mm512_and_si512(v0, hi));
+                __m512 e1 = e0, o1 = o0;
+                if (npan == 2) {
+                    const __m512i v1 = _mm512_loadu_si512(bp + ps);
+                    e1 = _mm512_castsi512_ps(_mm512_slli_epi32(v1, 16));
+                    o1 = _mm512_castsi512_ps(_mm512_and_si512(v1, hi));
+                }
+                for (int r = 0; r < NR; r++) {
+                    const __m512 xe = _mm512_set1_ps(aw[r][t * 32 + 2 * q]);
+                    const __m512 xo = _mm512_set1_ps(aw[r][t * 32 + 2 * q + 1]);
+                    c0[r] = _mm512_fmadd_ps(xo, o0, _mm512_fmadd_ps(xe, e0, c0[r]));
+                    if (npan == 2)
+                        c1[r] = _mm512_fmadd_ps(xo, o1, _mm512_fmadd_ps(xe, e1, c1[r]));
+                }
+            }
+    }
+    for (int r = 0; r < NR; r++) {
+        _mm512_storeu_ps(acc + (i0 + r) * 32, c0[r]);
+        if (npan == 2)
+            _mm512_storeu_ps(acc + (i0 + r) * 32 + 16, c1[r]);
+    }
+}
+
+/* Specialised per row count, so the accumulators live in registers; pf: the first group
+ * prefetches B. */
+#define ROW_GROUPS(fn, tgt)                                                                                \
+    __attribute__((target(tgt))) static void fn##_block(                                              \
+        int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps, float *acc, int pf)  \
+    {                                                                                                     \
+        int i = 0;                                                                                        \
+        for (; i + 8 <= rows; i += 8)                                                                     \
+            fn(8, pf && i == 0, i, npan, kt, a, b, ps, acc);                                              \
+        if (i + 4 <= rows)                                                                                \
+            fn(4, pf && i == 0, i, npan, kt, a, b, ps, acc), i += 4;                                      \
+        if (i + 2 <= rows)                                                                                \
+            fn(2, pf && i == 0, i, npan, kt, a, b, ps, acc), i += 2;                                      \
+        if (i < rows)                                                                                     \
+            fn(1, pf && i == 0, i, npan, kt, a, b, ps, acc);                                              \
+    }
+ROW_GROUPS(rows_dpbf16, BF16_TARGET)
+ROW_GROUPS(rows_fma, AVX512)
+
+/* FMA under the instructions' DAZ and FTZ (for the FMAs only: the caller's MXCSR comes back). */
+static void block_fma(int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps, float *acc, int pf)
+{
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x8040u);
+    rows_fma_block(rows, npan, kt, a, b, ps, acc, pf);
+    _mm_setcsr(csr);
+}
+
+static int dpbf16_usable(void)
+{
+    return mha_cpu_has("avx512_bf16");
+}
+
+static const mha_bkernel bk_dpbf16 = {
+    .name = "avx512-bf16",
+    .order = MHA_BK_ODD_FIRST,
+    .usable = dpbf16_usable,
+    .lacks = "this CPU has no AVX512_BF16",
+    .block = rows_dpbf16_block,
+};
+static const mha_bkernel bk_fma = {.name = "fma-bf16", .order = MHA_BK_EVEN_FIRST, .block = block_fma};
+
+/* ---- the table ---- */
+
+static int runnable_avx512(void)
+{
+    return mha_cpu_has("avx512f") && mha_cpu_has("avx512dq") && mha_cpu_has("avx512bw") && mha_cpu_has("avx512vl") &&
+           mha_cpu_has("fma");
+}
+
+static const char *default_arch_avx512(void)
+{
+    return "skx";
+}
+
+/* vdpbf16ps issues at half the FMA rate on Intel's cores (measured on Xeons with and without
+ * AMX exposed, perf/RESULTS.md): there the FMA kernel on widened bf16 is faster. AMD's Zen 4/5
+ * are listed at one vdpbf16ps per FMA slot (unmeasured here). */
+static const mha_bkernel *bf16_auto_avx512(void)
+{
+    if (mha_bk_amx.usable())
+        return &mha_bk_amx;
+    if (dpbf16_usable() && __builtin_cpu_is("amd"))
+        return &bk_dpbf16;
+    return &bk_fma;
+}
+
+const mha_isa mha_isa_avx512 = {
+    .name = "avx512",
+    .needs = "avx512f avx512dq avx512bw avx512vl fma",
+    .runnable = runnable_avx512,
+    .archs = {"skx", NULL},
+    .default_arch = default_arch_avx512,
+    .bf16 = {&mha_bk_amx, &bk_dpbf16, &bk_fma, NULL},
+    .bf16_auto = bf16_auto_avx512,
+    .pack_rows = pack_rows_avx512,
+    .gemv_rows = gemv_rows_avx512,
+    .stream_rows = stream_rows_avx512,
+    .stream_bw = 32,
+    .stream_arch = "skx",
+    .softmax_row = softmax_row_avx512,
+    .decode_scores = decode_scores_avx512,
+    .decode_values = decode_values_avx512,
+    .round_run = round_run_avx512,
+    .pack_b16 = pack_b16_avx512,
+    .epilogue = epilogue_avx512,
+};

@@ -1,0 +1,119 @@
+/* isa.c — the list of kernel tables and the choice among them: of a table by name or from the
+ * CPU, of a BLIS sub-config within a table, of a bf16 kernel within a table. Nothing here
+ * changes process state (a check may call it): what a kernel must ask of the OS is asked by
+ * mha_bkernel_enable, at create. */
+#include "isa.h"
+
+#include <stdio.h>
+#include <string.h>
+
+const mha_isa *const mha_isa_tables[] = {&mha_isa_avx512, &mha_isa_avx2, &mha_isa_ref};
+const int mha_isa_count = (int)(sizeof mha_isa_tables / sizeof mha_isa_tables[0]);
+
+int mha_cpu_has(const char *f)
+{
+    __builtin_cpu_init();
+    /* __builtin_cpu_supports needs a literal: the features the tables test */
+    if (!strcmp(f, "avx512f")) return __builtin_cpu_supports("avx512f");
+    if (!strcmp(f, "avx512dq")) return __builtin_cpu_supports("avx512dq");
+    if (!strcmp(f, "avx512bw")) return __builtin_cpu_supports("avx512bw");
+    if (!strcmp(f, "avx512vl")) return __builtin_cpu_supports("avx512vl");
+    if (!strcmp(f, "avx512_bf16")) return __builtin_cpu_supports("avx512bf16");
+    if (!strcmp(f, "amx_tile")) return __builtin_cpu_supports("amx-tile");
+    if (!strcmp(f, "amx_bf16")) return __builtin_cpu_supports("amx-bf16");
+    if (!strcmp(f, "avx2")) return __builtin_cpu_supports("avx2");
+    if (!strcmp(f, "fma")) return __builtin_cpu_supports("fma");
+    if (!strcmp(f, "f16c")) return __builtin_cpu_supports("f16c");
+    if (!strcmp(f, "avx")) return __builtin_cpu_supports("avx");
+    if (!strcmp(f, "ssse3")) return __builtin_cpu_supports("ssse3");
+    return 0;
+}
+
+const mha_isa *mha_isa_auto_table(void)
+{
+    for (int i = 0; i < mha_isa_count; i++)
+        if (mha_isa_tables[i]->runnable())
+            return mha_isa_tables[i];
+    return &mha_isa_ref;
+}
+
+/* The features of `needs` (space-separated) this CPU lacks, into buf. */
+static void lacking(const char *needs, char *buf, size_t len)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (const char *p = needs; *p;) {
+        const size_t n = strcspn(p, " ");
+        char f[32];
+        snprintf(f, sizeof f, "%.*s", (int)n, p);
+        if (n > 0 && !mha_cpu_has(f) && at < len)
+            at += (size_t)snprintf(buf + at, len - at, "%s%s", at ? " " : "", f);
+        p += n + (p[n] == ' ');
+    }
+}
+
+mha_status mha_isa_select(const char *request, const mha_isa **isa, char *why_buf, size_t why_len)
+{
+    if (!request || !request[0] || !strcmp(request, "auto")) {
+        *isa = mha_isa_auto_table();
+        return MHA_OK;
+    }
+    for (int i = 0; i < mha_isa_count; i++) {
+        const mha_isa *t = mha_isa_tables[i];
+        if (strcmp(t->name, request) != 0)
+            continue;
+        if (!t->runnable()) {
+            char lacks[128];
+            lacking(t->needs, lacks, sizeof lacks);
+            snprintf(why_buf, why_len, "needs %s; this CPU lacks %s", t->needs, lacks[0] ? lacks : "(none listed)");
+            return MHA_ERR_CONFIG;
+        }
+        *isa = t;
+        return MHA_OK;
+    }
+    snprintf(why_buf, why_len, "unknown (auto, avx512, avx2, ref)");
+    return MHA_ERR_CONFIG;
+}
+
+int mha_isa_runs_arch(const mha_isa *isa, const char *arch)
+{
+    for (int i = 0; isa->archs[i]; i++)
+        if (!strcmp(isa->archs[i], arch))
+            return 1;
+    return 0;
+}
+
+const mha_isa *mha_isa_of_arch(const char *arch)
+{
+    for (int i = 0; i < mha_isa_count; i++)
+        if (mha_isa_tables[i]->runnable() && mha_isa_runs_arch(mha_isa_tables[i], arch))
+            return mha_isa_tables[i];
+    return NULL;
+}
+
+mha_status mha_bkernel_select(const mha_isa *isa, const char *request, const mha_bkernel **bk, char *why_buf,
+                              size_t why_len)
+{
+    if (!request || !request[0] || !strcmp(request, "auto")) {
+        *bk = isa->bf16_auto();
+        return MHA_OK;
+    }
+    for (int i = 0; isa->bf16[i]; i++) {
+        const mha_bkernel *k = isa->bf16[i];
+        if (strcmp(k->name, request) != 0)
+            continue;
+        if (k->usable && !k->usable()) {
+            snprintf(why_buf, why_len, "%s", k->lacks);
+            return MHA_ERR_CONFIG;
+        }
+        *bk = k;
+        return MHA_OK;
+    }
+    /* another table's kernel, or none at all */
+    size_t at = (size_t)snprintf(why_buf, why_len, "not a kernel of isa %s (it has", isa->name);
+    for (int i = 0; isa->bf16[i] && at < why_len; i++)
+        at += (size_t)snprintf(why_buf + at, why_len - at, "%s %s", i ? "," : "", isa->bf16[i]->name);
+    if (at < why_len)
+        snprintf(why_buf + at, why_len - at, ")");
+    return MHA_ERR_CONFIG;
+}

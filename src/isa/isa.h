@@ -1,0 +1,103 @@
+/* isa.h — one table of the engine's instruction-set-specific operations per ISA, chosen once
+ * per engine (mha_config.isa), in the spirit of BLIS's context: the drivers (gemm.c, bgemm.c,
+ * attention.c, step.c) hold the loops, blocking and bookkeeping and call through the table;
+ * every intrinsic and target attribute of the library lives in src/isa/. Adding an ISA is a
+ * new file and a row in mha_isa_tables.
+ *
+ *   ref     portable C: a complete engine and the definition of the numerics; every vector
+ *           table is tested against it where it promises the same bits
+ *   avx2    AVX2 + FMA + F16C (AMD Zen 1-3, Intel Haswell and later client parts)
+ *   avx512  AVX-512 F/BW/VL/DQ, with the AVX512_BF16 and AMX-BF16 products where present
+ *
+ * A table's operations give the same bits as ref's wherever the comment says so; where they
+ * do not (softmax's exp lanes, bf16 products in another pair order) the tests hold them to
+ * the double reference. */
+#ifndef MHA_ISA_H
+#define MHA_ISA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bgemm.h"
+#include "gemm.h"
+#include "softmax.h"
+
+typedef struct mha_isa {
+    const char *name;            /* "avx512", "avx2", "ref" */
+    const char *needs;           /* the CPU features it needs, as lscpu names them */
+    int (*runnable)(void);       /* this CPU has them */
+    /* BLIS sub-configs it runs with, NULL-terminated: the first runnable one is its default
+     * (the CPU's vendor may reorder: default_arch) */
+    const char *archs[6];
+    const char *(*default_arch)(void);
+    /* bf16 kernels it holds, NULL-terminated, in the order "auto" prefers them; bf16_auto may
+     * reorder by vendor */
+    const mha_bkernel *bf16[5];
+    const mha_bkernel *(*bf16_auto)(void);
+
+    /* ---- float32 ---- */
+    /* Rows [i0, i0 + rows) of a, columns [p0, p0 + kc) (a's panels w wide), into panels of pw
+     * rows: dst[panel][p][r], zero rows padding the last panel. A packing, and Bᵀ packing
+     * (the transpose's panels are panels of rows). Same bits in every table: a copy. */
+    void (*pack_rows)(mha_mat a, int w, int i0, int rows, int p0, int kc, int pw, float *restrict dst);
+    /* Few rows: c[i][j] = alpha · Σ_p a[i][p] · b[p][j] + beta · c[i][j], b in panels of w,
+     * one multiply and one add per term in k order (no FMA: every table's bits equal). */
+    void (*gemv_rows)(const mha_kernel *k, int m, int n, int kk, float alpha, mha_mat a, mha_mat b, float beta,
+                      mha_mat c);
+    /* Up to MHA_STREAM_ROWS rows streamed past register tiles with the microkernel's sums
+     * bit for bit; NULL where the table has none. stream_bw: the B panel width it takes and
+     * stream_arch the only sub-config whose sums it reproduces. */
+    void (*stream_rows)(const mha_kernel *k, int m, int n, int kk, float alpha, mha_mat a, mha_mat b, float beta,
+                        mha_mat c);
+    int stream_bw;
+    const char *stream_arch;
+    /* The unnormalised, masked softmax of a row or chunk (softmax.h). */
+    mha_softmax_fn softmax_row;
+    /* Decode scores: sc[qi · sc_ld + t] = scale · Σ_c q[qi][c] · kt[c · ld + t] for t < n slots
+     * of one block (kt float32, or bf16 widened exactly when bf16); next: the next block's
+     * Kᵀ to prefetch, or NULL. */
+    void (*decode_scores)(const float *restrict q, int nq, int dk, const void *kt, int bf16, int ld, int n, float scale,
+                          float *restrict sc, size_t sc_ld, const void *next);
+    /* Decode values: p[qi · ps + c] += Σ_t e[qi · e_ld + t] · v[t · dk + c] over n rows, key by
+     * key in order (one multiply-add per key and feature); next as above. */
+    void (*decode_values)(const float *e, size_t e_ld, int nq, const void *v, int bf16, int n, int dk, float *p,
+                          size_t ps, const void *next);
+
+    /* ---- bf16 ---- */
+    /* n <= 16 floats rounded to bf16 as mha_bf16_round (same bits in every table). */
+    void (*round_run)(const float *src, mha_bf16 *dst, int n);
+    /* B (kk × n), or srcᵀ, into bf16 VNNI panels (mha_bk_pack_b's contract; same bits). */
+    void (*pack_b16)(const mha_kernel *k, mha_mat src, int transpose, int kk, int n, mha_bf16 *dst, size_t ps);
+    /* c = alpha·x, then + beta·c (beta 0: c not read), cnt <= 16 contiguous floats, a multiply
+     * and an add each rounded (same bits). */
+    void (*epilogue)(float *c, const float *x, int cnt, float alpha, float beta);
+} mha_isa;
+
+extern const mha_isa mha_isa_ref, mha_isa_avx2, mha_isa_avx512;
+extern const mha_bkernel mha_bk_amx; /* the avx512 table's AMX products (amx.c) */
+
+/* Every table, widest first. */
+extern const mha_isa *const mha_isa_tables[];
+extern const int mha_isa_count;
+
+/* request: "" or "auto" (the widest this CPU runs) or a table's name. MHA_ERR_CONFIG when
+ * unknown or not runnable here; then *why says which names exist, or which features the
+ * table needs and which of them the CPU lacks (why_buf holds that text). */
+mha_status mha_isa_select(const char *request, const mha_isa **isa, char *why_buf, size_t why_len);
+/* What "auto" picks on this CPU. */
+const mha_isa *mha_isa_auto_table(void);
+/* Whether a BLIS sub-config name is one the table runs with. */
+int mha_isa_runs_arch(const mha_isa *isa, const char *arch);
+/* The table of a BLIS sub-config: the first (widest) that lists it and this CPU runs; NULL if none. */
+const mha_isa *mha_isa_of_arch(const char *arch);
+
+/* request: "" or "auto" (isa->bf16_auto) or the name of one of the table's bf16 kernels.
+ * MHA_ERR_CONFIG when it is not the table's or not runnable here, with why in why_buf. */
+mha_status mha_bkernel_select(const mha_isa *isa, const char *request, const mha_bkernel **bk, char *why_buf,
+                              size_t why_len);
+
+/* CPU features by lscpu's name ("avx512f", "avx2", "fma", "f16c", ...): whether this CPU has
+ * it; 0 for a name the library does not test. */
+int mha_cpu_has(const char *feature);
+
+#endif

@@ -1,0 +1,177 @@
+/* ref.c — the portable table: plain C for every operation, runnable on any x86-64 CPU (and
+ * any other), the definition of the numerics the vector tables are tested against. */
+#include "isa.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "exp_poly.h"
+#include "gemv_body.h"
+
+/* ---- float32 ---- */
+
+static void pack_rows_ref(mha_mat a, int w, int i0, int rows, int p0, int kc, int pw, float *restrict dst)
+{
+    for (int r0 = 0; r0 < rows; r0 += pw, dst += (size_t)pw * kc) {
+        const int nr = rows - r0 < pw ? rows - r0 : pw;
+        for (int r = 0; r < nr; r++) {
+            const float *src = a.p + (ptrdiff_t)(i0 + r0 + r) * a.ld;
+            /* walk the columns a panel of w at a time: within one they are contiguous */
+            for (int p = 0; p < kc;) {
+                const int col = p0 + p, in_panel = w - col % w, n = kc - p < in_panel ? kc - p : in_panel;
+                const float *s = src + (ptrdiff_t)(col / w) * a.ps + col % w;
+                for (int t = 0; t < n; t++)
+                    dst[(size_t)(p + t) * pw + r] = s[t];
+                p += n;
+            }
+        }
+        for (int r = nr; r < pw; r++) /* pad the last panel with zero rows */
+            for (int p = 0; p < kc; p++)
+                dst[(size_t)p * pw + r] = 0.0f;
+    }
+}
+
+static void gemv_rows_ref(const mha_kernel *k, int m, int n, int kk, float alpha, mha_mat a, mha_mat b, float beta,
+                          mha_mat c)
+{
+    mha_gemv_rows_body(k, m, n, kk, alpha, a, b, beta, c);
+}
+
+static int visible_at(const uint8_t *mask, int j)
+{
+    return mask == NULL || mask[j] != 0;
+}
+
+/* Two passes: the max over the visible entries (and the running max), then exp and sum. */
+static float softmax_row_ref(float *restrict s, int n, int visible, const uint8_t *restrict mask, float *max_io)
+{
+    /* pass 1: max over the visible entries and the running max */
+    float mx = *max_io;
+    for (int j = 0; j < visible; j++)
+        if (visible_at(mask, j) && s[j] > mx)
+            mx = s[j];
+    *max_io = mx;
+    if (mx == -INFINITY) { /* nothing visible: a zero row, never NaN */
+        memset(s, 0, (size_t)n * sizeof *s);
+        return 0.0f;
+    }
+    /* pass 2: exp(s - max) where visible, 0 elsewhere, and the sum */
+    float sum = 0.0f;
+    for (int j = 0; j < visible; j++) {
+        const float e = visible_at(mask, j) ? mha_exp_poly(s[j] - mx) : 0.0f;
+        s[j] = e;
+        sum += e;
+    }
+    for (int j = visible; j < n; j++)
+        s[j] = 0.0f;
+    return sum;
+}
+
+/* Element i of a run of the cache, float32 or bf16. */
+static inline float cache_elem(const void *run, int bf16, size_t i)
+{
+    return bf16 ? mha_bf16_float(((const mha_bf16 *)run)[i]) : ((const float *)run)[i];
+}
+
+/* One chain per score, feature by feature. */
+static void decode_scores_ref(const float *restrict q, int nq, int dk, const void *kt, int bf16, int ld, int n,
+                              float scale, float *restrict sc, size_t sc_ld, const void *next)
+{
+    (void)next;
+    for (int qi = 0; qi < nq; qi++)
+        for (int t = 0; t < n; t++) {
+            float acc = 0.0f;
+            for (int c = 0; c < dk; c++)
+                acc += q[(size_t)qi * dk + c] * cache_elem(kt, bf16, (size_t)c * ld + t);
+            sc[(size_t)qi * sc_ld + t] = acc * scale;
+        }
+}
+
+static void decode_values_ref(const float *e, size_t e_ld, int nq, const void *v, int bf16, int n, int dk, float *p,
+                              size_t ps, const void *next)
+{
+    (void)next;
+    for (int t = 0; t < n; t++)
+        for (int qi = 0; qi < nq; qi++) {
+            const float x = e[(size_t)qi * e_ld + t];
+            float *y = p + (size_t)qi * ps;
+            for (int c = 0; c < dk; c++)
+                y[c] += x * cache_elem(v, bf16, (size_t)t * dk + c);
+        }
+}
+
+/* ---- bf16 ---- */
+
+static void round_run_ref(const float *src, mha_bf16 *dst, int n)
+{
+    for (int t = 0; t < n; t++)
+        dst[t] = mha_bf16_round(src[t]);
+}
+
+static void pack_b16_ref(const mha_kernel *k, mha_mat src, int transpose, int kk, int n, mha_bf16 *dst, size_t ps)
+{
+    const int kp = (int)mha_bk_kp(kk), np = (int)mha_round_up((size_t)n, MHA_BT_N);
+    for (int j = 0; j < np; j++)
+        for (int p = 0; p < kp; p++) {
+            float x = 0.0f;
+            if (j < n && p < kk)
+                x = transpose ? *mha_mat_at(k, src, j, p) : *mha_mat_at(k, src, p, j);
+            dst[mha_bk_b_index(p, j, ps)] = mha_bf16_round(x);
+        }
+}
+
+static void epilogue_ref(float *c, const float *x, int cnt, float alpha, float beta)
+{
+    if (beta == 0.0f)
+        for (int t = 0; t < cnt; t++)
+            c[t] = alpha * x[t];
+    else
+        for (int t = 0; t < cnt; t++) {
+            const float y = alpha * x[t];
+            c[t] = y + beta * c[t];
+        }
+}
+
+/* The model itself, even element first. */
+static void block_ref(int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps, float *acc, int pf)
+{
+    (void)pf;
+    mha_bk_block_model(MHA_BK_EVEN_FIRST, rows, npan, kt, a, b, ps, acc);
+}
+
+static const mha_bkernel ref_bf16 = {.name = "ref-bf16", .order = MHA_BK_EVEN_FIRST, .block = block_ref};
+
+/* ---- the table ---- */
+
+static int runnable_ref(void)
+{
+    return 1;
+}
+
+static const char *default_arch_ref(void)
+{
+    return "generic";
+}
+
+static const mha_bkernel *bf16_auto_ref(void)
+{
+    return &ref_bf16;
+}
+
+const mha_isa mha_isa_ref = {
+    .name = "ref",
+    .needs = "nothing (portable C)",
+    .runnable = runnable_ref,
+    .archs = {"generic", "sandybridge", "penryn", NULL},
+    .default_arch = default_arch_ref,
+    .bf16 = {&ref_bf16, NULL},
+    .bf16_auto = bf16_auto_ref,
+    .pack_rows = pack_rows_ref,
+    .gemv_rows = gemv_rows_ref,
+    .softmax_row = softmax_row_ref,
+    .decode_scores = decode_scores_ref,
+    .decode_values = decode_values_ref,
+    .round_run = round_run_ref,
+    .pack_b16 = pack_b16_ref,
+    .epilogue = epilogue_ref,
+};
