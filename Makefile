@@ -233,6 +233,9 @@ head-shapes: $(B)/mha
 	$(B)/sgemm_ceiling heads 768 12 512 && $(B)/mha run configs/bert-base-512.yaml --threads 1 --iters 5 --check 0 | grep speed
 	$(B)/sgemm_ceiling heads 768 12 128 && $(B)/mha run configs/bert-base.yaml --threads 1 --iters 10 --check 0 | grep speed
 
+# The kernel table the benchmarks run mha on (auto, avx512, avx2, ref): ISA=avx2 on an AVX-512
+# host measures the AVX2 kernels against PyTorch held to AVX2 (ATEN_CPU_CAPABILITY).
+ISA ?= auto
 # make bench: mha against PyTorch, OpenVINO and numpy peers (perf/bench.py). PEERS=1 installs
 # them: Debian's python3-torch and numpy, PyTorch 2.x and OpenVINO from PyPI into perf/.venv.
 PEERS ?= 0
@@ -251,7 +254,7 @@ deps-bench:
 bench: all deps-bench
 	$(CC) -O2 -fopenmp perf/ceiling.c -o $(B)/ceiling
 	$(CC) -O2 -fopenmp -isystem $(BLIS_INC) perf/sgemm_ceiling.c $(BLIS_A) -lm -lpthread -o $(B)/sgemm_ceiling
-	/usr/bin/python3 perf/bench.py $(BENCH_ARGS)
+	/usr/bin/python3 perf/bench.py --isa $(ISA) $(BENCH_ARGS)
 
 # Continuous batching through the KV cache (perf/decode_serve.c): DECODE_SERVE_ARGS to change
 # the model, slots, rate, duration, prompt and generation lengths.
@@ -264,7 +267,7 @@ decode-serve: $(B)/libmha.a
 # installs python3-torch (1.13, Debian) and PyTorch 2.x from PyPI into perf/.venv.
 decode-bench: all deps-bench
 	$(CC) -O2 -fopenmp perf/bandwidth.c -o $(B)/bandwidth
-	perf/decode_bench.sh $(B) $(DECODE_ROUNDS)
+	perf/decode_bench.sh $(B) $(DECODE_ROUNDS) $(ISA)
 DECODE_ROUNDS ?= 3
 
 # Decode steps alone (perf/decode_step.c: the decode-bench shape, no prefill, seconds a run),

@@ -2,9 +2,10 @@
 """make bench — mha against its peers on a fixed matrix of shapes, in one run.
 
 For every shape, rounds alternate mha and each installed peer (so they share the machine's
-noise): PyTorch nn.MultiheadAttention at its default setup, with BLIS's skx kernels
-(BLIS_ARCH_TYPE=0, the kernel mha uses on AVX-512) and with that plus glibc keeping freed
-memory (GLIBC_TUNABLES); the reference numpy class as written (float64) and in float32 on
+noise): PyTorch nn.MultiheadAttention at its default setup, with BLIS held to the sub-config
+mha's table runs (BLIS_ARCH_TYPE: skx on avx512, haswell or zen3 on avx2; never skx where the
+CPU lacks AVX-512, which would be SIGILL) and with that plus glibc keeping freed memory
+(GLIBC_TUNABLES); the reference numpy class as written (float64) and in float32 on
 the shapes where it finishes in seconds. bf16: mha --precision bf16, PyTorch 1.13's module
 converted to bf16; from perf/.venv (make bench PEERS=1) PyTorch 2.x's
 scaled_dot_product_attention layer (perf/peers/sdpa_layer.py) and OpenVINO's CPU plugin
@@ -13,7 +14,10 @@ one large BLIS sgemm with mha's kernel (build/sgemm_ceiling); where the CPU has 
 tdpbf16ps loop (build/ceiling) and each bf16 row's share of it. Prints a table and writes it
 to perf/results/bench-HOST-DATETIME.csv. A missing peer gets "n/a" in its columns; the driver
 never fails for that. GFLOP/s: 8·B·S·d² + 4·B·S²·d, only unmasked work for causal/ragged.
-usage: perf/bench.py [--rounds N] [--quick]"""
+--isa NAME runs mha on that kernel table (make bench ISA=avx2) and holds the peers to it where
+they can be: PyTorch 2.x by ATEN_CPU_CAPABILITY (its own kernels) with MKL_ENABLE_INSTRUCTIONS
+and ONEDNN_MAX_CPU_ISA (its GEMMs), PyTorch 1.13 by BLIS_ARCH_TYPE; OpenVINO cannot be, so it is left out of a forced run below the CPU's best.
+usage: perf/bench.py [--rounds N] [--quick] [--isa auto|avx512|avx2|ref]"""
 import argparse
 import csv
 import datetime
@@ -88,11 +92,27 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="only the first two shapes, one round")
+    ap.add_argument("--isa", default="auto", help="mha's kernel table (auto, avx512, avx2, ref)")
     args = ap.parse_args()
     shapes = SHAPES[:2] if args.quick else SHAPES
     rounds = 1 if args.quick else args.rounds
     torch_ok, numpy_ok = have_module("torch"), have_module("numpy")
     torch2_ok, ov_ok = have_module("torch", VENV), have_module("openvino", VENV)
+    # the table mha runs, and what it means for the peers
+    probe = run_json([os.path.join(BUILD, "mha"), "run", "--json", "--iters", "1", "--warmup", "0", "--check", "0",
+                      "--isa", args.isa]) or {}
+    isa, arch = probe.get("isa", "n/a"), probe.get("blis_arch", "n/a")
+    auto = (run_json([os.path.join(BUILD, "mha"), "run", "--json", "--iters", "1", "--warmup", "0", "--check", "0"])
+            or {}).get("isa")
+    forced = isa != auto  # a table below the CPU's best: hold the peers to it
+    blis_ids = {"skx": "0", "haswell": "3", "zen3": "6", "zen2": "7", "zen": "8"}  # BLIS 0.9's arch_t
+    aten = {"avx2": "avx2", "ref": "default"}.get(isa) if forced else None
+    # ATen's own kernels by ATEN_CPU_CAPABILITY; its GEMMs run in MKL and oneDNN, held by theirs
+    peer_isa = {"avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+                "ref": {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
+                        "ONEDNN_MAX_CPU_ISA": "SSE41"}}.get(isa, {}) if forced else {}
+    if forced:
+        ov_ok = False
 
     ceil = [l.split() for l in subprocess.run([os.path.join(BUILD, "ceiling"), "2"], capture_output=True,
                                               text=True).stdout.splitlines()]
@@ -104,16 +124,18 @@ def main():
         sg[t] = float(r[2]) if r else None
     print(f"machine: {platform.node()}, FMA peak {fma} GFLOP/s by threads; AMX tdpbf16ps loop "
           f"{amx or 'n/a (no AMX here)'}; BLIS sgemm 2048³ {sg} GFLOP/s")
+    print(f"mha: isa {isa} (BLIS {arch}){' forced below the CPU auto ' + str(auto) if forced else ''}; PyTorch 2.x "
+          f"{' '.join(k + '=' + v for k, v in peer_isa.items()) if peer_isa else 'at its default ISA'}; PyTorch 1.13 BLIS "
+          f"{arch if arch in blis_ids else 'default only'}{'; OpenVINO left out (no way to hold it to ' + isa + ')' if forced else ''}")
     print(f"peers: torch {'yes' if torch_ok else 'n/a (install python3-torch: make bench PEERS=1)'}, "
           f"numpy {'yes' if numpy_ok else 'n/a'}, perf/.venv: PyTorch 2.x {'yes' if torch2_ok else 'n/a'}, "
           f"OpenVINO {'yes' if ov_ok else 'n/a'} (make bench PEERS=1)")
 
-    setups = {
-        "torch default": {},
-        "torch skx": {"BLIS_ARCH_TYPE": "0"},
-        "torch skx+tunables": {"BLIS_ARCH_TYPE": "0", "GLIBC_TUNABLES":
-                               "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736"},
-    }
+    setups = {"torch default": {}}
+    if arch in blis_ids:
+        setups[f"torch {arch}"] = {"BLIS_ARCH_TYPE": blis_ids[arch]}
+        setups[f"torch {arch}+tunables"] = {"BLIS_ARCH_TYPE": blis_ids[arch], "GLIBC_TUNABLES":
+                                            "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736"}
     rows = []
     tmp = tempfile.mkdtemp(prefix="mha-bench-")
     for name, d, h, b, s, t, mask, lengths, iters in shapes:
@@ -124,13 +146,14 @@ def main():
         rss = None
         thr = {"OMP_NUM_THREADS": str(t), "BLIS_NUM_THREADS": str(t)}
         for r in range(rounds):
-            out = run_json([os.path.join(BUILD, "mha"), "run", cfg, "--json", "--check", "0"])
+            out = run_json([os.path.join(BUILD, "mha"), "run", cfg, "--json", "--check", "0", "--isa", args.isa])
             if out:
                 res["mha"].append(out["median_ms"])
                 rss = out.get("peak_rss_mb", rss)
                 res.setdefault("mha min", []).append(out["min_ms"])
                 res.setdefault("mha max", []).append(out["max_ms"])
-            o = run_json([os.path.join(BUILD, "mha"), "run", cfg, "--json", "--check", "0", "--precision", "bf16"])
+            o = run_json([os.path.join(BUILD, "mha"), "run", cfg, "--json", "--check", "0", "--precision", "bf16",
+                          "--isa", args.isa])
             res.setdefault("mha bf16", []).append(o["median_ms"] if o else None)
             kernel_bf16 = o["kernel"] if o else "n/a"
             if torch_ok and s <= 2048:  # S=8192: PyTorch would hold a 4 GiB score tensor
@@ -145,7 +168,7 @@ def main():
                 res.setdefault("torch bf16", []).append(o["median_ms"] if o else None)
                 for prec in ("f32", "bf16"):  # perf/.venv's peers, each in both precisions
                     if torch2_ok:
-                        o = run_json([VENV] + cmd[1:] + [prec, "sdpa"], thr)
+                        o = run_json([VENV] + cmd[1:] + [prec, "sdpa"], dict(thr, **peer_isa))
                         res.setdefault(f"torch2 sdpa {prec}", []).append(o["median_ms"] if o else None)
                     if ov_ok:
                         o = run_json([VENV, os.path.join(ROOT, "perf/peers/openvino_mha.py")] + cmd[2:] + [prec], thr)
@@ -157,7 +180,7 @@ def main():
                     res.setdefault(f"numpy {dt}", []).append(o["median_ms"] if o else None)
         m = median(res["mha"])
         peak = fma.get(t)
-        row = {"shape": name, "d": d, "heads": h, "batch": b, "seq": s, "threads": t, "mask": "padding" if lengths else mask,
+        row = {"shape": name, "isa": isa, "blis_arch": arch, "d": d, "heads": h, "batch": b, "seq": s, "threads": t, "mask": "padding" if lengths else mask,
                "mha_median_ms": m, "mha_min_ms": min(res.get("mha min", [0]) or [0]),
                "mha_max_ms": max(res.get("mha max", [0]) or [0]),
                "gflops": fl / (m * 1e6) if m else None, "pct_fma_peak": 100 * fl / (m * 1e6) / peak if m and peak else None,

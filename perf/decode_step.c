@@ -8,7 +8,7 @@
  * (perf/ab.sh does it for `mha run`): single runs on a shared VM swing by 10–30%.
  *
  * usage: decode_step [f32|bf16] [KV_HEADS (8)] [CONTEXT (2048)] [STEPS (30)] [THREADS (2)]
- *                    [SEQS (16)] */
+ *                    [SEQS (16)] [ISA (auto)] */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime (perf_util.h) under -std=c11 */
 #include <stdint.h>
 #include <stdio.h>
@@ -40,11 +40,12 @@ int main(int argc, char **argv)
     const int kvh = argc > 2 ? atoi(argv[2]) : 8, context = argc > 3 ? atoi(argv[3]) : 2048;
     const int steps = argc > 4 ? atoi(argv[4]) : 30, threads = argc > 5 ? atoi(argv[5]) : 2;
     const int seqs = argc > 6 ? atoi(argv[6]) : 16;
+    const char *isa = argc > 7 ? argv[7] : "auto";
     if ((argc > 1 && !bf16 && strcmp(argv[1], "f32")) || kvh < 1 || HEADS % kvh || context < 1 || context > 1 << 20 ||
-        steps < 1 || threads < 1 || seqs < 1 || seqs > MAX_SEQS) {
+        steps < 1 || threads < 1 || seqs < 1 || seqs > MAX_SEQS || strlen(isa) >= sizeof((mha_config){0}.isa)) {
         fprintf(stderr,
                 "usage: decode_step [f32|bf16] [KV_HEADS dividing %d] [CONTEXT 1..%d] [STEPS >= 1] [THREADS >= 1] "
-                "[SEQS 1..%d]\n",
+                "[SEQS 1..%d] [ISA auto|avx512|avx2|ref]\n",
                 HEADS, 1 << 20, MAX_SEQS);
         return 2;
     }
@@ -55,6 +56,7 @@ int main(int argc, char **argv)
     cfg.threads = threads, cfg.pinning = MHA_PIN_CLOSE;
     cfg.precision = bf16 ? MHA_PRECISION_BF16 : MHA_PRECISION_F32;
     cfg.rope = (mha_rope){.style = MHA_ROPE_NEOX, .theta = 500000.0f};
+    snprintf(cfg.isa, sizeof cfg.isa, "%s", isa);
 
     const size_t kvd = (size_t)kvh * DK;
     const int per_seq = (context + BLOCK - 1) / BLOCK, n_blocks = seqs * per_seq;
@@ -104,13 +106,17 @@ int main(int argc, char **argv)
     qsort(ms, (size_t)steps, sizeof *ms, cmp);
     const double elem = bf16 ? 2.0 : 4.0, median = ms[steps / 2];
     const double bytes = elem * (2.0 * D * D + 2.0 * D * (double)kvd) + elem * 2.0 * seqs * (double)kvd * context;
-    printf("decode_step %s, %d sequences, %d KV heads, context %d, %d threads: median %.2f ms (min %.2f, max %.2f) "
-           "over %d steps, %.1f GB/s\n",
-           bf16 ? "bf16" : "f32", seqs, kvh, context, threads, median, ms[0], ms[steps - 1], steps, bytes / median / 1e6);
+    printf("decode_step %s, isa %s (%s), %d sequences, %d KV heads, context %d, %d threads: median %.2f ms "
+           "(min %.2f, max %.2f) over %d steps, %.1f GB/s\n",
+           bf16 ? "bf16" : "f32", mha_engine_isa(e), mha_engine_kernel(e), seqs, kvh, context, threads, median, ms[0],
+           ms[steps - 1], steps, bytes / median / 1e6);
 done:
-    if (st != MHA_OK)
-        fprintf(stderr, "decode_step: %s: %s%s%s\n", what, mha_status_str(st), e ? ": " : "",
-                e ? mha_engine_last_error(e) : "");
+    if (st != MHA_OK) {
+        char why[256] = "";
+        if (!e)
+            mha_config_check(&cfg, why, sizeof why);
+        fprintf(stderr, "decode_step: %s: %s: %s\n", what, mha_status_str(st), e ? mha_engine_last_error(e) : why);
+    }
     free(wq), free(wk), free(wv), free(wo), free(x), free(out), free(blocks), free(ms);
     mha_kv_cache_free(cache);
     mha_free(e);

@@ -449,72 +449,90 @@ __attribute__((target(AVX2))) static void epilogue_avx2(float *c, const float *x
 
 /* ---- bf16 products: FMA on widened bf16, even element first (the model's sums) ---- */
 
-/* A's rows widened into a small float buffer a chunk of k at a time, B's pairs split into even
- * and odd halves by a shift and a mask; NR rows × one panel of 16 columns (two vectors) at a
- * time, panels one after the other. */
-enum { FMA_KCH = 8 }; /* k tiles per widened chunk: 4 rows × 256 floats, 4 KiB */
-enum { PF_AHEAD = 32 }; /* pairs of B prefetched ahead by a few-row product */
+/* A block is summed a chunk of KCH k tiles at a time: the chunk's B panels and A rows are
+ * widened to float32 once (B's pairs split into their two k rows by a shift and a mask), then
+ * every row group runs a plain float32 FMA kernel on them, 6 rows × 16 columns (haswell's
+ * tile: 12 accumulators), the accumulators kept in acc between chunks. Each element's sum is
+ * one FMA chain in increasing k, even element of a pair first: the model's, bit for bit (the
+ * products are exact). Widening once per block instead of once per row group takes the
+ * shifts off the FMA ports: B is used by every row of the block. */
+enum { KCH = 4 };       /* k tiles per chunk: 128 k; widened B 2 × 8 KiB, A 32 × 512 bytes */
 
 static inline __attribute__((always_inline, target(AVX2))) void
-rows_fma(const int NR, int pf, int i0, int kt, const mha_bf16 *a, const mha_bf16 *b, float *acc, int col0)
+rows_tile(const int R, int r0, int kn, const float *restrict bw, const float (*restrict aw)[KCH * 32], float *acc,
+          int col0, int first, const mha_bf16 *next)
 {
-    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
-    _Alignas(32) float aw[4][FMA_KCH * 32];
-    __m256 c[4][2];
-    for (int r = 0; r < NR; r++)
-        c[r][0] = c[r][1] = _mm256_setzero_ps();
-    for (int t0 = 0; t0 < kt; t0 += FMA_KCH) {
-        const int tn = kt - t0 < FMA_KCH ? kt - t0 : FMA_KCH;
-        for (int r = 0; r < NR; r++) {
-            const int i = i0 + r;
-            const mha_bf16 *src = a + (size_t)(i / 16) * 16 * 32 * kt + (size_t)(i % 16) * 32;
-            for (int t = 0; t < tn; t++)
-                for (int h = 0; h < 4; h++) {
-                    const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(src + (size_t)(t0 + t) * 512 + 8 * h));
-                    _mm256_store_ps(&aw[r][t * 32 + 8 * h], _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16)));
-                }
-        }
-        for (int t = 0; t < tn; t++)
-            for (int q = 0; q < 16; q++) {
-                const mha_bf16 *bp = b + (size_t)(t0 + t) * 512 + 32 * q;
-                if (pf)
-                    _mm_prefetch((const char *)(bp + 32 * PF_AHEAD), _MM_HINT_T0);
-                const __m256i v0 = _mm256_loadu_si256((const __m256i *)(const void *)bp);
-                const __m256i v1 = _mm256_loadu_si256((const __m256i *)(const void *)(bp + 16));
-                const __m256 e0 = _mm256_castsi256_ps(_mm256_slli_epi32(v0, 16));
-                const __m256 o0 = _mm256_castsi256_ps(_mm256_and_si256(v0, hi));
-                const __m256 e1 = _mm256_castsi256_ps(_mm256_slli_epi32(v1, 16));
-                const __m256 o1 = _mm256_castsi256_ps(_mm256_and_si256(v1, hi));
-                for (int r = 0; r < NR; r++) {
-                    const __m256 xe = _mm256_broadcast_ss(&aw[r][t * 32 + 2 * q]);
-                    const __m256 xo = _mm256_broadcast_ss(&aw[r][t * 32 + 2 * q + 1]);
-                    c[r][0] = _mm256_fmadd_ps(xo, o0, _mm256_fmadd_ps(xe, e0, c[r][0]));
-                    c[r][1] = _mm256_fmadd_ps(xo, o1, _mm256_fmadd_ps(xe, e1, c[r][1]));
-                }
-            }
+    __m256 c0[6], c1[6];
+    for (int r = 0; r < R; r++) {
+        float *y = acc + (r0 + r) * 32 + col0;
+        c0[r] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y);
+        c1[r] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + 8);
     }
-    for (int r = 0; r < NR; r++) {
-        _mm256_storeu_ps(acc + (i0 + r) * 32 + col0, c[r][0]);
-        _mm256_storeu_ps(acc + (i0 + r) * 32 + col0 + 8, c[r][1]);
+    for (int p = 0; p < kn; p++) {
+        if (next && p % 2 == 0) /* one line of the next chunk's panel per pair row of this one */
+            _mm_prefetch((const char *)(next + (size_t)p * 16), _MM_HINT_T0);
+        const __m256 b0 = _mm256_load_ps(bw + (size_t)p * 16), b1 = _mm256_load_ps(bw + (size_t)p * 16 + 8);
+        for (int r = 0; r < R; r++) {
+            const __m256 x = _mm256_broadcast_ss(&aw[r0 + r][p]);
+            c0[r] = _mm256_fmadd_ps(x, b0, c0[r]);
+            c1[r] = _mm256_fmadd_ps(x, b1, c1[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        float *y = acc + (r0 + r) * 32 + col0;
+        _mm256_storeu_ps(y, c0[r]);
+        _mm256_storeu_ps(y + 8, c1[r]);
     }
 }
 
-/* Under the instructions' DAZ and FTZ, as fma-bf16 (the caller's MXCSR comes back); pf: the
- * first row group prefetches B. */
+/* Under the instructions' DAZ and FTZ, as fma-bf16 (the caller's MXCSR comes back). pf: B
+ * comes from memory (a few-row product reads it once): the first row group of each panel
+ * prefetches the panel's next chunk (or the next block's first) while it computes, so the
+ * widening finds it in cache. */
 __attribute__((target(AVX2))) static void block_avx2(int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b,
                                                     size_t ps, float *acc, int pf)
 {
+    _Alignas(32) float bw[2][KCH * 32 * 16]; /* widened B: [panel][k][column] */
+    _Alignas(32) float aw[32][KCH * 32];     /* widened A: [row][k] */
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | 0x8040u);
-    for (int j = 0; j < npan; j++) {
-        const mha_bf16 *bj = b + (size_t)j * ps;
-        int i = 0;
-        for (; i + 4 <= rows; i += 4)
-            rows_fma(4, pf && i == 0, i, kt, a, bj, acc, 16 * j);
-        if (i + 2 <= rows)
-            rows_fma(2, pf && i == 0, i, kt, a, bj, acc, 16 * j), i += 2;
-        if (i < rows)
-            rows_fma(1, pf && i == 0, i, kt, a, bj, acc, 16 * j);
+    for (int t0 = 0; t0 < kt; t0 += KCH) {
+        const int tn = kt - t0 < KCH ? kt - t0 : KCH, kn = tn * 32;
+        for (int j = 0; j < npan; j++)
+            for (int q = 0; q < tn * 16; q++) { /* pair row q of the chunk: k 2q and 2q + 1 */
+                const mha_bf16 *bp = b + (size_t)j * ps + (size_t)t0 * 512 + (size_t)q * 32;
+                const __m256i v0 = _mm256_loadu_si256((const __m256i *)(const void *)bp);
+                const __m256i v1 = _mm256_loadu_si256((const __m256i *)(const void *)(bp + 16));
+                float *even = bw[j] + (size_t)(2 * q) * 16, *odd = even + 16;
+                _mm256_store_ps(even, _mm256_castsi256_ps(_mm256_slli_epi32(v0, 16)));
+                _mm256_store_ps(even + 8, _mm256_castsi256_ps(_mm256_slli_epi32(v1, 16)));
+                _mm256_store_ps(odd, _mm256_castsi256_ps(_mm256_and_si256(v0, hi)));
+                _mm256_store_ps(odd + 8, _mm256_castsi256_ps(_mm256_and_si256(v1, hi)));
+            }
+        for (int r = 0; r < rows; r++) {
+            const mha_bf16 *src = a + (size_t)(r / 16) * 16 * 32 * kt + (size_t)t0 * 512 + (size_t)(r % 16) * 32;
+            for (int t = 0; t < tn; t++)
+                for (int h = 0; h < 4; h++) {
+                    const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(src + (size_t)t * 512 + 8 * h));
+                    _mm256_store_ps(&aw[r][t * 32 + 8 * h],
+                                    _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16)));
+                }
+        }
+        for (int j = 0; j < npan; j++) {
+            const mha_bf16 *next = !pf ? NULL
+                                   : t0 + KCH < kt ? b + (size_t)j * ps + (size_t)(t0 + KCH) * 512
+                                                   : b + (size_t)(npan + j) * ps;
+            int r0 = 0;
+            for (; r0 + 6 <= rows; r0 += 6)
+                rows_tile(6, r0, kn, bw[j], aw, acc, 16 * j, t0 == 0, r0 == 0 ? next : NULL);
+            if (rows - r0 >= 4)
+                rows_tile(4, r0, kn, bw[j], aw, acc, 16 * j, t0 == 0, r0 == 0 ? next : NULL), r0 += 4;
+            if (rows - r0 >= 2)
+                rows_tile(2, r0, kn, bw[j], aw, acc, 16 * j, t0 == 0, r0 == 0 ? next : NULL), r0 += 2;
+            if (rows - r0 >= 1)
+                rows_tile(1, r0, kn, bw[j], aw, acc, 16 * j, t0 == 0, r0 == 0 ? next : NULL);
+        }
     }
     _mm_setcsr(csr);
 }
