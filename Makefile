@@ -39,7 +39,11 @@ OPT := -O3 -g
 endif
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wvla -Wmissing-prototypes -Wno-format-truncation
-CFLAGS_LIB := -std=c11 $(OPT) $(WARN) -fPIC -fvisibility=hidden -fopenmp -DMHA_BUILDING -Iinclude -Isrc -isystem $(BLIS_INC) $(CFLAGS)
+# The numerics the bitwise guarantees rest on, after the user's CFLAGS so that none undoes them:
+# no FMA contraction (-std=c11 implies it; -std=gnu11 or -ffp-contract=fast would not). A build
+# with -ffast-math or -Ofast stops at src/isa/isa.h, which says why. make test-numerics checks both.
+NUMERICS := -ffp-contract=off
+CFLAGS_LIB := -std=c11 $(OPT) $(WARN) -fPIC -fvisibility=hidden -fopenmp -DMHA_BUILDING -Iinclude -Isrc -isystem $(BLIS_INC) $(CFLAGS) $(NUMERICS)
 # The library needs libyaml (config loader); the command also jansson (--json output).
 LDLIBS := -lyaml -fopenmp -lm -lpthread
 CLI_LDLIBS := $(LDLIBS) -ljansson
@@ -55,7 +59,7 @@ TEST_CLI_OBJ := $(B)/obj/cli/scale_fit.o $(B)/obj/cli/shard.o
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
-.PHONY: all deps deps-perf deps-bench decode-bench decode-step ukernel-rate decode-serve test run install uninstall clean readme-example footprint blis-overhead head-shapes bench report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
+.PHONY: all deps deps-perf deps-bench decode-bench decode-step ukernel-rate decode-serve test test-numerics run install uninstall clean readme-example footprint blis-overhead head-shapes bench report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
 all: $(B)/libmha.a $(B)/libmha.so $(B)/mha $(if $(filter 1,$(MPI)),$(B)/mha-mpi)
 
 deps:
@@ -113,7 +117,7 @@ $(B)/counted/libmha.a: $(LIB_OBJ)
 
 $(B)/tests/%.o: tests/%.c $(wildcard tests/*.h) $(wildcard src/*.h src/isa/*.h) include/mha.h include/mha_io.h | deps
 	@mkdir -p $(@D)
-	$(CC) -std=gnu11 $(OPT) $(WARN) -Wno-missing-prototypes -fopenmp -Iinclude -Isrc -Isrc/cli -DMHA_CLI='"$(B)/mha"' $(CFLAGS) -c $< -o $@
+	$(CC) -std=gnu11 $(OPT) $(WARN) -Wno-missing-prototypes -fopenmp -Iinclude -Isrc -Isrc/cli -DMHA_CLI='"$(B)/mha"' $(CFLAGS) $(NUMERICS) -c $< -o $@
 
 # The CLI tests run $(B)/mha, so it is built first.
 $(B)/tests/mha_tests: $(TEST_OBJ) $(TEST_CLI_OBJ) $(B)/counted/libmha.a $(B)/mha
@@ -132,6 +136,15 @@ test: $(B)/tests/mha_tests readme-example
 	  echo "engine suites on isa $$isa (MHA_TEST_ISA=$$isa)"; \
 	  $(TEST_ENV) MHA_TEST_ISA=$$isa $(B)/tests/mha_tests --jobs 2 --filter '$(ISA_SUITES)' || exit 1; \
 	done
+
+# The suite on a build whose CFLAGS would break the bitwise guarantees were the numerics not
+# pinned after them (FMA contraction on, GNU mode), and a -ffast-math build refused.
+test-numerics:
+	$(MAKE) --no-print-directory B=build/numerics CFLAGS='-O2 -std=gnu11 -ffp-contract=fast' build/numerics/tests/mha_tests
+	build/numerics/tests/mha_tests --jobs 2
+	@if $(CC) -std=c11 -ffast-math -Iinclude -Isrc -isystem $(BLIS_INC) -fsyntax-only src/gemm.c 2>/dev/null; then \
+	  echo "make test-numerics: a -ffast-math build of src/gemm.c was not refused" >&2; exit 1; fi
+	@echo "make test-numerics: -ffast-math refused, as it should be"
 
 # Every C block of the README, compiled as written against a staged install through
 # pkg-config and run (example1.c, example2.c, ...).

@@ -106,7 +106,6 @@ def main():
             or {}).get("isa")
     forced = isa != auto  # a table below the CPU's best: hold the peers to it
     blis_ids = {"skx": "0", "haswell": "3", "zen3": "6", "zen2": "7", "zen": "8"}  # BLIS 0.9's arch_t
-    aten = {"avx2": "avx2", "ref": "default"}.get(isa) if forced else None
     # ATen's own kernels by ATEN_CPU_CAPABILITY; its GEMMs run in MKL and oneDNN, held by theirs
     peer_isa = {"avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
                 "ref": {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
@@ -116,13 +115,18 @@ def main():
 
     ceil = [l.split() for l in subprocess.run([os.path.join(BUILD, "ceiling"), "2"], capture_output=True,
                                               text=True).stdout.splitlines()]
-    fma = {int(l[1]): float(l[2]) for l in ceil if l and l[0] in ("avx512", "avx2")}  # not the bf16 lines
+    loops = {}
+    for l in ceil:
+        if l and l[0] in ("avx512", "avx2") and l[1].isdigit():
+            loops.setdefault(l[0], {})[int(l[1])] = float(l[2])
     amx = {int(l[1]): float(l[2]) for l in ceil if len(l) > 2 and l[0] == "amx_bf16" and l[1].isdigit()}
     sg = {}
     for t in (1, 2):
         r = subprocess.run([os.path.join(BUILD, "sgemm_ceiling"), "2048", str(t)], capture_output=True, text=True).stdout.split()
         sg[t] = float(r[2]) if r else None
-    print(f"machine: {platform.node()}, FMA peak {fma} GFLOP/s by threads; AMX tdpbf16ps loop "
+    fma = loops.get("avx2" if isa in ("avx2", "ref") else "avx512") or loops.get("avx2", {})  # the table's loop
+    print(f"machine: {platform.node()}, FMA peak {fma} GFLOP/s by threads ({'AVX2' if isa in ('avx2', 'ref') else 'widest'} "
+          f"FMA loop, the isa's ceiling); AMX tdpbf16ps loop "
           f"{amx or 'n/a (no AMX here)'}; BLIS sgemm 2048³ {sg} GFLOP/s")
     print(f"mha: isa {isa} (BLIS {arch}){' forced below the CPU auto ' + str(auto) if forced else ''}; PyTorch 2.x "
           f"{' '.join(k + '=' + v for k, v in peer_isa.items()) if peer_isa else 'at its default ISA'}; PyTorch 1.13 BLIS "
@@ -131,7 +135,7 @@ def main():
           f"numpy {'yes' if numpy_ok else 'n/a'}, perf/.venv: PyTorch 2.x {'yes' if torch2_ok else 'n/a'}, "
           f"OpenVINO {'yes' if ov_ok else 'n/a'} (make bench PEERS=1)")
 
-    setups = {"torch default": {}}
+    setups = {} if forced else {"torch default": {}}  # BLIS's own choice may be wider than the table
     if arch in blis_ids:
         setups[f"torch {arch}"] = {"BLIS_ARCH_TYPE": blis_ids[arch]}
         setups[f"torch {arch}+tunables"] = {"BLIS_ARCH_TYPE": blis_ids[arch], "GLIBC_TUNABLES":
@@ -164,7 +168,7 @@ def main():
                            ",".join(map(str, lengths)) if lengths else "-"]
                     o = run_json(cmd, e)
                     res.setdefault(setup, []).append(o["median_ms"] if o else None)
-                o = run_json(cmd + ["bf16"], thr)  # the module in bf16, default setup
+                o = run_json(cmd + ["bf16"], dict(thr, **peer_isa))  # the module in bf16 (oneDNN: held)
                 res.setdefault("torch bf16", []).append(o["median_ms"] if o else None)
                 for prec in ("f32", "bf16"):  # perf/.venv's peers, each in both precisions
                     if torch2_ok:
@@ -188,7 +192,7 @@ def main():
         mb = median([v for v in res.get("mha bf16", []) if v])
         row["mha_bf16_ms"], row["bf16_kernel"] = mb, kernel_bf16
         row["mha f32 / bf16"] = m / mb if m and mb else None
-        row["bf16 pct_amx_peak"] = 100 * fl / (mb * 1e6) / amx[t] if mb and amx.get(t) else None
+        row["bf16 pct_amx_peak"] = 100 * fl / (mb * 1e6) / amx[t] if mb and amx.get(t) and kernel_bf16 == "amx-bf16" else None
         best = best16 = None
         for peer in list(setups) + ["torch2 sdpa f32", "openvino f32", "numpy float64", "numpy float32"]:
             v = median(res.get(peer, []))

@@ -36,7 +36,7 @@ for r in $(seq "$ROUNDS"); do
           sed -n 's/.*"kernel":"\([^"]*\)".*"step_median_ms":\([0-9.e+-]*\).*"step_p99_ms":\([0-9.e+-]*\).*/\1 \2 \3/p')
     peer() { # PYTHON MODE [ENV]: the peer's median step in ms, or n/a
       if [ -x "$1" ] && "$1" -c 'import torch' 2>/dev/null; then
-        env $3 "$1" perf/peers/torch_decode.py 4096 32 8 16 2048 32 2 "$2" "$prec" | sed -n 's/.*"median_ms": \([0-9.e+-]*\).*/\1/p'
+        env ${3:-} "$1" perf/peers/torch_decode.py 4096 32 8 16 2048 32 2 "$2" "$prec" | sed -n 's/.*"median_ms": \([0-9.e+-]*\).*/\1/p'
       else echo n/a; fi
     }
     torch=$(peer "$PY" eager)

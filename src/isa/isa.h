@@ -15,6 +15,13 @@
 #ifndef MHA_ISA_H
 #define MHA_ISA_H
 
+/* Every table's promise of the same bits as ref's, and of one order for every sum, assumes
+ * IEEE arithmetic as written: -ffast-math (or -Ofast) reassociates sums, contracts products
+ * into FMAs and flushes denormals, so results would change with blocking and ISA. */
+#ifdef __FAST_MATH__
+#error "mha must not be built with -ffast-math or -Ofast: the engine's bitwise guarantees (same bits for every thread count, each vector kernel equal to the portable one) need IEEE arithmetic as written"
+#endif
+
 #include <stddef.h>
 #include <stdint.h>
 
