@@ -23,14 +23,12 @@ typedef struct loader {
     yaml_parser_t parser;
     const char *origin;         /* the file's name in messages */
     mha_config_file *fc;
-    int line[64];               /* per schema key: its line, 0 if absent */
-    int *entry_line[64];        /* per list key: the line of each entry */
+    int *line;                  /* (mha_n_keys): per schema key, its line; 0 if absent */
+    int **entry_line;           /* (mha_n_keys): per list key, the line of each entry */
     int decode_line;            /* line of a decode block, 0: none */
     char *err;
     size_t err_len;
 } loader;
-
-_Static_assert(sizeof(((loader *)0)->line) / sizeof(int) >= 24, "one slot per schema key");
 
 static mha_status bad_at(loader *L, mha_status st, int line, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
@@ -515,6 +513,11 @@ static mha_status parse(const char *text, size_t len, const char *origin, mha_co
         return mha_errorf(err, err_len, MHA_ERR_NOMEM, "%s: out of memory", origin);
     L->origin = origin, L->fc = fc, L->err = err, L->err_len = err_len;
     mha_status st = MHA_OK;
+    /* sized from the key table, which grows with every feature */
+    L->line = calloc((size_t)mha_n_keys, sizeof *L->line);
+    L->entry_line = calloc((size_t)mha_n_keys, sizeof *L->entry_line);
+    if (!L->line || !L->entry_line)
+        st = mha_errorf(err, err_len, MHA_ERR_NOMEM, "%s: out of memory", origin);
     for (int i = 0; i < mha_n_keys && st == MHA_OK; i++)
         if (mha_keys[i].pub.type == MHA_KEY_INT_LIST && !(L->entry_line[i] = calloc((size_t)mha_keys[i].pub.max_count, sizeof(int))))
             st = mha_errorf(err, err_len, MHA_ERR_NOMEM, "%s: out of memory", origin);
@@ -532,8 +535,9 @@ static mha_status parse(const char *text, size_t len, const char *origin, mha_co
         if (st == MHA_OK)
             st = finish(L);
     }
-    for (int i = 0; i < mha_n_keys; i++)
+    for (int i = 0; i < mha_n_keys && L->entry_line; i++)
         free(L->entry_line[i]);
+    free(L->entry_line), free(L->line);
     free(L);
     return st;
 }

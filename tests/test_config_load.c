@@ -34,6 +34,11 @@ ParameterizedTestParameters(config_load, rejects_bad_configs)
         {"scaling mode", MODEL "scaling: { mode: sideways }\n", MHA_ERR_CONFIG, "scaling.mode"},
         {"kv_lengths on self-attention", MODEL "batch: { kv_lengths: [3] }\n", MHA_ERR_CONFIG, ":2: batch.kv_lengths"},
         {"unknown BLIS kernel", MODEL "engine: { blis_arch: pentium4 }\n", MHA_ERR_CONFIG, ":2: engine.blis_arch"},
+        {"unknown kernel table", MODEL "engine: { isa: avx9 }\n", MHA_ERR_CONFIG, ":2: engine.isa: 'avx9': unknown (auto, avx512, avx2, ref)"},
+        {"sub-config of another table", MODEL "engine: { isa: ref, blis_arch: skx }\n", MHA_ERR_CONFIG,
+         ":2: engine.blis_arch: 'skx' is not a sub-config of isa ref"},
+        {"bf16 kernel of another table", MODEL "engine: { isa: ref, precision: bf16, bf16_kernel: fma-bf16 }\n",
+         MHA_ERR_CONFIG, ":2: engine.bf16_kernel: 'fma-bf16': not a kernel of isa ref"},
         {"missing model", "batch: { size: 2 }\n", MHA_ERR_CONFIG, "model"},
         {"missing heads", "model:\n  d_model: 64\n", MHA_ERR_CONFIG, "model.heads"},
         {"syntax error", MODEL "batch: { lengths: [1, 2 }\n", MHA_ERR_CONFIG, ":2: syntax: did not find expected"},
@@ -134,4 +139,43 @@ Test(config_load, built_in_default_is_configs_default_yaml, .timeout = 30)
     snprintf(want, sizeof want, "batch    %d × %d", file.engine.max_batch, file.engine.max_seq_q);
     cr_assert(strstr(out, want), "'%s' not in %s", want, out);
     free(out), free(cerr);
+}
+
+/* Two configs that between them set every key of the schema (RoPE's llama3 and yarn fields
+ * exclude each other) load, so the loader's per-key tables hold the whole schema however it
+ * grows; the test fails when a key is added without being set here. */
+Test(config_load, configs_using_every_key_load, .timeout = 30)
+{
+    static const char common[] =
+        "name: every-key\n"
+        "model:\n  d_model: 64\n  heads: 4\n  bias: true\n  kv_heads: 2\n  window: 0\n"
+        "  rope: { style: neox, theta: 10000, rotary_dim: 16, factor: 2, original_max_position: 64, %s }\n"
+        "batch: { size: 2, seq_len: 8, kv_len: 8, cross: true, mask: padding, lengths: [8, 5], kv_lengths: [8, 3] }\n"
+        "threads: { count: 1, pinning: cpus, cpus: [%d] }\n"
+        "run: { warmup: 1, iters: 1, seed: 7 }\n"
+        "scaling: { threads: [1], pinning: [none], mode: strong, iters: 1 }\n"
+        "decode: { seqs: 1, context: 8, new: 1, steps: 1, block_size: 4, prefill_chunk: 4 }\n"
+        "engine: { q_block: 0, blis_arch: auto, precision: f32, bf16_kernel: auto, isa: auto }\n";
+    static const char *rope[] = {"scaling: llama3, low_freq_factor: 1, high_freq_factor: 4",
+                                 "scaling: yarn, beta_fast: 32, beta_slow: 1"};
+    char dir[64], path[128], err[512], yaml[2][1024];
+    int cpu;
+    cr_assert_geq(mha_cpus_allowed(&cpu, 1), 1);
+    tmpdir_make(dir, sizeof dir);
+    for (int i = 0; i < 2; i++) {
+        snprintf(yaml[i], sizeof yaml[i], common, rope[i], cpu);
+        snprintf(path, sizeof path, "%s/every%d.yaml", dir, i);
+        write_file(path, yaml[i], strlen(yaml[i]));
+        mha_config_file fc;
+        mha_status st = mha_config_file_load(path, &fc, err, sizeof err);
+        cr_assert_eq(st, MHA_OK, "%s: %s", rope[i], err);
+    }
+    for (int k = 0; mha_config_key_at(k); k++) {
+        /* the key's last name part, as written in the blocks above ("rope.factor" -> "factor:") */
+        const char *key = mha_config_key_at(k)->key, *leaf = strrchr(key, '.') ? strrchr(key, '.') + 1 : key;
+        char want[64];
+        snprintf(want, sizeof want, "%s:", leaf);
+        cr_assert(strstr(yaml[0], want) || strstr(yaml[1], want), "key %s is set by neither config", key);
+    }
+    tmpdir_remove(dir);
 }

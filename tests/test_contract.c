@@ -159,3 +159,27 @@ Test(contract, workspace_size_is_a_function_of_the_config, .timeout = 30)
     mha_free(e);
     free(ws);
 }
+
+/* The shared library's soname carries the minor version while the major is 0 (structs grow in
+ * minor releases): libmha.so.0.MINOR, as make install and pkg-config install it. */
+Test(contract, soname_carries_the_minor_version_while_major_is_0)
+{
+    char cmd[512], line[512], want[64];
+    const char *cli = MHA_CLI, *slash = strrchr(cli, '/');
+    snprintf(cmd, sizeof cmd, "readelf -d %.*s/libmha.so 2>&1", slash ? (int)(slash - cli) : 1, slash ? cli : ".");
+    if (MHA_VERSION_MAJOR == 0)
+        snprintf(want, sizeof want, "[libmha.so.0.%d]", MHA_VERSION_MINOR);
+    else
+        snprintf(want, sizeof want, "[libmha.so.%d]", MHA_VERSION_MAJOR);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "cannot run %s", cmd);
+    int found = 0;
+    char soname[512] = "none";
+    while (fgets(line, sizeof line, p))
+        if (strstr(line, "SONAME")) {
+            snprintf(soname, sizeof soname, "%s", line);
+            found = strstr(line, want) != NULL;
+        }
+    pclose(p);
+    cr_assert(found, "%s: soname %s, want %s", cmd, soname, want);
+}

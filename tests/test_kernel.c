@@ -1,8 +1,11 @@
 /* test_kernel.c — the BLIS context: chosen from the CPU's features, forced by config,
  * reported by the engine; results agree across contexts. */
+#define _GNU_SOURCE /* syscall */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <criterion/criterion.h>
 
@@ -121,6 +124,13 @@ Test(kernel, bad_isa_choices_are_config_errors_naming_the_field)
     strcpy(cfg.blis_arch, "auto"), cfg.precision = MHA_PRECISION_BF16, strcpy(cfg.bf16_kernel, "amx-bf16");
     cr_assert_eq(mha_config_check(&cfg, err, sizeof err), MHA_ERR_CONFIG);
     cr_assert(strstr(err, "bf16_kernel: 'amx-bf16': not a kernel of isa ref (it has ref-bf16)"), "%s", err);
+}
+
+/* A table this CPU cannot run: the message names what it needs and what the CPU lacks. */
+Test(kernel, a_table_the_cpu_cannot_run_says_what_it_lacks)
+{
+    mha_config cfg;
+    char err[256];
     const mha_isa *missing = NULL;
     for (int i = 0; i < mha_isa_count && !missing; i++)
         if (!mha_isa_tables[i]->runnable())
@@ -166,4 +176,37 @@ Test(kernel, blis_version_is_reported)
 {
     const char *v = mha_blis_version();
     cr_assert(v && *v >= '0' && *v <= '9', "BLIS version '%s'", v ? v : "(null)");
+}
+
+/* A check changes nothing in the process: Linux's AMX tile data permission is asked for by
+ * mha_create of an amx-bf16 engine only, never by mha_config_check, mha_workspace_size or the
+ * auto queries (issue 22). */
+#define ARCH_GET_XCOMP_PERM 0x1022
+#define XFEATURE_XTILEDATA 18
+static int tile_permission(void)
+{
+    unsigned long mask = 0;
+    return syscall(SYS_arch_prctl, ARCH_GET_XCOMP_PERM, &mask) == 0 && (mask >> XFEATURE_XTILEDATA & 1u);
+}
+
+Test(kernel, checks_ask_the_os_for_nothing, .timeout = 30)
+{
+    const mha_bkernel *amx = &mha_bk_amx;
+    if (!amx->usable())
+        cr_skip_test("no AMX here (%s): nothing for a check to ask", amx->lacks);
+    if (tile_permission())
+        cr_skip_test("this test process already holds the tile data permission: nothing to observe");
+    mha_config cfg;
+    mha_config_init(&cfg);
+    cfg.d_model = 32, cfg.n_heads = 2, cfg.threads = 1, cfg.precision = MHA_PRECISION_BF16;
+    strcpy(cfg.isa, "avx512"), strcpy(cfg.bf16_kernel, "amx-bf16");
+    cr_assert_eq(mha_config_check(&cfg, NULL, 0), MHA_OK);
+    cr_assert_gt(mha_workspace_size(&cfg), 0);
+    cr_assert_str_eq(mha_bf16_kernel_auto(), "amx-bf16");
+    cr_assert_str_eq(mha_isa_auto(), "avx512");
+    cr_assert(!tile_permission(), "a check asked Linux for the tile data state");
+    mha_engine *e;
+    cr_assert_eq(mha_create(&cfg, &e), MHA_OK);
+    cr_assert(tile_permission(), "mha_create of an amx-bf16 engine did not ask for it");
+    mha_free(e);
 }
