@@ -8,6 +8,12 @@
  *
  * Threading contract: use one engine per calling thread at a time; any number of engines
  * may run at once in one process, and an engine may move between threads between calls.
+ * An engine of more than one thread called from inside the caller's own active OpenMP
+ * parallel region fails with MHA_ERR_STATE (its team would run as one thread there); one of
+ * threads = 1 runs anywhere. libgomp keeps one team of workers per thread that starts parallel
+ * regions, so engines that migrate across many request threads multiply idle workers: give
+ * each long-lived worker thread its own engine (and OMP_WAIT_POLICY=passive where workers
+ * outnumber cores).
  *
  * Memory: an engine's memory is one arena taken at mha_create (or yours, with
  * mha_create_static); mha_set_weights and mha_forward allocate nothing themselves. What the
@@ -184,6 +190,7 @@ typedef struct mha_input {
  * a row past its q_length is 0 in out and attn. out and attn must not overlap the inputs
  * or each other (inputs are read while out is written). */
 MHA_API mha_status mha_forward(mha_engine *e, const mha_input *in, float *out, float *attn);
+/* (MHA_ERR_STATE, too, when called inside an active OpenMP parallel region with threads > 1.) */
 
 /* ---- decoding: a paged KV cache and steps of prefill and decode ----
  *

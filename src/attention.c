@@ -94,7 +94,7 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, i
     const mha_mat ktm = mha_mat_panels(k, s->kt, dk);
     const float scale = 1.0f / sqrtf((float)dk);
     const size_t kps = mha_attention_kt16_ps(f), vps = mha_attention_v16_ps(kl); /* bf16 */
-    const int window = f->window, causal = f->causal || window > 0; /* a window implies causal */
+    const int window = f->window, causal = f->causal;
     const int fuse = f->bk && !attn; /* bf16 probabilities packed row by row as they are exp'd */
 
     /* query blocks; a block's keys stop where its last row's visibility does and, with a
@@ -103,10 +103,8 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, i
     float *sum = s->inv, *mx = s->inv + f->q_block;
     for (int r0 = 0; r0 < ql; r0 += f->q_block) {
         const int r1 = r0 + f->q_block < ql ? r0 + f->q_block : ql, m = r1 - r0;
-        int kv_end = kl;
-        if (causal && r1 + off < kv_end)
-            kv_end = r1 + off > 0 ? r1 + off : 0;
-        int kv_begin = window > 0 && r0 + off - window + 1 > 0 ? (r0 + off - window + 1) / bw * bw : 0;
+        const int kv_end = mha_visible_keys(r1 - 1 + off, causal, window, kl).hi;
+        int kv_begin = mha_visible_keys(r0 + off, causal, window, kl).lo / bw * bw;
         if (kv_begin > kv_end)
             kv_begin = kv_end;
         mha_mat zm = mha_mat_rows(k, z + (size_t)r0 * d, d);
@@ -128,13 +126,9 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, i
             else
                 mha_gemm(k, m, n, dk, scale, mha_mat_sub(k, qm, r0, 0), mha_mat_sub(k, ktm, 0, c0), 0.0f, sm, s->apack);
             for (int i = 0; i < m; i++) {
-                const int p = r0 + i + off; /* this row's position */
-                int hi = kv_end, lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
-                if (causal && p + 1 < hi)
-                    hi = p + 1 > 0 ? p + 1 : 0;
-                /* keys of this chunk the row sees: [hidden, visible) */
-                const int visible = hi - c0 < 0 ? 0 : hi - c0 > n ? n : hi - c0;
-                const int hidden = lo - c0 < 0 ? 0 : lo - c0 > visible ? visible : lo - c0;
+                /* keys of this chunk the row (at position r0 + i + off) sees: [hidden, visible) */
+                const mha_key_span in = mha_keys_within(mha_visible_keys(r0 + i + off, causal, window, kv_end), c0, n);
+                const int visible = in.hi, hidden = in.lo;
                 float *row = s->scores + i * ld;
                 for (int j = 0; j < hidden; j++)
                     row[j] = -INFINITY; /* before the window: exp gives 0 */

@@ -10,6 +10,27 @@
 #include "mha.h"
 #include "softmax.h"
 
+/* What a query may see: the one source of the visibility rule, asked by the forward's query
+ * blocks and rows, a step's gathers and its decode chunks alike. A query at position p sees
+ * the keys [lo, hi) of [0, n): hi = p + 1 when causal (a window implies it), else n; lo =
+ * p − window + 1 with a window, else 0; both clipped to [0, n] (lo may exceed hi: nothing). */
+typedef struct mha_key_span { int lo, hi; } mha_key_span;
+static inline mha_key_span mha_visible_keys(int p, int causal, int window, int n)
+{
+    int hi = causal || window > 0 ? p + 1 : n, lo = window > 0 ? p - window + 1 : 0;
+    hi = hi < 0 ? 0 : hi > n ? n : hi;
+    lo = lo < 0 ? 0 : lo > n ? n : lo;
+    return (mha_key_span){lo, hi};
+}
+/* Of the keys [c0, c0 + len), which v sees, as offsets from c0: [hidden, visible). */
+static inline mha_key_span mha_keys_within(mha_key_span v, int c0, int len)
+{
+    int visible = v.hi - c0, hidden = v.lo - c0;
+    visible = visible < 0 ? 0 : visible > len ? len : visible;
+    hidden = hidden < 0 ? 0 : hidden > visible ? visible : hidden;
+    return (mha_key_span){hidden, visible};
+}
+
 /* One forward pass, as every task sees it (read-only during the pass). */
 typedef struct mha_fwd {
     const mha_kernel *kernel;     /* BLIS's microkernel and the kernel table (kernel->isa) */

@@ -28,14 +28,14 @@ void mha_bk_block_model(mha_bk_order order, int rows, int npan, int kt, const mh
 {
     const int first = order == MHA_BK_ODD_FIRST ? 1 : 0, second = 1 - first;
     for (int i = 0; i < rows; i++) {
-        const mha_bf16 *ar = a + (size_t)(i / 16) * 16 * 32 * kt + (size_t)(i % 16) * 32;
+        const mha_bf16 *ar = a + mha_bk_a_row(i, kt);
         for (int j = 0; j < 16 * npan; j++) {
             const mha_bf16 *bc = b + (size_t)(j / 16) * ps + (size_t)(j % 16) * 2;
             float s = 0.0f;
             for (int t = 0; t < kt; t++) {
                 float even = 0.0f, odd = 0.0f; /* tile lanes: the tile's two chains */
                 for (int q = 0; q < 16; q++) { /* k pair q of tile t */
-                    const mha_bf16 *ap = ar + (size_t)t * 512 + 2 * q, *bp = bc + (size_t)t * 512 + 32 * q;
+                    const mha_bf16 *ap = ar + (size_t)t * MHA_BT_ELEMS + 2 * q, *bp = bc + (size_t)t * MHA_BT_ELEMS + 32 * q;
                     if (order == MHA_BK_TILE_LANES) {
                         even = ftz(even + daz(ap[0]) * daz(bp[0]));
                         odd = ftz(odd + daz(ap[1]) * daz(bp[1]));
@@ -92,32 +92,32 @@ static void pack_a_row(const mha_kernel *k, const float *src, ptrdiff_t ps, int 
         const float *s = src + (ptrdiff_t)(p / w) * ps + p % w;
         for (int t = 0; t < n;) { /* within one 16-wide half of a tile row: contiguous */
             const int c = p + t, run = 16 - c % 16 < n - t ? 16 - c % 16 : n - t;
-            mha_bf16 *o = d + (size_t)(c / 32) * 512 + c % 32;
+            mha_bf16 *o = d + (size_t)(c / MHA_BT_K) * MHA_BT_ELEMS + c % MHA_BT_K;
             k->isa->round_run(s + t, o, run);
             t += run;
         }
         p += n;
     }
     if (p < kp) /* the rest of the last k tile's row */
-        memset(d + (size_t)(p / 32) * 512 + p % 32, 0, (size_t)(kp - p) * sizeof *d);
+        memset(d + (size_t)(p / MHA_BT_K) * MHA_BT_ELEMS + p % MHA_BT_K, 0, (size_t)(kp - p) * sizeof *d);
 }
 
 void mha_bk_pack_a(const mha_kernel *k, mha_mat a, int i0, int rows, int kk, mha_bf16 *dst)
 {
     const size_t kp = mha_bk_kp(kk);
     for (int r = 0; r < rows; r++)
-        pack_a_row(k, a.p + (ptrdiff_t)(i0 + r) * a.ld, a.ps, kk, dst + (size_t)(r / 16) * 16 * kp + (size_t)(r % 16) * 32);
+        pack_a_row(k, a.p + (ptrdiff_t)(i0 + r) * a.ld, a.ps, kk, dst + mha_bk_a_row(r, (int)(kp / MHA_BT_K)));
     if (rows % 16) { /* the last panel's missing rows: zero, one run per k tile */
-        mha_bf16 *last = dst + (size_t)(rows / 16) * 16 * kp + (size_t)(rows % 16) * 32;
+        mha_bf16 *last = dst + mha_bk_a_row(rows, (int)(kp / MHA_BT_K));
         for (size_t t = 0; t < kp / 32; t++)
-            memset(last + t * 512, 0, (size_t)(16 - rows % 16) * 32 * sizeof *last);
+            memset(last + t * MHA_BT_ELEMS, 0, (size_t)(MHA_BT_M - rows % MHA_BT_M) * MHA_BT_K * sizeof *last);
     }
 }
 
 void mha_bk_pack_a_row(const mha_kernel *k, const float *x, int i, int kk, mha_bf16 *dst)
 {
     const size_t kp = mha_bk_kp(kk);
-    pack_a_row(k, x, k->bw, kk, dst + (size_t)(i / 16) * 16 * kp + (size_t)(i % 16) * 32);
+    pack_a_row(k, x, k->bw, kk, dst + mha_bk_a_row(i, (int)(kp / MHA_BT_K)));
 }
 
 void mha_bk_pack_b(const mha_kernel *k, mha_mat src, int transpose, int kk, int n, mha_bf16 *dst, size_t ps)
@@ -136,7 +136,7 @@ void mha_bgemm(const mha_bkernel *bk, const mha_kernel *k, int m, int n, int kk,
     _Alignas(64) float acc[32 * 32];
     for (int i0 = 0; i0 < m; i0 += 32) {
         const int rows = m - i0 < 32 ? m - i0 : 32;
-        const mha_bf16 *ab = ap ? ap + (size_t)(i0 / 16) * 16 * 32 * kt : apack;
+        const mha_bf16 *ab = ap ? ap + mha_bk_a_row(i0, kt) : apack;
         if (!ap && kt > 0)
             mha_bk_pack_a(k, a, i0, rows, kk, apack);
         for (int j0 = 0; j0 < n; j0 += 32) {

@@ -32,6 +32,9 @@
 typedef uint16_t mha_bf16;
 
 enum { MHA_BT_M = 16, MHA_BT_N = 16, MHA_BT_K = 32 };
+/* bf16 elements of one tile: an A tile (16 rows × 32 k) and a B tile (16 k pairs × 16 columns
+ * × 2) alike. */
+enum { MHA_BT_ELEMS = MHA_BT_M * MHA_BT_K };
 
 /* float -> bf16, nearest even; a denormal becomes a signed zero (what the instructions do with
  * denormal inputs), NaN stays a quiet NaN (as vcvtneps2bf16). */
@@ -100,6 +103,12 @@ static inline size_t mha_bk_a_elems(int rows, int kk)
 static inline size_t mha_bk_b_elems(int kk, int cols)
 {
     return mha_bk_kp(kk) * mha_round_up((size_t)cols, MHA_BT_N);
+}
+/* The A layout's one index: where row i of A panels of kt k tiles starts (its element p of k
+ * is at + (p / 32)·MHA_BT_ELEMS + p % 32). */
+static inline size_t mha_bk_a_row(int i, int kt)
+{
+    return (size_t)(i / MHA_BT_M) * MHA_BT_M * MHA_BT_K * (size_t)kt + (size_t)(i % MHA_BT_M) * MHA_BT_K;
 }
 static inline size_t mha_bk_b_index(int p, int j, size_t ps)
 {

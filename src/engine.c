@@ -323,6 +323,15 @@ MHA_API mha_status mha_create_shared(const mha_config *cfg, const mha_packed_wei
 
 /* ---- weights and forward: failures leave a message in the engine ---- */
 
+/* An engine of T > 1 threads called from inside the caller's own active parallel region would
+ * run its team on one thread (libgomp does not nest by default) while reporting T: refused,
+ * so a server sees the mistake instead of a slow engine (mha.h's threading contract). */
+static int nested_refused(const mha_engine *e)
+{
+    return e->dims.threads > 1 && mha_sched_nested();
+}
+
+
 static mha_status failed(mha_engine *e, mha_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 static mha_status failed(mha_engine *e, mha_status st, const char *fmt, ...)
@@ -399,6 +408,9 @@ MHA_API mha_status mha_forward(mha_engine *e, const mha_input *in, float *out, f
                       !in ? "in" : !out ? "out" : !in->q ? "in->q" : !in->k ? "in->k" : "in->v");
     if (!e->weights_set)
         return failed(e, MHA_ERR_STATE, "forward: no weights yet (call mha_set_weights first)");
+    if (nested_refused(e))
+        return failed(e, MHA_ERR_STATE, "forward: called inside an active OpenMP parallel region, where this engine's %d "
+                      "threads would run as 1: call it outside, or create it with threads = 1", e->dims.threads);
     const mha_dims *dm = &e->dims;
     const struct { const char *name; int value, max; const char *cap; } size[] = {
         {"batch", in->batch, dm->batch, "max_batch"},
@@ -487,6 +499,9 @@ MHA_API mha_status mha_step_forward(mha_engine *e, mha_kv_cache *c, const mha_st
 {
     if (!e)
         return MHA_ERR_INVALID_ARG;
+    if (nested_refused(e))
+        return failed(e, MHA_ERR_STATE, "step: called inside an active OpenMP parallel region, where this engine's %d "
+                      "threads would run as 1: call it outside, or create it with threads = 1", e->dims.threads);
     long rows = 0;
     mha_status st = step_check(e, c, s, out, &rows);
     if (st != MHA_OK)

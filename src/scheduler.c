@@ -206,3 +206,8 @@ void mha_sched_first_touch(const mha_sched *s)
         pin_leave(pinned, &saved);
     }
 }
+
+int mha_sched_nested(void)
+{
+    return omp_in_parallel();
+}

@@ -32,5 +32,8 @@ void mha_sched_forward(const mha_sched *s, const mha_fwd *f);
 void mha_sched_step(const mha_sched *s, const mha_step_job *j);
 /* Each worker writes its own scratch slice once, so its pages are placed near it. */
 void mha_sched_first_touch(const mha_sched *s);
+/* Whether the calling thread is inside an active OpenMP parallel region: a team of more than
+ * one thread started there would get one thread (nested parallelism is off by default). */
+int mha_sched_nested(void);
 
 #endif

@@ -56,8 +56,8 @@ static int pos_of(const mha_step_job *j, int r, int q)
  * token (its later tokens' windows start later), 0 without a window. */
 static int first_key(const mha_step_job *j, int q)
 {
-    const int lo = j->step->n_past[q] - j->f.window + 1;
-    return j->f.window > 0 && lo > 0 ? lo : 0;
+    const int n_past = j->step->n_past[q];
+    return mha_visible_keys(n_past, 1, j->f.window, n_past + j->step->n_new[q]).lo;
 }
 
 /* Where row r0 of the step's packed rows starts (float or bf16 A panels). */
@@ -290,8 +290,8 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
      * against the chunk's max, the sum */
     for (int qi = 0; qi < nq; qi++) {
         const int pos = n_past + qi % n_new;
-        const int hi = pos + 1 < k1 ? pos + 1 : k1, lo = W > 0 && pos - W + 1 > k0 ? pos - W + 1 : k0;
-        const int visible = hi - k0 < 0 ? 0 : hi - k0, hidden = lo - k0 > visible ? visible : lo - k0;
+        const mha_key_span in = mha_keys_within(mha_visible_keys(pos, 1, W, k1), k0, n);
+        const int visible = in.hi, hidden = in.lo;
         float *row = sc + (size_t)qi * MHA_DECODE_CHUNK;
         for (int t = 0; t < hidden; t++)
             row[t] = -INFINITY;

@@ -169,6 +169,46 @@ Test(embedding, an_engine_moves_between_threads_between_calls, .timeout = 60)
     }
 }
 
+/* ---- inside the caller's own OpenMP parallel region ---- */
+
+/* An engine of 2 threads called from inside an active parallel region would run as 1 thread
+ * (libgomp does not nest): refused with MHA_ERR_STATE and a message, nothing written; an
+ * engine of 1 thread runs there, bit for bit as outside. */
+Test(embedding, inside_a_callers_parallel_region, .timeout = 60)
+{
+    problem p;
+    problem_make(&p, 64, 4, 2, 19, 19, 1, 0, 13);
+    const size_t n = (size_t)p.batch * p.seq_q * p.d;
+    mha_engine *two = engine_for(&p, 2, MHA_LAYOUT_XW), *one = engine_for(&p, 1, MHA_LAYOUT_XW);
+    float *o2 = malloc(n * sizeof *o2), *o1 = malloc(n * sizeof *o1), *ref = malloc(n * sizeof *ref);
+    memset(o2, 0x5A, n * sizeof *o2);
+    const mha_input in = problem_input(&p);
+    cr_assert_eq(mha_forward(one, &in, ref, NULL), MHA_OK);
+    mha_status st2 = MHA_OK, st1 = MHA_ERR_STATE;
+    char msg[256] = "";
+#pragma omp parallel num_threads(2)
+    {
+#pragma omp single
+        {
+            st2 = mha_forward(two, &in, o2, NULL);
+            snprintf(msg, sizeof msg, "%s", mha_engine_last_error(two));
+            st1 = mha_forward(one, &in, o1, NULL);
+        }
+    }
+    cr_assert_eq(st2, MHA_ERR_STATE, "a 2-thread engine inside a parallel region: %s", mha_status_str(st2));
+    cr_assert(strstr(msg, "inside an active OpenMP parallel region"), "%s", msg);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(((const unsigned char *)o2)[i * sizeof *o2], 0x5A, "out written by a refused call");
+    cr_assert_eq(st1, MHA_OK, "a 1-thread engine inside a parallel region: %s", mha_status_str(st1));
+    cr_assert_eq(first_bit_difference(o1, ref, n), -1, "inside and outside the region differ");
+    /* and outside again, the 2-thread engine runs */
+    cr_assert_eq(mha_forward(two, &in, o2, NULL), MHA_OK);
+    cr_assert_eq(first_bit_difference(o2, ref, n), -1);
+    free(o2), free(o1), free(ref);
+    mha_free(two), mha_free(one);
+    problem_free(&p);
+}
+
 /* ---- hostile numbers ---- */
 
 static float *forward_of(const problem *p, int threads)

@@ -59,7 +59,7 @@ __attribute__((target("amx-tile,amx-bf16"))) static void amx_block(int rows, int
                                                                    const mha_bf16 *b, size_t ps, float *acc, int pf)
 {
     (void)pf;
-    const mha_bf16 *a1 = a + (size_t)16 * 32 * kt, *b1 = b + ps;
+    const mha_bf16 *a1 = a + mha_bk_a_row(MHA_BT_M, kt), *b1 = b + ps;
     const long s = 64; /* bytes per tile row, A and B alike */
     __asm__ volatile("" ::: "memory"); /* the packed panels are written before the tile loads read them */
     _tile_zero(0);
@@ -67,7 +67,7 @@ __attribute__((target("amx-tile,amx-bf16"))) static void amx_block(int rows, int
     _tile_zero(2);
     _tile_zero(3);
     for (int t = 0; t < kt; t++) {
-        const size_t o = (size_t)t * 512;
+        const size_t o = (size_t)t * MHA_BT_ELEMS;
         _tile_loadd(4, a + o, s);
         _tile_loadd(6, b + o, s);
         _tile_dpbf16ps(0, 4, 6);

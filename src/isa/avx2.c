@@ -501,7 +501,7 @@ __attribute__((target(AVX2))) static void block_avx2(int rows, int npan, int kt,
         const int tn = kt - t0 < KCH ? kt - t0 : KCH, kn = tn * 32;
         for (int j = 0; j < npan; j++)
             for (int q = 0; q < tn * 16; q++) { /* pair row q of the chunk: k 2q and 2q + 1 */
-                const mha_bf16 *bp = b + (size_t)j * ps + (size_t)t0 * 512 + (size_t)q * 32;
+                const mha_bf16 *bp = b + (size_t)j * ps + (size_t)t0 * MHA_BT_ELEMS + (size_t)q * 32;
                 const __m256i v0 = _mm256_loadu_si256((const __m256i *)(const void *)bp);
                 const __m256i v1 = _mm256_loadu_si256((const __m256i *)(const void *)(bp + 16));
                 float *even = bw[j] + (size_t)(2 * q) * 16, *odd = even + 16;
@@ -511,17 +511,17 @@ __attribute__((target(AVX2))) static void block_avx2(int rows, int npan, int kt,
                 _mm256_store_ps(odd + 8, _mm256_castsi256_ps(_mm256_and_si256(v1, hi)));
             }
         for (int r = 0; r < rows; r++) {
-            const mha_bf16 *src = a + (size_t)(r / 16) * 16 * 32 * kt + (size_t)t0 * 512 + (size_t)(r % 16) * 32;
+            const mha_bf16 *src = a + mha_bk_a_row(r, kt) + (size_t)t0 * MHA_BT_ELEMS;
             for (int t = 0; t < tn; t++)
                 for (int h = 0; h < 4; h++) {
-                    const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(src + (size_t)t * 512 + 8 * h));
+                    const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(src + (size_t)t * MHA_BT_ELEMS + 8 * h));
                     _mm256_store_ps(&aw[r][t * 32 + 8 * h],
                                     _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16)));
                 }
         }
         for (int j = 0; j < npan; j++) {
             const mha_bf16 *next = !pf ? NULL
-                                   : t0 + KCH < kt ? b + (size_t)j * ps + (size_t)(t0 + KCH) * 512
+                                   : t0 + KCH < kt ? b + (size_t)j * ps + (size_t)(t0 + KCH) * MHA_BT_ELEMS
                                                    : b + (size_t)(npan + j) * ps;
             int r0 = 0;
             for (; r0 + 6 <= rows; r0 += 6)

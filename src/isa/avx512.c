@@ -490,7 +490,7 @@ FMA_INLINE void prefetch_b(const mha_bf16 *bp, int npan, size_t ps)
 BK_AVX512 uint32_t a_pair(const mha_bf16 *a, int kt, int i, int t, int q)
 {
     uint32_t w;
-    memcpy(&w, a + (size_t)(i / 16) * 16 * 32 * kt + (size_t)t * 512 + (size_t)(i % 16) * 32 + 2 * q, sizeof w);
+    memcpy(&w, a + mha_bk_a_row(i, kt) + (size_t)t * MHA_BT_ELEMS + 2 * q, sizeof w);
     return w;
 }
 
@@ -502,7 +502,7 @@ BK_AVX512 void rows_dpbf16(const int NR, int pf, int i0, int npan, int kt, const
         c0[r] = c1[r] = _mm512_setzero_ps();
     for (int t = 0; t < kt; t++)
         for (int q = 0; q < 16; q++) {
-            const mha_bf16 *bp = b + (size_t)t * 512 + 32 * q;
+            const mha_bf16 *bp = b + (size_t)t * MHA_BT_ELEMS + 32 * q;
             if (pf)
                 prefetch_b(bp, npan, ps);
             const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp);
@@ -542,9 +542,9 @@ FMA_INLINE void rows_fma(const int NR, int pf, int i0, int npan, int kt, const m
         const int tn = kt - t0 < FMA_KCH ? kt - t0 : FMA_KCH;
         for (int r = 0; r < NR; r++) {
             const int i = i0 + r;
-            const mha_bf16 *src = a + (size_t)(i / 16) * 16 * 32 * kt + (size_t)(i % 16) * 32;
+            const mha_bf16 *src = a + mha_bk_a_row(i, kt);
             for (int t = 0; t < tn; t++) {
-                const __m512i v = _mm512_loadu_si512(src + (size_t)(t0 + t) * 512);
+                const __m512i v = _mm512_loadu_si512(src + (size_t)(t0 + t) * MHA_BT_ELEMS);
                 const __m512i lo16 = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(v));
                 const __m512i hi16 = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(v, 1));
                 _mm512_store_ps(&aw[r][t * 32], _mm512_castsi512_ps(_mm512_slli_epi32(lo16, 16)));
@@ -553,7 +553,7 @@ FMA_INLINE void rows_fma(const int NR, int pf, int i0, int npan, int kt, const m
         }
         for (int t = 0; t < tn; t++)
             for (int q = 0; q < 16; q++) {
-                const mha_bf16 *bp = b + (size_t)(t0 + t) * 512 + 32 * q;
+                const mha_bf16 *bp = b + (size_t)(t0 + t) * MHA_BT_ELEMS + 32 * q;
                 if (pf)
                     prefetch_b(bp, npan, ps);
                 const __m512i v0 = _mm512_loadu_si512(bp);
