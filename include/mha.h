@@ -1,5 +1,5 @@
 /* mha.h — the public API of libmha, batched multi-head attention inference on CPUs
- * (x86-64 Linux). mha_io.h adds the file loaders.
+ * (x86-64 Linux). mha_io.h adds the file loaders (YAML configs, safetensors, .npy).
  *
  * It depends on <stddef.h> and <stdint.h> alone.
  * Contract (docs/DESIGN.md §4): the library never prints, exits, aborts, reads the
@@ -127,12 +127,8 @@ typedef struct mha_config {
  * precision f32, n_kv_heads = n_heads, no RoPE (theta 10000, factor 1, low/high_freq_factor 1/4, beta_fast/slow
  * 32/1 ready for when a style is set), no window. */
 MHA_API void mha_config_init(mha_config *cfg);
-/* Reads a YAML config (README "Configs") into cfg: model, threads, pinning, engine block, and
- * the batch block as capacity; cfg changes only on success. MHA_ERR_IO if it cannot be read,
- * MHA_ERR_CONFIG with "file:line: key: problem" in err for syntax errors, unknown keys, wrong
- * types and out-of-range values, MHA_ERR_AFFINITY for a CPU the process may not use,
- * MHA_ERR_NOMEM. mha_io.h has the whole file (mha_config_file_load) and the key table. */
-MHA_API mha_status mha_config_load(const char *path, mha_config *cfg, char *err, size_t err_len);
+/* mha_config_load (a YAML config into cfg) is in mha_io.h with the other loaders: the engine's
+ * own header needs no YAML. */
 /* Everything mha_create checks, without creating: MHA_OK, MHA_ERR_INVALID_ARG (cfg NULL),
  * MHA_ERR_CONFIG (a field out of range, an unknown or unrunnable blis_arch, sizes that
  * overflow) or MHA_ERR_AFFINITY (cpus names a CPU this process may not use), with a message

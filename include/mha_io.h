@@ -48,6 +48,13 @@ typedef struct mha_config_file {
     int decode_seqs, decode_context, decode_new, decode_steps, decode_block_size, decode_prefill_chunk;
 } mha_config_file;
 
+/* Reads a YAML config (README "Configs") into cfg: model, threads, pinning, engine block, and
+ * the batch block as capacity; cfg changes only on success. MHA_ERR_IO if it cannot be read,
+ * MHA_ERR_CONFIG with "file:line: key: problem" in err for syntax errors, unknown keys, wrong
+ * types and out-of-range values, MHA_ERR_AFFINITY for a CPU the process may not use,
+ * MHA_ERR_NOMEM. mha_config_file_load below reads the whole file, the command's blocks too. */
+MHA_API mha_status mha_config_load(const char *path, mha_config *cfg, char *err, size_t err_len);
+
 /* The schema's defaults: mha_config_init's engine, run { warmup 3, iters 20, seed 42 }. */
 MHA_API void mha_config_file_default(mha_config_file *fc);
 /* Reads and validates a config file. MHA_ERR_IO (cannot read), MHA_ERR_CONFIG (syntax,

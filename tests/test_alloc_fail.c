@@ -13,6 +13,7 @@
 #include <jansson.h>
 
 #include "helpers.h"
+#include "mha_io.h"
 #include "npy.h"
 
 #define D "tests/data/"

@@ -11,6 +11,7 @@
 #include <criterion/parameterized.h>
 
 #include "helpers.h"
+#include "mha_io.h"
 
 #define D "tests/data/"
 

@@ -16,6 +16,7 @@
 #include <criterion/criterion.h>
 
 #include "helpers.h"
+#include "mha_io.h"
 #include "npy.h"
 
 Test(files, fifo_and_directory_inputs_are_refused_at_once, .timeout = 20)
