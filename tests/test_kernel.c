@@ -210,3 +210,20 @@ Test(kernel, checks_ask_the_os_for_nothing, .timeout = 30)
     cr_assert(tile_permission(), "mha_create of an amx-bf16 engine did not ask for it");
     mha_free(e);
 }
+
+/* mha_isa_describe says what each table holds, and refuses a name it does not know. */
+Test(kernel, each_table_describes_itself)
+{
+    char buf[256];
+    cr_assert_eq(mha_isa_describe("avx2", buf, sizeof buf), MHA_OK);
+    cr_assert(strstr(buf, "needs avx2 fma f16c") && strstr(buf, "BLIS haswell zen3 zen2 zen") && strstr(buf, "bf16 avx2-bf16"),
+              "%s", buf);
+    cr_assert_eq(mha_isa_describe("avx512", buf, sizeof buf), MHA_OK);
+    cr_assert(strstr(buf, "bf16 amx-bf16 avx512-bf16 fma-bf16") && strstr(buf, mha_isa_avx512.runnable() ? "runs here" : "not here"),
+              "%s", buf);
+    cr_assert_eq(mha_isa_describe("ref", buf, sizeof buf), MHA_OK);
+    cr_assert(strstr(buf, "runs here") && strstr(buf, "BLIS generic") && strstr(buf, "bf16 ref-bf16"), "%s", buf);
+    cr_assert_eq(mha_isa_describe("neon", buf, sizeof buf), MHA_ERR_CONFIG);
+    cr_assert(strstr(buf, "unknown"), "%s", buf);
+    cr_assert_eq(mha_isa_describe(NULL, buf, sizeof buf), MHA_ERR_INVALID_ARG);
+}

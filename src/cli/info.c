@@ -65,6 +65,11 @@ int mha_cli_info(int argc, char **argv)
         printf("%s%-6s    runs here%s: f32 on BLIS '%s', bf16 on '%s'\n", i ? "          " : "isa       ", tables[i],
                !strcmp(tables[i], mha_isa_auto()) ? " (auto)" : "", f32.blis_arch, bf16.kernel);
     }
+    for (int i = 0; i < 3; i++) { /* what each table holds */
+        char what[256];
+        mha_isa_describe(tables[i], what, sizeof what);
+        printf("%s%-6s    %s\n", i ? "          " : "tables    ", tables[i], what);
+    }
     const char *bk = mha_bf16_kernel_auto();
     printf("bf16      precision bf16 would run on '%s'%s\n", bk,
            !strcmp(bk, "amx-bf16") ? " (AMX tiles)"

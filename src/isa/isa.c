@@ -117,3 +117,30 @@ mha_status mha_bkernel_select(const mha_isa *isa, const char *request, const mha
         snprintf(why_buf + at, why_len - at, ")");
     return MHA_ERR_CONFIG;
 }
+
+MHA_API mha_status mha_isa_describe(const char *name, char *buf, size_t len)
+{
+    if (!name || !buf || len == 0)
+        return MHA_ERR_INVALID_ARG;
+    for (int i = 0; i < mha_isa_count; i++) {
+        const mha_isa *t = mha_isa_tables[i];
+        if (strcmp(t->name, name) != 0)
+            continue;
+        char here[160] = "runs here";
+        if (!t->runnable()) {
+            char lacks[128];
+            lacking(t->needs, lacks, sizeof lacks);
+            snprintf(here, sizeof here, "not here: this CPU lacks %s", lacks);
+        }
+        size_t at = (size_t)snprintf(buf, len, "needs %s; %s; BLIS", t->needs, here);
+        for (int j = 0; t->archs[j] && at < len; j++)
+            at += (size_t)snprintf(buf + at, len - at, " %s", t->archs[j]);
+        if (at < len)
+            at += (size_t)snprintf(buf + at, len - at, "; bf16");
+        for (int j = 0; t->bf16[j] && at < len; j++)
+            at += (size_t)snprintf(buf + at, len - at, " %s", t->bf16[j]->name);
+        return MHA_OK;
+    }
+    snprintf(buf, len, "unknown (avx512, avx2, ref)");
+    return MHA_ERR_CONFIG;
+}
