@@ -123,8 +123,8 @@ $(B)/tests/%.o: tests/%.c $(wildcard tests/*.h) $(wildcard src/*.h src/isa/*.h) 
 	@mkdir -p $(@D)
 	$(CC) -std=gnu11 $(OPT) $(WARN) -Wno-missing-prototypes -fopenmp -Iinclude -Isrc -Isrc/cli -DMHA_CLI='"$(B)/mha"' $(CFLAGS) $(NUMERICS) -c $< -o $@
 
-# The CLI tests run $(B)/mha, so it is built first.
-$(B)/tests/mha_tests: $(TEST_OBJ) $(TEST_CLI_OBJ) $(B)/counted/libmha.a $(B)/mha
+# The CLI tests run $(B)/mha and the contract tests read $(B)/libmha.so, so both are built first.
+$(B)/tests/mha_tests: $(TEST_OBJ) $(TEST_CLI_OBJ) $(B)/counted/libmha.a $(B)/mha $(B)/libmha.so
 	$(CC) $(OPT) $(LDFLAGS) -o $@ $(TEST_OBJ) $(TEST_CLI_OBJ) $(B)/counted/libmha.a $(BLIS_A) -lcriterion $(CLI_LDLIBS)
 
 # Sanitizer runs: runtime-owned memory (libgomp's pool, Criterion's runner) is not a leak of ours.
