@@ -60,12 +60,8 @@ void mha_gemm(const mha_kernel *k, int m, int n, int kk, float alpha, mha_mat a,
         scale_c(k, m, n, beta, c);
         return;
     }
-    if (k->stream && m <= MHA_STREAM_ROWS) {
-        k->isa->stream_rows(k, m, n, kk, alpha, a, b, beta, c);
-        return;
-    }
     if (mha_gemm_few_rows(k, m)) {
-        k->isa->gemv_rows(k, m, n, kk, alpha, a, b, beta, c);
+        k->isa->stream_rows(k, m, n, kk, alpha, a, b, beta, c);
         return;
     }
     for (int i0 = 0; i0 < m; i0 += k->mb) {

@@ -49,19 +49,20 @@ static inline size_t mha_round_up(size_t n, size_t w)
  * kernel allows it (k->stream), with the microkernel's sums bit for bit. */
 #define MHA_STREAM_ROWS 32
 
-/* Whether mha_gemm reads A in place, never packed: m rows as matrix-vector products (a
- * register tile would be mostly empty), or streamed (k->stream, up to MHA_STREAM_ROWS). */
+/* Whether mha_gemm reads A in place, never packed: streamed rows (k->stream, up to
+ * MHA_STREAM_ROWS). Every other product runs on the microkernel, so a row's sums never depend
+ * on how many rows share its product (there is no matrix-vector shortcut with sums of its own). */
 static inline int mha_gemm_few_rows(const mha_kernel *k, int m)
 {
-    return (m * 4 <= k->aw && k->bw <= 64) || (k->stream && m <= MHA_STREAM_ROWS);
+    return k->stream && m <= MHA_STREAM_ROWS;
 }
 
 /* Floats of scratch mha_gemm needs to pack A. */
 size_t mha_gemm_apack_floats(const mha_kernel *k);
 
 /* C (m × n) = alpha · A (m × kk) · B (kk × n, panels: b.ld == bw) + beta · C.
- * beta = 0: C is not read. apack: mha_gemm_apack_floats floats. Small m runs as a
- * vectorised matrix-vector product straight from B's panels. */
+ * beta = 0: C is not read. apack: mha_gemm_apack_floats floats. Few rows stream B past
+ * register tiles where the table has them for this microkernel, with its sums. */
 void mha_gemm(const mha_kernel *k, int m, int n, int kk, float alpha, mha_mat a, mha_mat b, float beta,
               mha_mat c, float *apack);
 

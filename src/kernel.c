@@ -59,6 +59,19 @@ static int runnable(const arch_req *a)
     return 1;
 }
 
+/* The float32 microkernel of sub-config `name`, or NULL. */
+static void *ukr_of(const char *name)
+{
+    for (size_t i = 0; i < sizeof arch_table / sizeof arch_table[0]; i++)
+        if (!strcmp(arch_table[i].name, name)) {
+            cntx_t cx;
+            memset(&cx, 0, sizeof cx);
+            arch_table[i].init(&cx);
+            return (void *)bli_cntx_get_l3_nat_ukr_dt(BLIS_FLOAT, BLIS_GEMM_UKR, &cx);
+        }
+    return NULL;
+}
+
 mha_status mha_kernel_select(const char *request, const mha_isa *isa, mha_kernel *k)
 {
     const char *name = (!request || !request[0] || !strcmp(request, "auto")) ? isa->default_arch() : request;
@@ -87,7 +100,10 @@ mha_status mha_kernel_select(const char *request, const mha_isa *isa, mha_kernel
         k->mb = mc / k->aw * k->aw;
         k->nb = k->transposed ? mc : nc / nr * nr;
         k->isa = isa;
-        k->stream = isa->stream_rows && !strcmp(k->arch, isa->stream_arch) && k->bw == isa->stream_bw;
+        /* rows stream where the table's passes reproduce this microkernel's sums: the one of
+         * stream_arch, which other sub-configs share (zen, zen2 and zen3 run haswell's) */
+        k->stream = isa->stream_rows && k->bw == isa->stream_bw &&
+                    (!strcmp(k->arch, isa->stream_arch) || k->ukr == ukr_of(isa->stream_arch));
         if (!k->ukr || k->bw < 1 || k->aw < 1 || k->kc < 1 || k->mb < k->aw || k->nb < k->bw)
             return MHA_ERR_CONFIG;
         return MHA_OK;

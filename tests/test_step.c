@@ -405,3 +405,67 @@ Test(step, a_bf16_engine_refuses_a_float32_cache)
     mha_kv_cache_free(c);
     decoder_free(&dc);
 }
+
+/* Issue 20, batch invariance of steps: sequence 0's outputs, prefilled and then decoded token by
+ * token, have the same bits alone (the other sequences bring nothing), beside three others that
+ * decode with it, and beside one that prefills 20 tokens in the same steps; the K and V it
+ * wrote are the same too (its later outputs read them). For every table and both precisions.
+ * (Splits of one sequence into other steps still differ by float rounding: issue 20's rest.) */
+static void seq0_outputs(decoder *dc, int mode, float *got, int prefill, int steps)
+{
+    const int B = dc->p.batch, S = dc->p.seq_q, d = dc->p.d, bs = 8, max_blocks = (S + bs - 1) / bs;
+    mha_kv_cache *c;
+    cr_assert_eq(mha_kv_cache_create(&dc->cfg, B * max_blocks, bs, &c), MHA_OK);
+    int32_t *table = malloc((size_t)B * max_blocks * sizeof *table);
+    for (int i = 0; i < B * max_blocks; i++)
+        table[i] = (i * 7 + mode) % (B * max_blocks); /* blocks in another order per mode */
+    float *x = malloc((size_t)B * S * d * sizeof *x), *out = malloc((size_t)B * S * d * sizeof *out);
+    int32_t past[4] = {0}, add[4] = {0};
+    for (int k = 0; k <= steps; k++) {
+        for (int b = 0; b < B; b++) {
+            const int first = k == 0;
+            add[b] = b == 0 ? (first ? prefill : 1)
+                     : mode == 1 ? (first ? prefill : 1)          /* all decode together */
+                     : mode == 2 && b == 1 ? (k == 1 ? 20 : 0)    /* one prefills beside it */
+                                           : 0;                  /* alone */
+            if (past[b] + add[b] > S)
+                add[b] = 0;
+        }
+        size_t rows = 0;
+        for (int b = 0; b < B; b++) {
+            memcpy(x + rows * d, dc->p.q + ((size_t)b * S + past[b]) * d, (size_t)add[b] * d * sizeof *x);
+            rows += (size_t)add[b];
+        }
+        mha_step st = {.n_seqs = B, .n_past = past, .n_new = add, .blocks = table, .max_blocks = max_blocks, .x = x};
+        cr_assert_eq(mha_step_forward(dc->e, c, &st, out), MHA_OK, "%s", mha_engine_last_error(dc->e));
+        memcpy(got + (size_t)past[0] * d, out, (size_t)add[0] * d * sizeof *out); /* sequence 0's rows come first */
+        for (int b = 0; b < B; b++)
+            past[b] += add[b];
+    }
+    free(x), free(out), free(table);
+    mha_kv_cache_free(c);
+}
+
+Test(step, a_sequences_outputs_do_not_depend_on_the_batch, .timeout = 120)
+{
+    const mha_precision precs[] = {MHA_PRECISION_F32, MHA_PRECISION_BF16};
+    for (int pi = 0; pi < 2; pi++) {
+        decoder dc;
+        decoder_make_in(&dc, 4, 40, 0, 20, 2, precs[pi]);
+        const int prefill = 16, steps = 12, d = dc.p.d;
+        const size_t n = (size_t)(prefill + steps) * d;
+        float *ref = calloc(n, sizeof *ref), *other = calloc(n, sizeof *other);
+        seq0_outputs(&dc, 0, ref, prefill, steps);
+        const char *modes[] = {"alone", "among 4 decoding", "beside a 20-token prefill"};
+        for (int mode = 1; mode <= 2; mode++) {
+            memset(other, 0, n * sizeof *other);
+            seq0_outputs(&dc, mode, other, prefill, steps);
+            long at = first_bit_difference(other, ref, n);
+            cr_assert_eq(at, -1, "isa %s, %s: sequence 0 %s differs from alone at position %ld, feature %ld: %a vs %a",
+                         mha_engine_isa(dc.e), precs[pi] == MHA_PRECISION_BF16 ? "bf16" : "f32", modes[mode],
+                         at / d, at % d, other[at < 0 ? 0 : at], ref[at < 0 ? 0 : at]);
+        }
+        free(ref), free(other);
+        decoder_free(&dc);
+    }
+}

@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "exp_poly.h"
-#include "gemv_body.h"
 
 #define AVX2 "avx2,fma,f16c"
 
@@ -73,12 +72,6 @@ __attribute__((target(AVX2))) static void pack_rows_avx2(mha_mat a, int w, int i
 }
 
 /* ---- few rows ---- */
-
-__attribute__((target(AVX2))) static void gemv_rows_avx2(const mha_kernel *k, int m, int n, int kk, float alpha,
-                                                        mha_mat a, mha_mat b, float beta, mha_mat c)
-{
-    mha_gemv_rows_body(k, m, n, kk, alpha, a, b, beta, c);
-}
 
 /* Up to MHA_STREAM_ROWS rows with haswell's B panels of 16 columns: B streamed once from
  * memory, R rows × 16 columns of accumulators per pass over a chunk of k (R = 6, 4, 2, 1: the
@@ -566,7 +559,6 @@ const mha_isa mha_isa_avx2 = {
     .bf16 = {&bk_avx2, NULL},
     .bf16_auto = bf16_auto_avx2,
     .pack_rows = pack_rows_avx2,
-    .gemv_rows = gemv_rows_avx2,
     .stream_rows = stream_rows_avx2,
     .stream_bw = 16,
     .stream_arch = "haswell",

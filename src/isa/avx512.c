@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "exp_poly.h"
-#include "gemv_body.h"
 
 #define AVX512 "avx512f,avx512bw,avx512vl,avx512dq,fma"
 
@@ -83,12 +82,6 @@ __attribute__((target(AVX512))) static void pack_rows_avx512(mha_mat a, int w, i
 }
 
 /* ---- few rows ---- */
-
-__attribute__((target(AVX512))) static void gemv_rows_avx512(const mha_kernel *k, int m, int n, int kk, float alpha,
-                                                              mha_mat a, mha_mat b, float beta, mha_mat c)
-{
-    mha_gemv_rows_body(k, m, n, kk, alpha, a, b, beta, c);
-}
 
 /* Up to MHA_STREAM_ROWS rows on AVX-512 with B panels of 32 columns (k->stream): B streamed
  * once from memory, R rows × 32 columns of accumulators per pass over a chunk of k (R = 12, 8, 4,
@@ -657,7 +650,6 @@ const mha_isa mha_isa_avx512 = {
     .bf16 = {&mha_bk_amx, &bk_dpbf16, &bk_fma, NULL},
     .bf16_auto = bf16_auto_avx512,
     .pack_rows = pack_rows_avx512,
-    .gemv_rows = gemv_rows_avx512,
     .stream_rows = stream_rows_avx512,
     .stream_bw = 32,
     .stream_arch = "skx",

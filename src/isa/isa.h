@@ -47,13 +47,10 @@ typedef struct mha_isa {
      * rows: dst[panel][p][r], zero rows padding the last panel. A packing, and Bᵀ packing
      * (the transpose's panels are panels of rows). Same bits in every table: a copy. */
     void (*pack_rows)(mha_mat a, int w, int i0, int rows, int p0, int kc, int pw, float *restrict dst);
-    /* Few rows: c[i][j] = alpha · Σ_p a[i][p] · b[p][j] + beta · c[i][j], b in panels of w,
-     * one multiply and one add per term in k order (no FMA: every table's bits equal). */
-    void (*gemv_rows)(const mha_kernel *k, int m, int n, int kk, float alpha, mha_mat a, mha_mat b, float beta,
-                      mha_mat c);
     /* Up to MHA_STREAM_ROWS rows streamed past register tiles with the microkernel's sums
      * bit for bit; NULL where the table has none. stream_bw: the B panel width it takes and
-     * stream_arch the only sub-config whose sums it reproduces. */
+     * stream_arch the sub-config whose microkernel's sums it reproduces (any other with the
+     * same microkernel streams too). */
     void (*stream_rows)(const mha_kernel *k, int m, int n, int kk, float alpha, mha_mat a, mha_mat b, float beta,
                         mha_mat c);
     int stream_bw;

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "exp_poly.h"
-#include "gemv_body.h"
 
 /* ---- float32 ---- */
 
@@ -29,12 +28,6 @@ static void pack_rows_ref(mha_mat a, int w, int i0, int rows, int p0, int kc, in
             for (int p = 0; p < kc; p++)
                 dst[(size_t)p * pw + r] = 0.0f;
     }
-}
-
-static void gemv_rows_ref(const mha_kernel *k, int m, int n, int kk, float alpha, mha_mat a, mha_mat b, float beta,
-                          mha_mat c)
-{
-    mha_gemv_rows_body(k, m, n, kk, alpha, a, b, beta, c);
 }
 
 static int visible_at(const uint8_t *mask, int j)
@@ -167,7 +160,6 @@ const mha_isa mha_isa_ref = {
     .bf16 = {&ref_bf16, NULL},
     .bf16_auto = bf16_auto_ref,
     .pack_rows = pack_rows_ref,
-    .gemv_rows = gemv_rows_ref,
     .softmax_row = softmax_row_ref,
     .decode_scores = decode_scores_ref,
     .decode_values = decode_values_ref,
