@@ -87,15 +87,9 @@ static void pack_a_row(const mha_kernel *k, const float *src, ptrdiff_t ps, int 
 {
     const int kp = (int)mha_bk_kp(kk), w = k->bw;
     int p = 0;
-    while (p < kk) { /* contiguous within one of the source's panels */
-        const int in_panel = w - p % w, n = kk - p < in_panel ? kk - p : in_panel;
-        const float *s = src + (ptrdiff_t)(p / w) * ps + p % w;
-        for (int t = 0; t < n;) { /* within one 16-wide half of a tile row: contiguous */
-            const int c = p + t, run = 16 - c % 16 < n - t ? 16 - c % 16 : n - t;
-            mha_bf16 *o = d + (size_t)(c / MHA_BT_K) * MHA_BT_ELEMS + c % MHA_BT_K;
-            k->isa->round_run(s + t, o, run);
-            t += run;
-        }
+    while (p < kk) { /* contiguous within one of the source's panels (all of it when ps == w) */
+        const int in_panel = ps == w ? kk - p : w - p % w, n = kk - p < in_panel ? kk - p : in_panel;
+        k->isa->round_into_tiles(src + (ptrdiff_t)(p / w) * ps + p % w, p, n, d);
         p += n;
     }
     if (p < kp) /* the rest of the last k tile's row */
@@ -145,13 +139,9 @@ void mha_bgemm(const mha_bkernel *bk, const mha_kernel *k, int m, int n, int kk,
                 bk->block(rows, npan, kt, ab, b + (size_t)(j0 / 16) * ps, ps, acc, m <= 32);
             else
                 memset(acc, 0, sizeof acc);
-            for (int i = 0; i < rows; i++)
-                for (int g = 0; g < cols; g += 16) { /* 16 columns are contiguous in any form (bw: 16k) */
-                    float *cp = mha_mat_at(k, c, i0 + i, j0 + g);
-                    const float *x = acc + i * 32 + g;
-                    const int cnt = cols - g < 16 ? cols - g : 16;
-                    k->isa->epilogue(cp, x, cnt, alpha, beta);
-                }
+            /* 16 columns are contiguous in any form (bw: 16k); rows are c.ld apart */
+            k->isa->epilogue_block(mha_mat_at(k, c, i0, j0), cols > 16 ? mha_mat_at(k, c, i0, j0 + 16) : NULL, c.ld,
+                                   acc, rows, cols, alpha, beta);
         }
     }
 }

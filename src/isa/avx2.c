@@ -383,18 +383,21 @@ static inline __attribute__((target(AVX2))) __m128i narrow8(__m256i r)
     return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
 }
 
-__attribute__((target(AVX2))) static void round_run_avx2(const float *src, mha_bf16 *dst, int n)
+/* Runs within one 8-wide quarter of a tile row, 8 lanes at a time. */
+__attribute__((target(AVX2))) static void round_into_tiles_avx2(const float *src, int c, int n, mha_bf16 *d)
 {
-    for (int t = 0; t < n; t += 8) {
-        const int nt = n - t < 8 ? n - t : 8;
-        const __m128i h = narrow8(round_lanes(_mm256_maskload_ps(src + t, first8(nt))));
-        if (nt == 8)
-            _mm_storeu_si128((__m128i *)(void *)(dst + t), h);
+    for (int t = 0; t < n;) {
+        const int e = c + t, run = 8 - e % 8 < n - t ? 8 - e % 8 : n - t;
+        mha_bf16 *o = d + (size_t)(e / MHA_BT_K) * MHA_BT_ELEMS + e % MHA_BT_K;
+        const __m128i h = narrow8(round_lanes(_mm256_maskload_ps(src + t, first8(run))));
+        if (run == 8)
+            _mm_storeu_si128((__m128i *)(void *)o, h);
         else {
             mha_bf16 tmp[8];
             _mm_storeu_si128((__m128i *)(void *)tmp, h);
-            memcpy(dst + t, tmp, (size_t)nt * sizeof *tmp);
+            memcpy(o, tmp, (size_t)run * sizeof *tmp);
         }
+        t += run;
     }
 }
 
@@ -428,15 +431,21 @@ __attribute__((target(AVX2))) static void pack_b16_avx2(const mha_kernel *k, mha
         }
 }
 
-/* 8 lanes at a time: a multiply and an add, no FMA, so the bits are epilogue_ref's. */
-__attribute__((target(AVX2))) static void epilogue_avx2(float *c, const float *x, int cnt, float alpha, float beta)
+/* 8 lanes at a time: a multiply and an add, no FMA, so the bits are epilogue_block_ref's. */
+__attribute__((target(AVX2))) static void epilogue_block_avx2(float *c0, float *c1, ptrdiff_t ldc, const float *acc,
+                                                             int rows, int cols, float alpha, float beta)
 {
-    for (int t = 0; t < cnt; t += 8) {
-        const __m256i m = first8(cnt - t);
-        __m256 y = _mm256_mul_ps(_mm256_set1_ps(alpha), _mm256_maskload_ps(x + t, m));
-        if (beta != 0.0f)
-            y = _mm256_add_ps(y, _mm256_mul_ps(_mm256_set1_ps(beta), _mm256_maskload_ps(c + t, m)));
-        _mm256_maskstore_ps(c + t, m, y);
+    const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+    for (int g = 0; g < cols; g += 8) {
+        const __m256i m = first8(cols - g);
+        float *cg = (g < 16 ? c0 + g : c1 + (g - 16));
+        for (int i = 0; i < rows; i++) {
+            float *c = cg + (ptrdiff_t)i * ldc;
+            __m256 y = _mm256_mul_ps(va, _mm256_maskload_ps(acc + i * 32 + g, m));
+            if (beta != 0.0f)
+                y = _mm256_add_ps(y, _mm256_mul_ps(vb, _mm256_maskload_ps(c, m)));
+            _mm256_maskstore_ps(c, m, y);
+        }
     }
 }
 
@@ -565,7 +574,7 @@ const mha_isa mha_isa_avx2 = {
     .softmax_row = softmax_row_avx2,
     .decode_scores = decode_scores_avx2,
     .decode_values = decode_values_avx2,
-    .round_run = round_run_avx2,
+    .round_into_tiles = round_into_tiles_avx2,
     .pack_b16 = pack_b16_avx2,
-    .epilogue = epilogue_avx2,
+    .epilogue_block = epilogue_block_avx2,
 };

@@ -409,16 +409,15 @@ static inline __attribute__((target(AVX512))) __m512i round_lanes(__m512 x)
 }
 
 /* n <= 16 floats rounded to bf16, 16 lanes at a time. */
-__attribute__((target(AVX512))) static void round_run_avx512(const float *src, mha_bf16 *dst, int n)
+/* Runs within one 16-wide half of a tile row, 16 lanes at a time (masked: AVX-512BW). */
+__attribute__((target(AVX512))) static void round_into_tiles_avx512(const float *src, int c, int n, mha_bf16 *d)
 {
-    const __mmask16 m = first16(n);
-    const __m512i r = round_lanes(_mm512_maskz_loadu_ps(m, src));
-    if (n == 16)
-        _mm256_storeu_si256((__m256i *)(void *)dst, _mm512_cvtepi32_epi16(r));
-    else {
-        mha_bf16 t[16];
-        _mm256_storeu_si256((__m256i *)(void *)t, _mm512_cvtepi32_epi16(r));
-        memcpy(dst, t, (size_t)n * sizeof *t);
+    for (int t = 0; t < n;) {
+        const int e = c + t, run = 16 - e % 16 < n - t ? 16 - e % 16 : n - t;
+        const __mmask16 m = first16(run);
+        const __m512i r = round_lanes(_mm512_maskz_loadu_ps(m, src + t));
+        _mm256_mask_storeu_epi16(d + (size_t)(e / MHA_BT_K) * MHA_BT_ELEMS + e % MHA_BT_K, m, _mm512_cvtepi32_epi16(r));
+        t += run;
     }
 }
 
@@ -453,14 +452,22 @@ __attribute__((target(AVX512))) static void pack_b16_avx512(const mha_kernel *k,
         }
 }
 
-/* 16 lanes at a time: a multiply and an add, no FMA, so the bits are epilogue_ref's. */
-__attribute__((target(AVX512))) static void epilogue_avx512(float *c, const float *x, int cnt, float alpha, float beta)
+/* 16 lanes at a time: a multiply and an add, no FMA, so the bits are epilogue_block_ref's. */
+__attribute__((target(AVX512))) static void epilogue_block_avx512(float *c0, float *c1, ptrdiff_t ldc, const float *acc,
+                                                                 int rows, int cols, float alpha, float beta)
 {
-    const __mmask16 m = first16(cnt);
-    __m512 y = _mm512_mul_ps(_mm512_set1_ps(alpha), _mm512_maskz_loadu_ps(m, x));
-    if (beta != 0.0f)
-        y = _mm512_add_ps(y, _mm512_mul_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(m, c)));
-    _mm512_mask_storeu_ps(c, m, y);
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    for (int g = 0; g < cols; g += 16) {
+        const __mmask16 m = first16(cols - g);
+        float *cg = g ? c1 : c0;
+        for (int i = 0; i < rows; i++) {
+            float *c = cg + (ptrdiff_t)i * ldc;
+            __m512 y = _mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, acc + i * 32 + g));
+            if (beta != 0.0f)
+                y = _mm512_add_ps(y, _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m, c)));
+            _mm512_mask_storeu_ps(c, m, y);
+        }
+    }
 }
 
 /* ---- bf16 products: rows in groups of NR (8, 4, 2, 1), 16·npan columns ---- */
@@ -656,7 +663,7 @@ const mha_isa mha_isa_avx512 = {
     .softmax_row = softmax_row_avx512,
     .decode_scores = decode_scores_avx512,
     .decode_values = decode_values_avx512,
-    .round_run = round_run_avx512,
+    .round_into_tiles = round_into_tiles_avx512,
     .pack_b16 = pack_b16_avx512,
-    .epilogue = epilogue_avx512,
+    .epilogue_block = epilogue_block_avx512,
 };

@@ -68,13 +68,18 @@ typedef struct mha_isa {
                           size_t ps, const void *next);
 
     /* ---- bf16 ---- */
-    /* n <= 16 floats rounded to bf16 as mha_bf16_round (same bits in every table). */
-    void (*round_run)(const float *src, mha_bf16 *dst, int n);
+    /* n contiguous floats at src, elements c .. c + n − 1 of a row of A, rounded to bf16 (as
+     * mha_bf16_round: same bits in every table) into their places in A tiles, element e at
+     * d[(e / 32)·MHA_BT_ELEMS + e % 32]. One call per run: a call per 16 elements cost more
+     * than the rounding (AMX forwards). */
+    void (*round_into_tiles)(const float *src, int c, int n, mha_bf16 *d);
     /* B (kk × n), or srcᵀ, into bf16 VNNI panels (mha_bk_pack_b's contract; same bits). */
     void (*pack_b16)(const mha_kernel *k, mha_mat src, int transpose, int kk, int n, mha_bf16 *dst, size_t ps);
-    /* c = alpha·x, then + beta·c (beta 0: c not read), cnt <= 16 contiguous floats, a multiply
-     * and an add each rounded (same bits). */
-    void (*epilogue)(float *c, const float *x, int cnt, float alpha, float beta);
+    /* A block's epilogue, rows i < rows, columns j < cols <= 32: C = alpha·acc[i·32 + j], then
+     * + beta·C (beta 0: C not read), a multiply and an add each rounded (same bits in every
+     * table); C's columns 0..15 of row i at c0 + i·ldc, 16..31 at c1 + i·ldc. */
+    void (*epilogue_block)(float *c0, float *c1, ptrdiff_t ldc, const float *acc, int rows, int cols, float alpha,
+                           float beta);
 } mha_isa;
 
 extern const mha_isa mha_isa_ref, mha_isa_avx2, mha_isa_avx512;

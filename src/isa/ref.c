@@ -95,10 +95,12 @@ static void decode_values_ref(const float *e, size_t e_ld, int nq, const void *v
 
 /* ---- bf16 ---- */
 
-static void round_run_ref(const float *src, mha_bf16 *dst, int n)
+static void round_into_tiles_ref(const float *src, int c, int n, mha_bf16 *d)
 {
-    for (int t = 0; t < n; t++)
-        dst[t] = mha_bf16_round(src[t]);
+    for (int t = 0; t < n; t++) {
+        const int e = c + t;
+        d[(size_t)(e / MHA_BT_K) * MHA_BT_ELEMS + e % MHA_BT_K] = mha_bf16_round(src[t]);
+    }
 }
 
 static void pack_b16_ref(const mha_kernel *k, mha_mat src, int transpose, int kk, int n, mha_bf16 *dst, size_t ps)
@@ -113,15 +115,14 @@ static void pack_b16_ref(const mha_kernel *k, mha_mat src, int transpose, int kk
         }
 }
 
-static void epilogue_ref(float *c, const float *x, int cnt, float alpha, float beta)
+static void epilogue_block_ref(float *c0, float *c1, ptrdiff_t ldc, const float *acc, int rows, int cols, float alpha,
+                               float beta)
 {
-    if (beta == 0.0f)
-        for (int t = 0; t < cnt; t++)
-            c[t] = alpha * x[t];
-    else
-        for (int t = 0; t < cnt; t++) {
-            const float y = alpha * x[t];
-            c[t] = y + beta * c[t];
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++) {
+            float *c = (j < 16 ? c0 + j : c1 + (j - 16)) + (ptrdiff_t)i * ldc;
+            const float y = alpha * acc[i * 32 + j];
+            *c = beta == 0.0f ? y : y + beta * *c;
         }
 }
 
@@ -163,7 +164,7 @@ const mha_isa mha_isa_ref = {
     .softmax_row = softmax_row_ref,
     .decode_scores = decode_scores_ref,
     .decode_values = decode_values_ref,
-    .round_run = round_run_ref,
+    .round_into_tiles = round_into_tiles_ref,
     .pack_b16 = pack_b16_ref,
-    .epilogue = epilogue_ref,
+    .epilogue_block = epilogue_block_ref,
 };
