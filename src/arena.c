@@ -65,7 +65,7 @@ int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine
     }
     if (kind == MHA_ARENA_WEIGHTS) {
         p->z = p->xpack = p->order = p->deps = p->xdeps = p->worker_cpu = p->pin_cpu = p->scratch = MHA_ARENA_ABSENT;
-        p->rope_cos = p->rope_sin = MHA_ARENA_ABSENT;
+        p->rope_cos = p->rope_sin = p->step_row0 = p->partial = MHA_ARENA_ABSENT;
         p->xpack_stride = p->scratch_stride = p->kt = p->scores = p->apack = p->inv = p->dec = p->vb = p->pb = 0;
         p->total = cur;
         return of ? -1 : 0;

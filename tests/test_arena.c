@@ -2,6 +2,8 @@
  * inside the total, big enough for what the kernel writes; overflow detected. */
 #include <limits.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
@@ -121,4 +123,26 @@ Test(arena, overflowing_sizes_are_detected, .init = pick_kernel)
     cr_assert_eq(mha_arena_plan_make(&dm, &K, 256, MHA_ARENA_ENGINE, &p), 0, "2^31 slices of 4 GiB: 2^63 bytes, still fits");
     dm.seq_kv = 1 << 22;
     cr_assert_eq(mha_arena_plan_make(&dm, &K, 256, MHA_ARENA_ENGINE, &p), -1, "2^31 slices of 16 GiB: 2^65 bytes");
+}
+
+/* A packed-weights plan lays out the weights and nothing else: every other view carves as NULL,
+ * whatever the plan struct held before (its step and decode regions were once left unset, and
+ * mha_pack_weights built views from stack garbage; ASan cannot see pointers never used). */
+Test(arena, a_weights_plan_defines_every_region, .init = pick_kernel)
+{
+    mha_dims dm = {.d = 96, .h = 6, .dk = 16, .batch = 3, .seq_q = 37, .seq_kv = 90, .threads = 3, .q_block = 16,
+                   .kvh = 6, .group = 1};
+    mha_arena_plan p;
+    memset(&p, 0x5A, sizeof p);
+    cr_assert_eq(mha_arena_plan_make(&dm, &K, 1000, MHA_ARENA_WEIGHTS, &p), 0);
+    unsigned char *base = aligned_alloc(MHA_ALIGN, mha_round_up(p.total, MHA_ALIGN));
+    mha_arena_views v;
+    memset(&v, 0x5A, sizeof v);
+    mha_arena_carve(&p, base, &v);
+    cr_assert(v.engine && v.wqkv && v.bqkv && v.wo && v.bo, "the weights' regions are laid out");
+    const void *none[] = {v.z, v.xpack, v.order, v.deps, v.xdeps, v.worker_cpu, v.pin_cpu, v.rope_cos, v.rope_sin,
+                          v.step_row0, v.partial, v.scratch};
+    for (size_t i = 0; i < sizeof none / sizeof none[0]; i++)
+        cr_assert_null(none[i], "view %zu of a weights plan points at %p", i, none[i]);
+    free(base);
 }
