@@ -132,7 +132,8 @@ MHA_API void mha_config_init(mha_config *cfg);
 /* Everything mha_create checks, without creating: MHA_OK, MHA_ERR_INVALID_ARG (cfg NULL),
  * MHA_ERR_CONFIG (a field out of range, an unknown or unrunnable blis_arch, sizes that
  * overflow) or MHA_ERR_AFFINITY (cpus names a CPU this process may not use), with a message
- * naming the field in err ("n_heads: 7 does not divide d_model 512"). */
+ * naming the field in err ("n_heads: 7 does not divide d_model 512"); mha_create_msg and its
+ * kin say the same for a failed create. */
 MHA_API mha_status mha_config_check(const mha_config *cfg, char *err, size_t err_len);
 
 MHA_API size_t mha_workspace_size(const mha_config *cfg); /* 0 if cfg is invalid */
@@ -144,6 +145,12 @@ MHA_API mha_status mha_create(const mha_config *cfg, mha_engine **out);
 MHA_API mha_status mha_create_static(const mha_config *cfg, void *ws, size_t ws_len,
                                      mha_engine **out);
 MHA_API void mha_free(mha_engine *e); /* accepts NULL */
+/* The same creates with their message: on failure err (when not NULL) says which field and
+ * why, as mha_config_check does ("isa: 'neon': unknown …", "ws: 4096 bytes at 0x…: this config
+ * needs 1081344, 64-byte aligned"); "" on success. */
+MHA_API mha_status mha_create_msg(const mha_config *cfg, mha_engine **out, char *err, size_t err_len);
+MHA_API mha_status mha_create_static_msg(const mha_config *cfg, void *ws, size_t ws_len, mha_engine **out,
+                                         char *err, size_t err_len);
 
 typedef enum { MHA_LAYOUT_XW, MHA_LAYOUT_TORCH } mha_layout;
 /* XW: each W is (d_in, d_out) applied as x·W (the reference numpy class).
@@ -171,6 +178,10 @@ MHA_API mha_status mha_pack_weights(const mha_config *cfg, const mha_weights *w,
 MHA_API void mha_packed_weights_free(mha_packed_weights *pw); /* accepts NULL */
 MHA_API size_t mha_packed_weights_size(const mha_packed_weights *pw); /* bytes held */
 MHA_API mha_status mha_create_shared(const mha_config *cfg, const mha_packed_weights *pw, mha_engine **out);
+/* With its message, naming the field that differs from the packed copy's ("n_heads: 8, but the
+ * packed weights were made for 4"). */
+MHA_API mha_status mha_create_shared_msg(const mha_config *cfg, const mha_packed_weights *pw, mha_engine **out,
+                                         char *err, size_t err_len);
 
 typedef struct mha_input {
     int batch, seq_q, seq_kv;

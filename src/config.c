@@ -20,13 +20,13 @@ static int default_q_block(int seq_q, int seq_kv)
     return qb > seq_q ? seq_q : qb;
 }
 
-mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, char *err, size_t err_len)
+mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, mha_problem *pr)
 {
     if (!cfg)
-        return mha_errorf(err, err_len, MHA_ERR_INVALID_ARG, "config is NULL");
+        return mha_problemf(pr, MHA_ERR_INVALID_ARG, "config", "NULL");
     mha_key_problem p;
     if (mha_config_verify(cfg, &p) != MHA_OK)
-        return mha_config_problem_text(&p, err, err_len);
+        return mha_config_problem(&p, pr);
 
     int threads = cfg->threads;
     if (threads == 0) {
@@ -69,7 +69,5 @@ mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, char *err, 
         }
         dims->positions = cfg->max_seq_q > cfg->max_seq_kv ? cfg->max_seq_q : cfg->max_seq_kv;
     }
-    if (err && err_len)
-        err[0] = '\0';
     return MHA_OK;
 }

@@ -7,6 +7,7 @@
 
 #include "mha.h"
 #include "mha_io.h"
+#include "status.h"
 
 /* ---- the schema (config_schema.c) ---- */
 
@@ -43,8 +44,14 @@ typedef struct mha_key_problem {
 } mha_key_problem;
 /* Range, enum and cross-key checks of every engine key, table-driven. */
 mha_status mha_config_verify(const mha_config *cfg, mha_key_problem *p);
-/* "field: what" (C names: "cpus[2]", "n_cpus") into err; returns MHA_ERR_CONFIG. */
+/* The problem as data, field in C names ("cpus[2]", "n_cpus"); returns MHA_ERR_CONFIG. */
+mha_status mha_config_problem(const mha_key_problem *p, mha_problem *pr);
+/* The same as "field: what" into err. */
 mha_status mha_config_problem_text(const mha_key_problem *p, char *err, size_t err_len);
+/* The key of a problem's field ("cpus[2]" -> threads.cpus, "n_cpus" too); NULL: none. */
+const mha_key_def *mha_key_of_field(const char *field);
+/* mha_config_check's checks, the problem as data (the config loader names its key from it). */
+mha_status mha_config_check_problem(const mha_config *cfg, mha_problem *pr);
 
 /* ---- an engine's dimensions ---- */
 
@@ -79,6 +86,6 @@ typedef struct mha_dims {
  * the score chunk, Kᵀ's and V's slices stay in L2 (rounded up to whole B panels). */
 #define MHA_KV_CHUNK 512
 
-mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, char *err, size_t err_len);
+mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, mha_problem *pr);
 
 #endif

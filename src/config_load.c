@@ -489,17 +489,13 @@ static mha_status finish(loader *L)
             snprintf(key, sizeof key, "%s", p.key->pub.key);
         return bad_at(L, MHA_ERR_CONFIG, L->line[key_index(p.key)], key, "%s", p.what);
     }
-    char why[200];
-    st = mha_config_check(c, why, sizeof why);
-    if (st != MHA_OK) {
-        const char *key = st == MHA_ERR_AFFINITY ? "threads.cpus"
-                          : strncmp(why, "blis_arch", 9) == 0   ? "engine.blis_arch"
-                          : strncmp(why, "bf16_kernel", 11) == 0 ? "engine.bf16_kernel"
-                          : strncmp(why, "isa:", 4) == 0        ? "engine.isa"
-                                                                 : "batch";
-        const char *colon = strstr(why, ": ");
-        int line = L->line[key_index(mha_key_find(key) ? mha_key_find(key) : mha_key_find("batch.size"))];
-        return bad_at(L, st, line, key, "%s", colon ? colon + 2 : why);
+    mha_problem pr;
+    st = mha_config_check_problem(c, &pr);
+    if (st != MHA_OK) { /* the problem's field names its key; the sizes' overflow is the batch's */
+        const mha_key_def *k = mha_key_of_field(pr.field);
+        const char *key = k ? k->pub.key : "batch";
+        int line = L->line[key_index(k ? k : mha_key_find("batch.size"))];
+        return bad_at(L, st, line, key, "%s", pr.what);
     }
     return MHA_OK;
 }

@@ -140,6 +140,17 @@ const mha_key_def *mha_key_find(const char *key)
     return NULL;
 }
 
+/* The engine key that fills the mha_config field spelled by its first n characters. */
+static const mha_key_def *mha_key_find_field_n(const char *field, size_t n)
+{
+    for (int i = 0; i < mha_n_keys; i++) {
+        const char *f = mha_keys[i].pub.field;
+        if (f && strlen(f) == n && !strncmp(f, field, n))
+            return &mha_keys[i];
+    }
+    return NULL;
+}
+
 const char *mha_key_value_name(const mha_key_def *k, int value)
 {
     for (int i = 0; i < k->n_names; i++)
@@ -345,12 +356,31 @@ mha_status mha_config_verify(const mha_config *cfg, mha_key_problem *p)
     return MHA_OK;
 }
 
-mha_status mha_config_problem_text(const mha_key_problem *p, char *err, size_t err_len)
+mha_status mha_config_problem(const mha_key_problem *p, mha_problem *pr)
 {
     const mha_key_def *k = p->key;
+    char field[48];
     if (p->index == -2) /* a list's length: its count field */
-        return mha_errorf(err, err_len, MHA_ERR_CONFIG, "n_%s: %s", k->pub.field, p->what);
-    if (p->index >= 0)
-        return mha_errorf(err, err_len, MHA_ERR_CONFIG, "%s[%d]: %s", k->pub.field, p->index, p->what);
-    return mha_errorf(err, err_len, MHA_ERR_CONFIG, "%s: %s", k->pub.field, p->what);
+        snprintf(field, sizeof field, "n_%s", k->pub.field);
+    else if (p->index >= 0)
+        snprintf(field, sizeof field, "%s[%d]", k->pub.field, p->index);
+    else
+        snprintf(field, sizeof field, "%s", k->pub.field);
+    return mha_problemf(pr, MHA_ERR_CONFIG, field, "%s", p->what);
+}
+
+mha_status mha_config_problem_text(const mha_key_problem *p, char *err, size_t err_len)
+{
+    mha_problem pr;
+    mha_status st = mha_config_problem(p, &pr);
+    mha_problem_text(&pr, err, err_len);
+    return st;
+}
+
+const mha_key_def *mha_key_of_field(const char *field)
+{
+    size_t n = strcspn(field, "[");
+    if (!strncmp(field, "n_", 2) && !mha_key_find_field_n(field, n)) /* a list's count: its list's key */
+        field += 2, n -= 2;
+    return mha_key_find_field_n(field, n);
 }

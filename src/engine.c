@@ -63,20 +63,22 @@ static int contains(const int *set, int n, int cpu)
 }
 
 /* Worker t's CPU for each pinning policy; MHA_ERR_AFFINITY if a CPU is not ours to use. */
-static mha_status plan_pinning(const mha_config *cfg, int threads, int *pin, char *err, size_t err_len)
+static mha_status plan_pinning(const mha_config *cfg, int threads, int *pin, mha_problem *pr)
 {
     enum { MAX = 1024 };
     int allowed[MAX];
     int n = mha_affinity_allowed(allowed, MAX);
     if (n < 1)
-        return mha_errorf(err, err_len, MHA_ERR_AFFINITY, "pinning: cannot read the allowed CPUs");
+        return mha_problemf(pr, MHA_ERR_AFFINITY, "pinning", "cannot read the allowed CPUs");
     if (n > MAX)
         n = MAX;
     if (cfg->pinning == MHA_PIN_CPUS)
         for (int i = 0; i < cfg->n_cpus; i++)
-            if (!contains(allowed, n, cfg->cpus[i]))
-                return mha_errorf(err, err_len, MHA_ERR_AFFINITY,
-                                  "cpus[%d]: CPU %d is not one this process may use", i, cfg->cpus[i]);
+            if (!contains(allowed, n, cfg->cpus[i])) {
+                char field[24];
+                snprintf(field, sizeof field, "cpus[%d]", i);
+                return mha_problemf(pr, MHA_ERR_AFFINITY, field, "CPU %d is not one this process may use", cfg->cpus[i]);
+            }
     for (int t = 0; t < threads; t++) {
         switch (cfg->pinning) {
         case MHA_PIN_CLOSE:
@@ -102,66 +104,83 @@ static int is_auto(const char *name)
 
 /* The kernel table, BLIS's sub-config within it, and the bf16 kernel within it. isa auto with
  * a sub-config named: the widest table that runs that sub-config here. */
-static mha_status select_kernels(const mha_config *cfg, prepared *p, char *err, size_t err_len)
+static mha_status select_kernels(const mha_config *cfg, prepared *p, mha_problem *pr)
 {
     char why[192];
     const mha_isa *isa = NULL;
     if (is_auto(cfg->isa) && !is_auto(cfg->blis_arch)) {
         if (!(isa = mha_isa_of_arch(cfg->blis_arch)))
-            return mha_errorf(err, err_len, MHA_ERR_CONFIG,
-                              "blis_arch: '%s' is unknown, not in this BLIS build, or not runnable on this CPU",
-                              cfg->blis_arch);
+            return mha_problemf(pr, MHA_ERR_CONFIG, "blis_arch",
+                                "'%s' is unknown, not in this BLIS build, or not runnable on this CPU", cfg->blis_arch);
     } else if (mha_isa_select(cfg->isa, &isa, why, sizeof why) != MHA_OK)
-        return mha_errorf(err, err_len, MHA_ERR_CONFIG, "isa: '%s': %s", cfg->isa, why);
+        return mha_problemf(pr, MHA_ERR_CONFIG, "isa", "'%s': %s", cfg->isa, why);
     if (!is_auto(cfg->blis_arch) && !mha_isa_runs_arch(isa, cfg->blis_arch)) {
         size_t at = (size_t)snprintf(why, sizeof why, "%s", isa->archs[0]);
         for (int i = 1; isa->archs[i] && at < sizeof why; i++)
             at += (size_t)snprintf(why + at, sizeof why - at, ", %s", isa->archs[i]);
-        return mha_errorf(err, err_len, MHA_ERR_CONFIG, "blis_arch: '%s' is not a sub-config of isa %s (it runs %s)",
-                          cfg->blis_arch, isa->name, why);
+        return mha_problemf(pr, MHA_ERR_CONFIG, "blis_arch", "'%s' is not a sub-config of isa %s (it runs %s)",
+                            cfg->blis_arch, isa->name, why);
     }
     if (mha_kernel_select(cfg->blis_arch, isa, &p->kernel) != MHA_OK)
-        return mha_errorf(err, err_len, MHA_ERR_CONFIG,
-                          "blis_arch: '%s' is unknown, not in this BLIS build, or not runnable on this CPU",
-                          is_auto(cfg->blis_arch) ? isa->default_arch() : cfg->blis_arch);
+        return mha_problemf(pr, MHA_ERR_CONFIG, "blis_arch",
+                            "'%s' is unknown, not in this BLIS build, or not runnable on this CPU",
+                            is_auto(cfg->blis_arch) ? isa->default_arch() : cfg->blis_arch);
     p->bkernel = NULL;
     if (p->dims.bf16 && mha_bkernel_select(isa, cfg->bf16_kernel, &p->bkernel, why, sizeof why) != MHA_OK)
-        return mha_errorf(err, err_len, MHA_ERR_CONFIG, "bf16_kernel: '%s': %s", cfg->bf16_kernel, why);
+        return mha_problemf(pr, MHA_ERR_CONFIG, "bf16_kernel", "'%s': %s", cfg->bf16_kernel, why);
     return MHA_OK;
 }
 
 /* What a create asks of the process before the first forward (AMX: the tile data permission);
  * a check never does. */
-static mha_status acquire(const prepared *p)
+static mha_status acquire(const prepared *p, mha_problem *pr)
 {
-    return mha_bkernel_enable(p->bkernel) ? MHA_OK : MHA_ERR_CONFIG;
+    return mha_bkernel_enable(p->bkernel) ? MHA_OK
+                                          : mha_problemf(pr, MHA_ERR_CONFIG, "bf16_kernel", "%s: Linux refused the tile "
+                                                         "data permission it needs", p->bkernel->name);
 }
 
 /* Every check a config must pass, in the order a user would fix them; nothing allocated. */
-static mha_status prepare(const mha_config *cfg, mha_arena_kind kind, prepared *p, char *err, size_t err_len)
+static mha_status prepare(const mha_config *cfg, mha_arena_kind kind, prepared *p, mha_problem *pr)
 {
-    mha_status st = mha_config_resolve(cfg, &p->dims, err, err_len);
+    mha_status st = mha_config_resolve(cfg, &p->dims, pr);
     if (st != MHA_OK)
         return st;
-    if ((st = select_kernels(cfg, p, err, err_len)) != MHA_OK)
+    if ((st = select_kernels(cfg, p, pr)) != MHA_OK)
         return st;
     if (p->dims.bf16) {
         if (p->kernel.bw % MHA_BT_N != 0) /* head columns and 16-column groups of C on whole panels */
-            return mha_errorf(err, err_len, MHA_ERR_CONFIG, "precision: bf16 needs B panels of a multiple of 16 "
-                              "columns; BLIS '%s' has %d", p->kernel.arch, p->kernel.bw);
+            return mha_problemf(pr, MHA_ERR_CONFIG, "precision", "bf16 needs B panels of a multiple of 16 columns; "
+                                "BLIS '%s' has %d", p->kernel.arch, p->kernel.bw);
     }
     size_t header = kind == MHA_ARENA_WEIGHTS ? sizeof(mha_packed_weights) : sizeof(mha_engine);
     if (mha_arena_plan_make(&p->dims, &p->kernel, header, kind, &p->plan) != 0)
-        return mha_errorf(err, err_len, MHA_ERR_CONFIG,
-                          "max_batch, max_seq_q, max_seq_kv, d_model, threads: the workspace size overflows size_t");
+        return mha_problemf(pr, MHA_ERR_CONFIG, "max_batch",
+                            "max_batch, max_seq_q, max_seq_kv, d_model, threads: the workspace size overflows size_t");
     p->pinning = cfg->pinning != MHA_PIN_NONE;
-    return plan_pinning(cfg, p->dims.threads, p->pin, err, err_len);
+    return plan_pinning(cfg, p->dims.threads, p->pin, pr);
+}
+
+/* A status with its problem written as "field: what" into err. */
+static mha_status report(mha_status st, const mha_problem *pr, char *err, size_t err_len)
+{
+    if (st != MHA_OK)
+        mha_problem_text(pr, err, err_len);
+    else if (err && err_len)
+        err[0] = '\0';
+    return st;
+}
+
+mha_status mha_config_check_problem(const mha_config *cfg, mha_problem *pr)
+{
+    prepared p;
+    return prepare(cfg, MHA_ARENA_ENGINE, &p, pr);
 }
 
 MHA_API mha_status mha_config_check(const mha_config *cfg, char *err, size_t err_len)
 {
-    prepared p;
-    return prepare(cfg, MHA_ARENA_ENGINE, &p, err, err_len);
+    mha_problem pr;
+    return report(mha_config_check_problem(cfg, &pr), &pr, err, err_len);
 }
 
 /* Lay the engine out in ws (at least plan.total bytes, 64-byte aligned). */
@@ -213,42 +232,58 @@ static mha_engine *build(const prepared *p, void *ws)
 MHA_API size_t mha_workspace_size(const mha_config *cfg)
 {
     prepared p;
-    return prepare(cfg, MHA_ARENA_ENGINE, &p, NULL, 0) == MHA_OK ? p.plan.total : 0;
+    return prepare(cfg, MHA_ARENA_ENGINE, &p, NULL) == MHA_OK ? p.plan.total : 0;
+}
+
+MHA_API mha_status mha_create_msg(const mha_config *cfg, mha_engine **out, char *err, size_t err_len)
+{
+    mha_problem pr;
+    if (!out)
+        return report(mha_problemf(&pr, MHA_ERR_INVALID_ARG, "out", "NULL"), &pr, err, err_len);
+    *out = NULL;
+    prepared p;
+    mha_status st = prepare(cfg, MHA_ARENA_ENGINE, &p, &pr);
+    if (st != MHA_OK || (st = acquire(&p, &pr)) != MHA_OK)
+        return report(st, &pr, err, err_len);
+    void *ws = mha_alloc_pages(p.plan.total);
+    if (!ws)
+        return report(mha_problemf(&pr, MHA_ERR_NOMEM, "arena", "%zu bytes could not be had", p.plan.total), &pr, err,
+                      err_len);
+    mha_engine *e = build(&p, ws);
+    e->owned = ws;
+    *out = e;
+    return report(MHA_OK, &pr, err, err_len);
 }
 
 MHA_API mha_status mha_create(const mha_config *cfg, mha_engine **out)
 {
+    return mha_create_msg(cfg, out, NULL, 0);
+}
+
+MHA_API mha_status mha_create_static_msg(const mha_config *cfg, void *ws, size_t ws_len, mha_engine **out, char *err,
+                                         size_t err_len)
+{
+    mha_problem pr;
     if (!out)
-        return MHA_ERR_INVALID_ARG;
+        return report(mha_problemf(&pr, MHA_ERR_INVALID_ARG, "out", "NULL"), &pr, err, err_len);
     *out = NULL;
     prepared p;
-    mha_status st = prepare(cfg, MHA_ARENA_ENGINE, &p, NULL, 0);
-    if (st != MHA_OK || (st = acquire(&p)) != MHA_OK)
-        return st;
-    void *ws = mha_alloc_pages(p.plan.total);
+    mha_status st = prepare(cfg, MHA_ARENA_ENGINE, &p, &pr);
+    if (st != MHA_OK || (st = acquire(&p, &pr)) != MHA_OK)
+        return report(st, &pr, err, err_len);
     if (!ws)
-        return MHA_ERR_NOMEM;
-    mha_engine *e = build(&p, ws);
-    e->owned = ws;
-    *out = e;
-    return MHA_OK;
+        return report(mha_problemf(&pr, MHA_ERR_INVALID_ARG, "ws", "NULL"), &pr, err, err_len);
+    if ((uintptr_t)ws % MHA_ALIGN != 0 || ws_len < p.plan.total)
+        return report(mha_problemf(&pr, MHA_ERR_WORKSPACE, "ws", "%zu bytes at %p: this config needs %zu, %d-byte aligned",
+                                   ws_len, ws, p.plan.total, MHA_ALIGN),
+                      &pr, err, err_len);
+    *out = build(&p, ws);
+    return report(MHA_OK, &pr, err, err_len);
 }
 
 MHA_API mha_status mha_create_static(const mha_config *cfg, void *ws, size_t ws_len, mha_engine **out)
 {
-    if (!out)
-        return MHA_ERR_INVALID_ARG;
-    *out = NULL;
-    prepared p;
-    mha_status st = prepare(cfg, MHA_ARENA_ENGINE, &p, NULL, 0);
-    if (st != MHA_OK || (st = acquire(&p)) != MHA_OK)
-        return st;
-    if (!ws)
-        return MHA_ERR_INVALID_ARG;
-    if ((uintptr_t)ws % MHA_ALIGN != 0 || ws_len < p.plan.total)
-        return MHA_ERR_WORKSPACE;
-    *out = build(&p, ws);
-    return MHA_OK;
+    return mha_create_static_msg(cfg, ws, ws_len, out, NULL, 0);
 }
 
 MHA_API void mha_free(mha_engine *e)
@@ -265,7 +300,7 @@ MHA_API mha_status mha_pack_weights(const mha_config *cfg, const mha_weights *w,
         return MHA_ERR_INVALID_ARG;
     *out = NULL;
     prepared p;
-    mha_status st = prepare(cfg, MHA_ARENA_WEIGHTS, &p, NULL, 0);
+    mha_status st = prepare(cfg, MHA_ARENA_WEIGHTS, &p, NULL);
     if (st != MHA_OK)
         return st;
     if ((st = mha_weights_check(w, p.dims.bias)) != MHA_OK)
@@ -293,24 +328,40 @@ MHA_API size_t mha_packed_weights_size(const mha_packed_weights *pw)
     return pw ? pw->bytes : 0;
 }
 
-MHA_API mha_status mha_create_shared(const mha_config *cfg, const mha_packed_weights *pw, mha_engine **out)
+/* Whether an engine of p may read pw, and if not which field differs (the packed copy was made
+ * for another model, or for another kernel's panels). */
+static mha_status shared_matches(const prepared *p, const mha_packed_weights *pw, mha_problem *pr)
 {
-    if (!out)
-        return MHA_ERR_INVALID_ARG;
+    const struct { const char *field; int engine, packed; } f[] = {
+        {"d_model", p->dims.d, pw->dims.d},       {"n_heads", p->dims.h, pw->dims.h},
+        {"n_kv_heads", p->dims.kvh, pw->dims.kvh}, {"bias", p->dims.bias, pw->dims.bias},
+        {"precision", p->dims.bf16, pw->dims.bf16},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].engine != f[i].packed)
+            return mha_problemf(pr, MHA_ERR_CONFIG, f[i].field, "%d, but the packed weights were made for %d",
+                                f[i].engine, f[i].packed);
+    if (strcmp(p->kernel.arch, pw->arch) != 0 || p->kernel.bw != pw->bw || p->plan.dkp != pw->dkp)
+        return mha_problemf(pr, MHA_ERR_CONFIG, "blis_arch", "'%s' (panels of %d), but the packed weights were made for "
+                            "'%s' (panels of %d)", p->kernel.arch, p->kernel.bw, pw->arch, pw->bw);
+    return MHA_OK;
+}
+
+MHA_API mha_status mha_create_shared_msg(const mha_config *cfg, const mha_packed_weights *pw, mha_engine **out,
+                                         char *err, size_t err_len)
+{
+    mha_problem pr;
+    if (!out || !pw)
+        return report(mha_problemf(&pr, MHA_ERR_INVALID_ARG, !out ? "out" : "pw", "NULL"), &pr, err, err_len);
     *out = NULL;
-    if (!pw)
-        return MHA_ERR_INVALID_ARG;
     prepared p;
-    mha_status st = prepare(cfg, MHA_ARENA_ENGINE_SHARED, &p, NULL, 0);
-    if (st != MHA_OK || (st = acquire(&p)) != MHA_OK)
-        return st;
-    if (p.dims.d != pw->dims.d || p.dims.h != pw->dims.h || p.dims.bias != pw->dims.bias || p.dims.kvh != pw->dims.kvh ||
-        p.dims.bf16 != pw->dims.bf16 ||
-        strcmp(p.kernel.arch, pw->arch) != 0 || p.kernel.bw != pw->bw || p.plan.dkp != pw->dkp)
-        return MHA_ERR_CONFIG; /* another model, or packed for another kernel's panels */
+    mha_status st = prepare(cfg, MHA_ARENA_ENGINE_SHARED, &p, &pr);
+    if (st != MHA_OK || (st = acquire(&p, &pr)) != MHA_OK || (st = shared_matches(&p, pw, &pr)) != MHA_OK)
+        return report(st, &pr, err, err_len);
     void *ws = mha_alloc_pages(p.plan.total);
     if (!ws)
-        return MHA_ERR_NOMEM;
+        return report(mha_problemf(&pr, MHA_ERR_NOMEM, "arena", "%zu bytes could not be had", p.plan.total), &pr, err,
+                      err_len);
     mha_engine *e = build(&p, ws);
     e->owned = ws;
     e->views.wqkv = pw->views.wqkv, e->views.bqkv = pw->views.bqkv;
@@ -318,7 +369,12 @@ MHA_API mha_status mha_create_shared(const mha_config *cfg, const mha_packed_wei
     e->views.wqkv16 = pw->views.wqkv16, e->views.wo16 = pw->views.wo16;
     e->weights_set = e->shared = 1;
     *out = e;
-    return MHA_OK;
+    return report(MHA_OK, &pr, err, err_len);
+}
+
+MHA_API mha_status mha_create_shared(const mha_config *cfg, const mha_packed_weights *pw, mha_engine **out)
+{
+    return mha_create_shared_msg(cfg, pw, out, NULL, 0);
 }
 
 /* ---- weights and forward: failures leave a message in the engine ---- */

@@ -15,7 +15,7 @@ static size_t plan(const mha_config *cfg, int n_blocks, int block_size, mha_kv_c
 {
     mha_dims dims;
     if (!cfg || n_blocks < 1 || block_size < 1 || block_size > (1 << 20) ||
-        mha_config_resolve(cfg, &dims, NULL, 0) != MHA_OK)
+        mha_config_resolve(cfg, &dims, NULL) != MHA_OK)
         return 0;
     size_t per_block, bytes, total;
     const size_t elem = dims.bf16 ? sizeof(mha_bf16) : sizeof(float);

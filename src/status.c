@@ -45,6 +45,24 @@ mha_status mha_errorf(char *err, size_t err_len, mha_status s, const char *fmt, 
     return s;
 }
 
+mha_status mha_problemf(mha_problem *pr, mha_status s, const char *field, const char *fmt, ...)
+{
+    if (pr) {
+        snprintf(pr->field, sizeof pr->field, "%s", field);
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(pr->what, sizeof pr->what, fmt, ap);
+        va_end(ap);
+    }
+    return s;
+}
+
+void mha_problem_text(const mha_problem *pr, char *err, size_t err_len)
+{
+    if (err && err_len)
+        snprintf(err, err_len, "%s: %s", pr->field, pr->what);
+}
+
 void mha_shape_text(const int64_t *shape, int rank, char *out, size_t n)
 {
     size_t k = (size_t)snprintf(out, n, "(");

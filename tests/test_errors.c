@@ -265,3 +265,41 @@ Test(errors, library_prints_nothing, .init = cr_redirect_stdout)
     cr_assert_stdout_eq_str("");
     cr_assert_stderr_eq_str("");
 }
+
+/* Each create has a form that says what is wrong (issue 22: a mismatched packed-weights config
+ * was a bare MHA_ERR_CONFIG that mha_config_check could not explain). */
+Test(errors, creates_say_what_is_wrong)
+{
+    mha_config cfg;
+    mha_config_init(&cfg);
+    cfg.d_model = 32, cfg.n_heads = 4, cfg.threads = 1;
+    char err[256];
+    mha_engine *e = NULL;
+    strcpy(cfg.isa, "neon");
+    cr_assert_eq(mha_create_msg(&cfg, &e, err, sizeof err), MHA_ERR_CONFIG);
+    cr_assert(strstr(err, "isa: 'neon': unknown"), "%s", err);
+    cr_assert_null(e);
+    cfg.isa[0] = '\0';
+    static _Alignas(64) unsigned char small[4096];
+    cr_assert_eq(mha_create_static_msg(&cfg, small, sizeof small, &e, err, sizeof err), MHA_ERR_WORKSPACE);
+    cr_assert(strstr(err, "ws: 4096 bytes") && strstr(err, "this config needs"), "%s", err);
+    cr_assert_eq(mha_create_msg(&cfg, &e, err, sizeof err), MHA_OK);
+    cr_assert_str_eq(err, "", "a success leaves no message");
+    mha_free(e);
+    /* shared weights packed for another model: the field that differs, and both values */
+    static float w[4][32 * 32], b[4][32];
+    mha_weights wt = {w[0], w[1], w[2], w[3], b[0], b[1], b[2], b[3], MHA_LAYOUT_XW};
+    mha_packed_weights *pw;
+    cr_assert_eq(mha_pack_weights(&cfg, &wt, &pw), MHA_OK);
+    mha_config other = cfg;
+    other.n_heads = 8;
+    cr_assert_eq(mha_create_shared_msg(&other, pw, &e, err, sizeof err), MHA_ERR_CONFIG);
+    cr_assert(strstr(err, "n_heads: 8, but the packed weights were made for 4"), "%s", err);
+    other = cfg;
+    other.bias = 0;
+    cr_assert_eq(mha_create_shared_msg(&other, pw, &e, err, sizeof err), MHA_ERR_CONFIG);
+    cr_assert(strstr(err, "bias: 0, but the packed weights were made for 1"), "%s", err);
+    cr_assert_eq(mha_create_shared_msg(&cfg, pw, &e, err, sizeof err), MHA_OK, "%s", err);
+    mha_free(e);
+    mha_packed_weights_free(pw);
+}
