@@ -5,8 +5,9 @@
 #include <stddef.h>
 
 #include "bgemm.h"
-#include "config.h"
+#include "dims.h"
 #include "kernel.h"
+#include "step.h"
 
 #define MHA_ALIGN 64   /* every region; also what mha_create_static requires of ws */
 #define MHA_PAGE 4096  /* worker slices start on their own pages: first touch, no false sharing */

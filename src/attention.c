@@ -11,7 +11,6 @@
  * accumulates E_chunk · V_chunk, so the working set stays in L2 however long the row. */
 #include "attention.h"
 
-#include "config.h"
 #include "isa/isa.h"
 #include "rope.h"
 

@@ -10,6 +10,14 @@
 #include "mha.h"
 #include "softmax.h"
 
+/* Rows of one output-projection task and of one input-packing task: fixed, so results never
+ * depend on the thread count. MHA_PACK_BLOCK is a multiple of every microkernel's row panel. */
+#define MHA_OUT_BLOCK 128
+#define MHA_PACK_BLOCK 192
+/* Keys per chunk of the online softmax: long rows are processed this many keys at a time, so
+ * the score chunk, Kᵀ's and V's slices stay in L2 (rounded up to whole B panels). */
+#define MHA_KV_CHUNK 512
+
 /* What a query may see: the one source of the visibility rule, asked by the forward's query
  * blocks and rows, a step's gathers and its decode chunks alike. A query at position p sees
  * the keys [lo, hi) of [0, n): hi = p + 1 when causal (a window implies it), else n; lo =

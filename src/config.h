@@ -1,10 +1,11 @@
-/* config.h — the config schema table, config validation and the dimensions an engine is
- * built with. */
+/* config.h — the config schema table and config validation (the YAML loader's side; the
+ * compute modules need only dims.h). */
 #ifndef MHA_CONFIG_H
 #define MHA_CONFIG_H
 
 #include <stddef.h>
 
+#include "dims.h"
 #include "mha.h"
 #include "mha_io.h"
 #include "status.h"
@@ -53,39 +54,5 @@ const mha_key_def *mha_key_of_field(const char *field);
 /* mha_config_check's checks, the problem as data (the config loader names its key from it). */
 mha_status mha_config_check_problem(const mha_config *cfg, mha_problem *pr);
 
-/* ---- an engine's dimensions ---- */
-
-/* Everything the arena plan and the forward pass need, resolved from a config:
- * threads = 0 becomes the CPUs allowed now, q_block = 0 becomes the engine's choice. */
-typedef struct mha_dims {
-    int d, h, dk;                 /* d_model, heads, d_model / heads */
-    int batch, seq_q, seq_kv;     /* capacity */
-    int threads;                  /* workers, each with its own scratch slice */
-    int q_block;                  /* query rows per score tile */
-    int bias;
-    int bf16;                     /* precision bf16: weights, K, V and operands in bfloat16 */
-    int kvh, group;               /* KV heads; query heads per KV head (h / kvh) */
-    int window;                   /* sliding window, 0: none */
-    mha_rope rope;                /* as configured; rope.rotary_dim resolved (0 -> dk) */
-    int positions;                /* RoPE table rows: max(seq_q, seq_kv) */
-} mha_dims;
-
-/* Rows of one output-projection task and of one input-packing task: fixed, so results never
- * depend on the thread count. MHA_PACK_BLOCK is a multiple of every microkernel's row panel. */
-#define MHA_OUT_BLOCK 128
-#define MHA_PACK_BLOCK 192
-/* Decoding: a sequence bringing at most MHA_DECODE_ROWS new tokens to a step attends straight
- * from the cache, its context cut into chunks of MHA_DECODE_CHUNK keys (one task each, merged
- * in order: a split fixed by the shapes, so outputs never depend on the thread count). */
-#define MHA_DECODE_ROWS 4
-/* Columns of one output-projection task of a step with few rows (a multiple of every B panel
- * width: 8, 16, 32, 64). */
-#define MHA_OUT_COLS 512
-#define MHA_DECODE_CHUNK 512
-/* Keys per chunk of the online softmax: long rows are processed this many keys at a time, so
- * the score chunk, Kᵀ's and V's slices stay in L2 (rounded up to whole B panels). */
-#define MHA_KV_CHUNK 512
-
-mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, mha_problem *pr);
 
 #endif

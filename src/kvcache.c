@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "arena.h"
-#include "config.h"
+#include "dims.h"
 
 #define HEADER ((sizeof(mha_kv_cache) + 63) / 64 * 64)
 

@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "affinity.h"
-#include "config.h"
 
 static long work_of(const mha_fwd *f, int b)
 {

@@ -21,7 +21,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "config.h"
 #include "isa/isa.h"
 #include "rope.h"
 

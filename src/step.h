@@ -7,6 +7,15 @@
 #include "attention.h"
 #include "kvcache.h"
 
+/* Decoding: a sequence bringing at most MHA_DECODE_ROWS new tokens to a step attends straight
+ * from the cache, its context cut into chunks of MHA_DECODE_CHUNK keys (one task each, merged
+ * in order: a split fixed by the shapes, so outputs never depend on the thread count). */
+#define MHA_DECODE_ROWS 4
+#define MHA_DECODE_CHUNK 512
+/* Columns of one output-projection task of a step with few rows (a multiple of every B panel
+ * width: 8, 16, 32, 64). */
+#define MHA_OUT_COLS 512
+
 typedef struct mha_step_job {
     mha_fwd f;                 /* what attention needs: kernel, sizes, weights, z, out; causal */
     const mha_kv_cache *cache;

@@ -8,6 +8,7 @@
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 
+#include "attention.h"
 #include "config.h"
 #include "helpers.h"
 #include "isa/isa.h"

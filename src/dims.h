@@ -1,0 +1,26 @@
+/* dims.h — the dimensions an engine is built with, resolved from its config: what the arena
+ * plan and the passes read. No YAML, no schema: the compute modules include this, not config.h. */
+#ifndef MHA_DIMS_H
+#define MHA_DIMS_H
+
+#include "mha.h"
+#include "status.h"
+
+/* Everything the arena plan and the forward pass need, resolved from a config:
+ * threads = 0 becomes the CPUs allowed now, q_block = 0 becomes the engine's choice. */
+typedef struct mha_dims {
+    int d, h, dk;                 /* d_model, heads, d_model / heads */
+    int batch, seq_q, seq_kv;     /* capacity */
+    int threads;                  /* workers, each with its own scratch slice */
+    int q_block;                  /* query rows per score tile */
+    int bias;
+    int bf16;                     /* precision bf16: weights, K, V and operands in bfloat16 */
+    int kvh, group;               /* KV heads; query heads per KV head (h / kvh) */
+    int window;                   /* sliding window, 0: none */
+    mha_rope rope;                /* as configured; rope.rotary_dim resolved (0 -> dk) */
+    int positions;                /* RoPE table rows: max(seq_q, seq_kv) */
+} mha_dims;
+
+mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, mha_problem *pr);
+
+#endif
