@@ -6,7 +6,12 @@
  * queueing-delay percentiles, the process's CPU use, and stops by itself: arrivals end after
  * the duration, the queue drains, and a hard deadline ends a run that cannot keep up.
  *
- * usage: serve_bench [--workers M] [--threads T] [--rate R|auto] [--duration S] [--d D]
+ * --pool E: the M workers own no engine; they share E engines of T threads, each request
+ * taking whichever is free, so engines migrate across request threads (libgomp then keeps a
+ * team of T − 1 workers for every request thread that has run one: the "threads" column counts
+ * the process's threads at the end of the arrivals, every worker alive).
+ *
+ * usage: serve_bench [--workers M] [--threads T] [--pool E] [--rate R|auto] [--duration S] [--d D]
  *                    [--heads H] [--max-len L] [--seed N] [--calibrate] [--header]
  * --rate auto (default): 0.9 × the capacity measured closed-loop for 2 s with this M × T.
  * --calibrate: print only that capacity (requests/s). --header: the table header. */
@@ -52,6 +57,10 @@ typedef struct server {
     pthread_cond_t cv;
     double t0;
     int failed; /* an engine call failed */
+    int pool;   /* > 0: the workers share this many engines (in engines[], free when !busy[]) */
+    mha_engine *engines[64];
+    int busy[64];
+    pthread_cond_t freed;
 } server;
 
 static uint64_t fnv1a(const void *p, size_t n)
@@ -116,12 +125,50 @@ static int prepare(server *s, uint64_t seed)
     return 0;
 }
 
+/* Pool mode: a free engine of the pool (waiting for one), and giving it back. */
+static int take_engine(server *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int k = -1;
+    while (k < 0) {
+        for (int i = 0; i < s->pool && k < 0; i++)
+            if (!s->busy[i])
+                k = i;
+        if (k < 0)
+            pthread_cond_wait(&s->freed, &s->mu);
+    }
+    s->busy[k] = 1;
+    pthread_mutex_unlock(&s->mu);
+    return k;
+}
+
+static void give_engine(server *s, int k)
+{
+    pthread_mutex_lock(&s->mu);
+    s->busy[k] = 0;
+    pthread_cond_signal(&s->freed);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static int process_threads(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    int n = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "Threads:", 8))
+            n = atoi(line + 8);
+    if (f)
+        fclose(f);
+    return n;
+}
+
 static void *worker(void *arg)
 {
     server *s = arg;
-    mha_engine *e = make_engine(s, s->threads);
+    mha_engine *e = s->pool ? NULL : make_engine(s, s->threads);
     float *out = malloc((size_t)s->max_len * s->d * sizeof *out);
-    if (!e || !out) {
+    if ((!s->pool && !e) || !out) {
         pthread_mutex_lock(&s->mu);
         s->failed = 1;
         pthread_cond_broadcast(&s->cv);
@@ -139,7 +186,10 @@ static void *worker(void *arg)
         pthread_mutex_unlock(&s->mu);
         r->start = now_ms() - s->t0;
         const request_template *t = &s->t[r->tmpl];
-        mha_status st = serve_one(e, t, out);
+        const int k = s->pool ? take_engine(s) : -1;
+        mha_status st = serve_one(k >= 0 ? s->engines[k] : e, t, out);
+        if (k >= 0)
+            give_engine(s, k);
         r->end = now_ms() - s->t0;
         r->ok = st == MHA_OK && fnv1a(out, (size_t)t->len * s->d * sizeof *out) == t->checksum;
         if (st != MHA_OK) {
@@ -218,6 +268,7 @@ static double run(server *s, int closed, int quiet, uint64_t seed)
             next += -log(1.0 - uniform01(&seed)) * 1e3 / s->rate;
         }
     }
+    const int threads_live = process_threads(); /* every worker alive, with its OpenMP team */
     pthread_mutex_lock(&s->mu);
     if (closed)
         s->tail = s->head; /* drop what is left: capacity is what got done in the time */
@@ -270,8 +321,13 @@ static double run(server *s, int closed, int quiet, uint64_t seed)
     double achieved = closed ? (double)done / span_s : (double)n / span_s;
     if (!quiet) {
         const char *wp = getenv("OMP_WAIT_POLICY");
-        printf("| %d × %d | %s | %.1f | %.1f | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f%% | %.0f%% | %zu/%zu%s |\n",
-               s->workers, s->threads, wp ? wp : "default", s->rate, achieved, tokens / span_s, pct(lat, n, 50),
+        char split[48];
+        if (s->pool)
+            snprintf(split, sizeof split, "%d threads sharing %d × %d", s->workers, s->pool, s->threads);
+        else
+            snprintf(split, sizeof split, "%d × %d", s->workers, s->threads);
+        printf("| %s | %s | %d | %.1f | %.1f | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f%% | %.0f%% | %zu/%zu%s |\n",
+               split, wp ? wp : "default", threads_live, s->rate, achieved, tokens / span_s, pct(lat, n, 50),
                pct(lat, n, 95), pct(lat, n, 99), lat[n ? n - 1 : 0], pct(queue, n, 50), pct(queue, n, 99),
                busy / wall * 100 / s->workers, 100 * cpu_s / (wall / 1e3) / (double)sysconf(_SC_NPROCESSORS_ONLN),
                done - bad, done, cut ? ", cut at the deadline" : "");
@@ -298,9 +354,9 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--header")) {
-            printf("| M × T | OMP_WAIT_POLICY | offered req/s | achieved req/s | tokens/s | p50 ms | p95 ms | "
+            printf("| M × T | OMP_WAIT_POLICY | threads | offered req/s | achieved req/s | tokens/s | p50 ms | p95 ms | "
                    "p99 ms | max ms | queue p50 ms | queue p99 ms | worker busy | process CPU | ok/served |\n"
-                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
             return 0;
         }
         if (!strcmp(a, "--calibrate")) { calibrate = 1; continue; }
@@ -308,6 +364,7 @@ int main(int argc, char **argv)
         i++;
         if (!strcmp(a, "--workers")) s.workers = atoi(v);
         else if (!strcmp(a, "--threads")) s.threads = atoi(v);
+        else if (!strcmp(a, "--pool")) s.pool = atoi(v);
         else if (!strcmp(a, "--rate")) { auto_rate = !strcmp(v, "auto"); s.rate = auto_rate ? 0 : atof(v); }
         else if (!strcmp(a, "--duration")) s.duration_s = atof(v);
         else if (!strcmp(a, "--d")) s.d = atoi(v);
@@ -316,7 +373,8 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
         else { fprintf(stderr, "serve_bench: unknown option %s\n", a); return 2; }
     }
-    if (s.workers < 1 || s.workers > 256 || s.threads < 1 || s.threads > 256 || s.duration_s <= 0 ||
+    if (s.workers < 1 || s.workers > 256 || s.threads < 1 || s.threads > 256 || s.pool < 0 || s.pool > 64 ||
+        s.duration_s <= 0 ||
         s.duration_s > 3600 || s.max_len < 8 || s.max_len > 8192 || s.d < 1 || s.heads < 1 || s.d % s.heads ||
         (!auto_rate && !(s.rate > 0 && s.rate < 1e6))) {
         fprintf(stderr, "serve_bench: an option is out of range (see the usage at the top of perf/serve_bench.c)\n");
@@ -324,10 +382,16 @@ int main(int argc, char **argv)
     }
     pthread_mutex_init(&s.mu, NULL);
     pthread_cond_init(&s.cv, NULL);
+    pthread_cond_init(&s.freed, NULL);
     if (prepare(&s, seed) != 0) {
         fprintf(stderr, "serve_bench: could not prepare the requests (memory or engine)\n");
         return 1;
     }
+    for (int i = 0; i < s.pool; i++)
+        if (!(s.engines[i] = make_engine(&s, s.threads))) {
+            fprintf(stderr, "serve_bench: could not make the pool's engines\n");
+            return 1;
+        }
     int rc = 0;
     if (calibrate || auto_rate) {
         double d = s.duration_s;
@@ -344,6 +408,8 @@ int main(int argc, char **argv)
         rc = 1;
     for (int i = 0; i < TEMPLATES; i++)
         free(s.t[i].x);
+    for (int i = 0; i < s.pool; i++)
+        mha_free(s.engines[i]);
     free(s.wbuf);
     return rc;
 }
