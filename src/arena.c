@@ -71,7 +71,7 @@ int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine
         return of ? -1 : 0;
     }
     p->z = take(&cur, product(batch, (size_t)dims->seq_q, d, &of), sizeof(float), MHA_ALIGN, &of);
-    p->xpack_stride = product(((size_t)dims->seq_q + k->aw - 1) / k->aw * k->aw, d, 1, &of);
+    p->xpack_stride = mha_gemm_packed_a_floats(k, (size_t)dims->seq_q, d); /* seq_q, d <= 2^20, 2^16: no overflow */
     if (dims->bf16) /* bf16 A panels, in floats' room */
         p->xpack_stride = (product(mha_round_up((size_t)dims->seq_q, MHA_BT_M), mha_bk_kp(dims->d), 1, &of) + 1) / 2;
     p->xpack = take(&cur, product(batch, p->xpack_stride, 1, &of), sizeof(float), MHA_ALIGN, &of);
@@ -96,7 +96,7 @@ int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine
     size_t slice = 0;
     take(&slice, product(rows, 3, dkp, &of), sizeof(float), MHA_ALIGN, &of);
     size_t kt_bytes = product(dk, kvp, sizeof(float), &of);
-    size_t apack_bytes = product((size_t)k->mb, (size_t)k->kc, sizeof(float), &of);
+    size_t apack_bytes = mha_gemm_apack_floats(k) * sizeof(float);
     if (dims->bf16) {
         /* Kᵀ: (dk, seq_kv) in B panels; A packing for the deepest product: d, or a whole key row */
         const size_t kt16 = product(mha_bk_b_elems(dims->dk, dims->seq_kv), sizeof(mha_bf16), 1, &of);
