@@ -63,7 +63,7 @@ TEST_CLI_OBJ := $(B)/obj/cli/scale_fit.o $(B)/obj/cli/shard.o
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
-.PHONY: all deps deps-perf deps-bench decode-bench decode-step ukernel-rate decode-serve test test-numerics run install uninstall clean readme-example footprint blis-overhead head-shapes bench report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
+.PHONY: all deps deps-perf deps-bench decode-bench decode-step ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example footprint blis-overhead head-shapes bench report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
 all: $(B)/libmha.a $(B)/libmha.so $(B)/mha $(if $(filter 1,$(MPI)),$(B)/mha-mpi)
 
 deps:
@@ -149,6 +149,14 @@ test-numerics:
 	@if $(CC) -std=c11 -ffast-math -Iinclude -Isrc -isystem $(BLIS_INC) -fsyntax-only src/gemm.c 2>/dev/null; then \
 	  echo "make test-numerics: a -ffast-math build of src/gemm.c was not refused" >&2; exit 1; fi
 	@echo "make test-numerics: -ffast-math refused, as it should be"
+
+# The suite on an emulated CPU of another ISA (default an AVX2-only AMD EPYC; QEMU_CPU= to
+# change it): what an AVX2 machine runs, tested on an AVX-512 host (tests/emulated.sh; root,
+# qemu-user installed here; many minutes; not in .ci/run).
+QEMU_CPU ?= EPYC
+test-emulated: $(B)/tests/mha_tests
+	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) qemu-user"
+	tests/emulated.sh $(B) $(QEMU_CPU)
 
 # Every C block of the README, compiled as written against a staged install through
 # pkg-config and run (example1.c, example2.c, ...).
