@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "isa/isa.h"
 #include "kernel.h"
 #include "perf_util.h"
 
@@ -64,7 +65,7 @@ static int cmp(const void *x, const void *y)
 int main(void)
 {
     mha_kernel k;
-    if (mha_kernel_select("", &k) != MHA_OK || !k.stream || k.aw != 12 || k.bw != 32) {
+    if (mha_kernel_select("", &mha_isa_avx512, &k) != MHA_OK || !k.stream || k.aw != 12 || k.bw != 32) {
         fprintf(stderr, "tile_shapes: needs AVX-512 and BLIS's skx kernel (12 x 32)\n");
         return 1;
     }

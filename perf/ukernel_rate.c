@@ -3,7 +3,7 @@
  * (bw columns) small enough to stay in L1/L2 (96 rows × KC, KC × 512), tile after tile, C
  * accumulated (beta 1). What a GEMM of mha's can reach at best on this CPU; compare with the
  * FMA loop of `build/ceiling 1` run next to it. Median of 5 runs of 200 sweeps per KC.
- * Where few-row products are streamed (skx, AVX-512: gemm.c's stream_rows, mha's own register
+ * Where few-row products are streamed (skx, AVX-512: the avx512 table's stream_rows, mha's own register
  * tiles with the microkernel's sums bit for bit), the same work through it too: 8 products of
  * 12 rows × KC by KC × 512 per sweep, the same B panels — what an AVX-512 tile of mha's own
  * reaches on the same operands.
@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "gemm.h"
+#include "isa/isa.h"
 #include "kernel.h"
 #include "perf_util.h"
 
@@ -28,7 +29,7 @@ static int cmp(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     mha_kernel k;
-    if (mha_kernel_select("", &k) != MHA_OK) {
+    if (mha_kernel_select("", mha_isa_auto_table(), &k) != MHA_OK) {
         fprintf(stderr, "ukernel_rate: no float32 kernel for this CPU\n");
         return 1;
     }
