@@ -26,8 +26,10 @@ cp "$B/tests/mha_tests" "$B/tests/mha_tests.$name"
 export QEMU_CPU="$CPU"
 echo "emulated CPU $CPU: the suite, then the engine suites once per table"
 quiet() { grep -v "TCG doesn't support" || true; } # QEMU's notes on features TCG lacks
-"$B/tests/mha_tests.$name" --jobs 2 --filter '!(cli/*|contract/*|errors/library_prints_nothing|embedding/engines_work_in_a_child_after_the_parent_used_one)' "$@" 2>&1 | quiet
+rc=0 # every part runs; the status is the worst of them
+"$B/tests/mha_tests.$name" --jobs 2 --filter '!(cli/*|contract/*|errors/library_prints_nothing|embedding/engines_work_in_a_child_after_the_parent_used_one)' "$@" 2>&1 | quiet || rc=1
 for isa in avx512 avx2 ref; do
   echo "engine suites on isa $isa (MHA_TEST_ISA=$isa), emulated CPU $CPU"
-  MHA_TEST_ISA=$isa "$B/tests/mha_tests.$name" --jobs 2 --filter '@(engine/*|step/*|shared_weights/*|embedding/!(engines_work_in_a_child_after_the_parent_used_one))' 2>&1 | quiet
+  MHA_TEST_ISA=$isa "$B/tests/mha_tests.$name" --jobs 2 --filter '@(engine/*|step/*|shared_weights/*|embedding/!(engines_work_in_a_child_after_the_parent_used_one))' 2>&1 | quiet || rc=1
 done
+exit $rc
