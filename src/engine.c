@@ -156,7 +156,9 @@ static mha_status prepare(const mha_config *cfg, mha_arena_kind kind, prepared *
     size_t header = kind == MHA_ARENA_WEIGHTS ? sizeof(mha_packed_weights) : sizeof(mha_engine);
     if (mha_arena_plan_make(&p->dims, &p->kernel, header, kind, &p->plan) != 0)
         return mha_problemf(pr, MHA_ERR_CONFIG, "max_batch",
-                            "max_batch, max_seq_q, max_seq_kv, d_model, threads: the workspace size overflows size_t");
+                            "%d with max_seq_q %d, max_seq_kv %d, d_model %d and %d threads: the workspace size "
+                            "overflows size_t", cfg->max_batch, cfg->max_seq_q, cfg->max_seq_kv, cfg->d_model,
+                            p->dims.threads);
     p->pinning = cfg->pinning != MHA_PIN_NONE;
     return plan_pinning(cfg, p->dims.threads, p->pin, pr);
 }

@@ -543,11 +543,6 @@ static const mha_bkernel bk_avx2 = {.name = "avx2-bf16", .order = MHA_BK_EVEN_FI
 
 /* ---- the table ---- */
 
-static int runnable_avx2(void)
-{
-    return mha_cpu_has("avx2") && mha_cpu_has("fma") && mha_cpu_has("f16c");
-}
-
 /* Debian's BLIS picks haswell's kernels on Intel and zen3's on AMD. */
 static const char *default_arch_avx2(void)
 {
@@ -562,7 +557,6 @@ static const mha_bkernel *bf16_auto_avx2(void)
 const mha_isa mha_isa_avx2 = {
     .name = "avx2",
     .needs = "avx2 fma f16c",
-    .runnable = runnable_avx2,
     .archs = {"haswell", "zen3", "zen2", "zen", NULL},
     .default_arch = default_arch_avx2,
     .bf16 = {&bk_avx2, NULL},

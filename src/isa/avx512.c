@@ -625,12 +625,6 @@ static const mha_bkernel bk_fma = {.name = "fma-bf16", .order = MHA_BK_EVEN_FIRS
 
 /* ---- the table ---- */
 
-static int runnable_avx512(void)
-{
-    return mha_cpu_has("avx512f") && mha_cpu_has("avx512dq") && mha_cpu_has("avx512bw") && mha_cpu_has("avx512vl") &&
-           mha_cpu_has("fma");
-}
-
 static const char *default_arch_avx512(void)
 {
     return "skx";
@@ -651,7 +645,6 @@ static const mha_bkernel *bf16_auto_avx512(void)
 const mha_isa mha_isa_avx512 = {
     .name = "avx512",
     .needs = "avx512f avx512dq avx512bw avx512vl fma",
-    .runnable = runnable_avx512,
     .archs = {"skx", NULL},
     .default_arch = default_arch_avx512,
     .bf16 = {&mha_bk_amx, &bk_dpbf16, &bk_fma, NULL},

@@ -29,15 +29,7 @@ int mha_cpu_has(const char *f)
     return 0;
 }
 
-const mha_isa *mha_isa_auto_table(void)
-{
-    for (int i = 0; i < mha_isa_count; i++)
-        if (mha_isa_tables[i]->runnable())
-            return mha_isa_tables[i];
-    return &mha_isa_ref;
-}
-
-/* The features of `needs` (space-separated) this CPU lacks, into buf. */
+/* The features of `needs` (space-separated) this CPU lacks, into buf ("" when none). */
 static void lacking(const char *needs, char *buf, size_t len)
 {
     size_t at = 0;
@@ -52,6 +44,31 @@ static void lacking(const char *needs, char *buf, size_t len)
     }
 }
 
+int mha_isa_runnable(const mha_isa *isa)
+{
+    char lacks[128];
+    lacking(isa->needs, lacks, sizeof lacks);
+    return !lacks[0];
+}
+
+const mha_isa *mha_isa_auto_table(void)
+{
+    for (int i = 0; i < mha_isa_count; i++)
+        if (mha_isa_runnable(mha_isa_tables[i]))
+            return mha_isa_tables[i];
+    return &mha_isa_ref;
+}
+
+/* "unknown (auto, avx512, avx2, ref)": the names there are, from the tables. */
+static void unknown(char *buf, size_t len, int with_auto)
+{
+    size_t at = (size_t)snprintf(buf, len, "unknown (%s", with_auto ? "auto" : "");
+    for (int i = 0; i < mha_isa_count && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%s", i || with_auto ? ", " : "", mha_isa_tables[i]->name);
+    if (at < len)
+        snprintf(buf + at, len - at, ")");
+}
+
 mha_status mha_isa_select(const char *request, const mha_isa **isa, char *why_buf, size_t why_len)
 {
     if (!request || !request[0] || !strcmp(request, "auto")) {
@@ -62,16 +79,16 @@ mha_status mha_isa_select(const char *request, const mha_isa **isa, char *why_bu
         const mha_isa *t = mha_isa_tables[i];
         if (strcmp(t->name, request) != 0)
             continue;
-        if (!t->runnable()) {
-            char lacks[128];
-            lacking(t->needs, lacks, sizeof lacks);
-            snprintf(why_buf, why_len, "needs %s; this CPU lacks %s", t->needs, lacks[0] ? lacks : "(none listed)");
+        char lacks[128];
+        lacking(t->needs, lacks, sizeof lacks);
+        if (lacks[0]) {
+            snprintf(why_buf, why_len, "needs %s; this CPU lacks %s", t->needs, lacks);
             return MHA_ERR_CONFIG;
         }
         *isa = t;
         return MHA_OK;
     }
-    snprintf(why_buf, why_len, "unknown (auto, avx512, avx2, ref)");
+    unknown(why_buf, why_len, 1);
     return MHA_ERR_CONFIG;
 }
 
@@ -86,7 +103,7 @@ int mha_isa_runs_arch(const mha_isa *isa, const char *arch)
 const mha_isa *mha_isa_of_arch(const char *arch)
 {
     for (int i = 0; i < mha_isa_count; i++)
-        if (mha_isa_tables[i]->runnable() && mha_isa_runs_arch(mha_isa_tables[i], arch))
+        if (mha_isa_runnable(mha_isa_tables[i]) && mha_isa_runs_arch(mha_isa_tables[i], arch))
             return mha_isa_tables[i];
     return NULL;
 }
@@ -126,13 +143,11 @@ MHA_API mha_status mha_isa_describe(const char *name, char *buf, size_t len)
         const mha_isa *t = mha_isa_tables[i];
         if (strcmp(t->name, name) != 0)
             continue;
-        char here[160] = "runs here";
-        if (!t->runnable()) {
-            char lacks[128];
-            lacking(t->needs, lacks, sizeof lacks);
+        char lacks[128], here[160] = "runs here";
+        lacking(t->needs, lacks, sizeof lacks);
+        if (lacks[0])
             snprintf(here, sizeof here, "not here: this CPU lacks %s", lacks);
-        }
-        size_t at = (size_t)snprintf(buf, len, "needs %s; %s; BLIS", t->needs, here);
+        size_t at = (size_t)snprintf(buf, len, "needs %s; %s; BLIS", t->needs[0] ? t->needs : "nothing (portable C)", here);
         for (int j = 0; t->archs[j] && at < len; j++)
             at += (size_t)snprintf(buf + at, len - at, " %s", t->archs[j]);
         if (at < len)
@@ -141,6 +156,6 @@ MHA_API mha_status mha_isa_describe(const char *name, char *buf, size_t len)
             at += (size_t)snprintf(buf + at, len - at, " %s", t->bf16[j]->name);
         return MHA_OK;
     }
-    snprintf(buf, len, "unknown (avx512, avx2, ref)");
+    unknown(buf, len, 0);
     return MHA_ERR_CONFIG;
 }

@@ -31,8 +31,8 @@
 
 typedef struct mha_isa {
     const char *name;            /* "avx512", "avx2", "ref" */
-    const char *needs;           /* the CPU features it needs, as lscpu names them */
-    int (*runnable)(void);       /* this CPU has them */
+    const char *needs;           /* the CPU features it needs, as lscpu names them, space-
+                                  * separated ("": none); mha_isa_runnable tests them */
     /* BLIS sub-configs it runs with, NULL-terminated: the first runnable one is its default
      * (the CPU's vendor may reorder: default_arch) */
     const char *archs[6];
@@ -93,6 +93,8 @@ extern const int mha_isa_count;
  * unknown or not runnable here; then *why says which names exist, or which features the
  * table needs and which of them the CPU lacks (why_buf holds that text). */
 mha_status mha_isa_select(const char *request, const mha_isa **isa, char *why_buf, size_t why_len);
+/* Whether this CPU has every feature the table needs. */
+int mha_isa_runnable(const mha_isa *isa);
 /* What "auto" picks on this CPU. */
 const mha_isa *mha_isa_auto_table(void);
 /* Whether a BLIS sub-config name is one the table runs with. */

@@ -137,11 +137,6 @@ static const mha_bkernel ref_bf16 = {.name = "ref-bf16", .order = MHA_BK_EVEN_FI
 
 /* ---- the table ---- */
 
-static int runnable_ref(void)
-{
-    return 1;
-}
-
 static const char *default_arch_ref(void)
 {
     return "generic";
@@ -154,8 +149,7 @@ static const mha_bkernel *bf16_auto_ref(void)
 
 const mha_isa mha_isa_ref = {
     .name = "ref",
-    .needs = "nothing (portable C)",
-    .runnable = runnable_ref,
+    .needs = "",
     .archs = {"generic", "sandybridge", "penryn", NULL},
     .default_arch = default_arch_ref,
     .bf16 = {&ref_bf16, NULL},
