@@ -2,8 +2,9 @@
 #define _DEFAULT_SOURCE /* M_PI */
 #include "helpers.h"
 
-#include <stdio.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +40,16 @@ const mha_isa *isa_runnable(const char *name, const char **why)
     return t;
 }
 
+void note_skipped(const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "[SKIP] %s\n", msg);
+}
+
 int isa_next(int *i, const mha_isa **isa)
 {
     for (; *i < mha_isa_count; ++*i) {
@@ -47,7 +58,7 @@ int isa_next(int *i, const mha_isa **isa)
             ++*i;
             return 1;
         }
-        cr_log_warn("SKIPPED for isa %s: %s", mha_isa_tables[*i]->name, why);
+        note_skipped("isa %s: %s", mha_isa_tables[*i]->name, why);
     }
     return 0;
 }

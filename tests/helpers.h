@@ -67,7 +67,11 @@ void config_init(mha_config *cfg);
 /* Table `name` ("" or "auto": the widest this CPU runs) if this CPU runs it, else NULL and the
  * reason in why (when not NULL). */
 const struct mha_isa *isa_runnable(const char *name, const char **why);
-/* Each table in turn, widest first; one this CPU cannot run is logged as skipped, with why. */
+/* A part of a test this CPU cannot run, reported as skipped with why: "[SKIP] …" on stderr,
+ * always shown. Not cr_log_warn: Criterion 2.4's runner exits 1 after any warning, so every
+ * CPU without AMX would fail the suite. */
+void note_skipped(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Each table in turn, widest first; one this CPU cannot run is noted as skipped, with why. */
 int isa_next(int *i, const struct mha_isa **isa);
 #define FOR_EACH_ISA(isa) for (int isa##_i = 0; isa_next(&isa##_i, &isa);)
 /* A kernel of the auto table's default sub-config; asserts. */

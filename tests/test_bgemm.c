@@ -188,7 +188,7 @@ ParameterizedTest(bcase *g, bgemm, matches_double_product_of_rounded_operands, .
         for (int ki = 0; isa->bf16[ki]; ki++) {
             const mha_bkernel *bk = isa->bf16[ki];
             if ((bk->usable && !bk->usable()) || !mha_bkernel_enable(bk)) {
-                cr_log_warn("SKIPPED %s: %s", bk->name, bk->lacks);
+                note_skipped("bf16 kernel %s: %s", bk->name, bk->lacks);
                 continue;
             }
             ran++;
@@ -243,7 +243,7 @@ Test(bgemm, rows_do_not_depend_on_blocking, .timeout = 60)
         for (int ki = 0; isa->bf16[ki]; ki++) {
             const mha_bkernel *bk = isa->bf16[ki];
             if ((bk->usable && !bk->usable()) || !mha_bkernel_enable(bk)) {
-                cr_log_warn("SKIPPED %s: %s", bk->name, bk->lacks);
+                note_skipped("bf16 kernel %s: %s", bk->name, bk->lacks);
                 continue;
             }
             mha_bk_pack_b(&k, mha_mat_rows(&k, bsrc, n), 0, kk, n, b, ps);

@@ -227,7 +227,7 @@ ParameterizedTest(fcase *c, engine, bf16_matches_reference, .timeout = 120)
         snprintf(probe.bf16_kernel, sizeof probe.bf16_kernel, "%s", name);
         char no[256];
         if (mha_config_check(&probe, no, sizeof no) != MHA_OK) {
-            cr_log_warn("SKIPPED %s: %s", name, no);
+            note_skipped("bf16 kernel %s: %s", name, no);
             continue;
         }
         double err[3];
