@@ -235,9 +235,11 @@ typedef struct mha_step {
  * min(max_blocks·block_size, max_seq_kv), the block ids a sequence needs in range, the cache
  * made for this model; otherwise MHA_ERR_SHAPE / MHA_ERR_INVALID_ARG / MHA_ERR_CONFIG
  * (another model's cache) with mha_engine_last_error saying what, and neither the cache nor
- * out changes. Splitting a sequence into steps in any way gives the outputs of one causal
- * mha_forward over it (to float rounding); outputs are bitwise identical for every thread
- * count. Allocates nothing. */
+ * out changes. Within one kernel table and precision, a sequence's output rows and the K and
+ * V it writes have the same bits however its tokens are split into steps (one prefill,
+ * chunks, token by token), whatever else the step holds (other sequences decoding or
+ * prefilling, their number), for every thread count and block table, and equal one causal
+ * mha_forward over it (README, Determinism). Allocates nothing. */
 MHA_API mha_status mha_step_forward(mha_engine *e, mha_kv_cache *c, const mha_step *s, float *out);
 
 /* The message of the engine's last failed call (set_weights, forward), naming the field

@@ -82,7 +82,7 @@ int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine
     p->worker_cpu = take(&cur, threads, sizeof(int), MHA_ALIGN, &of);
     p->pin_cpu = take(&cur, threads, sizeof(int), MHA_ALIGN, &of);
     p->step_row0 = take(&cur, batch + 1, sizeof(int), MHA_ALIGN, &of);
-    const size_t chunks = ((size_t)dims->seq_kv + MHA_DECODE_CHUNK - 1) / MHA_DECODE_CHUNK;
+    const size_t chunks = ((size_t)dims->seq_kv + MHA_KV_CHUNK - 1) / MHA_KV_CHUNK;
     const size_t dec_q = (size_t)dims->group * MHA_DECODE_ROWS; /* queries of one decode task */
     p->partial = take(&cur, product(batch * (size_t)dims->kvh, chunks, dec_q * (dk + 2), &of), sizeof(float), MHA_ALIGN, &of);
     p->rope_cos = p->rope_sin = MHA_ARENA_ABSENT;
@@ -116,12 +116,13 @@ int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine
                      MHA_ALIGN, &of);
         /* the probabilities of a query block against one chunk of keys, rounded to bf16 in A
          * panels as each row is exp'd (the A·V product reads them packed) */
-        const size_t chunk = mha_round_up(MHA_KV_CHUNK, (size_t)k->bw), kv = mha_round_up((size_t)dims->seq_kv, (size_t)k->bw);
+        const size_t chunk = MHA_KV_CHUNK, kv = mha_round_up((size_t)dims->seq_kv, (size_t)k->bw);
         p->pb = take(&slice, product(mha_bk_a_elems(dims->q_block, (int)(kv < chunk ? kv : chunk)), sizeof(mha_bf16), 1, &of),
                      1, MHA_ALIGN, &of);
     }
-    p->inv = take(&slice, product(2, (size_t)dims->q_block, 1, &of), sizeof(float), MHA_ALIGN, &of);
-    p->dec = take(&slice, product(dec_q, MHA_DECODE_CHUNK + dk, 1, &of), sizeof(float), MHA_ALIGN, &of);
+    p->inv = take(&slice, product(mha_attention_state_floats((size_t)dims->q_block, dk), 1, 1, &of), sizeof(float),
+                  MHA_ALIGN, &of);
+    p->dec = take(&slice, product(dec_q, MHA_KV_CHUNK + dk, 1, &of), sizeof(float), MHA_ALIGN, &of);
     p->scratch_stride = take(&slice, 0, 1, MHA_PAGE, &of); /* round the slice up to a page */
     p->scratch = take(&cur, threads, p->scratch_stride, MHA_PAGE, &of);
     p->total = cur;

@@ -34,7 +34,7 @@ typedef struct mha_arena_plan {
     size_t rope_cos, rope_sin; /* (positions, r/2) each; absent without RoPE */
     size_t step_row0;       /* (batch + 1) ints: a step's first row of each sequence */
     size_t partial;         /* decode partial results: (batch, kvh, chunks, group·DECODE_ROWS, dk + 2) */
-    size_t dec;             /* offset in a worker slice: group·DECODE_ROWS × (DECODE_CHUNK + dk) floats */
+    size_t dec;             /* offset in a worker slice: group·DECODE_ROWS × (KV_CHUNK + dk) floats */
     size_t scratch;         /* first worker slice */
     size_t scratch_stride;  /* bytes per worker slice, a multiple of MHA_PAGE */
     size_t kt, scores, apack, inv; /* offsets inside a worker slice (its Q/K/V panels start it) */

@@ -6,15 +6,16 @@
  * query head of the group; per query head its Q (RoPE), then for each query block: scores = Q_blk · Kᵀ / sqrt(d_k) up to the block's last visible key, a masked
  * exp per row (softmax without its division), Z_blk = E · V written straight into the
  * head's columns of Z, and each Z row divided by its sum: d_k divisions, not seq_kv.
- * Rows longer than MHA_KV_CHUNK keys go chunk by chunk (online softmax): each chunk's
- * scores are exp'd against the running row max, Z_blk is rescaled where the max grew and
- * accumulates E_chunk · V_chunk, so the working set stays in L2 however long the row. */
+ * Keys go in the fixed chunks of MHA_KV_CHUNK counted from position 0 (mha_attention_chunk):
+ * each chunk's scores exp'd against the chunk's own max, its E · V summed on its own, then
+ * merged into Z in key order by mha_softmax_merge, so the working set stays in L2 however
+ * long the row, and a row's bits depend on its position and keys alone: decode runs the same
+ * chunks and the same merge. (With the attention weights wanted, one chunk of whole rows.) */
 #include "attention.h"
 
 #include "isa/isa.h"
 #include "rope.h"
 
-#include <math.h>
 #include <string.h>
 
 int mha_attention_packed_rows(const mha_fwd *f, int b)
@@ -81,77 +82,88 @@ static void rotate(const mha_fwd *f, const mha_scratch *s, int rows, int col, in
                       f->rope_cos, f->rope_sin);
 }
 
+void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
+                         int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum,
+                         ptrdiff_t st)
+{
+    const mha_kernel *k = f->kernel;
+    const int m = r->m, dk = f->dk;
+    const float scale = 1.0f / sqrtf((float)dk);
+    const int fuse = f->bk && !f->attn; /* bf16 probabilities packed row by row as they are exp'd */
+    const mha_mat sm = mha_mat_rows(k, sc, ld);
+    if (f->bk) /* b0 is a multiple of the chunk, so of the 16-key panels */
+        mha_bgemm(f->bk, k, m, n, dk, scale, NULL, r->q, kv->kt16 + (size_t)(b0 / MHA_BT_N) * kv->kps, kv->kps, 0.0f,
+                  sm, s->apack16);
+    else
+        mha_gemm(k, m, n, dk, scale, r->q, mha_mat_sub(k, kv->kt, 0, b0), 0.0f, sm, s->apack);
+    for (int i = 0; i < m; i++) {
+        /* the keys of this chunk row i sees: [hidden, visible) */
+        const int pos = r->pos0 + (r->first + i) % r->period;
+        const mha_key_span in = mha_keys_within(mha_visible_keys(pos, r->causal, f->window, c0 + n), c0, n);
+        float *row = sc + i * ld;
+        for (int j = 0; j < in.lo; j++)
+            row[j] = -INFINITY; /* before the window: exp gives 0 */
+        mx[i * st] = -INFINITY;
+        sum[i * st] = k->isa->softmax_row(row, n, in.hi, r->mask ? r->mask + (size_t)i * f->seq_kv : NULL, &mx[i * st]);
+        if (fuse) /* bf16: the row rounded and packed for A·V while it is in L1 */
+            mha_bk_pack_a_row(k, row, i, n, s->p16);
+    }
+    /* Z (m, dk) = E (m, n) · V (n, dk); bf16: E rounded as it is packed (above, or here when
+     * the attention weights keep E in float32) */
+    if (f->bk)
+        mha_bgemm(f->bk, k, m, dk, n, 1.0f, fuse ? s->p16 : NULL, sm, kv->v16 + mha_bk_b_index(b0, 0, 0), kv->vps, 0.0f,
+                  zc, s->apack16);
+    else
+        mha_gemm(k, m, dk, n, 1.0f, sm, mha_mat_sub(k, kv->v, b0, 0), 0.0f, zc, s->apack);
+}
+
 void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, int kl, int off, float *z_seq,
                         float *attn)
 {
     const mha_kernel *k = f->kernel;
-    const int dk = f->dk, dkp = f->dkp, d = f->d, bw = k->bw;
+    const int dk = f->dk, dkp = f->dkp, d = f->d, bw = k->bw, qb = f->q_block;
     const ptrdiff_t lds = f->ld_scores;
     float *z = z_seq + (size_t)h * dk; /* (ql, dk), row stride d */
     const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
-    const mha_mat qm = qkv, vm = mha_mat_sub(k, qkv, 0, 2 * dkp);
-    const mha_mat ktm = mha_mat_panels(k, s->kt, dk);
-    const float scale = 1.0f / sqrtf((float)dk);
-    const size_t kps = mha_attention_kt16_ps(f), vps = mha_attention_v16_ps(kl); /* bf16 */
+    const mha_kv_view kv = {.kt = mha_mat_panels(k, s->kt, dk), .v = mha_mat_sub(k, qkv, 0, 2 * dkp),
+                            .kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f),
+                            .vps = mha_attention_v16_ps(kl)};
     const int window = f->window, causal = f->causal;
-    const int fuse = f->bk && !attn; /* bf16 probabilities packed row by row as they are exp'd */
+    /* softmax state: the rows' sum and max, the chunk's, the chunk's Z (qb × dk) */
+    float *sum = s->inv, *mx = sum + qb, *csum = mx + qb, *cmx = csum + qb, *cz = cmx + qb;
 
-    /* query blocks; a block's keys stop where its last row's visibility does and, with a
-     * window, start (a whole panel earlier at most) where its first row's does */
-    const int chunk = (int)mha_round_up(MHA_KV_CHUNK, (size_t)bw);
-    float *sum = s->inv, *mx = s->inv + f->q_block;
-    for (int r0 = 0; r0 < ql; r0 += f->q_block) {
-        const int r1 = r0 + f->q_block < ql ? r0 + f->q_block : ql, m = r1 - r0;
+    /* query blocks; a block's keys stop where its last row's visibility does and start at the
+     * chunk holding its first row's first key (with the attention weights wanted: one chunk of
+     * whole rows, from the panel holding it) */
+    for (int r0 = 0; r0 < ql; r0 += qb) {
+        const int r1 = r0 + qb < ql ? r0 + qb : ql, m = r1 - r0;
         const int kv_end = mha_visible_keys(r1 - 1 + off, causal, window, kl).hi;
-        int kv_begin = mha_visible_keys(r0 + off, causal, window, kl).lo / bw * bw;
+        const int lo = mha_visible_keys(r0 + off, causal, window, kl).lo;
+        int kv_begin = attn ? lo / bw * bw : lo / MHA_KV_CHUNK * MHA_KV_CHUNK;
         if (kv_begin > kv_end)
             kv_begin = kv_end;
-        mha_mat zm = mha_mat_rows(k, z + (size_t)r0 * d, d);
-        for (int i = 0; i < m; i++) {
+        const int step = attn ? kv_end - kv_begin : MHA_KV_CHUNK;
+        const ptrdiff_t ld = attn || lds < MHA_KV_CHUNK ? lds : MHA_KV_CHUNK;
+        const mha_chunk_rows rows = {.m = m, .pos0 = r0 + off, .period = m, .causal = causal,
+                                     .q = mha_mat_sub(k, qkv, r0, 0),
+                                     .mask = f->mask ? f->mask + (size_t)r0 * f->seq_kv : NULL};
+        const mha_mat zm = mha_mat_rows(k, z + (size_t)r0 * d, d), czm = mha_mat_rows(k, cz, dk);
+        for (int i = 0; i < m; i++) { /* no key yet: a zero row */
             memset(z + (size_t)(r0 + i) * d, 0, (size_t)dk * sizeof *z);
             sum[i] = 0.0f, mx[i] = -INFINITY;
         }
-        /* keys in chunks (one chunk when the attention weights are wanted: they need whole
-         * rows); per chunk: scores, exp against the running max, Z += E · V */
-        const int span = kv_end - kv_begin;
-        const int step = attn || span <= chunk ? span : chunk;
-        const ptrdiff_t ld = step == span ? lds : chunk;
+        /* the first chunk straight into z (mha_softmax_merge would take it as it is), each
+         * later one into cz, then merged */
         for (int c0 = kv_begin; c0 < kv_end; c0 += step) {
-            const int n = kv_end - c0 < step ? kv_end - c0 : step;
-            const mha_mat sm = mha_mat_rows(k, s->scores, ld);
-            if (f->bk) /* c0 is a multiple of bw (16 or 32): a whole bf16 panel */
-                mha_bgemm(f->bk, k, m, n, dk, scale, NULL, mha_mat_sub(k, qm, r0, 0), s->kt16 + (size_t)(c0 / MHA_BT_N) * kps,
-                          kps, 0.0f, sm, s->apack16);
-            else
-                mha_gemm(k, m, n, dk, scale, mha_mat_sub(k, qm, r0, 0), mha_mat_sub(k, ktm, 0, c0), 0.0f, sm, s->apack);
-            for (int i = 0; i < m; i++) {
-                /* keys of this chunk the row (at position r0 + i + off) sees: [hidden, visible) */
-                const mha_key_span in = mha_keys_within(mha_visible_keys(r0 + i + off, causal, window, kv_end), c0, n);
-                const int visible = in.hi, hidden = in.lo;
-                float *row = s->scores + i * ld;
-                for (int j = 0; j < hidden; j++)
-                    row[j] = -INFINITY; /* before the window: exp gives 0 */
-                const float before = mx[i];
-                const float part = f->kernel->isa->softmax_row(row, n, visible, f->mask ? f->mask + (size_t)(r0 + i) * f->seq_kv + c0 : NULL,
-                                              &mx[i]);
-                if (before != mx[i] && sum[i] > 0.0f) { /* the max grew: rescale what came before */
-                    const float c = expf(before - mx[i]);
-                    float *zr = z + (size_t)(r0 + i) * d;
-                    for (int j = 0; j < dk; j++)
-                        zr[j] *= c;
-                    sum[i] *= c;
-                }
-                sum[i] += part;
-                if (fuse) /* bf16: the row rounded and packed for A·V while it is in L1 */
-                    mha_bk_pack_a_row(k, row, i, n, s->p16);
-            }
-            /* z block (m, dk) += E (m, n) · V (n, dk); bf16: E rounded as it is packed (above,
-             * or here when the attention weights keep E in float32) */
-            if (f->bk)
-                mha_bgemm(f->bk, k, m, dk, n, 1.0f, fuse ? s->p16 : NULL, sm, s->v16 + mha_bk_b_index(c0, 0, 0), vps, 1.0f,
-                          zm, s->apack16);
-            else
-                mha_gemm(k, m, dk, n, 1.0f, sm, mha_mat_sub(k, vm, c0, 0), 1.0f, zm, s->apack);
+            const int n = kv_end - c0 < step ? kv_end - c0 : step, first = c0 == kv_begin;
+            mha_chunk_rows cr = rows;
+            if (cr.mask)
+                cr.mask += c0;
+            mha_attention_chunk(f, s, &cr, &kv, c0, c0, n, s->scores, ld, first ? zm : czm, first ? mx : cmx,
+                                first ? sum : csum, 1);
+            if (!first)
+                for (int i = 0; i < m; i++)
+                    mha_softmax_merge(z + (size_t)(r0 + i) * d, &mx[i], &sum[i], cz + (size_t)i * dk, cmx[i], csum[i], dk);
         }
         /* each row / its sum; a row with no visible key stays 0 */
         for (int i = 0; i < m; i++) {

@@ -2,6 +2,7 @@
 #ifndef MHA_ATTENTION_H
 #define MHA_ATTENTION_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -14,9 +15,14 @@
  * depend on the thread count. MHA_PACK_BLOCK is a multiple of every microkernel's row panel. */
 #define MHA_OUT_BLOCK 128
 #define MHA_PACK_BLOCK 192
-/* Keys per chunk of the online softmax: long rows are processed this many keys at a time, so
- * the score chunk, Kᵀ's and V's slices stay in L2 (rounded up to whole B panels). */
-#define MHA_KV_CHUNK 512
+/* Keys per chunk of the softmax, in the forward and in decode alike: chunk c holds the keys
+ * [c·MHA_KV_CHUNK, (c + 1)·MHA_KV_CHUNK) counted from position 0, whatever the query block,
+ * window or step (so a row's sums never depend on how its tokens were split). Each chunk is
+ * exp'd against its own max, its A·V summed on its own, and the chunks merged in key order by
+ * mha_softmax_merge. A multiple of every B panel width (8, 16, 32) and at most every
+ * sub-config's KC (256 or 384), so one chunk's A·V is one pass of the microkernel: the sums a
+ * decode tile reproduces. */
+#define MHA_KV_CHUNK 256
 
 /* What a query may see: the one source of the visibility rule, asked by the forward's query
  * blocks and rows, a step's gathers and its decode chunks alike. A query at position p sees
@@ -37,6 +43,29 @@ static inline mha_key_span mha_keys_within(mha_key_span v, int c0, int len)
     visible = visible < 0 ? 0 : visible > len ? len : visible;
     hidden = hidden < 0 ? 0 : hidden > visible ? visible : hidden;
     return (mha_key_span){hidden, visible};
+}
+
+/* The merge rule: chunk partial (zc: its unnormalised Z over dk features, exp'd against its
+ * own max mc; sc: its sum) into the running (z, *m, *s), chunk after chunk in key order. The
+ * forward and decode both merge with it, so they agree bit for bit. A chunk the row sees none
+ * of (mc = −∞) changes nothing; the first one it sees is taken as it is (exp(0) = 1). */
+static inline void mha_softmax_merge(float *restrict z, float *m, float *s, const float *restrict zc, float mc,
+                                     float sc, int dk)
+{
+    if (mc == -INFINITY)
+        return;
+    const float mn = mc > *m ? mc : *m, b = expf(mc - mn);
+    if (*m == -INFINITY) {
+        for (int j = 0; j < dk; j++)
+            z[j] = zc[j] * b;
+        *s = sc * b;
+    } else {
+        const float a = expf(*m - mn);
+        for (int j = 0; j < dk; j++)
+            z[j] = z[j] * a + zc[j] * b;
+        *s = *s * a + sc * b;
+    }
+    *m = mn;
 }
 
 /* One forward pass, as every task sees it (read-only during the pass). */
@@ -75,8 +104,9 @@ typedef struct mha_scratch {
     float *kt;      /* panels (dk, round_up(seq_kv, bw)): Kᵀ */
     float *scores;  /* (q_block, ld_scores) */
     float *apack;   /* mha_gemm_apack_floats */
-    float *inv;     /* (2·q_block): each row's softmax sum (then its inverse), and running max */
-    float *dec;     /* decode: (group·MHA_DECODE_ROWS) × (MHA_DECODE_CHUNK + dk): scores, queries */
+    float *inv;     /* mha_attention_state_floats: each row's softmax sum (then its inverse) and
+                     * max, a chunk's sum and max, a chunk's Z (q_block × dk) */
+    float *dec;     /* decode: (group·MHA_DECODE_ROWS) × (MHA_KV_CHUNK + dk): scores, queries */
     mha_bf16 *kt16; /* bf16: Kᵀ in B panels (the kt region) */
     mha_bf16 *v16;  /* bf16: V in B panels */
     mha_bf16 *p16;  /* bf16: a query block's probabilities in A panels (each row rounded as exp'd) */
@@ -94,6 +124,38 @@ static inline size_t mha_attention_v16_ps(int kl)
 {
     return mha_bk_ps(kl + MHA_BT_K);
 }
+
+/* Floats of a worker's softmax state (s->inv) for query blocks of q_block rows. */
+static inline size_t mha_attention_state_floats(size_t q_block, size_t dk)
+{
+    return q_block * (4 + dk);
+}
+
+/* Kᵀ and V of the keys a chunk reads: float32 (kt: panels of dk rows; v: rows are keys), or
+ * bf16 B panels (kt16 of kps, v16 of vps elements per panel). */
+typedef struct mha_kv_view {
+    mha_mat kt, v;
+    const mha_bf16 *kt16, *v16;
+    size_t kps, vps;
+} mha_kv_view;
+
+/* Rows of a chunk: m query rows, row i at position pos0 + (first + i) % period (the forward:
+ * one head's consecutive rows, first 0, period ≥ m; decode: rows first.. of query heads × new
+ * tokens, period = new tokens). */
+typedef struct mha_chunk_rows {
+    int m, pos0, first, period, causal;
+    mha_mat q;              /* (m × dk) float32 queries (bf16: rounded as the kernel packs them) */
+    const uint8_t *mask;    /* NULL or row 0's explicit mask at key c0, rows seq_kv apart */
+} mha_chunk_rows;
+
+/* One chunk: the keys [c0, c0 + n) (kv's operands from key b0: the chunk's first key), scores
+ * = Q·Kᵀ/sqrt(dk) into sc (row stride ld), each row's visible keys exp'd against the row's
+ * own max in this chunk (mx[i·st]; −∞: nothing visible) with their sum (sum[i·st]), and the
+ * unnormalised Z = E·V into zc (m × dk). bf16: E rounded into s->p16 as each row is exp'd
+ * (m <= q_block). The chunk step of the forward and of bf16 decode: one source of their bits. */
+void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
+                         int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum,
+                         ptrdiff_t st);
 
 /* Rows the head tasks project from the query input of sequence b (packed beforehand). */
 int mha_attention_packed_rows(const mha_fwd *f, int b);

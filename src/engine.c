@@ -571,7 +571,7 @@ MHA_API mha_status mha_step_forward(mha_engine *e, mha_kv_cache *c, const mha_st
     if (rows > 0) {
         mha_step_job j = {.f = engine_fwd(e, out), .cache = c, .step = s, .row0 = row0, .rows = (int)rows,
                           .partial = e->views.partial,
-                          .max_chunks = (e->dims.seq_kv + MHA_DECODE_CHUNK - 1) / MHA_DECODE_CHUNK};
+                          .max_chunks = (e->dims.seq_kv + MHA_KV_CHUNK - 1) / MHA_KV_CHUNK};
         j.f.causal = 1;
         /* rows per projection task: what the Q/K/V scratch holds, whole A panels where it holds
          * one (then each task's rows start a panel of the packed rows) */

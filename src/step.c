@@ -8,14 +8,15 @@
  * MHA_DECODE_ROWS new tokens) the context's K and V gathered from the cache into the worker's
  * panel scratch, Kᵀ packed once, and the forward's attention (mha_attention_rows) for each
  * query head of the group, with query i at position n_past + i; or (decode) per chunk of
- * MHA_DECODE_CHUNK keys, dot products and value updates read straight from the cache blocks,
- * each key and value row once for all queries of the group, then the chunks merged in order
- * with their maxima and sums (flash-decoding: long contexts spread over the workers, the
- * result independent of how many there are); (3) the output projection over all rows.
- * bf16 (engine and cache): the rows are packed to bf16 A panels and every product of the
- * forward runs on its bf16 kernel; K and V are rounded to bf16 as they are stored, a prefill
- * gathers them straight into the kernel's B panels, and decode widens them to float32 as it
- * reads them (the queries stay float32: decode reads half the bytes, at no loss of accuracy). */
+ * MHA_KV_CHUNK keys, the forward's chunks: float32 dot products and value updates read
+ * straight from the cache blocks in the microkernel's sums, each key and value row once for
+ * all queries of the group; bf16 the chunk gathered into the kernel's panels and the
+ * forward's own chunk step; then the chunks merged in order by the forward's rule
+ * (flash-decoding: long contexts spread over the workers; the result independent of how many
+ * there are, and of how the sequence's steps were cut); (3) the output projection over all
+ * rows. bf16 (engine and cache): the rows are packed to bf16 A panels and every product of
+ * the forward runs on its bf16 kernel; K and V are rounded to bf16 as they are stored and
+ * gathered straight into the kernel's B panels. */
 #include "step.h"
 
 #include <math.h>
@@ -173,36 +174,51 @@ static void gather_f32(const mha_step_job *j, const int32_t *table, int g, int c
             *mha_mat_at(k, ktm, c, t) = 0.0f;
 }
 
-/* bf16: the same from a bf16 cache straight into the bf16 kernel's B panels (s->kt16, s->v16,
- * as the forward's pack_kv16 leaves them): Kᵀ key pairs of each feature pair interleaved, V
- * feature by feature; zeros in the padding (features past dk, keys past ctx, the tile of room
- * after V). */
-static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int ctx, int t_begin, const mha_scratch *s)
+/* bf16: the keys [t_begin, t_end) from a bf16 cache straight into the bf16 kernel's B panels
+ * (s->kt16, s->v16 of vps elements per panel, as the forward's pack_kv16 leaves them), key t
+ * at column / row t − base: Kᵀ key pairs of each feature pair interleaved, V feature by
+ * feature; zeros in the padding (features past dk, keys past t_end, the tile of room after V). */
+static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int t_begin, int t_end, int base,
+                        size_t vps, const mha_scratch *s)
 {
     const mha_kv_cache *cache = j->cache;
-    const int dk = j->f.dk, bs = cache->block_size, ctx16 = (int)mha_round_up((size_t)ctx, MHA_BT_N);
+    const int dk = j->f.dk, bs = cache->block_size, n = t_end - base, n16 = (int)mha_round_up((size_t)n, MHA_BT_N);
     const int kp_dk = (int)mha_bk_kp(dk), dk16 = (int)mha_round_up((size_t)dk, MHA_BT_N);
-    const int v_end = (int)mha_bk_kp(ctx) + MHA_BT_K;
-    const size_t kps = mha_attention_kt16_ps(&j->f), vps = mha_attention_v16_ps(ctx);
+    const int v_end = (int)mha_bk_kp(n) + MHA_BT_K;
+    const size_t kps = mha_attention_kt16_ps(&j->f);
     const mha_bf16 *data = mha_kv_bf16(cache);
-    for (int t0 = t_begin; t0 < ctx;) {
-        const int block = table[t0 / bs], slot = t0 % bs, n = ctx - t0 < bs - slot ? ctx - t0 : bs - slot;
+    for (int t0 = t_begin; t0 < t_end;) {
+        const int block = table[t0 / bs], slot = t0 % bs, run = t_end - t0 < bs - slot ? t_end - t0 : bs - slot;
         const mha_bf16 *kt = data + mha_kv_kt_at(cache, block, g) + slot;
-        for (int c = 0; c < dk; c++)
-            for (int t = 0; t < n; t++)
-                s->kt16[mha_bk_b_index(c, t0 + t, kps)] = kt[(size_t)c * bs + t];
-        for (int t = 0; t < n; t++) {
-            const mha_bf16 *v = data + mha_kv_v_at(cache, block, g, slot + t);
+        const int at = t0 - base;
+        if (at % MHA_BT_N == 0 && run % MHA_BT_N == 0 && dk % 2 == 0) /* whole groups of 16 keys */
+            for (int c = 0; c < dk; c += 2) /* feature pairs interleaved, 16 keys at a time */
+                for (int t = 0; t < run; t += MHA_BT_N) {
+                    mha_bf16 *d = s->kt16 + mha_bk_b_index(c, at + t, kps);
+                    const mha_bf16 *k0 = kt + (size_t)c * bs + t, *k1 = k0 + bs;
+                    for (int i = 0; i < MHA_BT_N; i++)
+                        d[2 * i] = k0[i], d[2 * i + 1] = k1[i];
+                }
+        else
             for (int c = 0; c < dk; c++)
-                s->v16[mha_bk_b_index(t0 + t, c, vps)] = v[c];
+                for (int t = 0; t < run; t++)
+                    s->kt16[mha_bk_b_index(c, at + t, kps)] = kt[(size_t)c * bs + t];
+        for (int t = 0; t < run; t++) { /* key t's features, 16 at a time, into its pair slot */
+            const mha_bf16 *v = data + mha_kv_v_at(cache, block, g, slot + t);
+            for (int c = 0; c < dk; c += MHA_BT_N) {
+                mha_bf16 *d = s->v16 + mha_bk_b_index(at + t, c, vps);
+                const int m = dk - c < MHA_BT_N ? dk - c : MHA_BT_N;
+                for (int i = 0; i < m; i++)
+                    d[2 * i] = v[c + i];
+            }
         }
-        t0 += n;
+        t0 += run;
     }
-    for (int t = t_begin; t < ctx16; t++) /* Kᵀ: features past dk; keys past ctx */
-        for (int c = t < ctx ? dk : 0; c < kp_dk; c++)
+    for (int t = t_begin - base; t < n16; t++) /* Kᵀ: features past dk; keys past t_end */
+        for (int c = t < n ? dk : 0; c < kp_dk; c++)
             s->kt16[mha_bk_b_index(c, t, kps)] = 0;
-    for (int t = t_begin; t < v_end; t++) /* V: columns past dk; rows past ctx */
-        for (int c = t < ctx ? dk : 0; c < dk16; c++)
+    for (int t = t_begin - base; t < v_end; t++) /* V: columns past dk; rows past t_end */
+        for (int c = t < n ? dk : 0; c < dk16; c++)
             s->v16[mha_bk_b_index(t, c, vps)] = 0;
 }
 
@@ -216,9 +232,10 @@ void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s)
         return;
     const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
     const int32_t *table = st->blocks + (size_t)q * st->max_blocks;
-    const int t_begin = first_key(j, q) / k->bw * k->bw;
+    /* from the chunk holding the first visible key: the forward's chunks start there */
+    const int t_begin = first_key(j, q) / MHA_KV_CHUNK * MHA_KV_CHUNK;
     if (f->bk)
-        gather_bf16(j, table, g, ctx, t_begin, s);
+        gather_bf16(j, table, g, t_begin, ctx, 0, mha_attention_v16_ps(ctx), s);
     else
         gather_f32(j, table, g, ctx, t_begin, s);
     float *z = f->z + (size_t)j->row0[q] * f->d;
@@ -234,7 +251,7 @@ void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s)
 int mha_step_chunks(const mha_step_job *j, int q)
 {
     const int ctx = j->step->n_past[q] + j->step->n_new[q];
-    return (ctx + MHA_DECODE_CHUNK - 1) / MHA_DECODE_CHUNK;
+    return (ctx + MHA_KV_CHUNK - 1) / MHA_KV_CHUNK;
 }
 
 /* Partial results of query qi (head-in-group major, then row) of chunk c of (q, g):
@@ -245,22 +262,83 @@ static float *partial_of(const mha_step_job *j, int q, int g, int c, int qi)
     return j->partial + (((size_t)q * j->f.kvh + g) * j->max_chunks + c) * per_chunk + (size_t)qi * per_query;
 }
 
+/* float32 decode: the chunk's scores and A·V in register tiles, read in place from the cache
+ * blocks, each key and value row once for every query of the group, with the sums the
+ * microkernel gives the forward (the table's decode_scores and decode_values), and the
+ * forward's softmax of the chunk in between. */
+static void decode_chunk_f32(const mha_step_job *j, int q, int g, int k0, int k1, const float *qv, float *sc)
+{
+    const mha_fwd *f = &j->f;
+    const mha_kv_cache *cache = j->cache;
+    const int n_new = j->step->n_new[q], n_past = j->step->n_past[q], dk = f->dk, nq = f->group * n_new;
+    const int n = k1 - k0, bs = cache->block_size, kc = f->kernel->kc;
+    const int32_t *table = j->step->blocks + (size_t)q * j->step->max_blocks;
+    const mha_isa *isa = f->kernel->isa;
+    const float *data = mha_kv_f32(cache);
+    const float scale = 1.0f / sqrtf((float)dk);
+    /* scores: each block's Kᵀ read once for every query of the group, slots of several
+     * blocks at once; the features in the microkernel's passes of KC (one unless dk > KC) */
+    const float *kts[MHA_KV_CHUNK];
+    int ns[MHA_KV_CHUNK], runs = 0;
+    for (int t = k0; t < k1; runs++) {
+        const int slot = t % bs, run = bs - slot < k1 - t ? bs - slot : k1 - t;
+        kts[runs] = data + mha_kv_kt_at(cache, table[t / bs], g) + slot, ns[runs] = run;
+        t += run;
+    }
+    for (int c0 = 0; c0 < dk; c0 += kc)
+        isa->decode_scores(qv, nq, dk, c0, c0 + kc < dk ? c0 + kc : dk, runs, kts, ns, bs, scale, sc, MHA_KV_CHUNK);
+    /* per query: the keys it sees in this chunk, exp'd against the chunk's max, the sum */
+    float *p = partial_of(j, q, g, (k0 / MHA_KV_CHUNK), 0);
+    const size_t ps = (size_t)dk + 2; /* partial_of's stride between queries */
+    for (int qi = 0; qi < nq; qi++) {
+        const mha_key_span in = mha_keys_within(mha_visible_keys(n_past + qi % n_new, 1, f->window, k1), k0, n);
+        float *row = sc + (size_t)qi * MHA_KV_CHUNK, *pq = p + (size_t)qi * ps;
+        for (int t = 0; t < in.lo; t++)
+            row[t] = -INFINITY;
+        pq[dk] = -INFINITY;
+        pq[dk + 1] = isa->softmax_row(row, n, in.hi, NULL, &pq[dk]);
+        memset(pq, 0, (size_t)dk * sizeof *pq);
+    }
+    /* Z = E · V, block by block: each value row read once for every query */
+    for (int t = k0; t < k1;) {
+        const int slot = t % bs, run = bs - slot < k1 - t ? bs - slot : k1 - t;
+        const float *v = data + mha_kv_v_at(cache, table[t / bs], g, slot);
+        const float *next = t + run < k1 ? data + mha_kv_v_at(cache, table[(t + run) / bs], g, 0) : NULL;
+        isa->decode_values(sc + (t - k0), MHA_KV_CHUNK, nq, v, run, dk, p, ps, next);
+        t += run;
+    }
+}
+
+/* bf16 decode: the chunk's K and V gathered into the bf16 kernel's panels, then the forward's
+ * own chunk step (mha_attention_chunk) on the group's queries, q_block rows at a time: the
+ * forward's roundings and sums, so decode and prefill agree bit for bit. */
+static void decode_chunk_bf16(const mha_step_job *j, int q, int g, int k0, int k1, float *qv, float *sc,
+                              const mha_scratch *s)
+{
+    const mha_fwd *f = &j->f;
+    const mha_kernel *k = f->kernel;
+    const int n_new = j->step->n_new[q], dk = f->dk, nq = f->group * n_new, n = k1 - k0;
+    const size_t vps = mha_attention_v16_ps(n), ps = (size_t)dk + 2;
+    gather_bf16(j, j->step->blocks + (size_t)q * j->step->max_blocks, g, k0, k1, k0, vps, s);
+    const mha_kv_view kv = {.kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f), .vps = vps};
+    float *p = partial_of(j, q, g, k0 / MHA_KV_CHUNK, 0);
+    for (int r0 = 0; r0 < nq; r0 += f->q_block) {
+        const mha_chunk_rows rows = {.m = nq - r0 < f->q_block ? nq - r0 : f->q_block, .pos0 = j->step->n_past[q],
+                                     .first = r0, .period = n_new, .causal = 1,
+                                     .q = mha_mat_rows(k, qv + (size_t)r0 * dk, dk)};
+        float *pr = p + (size_t)r0 * ps;
+        mha_attention_chunk(f, s, &rows, &kv, 0, k0, n, sc, MHA_KV_CHUNK, mha_mat_rows(k, pr, (ptrdiff_t)ps), pr + dk,
+                            pr + dk + 1, (ptrdiff_t)ps);
+    }
+}
+
 void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha_scratch *s)
 {
     const mha_fwd *f = &j->f;
     const mha_step *st = j->step;
-    const mha_kv_cache *cache = j->cache;
-    const int n_new = st->n_new[q], n_past = st->n_past[q], ctx = n_past + n_new;
-    const int dk = f->dk, d = f->d, G = f->group, nq = G * n_new, W = f->window;
-    const int k0 = c * MHA_DECODE_CHUNK, k1 = k0 + MHA_DECODE_CHUNK < ctx ? k0 + MHA_DECODE_CHUNK : ctx, n = k1 - k0;
-    const int32_t *table = st->blocks + (size_t)q * st->max_blocks;
-    const mha_isa *isa = f->kernel->isa;
-    const int bf16 = cache->bf16;
-    const size_t elem = bf16 ? sizeof(mha_bf16) : sizeof(float);
-    const unsigned char *data = cache->data;
-    const float scale = 1.0f / sqrtf((float)dk);
-    /* (nq, chunk) scores; (nq, dk) queries */
-    float *sc = s->dec, *qv = s->dec + (size_t)nq * MHA_DECODE_CHUNK;
+    const int n_new = st->n_new[q], ctx = st->n_past[q] + n_new;
+    const int dk = f->dk, d = f->d, G = f->group, nq = G * n_new;
+    const int k0 = c * MHA_KV_CHUNK, k1 = k0 + MHA_KV_CHUNK < ctx ? k0 + MHA_KV_CHUNK : ctx;
     if (k1 <= first_key(j, q)) { /* the whole chunk is before every query's window */
         for (int qi = 0; qi < nq; qi++) {
             float *p = partial_of(j, q, g, c, qi);
@@ -268,48 +346,17 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
         }
         return;
     }
-
-    /* the group's queries, rotated in phase 1, from z: query qi = head jh, row i */
+    /* (nq, chunk) scores; (nq, dk) queries: the group's, rotated in phase 1, from z (query qi
+     * = head jh, row i) */
+    float *sc = s->dec, *qv = s->dec + (size_t)nq * MHA_KV_CHUNK;
     const float *z = f->z + (size_t)j->row0[q] * d;
     for (int jh = 0; jh < G; jh++)
         for (int i = 0; i < n_new; i++)
             memcpy(qv + (size_t)(jh * n_new + i) * dk, z + (size_t)i * d + (size_t)(g * G + jh) * dk, (size_t)dk * sizeof *qv);
-    /* scores, block by block: each block's Kᵀ read once for every query of the group */
-    const int bs = cache->block_size;
-    for (int t = k0; t < k1;) {
-        const int slot = t % bs, n_run = bs - slot < k1 - t ? bs - slot : k1 - t;
-        const void *kt = data + (mha_kv_kt_at(cache, table[t / bs], g) + slot) * elem;
-        /* the next block's Kᵀ on its way while this one is used */
-        const void *next = t + n_run < k1 ? data + mha_kv_kt_at(cache, table[(t + n_run) / bs], g) * elem : NULL;
-        float *out = sc + (t - k0);
-        isa->decode_scores(qv, nq, dk, kt, bf16, bs, n_run, scale, out, MHA_DECODE_CHUNK, next);
-        t += n_run;
-    }
-    /* per query: the keys it sees in this chunk (causal from its position, the window), exp
-     * against the chunk's max, the sum */
-    for (int qi = 0; qi < nq; qi++) {
-        const int pos = n_past + qi % n_new;
-        const mha_key_span in = mha_keys_within(mha_visible_keys(pos, 1, W, k1), k0, n);
-        const int visible = in.hi, hidden = in.lo;
-        float *row = sc + (size_t)qi * MHA_DECODE_CHUNK;
-        for (int t = 0; t < hidden; t++)
-            row[t] = -INFINITY;
-        float mx = -INFINITY;
-        const float sum = isa->softmax_row(row, n, visible, NULL, &mx);
-        float *p = partial_of(j, q, g, c, qi);
-        memset(p, 0, (size_t)dk * sizeof *p);
-        p[dk] = mx, p[dk + 1] = sum;
-    }
-    /* Z += e · V, block by block: each value row read once for every query */
-    float *p = partial_of(j, q, g, c, 0);
-    const size_t ps = (size_t)dk + 2; /* partial_of's stride between queries */
-    for (int t = k0; t < k1;) {
-        const int slot = t % bs, n_run = bs - slot < k1 - t ? bs - slot : k1 - t;
-        const void *v = data + mha_kv_v_at(cache, table[t / bs], g, slot) * elem;
-        const void *next = t + n_run < k1 ? data + mha_kv_v_at(cache, table[(t + n_run) / bs], g, 0) * elem : NULL;
-        isa->decode_values(sc + (t - k0), MHA_DECODE_CHUNK, nq, v, bf16, n_run, dk, p, ps, next);
-        t += n_run;
-    }
+    if (f->bk)
+        decode_chunk_bf16(j, q, g, k0, k1, qv, sc, s);
+    else
+        decode_chunk_f32(j, q, g, k0, k1, qv, sc);
 }
 
 void mha_step_decode_merge(const mha_step_job *j, int q, int g)
@@ -320,25 +367,13 @@ void mha_step_decode_merge(const mha_step_job *j, int q, int g)
     for (int qi = 0; qi < G * n_new; qi++) {
         const int jh = qi / n_new, i = qi % n_new;
         float *zr = z + (size_t)i * d + (size_t)(g * G + jh) * dk;
-        float m = -INFINITY;
-        for (int c = 0; c < chunks; c++) {
-            const float mc = partial_of(j, q, g, c, qi)[dk];
-            m = mc > m ? mc : m;
-        }
+        float m = -INFINITY, sum = 0.0f;
         memset(zr, 0, (size_t)dk * sizeof *zr);
-        if (m == -INFINITY)
-            continue; /* no visible key: a zero row */
-        float sum = 0.0f;
-        for (int c = 0; c < chunks; c++) { /* in chunk order: the same sums whatever ran them */
+        for (int c = 0; c < chunks; c++) { /* in chunk order, by the forward's rule */
             const float *p = partial_of(j, q, g, c, qi);
-            if (p[dk] == -INFINITY)
-                continue;
-            const float w = expf(p[dk] - m);
-            sum += p[dk + 1] * w;
-            for (int t = 0; t < dk; t++)
-                zr[t] += p[t] * w;
+            mha_softmax_merge(zr, &m, &sum, p, p[dk], p[dk + 1], dk);
         }
-        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f; /* no visible key: a zero row */
         for (int t = 0; t < dk; t++)
             zr[t] *= inv;
     }

@@ -8,10 +8,10 @@
 #include "kvcache.h"
 
 /* Decoding: a sequence bringing at most MHA_DECODE_ROWS new tokens to a step attends straight
- * from the cache, its context cut into chunks of MHA_DECODE_CHUNK keys (one task each, merged
- * in order: a split fixed by the shapes, so outputs never depend on the thread count). */
+ * from the cache, its context cut into the forward's chunks of MHA_KV_CHUNK keys (one task
+ * each, merged in order by the forward's rule: a split fixed by positions alone, so outputs
+ * depend neither on the thread count nor on how the sequence's steps were cut). */
 #define MHA_DECODE_ROWS 4
-#define MHA_DECODE_CHUNK 512
 /* Columns of one output-projection task of a step with few rows (a multiple of every B panel
  * width: 8, 16, 32, 64). */
 #define MHA_OUT_COLS 512
@@ -24,7 +24,7 @@ typedef struct mha_step_job {
     int rows;                  /* new tokens in all: sum of n_new */
     int chunk_rows;            /* rows per projection task (<= f.rows): a function of the config only */
     float *partial;            /* decode: (max_batch, kvh, max_chunks, group·DECODE_ROWS, dk + 2) */
-    int max_chunks;            /* ceil(max_seq_kv / MHA_DECODE_CHUNK) */
+    int max_chunks;            /* ceil(max_seq_kv / MHA_KV_CHUNK) */
 } mha_step_job;
 
 /* Rows per A panel of the step's packed rows: the float32 microkernel's, or 16 for bf16. */
@@ -38,7 +38,7 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
 /* Sequence q, KV head g: its context's K and V from the cache, then each query head of the
  * group attends from its new tokens (Q read from z, Z written over it). */
 void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s);
-/* Chunks of MHA_DECODE_CHUNK keys in sequence q's context. */
+/* Chunks of MHA_KV_CHUNK keys in sequence q's context. */
 int mha_step_chunks(const mha_step_job *j, int q);
 /* Decode (n_new <= MHA_DECODE_ROWS): chunk c of sequence q's context for the query heads of KV
  * head g, read in place from the cache: each query's running max, sum and unnormalised Z. */

@@ -74,8 +74,8 @@ ParameterizedTest(mha_dims *dm, arena, regions_are_aligned_disjoint_and_inside, 
         {p.kt, dk * kvp * sizeof(float)},
         {p.scores, (size_t)dm->q_block * (size_t)p.ld_scores * sizeof(float)},
         {p.apack, mha_gemm_apack_floats(&K) * sizeof(float)},
-        {p.inv, 2 * (size_t)dm->q_block * sizeof(float)},
-        {p.dec, (size_t)dm->group * MHA_DECODE_ROWS * (MHA_DECODE_CHUNK + dk) * sizeof(float)},
+        {p.inv, mha_attention_state_floats((size_t)dm->q_block, (size_t)dk) * sizeof(float)},
+        {p.dec, (size_t)dm->group * MHA_DECODE_ROWS * (MHA_KV_CHUNK + dk) * sizeof(float)},
     };
     cr_assert_geq(p.ld_scores, dm->seq_kv);
     for (size_t i = 0; i < 6; i++) {

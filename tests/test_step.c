@@ -12,8 +12,8 @@
 #include "helpers.h"
 #include "mha_io.h"
 
-/* fp32 with another summation order than the forward's (the context is gathered per step),
- * on unit-scale data: 1e-5 relative, as the engine tests. */
+/* fp32 steps against the float32 forward: the same bits on the same table (also asserted);
+ * the tolerance, 1e-5 relative on unit-scale data as the engine tests, reports the distance. */
 #define STEP_TOL 1e-5
 /* bf16 steps against the float32 forward: operands rounded to 8 significant bits (weights,
  * inputs, K and V in the cache, probabilities), as the engine's bf16 forward against the double
@@ -117,6 +117,11 @@ static void run_schedule(decoder *dc, int block_size, int n_steps, const int (*s
                 double e = sqrt(num / den);
                 worst = e > worst ? e : worst;
                 cr_assert_leq(e, dc->tol, "step %d, sequence %d, position %d: relative error %.3g", k, b, past[b] + i, e);
+                if (dc->cfg.precision == MHA_PRECISION_F32) { /* the forward's own table: its bits */
+                    const long at = first_bit_difference(got, ref, (size_t)d);
+                    cr_assert_eq(at, -1, "isa %s, step %d, sequence %d, position %d, feature %ld: %a (step) vs %a (forward)",
+                                 mha_engine_isa(dc->e), k, b, past[b] + i, at, got[at < 0 ? 0 : at], ref[at < 0 ? 0 : at]);
+                }
             }
             past[b] += add[b];
         }
@@ -195,7 +200,8 @@ Test(step, decode_tiles_for_every_query_count_and_head_size_equal_one_forward, .
 {
     static const struct {
         int d, h, kvh;
-    } shapes[] = {{512, 4, 4}, {544, 4, 4}, {512, 4, 2}, {320, 4, 1}, {48, 6, 1}};
+    } shapes[] = {{512, 4, 4}, {544, 4, 4}, {512, 4, 2}, {320, 4, 1}, {48, 6, 1},
+                  {544, 2, 1}, {800, 2, 1}}; /* d_k 272 and 400: past KC (256, 384), scores in passes */
     static const int sched[][4] = {{13}, {1}, {2}, {3}, {4}, {1}};
     EACH_PRECISION(prec)
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
@@ -466,6 +472,113 @@ Test(step, a_sequences_outputs_do_not_depend_on_the_batch, .timeout = 120)
                          at / d, at % d, other[at < 0 ? 0 : at], ref[at < 0 ? 0 : at]);
         }
         free(ref), free(other);
+        decoder_free(&dc);
+    }
+}
+
+/* ---- split invariance (issue 20): one sequence's outputs, bit for bit, however its steps are
+ * cut and whatever shares them ---- */
+
+/* Every sequence of dc's batch through steps: in step k sequence b brings plan(b, k) tokens
+ * (cut[b][k], 0 past its end), its blocks shuffled from a pool of bs-slot blocks; the rows
+ * land in got (B, S, d). */
+static void steps_by_plan(decoder *dc, int bs, const int *const *cut, int n_steps, uint64_t seed, float *got)
+{
+    const int B = dc->p.batch, S = dc->p.seq_q, d = dc->p.d, max_blocks = (S + bs - 1) / bs, n_blocks = B * max_blocks;
+    mha_kv_cache *c;
+    cr_assert_eq(mha_kv_cache_create(&dc->cfg, n_blocks, bs, &c), MHA_OK);
+    int32_t *table = malloc((size_t)n_blocks * sizeof *table);
+    rng r = {seed};
+    for (int i = 0; i < n_blocks; i++)
+        table[i] = i;
+    for (int i = n_blocks - 1; i > 0; i--) {
+        int k = (int)(rng_next(&r) % (uint64_t)(i + 1)), t = table[i];
+        table[i] = table[k], table[k] = t;
+    }
+    float *x = malloc((size_t)B * S * d * sizeof *x), *out = malloc((size_t)B * S * d * sizeof *out);
+    int32_t *past = calloc((size_t)B, sizeof *past), *add = calloc((size_t)B, sizeof *add);
+    for (int k = 0; k < n_steps; k++) {
+        size_t rows = 0;
+        for (int b = 0; b < B; b++) {
+            add[b] = cut[b][k] < S - past[b] ? cut[b][k] : S - past[b];
+            memcpy(x + rows * d, dc->p.q + ((size_t)b * S + past[b]) * d, (size_t)add[b] * d * sizeof *x);
+            rows += (size_t)add[b];
+        }
+        mha_step st = {.n_seqs = B, .n_past = past, .n_new = add, .blocks = table, .max_blocks = max_blocks, .x = x};
+        cr_assert_eq(mha_step_forward(dc->e, c, &st, out), MHA_OK, "%s", mha_engine_last_error(dc->e));
+        rows = 0;
+        for (int b = 0; b < B; b++) {
+            memcpy(got + ((size_t)b * S + past[b]) * d, out + rows * d, (size_t)add[b] * d * sizeof *out);
+            rows += (size_t)add[b];
+            past[b] += add[b];
+        }
+    }
+    for (int b = 0; b < B; b++)
+        cr_assert_eq(past[b], S, "the plan covers sequence %d", b);
+    free(x), free(out), free(table), free(past), free(add);
+    mha_kv_cache_free(c);
+}
+
+/* Random shapes, windows, block sizes, thread counts and plans (one prefill; a prefill then
+ * token by token; random chunks, every sequence in its own rhythm, so each step mixes prefill
+ * and decode of up to 64 sequences): every output row of every sequence has the bits of one
+ * causal mha_forward of the batch, on the table and precision under test. */
+Test(step, a_sequences_outputs_do_not_depend_on_how_its_steps_are_cut, .timeout = 300)
+{
+    /* d, h, kvh: d_k 8 with GQA, d_k 32 with MQA, d_k 128 */
+    const int shapes[][3] = {{64, 8, 2}, {128, 4, 1}, {256, 2, 2}};
+    const int windows[] = {0, 0, 70, 300}, block_sizes[] = {8, 16, 32, 48};
+    const mha_precision precs[] = {MHA_PRECISION_F32, MHA_PRECISION_BF16};
+    rng r = {2020};
+    for (int trial = 0; trial < 8; trial++) {
+        const int *sh = shapes[trial % 3];
+        const mha_precision prec = precs[trial % 2];
+        /* 3 sequences of 260-560 tokens (2 or 3 key chunks); the last two trials 64 short ones,
+         * so decode steps of up to 64 sequences */
+        const int B = trial < 6 ? 3 : 64, S = trial < 6 ? 260 + (int)(rng_next(&r) % 300) : 20 + (int)(rng_next(&r) % 20);
+        const int window = windows[rng_next(&r) % 4];
+        const int threads = 1 + (int)(rng_next(&r) % 2), bs = block_sizes[rng_next(&r) % 4];
+        decoder dc;
+        decoder_make_shape(&dc, sh[0], sh[1], sh[2], B, S, window, S, threads, prec);
+        const int d = dc.p.d;
+        const size_t n = (size_t)B * S * d;
+        /* the reference: one causal mha_forward of the whole batch on the same engine */
+        float *ref = malloc(n * sizeof *ref), *got = malloc(n * sizeof *got);
+        mha_input in = problem_input(&dc.p);
+        cr_assert_eq(mha_forward(dc.e, &in, ref, NULL), MHA_OK, "%s", mha_engine_last_error(dc.e));
+        /* plans: 0 one prefill each; 1 a prefill, then token by token; 2 random chunks (1..70)
+         * for every sequence, a different mix of prefill and decode in each step */
+        int **cuts = malloc((size_t)B * sizeof *cuts);
+        for (int b = 0; b < B; b++)
+            cuts[b] = malloc((size_t)S * sizeof *cuts[b]);
+        for (int plan = 0; plan < 3; plan++) {
+            int steps = 0;
+            for (int b = 0; b < B; b++) {
+                int k = 0, left = S, p = 1 + (int)(rng_next(&r) % 40);
+                while (left > 0) {
+                    int c = plan == 0 ? left : plan == 1 ? (k == 0 ? p : 1)
+                          : rng_next(&r) % 3 == 0 ? 1 + (int)(rng_next(&r) % 70) : (int)(rng_next(&r) % 3);
+                    c = c < left ? c : left;
+                    cuts[b][k++] = c, left -= c;
+                    if (k == S) /* the rest in the last step */
+                        cuts[b][k - 1] += left, left = 0;
+                }
+                for (int i = k; i < S; i++)
+                    cuts[b][i] = 0;
+                steps = k > steps ? k : steps;
+            }
+            memset(got, 0, n * sizeof *got);
+            steps_by_plan(&dc, bs, (const int *const *)cuts, steps, 77 + (uint64_t)trial, got);
+            const long at = first_bit_difference(got, ref, n);
+            cr_assert_eq(at, -1,
+                         "isa %s, %s, d %d, %d heads over %d, window %d, %d threads, block_size %d, plan %d (%d steps): "
+                         "sequence %ld, position %ld, feature %ld: %a (steps) vs %a (one forward)",
+                         mha_engine_isa(dc.e), mha_precision_name(prec), d, sh[1], sh[2], window, threads, bs, plan,
+                         steps, at / ((long)S * d), at / d % S, at % d, got[at < 0 ? 0 : at], ref[at < 0 ? 0 : at]);
+        }
+        for (int b = 0; b < B; b++)
+            free(cuts[b]);
+        free(cuts), free(ref), free(got);
         decoder_free(&dc);
     }
 }

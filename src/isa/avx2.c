@@ -225,89 +225,94 @@ __attribute__((target(AVX2))) static float softmax_row_avx2(float *restrict s, i
     return ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
 }
 
-/* ---- decode tiles ---- */
+/* ---- decode tiles (float32 cache) ---- */
 
-/* n <= 8 elements of a cache run at i (float32, or bf16 widened to float32 by a shift), lanes
- * from n on zero. */
-static inline __attribute__((always_inline, target(AVX2))) __m256 load8_run(const void *run, int bf16, size_t i, int n)
+/* n elements (1..8) of a row at x, lanes from n on zero. */
+static inline __attribute__((always_inline, target(AVX2))) __m256 load8_n(const float *x, int n)
 {
-    if (bf16) {
-        __m128i h;
-        if (n >= 8)
-            h = _mm_loadu_si128((const __m128i *)(const void *)((const mha_bf16 *)run + i));
-        else {
-            mha_bf16 t[8] = {0};
-            memcpy(t, (const mha_bf16 *)run + i, (size_t)n * sizeof *t);
-            h = _mm_loadu_si128((const __m128i *)(const void *)t);
-        }
-        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    }
-    return n >= 8 ? _mm256_loadu_ps((const float *)run + i) : _mm256_maskload_ps((const float *)run + i, first8(n));
+    return n >= 8 ? _mm256_loadu_ps(x) : _mm256_maskload_ps(x, first8(n));
 }
 
-/* Scores of nb <= R queries for the n <= 8 slots from t of one block, with P · R = 8
- * accumulators: the features cut into P parts of h = ceil(dk / P), each part its own FMA chain
- * per query, the parts added in order at the end: the avx512 table's sums, lane for lane. */
+/* Scores of nb <= R queries for nv <= V slot vectors (of any blocks), R · V <= 8
+ * accumulators, each score one FMA chain over the features [c0, c1) from zero, then scale ·
+ * sum (+ sc when c0 > 0): the microkernel's sums. One Kᵀ row load per feature and vector for
+ * all queries; the next tile's vectors (pf, npf of them) prefetched row by row as it goes. */
 static inline __attribute__((always_inline, target(AVX2))) void
-scores_tile(const int P, const float *restrict q, int nb, int dk, const void *kt, int bf16, int ld, int t, int n,
-            float scale, float *restrict sc, size_t sc_ld, const void *next)
+scores_tile(const int R, const int V, const float *restrict q, int nb, int dk, int c0, int c1, const mha_slot_vec *v,
+            int nv, const mha_slot_vec *pf, int npf, int ld, float scale, float *restrict sc, size_t sc_ld)
 {
-    const int R = 8 / P, h = (dk + P - 1) / P;
-    const size_t elem = bf16 ? sizeof(mha_bf16) : sizeof(float);
     __m256 acc[8];
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < R * V; i++)
         acc[i] = _mm256_setzero_ps();
-    for (int c = 0; c < h; c++)
-        for (int part = 0; part < P; part++) {
-            const int f = part * h + c;
-            if (f >= dk) /* the last part may be shorter */
-                continue;
-            const size_t at = (size_t)f * ld + t;
-            if (next)
-                _mm_prefetch((const char *)next + at * elem, _MM_HINT_T0);
-            const __m256 krow = load8_run(kt, bf16, at, n);
-            for (int r = 0; r < R; r++)
-                if (r < nb)
-                    acc[part * R + r] = _mm256_fmadd_ps(_mm256_set1_ps(q[(size_t)r * dk + f]), krow, acc[part * R + r]);
+    for (int c = c0; c < c1; c++) {
+        const size_t at = (size_t)c * ld;
+        __m256 krow[8];
+        for (int j = 0; j < V; j++) {
+            if (j < npf)
+                _mm_prefetch((const char *)(pf[j].kt + at), _MM_HINT_T0);
+            krow[j] = j < nv ? load8_n(v[j].kt + at, v[j].lanes) : _mm256_setzero_ps();
         }
-    const __m256i m = first8(n);
-    for (int r = 0; r < nb; r++) {
-        __m256 x = acc[r];
-        for (int part = 1; part < P; part++)
-            x = _mm256_add_ps(x, acc[part * R + r]);
-        _mm256_maskstore_ps(sc + (size_t)r * sc_ld + t, m, _mm256_mul_ps(x, _mm256_set1_ps(scale)));
+        for (int r = 0; r < R; r++)
+            if (r < nb) {
+                const __m256 x = _mm256_set1_ps(q[(size_t)r * dk + c]);
+                for (int j = 0; j < V; j++)
+                    acc[r * V + j] = _mm256_fmadd_ps(x, krow[j], acc[r * V + j]);
+            }
+    }
+    for (int r = 0; r < nb; r++)
+        for (int j = 0; j < nv; j++) {
+            float *y = sc + (size_t)r * sc_ld + v[j].out;
+            const __m256i m = first8(v[j].lanes);
+            __m256 x = _mm256_mul_ps(acc[r * V + j], _mm256_set1_ps(scale));
+            if (c0 > 0)
+                x = _mm256_add_ps(x, _mm256_maskload_ps(y, m));
+            _mm256_maskstore_ps(y, m, x);
+        }
+}
+
+/* R queries × V slot vectors over the vector list, each tile prefetching the next. */
+static inline __attribute__((always_inline, target(AVX2))) void
+scores_tiles(const int R, const int V, const float *restrict q, int nb, int dk, int c0, int c1, const mha_slot_vec *v,
+             int nv, int ld, float scale, float *restrict sc, size_t sc_ld)
+{
+    for (int i = 0; i < nv; i += V) {
+        const int here = nv - i < V ? nv - i : V, next = nv - i - here < V ? nv - i - here : V;
+        scores_tile(R, V, q, nb, dk, c0, c1, v + i, here, v + i + here, next, ld, scale, sc, sc_ld);
     }
 }
 
-/* 8 slots at a time: 1 query in 8 feature parts, 2 in 4, up to 4 in 2, more 8 at a time in one. */
-__attribute__((target(AVX2))) static void decode_scores_avx2(const float *restrict q, int nq, int dk, const void *kt,
-                                                            int bf16, int ld, int n, float scale, float *restrict sc,
-                                                            size_t sc_ld, const void *next)
+/* Slot vectors of 8 from every block of the chunk: 1 query × 8 vectors, 2 × 4, up to 4 × 2,
+ * more 8 × 1 at a time (8 independent chains). */
+__attribute__((target(AVX2))) static void decode_scores_avx2(const float *restrict q, int nq, int dk, int c0, int c1,
+                                                            int runs, const float *const *kt, const int *n, int ld,
+                                                            float scale, float *restrict sc, size_t sc_ld)
 {
-    for (int t = 0; t < n; t += 8) {
-        const int nt = n - t < 8 ? n - t : 8;
-        if (nq == 1)
-            scores_tile(8, q, nq, dk, kt, bf16, ld, t, nt, scale, sc, sc_ld, next);
-        else if (nq == 2)
-            scores_tile(4, q, nq, dk, kt, bf16, ld, t, nt, scale, sc, sc_ld, next);
-        else if (nq <= 4)
-            scores_tile(2, q, nq, dk, kt, bf16, ld, t, nt, scale, sc, sc_ld, next);
+    mha_slot_vec v[MHA_KV_CHUNK];
+    const int nv = mha_slot_vecs(runs, kt, n, 8, v);
+    for (int q0 = 0; q0 < nq; q0 += 8) {
+        const int nb = nq - q0 < 8 ? nq - q0 : 8;
+        const float *qq = q + (size_t)q0 * dk;
+        float *sq = sc + (size_t)q0 * sc_ld;
+        if (nb == 1)
+            scores_tiles(1, 8, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
+        else if (nb == 2)
+            scores_tiles(2, 4, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
+        else if (nb <= 4)
+            scores_tiles(4, 2, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
         else
-            for (int q0 = 0; q0 < nq; q0 += 8)
-                scores_tile(1, q + (size_t)q0 * dk, nq - q0 < 8 ? nq - q0 : 8, dk, kt, bf16, ld, t, nt, scale,
-                            sc + (size_t)q0 * sc_ld, sc_ld, q0 == 0 ? next : NULL);
+            scores_tiles(8, 1, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
     }
 }
 
 /* Z of nb <= R queries, features [c0, c0 + 8·V) (the last vector's first nl lanes), over the n
  * value rows of one block, with R · V <= 8 accumulators, key by key in order (an FMA per key
- * and feature: the avx512 table's sums); the next block's rows prefetched row by row. */
+ * and feature: the microkernel's A·V sums); the next block's rows prefetched row by row. */
 static inline __attribute__((always_inline, target(AVX2))) void
-values_tile(const int R, const int V, const float *e, size_t e_ld, int nb, const void *v, int bf16, int n, int dk,
-            int c0, int nl, float *p, size_t ps, const void *next)
+values_tile(const int R, const int V, const float *e, size_t e_ld, int nb, const float *v, int n, int dk, int c0, int nl,
+            float *p, size_t ps, const void *next)
 {
-    const size_t elem = bf16 ? sizeof(mha_bf16) : sizeof(float), row = (size_t)dk * elem;
-    const size_t pf0 = (size_t)c0 * elem, pf1 = (size_t)(c0 + 8 * V < dk ? c0 + 8 * V : dk) * elem;
+    const size_t row = (size_t)dk * sizeof(float);
+    const size_t pf0 = (size_t)c0 * sizeof(float), pf1 = (size_t)(c0 + 8 * V < dk ? c0 + 8 * V : dk) * sizeof(float);
     const __m256i ml = first8(nl);
     __m256 acc[8];
     for (int r = 0; r < R; r++)
@@ -321,7 +326,7 @@ values_tile(const int R, const int V, const float *e, size_t e_ld, int nb, const
                 _mm_prefetch((const char *)next + (size_t)t * row + off, _MM_HINT_T0);
         __m256 b[4];
         for (int j = 0; j < V; j++)
-            b[j] = load8_run(v, bf16, (size_t)t * dk + c0 + 8 * j, j == V - 1 ? nl : 8);
+            b[j] = load8_n(v + (size_t)t * dk + c0 + 8 * j, j == V - 1 ? nl : 8);
         for (int r = 0; r < R; r++)
             if (r < nb) {
                 const __m256 x = _mm256_set1_ps(e[(size_t)r * e_ld + t]);
@@ -340,9 +345,8 @@ values_tile(const int R, const int V, const float *e, size_t e_ld, int nb, const
 }
 
 /* Register tiles of up to 2 queries × 32 features, 4 × 16 or 8 × 8, 8 features the last pass. */
-__attribute__((target(AVX2))) static void decode_values_avx2(const float *e, size_t e_ld, int nq, const void *v,
-                                                            int bf16, int n, int dk, float *p, size_t ps,
-                                                            const void *next)
+__attribute__((target(AVX2))) static void decode_values_avx2(const float *e, size_t e_ld, int nq, const float *v, int n,
+                                                            int dk, float *p, size_t ps, const void *next)
 {
     for (int q0 = 0; q0 < nq; q0 += 8) {
         const int nb = nq - q0 < 8 ? nq - q0 : 8;
@@ -352,11 +356,11 @@ __attribute__((target(AVX2))) static void decode_values_avx2(const float *e, siz
         for (int c0 = 0; c0 < dk;) {
             const int left = dk - c0;
             if (nb <= 2 && left >= 32)
-                values_tile(2, 4, eq, e_ld, nb, v, bf16, n, dk, c0, 8, pq, ps, pf), c0 += 32;
+                values_tile(2, 4, eq, e_ld, nb, v, n, dk, c0, 8, pq, ps, pf), c0 += 32;
             else if (nb <= 4 && left >= 16)
-                values_tile(4, 2, eq, e_ld, nb, v, bf16, n, dk, c0, 8, pq, ps, pf), c0 += 16;
+                values_tile(4, 2, eq, e_ld, nb, v, n, dk, c0, 8, pq, ps, pf), c0 += 16;
             else
-                values_tile(8, 1, eq, e_ld, nb, v, bf16, n, dk, c0, left < 8 ? left : 8, pq, ps, pf), c0 += 8;
+                values_tile(8, 1, eq, e_ld, nb, v, n, dk, c0, left < 8 ? left : 8, pq, ps, pf), c0 += 8;
         }
     }
 }

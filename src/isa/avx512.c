@@ -262,85 +262,92 @@ __attribute__((target(AVX512))) static float softmax_row_avx512(float *restrict 
     return _mm512_reduce_add_ps(vsum);
 }
 
-/* ---- decode tiles ---- */
+/* ---- decode tiles (float32 cache) ---- */
 
-/* 16 elements of a cache run at i (float32, or bf16 widened to float32 by a shift), lanes
- * outside m zero. */
-static inline __attribute__((always_inline, target(AVX512))) __m512
-load16(const void *run, int bf16, size_t i, __mmask16 m)
+/* Scores of nb <= R queries for nv <= V slot vectors (of any blocks), R · V <= 16
+ * accumulators, each score one FMA chain over the features [c0, c1) from zero, then scale ·
+ * sum (+ sc when c0 > 0): the microkernel's sums. One Kᵀ row load per feature and vector for
+ * all queries; the next tile's vectors (pf, npf of them) prefetched row by row as it goes. */
+static inline __attribute__((always_inline, target(AVX512))) void
+scores_tile(const int R, const int V, const float *restrict q, int nb, int dk, int c0, int c1, const mha_slot_vec *v,
+            int nv, const mha_slot_vec *pf, int npf, int ld, float scale, float *restrict sc, size_t sc_ld)
 {
-    return bf16 ? _mm512_castsi512_ps(
-                      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const mha_bf16 *)run + i)), 16))
-                : _mm512_maskz_loadu_ps(m, (const float *)run + i);
+    __mmask16 m[8];
+    for (int j = 0; j < V; j++)
+        m[j] = j < nv ? first16(v[j].lanes) : 0;
+    __m512 acc[16];
+    for (int i = 0; i < R * V; i++)
+        acc[i] = _mm512_setzero_ps();
+    for (int c = c0; c < c1; c++) {
+        const size_t at = (size_t)c * ld;
+        __m512 krow[8];
+        for (int j = 0; j < V; j++) {
+            if (j < npf)
+                _mm_prefetch((const char *)(pf[j].kt + at), _MM_HINT_T0);
+            krow[j] = j < nv ? _mm512_maskz_loadu_ps(m[j], v[j].kt + at) : _mm512_setzero_ps();
+        }
+        for (int r = 0; r < R; r++)
+            if (r < nb) {
+                const __m512 x = _mm512_set1_ps(q[(size_t)r * dk + c]);
+                for (int j = 0; j < V; j++)
+                    acc[r * V + j] = _mm512_fmadd_ps(x, krow[j], acc[r * V + j]);
+            }
+    }
+    for (int r = 0; r < nb; r++)
+        for (int j = 0; j < nv; j++) {
+            float *y = sc + (size_t)r * sc_ld + v[j].out;
+            __m512 x = _mm512_mul_ps(acc[r * V + j], _mm512_set1_ps(scale));
+            if (c0 > 0)
+                x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m[j], y));
+            _mm512_mask_storeu_ps(y, m[j], x);
+        }
 }
 
-/* Scores of nb <= R queries for the 16 slots from t (lanes m) of one block, with P · R = 8
- * accumulators: the features cut into P parts of h = ceil(dk / P), each part its own FMA chain
- * per query (P independent chains hide the FMA latency when few queries share the block),
- * the parts added in order at the end. One Kᵀ row load per feature for all queries; the same
- * row of the next block's Kᵀ (next, or NULL) prefetched as it goes. */
+/* R queries × V slot vectors over the vector list, each tile prefetching the next. */
 static inline __attribute__((always_inline, target(AVX512))) void
-scores_tile(const int P, const float *restrict q, int nb, int dk, const void *kt, int bf16, int ld, int t, __mmask16 m,
-            float scale, float *restrict sc, size_t sc_ld, const void *next)
+scores_tiles(const int R, const int V, const float *restrict q, int nb, int dk, int c0, int c1, const mha_slot_vec *v,
+             int nv, int ld, float scale, float *restrict sc, size_t sc_ld)
 {
-    const int R = 8 / P, h = (dk + P - 1) / P;
-    const size_t elem = bf16 ? sizeof(mha_bf16) : sizeof(float);
-    __m512 acc[8];
-    for (int i = 0; i < 8; i++)
-        acc[i] = _mm512_setzero_ps();
-    for (int c = 0; c < h; c++)
-        for (int part = 0; part < P; part++) {
-            const int f = part * h + c;
-            if (f >= dk) /* the last part may be shorter */
-                continue;
-            const size_t at = (size_t)f * ld + t;
-            if (next)
-                _mm_prefetch((const char *)next + at * elem, _MM_HINT_T0);
-            const __m512 krow = load16(kt, bf16, at, m);
-            for (int r = 0; r < R; r++)
-                if (r < nb)
-                    acc[part * R + r] = _mm512_fmadd_ps(_mm512_set1_ps(q[(size_t)r * dk + f]), krow, acc[part * R + r]);
-        }
-    for (int r = 0; r < nb; r++) {
-        __m512 x = acc[r];
-        for (int part = 1; part < P; part++)
-            x = _mm512_add_ps(x, acc[part * R + r]);
-        _mm512_mask_storeu_ps(sc + (size_t)r * sc_ld + t, m, _mm512_mul_ps(x, _mm512_set1_ps(scale)));
+    for (int i = 0; i < nv; i += V) {
+        const int here = nv - i < V ? nv - i : V, next = nv - i - here < V ? nv - i - here : V;
+        scores_tile(R, V, q, nb, dk, c0, c1, v + i, here, v + i + here, next, ld, scale, sc, sc_ld);
     }
 }
 
-/* decode_scores_ref's products, 16 slots at a time: 1 query in 8 feature parts, 2 in 4, up to 4 in
- * 2, more 8 at a time in one (each query's sum fixed by nq, dk and the slot alone). */
-__attribute__((target(AVX512))) static void decode_scores_avx512(const float *restrict q, int nq, int dk,
-                                                                 const void *kt, int bf16, int ld, int n, float scale,
-                                                                 float *restrict sc, size_t sc_ld, const void *next)
+/* Slot vectors of 16 from the chunk's blocks: 1 or 2 queries × 4 vectors, up to 4 × 2, more
+ * 8 × 2 at a time. Few vectors at once: blocks lie a multiple of 64 KiB apart, so every
+ * vector's row falls in one L1 and L2 set; 4 × 4 (16 chains) ran decode about 25% slower than
+ * 4 × 2 (llama3-8b decode step, Zen 5). */
+__attribute__((target(AVX512))) static void decode_scores_avx512(const float *restrict q, int nq, int dk, int c0, int c1,
+                                                                 int runs, const float *const *kt, const int *n, int ld,
+                                                                 float scale, float *restrict sc, size_t sc_ld)
 {
-    for (int t = 0; t < n; t += 16) {
-        const __mmask16 m = first16(n - t);
-        if (nq == 1)
-            scores_tile(8, q, nq, dk, kt, bf16, ld, t, m, scale, sc, sc_ld, next);
-        else if (nq == 2)
-            scores_tile(4, q, nq, dk, kt, bf16, ld, t, m, scale, sc, sc_ld, next);
-        else if (nq <= 4)
-            scores_tile(2, q, nq, dk, kt, bf16, ld, t, m, scale, sc, sc_ld, next);
+    mha_slot_vec v[MHA_KV_CHUNK];
+    const int nv = mha_slot_vecs(runs, kt, n, 16, v);
+    for (int q0 = 0; q0 < nq; q0 += 8) {
+        const int nb = nq - q0 < 8 ? nq - q0 : 8;
+        const float *qq = q + (size_t)q0 * dk;
+        float *sq = sc + (size_t)q0 * sc_ld;
+        if (nb <= 2)
+            scores_tiles(2, 4, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
+        else if (nb <= 4)
+            scores_tiles(4, 2, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
         else
-            for (int q0 = 0; q0 < nq; q0 += 8)
-                scores_tile(1, q + (size_t)q0 * dk, nq - q0 < 8 ? nq - q0 : 8, dk, kt, bf16, ld, t, m, scale,
-                            sc + (size_t)q0 * sc_ld, sc_ld, q0 == 0 ? next : NULL);
+            scores_tiles(8, 2, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
     }
 }
 
 /* Z of nb <= R queries, features [c0, c0 + 16·V) (the last vector's lanes ml), over the n
  * value rows of one block, with R · V <= 16 accumulators: each row's vectors loaded once for all
- * the queries, key by key in order (decode_values_ref's sums); the same features of the next
+ * the queries, key by key in order (the microkernel's A·V sums); the same features of the next
  * block's rows (next, or NULL) prefetched row by row as it goes, so the prefetches are spread
  * as evenly as the loads (all of a row's lines at once was 10% slower: fill buffers run out). */
 static inline __attribute__((always_inline, target(AVX512))) void
-values_tile(const int R, const int V, const float *e, size_t e_ld, int nb, const void *v, int bf16, int n, int dk,
-            int c0, __mmask16 ml, float *p, size_t ps, const void *next)
+values_tile(const int R, const int V, const float *e, size_t e_ld, int nb, const float *v, int n, int dk, int c0,
+            __mmask16 ml, float *p, size_t ps, const void *next)
 {
-    const size_t elem = bf16 ? sizeof(mha_bf16) : sizeof(float), row = (size_t)dk * elem;
-    const size_t pf0 = (size_t)c0 * elem, pf1 = (size_t)(c0 + 16 * V < dk ? c0 + 16 * V : dk) * elem;
+    const size_t row = (size_t)dk * sizeof(float);
+    const size_t pf0 = (size_t)c0 * sizeof(float), pf1 = (size_t)(c0 + 16 * V < dk ? c0 + 16 * V : dk) * sizeof(float);
     __m512 acc[16];
     for (int r = 0; r < R; r++)
         for (int j = 0; j < V; j++)
@@ -352,7 +359,7 @@ values_tile(const int R, const int V, const float *e, size_t e_ld, int nb, const
                 _mm_prefetch((const char *)next + (size_t)t * row + off, _MM_HINT_T0);
         __m512 b[8];
         for (int j = 0; j < V; j++)
-            b[j] = load16(v, bf16, (size_t)t * dk + c0 + 16 * j, j == V - 1 ? ml : (__mmask16)0xFFFF);
+            b[j] = _mm512_maskz_loadu_ps(j == V - 1 ? ml : (__mmask16)0xFFFF, v + (size_t)t * dk + c0 + 16 * j);
         for (int r = 0; r < R; r++)
             if (r < nb) {
                 const __m512 x = _mm512_set1_ps(e[(size_t)r * e_ld + t]);
@@ -365,11 +372,10 @@ values_tile(const int R, const int V, const float *e, size_t e_ld, int nb, const
             _mm512_mask_storeu_ps(p + (size_t)r * ps + c0 + 16 * j, j == V - 1 ? ml : (__mmask16)0xFFFF, acc[r * V + j]);
 }
 
-/* decode_values_ref's sums with register tiles: up to 2 queries × 128 features, 4 × 64 or 8 × 32
- * (fewer queries, more features per pass over the block's rows), 16 features the last pass. */
-__attribute__((target(AVX512))) static void decode_values_avx512(const float *e, size_t e_ld, int nq, const void *v,
-                                                                 int bf16, int n, int dk, float *p, size_t ps,
-                                                                 const void *next)
+/* Register tiles: up to 2 queries × 128 features, 4 × 64 or 8 × 32 (fewer queries, more
+ * features per pass over the block's rows), 16 features the last pass. */
+__attribute__((target(AVX512))) static void decode_values_avx512(const float *e, size_t e_ld, int nq, const float *v,
+                                                                 int n, int dk, float *p, size_t ps, const void *next)
 {
     for (int q0 = 0; q0 < nq; q0 += 8) {
         const int nb = nq - q0 < 8 ? nq - q0 : 8;
@@ -379,14 +385,14 @@ __attribute__((target(AVX512))) static void decode_values_avx512(const float *e,
         for (int c0 = 0; c0 < dk;) {
             const int left = dk - c0;
             if (nb <= 2 && left >= 128)
-                values_tile(2, 8, eq, e_ld, nb, v, bf16, n, dk, c0, 0xFFFF, pq, ps, pf), c0 += 128;
+                values_tile(2, 8, eq, e_ld, nb, v, n, dk, c0, 0xFFFF, pq, ps, pf), c0 += 128;
             else if (nb <= 4 && left >= 64)
-                values_tile(4, 4, eq, e_ld, nb, v, bf16, n, dk, c0, 0xFFFF, pq, ps, pf), c0 += 64;
+                values_tile(4, 4, eq, e_ld, nb, v, n, dk, c0, 0xFFFF, pq, ps, pf), c0 += 64;
             else if (left >= 32)
-                values_tile(8, 2, eq, e_ld, nb, v, bf16, n, dk, c0, 0xFFFF, pq, ps, pf), c0 += 32;
+                values_tile(8, 2, eq, e_ld, nb, v, n, dk, c0, 0xFFFF, pq, ps, pf), c0 += 32;
             else {
                 const __mmask16 ml = first16(left);
-                values_tile(8, 1, eq, e_ld, nb, v, bf16, n, dk, c0, ml, pq, ps, pf), c0 += 16;
+                values_tile(8, 1, eq, e_ld, nb, v, n, dk, c0, ml, pq, ps, pf), c0 += 16;
             }
         }
     }

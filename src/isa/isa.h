@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "attention.h" /* MHA_KV_CHUNK: the most slots one decode_scores call takes */
 #include "bgemm.h"
 #include "gemm.h"
 #include "softmax.h"
@@ -57,15 +58,21 @@ typedef struct mha_isa {
     const char *stream_arch;
     /* The unnormalised, masked softmax of a row or chunk (softmax.h). */
     mha_softmax_fn softmax_row;
-    /* Decode scores: sc[qi · sc_ld + t] = scale · Σ_c q[qi][c] · kt[c · ld + t] for t < n slots
-     * of one block (kt float32, or bf16 widened exactly when bf16); next: the next block's
-     * Kᵀ to prefetch, or NULL. */
-    void (*decode_scores)(const float *restrict q, int nq, int dk, const void *kt, int bf16, int ld, int n, float scale,
-                          float *restrict sc, size_t sc_ld, const void *next);
+    /* Decode scores (float32 cache; bf16 decode runs the forward's chunk on the bf16 kernels)
+     * over the runs of one chunk: run r holds n[r] slots of a block, Kᵀ at kt[r] (feature c of
+     * slot t at kt[r][c · ld + t]), its scores following the previous runs' in each row of sc.
+     * Over the features [c0, c1) of one pass, sc[qi · sc_ld + slot] = scale · Σ_c q[qi · dk + c]
+     * · kt, plus sc when c0 > 0: the microkernel's sums (one chain per score in feature order
+     * from zero, FMA in the vector tables, a multiply and an add in ref, then alpha·sum (+ C)),
+     * so decode scores equal the forward's. Instruction-level parallelism comes from slots of
+     * several blocks and from queries at once, never from splitting the features. */
+    void (*decode_scores)(const float *restrict q, int nq, int dk, int c0, int c1, int runs, const float *const *kt,
+                          const int *n, int ld, float scale, float *restrict sc, size_t sc_ld);
     /* Decode values: p[qi · ps + c] += Σ_t e[qi · e_ld + t] · v[t · dk + c] over n rows, key by
-     * key in order (one multiply-add per key and feature); next as above. */
-    void (*decode_values)(const float *e, size_t e_ld, int nq, const void *v, int bf16, int n, int dk, float *p,
-                          size_t ps, const void *next);
+     * key in order (one chain per output, as the microkernel sums A·V over a chunk); next as
+     * above. */
+    void (*decode_values)(const float *e, size_t e_ld, int nq, const float *v, int n, int dk, float *p, size_t ps,
+                          const void *next);
 
     /* ---- bf16 ---- */
     /* n contiguous floats at src, elements c .. c + n − 1 of a row of A, rounded to bf16 (as
@@ -81,6 +88,21 @@ typedef struct mha_isa {
     void (*epilogue_block)(float *c0, float *c1, ptrdiff_t ldc, const float *acc, int rows, int cols, float alpha,
                            float beta);
 } mha_isa;
+
+/* The vector tables' decode scores: a chunk's runs cut into slot vectors of w lanes (the
+ * last of a run shorter): at most MHA_KV_CHUNK of them, the most slots of one call. */
+typedef struct mha_slot_vec {
+    const float *kt; /* feature 0 of the vector's first slot */
+    int lanes, out;  /* slots in it; its first score's column in sc */
+} mha_slot_vec;
+static inline int mha_slot_vecs(int runs, const float *const *kt, const int *n, int w, mha_slot_vec *v)
+{
+    int nv = 0;
+    for (int r = 0, at = 0; r < runs; at += n[r++])
+        for (int t = 0; t < n[r]; t += w)
+            v[nv++] = (mha_slot_vec){kt[r] + t, n[r] - t < w ? n[r] - t : w, at + t};
+    return nv;
+}
 
 extern const mha_isa mha_isa_ref, mha_isa_avx2, mha_isa_avx512;
 extern const mha_bkernel mha_bk_amx; /* the avx512 table's AMX products (amx.c) */

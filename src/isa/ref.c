@@ -60,28 +60,24 @@ static float softmax_row_ref(float *restrict s, int n, int visible, const uint8_
     return sum;
 }
 
-/* Element i of a run of the cache, float32 or bf16. */
-static inline float cache_elem(const void *run, int bf16, size_t i)
+/* One chain per score, feature by feature: a multiply and an add each rounded, as the
+ * portable sub-configs' microkernels sum. */
+static void decode_scores_ref(const float *restrict q, int nq, int dk, int c0, int c1, int runs, const float *const *kt,
+                              const int *n, int ld, float scale, float *restrict sc, size_t sc_ld)
 {
-    return bf16 ? mha_bf16_float(((const mha_bf16 *)run)[i]) : ((const float *)run)[i];
+    for (int r = 0, at = 0; r < runs; at += n[r++])
+        for (int qi = 0; qi < nq; qi++)
+            for (int t = 0; t < n[r]; t++) {
+                float acc = 0.0f;
+                for (int c = c0; c < c1; c++)
+                    acc += q[(size_t)qi * dk + c] * kt[r][(size_t)c * ld + t];
+                float *y = sc + (size_t)qi * sc_ld + at + t;
+                *y = c0 > 0 ? acc * scale + *y : acc * scale;
+            }
 }
 
-/* One chain per score, feature by feature. */
-static void decode_scores_ref(const float *restrict q, int nq, int dk, const void *kt, int bf16, int ld, int n,
-                              float scale, float *restrict sc, size_t sc_ld, const void *next)
-{
-    (void)next;
-    for (int qi = 0; qi < nq; qi++)
-        for (int t = 0; t < n; t++) {
-            float acc = 0.0f;
-            for (int c = 0; c < dk; c++)
-                acc += q[(size_t)qi * dk + c] * cache_elem(kt, bf16, (size_t)c * ld + t);
-            sc[(size_t)qi * sc_ld + t] = acc * scale;
-        }
-}
-
-static void decode_values_ref(const float *e, size_t e_ld, int nq, const void *v, int bf16, int n, int dk, float *p,
-                              size_t ps, const void *next)
+static void decode_values_ref(const float *e, size_t e_ld, int nq, const float *v, int n, int dk, float *p, size_t ps,
+                              const void *next)
 {
     (void)next;
     for (int t = 0; t < n; t++)
@@ -89,7 +85,7 @@ static void decode_values_ref(const float *e, size_t e_ld, int nq, const void *v
             const float x = e[(size_t)qi * e_ld + t];
             float *y = p + (size_t)qi * ps;
             for (int c = 0; c < dk; c++)
-                y[c] += x * cache_elem(v, bf16, (size_t)t * dk + c);
+                y[c] += x * v[(size_t)t * dk + c];
         }
 }
 
