@@ -265,8 +265,8 @@ static float *partial_of(const mha_step_job *j, int q, int g, int c, int qi)
 /* float32 decode: the chunk's scores and A·V in register tiles, read in place from the cache
  * blocks, each key and value row once for every query of the group, with the sums the
  * microkernel gives the forward (the table's decode_scores and decode_values), and the
- * forward's softmax of the chunk in between. */
-static void decode_chunk_f32(const mha_step_job *j, int q, int g, int k0, int k1, const float *qv, float *sc)
+ * forward's softmax of the chunk in between; into the chunk's partials p (partial_of). */
+static void decode_chunk_f32(const mha_step_job *j, int q, int g, int k0, int k1, const float *qv, float *sc, float *p)
 {
     const mha_fwd *f = &j->f;
     const mha_kv_cache *cache = j->cache;
@@ -288,7 +288,6 @@ static void decode_chunk_f32(const mha_step_job *j, int q, int g, int k0, int k1
     for (int c0 = 0; c0 < dk; c0 += kc)
         isa->decode_scores(qv, nq, dk, c0, c0 + kc < dk ? c0 + kc : dk, runs, kts, ns, bs, scale, sc, MHA_KV_CHUNK);
     /* per query: the keys it sees in this chunk, exp'd against the chunk's max, the sum */
-    float *p = partial_of(j, q, g, (k0 / MHA_KV_CHUNK), 0);
     const size_t ps = (size_t)dk + 2; /* partial_of's stride between queries */
     for (int qi = 0; qi < nq; qi++) {
         const mha_key_span in = mha_keys_within(mha_visible_keys(n_past + qi % n_new, 1, f->window, k1), k0, n);
@@ -311,8 +310,8 @@ static void decode_chunk_f32(const mha_step_job *j, int q, int g, int k0, int k1
 
 /* bf16 decode: the chunk's K and V gathered into the bf16 kernel's panels, then the forward's
  * own chunk step (mha_attention_chunk) on the group's queries, q_block rows at a time: the
- * forward's roundings and sums, so decode and prefill agree bit for bit. */
-static void decode_chunk_bf16(const mha_step_job *j, int q, int g, int k0, int k1, float *qv, float *sc,
+ * forward's roundings and sums, so decode and prefill agree bit for bit; into p as above. */
+static void decode_chunk_bf16(const mha_step_job *j, int q, int g, int k0, int k1, float *qv, float *sc, float *p,
                               const mha_scratch *s)
 {
     const mha_fwd *f = &j->f;
@@ -321,7 +320,6 @@ static void decode_chunk_bf16(const mha_step_job *j, int q, int g, int k0, int k
     const size_t vps = mha_attention_v16_ps(n), ps = (size_t)dk + 2;
     gather_bf16(j, j->step->blocks + (size_t)q * j->step->max_blocks, g, k0, k1, k0, vps, s);
     const mha_kv_view kv = {.kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f), .vps = vps};
-    float *p = partial_of(j, q, g, k0 / MHA_KV_CHUNK, 0);
     for (int r0 = 0; r0 < nq; r0 += f->q_block) {
         const mha_chunk_rows rows = {.m = nq - r0 < f->q_block ? nq - r0 : f->q_block, .pos0 = j->step->n_past[q],
                                      .first = r0, .period = n_new, .causal = 1,
@@ -354,9 +352,9 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
         for (int i = 0; i < n_new; i++)
             memcpy(qv + (size_t)(jh * n_new + i) * dk, z + (size_t)i * d + (size_t)(g * G + jh) * dk, (size_t)dk * sizeof *qv);
     if (f->bk)
-        decode_chunk_bf16(j, q, g, k0, k1, qv, sc, s);
+        decode_chunk_bf16(j, q, g, k0, k1, qv, sc, partial_of(j, q, g, c, 0), s);
     else
-        decode_chunk_f32(j, q, g, k0, k1, qv, sc);
+        decode_chunk_f32(j, q, g, k0, k1, qv, sc, partial_of(j, q, g, c, 0));
 }
 
 void mha_step_decode_merge(const mha_step_job *j, int q, int g)
