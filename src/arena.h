@@ -19,69 +19,88 @@
  * cannot be had. */
 void *mha_alloc_pages(size_t bytes);
 
-/* Byte offsets of each region from the arena's base; MHA_ARENA_ABSENT for a region the plan's
- * kind leaves out. */
+/* The arena's regions, in layout order: name, element type of its view, alignment. This list
+ * is the layout: it makes the plan's offsets, the views and the carve; each size is written
+ * once, in region_bytes() (arena.c). A region of 0 bytes is absent (its view NULL). The worker
+ * slices come last, so everything before `scratch` is the engine's shared state. */
+#define MHA_ARENA_REGIONS(X)                                                                      \
+    X(engine, void, MHA_ALIGN)          /* the engine struct, or the packed-weights header */    \
+    X(wqkv, float, MHA_ALIGN)           /* f32: per KV head g, panels (d, (group + 2)·dkp):      \
+                                           x · [Wq_{g·group} | Wk_g | Wv_g | Wq_{g·group+1} …] */ \
+    X(wqkv16, mha_bf16, MHA_ALIGN)      /* bf16: the same in B panels (bgemm.h) */               \
+    X(bqkv, float, MHA_ALIGN)           /* (kvh, (group + 2)·dkp) */                             \
+    X(wo, float, MHA_ALIGN)             /* f32: panels (d, round_up(d, bw)): Z · Wo */           \
+    X(wo16, mha_bf16, MHA_ALIGN)        /* bf16: the same in B panels */                         \
+    X(bo, float, MHA_ALIGN)             /* (d) */                                                \
+    X(z, float, MHA_ALIGN)              /* (batch, seq_q, d): the heads' outputs, concatenated */ \
+    X(xpack, float, MHA_ALIGN)          /* (batch, xpack_stride): A panels of each x_b */        \
+    X(order, int, MHA_ALIGN)            /* (batch): sequences, most work first */                \
+    X(deps, char, MHA_ALIGN)            /* (batch, h): a token per head task (kvh used) */     \
+    X(xdeps, char, MHA_ALIGN)           /* (batch, ceil(seq_q / MHA_PACK_BLOCK)): packing tasks */ \
+    X(worker_cpu, int, MHA_ALIGN)       /* (threads): CPU each worker last ran on */             \
+    X(pin_cpu, int, MHA_ALIGN)          /* (threads): CPU each worker is pinned to, -1 none */   \
+    X(step_row0, int, MHA_ALIGN)        /* (batch + 1): a step's first row of each sequence */   \
+    X(partial, float, MHA_ALIGN)        /* (batch, kvh, chunks, group·DECODE_ROWS, dk + 2):      \
+                                           decode partial results */                            \
+    X(rope_cos, float, MHA_ALIGN)       /* (positions, r/2); absent without RoPE */              \
+    X(rope_sin, float, MHA_ALIGN)       /* (positions, r/2) */                                   \
+    X(scratch, unsigned char, MHA_PAGE) /* (threads, scratch_stride): the worker slices */
+
+/* The regions of one worker slice, from its start, each MHA_ALIGN-aligned: Q/K/V panels
+ * (max(seq_q, seq_kv), 3·dkp); Kᵀ panels (f32, or bf16 B panels: sized for the larger); the
+ * score tile (q_block, ld_scores); A packing (f32, or bf16: sized for the larger); bf16 V in B
+ * panels; bf16 probabilities in A panels; the softmax state (mha_attention_state_floats);
+ * decode scores and queries. mha_arena_slice makes a worker's mha_scratch of them. */
+#define MHA_SLICE_REGIONS(X) X(qkv) X(kt) X(scores) X(apack) X(vb) X(pb) X(inv) X(dec)
+
+typedef enum {
+#define MHA_ARENA_ENUM(name, type, align) MHA_REGION_##name,
+    MHA_ARENA_REGIONS(MHA_ARENA_ENUM)
+#undef MHA_ARENA_ENUM
+    MHA_REGION_COUNT
+} mha_arena_region;
+
+typedef enum {
+#define MHA_SLICE_ENUM(name) MHA_SLICE_##name,
+    MHA_SLICE_REGIONS(MHA_SLICE_ENUM)
+#undef MHA_SLICE_ENUM
+    MHA_SLICE_COUNT
+} mha_slice_region;
+
 #define MHA_ARENA_ABSENT ((size_t)-1)
 typedef struct mha_arena_plan {
-    size_t engine;          /* the engine struct itself */
-    size_t wqkv, bqkv;      /* packed per-head projection weights and biases */
-    size_t wo, bo;          /* output projection */
-    size_t z;               /* concatenated head outputs */
-    size_t xpack;           /* the query input, packed once per sequence for the projections */
-    size_t xpack_stride;    /* floats per sequence in it */
-    size_t order, deps, xdeps; /* task order, task-dependency tokens */
-    size_t worker_cpu, pin_cpu;
-    size_t rope_cos, rope_sin; /* (positions, r/2) each; absent without RoPE */
-    size_t step_row0;       /* (batch + 1) ints: a step's first row of each sequence */
-    size_t partial;         /* decode partial results: (batch, kvh, chunks, group·DECODE_ROWS, dk + 2) */
-    size_t dec;             /* offset in a worker slice: group·DECODE_ROWS × (KV_CHUNK + dk) floats */
-    size_t scratch;         /* first worker slice */
+    size_t off[MHA_REGION_COUNT];   /* bytes from the base; MHA_ARENA_ABSENT for an absent region */
+    size_t bytes[MHA_REGION_COUNT]; /* 0 for an absent region */
+    size_t slice_off[MHA_SLICE_COUNT], slice_bytes[MHA_SLICE_COUNT]; /* inside a worker slice */
     size_t scratch_stride;  /* bytes per worker slice, a multiple of MHA_PAGE */
-    size_t kt, scores, apack, inv; /* offsets inside a worker slice (its Q/K/V panels start it) */
-    size_t vb;              /* bf16: V in B panels, in a worker slice; else 0 */
-    size_t pb;              /* bf16: a query block's probabilities in A panels, in a worker slice; else 0 */
+    size_t xpack_stride;    /* floats per sequence in xpack */
     size_t w_ps;            /* bf16: elements per B panel of the weights (d rounded to k tiles · 16) */
     int dkp;                /* d_k rounded up to whole B panels */
-    int bf16;
     ptrdiff_t ld_scores;    /* row stride of the score tile */
     size_t total;
 } mha_arena_plan;
 
 typedef struct mha_arena_views {
-    void *engine;
-    float *wqkv;            /* per KV head g, panels (d, (group + 2)·dkp):
-                               x · [Wq_{g·group} | Wk_g | Wv_g | Wq_{g·group+1} | …] */
-    float *bqkv;            /* (kvh, (group + 2)·dkp) */
-    float *wo;              /* panels (d, round_up(d, bw)): Z · Wo */
-    float *bo;              /* (d) */
-    mha_bf16 *wqkv16, *wo16; /* bf16 engines: the same matrices in bf16 B panels (bgemm.h), and
-                               wqkv, wo NULL; f32 engines: NULL */
-    float *z;               /* (batch, seq_q, d) */
-    float *xpack;           /* (batch, xpack_stride): A panels of x_b, every column */
-    int *order;             /* (batch): sequences, most work first */
-    char *deps;             /* (batch, h): one token per head task */
-    char *xdeps;            /* (batch, ceil(seq_q / MHA_PACK_BLOCK)): one per packing task */
-    int *worker_cpu;        /* (threads): CPU each worker last ran on */
-    int *pin_cpu;           /* (threads): CPU each worker is pinned to, -1 none */
-    float *rope_cos, *rope_sin; /* (positions, r/2), or NULL */
-    int *step_row0;         /* (batch + 1) */
-    float *partial;
-    unsigned char *scratch; /* (threads, scratch_stride) */
+#define MHA_ARENA_VIEW(name, type, align) type *name;
+    MHA_ARENA_REGIONS(MHA_ARENA_VIEW)
+#undef MHA_ARENA_VIEW
 } mha_arena_views;
-
-/* Per worker slice (see attention.h): Q/K/V panels (max(seq_q, seq_kv), 3·dkp), Kᵀ panels
- * (dk, round_up(seq_kv, bw)), the score tile (q_block, ld_scores), A packing (mb × kc),
- * the rows' inverse softmax sums (q_block). bf16: Kᵀ and A packing in bf16 in the same
- * regions (each sized for the larger form), and V in B panels. */
 
 /* Which regions a plan lays out: an engine with its own weights, an engine that reads shared
  * packed weights (no weight regions), or a packed-weights block (the header struct in the
  * engine slot and the weight regions only). */
 typedef enum { MHA_ARENA_ENGINE, MHA_ARENA_ENGINE_SHARED, MHA_ARENA_WEIGHTS } mha_arena_kind;
 
-/* 0 on success, -1 if a size overflows size_t. Regions a kind leaves out carve as NULL. */
+/* 0 on success, -1 if a size overflows size_t. */
 int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine_bytes, mha_arena_kind kind,
                         mha_arena_plan *plan);
 void mha_arena_carve(const mha_arena_plan *plan, void *base, mha_arena_views *views);
+/* Worker t's scratch, in the slices that start at `scratch` (views.scratch). */
+mha_scratch mha_arena_slice(const mha_arena_plan *plan, unsigned char *scratch, int t);
+
+/* Names ("wqkv", "qkv") and alignments of the regions, for tests and messages. */
+const char *mha_arena_region_name(mha_arena_region r);
+size_t mha_arena_region_align(mha_arena_region r);
+const char *mha_slice_region_name(mha_slice_region r);
 
 #endif

@@ -192,7 +192,7 @@ static mha_engine *build(const prepared *p, void *ws)
     mha_arena_carve(&p->plan, ws, &v);
     /* every page before the worker slices touched now (the slices by their workers below):
      * no first-touch page faults inside the first forwards and steps */
-    memset(ws, 0, p->plan.scratch);
+    memset(ws, 0, p->plan.off[MHA_REGION_scratch]);
     mha_engine *e = v.engine;
     e->dims = p->dims;
     e->plan = p->plan;
@@ -212,14 +212,7 @@ static mha_engine *build(const prepared *p, void *ws)
         .pin_cpu = p->pinning ? v.pin_cpu : NULL,
         .worker_cpu = v.worker_cpu,
         .scratch = v.scratch,
-        .stride = p->plan.scratch_stride,
-        .kt = p->plan.kt,
-        .scores = p->plan.scores,
-        .apack = p->plan.apack,
-        .inv = p->plan.inv,
-        .dec = p->plan.dec,
-        .vb = p->plan.vb,
-        .pb = p->plan.pb,
+        .plan = &e->plan,
         .order = v.order,
         .deps = v.deps,
         .xdeps = v.xdeps,

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "affinity.h"
+#include "arena.h"
 
 static long work_of(const mha_fwd *f, int b)
 {
@@ -46,23 +47,6 @@ static int pin_enter(const mha_sched *s, int t, mha_cpumask *saved)
     int pinned = s->pin_cpu && mha_affinity_get(saved) == 0 && mha_affinity_pin(s->pin_cpu[t]) == 0;
     s->worker_cpu[t] = mha_affinity_current_cpu();
     return pinned;
-}
-
-static mha_scratch scratch_of(const mha_sched *s, int t)
-{
-    unsigned char *slice = s->scratch + (size_t)t * s->stride;
-    return (mha_scratch){
-        .qkv = (float *)(void *)slice,
-        .kt = (float *)(void *)(slice + s->kt),
-        .scores = (float *)(void *)(slice + s->scores),
-        .apack = (float *)(void *)(slice + s->apack),
-        .inv = (float *)(void *)(slice + s->inv),
-        .dec = (float *)(void *)(slice + s->dec),
-        .kt16 = (mha_bf16 *)(void *)(slice + s->kt),
-        .v16 = s->vb ? (mha_bf16 *)(void *)(slice + s->vb) : NULL,
-        .p16 = s->pb ? (mha_bf16 *)(void *)(slice + s->pb) : NULL,
-        .apack16 = (mha_bf16 *)(void *)(slice + s->apack),
-    };
 }
 
 static void pin_leave(int pinned, const mha_cpumask *saved)
@@ -100,7 +84,7 @@ void mha_sched_forward(const mha_sched *s, const mha_fwd *f)
                 for (int h = 0; h < nh; h++) {
 #pragma omp task firstprivate(b, h) depend(iterator(c = 0 : nc), in : xtok[c]) depend(out : tok[h])
                     {
-                        const mha_scratch sc = scratch_of(s, omp_get_thread_num());
+                        const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
                         mha_attention_group(f, b, h, &sc);
                     }
                 }
@@ -108,7 +92,7 @@ void mha_sched_forward(const mha_sched *s, const mha_fwd *f)
                     const int r1 = r0 + MHA_OUT_BLOCK < f->seq_q ? r0 + MHA_OUT_BLOCK : f->seq_q;
 #pragma omp task firstprivate(b, r0, r1) depend(iterator(j = 0 : nh), in : tok[j])
                     {
-                        const mha_scratch sc = scratch_of(s, omp_get_thread_num());
+                        const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
                         mha_attention_out_rows(f, b, r0, r1, &sc);
                     }
                 }
@@ -142,7 +126,7 @@ void mha_sched_step(const mha_sched *s, const mha_step_job *j)
                     const int r1 = r0 + j->chunk_rows < j->rows ? r0 + j->chunk_rows : j->rows;
 #pragma omp task firstprivate(g, r0, r1)
                     {
-                        const mha_scratch sc = scratch_of(s, omp_get_thread_num());
+                        const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
                         mha_step_project(j, g, r0, r1, &sc);
                     }
                 }
@@ -156,14 +140,14 @@ void mha_sched_step(const mha_sched *s, const mha_step_job *j)
                         for (int c = 0; c < chunks; c++) {
 #pragma omp task firstprivate(q, g, c)
                             {
-                                const mha_scratch sc = scratch_of(s, omp_get_thread_num());
+                                const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
                                 mha_step_decode_chunk(j, q, g, c, &sc);
                             }
                         }
                     else {
 #pragma omp task firstprivate(q, g)
                         {
-                            const mha_scratch sc = scratch_of(s, omp_get_thread_num());
+                            const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
                             mha_step_attend(j, q, g, &sc);
                         }
                     }
@@ -184,7 +168,7 @@ void mha_sched_step(const mha_sched *s, const mha_step_job *j)
                     const int c1 = c0 + cols < j->f.d ? c0 + cols : j->f.d;
 #pragma omp task firstprivate(r0, r1, c0, c1)
                     {
-                        const mha_scratch sc = scratch_of(s, omp_get_thread_num());
+                        const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
                         mha_step_out_rows(j, r0, r1, c0, c1, &sc);
                     }
                 }
@@ -201,7 +185,7 @@ void mha_sched_first_touch(const mha_sched *s)
         const int t = omp_get_thread_num();
         mha_cpumask saved;
         int pinned = pin_enter(s, t, &saved);
-        memset(s->scratch + (size_t)t * s->stride, 0, s->stride);
+        memset(s->scratch + (size_t)t * s->plan->scratch_stride, 0, s->plan->scratch_stride);
         pin_leave(pinned, &saved);
     }
 }

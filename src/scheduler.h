@@ -11,10 +11,8 @@ typedef struct mha_sched {
     int threads;
     const int *pin_cpu;      /* (threads): CPU of each worker, or NULL: no pinning */
     int *worker_cpu;         /* (threads): where each worker ran, -1 if it did not */
-    unsigned char *scratch;  /* (threads, stride) worker slices */
-    size_t stride;           /* slice size */
-    size_t kt, scores, apack, inv, dec; /* offsets inside a slice (Q/K/V panels at 0) */
-    size_t vb, pb;                      /* bf16: V in B panels, probabilities in A panels; 0: none */
+    unsigned char *scratch;  /* (threads, plan->scratch_stride) worker slices */
+    const struct mha_arena_plan *plan; /* their layout (mha_arena_slice) */
     int *order;              /* (batch) */
     char *deps;              /* (batch, h) task-dependency tokens */
     char *xdeps;             /* (batch, pack_chunks) tokens of the input-packing tasks */

@@ -2,6 +2,7 @@
  * inside the total, big enough for what the kernel writes; overflow detected. */
 #include <limits.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,8 +22,6 @@ static void pick_kernel(void)
     kernel_auto(&K);
 }
 
-typedef struct region { size_t off, bytes; } region;
-
 ParameterizedTestParameters(arena, regions_are_aligned_disjoint_and_inside)
 {
     static mha_dims dims[] = {
@@ -34,6 +33,7 @@ ParameterizedTestParameters(arena, regions_are_aligned_disjoint_and_inside)
     return cr_make_param_array(mha_dims, dims, sizeof dims / sizeof dims[0]);
 }
 
+
 ParameterizedTest(mha_dims *dm, arena, regions_are_aligned_disjoint_and_inside, .init = pick_kernel)
 {
     mha_arena_plan p;
@@ -41,69 +41,150 @@ ParameterizedTest(mha_dims *dm, arena, regions_are_aligned_disjoint_and_inside, 
     size_t d = dm->d, dk = dm->dk, rows = dm->seq_q > dm->seq_kv ? dm->seq_q : dm->seq_kv;
     size_t w = (size_t)K.bw, dkp = mha_round_up(dk, w);
     cr_assert_eq((size_t)p.dkp, dkp);
-    region r[] = {
-        {p.engine, 1000},
-        {p.wqkv, (size_t)dm->h * d * 3 * dkp * sizeof(float)},
-        {p.bqkv, (size_t)dm->h * 3 * dkp * sizeof(float)},
-        {p.wo, d * mha_round_up(d, w) * sizeof(float)},
-        {p.bo, d * sizeof(float)},
-        {p.z, (size_t)dm->batch * dm->seq_q * d * sizeof(float)},
-        {p.xpack, (size_t)dm->batch * mha_gemm_packed_a_floats(&K, (size_t)dm->seq_q, d) * sizeof(float)},
-        {p.xdeps, (size_t)dm->batch * (((size_t)dm->seq_q + MHA_PACK_BLOCK - 1) / MHA_PACK_BLOCK)},
-        {p.order, (size_t)dm->batch * sizeof(int)},
-        {p.deps, (size_t)dm->batch * dm->h},
-        {p.worker_cpu, (size_t)dm->threads * sizeof(int)},
-        {p.pin_cpu, (size_t)dm->threads * sizeof(int)},
-        {p.scratch, (size_t)dm->threads * p.scratch_stride},
+    /* what the passes write, worked out here on their own */
+    const size_t need[MHA_REGION_COUNT] = {
+        [MHA_REGION_engine] = 1000,
+        [MHA_REGION_wqkv] = (size_t)dm->h * d * 3 * dkp * sizeof(float),
+        [MHA_REGION_bqkv] = (size_t)dm->h * 3 * dkp * sizeof(float),
+        [MHA_REGION_wo] = d * mha_round_up(d, w) * sizeof(float),
+        [MHA_REGION_bo] = d * sizeof(float),
+        [MHA_REGION_z] = (size_t)dm->batch * dm->seq_q * d * sizeof(float),
+        [MHA_REGION_xpack] = (size_t)dm->batch * mha_gemm_packed_a_floats(&K, (size_t)dm->seq_q, d) * sizeof(float),
+        [MHA_REGION_xdeps] = (size_t)dm->batch * (((size_t)dm->seq_q + MHA_PACK_BLOCK - 1) / MHA_PACK_BLOCK),
+        [MHA_REGION_order] = (size_t)dm->batch * sizeof(int),
+        [MHA_REGION_deps] = (size_t)dm->batch * dm->h,
+        [MHA_REGION_worker_cpu] = (size_t)dm->threads * sizeof(int),
+        [MHA_REGION_pin_cpu] = (size_t)dm->threads * sizeof(int),
+        [MHA_REGION_step_row0] = ((size_t)dm->batch + 1) * sizeof(int),
+        [MHA_REGION_scratch] = (size_t)dm->threads * p.scratch_stride,
     };
-    size_t n = sizeof r / sizeof r[0];
-    for (size_t i = 0; i < n; i++) {
-        cr_assert_eq(r[i].off % MHA_ALIGN, 0, "region %zu at %zu is not aligned", i, r[i].off);
-        cr_assert_leq(r[i].off + r[i].bytes, p.total, "region %zu ends past the total", i);
-        for (size_t j = 0; j < i; j++)
-            cr_assert(r[i].off >= r[j].off + r[j].bytes || r[j].off >= r[i].off + r[i].bytes,
-                      "regions %zu and %zu overlap", i, j);
-    }
-    /* a worker slice: Q/K/V panels, Kᵀ panels, the score tile, A packing, row sums, the decode
-     * scratch, on its own pages */
-    cr_assert_eq(p.scratch % MHA_PAGE, 0);
+    for (int r = 0; r < MHA_REGION_COUNT; r++)
+        cr_assert_geq(p.bytes[r], need[r], "region %s: %zu bytes, the passes write %zu", mha_arena_region_name(r),
+                      p.bytes[r], need[r]);
+    /* a worker slice: Q/K/V panels, Kᵀ panels, the score tile, A packing, the softmax state,
+     * the decode scratch, on its own pages */
+    cr_assert_eq(p.off[MHA_REGION_scratch] % MHA_PAGE, 0);
     cr_assert_eq(p.scratch_stride % MHA_PAGE, 0);
-    size_t kvp = mha_round_up((size_t)dm->seq_kv, w);
-    region slice[] = {
-        {0, rows * 3 * dkp * sizeof(float)},
-        {p.kt, dk * kvp * sizeof(float)},
-        {p.scores, (size_t)dm->q_block * (size_t)p.ld_scores * sizeof(float)},
-        {p.apack, mha_gemm_apack_floats(&K) * sizeof(float)},
-        {p.inv, mha_attention_state_floats((size_t)dm->q_block, (size_t)dk) * sizeof(float)},
-        {p.dec, (size_t)dm->group * MHA_DECODE_ROWS * (MHA_KV_CHUNK + dk) * sizeof(float)},
+    const size_t slice_need[MHA_SLICE_COUNT] = {
+        [MHA_SLICE_qkv] = rows * 3 * dkp * sizeof(float),
+        [MHA_SLICE_kt] = dk * mha_round_up((size_t)dm->seq_kv, w) * sizeof(float),
+        [MHA_SLICE_scores] = (size_t)dm->q_block * (size_t)p.ld_scores * sizeof(float),
+        [MHA_SLICE_apack] = mha_gemm_apack_floats(&K) * sizeof(float),
+        [MHA_SLICE_inv] = mha_attention_state_floats((size_t)dm->q_block, dk) * sizeof(float),
+        [MHA_SLICE_dec] = (size_t)dm->group * MHA_DECODE_ROWS * (MHA_KV_CHUNK + dk) * sizeof(float),
     };
     cr_assert_geq(p.ld_scores, dm->seq_kv);
-    for (size_t i = 0; i < 6; i++) {
-        cr_assert_eq(slice[i].off % MHA_ALIGN, 0);
-        cr_assert_leq(slice[i].off + slice[i].bytes, p.scratch_stride, "slice part %zu ends past the slice", i);
-        for (size_t j = 0; j < i; j++)
-            cr_assert(slice[i].off >= slice[j].off + slice[j].bytes, "slice parts %zu and %zu overlap", i, j);
+    size_t sum = 0;
+    for (int r = 0; r < MHA_SLICE_COUNT; r++) {
+        cr_assert_geq(p.slice_bytes[r], slice_need[r], "slice part %s", mha_slice_region_name(r));
+        sum += p.slice_bytes[r];
     }
     /* and it never grows with seq_q × seq_kv */
-    size_t sum = 0;
-    for (size_t i = 0; i < 6; i++)
-        sum += slice[i].bytes;
-    cr_assert_lt(p.scratch_stride, sum + 7 * MHA_ALIGN + MHA_PAGE);
+    cr_assert_lt(p.scratch_stride, sum + MHA_SLICE_COUNT * MHA_ALIGN + MHA_PAGE);
 }
 
-Test(arena, carve_follows_the_plan, .init = pick_kernel)
+/* Whether a plan of this kind and precision lays region r out. */
+static int expected(mha_arena_kind kind, const mha_dims *dm, int r)
 {
-    mha_dims dm = {.d = 64, .h = 4, .dk = 16, .batch = 2, .seq_q = 9, .seq_kv = 9, .threads = 2, .q_block = 9};
-    mha_arena_plan p;
-    cr_assert_eq(mha_arena_plan_make(&dm, &K, 256, MHA_ARENA_ENGINE, &p), 0);
-    static _Alignas(4096) unsigned char ws[8 << 20];
-    cr_assert_leq(p.total, sizeof ws);
-    mha_arena_views v;
-    mha_arena_carve(&p, ws, &v);
-    cr_assert_eq((unsigned char *)v.wqkv, ws + p.wqkv);
-    cr_assert_eq((unsigned char *)v.z, ws + p.z);
-    cr_assert_eq((unsigned char *)v.pin_cpu, ws + p.pin_cpu);
-    cr_assert_eq(v.scratch, ws + p.scratch);
+    const int f32_weight = r == MHA_REGION_wqkv || r == MHA_REGION_wo;
+    const int bf16_weight = r == MHA_REGION_wqkv16 || r == MHA_REGION_wo16;
+    if (r == MHA_REGION_engine)
+        return 1;
+    if (f32_weight || bf16_weight || r == MHA_REGION_bqkv || r == MHA_REGION_bo)
+        return kind != MHA_ARENA_ENGINE_SHARED && !(dm->bf16 ? f32_weight : bf16_weight);
+    if (kind == MHA_ARENA_WEIGHTS)
+        return 0;
+    if (r == MHA_REGION_rope_cos || r == MHA_REGION_rope_sin)
+        return dm->rope.style != MHA_ROPE_NONE;
+    return 1;
+}
+
+static void assert_laid_out(const char *what, size_t off, size_t bytes, size_t align, size_t total)
+{
+    cr_assert_gt(bytes, 0, "%s: present with 0 bytes", what);
+    cr_assert_eq(off % align, 0, "%s at %zu is not %zu-aligned", what, off, align);
+    cr_assert_leq(off + bytes, total, "%s ends at %zu, past %zu", what, off + bytes, total);
+}
+
+static void assert_disjoint(const char *what, const size_t *off, const size_t *bytes, int n)
+{
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < i; j++)
+            if (off[i] != MHA_ARENA_ABSENT && off[j] != MHA_ARENA_ABSENT)
+                cr_assert(off[i] >= off[j] + bytes[j] || off[j] >= off[i] + bytes[i], "%s %d and %d overlap", what, i, j);
+}
+
+/* Every region of every kind of plan, f32 and bf16, with and without RoPE: either laid out
+ * (aligned, inside the total, disjoint, its view at its offset) or absent (0 bytes, a NULL
+ * view), whatever the plan and the views held before (a weights plan once left its step and
+ * decode regions unset, and mha_pack_weights built views from stack garbage: ASan cannot see
+ * pointers never used); each worker's scratch views at its own slice's parts. */
+Test(arena, every_region_of_every_kind_is_defined, .init = pick_kernel)
+{
+    const mha_arena_kind kinds[] = {MHA_ARENA_ENGINE, MHA_ARENA_ENGINE_SHARED, MHA_ARENA_WEIGHTS};
+    for (int c = 0; c < 12; c++) {
+        mha_dims dm = {.d = 96, .h = 6, .dk = 16, .batch = 3, .seq_q = 37, .seq_kv = 290, .threads = 3, .q_block = 16,
+                       .kvh = 3, .group = 2, .bf16 = c % 2, .positions = 290};
+        if (c / 2 % 2)
+            dm.rope = (mha_rope){.style = MHA_ROPE_NEOX, .rotary_dim = 16, .theta = 10000.0f};
+        const mha_arena_kind kind = kinds[c / 4];
+        mha_arena_plan p;
+        memset(&p, 0x5A, sizeof p);
+        cr_assert_eq(mha_arena_plan_make(&dm, &K, 1000, kind, &p), 0);
+        unsigned char *base = aligned_alloc(MHA_PAGE, mha_round_up(p.total, MHA_PAGE));
+        cr_assert_not_null(base);
+        mha_arena_views v;
+        memset(&v, 0x5A, sizeof v);
+        mha_arena_carve(&p, base, &v);
+        const void *view[MHA_REGION_COUNT] = {
+#define VIEW(name, type, align) [MHA_REGION_##name] = v.name,
+            MHA_ARENA_REGIONS(VIEW)
+#undef VIEW
+        };
+        for (int r = 0; r < MHA_REGION_COUNT; r++) {
+            char what[96];
+            snprintf(what, sizeof what, "case %d (kind %d, bf16 %d, rope %d): region %s", c, (int)kind, dm.bf16,
+                     dm.rope.style != MHA_ROPE_NONE, mha_arena_region_name(r));
+            if (!expected(kind, &dm, r)) {
+                cr_assert_eq(p.off[r], MHA_ARENA_ABSENT, "%s: laid out at %zu", what, p.off[r]);
+                cr_assert_eq(p.bytes[r], 0, "%s: absent with %zu bytes", what, p.bytes[r]);
+                cr_assert_null(view[r], "%s: absent but its view is %p", what, view[r]);
+                continue;
+            }
+            assert_laid_out(what, p.off[r], p.bytes[r], mha_arena_region_align(r), p.total);
+            cr_assert_eq(view[r], base + p.off[r], "%s: view %p, offset %zu", what, view[r], p.off[r]);
+        }
+        assert_disjoint("regions", p.off, p.bytes, MHA_REGION_COUNT);
+        if (kind == MHA_ARENA_WEIGHTS) {
+            free(base);
+            continue;
+        }
+        for (int r = 0; r < MHA_SLICE_COUNT; r++) {
+            if ((r == MHA_SLICE_vb || r == MHA_SLICE_pb) && !dm.bf16) {
+                cr_assert_eq(p.slice_off[r], MHA_ARENA_ABSENT, "case %d: an f32 slice has %s", c,
+                             mha_slice_region_name(r));
+                continue;
+            }
+            assert_laid_out(mha_slice_region_name(r), p.slice_off[r], p.slice_bytes[r], MHA_ALIGN, p.scratch_stride);
+        }
+        assert_disjoint("slice parts", p.slice_off, p.slice_bytes, MHA_SLICE_COUNT);
+        const size_t *o = p.slice_off;
+        for (int t = 0; t < dm.threads; t++) {
+            const unsigned char *slice = v.scratch + (size_t)t * p.scratch_stride;
+            const mha_scratch s = mha_arena_slice(&p, v.scratch, t);
+            cr_assert_eq((const void *)s.qkv, slice + o[MHA_SLICE_qkv]);
+            cr_assert_eq((const void *)s.kt, slice + o[MHA_SLICE_kt]);
+            cr_assert_eq((const void *)s.kt16, slice + o[MHA_SLICE_kt]);
+            cr_assert_eq((const void *)s.scores, slice + o[MHA_SLICE_scores]);
+            cr_assert_eq((const void *)s.apack, slice + o[MHA_SLICE_apack]);
+            cr_assert_eq((const void *)s.apack16, slice + o[MHA_SLICE_apack]);
+            cr_assert_eq((const void *)s.inv, slice + o[MHA_SLICE_inv]);
+            cr_assert_eq((const void *)s.dec, slice + o[MHA_SLICE_dec]);
+            cr_assert_eq((const void *)s.v16, dm.bf16 ? slice + o[MHA_SLICE_vb] : NULL);
+            cr_assert_eq((const void *)s.p16, dm.bf16 ? slice + o[MHA_SLICE_pb] : NULL);
+        }
+        free(base);
+    }
 }
 
 Test(arena, overflowing_sizes_are_detected, .init = pick_kernel)
@@ -123,26 +204,4 @@ Test(arena, overflowing_sizes_are_detected, .init = pick_kernel)
     cr_assert_eq(mha_arena_plan_make(&dm, &K, 256, MHA_ARENA_ENGINE, &p), 0, "2^31 slices of 4 GiB: 2^63 bytes, still fits");
     dm.seq_kv = 1 << 22;
     cr_assert_eq(mha_arena_plan_make(&dm, &K, 256, MHA_ARENA_ENGINE, &p), -1, "2^31 slices of 16 GiB: 2^65 bytes");
-}
-
-/* A packed-weights plan lays out the weights and nothing else: every other view carves as NULL,
- * whatever the plan struct held before (its step and decode regions were once left unset, and
- * mha_pack_weights built views from stack garbage; ASan cannot see pointers never used). */
-Test(arena, a_weights_plan_defines_every_region, .init = pick_kernel)
-{
-    mha_dims dm = {.d = 96, .h = 6, .dk = 16, .batch = 3, .seq_q = 37, .seq_kv = 90, .threads = 3, .q_block = 16,
-                   .kvh = 6, .group = 1};
-    mha_arena_plan p;
-    memset(&p, 0x5A, sizeof p);
-    cr_assert_eq(mha_arena_plan_make(&dm, &K, 1000, MHA_ARENA_WEIGHTS, &p), 0);
-    unsigned char *base = aligned_alloc(MHA_ALIGN, mha_round_up(p.total, MHA_ALIGN));
-    mha_arena_views v;
-    memset(&v, 0x5A, sizeof v);
-    mha_arena_carve(&p, base, &v);
-    cr_assert(v.engine && v.wqkv && v.bqkv && v.wo && v.bo, "the weights' regions are laid out");
-    const void *none[] = {v.z, v.xpack, v.order, v.deps, v.xdeps, v.worker_cpu, v.pin_cpu, v.rope_cos, v.rope_sin,
-                          v.step_row0, v.partial, v.scratch};
-    for (size_t i = 0; i < sizeof none / sizeof none[0]; i++)
-        cr_assert_null(none[i], "view %zu of a weights plan points at %p", i, none[i]);
-    free(base);
 }
