@@ -187,39 +187,51 @@ static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int 
     const int v_end = (int)mha_bk_kp(n) + MHA_BT_K;
     const size_t kps = mha_attention_kt16_ps(&j->f);
     const mha_bf16 *data = mha_kv_bf16(cache);
+    const mha_isa *isa = j->f.kernel->isa;
     for (int t0 = t_begin; t0 < t_end;) {
         const int block = table[t0 / bs], slot = t0 % bs, run = t_end - t0 < bs - slot ? t_end - t0 : bs - slot;
-        const mha_bf16 *kt = data + mha_kv_kt_at(cache, block, g) + slot;
         const int at = t0 - base;
-        if (at % MHA_BT_N == 0 && run % MHA_BT_N == 0 && dk % 2 == 0) /* whole groups of 16 keys */
-            for (int c = 0; c < dk; c += 2) /* feature pairs interleaved, 16 keys at a time */
-                for (int t = 0; t < run; t += MHA_BT_N) {
-                    mha_bf16 *d = s->kt16 + mha_bk_b_index(c, at + t, kps);
-                    const mha_bf16 *k0 = kt + (size_t)c * bs + t, *k1 = k0 + bs;
-                    for (int i = 0; i < MHA_BT_N; i++)
-                        d[2 * i] = k0[i], d[2 * i + 1] = k1[i];
-                }
-        else
-            for (int c = 0; c < dk; c++)
-                for (int t = 0; t < run; t++)
-                    s->kt16[mha_bk_b_index(c, at + t, kps)] = kt[(size_t)c * bs + t];
-        for (int t = 0; t < run; t++) { /* key t's features, 16 at a time, into its pair slot */
-            const mha_bf16 *v = data + mha_kv_v_at(cache, block, g, slot + t);
-            for (int c = 0; c < dk; c += MHA_BT_N) {
-                mha_bf16 *d = s->v16 + mha_bk_b_index(at + t, c, vps);
-                const int m = dk - c < MHA_BT_N ? dk - c : MHA_BT_N;
-                for (int i = 0; i < m; i++)
-                    d[2 * i] = v[c + i];
-            }
-        }
+        /* the next block's K and V, prefetched as this one is read (a block's K of one head and
+         * its V are bs·dk elements each, in 64-byte lines: as many as this block's pairs) */
+        const int next = t0 + run < t_end ? table[(t0 + run) / bs] : -1;
+        const char *next_k = next < 0 ? NULL : (const char *)(data + mha_kv_kt_at(cache, next, g));
+        const char *next_v = next < 0 ? NULL : (const char *)(data + mha_kv_v_at(cache, next, g, 0));
+        /* Kᵀ (features × slots, bs apart): groups of 16 keys that start a panel, feature pairs
+         * interleaved; the rest key by key */
+        const mha_bf16 *kt = data + mha_kv_kt_at(cache, block, g) + slot;
+        int t = 0;
+        if (dk % 2 == 0)
+            for (; t + MHA_BT_N <= run && (at + t) % MHA_BT_N == 0; t += MHA_BT_N)
+                isa->interleave_pairs(kt + t, (size_t)bs, dk / 2, s->kt16 + mha_bk_b_index(0, at + t, kps),
+                                      next_k ? next_k + (size_t)t * dk * sizeof(mha_bf16) : NULL);
+        for (int c = 0; c < dk; c++)
+            for (int u = t; u < run; u++)
+                s->kt16[mha_bk_b_index(c, at + u, kps)] = kt[(size_t)c * bs + u];
+        /* V (slots × features, dk apart): key pairs interleaved, 16 features at a time; the
+         * features past the last 16 and an odd key element by element */
+        const mha_bf16 *v = data + mha_kv_v_at(cache, block, g, slot);
+        const int pairs = at % 2 == 0 ? run / 2 : 0, whole = dk / MHA_BT_N * MHA_BT_N;
+        for (int c = 0; c < whole && pairs; c += MHA_BT_N)
+            isa->interleave_pairs(v + c, (size_t)dk, pairs, s->v16 + mha_bk_b_index(at, c, vps),
+                                  next_v ? next_v + (size_t)c / MHA_BT_N * pairs * 64 : NULL);
+        for (int u = 0; u < run; u++)
+            for (int c = u < 2 * pairs ? whole : 0; c < dk; c++)
+                s->v16[mha_bk_b_index(at + u, c, vps)] = v[(size_t)u * dk + c];
         t0 += run;
     }
     for (int t = t_begin - base; t < n16; t++) /* Kᵀ: features past dk; keys past t_end */
         for (int c = t < n ? dk : 0; c < kp_dk; c++)
             s->kt16[mha_bk_b_index(c, t, kps)] = 0;
-    for (int t = t_begin - base; t < v_end; t++) /* V: columns past dk; rows past t_end */
-        for (int c = t < n ? dk : 0; c < dk16; c++)
+    for (int t = t_begin - base; t < n; t++) /* V: columns past dk */
+        for (int c = dk; c < dk16; c++)
             s->v16[mha_bk_b_index(t, c, vps)] = 0;
+    for (int c0 = 0; c0 < dk16; c0 += MHA_BT_N) { /* V: rows past t_end, whole key pairs at once */
+        int t = n;
+        for (; t % 2; t++) /* an odd first one: its half of the pair */
+            for (int c = c0; c < c0 + MHA_BT_N; c++)
+                s->v16[mha_bk_b_index(t, c, vps)] = 0;
+        memset(s->v16 + mha_bk_b_index(t, c0, vps), 0, (size_t)(v_end - t) * MHA_BT_N * sizeof(mha_bf16));
+    }
 }
 
 void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s)

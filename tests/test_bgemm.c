@@ -304,6 +304,39 @@ Test(bgemm, vector_b_packing_matches_scalar_bit_for_bit, .timeout = 60)
     }
 }
 
+/* Each table's pair interleave (the bf16 decode's gather of a cache chunk into panels) writes
+ * what ref's writes, and only the pairs asked for: from rows of 16 at strides 16 (Kᵀ of a
+ * 16-slot block), 24 and 136 (V rows), 1 to 64 pairs, with and without a prefetch address. */
+Test(bgemm, vector_pair_interleave_matches_scalar)
+{
+    const mha_isa *isa;
+    FOR_EACH_ISA(isa) {
+        const size_t lds[] = {16, 24, 136};
+        const int counts[] = {1, 3, 8, 64};
+        for (int li = 0; li < 3; li++)
+            for (int ci = 0; ci < 4; ci++) {
+                const size_t ld = lds[li];
+                const int pairs = counts[ci], cap = 2 * MHA_BT_N * (pairs + 1);
+                mha_bf16 *src = malloc((size_t)2 * pairs * ld * sizeof *src), x[2 * MHA_BT_N * 65], y[2 * MHA_BT_N * 65];
+                for (size_t i = 0; i < (size_t)2 * pairs * ld; i++)
+                    src[i] = (mha_bf16)(i * 40503u + 7u);
+                memset(x, 0xAB, sizeof x);
+                memset(y, 0xAB, sizeof y);
+                isa->interleave_pairs(src, ld, pairs, x, ci % 2 ? (const char *)src : NULL);
+                mha_isa_ref.interleave_pairs(src, ld, pairs, y, NULL);
+                for (int i = 0; i < cap; i++)
+                    cr_assert_eq(x[i], y[i], "%s: ld %zu, %d pairs: element %d: %#06x, ref %#06x", isa->name, ld, pairs, i,
+                                 x[i], y[i]);
+                for (int p = 0; p < pairs; p++) /* and ref's is the layout: dst[32p + 2i + e] = row 2p + e */
+                    for (int i = 0; i < MHA_BT_N; i++)
+                        cr_assert(y[32 * p + 2 * i] == src[2 * p * ld + i] && y[32 * p + 2 * i + 1] == src[(2 * p + 1) * ld + i],
+                                  "pair %d, column %d", p, i);
+                cr_assert_eq(y[2 * MHA_BT_N * pairs], 0xABAB, "written past the pairs");
+                free(src);
+            }
+    }
+}
+
 /* Each table's driver parts (A rounding, the float32 epilogue) give ref's bits: the same product
  * through a kernel of the table and one of ref's parts, on the portable model. */
 Test(bgemm, vector_driver_matches_scalar_bit_for_bit, .timeout = 60)

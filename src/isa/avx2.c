@@ -408,6 +408,21 @@ __attribute__((target(AVX2))) static void round_into_tiles_avx2(const float *src
 /* B panels 8 k × 8 columns at a time: 8 source rows loaded (transposed: keys' rows of 8
  * features, turned by a register transpose), each k pair rounded and interleaved into 8 words
  * (half a 64-byte VNNI row). src's 8-column runs must not cross its panels. */
+/* unpacklo/hi interleave within 128-bit lanes (elements 0-3 | 8-11 and 4-7 | 12-15); the lane
+ * permutes put 0-7 and 8-15 in order. */
+__attribute__((target(AVX2))) static void interleave_pairs_avx2(const mha_bf16 *src, size_t ld, int pairs,
+                                                                mha_bf16 *restrict dst, const char *next)
+{
+    for (int p = 0; p < pairs; p++, src += 2 * ld, dst += 2 * MHA_BT_N) {
+        if (next)
+            _mm_prefetch(next + 64 * p, _MM_HINT_T0);
+        const __m256i a = _mm256_loadu_si256((const void *)src), b = _mm256_loadu_si256((const void *)(src + ld));
+        const __m256i lo = _mm256_unpacklo_epi16(a, b), hi = _mm256_unpackhi_epi16(a, b);
+        _mm256_storeu_si256((void *)dst, _mm256_permute2x128_si256(lo, hi, 0x20));
+        _mm256_storeu_si256((void *)(dst + MHA_BT_N), _mm256_permute2x128_si256(lo, hi, 0x31));
+    }
+}
+
 __attribute__((target(AVX2))) static void pack_b16_avx2(const mha_kernel *k, mha_mat src, int transpose, int kk, int n,
                                                        mha_bf16 *dst, size_t ps)
 {
@@ -574,5 +589,6 @@ const mha_isa mha_isa_avx2 = {
     .decode_values = decode_values_avx2,
     .round_into_tiles = round_into_tiles_avx2,
     .pack_b16 = pack_b16_avx2,
+    .interleave_pairs = interleave_pairs_avx2,
     .epilogue_block = epilogue_block_avx2,
 };

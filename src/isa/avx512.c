@@ -431,6 +431,22 @@ __attribute__((target(AVX512))) static void round_into_tiles_avx512(const float 
  * features, turned by a register transpose), each k pair rounded and interleaved into the 32
  * bf16 (one 64-byte line) of its VNNI row. src's 16-column runs must not cross its panels
  * (its panel width a multiple of 16). */
+/* Two rows of 16 in one register, then one permutation: element 2i from row 0, 2i + 1 from row 1. */
+__attribute__((target(AVX512))) static void interleave_pairs_avx512(const mha_bf16 *src, size_t ld, int pairs,
+                                                                    mha_bf16 *restrict dst, const char *next)
+{
+    static const uint16_t order[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    const __m512i idx = _mm512_loadu_si512(order);
+    for (int p = 0; p < pairs; p++, src += 2 * ld, dst += 2 * MHA_BT_N) {
+        if (next)
+            _mm_prefetch(next + 64 * p, _MM_HINT_T0);
+        const __m512i two = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const void *)src)),
+                                               _mm256_loadu_si256((const void *)(src + ld)), 1);
+        _mm512_storeu_si512(dst, _mm512_permutexvar_epi16(idx, two));
+    }
+}
+
 __attribute__((target(AVX512))) static void pack_b16_avx512(const mha_kernel *k, mha_mat src, int transpose, int kk,
                                                             int n, mha_bf16 *dst, size_t ps)
 {
@@ -664,5 +680,6 @@ const mha_isa mha_isa_avx512 = {
     .decode_values = decode_values_avx512,
     .round_into_tiles = round_into_tiles_avx512,
     .pack_b16 = pack_b16_avx512,
+    .interleave_pairs = interleave_pairs_avx512,
     .epilogue_block = epilogue_block_avx512,
 };

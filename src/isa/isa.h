@@ -82,6 +82,11 @@ typedef struct mha_isa {
     void (*round_into_tiles)(const float *src, int c, int n, mha_bf16 *d);
     /* B (kk × n), or srcᵀ, into bf16 VNNI panels (mha_bk_pack_b's contract; same bits). */
     void (*pack_b16)(const mha_kernel *k, mha_mat src, int transpose, int kk, int n, mha_bf16 *dst, size_t ps);
+    /* Pairs of rows into VNNI pairs, as bf16 B panels hold them: for p < pairs and i < 16,
+     * dst[32p + 2i + e] = src[(2p + e)·ld + i]. A cache chunk's Kᵀ (features in pairs, 16 keys)
+     * and V (keys in pairs, 16 features) into the kernels' panels. A copy. next (or NULL): a
+     * line of what the caller reads next prefetched per pair, next + 64·p (ref ignores it). */
+    void (*interleave_pairs)(const mha_bf16 *src, size_t ld, int pairs, mha_bf16 *restrict dst, const char *next);
     /* A block's epilogue, rows i < rows, columns j < cols <= 32: C = alpha·acc[i·32 + j], then
      * + beta·C (beta 0: C not read), a multiply and an add each rounded (same bits in every
      * table); C's columns 0..15 of row i at c0 + i·ldc, 16..31 at c1 + i·ldc. */

@@ -99,6 +99,15 @@ static void round_into_tiles_ref(const float *src, int c, int n, mha_bf16 *d)
     }
 }
 
+static void interleave_pairs_ref(const mha_bf16 *src, size_t ld, int pairs, mha_bf16 *restrict dst,
+                                 const char *next)
+{
+    (void)next;
+    for (int p = 0; p < pairs; p++, src += 2 * ld, dst += 2 * MHA_BT_N)
+        for (int i = 0; i < MHA_BT_N; i++)
+            dst[2 * i] = src[i], dst[2 * i + 1] = src[ld + i];
+}
+
 static void pack_b16_ref(const mha_kernel *k, mha_mat src, int transpose, int kk, int n, mha_bf16 *dst, size_t ps)
 {
     const int kp = (int)mha_bk_kp(kk), np = (int)mha_round_up((size_t)n, MHA_BT_N);
@@ -156,5 +165,6 @@ const mha_isa mha_isa_ref = {
     .decode_values = decode_values_ref,
     .round_into_tiles = round_into_tiles_ref,
     .pack_b16 = pack_b16_ref,
+    .interleave_pairs = interleave_pairs_ref,
     .epilogue_block = epilogue_block_ref,
 };
