@@ -23,6 +23,12 @@
  * sub-config's KC (256 or 384), so one chunk's A·V is one pass of the microkernel: the sums a
  * decode tile reproduces. */
 #define MHA_KV_CHUNK 256
+/* Whether a sub-config's microkernel keeps that promise: one chunk in one KC pass, on whole B
+ * panels (true of every BLIS 0.9 sub-config; an engine refuses one that does not). */
+static inline int mha_attention_chunk_fits(const mha_kernel *k)
+{
+    return k->kc >= MHA_KV_CHUNK && MHA_KV_CHUNK % k->bw == 0;
+}
 
 /* What a query may see: the one source of the visibility rule, asked by the forward's query
  * blocks and rows, a step's gathers and its decode chunks alike. A query at position p sees

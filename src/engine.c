@@ -125,6 +125,10 @@ static mha_status select_kernels(const mha_config *cfg, prepared *p, mha_problem
         return mha_problemf(pr, MHA_ERR_CONFIG, "blis_arch",
                             "'%s' is unknown, not in this BLIS build, or not runnable on this CPU",
                             is_auto(cfg->blis_arch) ? isa->default_arch() : cfg->blis_arch);
+    if (!mha_attention_chunk_fits(&p->kernel))
+        return mha_problemf(pr, MHA_ERR_CONFIG, "blis_arch", "'%s' has KC %d and B panels %d wide: the softmax's "
+                            "chunks of %d keys need one KC pass on whole panels", p->kernel.arch, p->kernel.kc,
+                            p->kernel.bw, MHA_KV_CHUNK);
     p->bkernel = NULL;
     if (p->dims.bf16 && mha_bkernel_select(isa, cfg->bf16_kernel, &p->bkernel, why, sizeof why) != MHA_OK)
         return mha_problemf(pr, MHA_ERR_CONFIG, "bf16_kernel", "'%s': %s", cfg->bf16_kernel, why);

@@ -9,6 +9,7 @@
 
 #include <criterion/criterion.h>
 
+#include "attention.h"
 #include "helpers.h"
 #include "isa/isa.h"
 #include "kernel.h"
@@ -170,6 +171,32 @@ Test(kernel, contexts_agree, .timeout = 60)
     }
     free(out), free(ref);
     problem_free(&p);
+}
+
+/* The softmax's key chunks are one KC pass of the microkernel on whole B panels: so for every
+ * sub-config of every table this CPU runs; a kernel with a shorter KC or panels that do not
+ * divide a chunk is refused. */
+Test(kernel, every_sub_config_takes_a_key_chunk_in_one_pass)
+{
+    const mha_isa *isa;
+    int checked = 0;
+    FOR_EACH_ISA(isa) {
+        for (int i = 0; isa->archs[i]; i++) {
+            mha_kernel k;
+            if (mha_kernel_select(isa->archs[i], isa, &k) != MHA_OK) {
+                note_skipped("isa %s: BLIS '%s' does not run on this CPU", isa->name, isa->archs[i]);
+                continue;
+            }
+            cr_assert(mha_attention_chunk_fits(&k), "%s/%s: KC %d, B panels %d wide, chunks of %d keys", isa->name,
+                      k.arch, k.kc, k.bw, MHA_KV_CHUNK);
+            mha_kernel short_kc = k, odd_panels = k;
+            short_kc.kc = MHA_KV_CHUNK - 1;
+            odd_panels.bw = 12;
+            cr_assert(!mha_attention_chunk_fits(&short_kc) && !mha_attention_chunk_fits(&odd_panels));
+            checked++;
+        }
+    }
+    cr_assert_gt(checked, 0);
 }
 
 Test(kernel, blis_version_is_reported)
