@@ -99,7 +99,7 @@ typedef struct mha_rope {
 typedef enum { MHA_PRECISION_F32 = 0, MHA_PRECISION_BF16 = 1 } mha_precision;
 
 typedef struct mha_config {
-    int d_model, n_heads;                  /* n_heads divides d_model */
+    int d_model, n_heads;                  /* n_heads divides d_model unless head_dim is set */
     int max_batch, max_seq_q, max_seq_kv;  /* capacity; the arena is sized from these */
     int bias;                              /* 1: q/k/v/o biases */
     int threads;                           /* 0: every CPU the process may use */
@@ -111,6 +111,10 @@ typedef struct mha_config {
     int n_kv_heads;                        /* 0: n_heads; divides n_heads (grouped-query
                                               attention; 1: multi-query). Query head h reads
                                               KV head h / (n_heads / n_kv_heads), as HF's repeat_kv */
+    int head_dim;                          /* d_k of every head; 0: d_model / n_heads. Wq maps
+                                              d_model to n_heads·head_dim, Wk and Wv to
+                                              n_kv_heads·head_dim, Wo n_heads·head_dim back to
+                                              d_model (Qwen3, Gemma 2, gpt-oss: not d_model) */
     mha_rope rope;                         /* MHA_ROPE_NONE by default */
     int window;                            /* sliding window W > 0: a query at position p sees
                                               keys p - W < j <= p (causal implied); 0: none */
@@ -127,6 +131,8 @@ typedef struct mha_config {
  * precision f32, n_kv_heads = n_heads, no RoPE (theta 10000, factor 1, low/high_freq_factor 1/4, beta_fast/slow
  * 32/1 ready for when a style is set), no window. */
 MHA_API void mha_config_init(mha_config *cfg);
+/* d_k of the config's heads: head_dim, or d_model / n_heads (0 for NULL or n_heads < 1). */
+MHA_API int mha_config_head_dim(const mha_config *cfg);
 /* mha_config_load (a YAML config into cfg) is in mha_io.h with the other loaders: the engine's
  * own header needs no YAML. */
 /* Everything mha_create checks, without creating: MHA_OK, MHA_ERR_INVALID_ARG (cfg NULL),
@@ -155,8 +161,10 @@ MHA_API mha_status mha_create_static_msg(const mha_config *cfg, void *ws, size_t
 typedef enum { MHA_LAYOUT_XW, MHA_LAYOUT_TORCH } mha_layout;
 /* XW: each W is (d_in, d_out) applied as x·W (the reference numpy class).
  * TORCH: each W is (d_out, d_in) applied as x·Wᵀ (nn.Linear, in_proj_weight rows).
- * With n_kv_heads < n_heads, w_k and w_v map d to n_kv_heads·d_k: (d, n_kv_heads·d_k) in XW,
- * (n_kv_heads·d_k, d) in TORCH; b_k and b_v have n_kv_heads·d_k entries. */
+ * w_q maps d to n_heads·d_k ((d, n_heads·d_k) in XW, (n_heads·d_k, d) in TORCH), w_k and w_v
+ * to n_kv_heads·d_k, and w_o maps n_heads·d_k back to d ((n_heads·d_k, d) in XW, (d,
+ * n_heads·d_k) in TORCH); b_q has n_heads·d_k entries, b_k and b_v n_kv_heads·d_k, b_o d.
+ * Without head_dim, n_heads·d_k = d. */
 typedef struct mha_weights {
     const float *w_q, *w_k, *w_v, *w_o;
     const float *b_q, *b_k, *b_v, *b_o;  /* config with bias: b_q, b_k, b_v, and b_o or NULL

@@ -42,7 +42,7 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
                          mha_arena_plan *p, int *of)
 {
     size_t *b = p->bytes, *sl = p->slice_bytes;
-    const size_t d = (size_t)dims->d, h = (size_t)dims->h, dk = (size_t)dims->dk;
+    const size_t d = (size_t)dims->d, h = (size_t)dims->h, dk = (size_t)dims->dk, qd = (size_t)dims->qd;
     const size_t batch = (size_t)dims->batch, threads = (size_t)dims->threads, kvh = (size_t)dims->kvh;
     const size_t seq_q = (size_t)dims->seq_q, seq_kv = (size_t)dims->seq_kv;
     const size_t rows = seq_q > seq_kv ? seq_q : seq_kv;
@@ -58,10 +58,10 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
         const size_t per_group = (size_t)dims->group + 2;
         if (bf16) { /* k of the weights padded to whole tiles; Wo's columns to whole panels */
             b[MHA_REGION_wqkv16] = product(kvh, mha_bk_kp(dims->d), per_group * dkp * sizeof(mha_bf16), of);
-            b[MHA_REGION_wo16] = product(mha_bk_kp(dims->d), mha_round_up(d, MHA_BT_N), sizeof(mha_bf16), of);
+            b[MHA_REGION_wo16] = product(mha_bk_kp(dims->qd), mha_round_up(d, MHA_BT_N), sizeof(mha_bf16), of);
         } else {
             b[MHA_REGION_wqkv] = product(kvh, d, per_group * dkp * f, of);
-            b[MHA_REGION_wo] = product(d, mha_round_up(d, w), f, of);
+            b[MHA_REGION_wo] = product(qd, mha_round_up(d, w), f, of);
         }
         b[MHA_REGION_bqkv] = product(kvh, per_group, dkp * f, of);
         b[MHA_REGION_bo] = d * f;
@@ -69,7 +69,7 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
     if (kind == MHA_ARENA_WEIGHTS)
         return;
 
-    b[MHA_REGION_z] = product(batch, seq_q, d * f, of);
+    b[MHA_REGION_z] = product(batch, seq_q, qd * f, of);
     b[MHA_REGION_xpack] = product(batch, p->xpack_stride, f, of);
     b[MHA_REGION_order] = batch * sizeof(int);
     b[MHA_REGION_deps] = product(batch, h, 1, of);
@@ -90,9 +90,11 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
     sl[MHA_SLICE_scores] = product((size_t)dims->q_block, (size_t)p->ld_scores, f, of);
     sl[MHA_SLICE_apack] = mha_gemm_apack_floats(k) * f;
     if (bf16) {
-        /* Kᵀ (dk, seq_kv) in B panels; A packing for the deepest product: d, or a whole key row */
+        /* Kᵀ (dk, seq_kv) in B panels; A packing for the deepest product: d (the projections),
+         * qd (the output's), or a whole key row */
         const size_t kt16 = product(mha_bk_b_elems(dims->dk, dims->seq_kv), sizeof(mha_bf16), 1, of);
-        const size_t ap16 = product(mha_bgemm_apack_elems(dims->d > dims->seq_kv ? dims->d : dims->seq_kv),
+        const int deepest = dims->d > dims->qd ? dims->d : dims->qd;
+        const size_t ap16 = product(mha_bgemm_apack_elems(deepest > dims->seq_kv ? deepest : dims->seq_kv),
                                     sizeof(mha_bf16), 1, of);
         sl[MHA_SLICE_kt] = sl[MHA_SLICE_kt] > kt16 ? sl[MHA_SLICE_kt] : kt16;
         sl[MHA_SLICE_apack] = sl[MHA_SLICE_apack] > ap16 ? sl[MHA_SLICE_apack] : ap16;
@@ -133,6 +135,7 @@ int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine
     p->dkp = (int)mha_round_up((size_t)dims->dk, w);
     p->ld_scores = (ptrdiff_t)mha_round_up((size_t)dims->seq_kv, 16);
     p->w_ps = dims->bf16 ? mha_bk_ps(dims->d) : 0;
+    p->wo_ps = dims->bf16 ? mha_bk_ps(dims->qd) : 0;
     p->xpack_stride = mha_gemm_packed_a_floats(k, (size_t)dims->seq_q, (size_t)dims->d); /* seq_q, d <= 2^20, 2^16 */
     if (dims->bf16) /* bf16 A panels, in floats' room */
         p->xpack_stride = (product(mha_round_up((size_t)dims->seq_q, MHA_BT_M), mha_bk_kp(dims->d), 1, &of) + 1) / 2;

@@ -29,10 +29,10 @@ void *mha_alloc_pages(size_t bytes);
                                            x · [Wq_{g·group} | Wk_g | Wv_g | Wq_{g·group+1} …] */ \
     X(wqkv16, mha_bf16, MHA_ALIGN)      /* bf16: the same in B panels (bgemm.h) */               \
     X(bqkv, float, MHA_ALIGN)           /* (kvh, (group + 2)·dkp) */                             \
-    X(wo, float, MHA_ALIGN)             /* f32: panels (d, round_up(d, bw)): Z · Wo */           \
+    X(wo, float, MHA_ALIGN)             /* f32: panels (qd, round_up(d, bw)): Z · Wo */          \
     X(wo16, mha_bf16, MHA_ALIGN)        /* bf16: the same in B panels */                         \
     X(bo, float, MHA_ALIGN)             /* (d) */                                                \
-    X(z, float, MHA_ALIGN)              /* (batch, seq_q, d): the heads' outputs, concatenated */ \
+    X(z, float, MHA_ALIGN)              /* (batch, seq_q, qd): the heads' outputs, concatenated */ \
     X(xpack, float, MHA_ALIGN)          /* (batch, xpack_stride): A panels of each x_b */        \
     X(order, int, MHA_ALIGN)            /* (batch): sequences, most work first */                \
     X(deps, char, MHA_ALIGN)            /* (batch, h): a token per head task (kvh used) */     \
@@ -74,7 +74,8 @@ typedef struct mha_arena_plan {
     size_t slice_off[MHA_SLICE_COUNT], slice_bytes[MHA_SLICE_COUNT]; /* inside a worker slice */
     size_t scratch_stride;  /* bytes per worker slice, a multiple of MHA_PAGE */
     size_t xpack_stride;    /* floats per sequence in xpack */
-    size_t w_ps;            /* bf16: elements per B panel of the weights (d rounded to k tiles · 16) */
+    size_t w_ps;            /* bf16: elements per B panel of Wqkv (d rounded to k tiles · 16) */
+    size_t wo_ps;           /* bf16: the same of Wo (qd rounded to k tiles · 16) */
     int dkp;                /* d_k rounded up to whole B panels */
     ptrdiff_t ld_scores;    /* row stride of the score tile */
     size_t total;

@@ -121,9 +121,9 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, i
                         float *attn)
 {
     const mha_kernel *k = f->kernel;
-    const int dk = f->dk, dkp = f->dkp, d = f->d, bw = k->bw, qb = f->q_block;
+    const int dk = f->dk, dkp = f->dkp, zd = f->qd, bw = k->bw, qb = f->q_block;
     const ptrdiff_t lds = f->ld_scores;
-    float *z = z_seq + (size_t)h * dk; /* (ql, dk), row stride d */
+    float *z = z_seq + (size_t)h * dk; /* (ql, dk), row stride qd */
     const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
     const mha_kv_view kv = {.kt = mha_mat_panels(k, s->kt, dk), .v = mha_mat_sub(k, qkv, 0, 2 * dkp),
                             .kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f),
@@ -147,9 +147,9 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, i
         const mha_chunk_rows rows = {.m = m, .pos0 = r0 + off, .period = m, .causal = causal,
                                      .q = mha_mat_sub(k, qkv, r0, 0),
                                      .mask = f->mask ? f->mask + (size_t)r0 * f->seq_kv : NULL};
-        const mha_mat zm = mha_mat_rows(k, z + (size_t)r0 * d, d), czm = mha_mat_rows(k, cz, dk);
+        const mha_mat zm = mha_mat_rows(k, z + (size_t)r0 * zd, zd), czm = mha_mat_rows(k, cz, dk);
         for (int i = 0; i < m; i++) { /* no key yet: a zero row */
-            memset(z + (size_t)(r0 + i) * d, 0, (size_t)dk * sizeof *z);
+            memset(z + (size_t)(r0 + i) * zd, 0, (size_t)dk * sizeof *z);
             sum[i] = 0.0f, mx[i] = -INFINITY;
         }
         /* the first chunk straight into z (mha_softmax_merge would take it as it is), each
@@ -163,12 +163,12 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, i
                                 first ? sum : csum, 1);
             if (!first)
                 for (int i = 0; i < m; i++)
-                    mha_softmax_merge(z + (size_t)(r0 + i) * d, &mx[i], &sum[i], cz + (size_t)i * dk, cmx[i], csum[i], dk);
+                    mha_softmax_merge(z + (size_t)(r0 + i) * zd, &mx[i], &sum[i], cz + (size_t)i * dk, cmx[i], csum[i], dk);
         }
         /* each row / its sum; a row with no visible key stays 0 */
         for (int i = 0; i < m; i++) {
             const float inv = sum[i] > 0.0f ? 1.0f / sum[i] : 0.0f;
-            float *zr = z + (size_t)(r0 + i) * d;
+            float *zr = z + (size_t)(r0 + i) * zd;
             for (int j = 0; j < dk; j++)
                 zr[j] *= inv;
             sum[i] = inv;
@@ -191,7 +191,7 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, i
 static void attend(const mha_fwd *f, int b, int h, const mha_scratch *s, int ql, int kl)
 {
     float *attn = f->attn ? f->attn + ((size_t)b * f->h + h) * f->seq_q * f->seq_kv : NULL;
-    mha_attention_rows(f, h, s, ql, kl, f->seq_kv - f->seq_q, f->z + (size_t)b * f->seq_q * f->d, attn);
+    mha_attention_rows(f, h, s, ql, kl, f->seq_kv - f->seq_q, f->z + (size_t)b * f->seq_q * f->qd, attn);
 }
 
 void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)
@@ -237,21 +237,22 @@ void mha_attention_out_rows(const mha_fwd *f, int b, int r0, int r1, const mha_s
 {
     const mha_kernel *k = f->kernel;
     const int ql = f->q_len ? f->q_len[b] : f->seq_q;
-    const ptrdiff_t d = f->d;
+    const ptrdiff_t d = f->d, zd = f->qd;
     const int valid_end = r1 < ql ? r1 : ql;
     float *out = f->out + ((size_t)b * f->seq_q + r0) * d;
-    const float *z = f->z + ((size_t)b * f->seq_q + r0) * d;
+    const float *z = f->z + ((size_t)b * f->seq_q + r0) * zd;
 
-    if (valid_end > r0) {
+    if (valid_end > r0) { /* out (m, d) = Z (m, qd) · Wo (qd, d) (+ bo) */
         const int m = valid_end - r0;
         mha_mat om = mha_mat_rows(k, out, d);
         if (f->has_bias)
             mha_mat_fill_rows(k, om, m, f->d, f->bo);
         const float beta = f->has_bias ? 1.0f : 0.0f;
         if (f->bk)
-            mha_bgemm(f->bk, k, m, f->d, f->d, 1.0f, NULL, mha_mat_rows(k, z, d), f->wo16, f->w_ps, beta, om, s->apack16);
+            mha_bgemm(f->bk, k, m, f->d, f->qd, 1.0f, NULL, mha_mat_rows(k, z, zd), f->wo16, f->wo_ps, beta, om,
+                      s->apack16);
         else
-            mha_gemm(k, m, f->d, f->d, 1.0f, mha_mat_rows(k, z, d), mha_mat_panels(k, f->wo, f->d), beta, om, s->apack);
+            mha_gemm(k, m, f->d, f->qd, 1.0f, mha_mat_rows(k, z, zd), mha_mat_panels(k, f->wo, f->qd), beta, om, s->apack);
     }
     const int zero_from = valid_end > r0 ? valid_end : r0;
     if (zero_from < r1)

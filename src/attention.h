@@ -78,6 +78,7 @@ static inline void mha_softmax_merge(float *restrict z, float *m, float *s, cons
 typedef struct mha_fwd {
     const mha_kernel *kernel;     /* BLIS's microkernel and the kernel table (kernel->isa) */
     int d, h, dk, dkp, q_block;   /* dkp: dk rounded up to whole B panels */
+    int qd;                       /* h·dk: the width of Z (and of Q) */
     int batch, seq_q, seq_kv;
     int rows;                     /* capacity rows of the Q/K/V scratch: max(max_seq_q, max_seq_kv) */
     ptrdiff_t ld_scores;          /* row stride of the score tile */
@@ -93,11 +94,11 @@ typedef struct mha_fwd {
     const int32_t *q_len, *kv_len;/* NULL or (batch) */
     const uint8_t *mask;          /* NULL or (seq_q, seq_kv) */
     const float *wqkv, *bqkv;     /* per KV head: panels (d, (group + 2)·dkp); ((group + 2)·dkp) */
-    const float *wo, *bo;         /* panels (d, round_up(d, bw)); (d) */
+    const float *wo, *bo;         /* panels (qd, round_up(d, bw)); (d) */
     const mha_bkernel *bk;        /* bf16 engines: the kernel of every product; NULL: float32 */
-    const mha_bf16 *wqkv16, *wo16;/* bf16 engines: wqkv, wo in bf16 B panels of w_ps elements */
-    size_t w_ps;
-    float *z;                     /* (batch, seq_q, d) */
+    const mha_bf16 *wqkv16, *wo16;/* bf16 engines: wqkv, wo in bf16 B panels of w_ps, wo_ps elements */
+    size_t w_ps, wo_ps;
+    float *z;                     /* (batch, seq_q, qd) */
     float *xpack;                 /* per sequence (xpack_stride floats): q in A panels, all of d */
     size_t xpack_stride;
     float *out;                   /* (batch, seq_q, d) */

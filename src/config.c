@@ -39,7 +39,8 @@ mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, mha_problem
     if (dims) {
         dims->d = cfg->d_model;
         dims->h = cfg->n_heads;
-        dims->dk = cfg->d_model / cfg->n_heads;
+        dims->dk = mha_config_head_dim(cfg);
+        dims->qd = cfg->n_heads * dims->dk;
         dims->batch = cfg->max_batch;
         dims->seq_q = cfg->max_seq_q;
         dims->seq_kv = cfg->max_seq_kv;

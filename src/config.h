@@ -10,6 +10,9 @@
 #include "mha_io.h"
 #include "status.h"
 
+/* The widest Q (n_heads·d_k) and, as the d_model key's range says, the widest model. */
+#define MHA_MAX_WIDTH 65536
+
 /* ---- the schema (config_schema.c) ---- */
 
 typedef struct mha_name_val { const char *name; int value; } mha_name_val;

@@ -9,7 +9,8 @@
 /* Everything the arena plan and the forward pass need, resolved from a config:
  * threads = 0 becomes the CPUs allowed now, q_block = 0 becomes the engine's choice. */
 typedef struct mha_dims {
-    int d, h, dk;                 /* d_model, heads, d_model / heads */
+    int d, h, dk;                 /* d_model, heads, d_k (head_dim, or d_model / heads) */
+    int qd;                       /* h·dk: the width of Q and of the heads' outputs Z */
     int batch, seq_q, seq_kv;     /* capacity */
     int threads;                  /* workers, each with its own scratch slice */
     int q_block;                  /* query rows per score tile */

@@ -333,7 +333,8 @@ static mha_status shared_matches(const prepared *p, const mha_packed_weights *pw
 {
     const struct { const char *field; int engine, packed; } f[] = {
         {"d_model", p->dims.d, pw->dims.d},       {"n_heads", p->dims.h, pw->dims.h},
-        {"n_kv_heads", p->dims.kvh, pw->dims.kvh}, {"bias", p->dims.bias, pw->dims.bias},
+        {"n_kv_heads", p->dims.kvh, pw->dims.kvh}, {"head_dim", p->dims.dk, pw->dims.dk},
+        {"bias", p->dims.bias, pw->dims.bias},
         {"precision", p->dims.bf16, pw->dims.bf16},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
@@ -430,7 +431,7 @@ static mha_fwd engine_fwd(const mha_engine *e, float *out)
     const mha_arena_views *v = &e->views;
     return (mha_fwd){
         .kernel = &e->kernel,
-        .d = dm->d, .h = dm->h, .dk = dm->dk, .dkp = e->plan.dkp, .q_block = dm->q_block,
+        .d = dm->d, .h = dm->h, .dk = dm->dk, .dkp = e->plan.dkp, .q_block = dm->q_block, .qd = dm->qd,
         .rows = dm->seq_q > dm->seq_kv ? dm->seq_q : dm->seq_kv,
         .ld_scores = e->plan.ld_scores,
         .has_bias = dm->bias,
@@ -439,7 +440,7 @@ static mha_fwd engine_fwd(const mha_engine *e, float *out)
         .rope_cos = v->rope_cos, .rope_sin = v->rope_sin,
         .wqkv = v->wqkv, .bqkv = v->bqkv, .wo = v->wo, .bo = v->bo,
         .bk = e->bkernel,
-        .wqkv16 = v->wqkv16, .wo16 = v->wo16, .w_ps = e->plan.w_ps,
+        .wqkv16 = v->wqkv16, .wo16 = v->wo16, .w_ps = e->plan.w_ps, .wo_ps = e->plan.wo_ps,
         .z = v->z, .out = out,
         .xpack = v->xpack, .xpack_stride = e->plan.xpack_stride,
     };
@@ -514,10 +515,11 @@ static mha_status step_check(mha_engine *e, const mha_kv_cache *c, const mha_ste
         return failed(e, MHA_ERR_INVALID_ARG, "step: %s is NULL", !c ? "the cache" : "the step");
     if (!e->weights_set)
         return failed(e, MHA_ERR_STATE, "step: no weights yet (call mha_set_weights first)");
-    if (!mha_kv_cache_fits(c, dm->d, dm->h, dm->kvh, &dm->rope, dm->bf16))
-        return failed(e, MHA_ERR_CONFIG, "step: the cache was made for another model (d_model %d, %d heads, %d KV heads, "
-                      "precision %s, or another RoPE) than this engine's (d_model %d, %d heads, %d KV heads, precision %s)",
-                      c->d, c->h, c->kvh, precision_name(c->bf16), dm->d, dm->h, dm->kvh, precision_name(dm->bf16));
+    if (!mha_kv_cache_fits(c, dm->d, dm->h, dm->kvh, dm->dk, &dm->rope, dm->bf16))
+        return failed(e, MHA_ERR_CONFIG, "step: the cache was made for another model (d_model %d, %d heads, %d KV heads "
+                      "of %d, precision %s, or another RoPE) than this engine's (d_model %d, %d heads, %d KV heads of %d, "
+                      "precision %s)", c->d, c->h, c->kvh, c->dk, precision_name(c->bf16), dm->d, dm->h, dm->kvh, dm->dk,
+                      precision_name(dm->bf16));
     if (s->n_seqs < 1 || s->n_seqs > dm->batch)
         return failed(e, MHA_ERR_SHAPE, "step: n_seqs %d is outside 1..max_batch %d", s->n_seqs, dm->batch);
     if (!s->n_past || !s->n_new || !s->blocks)

@@ -93,7 +93,7 @@ MHA_API void mha_kv_cache_free(mha_kv_cache *c)
         free(c->owned); /* NULL for a cache in caller memory */
 }
 
-int mha_kv_cache_fits(const mha_kv_cache *c, int d, int h, int kvh, const mha_rope *rope, int bf16)
+int mha_kv_cache_fits(const mha_kv_cache *c, int d, int h, int kvh, int dk, const mha_rope *rope, int bf16)
 {
-    return c->d == d && c->h == h && c->kvh == kvh && !memcmp(&c->rope, rope, sizeof *rope) && c->bf16 == bf16;
+    return c->d == d && c->h == h && c->kvh == kvh && c->dk == dk && !memcmp(&c->rope, rope, sizeof *rope) && c->bf16 == bf16;
 }

@@ -46,6 +46,6 @@ static inline mha_bf16 *mha_kv_bf16(const mha_kv_cache *c)
 }
 
 /* Whether an engine of these dimensions and precision may read and write the cache. */
-int mha_kv_cache_fits(const mha_kv_cache *c, int d, int h, int kvh, const mha_rope *rope, int bf16);
+int mha_kv_cache_fits(const mha_kv_cache *c, int d, int h, int kvh, int dk, const mha_rope *rope, int bf16);
 
 #endif

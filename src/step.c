@@ -134,13 +134,13 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
     /* Q of each query head of the group, rotated, into its columns of z */
     for (int h = 0; h < f->group; h++) {
         mha_attention_project(f, s, m, x, xp, g, h == 0 ? 0 : (h + 2) * dkp, 0, dkp);
-        float *z = f->z + (size_t)r0 * d + (size_t)(g * f->group + h) * dk;
+        float *z = f->z + (size_t)r0 * f->qd + (size_t)(g * f->group + h) * dk;
         for (int i = 0, q = first; i < m; i++) {
             q = seq_of(j, r0 + i, q);
             if (f->rope != MHA_ROPE_NONE)
                 mha_rope_rows(k, mha_mat_sub(k, qkv, i, 0), 1, 0, pos_of(j, r0 + i, q), f->rope, f->rope_dim,
                               f->rope_cos, f->rope_sin);
-            from_panels(k, qkv, i, 0, z + (size_t)i * d, dk);
+            from_panels(k, qkv, i, 0, z + (size_t)i * f->qd, dk);
         }
     }
 }
@@ -250,10 +250,10 @@ void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s)
         gather_bf16(j, table, g, t_begin, ctx, 0, mha_attention_v16_ps(ctx), s);
     else
         gather_f32(j, table, g, ctx, t_begin, s);
-    float *z = f->z + (size_t)j->row0[q] * f->d;
+    float *z = f->z + (size_t)j->row0[q] * f->qd;
     for (int h = g * f->group; h < (g + 1) * f->group; h++) {
         for (int i = 0; i < n_new; i++) /* its Q (rotated in phase 1), then Z over it */
-            to_panels(k, qkv, i, 0, z + (size_t)i * f->d + (size_t)h * dk, dk);
+            to_panels(k, qkv, i, 0, z + (size_t)i * f->qd + (size_t)h * dk, dk);
         mha_attention_rows(f, h, s, n_new, ctx, n_past, z, NULL);
     }
 }
@@ -347,7 +347,7 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
     const mha_fwd *f = &j->f;
     const mha_step *st = j->step;
     const int n_new = st->n_new[q], ctx = st->n_past[q] + n_new;
-    const int dk = f->dk, d = f->d, G = f->group, nq = G * n_new;
+    const int dk = f->dk, zd = f->qd, G = f->group, nq = G * n_new;
     const int k0 = c * MHA_KV_CHUNK, k1 = k0 + MHA_KV_CHUNK < ctx ? k0 + MHA_KV_CHUNK : ctx;
     if (k1 <= first_key(j, q)) { /* the whole chunk is before every query's window */
         for (int qi = 0; qi < nq; qi++) {
@@ -359,10 +359,10 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
     /* (nq, chunk) scores; (nq, dk) queries: the group's, rotated in phase 1, from z (query qi
      * = head jh, row i) */
     float *sc = s->dec, *qv = s->dec + (size_t)nq * MHA_KV_CHUNK;
-    const float *z = f->z + (size_t)j->row0[q] * d;
+    const float *z = f->z + (size_t)j->row0[q] * zd;
     for (int jh = 0; jh < G; jh++)
         for (int i = 0; i < n_new; i++)
-            memcpy(qv + (size_t)(jh * n_new + i) * dk, z + (size_t)i * d + (size_t)(g * G + jh) * dk, (size_t)dk * sizeof *qv);
+            memcpy(qv + (size_t)(jh * n_new + i) * dk, z + (size_t)i * zd + (size_t)(g * G + jh) * dk, (size_t)dk * sizeof *qv);
     if (f->bk)
         decode_chunk_bf16(j, q, g, k0, k1, qv, sc, partial_of(j, q, g, c, 0), s);
     else
@@ -372,11 +372,11 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
 void mha_step_decode_merge(const mha_step_job *j, int q, int g)
 {
     const mha_fwd *f = &j->f;
-    const int n_new = j->step->n_new[q], dk = f->dk, d = f->d, G = f->group, chunks = mha_step_chunks(j, q);
-    float *z = f->z + (size_t)j->row0[q] * d;
+    const int n_new = j->step->n_new[q], dk = f->dk, zd = f->qd, G = f->group, chunks = mha_step_chunks(j, q);
+    float *z = f->z + (size_t)j->row0[q] * zd;
     for (int qi = 0; qi < G * n_new; qi++) {
         const int jh = qi / n_new, i = qi % n_new;
-        float *zr = z + (size_t)i * d + (size_t)(g * G + jh) * dk;
+        float *zr = z + (size_t)i * zd + (size_t)(g * G + jh) * dk;
         float m = -INFINITY, sum = 0.0f;
         memset(zr, 0, (size_t)dk * sizeof *zr);
         for (int c = 0; c < chunks; c++) { /* in chunk order, by the forward's rule */
@@ -393,15 +393,15 @@ void mha_step_out_rows(const mha_step_job *j, int r0, int r1, int c0, int c1, co
 {
     const mha_fwd *f = &j->f;
     const mha_kernel *k = f->kernel;
-    const ptrdiff_t d = f->d;
-    const mha_mat om = mha_mat_rows(k, f->out + (size_t)r0 * d + c0, d), zm = mha_mat_rows(k, f->z + (size_t)r0 * d, d);
+    const ptrdiff_t d = f->d, zd = f->qd;
+    const mha_mat om = mha_mat_rows(k, f->out + (size_t)r0 * d + c0, d), zm = mha_mat_rows(k, f->z + (size_t)r0 * zd, zd);
     const float beta = f->has_bias ? 1.0f : 0.0f;
     if (f->has_bias)
         mha_mat_fill_rows(k, om, r1 - r0, c1 - c0, f->bo + c0);
     if (f->bk) /* c0 is a multiple of the 16-column panels */
-        mha_bgemm(f->bk, k, r1 - r0, c1 - c0, f->d, 1.0f, NULL, zm, f->wo16 + (size_t)(c0 / MHA_BT_N) * f->w_ps, f->w_ps,
-                  beta, om, s->apack16);
+        mha_bgemm(f->bk, k, r1 - r0, c1 - c0, f->qd, 1.0f, NULL, zm, f->wo16 + (size_t)(c0 / MHA_BT_N) * f->wo_ps,
+                  f->wo_ps, beta, om, s->apack16);
     else
-        mha_gemm(k, r1 - r0, c1 - c0, f->d, 1.0f, zm, mha_mat_sub(k, mha_mat_panels(k, f->wo, f->d), 0, c0), beta, om,
+        mha_gemm(k, r1 - r0, c1 - c0, f->qd, 1.0f, zm, mha_mat_sub(k, mha_mat_panels(k, f->wo, f->qd), 0, c0), beta, om,
                  s->apack);
 }

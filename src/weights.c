@@ -1,6 +1,6 @@
 /* weights.c — copy and pack weights once, at mha_set_weights, into the panels the GEMM reads
  * in place: per KV head g one (d, (group + 2)·dkp) matrix [Wq_{g·G} | Wk_g | Wv_g | Wq_{g·G+1}
- * | …], each part starting on a panel boundary (zero columns up to dkp), and Wo. Without GQA
+ * | …], each part starting on a panel boundary (zero columns up to dkp), and Wo (qd, d). Without GQA
  * (group 1) that is [Wq_h | Wk_h | Wv_h]: x_b · W is a single GEMM for Q, K and V. bf16 engines
  * hold the same matrices in bf16 B panels (bgemm.h). */
 #include "weights.h"
@@ -56,7 +56,7 @@ static void put(const packed *m, size_t i, size_t j, float x)
 void mha_weights_pack(const mha_weights *w, const mha_dims *dims, const mha_kernel *k, int dkp,
                       const mha_arena_views *v)
 {
-    const size_t d = (size_t)dims->d, dk = (size_t)dims->dk, g_n = (size_t)dims->group;
+    const size_t d = (size_t)dims->d, dk = (size_t)dims->dk, qd = (size_t)dims->qd, g_n = (size_t)dims->group;
     const size_t kvd = (size_t)dims->kvh * dk, width = (g_n + 2) * (size_t)dkp;
     const size_t bw = (size_t)k->bw, dp = mha_round_up(d, v->wo16 ? MHA_BT_N : bw);
     const size_t ps = mha_bk_ps(dims->d);
@@ -76,15 +76,16 @@ void mha_weights_pack(const mha_weights *w, const mha_dims *dims, const mha_kern
                 n = kvd, o = g * dk + c;
             } else { /* Q of the group's head 0 (part 0) or head part - 2 */
                 const size_t head = g * g_n + (part == 0 ? 0 : part - 2);
-                src = w->w_q, bias = w->b_q, n = d, o = head * dk + c;
+                src = w->w_q, bias = w->b_q, n = qd, o = head * dk + c;
             }
             PUT_COLUMN(&m, j, c < dk ? at(src, w->layout, d, n, i, o) : 0.0f);
             bdst[j] = c < dk && bias ? bias[o] : 0.0f;
         }
     }
-    const packed mo = {v->wo, v->wo16, d, bw, ps};
+    /* Wo: qd rows (the heads' outputs) to d columns */
+    const packed mo = {v->wo, v->wo16, qd, bw, mha_bk_ps(dims->qd)};
     for (size_t j = 0; j < dp; j++)
-        PUT_COLUMN(&mo, j, j < d ? at(w->w_o, w->layout, d, d, i, j) : 0.0f);
+        PUT_COLUMN(&mo, j, j < d ? at(w->w_o, w->layout, qd, d, i, j) : 0.0f);
     if (w->b_o)
         memcpy(v->bo, w->b_o, d * sizeof(float));
     else

@@ -67,8 +67,8 @@ MHA_API mha_status mha_weights_file_load(const char *path, const char *prefix_in
         mha_config_problem_text(&bad, why, sizeof why);
         return mha_errorf(err, err_len, MHA_ERR_CONFIG, "%s: config: %s", path, why);
     }
-    const int d = cfg->d_model, bias = cfg->bias;
-    const int kvd = (cfg->n_kv_heads ? cfg->n_kv_heads : cfg->n_heads) * (d / cfg->n_heads);
+    const int d = cfg->d_model, bias = cfg->bias, dk = mha_config_head_dim(cfg), qd = cfg->n_heads * dk;
+    const int kvd = (cfg->n_kv_heads ? cfg->n_kv_heads : cfg->n_heads) * dk;
     char prefix[256] = "";
     if (prefix_in && prefix_in[0]) {
         size_t n = strlen(prefix_in);
@@ -81,26 +81,26 @@ MHA_API mha_status mha_weights_file_load(const char *path, const char *prefix_in
     if (st != MHA_OK)
         return st;
 
-    /* one buffer: Wq (d·d), Wk, Wv (kvd·d each), Wo (d·d), then b_q (d), b_k, b_v (kvd), b_o (d) */
-    const size_t dd = (size_t)d * d, kd = (size_t)kvd * d, nw = 2 * dd + 2 * kd;
-    const size_t total = nw + 2 * (size_t)d + 2 * (size_t)kvd;
+    /* one buffer: Wq (qd·d), Wk, Wv (kvd·d each), Wo (d·qd), then b_q (qd), b_k, b_v (kvd), b_o (d) */
+    const size_t dd = (size_t)qd * d, kd = (size_t)kvd * d, nw = 2 * dd + 2 * kd;
+    const size_t total = nw + (size_t)qd + (size_t)d + 2 * (size_t)kvd;
     float *s = malloc(total * sizeof *s);
     if (!s) {
         mha_st_close(&sf);
         return mha_errorf(err, err_len, MHA_ERR_NOMEM, "%s: out of memory for the weights", path);
     }
     float *wq = s, *wk = s + dd, *wv = wk + kd, *wo = wv + kd;
-    float *bq = s + nw, *bk = bq + d, *bv = bk + kvd, *bo = bv + kvd;
+    float *bq = s + nw, *bk = bq + qd, *bv = bk + kvd, *bo = bv + kvd;
     want list[8];
     int n = 0;
     const char *bias_name = NULL, *o_bias = NULL; /* a bias that proves the file has biases; the optional one */
     if (has(&sf, prefix, "in_proj_weight")) {
         out->scheme = "nn.MultiheadAttention (in_proj_weight)";
         out->w.layout = MHA_LAYOUT_TORCH;
-        if (kvd != d) {
+        if (kvd != d || qd != d) {
             st = mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: tensor '%sin_proj_weight' is nn.MultiheadAttention's, "
-                            "which has no grouped KV heads; the model has kv_heads %d of %d heads", path, prefix,
-                            kvd / (d / cfg->n_heads), cfg->n_heads);
+                            "which has neither grouped KV heads nor a head_dim of its own; the model has kv_heads %d of "
+                            "%d heads of %d (d_model %d)", path, prefix, kvd / dk, cfg->n_heads, dk, d);
         }
         list[n++] = (want){"in_proj_weight", 3 * d, d, s};  /* rows q, k, v: contiguous */
         list[n++] = (want){"out_proj.weight", d, d, wo};
@@ -110,12 +110,12 @@ MHA_API mha_status mha_weights_file_load(const char *path, const char *prefix_in
     } else if (has(&sf, prefix, "q_proj.weight")) {
         out->scheme = "nn.Linear per projection (q_proj.weight)";
         out->w.layout = MHA_LAYOUT_TORCH;
-        list[n++] = (want){"q_proj.weight", d, d, wq};
+        list[n++] = (want){"q_proj.weight", qd, d, wq};
         list[n++] = (want){"k_proj.weight", kvd, d, wk};
         list[n++] = (want){"v_proj.weight", kvd, d, wv};
-        list[n++] = (want){"o_proj.weight", d, d, wo};
+        list[n++] = (want){"o_proj.weight", d, qd, wo};
         if (bias) {
-            list[n++] = (want){"q_proj.bias", d, 0, bq};
+            list[n++] = (want){"q_proj.bias", qd, 0, bq};
             list[n++] = (want){"k_proj.bias", kvd, 0, bk};
             list[n++] = (want){"v_proj.bias", kvd, 0, bv};
         }
@@ -123,12 +123,12 @@ MHA_API mha_status mha_weights_file_load(const char *path, const char *prefix_in
     } else if (has(&sf, prefix, "W_q")) {
         out->scheme = "reference class (W_q, x·W)";
         out->w.layout = MHA_LAYOUT_XW;
-        list[n++] = (want){"W_q", d, d, wq};
+        list[n++] = (want){"W_q", d, qd, wq};
         list[n++] = (want){"W_k", d, kvd, wk};
         list[n++] = (want){"W_v", d, kvd, wv};
-        list[n++] = (want){"W_o", d, d, wo};
+        list[n++] = (want){"W_o", qd, d, wo};
         if (bias) {
-            list[n++] = (want){"b_q", d, 0, bq};
+            list[n++] = (want){"b_q", qd, 0, bq};
             list[n++] = (want){"b_k", kvd, 0, bk};
             list[n++] = (want){"b_v", kvd, 0, bv};
         }

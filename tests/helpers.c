@@ -99,7 +99,7 @@ void problem_make(problem *p, int d, int h, int batch, int seq_q, int seq_kv, in
 {
     memset(p, 0, sizeof *p);
     rng r = {seed};
-    p->d = d, p->h = h, p->batch = batch, p->seq_q = seq_q, p->seq_kv = cross ? seq_kv : seq_q;
+    p->d = d, p->h = h, p->dk = d / h, p->batch = batch, p->seq_q = seq_q, p->seq_kv = cross ? seq_kv : seq_q;
     p->bias = bias, p->cross = cross;
     size_t dd = (size_t)d * d;
     float ws = 1.0f / sqrtf((float)d);
@@ -134,7 +134,7 @@ void problem_make(problem *p, int d, int h, int batch, int seq_q, int seq_kv, in
 void problem_set_kv_heads(problem *p, int kvh, uint64_t seed)
 {
     rng r = {seed};
-    const size_t d = (size_t)p->d, kvd = (size_t)kvh * (d / (size_t)p->h);
+    const size_t d = (size_t)p->d, kvd = (size_t)kvh * p->dk;
     const float ws = 1.0f / sqrtf((float)d);
     float **w[2] = {&p->wk, &p->wv}, **b[2] = {&p->bk, &p->bv};
     for (int i = 0; i < 2; i++) {
@@ -148,6 +148,24 @@ void problem_set_kv_heads(problem *p, int kvh, uint64_t seed)
         }
     }
     p->kvh = kvh;
+}
+
+void problem_set_head_dim(problem *p, int dk, uint64_t seed)
+{
+    rng r = {seed};
+    const size_t d = (size_t)p->d, qd = (size_t)p->h * dk;
+    const float ws = 1.0f / sqrtf((float)d), wso = 1.0f / sqrtf((float)qd);
+    free(p->wq), free(p->wo), free(p->bq);
+    p->wq = alloc_floats(d * qd), p->wo = alloc_floats(qd * d);
+    fill_uniform(p->wq, d * qd, -ws, ws, &r);
+    fill_uniform(p->wo, qd * d, -wso, wso, &r);
+    p->bq = NULL;
+    if (p->bias) {
+        p->bq = alloc_floats(qd);
+        fill_uniform(p->bq, qd, -0.5f, 0.5f, &r);
+    }
+    p->dk = dk;
+    problem_set_kv_heads(p, p->kvh, seed ^ 0xD1Dull);
 }
 
 void problem_free(problem *p)
@@ -182,15 +200,17 @@ mha_weights problem_weights(const problem *p, mha_layout layout, float **scratch
     *scratch = NULL;
     if (layout == MHA_LAYOUT_TORCH) {
         /* nn.Linear stores (d_out, d_in): the transpose of the x·W matrix. */
-        size_t d = (size_t)p->d, kvd = (size_t)p->kvh * (d / (size_t)p->h);
-        float *t = alloc_floats(4 * d * d);
+        const size_t d = (size_t)p->d, qd = (size_t)p->h * p->dk, kvd = (size_t)p->kvh * p->dk;
         const float *src[4] = {p->wq, p->wk, p->wv, p->wo};
-        const size_t out[4] = {d, kvd, kvd, d};
-        for (int m = 0; m < 4; m++)
-            for (size_t i = 0; i < d; i++)
+        const size_t in[4] = {d, d, d, qd}, out[4] = {qd, kvd, kvd, d};
+        float *t = alloc_floats(2 * d * qd + 2 * d * kvd), *at = t, *dst[4];
+        for (int m = 0; m < 4; m++) {
+            dst[m] = at, at += in[m] * out[m];
+            for (size_t i = 0; i < in[m]; i++)
                 for (size_t o = 0; o < out[m]; o++)
-                    t[m * d * d + o * d + i] = src[m][i * out[m] + o];
-        w.w_q = t, w.w_k = t + d * d, w.w_v = t + 2 * d * d, w.w_o = t + 3 * d * d;
+                    dst[m][o * in[m] + i] = src[m][i * out[m] + o];
+        }
+        w.w_q = dst[0], w.w_k = dst[1], w.w_v = dst[2], w.w_o = dst[3];
         *scratch = t;
     }
     return w;
@@ -213,6 +233,7 @@ void problem_config(const problem *p, mha_config *cfg, int threads)
     cfg->bias = p->bias;
     cfg->threads = threads;
     cfg->n_kv_heads = p->kvh == p->h ? 0 : p->kvh;
+    cfg->head_dim = p->dk * p->h == p->d ? 0 : p->dk;
     if (p->rope.style != MHA_ROPE_NONE)
         cfg->rope = p->rope;
     cfg->window = p->window;
@@ -267,7 +288,7 @@ static void ref_rope_freqs(const mha_rope *rp, int r, double *f, double *att)
 /* Rotates the first r features of each of n_heads heads (width dk) of rows × (n_heads·dk). */
 static void ref_rope(const problem *p, double *x, int rows, int n_heads, int pos0)
 {
-    const int dk = p->d / p->h, r = p->rope.rotary_dim ? p->rope.rotary_dim : dk, half = r / 2;
+    const int dk = p->dk, r = p->rope.rotary_dim ? p->rope.rotary_dim : dk, half = r / 2;
     double f[4096], att;
     ref_rope_freqs(&p->rope, r, f, &att);
     for (int i = 0; i < rows; i++)
@@ -285,10 +306,10 @@ static void ref_rope(const problem *p, double *x, int rows, int n_heads, int pos
 
 void reference_mha(const problem *p, double *out, double *attn)
 {
-    const int d = p->d, h = p->h, dk = d / h, sq = p->seq_q, skv = p->seq_kv;
+    const int d = p->d, h = p->h, dk = p->dk, qd = h * dk, sq = p->seq_q, skv = p->seq_kv;
     const int kvd = p->kvh * dk, group = h / p->kvh, off = skv - sq;
-    double *Q = calloc((size_t)sq * d, sizeof *Q), *K = calloc((size_t)skv * kvd, sizeof *K);
-    double *V = calloc((size_t)skv * kvd, sizeof *V), *Z = calloc((size_t)sq * d, sizeof *Z);
+    double *Q = calloc((size_t)sq * qd, sizeof *Q), *K = calloc((size_t)skv * kvd, sizeof *K);
+    double *V = calloc((size_t)skv * kvd, sizeof *V), *Z = calloc((size_t)sq * qd, sizeof *Z);
     double *a = calloc((size_t)skv, sizeof *a);
     cr_assert(Q && K && V && Z && a);
     if (attn)
@@ -296,14 +317,14 @@ void reference_mha(const problem *p, double *out, double *attn)
 
     for (int b = 0; b < p->batch; b++) {
         const int ql = p->q_len ? p->q_len[b] : sq, kl = p->kv_len ? p->kv_len[b] : skv;
-        ref_linear(p->q + (size_t)b * sq * d, sq, d, d, p->wq, p->bq, Q);
+        ref_linear(p->q + (size_t)b * sq * d, sq, d, qd, p->wq, p->bq, Q);
         ref_linear(p->k + (size_t)b * skv * d, skv, d, kvd, p->wk, p->bk, K);
         ref_linear(p->v + (size_t)b * skv * d, skv, d, kvd, p->wv, p->bv, V);
         if (p->rope.style != MHA_ROPE_NONE) { /* key j at position j, query i at i + skv - sq */
             ref_rope(p, Q, sq, h, off);
             ref_rope(p, K, skv, p->kvh, 0);
         }
-        memset(Z, 0, (size_t)sq * d * sizeof *Z);
+        memset(Z, 0, (size_t)sq * qd * sizeof *Z);
         for (int hd = 0; hd < h; hd++)
             for (int i = 0; i < ql; i++) {
                 /* visible keys: within the key length, causal bottom-right, explicit mask */
@@ -317,7 +338,7 @@ void reference_mha(const problem *p, double *out, double *attn)
                         continue;
                     double s = 0;
                     for (int c = 0; c < dk; c++)
-                        s += Q[(size_t)i * d + hd * dk + c] * K[(size_t)j * kvd + g * dk + c];
+                        s += Q[(size_t)i * qd + hd * dk + c] * K[(size_t)j * kvd + g * dk + c];
                     a[j] = s / sqrt((double)dk);
                     mx = a[j] > mx ? a[j] : mx;
                 }
@@ -333,7 +354,7 @@ void reference_mha(const problem *p, double *out, double *attn)
                     if (attn)
                         attn[(((size_t)b * h + hd) * sq + i) * skv + j] = a[j];
                     for (int c = 0; c < dk; c++)
-                        Z[(size_t)i * d + hd * dk + c] += a[j] * V[(size_t)j * kvd + g * dk + c];
+                        Z[(size_t)i * qd + hd * dk + c] += a[j] * V[(size_t)j * kvd + g * dk + c];
                 }
             }
         double *o = out + (size_t)b * sq * d;
@@ -341,8 +362,8 @@ void reference_mha(const problem *p, double *out, double *attn)
             for (int c = 0; c < d; c++) {
                 double acc = p->bo && i < ql ? p->bo[c] : 0.0;
                 if (i < ql)
-                    for (int e = 0; e < d; e++)
-                        acc += Z[(size_t)i * d + e] * p->wo[(size_t)e * d + c];
+                    for (int e = 0; e < qd; e++)
+                        acc += Z[(size_t)i * qd + e] * p->wo[(size_t)e * d + c];
                 o[(size_t)i * d + c] = acc;
             }
     }

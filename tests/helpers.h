@@ -17,10 +17,11 @@ void fill_uniform(float *x, size_t n, float lo, float hi, rng *r);
 /* ---- a test problem: weights in x·W layout, inputs, masks ---- */
 typedef struct problem {
     int d, h, batch, seq_q, seq_kv;
+    int dk;           /* d_k: d / h unless problem_set_head_dim */
     int bias, causal;
     int cross;        /* 0: k = v = q (one buffer); 1: separate k and v; 2: k = v, its own buffer */
-    float *wq, *wk, *wv, *wo;  /* (d, d), x·W */
-    float *bq, *bk, *bv, *bo;  /* (d) or NULL */
+    float *wq, *wk, *wv, *wo;  /* (d, h·dk), (d, kvh·dk) ×2, (h·dk, d); x·W */
+    float *bq, *bk, *bv, *bo;  /* (h·dk), (kvh·dk) ×2, (d); or NULL */
     float *q, *k, *v;          /* (batch, seq, d) */
     int32_t *q_len, *kv_len;   /* NULL or (batch) */
     uint8_t *mask;             /* NULL or (seq_q, seq_kv) */
@@ -34,6 +35,8 @@ void problem_make(problem *p, int d, int h, int batch, int seq_q, int seq_kv, in
 void problem_free(problem *p);
 /* Grouped-query attention: wk, wv (and bk, bv) become (d, kvh·d_k), redrawn from seed. */
 void problem_set_kv_heads(problem *p, int kvh, uint64_t seed);
+/* Heads of dk features, not d / h (Qwen3, Gemma 2): every weight and bias redrawn from seed. */
+void problem_set_head_dim(problem *p, int dk, uint64_t seed);
 mha_input problem_input(const problem *p);
 /* Weights for the engine in the given layout; transposed copies are kept in *scratch (free it). */
 mha_weights problem_weights(const problem *p, mha_layout layout, float **scratch);

@@ -25,10 +25,12 @@ static void pick_kernel(void)
 ParameterizedTestParameters(arena, regions_are_aligned_disjoint_and_inside)
 {
     static mha_dims dims[] = {
-        {.d = 512, .h = 8, .dk = 64, .batch = 2, .seq_q = 10, .seq_kv = 10, .threads = 2, .q_block = 10, .kvh = 8, .group = 1},
-        {.d = 96, .h = 6, .dk = 16, .batch = 3, .seq_q = 37, .seq_kv = 90, .threads = 3, .q_block = 16, .kvh = 6, .group = 1},
-        {.d = 40, .h = 4, .dk = 10, .batch = 1, .seq_q = 300, .seq_kv = 7, .threads = 1, .q_block = 32, .kvh = 4, .group = 1},
-        {.d = 1024, .h = 16, .dk = 64, .batch = 1, .seq_q = 8192, .seq_kv = 8192, .threads = 2, .q_block = 16, .kvh = 16, .group = 1},
+        {.d = 512, .h = 8, .dk = 64, .qd = 512, .batch = 2, .seq_q = 10, .seq_kv = 10, .threads = 2, .q_block = 10, .kvh = 8, .group = 1},
+        {.d = 96, .h = 6, .dk = 16, .qd = 96, .batch = 3, .seq_q = 37, .seq_kv = 90, .threads = 3, .q_block = 16, .kvh = 6, .group = 1},
+        {.d = 40, .h = 4, .dk = 10, .qd = 40, .batch = 1, .seq_q = 300, .seq_kv = 7, .threads = 1, .q_block = 32, .kvh = 4, .group = 1},
+        {.d = 1024, .h = 16, .dk = 64, .qd = 1024, .batch = 1, .seq_q = 8192, .seq_kv = 8192, .threads = 2, .q_block = 16, .kvh = 16, .group = 1},
+        /* heads of head_dim, not d / h: Q and Z 160 wide in a 96-wide model */
+        {.d = 96, .h = 4, .dk = 40, .qd = 160, .batch = 2, .seq_q = 33, .seq_kv = 70, .threads = 2, .q_block = 16, .kvh = 4, .group = 1},
     };
     return cr_make_param_array(mha_dims, dims, sizeof dims / sizeof dims[0]);
 }
@@ -46,9 +48,9 @@ ParameterizedTest(mha_dims *dm, arena, regions_are_aligned_disjoint_and_inside, 
         [MHA_REGION_engine] = 1000,
         [MHA_REGION_wqkv] = (size_t)dm->h * d * 3 * dkp * sizeof(float),
         [MHA_REGION_bqkv] = (size_t)dm->h * 3 * dkp * sizeof(float),
-        [MHA_REGION_wo] = d * mha_round_up(d, w) * sizeof(float),
+        [MHA_REGION_wo] = (size_t)dm->qd * mha_round_up(d, w) * sizeof(float),
         [MHA_REGION_bo] = d * sizeof(float),
-        [MHA_REGION_z] = (size_t)dm->batch * dm->seq_q * d * sizeof(float),
+        [MHA_REGION_z] = (size_t)dm->batch * dm->seq_q * dm->qd * sizeof(float),
         [MHA_REGION_xpack] = (size_t)dm->batch * mha_gemm_packed_a_floats(&K, (size_t)dm->seq_q, d) * sizeof(float),
         [MHA_REGION_xdeps] = (size_t)dm->batch * (((size_t)dm->seq_q + MHA_PACK_BLOCK - 1) / MHA_PACK_BLOCK),
         [MHA_REGION_order] = (size_t)dm->batch * sizeof(int),
@@ -123,7 +125,7 @@ Test(arena, every_region_of_every_kind_is_defined, .init = pick_kernel)
 {
     const mha_arena_kind kinds[] = {MHA_ARENA_ENGINE, MHA_ARENA_ENGINE_SHARED, MHA_ARENA_WEIGHTS};
     for (int c = 0; c < 12; c++) {
-        mha_dims dm = {.d = 96, .h = 6, .dk = 16, .batch = 3, .seq_q = 37, .seq_kv = 290, .threads = 3, .q_block = 16,
+        mha_dims dm = {.d = 96, .h = 6, .dk = 16, .qd = 96, .batch = 3, .seq_q = 37, .seq_kv = 290, .threads = 3, .q_block = 16,
                        .kvh = 3, .group = 2, .bf16 = c % 2, .positions = 290};
         if (c / 2 % 2)
             dm.rope = (mha_rope){.style = MHA_ROPE_NEOX, .rotary_dim = 16, .theta = 10000.0f};
@@ -190,15 +192,15 @@ Test(arena, every_region_of_every_kind_is_defined, .init = pick_kernel)
 Test(arena, overflowing_sizes_are_detected, .init = pick_kernel)
 {
     /* Z alone: 2^24 × 2^20 × 2^20 floats */
-    mha_dims dm = {.d = 1 << 20, .h = 1, .dk = 1 << 20, .batch = 1 << 24, .seq_q = 1 << 20, .seq_kv = 1 << 20,
+    mha_dims dm = {.d = 1 << 20, .h = 1, .dk = 1 << 20, .qd = 1 << 20, .batch = 1 << 24, .seq_q = 1 << 20, .seq_kv = 1 << 20,
                    .threads = 2, .q_block = 256};
     mha_arena_plan p;
     cr_assert_eq(mha_arena_plan_make(&dm, &K, 256, MHA_ARENA_ENGINE, &p), -1);
     /* small weights and Z, but a worker slice: INT_MAX² score floats and INT_MAX Q/K/V rows */
-    dm = (mha_dims){.d = 64, .h = 4, .dk = 16, .batch = 1, .seq_q = 1, .seq_kv = INT_MAX, .threads = 1, .q_block = INT_MAX};
+    dm = (mha_dims){.d = 64, .h = 4, .dk = 16, .qd = 64, .batch = 1, .seq_q = 1, .seq_kv = INT_MAX, .threads = 1, .q_block = INT_MAX};
     cr_assert_eq(mha_arena_plan_make(&dm, &K, 256, MHA_ARENA_ENGINE, &p), -1);
     /* and the sum over workers: each slice fits, 2^40 of them do not */
-    dm = (mha_dims){.d = 64, .h = 4, .dk = 16, .batch = 1, .seq_q = 1, .seq_kv = 1 << 20, .threads = 1, .q_block = 1 << 10};
+    dm = (mha_dims){.d = 64, .h = 4, .dk = 16, .qd = 64, .batch = 1, .seq_q = 1, .seq_kv = 1 << 20, .threads = 1, .q_block = 1 << 10};
     cr_assert_eq(mha_arena_plan_make(&dm, &K, 256, MHA_ARENA_ENGINE, &p), 0);
     dm.threads = INT_MAX;
     cr_assert_eq(mha_arena_plan_make(&dm, &K, 256, MHA_ARENA_ENGINE, &p), 0, "2^31 slices of 4 GiB: 2^63 bytes, still fits");

@@ -21,6 +21,12 @@ ParameterizedTestParameters(config_load, rejects_bad_configs)
         {"wrong type", "model:\n  d_model: wide\n  heads: 4\n", MHA_ERR_CONFIG, ":2: model.d_model"},
         {"bool expected", "model: { d_model: 64, heads: 4, bias: maybe }\n", MHA_ERR_CONFIG, "model.bias"},
         {"heads not dividing", "model:\n  d_model: 64\n  heads: 5\n", MHA_ERR_CONFIG, ":3: model.heads: 5 does not divide d_model 64"},
+        {"Q too wide", "model:\n  d_model: 64\n  heads: 4096\n  head_dim: 32\n", MHA_ERR_CONFIG,
+         ":4: model.head_dim: 32 with 4096 heads: Q is 131072 wide, more than 65536"},
+        {"negative head_dim", "model:\n  d_model: 64\n  heads: 4\n  head_dim: -8\n", MHA_ERR_CONFIG,
+         ":4: model.head_dim: must be in 0..65536, got -8"},
+        {"rotary_dim past head_dim", "model:\n  d_model: 64\n  heads: 4\n  head_dim: 8\n  rope: { style: neox, rotary_dim: 16 }\n",
+         MHA_ERR_CONFIG, ":5: model.rope.rotary_dim: 16 must be even and at most d_k 8"},
         {"non-positive width", "model: { d_model: 0, heads: 4 }\n", MHA_ERR_CONFIG, ":1: model.d_model: must be in 1..65536, got 0"},
         {"length out of range", MODEL "batch:\n  seq_len: 16\n  lengths: [16, 17]\n", MHA_ERR_CONFIG, ":4: batch.lengths[1]: must be in 0..16 (seq_len), got 17"},
         {"negative batch", MODEL "batch: { size: -3 }\n", MHA_ERR_CONFIG, ":2: batch.size"},
@@ -148,7 +154,7 @@ Test(config_load, configs_using_every_key_load, .timeout = 30)
 {
     static const char common[] =
         "name: every-key\n"
-        "model:\n  d_model: 64\n  heads: 4\n  bias: true\n  kv_heads: 2\n  window: 0\n"
+        "model:\n  d_model: 64\n  heads: 4\n  head_dim: 16\n  bias: true\n  kv_heads: 2\n  window: 0\n"
         "  rope: { style: neox, theta: 10000, rotary_dim: 16, factor: 2, original_max_position: 64, %s }\n"
         "batch: { size: 2, seq_len: 8, kv_len: 8, cross: true, mask: padding, lengths: [8, 5], kv_lengths: [8, 3] }\n"
         "threads: { count: 1, pinning: cpus, cpus: [%d] }\n"

@@ -33,6 +33,7 @@ typedef struct fcase {
     int scaling; /* mha_rope_scaling */
     int rdim;    /* rotary_dim, 0: d_k */
     int window;
+    int dk;      /* head_dim, 0: d / h */
 } fcase;
 
 /* RoPE parameters of the decoder cases: small original contexts, so that llama3's three bands
@@ -118,6 +119,13 @@ static fcase cases[] = {
         {"window 1", 32, 2, 2, 9, 9, 0, 1, MHA_LAYOUT_XW, M_CAUSAL, 0, 1, 0, 0, 0, 0, 1},
         {"window cross, explicit mask", 64, 4, 2, 12, 30, 1, 1, MHA_LAYOUT_XW, M_EXPLICIT, 4, 2, 0, 0, 0, 0, 7},
         {"window long rows", 32, 2, 2, 1300, 1300, 0, 1, MHA_LAYOUT_XW, M_CAUSAL, 0, 2, 1, MHA_ROPE_NEOX, 0, 0, 700},
+        /* heads of head_dim, not d / h (Qwen3, Gemma 2, gpt-oss): Q wider or narrower than d */
+        {"head_dim 40 > d/h", 96, 4, 2, 21, 21, 0, 1, MHA_LAYOUT_XW, M_CAUSAL, 0, 2, 2, MHA_ROPE_NEOX, 0, 0, 0, 40},
+        {"head_dim 8 < d/h, torch", 128, 8, 2, 17, 17, 0, 1, MHA_LAYOUT_TORCH, M_KVLEN, 0, 2, 0, 0, 0, 0, 0, 8},
+        {"head_dim, cross, d%h != 0", 100, 6, 2, 9, 30, 1, 0, MHA_LAYOUT_TORCH, M_NONE, 0, 2, 3, MHA_ROPE_GPTJ, 0, 0, 0,
+         24},
+        {"head_dim, long rows", 48, 2, 2, 300, 300, 0, 1, MHA_LAYOUT_XW, M_CAUSAL, 0, 2, 1, MHA_ROPE_NEOX, 0, 0, 0,
+         272},
 };
 #pragma GCC diagnostic pop
 
@@ -136,6 +144,8 @@ static void check_case(const fcase *c, mha_precision precision, const char *kern
     apply_masks(&p, c->masks, 99);
     if (c->kvh)
         problem_set_kv_heads(&p, c->kvh, 77);
+    if (c->dk)
+        problem_set_head_dim(&p, c->dk, 78);
     p.rope = rope_of(c);
     p.window = c->window;
 

@@ -201,3 +201,46 @@ Test(files, gqa_weights_must_match_kv_heads, .timeout = 30)
     cr_assert_null(wf.w.b_o);
     mha_weights_file_free(&wf);
 }
+
+/* A head_dim model (Qwen3-style: 4 heads of 24 in a 64-wide model, 2 KV heads) loads from
+ * HF's names and shapes: q_proj (96, 64), k_proj and v_proj (48, 64), o_proj (64, 96); an
+ * o_proj of (64, 64), as if the heads were d_model / heads wide, is refused naming it; a d_model
+ * that heads does not divide is fine with head_dim. */
+Test(files, head_dim_weights_follow_hf_shapes, .timeout = 30)
+{
+    char dir[64], path[128], e[512], header[1024];
+    tmpdir_make(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/qwen3.safetensors", dir);
+    mha_config cfg;
+    mha_config_init(&cfg);
+    cfg.d_model = 64, cfg.n_heads = 4, cfg.n_kv_heads = 2, cfg.head_dim = 24, cfg.bias = 0;
+    const int o_cols[2] = {96, 64};
+    for (int bad = 0; bad < 2; bad++) {
+        const size_t q = 96 * 64 * 4, kv = 48 * 64 * 4, o = (size_t)64 * o_cols[bad] * 4;
+        snprintf(header, sizeof header,
+                 "{\"q_proj.weight\":{\"dtype\":\"F32\",\"shape\":[96,64],\"data_offsets\":[0,%zu]},"
+                 "\"k_proj.weight\":{\"dtype\":\"F32\",\"shape\":[48,64],\"data_offsets\":[%zu,%zu]},"
+                 "\"v_proj.weight\":{\"dtype\":\"F32\",\"shape\":[48,64],\"data_offsets\":[%zu,%zu]},"
+                 "\"o_proj.weight\":{\"dtype\":\"F32\",\"shape\":[64,%d],\"data_offsets\":[%zu,%zu]}}",
+                 q, q, q + kv, q + kv, q + 2 * kv, o_cols[bad], q + 2 * kv, q + 2 * kv + o);
+        write_safetensors_raw(path, header, q + 2 * kv + o, 0);
+        mha_weights_file wf;
+        const mha_status st = mha_weights_file_load(path, "", &cfg, &wf, e, sizeof e);
+        if (bad) {
+            cr_assert_eq(st, MHA_ERR_FORMAT);
+            cr_assert(strstr(e, "tensor 'o_proj.weight' has shape (64, 64), expected (64, 96)"), "%s", e);
+            continue;
+        }
+        cr_assert_eq(st, MHA_OK, "%s", e);
+        cr_assert_eq(wf.w.layout, MHA_LAYOUT_TORCH);
+        mha_engine *eng;
+        cfg.d_model = 66, cfg.n_heads = 4; /* 4 does not divide 66: fine with head_dim */
+        cr_assert_eq(mha_config_check(&cfg, e, sizeof e), MHA_OK, "%s", e);
+        cfg.d_model = 64;
+        cr_assert_eq(mha_create(&cfg, &eng), MHA_OK);
+        cr_assert_eq(mha_set_weights(eng, &wf.w), MHA_OK);
+        mha_free(eng);
+        mha_weights_file_free(&wf);
+    }
+    tmpdir_remove(dir);
+}

@@ -31,11 +31,14 @@ typedef struct decoder {
 /* A GQA + RoPE (+ window) layer of width d, h query heads over kvh KV heads, engine capacity
  * max_batch × max_new new tokens per step, of the given precision (its cache too); the
  * reference forward is float32. */
-static void decoder_make_shape(decoder *dc, int d, int h, int kvh, int batch, int seq, int window, int max_new,
+/* dk 0: d / h */
+static void decoder_make_shape(decoder *dc, int d, int h, int kvh, int dk, int batch, int seq, int window, int max_new,
                                int threads, mha_precision prec)
 {
     problem_make(&dc->p, d, h, batch, seq, seq, 1, 0, 404);
     problem_set_kv_heads(&dc->p, kvh, 405);
+    if (dk)
+        problem_set_head_dim(&dc->p, dk, 406);
     dc->p.rope = (mha_rope){.style = MHA_ROPE_NEOX, .theta = 10000.0f, .scaling = MHA_ROPE_SCALING_LLAMA3,
                             .factor = 8.0f, .low_freq_factor = 1.0f, .high_freq_factor = 4.0f,
                             .original_max_position = 16};
@@ -62,7 +65,7 @@ static void decoder_make_shape(decoder *dc, int d, int h, int kvh, int batch, in
 /* d 64, 8 query heads over 2 KV heads (d_k 8) */
 static void decoder_make_in(decoder *dc, int batch, int seq, int window, int max_new, int threads, mha_precision prec)
 {
-    decoder_make_shape(dc, 64, 8, 2, batch, seq, window, max_new, threads, prec);
+    decoder_make_shape(dc, 64, 8, 2, 0, batch, seq, window, max_new, threads, prec);
 }
 
 static void decoder_make(decoder *dc, int batch, int seq, int window, int max_new, int threads)
@@ -206,7 +209,7 @@ Test(step, decode_tiles_for_every_query_count_and_head_size_equal_one_forward, .
     EACH_PRECISION(prec)
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
             decoder dc;
-            decoder_make_shape(&dc, shapes[i].d, shapes[i].h, shapes[i].kvh, 1, 24, 0, 13, 2, prec);
+            decoder_make_shape(&dc, shapes[i].d, shapes[i].h, shapes[i].kvh, 0, 1, 24, 0, 13, 2, prec);
             cr_log_info("d %d, %d heads over %d KV heads:", shapes[i].d, shapes[i].h, shapes[i].kvh);
             run_schedule(&dc, 16, (int)(sizeof sched / sizeof sched[0]), sched, 11);
             decoder_free(&dc);
@@ -525,8 +528,9 @@ static void steps_by_plan(decoder *dc, int bs, const int *const *cut, int n_step
  * causal mha_forward of the batch, on the table and precision under test. */
 Test(step, a_sequences_outputs_do_not_depend_on_how_its_steps_are_cut, .timeout = 300)
 {
-    /* d, h, kvh: d_k 8 with GQA, d_k 32 with MQA, d_k 128 */
-    const int shapes[][3] = {{64, 8, 2}, {128, 4, 1}, {256, 2, 2}};
+    /* d, h, kvh, head_dim: d_k 8 with GQA, d_k 32 with MQA, d_k 128, head_dim 24 (Q 96 wide in
+     * a 64-wide model) with GQA */
+    const int shapes[][4] = {{64, 8, 2, 0}, {128, 4, 1, 0}, {256, 2, 2, 0}, {64, 4, 2, 24}};
     const int windows[] = {0, 0, 70, 300}, block_sizes[] = {8, 16, 32, 48};
     const mha_precision precs[] = {MHA_PRECISION_F32, MHA_PRECISION_BF16};
     rng r = {2020};
@@ -534,13 +538,13 @@ Test(step, a_sequences_outputs_do_not_depend_on_how_its_steps_are_cut, .timeout 
      * of 1, 4 and up to 64 sequences */
     const int batches[] = {3, 3, 3, 3, 3, 3, 1, 4, 64, 64};
     for (int trial = 0; trial < 10; trial++) {
-        const int *sh = shapes[trial % 3];
+        const int *sh = shapes[trial % 4];
         const mha_precision prec = precs[trial % 2];
         const int B = batches[trial], S = B < 64 ? 260 + (int)(rng_next(&r) % 300) : 20 + (int)(rng_next(&r) % 20);
         const int window = windows[rng_next(&r) % 4];
         const int threads = 1 + (int)(rng_next(&r) % 2), bs = block_sizes[rng_next(&r) % 4];
         decoder dc;
-        decoder_make_shape(&dc, sh[0], sh[1], sh[2], B, S, window, S, threads, prec);
+        decoder_make_shape(&dc, sh[0], sh[1], sh[2], sh[3], B, S, window, S, threads, prec);
         const int d = dc.p.d;
         const size_t n = (size_t)B * S * d;
         /* the reference: one causal mha_forward of the whole batch on the same engine */

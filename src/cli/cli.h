@@ -68,6 +68,7 @@ cli_stats cli_stats_of(double *t, int n);
 typedef struct cli_problem {
     int d, h, batch, seq_q, seq_kv, cross, causal;
     int kvh;                   /* KV heads (h without GQA) */
+    int dk;                    /* d_k (head_dim, or d / h) */
     mha_rope rope;             /* rope.rotary_dim resolved (0 -> d_k) */
     int window;
     float *q, *kv;             /* (batch, seq_q, d); (batch, seq_kv, d) or NULL: self-attention */
@@ -81,7 +82,7 @@ void cli_problem_model(cli_problem *p, const mha_config *cfg);
  * for cross-attention), lengths repeated over the batch, and for self-attention the query
  * lengths as key padding too. Returns EXIT_OK, or an exit code after a message. */
 int cli_generate_inputs(const mha_config_file *fc, int batch, cli_problem *p);
-/* Floats of a layer's weights and biases: Wq, Wo (d·d), Wk, Wv (d·kvh·d_k), their biases. */
+/* Floats of a layer's weights and biases: Wq, Wo (d·h·d_k), Wk, Wv (d·kvh·d_k), their biases. */
 size_t cli_weight_floats(const cli_problem *p);
 /* Seeded weights with nn.Linear's init, U(-1/sqrt(d), 1/sqrt(d)), into *buf (the caller
  * frees it) and p->w (x·W layout; biases when the config has them). */

@@ -175,11 +175,11 @@ static float *uniform(size_t n, uint64_t *seed)
 
 void cli_problem_model(cli_problem *p, const mha_config *cfg)
 {
-    p->d = cfg->d_model, p->h = cfg->n_heads;
+    p->d = cfg->d_model, p->h = cfg->n_heads, p->dk = mha_config_head_dim(cfg);
     p->kvh = cfg->n_kv_heads ? cfg->n_kv_heads : cfg->n_heads;
     p->rope = cfg->rope;
     if (p->rope.style != MHA_ROPE_NONE && p->rope.rotary_dim == 0)
-        p->rope.rotary_dim = p->d / p->h;
+        p->rope.rotary_dim = p->dk;
     p->window = cfg->window;
 }
 
@@ -223,15 +223,15 @@ int cli_self_key_padding(cli_problem *p)
 
 size_t cli_weight_floats(const cli_problem *p)
 {
-    const size_t d = (size_t)p->d, kvd = (size_t)p->kvh * (d / (size_t)p->h);
-    return 2 * d * d + 2 * d * kvd + 2 * d + 2 * kvd;
+    const size_t d = (size_t)p->d, qd = (size_t)p->h * p->dk, kvd = (size_t)p->kvh * p->dk;
+    return 2 * d * qd + 2 * d * kvd + qd + d + 2 * kvd;
 }
 
 int cli_generate_weights(const mha_config_file *fc, cli_problem *p, float **buf)
 {
-    /* after the inputs' stream: a different seed; Wq, Wk, Wv, Wo then their biases, Wk and
-     * Wv (d, kvh·d_k) with grouped-query heads */
-    const size_t d = (size_t)p->d, dd = d * d, kvd = (size_t)p->kvh * (d / (size_t)p->h);
+    /* after the inputs' stream: a different seed; Wq (d, h·d_k), Wk, Wv (d, kvh·d_k), Wo
+     * (h·d_k, d), then their biases */
+    const size_t d = (size_t)p->d, qd = (size_t)p->h * p->dk, dd = d * qd, kvd = (size_t)p->kvh * p->dk;
     const size_t nw = 2 * dd + 2 * d * kvd, nb = cli_weight_floats(p) - nw;
     uint64_t seed = fc->seed ^ 0x5EEDull;
     if (!(*buf = malloc((nw + nb) * sizeof **buf))) {
@@ -243,7 +243,7 @@ int cli_generate_weights(const mha_config_file *fc, cli_problem *p, float **buf)
     cli_fill_uniform(b, nb, -bound, bound, &seed);
     p->w = (mha_weights){w, w + dd, w + dd + d * kvd, w + dd + 2 * d * kvd, NULL, NULL, NULL, NULL, MHA_LAYOUT_XW};
     if (fc->engine.bias)
-        p->w.b_q = b, p->w.b_k = b + d, p->w.b_v = b + d + kvd, p->w.b_o = b + d + 2 * kvd;
+        p->w.b_q = b, p->w.b_k = b + qd, p->w.b_v = b + qd + kvd, p->w.b_o = b + qd + 2 * kvd;
     return EXIT_OK;
 }
 
@@ -272,13 +272,13 @@ static int visible(const cli_problem *p, int b, int i, int *first)
 
 double cli_flops(const cli_problem *p)
 {
-    double d = p->d, kvd = (double)p->kvh * (p->d / p->h), total = 0;
+    double d = p->d, qd = (double)p->h * p->dk, kvd = (double)p->kvh * p->dk, total = 0;
     for (int b = 0; b < p->batch; b++) {
         int ql = q_len_of(p, b), kl = p->cross ? kv_len_of(p, b) : (ql > kv_len_of(p, b) ? ql : kv_len_of(p, b));
-        total += 2.0 * d * d * 2.0 * ql + 2.0 * d * kvd * 2.0 * kl; /* Q and out; K and V */
+        total += 2.0 * d * qd * 2.0 * ql + 2.0 * d * kvd * 2.0 * kl; /* Q and out; K and V */
         for (int i = 0; i < ql; i++) {
             int lo, hi = visible(p, b, i, &lo);
-            total += 4.0 * d * (hi - lo);
+            total += 4.0 * qd * (hi - lo);
         }
     }
     return total;
@@ -335,7 +335,7 @@ static int sample_row(int r, int want, int ql)
 
 double cli_check_rows(const cli_problem *p, const float *out, int rows, int *checked)
 {
-    const int d = p->d, dk = d / p->h;
+    const int d = p->d, dk = p->dk, qd = p->h * dk;
     *checked = 0;
     if (rows <= 0)
         return 0;
@@ -346,7 +346,7 @@ double cli_check_rows(const cli_problem *p, const float *out, int rows, int *che
     const int max_want = (rows + n_seq - 1) / n_seq; /* the first sequence's share, the larger */
     const int kvd = p->kvh * dk, group = p->h / p->kvh, off = p->seq_kv - p->seq_q;
     double *K = malloc((size_t)p->seq_kv * dk * sizeof *K), *V = malloc((size_t)p->seq_kv * dk * sizeof *V);
-    double *q = malloc((size_t)dk * sizeof *q), *z = malloc((size_t)max_want * d * sizeof *z);
+    double *q = malloc((size_t)dk * sizeof *q), *z = malloc((size_t)max_want * qd * sizeof *z);
     double *ref = malloc((size_t)d * sizeof *ref), *a = malloc((size_t)p->seq_kv * sizeof *a);
     float *inv_freq = malloc(((size_t)dk / 2 + 1) * sizeof *inv_freq), att = 1.0f;
     double worst = 0;
@@ -370,7 +370,7 @@ double cli_check_rows(const cli_problem *p, const float *out, int rows, int *che
         }
         if (max_key > kl)
             max_key = kl;
-        memset(z, 0, (size_t)want * d * sizeof *z);
+        memset(z, 0, (size_t)want * qd * sizeof *z);
         for (int h = 0; h < p->h; h++) {
             const int c0 = h * dk, kc0 = (h / group) * dk; /* its columns, its KV head's */
             if (h % group == 0) /* a new KV head: its keys and values (rotated keys at j) */
@@ -385,7 +385,7 @@ double cli_check_rows(const cli_problem *p, const float *out, int rows, int *che
                 const int i = sample_row(r, want, ql), nv = visible(p, b, i, &lo);
                 if (nv <= lo)
                     continue;
-                linear_cols(p, xq + (size_t)i * d, p->w.w_q, p->w.b_q, d, c0, dk, q);
+                linear_cols(p, xq + (size_t)i * d, p->w.w_q, p->w.b_q, qd, c0, dk, q);
                 if (p->rope.style != MHA_ROPE_NONE)
                     rope_row(p, inv_freq, att, q, i + off);
                 double mx = -INFINITY, sum = 0;
@@ -398,7 +398,7 @@ double cli_check_rows(const cli_problem *p, const float *out, int rows, int *che
                 }
                 for (int j = lo; j < nv; j++)
                     sum += (a[j] = exp(a[j] - mx));
-                double *zr = z + (size_t)r * d + c0;
+                double *zr = z + (size_t)r * qd + c0;
                 for (int j = lo; j < nv; j++)
                     for (int c = 0; c < dk; c++)
                         zr[c] += a[j] / sum * V[(size_t)j * dk + c];
@@ -406,13 +406,13 @@ double cli_check_rows(const cli_problem *p, const float *out, int rows, int *che
         }
         for (int r = 0; r < want; r++) {
             const int i = sample_row(r, want, ql);
-            /* out row = z · Wo + bo */
+            /* out row = z · Wo + bo, Wo (qd, d) */
             for (int o = 0; o < d; o++)
                 ref[o] = p->w.b_o ? p->w.b_o[o] : 0.0;
-            for (int c = 0; c < d; c++)
+            for (int c = 0; c < qd; c++)
                 for (int o = 0; o < d; o++)
-                    ref[o] += z[(size_t)r * d + c] *
-                              (p->w.layout == MHA_LAYOUT_TORCH ? p->w.w_o[(size_t)o * d + c] : p->w.w_o[(size_t)c * d + o]);
+                    ref[o] += z[(size_t)r * qd + c] *
+                              (p->w.layout == MHA_LAYOUT_TORCH ? p->w.w_o[(size_t)o * qd + c] : p->w.w_o[(size_t)c * d + o]);
             const float *row = out + ((size_t)b * p->seq_q + i) * d;
             double num = 0, den = 0;
             for (int o = 0; o < d; o++) {

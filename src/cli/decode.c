@@ -216,7 +216,7 @@ int cli_decode(const mha_config_file *fc, const char *config, const char *weight
         cli_print_json(j);
     } else {
         printf("mha run (decode): %s (%s)\n", fc->name, config);
-        printf("  model    d_model %d, %d heads, %d KV heads (d_k %d)\n", d, p.h, p.kvh, d / p.h);
+        printf("  model    d_model %d, %d heads, %d KV heads (d_k %d)\n", d, p.h, p.kvh, p.dk);
         printf("  decode   %d sequences, prefilled to %d tokens in chunks of %d, then %d steps of %d token%s each\n",
                n_seqs, context, chunk, steps, add, add == 1 ? "" : "s");
         printf("  engine   %d threads, isa %s, %s, kernel %s; KV cache %d blocks of %d slots, %.1f MiB\n",

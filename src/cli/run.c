@@ -316,7 +316,7 @@ int mha_cli_run(int argc, char **argv)
         const mha_rope *r = &p->rope;
         static const char *scalings[] = {"", ", linear", ", llama3", ", yarn"};
         snprintf(rope_text, sizeof rope_text, "%s theta %g, %d of %d features%s", r->style == MHA_ROPE_NEOX ? "neox" : "gptj",
-                 (double)r->theta, r->rotary_dim, p->d / p->h, scalings[r->scaling & 3]);
+                 (double)r->theta, r->rotary_dim, p->dk, scalings[r->scaling & 3]);
         if (r->scaling != MHA_ROPE_SCALING_NONE)
             snprintf(rope_text + strlen(rope_text), sizeof rope_text - strlen(rope_text), " ×%g", (double)r->factor);
     }
@@ -360,7 +360,7 @@ int mha_cli_run(int argc, char **argv)
         cli_print_json(j);
     } else {
         printf("mha run: %s%s%s%s\n", s.fc.name, o.config ? " (" : "", o.config ? o.config : "", o.config ? ")" : " (built-in default)");
-        printf("  model    d_model %d, %d heads (d_k %d)", p->d, p->h, p->d / p->h);
+        printf("  model    d_model %d, %d heads (d_k %d)", p->d, p->h, p->dk);
         if (p->kvh != p->h)
             printf(", %d KV heads", p->kvh);
         printf(", %s", s.fc.engine.bias ? "biases" : "no biases");
