@@ -10,7 +10,7 @@
 #include "mha_io.h"
 #include "status.h"
 
-/* The widest Q (n_heads·d_k) and, as the d_model key's range says, the widest model. */
+/* The widest model (d_model's range), the widest Q (n_heads·d_k) and the largest head_dim. */
 #define MHA_MAX_WIDTH 65536
 
 /* ---- the schema (config_schema.c) ---- */

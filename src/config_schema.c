@@ -44,7 +44,7 @@ static const mha_name_val mode_names[] = {
 const mha_key_def mha_keys[] = {
     KEY(K("name", NULL, MHA_KEY_STRING, 0, 63, 0, 0, NULL, "the file's stem", "the model's name in reports"),
         FILE_(name), NONE, 0, NULL, 0),
-    KEY(K("model.d_model", "d_model", MHA_KEY_INT, 1, 65536, 0, 1, NULL, "512", "model width d"),
+    KEY(K("model.d_model", "d_model", MHA_KEY_INT, 1, MHA_MAX_WIDTH, 0, 1, NULL, "512", "model width d"),
         ENG(d_model), NONE, 512, NULL, 0),
     KEY(K("model.heads", "n_heads", MHA_KEY_INT, 1, 65536, 0, 1, NULL, "8", "attention heads h; divides d_model unless head_dim is set"),
         ENG(n_heads), NONE, 8, NULL, 0),
@@ -52,7 +52,7 @@ const mha_key_def mha_keys[] = {
         ENG(bias), NONE, 1, NULL, 0),
     KEY(K("model.kv_heads", "n_kv_heads", MHA_KEY_INT, 0, 65536, 0, 0, NULL, "heads", "key/value heads (grouped-query attention; 1: multi-query); divides heads; 0: heads"),
         ENG(n_kv_heads), NONE, 0, NULL, 0),
-    KEY(K("model.head_dim", "head_dim", MHA_KEY_INT, 0, 65536, 0, 0, NULL, "d_model / heads", "d_k of every head (Qwen3, Gemma 2, gpt-oss: not d_model / heads); heads·head_dim <= 65536; 0: d_model / heads"),
+    KEY(K("model.head_dim", "head_dim", MHA_KEY_INT, 0, MHA_MAX_WIDTH, 0, 0, NULL, "d_model / heads", "d_k of every head (Qwen3, Gemma 2, gpt-oss: not d_model / heads); heads·head_dim <= 65536; 0: d_model / heads"),
         ENG(head_dim), NONE, 0, NULL, 0),
     KEY(K("model.window", "window", MHA_KEY_INT, 0, 1 << 20, 0, 0, NULL, "0", "sliding window W: position p sees keys p-W < j <= p (causal implied); 0: none"),
         ENG(window), NONE, 0, NULL, 0),
@@ -342,13 +342,13 @@ mha_status mha_config_verify(const mha_config *cfg, mha_key_problem *p)
     if (!cfg->head_dim && cfg->d_model % cfg->n_heads)
         return fail(p, mha_key_find("model.heads"), -1, "%d does not divide d_model %d (or set head_dim)", cfg->n_heads,
                     cfg->d_model);
-    if ((long long)cfg->n_heads * mha_config_head_dim(cfg) > MHA_MAX_WIDTH)
-        return fail(p, mha_key_find("model.head_dim"), -1, "%d with %d heads: Q is %lld wide, more than %d",
-                    mha_config_head_dim(cfg), cfg->n_heads, (long long)cfg->n_heads * mha_config_head_dim(cfg), MHA_MAX_WIDTH);
+    const int dk = mha_config_head_dim(cfg);
+    if ((long long)cfg->n_heads * dk > MHA_MAX_WIDTH)
+        return fail(p, mha_key_find("model.head_dim"), -1, "%d with %d heads: Q is %lld wide, more than %d", dk,
+                    cfg->n_heads, (long long)cfg->n_heads * dk, MHA_MAX_WIDTH);
     if (cfg->n_kv_heads && (cfg->n_kv_heads > cfg->n_heads || cfg->n_heads % cfg->n_kv_heads))
         return fail(p, mha_key_find("model.kv_heads"), -1, "%d does not divide heads %d", cfg->n_kv_heads, cfg->n_heads);
     const mha_rope *r = &cfg->rope;
-    const int dk = mha_config_head_dim(cfg);
     if (r->style == MHA_ROPE_NONE && r->scaling != MHA_ROPE_SCALING_NONE)
         return fail(p, mha_key_find("model.rope.scaling"), -1, "%s needs a rope style (neox or gptj)",
                     mha_key_value_name(mha_key_find("model.rope.scaling"), r->scaling));

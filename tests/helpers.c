@@ -68,6 +68,13 @@ void kernel_auto(mha_kernel *k)
     cr_assert_eq(mha_kernel_select("", mha_isa_auto_table(), k), MHA_OK);
 }
 
+void kernel_and_ref(const mha_isa *isa, mha_kernel *k, mha_kernel *scalar)
+{
+    cr_assert_eq(mha_kernel_select("", isa, k), MHA_OK, "isa %s: its default sub-config", isa->name);
+    *scalar = *k;
+    scalar->isa = &mha_isa_ref;
+}
+
 uint64_t rng_next(rng *r)
 {
     /* splitmix64 */

@@ -79,6 +79,9 @@ int isa_next(int *i, const struct mha_isa **isa);
 #define FOR_EACH_ISA(isa) for (int isa##_i = 0; isa_next(&isa##_i, &isa);)
 /* A kernel of the auto table's default sub-config; asserts. */
 void kernel_auto(struct mha_kernel *k);
+/* A table's default kernel, and the same kernel on ref's table: a vector part and the scalar
+ * one it must match; asserts. */
+void kernel_and_ref(const struct mha_isa *isa, struct mha_kernel *k, struct mha_kernel *scalar);
 
 /* ---- allocation counting (tests/alloc_count.c) ---- */
 long alloc_count(void);

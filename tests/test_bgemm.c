@@ -272,10 +272,8 @@ Test(bgemm, vector_b_packing_matches_scalar_bit_for_bit, .timeout = 60)
 {
     const mha_isa *isa;
     FOR_EACH_ISA(isa) {
-        mha_kernel k;
-        cr_assert_eq(mha_kernel_select("", isa, &k), MHA_OK);
-        mha_kernel scalar = k;
-        scalar.isa = &mha_isa_ref;
+        mha_kernel k, scalar;
+        kernel_and_ref(isa, &k, &scalar);
         const int shapes[][2] = {{1, 1}, {17, 33}, {32, 16}, {64, 100}, {100, 7}, {129, 48}};
         rng r = {17};
         for (int si = 0; si < 6; si++)
@@ -354,10 +352,8 @@ Test(bgemm, vector_driver_matches_scalar_bit_for_bit, .timeout = 60)
     const mha_bkernel *bk = mha_isa_ref.bf16[0];
     const mha_isa *isa;
     FOR_EACH_ISA(isa) {
-        mha_kernel k;
-        cr_assert_eq(mha_kernel_select("", isa, &k), MHA_OK);
-        mha_kernel scalar = k;
-        scalar.isa = &mha_isa_ref;
+        mha_kernel k, scalar;
+        kernel_and_ref(isa, &k, &scalar);
         mha_bk_pack_b(&scalar, mha_mat_rows(&k, bsrc, n), 0, kk, n, b, ps);
         const float betas[] = {0.0f, 1.0f, 0.3f};
         for (int i = 0; i < 3; i++) {

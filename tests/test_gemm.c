@@ -86,10 +86,8 @@ Test(gemm, vector_packing_matches_scalar_bit_for_bit)
 {
     const mha_isa *isa;
     FOR_EACH_ISA(isa) {
-        mha_kernel k;
-        cr_assert_eq(mha_kernel_select("", isa, &k), MHA_OK);
-        mha_kernel scalar = k;
-        scalar.isa = &mha_isa_ref;
+        mha_kernel k, scalar;
+        kernel_and_ref(isa, &k, &scalar);
         rng r = {3};
         const int m = 29, cols = 203;
         float *a = malloc((size_t)m * cols * sizeof *a);

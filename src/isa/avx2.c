@@ -405,9 +405,6 @@ __attribute__((target(AVX2))) static void round_into_tiles_avx2(const float *src
     }
 }
 
-/* B panels 8 k × 8 columns at a time: 8 source rows loaded (transposed: keys' rows of 8
- * features, turned by a register transpose), each k pair rounded and interleaved into 8 words
- * (half a 64-byte VNNI row). src's 8-column runs must not cross its panels. */
 /* unpacklo/hi interleave within 128-bit lanes (elements 0-3 | 8-11 and 4-7 | 12-15); the lane
  * permutes put 0-7 and 8-15 in order. */
 __attribute__((target(AVX2))) static void interleave_pairs_avx2(const mha_bf16 *src, size_t ld, int pairs,
@@ -423,6 +420,9 @@ __attribute__((target(AVX2))) static void interleave_pairs_avx2(const mha_bf16 *
     }
 }
 
+/* B panels 8 k × 8 columns at a time: 8 source rows loaded (transposed: keys' rows of 8
+ * features, turned by a register transpose), each k pair rounded and interleaved into 8 words
+ * (half a 64-byte VNNI row). src's 8-column runs must not cross its panels. */
 __attribute__((target(AVX2))) static void pack_b16_avx2(const mha_kernel *k, mha_mat src, int transpose, int kk, int n,
                                                        mha_bf16 *dst, size_t ps)
 {

@@ -427,10 +427,6 @@ __attribute__((target(AVX512))) static void round_into_tiles_avx512(const float 
     }
 }
 
-/* B panels 16 k × 16 columns at a time: 16 source rows loaded (transposed: keys' rows of 16
- * features, turned by a register transpose), each k pair rounded and interleaved into the 32
- * bf16 (one 64-byte line) of its VNNI row. src's 16-column runs must not cross its panels
- * (its panel width a multiple of 16). */
 /* Two rows of 16 in one register, then one permutation: element 2i from row 0, 2i + 1 from row 1. */
 __attribute__((target(AVX512))) static void interleave_pairs_avx512(const mha_bf16 *src, size_t ld, int pairs,
                                                                     mha_bf16 *restrict dst, const char *next)
@@ -447,6 +443,10 @@ __attribute__((target(AVX512))) static void interleave_pairs_avx512(const mha_bf
     }
 }
 
+/* B panels 16 k × 16 columns at a time: 16 source rows loaded (transposed: keys' rows of 16
+ * features, turned by a register transpose), each k pair rounded and interleaved into the 32
+ * bf16 (one 64-byte line) of its VNNI row. src's 16-column runs must not cross its panels
+ * (its panel width a multiple of 16). */
 __attribute__((target(AVX512))) static void pack_b16_avx512(const mha_kernel *k, mha_mat src, int transpose, int kk,
                                                             int n, mha_bf16 *dst, size_t ps)
 {
