@@ -98,6 +98,17 @@ typedef struct mha_rope {
  * else on the fastest fallback (mha_engine_kernel says which). */
 typedef enum { MHA_PRECISION_F32 = 0, MHA_PRECISION_BF16 = 1 } mha_precision;
 
+/* QK-norm, as HF's RMSNorm modules compute it (float32): Q and K after projection and bias,
+ * before RoPE, x ↦ x · rsqrt(mean(x²) + eps) · w, the mean over each head's d_k features
+ * (HEAD: Qwen3, Gemma 3); weight_offset 1 multiplies by (1 + w) instead (Gemma's RMSNorm).
+ * The weights are mha_weights.q_norm and .k_norm (d_k each). */
+typedef enum { MHA_QK_NORM_NONE = 0, MHA_QK_NORM_HEAD = 1 } mha_qk_norm_kind;
+typedef struct mha_qk_norm {
+    mha_qk_norm_kind kind;       /* MHA_QK_NORM_NONE by default */
+    float eps;                   /* default 1e-6 */
+    int weight_offset;           /* 0: x̂·w; 1: x̂·(1 + w) */
+} mha_qk_norm;
+
 typedef struct mha_config {
     int d_model, n_heads;                  /* n_heads divides d_model unless head_dim is set */
     int max_batch, max_seq_q, max_seq_kv;  /* capacity; the arena is sized from these */
@@ -118,6 +129,19 @@ typedef struct mha_config {
     mha_rope rope;                         /* MHA_ROPE_NONE by default */
     int window;                            /* sliding window W > 0: a query at position p sees
                                               keys p - W < j <= p (causal implied); 0: none */
+    float scale;                           /* the scores' factor; 0: 1/sqrt(head_dim) (Gemma 2:
+                                              query_pre_attn_scalar^-0.5) */
+    float softcap;                         /* logit softcapping (Gemma 2): each score s ↦
+                                              softcap·tanh(s / softcap) after the scale, before
+                                              ALiBi and the masks; 0: none */
+    int sinks;                             /* 1: each head's learned logit (mha_weights.sinks)
+                                              joins every row's softmax denominator and adds no
+                                              value (gpt-oss) */
+    mha_qk_norm qk_norm;                   /* RMSNorm of Q and K before RoPE; none by default */
+    float alibi_max_bias;                  /* ALiBi (BLOOM, MPT): score − slope_h·|p_q − p_k|,
+                                              BLOOM's / ggml's slopes for this max bias (8 for
+                                              BLOOM), head counts not a power of two included;
+                                              0: none. Not with RoPE */
     mha_precision precision;               /* MHA_PRECISION_F32 by default */
     char bf16_kernel[16];                  /* precision bf16: "" or "auto", or a kernel's name as
                                               mha_engine_kernel says it ("fma-bf16", ...), one
@@ -129,7 +153,8 @@ typedef struct mha_config {
 
 /* Defaults: d_model 512, 8 heads, capacity 1 × 128 × 128, bias on, all CPUs, no pinning,
  * precision f32, n_kv_heads = n_heads, no RoPE (theta 10000, factor 1, low/high_freq_factor 1/4, beta_fast/slow
- * 32/1 ready for when a style is set), no window. */
+ * 32/1 ready for when a style is set), no window, the scale 1/sqrt(head_dim), no softcap, sinks,
+ * QK-norm (eps 1e-6 ready) or ALiBi. */
 MHA_API void mha_config_init(mha_config *cfg);
 /* d_k of the config's heads: head_dim, or d_model / n_heads (0 for NULL or n_heads < 1). */
 MHA_API int mha_config_head_dim(const mha_config *cfg);
@@ -170,6 +195,10 @@ typedef struct mha_weights {
     const float *b_q, *b_k, *b_v, *b_o;  /* config with bias: b_q, b_k, b_v, and b_o or NULL
                                             (no output bias, as Qwen2); without: all NULL */
     mha_layout layout;
+    const float *q_norm, *k_norm;        /* qk_norm: the RMSNorm weights of Q and K (d_k each,
+                                            as HF's q_norm.weight, k_norm.weight); else NULL */
+    const float *sinks;                  /* sinks: one logit per head (n_heads, HF's sinks);
+                                            else NULL */
 } mha_weights;
 MHA_API mha_status mha_set_weights(mha_engine *e, const mha_weights *w); /* copies and packs */
 

@@ -65,6 +65,10 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
         }
         b[MHA_REGION_bqkv] = product(kvh, per_group, dkp * f, of);
         b[MHA_REGION_bo] = d * f;
+        if (dims->qk_norm.kind != MHA_QK_NORM_NONE)
+            b[MHA_REGION_qk_norm] = 2 * dk * f;
+        if (dims->sinks)
+            b[MHA_REGION_sinks] = h * f;
     }
     if (kind == MHA_ARENA_WEIGHTS)
         return;
@@ -84,6 +88,8 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
         b[MHA_REGION_rope_cos] = product((size_t)dims->positions, (size_t)dims->rope.rotary_dim / 2, f, of);
         b[MHA_REGION_rope_sin] = b[MHA_REGION_rope_cos];
     }
+    if (dims->alibi_max_bias > 0.0f)
+        b[MHA_REGION_alibi] = h * f;
 
     sl[MHA_SLICE_qkv] = product(rows, 3, dkp * f, of);
     sl[MHA_SLICE_kt] = product(dk, mha_round_up(seq_kv, w), f, of);

@@ -32,6 +32,9 @@ void *mha_alloc_pages(size_t bytes);
     X(wo, float, MHA_ALIGN)             /* f32: panels (qd, round_up(d, bw)): Z · Wo */          \
     X(wo16, mha_bf16, MHA_ALIGN)        /* bf16: the same in B panels */                         \
     X(bo, float, MHA_ALIGN)             /* (d) */                                                \
+    X(qk_norm, float, MHA_ALIGN)        /* (2, dk): Q's then K's RMSNorm factors (w or 1 + w);   \
+                                           absent without QK-norm */                            \
+    X(sinks, float, MHA_ALIGN)          /* (h): each head's sink logit; absent without sinks */  \
     X(z, float, MHA_ALIGN)              /* (batch, seq_q, qd): the heads' outputs, concatenated */ \
     X(xpack, float, MHA_ALIGN)          /* (batch, xpack_stride): A panels of each x_b */        \
     X(order, int, MHA_ALIGN)            /* (batch): sequences, most work first */                \
@@ -44,6 +47,7 @@ void *mha_alloc_pages(size_t bytes);
                                            decode partial results */                            \
     X(rope_cos, float, MHA_ALIGN)       /* (positions, r/2); absent without RoPE */              \
     X(rope_sin, float, MHA_ALIGN)       /* (positions, r/2) */                                   \
+    X(alibi, float, MHA_ALIGN)          /* (h): ALiBi's slopes; absent without ALiBi */          \
     X(scratch, unsigned char, MHA_PAGE) /* (threads, scratch_stride): the worker slices */
 
 /* The regions of one worker slice, from its start, each MHA_ALIGN-aligned: Q/K/V panels

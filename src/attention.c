@@ -2,10 +2,12 @@
  *
  * Group task (a KV head and the query heads that read it; one head without GQA): K|V =
  * x_b · [Wk_g | Wv_g] into the worker's panel-form scratch (V is then already in the form the
- * A·V GEMM reads; without GQA one GEMM gives Q|K|V), RoPE on K, Kᵀ packed once for every
- * query head of the group; per query head its Q (RoPE), then for each query block: scores = Q_blk · Kᵀ / sqrt(d_k) up to the block's last visible key, a masked
- * exp per row (softmax without its division), Z_blk = E · V written straight into the
- * head's columns of Z, and each Z row divided by its sum: d_k divisions, not seq_kv.
+ * A·V GEMM reads; without GQA one GEMM gives Q|K|V), QK-norm and RoPE on K, Kᵀ packed once
+ * for every query head of the group; per query head its Q (QK-norm, RoPE), then for each
+ * query block: scores = Q_blk · Kᵀ · scale (1/sqrt(d_k) by default) up to the block's last
+ * visible key, their logits (softcap, ALiBi), a masked exp per row (softmax without its
+ * division), Z_blk = E · V written straight into the head's columns of Z, the head's sink
+ * merged in, and each Z row divided by its sum: d_k divisions, not seq_kv.
  * Keys go in the fixed chunks of MHA_KV_CHUNK counted from position 0 (mha_attention_chunk):
  * each chunk's scores exp'd against the chunk's own max, its E · V summed on its own, then
  * merged into Z in key order by mha_softmax_merge, so the working set stays in L2 however
@@ -74,12 +76,58 @@ static void pack_kv16(const mha_fwd *f, const mha_scratch *s, int kl)
         memset(s->v16 + (size_t)(j / MHA_BT_N) * vps + room * MHA_BT_N, 0, MHA_BT_K * MHA_BT_N * sizeof(mha_bf16));
 }
 
-/* Rotary embedding of rows [0, rows) of the scratch columns starting at col (Q at 0, K at dkp). */
-static void rotate(const mha_fwd *f, const mha_scratch *s, int rows, int col, int pos0)
+/* QK-norm (w: f->q_norm or f->k_norm, NULL: none), then the rotary embedding, of rows [0,
+ * rows) of the scratch columns starting at col (Q at 0, K at dkp). */
+static void rotate(const mha_fwd *f, const mha_scratch *s, int rows, int col, int pos0, const float *w)
 {
+    if (w)
+        mha_attention_norm_rows(f, mha_mat_panels(f->kernel, s->qkv, f->rows), rows, col, w);
     if (f->rope != MHA_ROPE_NONE && rows > 0)
         mha_rope_rows(f->kernel, mha_mat_panels(f->kernel, s->qkv, f->rows), rows, col, pos0, f->rope, f->rope_dim,
                       f->rope_cos, f->rope_sin);
+}
+
+void mha_attention_logits(const mha_fwd *f, float *row, mha_key_span in, int pos, int c0, int head)
+{
+    if (f->softcap > 0.0f && in.hi > in.lo)
+        f->kernel->isa->softcap_row(row + in.lo, in.hi - in.lo, f->softcap);
+    if (f->alibi) {
+        const float slope = f->alibi[head];
+        for (int j = in.lo; j < in.hi; j++) {
+            const int dist = pos > c0 + j ? pos - (c0 + j) : c0 + j - pos;
+            row[j] -= slope * (float)dist;
+        }
+    }
+    for (int j = 0; j < in.lo; j++)
+        row[j] = -INFINITY; /* before the window: exp gives 0 */
+}
+
+void mha_alibi_slopes(int h, float max_bias, float *slopes)
+{
+    int n = 1;
+    while (n * 2 <= h)
+        n *= 2;
+    const float m0 = (float)pow(2.0, -(double)max_bias / n), m1 = (float)pow(2.0, -(double)max_bias / (2.0 * n));
+    for (int i = 0; i < h; i++)
+        slopes[i] = i < n ? powf(m0, (float)(i + 1)) : powf(m1, (float)(2 * (i - n) + 1));
+}
+
+void mha_attention_norm_rows(const mha_fwd *f, mha_mat qkv, int rows, int col, const float *w)
+{
+    const mha_kernel *k = f->kernel;
+    const int dk = f->dk;
+    for (int i = 0; i < rows; i++) {
+        double ss = 0.0; /* the mean of squares in double: HF's float32 mean within its rounding */
+        for (int c = 0; c < dk; c++) {
+            const float x = *mha_mat_at(k, qkv, i, col + c);
+            ss += (double)x * x;
+        }
+        const float r = 1.0f / sqrtf((float)(ss / dk) + f->norm_eps);
+        for (int c = 0; c < dk; c++) {
+            float *x = mha_mat_at(k, qkv, i, col + c);
+            *x = *x * r * w[c];
+        }
+    }
 }
 
 void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
@@ -88,7 +136,7 @@ void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk
 {
     const mha_kernel *k = f->kernel;
     const int m = r->m, dk = f->dk;
-    const float scale = 1.0f / sqrtf((float)dk);
+    const float scale = f->scale;
     const int fuse = f->bk && !f->attn; /* bf16 probabilities packed row by row as they are exp'd */
     const mha_mat sm = mha_mat_rows(k, sc, ld);
     if (f->bk) /* b0 is a multiple of the chunk, so of the 16-key panels */
@@ -101,8 +149,7 @@ void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk
         const int pos = r->pos0 + (r->first + i) % r->period;
         const mha_key_span in = mha_keys_within(mha_visible_keys(pos, r->causal, f->window, c0 + n), c0, n);
         float *row = sc + i * ld;
-        for (int j = 0; j < in.lo; j++)
-            row[j] = -INFINITY; /* before the window: exp gives 0 */
+        mha_attention_logits(f, row, in, pos, c0, r->head0 + (r->first + i) / r->period);
         mx[i * st] = -INFINITY;
         sum[i * st] = k->isa->softmax_row(row, n, in.hi, r->mask ? r->mask + (size_t)i * f->seq_kv : NULL, &mx[i * st]);
         if (fuse) /* bf16: the row rounded and packed for A·V while it is in L1 */
@@ -144,7 +191,7 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, i
             kv_begin = kv_end;
         const int step = attn ? kv_end - kv_begin : MHA_KV_CHUNK;
         const ptrdiff_t ld = attn || lds < MHA_KV_CHUNK ? lds : MHA_KV_CHUNK;
-        const mha_chunk_rows rows = {.m = m, .pos0 = r0 + off, .period = m, .causal = causal,
+        const mha_chunk_rows rows = {.m = m, .pos0 = r0 + off, .period = m, .causal = causal, .head0 = h,
                                      .q = mha_mat_sub(k, qkv, r0, 0),
                                      .mask = f->mask ? f->mask + (size_t)r0 * f->seq_kv : NULL};
         const mha_mat zm = mha_mat_rows(k, z + (size_t)r0 * zd, zd), czm = mha_mat_rows(k, cz, dk);
@@ -165,13 +212,15 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, i
                 for (int i = 0; i < m; i++)
                     mha_softmax_merge(z + (size_t)(r0 + i) * zd, &mx[i], &sum[i], cz + (size_t)i * dk, cmx[i], csum[i], dk);
         }
-        /* each row / its sum; a row with no visible key stays 0 */
+        /* the head's sink after every key; each row / its sum (a row with no visible key stays
+         * 0); sum[i] becomes what the attention weights are scaled by */
         for (int i = 0; i < m; i++) {
-            const float inv = sum[i] > 0.0f ? 1.0f / sum[i] : 0.0f;
             float *zr = z + (size_t)(r0 + i) * zd;
+            const float a = f->sinks ? mha_softmax_sink(zr, &mx[i], &sum[i], f->sinks[h], dk) : 1.0f;
+            const float inv = sum[i] > 0.0f ? 1.0f / sum[i] : 0.0f;
             for (int j = 0; j < dk; j++)
                 zr[j] *= inv;
-            sum[i] = inv;
+            sum[i] = inv * a;
         }
         if (attn)
             for (int i = r0; i < r1; i++) {
@@ -217,7 +266,7 @@ void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)
         mha_attention_project(f, s, kl, xk, NULL, g, dkp, dkp, dkp);
         mha_attention_project(f, s, kl, xv, NULL, g, 2 * dkp, 2 * dkp, dkp);
     }
-    rotate(f, s, kl, dkp, 0); /* key j at position j */
+    rotate(f, s, kl, dkp, 0, f->k_norm); /* key j at position j */
     /* step 2: Kᵀ in panels, once for every query head of the group and every query block
      * (bf16: Kᵀ and V in bf16 B panels) */
     if (kl > 0 && f->bk)
@@ -228,7 +277,7 @@ void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)
     for (int j = 0; j < f->group; j++) {
         if (!one_gemm)
             mha_attention_project(f, s, ql, xq, xp, g, j == 0 ? 0 : (j + 2) * dkp, 0, dkp);
-        rotate(f, s, ql, 0, f->seq_kv - f->seq_q); /* query i at position i + seq_kv - seq_q */
+        rotate(f, s, ql, 0, f->seq_kv - f->seq_q, f->q_norm); /* query i at position i + seq_kv - seq_q */
         attend(f, b, g * f->group + j, s, ql, kl);
     }
 }

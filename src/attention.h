@@ -74,6 +74,19 @@ static inline void mha_softmax_merge(float *restrict z, float *m, float *s, cons
     *m = mn;
 }
 
+/* A sink logit (gpt-oss) merged into the running (z, *m, *s) after every chunk, by the merge
+ * rule, as one more key whose value is zero; forward and decode alike. Returns the factor the
+ * row's terms so far were scaled by (the attention weights of a forward need it). */
+static inline float mha_softmax_sink(float *restrict z, float *m, float *s, float sink, int dk)
+{
+    const float mn = sink > *m ? sink : *m, a = *m == -INFINITY ? 0.0f : expf(*m - mn);
+    for (int j = 0; j < dk; j++)
+        z[j] *= a;
+    *s = *s * a + expf(sink - mn);
+    *m = mn;
+    return a;
+}
+
 /* One forward pass, as every task sees it (read-only during the pass). */
 typedef struct mha_fwd {
     const mha_kernel *kernel;     /* BLIS's microkernel and the kernel table (kernel->isa) */
@@ -87,6 +100,11 @@ typedef struct mha_fwd {
     int causal, has_bias;
     int kvh, group;               /* KV heads, query heads per KV head */
     int window;                   /* sliding window, 0: none */
+    float scale, softcap;         /* the scores' factor; logit softcap (0: none) */
+    const float *sinks;           /* NULL or (h): each head's sink logit, merged after the keys */
+    const float *alibi;           /* NULL or (h): each head's ALiBi slope */
+    const float *q_norm, *k_norm; /* NULL or (dk): QK-norm's RMSNorm factors (w or 1 + w) */
+    float norm_eps;
     mha_rope_style rope;          /* MHA_ROPE_NONE: no rotation */
     int rope_dim;                 /* features rotated */
     const float *rope_cos, *rope_sin; /* (positions, rope_dim / 2) */
@@ -151,18 +169,34 @@ typedef struct mha_kv_view {
  * tokens, period = new tokens). */
 typedef struct mha_chunk_rows {
     int m, pos0, first, period, causal;
+    int head0;              /* row i's query head: head0 + (first + i) / period */
     mha_mat q;              /* (m × dk) float32 queries (bf16: rounded as the kernel packs them) */
     const uint8_t *mask;    /* NULL or row 0's explicit mask at key c0, rows seq_kv apart */
 } mha_chunk_rows;
 
 /* One chunk: the keys [c0, c0 + n) (kv's operands from key b0: the chunk's first key), scores
- * = Q·Kᵀ/sqrt(dk) into sc (row stride ld), each row's visible keys exp'd against the row's
- * own max in this chunk (mx[i·st]; −∞: nothing visible) with their sum (sum[i·st]), and the
- * unnormalised Z = E·V into zc (m × dk). bf16: E rounded into s->p16 as each row is exp'd
+ * = Q·Kᵀ·f->scale into sc (row stride ld) and their logits (mha_attention_logits), each row's
+ * visible keys exp'd against the row's own max in this chunk (mx[i·st]; −∞: nothing visible)
+ * with their sum (sum[i·st]), and the unnormalised Z = E·V into zc (m × dk). bf16: E rounded into s->p16 as each row is exp'd
  * (m <= q_block). The chunk step of the forward and of bf16 decode: one source of their bits. */
 void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
                          int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum,
                          ptrdiff_t st);
+
+/* A chunk row's logits past the scaled scores, over the keys c0 + j the row sees (j in
+ * [in.lo, in.hi)), in HF's order: the softcap, ALiBi's −slope·|pos − key| (head's slope), then
+ * −∞ for j < in.lo (before the window). The forward's chunks and float32 decode both call it:
+ * one source of these bits. */
+void mha_attention_logits(const mha_fwd *f, float *row, mha_key_span in, int pos, int c0, int head);
+/* QK-norm of rows [0, rows) of the Q/K/V scratch at column col (Q at 0, K at dkp) with the
+ * factors w (f->q_norm or f->k_norm): each row's dk features times rsqrt(mean(x²) + eps),
+ * then times w. Forward and steps alike. */
+void mha_attention_norm_rows(const mha_fwd *f, mha_mat qkv, int rows, int col, const float *w);
+
+/* ALiBi's slope of each of h heads for max_bias, as BLOOM's build_alibi_tensor and ggml: with
+ * n the largest power of two <= h, head i < n has m0^(i+1), m0 = 2^(−max_bias/n), and the rest
+ * m1^(2(i−n)+1), m1 = 2^(−max_bias/(2n)). */
+void mha_alibi_slopes(int h, float max_bias, float *slopes);
 
 /* Rows the head tasks project from the query input of sequence b (packed beforehand). */
 int mha_attention_packed_rows(const mha_fwd *f, int b);

@@ -2,6 +2,7 @@
  * of the engine's own choices (thread count, query block). */
 #include "config.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "affinity.h"
@@ -52,6 +53,13 @@ mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, mha_problem
         dims->kvh = cfg->n_kv_heads ? cfg->n_kv_heads : cfg->n_heads;
         dims->group = cfg->n_heads / dims->kvh;
         dims->window = cfg->window;
+        dims->scale = cfg->scale > 0.0f ? cfg->scale : 1.0f / sqrtf((float)dims->dk);
+        dims->softcap = cfg->softcap;
+        dims->sinks = cfg->sinks;
+        memset(&dims->qk_norm, 0, sizeof dims->qk_norm);
+        if (cfg->qk_norm.kind != MHA_QK_NORM_NONE)
+            dims->qk_norm = cfg->qk_norm;
+        dims->alibi_max_bias = cfg->alibi_max_bias;
         /* RoPE with the fields its style and scaling do not read zeroed: two configs of one
          * model compare equal (a KV cache checks this) */
         const mha_rope *r = &cfg->rope;

@@ -18,7 +18,8 @@
 _Static_assert(sizeof(mha_pinning) == sizeof(int) && sizeof(mha_mask_kind) == sizeof(int) &&
                    sizeof(mha_scale_mode) == sizeof(int),
                "enum fields are stored as int");
-_Static_assert(sizeof(mha_precision) == sizeof(int), "enum fields are stored as int");
+_Static_assert(sizeof(mha_precision) == sizeof(int) && sizeof(mha_qk_norm_kind) == sizeof(int),
+               "enum fields are stored as int");
 
 static const mha_name_val mask_names[] = {
     {"none", MHA_MASK_NONE}, {"causal", MHA_MASK_CAUSAL}, {"padding", MHA_MASK_PADDING}};
@@ -28,6 +29,7 @@ static const mha_name_val rope_style_names[] = {
     {"none", MHA_ROPE_NONE}, {"neox", MHA_ROPE_NEOX}, {"gptj", MHA_ROPE_GPTJ}};
 static const mha_name_val rope_scaling_names[] = {{"none", MHA_ROPE_SCALING_NONE},
     {"linear", MHA_ROPE_SCALING_LINEAR}, {"llama3", MHA_ROPE_SCALING_LLAMA3}, {"yarn", MHA_ROPE_SCALING_YARN}};
+static const mha_name_val qk_norm_names[] = {{"none", MHA_QK_NORM_NONE}, {"head", MHA_QK_NORM_HEAD}};
 static const mha_name_val precision_names[] = {{"f32", MHA_PRECISION_F32}, {"bf16", MHA_PRECISION_BF16}};
 static const mha_name_val mode_names[] = {
     {"strong", MHA_SCALE_STRONG}, {"weak", MHA_SCALE_WEAK}, {"both", MHA_SCALE_BOTH}};
@@ -41,6 +43,9 @@ static const mha_name_val mode_names[] = {
 /* a float key of the engine: (lo, hi], its default */
 #define FLOAT_KEY(key, field, lo, hi, dtext, doc, off, fdef)                                      \
     {{key, field, MHA_KEY_FLOAT, 0, 0, 0, 0, NULL, dtext, doc, lo, hi, 1}, off, NONE, 0, NULL, 0, fdef}
+/* the same from lo included */
+#define FLOAT_KEY_FROM(key, field, lo, hi, dtext, doc, off, fdef)                                 \
+    {{key, field, MHA_KEY_FLOAT, 0, 0, 0, 0, NULL, dtext, doc, lo, hi, 0}, off, NONE, 0, NULL, 0, fdef}
 const mha_key_def mha_keys[] = {
     KEY(K("name", NULL, MHA_KEY_STRING, 0, 63, 0, 0, NULL, "the file's stem", "the model's name in reports"),
         FILE_(name), NONE, 0, NULL, 0),
@@ -56,6 +61,16 @@ const mha_key_def mha_keys[] = {
         ENG(head_dim), NONE, 0, NULL, 0),
     KEY(K("model.window", "window", MHA_KEY_INT, 0, 1 << 20, 0, 0, NULL, "0", "sliding window W: position p sees keys p-W < j <= p (causal implied); 0: none"),
         ENG(window), NONE, 0, NULL, 0),
+    FLOAT_KEY_FROM("model.scale", "scale", 0, 1e6, "1/sqrt(head_dim)", "the scores' factor (Gemma 2: query_pre_attn_scalar^-0.5); 0: 1/sqrt(head_dim)", ENG(scale), 0.0),
+    FLOAT_KEY_FROM("model.softcap", "softcap", 0, 1e6, "0", "logit softcapping (Gemma 2): s -> softcap·tanh(s/softcap) after the scale, before ALiBi and masks; 0: none", ENG(softcap), 0.0),
+    KEY(K("model.sinks", "sinks", MHA_KEY_BOOL, 0, 1, 0, 0, NULL, "false", "a learned logit per head (tensor sinks) in every softmax denominator (gpt-oss)"),
+        ENG(sinks), NONE, 0, NULL, 0),
+    KEY(K("model.qk_norm.kind", "qk_norm.kind", MHA_KEY_ENUM, 0, 0, 0, 0, "none, head", "none", "RMSNorm of Q and K before RoPE: head over each head's d_k (Qwen3, Gemma 3; tensors q_norm.weight, k_norm.weight)"),
+        ENG(qk_norm.kind), NONE, MHA_QK_NORM_NONE, NAMES(qk_norm_names)),
+    FLOAT_KEY("model.qk_norm.eps", "qk_norm.eps", 0, 1, "1e-6", "QK-norm: the RMSNorm epsilon", ENG(qk_norm.eps), 1e-6),
+    KEY(K("model.qk_norm.weight_offset", "qk_norm.weight_offset", MHA_KEY_INT, 0, 1, 0, 0, NULL, "0", "QK-norm: 1 multiplies by (1 + w), as Gemma's RMSNorm"),
+        ENG(qk_norm.weight_offset), NONE, 0, NULL, 0),
+    FLOAT_KEY_FROM("model.alibi.max_bias", "alibi_max_bias", 0, 1024, "0", "ALiBi (BLOOM: 8): score - slope_h·|p_q - p_k|, BLOOM's slopes; 0: none; not with RoPE", ENG(alibi_max_bias), 0.0),
     KEY(K("model.rope.style", "rope.style", MHA_KEY_ENUM, 0, 0, 0, 0, "none, neox, gptj", "none", "rotary embeddings: neox rotates halves (Llama, HF rotate_half), gptj adjacent pairs"),
         ENG(rope.style), NONE, MHA_ROPE_NONE, NAMES(rope_style_names)),
     FLOAT_KEY("model.rope.theta", "rope.theta", 0, 1e12, "10000", "RoPE base", ENG(rope.theta), 10000.0),
@@ -363,6 +378,10 @@ mha_status mha_config_verify(const mha_config *cfg, mha_key_problem *p)
     if (r->scaling == MHA_ROPE_SCALING_YARN && !(r->beta_fast > r->beta_slow))
         return fail(p, mha_key_find("model.rope.beta_fast"), -1, "%g must be above beta_slow %g", (double)r->beta_fast,
                     (double)r->beta_slow);
+    if (cfg->alibi_max_bias > 0 && r->style != MHA_ROPE_NONE)
+        return fail(p, mha_key_find("model.alibi.max_bias"), -1, "%g with model.rope.style %s: ALiBi and RoPE are two "
+                    "position schemes (no model uses both); keep one", (double)cfg->alibi_max_bias,
+                    mha_key_value_name(mha_key_find("model.rope.style"), r->style));
     if (cfg->pinning == MHA_PIN_CPUS && cfg->n_cpus < 1)
         return fail(p, mha_key_find("threads.cpus"), -2, "must be in 1..%d with pinning cpus, got %d", MHA_MAX_CPUS,
                     cfg->n_cpus);

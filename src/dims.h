@@ -18,6 +18,11 @@ typedef struct mha_dims {
     int bf16;                     /* precision bf16: weights, K, V and operands in bfloat16 */
     int kvh, group;               /* KV heads; query heads per KV head (h / kvh) */
     int window;                   /* sliding window, 0: none */
+    float scale;                  /* the scores' factor, resolved (0 -> 1/sqrt(dk)) */
+    float softcap;                /* 0: none */
+    int sinks;                    /* 1: a sink logit per head */
+    mha_qk_norm qk_norm;          /* as configured; zeroed when kind is none */
+    float alibi_max_bias;         /* 0: no ALiBi */
     mha_rope rope;                /* as configured; rope.rotary_dim resolved (0 -> dk) */
     int positions;                /* RoPE table rows: max(seq_q, seq_kv) */
 } mha_dims;

@@ -225,6 +225,8 @@ static mha_engine *build(const prepared *p, void *ws)
     mha_sched_first_touch(&e->sched);
     if (p->dims.rope.style != MHA_ROPE_NONE)
         mha_rope_table(&p->dims.rope, p->dims.rope.rotary_dim, p->dims.positions, v.rope_cos, v.rope_sin);
+    if (v.alibi)
+        mha_alibi_slopes(p->dims.h, p->dims.alibi_max_bias, v.alibi);
     return e;
 }
 
@@ -302,7 +304,7 @@ MHA_API mha_status mha_pack_weights(const mha_config *cfg, const mha_weights *w,
     mha_status st = prepare(cfg, MHA_ARENA_WEIGHTS, &p, NULL);
     if (st != MHA_OK)
         return st;
-    if ((st = mha_weights_check(w, p.dims.bias)) != MHA_OK)
+    if ((st = mha_weights_check(w, &p.dims, NULL, 0)) != MHA_OK)
         return st;
     void *mem = mha_alloc_pages(p.plan.total);
     if (!mem)
@@ -335,6 +337,9 @@ static mha_status shared_matches(const prepared *p, const mha_packed_weights *pw
         {"d_model", p->dims.d, pw->dims.d},       {"n_heads", p->dims.h, pw->dims.h},
         {"n_kv_heads", p->dims.kvh, pw->dims.kvh}, {"head_dim", p->dims.dk, pw->dims.dk},
         {"bias", p->dims.bias, pw->dims.bias},
+        {"qk_norm.kind", p->dims.qk_norm.kind, pw->dims.qk_norm.kind},
+        {"qk_norm.weight_offset", p->dims.qk_norm.weight_offset, pw->dims.qk_norm.weight_offset},
+        {"sinks", p->dims.sinks, pw->dims.sinks},
         {"precision", p->dims.bf16, pw->dims.bf16},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
@@ -367,6 +372,7 @@ MHA_API mha_status mha_create_shared_msg(const mha_config *cfg, const mha_packed
     e->views.wqkv = pw->views.wqkv, e->views.bqkv = pw->views.bqkv;
     e->views.wo = pw->views.wo, e->views.bo = pw->views.bo;
     e->views.wqkv16 = pw->views.wqkv16, e->views.wo16 = pw->views.wo16;
+    e->views.qk_norm = pw->views.qk_norm, e->views.sinks = pw->views.sinks;
     e->weights_set = e->shared = 1;
     *out = e;
     return report(MHA_OK, &pr, err, err_len);
@@ -405,19 +411,10 @@ MHA_API mha_status mha_set_weights(mha_engine *e, const mha_weights *w)
         return MHA_ERR_INVALID_ARG;
     if (e->shared)
         return failed(e, MHA_ERR_STATE, "set_weights: this engine reads shared packed weights (mha_create_shared)");
-    if (!w)
-        return failed(e, MHA_ERR_INVALID_ARG, "set_weights: weights are NULL");
-    if (!w->w_q || !w->w_k || !w->w_v || !w->w_o)
-        return failed(e, MHA_ERR_INVALID_ARG, "set_weights: w_q %s, w_k %s, w_v %s, w_o %s: all four are needed",
-                      w->w_q ? "set" : "NULL", w->w_k ? "set" : "NULL", w->w_v ? "set" : "NULL", w->w_o ? "set" : "NULL");
-    if (w->layout != MHA_LAYOUT_XW && w->layout != MHA_LAYOUT_TORCH)
-        return failed(e, MHA_ERR_INVALID_ARG, "set_weights: layout %d is neither MHA_LAYOUT_XW nor MHA_LAYOUT_TORCH",
-                      (int)w->layout);
-    mha_status st = mha_weights_check(w, e->dims.bias);
+    char why[224];
+    mha_status st = mha_weights_check(w, &e->dims, why, sizeof why);
     if (st != MHA_OK)
-        return failed(e, st, "set_weights: biases b_q %s, b_k %s, b_v %s, b_o %s; the config has bias %d (%s)",
-                      w->b_q ? "set" : "NULL", w->b_k ? "set" : "NULL", w->b_v ? "set" : "NULL", w->b_o ? "set" : "NULL",
-                      e->dims.bias, e->dims.bias ? "b_q, b_k, b_v needed, b_o optional" : "all NULL");
+        return failed(e, st, "set_weights: %s", why);
     mha_weights_pack(w, &e->dims, &e->kernel, e->plan.dkp, &e->views);
     e->weights_set = 1;
     e->last_error[0] = '\0';
@@ -436,6 +433,8 @@ static mha_fwd engine_fwd(const mha_engine *e, float *out)
         .ld_scores = e->plan.ld_scores,
         .has_bias = dm->bias,
         .kvh = dm->kvh, .group = dm->group, .window = dm->window,
+        .scale = dm->scale, .softcap = dm->softcap, .sinks = v->sinks, .alibi = v->alibi,
+        .q_norm = v->qk_norm, .k_norm = v->qk_norm ? v->qk_norm + dm->dk : NULL, .norm_eps = dm->qk_norm.eps,
         .rope = dm->rope.style, .rope_dim = dm->rope.rotary_dim,
         .rope_cos = v->rope_cos, .rope_sin = v->rope_sin,
         .wqkv = v->wqkv, .bqkv = v->bqkv, .wo = v->wo, .bo = v->bo,

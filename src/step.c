@@ -119,11 +119,13 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
     const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
     const int first = seq_of(j, r0, 0);
 
-    /* K and V of the new rows: one GEMM into scratch columns [dkp, 3·dkp), then row by row
-     * RoPE at the row's position and a copy into its cache slot */
+    /* K and V of the new rows: one GEMM into scratch columns [dkp, 3·dkp), K's QK-norm, then
+     * row by row RoPE at the row's position and a copy into its cache slot */
     /* these rows in A panels (mha_step_pack_rows) where they start one; else packed here */
     const float *xp = r0 % mha_step_panel(j) == 0 ? packed_rows(j, r0) : NULL;
     mha_attention_project(f, s, m, x, xp, g, dkp, dkp, 2 * dkp);
+    if (f->k_norm)
+        mha_attention_norm_rows(f, qkv, m, dkp, f->k_norm);
     for (int i = 0, q = first; i < m; i++) {
         q = seq_of(j, r0 + i, q);
         const int pos = pos_of(j, r0 + i, q);
@@ -134,6 +136,8 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
     /* Q of each query head of the group, rotated, into its columns of z */
     for (int h = 0; h < f->group; h++) {
         mha_attention_project(f, s, m, x, xp, g, h == 0 ? 0 : (h + 2) * dkp, 0, dkp);
+        if (f->q_norm)
+            mha_attention_norm_rows(f, qkv, m, 0, f->q_norm);
         float *z = f->z + (size_t)r0 * f->qd + (size_t)(g * f->group + h) * dk;
         for (int i = 0, q = first; i < m; i++) {
             q = seq_of(j, r0 + i, q);
@@ -287,7 +291,7 @@ static void decode_chunk_f32(const mha_step_job *j, int q, int g, int k0, int k1
     const int32_t *table = j->step->blocks + (size_t)q * j->step->max_blocks;
     const mha_isa *isa = f->kernel->isa;
     const float *data = mha_kv_f32(cache);
-    const float scale = 1.0f / sqrtf((float)dk);
+    const float scale = f->scale;
     /* scores: each block's Kᵀ read once for every query of the group, slots of several
      * blocks at once; the features in the microkernel's passes of KC (one unless dk > KC) */
     const float *kts[MHA_KV_CHUNK];
@@ -299,13 +303,14 @@ static void decode_chunk_f32(const mha_step_job *j, int q, int g, int k0, int k1
     }
     for (int c0 = 0; c0 < dk; c0 += kc)
         isa->decode_scores(qv, nq, dk, c0, c0 + kc < dk ? c0 + kc : dk, runs, kts, ns, bs, scale, sc, MHA_KV_CHUNK);
-    /* per query: the keys it sees in this chunk, exp'd against the chunk's max, the sum */
+    /* per query: the keys it sees in this chunk, their logits, exp'd against the chunk's max,
+     * the sum */
     const size_t ps = (size_t)dk + 2; /* partial_of's stride between queries */
     for (int qi = 0; qi < nq; qi++) {
-        const mha_key_span in = mha_keys_within(mha_visible_keys(n_past + qi % n_new, 1, f->window, k1), k0, n);
+        const int pos = n_past + qi % n_new;
+        const mha_key_span in = mha_keys_within(mha_visible_keys(pos, 1, f->window, k1), k0, n);
         float *row = sc + (size_t)qi * MHA_KV_CHUNK, *pq = p + (size_t)qi * ps;
-        for (int t = 0; t < in.lo; t++)
-            row[t] = -INFINITY;
+        mha_attention_logits(f, row, in, pos, k0, g * f->group + qi / n_new);
         pq[dk] = -INFINITY;
         pq[dk + 1] = isa->softmax_row(row, n, in.hi, NULL, &pq[dk]);
         memset(pq, 0, (size_t)dk * sizeof *pq);
@@ -334,7 +339,7 @@ static void decode_chunk_bf16(const mha_step_job *j, int q, int g, int k0, int k
     const mha_kv_view kv = {.kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f), .vps = vps};
     for (int r0 = 0; r0 < nq; r0 += f->q_block) {
         const mha_chunk_rows rows = {.m = nq - r0 < f->q_block ? nq - r0 : f->q_block, .pos0 = j->step->n_past[q],
-                                     .first = r0, .period = n_new, .causal = 1,
+                                     .first = r0, .period = n_new, .causal = 1, .head0 = g * f->group,
                                      .q = mha_mat_rows(k, qv + (size_t)r0 * dk, dk)};
         float *pr = p + (size_t)r0 * ps;
         mha_attention_chunk(f, s, &rows, &kv, 0, k0, n, sc, MHA_KV_CHUNK, mha_mat_rows(k, pr, (ptrdiff_t)ps), pr + dk,
@@ -383,6 +388,8 @@ void mha_step_decode_merge(const mha_step_job *j, int q, int g)
             const float *p = partial_of(j, q, g, c, qi);
             mha_softmax_merge(zr, &m, &sum, p, p[dk], p[dk + 1], dk);
         }
+        if (f->sinks) /* after every key, as the forward merges it */
+            mha_softmax_sink(zr, &m, &sum, f->sinks[g * G + jh], dk);
         const float inv = sum > 0.0f ? 1.0f / sum : 0.0f; /* no visible key: a zero row */
         for (int t = 0; t < dk; t++)
             zr[t] *= inv;

@@ -7,19 +7,36 @@
 
 #include "bgemm.h"
 #include "gemm.h"
+#include "status.h"
 
 #include <string.h>
 
-mha_status mha_weights_check(const mha_weights *w, int bias)
+mha_status mha_weights_check(const mha_weights *w, const mha_dims *dims, char *why, size_t why_len)
 {
-    if (!w || !w->w_q || !w->w_k || !w->w_v || !w->w_o)
-        return MHA_ERR_INVALID_ARG;
+    if (!w)
+        return mha_errorf(why, why_len, MHA_ERR_INVALID_ARG, "weights are NULL");
+    if (!w->w_q || !w->w_k || !w->w_v || !w->w_o)
+        return mha_errorf(why, why_len, MHA_ERR_INVALID_ARG, "w_q %s, w_k %s, w_v %s, w_o %s: all four are needed",
+                          w->w_q ? "set" : "NULL", w->w_k ? "set" : "NULL", w->w_v ? "set" : "NULL",
+                          w->w_o ? "set" : "NULL");
     if (w->layout != MHA_LAYOUT_XW && w->layout != MHA_LAYOUT_TORCH)
-        return MHA_ERR_INVALID_ARG;
-    int qkv = !!w->b_q + !!w->b_k + !!w->b_v;
-    if (bias ? qkv != 3 : qkv + !!w->b_o != 0) /* with bias, b_o may be absent (Qwen2) */
-        return MHA_ERR_INVALID_ARG;
-    return MHA_OK;
+        return mha_errorf(why, why_len, MHA_ERR_INVALID_ARG, "layout %d is neither MHA_LAYOUT_XW nor MHA_LAYOUT_TORCH",
+                          (int)w->layout);
+    const int qkv = !!w->b_q + !!w->b_k + !!w->b_v;
+    if (dims->bias ? qkv != 3 : qkv + !!w->b_o != 0) /* with bias, b_o may be absent (Qwen2) */
+        return mha_errorf(why, why_len, MHA_ERR_INVALID_ARG,
+                          "biases b_q %s, b_k %s, b_v %s, b_o %s; the config has bias %d (%s)", w->b_q ? "set" : "NULL",
+                          w->b_k ? "set" : "NULL", w->b_v ? "set" : "NULL", w->b_o ? "set" : "NULL", dims->bias,
+                          dims->bias ? "b_q, b_k, b_v needed, b_o optional" : "all NULL");
+    const int norm = dims->qk_norm.kind != MHA_QK_NORM_NONE;
+    if (!!w->q_norm != norm || !!w->k_norm != norm)
+        return mha_errorf(why, why_len, MHA_ERR_INVALID_ARG, "q_norm %s, k_norm %s; the config has qk_norm %s (%s)",
+                          w->q_norm ? "set" : "NULL", w->k_norm ? "set" : "NULL", norm ? "head" : "none",
+                          norm ? "both needed, d_k each" : "both NULL");
+    if (!!w->sinks != !!dims->sinks)
+        return mha_errorf(why, why_len, MHA_ERR_INVALID_ARG, "sinks %s; the config has sinks %d (%s)",
+                          w->sinks ? "set" : "NULL", dims->sinks, dims->sinks ? "n_heads logits needed" : "NULL");
+    return mha_errorf(why, why_len, MHA_OK, "%s", "");
 }
 
 /* Element (i, o) of the map x ↦ x·W from d inputs to n outputs, i = input, o = output. */
@@ -90,4 +107,10 @@ void mha_weights_pack(const mha_weights *w, const mha_dims *dims, const mha_kern
         memcpy(v->bo, w->b_o, d * sizeof(float));
     else
         memset(v->bo, 0, d * sizeof(float));
+    /* QK-norm's factors, as HF multiplies: w, or (1 + w) in float32 (Gemma) */
+    const float offset = (float)dims->qk_norm.weight_offset;
+    for (size_t c = 0; v->qk_norm && c < dk; c++)
+        v->qk_norm[c] = offset + w->q_norm[c], v->qk_norm[dk + c] = offset + w->k_norm[c];
+    if (v->sinks)
+        memcpy(v->sinks, w->sinks, (size_t)dims->h * sizeof(float));
 }

@@ -175,9 +175,40 @@ void problem_set_head_dim(problem *p, int dk, uint64_t seed)
     problem_set_kv_heads(p, p->kvh, seed ^ 0xD1Dull);
 }
 
+void problem_set_qk_norm(problem *p, int weight_offset, uint64_t seed)
+{
+    rng r = {seed};
+    const float lo = weight_offset ? -0.5f : 0.5f;
+    free(p->q_norm), free(p->k_norm);
+    p->q_norm = alloc_floats((size_t)p->dk), p->k_norm = alloc_floats((size_t)p->dk);
+    fill_uniform(p->q_norm, (size_t)p->dk, lo, lo + 1.0f, &r);
+    fill_uniform(p->k_norm, (size_t)p->dk, lo, lo + 1.0f, &r);
+    p->qk_norm = (mha_qk_norm){.kind = MHA_QK_NORM_HEAD, .eps = 1e-6f, .weight_offset = weight_offset};
+}
+
+void problem_set_sinks(problem *p, uint64_t seed)
+{
+    rng r = {seed};
+    free(p->sinks);
+    p->sinks = alloc_floats((size_t)p->h);
+    fill_uniform(p->sinks, (size_t)p->h, -2.0f, 2.0f, &r);
+}
+
+void problem_set_variants(problem *p, unsigned variants, uint64_t seed)
+{
+    p->scale = variants & V_SCALE ? 0.2f : 0.0f;
+    p->softcap = variants & V_SOFTCAP ? 3.0f : 0.0f;
+    if (variants & V_SINKS)
+        problem_set_sinks(p, seed);
+    if (variants & (V_QK_NORM | V_QK_NORM_GEMMA))
+        problem_set_qk_norm(p, (variants & V_QK_NORM_GEMMA) != 0, seed ^ 0x9Eull);
+    if (variants & V_ALIBI)
+        p->alibi_max_bias = 8.0f, p->rope.style = MHA_ROPE_NONE;
+}
+
 void problem_free(problem *p)
 {
-    float *all[] = {p->wq, p->wk, p->wv, p->wo, p->bq, p->bk, p->bv, p->bo};
+    float *all[] = {p->wq, p->wk, p->wv, p->wo, p->bq, p->bk, p->bv, p->bo, p->q_norm, p->k_norm, p->sinks};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         free(all[i]);
     if (p->v != p->q && p->v != p->k)
@@ -203,7 +234,9 @@ mha_input problem_input(const problem *p)
 
 mha_weights problem_weights(const problem *p, mha_layout layout, float **scratch)
 {
-    mha_weights w = {p->wq, p->wk, p->wv, p->wo, p->bq, p->bk, p->bv, p->bo, layout};
+    mha_weights w = {.w_q = p->wq, .w_k = p->wk, .w_v = p->wv, .w_o = p->wo, .b_q = p->bq, .b_k = p->bk,
+                     .b_v = p->bv, .b_o = p->bo, .layout = layout, .q_norm = p->q_norm, .k_norm = p->k_norm,
+                     .sinks = p->sinks};
     *scratch = NULL;
     if (layout == MHA_LAYOUT_TORCH) {
         /* nn.Linear stores (d_out, d_in): the transpose of the x·W matrix. */
@@ -244,6 +277,10 @@ void problem_config(const problem *p, mha_config *cfg, int threads)
     if (p->rope.style != MHA_ROPE_NONE)
         cfg->rope = p->rope;
     cfg->window = p->window;
+    cfg->scale = p->scale, cfg->softcap = p->softcap, cfg->alibi_max_bias = p->alibi_max_bias;
+    cfg->sinks = p->sinks != NULL;
+    if (p->qk_norm.kind != MHA_QK_NORM_NONE)
+        cfg->qk_norm = p->qk_norm;
 }
 
 /* y (rows, n) = x (rows, d) · W (d, n) + b */
@@ -292,6 +329,32 @@ static void ref_rope_freqs(const mha_rope *rp, int r, double *f, double *att)
     }
 }
 
+/* QK-norm of each of n_heads heads (width dk) of rows × (n_heads·dk), written from HF's
+ * Qwen3RMSNorm / Gemma3RMSNorm: x · rsqrt(mean(x²) + eps) · (offset + w). */
+static void ref_qk_norm(const problem *p, double *x, int rows, int n_heads, const float *w)
+{
+    const int dk = p->dk;
+    for (int i = 0; i < rows * n_heads; i++) {
+        double *v = x + (size_t)i * dk, ss = 0;
+        for (int c = 0; c < dk; c++)
+            ss += v[c] * v[c];
+        const double r = 1.0 / sqrt(ss / dk + p->qk_norm.eps);
+        for (int c = 0; c < dk; c++)
+            v[c] *= r * (p->qk_norm.weight_offset + (double)w[c]);
+    }
+}
+
+/* ALiBi slopes, written from BLOOM's build_alibi_tensor (max_bias 8 there; ggml's general
+ * form): the closest power of two n <= h; 2^(-max_bias/n)^(1..n), then 2^(-max_bias/2n)^(1, 3, …). */
+static double ref_alibi_slope(const problem *p, int hd)
+{
+    int n = 1;
+    while (2 * n <= p->h)
+        n *= 2;
+    const double base = pow(2.0, -p->alibi_max_bias / n), extra = pow(2.0, -p->alibi_max_bias / (2.0 * n));
+    return hd < n ? pow(base, hd + 1) : pow(extra, 2 * (hd - n) + 1);
+}
+
 /* Rotates the first r features of each of n_heads heads (width dk) of rows × (n_heads·dk). */
 static void ref_rope(const problem *p, double *x, int rows, int n_heads, int pos0)
 {
@@ -327,6 +390,10 @@ void reference_mha(const problem *p, double *out, double *attn)
         ref_linear(p->q + (size_t)b * sq * d, sq, d, qd, p->wq, p->bq, Q);
         ref_linear(p->k + (size_t)b * skv * d, skv, d, kvd, p->wk, p->bk, K);
         ref_linear(p->v + (size_t)b * skv * d, skv, d, kvd, p->wv, p->bv, V);
+        if (p->qk_norm.kind != MHA_QK_NORM_NONE) { /* after the projection, before RoPE */
+            ref_qk_norm(p, Q, sq, h, p->q_norm);
+            ref_qk_norm(p, K, skv, p->kvh, p->k_norm);
+        }
         if (p->rope.style != MHA_ROPE_NONE) { /* key j at position j, query i at i + skv - sq */
             ref_rope(p, Q, sq, h, off);
             ref_rope(p, K, skv, p->kvh, 0);
@@ -334,8 +401,12 @@ void reference_mha(const problem *p, double *out, double *attn)
         memset(Z, 0, (size_t)sq * qd * sizeof *Z);
         for (int hd = 0; hd < h; hd++)
             for (int i = 0; i < ql; i++) {
-                /* visible keys: within the key length, causal bottom-right, explicit mask */
-                double mx = -INFINITY;
+                /* visible keys: within the key length, causal bottom-right, explicit mask; the
+                 * logits: scaled, softcapped, ALiBi's bias; a sink (gpt-oss) joins the max and
+                 * the sum as one more logit with no value */
+                double mx = p->sinks ? p->sinks[hd] : -INFINITY;
+                const double scale = p->scale > 0 ? p->scale : 1.0 / sqrt((double)dk);
+                const double slope = p->alibi_max_bias > 0 ? ref_alibi_slope(p, hd) : 0.0;
                 const int g = hd / group; /* its KV head, as HF's repeat_kv */
                 for (int j = 0; j < skv; j++) {
                     int vis = j < kl && (!(p->causal || p->window) || j <= i + off) &&
@@ -346,12 +417,15 @@ void reference_mha(const problem *p, double *out, double *attn)
                     double s = 0;
                     for (int c = 0; c < dk; c++)
                         s += Q[(size_t)i * qd + hd * dk + c] * K[(size_t)j * kvd + g * dk + c];
-                    a[j] = s / sqrt((double)dk);
+                    s *= scale;
+                    if (p->softcap > 0)
+                        s = p->softcap * tanh(s / p->softcap);
+                    a[j] = s - slope * abs(i + off - j);
                     mx = a[j] > mx ? a[j] : mx;
                 }
                 if (mx == -INFINITY)
                     continue; /* no visible key: zero attention row, zero Z row */
-                double sum = 0;
+                double sum = p->sinks ? exp(p->sinks[hd] - mx) : 0.0;
                 for (int j = 0; j < skv; j++) {
                     a[j] = a[j] == -INFINITY ? 0.0 : exp(a[j] - mx);
                     sum += a[j];

@@ -94,10 +94,16 @@ static int expected(mha_arena_kind kind, const mha_dims *dm, int r)
         return 1;
     if (f32_weight || bf16_weight || r == MHA_REGION_bqkv || r == MHA_REGION_bo)
         return kind != MHA_ARENA_ENGINE_SHARED && !(dm->bf16 ? f32_weight : bf16_weight);
+    if (r == MHA_REGION_qk_norm)
+        return kind != MHA_ARENA_ENGINE_SHARED && dm->qk_norm.kind != MHA_QK_NORM_NONE;
+    if (r == MHA_REGION_sinks)
+        return kind != MHA_ARENA_ENGINE_SHARED && dm->sinks;
     if (kind == MHA_ARENA_WEIGHTS)
         return 0;
     if (r == MHA_REGION_rope_cos || r == MHA_REGION_rope_sin)
         return dm->rope.style != MHA_ROPE_NONE;
+    if (r == MHA_REGION_alibi)
+        return dm->alibi_max_bias > 0.0f;
     return 1;
 }
 
@@ -116,7 +122,8 @@ static void assert_disjoint(const char *what, const size_t *off, const size_t *b
                 cr_assert(off[i] >= off[j] + bytes[j] || off[j] >= off[i] + bytes[i], "%s %d and %d overlap", what, i, j);
 }
 
-/* Every region of every kind of plan, f32 and bf16, with and without RoPE: either laid out
+/* Every region of every kind of plan, f32 and bf16, with and without RoPE (and with it
+ * QK-norm and sinks; without it ALiBi): either laid out
  * (aligned, inside the total, disjoint, its view at its offset) or absent (0 bytes, a NULL
  * view), whatever the plan and the views held before (a weights plan once left its step and
  * decode regions unset, and mha_pack_weights built views from stack garbage: ASan cannot see
@@ -127,8 +134,12 @@ Test(arena, every_region_of_every_kind_is_defined, .init = pick_kernel)
     for (int c = 0; c < 12; c++) {
         mha_dims dm = {.d = 96, .h = 6, .dk = 16, .qd = 96, .batch = 3, .seq_q = 37, .seq_kv = 290, .threads = 3, .q_block = 16,
                        .kvh = 3, .group = 2, .bf16 = c % 2, .positions = 290};
-        if (c / 2 % 2)
+        if (c / 2 % 2) {
             dm.rope = (mha_rope){.style = MHA_ROPE_NEOX, .rotary_dim = 16, .theta = 10000.0f};
+            dm.qk_norm = (mha_qk_norm){.kind = MHA_QK_NORM_HEAD, .eps = 1e-6f}, dm.sinks = 1;
+        } else {
+            dm.alibi_max_bias = 8.0f;
+        }
         const mha_arena_kind kind = kinds[c / 4];
         mha_arena_plan p;
         memset(&p, 0x5A, sizeof p);

@@ -27,6 +27,17 @@ ParameterizedTestParameters(config_load, rejects_bad_configs)
          ":4: model.head_dim: must be in 0..65536, got -8"},
         {"rotary_dim past head_dim", "model:\n  d_model: 64\n  heads: 4\n  head_dim: 8\n  rope: { style: neox, rotary_dim: 16 }\n",
          MHA_ERR_CONFIG, ":5: model.rope.rotary_dim: 16 must be even and at most d_k 8"},
+        {"negative softcap", "model:\n  d_model: 64\n  heads: 4\n  softcap: -30\n", MHA_ERR_CONFIG,
+         ":4: model.softcap: must be in 0..1e+06, got -30"},
+        {"negative scale", "model:\n  d_model: 64\n  heads: 4\n  scale: -0.1\n", MHA_ERR_CONFIG,
+         ":4: model.scale: must be in 0..1e+06, got -0.1"},
+        {"ALiBi with RoPE", "model:\n  d_model: 64\n  heads: 4\n  rope: { style: neox }\n  alibi: { max_bias: 8 }\n",
+         MHA_ERR_CONFIG, ":5: model.alibi.max_bias: 8 with model.rope.style neox: ALiBi and RoPE are two"},
+        {"unknown QK-norm", "model:\n  d_model: 64\n  heads: 4\n  qk_norm: { kind: layer }\n", MHA_ERR_CONFIG,
+         ":4: model.qk_norm.kind"},
+        {"QK-norm eps 0", "model:\n  d_model: 64\n  heads: 4\n  qk_norm: { kind: head, eps: 0 }\n", MHA_ERR_CONFIG,
+         ":4: model.qk_norm.eps: must be in (0..1, got 0"},
+        {"sinks not a bool", "model:\n  d_model: 64\n  heads: 4\n  sinks: 3\n", MHA_ERR_CONFIG, ":4: model.sinks"},
         {"non-positive width", "model: { d_model: 0, heads: 4 }\n", MHA_ERR_CONFIG, ":1: model.d_model: must be in 1..65536, got 0"},
         {"length out of range", MODEL "batch:\n  seq_len: 16\n  lengths: [16, 17]\n", MHA_ERR_CONFIG, ":4: batch.lengths[1]: must be in 0..16 (seq_len), got 17"},
         {"negative batch", MODEL "batch: { size: -3 }\n", MHA_ERR_CONFIG, ":2: batch.size"},
@@ -147,41 +158,50 @@ Test(config_load, built_in_default_is_configs_default_yaml, .timeout = 30)
     free(out), free(cerr);
 }
 
-/* Two configs that between them set every key of the schema (RoPE's llama3 and yarn fields
- * exclude each other) load, so the loader's per-key tables hold the whole schema however it
- * grows; the test fails when a key is added without being set here. */
+/* Three configs that between them set every key of the schema (RoPE's llama3 and yarn fields
+ * exclude each other, and ALiBi excludes RoPE) load, so the loader's per-key tables hold the
+ * whole schema however it grows; the test fails when a key is added without being set here. */
 Test(config_load, configs_using_every_key_load, .timeout = 30)
 {
     static const char common[] =
         "name: every-key\n"
         "model:\n  d_model: 64\n  heads: 4\n  head_dim: 16\n  bias: true\n  kv_heads: 2\n  window: 0\n"
-        "  rope: { style: neox, theta: 10000, rotary_dim: 16, factor: 2, original_max_position: 64, %s }\n"
+        "  scale: 0.125\n  softcap: 30\n  sinks: true\n  qk_norm: { kind: head, eps: 1e-5, weight_offset: 1 }\n"
+        "  %s\n"
         "batch: { size: 2, seq_len: 8, kv_len: 8, cross: true, mask: padding, lengths: [8, 5], kv_lengths: [8, 3] }\n"
         "threads: { count: 1, pinning: cpus, cpus: [%d] }\n"
         "run: { warmup: 1, iters: 1, seed: 7 }\n"
         "scaling: { threads: [1], pinning: [none], mode: strong, iters: 1 }\n"
         "decode: { seqs: 1, context: 8, new: 1, steps: 1, block_size: 4, prefill_chunk: 4 }\n"
         "engine: { q_block: 0, blis_arch: auto, precision: f32, bf16_kernel: auto, isa: auto }\n";
-    static const char *rope[] = {"scaling: llama3, low_freq_factor: 1, high_freq_factor: 4",
-                                 "scaling: yarn, beta_fast: 32, beta_slow: 1"};
-    char dir[64], path[128], err[512], yaml[2][1024];
+    static const char *model[] = {
+        "rope: { style: neox, theta: 10000, rotary_dim: 16, factor: 2, original_max_position: 64, scaling: llama3, "
+        "low_freq_factor: 1, high_freq_factor: 4 }",
+        "rope: { style: neox, theta: 10000, rotary_dim: 16, factor: 2, original_max_position: 64, scaling: yarn, "
+        "beta_fast: 32, beta_slow: 1 }",
+        "alibi: { max_bias: 8 }"};
+    enum { N = sizeof model / sizeof model[0] };
+    char dir[64], path[128], err[512], yaml[N][1024];
     int cpu;
     cr_assert_geq(mha_cpus_allowed(&cpu, 1), 1);
     tmpdir_make(dir, sizeof dir);
-    for (int i = 0; i < 2; i++) {
-        snprintf(yaml[i], sizeof yaml[i], common, rope[i], cpu);
+    for (int i = 0; i < N; i++) {
+        snprintf(yaml[i], sizeof yaml[i], common, model[i], cpu);
         snprintf(path, sizeof path, "%s/every%d.yaml", dir, i);
         write_file(path, yaml[i], strlen(yaml[i]));
         mha_config_file fc;
         mha_status st = mha_config_file_load(path, &fc, err, sizeof err);
-        cr_assert_eq(st, MHA_OK, "%s: %s", rope[i], err);
+        cr_assert_eq(st, MHA_OK, "%s: %s", model[i], err);
     }
     for (int k = 0; mha_config_key_at(k); k++) {
         /* the key's last name part, as written in the blocks above ("rope.factor" -> "factor:") */
         const char *key = mha_config_key_at(k)->key, *leaf = strrchr(key, '.') ? strrchr(key, '.') + 1 : key;
         char want[64];
         snprintf(want, sizeof want, "%s:", leaf);
-        cr_assert(strstr(yaml[0], want) || strstr(yaml[1], want), "key %s is set by neither config", key);
+        int found = 0;
+        for (int i = 0; i < N; i++)
+            found |= strstr(yaml[i], want) != NULL;
+        cr_assert(found, "key %s is set by no config", key);
     }
     tmpdir_remove(dir);
 }

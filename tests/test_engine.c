@@ -34,6 +34,7 @@ typedef struct fcase {
     int rdim;    /* rotary_dim, 0: d_k */
     int window;
     int dk;      /* head_dim, 0: d / h */
+    unsigned variants; /* V_* bits (helpers.h): scale, softcap, sinks, QK-norm, ALiBi */
 } fcase;
 
 /* RoPE parameters of the decoder cases: small original contexts, so that llama3's three bands
@@ -126,6 +127,32 @@ static fcase cases[] = {
          24},
         {"head_dim, long rows", 48, 2, 2, 300, 300, 0, 1, MHA_LAYOUT_XW, M_CAUSAL, 0, 2, 1, MHA_ROPE_NEOX, 0, 0, 0,
          272},
+        /* the pieces current models add inside attention (issue 21) */
+        {"scale, softcap (Gemma 2)", 128, 4, 2, 23, 23, 0, 0, MHA_LAYOUT_XW, M_CAUSAL, 0, 2, 2, MHA_ROPE_NEOX, 0, 0, 0,
+         64, V_SCALE | V_SOFTCAP},
+        {"softcap, window, long rows", 32, 2, 2, 700, 700, 0, 1, MHA_LAYOUT_XW, M_CAUSAL | M_KVLEN, 0, 2, 1,
+         MHA_ROPE_NEOX, 0, 0, 300, 0, V_SOFTCAP},
+        {"softcap, cross, explicit mask", 64, 4, 2, 12, 30, 1, 1, MHA_LAYOUT_TORCH, M_EXPLICIT, 4, 2, 0, 0, 0, 0, 0, 0,
+         V_SOFTCAP},
+        {"sinks, window, GQA (gpt-oss)", 96, 6, 2, 31, 31, 0, 1, MHA_LAYOUT_XW, M_CAUSAL, 8, 2, 2, MHA_ROPE_NEOX, 0, 0,
+         8, 16, V_SINKS},
+        {"sinks, ragged, all masks", 48, 3, 4, 21, 30, 1, 1, MHA_LAYOUT_XW, M_CAUSAL | M_KVLEN | M_QLEN | M_EXPLICIT, 8,
+         3, 0, 0, 0, 0, 0, 0, V_SINKS},
+        {"sinks, long rows", 32, 2, 2, 40, 1300, 1, 1, MHA_LAYOUT_XW, M_KVLEN, 0, 2, 0, 0, 0, 0, 0, 0, V_SINKS},
+        {"QK-norm (Qwen3)", 64, 4, 2, 25, 25, 0, 0, MHA_LAYOUT_TORCH, M_CAUSAL, 0, 2, 2, MHA_ROPE_NEOX, 0, 0, 0, 32,
+         V_QK_NORM},
+        {"QK-norm 1 + w (Gemma 3), cross", 64, 4, 2, 9, 30, 1, 1, MHA_LAYOUT_XW, M_KVLEN, 0, 2, 1, MHA_ROPE_GPTJ, 0, 0,
+         0, 0, V_QK_NORM_GEMMA},
+        {"QK-norm, MHA fused Q|K|V", 64, 4, 2, 19, 19, 0, 1, MHA_LAYOUT_XW, M_NONE, 0, 2, 0, MHA_ROPE_NEOX, 0, 0, 0, 0,
+         V_QK_NORM},
+        {"ALiBi causal, 6 heads (BLOOM)", 96, 6, 2, 33, 33, 0, 1, MHA_LAYOUT_TORCH, M_CAUSAL | M_QLEN, 8, 2, 0, 0, 0,
+         0, 0, 0, V_ALIBI},
+        {"ALiBi bidirectional cross, 5 heads", 80, 5, 2, 13, 29, 1, 1, MHA_LAYOUT_XW, M_EXPLICIT | M_KVLEN, 0, 2, 0, 0,
+         0, 0, 0, 0, V_ALIBI},
+        {"ALiBi, window, long rows, GQA", 64, 4, 2, 600, 600, 0, 1, MHA_LAYOUT_XW, M_CAUSAL, 0, 2, 2, 0, 0, 0, 260, 0,
+         V_ALIBI | V_SOFTCAP | V_SINKS},
+        {"every variant with RoPE", 96, 4, 3, 300, 300, 0, 1, MHA_LAYOUT_XW, M_CAUSAL | M_KVLEN | M_QLEN, 16, 3, 2,
+         MHA_ROPE_NEOX, MHA_ROPE_SCALING_LLAMA3, 0, 100, 40, V_SCALE | V_SOFTCAP | V_SINKS | V_QK_NORM_GEMMA},
 };
 #pragma GCC diagnostic pop
 
@@ -148,6 +175,7 @@ static void check_case(const fcase *c, mha_precision precision, const char *kern
         problem_set_head_dim(&p, c->dk, 78);
     p.rope = rope_of(c);
     p.window = c->window;
+    problem_set_variants(&p, c->variants, 79);
 
     mha_config cfg;
     problem_config(&p, &cfg, c->threads);

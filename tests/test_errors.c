@@ -97,7 +97,8 @@ Test(errors, null_arguments_are_invalid, .init = setup, .fini = teardown)
 
 Test(errors, weights_that_disagree_with_the_config, .init = setup, .fini = teardown)
 {
-    mha_weights w = {P.wq, NULL, P.wv, P.wo, P.bq, P.bk, P.bv, P.bo, MHA_LAYOUT_XW};
+    mha_weights w = {.w_q = P.wq, .w_v = P.wv, .w_o = P.wo, .b_q = P.bq, .b_k = P.bk, .b_v = P.bv, .b_o = P.bo,
+                     .layout = MHA_LAYOUT_XW};
     cr_assert_eq(mha_set_weights(E, &w), MHA_ERR_INVALID_ARG, "missing W_k");
     w.w_k = P.wk, w.b_k = NULL;
     cr_assert_eq(mha_set_weights(E, &w), MHA_ERR_INVALID_ARG, "b_q and b_v without b_k");
@@ -110,7 +111,49 @@ Test(errors, weights_that_disagree_with_the_config, .init = setup, .fini = teard
     w.w_v = P.wv;
     w.layout = (mha_layout)7;
     cr_assert_eq(mha_set_weights(E, &w), MHA_ERR_INVALID_ARG, "unknown layout");
+    w.layout = MHA_LAYOUT_XW;
+    w.q_norm = w.k_norm = P.bq, w.sinks = P.bq;
+    cr_assert_eq(mha_set_weights(E, &w), MHA_ERR_INVALID_ARG, "QK-norm weights for a model without QK-norm");
+    cr_assert(strstr(mha_engine_last_error(E), "q_norm set, k_norm set; the config has qk_norm none"), "%s",
+              mha_engine_last_error(E));
+    w.q_norm = w.k_norm = NULL;
+    cr_assert_eq(mha_set_weights(E, &w), MHA_ERR_INVALID_ARG, "sinks for a model without sinks");
+    cr_assert(strstr(mha_engine_last_error(E), "sinks set; the config has sinks 0"), "%s", mha_engine_last_error(E));
     assert_usable();
+}
+
+/* A model with QK-norm and sinks needs their weights: each missing one is named. */
+Test(errors, variant_weights_must_be_given)
+{
+    problem p;
+    problem_make(&p, 32, 4, 1, 4, 4, 0, 0, 5);
+    problem_set_qk_norm(&p, 0, 6);
+    problem_set_sinks(&p, 7);
+    mha_engine *e = engine_bare(&p, 1);
+    float *scratch;
+    mha_weights w = problem_weights(&p, MHA_LAYOUT_XW, &scratch);
+    const struct { const float **field; const char *says; } missing[] = {
+        {&w.q_norm, "q_norm NULL, k_norm set; the config has qk_norm head (both needed, d_k each)"},
+        {&w.k_norm, "q_norm set, k_norm NULL"},
+        {&w.sinks, "sinks NULL; the config has sinks 1 (n_heads logits needed)"},
+    };
+    for (size_t i = 0; i < sizeof missing / sizeof missing[0]; i++) {
+        const float *keep = *missing[i].field;
+        *missing[i].field = NULL;
+        cr_assert_eq(mha_set_weights(e, &w), MHA_ERR_INVALID_ARG, "%s", missing[i].says);
+        cr_assert(strstr(mha_engine_last_error(e), missing[i].says), "%s", mha_engine_last_error(e));
+        *missing[i].field = keep;
+    }
+    cr_assert_eq(mha_set_weights(e, &w), MHA_OK, "%s", mha_engine_last_error(e));
+    mha_packed_weights *pw;
+    cr_assert_eq(mha_pack_weights(NULL, &w, &pw), MHA_ERR_INVALID_ARG);
+    mha_config cfg;
+    problem_config(&p, &cfg, 1);
+    w.sinks = NULL;
+    cr_assert_eq(mha_pack_weights(&cfg, &w, &pw), MHA_ERR_INVALID_ARG, "packed without the sinks");
+    free(scratch);
+    mha_free(e);
+    problem_free(&p);
 }
 
 Test(errors, invalid_configs)
@@ -288,7 +331,8 @@ Test(errors, creates_say_what_is_wrong)
     mha_free(e);
     /* shared weights packed for another model: the field that differs, and both values */
     static float w[4][32 * 32], b[4][32];
-    mha_weights wt = {w[0], w[1], w[2], w[3], b[0], b[1], b[2], b[3], MHA_LAYOUT_XW};
+    mha_weights wt = {.w_q = w[0], .w_k = w[1], .w_v = w[2], .w_o = w[3], .b_q = b[0], .b_k = b[1], .b_v = b[2],
+                      .b_o = b[3], .layout = MHA_LAYOUT_XW};
     mha_packed_weights *pw;
     cr_assert_eq(mha_pack_weights(&cfg, &wt, &pw), MHA_OK);
     mha_config other = cfg;

@@ -68,12 +68,19 @@ Test(shared_weights, eight_shared_engines_equal_eight_private_ones_bitwise, .tim
     problem p;
     problem_make(&p, 96, 6, 2, 21, 21, 1, 0, 31);
     p.causal = 1;
+    problem_set_variants(&p, V_SINKS | V_QK_NORM_GEMMA | V_SOFTCAP, 32); /* their weights are packed too */
     mha_config cfg; /* one single-threaded engine per core: the server recipe */
     float *scratch;
     mha_weights wt = problem_ready(&p, &cfg, 1, MHA_LAYOUT_TORCH, &scratch);
     mha_packed_weights *pw;
     cr_assert_eq(mha_pack_weights(&cfg, &wt, &pw), MHA_OK);
     free(scratch); /* packed: the caller's arrays are no longer needed */
+    mha_config other = cfg;
+    other.sinks = 0;
+    mha_engine *none;
+    char err[256];
+    cr_assert_eq(mha_create_shared_msg(&other, pw, &none, err, sizeof err), MHA_ERR_CONFIG);
+    cr_assert_str_eq(err, "sinks: 0, but the packed weights were made for 1");
     mha_engine *shared[ENGINES], *own[ENGINES];
     float *out_shared[ENGINES], *out_own[ENGINES];
     size_t n = (size_t)FORWARDS * p.batch * p.seq_q * p.d;

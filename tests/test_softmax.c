@@ -171,3 +171,43 @@ Test(softmax, chunks_with_a_running_max_match_the_whole_row, .timeout = 30)
         }
     }
 }
+
+/* The logit softcap of every table against tanh in double: Cephes' split keeps the error
+ * near 2e-7 of tanh on both sides of 0.625 (no cancellation below it); 1e-6 · cap, a margin of
+ * five, fails a wrong branch, a lost sign or a tail lane left as it was. Values past the tail
+ * stay untouched. ±∞ and the largest floats saturate to ±cap. */
+#define SOFTCAP_TOL 1e-6
+Test(softmax, softcap_rows_are_cap_tanh_on_every_table)
+{
+    rng r = {61};
+    float in[300], row[304];
+    const float caps[] = {50.0f, 3.0f, 0.5f};
+    const mha_isa *isa;
+    FOR_EACH_ISA(isa) {
+        const int sizes[] = {1, 7, 8, 9, 16, 17, 33, 300};
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+            for (size_t c = 0; c < sizeof caps / sizeof caps[0]; c++) {
+                const int n = sizes[s];
+                const float cap = caps[c];
+                fill_uniform(in, (size_t)n, -4.0f * cap, 4.0f * cap, &r);
+                in[0] = n > 1 ? 0.625f * cap : in[0]; /* the branch point, and tiny values */
+                if (n > 2)
+                    in[1] = -1e-6f * cap, in[2] = 1e-30f;
+                memcpy(row, in, (size_t)n * sizeof *row);
+                for (int j = n; j < n + 4; j++)
+                    row[j] = 1234.5f;
+                isa->softcap_row(row, n, cap);
+                for (int j = 0; j < n; j++) {
+                    const double want = cap * tanh((double)in[j] / cap);
+                    cr_assert_leq(fabs(row[j] - want), SOFTCAP_TOL * cap, "%s, n %d, cap %g: [%d] %a -> %a, want %a",
+                                  isa->name, n, (double)cap, j, (double)in[j], (double)row[j], want);
+                }
+                for (int j = n; j < n + 4; j++)
+                    cr_assert_eq(row[j], 1234.5f, "%s: element %d past the row was written", isa->name, j);
+            }
+        float big[4] = {INFINITY, -INFINITY, 3e38f, -3e38f};
+        isa->softcap_row(big, 4, 30.0f);
+        for (int j = 0; j < 4; j++)
+            cr_assert_eq(big[j], j % 2 ? -30.0f : 30.0f, "%s: [%d] = %g", isa->name, j, (double)big[j]);
+    }
+}

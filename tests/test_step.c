@@ -31,9 +31,9 @@ typedef struct decoder {
 /* A GQA + RoPE (+ window) layer of width d, h query heads over kvh KV heads, engine capacity
  * max_batch × max_new new tokens per step, of the given precision (its cache too); the
  * reference forward is float32. */
-/* dk 0: d / h */
+/* dk 0: d / h; variants: V_* bits (helpers.h; V_ALIBI turns RoPE off) */
 static void decoder_make_shape(decoder *dc, int d, int h, int kvh, int dk, int batch, int seq, int window, int max_new,
-                               int threads, mha_precision prec)
+                               int threads, mha_precision prec, unsigned variants)
 {
     problem_make(&dc->p, d, h, batch, seq, seq, 1, 0, 404);
     problem_set_kv_heads(&dc->p, kvh, 405);
@@ -44,6 +44,7 @@ static void decoder_make_shape(decoder *dc, int d, int h, int kvh, int dk, int b
                             .original_max_position = 16};
     dc->p.window = window;
     dc->p.causal = 1;
+    problem_set_variants(&dc->p, variants, 407);
     /* the whole-sequence reference: one causal forward */
     mha_engine *whole = engine_for(&dc->p, 2, MHA_LAYOUT_XW);
     dc->want = malloc((size_t)batch * seq * d * sizeof *dc->want);
@@ -65,7 +66,7 @@ static void decoder_make_shape(decoder *dc, int d, int h, int kvh, int dk, int b
 /* d 64, 8 query heads over 2 KV heads (d_k 8) */
 static void decoder_make_in(decoder *dc, int batch, int seq, int window, int max_new, int threads, mha_precision prec)
 {
-    decoder_make_shape(dc, 64, 8, 2, 0, batch, seq, window, max_new, threads, prec);
+    decoder_make_shape(dc, 64, 8, 2, 0, batch, seq, window, max_new, threads, prec, 0);
 }
 
 static void decoder_make(decoder *dc, int batch, int seq, int window, int max_new, int threads)
@@ -209,7 +210,7 @@ Test(step, decode_tiles_for_every_query_count_and_head_size_equal_one_forward, .
     EACH_PRECISION(prec)
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
             decoder dc;
-            decoder_make_shape(&dc, shapes[i].d, shapes[i].h, shapes[i].kvh, 0, 1, 24, 0, 13, 2, prec);
+            decoder_make_shape(&dc, shapes[i].d, shapes[i].h, shapes[i].kvh, 0, 1, 24, 0, 13, 2, prec, 0);
             cr_log_info("d %d, %d heads over %d KV heads:", shapes[i].d, shapes[i].h, shapes[i].kvh);
             run_schedule(&dc, 16, (int)(sizeof sched / sizeof sched[0]), sched, 11);
             decoder_free(&dc);
@@ -529,22 +530,26 @@ static void steps_by_plan(decoder *dc, int bs, const int *const *cut, int n_step
 Test(step, a_sequences_outputs_do_not_depend_on_how_its_steps_are_cut, .timeout = 300)
 {
     /* d, h, kvh, head_dim: d_k 8 with GQA, d_k 32 with MQA, d_k 128, head_dim 24 (Q 96 wide in
-     * a 64-wide model) with GQA */
+     * a 64-wide model) with GQA; the last trials with the variants of current models (scale,
+     * softcap, sinks and QK-norm with RoPE; ALiBi with softcap and sinks), in both precisions */
     const int shapes[][4] = {{64, 8, 2, 0}, {128, 4, 1, 0}, {256, 2, 2, 0}, {64, 4, 2, 24}};
+    const unsigned variants[] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, V_SCALE | V_SOFTCAP | V_SINKS | V_QK_NORM,
+                                 V_ALIBI | V_SINKS, V_ALIBI | V_SOFTCAP | V_SINKS,
+                                 V_SCALE | V_SOFTCAP | V_SINKS | V_QK_NORM_GEMMA};
     const int windows[] = {0, 0, 70, 300}, block_sizes[] = {8, 16, 32, 48};
     const mha_precision precs[] = {MHA_PRECISION_F32, MHA_PRECISION_BF16};
     rng r = {2020};
     /* 1, 3 or 4 sequences of 260-560 tokens (2 or 3 key chunks), or 64 short ones: decode steps
      * of 1, 4 and up to 64 sequences */
-    const int batches[] = {3, 3, 3, 3, 3, 3, 1, 4, 64, 64};
-    for (int trial = 0; trial < 10; trial++) {
+    const int batches[] = {3, 3, 3, 3, 3, 3, 1, 4, 64, 64, 3, 3, 4, 3};
+    for (int trial = 0; trial < (int)(sizeof batches / sizeof batches[0]); trial++) {
         const int *sh = shapes[trial % 4];
         const mha_precision prec = precs[trial % 2];
         const int B = batches[trial], S = B < 64 ? 260 + (int)(rng_next(&r) % 300) : 20 + (int)(rng_next(&r) % 20);
         const int window = windows[rng_next(&r) % 4];
         const int threads = 1 + (int)(rng_next(&r) % 2), bs = block_sizes[rng_next(&r) % 4];
         decoder dc;
-        decoder_make_shape(&dc, sh[0], sh[1], sh[2], sh[3], B, S, window, S, threads, prec);
+        decoder_make_shape(&dc, sh[0], sh[1], sh[2], sh[3], B, S, window, S, threads, prec, variants[trial]);
         const int d = dc.p.d;
         const size_t n = (size_t)B * S * d;
         /* the reference: one causal mha_forward of the whole batch on the same engine */
@@ -576,9 +581,11 @@ Test(step, a_sequences_outputs_do_not_depend_on_how_its_steps_are_cut, .timeout 
             steps_by_plan(&dc, bs, (const int *const *)cuts, steps, 77 + (uint64_t)trial, got);
             const long at = first_bit_difference(got, ref, n);
             cr_assert_eq(at, -1,
-                         "isa %s, %s, d %d, %d heads over %d, window %d, %d threads, block_size %d, plan %d (%d steps): "
+                         "isa %s, %s, d %d, %d heads over %d, window %d, variants %#x, %d threads, block_size %d, "
+                         "plan %d (%d steps): "
                          "sequence %ld, position %ld, feature %ld: %a (steps) vs %a (one forward)",
-                         mha_engine_isa(dc.e), mha_precision_name(prec), d, sh[1], sh[2], window, threads, bs, plan,
+                         mha_engine_isa(dc.e), mha_precision_name(prec), d, sh[1], sh[2], window, variants[trial], threads,
+                         bs, plan,
                          steps, at / ((long)S * d), at / d % S, at % d, got[at < 0 ? 0 : at], ref[at < 0 ? 0 : at]);
         }
         for (int b = 0; b < B; b++)

@@ -71,6 +71,10 @@ typedef struct cli_problem {
     int dk;                    /* d_k (head_dim, or d / h) */
     mha_rope rope;             /* rope.rotary_dim resolved (0 -> d_k) */
     int window;
+    float scale, softcap;      /* scale resolved (0 -> 1/sqrt(d_k)); softcap 0: none */
+    int sinks;
+    mha_qk_norm qk_norm;
+    float alibi_max_bias;      /* 0: no ALiBi */
     float *q, *kv;             /* (batch, seq_q, d); (batch, seq_kv, d) or NULL: self-attention */
     int32_t *q_len, *kv_len;   /* NULL or (batch) */
     mha_weights w;
@@ -82,10 +86,12 @@ void cli_problem_model(cli_problem *p, const mha_config *cfg);
  * for cross-attention), lengths repeated over the batch, and for self-attention the query
  * lengths as key padding too. Returns EXIT_OK, or an exit code after a message. */
 int cli_generate_inputs(const mha_config_file *fc, int batch, cli_problem *p);
-/* Floats of a layer's weights and biases: Wq, Wo (d·h·d_k), Wk, Wv (d·kvh·d_k), their biases. */
+/* Floats of a layer's weights and biases: Wq, Wo (d·h·d_k), Wk, Wv (d·kvh·d_k), their biases,
+ * then QK-norm's weights (2·d_k) and the sinks (h) when the model has them. */
 size_t cli_weight_floats(const cli_problem *p);
 /* Seeded weights with nn.Linear's init, U(-1/sqrt(d), 1/sqrt(d)), into *buf (the caller
- * frees it) and p->w (x·W layout; biases when the config has them). */
+ * frees it) and p->w (x·W layout; biases when the config has them; QK-norm factors
+ * U(0.5, 1.5) and sinks U(-1, 1) when it has those). */
 int cli_generate_weights(const mha_config_file *fc, cli_problem *p, float **buf);
 /* Lengths list, repeated over the batch (NULL when out of memory). */
 int32_t *cli_cycle_lengths(const int *list, int n, int batch);

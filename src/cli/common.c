@@ -181,6 +181,9 @@ void cli_problem_model(cli_problem *p, const mha_config *cfg)
     if (p->rope.style != MHA_ROPE_NONE && p->rope.rotary_dim == 0)
         p->rope.rotary_dim = p->dk;
     p->window = cfg->window;
+    p->scale = cfg->scale > 0.0f ? cfg->scale : (float)(1.0 / sqrt((double)p->dk));
+    p->softcap = cfg->softcap, p->sinks = cfg->sinks, p->qk_norm = cfg->qk_norm;
+    p->alibi_max_bias = cfg->alibi_max_bias;
 }
 
 int cli_generate_inputs(const mha_config_file *fc, int batch, cli_problem *p)
@@ -221,10 +224,16 @@ int cli_self_key_padding(cli_problem *p)
     return EXIT_OK;
 }
 
+/* QK-norm's weights (q then k, d_k each) and the sinks (h), after the biases. */
+static size_t extra_floats(const cli_problem *p)
+{
+    return (p->qk_norm.kind != MHA_QK_NORM_NONE ? 2 * (size_t)p->dk : 0) + (p->sinks ? (size_t)p->h : 0);
+}
+
 size_t cli_weight_floats(const cli_problem *p)
 {
     const size_t d = (size_t)p->d, qd = (size_t)p->h * p->dk, kvd = (size_t)p->kvh * p->dk;
-    return 2 * d * qd + 2 * d * kvd + qd + d + 2 * kvd;
+    return 2 * d * qd + 2 * d * kvd + qd + d + 2 * kvd + extra_floats(p);
 }
 
 int cli_generate_weights(const mha_config_file *fc, cli_problem *p, float **buf)
@@ -232,7 +241,7 @@ int cli_generate_weights(const mha_config_file *fc, cli_problem *p, float **buf)
     /* after the inputs' stream: a different seed; Wq (d, h·d_k), Wk, Wv (d, kvh·d_k), Wo
      * (h·d_k, d), then their biases */
     const size_t d = (size_t)p->d, qd = (size_t)p->h * p->dk, dd = d * qd, kvd = (size_t)p->kvh * p->dk;
-    const size_t nw = 2 * dd + 2 * d * kvd, nb = cli_weight_floats(p) - nw;
+    const size_t nw = 2 * dd + 2 * d * kvd, nx = extra_floats(p), nb = cli_weight_floats(p) - nw - nx;
     uint64_t seed = fc->seed ^ 0x5EEDull;
     if (!(*buf = malloc((nw + nb) * sizeof **buf))) {
         cli_error("out of memory for the weights");
@@ -241,9 +250,20 @@ int cli_generate_weights(const mha_config_file *fc, cli_problem *p, float **buf)
     float bound = 1.0f / sqrtf((float)p->d), *w = *buf, *b = w + nw;
     cli_fill_uniform(w, nw, -bound, bound, &seed);
     cli_fill_uniform(b, nb, -bound, bound, &seed);
-    p->w = (mha_weights){w, w + dd, w + dd + d * kvd, w + dd + 2 * d * kvd, NULL, NULL, NULL, NULL, MHA_LAYOUT_XW};
+    p->w = (mha_weights){.w_q = w, .w_k = w + dd, .w_v = w + dd + d * kvd, .w_o = w + dd + 2 * d * kvd,
+                         .layout = MHA_LAYOUT_XW};
     if (fc->engine.bias)
         p->w.b_q = b, p->w.b_k = b + qd, p->w.b_v = b + qd + kvd, p->w.b_o = b + qd + 2 * kvd;
+    float *x = b + nb;
+    if (p->qk_norm.kind != MHA_QK_NORM_NONE) { /* factors (offset + w) around 1 */
+        const float lo = 0.5f - (float)p->qk_norm.weight_offset;
+        cli_fill_uniform(x, 2 * (size_t)p->dk, lo, lo + 1.0f, &seed);
+        p->w.q_norm = x, p->w.k_norm = x + p->dk, x += 2 * (size_t)p->dk;
+    }
+    if (p->sinks) {
+        cli_fill_uniform(x, (size_t)p->h, -1.0f, 1.0f, &seed);
+        p->w.sinks = x;
+    }
     return EXIT_OK;
 }
 
@@ -327,6 +347,27 @@ static void rope_row(const cli_problem *p, const float *inv_freq, float att, dou
     }
 }
 
+/* QK-norm of one head's features y (d_k) with HF's RMSNorm weights w, in double. */
+static void norm_row(const cli_problem *p, const float *w, double *y)
+{
+    double ss = 0;
+    for (int c = 0; c < p->dk; c++)
+        ss += y[c] * y[c];
+    const double r = 1.0 / sqrt(ss / p->dk + p->qk_norm.eps);
+    for (int c = 0; c < p->dk; c++)
+        y[c] *= r * (p->qk_norm.weight_offset + (double)w[c]);
+}
+
+/* ALiBi's slope of head h, from BLOOM's build_alibi_tensor, in double. */
+static double alibi_slope(const cli_problem *p, int h)
+{
+    int n = 1;
+    while (n * 2 <= p->h)
+        n *= 2;
+    const double b = p->alibi_max_bias;
+    return h < n ? pow(2.0, -b / n * (h + 1)) : pow(2.0, -b / (2.0 * n) * (2 * (h - n) + 1));
+}
+
 /* Sampled row r of `want` spread over a sequence's ql valid rows. */
 static int sample_row(int r, int want, int ql)
 {
@@ -377,6 +418,8 @@ double cli_check_rows(const cli_problem *p, const float *out, int rows, int *che
                 for (int j = 0; j < max_key; j++) {
                     linear_cols(p, xkv + (size_t)j * d, p->w.w_k, p->w.b_k, kvd, kc0, dk, K + (size_t)j * dk);
                     linear_cols(p, xkv + (size_t)j * d, p->w.w_v, p->w.b_v, kvd, kc0, dk, V + (size_t)j * dk);
+                    if (p->w.k_norm)
+                        norm_row(p, p->w.k_norm, K + (size_t)j * dk);
                     if (p->rope.style != MHA_ROPE_NONE)
                         rope_row(p, inv_freq, att, K + (size_t)j * dk, j);
                 }
@@ -386,16 +429,25 @@ double cli_check_rows(const cli_problem *p, const float *out, int rows, int *che
                 if (nv <= lo)
                     continue;
                 linear_cols(p, xq + (size_t)i * d, p->w.w_q, p->w.b_q, qd, c0, dk, q);
+                if (p->w.q_norm)
+                    norm_row(p, p->w.q_norm, q);
                 if (p->rope.style != MHA_ROPE_NONE)
                     rope_row(p, inv_freq, att, q, i + off);
-                double mx = -INFINITY, sum = 0;
+                /* scale, softcap, ALiBi; a sink joins the max and the sum */
+                double mx = p->w.sinks ? p->w.sinks[h] : -INFINITY, sum = 0;
+                const double slope = p->alibi_max_bias > 0 ? alibi_slope(p, h) : 0.0;
                 for (int j = lo; j < nv; j++) {
                     double sc = 0;
                     for (int c = 0; c < dk; c++)
                         sc += q[c] * K[(size_t)j * dk + c];
-                    a[j] = sc / sqrt((double)dk);
+                    sc *= p->scale;
+                    if (p->softcap > 0)
+                        sc = p->softcap * tanh(sc / p->softcap);
+                    a[j] = sc - slope * abs(i + off - j);
                     mx = a[j] > mx ? a[j] : mx;
                 }
+                if (p->w.sinks)
+                    sum = exp(p->w.sinks[h] - mx);
                 for (int j = lo; j < nv; j++)
                     sum += (a[j] = exp(a[j] - mx));
                 double *zr = z + (size_t)r * qd + c0;

@@ -225,6 +225,27 @@ __attribute__((target(AVX2))) static float softmax_row_avx2(float *restrict s, i
     return ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
 }
 
+/* Logit softcapping: cap · tanh(s / cap), 8 lanes, both of mha_tanh_poly's branches blended. */
+__attribute__((target(AVX2))) static void softcap_row_avx2(float *s, int n, float cap)
+{
+    const __m256 vc = _mm256_set1_ps(cap), sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+    for (int j = 0; j < n; j += 8) {
+        const __m256i k = first8(n - j);
+        const __m256 x = _mm256_div_ps(_mm256_maskload_ps(s + j, k), vc), z = _mm256_andnot_ps(sign, x);
+        const __m256 big = _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f),
+                                                            _mm256_add_ps(exp8(_mm256_add_ps(z, z)), one)));
+        const __m256 zz = _mm256_mul_ps(z, z);
+        __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(MHA_TANH_P0), zz, _mm256_set1_ps(MHA_TANH_P1));
+        p = _mm256_fmadd_ps(p, zz, _mm256_set1_ps(MHA_TANH_P2));
+        p = _mm256_fmadd_ps(p, zz, _mm256_set1_ps(MHA_TANH_P3));
+        p = _mm256_fmadd_ps(p, zz, _mm256_set1_ps(MHA_TANH_P4));
+        const __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, zz), z, z);
+        const __m256 far = _mm256_cmp_ps(z, _mm256_set1_ps(MHA_TANH_SPLIT), _CMP_GT_OQ);
+        const __m256 t = _mm256_or_ps(_mm256_blendv_ps(small, big, far), _mm256_and_ps(x, sign));
+        _mm256_maskstore_ps(s + j, k, _mm256_mul_ps(t, vc));
+    }
+}
+
 /* ---- decode tiles (float32 cache) ---- */
 
 /* n elements (1..8) of a row at x, lanes from n on zero. */
@@ -585,6 +606,7 @@ const mha_isa mha_isa_avx2 = {
     .stream_bw = 16,
     .stream_arch = "haswell",
     .softmax_row = softmax_row_avx2,
+    .softcap_row = softcap_row_avx2,
     .decode_scores = decode_scores_avx2,
     .decode_values = decode_values_avx2,
     .round_into_tiles = round_into_tiles_avx2,

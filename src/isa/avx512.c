@@ -262,6 +262,27 @@ __attribute__((target(AVX512))) static float softmax_row_avx512(float *restrict 
     return _mm512_reduce_add_ps(vsum);
 }
 
+/* Logit softcapping: cap · tanh(s / cap), 16 lanes, both of mha_tanh_poly's branches blended. */
+__attribute__((target(AVX512))) static void softcap_row_avx512(float *s, int n, float cap)
+{
+    const __m512 vc = _mm512_set1_ps(cap), sign = _mm512_set1_ps(-0.0f), one = _mm512_set1_ps(1.0f);
+    for (int j = 0; j < n; j += 16) {
+        const __mmask16 k = first16(n - j);
+        const __m512 x = _mm512_div_ps(_mm512_maskz_loadu_ps(k, s + j), vc), z = _mm512_andnot_ps(sign, x);
+        const __m512 big = _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f),
+                                                            _mm512_add_ps(exp16(_mm512_add_ps(z, z)), one)));
+        const __m512 zz = _mm512_mul_ps(z, z);
+        __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(MHA_TANH_P0), zz, _mm512_set1_ps(MHA_TANH_P1));
+        p = _mm512_fmadd_ps(p, zz, _mm512_set1_ps(MHA_TANH_P2));
+        p = _mm512_fmadd_ps(p, zz, _mm512_set1_ps(MHA_TANH_P3));
+        p = _mm512_fmadd_ps(p, zz, _mm512_set1_ps(MHA_TANH_P4));
+        const __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(p, zz), z, z);
+        const __mmask16 far = _mm512_cmp_ps_mask(z, _mm512_set1_ps(MHA_TANH_SPLIT), _CMP_GT_OQ);
+        const __m512 t = _mm512_or_ps(_mm512_mask_blend_ps(far, small, big), _mm512_and_ps(x, sign));
+        _mm512_mask_storeu_ps(s + j, k, _mm512_mul_ps(t, vc));
+    }
+}
+
 /* ---- decode tiles (float32 cache) ---- */
 
 /* Scores of nb <= R queries for nv <= V slot vectors (of any blocks), R · V <= 16
@@ -676,6 +697,7 @@ const mha_isa mha_isa_avx512 = {
     .stream_bw = 32,
     .stream_arch = "skx",
     .softmax_row = softmax_row_avx512,
+    .softcap_row = softcap_row_avx512,
     .decode_scores = decode_scores_avx512,
     .decode_values = decode_values_avx512,
     .round_into_tiles = round_into_tiles_avx512,

@@ -38,4 +38,28 @@ static inline float mha_exp_poly(float x)
     return y * scale;
 }
 
+/* tanh of the logit softcap, Cephes' tanhf on this exp: for |x| > 0.625, 1 − 2 / (exp(2|x|) + 1)
+ * (no cancellation there: the result is above 0.55); below, an odd polynomial, |x| + |x|³·P(x²);
+ * the sign of x put back. Within 2e-7 of tanh over the line (the polynomial's own error and
+ * a few roundings); tanh(±∞) = ±1. */
+#define MHA_TANH_SPLIT 0.625f
+#define MHA_TANH_P0 -5.70498872745E-3f
+#define MHA_TANH_P1 2.06390887954E-2f
+#define MHA_TANH_P2 -5.37397155531E-2f
+#define MHA_TANH_P3 1.33314422036E-1f
+#define MHA_TANH_P4 -3.33332819422E-1f
+
+static inline float mha_tanh_poly(float x)
+{
+    const float z = fabsf(x);
+    float t;
+    if (z > MHA_TANH_SPLIT) {
+        t = 1.0f - 2.0f / (mha_exp_poly(z + z) + 1.0f);
+    } else {
+        const float s = z * z;
+        t = (((((MHA_TANH_P0 * s + MHA_TANH_P1) * s + MHA_TANH_P2) * s + MHA_TANH_P3) * s + MHA_TANH_P4) * s) * z + z;
+    }
+    return copysignf(t, x);
+}
+
 #endif

@@ -58,6 +58,10 @@ typedef struct mha_isa {
     const char *stream_arch;
     /* The unnormalised, masked softmax of a row or chunk (softmax.h). */
     mha_softmax_fn softmax_row;
+    /* Logit softcapping in place: s[j] = cap · tanh(s[j] / cap) for j < n, the tanh of
+     * exp_poly.h (ref lane by lane as mha_tanh_poly; the vector tables with FMA: like their
+     * exp, within a few ulp of ref's, not its bits). */
+    void (*softcap_row)(float *s, int n, float cap);
     /* Decode scores (float32 cache; bf16 decode runs the forward's chunk on the bf16 kernels)
      * over the runs of one chunk: run r holds n[r] slots of a block, Kᵀ at kt[r] (feature c of
      * slot t at kt[r][c · ld + t]), its scores following the previous runs' in each row of sc.

@@ -30,6 +30,12 @@ static void pack_rows_ref(mha_mat a, int w, int i0, int rows, int p0, int kc, in
     }
 }
 
+static void softcap_row_ref(float *s, int n, float cap)
+{
+    for (int j = 0; j < n; j++)
+        s[j] = cap * mha_tanh_poly(s[j] / cap);
+}
+
 static int visible_at(const uint8_t *mask, int j)
 {
     return mask == NULL || mask[j] != 0;
@@ -161,6 +167,7 @@ const mha_isa mha_isa_ref = {
     .bf16_auto = bf16_auto_ref,
     .pack_rows = pack_rows_ref,
     .softmax_row = softmax_row_ref,
+    .softcap_row = softcap_row_ref,
     .decode_scores = decode_scores_ref,
     .decode_values = decode_values_ref,
     .round_into_tiles = round_into_tiles_ref,
