@@ -63,7 +63,7 @@ TEST_CLI_OBJ := $(B)/obj/cli/scale_fit.o $(B)/obj/cli/shard.o
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
-.PHONY: all deps deps-perf deps-bench decode-bench decode-step ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example footprint blis-overhead head-shapes bench report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
+.PHONY: all deps goldens-hf deps-perf deps-bench decode-bench decode-step ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example footprint blis-overhead head-shapes bench report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
 all: $(B)/libmha.a $(B)/libmha.so $(B)/mha $(if $(filter 1,$(MPI)),$(B)/mha-mpi)
 
 deps:
@@ -265,6 +265,17 @@ ISA ?= auto
 # them: Debian's python3-torch and numpy, PyTorch 2.x and OpenVINO from PyPI into perf/.venv.
 PEERS ?= 0
 BENCH_PKGS := python3 $(if $(filter 1,$(PEERS)),python3-torch python3-numpy)
+# The goldens of current open models' attention (tests/gen_golden_hf.py) from HF transformers'
+# own modules: torch and transformers from PyPI into tests/.venv, used for nothing else. The
+# files it writes in tests/data are committed; make test needs neither.
+goldens-hf:
+	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) python3 python3-venv"
+	@if [ ! -x tests/.venv/bin/python ] || ! tests/.venv/bin/python -c 'import transformers, safetensors' 2>/dev/null; then \
+	  echo "make goldens-hf: torch and transformers from PyPI into tests/.venv (several GB: PyPI's torch brings CUDA wheels)"; \
+	  python3 -m venv tests/.venv && tests/.venv/bin/pip install -q torch transformers safetensors numpy || { rm -rf tests/.venv; exit 1; }; \
+	fi
+	tests/.venv/bin/python tests/gen_golden_hf.py
+
 deps-bench:
 	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) $(BENCH_PKGS)"
 	@if [ "$(PEERS)" = 1 ] && [ ! -x perf/.venv/bin/python ]; then \

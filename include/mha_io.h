@@ -96,9 +96,11 @@ MHA_API const char *mha_precision_name(mha_precision p);
 /* ---- safetensors weights (F32, F16, BF16 → float32) ---- */
 
 /* Found under `prefix` ("" or e.g. "encoder.layers.0.self_attn"; a trailing '.' optional),
- * in one of three namings:
+ * in one of four namings:
  *   nn.MultiheadAttention     in_proj_weight (3d, d), in_proj_bias, out_proj.weight, out_proj.bias
  *   nn.Linear per projection  {q,k,v,o}_proj.weight (d, d) and .bias
+ *   BLOOM                     query_key_value.weight (3d, d), its rows (heads, 3, d_k), and .bias;
+ *                             dense.weight (d, d) and .bias
  *   the reference class       W_q, W_k, W_v, W_o (d, d) as x·W, b_q … b_o
  * Shapes must match cfg: d_model, and with kv_heads K and V of (kv_heads·d_k, d) as HF's
  * k_proj/v_proj (Llama, Mistral, Qwen2); biases when cfg->bias — those of the output

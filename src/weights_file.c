@@ -1,8 +1,10 @@
-/* weights_file.c — the three namings DESIGN.md §5 accepts:
+/* weights_file.c — the four namings DESIGN.md §5 accepts:
  *   nn.MultiheadAttention:   in_proj_weight (3d, d), in_proj_bias (3d), out_proj.weight, out_proj.bias
  *   nn.Linear per projection: {q,k,v,o}_proj.weight (d, d) and .bias (d)
+ *   BLOOM:                   query_key_value.weight (3d, d), rows as (heads, 3, d_k), and .bias;
+ *                            dense.weight (d, d) and .bias
  *   the reference class:     W_q, W_k, W_v, W_o (d, d) in x·W layout, b_q, b_k, b_v, b_o (d)
- * The first two are (d_out, d_in) matrices: MHA_LAYOUT_TORCH. */
+ * All but the last are (d_out, d_in) matrices: MHA_LAYOUT_TORCH. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,6 +99,7 @@ MHA_API mha_status mha_weights_file_load(const char *path, const char *prefix_in
     float *qn = s + nw + nb, *kn = qn + dk, *sinks = qn + (norm ? 2 * dk : 0);
     want list[11];
     int n = 0;
+    float *fused = NULL; /* BLOOM's query_key_value (weight rows, then bias), split below */
     const char *bias_name = NULL, *o_bias = NULL; /* a bias that proves the file has biases; the optional one */
     if (has(&sf, prefix, "in_proj_weight")) {
         out->scheme = "nn.MultiheadAttention (in_proj_weight)";
@@ -124,6 +127,22 @@ MHA_API mha_status mha_weights_file_load(const char *path, const char *prefix_in
             list[n++] = (want){"v_proj.bias", kvd, 0, bv};
         }
         bias_name = "q_proj.bias", o_bias = "o_proj.bias";
+    } else if (has(&sf, prefix, "query_key_value.weight")) {
+        out->scheme = "BLOOM (query_key_value, dense)";
+        out->w.layout = MHA_LAYOUT_TORCH;
+        if (kvd != d || qd != d)
+            st = mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: tensor '%squery_key_value.weight' is BLOOM's fused "
+                            "projection, which has neither grouped KV heads nor a head_dim of its own; the model has "
+                            "kv_heads %d of %d heads of %d (d_model %d)", path, prefix, kvd / dk, cfg->n_heads, dk, d);
+        else if (!(fused = malloc((size_t)3 * d * (d + 1) * sizeof *fused)))
+            st = mha_errorf(err, err_len, MHA_ERR_NOMEM, "%s: out of memory for query_key_value", path);
+        else {
+            list[n++] = (want){"query_key_value.weight", 3 * d, d, fused};
+            list[n++] = (want){"dense.weight", d, d, wo};
+            if (bias)
+                list[n++] = (want){"query_key_value.bias", 3 * d, 0, fused + (size_t)3 * d * d};
+        }
+        bias_name = "query_key_value.bias", o_bias = "dense.bias";
     } else if (has(&sf, prefix, "W_q")) {
         out->scheme = "reference class (W_q, x·W)";
         out->w.layout = MHA_LAYOUT_XW;
@@ -142,7 +161,8 @@ MHA_API mha_status mha_weights_file_load(const char *path, const char *prefix_in
         for (int i = 0; i < sf.n && strlen(names) < 200; i++)
             snprintf(names + strlen(names), sizeof names - strlen(names), "%s'%s'", i ? ", " : "", sf.t[i].name);
         st = mha_errorf(err, err_len, MHA_ERR_FORMAT,
-                        "%s: no attention weights under prefix '%s' (looked for in_proj_weight, q_proj.weight, W_q); "
+                        "%s: no attention weights under prefix '%s' (looked for in_proj_weight, q_proj.weight, "
+                        "query_key_value.weight, W_q); "
                         "the file holds %s%s", path, prefix, sf.n ? names : "no tensors", sf.n > 8 ? ", …" : "");
     }
     if (st == MHA_OK && !bias && (has(&sf, prefix, bias_name) || has(&sf, prefix, o_bias)))
@@ -163,6 +183,18 @@ MHA_API mha_status mha_weights_file_load(const char *path, const char *prefix_in
     for (int i = 0; st == MHA_OK && i < n; i++)
         st = take(&sf, path, prefix, &list[i], err, err_len);
     mha_st_close(&sf);
+    if (st == MHA_OK && fused) { /* row (h·3 + t)·dk + c of the fused map is row h·dk + c of Q, K or V (t) */
+        float *dst[3] = {wq, wk, wv}, *bdst[3] = {bq, bk, bv};
+        for (int h = 0; h < cfg->n_heads; h++)
+            for (int t = 0; t < 3; t++)
+                for (int c = 0; c < dk; c++) {
+                    const size_t from = ((size_t)h * 3 + t) * dk + c, to = (size_t)h * dk + c;
+                    memcpy(dst[t] + to * d, fused + from * d, (size_t)d * sizeof *fused);
+                    if (bias)
+                        bdst[t][to] = fused[(size_t)3 * d * d + from];
+                }
+    }
+    free(fused);
     if (st != MHA_OK) {
         free(s);
         return st;

@@ -244,3 +244,77 @@ Test(files, head_dim_weights_follow_hf_shapes, .timeout = 30)
     }
     tmpdir_remove(dir);
 }
+
+/* QK-norm weights and sinks load by HF's names in any naming, and a missing, misshapen or
+ * non-finite one is named; BLOOM's fused projection needs a model without GQA. */
+Test(files, variant_tensors_are_named, .timeout = 30)
+{
+    char dir[64], path[128], e[512], header[1400];
+    tmpdir_make(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/v.safetensors", dir);
+    mha_config cfg;
+    mha_config_init(&cfg);
+    cfg.d_model = 64, cfg.n_heads = 4, cfg.n_kv_heads = 2, cfg.head_dim = 24, cfg.bias = 0;
+    cfg.qk_norm = (mha_qk_norm){.kind = MHA_QK_NORM_HEAD, .eps = 1e-6f}, cfg.sinks = 1;
+    const size_t q = 96 * 64 * 4, kv = 48 * 64 * 4, o = 64 * 96 * 4, w = q + 2 * kv + o;
+    const struct { int k_norm; int sinks; const char *says; } files[] = {
+        {16, 1, "tensor 'k_norm.weight' has shape (16,), expected (24,)"},
+        {24, 0, "tensor 'sinks' is missing"},
+        {24, 1, "tensor 'sinks' holds NaN at element 3: weights must be finite"},
+        {24, 1, NULL},
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        const size_t kn = (size_t)files[i].k_norm * 4, end = w + 24 * 4 + kn + (files[i].sinks ? 16 : 0);
+        int at = snprintf(header, sizeof header,
+                          "{\"q_proj.weight\":{\"dtype\":\"F32\",\"shape\":[96,64],\"data_offsets\":[0,%zu]},"
+                          "\"k_proj.weight\":{\"dtype\":\"F32\",\"shape\":[48,64],\"data_offsets\":[%zu,%zu]},"
+                          "\"v_proj.weight\":{\"dtype\":\"F32\",\"shape\":[48,64],\"data_offsets\":[%zu,%zu]},"
+                          "\"o_proj.weight\":{\"dtype\":\"F32\",\"shape\":[64,96],\"data_offsets\":[%zu,%zu]},"
+                          "\"q_norm.weight\":{\"dtype\":\"F32\",\"shape\":[24],\"data_offsets\":[%zu,%zu]},"
+                          "\"k_norm.weight\":{\"dtype\":\"F32\",\"shape\":[%d],\"data_offsets\":[%zu,%zu]}",
+                          q, q, q + kv, q + kv, q + 2 * kv, q + 2 * kv, w, w, w + 96, files[i].k_norm, w + 96,
+                          w + 96 + kn);
+        if (files[i].sinks)
+            at += snprintf(header + at, sizeof header - at,
+                           ",\"sinks\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[%zu,%zu]}", end - 16, end);
+        snprintf(header + at, sizeof header - at, "}");
+        write_safetensors_raw(path, header, end, 0);
+        if (i == 2) { /* the last sink a NaN */
+            FILE *f = fopen(path, "r+b");
+            cr_assert(f);
+            cr_assert_eq(fseek(f, -4, SEEK_END), 0);
+            const uint32_t nan_bits = 0x7fc00000u;
+            cr_assert_eq(fwrite(&nan_bits, 4, 1, f), 1);
+            fclose(f);
+        }
+        mha_weights_file wf;
+        const mha_status st = mha_weights_file_load(path, "", &cfg, &wf, e, sizeof e);
+        if (files[i].says) {
+            cr_assert_eq(st, MHA_ERR_FORMAT, "file %zu", i);
+            cr_assert(strstr(e, files[i].says), "file %zu: %s", i, e);
+            continue;
+        }
+        cr_assert_eq(st, MHA_OK, "%s", e);
+        cr_assert(wf.w.q_norm && wf.w.k_norm && wf.w.sinks);
+        mha_engine *eng;
+        cr_assert_eq(mha_create(&cfg, &eng), MHA_OK);
+        cr_assert_eq(mha_set_weights(eng, &wf.w), MHA_OK, "%s", mha_engine_last_error(eng));
+        mha_free(eng);
+        mha_weights_file_free(&wf);
+    }
+    /* BLOOM's fused projection: refused for a model with KV heads of its own */
+    snprintf(header, sizeof header,
+             "{\"query_key_value.weight\":{\"dtype\":\"F32\",\"shape\":[192,64],\"data_offsets\":[0,49152]},"
+             "\"dense.weight\":{\"dtype\":\"F32\",\"shape\":[64,64],\"data_offsets\":[49152,65536]}}");
+    write_safetensors_raw(path, header, 65536, 0);
+    mha_config_init(&cfg);
+    cfg.d_model = 64, cfg.n_heads = 4, cfg.bias = 0;
+    mha_weights_file wf;
+    cr_assert_eq(mha_weights_file_load(path, "", &cfg, &wf, e, sizeof e), MHA_OK, "%s", e);
+    cr_assert_str_eq(wf.scheme, "BLOOM (query_key_value, dense)");
+    mha_weights_file_free(&wf);
+    cfg.n_kv_heads = 2;
+    cr_assert_eq(mha_weights_file_load(path, "", &cfg, &wf, e, sizeof e), MHA_ERR_FORMAT);
+    cr_assert(strstr(e, "BLOOM's fused projection, which has neither grouped KV heads"), "%s", e);
+    tmpdir_remove(dir);
+}
