@@ -89,6 +89,9 @@ typedef struct mha_rope {
     float low_freq_factor, high_freq_factor; /* llama3 (HF defaults 1, 4) */
     int original_max_position;   /* llama3, yarn: the pre-training context */
     float beta_fast, beta_slow;  /* yarn (HF defaults 32, 1) */
+    int truncate;                /* yarn: 1 (mha_config_init's default, HF's) rounds the correction
+                                    range out to whole dimensions; 0 keeps it exact (HF truncate:
+                                    false, gpt-oss) */
 } mha_rope;
 
 /* Arithmetic of the matrix products. F32: float32 throughout (BLIS's microkernel). BF16:

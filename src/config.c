@@ -74,7 +74,7 @@ mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, mha_problem
             if (r->scaling == MHA_ROPE_SCALING_LLAMA3 || r->scaling == MHA_ROPE_SCALING_YARN)
                 dims->rope.original_max_position = r->original_max_position;
             if (r->scaling == MHA_ROPE_SCALING_YARN)
-                dims->rope.beta_fast = r->beta_fast, dims->rope.beta_slow = r->beta_slow;
+                dims->rope.beta_fast = r->beta_fast, dims->rope.beta_slow = r->beta_slow, dims->rope.truncate = r->truncate;
         }
         dims->positions = cfg->max_seq_q > cfg->max_seq_kv ? cfg->max_seq_q : cfg->max_seq_kv;
     }

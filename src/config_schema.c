@@ -85,6 +85,8 @@ const mha_key_def mha_keys[] = {
         ENG(rope.original_max_position), NONE, 0, NULL, 0),
     FLOAT_KEY("model.rope.beta_fast", "rope.beta_fast", 0, 1e6, "32", "yarn; above beta_slow", ENG(rope.beta_fast), 32.0),
     FLOAT_KEY("model.rope.beta_slow", "rope.beta_slow", 0, 1e6, "1", "yarn", ENG(rope.beta_slow), 1.0),
+    KEY(K("model.rope.truncate", "rope.truncate", MHA_KEY_BOOL, 0, 1, 0, 0, NULL, "true", "yarn: round the correction range out to whole dimensions (HF's truncate; gpt-oss: false)"),
+        ENG(rope.truncate), NONE, 1, NULL, 0),
     KEY(K("batch.size", "max_batch", MHA_KEY_INT, 1, 65536, 0, 0, NULL, "1", "sequences per forward (engine capacity)"),
         ENG(max_batch), NONE, 1, NULL, 0),
     KEY(K("batch.seq_len", "max_seq_q", MHA_KEY_INT, 1, 1 << 20, 0, 0, NULL, "128", "query tokens per sequence"),
@@ -297,7 +299,7 @@ int mha_rope_key_read(const mha_rope *r, const char *field)
         return r->scaling == MHA_ROPE_SCALING_LLAMA3;
     if (!strcmp(f, "original_max_position"))
         return r->scaling == MHA_ROPE_SCALING_LLAMA3 || r->scaling == MHA_ROPE_SCALING_YARN;
-    return r->scaling == MHA_ROPE_SCALING_YARN; /* beta_fast, beta_slow */
+    return r->scaling == MHA_ROPE_SCALING_YARN; /* beta_fast, beta_slow, truncate */
 }
 
 mha_status mha_config_verify(const mha_config *cfg, mha_key_problem *p)

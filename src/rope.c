@@ -45,7 +45,9 @@ void mha_rope_freqs(const mha_rope *rope, int r, float *inv_freq, float *attenti
          * ramp between; cos and sin carry the attention factor 0.1·ln(factor) + 1 */
         const double ctx = rope->original_max_position;
 #define CORRECTION_DIM(rot) ((double)r * log(ctx / ((rot) * 2.0 * PI)) / (2.0 * log(base)))
-        double low = floor(CORRECTION_DIM(rope->beta_fast)), high = ceil(CORRECTION_DIM(rope->beta_slow));
+        double low = CORRECTION_DIM(rope->beta_fast), high = CORRECTION_DIM(rope->beta_slow);
+        if (rope->truncate)
+            low = floor(low), high = ceil(high);
 #undef CORRECTION_DIM
         low = low > 0 ? low : 0;
         high = high < r - 1 ? high : r - 1;

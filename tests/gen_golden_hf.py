@@ -18,7 +18,8 @@ Cases and what they cover:
                   softcapping, a sliding-window layer, head_dim 32
   gemma3_qknorm   Gemma3Attention: QK-norm with Gemma's (1 + w), MQA, sliding window, scale
   gptoss_sinks    GptOssAttention: sinks, biases on every projection, a sliding-window layer,
-                  head_dim 16 in a 64-wide model with 8 heads (Q 128 wide), GQA 8/2
+                  head_dim 16 in a 64-wide model with 8 heads (Q 128 wide), GQA 8/2, and
+                  gpt-oss's own yarn RoPE (factor 32, truncate: false)
   bloom_alibi     BloomAttention: ALiBi over 6 heads (not a power of two), the fused
                   query_key_value (rows as (heads, 3, head_dim)) and dense, with biases
 Not here: OLMo 2's QK-norm over the whole projection (mha has per-head QK-norm only).
@@ -144,12 +145,16 @@ def gptoss():
     from transformers.models.gpt_oss.modeling_gpt_oss import GptOssAttention, GptOssRotaryEmbedding
     cfg = GptOssConfig(hidden_size=64, num_attention_heads=8, num_key_value_heads=2, head_dim=16,
                        sliding_window=5, layer_types=["sliding_attention"], num_hidden_layers=1,
-                       attention_bias=True, max_position_embeddings=64,
-                       rope_parameters={"rope_type": "default", "rope_theta": 150000.0})
+                       attention_bias=True, max_position_embeddings=131072,
+                       rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0,
+                                        "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                                        "original_max_position_embeddings": 4096})
     decoder_case("gptoss_sinks", GptOssAttention, GptOssRotaryEmbedding, cfg,
                  "model:\n  d_model: 64\n  heads: 8\n  kv_heads: 2\n  head_dim: 16\n  bias: true\n"
-                 "  rope: { style: neox, theta: 150000 }\n  window: 5\n  sinks: true\n",
-                 "HF GptOssAttention, sinks, biases, sliding window 5, GQA 8/2, head_dim 16", window=5, seed=4)
+                 "  rope: { style: neox, theta: 150000, scaling: yarn, factor: 32, beta_fast: 32, beta_slow: 1,\n"
+                 "          truncate: false, original_max_position: 4096 }\n  window: 5\n  sinks: true\n",
+                 "HF GptOssAttention, sinks, biases, sliding window 5, GQA 8/2, head_dim 16, gpt-oss's yarn RoPE "
+                 "(truncate: false)", window=5, seed=4)
 
 
 def bloom():

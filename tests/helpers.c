@@ -316,8 +316,10 @@ static void ref_rope_freqs(const mha_rope *rp, int r, double *f, double *att)
             }
         } else if (rp->scaling == MHA_ROPE_SCALING_YARN) {
             const double ctx = rp->original_max_position;
-            double lo = floor(r * log(ctx / (rp->beta_fast * 2 * M_PI)) / (2 * log(base)));
-            double hi = ceil(r * log(ctx / (rp->beta_slow * 2 * M_PI)) / (2 * log(base)));
+            double lo = r * log(ctx / (rp->beta_fast * 2 * M_PI)) / (2 * log(base));
+            double hi = r * log(ctx / (rp->beta_slow * 2 * M_PI)) / (2 * log(base));
+            if (rp->truncate) /* HF's default: the range rounded out to whole dimensions */
+                lo = floor(lo), hi = ceil(hi);
             lo = lo < 0 ? 0 : lo, hi = hi > r - 1 ? r - 1 : hi;
             if (lo == hi)
                 hi += 0.001;

@@ -178,7 +178,7 @@ Test(config_load, configs_using_every_key_load, .timeout = 30)
         "rope: { style: neox, theta: 10000, rotary_dim: 16, factor: 2, original_max_position: 64, scaling: llama3, "
         "low_freq_factor: 1, high_freq_factor: 4 }",
         "rope: { style: neox, theta: 10000, rotary_dim: 16, factor: 2, original_max_position: 64, scaling: yarn, "
-        "beta_fast: 32, beta_slow: 1 }",
+        "beta_fast: 32, beta_slow: 1, truncate: false }",
         "alibi: { max_bias: 8 }"};
     enum { N = sizeof model / sizeof model[0] };
     char dir[64], path[128], err[512], yaml[N][1024];

@@ -39,16 +39,19 @@ typedef struct fcase {
 
 /* RoPE parameters of the decoder cases: small original contexts, so that llama3's three bands
  * and yarn's ramp all fall among the frequencies of a small head. */
+#define YARN_EXACT 4 /* a case's scaling: yarn with truncate off (gpt-oss) */
 static mha_rope rope_of(const fcase *c)
 {
+    const int exact = c->scaling == YARN_EXACT;
     mha_rope r = {.style = (mha_rope_style)c->rope, .theta = 10000.0f, .rotary_dim = c->rdim,
-                  .scaling = (mha_rope_scaling)c->scaling, .factor = 1.0f, .low_freq_factor = 1.0f,
-                  .high_freq_factor = 4.0f, .beta_fast = 32.0f, .beta_slow = 1.0f};
+                  .scaling = exact ? MHA_ROPE_SCALING_YARN : (mha_rope_scaling)c->scaling, .factor = 1.0f,
+                  .low_freq_factor = 1.0f, .high_freq_factor = 4.0f, .beta_fast = 32.0f, .beta_slow = 1.0f,
+                  .truncate = !exact};
     if (c->scaling == MHA_ROPE_SCALING_LINEAR)
         r.factor = 4.0f;
     if (c->scaling == MHA_ROPE_SCALING_LLAMA3)
         r.theta = 500000.0f, r.factor = 8.0f, r.original_max_position = 64;
-    if (c->scaling == MHA_ROPE_SCALING_YARN)
+    if (r.scaling == MHA_ROPE_SCALING_YARN)
         r.factor = 4.0f, r.original_max_position = 64;
     return r;
 }
@@ -112,6 +115,7 @@ static fcase cases[] = {
         {"RoPE linear", 64, 2, 2, 40, 40, 0, 1, MHA_LAYOUT_XW, M_CAUSAL, 0, 2, 0, MHA_ROPE_NEOX, MHA_ROPE_SCALING_LINEAR},
         {"RoPE llama3", 128, 2, 2, 70, 70, 0, 1, MHA_LAYOUT_XW, M_CAUSAL, 0, 2, 1, MHA_ROPE_NEOX, MHA_ROPE_SCALING_LLAMA3},
         {"RoPE yarn", 128, 2, 2, 70, 70, 0, 1, MHA_LAYOUT_XW, M_CAUSAL, 0, 2, 0, MHA_ROPE_NEOX, MHA_ROPE_SCALING_YARN},
+        {"RoPE yarn untruncated", 128, 2, 2, 70, 70, 0, 1, MHA_LAYOUT_XW, M_CAUSAL, 0, 2, 0, MHA_ROPE_NEOX, YARN_EXACT},
         {"RoPE cross, seq_kv > seq_q", 64, 4, 2, 6, 20, 1, 1, MHA_LAYOUT_XW, M_CAUSAL, 0, 2, 2, MHA_ROPE_NEOX},
         {"RoPE cross, seq_q > seq_kv", 64, 4, 2, 20, 6, 1, 1, MHA_LAYOUT_XW, M_NONE, 0, 2, 0, MHA_ROPE_GPTJ},
         {"window 5", 64, 4, 2, 33, 33, 0, 1, MHA_LAYOUT_XW, M_NONE, 8, 2, 0, 0, 0, 0, 5},
