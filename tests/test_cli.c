@@ -279,6 +279,39 @@ Test(cli, every_shipped_config_is_valid)
     globfree(&g);
 }
 
+/* The attention variants through the command on generated weights (QK-norm factors and sinks
+ * drawn with the rest): the summary names them, and the forward's check against the CLI's own
+ * double reference and a decode run's check against one forward both pass. */
+Test(cli, attention_variants_run_and_check, .timeout = 60)
+{
+    static const struct { const char *model, *says; } models[] = {
+        {"model: { d_model: 64, heads: 4, kv_heads: 2, head_dim: 24, bias: true, window: 9, scale: 0.3, softcap: 4,\n"
+         "         sinks: true, qk_norm: { kind: head, weight_offset: 1 }, rope: { style: neox } }\n",
+         "\"variants\":\"scale 0.3, softcap 4, sinks, QK-norm head (1 + w)\""},
+        {"model: { d_model: 96, heads: 6, bias: false, sinks: true, alibi: { max_bias: 8 } }\n",
+         "\"variants\":\"sinks, ALiBi max_bias 8\""},
+    };
+    char dir[64], path[128], args[256], yaml[512];
+    tmpdir_make(dir, sizeof dir);
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
+        for (int decode = 0; decode < 2; decode++) {
+            snprintf(yaml, sizeof yaml, "%sbatch: { size: 2, seq_len: 20, mask: causal }\nrun: { iters: 1, warmup: 0 }\n%s",
+                     models[i].model, decode ? "decode: { seqs: 2, context: 30, new: 2, steps: 3, block_size: 8 }\n" : "");
+            write_config(dir, "v.yaml", yaml, path, sizeof path);
+            snprintf(args, sizeof args, "run %s --json", path);
+            char *out, *err;
+            cr_assert_eq(run_cli(args, &out, &err), 0, "%s", err);
+            if (!decode)
+                cr_assert(strstr(out, models[i].says), "model %zu: no %s in %s", i, models[i].says, out);
+            const char *at = strstr(out, "\"max_rel_error\":");
+            cr_assert(at, "%s", out);
+            const double e = strtod(at + strlen("\"max_rel_error\":"), NULL);
+            cr_assert_leq(e, 1e-4, "model %zu, decode %d: check %g in %s", i, decode, e, out);
+            free(out), free(err);
+        }
+    tmpdir_remove(dir);
+}
+
 /* A config with a decode block: prefill and decode through the KV cache, the step-versus-
  * forward check, the documented JSON keys; file options that do not apply are refused. */
 Test(cli, decode_block_runs_steps_through_the_cache, .timeout = 60)

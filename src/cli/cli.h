@@ -97,6 +97,9 @@ int cli_generate_weights(const mha_config_file *fc, cli_problem *p, float **buf)
 int32_t *cli_cycle_lengths(const int *list, int n, int batch);
 /* Self-attention: the query lengths pad the keys too (p->kv_len becomes a copy). */
 int cli_self_key_padding(cli_problem *p);
+/* The attention variants of the model as a summary says them ("scale 0.0625, softcap 50,
+ * sinks, QK-norm head (1 + w), ALiBi max_bias 8"), "" when it has none. */
+void cli_variants_text(const cli_problem *p, const mha_config *cfg, char *buf, size_t n);
 /* Frees what a cli_problem owns (inputs and lengths, not the weights). */
 void cli_problem_free(cli_problem *p);
 

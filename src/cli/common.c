@@ -243,7 +243,7 @@ int cli_generate_weights(const mha_config_file *fc, cli_problem *p, float **buf)
     const size_t d = (size_t)p->d, qd = (size_t)p->h * p->dk, dd = d * qd, kvd = (size_t)p->kvh * p->dk;
     const size_t nw = 2 * dd + 2 * d * kvd, nx = extra_floats(p), nb = cli_weight_floats(p) - nw - nx;
     uint64_t seed = fc->seed ^ 0x5EEDull;
-    if (!(*buf = malloc((nw + nb) * sizeof **buf))) {
+    if (!(*buf = malloc((nw + nb + nx) * sizeof **buf))) {
         cli_error("out of memory for the weights");
         return EXIT_RUNTIME;
     }
@@ -265,6 +265,24 @@ int cli_generate_weights(const mha_config_file *fc, cli_problem *p, float **buf)
         p->w.sinks = x;
     }
     return EXIT_OK;
+}
+
+void cli_variants_text(const cli_problem *p, const mha_config *cfg, char *buf, size_t n)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+#define ADD(...) (at += (size_t)snprintf(buf + at, at < n ? n - at : 0, __VA_ARGS__))
+    if (cfg->scale > 0.0f)
+        ADD("%sscale %g", at ? ", " : "", (double)p->scale);
+    if (p->softcap > 0.0f)
+        ADD("%ssoftcap %g", at ? ", " : "", (double)p->softcap);
+    if (p->sinks)
+        ADD("%ssinks", at ? ", " : "");
+    if (p->qk_norm.kind != MHA_QK_NORM_NONE)
+        ADD("%sQK-norm head%s", at ? ", " : "", p->qk_norm.weight_offset ? " (1 + w)" : "");
+    if (p->alibi_max_bias > 0.0f)
+        ADD("%sALiBi max_bias %g", at ? ", " : "", (double)p->alibi_max_bias);
+#undef ADD
 }
 
 void cli_problem_free(cli_problem *p)

@@ -320,6 +320,8 @@ int mha_cli_run(int argc, char **argv)
         if (r->scaling != MHA_ROPE_SCALING_NONE)
             snprintf(rope_text + strlen(rope_text), sizeof rope_text - strlen(rope_text), " ×%g", (double)r->factor);
     }
+    char variants[160];
+    cli_variants_text(p, &s.fc.engine, variants, sizeof variants);
     if (o.json) {
         json_t *j = json_object(), *wc = json_array();
         for (int i = 0; i < nw; i++)
@@ -331,6 +333,7 @@ int mha_cli_run(int argc, char **argv)
         json_object_set_new(j, "kv_heads", json_integer(p->kvh));
         json_object_set_new(j, "rope", json_string(rope_text));
         json_object_set_new(j, "window", json_integer(p->window));
+        json_object_set_new(j, "variants", json_string(variants));
         json_object_set_new(j, "batch", json_integer(p->batch));
         json_object_set_new(j, "seq_q", json_integer(p->seq_q));
         json_object_set_new(j, "seq_kv", json_integer(p->seq_kv));
@@ -368,6 +371,8 @@ int mha_cli_run(int argc, char **argv)
             printf(", RoPE %s", rope_text);
         if (p->window)
             printf(", window %d", p->window);
+        if (variants[0])
+            printf(", %s", variants);
         printf("\n");
         printf("  batch    %d × %d%s, %s-attention (seq_kv %d), mask %s\n", p->batch, p->seq_q, "", p->cross ? "cross" : "self",
                p->seq_kv, mask);
