@@ -101,6 +101,13 @@ typedef struct mha_rope {
  * else on the fastest fallback (mha_engine_kernel says which). */
 typedef enum { MHA_PRECISION_F32 = 0, MHA_PRECISION_BF16 = 1 } mha_precision;
 
+/* Elements of the KV cache (mha_kv_cache_create): AUTO, the precision's own (F32 for f32,
+ * BF16 for bf16); INT8 for either precision: symmetric int8 with one float32 scale per (token,
+ * KV head) for K and one for V, scale = max|x| / 127 (0 for a zero row), values x / scale
+ * rounded to nearest even, read back as q·scale (‖out − ref‖ / ‖ref‖ ≤ 2e-2 on unit-scale
+ * data): a quarter of a float32 cache's bytes, half of a bf16 one's. */
+typedef enum { MHA_KV_AUTO = 0, MHA_KV_F32 = 1, MHA_KV_BF16 = 2, MHA_KV_INT8 = 3 } mha_kv_type;
+
 /* QK-norm, as HF's RMSNorm modules compute it (float32): Q and K after projection and bias,
  * before RoPE, x ↦ x · rsqrt(mean(x²) + eps) · w, the mean over each head's d_k features
  * (HEAD: Qwen3, Gemma 3); weight_offset 1 multiplies by (1 + w) instead (Gemma's RMSNorm).
@@ -149,6 +156,7 @@ typedef struct mha_config {
     char bf16_kernel[16];                  /* precision bf16: "" or "auto", or a kernel's name as
                                               mha_engine_kernel says it ("fma-bf16", ...), one
                                               of the isa's */
+    mha_kv_type kv_type;                   /* the KV cache's elements; MHA_KV_AUTO by default */
     char isa[16];                          /* the kernel table: "" or "auto" (the widest this CPU
                                               runs; with blis_arch set, the widest that runs
                                               that sub-config), "avx512", "avx2" or "ref" */
@@ -245,9 +253,10 @@ MHA_API mha_status mha_forward(mha_engine *e, const mha_input *in, float *out, f
  * token slots; a sequence's position p lives in block table[p / block_size], slot
  * p % block_size, so sequences grow block by block and may share blocks they only read (a
  * common prompt prefix). One block per sequence of max_context slots is the contiguous case.
- * Elements are float32, or bfloat16 (rounded to nearest even as they are written: half the
- * bytes) for a config of precision bf16. The cache is made for a config (d_model, heads, KV
- * heads, RoPE, precision) and works with any engine of that model and precision. */
+ * Elements are the config's kv_type: float32, or bfloat16 (rounded to nearest even as they are
+ * written: half the bytes) for a config of precision bf16, or int8 with per-token scales (a
+ * quarter) for either. The cache is made for a config (d_model, heads, KV heads, RoPE, kv
+ * type) and works with any engine of that model and kv type. */
 typedef struct mha_kv_cache mha_kv_cache; /* opaque */
 /* Bytes a cache of n_blocks blocks needs (mha_kv_cache_create_static's len); 0 if invalid. */
 MHA_API size_t mha_kv_cache_size(const mha_config *cfg, int n_blocks, int block_size);

@@ -92,6 +92,7 @@ MHA_API const char *mha_mask_name(int mask);
 MHA_API const char *mha_pinning_name(mha_pinning p);
 MHA_API const char *mha_scale_mode_name(int mode);
 MHA_API const char *mha_precision_name(mha_precision p);
+MHA_API const char *mha_kv_type_name(mha_kv_type t);
 
 /* ---- safetensors weights (F32, F16, BF16 → float32) ---- */
 

@@ -63,15 +63,12 @@ void mha_attention_project(const mha_fwd *f, const mha_scratch *s, int m, const 
         mha_gemm(k, m, n, f->d, 1.0f, mha_mat_rows(k, x, f->d), wb, beta, c, s->apack);
 }
 
-/* bf16: the group's Kᵀ and V (kl keys, in the Q/K/V scratch) into B panels, once for every
- * query head of the group. */
-static void pack_kv16(const mha_fwd *f, const mha_scratch *s, int kl)
+void mha_attention_pack_kv16(const mha_fwd *f, const mha_scratch *s, mha_mat keys, int transposed, mha_mat v, int kl)
 {
     const mha_kernel *k = f->kernel;
-    const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
     const size_t vps = mha_attention_v16_ps(kl), room = mha_bk_kp(kl);
-    mha_bk_pack_b(k, mha_mat_sub(k, qkv, 0, f->dkp), 1, f->dk, kl, s->kt16, mha_attention_kt16_ps(f));
-    mha_bk_pack_b(k, mha_mat_sub(k, qkv, 0, 2 * f->dkp), 0, kl, f->dk, s->v16, vps);
+    mha_bk_pack_b(k, keys, !transposed, f->dk, kl, s->kt16, mha_attention_kt16_ps(f));
+    mha_bk_pack_b(k, v, 0, kl, f->dk, s->v16, vps);
     for (int j = 0; j < f->dk; j += MHA_BT_N) /* the tile of room: zeros */
         memset(s->v16 + (size_t)(j / MHA_BT_N) * vps + room * MHA_BT_N, 0, MHA_BT_K * MHA_BT_N * sizeof(mha_bf16));
 }
@@ -270,7 +267,8 @@ void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)
     /* step 2: Kᵀ in panels, once for every query head of the group and every query block
      * (bf16: Kᵀ and V in bf16 B panels) */
     if (kl > 0 && f->bk)
-        pack_kv16(f, s, kl);
+        mha_attention_pack_kv16(f, s, mha_mat_sub(k, mha_mat_panels(k, s->qkv, f->rows), 0, dkp), 0,
+                                mha_mat_sub(k, mha_mat_panels(k, s->qkv, f->rows), 0, 2 * dkp), kl);
     else if (kl > 0)
         mha_pack_panels(k, dk, kl, mha_mat_sub(k, mha_mat_panels(k, s->qkv, f->rows), 0, dkp), 1, s->kt);
     /* step 3: each query head of the group: its Q (rotated), then its attention */

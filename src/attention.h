@@ -198,6 +198,12 @@ void mha_attention_norm_rows(const mha_fwd *f, mha_mat qkv, int rows, int col, c
  * m1^(2(i−n)+1), m1 = 2^(−max_bias/(2n)). */
 void mha_alibi_slopes(int h, float max_bias, float *slopes);
 
+/* bf16: Kᵀ and V of kl keys into s->kt16 and s->v16's B panels, the tile of room after V
+ * zeroed: once for every query head of a group (the forward: from the Q/K/V scratch's columns
+ * [dkp, 3·dkp)), or a decode chunk's. keys: K as rows (kl × dk), or Kᵀ (dk × kl) when
+ * transposed; v: (kl × dk). */
+void mha_attention_pack_kv16(const mha_fwd *f, const mha_scratch *s, mha_mat keys, int transposed, mha_mat v, int kl);
+
 /* Rows the head tasks project from the query input of sequence b (packed beforehand). */
 int mha_attention_packed_rows(const mha_fwd *f, int b);
 /* Packs rows [r0, r1) of sequence b's query input into f->xpack (r0 a multiple of the panel). */

@@ -50,6 +50,7 @@ mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, mha_problem
                                          : default_q_block(cfg->max_seq_q, cfg->max_seq_kv);
         dims->bias = cfg->bias;
         dims->bf16 = cfg->precision == MHA_PRECISION_BF16;
+        dims->kv_type = cfg->kv_type != MHA_KV_AUTO ? cfg->kv_type : dims->bf16 ? MHA_KV_BF16 : MHA_KV_F32;
         dims->kvh = cfg->n_kv_heads ? cfg->n_kv_heads : cfg->n_heads;
         dims->group = cfg->n_heads / dims->kvh;
         dims->window = cfg->window;

@@ -18,7 +18,8 @@
 _Static_assert(sizeof(mha_pinning) == sizeof(int) && sizeof(mha_mask_kind) == sizeof(int) &&
                    sizeof(mha_scale_mode) == sizeof(int),
                "enum fields are stored as int");
-_Static_assert(sizeof(mha_precision) == sizeof(int) && sizeof(mha_qk_norm_kind) == sizeof(int),
+_Static_assert(sizeof(mha_precision) == sizeof(int) && sizeof(mha_qk_norm_kind) == sizeof(int) &&
+                   sizeof(mha_kv_type) == sizeof(int),
                "enum fields are stored as int");
 
 static const mha_name_val mask_names[] = {
@@ -31,6 +32,8 @@ static const mha_name_val rope_scaling_names[] = {{"none", MHA_ROPE_SCALING_NONE
     {"linear", MHA_ROPE_SCALING_LINEAR}, {"llama3", MHA_ROPE_SCALING_LLAMA3}, {"yarn", MHA_ROPE_SCALING_YARN}};
 static const mha_name_val qk_norm_names[] = {{"none", MHA_QK_NORM_NONE}, {"head", MHA_QK_NORM_HEAD}};
 static const mha_name_val precision_names[] = {{"f32", MHA_PRECISION_F32}, {"bf16", MHA_PRECISION_BF16}};
+static const mha_name_val kv_type_names[] = {
+    {"auto", MHA_KV_AUTO}, {"f32", MHA_KV_F32}, {"bf16", MHA_KV_BF16}, {"int8", MHA_KV_INT8}};
 static const mha_name_val mode_names[] = {
     {"strong", MHA_SCALE_STRONG}, {"weak", MHA_SCALE_WEAK}, {"both", MHA_SCALE_BOTH}};
 #define NAMES(a) a, (int)N_OF(a)
@@ -139,6 +142,8 @@ const mha_key_def mha_keys[] = {
         ENG(blis_arch), NONE, 0, NULL, 0),
     KEY(K("engine.precision", "precision", MHA_KEY_ENUM, 0, 0, 0, 0, "f32, bf16", "f32", "arithmetic of the matrix products: bf16 stores weights in bfloat16 and runs on AMX tiles (or the best fallback)"),
         ENG(precision), NONE, MHA_PRECISION_F32, NAMES(precision_names)),
+    KEY(K("engine.kv_cache", "kv_type", MHA_KEY_ENUM, 0, 0, 0, 0, "auto, f32, bf16, int8", "auto", "KV cache elements: auto (the precision's), or int8 with a float scale per token and KV head (a quarter of f32's bytes; either precision)"),
+        ENG(kv_type), NONE, MHA_KV_AUTO, NAMES(kv_type_names)),
     KEY(K("engine.bf16_kernel", "bf16_kernel", MHA_KEY_STRING, 0, 15, 0, 0, NULL, "auto", "bf16 kernel of the isa: amx-bf16, avx512-bf16, fma-bf16 (avx512), avx2-bf16 (avx2), ref-bf16 (ref); auto: the fastest this CPU runs"),
         ENG(bf16_kernel), NONE, 0, NULL, 0),
     KEY(K("engine.isa", "isa", MHA_KEY_STRING, 0, 15, 0, 0, NULL, "auto", "kernel table: avx512, avx2, ref; auto: the widest this CPU runs (with blis_arch set: the widest that runs it)"),
@@ -191,6 +196,11 @@ MHA_API const char *mha_pinning_name(mha_pinning p)
 MHA_API const char *mha_precision_name(mha_precision p)
 {
     return mha_key_value_name(mha_key_find("engine.precision"), (int)p);
+}
+
+MHA_API const char *mha_kv_type_name(mha_kv_type t)
+{
+    return mha_key_value_name(mha_key_find("engine.kv_cache"), (int)t);
 }
 
 MHA_API const char *mha_scale_mode_name(int mode)
@@ -384,6 +394,11 @@ mha_status mha_config_verify(const mha_config *cfg, mha_key_problem *p)
         return fail(p, mha_key_find("model.alibi.max_bias"), -1, "%g with model.rope.style %s: ALiBi and RoPE are two "
                     "position schemes (no model uses both); keep one", (double)cfg->alibi_max_bias,
                     mha_key_value_name(mha_key_find("model.rope.style"), r->style));
+    if ((cfg->kv_type == MHA_KV_F32 && cfg->precision != MHA_PRECISION_F32) ||
+        (cfg->kv_type == MHA_KV_BF16 && cfg->precision != MHA_PRECISION_BF16))
+        return fail(p, mha_key_find("engine.kv_cache"), -1, "%s with precision %s: an engine reads its own precision's "
+                    "cache (auto) or int8", mha_key_value_name(mha_key_find("engine.kv_cache"), cfg->kv_type),
+                    mha_precision_name(cfg->precision));
     if (cfg->pinning == MHA_PIN_CPUS && cfg->n_cpus < 1)
         return fail(p, mha_key_find("threads.cpus"), -2, "must be in 1..%d with pinning cpus, got %d", MHA_MAX_CPUS,
                     cfg->n_cpus);

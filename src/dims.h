@@ -16,6 +16,7 @@ typedef struct mha_dims {
     int q_block;                  /* query rows per score tile */
     int bias;
     int bf16;                     /* precision bf16: weights, K, V and operands in bfloat16 */
+    mha_kv_type kv_type;          /* the KV cache's elements, resolved (never AUTO) */
     int kvh, group;               /* KV heads; query heads per KV head (h / kvh) */
     int window;                   /* sliding window, 0: none */
     float scale;                  /* the scores' factor, resolved (0 -> 1/sqrt(dk)) */

@@ -501,11 +501,6 @@ MHA_API mha_status mha_forward(mha_engine *e, const mha_input *in, float *out, f
 
 /* ---- decoding steps ---- */
 
-static const char *precision_name(int bf16)
-{
-    return mha_precision_name(bf16 ? MHA_PRECISION_BF16 : MHA_PRECISION_F32);
-}
-
 /* The first failed check of a step, its status and message in e; MHA_OK when it may run. */
 static mha_status step_check(mha_engine *e, const mha_kv_cache *c, const mha_step *s, const float *out, long *rows)
 {
@@ -514,11 +509,11 @@ static mha_status step_check(mha_engine *e, const mha_kv_cache *c, const mha_ste
         return failed(e, MHA_ERR_INVALID_ARG, "step: %s is NULL", !c ? "the cache" : "the step");
     if (!e->weights_set)
         return failed(e, MHA_ERR_STATE, "step: no weights yet (call mha_set_weights first)");
-    if (!mha_kv_cache_fits(c, dm->d, dm->h, dm->kvh, dm->dk, &dm->rope, dm->bf16))
+    if (!mha_kv_cache_fits(c, dm->d, dm->h, dm->kvh, dm->dk, &dm->rope, dm->kv_type))
         return failed(e, MHA_ERR_CONFIG, "step: the cache was made for another model (d_model %d, %d heads, %d KV heads "
-                      "of %d, precision %s, or another RoPE) than this engine's (d_model %d, %d heads, %d KV heads of %d, "
-                      "precision %s)", c->d, c->h, c->kvh, c->dk, precision_name(c->bf16), dm->d, dm->h, dm->kvh, dm->dk,
-                      precision_name(dm->bf16));
+                      "of %d, kv_cache %s, or another RoPE) than this engine's (d_model %d, %d heads, %d KV heads of %d, "
+                      "kv_cache %s)", c->d, c->h, c->kvh, c->dk, mha_kv_type_name(c->type), dm->d, dm->h, dm->kvh, dm->dk,
+                      mha_kv_type_name(dm->kv_type));
     if (s->n_seqs < 1 || s->n_seqs > dm->batch)
         return failed(e, MHA_ERR_SHAPE, "step: n_seqs %d is outside 1..max_batch %d", s->n_seqs, dm->batch);
     if (!s->n_past || !s->n_new || !s->blocks)

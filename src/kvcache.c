@@ -17,14 +17,20 @@ static size_t plan(const mha_config *cfg, int n_blocks, int block_size, mha_kv_c
     if (!cfg || n_blocks < 1 || block_size < 1 || block_size > (1 << 20) ||
         mha_config_resolve(cfg, &dims, NULL) != MHA_OK)
         return 0;
-    size_t per_block, bytes, total;
-    const size_t elem = dims.bf16 ? sizeof(mha_bf16) : sizeof(float);
-    if (__builtin_mul_overflow((size_t)2 * dims.kvh * dims.dk, (size_t)block_size, &per_block) ||
-        __builtin_mul_overflow(per_block * elem, (size_t)n_blocks, &bytes) ||
-        __builtin_add_overflow(bytes, HEADER, &total))
+    size_t per_block, bytes, total, scales_at = 0;
+    const mha_kv_type type = dims.kv_type;
+    const size_t elem = type == MHA_KV_F32 ? sizeof(float) : type == MHA_KV_BF16 ? sizeof(mha_bf16) : 1;
+    if (__builtin_mul_overflow((size_t)2 * dims.kvh * dims.dk, (size_t)block_size, &per_block))
         return 0;
-    *c = (mha_kv_cache){.d = dims.d, .h = dims.h, .kvh = dims.kvh, .dk = dims.dk, .rope = dims.rope,
-                        .bf16 = dims.bf16, .n_blocks = n_blocks, .block_size = block_size, .block_elems = per_block};
+    if (type == MHA_KV_INT8) { /* the values, then K's and V's scale of each (KV head, slot) */
+        scales_at = mha_round_up(per_block, 64);
+        per_block = mha_round_up(scales_at + (size_t)2 * dims.kvh * block_size * sizeof(float), 64);
+    }
+    if (__builtin_mul_overflow(per_block * elem, (size_t)n_blocks, &bytes) || __builtin_add_overflow(bytes, HEADER, &total))
+        return 0;
+    *c = (mha_kv_cache){.d = dims.d, .h = dims.h, .kvh = dims.kvh, .dk = dims.dk, .rope = dims.rope, .type = type,
+                        .n_blocks = n_blocks, .block_size = block_size, .block_elems = per_block,
+                        .scales_at = scales_at};
     return total;
 }
 
@@ -93,7 +99,8 @@ MHA_API void mha_kv_cache_free(mha_kv_cache *c)
         free(c->owned); /* NULL for a cache in caller memory */
 }
 
-int mha_kv_cache_fits(const mha_kv_cache *c, int d, int h, int kvh, int dk, const mha_rope *rope, int bf16)
+int mha_kv_cache_fits(const mha_kv_cache *c, int d, int h, int kvh, int dk, const mha_rope *rope, mha_kv_type type)
 {
-    return c->d == d && c->h == h && c->kvh == kvh && c->dk == dk && !memcmp(&c->rope, rope, sizeof *rope) && c->bf16 == bf16;
+    return c->d == d && c->h == h && c->kvh == kvh && c->dk == dk && !memcmp(&c->rope, rope, sizeof *rope) &&
+           c->type == type;
 }

@@ -83,18 +83,40 @@ void mha_step_pack_rows(const mha_step_job *j, int r0, int r1)
         mha_gemm_pack_a(k, x, r0, r1 - r0, 0, j->f.d, (float *)packed_rows(j, r0));
 }
 
+/* int8: the n features of row i of m from column col as q·scale, scale = max|x| / 127 (0 for
+ * a zero row), q = x / scale rounded to nearest even (within ±127), into q (stride sq);
+ * returns the scale. */
+static float quantize_i8(const mha_kernel *k, mha_mat m, int i, int col, int n, int8_t *q, size_t sq)
+{
+    float mx = 0.0f;
+    for (int c = 0; c < n; c++) {
+        const float a = fabsf(*mha_mat_at(k, m, i, col + c));
+        mx = a > mx ? a : mx;
+    }
+    const float scale = mx / 127.0f;
+    for (int c = 0; c < n; c++)
+        q[c * sq] = scale > 0.0f ? (int8_t)nearbyintf(*mha_mat_at(k, m, i, col + c) / scale) : 0;
+    return scale;
+}
+
 /* Row i of the Q/K/V scratch, K at dkp and V at 2·dkp, into slot `slot` of a cache block: K
- * transposed (feature c at c · block_size + slot), V as a row; a panel's run at a time. */
+ * transposed (feature c at c · block_size + slot), V as a row; float32 and bf16 a panel's run
+ * at a time, int8 the whole row (its scale is over all d_k features). */
 static void store_kv(const mha_step_job *j, mha_mat qkv, int i, int block, int g, int slot)
 {
     const mha_kernel *k = j->f.kernel;
     const mha_kv_cache *c = j->cache;
     const int dk = j->f.dk, dkp = j->f.dkp, bs = c->block_size;
     const size_t kt = mha_kv_kt_at(c, block, g) + (size_t)slot, v = mha_kv_v_at(c, block, g, slot);
+    if (c->type == MHA_KV_INT8) {
+        mha_kv_scales(c, block, g, 0)[slot] = quantize_i8(k, qkv, i, dkp, dk, mha_kv_i8(c) + kt, (size_t)bs);
+        mha_kv_scales(c, block, g, 1)[slot] = quantize_i8(k, qkv, i, 2 * dkp, dk, mha_kv_i8(c) + v, 1);
+        return;
+    }
     for (int c0 = 0; c0 < dk; c0 += k->bw) {
         const int n = dk - c0 < k->bw ? dk - c0 : k->bw;
         const float *ks = mha_mat_at(k, qkv, i, dkp + c0), *vs = mha_mat_at(k, qkv, i, 2 * dkp + c0);
-        if (c->bf16) {
+        if (c->type == MHA_KV_BF16) {
             mha_bf16 *kd = mha_kv_bf16(c) + kt + (size_t)c0 * bs, *vd = mha_kv_bf16(c) + v + c0;
             for (int t = 0; t < n; t++) {
                 kd[(size_t)t * bs] = mha_bf16_round(ks[t]);
@@ -238,6 +260,35 @@ static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int 
     }
 }
 
+/* int8: the keys [t_begin, ctx) read back (q·scale) into the Q/K/V scratch's K and V columns,
+ * key t at row t: then packed as the forward packs its own (Kᵀ panels, or bf16 B panels), so
+ * a prefill over the cache and decode over the same values agree bit for bit. */
+static void gather_i8(const mha_step_job *j, const int32_t *table, int g, int t_begin, int ctx, const mha_scratch *s)
+{
+    const mha_fwd *f = &j->f;
+    const mha_kernel *k = f->kernel;
+    const mha_kv_cache *cache = j->cache;
+    const int dk = f->dk, dkp = f->dkp, bs = cache->block_size;
+    const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
+    for (int t0 = t_begin; t0 < ctx;) {
+        const int block = table[t0 / bs], slot = t0 % bs, n = ctx - t0 < bs - slot ? ctx - t0 : bs - slot;
+        const int8_t *kt = mha_kv_i8(cache) + mha_kv_kt_at(cache, block, g) + slot;
+        const float *ks = mha_kv_scales(cache, block, g, 0) + slot, *vs = mha_kv_scales(cache, block, g, 1) + slot;
+        for (int c = 0; c < dk; c++) /* Kᵀ row c: slot by slot into the keys' rows */
+            for (int t = 0; t < n; t++)
+                *mha_mat_at(k, qkv, t0 + t, dkp + c) = (float)kt[(size_t)c * bs + t] * ks[t];
+        for (int t = 0; t < n; t++) /* V: a panel's run at a time */
+            for (int c = 0; c < dk; c += k->bw)
+                f->kernel->isa->i8_scale_row(mha_kv_i8(cache) + mha_kv_v_at(cache, block, g, slot + t) + c,
+                                             dk - c < k->bw ? dk - c : k->bw, vs[t], mha_mat_at(k, qkv, t0 + t, 2 * dkp + c));
+        t0 += n;
+    }
+    if (f->bk)
+        mha_attention_pack_kv16(f, s, mha_mat_sub(k, qkv, 0, dkp), 0, mha_mat_sub(k, qkv, 0, 2 * dkp), ctx);
+    else
+        mha_pack_panels(k, dk, ctx, mha_mat_sub(k, qkv, 0, dkp), 1, s->kt);
+}
+
 void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s)
 {
     const mha_fwd *f = &j->f;
@@ -250,7 +301,9 @@ void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s)
     const int32_t *table = st->blocks + (size_t)q * st->max_blocks;
     /* from the chunk holding the first visible key: the forward's chunks start there */
     const int t_begin = first_key(j, q) / MHA_KV_CHUNK * MHA_KV_CHUNK;
-    if (f->bk)
+    if (j->cache->type == MHA_KV_INT8)
+        gather_i8(j, table, g, t_begin, ctx, s);
+    else if (f->bk)
         gather_bf16(j, table, g, t_begin, ctx, 0, mha_attention_v16_ps(ctx), s);
     else
         gather_f32(j, table, g, ctx, t_begin, s);
@@ -278,31 +331,71 @@ static float *partial_of(const mha_step_job *j, int q, int g, int c, int qi)
     return j->partial + (((size_t)q * j->f.kvh + g) * j->max_chunks + c) * per_chunk + (size_t)qi * per_query;
 }
 
-/* float32 decode: the chunk's scores and A·V in register tiles, read in place from the cache
- * blocks, each key and value row once for every query of the group, with the sums the
- * microkernel gives the forward (the table's decode_scores and decode_values), and the
- * forward's softmax of the chunk in between; into the chunk's partials p (partial_of). */
-static void decode_chunk_f32(const mha_step_job *j, int q, int g, int k0, int k1, const float *qv, float *sc, float *p)
+/* Where a float32 decode chunk reads its keys: runs of slots, run r with n[r] slots, Kᵀ at
+ * kt[r] (feature c of slot t at kt[r][c · ld + t]) and V at v[r] (slot t's d_k values at
+ * v[r][t · d_k]); next[r]: what to prefetch while run r is read (NULL: nothing). */
+typedef struct chunk_src {
+    int runs, ld;
+    const float *kt[MHA_KV_CHUNK], *v[MHA_KV_CHUNK], *next[MHA_KV_CHUNK];
+    int n[MHA_KV_CHUNK];
+} chunk_src;
+
+/* The keys [k0, k1) of (q, g) in place in a float32 cache: a run per block. */
+static void cache_runs(const mha_step_job *j, int q, int g, int k0, int k1, chunk_src *src)
 {
-    const mha_fwd *f = &j->f;
     const mha_kv_cache *cache = j->cache;
-    const int n_new = j->step->n_new[q], n_past = j->step->n_past[q], dk = f->dk, nq = f->group * n_new;
-    const int n = k1 - k0, bs = cache->block_size, kc = f->kernel->kc;
+    const int bs = cache->block_size;
     const int32_t *table = j->step->blocks + (size_t)q * j->step->max_blocks;
-    const mha_isa *isa = f->kernel->isa;
     const float *data = mha_kv_f32(cache);
-    const float scale = f->scale;
-    /* scores: each block's Kᵀ read once for every query of the group, slots of several
-     * blocks at once; the features in the microkernel's passes of KC (one unless dk > KC) */
-    const float *kts[MHA_KV_CHUNK];
-    int ns[MHA_KV_CHUNK], runs = 0;
-    for (int t = k0; t < k1; runs++) {
-        const int slot = t % bs, run = bs - slot < k1 - t ? bs - slot : k1 - t;
-        kts[runs] = data + mha_kv_kt_at(cache, table[t / bs], g) + slot, ns[runs] = run;
+    src->runs = 0, src->ld = bs;
+    for (int t = k0; t < k1;) {
+        const int slot = t % bs, run = bs - slot < k1 - t ? bs - slot : k1 - t, r = src->runs++;
+        src->kt[r] = data + mha_kv_kt_at(cache, table[t / bs], g) + slot;
+        src->v[r] = data + mha_kv_v_at(cache, table[t / bs], g, slot);
+        src->next[r] = t + run < k1 ? data + mha_kv_v_at(cache, table[(t + run) / bs], g, 0) : NULL;
+        src->n[r] = run;
         t += run;
     }
+}
+
+/* int8: the keys [k0, k1) of (q, g) read back (q·scale) into kt (dk × n, row stride n) and v
+ * (n × dk): the values a prefill over the cache reads (gather_i8), each block's rows once. */
+static void dequantize_chunk(const mha_step_job *j, int q, int g, int k0, int k1, float *kt, float *v)
+{
+    const mha_kv_cache *cache = j->cache;
+    const mha_isa *isa = j->f.kernel->isa;
+    const int bs = cache->block_size, dk = j->f.dk, n = k1 - k0;
+    const int32_t *table = j->step->blocks + (size_t)q * j->step->max_blocks;
+    for (int t = k0; t < k1;) {
+        const int block = table[t / bs], slot = t % bs, run = bs - slot < k1 - t ? bs - slot : k1 - t;
+        const int8_t *k8 = mha_kv_i8(cache) + mha_kv_kt_at(cache, block, g) + slot;
+        const float *ks = mha_kv_scales(cache, block, g, 0) + slot, *vs = mha_kv_scales(cache, block, g, 1) + slot;
+        for (int c = 0; c < dk; c++)
+            isa->i8_scale_each(k8 + (size_t)c * bs, run, ks, kt + (size_t)c * n + (t - k0));
+        for (int u = 0; u < run; u++)
+            isa->i8_scale_row(mha_kv_i8(cache) + mha_kv_v_at(cache, block, g, slot + u), dk, vs[u],
+                              v + (size_t)(t - k0 + u) * dk);
+        t += run;
+    }
+}
+
+/* float32 decode: the chunk's scores and A·V in register tiles, read where src says (the
+ * cache blocks in place, or an int8 chunk read back), each key and value row once for every
+ * query of the group, with the sums the microkernel gives the forward (the table's
+ * decode_scores and decode_values), and the forward's softmax of the chunk in between; into
+ * the chunk's partials p (partial_of). */
+static void decode_chunk_f32(const mha_step_job *j, int q, int g, int k0, int k1, const float *qv, float *sc, float *p,
+                             const chunk_src *src)
+{
+    const mha_fwd *f = &j->f;
+    const int n_new = j->step->n_new[q], n_past = j->step->n_past[q], dk = f->dk, nq = f->group * n_new;
+    const int n = k1 - k0, kc = f->kernel->kc;
+    const mha_isa *isa = f->kernel->isa;
+    /* scores: each run's Kᵀ read once for every query of the group, slots of several runs at
+     * once; the features in the microkernel's passes of KC (one unless dk > KC) */
     for (int c0 = 0; c0 < dk; c0 += kc)
-        isa->decode_scores(qv, nq, dk, c0, c0 + kc < dk ? c0 + kc : dk, runs, kts, ns, bs, scale, sc, MHA_KV_CHUNK);
+        isa->decode_scores(qv, nq, dk, c0, c0 + kc < dk ? c0 + kc : dk, src->runs, src->kt, src->n, src->ld, f->scale,
+                           sc, MHA_KV_CHUNK);
     /* per query: the keys it sees in this chunk, their logits, exp'd against the chunk's max,
      * the sum */
     const size_t ps = (size_t)dk + 2; /* partial_of's stride between queries */
@@ -315,27 +408,22 @@ static void decode_chunk_f32(const mha_step_job *j, int q, int g, int k0, int k1
         pq[dk + 1] = isa->softmax_row(row, n, in.hi, NULL, &pq[dk]);
         memset(pq, 0, (size_t)dk * sizeof *pq);
     }
-    /* Z = E · V, block by block: each value row read once for every query */
-    for (int t = k0; t < k1;) {
-        const int slot = t % bs, run = bs - slot < k1 - t ? bs - slot : k1 - t;
-        const float *v = data + mha_kv_v_at(cache, table[t / bs], g, slot);
-        const float *next = t + run < k1 ? data + mha_kv_v_at(cache, table[(t + run) / bs], g, 0) : NULL;
-        isa->decode_values(sc + (t - k0), MHA_KV_CHUNK, nq, v, run, dk, p, ps, next);
-        t += run;
-    }
+    /* Z = E · V, run by run: each value row read once for every query */
+    for (int r = 0, t = 0; r < src->runs; t += src->n[r++])
+        isa->decode_values(sc + t, MHA_KV_CHUNK, nq, src->v[r], src->n[r], dk, p, ps, src->next[r]);
 }
 
-/* bf16 decode: the chunk's K and V gathered into the bf16 kernel's panels, then the forward's
- * own chunk step (mha_attention_chunk) on the group's queries, q_block rows at a time: the
- * forward's roundings and sums, so decode and prefill agree bit for bit; into p as above. */
+/* bf16 decode: the chunk's K and V in the bf16 kernel's panels (s->kt16, s->v16 of vps), then
+ * the forward's own chunk step (mha_attention_chunk) on the group's queries, q_block rows at a
+ * time: the forward's roundings and sums, so decode and prefill agree bit for bit; into p as
+ * above. */
 static void decode_chunk_bf16(const mha_step_job *j, int q, int g, int k0, int k1, float *qv, float *sc, float *p,
-                              const mha_scratch *s)
+                              const mha_scratch *s, size_t vps)
 {
     const mha_fwd *f = &j->f;
     const mha_kernel *k = f->kernel;
     const int n_new = j->step->n_new[q], dk = f->dk, nq = f->group * n_new, n = k1 - k0;
-    const size_t vps = mha_attention_v16_ps(n), ps = (size_t)dk + 2;
-    gather_bf16(j, j->step->blocks + (size_t)q * j->step->max_blocks, g, k0, k1, k0, vps, s);
+    const size_t ps = (size_t)dk + 2;
     const mha_kv_view kv = {.kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f), .vps = vps};
     for (int r0 = 0; r0 < nq; r0 += f->q_block) {
         const mha_chunk_rows rows = {.m = nq - r0 < f->q_block ? nq - r0 : f->q_block, .pos0 = j->step->n_past[q],
@@ -368,10 +456,28 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
     for (int jh = 0; jh < G; jh++)
         for (int i = 0; i < n_new; i++)
             memcpy(qv + (size_t)(jh * n_new + i) * dk, z + (size_t)i * zd + (size_t)(g * G + jh) * dk, (size_t)dk * sizeof *qv);
-    if (f->bk)
-        decode_chunk_bf16(j, q, g, k0, k1, qv, sc, partial_of(j, q, g, c, 0), s);
-    else
-        decode_chunk_f32(j, q, g, k0, k1, qv, sc, partial_of(j, q, g, c, 0));
+    float *p = partial_of(j, q, g, c, 0);
+    const int n = k1 - k0;
+    const size_t vps = mha_attention_v16_ps(n);
+    if (j->cache->type == MHA_KV_INT8) { /* read back into the Q/K/V scratch (idle in decode): Kᵀ, then V */
+        float *kt = s->qkv, *v = s->qkv + (size_t)dk * n;
+        dequantize_chunk(j, q, g, k0, k1, kt, v);
+        if (f->bk) {
+            const mha_kernel *k = f->kernel;
+            mha_attention_pack_kv16(f, s, mha_mat_rows(k, kt, n), 1, mha_mat_rows(k, v, dk), n);
+            decode_chunk_bf16(j, q, g, k0, k1, qv, sc, p, s, vps);
+        } else {
+            chunk_src src = {.runs = 1, .ld = n, .kt = {kt}, .v = {v}, .next = {NULL}, .n = {n}};
+            decode_chunk_f32(j, q, g, k0, k1, qv, sc, p, &src);
+        }
+    } else if (f->bk) {
+        gather_bf16(j, j->step->blocks + (size_t)q * j->step->max_blocks, g, k0, k1, k0, vps, s);
+        decode_chunk_bf16(j, q, g, k0, k1, qv, sc, p, s, vps);
+    } else {
+        chunk_src src;
+        cache_runs(j, q, g, k0, k1, &src);
+        decode_chunk_f32(j, q, g, k0, k1, qv, sc, p, &src);
+    }
 }
 
 void mha_step_decode_merge(const mha_step_job *j, int q, int g)

@@ -56,6 +56,9 @@ ParameterizedTestParameters(config_load, rejects_bad_configs)
          ":2: engine.blis_arch: 'skx' is not a sub-config of isa ref"},
         {"bf16 kernel of another table", MODEL "engine: { isa: ref, precision: bf16, bf16_kernel: fma-bf16 }\n",
          MHA_ERR_CONFIG, ":2: engine.bf16_kernel: 'fma-bf16': not a kernel of isa ref"},
+        {"bf16 cache, f32 engine", MODEL "engine: { kv_cache: bf16 }\n", MHA_ERR_CONFIG,
+         ":2: engine.kv_cache: bf16 with precision f32: an engine reads its own"},
+        {"unknown cache", MODEL "engine: { kv_cache: fp8 }\n", MHA_ERR_CONFIG, ":2: engine.kv_cache"},
         {"missing model", "batch: { size: 2 }\n", MHA_ERR_CONFIG, "model"},
         {"missing heads", "model:\n  d_model: 64\n", MHA_ERR_CONFIG, "model.heads"},
         {"syntax error", MODEL "batch: { lengths: [1, 2 }\n", MHA_ERR_CONFIG, ":2: syntax: did not find expected"},
@@ -173,7 +176,7 @@ Test(config_load, configs_using_every_key_load, .timeout = 30)
         "run: { warmup: 1, iters: 1, seed: 7 }\n"
         "scaling: { threads: [1], pinning: [none], mode: strong, iters: 1 }\n"
         "decode: { seqs: 1, context: 8, new: 1, steps: 1, block_size: 4, prefill_chunk: 4 }\n"
-        "engine: { q_block: 0, blis_arch: auto, precision: f32, bf16_kernel: auto, isa: auto }\n";
+        "engine: { q_block: 0, blis_arch: auto, precision: f32, bf16_kernel: auto, isa: auto, kv_cache: int8 }\n";
     static const char *model[] = {
         "rope: { style: neox, theta: 10000, rotary_dim: 16, factor: 2, original_max_position: 64, scaling: llama3, "
         "low_freq_factor: 1, high_freq_factor: 4 }",

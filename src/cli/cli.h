@@ -26,6 +26,7 @@ int cli_exit_code(mha_status st);
 int cli_parse_int(const char *opt, const char *text, long lo, long hi, long *out);
 /* --precision f32|bf16; 0 and a message on anything else. */
 int cli_parse_precision(const char *text, mha_precision *out);
+int cli_parse_kv_type(const char *text, mha_kv_type *out); /* --kv-cache: auto, f32, bf16, int8 */
 /* --isa NAME over the config's engine.isa: the name checked with the config (an unknown table,
  * one this CPU cannot run, or one that contradicts engine.blis_arch or bf16_kernel); 0 and a
  * message "--isa NAME: why" otherwise. NULL: nothing to apply. */

@@ -63,6 +63,16 @@ int cli_parse_precision(const char *text, mha_precision *out)
     return 0;
 }
 
+int cli_parse_kv_type(const char *text, mha_kv_type *out)
+{
+    const mha_kv_type all[] = {MHA_KV_AUTO, MHA_KV_F32, MHA_KV_BF16, MHA_KV_INT8};
+    for (int i = 0; text && i < 4; i++)
+        if (!strcmp(text, mha_kv_type_name(all[i])))
+            return *out = all[i], 1;
+    cli_error("--kv-cache: expected auto, f32, bf16 or int8, got '%s'", text ? text : "");
+    return 0;
+}
+
 int cli_apply_isa(mha_config *cfg, const char *isa)
 {
     if (!isa)

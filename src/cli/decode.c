@@ -151,8 +151,11 @@ int cli_decode(const mha_config_file *fc, const char *config, const char *weight
 
     /* the check: sequence 0's last `add` outputs against one causal float32 forward over its
      * tokens; float32 steps differ from it in summation order only, bf16 steps by bf16 operands
-     * (weights, inputs, the cache, probabilities: the engine's bf16 contract, 1e-2) */
-    const double tol = cfg.precision == MHA_PRECISION_BF16 ? 1e-2 : 1e-4;
+     * (weights, inputs, the cache, probabilities: the engine's bf16 contract, 1e-2), an int8
+     * cache by its rounding of K and V (its contract, 2e-2) */
+    const double tol = cfg.kv_type == MHA_KV_INT8 ? 2e-2 : cfg.precision == MHA_PRECISION_BF16 ? 1e-2 : 1e-4;
+    const mha_kv_type kv = cfg.kv_type != MHA_KV_AUTO ? cfg.kv_type
+                         : cfg.precision == MHA_PRECISION_BF16 ? MHA_KV_BF16 : MHA_KV_F32;
     double max_err = 0;
     int checked = 0;
     if (check > 0) {
@@ -210,6 +213,7 @@ int cli_decode(const mha_config_file *fc, const char *config, const char *weight
         json_object_set_new(j, "step_min_ms", json_real(t.min));
         json_object_set_new(j, "step_max_ms", json_real(t.max));
         json_object_set_new(j, "decode_tokens_per_s", json_real(decode_tps));
+        json_object_set_new(j, "kv_cache", json_string(mha_kv_type_name(kv)));
         json_object_set_new(j, "kv_cache_bytes", json_integer((json_int_t)cache_bytes));
         json_object_set_new(j, "check_rows", json_integer(checked));
         json_object_set_new(j, "max_rel_error", checked ? json_real(max_err) : json_null());
@@ -219,9 +223,9 @@ int cli_decode(const mha_config_file *fc, const char *config, const char *weight
         printf("  model    d_model %d, %d heads, %d KV heads (d_k %d)\n", d, p.h, p.kvh, p.dk);
         printf("  decode   %d sequences, prefilled to %d tokens in chunks of %d, then %d steps of %d token%s each\n",
                n_seqs, context, chunk, steps, add, add == 1 ? "" : "s");
-        printf("  engine   %d threads, isa %s, %s, kernel %s; KV cache %d blocks of %d slots, %.1f MiB\n",
-               mha_engine_threads(s.e), mha_engine_isa(s.e), mha_precision_name(cfg.precision), mha_engine_kernel(s.e), n_seqs * max_blocks,
-               bs, cache_bytes / 1048576.0);
+        printf("  engine   %d threads, isa %s, %s, kernel %s; KV cache %s, %d blocks of %d slots, %.1f MiB\n",
+               mha_engine_threads(s.e), mha_engine_isa(s.e), mha_precision_name(cfg.precision), mha_engine_kernel(s.e),
+               mha_kv_type_name(kv), n_seqs * max_blocks, bs, cache_bytes / 1048576.0);
         printf("  prefill  %.1f ms, %.0f tokens/s\n", prefill_ms, prefill_tps);
         printf("  step     median %.3f ms, p99 %.3f ms (min %.3f, max %.3f) over %d steps\n", t.median, p99, t.min, t.max,
                steps);
@@ -232,7 +236,8 @@ int cli_decode(const mha_config_file *fc, const char *config, const char *weight
     }
     rc = !checked || max_err <= tol ? EXIT_OK : EXIT_RUNTIME;
     if (rc != EXIT_OK)
-        cli_error("check: relative error %.3g is above %g (%s)", max_err, tol, mha_precision_name(cfg.precision));
+        cli_error("check: relative error %.3g is above %g (%s, KV cache %s)", max_err, tol, mha_precision_name(cfg.precision),
+                  mha_kv_type_name(kv));
 out_want:
     free(want);
 out:

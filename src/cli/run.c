@@ -16,8 +16,9 @@
 typedef struct run_opts {
     const char *config, *weights, *prefix, *input, *kv, *lengths, *kv_lengths, *output, *attn, *isa;
     long threads, iters, warmup, check;
-    int json, causal, have_threads, have_iters, have_warmup, have_precision;
+    int json, causal, have_threads, have_iters, have_warmup, have_precision, have_kv;
     mha_precision precision;
+    mha_kv_type kv_type;
 } run_opts;
 
 static void usage(FILE *f)
@@ -25,12 +26,14 @@ static void usage(FILE *f)
     fputs("usage: mha run [CONFIG] [--weights W.safetensors] [--prefix P] [--input X.npy] [--kv KV.npy]\n"
           "               [--lengths L.npy] [--kv-lengths L.npy] [--output Y.npy] [--attn A.npy]\n"
           "               [--threads N] [--iters N] [--warmup N] [--causal] [--check ROWS]\n"
-          "               [--precision f32|bf16] [--isa auto|avx512|avx2|ref] [--json]\n"
+          "               [--precision f32|bf16] [--isa auto|avx512|avx2|ref]\n"
+          "               [--kv-cache auto|f32|bf16|int8] [--json]\n"
           "With no CONFIG, the built-in default model (configs/default.yaml); with no --weights or\n"
           "--input, seeded random data. --lengths pads queries and, for self-attention, keys; output\n"
           "rows past a length are 0. --kv-lengths pads the --kv keys. --check: output rows compared\n"
-          "with a double-precision reference (default 4, 0 skips). --precision and --isa override the\n"
-          "config's engine.precision and engine.isa (the kernel table: mha info lists them).\n", f);
+          "with a double-precision reference (default 4, 0 skips). --precision, --isa and --kv-cache\n"
+          "override the config's engine.precision, engine.isa (the kernel table: mha info lists\n"
+          "them) and engine.kv_cache (a decode block's cache).\n", f);
 }
 
 static int parse(int argc, char **argv, run_opts *o)
@@ -44,6 +47,7 @@ static int parse(int argc, char **argv, run_opts *o)
         {"warmup", required_argument, 0, 'W'},  {"check", required_argument, 0, 'c'},
         {"causal", no_argument, 0, 'C'},        {"json", no_argument, 0, 'j'},
         {"precision", required_argument, 0, 'P'}, {"isa", required_argument, 0, 'I'},
+        {"kv-cache", required_argument, 0, 'K'},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
@@ -67,6 +71,7 @@ static int parse(int argc, char **argv, run_opts *o)
         case 'c': if (!cli_parse_int("--check", optarg, 0, 1000, &o->check)) return 0; break;
         case 'P': if (!cli_parse_precision(optarg, &o->precision)) return 0; o->have_precision = 1; break;
         case 'I': o->isa = optarg; break;
+        case 'K': if (!cli_parse_kv_type(optarg, &o->kv_type)) return 0; o->have_kv = 1; break;
         case 'C': o->causal = 1; break;
         case 'j': o->json = 1; break;
         case 'h': usage(stdout); exit(EXIT_OK);
@@ -224,6 +229,7 @@ int mha_cli_run(int argc, char **argv)
     }
     if (o.have_threads) s.fc.engine.threads = (int)o.threads;
     if (o.have_precision) s.fc.engine.precision = o.precision;
+    if (o.have_kv) s.fc.engine.kv_type = o.kv_type;
     if (!cli_apply_isa(&s.fc.engine, o.isa))
         return EXIT_USAGE;
     if (s.fc.decode) { /* prefill and decode through the KV cache */

@@ -246,6 +246,30 @@ __attribute__((target(AVX2))) static void softcap_row_avx2(float *s, int n, floa
     }
 }
 
+/* int8 cache elements to float32, 8 at a time; a tail through a padded copy. */
+__attribute__((target(AVX2))) static __m256 i8_load8(const int8_t *src, int n)
+{
+    int64_t bytes = 0;
+    memcpy(&bytes, src, (size_t)(n < 8 ? n : 8));
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(bytes)));
+}
+
+__attribute__((target(AVX2))) static void i8_scale_row_avx2(const int8_t *src, int n, float scale, float *restrict dst)
+{
+    const __m256 s = _mm256_set1_ps(scale);
+    for (int i = 0; i < n; i += 8)
+        _mm256_maskstore_ps(dst + i, first8(n - i), _mm256_mul_ps(i8_load8(src + i, n - i), s));
+}
+
+__attribute__((target(AVX2))) static void i8_scale_each_avx2(const int8_t *src, int n, const float *scales,
+                                                             float *restrict dst)
+{
+    for (int i = 0; i < n; i += 8) {
+        const __m256i k = first8(n - i);
+        _mm256_maskstore_ps(dst + i, k, _mm256_mul_ps(i8_load8(src + i, n - i), _mm256_maskload_ps(scales + i, k)));
+    }
+}
+
 /* ---- decode tiles (float32 cache) ---- */
 
 /* n elements (1..8) of a row at x, lanes from n on zero. */
@@ -607,6 +631,8 @@ const mha_isa mha_isa_avx2 = {
     .stream_arch = "haswell",
     .softmax_row = softmax_row_avx2,
     .softcap_row = softcap_row_avx2,
+    .i8_scale_row = i8_scale_row_avx2,
+    .i8_scale_each = i8_scale_each_avx2,
     .decode_scores = decode_scores_avx2,
     .decode_values = decode_values_avx2,
     .round_into_tiles = round_into_tiles_avx2,

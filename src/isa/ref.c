@@ -36,6 +36,18 @@ static void softcap_row_ref(float *s, int n, float cap)
         s[j] = cap * mha_tanh_poly(s[j] / cap);
 }
 
+static void i8_scale_row_ref(const int8_t *src, int n, float scale, float *restrict dst)
+{
+    for (int i = 0; i < n; i++)
+        dst[i] = (float)src[i] * scale;
+}
+
+static void i8_scale_each_ref(const int8_t *src, int n, const float *scales, float *restrict dst)
+{
+    for (int i = 0; i < n; i++)
+        dst[i] = (float)src[i] * scales[i];
+}
+
 static int visible_at(const uint8_t *mask, int j)
 {
     return mask == NULL || mask[j] != 0;
@@ -168,6 +180,8 @@ const mha_isa mha_isa_ref = {
     .pack_rows = pack_rows_ref,
     .softmax_row = softmax_row_ref,
     .softcap_row = softcap_row_ref,
+    .i8_scale_row = i8_scale_row_ref,
+    .i8_scale_each = i8_scale_each_ref,
     .decode_scores = decode_scores_ref,
     .decode_values = decode_values_ref,
     .round_into_tiles = round_into_tiles_ref,
