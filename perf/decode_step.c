@@ -8,7 +8,9 @@
  * (perf/ab.sh does it for `mha run`): single runs on a shared VM swing by 10–30%.
  *
  * usage: decode_step [f32|bf16] [KV_HEADS (8)] [CONTEXT (2048)] [STEPS (30)] [THREADS (2)]
- *                    [SEQS (16)] [ISA (auto)] */
+ *                    [SEQS (16)] [ISA (auto)] [KV_CACHE (auto: the precision's; int8)]
+ * CONTEXT 1 leaves the projections alone: a step at CONTEXT minus that one is the attention
+ * phase. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime (perf_util.h) under -std=c11 */
 #include <stdint.h>
 #include <stdio.h>
@@ -41,11 +43,13 @@ int main(int argc, char **argv)
     const int steps = argc > 4 ? atoi(argv[4]) : 30, threads = argc > 5 ? atoi(argv[5]) : 2;
     const int seqs = argc > 6 ? atoi(argv[6]) : 16;
     const char *isa = argc > 7 ? argv[7] : "auto";
+    const int int8 = argc > 8 && !strcmp(argv[8], "int8");
     if ((argc > 1 && !bf16 && strcmp(argv[1], "f32")) || kvh < 1 || HEADS % kvh || context < 1 || context > 1 << 20 ||
-        steps < 1 || threads < 1 || seqs < 1 || seqs > MAX_SEQS || strlen(isa) >= sizeof((mha_config){0}.isa)) {
+        steps < 1 || threads < 1 || seqs < 1 || seqs > MAX_SEQS || strlen(isa) >= sizeof((mha_config){0}.isa) ||
+        (argc > 8 && !int8 && strcmp(argv[8], "auto"))) {
         fprintf(stderr,
                 "usage: decode_step [f32|bf16] [KV_HEADS dividing %d] [CONTEXT 1..%d] [STEPS >= 1] [THREADS >= 1] "
-                "[SEQS 1..%d] [ISA auto|avx512|avx2|ref]\n",
+                "[SEQS 1..%d] [ISA auto|avx512|avx2|ref] [KV_CACHE auto|int8]\n",
                 HEADS, 1 << 20, MAX_SEQS);
         return 2;
     }
@@ -55,6 +59,7 @@ int main(int argc, char **argv)
     cfg.max_batch = seqs, cfg.max_seq_q = 1, cfg.max_seq_kv = context;
     cfg.threads = threads, cfg.pinning = MHA_PIN_CLOSE;
     cfg.precision = bf16 ? MHA_PRECISION_BF16 : MHA_PRECISION_F32;
+    cfg.kv_type = int8 ? MHA_KV_INT8 : MHA_KV_AUTO;
     cfg.rope = (mha_rope){.style = MHA_ROPE_NEOX, .theta = 500000.0f};
     snprintf(cfg.isa, sizeof cfg.isa, "%s", isa);
 
@@ -105,11 +110,12 @@ int main(int argc, char **argv)
     }
     qsort(ms, (size_t)steps, sizeof *ms, cmp);
     const double elem = bf16 ? 2.0 : 4.0, median = ms[steps / 2];
-    const double bytes = elem * (2.0 * D * D + 2.0 * D * (double)kvd) + elem * 2.0 * seqs * (double)kvd * context;
-    printf("decode_step %s, isa %s (%s), %d sequences, %d KV heads, context %d, %d threads: median %.2f ms "
+    const double kv_elem = int8 ? 1.0 + 4.0 / DK : elem; /* int8: a float scale per 128 values */
+    const double bytes = elem * (2.0 * D * D + 2.0 * D * (double)kvd) + kv_elem * 2.0 * seqs * (double)kvd * context;
+    printf("decode_step %s, kv %s, isa %s (%s), %d sequences, %d KV heads, context %d, %d threads: median %.2f ms "
            "(min %.2f, max %.2f) over %d steps, %.1f GB/s\n",
-           bf16 ? "bf16" : "f32", mha_engine_isa(e), mha_engine_kernel(e), seqs, kvh, context, threads, median, ms[0],
-           ms[steps - 1], steps, bytes / median / 1e6);
+           bf16 ? "bf16" : "f32", int8 ? "int8" : bf16 ? "bf16" : "f32", mha_engine_isa(e), mha_engine_kernel(e), seqs, kvh,
+           context, threads, median, ms[0], ms[steps - 1], steps, bytes / median / 1e6);
 done:
     if (st != MHA_OK) {
         char why[256] = "";

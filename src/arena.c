@@ -114,6 +114,8 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
     }
     sl[MHA_SLICE_inv] = product(mha_attention_state_floats((size_t)dims->q_block, dk), f, 1, of);
     sl[MHA_SLICE_dec] = product(dec_q, MHA_KV_CHUNK + dk, f, of);
+    if (bf16 && dims->kv_type == MHA_KV_INT8) /* the scales beside the int8 values in the panels */
+        sl[MHA_SLICE_kvs] = product(2, seq_kv, f, of);
 
     size_t slice = 0;
     for (int r = 0; r < MHA_SLICE_COUNT; r++)
@@ -180,6 +182,7 @@ mha_scratch mha_arena_slice(const mha_arena_plan *p, unsigned char *scratch, int
         .apack = at(slice, o[MHA_SLICE_apack]),
         .inv = at(slice, o[MHA_SLICE_inv]),
         .dec = at(slice, o[MHA_SLICE_dec]),
+        .kvs = at(slice, o[MHA_SLICE_kvs]),
         .kt16 = at(slice, o[MHA_SLICE_kt]),
         .v16 = at(slice, o[MHA_SLICE_vb]),
         .p16 = at(slice, o[MHA_SLICE_pb]),

@@ -63,12 +63,15 @@ void mha_attention_project(const mha_fwd *f, const mha_scratch *s, int m, const 
         mha_gemm(k, m, n, f->d, 1.0f, mha_mat_rows(k, x, f->d), wb, beta, c, s->apack);
 }
 
-void mha_attention_pack_kv16(const mha_fwd *f, const mha_scratch *s, mha_mat keys, int transposed, mha_mat v, int kl)
+/* bf16: the group's Kᵀ and V (kl keys, in the Q/K/V scratch) into B panels, once for every
+ * query head of the group. */
+static void pack_kv16(const mha_fwd *f, const mha_scratch *s, int kl)
 {
     const mha_kernel *k = f->kernel;
+    const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
     const size_t vps = mha_attention_v16_ps(kl), room = mha_bk_kp(kl);
-    mha_bk_pack_b(k, keys, !transposed, f->dk, kl, s->kt16, mha_attention_kt16_ps(f));
-    mha_bk_pack_b(k, v, 0, kl, f->dk, s->v16, vps);
+    mha_bk_pack_b(k, mha_mat_sub(k, qkv, 0, f->dkp), 1, f->dk, kl, s->kt16, mha_attention_kt16_ps(f));
+    mha_bk_pack_b(k, mha_mat_sub(k, qkv, 0, 2 * f->dkp), 0, kl, f->dk, s->v16, vps);
     for (int j = 0; j < f->dk; j += MHA_BT_N) /* the tile of room: zeros */
         memset(s->v16 + (size_t)(j / MHA_BT_N) * vps + room * MHA_BT_N, 0, MHA_BT_K * MHA_BT_N * sizeof(mha_bf16));
 }
@@ -141,14 +144,19 @@ void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk
                   sm, s->apack16);
     else
         mha_gemm(k, m, n, dk, scale, r->q, mha_mat_sub(k, kv->kt, 0, b0), 0.0f, sm, s->apack);
+    const float *ks = kv->ks ? kv->ks + b0 : NULL, *vs = kv->vs ? kv->vs + b0 : NULL;
     for (int i = 0; i < m; i++) {
         /* the keys of this chunk row i sees: [hidden, visible) */
         const int pos = r->pos0 + (r->first + i) % r->period;
         const mha_key_span in = mha_keys_within(mha_visible_keys(pos, r->causal, f->window, c0 + n), c0, n);
         float *row = sc + i * ld;
+        for (int j = 0; ks && j < in.hi; j++) /* int8: each key's K scale */
+            row[j] *= ks[j];
         mha_attention_logits(f, row, in, pos, c0, r->head0 + (r->first + i) / r->period);
         mx[i * st] = -INFINITY;
         sum[i * st] = k->isa->softmax_row(row, n, in.hi, r->mask ? r->mask + (size_t)i * f->seq_kv : NULL, &mx[i * st]);
+        for (int j = 0; vs && j < in.hi; j++) /* int8: each key's V scale, after the sum */
+            row[j] *= vs[j];
         if (fuse) /* bf16: the row rounded and packed for A·V while it is in L1 */
             mha_bk_pack_a_row(k, row, i, n, s->p16);
     }
@@ -162,7 +170,7 @@ void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk
 }
 
 void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, int kl, int off, float *z_seq,
-                        float *attn)
+                        float *attn, const float *ks, const float *vs)
 {
     const mha_kernel *k = f->kernel;
     const int dk = f->dk, dkp = f->dkp, zd = f->qd, bw = k->bw, qb = f->q_block;
@@ -171,7 +179,7 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, i
     const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
     const mha_kv_view kv = {.kt = mha_mat_panels(k, s->kt, dk), .v = mha_mat_sub(k, qkv, 0, 2 * dkp),
                             .kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f),
-                            .vps = mha_attention_v16_ps(kl)};
+                            .vps = mha_attention_v16_ps(kl), .ks = ks, .vs = vs};
     const int window = f->window, causal = f->causal;
     /* softmax state: the rows' sum and max, the chunk's, the chunk's Z (qb × dk) */
     float *sum = s->inv, *mx = sum + qb, *csum = mx + qb, *cmx = csum + qb, *cz = cmx + qb;
@@ -237,7 +245,7 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, i
 static void attend(const mha_fwd *f, int b, int h, const mha_scratch *s, int ql, int kl)
 {
     float *attn = f->attn ? f->attn + ((size_t)b * f->h + h) * f->seq_q * f->seq_kv : NULL;
-    mha_attention_rows(f, h, s, ql, kl, f->seq_kv - f->seq_q, f->z + (size_t)b * f->seq_q * f->qd, attn);
+    mha_attention_rows(f, h, s, ql, kl, f->seq_kv - f->seq_q, f->z + (size_t)b * f->seq_q * f->qd, attn, NULL, NULL);
 }
 
 void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)
@@ -267,8 +275,7 @@ void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)
     /* step 2: Kᵀ in panels, once for every query head of the group and every query block
      * (bf16: Kᵀ and V in bf16 B panels) */
     if (kl > 0 && f->bk)
-        mha_attention_pack_kv16(f, s, mha_mat_sub(k, mha_mat_panels(k, s->qkv, f->rows), 0, dkp), 0,
-                                mha_mat_sub(k, mha_mat_panels(k, s->qkv, f->rows), 0, 2 * dkp), kl);
+        pack_kv16(f, s, kl);
     else if (kl > 0)
         mha_pack_panels(k, dk, kl, mha_mat_sub(k, mha_mat_panels(k, s->qkv, f->rows), 0, dkp), 1, s->kt);
     /* step 3: each query head of the group: its Q (rotated), then its attention */

@@ -136,6 +136,7 @@ typedef struct mha_scratch {
     mha_bf16 *v16;  /* bf16: V in B panels */
     mha_bf16 *p16;  /* bf16: a query block's probabilities in A panels (each row rounded as exp'd) */
     mha_bf16 *apack16; /* bf16: A packing (the apack region) */
+    float *kvs;     /* bf16 engines with an int8 cache: K's then V's scales of a context's keys */
 } mha_scratch;
 
 /* bf16: panel strides of Kᵀ (dk × keys) in s->kt16 and of V (keys × dk) in s->v16, which has
@@ -162,6 +163,8 @@ typedef struct mha_kv_view {
     mha_mat kt, v;
     const mha_bf16 *kt16, *v16;
     size_t kps, vps;
+    const float *ks, *vs;   /* an int8 cache's K and V scales of each key from the operands' key
+                             * 0 (the panels then hold the int8 values themselves); NULL: none */
 } mha_kv_view;
 
 /* Rows of a chunk: m query rows, row i at position pos0 + (first + i) % period (the forward:
@@ -177,7 +180,9 @@ typedef struct mha_chunk_rows {
 /* One chunk: the keys [c0, c0 + n) (kv's operands from key b0: the chunk's first key), scores
  * = Q·Kᵀ·f->scale into sc (row stride ld) and their logits (mha_attention_logits), each row's
  * visible keys exp'd against the row's own max in this chunk (mx[i·st]; −∞: nothing visible)
- * with their sum (sum[i·st]), and the unnormalised Z = E·V into zc (m × dk). bf16: E rounded into s->p16 as each row is exp'd
+ * with their sum (sum[i·st]), and the unnormalised Z = E·V into zc (m × dk). With kv->ks,
+ * each score is Q·K₈ᵀ·scale·ks[key] and E is multiplied by vs[key] as it enters A·V (the sum
+ * is of E itself): the attention of the int8 values read back, with K and V exact in bf16. bf16: E rounded into s->p16 as each row is exp'd
  * (m <= q_block). The chunk step of the forward and of bf16 decode: one source of their bits. */
 void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
                          int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum,
@@ -198,12 +203,6 @@ void mha_attention_norm_rows(const mha_fwd *f, mha_mat qkv, int rows, int col, c
  * m1^(2(i−n)+1), m1 = 2^(−max_bias/(2n)). */
 void mha_alibi_slopes(int h, float max_bias, float *slopes);
 
-/* bf16: Kᵀ and V of kl keys into s->kt16 and s->v16's B panels, the tile of room after V
- * zeroed: once for every query head of a group (the forward: from the Q/K/V scratch's columns
- * [dkp, 3·dkp)), or a decode chunk's. keys: K as rows (kl × dk), or Kᵀ (dk × kl) when
- * transposed; v: (kl × dk). */
-void mha_attention_pack_kv16(const mha_fwd *f, const mha_scratch *s, mha_mat keys, int transposed, mha_mat v, int kl);
-
 /* Rows the head tasks project from the query input of sequence b (packed beforehand). */
 int mha_attention_packed_rows(const mha_fwd *f, int b);
 /* Packs rows [r0, r1) of sequence b's query input into f->xpack (r0 a multiple of the panel). */
@@ -218,9 +217,10 @@ void mha_attention_project(const mha_fwd *f, const mha_scratch *s, int m, const 
  * [0, dkp), the head's Kᵀ in s->kt and V in columns [2·dkp, 3·dkp): query block by query
  * block, scores, softmax (causal: row i sees keys j <= i + off; the window; f->mask), A·V
  * into z_seq's columns of head h (rows ql, row stride d), each row divided by its sum.
- * attn: NULL, or this head's (seq_q, seq_kv) weights of a forward. */
+ * attn: NULL, or this head's (seq_q, seq_kv) weights of a forward. ks, vs: NULL, or an int8
+ * cache's scales of the kl keys (mha_kv_view's). */
 void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, int kl, int off, float *z_seq,
-                        float *attn);
+                        float *attn, const float *ks, const float *vs);
 /* KV head g of sequence b: its K and V projected (and rotated) once, then for each query
  * head of the group its Q, and query block by query block: scores, softmax, A·V into the
  * head's columns of z (and attn). */

@@ -200,49 +200,75 @@ static void gather_f32(const mha_step_job *j, const int32_t *table, int g, int c
             *mha_mat_at(k, ktm, c, t) = 0.0f;
 }
 
-/* bf16: the keys [t_begin, t_end) from a bf16 cache straight into the bf16 kernel's B panels
- * (s->kt16, s->v16 of vps elements per panel, as the forward's pack_kv16 leaves them), key t
- * at column / row t − base: Kᵀ key pairs of each feature pair interleaved, V feature by
- * feature; zeros in the padding (features past dk, keys past t_end, the tile of room after V). */
+/* Element i of a bf16 cache's data, or of an int8 one's as bf16 (exact). */
+static inline mha_bf16 bf16_at(const void *data, int i8, size_t i)
+{
+    return i8 ? mha_bf16_round((float)((const int8_t *)data)[i]) : ((const mha_bf16 *)data)[i];
+}
+
+/* bf16 engines: the keys [t_begin, t_end) from a bf16 or int8 cache straight into the bf16
+ * kernel's B panels (s->kt16, s->v16 of vps elements per panel, as the forward's pack_kv16
+ * leaves them), key t at column / row t − base: Kᵀ key pairs of each feature pair interleaved,
+ * V feature by feature; zeros in the padding (features past dk, keys past t_end, the tile of
+ * room after V). int8: the values themselves (exact in bf16), their scales into ks and vs at
+ * t − base (mha_kv_view's: the chunk applies them). */
 static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int t_begin, int t_end, int base,
-                        size_t vps, const mha_scratch *s)
+                        size_t vps, const mha_scratch *s, float *ks, float *vs)
 {
     const mha_kv_cache *cache = j->cache;
+    const int i8 = cache->type == MHA_KV_INT8;
+    const size_t esz = i8 ? 1 : sizeof(mha_bf16);
     const int dk = j->f.dk, bs = cache->block_size, n = t_end - base, n16 = (int)mha_round_up((size_t)n, MHA_BT_N);
     const int kp_dk = (int)mha_bk_kp(dk), dk16 = (int)mha_round_up((size_t)dk, MHA_BT_N);
     const int v_end = (int)mha_bk_kp(n) + MHA_BT_K;
     const size_t kps = mha_attention_kt16_ps(&j->f);
-    const mha_bf16 *data = mha_kv_bf16(cache);
+    const char *data = cache->data;
     const mha_isa *isa = j->f.kernel->isa;
     for (int t0 = t_begin; t0 < t_end;) {
         const int block = table[t0 / bs], slot = t0 % bs, run = t_end - t0 < bs - slot ? t_end - t0 : bs - slot;
         const int at = t0 - base;
+        if (i8) { /* a block's few scales: a loop, not a call */
+            const float *bks = mha_kv_scales(cache, block, g, 0) + slot, *bvs = mha_kv_scales(cache, block, g, 1) + slot;
+            for (int u = 0; u < run; u++)
+                ks[at + u] = bks[u], vs[at + u] = bvs[u];
+        }
         /* the next block's K and V, prefetched as this one is read (a block's K of one head and
-         * its V are bs·dk elements each, in 64-byte lines: as many as this block's pairs) */
+         * its V are bs·dk elements each, in 64-byte lines: as many as this block's pairs, or
+         * half as many for int8) */
         const int next = t0 + run < t_end ? table[(t0 + run) / bs] : -1;
-        const char *next_k = next < 0 ? NULL : (const char *)(data + mha_kv_kt_at(cache, next, g));
-        const char *next_v = next < 0 ? NULL : (const char *)(data + mha_kv_v_at(cache, next, g, 0));
+        const char *next_k = next < 0 ? NULL : data + mha_kv_kt_at(cache, next, g) * esz;
+        const char *next_v = next < 0 ? NULL : data + mha_kv_v_at(cache, next, g, 0) * esz;
         /* Kᵀ (features × slots, bs apart): groups of 16 keys that start a panel, feature pairs
          * interleaved; the rest key by key */
-        const mha_bf16 *kt = data + mha_kv_kt_at(cache, block, g) + slot;
+        const size_t kt = mha_kv_kt_at(cache, block, g) + slot;
         int t = 0;
         if (dk % 2 == 0)
-            for (; t + MHA_BT_N <= run && (at + t) % MHA_BT_N == 0; t += MHA_BT_N)
-                isa->interleave_pairs(kt + t, (size_t)bs, dk / 2, s->kt16 + mha_bk_b_index(0, at + t, kps),
-                                      next_k ? next_k + (size_t)t * dk * sizeof(mha_bf16) : NULL);
-        for (int c = 0; c < dk; c++)
+            for (; t + MHA_BT_N <= run && (at + t) % MHA_BT_N == 0; t += MHA_BT_N) {
+                mha_bf16 *dst = s->kt16 + mha_bk_b_index(0, at + t, kps);
+                const char *pf = next_k ? next_k + (size_t)t * dk * esz : NULL;
+                if (i8)
+                    isa->interleave_pairs_i8(mha_kv_i8(cache) + kt + t, (size_t)bs, dk / 2, dst, pf);
+                else
+                    isa->interleave_pairs(mha_kv_bf16(cache) + kt + t, (size_t)bs, dk / 2, dst, pf);
+            }
+        for (int c = 0; t < run && c < dk; c++)
             for (int u = t; u < run; u++)
-                s->kt16[mha_bk_b_index(c, at + u, kps)] = kt[(size_t)c * bs + u];
+                s->kt16[mha_bk_b_index(c, at + u, kps)] = bf16_at(data, i8, kt + (size_t)c * bs + u);
         /* V (slots × features, dk apart): key pairs interleaved, 16 features at a time; the
          * features past the last 16 and an odd key element by element */
-        const mha_bf16 *v = data + mha_kv_v_at(cache, block, g, slot);
+        const size_t v = mha_kv_v_at(cache, block, g, slot);
         const int pairs = at % 2 == 0 ? run / 2 : 0, whole = dk / MHA_BT_N * MHA_BT_N;
-        for (int c = 0; c < whole && pairs; c += MHA_BT_N)
-            isa->interleave_pairs(v + c, (size_t)dk, pairs, s->v16 + mha_bk_b_index(at, c, vps),
-                                  next_v ? next_v + (size_t)c / MHA_BT_N * pairs * 64 : NULL);
+        for (int c = 0; c < whole && pairs; c += MHA_BT_N) {
+            mha_bf16 *dst = s->v16 + mha_bk_b_index(at, c, vps);
+            const char *pf = next_v ? next_v + (size_t)c / MHA_BT_N * pairs * 64 * esz / 2 : NULL;
+            if (i8)
+                isa->interleave_pairs_i8(mha_kv_i8(cache) + v + c, (size_t)dk, pairs, dst, pf);
+            else
+                isa->interleave_pairs(mha_kv_bf16(cache) + v + c, (size_t)dk, pairs, dst, pf);
+        }
         for (int u = 0; u < run; u++)
             for (int c = u < 2 * pairs ? whole : 0; c < dk; c++)
-                s->v16[mha_bk_b_index(at + u, c, vps)] = v[(size_t)u * dk + c];
+                s->v16[mha_bk_b_index(at + u, c, vps)] = bf16_at(data, i8, v + (size_t)u * dk + c);
         t0 += run;
     }
     for (int t = t_begin - base; t < n16; t++) /* Kᵀ: features past dk; keys past t_end */
@@ -260,9 +286,9 @@ static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int 
     }
 }
 
-/* int8: the keys [t_begin, ctx) read back (q·scale) into the Q/K/V scratch's K and V columns,
- * key t at row t: then packed as the forward packs its own (Kᵀ panels, or bf16 B panels), so
- * a prefill over the cache and decode over the same values agree bit for bit. */
+/* float32 engines, int8 cache: the keys [t_begin, ctx) read back (q·scale) into the Q/K/V
+ * scratch's K and V columns, key t at row t, Kᵀ then packed as the forward packs its own: the
+ * values decode reads back too (dequantize_chunk), so prefill and decode agree bit for bit. */
 static void gather_i8(const mha_step_job *j, const int32_t *table, int g, int t_begin, int ctx, const mha_scratch *s)
 {
     const mha_fwd *f = &j->f;
@@ -283,10 +309,7 @@ static void gather_i8(const mha_step_job *j, const int32_t *table, int g, int t_
                                              dk - c < k->bw ? dk - c : k->bw, vs[t], mha_mat_at(k, qkv, t0 + t, 2 * dkp + c));
         t0 += n;
     }
-    if (f->bk)
-        mha_attention_pack_kv16(f, s, mha_mat_sub(k, qkv, 0, dkp), 0, mha_mat_sub(k, qkv, 0, 2 * dkp), ctx);
-    else
-        mha_pack_panels(k, dk, ctx, mha_mat_sub(k, qkv, 0, dkp), 1, s->kt);
+    mha_pack_panels(k, dk, ctx, mha_mat_sub(k, qkv, 0, dkp), 1, s->kt);
 }
 
 void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s)
@@ -301,17 +324,20 @@ void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s)
     const int32_t *table = st->blocks + (size_t)q * st->max_blocks;
     /* from the chunk holding the first visible key: the forward's chunks start there */
     const int t_begin = first_key(j, q) / MHA_KV_CHUNK * MHA_KV_CHUNK;
-    if (j->cache->type == MHA_KV_INT8)
+    /* int8 in a bf16 engine: the values in the panels, their scales beside them */
+    const int i8 = j->cache->type == MHA_KV_INT8;
+    float *ks = f->bk && i8 ? s->kvs : NULL, *vs = ks ? ks + ctx : NULL;
+    if (f->bk)
+        gather_bf16(j, table, g, t_begin, ctx, 0, mha_attention_v16_ps(ctx), s, ks, vs);
+    else if (i8)
         gather_i8(j, table, g, t_begin, ctx, s);
-    else if (f->bk)
-        gather_bf16(j, table, g, t_begin, ctx, 0, mha_attention_v16_ps(ctx), s);
     else
         gather_f32(j, table, g, ctx, t_begin, s);
     float *z = f->z + (size_t)j->row0[q] * f->qd;
     for (int h = g * f->group; h < (g + 1) * f->group; h++) {
         for (int i = 0; i < n_new; i++) /* its Q (rotated in phase 1), then Z over it */
             to_panels(k, qkv, i, 0, z + (size_t)i * f->qd + (size_t)h * dk, dk);
-        mha_attention_rows(f, h, s, n_new, ctx, n_past, z, NULL);
+        mha_attention_rows(f, h, s, n_new, ctx, n_past, z, NULL, ks, vs);
     }
 }
 
@@ -418,13 +444,14 @@ static void decode_chunk_f32(const mha_step_job *j, int q, int g, int k0, int k1
  * time: the forward's roundings and sums, so decode and prefill agree bit for bit; into p as
  * above. */
 static void decode_chunk_bf16(const mha_step_job *j, int q, int g, int k0, int k1, float *qv, float *sc, float *p,
-                              const mha_scratch *s, size_t vps)
+                              const mha_scratch *s, size_t vps, const float *ks, const float *vs)
 {
     const mha_fwd *f = &j->f;
     const mha_kernel *k = f->kernel;
     const int n_new = j->step->n_new[q], dk = f->dk, nq = f->group * n_new, n = k1 - k0;
     const size_t ps = (size_t)dk + 2;
-    const mha_kv_view kv = {.kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f), .vps = vps};
+    const mha_kv_view kv = {.kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f), .vps = vps, .ks = ks,
+                            .vs = vs};
     for (int r0 = 0; r0 < nq; r0 += f->q_block) {
         const mha_chunk_rows rows = {.m = nq - r0 < f->q_block ? nq - r0 : f->q_block, .pos0 = j->step->n_past[q],
                                      .first = r0, .period = n_new, .causal = 1, .head0 = g * f->group,
@@ -459,20 +486,16 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
     float *p = partial_of(j, q, g, c, 0);
     const int n = k1 - k0;
     const size_t vps = mha_attention_v16_ps(n);
-    if (j->cache->type == MHA_KV_INT8) { /* read back into the Q/K/V scratch (idle in decode): Kᵀ, then V */
+    const int i8 = j->cache->type == MHA_KV_INT8;
+    if (f->bk) { /* int8: the values in the panels, the chunk's scales beside them */
+        float *ks = i8 ? s->kvs : NULL, *vs = ks ? ks + n : NULL;
+        gather_bf16(j, j->step->blocks + (size_t)q * j->step->max_blocks, g, k0, k1, k0, vps, s, ks, vs);
+        decode_chunk_bf16(j, q, g, k0, k1, qv, sc, p, s, vps, ks, vs);
+    } else if (i8) { /* read back into the Q/K/V scratch (idle in decode) */
         float *kt = s->qkv, *v = s->qkv + (size_t)dk * n;
         dequantize_chunk(j, q, g, k0, k1, kt, v);
-        if (f->bk) {
-            const mha_kernel *k = f->kernel;
-            mha_attention_pack_kv16(f, s, mha_mat_rows(k, kt, n), 1, mha_mat_rows(k, v, dk), n);
-            decode_chunk_bf16(j, q, g, k0, k1, qv, sc, p, s, vps);
-        } else {
-            chunk_src src = {.runs = 1, .ld = n, .kt = {kt}, .v = {v}, .next = {NULL}, .n = {n}};
-            decode_chunk_f32(j, q, g, k0, k1, qv, sc, p, &src);
-        }
-    } else if (f->bk) {
-        gather_bf16(j, j->step->blocks + (size_t)q * j->step->max_blocks, g, k0, k1, k0, vps, s);
-        decode_chunk_bf16(j, q, g, k0, k1, qv, sc, p, s, vps);
+        chunk_src src = {.runs = 1, .ld = n, .kt = {kt}, .v = {v}, .next = {NULL}, .n = {n}};
+        decode_chunk_f32(j, q, g, k0, k1, qv, sc, p, &src);
     } else {
         chunk_src src;
         cache_runs(j, q, g, k0, k1, &src);

@@ -137,6 +137,7 @@ Test(arena, every_region_of_every_kind_is_defined, .init = pick_kernel)
         if (c / 2 % 2) {
             dm.rope = (mha_rope){.style = MHA_ROPE_NEOX, .rotary_dim = 16, .theta = 10000.0f};
             dm.qk_norm = (mha_qk_norm){.kind = MHA_QK_NORM_HEAD, .eps = 1e-6f}, dm.sinks = 1;
+            dm.kv_type = MHA_KV_INT8;
         } else {
             dm.alibi_max_bias = 8.0f;
         }
@@ -173,9 +174,9 @@ Test(arena, every_region_of_every_kind_is_defined, .init = pick_kernel)
             continue;
         }
         for (int r = 0; r < MHA_SLICE_COUNT; r++) {
-            if ((r == MHA_SLICE_vb || r == MHA_SLICE_pb) && !dm.bf16) {
-                cr_assert_eq(p.slice_off[r], MHA_ARENA_ABSENT, "case %d: an f32 slice has %s", c,
-                             mha_slice_region_name(r));
+            const int bf16_only = r == MHA_SLICE_vb || r == MHA_SLICE_pb;
+            if ((bf16_only && !dm.bf16) || (r == MHA_SLICE_kvs && !(dm.bf16 && dm.kv_type == MHA_KV_INT8))) {
+                cr_assert_eq(p.slice_off[r], MHA_ARENA_ABSENT, "case %d: slice has %s", c, mha_slice_region_name(r));
                 continue;
             }
             assert_laid_out(mha_slice_region_name(r), p.slice_off[r], p.slice_bytes[r], MHA_ALIGN, p.scratch_stride);

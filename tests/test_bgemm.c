@@ -335,6 +335,40 @@ Test(bgemm, vector_pair_interleave_matches_scalar)
     }
 }
 
+/* The same from an int8 cache: every table's interleave writes ref's, and ref's is each int8
+ * exactly (−128 .. 127 all appear) in bf16, in the pair layout, and no more. */
+Test(bgemm, vector_int8_pair_interleave_matches_scalar)
+{
+    const mha_isa *isa;
+    FOR_EACH_ISA(isa) {
+        const size_t lds[] = {16, 24, 136};
+        const int counts[] = {1, 3, 8, 64};
+        for (int li = 0; li < 3; li++)
+            for (int ci = 0; ci < 4; ci++) {
+                const size_t ld = lds[li];
+                const int pairs = counts[ci], cap = 2 * MHA_BT_N * (pairs + 1);
+                int8_t *src = malloc((size_t)2 * pairs * ld);
+                mha_bf16 x[2 * MHA_BT_N * 65], y[2 * MHA_BT_N * 65];
+                for (size_t i = 0; i < (size_t)2 * pairs * ld; i++)
+                    src[i] = (int8_t)(uint8_t)(i * 37u + 11u);
+                memset(x, 0xAB, sizeof x);
+                memset(y, 0xAB, sizeof y);
+                isa->interleave_pairs_i8(src, ld, pairs, x, ci % 2 ? (const char *)src : NULL);
+                mha_isa_ref.interleave_pairs_i8(src, ld, pairs, y, NULL);
+                for (int i = 0; i < cap; i++)
+                    cr_assert_eq(x[i], y[i], "%s: ld %zu, %d pairs: element %d: %#06x, ref %#06x", isa->name, ld, pairs, i,
+                                 x[i], y[i]);
+                for (int p = 0; p < pairs; p++)
+                    for (int i = 0; i < MHA_BT_N; i++)
+                        for (int e = 0; e < 2; e++)
+                            cr_assert_eq(mha_bf16_float(y[32 * p + 2 * i + e]), (float)src[(2 * p + e) * ld + i],
+                                         "pair %d, column %d", p, i);
+                cr_assert_eq(y[2 * MHA_BT_N * pairs], 0xABAB, "written past the pairs");
+                free(src);
+            }
+    }
+}
+
 /* Each table's driver parts (A rounding, the float32 epilogue) give ref's bits: the same product
  * through a kernel of the table and one of ref's parts, on the portable model. */
 Test(bgemm, vector_driver_matches_scalar_bit_for_bit, .timeout = 60)

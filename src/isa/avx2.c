@@ -465,6 +465,30 @@ __attribute__((target(AVX2))) static void interleave_pairs_avx2(const mha_bf16 *
     }
 }
 
+/* 16 int8 to 16 bf16: widened to int32 8 at a time, converted (exact), the floats' high halves
+ * packed back in order. */
+__attribute__((target(AVX2))) static inline __m256i bf16_of_i8(const int8_t *src)
+{
+    const __m128i b = _mm_loadu_si128((const __m128i *)(const void *)src);
+    const __m256i lo = _mm256_srli_epi32(_mm256_castps_si256(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b))), 16);
+    const __m256i hi =
+        _mm256_srli_epi32(_mm256_castps_si256(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)))), 16);
+    return _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xD8);
+}
+
+__attribute__((target(AVX2))) static void interleave_pairs_i8_avx2(const int8_t *src, size_t ld, int pairs,
+                                                                   mha_bf16 *restrict dst, const char *next)
+{
+    for (int p = 0; p < pairs; p++, src += 2 * ld, dst += 2 * MHA_BT_N) {
+        if (next)
+            _mm_prefetch(next + 32 * p, _MM_HINT_T0);
+        const __m256i a = bf16_of_i8(src), b = bf16_of_i8(src + ld);
+        const __m256i lo = _mm256_unpacklo_epi16(a, b), hi = _mm256_unpackhi_epi16(a, b);
+        _mm256_storeu_si256((void *)dst, _mm256_permute2x128_si256(lo, hi, 0x20));
+        _mm256_storeu_si256((void *)(dst + MHA_BT_N), _mm256_permute2x128_si256(lo, hi, 0x31));
+    }
+}
+
 /* B panels 8 k × 8 columns at a time: 8 source rows loaded (transposed: keys' rows of 8
  * features, turned by a register transpose), each k pair rounded and interleaved into 8 words
  * (half a 64-byte VNNI row). src's 8-column runs must not cross its panels. */
@@ -638,5 +662,6 @@ const mha_isa mha_isa_avx2 = {
     .round_into_tiles = round_into_tiles_avx2,
     .pack_b16 = pack_b16_avx2,
     .interleave_pairs = interleave_pairs_avx2,
+    .interleave_pairs_i8 = interleave_pairs_i8_avx2,
     .epilogue_block = epilogue_block_avx2,
 };

@@ -485,6 +485,27 @@ __attribute__((target(AVX512))) static void interleave_pairs_avx512(const mha_bf
     }
 }
 
+/* 16 int8 to 16 bf16: widened to int32, converted (exact), the float's high half. */
+__attribute__((target(AVX512))) static inline __m256i bf16_of_i8(const int8_t *src)
+{
+    const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)src)));
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(f), 16));
+}
+
+__attribute__((target(AVX512))) static void interleave_pairs_i8_avx512(const int8_t *src, size_t ld, int pairs,
+                                                                       mha_bf16 *restrict dst, const char *next)
+{
+    static const uint16_t order[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    const __m512i idx = _mm512_loadu_si512(order);
+    for (int p = 0; p < pairs; p++, src += 2 * ld, dst += 2 * MHA_BT_N) {
+        if (next)
+            _mm_prefetch(next + 32 * p, _MM_HINT_T0);
+        const __m512i two = _mm512_inserti64x4(_mm512_castsi256_si512(bf16_of_i8(src)), bf16_of_i8(src + ld), 1);
+        _mm512_storeu_si512(dst, _mm512_permutexvar_epi16(idx, two));
+    }
+}
+
 /* B panels 16 k × 16 columns at a time: 16 source rows loaded (transposed: keys' rows of 16
  * features, turned by a register transpose), each k pair rounded and interleaved into the 32
  * bf16 (one 64-byte line) of its VNNI row. src's 16-column runs must not cross its panels
@@ -726,5 +747,6 @@ const mha_isa mha_isa_avx512 = {
     .round_into_tiles = round_into_tiles_avx512,
     .pack_b16 = pack_b16_avx512,
     .interleave_pairs = interleave_pairs_avx512,
+    .interleave_pairs_i8 = interleave_pairs_i8_avx512,
     .epilogue_block = epilogue_block_avx512,
 };

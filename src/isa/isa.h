@@ -96,6 +96,9 @@ typedef struct mha_isa {
      * and V (keys in pairs, 16 features) into the kernels' panels. A copy. next (or NULL): a
      * line of what the caller reads next prefetched per pair, next + 64·p (ref ignores it). */
     void (*interleave_pairs)(const mha_bf16 *src, size_t ld, int pairs, mha_bf16 *restrict dst, const char *next);
+    /* The same from an int8 cache: each element converted to bf16 (exact: |x| <= 127 needs 7
+     * bits), the same bits in every table; next + 32·p prefetched per pair. */
+    void (*interleave_pairs_i8)(const int8_t *src, size_t ld, int pairs, mha_bf16 *restrict dst, const char *next);
     /* A block's epilogue, rows i < rows, columns j < cols <= 32: C = alpha·acc[i·32 + j], then
      * + beta·C (beta 0: C not read), a multiply and an add each rounded (same bits in every
      * table); C's columns 0..15 of row i at c0 + i·ldc, 16..31 at c1 + i·ldc. */

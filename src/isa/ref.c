@@ -126,6 +126,14 @@ static void interleave_pairs_ref(const mha_bf16 *src, size_t ld, int pairs, mha_
             dst[2 * i] = src[i], dst[2 * i + 1] = src[ld + i];
 }
 
+static void interleave_pairs_i8_ref(const int8_t *src, size_t ld, int pairs, mha_bf16 *restrict dst, const char *next)
+{
+    (void)next;
+    for (int p = 0; p < pairs; p++, src += 2 * ld, dst += 2 * MHA_BT_N)
+        for (int i = 0; i < MHA_BT_N; i++)
+            dst[2 * i] = mha_bf16_round((float)src[i]), dst[2 * i + 1] = mha_bf16_round((float)src[ld + i]);
+}
+
 static void pack_b16_ref(const mha_kernel *k, mha_mat src, int transpose, int kk, int n, mha_bf16 *dst, size_t ps)
 {
     const int kp = (int)mha_bk_kp(kk), np = (int)mha_round_up((size_t)n, MHA_BT_N);
@@ -187,5 +195,6 @@ const mha_isa mha_isa_ref = {
     .round_into_tiles = round_into_tiles_ref,
     .pack_b16 = pack_b16_ref,
     .interleave_pairs = interleave_pairs_ref,
+    .interleave_pairs_i8 = interleave_pairs_i8_ref,
     .epilogue_block = epilogue_block_ref,
 };
