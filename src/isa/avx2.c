@@ -450,21 +450,6 @@ __attribute__((target(AVX2))) static void round_into_tiles_avx2(const float *src
     }
 }
 
-/* unpacklo/hi interleave within 128-bit lanes (elements 0-3 | 8-11 and 4-7 | 12-15); the lane
- * permutes put 0-7 and 8-15 in order. */
-__attribute__((target(AVX2))) static void interleave_pairs_avx2(const mha_bf16 *src, size_t ld, int pairs,
-                                                                mha_bf16 *restrict dst, const char *next)
-{
-    for (int p = 0; p < pairs; p++, src += 2 * ld, dst += 2 * MHA_BT_N) {
-        if (next)
-            _mm_prefetch(next + 64 * p, _MM_HINT_T0);
-        const __m256i a = _mm256_loadu_si256((const void *)src), b = _mm256_loadu_si256((const void *)(src + ld));
-        const __m256i lo = _mm256_unpacklo_epi16(a, b), hi = _mm256_unpackhi_epi16(a, b);
-        _mm256_storeu_si256((void *)dst, _mm256_permute2x128_si256(lo, hi, 0x20));
-        _mm256_storeu_si256((void *)(dst + MHA_BT_N), _mm256_permute2x128_si256(lo, hi, 0x31));
-    }
-}
-
 /* 16 int8 to 16 bf16: widened to int32 8 at a time, converted (exact), the floats' high halves
  * packed back in order. */
 __attribute__((target(AVX2))) static inline __m256i bf16_of_i8(const int8_t *src)
@@ -476,17 +461,35 @@ __attribute__((target(AVX2))) static inline __m256i bf16_of_i8(const int8_t *src
     return _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xD8);
 }
 
-__attribute__((target(AVX2))) static void interleave_pairs_i8_avx2(const int8_t *src, size_t ld, int pairs,
-                                                                   mha_bf16 *restrict dst, const char *next)
+/* Two rows of 16 (bf16, or int8 converted: i8 a constant) into pairs: unpacklo/hi interleave
+ * within 128-bit lanes (elements 0-3 | 8-11 and 4-7 | 12-15), the lane permutes put 0-7 and
+ * 8-15 in order; a line of next per pf bytes a pair. */
+static inline __attribute__((always_inline, target(AVX2))) void
+interleave_rows(const int i8, const void *src, size_t ld, int pairs, mha_bf16 *restrict dst, const char *next, int pf)
 {
-    for (int p = 0; p < pairs; p++, src += 2 * ld, dst += 2 * MHA_BT_N) {
+    const size_t row = ld * (i8 ? 1 : sizeof(mha_bf16));
+    const char *r = src;
+    for (int p = 0; p < pairs; p++, r += 2 * row, dst += 2 * MHA_BT_N) {
         if (next)
-            _mm_prefetch(next + 32 * p, _MM_HINT_T0);
-        const __m256i a = bf16_of_i8(src), b = bf16_of_i8(src + ld);
+            _mm_prefetch(next + (size_t)pf * p, _MM_HINT_T0);
+        const __m256i a = i8 ? bf16_of_i8((const int8_t *)r) : _mm256_loadu_si256((const void *)r);
+        const __m256i b = i8 ? bf16_of_i8((const int8_t *)(r + row)) : _mm256_loadu_si256((const void *)(r + row));
         const __m256i lo = _mm256_unpacklo_epi16(a, b), hi = _mm256_unpackhi_epi16(a, b);
         _mm256_storeu_si256((void *)dst, _mm256_permute2x128_si256(lo, hi, 0x20));
         _mm256_storeu_si256((void *)(dst + MHA_BT_N), _mm256_permute2x128_si256(lo, hi, 0x31));
     }
+}
+
+__attribute__((target(AVX2))) static void interleave_pairs_avx2(const mha_bf16 *src, size_t ld, int pairs,
+                                                                mha_bf16 *restrict dst, const char *next)
+{
+    interleave_rows(0, src, ld, pairs, dst, next, 64);
+}
+
+__attribute__((target(AVX2))) static void interleave_pairs_i8_avx2(const int8_t *src, size_t ld, int pairs,
+                                                                   mha_bf16 *restrict dst, const char *next)
+{
+    interleave_rows(1, src, ld, pairs, dst, next, 32);
 }
 
 /* B panels 8 k × 8 columns at a time: 8 source rows loaded (transposed: keys' rows of 8

@@ -469,22 +469,6 @@ __attribute__((target(AVX512))) static void round_into_tiles_avx512(const float 
     }
 }
 
-/* Two rows of 16 in one register, then one permutation: element 2i from row 0, 2i + 1 from row 1. */
-__attribute__((target(AVX512))) static void interleave_pairs_avx512(const mha_bf16 *src, size_t ld, int pairs,
-                                                                    mha_bf16 *restrict dst, const char *next)
-{
-    static const uint16_t order[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    const __m512i idx = _mm512_loadu_si512(order);
-    for (int p = 0; p < pairs; p++, src += 2 * ld, dst += 2 * MHA_BT_N) {
-        if (next)
-            _mm_prefetch(next + 64 * p, _MM_HINT_T0);
-        const __m512i two = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const void *)src)),
-                                               _mm256_loadu_si256((const void *)(src + ld)), 1);
-        _mm512_storeu_si512(dst, _mm512_permutexvar_epi16(idx, two));
-    }
-}
-
 /* 16 int8 to 16 bf16: widened to int32, converted (exact), the float's high half. */
 __attribute__((target(AVX512))) static inline __m256i bf16_of_i8(const int8_t *src)
 {
@@ -492,18 +476,35 @@ __attribute__((target(AVX512))) static inline __m256i bf16_of_i8(const int8_t *s
     return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(f), 16));
 }
 
-__attribute__((target(AVX512))) static void interleave_pairs_i8_avx512(const int8_t *src, size_t ld, int pairs,
-                                                                       mha_bf16 *restrict dst, const char *next)
+/* Two rows of 16 in one register, then one permutation: element 2i from row 0, 2i + 1 from row
+ * 1; rows of bf16, or of int8 converted (i8, a constant); a line of next per pf bytes a pair. */
+static inline __attribute__((always_inline, target(AVX512))) void
+interleave_rows(const int i8, const void *src, size_t ld, int pairs, mha_bf16 *restrict dst, const char *next, int pf)
 {
     static const uint16_t order[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
                                        8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
     const __m512i idx = _mm512_loadu_si512(order);
-    for (int p = 0; p < pairs; p++, src += 2 * ld, dst += 2 * MHA_BT_N) {
+    const size_t row = ld * (i8 ? 1 : sizeof(mha_bf16));
+    const char *r = src;
+    for (int p = 0; p < pairs; p++, r += 2 * row, dst += 2 * MHA_BT_N) {
         if (next)
-            _mm_prefetch(next + 32 * p, _MM_HINT_T0);
-        const __m512i two = _mm512_inserti64x4(_mm512_castsi256_si512(bf16_of_i8(src)), bf16_of_i8(src + ld), 1);
-        _mm512_storeu_si512(dst, _mm512_permutexvar_epi16(idx, two));
+            _mm_prefetch(next + (size_t)pf * p, _MM_HINT_T0);
+        const __m256i a = i8 ? bf16_of_i8((const int8_t *)r) : _mm256_loadu_si256((const void *)r);
+        const __m256i b = i8 ? bf16_of_i8((const int8_t *)(r + row)) : _mm256_loadu_si256((const void *)(r + row));
+        _mm512_storeu_si512(dst, _mm512_permutexvar_epi16(idx, _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1)));
     }
+}
+
+__attribute__((target(AVX512))) static void interleave_pairs_avx512(const mha_bf16 *src, size_t ld, int pairs,
+                                                                    mha_bf16 *restrict dst, const char *next)
+{
+    interleave_rows(0, src, ld, pairs, dst, next, 64);
+}
+
+__attribute__((target(AVX512))) static void interleave_pairs_i8_avx512(const int8_t *src, size_t ld, int pairs,
+                                                                       mha_bf16 *restrict dst, const char *next)
+{
+    interleave_rows(1, src, ld, pairs, dst, next, 32);
 }
 
 /* B panels 16 k × 16 columns at a time: 16 source rows loaded (transposed: keys' rows of 16
