@@ -305,8 +305,9 @@ static void gather_i8(const mha_step_job *j, const int32_t *table, int g, int t_
                 *mha_mat_at(k, qkv, t0 + t, dkp + c) = (float)kt[(size_t)c * bs + t] * ks[t];
         for (int t = 0; t < n; t++) /* V: a panel's run at a time */
             for (int c = 0; c < dk; c += k->bw)
-                f->kernel->isa->i8_scale_row(mha_kv_i8(cache) + mha_kv_v_at(cache, block, g, slot + t) + c,
-                                             dk - c < k->bw ? dk - c : k->bw, vs[t], mha_mat_at(k, qkv, t0 + t, 2 * dkp + c));
+                f->kernel->isa->i8_scale_rows(mha_kv_i8(cache) + mha_kv_v_at(cache, block, g, slot + t) + c, 0, 1,
+                                              dk - c < k->bw ? dk - c : k->bw, vs + t, NULL,
+                                              mha_mat_at(k, qkv, t0 + t, 2 * dkp + c), 0);
         t0 += n;
     }
     mha_pack_panels(k, dk, ctx, mha_mat_sub(k, qkv, 0, dkp), 1, s->kt);
@@ -396,11 +397,16 @@ static void dequantize_chunk(const mha_step_job *j, int q, int g, int k0, int k1
         const int block = table[t / bs], slot = t % bs, run = bs - slot < k1 - t ? bs - slot : k1 - t;
         const int8_t *k8 = mha_kv_i8(cache) + mha_kv_kt_at(cache, block, g) + slot;
         const float *ks = mha_kv_scales(cache, block, g, 0) + slot, *vs = mha_kv_scales(cache, block, g, 1) + slot;
-        for (int c = 0; c < dk; c++)
-            isa->i8_scale_each(k8 + (size_t)c * bs, run, ks, kt + (size_t)c * n + (t - k0));
-        for (int u = 0; u < run; u++)
-            isa->i8_scale_row(mha_kv_i8(cache) + mha_kv_v_at(cache, block, g, slot + u), dk, vs[u],
-                              v + (size_t)(t - k0 + u) * dk);
+        if (t + run < k1) { /* the next block's K and V lines, while this one is read (blocks lie apart) */
+            const int next = table[(t + run) / bs];
+            const char *nk = (const char *)(mha_kv_i8(cache) + mha_kv_kt_at(cache, next, g));
+            const char *nv = (const char *)(mha_kv_i8(cache) + mha_kv_v_at(cache, next, g, 0));
+            for (size_t off = 0; off < (size_t)bs * dk; off += 64)
+                __builtin_prefetch(nk + off), __builtin_prefetch(nv + off);
+        }
+        isa->i8_scale_rows(k8, (size_t)bs, dk, run, NULL, ks, kt + (t - k0), (size_t)n);
+        isa->i8_scale_rows(mha_kv_i8(cache) + mha_kv_v_at(cache, block, g, slot), (size_t)dk, run, dk, vs, NULL,
+                           v + (size_t)(t - k0) * dk, (size_t)dk);
         t += run;
     }
 }

@@ -369,6 +369,42 @@ Test(bgemm, vector_int8_pair_interleave_matches_scalar)
     }
 }
 
+/* An int8 cache's blocks read back: every table's i8_scale_rows writes ref's bits, ref's is
+ * (float)q · scale with the row's (V) or the column's (Kᵀ) scale, and nothing past n columns
+ * of each row; widths 1 to 40 (tails), rows 1 to 16. */
+Test(bgemm, int8_read_back_matches_scalar)
+{
+    rng r = {77};
+    int8_t src[16 * 48];
+    float rs[16], cs[48], x[16 * 48], y[16 * 48];
+    for (size_t i = 0; i < sizeof src; i++)
+        src[i] = (int8_t)(uint8_t)(i * 53u + 5u);
+    fill_uniform(rs, 16, 0.0f, 0.05f, &r);
+    fill_uniform(cs, 48, 0.0f, 0.05f, &r);
+    const mha_isa *isa;
+    FOR_EACH_ISA(isa) {
+        const int widths[] = {1, 7, 8, 9, 16, 17, 40}, heights[] = {1, 3, 16};
+        for (int wi = 0; wi < 7; wi++)
+            for (int hi = 0; hi < 3; hi++)
+                for (int by_row = 0; by_row < 2; by_row++) {
+                    const int n = widths[wi], rows = heights[hi];
+                    memset(x, 0x7f, sizeof x), memset(y, 0x7f, sizeof y);
+                    isa->i8_scale_rows(src, 48, rows, n, by_row ? rs : NULL, by_row ? NULL : cs, x, 48);
+                    mha_isa_ref.i8_scale_rows(src, 48, rows, n, by_row ? rs : NULL, by_row ? NULL : cs, y, 48);
+                    for (int i = 0; i < rows; i++)
+                        for (int t = 0; t < 48; t++) {
+                            const size_t at = (size_t)i * 48 + t;
+                            cr_assert_eq(memcmp(&x[at], &y[at], sizeof x[at]), 0, "%s: %d × %d, [%d][%d]: %a, ref %a",
+                                         isa->name, rows, n, i, t, (double)x[at], (double)y[at]);
+                            if (t < n)
+                                cr_assert_eq(y[at], (float)src[at] * (by_row ? rs[i] : cs[t]));
+                            else
+                                cr_assert_eq(((const uint32_t *)(const void *)y)[at], 0x7f7f7f7fu, "written past n");
+                        }
+                }
+    }
+}
+
 /* Each table's driver parts (A rounding, the float32 epilogue) give ref's bits: the same product
  * through a kernel of the table and one of ref's parts, on the portable model. */
 Test(bgemm, vector_driver_matches_scalar_bit_for_bit, .timeout = 60)

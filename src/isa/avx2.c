@@ -254,19 +254,17 @@ __attribute__((target(AVX2))) static __m256 i8_load8(const int8_t *src, int n)
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(bytes)));
 }
 
-__attribute__((target(AVX2))) static void i8_scale_row_avx2(const int8_t *src, int n, float scale, float *restrict dst)
+__attribute__((target(AVX2))) static void i8_scale_rows_avx2(const int8_t *src, size_t ld_src, int rows, int n,
+                                                             const float *row_scales, const float *col_scales,
+                                                             float *restrict dst, size_t ld_dst)
 {
-    const __m256 s = _mm256_set1_ps(scale);
-    for (int i = 0; i < n; i += 8)
-        _mm256_maskstore_ps(dst + i, first8(n - i), _mm256_mul_ps(i8_load8(src + i, n - i), s));
-}
-
-__attribute__((target(AVX2))) static void i8_scale_each_avx2(const int8_t *src, int n, const float *scales,
-                                                             float *restrict dst)
-{
-    for (int i = 0; i < n; i += 8) {
-        const __m256i k = first8(n - i);
-        _mm256_maskstore_ps(dst + i, k, _mm256_mul_ps(i8_load8(src + i, n - i), _mm256_maskload_ps(scales + i, k)));
+    for (int r = 0; r < rows; r++, src += ld_src, dst += ld_dst) {
+        const __m256 rs = row_scales ? _mm256_set1_ps(row_scales[r]) : _mm256_setzero_ps();
+        for (int t = 0; t < n; t += 8) {
+            const __m256i k = first8(n - t);
+            const __m256 s = row_scales ? rs : _mm256_maskload_ps(col_scales + t, k);
+            _mm256_maskstore_ps(dst + t, k, _mm256_mul_ps(i8_load8(src + t, n - t), s));
+        }
     }
 }
 
@@ -658,8 +656,7 @@ const mha_isa mha_isa_avx2 = {
     .stream_arch = "haswell",
     .softmax_row = softmax_row_avx2,
     .softcap_row = softcap_row_avx2,
-    .i8_scale_row = i8_scale_row_avx2,
-    .i8_scale_each = i8_scale_each_avx2,
+    .i8_scale_rows = i8_scale_rows_avx2,
     .decode_scores = decode_scores_avx2,
     .decode_values = decode_values_avx2,
     .round_into_tiles = round_into_tiles_avx2,

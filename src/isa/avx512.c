@@ -284,23 +284,17 @@ __attribute__((target(AVX512))) static void softcap_row_avx512(float *s, int n, 
 }
 
 /* int8 cache elements to float32, 16 at a time (the tail under a mask). */
-__attribute__((target(AVX512))) static void i8_scale_row_avx512(const int8_t *src, int n, float scale, float *restrict dst)
+__attribute__((target(AVX512))) static void i8_scale_rows_avx512(const int8_t *src, size_t ld_src, int rows, int n,
+                                                                 const float *row_scales, const float *col_scales,
+                                                                 float *restrict dst, size_t ld_dst)
 {
-    const __m512 s = _mm512_set1_ps(scale);
-    for (int i = 0; i < n; i += 16) {
-        const __mmask16 k = first16(n - i);
-        const __m512 x = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(k, src + i)));
-        _mm512_mask_storeu_ps(dst + i, k, _mm512_mul_ps(x, s));
-    }
-}
-
-__attribute__((target(AVX512))) static void i8_scale_each_avx512(const int8_t *src, int n, const float *scales,
-                                                                 float *restrict dst)
-{
-    for (int i = 0; i < n; i += 16) {
-        const __mmask16 k = first16(n - i);
-        const __m512 x = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(k, src + i)));
-        _mm512_mask_storeu_ps(dst + i, k, _mm512_mul_ps(x, _mm512_maskz_loadu_ps(k, scales + i)));
+    for (int r = 0; r < rows; r++, src += ld_src, dst += ld_dst) {
+        const __m512 rs = row_scales ? _mm512_set1_ps(row_scales[r]) : _mm512_setzero_ps();
+        for (int t = 0; t < n; t += 16) {
+            const __mmask16 k = first16(n - t);
+            const __m512 x = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(k, src + t)));
+            _mm512_mask_storeu_ps(dst + t, k, _mm512_mul_ps(x, row_scales ? rs : _mm512_maskz_loadu_ps(k, col_scales + t)));
+        }
     }
 }
 
@@ -741,8 +735,7 @@ const mha_isa mha_isa_avx512 = {
     .stream_arch = "skx",
     .softmax_row = softmax_row_avx512,
     .softcap_row = softcap_row_avx512,
-    .i8_scale_row = i8_scale_row_avx512,
-    .i8_scale_each = i8_scale_each_avx512,
+    .i8_scale_rows = i8_scale_rows_avx512,
     .decode_scores = decode_scores_avx512,
     .decode_values = decode_values_avx512,
     .round_into_tiles = round_into_tiles_avx512,

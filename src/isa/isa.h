@@ -77,11 +77,12 @@ typedef struct mha_isa {
      * above. */
     void (*decode_values)(const float *e, size_t e_ld, int nq, const float *v, int n, int dk, float *p, size_t ps,
                           const void *next);
-    /* An int8 cache's K or V read back as float32, n elements: dst[i] = (float)src[i] · scale
-     * (a V row: one scale) or · scales[i] (a Kᵀ row: a scale per slot). An exact conversion
-     * and one rounded multiply: the same bits in every table. */
-    void (*i8_scale_row)(const int8_t *src, int n, float scale, float *restrict dst);
-    void (*i8_scale_each)(const int8_t *src, int n, const float *scales, float *restrict dst);
+    /* An int8 cache's block read back as float32: rows × n elements, src's rows ld_src apart,
+     * dst's ld_dst apart, dst[r][t] = (float)src[r][t] · (row_scales ? row_scales[r] :
+     * col_scales[t]): V (a scale per slot, a row) or Kᵀ (a scale per slot, a column). An exact
+     * conversion and one rounded multiply: the same bits in every table. */
+    void (*i8_scale_rows)(const int8_t *src, size_t ld_src, int rows, int n, const float *row_scales,
+                          const float *col_scales, float *restrict dst, size_t ld_dst);
 
     /* ---- bf16 ---- */
     /* n contiguous floats at src, elements c .. c + n − 1 of a row of A, rounded to bf16 (as

@@ -36,16 +36,12 @@ static void softcap_row_ref(float *s, int n, float cap)
         s[j] = cap * mha_tanh_poly(s[j] / cap);
 }
 
-static void i8_scale_row_ref(const int8_t *src, int n, float scale, float *restrict dst)
+static void i8_scale_rows_ref(const int8_t *src, size_t ld_src, int rows, int n, const float *row_scales,
+                             const float *col_scales, float *restrict dst, size_t ld_dst)
 {
-    for (int i = 0; i < n; i++)
-        dst[i] = (float)src[i] * scale;
-}
-
-static void i8_scale_each_ref(const int8_t *src, int n, const float *scales, float *restrict dst)
-{
-    for (int i = 0; i < n; i++)
-        dst[i] = (float)src[i] * scales[i];
+    for (int r = 0; r < rows; r++)
+        for (int t = 0; t < n; t++)
+            dst[r * ld_dst + t] = (float)src[r * ld_src + t] * (row_scales ? row_scales[r] : col_scales[t]);
 }
 
 static int visible_at(const uint8_t *mask, int j)
@@ -188,8 +184,7 @@ const mha_isa mha_isa_ref = {
     .pack_rows = pack_rows_ref,
     .softmax_row = softmax_row_ref,
     .softcap_row = softcap_row_ref,
-    .i8_scale_row = i8_scale_row_ref,
-    .i8_scale_each = i8_scale_each_ref,
+    .i8_scale_rows = i8_scale_rows_ref,
     .decode_scores = decode_scores_ref,
     .decode_values = decode_values_ref,
     .round_into_tiles = round_into_tiles_ref,
