@@ -78,7 +78,7 @@ static void pack_kv16(const mha_fwd *f, const mha_scratch *s, int kl)
 
 /* QK-norm (w: f->q_norm or f->k_norm, NULL: none), then the rotary embedding, of rows [0,
  * rows) of the scratch columns starting at col (Q at 0, K at dkp). */
-static void rotate(const mha_fwd *f, const mha_scratch *s, int rows, int col, int pos0, const float *w)
+static void norm_rotate(const mha_fwd *f, const mha_scratch *s, int rows, int col, int pos0, const float *w)
 {
     if (w)
         mha_attention_norm_rows(f, mha_mat_panels(f->kernel, s->qkv, f->rows), rows, col, w);
@@ -271,7 +271,7 @@ void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)
         mha_attention_project(f, s, kl, xk, NULL, g, dkp, dkp, dkp);
         mha_attention_project(f, s, kl, xv, NULL, g, 2 * dkp, 2 * dkp, dkp);
     }
-    rotate(f, s, kl, dkp, 0, f->k_norm); /* key j at position j */
+    norm_rotate(f, s, kl, dkp, 0, f->k_norm); /* key j at position j */
     /* step 2: Kᵀ in panels, once for every query head of the group and every query block
      * (bf16: Kᵀ and V in bf16 B panels) */
     if (kl > 0 && f->bk)
@@ -282,7 +282,7 @@ void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)
     for (int j = 0; j < f->group; j++) {
         if (!one_gemm)
             mha_attention_project(f, s, ql, xq, xp, g, j == 0 ? 0 : (j + 2) * dkp, 0, dkp);
-        rotate(f, s, ql, 0, f->seq_kv - f->seq_q, f->q_norm); /* query i at position i + seq_kv - seq_q */
+        norm_rotate(f, s, ql, 0, f->seq_kv - f->seq_q, f->q_norm); /* query i at position i + seq_kv - seq_q */
         attend(f, b, g * f->group + j, s, ql, kl);
     }
 }

@@ -94,8 +94,10 @@ static float quantize_i8(const mha_kernel *k, mha_mat m, int i, int col, int n, 
         mx = a > mx ? a : mx;
     }
     const float scale = mx / 127.0f;
-    for (int c = 0; c < n; c++)
-        q[c * sq] = scale > 0.0f ? (int8_t)nearbyintf(*mha_mat_at(k, m, i, col + c) / scale) : 0;
+    for (int c = 0; c < n; c++) { /* a NaN (or a row with an infinity) stores 0, never an out-of-range cast */
+        const float y = scale > 0.0f ? nearbyintf(*mha_mat_at(k, m, i, col + c) / scale) : 0.0f;
+        q[c * sq] = y >= -127.0f && y <= 127.0f ? (int8_t)y : 0;
+    }
     return scale;
 }
 
