@@ -7,7 +7,8 @@
 # weights and KV cache; PyTorch: layers and cache in torch.bfloat16), alternating for ROUNDS
 # rounds next to the machine's read bandwidth (perf/bandwidth.c), 2 threads. A step moves the
 # weights and the cache once: bytes = E·(2·d² + 2·d·kvh·dk) + E·2·seqs·kvh·(context + k)·dk,
-# E = 4 bytes (f32) or 2 (bf16).
+# E = 4 bytes (f32) or 2 (bf16). Then mha with bf16 weights and an int8 KV cache (its cache
+# 1 + 4/128 bytes an element: a float scale per 128), next to the bf16-cache step of the round.
 # ISA: mha's kernel table (auto, avx512, avx2, ref); a table below the CPU's best holds PyTorch
 # 2.x to it too (ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS, ONEDNN_MAX_CPU_ISA), like for like.
 # usage: perf/decode_bench.sh BUILD_DIR [ROUNDS] [ISA]
@@ -51,5 +52,11 @@ for r in $(seq "$ROUNDS"); do
       printf "; PyTorch 2.x eager %s", t2; if (t2 != "n/a") printf " ms (%.1f× mha)", t2 / m
       printf "; PyTorch 2.x SDPA %s", sd; if (sd != "n/a") printf " ms (%.2f× mha)", sd / m
       printf "\n" }'
+    [ "$prec" = bf16 ] && bf16_ms=$2
   done
+  i8=$("$B/mha" run configs/llama3-8b-decode.yaml --json --check 0 --precision bf16 --kv-cache int8 --isa "$isa" |
+       sed -n 's/.*"step_median_ms":\([0-9.e+-]*\).*"step_p99_ms":\([0-9.e+-]*\).*/\1 \2/p')
+  set -- $i8
+  awk -v r="$r" -v m="$1" -v p99="$2" -v b16="$bf16_ms" 'BEGIN {
+    printf "round %d bf16 weights, int8 cache: mha step median %.2f ms (p99 %.2f), %.2f× the bf16-cache step\n", r, m, p99, m / b16 }'
 done
