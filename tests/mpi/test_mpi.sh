@@ -33,6 +33,17 @@ $MPIRUN -np 2 $RUN --input "$dir/x.npy" --lengths "$dir/l.npy" --output "$dir/yj
 grep -q '"per_rank":\[{"rank":0' "$dir/j.txt" && grep -q '"tokens_per_s"' "$dir/j.txt"
 check $? "--json prints one object with every rank"
 
+# the attention variants' own weights reach every rank: gpt-oss's sinks, Qwen3's QK-norm (HF
+# goldens), 2 ranks, bitwise against mha run
+for g in gptoss_sinks qwen3_qknorm; do
+  GA="tests/data/$g.yaml --weights tests/data/$g.safetensors --prefix model.layers.0.self_attn --input tests/data/${g}_x.npy"
+  "$B/mha" run $GA --threads 1 --iters 1 --warmup 0 --check 0 --output "$dir/$g-ref.npy" >/dev/null
+  $MPIRUN -np 2 $B/mha-mpi run $GA --threads 1 --iters 1 --warmup 0 --output "$dir/$g.npy" > "$dir/$g.txt" 2>&1
+  check $? "$g: 2 ranks run"
+  cmp -s "$dir/$g-ref.npy" "$dir/$g.npy"
+  check $? "$g: 2 ranks bitwise identical to mha run"
+done
+
 # more ranks than sequences: the idle rank says so (it once printed "sequences 0..-1")
 "$B/mpi_make_batch" "$dir/x2.npy" "$dir/l2.npy" 2 24 32 || exit 1
 $MPIRUN -np 3 $RUN --input "$dir/x2.npy" --lengths "$dir/l2.npy" --output "$dir/y2r.npy" > "$dir/idle.txt" 2>&1

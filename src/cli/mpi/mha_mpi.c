@@ -47,7 +47,7 @@ typedef struct shared {
     mha_config_file fc;
     int batch, seq, d, layout, has_lengths;
     uint64_t data_offset;
-    long w_off[8]; /* offsets of w_q … b_o in the weight buffer, -1: none */
+    long w_off[11]; /* offsets of w_q … b_o, q_norm, k_norm, sinks in the weight buffer, -1: none */
     size_t wlen;   /* floats in the weight buffer */
 } shared;
 
@@ -194,8 +194,9 @@ static int load_on_root(const opts *o, shared *sh, int32_t **lengths, float **wb
         base = *wbuf;
     }
     *wlen = sh->wlen = cli_weight_floats(&p); /* the loader's buffer has the same layout */
-    const float *views[8] = {p.w.w_q, p.w.w_k, p.w.w_v, p.w.w_o, p.w.b_q, p.w.b_k, p.w.b_v, p.w.b_o};
-    for (int i = 0; i < 8; i++)
+    const float *views[11] = {p.w.w_q, p.w.w_k, p.w.w_v, p.w.w_o, p.w.b_q, p.w.b_k, p.w.b_v, p.w.b_o,
+                              p.w.q_norm, p.w.k_norm, p.w.sinks};
+    for (int i = 0; i < 11; i++)
         sh->w_off[i] = views[i] ? (long)(views[i] - base) : -1;
     sh->layout = (int)p.w.layout;
     return EXIT_OK;
@@ -256,10 +257,11 @@ static int prepare_shard(const opts *o, const shared *sh, const float *w, shard 
     mha_config cfg;
     cfg = sh->fc.engine;
     cfg.max_batch = sd->count, cfg.max_seq_q = cfg.max_seq_kv = sh->seq;
-    const float *v[8];
-    for (int i = 0; i < 8; i++)
+    const float *v[11];
+    for (int i = 0; i < 11; i++)
         v[i] = sh->w_off[i] >= 0 ? w + sh->w_off[i] : NULL;
-    mha_weights wt = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], (mha_layout)sh->layout};
+    mha_weights wt = {.w_q = v[0], .w_k = v[1], .w_v = v[2], .w_o = v[3], .b_q = v[4], .b_k = v[5], .b_v = v[6],
+                      .b_o = v[7], .layout = (mha_layout)sh->layout, .q_norm = v[8], .k_norm = v[9], .sinks = v[10]};
     mha_status st;
     char why[256] = "";
     if ((st = mha_create(&cfg, &sd->e)) != MHA_OK || (st = mha_set_weights(sd->e, &wt)) != MHA_OK) {
