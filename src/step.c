@@ -16,7 +16,11 @@
  * there are, and of how the sequence's steps were cut); (3) the output projection over all
  * rows. bf16 (engine and cache): the rows are packed to bf16 A panels and every product of
  * the forward runs on its bf16 kernel; K and V are rounded to bf16 as they are stored and
- * gathered straight into the kernel's B panels. */
+ * gathered straight into the kernel's B panels. An int8 cache (either engine): K and V stored
+ * with a scale per token and KV head; a bf16 engine gathers the int8 values themselves into
+ * its panels and the chunk applies the scales, a float32 engine reads each chunk back to
+ * float32 for its tiles; prefill reads the same values as decode. QK-norm runs before RoPE;
+ * the logits and the sink are the forward's (mha_attention_logits, mha_softmax_sink). */
 #include "step.h"
 
 #include <math.h>

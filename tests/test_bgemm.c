@@ -304,68 +304,48 @@ Test(bgemm, vector_b_packing_matches_scalar_bit_for_bit, .timeout = 60)
 
 /* Each table's pair interleave (the bf16 decode's gather of a cache chunk into panels) writes
  * what ref's writes, and only the pairs asked for: from rows of 16 at strides 16 (Kᵀ of a
- * 16-slot block), 24 and 136 (V rows), 1 to 64 pairs, with and without a prefetch address. */
+ * 16-slot block), 24 and 136 (V rows), 1 to 64 pairs, with and without a prefetch address;
+ * from a bf16 cache (interleave_pairs) and an int8 one (interleave_pairs_i8: each int8, all of
+ * −128 .. 127 appear, exactly in bf16). */
 Test(bgemm, vector_pair_interleave_matches_scalar)
 {
     const mha_isa *isa;
     FOR_EACH_ISA(isa) {
         const size_t lds[] = {16, 24, 136};
         const int counts[] = {1, 3, 8, 64};
-        for (int li = 0; li < 3; li++)
-            for (int ci = 0; ci < 4; ci++) {
-                const size_t ld = lds[li];
-                const int pairs = counts[ci], cap = 2 * MHA_BT_N * (pairs + 1);
-                mha_bf16 *src = malloc((size_t)2 * pairs * ld * sizeof *src), x[2 * MHA_BT_N * 65], y[2 * MHA_BT_N * 65];
-                for (size_t i = 0; i < (size_t)2 * pairs * ld; i++)
-                    src[i] = (mha_bf16)(i * 40503u + 7u);
-                memset(x, 0xAB, sizeof x);
-                memset(y, 0xAB, sizeof y);
-                isa->interleave_pairs(src, ld, pairs, x, ci % 2 ? (const char *)src : NULL);
-                mha_isa_ref.interleave_pairs(src, ld, pairs, y, NULL);
-                for (int i = 0; i < cap; i++)
-                    cr_assert_eq(x[i], y[i], "%s: ld %zu, %d pairs: element %d: %#06x, ref %#06x", isa->name, ld, pairs, i,
-                                 x[i], y[i]);
-                for (int p = 0; p < pairs; p++) /* and ref's is the layout: dst[32p + 2i + e] = row 2p + e */
-                    for (int i = 0; i < MHA_BT_N; i++)
-                        cr_assert(y[32 * p + 2 * i] == src[2 * p * ld + i] && y[32 * p + 2 * i + 1] == src[(2 * p + 1) * ld + i],
-                                  "pair %d, column %d", p, i);
-                cr_assert_eq(y[2 * MHA_BT_N * pairs], 0xABAB, "written past the pairs");
-                free(src);
-            }
-    }
-}
-
-/* The same from an int8 cache: every table's interleave writes ref's, and ref's is each int8
- * exactly (−128 .. 127 all appear) in bf16, in the pair layout, and no more. */
-Test(bgemm, vector_int8_pair_interleave_matches_scalar)
-{
-    const mha_isa *isa;
-    FOR_EACH_ISA(isa) {
-        const size_t lds[] = {16, 24, 136};
-        const int counts[] = {1, 3, 8, 64};
-        for (int li = 0; li < 3; li++)
-            for (int ci = 0; ci < 4; ci++) {
-                const size_t ld = lds[li];
-                const int pairs = counts[ci], cap = 2 * MHA_BT_N * (pairs + 1);
-                int8_t *src = malloc((size_t)2 * pairs * ld);
-                mha_bf16 x[2 * MHA_BT_N * 65], y[2 * MHA_BT_N * 65];
-                for (size_t i = 0; i < (size_t)2 * pairs * ld; i++)
-                    src[i] = (int8_t)(uint8_t)(i * 37u + 11u);
-                memset(x, 0xAB, sizeof x);
-                memset(y, 0xAB, sizeof y);
-                isa->interleave_pairs_i8(src, ld, pairs, x, ci % 2 ? (const char *)src : NULL);
-                mha_isa_ref.interleave_pairs_i8(src, ld, pairs, y, NULL);
-                for (int i = 0; i < cap; i++)
-                    cr_assert_eq(x[i], y[i], "%s: ld %zu, %d pairs: element %d: %#06x, ref %#06x", isa->name, ld, pairs, i,
-                                 x[i], y[i]);
-                for (int p = 0; p < pairs; p++)
-                    for (int i = 0; i < MHA_BT_N; i++)
-                        for (int e = 0; e < 2; e++)
-                            cr_assert_eq(mha_bf16_float(y[32 * p + 2 * i + e]), (float)src[(2 * p + e) * ld + i],
-                                         "pair %d, column %d", p, i);
-                cr_assert_eq(y[2 * MHA_BT_N * pairs], 0xABAB, "written past the pairs");
-                free(src);
-            }
+        for (int i8 = 0; i8 < 2; i8++)
+            for (int li = 0; li < 3; li++)
+                for (int ci = 0; ci < 4; ci++) {
+                    const size_t ld = lds[li], n = (size_t)2 * counts[ci] * ld;
+                    const int pairs = counts[ci], cap = 2 * MHA_BT_N * (pairs + 1);
+                    mha_bf16 *src16 = malloc(n * sizeof *src16), x[2 * MHA_BT_N * 65], y[2 * MHA_BT_N * 65];
+                    int8_t *src8 = malloc(n);
+                    for (size_t i = 0; i < n; i++)
+                        src16[i] = (mha_bf16)(i * 40503u + 7u), src8[i] = (int8_t)(uint8_t)(i * 37u + 11u);
+                    memset(x, 0xAB, sizeof x);
+                    memset(y, 0xAB, sizeof y);
+                    const char *pf = ci % 2 ? (const char *)src8 : NULL;
+                    if (i8) {
+                        isa->interleave_pairs_i8(src8, ld, pairs, x, pf);
+                        mha_isa_ref.interleave_pairs_i8(src8, ld, pairs, y, NULL);
+                    } else {
+                        isa->interleave_pairs(src16, ld, pairs, x, pf);
+                        mha_isa_ref.interleave_pairs(src16, ld, pairs, y, NULL);
+                    }
+                    for (int i = 0; i < cap; i++)
+                        cr_assert_eq(x[i], y[i], "%s, %s: ld %zu, %d pairs: element %d: %#06x, ref %#06x", isa->name,
+                                     i8 ? "int8" : "bf16", ld, pairs, i, x[i], y[i]);
+                    for (int p = 0; p < pairs; p++) /* and ref's is the layout: dst[32p + 2i + e] = row 2p + e */
+                        for (int i = 0; i < MHA_BT_N; i++)
+                            for (int e = 0; e < 2; e++) {
+                                const size_t at = (size_t)(2 * p + e) * ld + i;
+                                const mha_bf16 got = y[32 * p + 2 * i + e];
+                                cr_assert(i8 ? mha_bf16_float(got) == (float)src8[at] : got == src16[at],
+                                          "%s: pair %d, column %d", i8 ? "int8" : "bf16", p, i);
+                            }
+                    cr_assert_eq(y[2 * MHA_BT_N * pairs], 0xABAB, "written past the pairs");
+                    free(src16), free(src8);
+                }
     }
 }
 
