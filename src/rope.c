@@ -3,6 +3,8 @@
  * computes in float32, so the same positions give the same angles. */
 #include "rope.h"
 
+#include "isa/isa.h"
+
 #include <math.h>
 
 #define PI 3.14159265358979323846 /* Python's math.pi */
@@ -82,21 +84,43 @@ void mha_rope_table(const mha_rope *rope, int r, int positions, float *cos_t, fl
         }
 }
 
+/* The columns left in col's panel. */
+static int panel_left(const mha_kernel *k, int col)
+{
+    return k->bw - col % k->bw;
+}
+
 void mha_rope_rows(const mha_kernel *k, mha_mat m, int rows, int col, int pos0, mha_rope_style style, int r,
                    const float *cos_t, const float *sin_t)
 {
+    const mha_isa *isa = k->isa;
     const int half = r / 2;
     for (int i = 0; i < rows; i++) {
         const int p = pos0 + i, ap = p < 0 ? -p : p;
         const float sign = p < 0 ? -1.0f : 1.0f;
         const float *c = cos_t + (size_t)ap * half, *s = sin_t + (size_t)ap * half;
-        for (int j = 0; j < half; j++) {
-            /* neox pairs feature j with j + r/2 (HF rotate_half), gptj with its neighbour */
-            const int a = style == MHA_ROPE_NEOX ? j : 2 * j, b = style == MHA_ROPE_NEOX ? j + half : 2 * j + 1;
-            float *xa = mha_mat_at(k, m, i, col + a), *xb = mha_mat_at(k, m, i, col + b);
-            const float x1 = *xa, x2 = *xb, sn = sign * s[j];
-            *xa = x1 * c[j] - x2 * sn;
-            *xb = x2 * c[j] + x1 * sn;
+        /* runs of pairs whose elements stay inside their panels: neox pairs feature j with
+         * j + r/2 (HF rotate_half), gptj with its neighbour (a pair that straddles two panels,
+         * when col is odd, is a run of its own) */
+        for (int j = 0; j < half;) {
+            if (style == MHA_ROPE_NEOX) {
+                const int a = col + j, b = a + half;
+                int n = half - j;
+                n = n < panel_left(k, a) ? n : panel_left(k, a);
+                n = n < panel_left(k, b) ? n : panel_left(k, b);
+                isa->rope_halves(mha_mat_at(k, m, i, a), mha_mat_at(k, m, i, b), c + j, s + j, sign, n);
+                j += n;
+            } else {
+                const int a = col + 2 * j, fit = panel_left(k, a) / 2;
+                if (fit == 0) {
+                    isa->rope_halves(mha_mat_at(k, m, i, a), mha_mat_at(k, m, i, a + 1), c + j, s + j, sign, 1);
+                    j++;
+                } else {
+                    const int n = half - j < fit ? half - j : fit;
+                    isa->rope_pairs(mha_mat_at(k, m, i, a), c + j, s + j, sign, n);
+                    j += n;
+                }
+            }
         }
     }
 }

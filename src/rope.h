@@ -14,7 +14,9 @@ void mha_rope_freqs(const mha_rope *rope, int r, float *inv_freq, float *attenti
  * attention factor, for positions p in [0, positions). */
 void mha_rope_table(const mha_rope *rope, int r, int positions, float *cos_t, float *sin_t);
 /* Rotates rows [0, rows) of the head whose features are columns [col, col + r) of m: row i sits
- * at position pos0 + i (may be negative: the table is read at |p|, sin negated). */
+ * at position pos0 + i (may be negative: the table is read at |p|, sin negated). The rotation
+ * is the kernel table's (rope_halves, rope_pairs: the same bits in every table) on runs that
+ * stay inside m's panels. */
 void mha_rope_rows(const mha_kernel *k, mha_mat m, int rows, int col, int pos0, mha_rope_style style, int r,
                    const float *cos_t, const float *sin_t);
 

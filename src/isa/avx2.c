@@ -1,6 +1,6 @@
 /* avx2.c — the AVX2 table (AVX2, FMA, F16C: AMD Zen 1-3, Intel Haswell and later client parts):
  * 8-lane packing through 8 × 8 register transposes, the few-row products streamed past
- * haswell's microkernel with its sums, softmax, decode tiles, bf16 rounding and packing, and
+ * haswell's microkernel with its sums, RoPE, softmax, decode tiles, bf16 rounding and packing, and
  * the bf16 products as FMA on widened bf16 (avx2-bf16: the sums of the model, even first, bit
  * for bit, as fma-bf16 and ref-bf16). */
 #include "isa.h"
@@ -265,6 +265,38 @@ __attribute__((target(AVX2))) static void i8_scale_rows_avx2(const int8_t *src, 
             const __m256 s = row_scales ? rs : _mm256_maskload_ps(col_scales + t, k);
             _mm256_maskstore_ps(dst + t, k, _mm256_mul_ps(i8_load8(src + t, n - t), s));
         }
+    }
+}
+
+/* ---- RoPE ---- */
+
+/* Eight pairs at a time: products and the difference or sum each rounded once, as ref. */
+__attribute__((target(AVX2))) static void rope_halves_avx2(float *a, float *b, const float *c, const float *s,
+                                                          float sign, int n)
+{
+    const __m256 sg = _mm256_set1_ps(sign);
+    for (int j = 0; j < n; j += 8) {
+        const __m256i m = first8(n - j);
+        const __m256 x = _mm256_maskload_ps(a + j, m), y = _mm256_maskload_ps(b + j, m);
+        const __m256 cj = _mm256_maskload_ps(c + j, m), sn = _mm256_mul_ps(sg, _mm256_maskload_ps(s + j, m));
+        _mm256_maskstore_ps(a + j, m, _mm256_sub_ps(_mm256_mul_ps(x, cj), _mm256_mul_ps(y, sn)));
+        _mm256_maskstore_ps(b + j, m, _mm256_add_ps(_mm256_mul_ps(y, cj), _mm256_mul_ps(x, sn)));
+    }
+}
+
+/* Four pairs (eight floats) at a time: cos and sin duplicated per pair, the pair swapped, the
+ * even lanes' sine negated: x·c + y·(−s') rounds as x·c − y·s'. */
+__attribute__((target(AVX2))) static void rope_pairs_avx2(float *x, const float *c, const float *s, float sign, int n)
+{
+    const __m256i dup = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+    const __m256 sg = _mm256_setr_ps(-sign, sign, -sign, sign, -sign, sign, -sign, sign);
+    for (int j = 0; j < n; j += 4) {
+        const __m256i m = first8(2 * (n - j)), m4 = first8(n - j);
+        const __m256 v = _mm256_maskload_ps(x + 2 * j, m);
+        const __m256 cj = _mm256_permutevar8x32_ps(_mm256_maskload_ps(c + j, m4), dup);
+        const __m256 sj = _mm256_mul_ps(sg, _mm256_permutevar8x32_ps(_mm256_maskload_ps(s + j, m4), dup));
+        const __m256 swapped = _mm256_permute_ps(v, 0xB1);
+        _mm256_maskstore_ps(x + 2 * j, m, _mm256_add_ps(_mm256_mul_ps(v, cj), _mm256_mul_ps(swapped, sj)));
     }
 }
 
@@ -654,6 +686,8 @@ const mha_isa mha_isa_avx2 = {
     .stream_rows = stream_rows_avx2,
     .stream_bw = 16,
     .stream_arch = "haswell",
+    .rope_halves = rope_halves_avx2,
+    .rope_pairs = rope_pairs_avx2,
     .softmax_row = softmax_row_avx2,
     .softcap_row = softcap_row_avx2,
     .i8_scale_rows = i8_scale_rows_avx2,

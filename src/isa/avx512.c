@@ -1,5 +1,5 @@
 /* avx512.c — the AVX-512 table (F, BW, VL, DQ with FMA): 16-lane packing through register
- * transposes, the few-row products streamed past skx's microkernel with its sums, softmax,
+ * transposes, the few-row products streamed past skx's microkernel with its sums, RoPE, softmax,
  * decode tiles, bf16 rounding and packing, and the bf16 products on FMA (widened bf16) and
  * AVX512_BF16 (vdpbf16ps); the AMX products are beside it (amx.c). */
 #include "isa.h"
@@ -295,6 +295,39 @@ __attribute__((target(AVX512))) static void i8_scale_rows_avx512(const int8_t *s
             const __m512 x = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(k, src + t)));
             _mm512_mask_storeu_ps(dst + t, k, _mm512_mul_ps(x, row_scales ? rs : _mm512_maskz_loadu_ps(k, col_scales + t)));
         }
+    }
+}
+
+/* ---- RoPE ---- */
+
+/* Sixteen pairs at a time: products and the difference or sum each rounded once, as ref. */
+__attribute__((target(AVX512))) static void rope_halves_avx512(float *a, float *b, const float *c, const float *s,
+                                                              float sign, int n)
+{
+    const __m512 sg = _mm512_set1_ps(sign);
+    for (int j = 0; j < n; j += 16) {
+        const __mmask16 m = first16(n - j);
+        const __m512 x = _mm512_maskz_loadu_ps(m, a + j), y = _mm512_maskz_loadu_ps(m, b + j);
+        const __m512 cj = _mm512_maskz_loadu_ps(m, c + j), sn = _mm512_mul_ps(sg, _mm512_maskz_loadu_ps(m, s + j));
+        _mm512_mask_storeu_ps(a + j, m, _mm512_sub_ps(_mm512_mul_ps(x, cj), _mm512_mul_ps(y, sn)));
+        _mm512_mask_storeu_ps(b + j, m, _mm512_add_ps(_mm512_mul_ps(y, cj), _mm512_mul_ps(x, sn)));
+    }
+}
+
+/* Eight pairs (sixteen floats) at a time: cos and sin duplicated per pair, the pair swapped,
+ * the even lanes' sine negated: x·c + y·(−s') rounds as x·c − y·s'. */
+__attribute__((target(AVX512))) static void rope_pairs_avx512(float *x, const float *c, const float *s, float sign,
+                                                             int n)
+{
+    const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512 sg = _mm512_mask_blend_ps((__mmask16)0xAAAA, _mm512_set1_ps(-sign), _mm512_set1_ps(sign));
+    for (int j = 0; j < n; j += 8) {
+        const __mmask16 m = first16(2 * (n - j)), m8 = first16(n - j < 8 ? n - j : 8);
+        const __m512 v = _mm512_maskz_loadu_ps(m, x + 2 * j);
+        const __m512 cj = _mm512_permutexvar_ps(dup, _mm512_maskz_loadu_ps(m8, c + j));
+        const __m512 sj = _mm512_mul_ps(sg, _mm512_permutexvar_ps(dup, _mm512_maskz_loadu_ps(m8, s + j)));
+        const __m512 swapped = _mm512_permute_ps(v, 0xB1);
+        _mm512_mask_storeu_ps(x + 2 * j, m, _mm512_add_ps(_mm512_mul_ps(v, cj), _mm512_mul_ps(swapped, sj)));
     }
 }
 
@@ -733,6 +766,8 @@ const mha_isa mha_isa_avx512 = {
     .stream_rows = stream_rows_avx512,
     .stream_bw = 32,
     .stream_arch = "skx",
+    .rope_halves = rope_halves_avx512,
+    .rope_pairs = rope_pairs_avx512,
     .softmax_row = softmax_row_avx512,
     .softcap_row = softcap_row_avx512,
     .i8_scale_rows = i8_scale_rows_avx512,

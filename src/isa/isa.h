@@ -56,6 +56,14 @@ typedef struct mha_isa {
                         mha_mat c);
     int stream_bw;
     const char *stream_arch;
+    /* RoPE on a run of n rotation pairs, angle j's cos c[j] and sin sign·s[j] (sign ±1: a
+     * negative position reads the table at |p|): (x, y) ← (x·c − y·s', y·c + x·s'), each product
+     * and the difference or sum rounded once (no FMA), so every table gives ref's bits.
+     * rope_halves: x = a[j], y = b[j] (neox pairs j with j + r/2: two runs); rope_pairs:
+     * x = x[2j], y = x[2j + 1] (gptj's neighbours: one run). rope.c cuts a row into runs that
+     * stay inside the panels of its matrix. */
+    void (*rope_halves)(float *a, float *b, const float *c, const float *s, float sign, int n);
+    void (*rope_pairs)(float *x, const float *c, const float *s, float sign, int n);
     /* The unnormalised, masked softmax of a row or chunk (softmax.h). */
     mha_softmax_fn softmax_row;
     /* Logit softcapping in place: s[j] = cap · tanh(s[j] / cap) for j < n, the tanh of

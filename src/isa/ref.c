@@ -30,6 +30,21 @@ static void pack_rows_ref(mha_mat a, int w, int i0, int rows, int p0, int kc, in
     }
 }
 
+static void rope_halves_ref(float *a, float *b, const float *c, const float *s, float sign, int n)
+{
+    for (int j = 0; j < n; j++) {
+        const float x = a[j], y = b[j], sn = sign * s[j];
+        a[j] = x * c[j] - y * sn;
+        b[j] = y * c[j] + x * sn;
+    }
+}
+
+static void rope_pairs_ref(float *x, const float *c, const float *s, float sign, int n)
+{
+    for (int j = 0; j < n; j++)
+        rope_halves_ref(x + 2 * j, x + 2 * j + 1, c + j, s + j, sign, 1);
+}
+
 static void softcap_row_ref(float *s, int n, float cap)
 {
     for (int j = 0; j < n; j++)
@@ -182,6 +197,8 @@ const mha_isa mha_isa_ref = {
     .bf16 = {&ref_bf16, NULL},
     .bf16_auto = bf16_auto_ref,
     .pack_rows = pack_rows_ref,
+    .rope_halves = rope_halves_ref,
+    .rope_pairs = rope_pairs_ref,
     .softmax_row = softmax_row_ref,
     .softcap_row = softcap_row_ref,
     .i8_scale_rows = i8_scale_rows_ref,
