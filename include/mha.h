@@ -110,9 +110,11 @@ typedef enum { MHA_KV_AUTO = 0, MHA_KV_F32 = 1, MHA_KV_BF16 = 2, MHA_KV_INT8 = 3
 
 /* QK-norm, as HF's RMSNorm modules compute it (float32): Q and K after projection and bias,
  * before RoPE, x ↦ x · rsqrt(mean(x²) + eps) · w, the mean over each head's d_k features
- * (HEAD: Qwen3, Gemma 3); weight_offset 1 multiplies by (1 + w) instead (Gemma's RMSNorm).
- * The weights are mha_weights.q_norm and .k_norm (d_k each). */
-typedef enum { MHA_QK_NORM_NONE = 0, MHA_QK_NORM_HEAD = 1 } mha_qk_norm_kind;
+ * (HEAD: Qwen3, Gemma 3) or over the whole projection before the heads split (FULL: OLMo 2,
+ * n_heads·d_k features of Q, n_kv_heads·d_k of K); weight_offset 1 multiplies by (1 + w)
+ * instead (Gemma's RMSNorm). The weights are mha_weights.q_norm and .k_norm
+ * (mha_config_qk_norm_len of each). */
+typedef enum { MHA_QK_NORM_NONE = 0, MHA_QK_NORM_HEAD = 1, MHA_QK_NORM_FULL = 2 } mha_qk_norm_kind;
 typedef struct mha_qk_norm {
     mha_qk_norm_kind kind;       /* MHA_QK_NORM_NONE by default */
     float eps;                   /* default 1e-6 */
@@ -169,6 +171,9 @@ typedef struct mha_config {
 MHA_API void mha_config_init(mha_config *cfg);
 /* d_k of the config's heads: head_dim, or d_model / n_heads (0 for NULL or n_heads < 1). */
 MHA_API int mha_config_head_dim(const mha_config *cfg);
+/* The length of QK-norm's weights q_norm (k = 0) or k_norm (k = 1): 0 without QK-norm, d_k
+ * for HEAD, n_heads·d_k (q_norm) or n_kv_heads·d_k (k_norm) for FULL. */
+MHA_API int mha_config_qk_norm_len(const mha_config *cfg, int k);
 /* mha_config_load (a YAML config into cfg) is in mha_io.h with the other loaders: the engine's
  * own header needs no YAML. */
 /* Everything mha_create checks, without creating: MHA_OK, MHA_ERR_INVALID_ARG (cfg NULL),
@@ -206,8 +211,10 @@ typedef struct mha_weights {
     const float *b_q, *b_k, *b_v, *b_o;  /* config with bias: b_q, b_k, b_v, and b_o or NULL
                                             (no output bias, as Qwen2); without: all NULL */
     mha_layout layout;
-    const float *q_norm, *k_norm;        /* qk_norm: the RMSNorm weights of Q and K (d_k each,
-                                            as HF's q_norm.weight, k_norm.weight); else NULL */
+    const float *q_norm, *k_norm;        /* qk_norm: the RMSNorm weights of Q and K
+                                            (mha_config_qk_norm_len each: d_k for head, the
+                                            projections' widths for full; HF's q_norm.weight,
+                                            k_norm.weight); else NULL */
     const float *sinks;                  /* sinks: one logit per head (n_heads, HF's sinks);
                                             else NULL */
 } mha_weights;

@@ -106,8 +106,9 @@ MHA_API const char *mha_kv_type_name(mha_kv_type t);
  * Shapes must match cfg: d_model, and with kv_heads K and V of (kv_heads·d_k, d) as HF's
  * k_proj/v_proj (Llama, Mistral, Qwen2); biases when cfg->bias — those of the output
  * projection optional (Qwen2 has q, k and v biases only) — and none without. In every
- * naming, with cfg's qk_norm: q_norm.weight and k_norm.weight (d_k each, HF's RMSNorm
- * modules); with sinks: sinks (n_heads, gpt-oss). */
+ * naming, with cfg's qk_norm: q_norm.weight and k_norm.weight (HF's RMSNorm modules: d_k
+ * each, or n_heads·d_k and n_kv_heads·d_k for kind full, OLMo 2); with sinks: sinks
+ * (n_heads, gpt-oss). */
 typedef struct mha_weights_file {
     mha_weights w;            /* views into storage, ready for mha_set_weights / mha_pack_weights */
     float *storage;           /* owned: Wq, Wk, Wv, Wo, then b_q, b_k, b_v, b_o, q_norm, k_norm, sinks */

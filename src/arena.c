@@ -65,8 +65,8 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
         }
         b[MHA_REGION_bqkv] = product(kvh, per_group, dkp * f, of);
         b[MHA_REGION_bo] = d * f;
-        if (dims->qk_norm.kind != MHA_QK_NORM_NONE)
-            b[MHA_REGION_qk_norm] = 2 * dk * f;
+        b[MHA_REGION_qk_norm] = (size_t)(mha_qk_norm_len(dims->qk_norm.kind, dims->h, dims->dk) +
+                                         mha_qk_norm_len(dims->qk_norm.kind, dims->kvh, dims->dk)) * f;
         if (dims->sinks)
             b[MHA_REGION_sinks] = h * f;
     }
@@ -76,7 +76,7 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
     b[MHA_REGION_z] = product(batch, seq_q, qd * f, of);
     b[MHA_REGION_xpack] = product(batch, p->xpack_stride, f, of);
     b[MHA_REGION_order] = batch * sizeof(int);
-    b[MHA_REGION_deps] = product(batch, h, 1, of);
+    b[MHA_REGION_deps] = product(batch, 2 * h, 1, of);
     b[MHA_REGION_xdeps] = product(batch, (seq_q + MHA_PACK_BLOCK - 1) / MHA_PACK_BLOCK, 1, of);
     b[MHA_REGION_worker_cpu] = threads * sizeof(int);
     b[MHA_REGION_pin_cpu] = threads * sizeof(int);
@@ -84,6 +84,8 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
     const size_t chunks = (seq_kv + MHA_KV_CHUNK - 1) / MHA_KV_CHUNK;
     const size_t dec_q = (size_t)dims->group * MHA_DECODE_ROWS; /* queries of one decode task */
     b[MHA_REGION_partial] = product(product(batch, kvh, chunks, of), dec_q * (dk + 2), f, of);
+    if (dims->qk_norm.kind == MHA_QK_NORM_FULL)
+        b[MHA_REGION_qk_ss] = product(product(batch, seq_q + rows, kvh, of), sizeof(double), 1, of);
     if (dims->rope.style != MHA_ROPE_NONE) {
         b[MHA_REGION_rope_cos] = product((size_t)dims->positions, (size_t)dims->rope.rotary_dim / 2, f, of);
         b[MHA_REGION_rope_sin] = b[MHA_REGION_rope_cos];

@@ -32,19 +32,23 @@ void *mha_alloc_pages(size_t bytes);
     X(wo, float, MHA_ALIGN)             /* f32: panels (qd, round_up(d, bw)): Z · Wo */          \
     X(wo16, mha_bf16, MHA_ALIGN)        /* bf16: the same in B panels */                         \
     X(bo, float, MHA_ALIGN)             /* (d) */                                                \
-    X(qk_norm, float, MHA_ALIGN)        /* (2, dk): Q's then K's RMSNorm factors (w or 1 + w);   \
-                                           absent without QK-norm */                            \
+    X(qk_norm, float, MHA_ALIGN)        /* Q's then K's RMSNorm factors (w or 1 + w), dk each    \
+                                           (head) or h·dk, kvh·dk (full); absent without */      \
     X(sinks, float, MHA_ALIGN)          /* (h): each head's sink logit; absent without sinks */  \
     X(z, float, MHA_ALIGN)              /* (batch, seq_q, qd): the heads' outputs, concatenated */ \
     X(xpack, float, MHA_ALIGN)          /* (batch, xpack_stride): A panels of each x_b */        \
     X(order, int, MHA_ALIGN)            /* (batch): sequences, most work first */                \
-    X(deps, char, MHA_ALIGN)            /* (batch, h): a token per head task (kvh used) */     \
+    X(deps, char, MHA_ALIGN)            /* (2, batch, h): a token per head task, then per norm   \
+                                           task (kvh of h used) */                              \
     X(xdeps, char, MHA_ALIGN)           /* (batch, ceil(seq_q / MHA_PACK_BLOCK)): packing tasks */ \
     X(worker_cpu, int, MHA_ALIGN)       /* (threads): CPU each worker last ran on */             \
     X(pin_cpu, int, MHA_ALIGN)          /* (threads): CPU each worker is pinned to, -1 none */   \
     X(step_row0, int, MHA_ALIGN)        /* (batch + 1): a step's first row of each sequence */   \
     X(partial, float, MHA_ALIGN)        /* (batch, kvh, chunks, group·DECODE_ROWS, dk + 2):      \
                                            decode partial results */                            \
+    X(qk_ss, double, MHA_ALIGN)         /* QK-norm full: each row's sums of squares, one per KV  \
+                                           head's part: Q's (batch·seq_q, kvh), then K's          \
+                                           (batch·max(seq_q, seq_kv), kvh); absent otherwise */  \
     X(rope_cos, float, MHA_ALIGN)       /* (positions, r/2); absent without RoPE */              \
     X(rope_sin, float, MHA_ALIGN)       /* (positions, r/2) */                                   \
     X(alibi, float, MHA_ALIGN)          /* (h): ALiBi's slopes; absent without ALiBi */          \

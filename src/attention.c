@@ -76,12 +76,13 @@ static void pack_kv16(const mha_fwd *f, const mha_scratch *s, int kl)
         memset(s->v16 + (size_t)(j / MHA_BT_N) * vps + room * MHA_BT_N, 0, MHA_BT_K * MHA_BT_N * sizeof(mha_bf16));
 }
 
-/* QK-norm (w: f->q_norm or f->k_norm, NULL: none), then the rotary embedding, of rows [0,
- * rows) of the scratch columns starting at col (Q at 0, K at dkp). */
-static void norm_rotate(const mha_fwd *f, const mha_scratch *s, int rows, int col, int pos0, const float *w)
+/* QK-norm (of query head `head`, or is_k: of KV head `head`; ss as mha_attention_norm_rows),
+ * then the rotary embedding, of rows [0, rows) of the scratch columns starting at col (Q at
+ * 0, K at dkp). */
+static void norm_rotate(const mha_fwd *f, const mha_scratch *s, int rows, int col, int pos0, int is_k, int head,
+                        const double *ss)
 {
-    if (w)
-        mha_attention_norm_rows(f, mha_mat_panels(f->kernel, s->qkv, f->rows), rows, col, w);
+    mha_attention_norm_rows(f, mha_mat_panels(f->kernel, s->qkv, f->rows), rows, col, is_k, head, ss);
     if (f->rope != MHA_ROPE_NONE && rows > 0)
         mha_rope_rows(f->kernel, mha_mat_panels(f->kernel, s->qkv, f->rows), rows, col, pos0, f->rope, f->rope_dim,
                       f->rope_cos, f->rope_sin);
@@ -112,17 +113,36 @@ void mha_alibi_slopes(int h, float max_bias, float *slopes)
         slopes[i] = i < n ? powf(m0, (float)(i + 1)) : powf(m1, (float)(2 * (i - n) + 1));
 }
 
-void mha_attention_norm_rows(const mha_fwd *f, mha_mat qkv, int rows, int col, const float *w)
+void mha_attention_sum_squares(const mha_fwd *f, mha_mat qkv, int rows, int col, double *ss, int add)
+{
+    for (int i = 0; i < rows; i++) {
+        double t = add ? ss[(size_t)i * f->kvh] : 0.0;
+        for (int c = 0; c < f->dk; c++) {
+            const float x = *mha_mat_at(f->kernel, qkv, i, col + c);
+            t += (double)x * x;
+        }
+        ss[(size_t)i * f->kvh] = t;
+    }
+}
+
+void mha_attention_norm_rows(const mha_fwd *f, mha_mat qkv, int rows, int col, int is_k, int head, const double *ss)
 {
     const mha_kernel *k = f->kernel;
     const int dk = f->dk;
+    const float *w = is_k ? f->k_norm : f->q_norm;
+    if (!w)
+        return;
+    const int width = ss ? (is_k ? f->kvh * dk : f->qd) : dk; /* the features the mean is over */
+    if (ss)
+        w += (size_t)head * dk; /* this head's factors */
     for (int i = 0; i < rows; i++) {
-        double ss = 0.0; /* the mean of squares in double: HF's float32 mean within its rounding */
-        for (int c = 0; c < dk; c++) {
-            const float x = *mha_mat_at(k, qkv, i, col + c);
-            ss += (double)x * x;
-        }
-        const float r = 1.0f / sqrtf((float)(ss / dk) + f->norm_eps);
+        double sq = 0.0; /* the mean of squares in double: HF's float32 mean within its rounding */
+        if (ss)
+            for (int g = 0; g < f->kvh; g++)
+                sq += ss[(size_t)i * f->kvh + g];
+        else
+            mha_attention_sum_squares(f, mha_mat_sub(k, qkv, i, 0), 1, col, &sq, 0);
+        const float r = 1.0f / sqrtf((float)(sq / width) + f->norm_eps);
         for (int c = 0; c < dk; c++) {
             float *x = mha_mat_at(k, qkv, i, col + c);
             *x = *x * r * w[c];
@@ -271,7 +291,9 @@ void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)
         mha_attention_project(f, s, kl, xk, NULL, g, dkp, dkp, dkp);
         mha_attention_project(f, s, kl, xv, NULL, g, 2 * dkp, 2 * dkp, dkp);
     }
-    norm_rotate(f, s, kl, dkp, 0, f->k_norm); /* key j at position j */
+    const double *kss = f->k_ss ? f->k_ss + (size_t)b * f->seq_kv * f->kvh : NULL;
+    const double *qss = f->q_ss ? f->q_ss + (size_t)b * f->seq_q * f->kvh : NULL;
+    norm_rotate(f, s, kl, dkp, 0, 1, g, kss); /* key j at position j */
     /* step 2: Kᵀ in panels, once for every query head of the group and every query block
      * (bf16: Kᵀ and V in bf16 B panels) */
     if (kl > 0 && f->bk)
@@ -282,8 +304,26 @@ void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)
     for (int j = 0; j < f->group; j++) {
         if (!one_gemm)
             mha_attention_project(f, s, ql, xq, xp, g, j == 0 ? 0 : (j + 2) * dkp, 0, dkp);
-        norm_rotate(f, s, ql, 0, f->seq_kv - f->seq_q, f->q_norm); /* query i at position i + seq_kv - seq_q */
+        norm_rotate(f, s, ql, 0, f->seq_kv - f->seq_q, 0, g * f->group + j, qss); /* query i at i + seq_kv - seq_q */
         attend(f, b, g * f->group + j, s, ql, kl);
+    }
+}
+
+void mha_attention_norm_sums(const mha_fwd *f, int b, int g, const mha_scratch *s)
+{
+    const int ql = f->q_len ? f->q_len[b] : f->seq_q;
+    const int kl = f->kv_len ? f->kv_len[b] : f->seq_kv;
+    const int dkp = f->dkp;
+    const mha_mat qkv = mha_mat_panels(f->kernel, s->qkv, f->rows);
+    const float *xq = f->q + (size_t)b * f->seq_q * f->d;
+    const float *xp = f->xpack + (size_t)b * f->xpack_stride;
+    /* K from the query input when fused (its packed rows too), else from the key input */
+    mha_attention_project(f, s, kl, f->fused ? xq : f->k + (size_t)b * f->seq_kv * f->d, f->fused ? xp : NULL, g, dkp,
+                          dkp, dkp);
+    mha_attention_sum_squares(f, qkv, kl, dkp, f->k_ss + (size_t)b * f->seq_kv * f->kvh + g, 0);
+    for (int j = 0; j < f->group; j++) {
+        mha_attention_project(f, s, ql, xq, xp, g, j == 0 ? 0 : (j + 2) * dkp, 0, dkp);
+        mha_attention_sum_squares(f, qkv, ql, 0, f->q_ss + (size_t)b * f->seq_q * f->kvh + g, j > 0);
     }
 }
 

@@ -103,7 +103,10 @@ typedef struct mha_fwd {
     float scale, softcap;         /* the scores' factor; logit softcap (0: none) */
     const float *sinks;           /* NULL or (h): each head's sink logit, merged after the keys */
     const float *alibi;           /* NULL or (h): each head's ALiBi slope */
-    const float *q_norm, *k_norm; /* NULL or (dk): QK-norm's RMSNorm factors (w or 1 + w) */
+    const float *q_norm, *k_norm; /* NULL or QK-norm's RMSNorm factors (w or 1 + w): (dk), or
+                                   * (qd) and (kvh·dk) for the whole projection (kind full) */
+    double *q_ss, *k_ss;          /* kind full, else NULL: each row's sums of squares of Q (K),
+                                   * kvh per row, one per KV head's part (mha_attention_norm_sums) */
     float norm_eps;
     mha_rope_style rope;          /* MHA_ROPE_NONE: no rotation */
     int rope_dim;                 /* features rotated */
@@ -193,10 +196,16 @@ void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk
  * −∞ for j < in.lo (before the window). The forward's chunks and float32 decode both call it:
  * one source of these bits. */
 void mha_attention_logits(const mha_fwd *f, float *row, mha_key_span in, int pos, int c0, int head);
-/* QK-norm of rows [0, rows) of the Q/K/V scratch at column col (Q at 0, K at dkp) with the
- * factors w (f->q_norm or f->k_norm): each row's dk features times rsqrt(mean(x²) + eps),
- * then times w. Forward and steps alike. */
-void mha_attention_norm_rows(const mha_fwd *f, mha_mat qkv, int rows, int col, const float *w);
+/* QK-norm of rows [0, rows) of the Q/K/V scratch at column col (Q at 0, K at dkp), of query
+ * head `head` (is_k: of KV head `head`): each row's dk features times rsqrt(mean(x²) + eps),
+ * then times the factors (f->q_norm, f->k_norm). The mean is over the row's dk features, or
+ * with ss (kind full: the rows' sums of squares, kvh per row, row 0 first) over the whole
+ * projection: the KV heads' parts summed in order. Nothing without QK-norm. Forward and
+ * steps alike. */
+void mha_attention_norm_rows(const mha_fwd *f, mha_mat qkv, int rows, int col, int is_k, int head, const double *ss);
+/* Sums of squares of rows [0, rows) of the scratch at column col over dk features, in feature
+ * order in double, into ss[i·kvh] (add: onto what is there): one KV head's part of each row. */
+void mha_attention_sum_squares(const mha_fwd *f, mha_mat qkv, int rows, int col, double *ss, int add);
 
 /* ALiBi's slope of each of h heads for max_bias, as BLOOM's build_alibi_tensor and ggml: with
  * n the largest power of two <= h, head i < n has m0^(i+1), m0 = 2^(−max_bias/n), and the rest
@@ -225,6 +234,10 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, i
  * head of the group its Q, and query block by query block: scores, softmax, A·V into the
  * head's columns of z (and attn). */
 void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s);
+/* QK-norm over the whole projection (kind full), before any group task of sequence b: KV
+ * head g's part of each row's sums of squares, its K's (f->k_ss) and its query heads' Q's
+ * (f->q_ss), projected as mha_attention_group projects them. */
+void mha_attention_norm_sums(const mha_fwd *f, int b, int g, const mha_scratch *s);
 /* out rows [r0, r1) of sequence b: z · Wo + bo; rows past the query length are 0. */
 void mha_attention_out_rows(const mha_fwd *f, int b, int r0, int r1, const mha_scratch *s);
 

@@ -30,7 +30,7 @@ static const mha_name_val rope_style_names[] = {
     {"none", MHA_ROPE_NONE}, {"neox", MHA_ROPE_NEOX}, {"gptj", MHA_ROPE_GPTJ}};
 static const mha_name_val rope_scaling_names[] = {{"none", MHA_ROPE_SCALING_NONE},
     {"linear", MHA_ROPE_SCALING_LINEAR}, {"llama3", MHA_ROPE_SCALING_LLAMA3}, {"yarn", MHA_ROPE_SCALING_YARN}};
-static const mha_name_val qk_norm_names[] = {{"none", MHA_QK_NORM_NONE}, {"head", MHA_QK_NORM_HEAD}};
+static const mha_name_val qk_norm_names[] = {{"none", MHA_QK_NORM_NONE}, {"head", MHA_QK_NORM_HEAD}, {"full", MHA_QK_NORM_FULL}};
 static const mha_name_val precision_names[] = {{"f32", MHA_PRECISION_F32}, {"bf16", MHA_PRECISION_BF16}};
 static const mha_name_val kv_type_names[] = {
     {"auto", MHA_KV_AUTO}, {"f32", MHA_KV_F32}, {"bf16", MHA_KV_BF16}, {"int8", MHA_KV_INT8}};
@@ -68,7 +68,7 @@ const mha_key_def mha_keys[] = {
     FLOAT_KEY_FROM("model.softcap", "softcap", 0, 1e6, "0", "logit softcapping (Gemma 2): s -> softcap·tanh(s/softcap) after the scale, before ALiBi and masks; 0: none", ENG(softcap), 0.0),
     KEY(K("model.sinks", "sinks", MHA_KEY_BOOL, 0, 1, 0, 0, NULL, "false", "a learned logit per head (tensor sinks) in every softmax denominator (gpt-oss)"),
         ENG(sinks), NONE, 0, NULL, 0),
-    KEY(K("model.qk_norm.kind", "qk_norm.kind", MHA_KEY_ENUM, 0, 0, 0, 0, "none, head", "none", "RMSNorm of Q and K before RoPE: head over each head's d_k (Qwen3, Gemma 3; tensors q_norm.weight, k_norm.weight)"),
+    KEY(K("model.qk_norm.kind", "qk_norm.kind", MHA_KEY_ENUM, 0, 0, 0, 0, "none, head, full", "none", "RMSNorm of Q and K before RoPE: head over each head's d_k (Qwen3, Gemma 3; tensors q_norm.weight, k_norm.weight of d_k), full over the whole projection (OLMo 2; heads·d_k and kv_heads·d_k)"),
         ENG(qk_norm.kind), NONE, MHA_QK_NORM_NONE, NAMES(qk_norm_names)),
     FLOAT_KEY("model.qk_norm.eps", "qk_norm.eps", 0, 1, "1e-6", "QK-norm: the RMSNorm epsilon", ENG(qk_norm.eps), 1e-6),
     KEY(K("model.qk_norm.weight_offset", "qk_norm.weight_offset", MHA_KEY_INT, 0, 1, 0, 0, NULL, "0", "QK-norm: 1 multiplies by (1 + w), as Gemma's RMSNorm"),
@@ -249,6 +249,14 @@ MHA_API int mha_config_head_dim(const mha_config *cfg)
     if (!cfg || cfg->n_heads < 1)
         return 0;
     return cfg->head_dim ? cfg->head_dim : cfg->d_model / cfg->n_heads;
+}
+
+MHA_API int mha_config_qk_norm_len(const mha_config *cfg, int k)
+{
+    if (!cfg || cfg->n_heads < 1)
+        return 0;
+    const int heads = k && cfg->n_kv_heads > 0 ? cfg->n_kv_heads : cfg->n_heads;
+    return mha_qk_norm_len(cfg->qk_norm.kind, heads, mha_config_head_dim(cfg));
 }
 
 MHA_API void mha_config_init(mha_config *cfg)

@@ -28,6 +28,13 @@ typedef struct mha_dims {
     int positions;                /* RoPE table rows: max(seq_q, seq_kv) */
 } mha_dims;
 
+/* QK-norm's factors for `heads` heads of dk features (n_heads for Q, n_kv_heads for K): dk
+ * per row for head, every head's for full (the norm spans the whole projection), 0 for none. */
+static inline int mha_qk_norm_len(mha_qk_norm_kind kind, int heads, int dk)
+{
+    return kind == MHA_QK_NORM_FULL ? heads * dk : kind == MHA_QK_NORM_HEAD ? dk : 0;
+}
+
 mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, mha_problem *pr);
 
 #endif

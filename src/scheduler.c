@@ -71,9 +71,9 @@ void mha_sched_forward(const mha_sched *s, const mha_fwd *f)
             const int nh = f->kvh; /* one task per KV head: its K and V are made once */
             for (int i = 0; i < f->batch; i++) {
                 const int b = s->order[i];
-                char *tok = s->deps + (size_t)b * nh;
+                char *tok = s->deps + (size_t)b * nh, *ntok = s->deps + ((size_t)f->batch + b) * nh;
                 char *xtok = s->xdeps + (size_t)b * s->pack_chunks;
-                (void)tok, (void)xtok; /* used only in depend clauses, which gcc 12 does not count */
+                (void)tok, (void)ntok, (void)xtok; /* only in depend clauses, which gcc 12 does not count */
                 const int rows = mha_attention_packed_rows(f, b);
                 const int nc = (rows + MHA_PACK_BLOCK - 1) / MHA_PACK_BLOCK;
                 for (int c = 0; c < nc; c++) {
@@ -81,8 +81,15 @@ void mha_sched_forward(const mha_sched *s, const mha_fwd *f)
 #pragma omp task firstprivate(b, r0, r1) depend(out : xtok[c])
                     mha_attention_pack_rows(f, b, r0, r1);
                 }
+                for (int h = 0; h < nh && f->q_ss; h++) { /* QK-norm full: every row's norm first */
+#pragma omp task firstprivate(b, h) depend(iterator(c = 0 : nc), in : xtok[c]) depend(out : ntok[h])
+                    {
+                        const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
+                        mha_attention_norm_sums(f, b, h, &sc);
+                    }
+                }
                 for (int h = 0; h < nh; h++) {
-#pragma omp task firstprivate(b, h) depend(iterator(c = 0 : nc), in : xtok[c]) depend(out : tok[h])
+#pragma omp task firstprivate(b, h) depend(iterator(c = 0 : nc), in : xtok[c]) depend(iterator(j = 0 : nh), in : ntok[j]) depend(out : tok[h])
                     {
                         const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
                         mha_attention_group(f, b, h, &sc);
@@ -103,6 +110,21 @@ void mha_sched_forward(const mha_sched *s, const mha_fwd *f)
     }
 }
 
+/* A task per KV head and chunk of the step's rows, each running fn on its worker's slice. */
+static void row_tasks(const mha_sched *s, const mha_step_job *j,
+                      void (*fn)(const mha_step_job *, int, int, int, const mha_scratch *))
+{
+    for (int g = 0; g < j->f.kvh; g++)
+        for (int r0 = 0; r0 < j->rows; r0 += j->chunk_rows) {
+            const int r1 = r0 + j->chunk_rows < j->rows ? r0 + j->chunk_rows : j->rows;
+#pragma omp task firstprivate(g, r0, r1)
+            {
+                const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
+                fn(j, g, r0, r1, &sc);
+            }
+        }
+}
+
 void mha_sched_step(const mha_sched *s, const mha_step_job *j)
 {
     for (int t = 0; t < s->threads; t++)
@@ -121,15 +143,11 @@ void mha_sched_step(const mha_sched *s, const mha_step_job *j)
                 mha_step_pack_rows(j, r0, r1);
             }
 #pragma omp taskwait
-            for (int g = 0; g < kvh; g++)
-                for (int r0 = 0; r0 < j->rows; r0 += j->chunk_rows) {
-                    const int r1 = r0 + j->chunk_rows < j->rows ? r0 + j->chunk_rows : j->rows;
-#pragma omp task firstprivate(g, r0, r1)
-                    {
-                        const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
-                        mha_step_project(j, g, r0, r1, &sc);
-                    }
-                }
+            if (j->f.q_ss) { /* QK-norm full: every row's norm first */
+                row_tasks(s, j, mha_step_norm_sums);
+#pragma omp taskwait
+            }
+            row_tasks(s, j, mha_step_project);
 #pragma omp taskwait
             /* few new rows: chunks of the context straight from the cache, merged below;
              * more: the context gathered and the forward's attention */

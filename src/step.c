@@ -137,6 +137,21 @@ static void store_kv(const mha_step_job *j, mha_mat qkv, int i, int block, int g
     }
 }
 
+void mha_step_norm_sums(const mha_step_job *j, int g, int r0, int r1, const mha_scratch *s)
+{
+    const mha_fwd *f = &j->f;
+    const int dkp = f->dkp, m = r1 - r0;
+    const float *x = j->step->x + (size_t)r0 * f->d;
+    const float *xp = r0 % mha_step_panel(j) == 0 ? packed_rows(j, r0) : NULL;
+    const mha_mat qkv = mha_mat_panels(f->kernel, s->qkv, f->rows);
+    mha_attention_project(f, s, m, x, xp, g, dkp, dkp, dkp);
+    mha_attention_sum_squares(f, qkv, m, dkp, f->k_ss + (size_t)r0 * f->kvh + g, 0);
+    for (int h = 0; h < f->group; h++) {
+        mha_attention_project(f, s, m, x, xp, g, h == 0 ? 0 : (h + 2) * dkp, 0, dkp);
+        mha_attention_sum_squares(f, qkv, m, 0, f->q_ss + (size_t)r0 * f->kvh + g, h > 0);
+    }
+}
+
 void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_scratch *s)
 {
     const mha_fwd *f = &j->f;
@@ -151,9 +166,10 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
      * row by row RoPE at the row's position and a copy into its cache slot */
     /* these rows in A panels (mha_step_pack_rows) where they start one; else packed here */
     const float *xp = r0 % mha_step_panel(j) == 0 ? packed_rows(j, r0) : NULL;
+    const double *kss = f->k_ss ? f->k_ss + (size_t)r0 * f->kvh : NULL;
+    const double *qss = f->q_ss ? f->q_ss + (size_t)r0 * f->kvh : NULL;
     mha_attention_project(f, s, m, x, xp, g, dkp, dkp, 2 * dkp);
-    if (f->k_norm)
-        mha_attention_norm_rows(f, qkv, m, dkp, f->k_norm);
+    mha_attention_norm_rows(f, qkv, m, dkp, 1, g, kss);
     for (int i = 0, q = first; i < m; i++) {
         q = seq_of(j, r0 + i, q);
         const int pos = pos_of(j, r0 + i, q);
@@ -164,8 +180,7 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
     /* Q of each query head of the group, rotated, into its columns of z */
     for (int h = 0; h < f->group; h++) {
         mha_attention_project(f, s, m, x, xp, g, h == 0 ? 0 : (h + 2) * dkp, 0, dkp);
-        if (f->q_norm)
-            mha_attention_norm_rows(f, qkv, m, 0, f->q_norm);
+        mha_attention_norm_rows(f, qkv, m, 0, 0, g * f->group + h, qss);
         float *z = f->z + (size_t)r0 * f->qd + (size_t)(g * f->group + h) * dk;
         for (int i = 0, q = first; i < m; i++) {
             q = seq_of(j, r0 + i, q);

@@ -32,6 +32,9 @@ int mha_step_panel(const mha_step_job *j);
 /* Rows [r0, r1) of the step's x into A panels at f.xpack (r0 a multiple of MHA_PACK_BLOCK),
  * once for all the projections that read them. */
 void mha_step_pack_rows(const mha_step_job *j, int r0, int r1);
+/* QK-norm over the whole projection (kind full), before any mha_step_project: KV head g's
+ * part of the sums of squares of rows [r0, r1)'s K and Q (f.k_ss, f.q_ss, row r at r·kvh). */
+void mha_step_norm_sums(const mha_step_job *j, int g, int r0, int r1, const mha_scratch *s);
 /* Rows [r0, r1) of the step, KV head g: K and V projected, rotated at their positions and
  * written to the cache; Q of the group's heads projected, rotated, into z. */
 void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_scratch *s);

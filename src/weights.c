@@ -28,11 +28,15 @@ mha_status mha_weights_check(const mha_weights *w, const mha_dims *dims, char *w
                           "biases b_q %s, b_k %s, b_v %s, b_o %s; the config has bias %d (%s)", w->b_q ? "set" : "NULL",
                           w->b_k ? "set" : "NULL", w->b_v ? "set" : "NULL", w->b_o ? "set" : "NULL", dims->bias,
                           dims->bias ? "b_q, b_k, b_v needed, b_o optional" : "all NULL");
-    const int norm = dims->qk_norm.kind != MHA_QK_NORM_NONE;
+    const mha_qk_norm_kind kind = dims->qk_norm.kind;
+    const int norm = kind != MHA_QK_NORM_NONE;
     if (!!w->q_norm != norm || !!w->k_norm != norm)
         return mha_errorf(why, why_len, MHA_ERR_INVALID_ARG, "q_norm %s, k_norm %s; the config has qk_norm %s (%s)",
-                          w->q_norm ? "set" : "NULL", w->k_norm ? "set" : "NULL", norm ? "head" : "none",
-                          norm ? "both needed, d_k each" : "both NULL");
+                          w->q_norm ? "set" : "NULL", w->k_norm ? "set" : "NULL",
+                          kind == MHA_QK_NORM_FULL ? "full" : norm ? "head" : "none",
+                          kind == MHA_QK_NORM_FULL ? "both needed, n_heads·d_k and n_kv_heads·d_k"
+                          : norm                   ? "both needed, d_k each"
+                                                   : "both NULL");
     if (!!w->sinks != !!dims->sinks)
         return mha_errorf(why, why_len, MHA_ERR_INVALID_ARG, "sinks %s; the config has sinks %d (%s)",
                           w->sinks ? "set" : "NULL", dims->sinks, dims->sinks ? "n_heads logits needed" : "NULL");
@@ -109,8 +113,12 @@ void mha_weights_pack(const mha_weights *w, const mha_dims *dims, const mha_kern
         memset(v->bo, 0, d * sizeof(float));
     /* QK-norm's factors, as HF multiplies: w, or (1 + w) in float32 (Gemma) */
     const float offset = (float)dims->qk_norm.weight_offset;
-    for (size_t c = 0; v->qk_norm && c < dk; c++)
-        v->qk_norm[c] = offset + w->q_norm[c], v->qk_norm[dk + c] = offset + w->k_norm[c];
+    const int nq = mha_qk_norm_len(dims->qk_norm.kind, dims->h, dims->dk);
+    const int nk = mha_qk_norm_len(dims->qk_norm.kind, dims->kvh, dims->dk);
+    for (int c = 0; v->qk_norm && c < nq; c++)
+        v->qk_norm[c] = offset + w->q_norm[c];
+    for (int c = 0; v->qk_norm && c < nk; c++)
+        v->qk_norm[nq + c] = offset + w->k_norm[c];
     if (v->sinks)
         memcpy(v->sinks, w->sinks, (size_t)dims->h * sizeof(float));
 }

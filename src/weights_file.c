@@ -84,11 +84,12 @@ MHA_API mha_status mha_weights_file_load(const char *path, const char *prefix_in
         return st;
 
     /* one buffer: Wq (qd·d), Wk, Wv (kvd·d each), Wo (d·qd), then b_q (qd), b_k, b_v (kvd), b_o
-     * (d), then q_norm, k_norm (dk each) and the sinks (heads) when the model has them */
-    const int norm = cfg->qk_norm.kind != MHA_QK_NORM_NONE;
+     * (d), then q_norm, k_norm (dk each, or qd and kvd over the whole projection) and the sinks
+     * (heads) when the model has them */
+    const int nq = mha_config_qk_norm_len(cfg, 0), nk = mha_config_qk_norm_len(cfg, 1);
     const size_t dd = (size_t)qd * d, kd = (size_t)kvd * d, nw = 2 * dd + 2 * kd;
     const size_t nb = (size_t)qd + (size_t)d + 2 * (size_t)kvd;
-    const size_t total = nw + nb + (norm ? 2 * (size_t)dk : 0) + (cfg->sinks ? (size_t)cfg->n_heads : 0);
+    const size_t total = nw + nb + (size_t)nq + (size_t)nk + (cfg->sinks ? (size_t)cfg->n_heads : 0);
     float *s = malloc(total * sizeof *s);
     if (!s) {
         mha_st_close(&sf);
@@ -96,7 +97,7 @@ MHA_API mha_status mha_weights_file_load(const char *path, const char *prefix_in
     }
     float *wq = s, *wk = s + dd, *wv = wk + kd, *wo = wv + kd;
     float *bq = s + nw, *bk = bq + qd, *bv = bk + kvd, *bo = bv + kvd;
-    float *qn = s + nw + nb, *kn = qn + dk, *sinks = qn + (norm ? 2 * dk : 0);
+    float *qn = s + nw + nb, *kn = qn + nq, *sinks = kn + nk;
     want list[11];
     int n = 0;
     float *fused = NULL; /* BLOOM's query_key_value (weight rows, then bias), split below */
@@ -174,9 +175,9 @@ MHA_API mha_status mha_weights_file_load(const char *path, const char *prefix_in
         list[n++] = (want){o_bias, d, 0, bo};
     /* HF's names under the same prefix in every scheme: Qwen3's q_norm / k_norm (RMSNorm
      * modules), gpt-oss's sinks (a parameter of the attention module) */
-    if (norm) {
-        list[n++] = (want){"q_norm.weight", dk, 0, qn};
-        list[n++] = (want){"k_norm.weight", dk, 0, kn};
+    if (nq > 0) { /* OLMo 2's span the whole projection: (n_heads·d_k), (n_kv_heads·d_k) */
+        list[n++] = (want){"q_norm.weight", nq, 0, qn};
+        list[n++] = (want){"k_norm.weight", nk, 0, kn};
     }
     if (cfg->sinks)
         list[n++] = (want){"sinks", cfg->n_heads, 0, sinks};
@@ -204,7 +205,7 @@ MHA_API mha_status mha_weights_file_load(const char *path, const char *prefix_in
     out->w.w_q = wq, out->w.w_k = wk, out->w.w_v = wv, out->w.w_o = wo;
     if (bias)
         out->w.b_q = bq, out->w.b_k = bk, out->w.b_v = bv, out->w.b_o = with_o_bias ? bo : NULL;
-    if (norm)
+    if (nq > 0)
         out->w.q_norm = qn, out->w.k_norm = kn;
     if (cfg->sinks)
         out->w.sinks = sinks;

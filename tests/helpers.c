@@ -175,15 +175,17 @@ void problem_set_head_dim(problem *p, int dk, uint64_t seed)
     problem_set_kv_heads(p, p->kvh, seed ^ 0xD1Dull);
 }
 
-void problem_set_qk_norm(problem *p, int weight_offset, uint64_t seed)
+void problem_set_qk_norm(problem *p, mha_qk_norm_kind kind, int weight_offset, uint64_t seed)
 {
     rng r = {seed};
     const float lo = weight_offset ? -0.5f : 0.5f;
+    const int full = kind == MHA_QK_NORM_FULL;
+    const size_t nq = (size_t)p->dk * (full ? p->h : 1), nk = (size_t)p->dk * (full ? p->kvh : 1);
     free(p->q_norm), free(p->k_norm);
-    p->q_norm = alloc_floats((size_t)p->dk), p->k_norm = alloc_floats((size_t)p->dk);
-    fill_uniform(p->q_norm, (size_t)p->dk, lo, lo + 1.0f, &r);
-    fill_uniform(p->k_norm, (size_t)p->dk, lo, lo + 1.0f, &r);
-    p->qk_norm = (mha_qk_norm){.kind = MHA_QK_NORM_HEAD, .eps = 1e-6f, .weight_offset = weight_offset};
+    p->q_norm = alloc_floats(nq), p->k_norm = alloc_floats(nk);
+    fill_uniform(p->q_norm, nq, lo, lo + 1.0f, &r);
+    fill_uniform(p->k_norm, nk, lo, lo + 1.0f, &r);
+    p->qk_norm = (mha_qk_norm){.kind = kind, .eps = 1e-6f, .weight_offset = weight_offset};
 }
 
 void problem_set_sinks(problem *p, uint64_t seed)
@@ -200,8 +202,9 @@ void problem_set_variants(problem *p, unsigned variants, uint64_t seed)
     p->softcap = variants & V_SOFTCAP ? 3.0f : 0.0f;
     if (variants & V_SINKS)
         problem_set_sinks(p, seed);
-    if (variants & (V_QK_NORM | V_QK_NORM_GEMMA))
-        problem_set_qk_norm(p, (variants & V_QK_NORM_GEMMA) != 0, seed ^ 0x9Eull);
+    if (variants & (V_QK_NORM | V_QK_NORM_GEMMA | V_QK_NORM_FULL))
+        problem_set_qk_norm(p, variants & V_QK_NORM_FULL ? MHA_QK_NORM_FULL : MHA_QK_NORM_HEAD,
+                            (variants & V_QK_NORM_GEMMA) != 0, seed ^ 0x9Eull);
     if (variants & V_ALIBI)
         p->alibi_max_bias = 8.0f, p->rope.style = MHA_ROPE_NONE;
 }
@@ -331,17 +334,18 @@ static void ref_rope_freqs(const mha_rope *rp, int r, double *f, double *att)
     }
 }
 
-/* QK-norm of each of n_heads heads (width dk) of rows × (n_heads·dk), written from HF's
- * Qwen3RMSNorm / Gemma3RMSNorm: x · rsqrt(mean(x²) + eps) · (offset + w). */
+/* QK-norm of rows × (n_heads·dk), written from HF's Qwen3RMSNorm / Gemma3RMSNorm (each head's
+ * dk features) and OLMo 2's Olmo2RMSNorm on the whole projection (full: all n_heads·dk
+ * features, before the heads split): x · rsqrt(mean(x²) + eps) · (offset + w). */
 static void ref_qk_norm(const problem *p, double *x, int rows, int n_heads, const float *w)
 {
-    const int dk = p->dk;
-    for (int i = 0; i < rows * n_heads; i++) {
-        double *v = x + (size_t)i * dk, ss = 0;
-        for (int c = 0; c < dk; c++)
+    const int n = p->qk_norm.kind == MHA_QK_NORM_FULL ? n_heads * p->dk : p->dk; /* one norm's width */
+    for (int i = 0; i < rows * n_heads * p->dk / n; i++) {
+        double *v = x + (size_t)i * n, ss = 0;
+        for (int c = 0; c < n; c++)
             ss += v[c] * v[c];
-        const double r = 1.0 / sqrt(ss / dk + p->qk_norm.eps);
-        for (int c = 0; c < dk; c++)
+        const double r = 1.0 / sqrt(ss / n + p->qk_norm.eps);
+        for (int c = 0; c < n; c++)
             v[c] *= r * (p->qk_norm.weight_offset + (double)w[c]);
     }
 }

@@ -32,7 +32,7 @@ typedef struct problem {
     float scale, softcap;      /* 0: 1/sqrt(dk); 0: none */
     float alibi_max_bias;      /* 0: none */
     mha_qk_norm qk_norm;       /* kind NONE by default (problem_set_qk_norm) */
-    float *q_norm, *k_norm;    /* (dk) each: HF's RMSNorm weights */
+    float *q_norm, *k_norm;    /* HF's RMSNorm weights: (dk) each, or (h·dk), (kvh·dk) for full */
     float *sinks;              /* NULL or (h) (problem_set_sinks) */
 } problem;
 
@@ -43,15 +43,16 @@ void problem_free(problem *p);
 void problem_set_kv_heads(problem *p, int kvh, uint64_t seed);
 /* Heads of dk features, not d / h (Qwen3, Gemma 2): every weight and bias redrawn from seed. */
 void problem_set_head_dim(problem *p, int dk, uint64_t seed);
-/* QK-norm per head (eps 1e-6) with weights drawn around 1 (offset 0) or around 0 (offset 1:
- * Gemma's 1 + w), from seed. */
-void problem_set_qk_norm(problem *p, int weight_offset, uint64_t seed);
+/* QK-norm per head or over the whole projection (kind; eps 1e-6) with weights drawn around 1
+ * (offset 0) or around 0 (offset 1: Gemma's 1 + w), from seed. */
+void problem_set_qk_norm(problem *p, mha_qk_norm_kind kind, int weight_offset, uint64_t seed);
 /* A sink logit per head, U(-2, 2) from seed. */
 void problem_set_sinks(problem *p, uint64_t seed);
 /* The attention variants of current models, by bits: V_SCALE a scale of 0.2 (not
  * 1/sqrt(dk)), V_SOFTCAP softcap 3 (small, so that tanh bends unit-scale scores), V_SINKS,
- * V_QK_NORM (Qwen3) or V_QK_NORM_GEMMA (1 + w), V_ALIBI (max_bias 8; RoPE off). */
-enum { V_SCALE = 1, V_SOFTCAP = 2, V_SINKS = 4, V_QK_NORM = 8, V_QK_NORM_GEMMA = 16, V_ALIBI = 32 };
+ * V_QK_NORM (Qwen3) or V_QK_NORM_GEMMA (1 + w) per head, V_QK_NORM_FULL over the whole
+ * projection (OLMo 2), V_ALIBI (max_bias 8; RoPE off). Set the KV heads first. */
+enum { V_SCALE = 1, V_SOFTCAP = 2, V_SINKS = 4, V_QK_NORM = 8, V_QK_NORM_GEMMA = 16, V_ALIBI = 32, V_QK_NORM_FULL = 64 };
 void problem_set_variants(problem *p, unsigned variants, uint64_t seed);
 mha_input problem_input(const problem *p);
 /* Weights for the engine in the given layout; transposed copies are kept in *scratch (free it). */

@@ -104,6 +104,8 @@ static int expected(mha_arena_kind kind, const mha_dims *dm, int r)
         return dm->rope.style != MHA_ROPE_NONE;
     if (r == MHA_REGION_alibi)
         return dm->alibi_max_bias > 0.0f;
+    if (r == MHA_REGION_qk_ss)
+        return dm->qk_norm.kind == MHA_QK_NORM_FULL;
     return 1;
 }
 
@@ -123,7 +125,7 @@ static void assert_disjoint(const char *what, const size_t *off, const size_t *b
 }
 
 /* Every region of every kind of plan, f32 and bf16, with and without RoPE (and with it
- * QK-norm and sinks; without it ALiBi): either laid out
+ * QK-norm, per head or over the whole projection, and sinks; without it ALiBi): either laid out
  * (aligned, inside the total, disjoint, its view at its offset) or absent (0 bytes, a NULL
  * view), whatever the plan and the views held before (a weights plan once left its step and
  * decode regions unset, and mha_pack_weights built views from stack garbage: ASan cannot see
@@ -131,17 +133,17 @@ static void assert_disjoint(const char *what, const size_t *off, const size_t *b
 Test(arena, every_region_of_every_kind_is_defined, .init = pick_kernel)
 {
     const mha_arena_kind kinds[] = {MHA_ARENA_ENGINE, MHA_ARENA_ENGINE_SHARED, MHA_ARENA_WEIGHTS};
-    for (int c = 0; c < 12; c++) {
+    for (int c = 0; c < 24; c++) {
         mha_dims dm = {.d = 96, .h = 6, .dk = 16, .qd = 96, .batch = 3, .seq_q = 37, .seq_kv = 290, .threads = 3, .q_block = 16,
                        .kvh = 3, .group = 2, .bf16 = c % 2, .positions = 290};
         if (c / 2 % 2) {
             dm.rope = (mha_rope){.style = MHA_ROPE_NEOX, .rotary_dim = 16, .theta = 10000.0f};
-            dm.qk_norm = (mha_qk_norm){.kind = MHA_QK_NORM_HEAD, .eps = 1e-6f}, dm.sinks = 1;
+            dm.qk_norm = (mha_qk_norm){.kind = c < 12 ? MHA_QK_NORM_HEAD : MHA_QK_NORM_FULL, .eps = 1e-6f}, dm.sinks = 1;
             dm.kv_type = MHA_KV_INT8;
         } else {
             dm.alibi_max_bias = 8.0f;
         }
-        const mha_arena_kind kind = kinds[c / 4];
+        const mha_arena_kind kind = kinds[c / 4 % 3];
         mha_arena_plan p;
         memset(&p, 0x5A, sizeof p);
         cr_assert_eq(mha_arena_plan_make(&dm, &K, 1000, kind, &p), 0);

@@ -290,6 +290,8 @@ Test(cli, attention_variants_run_and_check, .timeout = 60)
          "\"variants\":\"scale 0.3, softcap 4, sinks, QK-norm head (1 + w)\""},
         {"model: { d_model: 96, heads: 6, bias: false, sinks: true, alibi: { max_bias: 8 } }\n",
          "\"variants\":\"sinks, ALiBi max_bias 8\""},
+        {"model: { d_model: 64, heads: 4, kv_heads: 2, head_dim: 24, bias: true, qk_norm: { kind: full }, rope: { style: neox } }\n",
+         "\"variants\":\"QK-norm full\""},
     };
     char dir[64], path[128], args[256], yaml[512];
     tmpdir_make(dir, sizeof dir);

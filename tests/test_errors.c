@@ -127,7 +127,7 @@ Test(errors, variant_weights_must_be_given)
 {
     problem p;
     problem_make(&p, 32, 4, 1, 4, 4, 0, 0, 5);
-    problem_set_qk_norm(&p, 0, 6);
+    problem_set_qk_norm(&p, MHA_QK_NORM_HEAD, 0, 6);
     problem_set_sinks(&p, 7);
     mha_engine *e = engine_bare(&p, 1);
     float *scratch;

@@ -245,6 +245,29 @@ Test(files, head_dim_weights_follow_hf_shapes, .timeout = 30)
     tmpdir_remove(dir);
 }
 
+/* An HF-named attention module of a 64-wide model with 4 heads of 24 over 2 KV heads, no
+ * biases, with QK-norm weights of q_norm and k_norm floats and, when sinks, 4 sinks last
+ * (zeros throughout): written to path. */
+static void write_variant_module(const char *path, int q_norm, int k_norm, int sinks)
+{
+    char header[1400];
+    const size_t q = 96 * 64 * 4, kv = 48 * 64 * 4, o = 64 * 96 * 4, w = q + 2 * kv + o;
+    const size_t qn = (size_t)q_norm * 4, kn = (size_t)k_norm * 4, end = w + qn + kn + (sinks ? 16 : 0);
+    int at = snprintf(header, sizeof header,
+                      "{\"q_proj.weight\":{\"dtype\":\"F32\",\"shape\":[96,64],\"data_offsets\":[0,%zu]},"
+                      "\"k_proj.weight\":{\"dtype\":\"F32\",\"shape\":[48,64],\"data_offsets\":[%zu,%zu]},"
+                      "\"v_proj.weight\":{\"dtype\":\"F32\",\"shape\":[48,64],\"data_offsets\":[%zu,%zu]},"
+                      "\"o_proj.weight\":{\"dtype\":\"F32\",\"shape\":[64,96],\"data_offsets\":[%zu,%zu]},"
+                      "\"q_norm.weight\":{\"dtype\":\"F32\",\"shape\":[%d],\"data_offsets\":[%zu,%zu]},"
+                      "\"k_norm.weight\":{\"dtype\":\"F32\",\"shape\":[%d],\"data_offsets\":[%zu,%zu]}",
+                      q, q, q + kv, q + kv, q + 2 * kv, q + 2 * kv, w, q_norm, w, w + qn, k_norm, w + qn, w + qn + kn);
+    if (sinks)
+        at += snprintf(header + at, sizeof header - at,
+                       ",\"sinks\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[%zu,%zu]}", end - 16, end);
+    snprintf(header + at, sizeof header - at, "}");
+    write_safetensors_raw(path, header, end, 0);
+}
+
 /* QK-norm weights and sinks load by HF's names in any naming, and a missing, misshapen or
  * non-finite one is named; BLOOM's fused projection needs a model without GQA. */
 Test(files, variant_tensors_are_named, .timeout = 30)
@@ -256,7 +279,6 @@ Test(files, variant_tensors_are_named, .timeout = 30)
     mha_config_init(&cfg);
     cfg.d_model = 64, cfg.n_heads = 4, cfg.n_kv_heads = 2, cfg.head_dim = 24, cfg.bias = 0;
     cfg.qk_norm = (mha_qk_norm){.kind = MHA_QK_NORM_HEAD, .eps = 1e-6f}, cfg.sinks = 1;
-    const size_t q = 96 * 64 * 4, kv = 48 * 64 * 4, o = 64 * 96 * 4, w = q + 2 * kv + o;
     const struct { int k_norm; int sinks; const char *says; } files[] = {
         {16, 1, "tensor 'k_norm.weight' has shape (16,), expected (24,)"},
         {24, 0, "tensor 'sinks' is missing"},
@@ -264,21 +286,7 @@ Test(files, variant_tensors_are_named, .timeout = 30)
         {24, 1, NULL},
     };
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        const size_t kn = (size_t)files[i].k_norm * 4, end = w + 24 * 4 + kn + (files[i].sinks ? 16 : 0);
-        int at = snprintf(header, sizeof header,
-                          "{\"q_proj.weight\":{\"dtype\":\"F32\",\"shape\":[96,64],\"data_offsets\":[0,%zu]},"
-                          "\"k_proj.weight\":{\"dtype\":\"F32\",\"shape\":[48,64],\"data_offsets\":[%zu,%zu]},"
-                          "\"v_proj.weight\":{\"dtype\":\"F32\",\"shape\":[48,64],\"data_offsets\":[%zu,%zu]},"
-                          "\"o_proj.weight\":{\"dtype\":\"F32\",\"shape\":[64,96],\"data_offsets\":[%zu,%zu]},"
-                          "\"q_norm.weight\":{\"dtype\":\"F32\",\"shape\":[24],\"data_offsets\":[%zu,%zu]},"
-                          "\"k_norm.weight\":{\"dtype\":\"F32\",\"shape\":[%d],\"data_offsets\":[%zu,%zu]}",
-                          q, q, q + kv, q + kv, q + 2 * kv, q + 2 * kv, w, w, w + 96, files[i].k_norm, w + 96,
-                          w + 96 + kn);
-        if (files[i].sinks)
-            at += snprintf(header + at, sizeof header - at,
-                           ",\"sinks\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[%zu,%zu]}", end - 16, end);
-        snprintf(header + at, sizeof header - at, "}");
-        write_safetensors_raw(path, header, end, 0);
+        write_variant_module(path, 24, files[i].k_norm, files[i].sinks);
         if (i == 2) { /* the last sink a NaN */
             FILE *f = fopen(path, "r+b");
             cr_assert(f);
@@ -316,5 +324,39 @@ Test(files, variant_tensors_are_named, .timeout = 30)
     cfg.n_kv_heads = 2;
     cr_assert_eq(mha_weights_file_load(path, "", &cfg, &wf, e, sizeof e), MHA_ERR_FORMAT);
     cr_assert(strstr(e, "BLOOM's fused projection, which has neither grouped KV heads"), "%s", e);
+    tmpdir_remove(dir);
+}
+
+/* OLMo 2's QK-norm spans the whole projection: q_norm.weight (n_heads·d_k) and k_norm.weight
+ * (n_kv_heads·d_k) load with kind full, a per-head shape is refused naming the tensor, and
+ * the engine takes the weights loaded. */
+Test(files, whole_projection_qk_norm_tensors_load, .timeout = 30)
+{
+    char dir[64], path[128], e[512];
+    tmpdir_make(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/olmo2.safetensors", dir);
+    mha_config cfg;
+    mha_config_init(&cfg);
+    cfg.d_model = 64, cfg.n_heads = 4, cfg.n_kv_heads = 2, cfg.head_dim = 24, cfg.bias = 0;
+    cfg.qk_norm = (mha_qk_norm){.kind = MHA_QK_NORM_FULL, .eps = 1e-6f};
+    cr_assert_eq(mha_config_qk_norm_len(&cfg, 0), 96);
+    cr_assert_eq(mha_config_qk_norm_len(&cfg, 1), 48);
+    const int k_norms[] = {24, 48};
+    for (int i = 0; i < 2; i++) {
+        write_variant_module(path, 96, k_norms[i], 0);
+        mha_weights_file wf;
+        const mha_status st = mha_weights_file_load(path, "", &cfg, &wf, e, sizeof e);
+        if (i == 0) {
+            cr_assert_eq(st, MHA_ERR_FORMAT);
+            cr_assert(strstr(e, "tensor 'k_norm.weight' has shape (24,), expected (48,)"), "%s", e);
+            continue;
+        }
+        cr_assert_eq(st, MHA_OK, "%s", e);
+        mha_engine *eng;
+        cr_assert_eq(mha_create(&cfg, &eng), MHA_OK);
+        cr_assert_eq(mha_set_weights(eng, &wf.w), MHA_OK, "%s", mha_engine_last_error(eng));
+        mha_free(eng);
+        mha_weights_file_free(&wf);
+    }
     tmpdir_remove(dir);
 }

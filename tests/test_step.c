@@ -545,24 +545,26 @@ Test(step, a_sequences_outputs_do_not_depend_on_how_its_steps_are_cut, .timeout 
 {
     /* d, h, kvh, head_dim: d_k 8 with GQA, d_k 32 with MQA, d_k 128, head_dim 24 (Q 96 wide in
      * a 64-wide model) with GQA; the last trials with the variants of current models (scale,
-     * softcap, sinks and QK-norm with RoPE; ALiBi with softcap and sinks), in both precisions */
+     * softcap, sinks and QK-norm with RoPE; ALiBi with softcap and sinks; QK-norm over the
+     * whole projection), in both precisions */
     const int shapes[][4] = {{64, 8, 2, 0}, {128, 4, 1, 0}, {256, 2, 2, 0}, {64, 4, 2, 24}};
     const unsigned variants[] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, V_SCALE | V_SOFTCAP | V_SINKS | V_QK_NORM,
                                  V_ALIBI | V_SINKS, V_ALIBI | V_SOFTCAP | V_SINKS,
-                                 V_SCALE | V_SOFTCAP | V_SINKS | V_QK_NORM_GEMMA, 0, V_SINKS | V_QK_NORM};
+                                 V_SCALE | V_SOFTCAP | V_SINKS | V_QK_NORM_GEMMA, V_QK_NORM_FULL | V_SINKS,
+                                 V_QK_NORM_FULL | V_QK_NORM_GEMMA | V_SOFTCAP, 0, V_SINKS | V_QK_NORM};
     const int windows[] = {0, 0, 70, 300}, block_sizes[] = {8, 16, 32, 48};
     const mha_precision precs[] = {MHA_PRECISION_F32, MHA_PRECISION_BF16};
     rng r = {2020};
     /* 1, 3 or 4 sequences of 260-560 tokens (2 or 3 key chunks), or 64 short ones: decode steps
      * of 1, 4 and up to 64 sequences */
-    const int batches[] = {3, 3, 3, 3, 3, 3, 1, 4, 64, 64, 3, 3, 4, 3, 3, 4};
+    const int batches[] = {3, 3, 3, 3, 3, 3, 1, 4, 64, 64, 3, 3, 4, 3, 4, 3, 3, 4};
     for (int trial = 0; trial < (int)(sizeof batches / sizeof batches[0]); trial++) {
         const int *sh = shapes[trial % 4];
         const mha_precision prec = precs[trial % 2];
         const int B = batches[trial], S = B < 64 ? 260 + (int)(rng_next(&r) % 300) : 20 + (int)(rng_next(&r) % 20);
         const int window = windows[rng_next(&r) % 4];
         const int threads = 1 + (int)(rng_next(&r) % 2), bs = block_sizes[rng_next(&r) % 4];
-        const int int8 = trial >= 14;
+        const int int8 = trial >= 16;
         decoder dc;
         decoder_make_kv(&dc, sh[0], sh[1], sh[2], sh[3], B, S, window, S, threads, prec, variants[trial],
                         int8 ? MHA_KV_INT8 : MHA_KV_AUTO);

@@ -75,6 +75,7 @@ typedef struct cli_problem {
     float scale, softcap;      /* scale resolved (0 -> 1/sqrt(d_k)); softcap 0: none */
     int sinks;
     mha_qk_norm qk_norm;
+    int norm_len[2];           /* q_norm's and k_norm's lengths (mha_config_qk_norm_len) */
     float alibi_max_bias;      /* 0: no ALiBi */
     float *q, *kv;             /* (batch, seq_q, d); (batch, seq_kv, d) or NULL: self-attention */
     int32_t *q_len, *kv_len;   /* NULL or (batch) */

@@ -193,6 +193,7 @@ void cli_problem_model(cli_problem *p, const mha_config *cfg)
     p->window = cfg->window;
     p->scale = cfg->scale > 0.0f ? cfg->scale : (float)(1.0 / sqrt((double)p->dk));
     p->softcap = cfg->softcap, p->sinks = cfg->sinks, p->qk_norm = cfg->qk_norm;
+    p->norm_len[0] = mha_config_qk_norm_len(cfg, 0), p->norm_len[1] = mha_config_qk_norm_len(cfg, 1);
     p->alibi_max_bias = cfg->alibi_max_bias;
 }
 
@@ -234,10 +235,10 @@ int cli_self_key_padding(cli_problem *p)
     return EXIT_OK;
 }
 
-/* QK-norm's weights (q then k, d_k each) and the sinks (h), after the biases. */
+/* QK-norm's weights (q then k) and the sinks (h), after the biases. */
 static size_t extra_floats(const cli_problem *p)
 {
-    return (p->qk_norm.kind != MHA_QK_NORM_NONE ? 2 * (size_t)p->dk : 0) + (p->sinks ? (size_t)p->h : 0);
+    return (size_t)p->norm_len[0] + (size_t)p->norm_len[1] + (p->sinks ? (size_t)p->h : 0);
 }
 
 size_t cli_weight_floats(const cli_problem *p)
@@ -267,8 +268,9 @@ int cli_generate_weights(const mha_config_file *fc, cli_problem *p, float **buf)
     float *x = b + nb;
     if (p->qk_norm.kind != MHA_QK_NORM_NONE) { /* factors (offset + w) around 1 */
         const float lo = 0.5f - (float)p->qk_norm.weight_offset;
-        cli_fill_uniform(x, 2 * (size_t)p->dk, lo, lo + 1.0f, &seed);
-        p->w.q_norm = x, p->w.k_norm = x + p->dk, x += 2 * (size_t)p->dk;
+        const size_t nq = (size_t)p->norm_len[0], nk = (size_t)p->norm_len[1];
+        cli_fill_uniform(x, nq + nk, lo, lo + 1.0f, &seed);
+        p->w.q_norm = x, p->w.k_norm = x + nq, x += nq + nk;
     }
     if (p->sinks) {
         cli_fill_uniform(x, (size_t)p->h, -1.0f, 1.0f, &seed);
@@ -289,7 +291,8 @@ void cli_variants_text(const cli_problem *p, const mha_config *cfg, char *buf, s
     if (p->sinks)
         ADD("%ssinks", at ? ", " : "");
     if (p->qk_norm.kind != MHA_QK_NORM_NONE)
-        ADD("%sQK-norm head%s", at ? ", " : "", p->qk_norm.weight_offset ? " (1 + w)" : "");
+        ADD("%sQK-norm %s%s", at ? ", " : "", p->qk_norm.kind == MHA_QK_NORM_FULL ? "full" : "head",
+            p->qk_norm.weight_offset ? " (1 + w)" : "");
     if (p->alibi_max_bias > 0.0f)
         ADD("%sALiBi max_bias %g", at ? ", " : "", (double)p->alibi_max_bias);
 #undef ADD
@@ -375,13 +378,16 @@ static void rope_row(const cli_problem *p, const float *inv_freq, float att, dou
     }
 }
 
-/* QK-norm of one head's features y (d_k) with HF's RMSNorm weights w, in double. */
-static void norm_row(const cli_problem *p, const float *w, double *y)
+/* QK-norm of one head's features y (d_k) with HF's RMSNorm weights w (this head's), in double:
+ * the mean over y itself (head), or over all, the whole projection's n features (full). */
+static void norm_row(const cli_problem *p, const float *w, double *y, const double *all, int n)
 {
+    if (!all)
+        all = y, n = p->dk;
     double ss = 0;
-    for (int c = 0; c < p->dk; c++)
-        ss += y[c] * y[c];
-    const double r = 1.0 / sqrt(ss / p->dk + p->qk_norm.eps);
+    for (int c = 0; c < n; c++)
+        ss += all[c] * all[c];
+    const double r = 1.0 / sqrt(ss / n + p->qk_norm.eps);
     for (int c = 0; c < p->dk; c++)
         y[c] *= r * (p->qk_norm.weight_offset + (double)w[c]);
 }
@@ -417,11 +423,13 @@ double cli_check_rows(const cli_problem *p, const float *out, int rows, int *che
     double *K = malloc((size_t)p->seq_kv * dk * sizeof *K), *V = malloc((size_t)p->seq_kv * dk * sizeof *V);
     double *q = malloc((size_t)dk * sizeof *q), *z = malloc((size_t)max_want * qd * sizeof *z);
     double *ref = malloc((size_t)d * sizeof *ref), *a = malloc((size_t)p->seq_kv * sizeof *a);
+    const int full = p->qk_norm.kind == MHA_QK_NORM_FULL; /* QK-norm over the whole projection */
+    double *all = malloc((size_t)(full ? qd : 1) * sizeof *all);
     float *inv_freq = malloc(((size_t)dk / 2 + 1) * sizeof *inv_freq), att = 1.0f;
     double worst = 0;
     if (p->rope.style != MHA_ROPE_NONE && inv_freq)
         mha_rope_inv_freq(&p->rope, p->rope.rotary_dim, inv_freq, &att);
-    if (!K || !V || !q || !z || !ref || !a || !inv_freq) {
+    if (!K || !V || !q || !z || !ref || !a || !all || !inv_freq) {
         worst = NAN;
         goto done;
     }
@@ -446,8 +454,11 @@ double cli_check_rows(const cli_problem *p, const float *out, int rows, int *che
                 for (int j = 0; j < max_key; j++) {
                     linear_cols(p, xkv + (size_t)j * d, p->w.w_k, p->w.b_k, kvd, kc0, dk, K + (size_t)j * dk);
                     linear_cols(p, xkv + (size_t)j * d, p->w.w_v, p->w.b_v, kvd, kc0, dk, V + (size_t)j * dk);
-                    if (p->w.k_norm)
-                        norm_row(p, p->w.k_norm, K + (size_t)j * dk);
+                    if (full) {
+                        linear_cols(p, xkv + (size_t)j * d, p->w.w_k, p->w.b_k, kvd, 0, kvd, all);
+                        norm_row(p, p->w.k_norm + kc0, K + (size_t)j * dk, all, kvd);
+                    } else if (p->w.k_norm)
+                        norm_row(p, p->w.k_norm, K + (size_t)j * dk, NULL, 0);
                     if (p->rope.style != MHA_ROPE_NONE)
                         rope_row(p, inv_freq, att, K + (size_t)j * dk, j);
                 }
@@ -457,8 +468,11 @@ double cli_check_rows(const cli_problem *p, const float *out, int rows, int *che
                 if (nv <= lo)
                     continue;
                 linear_cols(p, xq + (size_t)i * d, p->w.w_q, p->w.b_q, qd, c0, dk, q);
-                if (p->w.q_norm)
-                    norm_row(p, p->w.q_norm, q);
+                if (full) {
+                    linear_cols(p, xq + (size_t)i * d, p->w.w_q, p->w.b_q, qd, 0, qd, all);
+                    norm_row(p, p->w.q_norm + c0, q, all, qd);
+                } else if (p->w.q_norm)
+                    norm_row(p, p->w.q_norm, q, NULL, 0);
                 if (p->rope.style != MHA_ROPE_NONE)
                     rope_row(p, inv_freq, att, q, i + off);
                 /* scale, softcap, ALiBi; a sink joins the max and the sum */
@@ -505,7 +519,7 @@ double cli_check_rows(const cli_problem *p, const float *out, int rows, int *che
         }
     }
 done:
-    free(K), free(V), free(q), free(z), free(ref), free(a), free(inv_freq);
+    free(K), free(V), free(q), free(z), free(ref), free(a), free(all), free(inv_freq);
     return worst;
 }
 
