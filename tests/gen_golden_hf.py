@@ -22,10 +22,14 @@ Cases and what they cover:
                   gpt-oss's own yarn RoPE (factor 32, truncate: false)
   bloom_alibi     BloomAttention: ALiBi over 6 heads (not a power of two), the fused
                   query_key_value (rows as (heads, 3, head_dim)) and dense, with biases
-Not here: OLMo 2's QK-norm over the whole projection (mha has per-head QK-norm only).
+  olmo2_qknorm    Olmo2Attention: QK-norm over the whole projection (q_norm of heads·head_dim,
+                  k_norm of kv_heads·head_dim, before the heads split), GQA 4/2, head_dim 24
+                  in a 64-wide model (Q 96 wide), RoPE theta 500000
+Arguments: the cases to write (default: all).
 """
 import json
 import os
+import sys
 
 import numpy as np
 import torch
@@ -174,8 +178,23 @@ def bloom():
                "HF BloomAttention, ALiBi over 6 heads, fused query_key_value and dense")
 
 
+def olmo2():
+    from transformers import Olmo2Config
+    from transformers.models.olmo2.modeling_olmo2 import Olmo2Attention, Olmo2RotaryEmbedding
+    cfg = Olmo2Config(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=24,
+                      rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+                      attention_bias=False, max_position_embeddings=64)
+    decoder_case("olmo2_qknorm", Olmo2Attention, Olmo2RotaryEmbedding, cfg,
+                 "model:\n  d_model: 64\n  heads: 4\n  kv_heads: 2\n  head_dim: 24\n  bias: false\n"
+                 "  rope: { style: neox, theta: 500000 }\n  qk_norm: { kind: full, eps: 1e-6 }\n",
+                 "HF Olmo2Attention, QK-norm over the whole projection, GQA 4/2, head_dim 24 (Q 96 wide), RoPE",
+                 seed=6)
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    for case in (qwen3, gemma2, gemma3, gptoss, bloom):
-        case()
-        print("wrote", case.__name__)
+    cases = (qwen3, gemma2, gemma3, gptoss, bloom, olmo2)
+    for case in cases:
+        if len(sys.argv) < 2 or case.__name__ in sys.argv[1:]:
+            case()
+            print("wrote", case.__name__)

@@ -44,7 +44,7 @@ static const golden goldens[] = {
 #define HF_GOLDEN(name) {name, "--weights " D name ".safetensors --prefix model.layers.0.self_attn --input " D name "_x.npy", \
                          D name ".yaml", 2}
     HF_GOLDEN("qwen3_qknorm"), HF_GOLDEN("gemma2_softcap"), HF_GOLDEN("gemma3_qknorm"), HF_GOLDEN("gptoss_sinks"),
-    HF_GOLDEN("bloom_alibi"),
+    HF_GOLDEN("bloom_alibi"), HF_GOLDEN("olmo2_qknorm"),
 #undef HF_GOLDEN
 };
 
