@@ -81,7 +81,8 @@ void mha_sched_forward(const mha_sched *s, const mha_fwd *f)
 #pragma omp task firstprivate(b, r0, r1) depend(out : xtok[c])
                     mha_attention_pack_rows(f, b, r0, r1);
                 }
-                for (int h = 0; h < nh && f->q_ss; h++) { /* QK-norm full: every row's norm first */
+                const int nn = f->q_ss ? nh : 0; /* QK-norm full: every row's norm before its heads */
+                for (int h = 0; h < nn; h++) {
 #pragma omp task firstprivate(b, h) depend(iterator(c = 0 : nc), in : xtok[c]) depend(out : ntok[h])
                     {
                         const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
@@ -89,7 +90,7 @@ void mha_sched_forward(const mha_sched *s, const mha_fwd *f)
                     }
                 }
                 for (int h = 0; h < nh; h++) {
-#pragma omp task firstprivate(b, h) depend(iterator(c = 0 : nc), in : xtok[c]) depend(iterator(j = 0 : nh), in : ntok[j]) depend(out : tok[h])
+#pragma omp task firstprivate(b, h) depend(iterator(c = 0 : nc), in : xtok[c]) depend(iterator(j = 0 : nn), in : ntok[j]) depend(out : tok[h])
                     {
                         const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
                         mha_attention_group(f, b, h, &sc);
