@@ -10,7 +10,9 @@
  * usage: decode_step [f32|bf16] [KV_HEADS (8)] [CONTEXT (2048)] [STEPS (30)] [THREADS (2)]
  *                    [SEQS (16)] [ISA (auto)] [KV_CACHE (auto: the precision's; int8)]
  * CONTEXT 1 leaves the projections alone: a step at CONTEXT minus that one is the attention
- * phase. */
+ * phase. The engine holds at least MIN_KV positions whatever the context: its Q/K/V scratch
+ * holds max(seq_q, seq_kv) rows, and a step's projection tasks take at most that many, so an
+ * engine of one position would project the sequences one row per task. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime (perf_util.h) under -std=c11 */
 #include <stdint.h>
 #include <stdio.h>
@@ -20,7 +22,7 @@
 #include "mha.h"
 #include "perf_util.h"
 
-enum { D = 4096, HEADS = 32, DK = 128, MAX_SEQS = 256, BLOCK = 16, WARMUP = 3 };
+enum { D = 4096, HEADS = 32, DK = 128, MAX_SEQS = 256, BLOCK = 16, WARMUP = 3, MIN_KV = 256 };
 
 static int cmp(const void *a, const void *b)
 {
@@ -56,7 +58,7 @@ int main(int argc, char **argv)
     mha_config cfg;
     mha_config_init(&cfg);
     cfg.d_model = D, cfg.n_heads = HEADS, cfg.n_kv_heads = kvh, cfg.bias = 0;
-    cfg.max_batch = seqs, cfg.max_seq_q = 1, cfg.max_seq_kv = context;
+    cfg.max_batch = seqs, cfg.max_seq_q = 1, cfg.max_seq_kv = context > MIN_KV ? context : MIN_KV;
     cfg.threads = threads, cfg.pinning = MHA_PIN_CLOSE;
     cfg.precision = bf16 ? MHA_PRECISION_BF16 : MHA_PRECISION_F32;
     cfg.kv_type = int8 ? MHA_KV_INT8 : MHA_KV_AUTO;

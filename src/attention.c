@@ -103,6 +103,19 @@ void mha_attention_logits(const mha_fwd *f, float *row, mha_key_span in, int pos
         row[j] = -INFINITY; /* before the window: exp gives 0 */
 }
 
+float mha_attention_chunk_row(const mha_fwd *f, float *row, int n, mha_key_span in, int pos, int c0, int head,
+                              const uint8_t *mask, const float *ks, const float *vs, float *mx)
+{
+    for (int j = 0; ks && j < in.hi; j++) /* int8: each key's K scale */
+        row[j] *= ks[j];
+    mha_attention_logits(f, row, in, pos, c0, head);
+    *mx = -INFINITY;
+    const float sum = f->kernel->isa->softmax_row(row, n, in.hi, mask, mx);
+    for (int j = 0; vs && j < in.hi; j++) /* int8: each key's V scale, after the sum */
+        row[j] *= vs[j];
+    return sum;
+}
+
 void mha_alibi_slopes(int h, float max_bias, float *slopes)
 {
     int n = 1;
@@ -170,13 +183,8 @@ void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk
         const int pos = r->pos0 + (r->first + i) % r->period;
         const mha_key_span in = mha_keys_within(mha_visible_keys(pos, r->causal, f->window, c0 + n), c0, n);
         float *row = sc + i * ld;
-        for (int j = 0; ks && j < in.hi; j++) /* int8: each key's K scale */
-            row[j] *= ks[j];
-        mha_attention_logits(f, row, in, pos, c0, r->head0 + (r->first + i) / r->period);
-        mx[i * st] = -INFINITY;
-        sum[i * st] = k->isa->softmax_row(row, n, in.hi, r->mask ? r->mask + (size_t)i * f->seq_kv : NULL, &mx[i * st]);
-        for (int j = 0; vs && j < in.hi; j++) /* int8: each key's V scale, after the sum */
-            row[j] *= vs[j];
+        sum[i * st] = mha_attention_chunk_row(f, row, n, in, pos, c0, r->head0 + (r->first + i) / r->period,
+                                              r->mask ? r->mask + (size_t)i * f->seq_kv : NULL, ks, vs, &mx[i * st]);
         if (fuse) /* bf16: the row rounded and packed for A·V while it is in L1 */
             mha_bk_pack_a_row(k, row, i, n, s->p16);
     }

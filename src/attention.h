@@ -193,9 +193,16 @@ void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk
 
 /* A chunk row's logits past the scaled scores, over the keys c0 + j the row sees (j in
  * [in.lo, in.hi)), in HF's order: the softcap, ALiBi's −slope·|pos − key| (head's slope), then
- * −∞ for j < in.lo (before the window). The forward's chunks and float32 decode both call it:
- * one source of these bits. */
+ * −∞ for j < in.lo (before the window). mha_attention_chunk_row calls it for every path: one
+ * source of these bits. */
 void mha_attention_logits(const mha_fwd *f, float *row, mha_key_span in, int pos, int c0, int head);
+/* One row of a chunk's scores (n keys from c0; the row at position pos, query head `head`,
+ * sees the keys in `in`) into its unnormalised softmax: an int8 cache's K scales (ks, or
+ * NULL), the logits, the exp against the row's max (*mx) with the mask (or NULL), then the V
+ * scales (vs); returns the sum (of E before the V scales). The forward's chunks and every
+ * decode path run it: one source of these bits. */
+float mha_attention_chunk_row(const mha_fwd *f, float *row, int n, mha_key_span in, int pos, int c0, int head,
+                              const uint8_t *mask, const float *ks, const float *vs, float *mx);
 /* QK-norm of rows [0, rows) of the Q/K/V scratch at column col (Q at 0, K at dkp), of query
  * head `head` (is_k: of KV head `head`): each row's dk features times rsqrt(mean(x²) + eps),
  * then times the factors (f->q_norm, f->k_norm). The mean is over the row's dk features, or

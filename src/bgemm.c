@@ -7,8 +7,6 @@
  * panels two by two. */
 #include "bgemm.h"
 
-#include <math.h>
-
 #include "isa/isa.h"
 
 /* ---- the model ---- */
@@ -16,11 +14,6 @@
 static float daz(mha_bf16 h)
 {
     return (h & 0x7f80u) == 0 ? 0.0f : mha_bf16_float(h);
-}
-
-static float ftz(float x)
-{
-    return fpclassify(x) == FP_SUBNORMAL ? copysignf(0.0f, x) : x;
 }
 
 void mha_bk_block_model(mha_bk_order order, int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b,
@@ -37,15 +30,15 @@ void mha_bk_block_model(mha_bk_order order, int rows, int npan, int kt, const mh
                 for (int q = 0; q < 16; q++) { /* k pair q of tile t */
                     const mha_bf16 *ap = ar + (size_t)t * MHA_BT_ELEMS + 2 * q, *bp = bc + (size_t)t * MHA_BT_ELEMS + 32 * q;
                     if (order == MHA_BK_TILE_LANES) {
-                        even = ftz(even + daz(ap[0]) * daz(bp[0]));
-                        odd = ftz(odd + daz(ap[1]) * daz(bp[1]));
+                        even = mha_bk_ftz(even + daz(ap[0]) * daz(bp[0]));
+                        odd = mha_bk_ftz(odd + daz(ap[1]) * daz(bp[1]));
                     } else {
-                        s = ftz(s + daz(ap[first]) * daz(bp[first]));
-                        s = ftz(s + daz(ap[second]) * daz(bp[second]));
+                        s = mha_bk_ftz(s + daz(ap[first]) * daz(bp[first]));
+                        s = mha_bk_ftz(s + daz(ap[second]) * daz(bp[second]));
                     }
                 }
                 if (order == MHA_BK_TILE_LANES)
-                    s = ftz(s + ftz(even + odd));
+                    s = mha_bk_ftz(s + mha_bk_ftz(even + odd));
             }
             acc[i * 32 + j] = s;
         }

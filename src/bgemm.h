@@ -23,6 +23,7 @@
 #ifndef MHA_BGEMM_H
 #define MHA_BGEMM_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -55,6 +56,12 @@ static inline float mha_bf16_float(mha_bf16 h)
     float x;
     memcpy(&x, &u, sizeof x);
     return x;
+}
+
+/* A sum as the kernels leave it: a denormal flushed to a zero of its sign (FTZ). */
+static inline float mha_bk_ftz(float x)
+{
+    return fpclassify(x) == FP_SUBNORMAL ? copysignf(0.0f, x) : x;
 }
 
 /* The order of a kernel's sums (see the top of this file). */

@@ -19,7 +19,7 @@ static size_t plan(const mha_config *cfg, int n_blocks, int block_size, mha_kv_c
         return 0;
     size_t per_block, bytes, total, scales_at = 0;
     const mha_kv_type type = dims.kv_type;
-    const size_t elem = type == MHA_KV_F32 ? sizeof(float) : type == MHA_KV_BF16 ? sizeof(mha_bf16) : 1;
+    const size_t elem = mha_kv_elem_size(type);
     if (__builtin_mul_overflow((size_t)2 * dims.kvh * dims.dk, (size_t)block_size, &per_block))
         return 0;
     if (type == MHA_KV_INT8) { /* the values, then K's and V's scale of each (KV head, slot) */

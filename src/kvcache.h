@@ -26,6 +26,12 @@ struct mha_kv_cache {
     void *owned;                 /* the memory when mha_kv_cache_create allocated it */
 };
 
+/* Bytes of one element of a cache of this type (F32, BF16 or INT8). */
+static inline size_t mha_kv_elem_size(mha_kv_type type)
+{
+    return type == MHA_KV_F32 ? sizeof(float) : type == MHA_KV_BF16 ? sizeof(mha_bf16) : 1;
+}
+
 /* Element index of Kᵀ of KV head g in a block: (d_k, block_size), feature c of slot t at
  * [c · block_size + t]. */
 static inline size_t mha_kv_kt_at(const mha_kv_cache *c, int block, int g)

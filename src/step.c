@@ -10,15 +10,16 @@
  * query head of the group, with query i at position n_past + i; or (decode) per chunk of
  * MHA_KV_CHUNK keys, the forward's chunks: float32 dot products and value updates read
  * straight from the cache blocks in the microkernel's sums, each key and value row once for
- * all queries of the group; bf16 the chunk gathered into the kernel's panels and the
- * forward's own chunk step; then the chunks merged in order by the forward's rule
+ * all queries of the group; bf16 the same tiles on the cache's elements with the bf16
+ * kernels' sums where the kernel sums even first, else the chunk gathered into the kernel's
+ * panels and the forward's own chunk step; then the chunks merged in order by the forward's rule
  * (flash-decoding: long contexts spread over the workers; the result independent of how many
  * there are, and of how the sequence's steps were cut); (3) the output projection over all
  * rows. bf16 (engine and cache): the rows are packed to bf16 A panels and every product of
  * the forward runs on its bf16 kernel; K and V are rounded to bf16 as they are stored and
  * gathered straight into the kernel's B panels. An int8 cache (either engine): K and V stored
- * with a scale per token and KV head; a bf16 engine gathers the int8 values themselves into
- * its panels and the chunk applies the scales, a float32 engine reads each chunk back to
+ * with a scale per token and KV head; a bf16 engine reads the int8 values themselves (exact
+ * in bf16) and the chunk applies the scales, a float32 engine reads each chunk back to
  * float32 for its tiles; prefill reads the same values as decode. QK-norm runs before RoPE;
  * the logits and the sink are the forward's (mha_attention_logits, mha_softmax_sink). */
 #include "step.h"
@@ -379,29 +380,35 @@ static float *partial_of(const mha_step_job *j, int q, int g, int c, int qi)
     return j->partial + (((size_t)q * j->f.kvh + g) * j->max_chunks + c) * per_chunk + (size_t)qi * per_query;
 }
 
-/* Where a float32 decode chunk reads its keys: runs of slots, run r with n[r] slots, Kᵀ at
- * kt[r] (feature c of slot t at kt[r][c · ld + t]) and V at v[r] (slot t's d_k values at
- * v[r][t · d_k]); next[r]: what to prefetch while run r is read (NULL: nothing). */
+/* Where decode tiles read a chunk's keys: runs of slots, run r with n[r] slots of a block, Kᵀ
+ * at kt[r] (feature c of slot t at element c · ld + t) and V at v[r] (slot t's d_k values at
+ * element t · d_k); next[r]: what to prefetch while run r is read (NULL: nothing). */
 typedef struct chunk_src {
     int runs, ld;
-    const float *kt[MHA_KV_CHUNK], *v[MHA_KV_CHUNK], *next[MHA_KV_CHUNK];
+    const void *kt[MHA_KV_CHUNK], *v[MHA_KV_CHUNK], *next[MHA_KV_CHUNK];
     int n[MHA_KV_CHUNK];
 } chunk_src;
 
-/* The keys [k0, k1) of (q, g) in place in a float32 cache: a run per block. */
-static void cache_runs(const mha_step_job *j, int q, int g, int k0, int k1, chunk_src *src)
+/* The keys [k0, k1) of (q, g) in place in the cache (any type): a run per block; int8 (ks
+ * non-NULL): their K and V scales into ks and vs at t − k0. */
+static void cache_runs(const mha_step_job *j, int q, int g, int k0, int k1, chunk_src *src, float *ks, float *vs)
 {
     const mha_kv_cache *cache = j->cache;
     const int bs = cache->block_size;
+    const size_t esz = mha_kv_elem_size(cache->type);
     const int32_t *table = j->step->blocks + (size_t)q * j->step->max_blocks;
-    const float *data = mha_kv_f32(cache);
+    const char *data = cache->data;
     src->runs = 0, src->ld = bs;
     for (int t = k0; t < k1;) {
-        const int slot = t % bs, run = bs - slot < k1 - t ? bs - slot : k1 - t, r = src->runs++;
-        src->kt[r] = data + mha_kv_kt_at(cache, table[t / bs], g) + slot;
-        src->v[r] = data + mha_kv_v_at(cache, table[t / bs], g, slot);
-        src->next[r] = t + run < k1 ? data + mha_kv_v_at(cache, table[(t + run) / bs], g, 0) : NULL;
+        const int block = table[t / bs], slot = t % bs, run = bs - slot < k1 - t ? bs - slot : k1 - t, r = src->runs++;
+        src->kt[r] = data + (mha_kv_kt_at(cache, block, g) + (size_t)slot) * esz;
+        src->v[r] = data + mha_kv_v_at(cache, block, g, slot) * esz;
+        src->next[r] = t + run < k1 ? data + mha_kv_v_at(cache, table[(t + run) / bs], g, 0) * esz : NULL;
         src->n[r] = run;
+        if (ks) {
+            memcpy(ks + (t - k0), mha_kv_scales(cache, block, g, 0) + slot, (size_t)run * sizeof *ks);
+            memcpy(vs + (t - k0), mha_kv_scales(cache, block, g, 1) + slot, (size_t)run * sizeof *vs);
+        }
         t += run;
     }
 }
@@ -432,23 +439,30 @@ static void dequantize_chunk(const mha_step_job *j, int q, int g, int k0, int k1
     }
 }
 
-/* float32 decode: the chunk's scores and A·V in register tiles, read where src says (the
- * cache blocks in place, or an int8 chunk read back), each key and value row once for every
- * query of the group, with the sums the microkernel gives the forward (the table's
- * decode_scores and decode_values), and the forward's softmax of the chunk in between; into
- * the chunk's partials p (partial_of). */
-static void decode_chunk_f32(const mha_step_job *j, int q, int g, int k0, int k1, const float *qv, float *sc, float *p,
-                             const chunk_src *src)
+/* The chunk's scores and A·V in register tiles, read where src says (the cache blocks in
+ * place, or an int8 chunk read back to float32), each key and value row once for every query
+ * of the group, and the forward's softmax of the chunk (mha_attention_chunk_row) in between;
+ * into the chunk's partials p (partial_of). float32 engines: the microkernel's sums
+ * (decode_scores, decode_values). bf16 engines (bf16 nonzero; i8: an int8 cache, its scales
+ * ks and vs): the bf16 kernels' sums on the cache's own elements (decode_scores16,
+ * decode_values16), the queries and probabilities rounded to bf16 as the kernels' A panels
+ * round them: the forward's chunk step, bit for bit. */
+static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int k1, float *qv, float *sc, float *p,
+                               const chunk_src *src, int bf16, int i8, const float *ks, const float *vs)
 {
     const mha_fwd *f = &j->f;
     const int n_new = j->step->n_new[q], n_past = j->step->n_past[q], dk = f->dk, nq = f->group * n_new;
     const int n = k1 - k0, kc = f->kernel->kc;
     const mha_isa *isa = f->kernel->isa;
     /* scores: each run's Kᵀ read once for every query of the group, slots of several runs at
-     * once; the features in the microkernel's passes of KC (one unless dk > KC) */
-    for (int c0 = 0; c0 < dk; c0 += kc)
-        isa->decode_scores(qv, nq, dk, c0, c0 + kc < dk ? c0 + kc : dk, src->runs, src->kt, src->n, src->ld, f->scale,
-                           sc, MHA_KV_CHUNK);
+     * once; float32 the features in the microkernel's passes of KC (one unless dk > KC) */
+    if (bf16) {
+        isa->round_bf16_floats(qv, nq * dk);
+        isa->decode_scores16(qv, nq, dk, src->runs, src->kt, src->v, i8, src->n, src->ld, f->scale, sc, MHA_KV_CHUNK);
+    } else
+        for (int c0 = 0; c0 < dk; c0 += kc)
+            isa->decode_scores(qv, nq, dk, c0, c0 + kc < dk ? c0 + kc : dk, src->runs, src->kt, src->n, src->ld,
+                               f->scale, sc, MHA_KV_CHUNK);
     /* per query: the keys it sees in this chunk, their logits, exp'd against the chunk's max,
      * the sum */
     const size_t ps = (size_t)dk + 2; /* partial_of's stride between queries */
@@ -456,20 +470,23 @@ static void decode_chunk_f32(const mha_step_job *j, int q, int g, int k0, int k1
         const int pos = n_past + qi % n_new;
         const mha_key_span in = mha_keys_within(mha_visible_keys(pos, 1, f->window, k1), k0, n);
         float *row = sc + (size_t)qi * MHA_KV_CHUNK, *pq = p + (size_t)qi * ps;
-        mha_attention_logits(f, row, in, pos, k0, g * f->group + qi / n_new);
-        pq[dk] = -INFINITY;
-        pq[dk + 1] = isa->softmax_row(row, n, in.hi, NULL, &pq[dk]);
+        pq[dk + 1] = mha_attention_chunk_row(f, row, n, in, pos, k0, g * f->group + qi / n_new, NULL, ks, vs, &pq[dk]);
+        if (bf16)
+            isa->round_bf16_floats(row, n);
         memset(pq, 0, (size_t)dk * sizeof *pq);
     }
-    /* Z = E · V, run by run: each value row read once for every query */
-    for (int r = 0, t = 0; r < src->runs; t += src->n[r++])
-        isa->decode_values(sc + t, MHA_KV_CHUNK, nq, src->v[r], src->n[r], dk, p, ps, src->next[r]);
+    /* Z = E · V: each value row read once for every query */
+    if (bf16)
+        isa->decode_values16(sc, MHA_KV_CHUNK, nq, src->runs, src->v, src->n, i8, dk, p, ps);
+    else
+        for (int r = 0, t = 0; r < src->runs; t += src->n[r++])
+            isa->decode_values(sc + t, MHA_KV_CHUNK, nq, src->v[r], src->n[r], dk, p, ps, src->next[r]);
 }
 
-/* bf16 decode: the chunk's K and V in the bf16 kernel's panels (s->kt16, s->v16 of vps), then
- * the forward's own chunk step (mha_attention_chunk) on the group's queries, q_block rows at a
- * time: the forward's roundings and sums, so decode and prefill agree bit for bit; into p as
- * above. */
+/* bf16 decode on kernels that sum otherwise (no table tiles for their order): the chunk's K
+ * and V in the bf16 kernel's panels (s->kt16, s->v16 of vps), then the forward's own chunk
+ * step (mha_attention_chunk) on the group's queries, q_block rows at a time: the forward's
+ * roundings and sums, so decode and prefill agree bit for bit; into p as above. */
 static void decode_chunk_bf16(const mha_step_job *j, int q, int g, int k0, int k1, float *qv, float *sc, float *p,
                               const mha_scratch *s, size_t vps, const float *ks, const float *vs)
 {
@@ -487,6 +504,13 @@ static void decode_chunk_bf16(const mha_step_job *j, int q, int g, int k0, int k
         mha_attention_chunk(f, s, &rows, &kv, 0, k0, n, sc, MHA_KV_CHUNK, mha_mat_rows(k, pr, (ptrdiff_t)ps), pr + dk,
                             pr + dk + 1, (ptrdiff_t)ps);
     }
+}
+
+/* Whether bf16 decode runs the table's tiles on the cache itself: the table has them and the
+ * engine's kernel sums as they do (even first). */
+static int bf16_tiles(const mha_fwd *f)
+{
+    return f->bk && f->bk->order == MHA_BK_EVEN_FIRST && f->kernel->isa->decode_scores16;
 }
 
 void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha_scratch *s)
@@ -512,21 +536,25 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
             memcpy(qv + (size_t)(jh * n_new + i) * dk, z + (size_t)i * zd + (size_t)(g * G + jh) * dk, (size_t)dk * sizeof *qv);
     float *p = partial_of(j, q, g, c, 0);
     const int n = k1 - k0;
-    const size_t vps = mha_attention_v16_ps(n);
     const int i8 = j->cache->type == MHA_KV_INT8;
-    if (f->bk) { /* int8: the values in the panels, the chunk's scales beside them */
-        float *ks = i8 ? s->kvs : NULL, *vs = ks ? ks + n : NULL;
+    /* int8 in a bf16 engine: the chunk's scales beside its values */
+    float *ks = f->bk && i8 ? s->kvs : NULL, *vs = ks ? ks + n : NULL;
+    chunk_src src;
+    if (bf16_tiles(f)) {
+        cache_runs(j, q, g, k0, k1, &src, ks, vs);
+        decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, 1, i8, ks, vs);
+    } else if (f->bk) {
+        const size_t vps = mha_attention_v16_ps(n);
         gather_bf16(j, j->step->blocks + (size_t)q * j->step->max_blocks, g, k0, k1, k0, vps, s, ks, vs);
         decode_chunk_bf16(j, q, g, k0, k1, qv, sc, p, s, vps, ks, vs);
     } else if (i8) { /* read back into the Q/K/V scratch (idle in decode) */
         float *kt = s->qkv, *v = s->qkv + (size_t)dk * n;
         dequantize_chunk(j, q, g, k0, k1, kt, v);
-        chunk_src src = {.runs = 1, .ld = n, .kt = {kt}, .v = {v}, .next = {NULL}, .n = {n}};
-        decode_chunk_f32(j, q, g, k0, k1, qv, sc, p, &src);
+        src = (chunk_src){.runs = 1, .ld = n, .kt = {kt}, .v = {v}, .next = {NULL}, .n = {n}};
+        decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, 0, 0, NULL, NULL);
     } else {
-        chunk_src src;
-        cache_runs(j, q, g, k0, k1, &src);
-        decode_chunk_f32(j, q, g, k0, k1, qv, sc, p, &src);
+        cache_runs(j, q, g, k0, k1, &src, NULL, NULL);
+        decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, 0, 0, NULL, NULL);
     }
 }
 

@@ -42,6 +42,34 @@ Test(bgemm, rounds_to_nearest_even)
             cr_assert_eq(mha_bf16_round(mha_bf16_float((mha_bf16)h)), h);
 }
 
+/* Each table's in-place rounding (round_bf16_floats) gives mha_bf16_round's bits as floats,
+ * for every 4099th float pattern (NaNs, infinities, denormals, ties among them) and lengths
+ * that end mid-vector, writing nothing past n. */
+Test(bgemm, rounding_in_place_is_the_scalar_rounding_in_every_table)
+{
+    enum { N = 1000 };
+    float x[N + 8], want[N];
+    const mha_isa *isa;
+    FOR_EACH_ISA(isa) {
+        for (uint64_t u0 = 0; u0 < 0x100000000ull; u0 += (uint64_t)4099 * N) {
+            for (int n = N - 3; n <= N; n += 3) {
+                for (int i = 0; i < n; i++) {
+                    x[i] = from_bits((uint32_t)(u0 + 4099u * (uint32_t)i));
+                    want[i] = mha_bf16_float(mha_bf16_round(x[i]));
+                }
+                for (int i = n; i < N + 8; i++)
+                    x[i] = 7.0f;
+                isa->round_bf16_floats(x, n);
+                for (int i = 0; i < n; i++)
+                    cr_assert_eq(memcmp(&x[i], &want[i], sizeof x[i]), 0, "%s: %#x to %a, scalar %a", isa->name,
+                                 (unsigned)(u0 + 4099u * (uint32_t)i), (double)x[i], (double)want[i]);
+                for (int i = n; i < N + 8; i++)
+                    cr_assert_eq(x[i], 7.0f, "%s: written past n", isa->name);
+            }
+        }
+    }
+}
+
 /* The CPU's own conversion (vcvtneps2bf16), on a sample of every 97th float. */
 __attribute__((target("avx512f,avx512bf16"))) static uint32_t hw_mismatches(void)
 {
@@ -443,5 +471,118 @@ Test(bgemm, a_packing_places_rows_and_pads_with_zeros)
                 cr_assert_eq(got, want, "%s: row %d, k %d: %#06x, want %#06x", isa->name, i, p, got, want);
             }
         free(a), free(dst);
+    }
+}
+
+/* ---- bf16 decode tiles (decode_scores16, decode_values16) ---- */
+
+/* The cache's element e of a bf16 (i8 = 0) or int8 run as float, and back from a value the
+ * test chose representable. */
+static float cache_elem(const void *run, int i8, size_t e)
+{
+    return i8 ? (float)((const int8_t *)run)[e] : mha_bf16_float(((const mha_bf16 *)run)[e]);
+}
+static void set_elem(void *run, int i8, size_t e, float x)
+{
+    if (i8)
+        ((int8_t *)run)[e] = (int8_t)x;
+    else
+        ((mha_bf16 *)run)[e] = mha_bf16_round(x);
+}
+
+/* One product through bgemm on the model's kernel (ref-bf16: even first) of float operands
+ * holding bf16 values: C (m × n) = alpha · A (m × kk) · B (kk × n). */
+static void model_product(int m, int n, int kk, float alpha, const float *a, const float *b, float *c)
+{
+    mha_kernel k;
+    cr_assert_eq(mha_kernel_select("", &mha_isa_ref, &k), MHA_OK);
+    const size_t ps = mha_bk_ps(kk);
+    mha_bf16 *bp = aligned_alloc(64, mha_round_up(mha_bk_b_elems(kk, n) * 2, 64));
+    mha_bf16 *apack = aligned_alloc(64, mha_round_up(mha_bgemm_apack_elems(kk) * 2, 64));
+    mha_bk_pack_b(&k, mha_mat_rows(&k, b, n), 0, kk, n, bp, ps);
+    mha_bgemm(mha_isa_ref.bf16[0], &k, m, n, kk, alpha, NULL, mha_mat_rows(&k, a, kk), bp, ps, 0.0f,
+              mha_mat_rows(&k, c, n), apack);
+    free(bp), free(apack);
+}
+
+/* Each table's bf16 decode tiles, reading a bf16 or int8 cache's blocks in place (runs of 16,
+ * 5 and 6 slots of blocks of 16), give what the forward's chunk computes on the even-first
+ * kernels, bit for bit: scores = scale · Q·Kᵀ and Z = E·V, against bgemm on the model of the
+ * same operands. d_k
+ * 128 and 40 (a padded k tile), 1 to 9 queries. One query's last two products cancel to a
+ * half of float32's smallest normal, flushed to −0 as the kernels flush; then the padding
+ * makes it +0: a tile without FTZ, or without the padding's + 0, fails. */
+Test(bgemm, decode_tiles_sum_as_the_even_first_kernels, .timeout = 60)
+{
+    enum { BS = 16, RUNS = 3, SC_LD = 64 };
+    const int n[RUNS] = {16, 5, 6}, slots = 27, tiny = 2; /* query `tiny` holds the cancelling pair */
+    const float lo = 0x1p-126f;                           /* float32's smallest normal */
+    rng r = {2112};
+    const mha_isa *isa;
+    FOR_EACH_ISA(isa) {
+        if (!isa->decode_scores16) {
+            cr_log_info("isa %s has no bf16 decode tiles: its bf16 decode runs the forward's chunk", isa->name);
+            continue;
+        }
+        for (int i8 = 0; i8 < 2; i8++)
+            for (int dk = 40; dk <= 128; dk += 88)
+                for (int nq = 1; nq <= 9; nq += 4) {
+                    const size_t esz = i8 ? 1 : 2, blk = (size_t)dk * BS * esz;
+                    char *kt = calloc(RUNS, blk), *v = calloc(RUNS, blk);
+                    float *q = calloc((size_t)nq * dk, sizeof *q), *e = calloc((size_t)nq * slots, sizeof *e);
+                    float *kf = malloc((size_t)dk * slots * sizeof *kf), *vf = malloc((size_t)slots * dk * sizeof *vf);
+                    float *sc = malloc((size_t)nq * SC_LD * sizeof *sc), *want = malloc((size_t)nq * slots * sizeof *want);
+                    float *p = calloc((size_t)nq * dk, sizeof *p), *zwant = malloc((size_t)nq * dk * sizeof *zwant);
+                    const void *ktr[RUNS];
+                    /* K and V: random cache elements, each run in its own block; the last two
+                     * keys' V are −1 and 1 and the last two features of K are 1 (the cancelling pairs) */
+                    for (int ri = 0, at = 0; ri < RUNS; at += n[ri++]) {
+                        ktr[ri] = kt + (size_t)ri * blk;
+                        for (int t = 0; t < n[ri]; t++)
+                            for (int c = 0; c < dk; c++) {
+                                const int key = at + t;
+                                float kx = i8 ? (float)((int)(rng_next(&r) % 255) - 127) : rng_uniform(&r, -2.0f, 2.0f);
+                                float vx = i8 ? (float)((int)(rng_next(&r) % 255) - 127) : rng_uniform(&r, -2.0f, 2.0f);
+                                kx = c >= dk - 2 ? 1.0f : kx;
+                                vx = key >= slots - 2 ? (key == slots - 2 ? -1.0f : 1.0f) : vx;
+                                set_elem(kt + (size_t)ri * blk, i8, (size_t)c * BS + t, kx);
+                                set_elem(v + (size_t)ri * blk, i8, (size_t)t * dk + c, vx);
+                                kf[(size_t)c * slots + key] = cache_elem(kt + (size_t)ri * blk, i8, (size_t)c * BS + t);
+                                vf[(size_t)key * dk + c] = cache_elem(v + (size_t)ri * blk, i8, (size_t)t * dk + c);
+                            }
+                    }
+                    for (int qi = 0; qi < nq; qi++)
+                        for (int c = 0; c < dk; c++) /* bf16 values, as the caller rounds them */
+                            q[(size_t)qi * dk + c] = qi == tiny ? (c == dk - 2 ? -1.5f * lo : c == dk - 1 ? lo : 0.0f)
+                                                               : mha_bf16_float(mha_bf16_round(rng_uniform(&r, -1.0f, 1.0f)));
+                    for (int qi = 0; qi < nq; qi++)
+                        for (int t = 0; t < slots; t++)
+                            e[(size_t)qi * slots + t] = qi == tiny ? (t == slots - 2 ? 1.5f * lo : t == slots - 1 ? lo : 0.0f)
+                                                                   : mha_bf16_float(mha_bf16_round(rng_uniform(&r, 0.0f, 1.0f)));
+                    const float scale = 0.125f;
+                    const void *vr[RUNS];
+                    for (int ri = 0; ri < RUNS; ri++)
+                        vr[ri] = v + (size_t)ri * blk;
+                    isa->decode_scores16(q, nq, dk, RUNS, ktr, vr, i8, n, BS, scale, sc, SC_LD);
+                    model_product(nq, slots, dk, scale, q, kf, want);
+                    for (int qi = 0; qi < nq; qi++) {
+                        long at = first_bit_difference(sc + (size_t)qi * SC_LD, want + (size_t)qi * slots, (size_t)slots);
+                        cr_assert_eq(at, -1, "%s, %s, dk %d, %d queries: score (%d, %ld) %a, model %a", isa->name,
+                                     i8 ? "int8" : "bf16", dk, nq, qi, at, sc[(size_t)qi * SC_LD + (at < 0 ? 0 : at)],
+                                     want[(size_t)qi * slots + (at < 0 ? 0 : at)]);
+                    }
+                    isa->decode_values16(e, (size_t)slots, nq, RUNS, vr, n, i8, dk, p, (size_t)dk);
+                    model_product(nq, dk, slots, 1.0f, e, vf, zwant);
+                    long at = first_bit_difference(p, zwant, (size_t)nq * dk);
+                    cr_assert_eq(at, -1, "%s, %s, dk %d, %d queries: z (%ld, %ld) %a, model %a", isa->name,
+                                 i8 ? "int8" : "bf16", dk, nq, at / dk, at % dk, p[at < 0 ? 0 : at],
+                                 zwant[at < 0 ? 0 : at]);
+                    if (nq > tiny) { /* the pairs did cancel to flushed zeros, made +0 by any padding */
+                        cr_assert(zwant[(size_t)tiny * dk] == 0.0f && !signbit(zwant[(size_t)tiny * dk]));
+                        cr_assert(want[(size_t)tiny * slots] == 0.0f &&
+                                  (dk % MHA_BT_K == 0) == !!signbit(want[(size_t)tiny * slots]));
+                    }
+                    free(kt), free(v), free(q), free(e), free(kf), free(vf), free(sc), free(want), free(p), free(zwant);
+                }
     }
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "exp_poly.h"
+#include "kvcache.h"
 
 #define AVX2 "avx2,fma,f16c"
 
@@ -300,7 +301,7 @@ __attribute__((target(AVX2))) static void rope_pairs_avx2(float *x, const float 
     }
 }
 
-/* ---- decode tiles (float32 cache) ---- */
+/* ---- decode tiles: float32, and bf16 or int8 widened in registers ---- */
 
 /* n elements (1..8) of a row at x, lanes from n on zero. */
 static inline __attribute__((always_inline, target(AVX2))) __m256 load8_n(const float *x, int n)
@@ -308,24 +309,56 @@ static inline __attribute__((always_inline, target(AVX2))) __m256 load8_n(const 
     return n >= 8 ? _mm256_loadu_ps(x) : _mm256_maskload_ps(x, first8(n));
 }
 
+/* n elements (1..8) of a cache row at x as float32 lanes, lanes from n on zero: float32 as it
+ * is, bf16 widened (a shift), int8 converted (exact); a short bf16 or int8 run through a
+ * zeroed copy (no read past it). */
+static inline __attribute__((always_inline, target(AVX2))) __m256 load_elems(const mha_kv_type type, const char *x,
+                                                                            int n)
+{
+    if (type == MHA_KV_F32)
+        return load8_n((const float *)(const void *)x, n);
+    __m128i raw;
+    if (n >= 8)
+        raw = type == MHA_KV_BF16 ? _mm_loadu_si128((const __m128i *)(const void *)x) : _mm_loadl_epi64((const __m128i *)(const void *)x);
+    else {
+        _Alignas(16) char tmp[16] = {0};
+        memcpy(tmp, x, (size_t)n * mha_kv_elem_size(type));
+        raw = _mm_load_si128((const __m128i *)(const void *)tmp);
+    }
+    if (type == MHA_KV_BF16)
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(raw));
+}
+
 /* Scores of nb <= R queries for nv <= V slot vectors (of any blocks), R · V <= 8
  * accumulators, each score one FMA chain over the features [c0, c1) from zero, then scale ·
  * sum (+ sc when c0 > 0): the microkernel's sums. One Kᵀ row load per feature and vector for
- * all queries; the next tile's vectors (pf, npf of them) prefetched row by row as it goes. */
+ * all queries; the next tile's vectors (pf, npf of them; else this tile's again) prefetched
+ * row by row as it goes. full: nb = R, nv = V and every vector 8 slots wide, so no lane or
+ * row is tested in the loop (the accumulators stay in registers). */
 static inline __attribute__((always_inline, target(AVX2))) void
-scores_tile(const int R, const int V, const float *restrict q, int nb, int dk, int c0, int c1, const mha_slot_vec *v,
-            int nv, const mha_slot_vec *pf, int npf, int ld, float scale, float *restrict sc, size_t sc_ld)
+scores_tile(const mha_kv_type type, const int R, const int V, const int full, const float *restrict q, int nb, int dk,
+            int c0, int c1, const mha_slot_vec *v, int nv, const mha_slot_vec *pf, int npf, int ld, float scale,
+            float *restrict sc, size_t sc_ld)
 {
+    if (full)
+        nb = R, nv = V;
+    const char *pfp[8];
+    for (int j = 0; j < V; j++)
+        pfp[j] = j < npf ? pf[j].kt : v[j < nv ? j : 0].kt;
+    /* the vectors' value rows (when given): a line each feature from the first, till done */
+    const size_t vbytes = (size_t)(full ? 8 : v[0].lanes) * (size_t)dk * mha_kv_elem_size(type);
     __m256 acc[8];
     for (int i = 0; i < R * V; i++)
         acc[i] = _mm256_setzero_ps();
     for (int c = c0; c < c1; c++) {
-        const size_t at = (size_t)c * ld;
+        const size_t at = (size_t)c * ld * mha_kv_elem_size(type), line = (size_t)(c - c0) * 64;
         __m256 krow[8];
         for (int j = 0; j < V; j++) {
-            if (j < npf)
-                _mm_prefetch((const char *)(pf[j].kt + at), _MM_HINT_T0);
-            krow[j] = j < nv ? load8_n(v[j].kt + at, v[j].lanes) : _mm256_setzero_ps();
+            if (v[0].v && j < nv && line < vbytes)
+                _mm_prefetch(v[j].v + line, _MM_HINT_T0);
+            _mm_prefetch(pfp[j] + at, _MM_HINT_T0);
+            krow[j] = j >= nv ? _mm256_setzero_ps() : load_elems(type, v[j].kt + at, full ? 8 : v[j].lanes);
         }
         for (int r = 0; r < R; r++)
             if (r < nb) {
@@ -347,47 +380,98 @@ scores_tile(const int R, const int V, const float *restrict q, int nb, int dk, i
 
 /* R queries × V slot vectors over the vector list, each tile prefetching the next. */
 static inline __attribute__((always_inline, target(AVX2))) void
-scores_tiles(const int R, const int V, const float *restrict q, int nb, int dk, int c0, int c1, const mha_slot_vec *v,
-             int nv, int ld, float scale, float *restrict sc, size_t sc_ld)
+scores_tiles(const mha_kv_type type, const int R, const int V, const float *restrict q, int nb, int dk, int c0, int c1,
+             const mha_slot_vec *v, int nv, int ld, float scale, float *restrict sc, size_t sc_ld)
 {
+    if (type != MHA_KV_F32) /* the first tile's Kᵀ: nothing prefetched it */
+        for (int j = 0; j < V && j < nv; j++)
+            for (size_t off = 0; off < (size_t)(c1 - c0) * ld * mha_kv_elem_size(type); off += 64)
+                _mm_prefetch(v[j].kt + (size_t)c0 * ld * mha_kv_elem_size(type) + off, _MM_HINT_T0);
     for (int i = 0; i < nv; i += V) {
         const int here = nv - i < V ? nv - i : V, next = nv - i - here < V ? nv - i - here : V;
-        scores_tile(R, V, q, nb, dk, c0, c1, v + i, here, v + i + here, next, ld, scale, sc, sc_ld);
+        int full = nb == R && here == V;
+        for (int j = 0; j < here; j++)
+            full &= v[i + j].lanes == 8;
+        if (full)
+            scores_tile(type, R, V, 1, q, nb, dk, c0, c1, v + i, here, v + i + here, next, ld, scale, sc, sc_ld);
+        else
+            scores_tile(type, R, V, 0, q, nb, dk, c0, c1, v + i, here, v + i + here, next, ld, scale, sc, sc_ld);
     }
 }
 
 /* Slot vectors of 8 from every block of the chunk: 1 query × 8 vectors, 2 × 4, up to 4 × 2,
  * more 8 × 1 at a time (8 independent chains). */
-__attribute__((target(AVX2))) static void decode_scores_avx2(const float *restrict q, int nq, int dk, int c0, int c1,
-                                                            int runs, const float *const *kt, const int *n, int ld,
-                                                            float scale, float *restrict sc, size_t sc_ld)
+static inline __attribute__((always_inline, target(AVX2))) void
+scores(const mha_kv_type type, const float *restrict q, int nq, int dk, int c0, int c1, int runs, const void *const *kt,
+       const void *const *vr, const int *n, int ld, float scale, float *restrict sc, size_t sc_ld)
 {
     mha_slot_vec v[MHA_KV_CHUNK];
-    const int nv = mha_slot_vecs(runs, kt, n, 8, v);
+    const int nv = mha_slot_vecs(runs, kt, vr, 1 << 30, (size_t)dk * mha_kv_elem_size(type), n, 8, mha_kv_elem_size(type), v);
     for (int q0 = 0; q0 < nq; q0 += 8) {
         const int nb = nq - q0 < 8 ? nq - q0 : 8;
         const float *qq = q + (size_t)q0 * dk;
         float *sq = sc + (size_t)q0 * sc_ld;
         if (nb == 1)
-            scores_tiles(1, 8, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
+            scores_tiles(type, 1, 8, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
         else if (nb == 2)
-            scores_tiles(2, 4, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
+            scores_tiles(type, 2, 4, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
         else if (nb <= 4)
-            scores_tiles(4, 2, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
+            scores_tiles(type, 4, 2, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
         else
-            scores_tiles(8, 1, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
+            scores_tiles(type, 8, 1, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
     }
 }
 
-/* Z of nb <= R queries, features [c0, c0 + 8·V) (the last vector's first nl lanes), over the n
- * value rows of one block, with R · V <= 8 accumulators, key by key in order (an FMA per key
- * and feature: the microkernel's A·V sums); the next block's rows prefetched row by row. */
-static inline __attribute__((always_inline, target(AVX2))) void
-values_tile(const int R, const int V, const float *e, size_t e_ld, int nb, const float *v, int n, int dk, int c0, int nl,
-            float *p, size_t ps, const void *next)
+__attribute__((target(AVX2))) static void decode_scores_avx2(const float *restrict q, int nq, int dk, int c0, int c1,
+                                                            int runs, const void *const *kt, const int *n, int ld,
+                                                            float scale, float *restrict sc, size_t sc_ld)
 {
-    const size_t row = (size_t)dk * sizeof(float);
-    const size_t pf0 = (size_t)c0 * sizeof(float), pf1 = (size_t)(c0 + 8 * V < dk ? c0 + 8 * V : dk) * sizeof(float);
+    scores(MHA_KV_F32, q, nq, dk, c0, c1, runs, kt, NULL, n, ld, scale, sc, sc_ld);
+}
+
+/* The sums under FTZ, as the bf16 kernels run (scale 1: a sum times one is itself), then
+ * the padding's + 0 and the scale in the caller's mode. */
+__attribute__((target(AVX2))) static void decode_scores16_avx2(const float *restrict q, int nq, int dk, int runs,
+                                                              const void *const *kt, const void *const *vr, int i8,
+                                                              const int *n, int ld, float scale, float *restrict sc,
+                                                              size_t sc_ld)
+{
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x8040u);
+    if (i8)
+        scores(MHA_KV_INT8, q, nq, dk, 0, dk, runs, kt, vr, n, ld, 1.0f, sc, sc_ld);
+    else
+        scores(MHA_KV_BF16, q, nq, dk, 0, dk, runs, kt, vr, n, ld, 1.0f, sc, sc_ld);
+    _mm_setcsr(csr);
+    int slots = 0;
+    for (int r = 0; r < runs; r++)
+        slots += n[r];
+    const __m256 pad = _mm256_set1_ps(0.0f), vs = _mm256_set1_ps(scale);
+    for (int qi = 0; qi < nq; qi++)
+        for (int t = 0; t < slots; t += 8) {
+            float *y = sc + (size_t)qi * sc_ld + t;
+            const __m256i m = first8(slots - t);
+            __m256 x = _mm256_maskload_ps(y, m);
+            if (dk % MHA_BT_K)
+                x = _mm256_add_ps(x, pad);
+            _mm256_maskstore_ps(y, m, _mm256_mul_ps(x, vs));
+        }
+}
+
+/* Z of nb <= R queries, features [c0, c0 + 8·V) (the last vector's first nl lanes), over the
+ * value rows of `runs` runs (run r: n[r] rows at v[r]; its probabilities follow the previous
+ * runs' in e), with R · V <= 8 accumulators, key by key in order (an FMA per key and feature:
+ * the microkernel's A·V sums); the next run's rows (the last run: next's, or none) prefetched
+ * row by row as it goes. full: nb = R and nl = 8 (nothing tested in the loop). */
+static inline __attribute__((always_inline, target(AVX2))) void
+values_tile_as(const mha_kv_type type, const int R, const int V, const int full, const float *e, size_t e_ld, int nb,
+               int runs, const void *const *v, const int *n, const void *next, int dk, int c0, int nl, float *p,
+               size_t ps)
+{
+    if (full)
+        nb = R, nl = 8;
+    const size_t esz = mha_kv_elem_size(type), row = (size_t)dk * esz;
+    const size_t pf0 = (size_t)c0 * esz, pf1 = (size_t)(c0 + 8 * V < dk ? c0 + 8 * V : dk) * esz;
     const __m256i ml = first8(nl);
     __m256 acc[8];
     for (int r = 0; r < R; r++)
@@ -395,19 +479,23 @@ values_tile(const int R, const int V, const float *e, size_t e_ld, int nb, const
             const float *y = p + (size_t)(r < nb ? r : 0) * ps + c0 + 8 * j;
             acc[r * V + j] = j == V - 1 ? _mm256_maskload_ps(y, ml) : _mm256_loadu_ps(y);
         }
-    for (int t = 0; t < n; t++) {
-        if (next)
-            for (size_t off = pf0; off < pf1; off += 64)
-                _mm_prefetch((const char *)next + (size_t)t * row + off, _MM_HINT_T0);
-        __m256 b[4];
-        for (int j = 0; j < V; j++)
-            b[j] = load8_n(v + (size_t)t * dk + c0 + 8 * j, j == V - 1 ? nl : 8);
-        for (int r = 0; r < R; r++)
-            if (r < nb) {
-                const __m256 x = _mm256_set1_ps(e[(size_t)r * e_ld + t]);
-                for (int j = 0; j < V; j++)
-                    acc[r * V + j] = _mm256_fmadd_ps(x, b[j], acc[r * V + j]);
-            }
+    for (int u = 0, t0 = 0; u < runs; t0 += n[u++]) {
+        const char *vu = (const char *)v[u] + (size_t)c0 * esz, *nx = u + 1 < runs ? v[u + 1] : next;
+        const float *eu = e + t0;
+        for (int t = 0; t < n[u]; t++) {
+            if (nx)
+                for (size_t off = pf0; off < pf1; off += 64)
+                    _mm_prefetch(nx + (size_t)t * row + off, _MM_HINT_T0);
+            __m256 b[4];
+            for (int j = 0; j < V; j++)
+                b[j] = load_elems(type, vu + (size_t)t * row + (size_t)(8 * j) * esz, j == V - 1 ? nl : 8);
+            for (int r = 0; r < R; r++)
+                if (r < nb) {
+                    const __m256 x = _mm256_set1_ps(eu[(size_t)r * e_ld + t]);
+                    for (int j = 0; j < V; j++)
+                        acc[r * V + j] = _mm256_fmadd_ps(x, b[j], acc[r * V + j]);
+                }
+        }
     }
     for (int r = 0; r < nb; r++)
         for (int j = 0; j < V; j++) {
@@ -419,9 +507,21 @@ values_tile(const int R, const int V, const float *e, size_t e_ld, int nb, const
         }
 }
 
-/* Register tiles of up to 2 queries × 32 features, 4 × 16 or 8 × 8, 8 features the last pass. */
-__attribute__((target(AVX2))) static void decode_values_avx2(const float *e, size_t e_ld, int nq, const float *v, int n,
-                                                            int dk, float *p, size_t ps, const void *next)
+static inline __attribute__((always_inline, target(AVX2))) void
+values_tile(const mha_kv_type type, const int R, const int V, const float *e, size_t e_ld, int nb, int runs,
+            const void *const *v, const int *n, const void *next, int dk, int c0, int nl, float *p, size_t ps)
+{
+    if (nb == R && nl == 8)
+        values_tile_as(type, R, V, 1, e, e_ld, nb, runs, v, n, next, dk, c0, nl, p, ps);
+    else
+        values_tile_as(type, R, V, 0, e, e_ld, nb, runs, v, n, next, dk, c0, nl, p, ps);
+}
+
+/* Register tiles of up to 2 queries × 32 features, 4 × 16 or 8 × 8, 8 features the last pass,
+ * each over every run. */
+static inline __attribute__((always_inline, target(AVX2))) void
+values(const mha_kv_type type, const float *e, size_t e_ld, int nq, int runs, const void *const *v, const int *n,
+       const void *next, int dk, float *p, size_t ps)
 {
     for (int q0 = 0; q0 < nq; q0 += 8) {
         const int nb = nq - q0 < 8 ? nq - q0 : 8;
@@ -431,13 +531,43 @@ __attribute__((target(AVX2))) static void decode_values_avx2(const float *e, siz
         for (int c0 = 0; c0 < dk;) {
             const int left = dk - c0;
             if (nb <= 2 && left >= 32)
-                values_tile(2, 4, eq, e_ld, nb, v, n, dk, c0, 8, pq, ps, pf), c0 += 32;
+                values_tile(type, 2, 4, eq, e_ld, nb, runs, v, n, pf, dk, c0, 8, pq, ps), c0 += 32;
             else if (nb <= 4 && left >= 16)
-                values_tile(4, 2, eq, e_ld, nb, v, n, dk, c0, 8, pq, ps, pf), c0 += 16;
+                values_tile(type, 4, 2, eq, e_ld, nb, runs, v, n, pf, dk, c0, 8, pq, ps), c0 += 16;
             else
-                values_tile(8, 1, eq, e_ld, nb, v, n, dk, c0, left < 8 ? left : 8, pq, ps, pf), c0 += 8;
+                values_tile(type, 8, 1, eq, e_ld, nb, runs, v, n, pf, dk, c0, left < 8 ? left : 8, pq, ps), c0 += 8;
         }
     }
+}
+
+__attribute__((target(AVX2))) static void decode_values_avx2(const float *e, size_t e_ld, int nq, const float *v, int n,
+                                                            int dk, float *p, size_t ps, const void *next)
+{
+    const void *vr[1] = {v};
+    values(MHA_KV_F32, e, e_ld, nq, 1, vr, &n, next, dk, p, ps);
+}
+
+/* Under FTZ, as the bf16 kernels sum; then the key padding's + 0. */
+__attribute__((target(AVX2))) static void decode_values16_avx2(const float *e, size_t e_ld, int nq, int runs,
+                                                              const void *const *v, const int *n, int i8, int dk,
+                                                              float *p, size_t ps)
+{
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x8040u);
+    if (i8)
+        values(MHA_KV_INT8, e, e_ld, nq, runs, v, n, NULL, dk, p, ps);
+    else
+        values(MHA_KV_BF16, e, e_ld, nq, runs, v, n, NULL, dk, p, ps);
+    _mm_setcsr(csr);
+    int keys = 0;
+    for (int r = 0; r < runs; r++)
+        keys += n[r];
+    for (int qi = 0; keys % MHA_BT_K && qi < nq; qi++)
+        for (int c = 0; c < dk; c += 8) {
+            float *y = p + (size_t)qi * ps + c;
+            const __m256i m = first8(dk - c);
+            _mm256_maskstore_ps(y, m, _mm256_add_ps(_mm256_maskload_ps(y, m), _mm256_setzero_ps()));
+        }
 }
 
 /* ---- bf16: rounding, packing, epilogue ---- */
@@ -477,6 +607,16 @@ __attribute__((target(AVX2))) static void round_into_tiles_avx2(const float *src
             memcpy(o, tmp, (size_t)run * sizeof *tmp);
         }
         t += run;
+    }
+}
+
+/* 8 lanes at a time: the rounded bits back in the high halves. */
+__attribute__((target(AVX2))) static void round_bf16_floats_avx2(float *x, int n)
+{
+    for (int i = 0; i < n; i += 8) {
+        const __m256i m = first8(n - i);
+        const __m256i r = round_lanes(_mm256_maskload_ps(x + i, m));
+        _mm256_maskstore_ps(x + i, m, _mm256_castsi256_ps(_mm256_slli_epi32(r, 16)));
     }
 }
 
@@ -693,7 +833,10 @@ const mha_isa mha_isa_avx2 = {
     .i8_scale_rows = i8_scale_rows_avx2,
     .decode_scores = decode_scores_avx2,
     .decode_values = decode_values_avx2,
+    .decode_scores16 = decode_scores16_avx2,
+    .decode_values16 = decode_values16_avx2,
     .round_into_tiles = round_into_tiles_avx2,
+    .round_bf16_floats = round_bf16_floats_avx2,
     .pack_b16 = pack_b16_avx2,
     .interleave_pairs = interleave_pairs_avx2,
     .interleave_pairs_i8 = interleave_pairs_i8_avx2,

@@ -348,11 +348,11 @@ scores_tile(const int R, const int V, const float *restrict q, int nb, int dk, i
     for (int i = 0; i < R * V; i++)
         acc[i] = _mm512_setzero_ps();
     for (int c = c0; c < c1; c++) {
-        const size_t at = (size_t)c * ld;
+        const size_t at = (size_t)c * ld * sizeof(float);
         __m512 krow[8];
         for (int j = 0; j < V; j++) {
             if (j < npf)
-                _mm_prefetch((const char *)(pf[j].kt + at), _MM_HINT_T0);
+                _mm_prefetch(pf[j].kt + at, _MM_HINT_T0);
             krow[j] = j < nv ? _mm512_maskz_loadu_ps(m[j], v[j].kt + at) : _mm512_setzero_ps();
         }
         for (int r = 0; r < R; r++)
@@ -388,11 +388,11 @@ scores_tiles(const int R, const int V, const float *restrict q, int nb, int dk, 
  * vector's row falls in one L1 and L2 set; 4 × 4 (16 chains) ran decode about 25% slower than
  * 4 × 2 (llama3-8b decode step, Zen 5). */
 __attribute__((target(AVX512))) static void decode_scores_avx512(const float *restrict q, int nq, int dk, int c0, int c1,
-                                                                 int runs, const float *const *kt, const int *n, int ld,
+                                                                 int runs, const void *const *kt, const int *n, int ld,
                                                                  float scale, float *restrict sc, size_t sc_ld)
 {
     mha_slot_vec v[MHA_KV_CHUNK];
-    const int nv = mha_slot_vecs(runs, kt, n, 16, v);
+    const int nv = mha_slot_vecs(runs, kt, NULL, 0, 0, n, 16, sizeof(float), v);
     for (int q0 = 0; q0 < nq; q0 += 8) {
         const int nb = nq - q0 < 8 ? nq - q0 : 8;
         const float *qq = q + (size_t)q0 * dk;
@@ -493,6 +493,16 @@ __attribute__((target(AVX512))) static void round_into_tiles_avx512(const float 
         const __m512i r = round_lanes(_mm512_maskz_loadu_ps(m, src + t));
         _mm256_mask_storeu_epi16(d + (size_t)(e / MHA_BT_K) * MHA_BT_ELEMS + e % MHA_BT_K, m, _mm512_cvtepi32_epi16(r));
         t += run;
+    }
+}
+
+/* 16 lanes at a time (masked): the rounded bits back in the high halves. */
+__attribute__((target(AVX512))) static void round_bf16_floats_avx512(float *x, int n)
+{
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 m = first16(n - i);
+        const __m512i r = round_lanes(_mm512_maskz_loadu_ps(m, x + i));
+        _mm512_mask_storeu_ps(x + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(r, 16)));
     }
 }
 
@@ -774,6 +784,7 @@ const mha_isa mha_isa_avx512 = {
     .decode_scores = decode_scores_avx512,
     .decode_values = decode_values_avx512,
     .round_into_tiles = round_into_tiles_avx512,
+    .round_bf16_floats = round_bf16_floats_avx512,
     .pack_b16 = pack_b16_avx512,
     .interleave_pairs = interleave_pairs_avx512,
     .interleave_pairs_i8 = interleave_pairs_i8_avx512,

@@ -70,21 +70,38 @@ typedef struct mha_isa {
      * exp_poly.h (ref lane by lane as mha_tanh_poly; the vector tables with FMA: like their
      * exp, within a few ulp of ref's, not its bits). */
     void (*softcap_row)(float *s, int n, float cap);
-    /* Decode scores (float32 cache; bf16 decode runs the forward's chunk on the bf16 kernels)
-     * over the runs of one chunk: run r holds n[r] slots of a block, Kᵀ at kt[r] (feature c of
-     * slot t at kt[r][c · ld + t]), its scores following the previous runs' in each row of sc.
-     * Over the features [c0, c1) of one pass, sc[qi · sc_ld + slot] = scale · Σ_c q[qi · dk + c]
+    /* Decode scores (float32 engines) over the runs of one chunk: run r holds n[r] slots of a
+     * block, Kᵀ at kt[r] (float32, feature c of slot t at kt[r][c · ld + t]), its scores
+     * following the previous runs' in each row of sc. Over the features [c0, c1) of one pass, sc[qi · sc_ld + slot] = scale · Σ_c q[qi · dk + c]
      * · kt, plus sc when c0 > 0: the microkernel's sums (one chain per score in feature order
      * from zero, FMA in the vector tables, a multiply and an add in ref, then alpha·sum (+ C)),
      * so decode scores equal the forward's. Instruction-level parallelism comes from slots of
      * several blocks and from queries at once, never from splitting the features. */
-    void (*decode_scores)(const float *restrict q, int nq, int dk, int c0, int c1, int runs, const float *const *kt,
+    void (*decode_scores)(const float *restrict q, int nq, int dk, int c0, int c1, int runs, const void *const *kt,
                           const int *n, int ld, float scale, float *restrict sc, size_t sc_ld);
     /* Decode values: p[qi · ps + c] += Σ_t e[qi · e_ld + t] · v[t · dk + c] over n rows, key by
      * key in order (one chain per output, as the microkernel sums A·V over a chunk); next as
      * above. */
     void (*decode_values)(const float *e, size_t e_ld, int nq, const float *v, int n, int dk, float *p, size_t ps,
                           const void *next);
+    /* bf16 decode (engines whose bf16 kernel sums even first, mha_bk_order), straight from a
+     * bf16 cache or (i8) an int8 one's values, the same tiles over the elements widened in
+     * registers: no panels. q and e hold bf16 values (rounded as the kernels' A panels hold
+     * them); every sum is the kernels' (mha_bk_block_model, even first): one chain from zero
+     * in increasing k, products exact, sums flushed to zero when denormal. Scores: all dk
+     * features in one pass, + 0 for the zero features padding dk to whole k tiles (a −0 sum
+     * becomes +0 there), then scale · sum unflushed: the forward's chunk scores on those
+     * kernels, bit for bit; value rows (v[r], as for values) may be prefetched as the scores
+     * are summed (a hint: the tables choose which). Values: p += as decode_values,
+     * over the runs of a chunk (run r: n[r]
+     * value rows at v[r], its probabilities following the previous runs' in e), then + 0 for
+     * the keys padding the chunk to whole k tiles. NULL where the table has none (then bf16
+     * decode gathers the chunk into the kernels' panels). */
+    void (*decode_scores16)(const float *restrict q, int nq, int dk, int runs, const void *const *kt,
+                            const void *const *v, int i8, const int *n, int ld, float scale, float *restrict sc,
+                            size_t sc_ld);
+    void (*decode_values16)(const float *e, size_t e_ld, int nq, int runs, const void *const *v, const int *n, int i8,
+                            int dk, float *p, size_t ps);
     /* An int8 cache's block read back as float32: rows × n elements, src's rows ld_src apart,
      * dst's ld_dst apart, dst[r][t] = (float)src[r][t] · (row_scales ? row_scales[r] :
      * col_scales[t]): V (a scale per slot, a row) or Kᵀ (a scale per slot, a column). An exact
@@ -98,6 +115,10 @@ typedef struct mha_isa {
      * d[(e / 32)·MHA_BT_ELEMS + e % 32]. One call per run: a call per 16 elements cost more
      * than the rounding (AMX forwards). */
     void (*round_into_tiles)(const float *src, int c, int n, mha_bf16 *d);
+    /* x[i] (i < n) in place: the float of its bf16 rounding (mha_bf16_round: same bits in
+     * every table), as a kernel's A panels would hold it: bf16 decode's queries and
+     * probabilities. */
+    void (*round_bf16_floats)(float *x, int n);
     /* B (kk × n), or srcᵀ, into bf16 VNNI panels (mha_bk_pack_b's contract; same bits). */
     void (*pack_b16)(const mha_kernel *k, mha_mat src, int transpose, int kk, int n, mha_bf16 *dst, size_t ps);
     /* Pairs of rows into VNNI pairs, as bf16 B panels hold them: for p < pairs and i < 16,
@@ -118,15 +139,21 @@ typedef struct mha_isa {
 /* The vector tables' decode scores: a chunk's runs cut into slot vectors of w lanes (the
  * last of a run shorter): at most MHA_KV_CHUNK of them, the most slots of one call. */
 typedef struct mha_slot_vec {
-    const float *kt; /* feature 0 of the vector's first slot */
-    int lanes, out;  /* slots in it; its first score's column in sc */
+    const char *kt; /* feature 0 of the vector's first slot (elements of esz bytes) */
+    const char *v;  /* its first slot's value row (NULL: none given) */
+    int lanes, out; /* slots in it; its first score's column in sc */
 } mha_slot_vec;
-static inline int mha_slot_vecs(int runs, const float *const *kt, const int *n, int w, mha_slot_vec *v)
+/* vr: the runs' value rows (or NULL), row bytes apart, given to the vectors of the first
+ * vruns runs. */
+static inline int mha_slot_vecs(int runs, const void *const *kt, const void *const *vr, int vruns, size_t row,
+                                const int *n, int w, size_t esz, mha_slot_vec *v)
 {
     int nv = 0;
     for (int r = 0, at = 0; r < runs; at += n[r++])
         for (int t = 0; t < n[r]; t += w)
-            v[nv++] = (mha_slot_vec){kt[r] + t, n[r] - t < w ? n[r] - t : w, at + t};
+            v[nv++] = (mha_slot_vec){(const char *)kt[r] + (size_t)t * esz,
+                                     vr && r < vruns ? (const char *)vr[r] + (size_t)t * row : NULL,
+                                     n[r] - t < w ? n[r] - t : w, at + t};
     return nv;
 }
 

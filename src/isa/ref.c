@@ -89,33 +89,79 @@ static float softmax_row_ref(float *restrict s, int n, int visible, const uint8_
     return sum;
 }
 
-/* One chain per score, feature by feature: a multiply and an add each rounded, as the
- * portable sub-configs' microkernels sum. */
-static void decode_scores_ref(const float *restrict q, int nq, int dk, int c0, int c1, int runs, const float *const *kt,
-                              const int *n, int ld, float scale, float *restrict sc, size_t sc_ld)
+/* Element i of a cache's run as float: float32, bf16, or int8 (exact). */
+static float elem_at(const void *p, mha_kv_type type, size_t i)
 {
+    return type == MHA_KV_F32    ? ((const float *)p)[i]
+           : type == MHA_KV_BF16 ? mha_bf16_float(((const mha_bf16 *)p)[i])
+                                 : (float)((const int8_t *)p)[i];
+}
+
+/* One chain per score, feature by feature: float32 a multiply and an add each rounded, as the
+ * portable sub-configs' microkernels sum; bf16 and int8 as the bf16 model sums (flushed). */
+static void scores_ref(mha_kv_type type, const float *restrict q, int nq, int dk, int c0, int c1, int runs,
+                       const void *const *kt, const int *n, int ld, float scale, float *restrict sc, size_t sc_ld)
+{
+    const int flush = type != MHA_KV_F32;
     for (int r = 0, at = 0; r < runs; at += n[r++])
         for (int qi = 0; qi < nq; qi++)
             for (int t = 0; t < n[r]; t++) {
                 float acc = 0.0f;
-                for (int c = c0; c < c1; c++)
-                    acc += q[(size_t)qi * dk + c] * kt[r][(size_t)c * ld + t];
+                for (int c = c0; c < c1; c++) {
+                    acc += q[(size_t)qi * dk + c] * elem_at(kt[r], type, (size_t)c * ld + t);
+                    acc = flush ? mha_bk_ftz(acc) : acc;
+                }
+                if (flush && dk % MHA_BT_K) /* the padding's zero products */
+                    acc += 0.0f;
                 float *y = sc + (size_t)qi * sc_ld + at + t;
                 *y = c0 > 0 ? acc * scale + *y : acc * scale;
             }
+}
+
+static void values_ref(mha_kv_type type, const float *e, size_t e_ld, int nq, const void *v, int n, int dk, float *p,
+                       size_t ps)
+{
+    for (int t = 0; t < n; t++)
+        for (int qi = 0; qi < nq; qi++) {
+            const float x = e[(size_t)qi * e_ld + t];
+            float *y = p + (size_t)qi * ps;
+            for (int c = 0; c < dk; c++) {
+                y[c] += x * elem_at(v, type, (size_t)t * dk + c);
+                y[c] = type != MHA_KV_F32 ? mha_bk_ftz(y[c]) : y[c];
+            }
+        }
+}
+
+static void decode_scores_ref(const float *restrict q, int nq, int dk, int c0, int c1, int runs, const void *const *kt,
+                              const int *n, int ld, float scale, float *restrict sc, size_t sc_ld)
+{
+    scores_ref(MHA_KV_F32, q, nq, dk, c0, c1, runs, kt, n, ld, scale, sc, sc_ld);
 }
 
 static void decode_values_ref(const float *e, size_t e_ld, int nq, const float *v, int n, int dk, float *p, size_t ps,
                               const void *next)
 {
     (void)next;
-    for (int t = 0; t < n; t++)
-        for (int qi = 0; qi < nq; qi++) {
-            const float x = e[(size_t)qi * e_ld + t];
-            float *y = p + (size_t)qi * ps;
-            for (int c = 0; c < dk; c++)
-                y[c] += x * v[(size_t)t * dk + c];
-        }
+    values_ref(MHA_KV_F32, e, e_ld, nq, v, n, dk, p, ps);
+}
+
+static void decode_scores16_ref(const float *restrict q, int nq, int dk, int runs, const void *const *kt,
+                                const void *const *v, int i8, const int *n, int ld, float scale, float *restrict sc,
+                                size_t sc_ld)
+{
+    (void)v;
+    scores_ref(i8 ? MHA_KV_INT8 : MHA_KV_BF16, q, nq, dk, 0, dk, runs, kt, n, ld, scale, sc, sc_ld);
+}
+
+static void decode_values16_ref(const float *e, size_t e_ld, int nq, int runs, const void *const *v, const int *n,
+                                int i8, int dk, float *p, size_t ps)
+{
+    int keys = 0;
+    for (int r = 0; r < runs; keys += n[r++])
+        values_ref(i8 ? MHA_KV_INT8 : MHA_KV_BF16, e + keys, e_ld, nq, v[r], n[r], dk, p, ps);
+    for (int qi = 0; keys % MHA_BT_K && qi < nq; qi++) /* the padding's zero products */
+        for (int c = 0; c < dk; c++)
+            p[(size_t)qi * ps + c] += 0.0f;
 }
 
 /* ---- bf16 ---- */
@@ -126,6 +172,12 @@ static void round_into_tiles_ref(const float *src, int c, int n, mha_bf16 *d)
         const int e = c + t;
         d[(size_t)(e / MHA_BT_K) * MHA_BT_ELEMS + e % MHA_BT_K] = mha_bf16_round(src[t]);
     }
+}
+
+static void round_bf16_floats_ref(float *x, int n)
+{
+    for (int i = 0; i < n; i++)
+        x[i] = mha_bf16_float(mha_bf16_round(x[i]));
 }
 
 static void interleave_pairs_ref(const mha_bf16 *src, size_t ld, int pairs, mha_bf16 *restrict dst,
@@ -204,7 +256,10 @@ const mha_isa mha_isa_ref = {
     .i8_scale_rows = i8_scale_rows_ref,
     .decode_scores = decode_scores_ref,
     .decode_values = decode_values_ref,
+    .decode_scores16 = decode_scores16_ref,
+    .decode_values16 = decode_values16_ref,
     .round_into_tiles = round_into_tiles_ref,
+    .round_bf16_floats = round_bf16_floats_ref,
     .pack_b16 = pack_b16_ref,
     .interleave_pairs = interleave_pairs_ref,
     .interleave_pairs_i8 = interleave_pairs_i8_ref,
