@@ -347,7 +347,9 @@ scores_tile(const mha_kv_type type, const int R, const int V, const int full, co
     for (int j = 0; j < V; j++)
         pfp[j] = j < npf ? pf[j].kt : v[j < nv ? j : 0].kt;
     /* the vectors' value rows (when given): a line each feature from the first, till done */
-    const size_t vbytes = (size_t)(full ? 8 : v[0].lanes) * (size_t)dk * mha_kv_elem_size(type);
+    size_t vbytes[8];
+    for (int j = 0; j < V; j++)
+        vbytes[j] = j < nv && v[j].v ? (size_t)(full ? 8 : v[j].lanes) * (size_t)dk * mha_kv_elem_size(type) : 0;
     __m256 acc[8];
     for (int i = 0; i < R * V; i++)
         acc[i] = _mm256_setzero_ps();
@@ -355,7 +357,7 @@ scores_tile(const mha_kv_type type, const int R, const int V, const int full, co
         const size_t at = (size_t)c * ld * mha_kv_elem_size(type), line = (size_t)(c - c0) * 64;
         __m256 krow[8];
         for (int j = 0; j < V; j++) {
-            if (v[0].v && j < nv && line < vbytes)
+            if (line < vbytes[j])
                 _mm_prefetch(v[j].v + line, _MM_HINT_T0);
             _mm_prefetch(pfp[j] + at, _MM_HINT_T0);
             krow[j] = j >= nv ? _mm256_setzero_ps() : load_elems(type, v[j].kt + at, full ? 8 : v[j].lanes);
@@ -406,7 +408,7 @@ scores(const mha_kv_type type, const float *restrict q, int nq, int dk, int c0, 
        const void *const *vr, const int *n, int ld, float scale, float *restrict sc, size_t sc_ld)
 {
     mha_slot_vec v[MHA_KV_CHUNK];
-    const int nv = mha_slot_vecs(runs, kt, vr, 1 << 30, (size_t)dk * mha_kv_elem_size(type), n, 8, mha_kv_elem_size(type), v);
+    const int nv = mha_slot_vecs(runs, kt, vr, (size_t)dk * mha_kv_elem_size(type), n, 8, mha_kv_elem_size(type), v);
     for (int q0 = 0; q0 < nq; q0 += 8) {
         const int nb = nq - q0 < 8 ? nq - q0 : 8;
         const float *qq = q + (size_t)q0 * dk;

@@ -91,12 +91,12 @@ typedef struct mha_isa {
      * in increasing k, products exact, sums flushed to zero when denormal. Scores: all dk
      * features in one pass, + 0 for the zero features padding dk to whole k tiles (a −0 sum
      * becomes +0 there), then scale · sum unflushed: the forward's chunk scores on those
-     * kernels, bit for bit; value rows (v[r], as for values) may be prefetched as the scores
-     * are summed (a hint: the tables choose which). Values: p += as decode_values,
-     * over the runs of a chunk (run r: n[r]
-     * value rows at v[r], its probabilities following the previous runs' in e), then + 0 for
-     * the keys padding the chunk to whole k tiles. NULL where the table has none (then bf16
-     * decode gathers the chunk into the kernels' panels). */
+     * kernels, bit for bit; the runs' value rows (v[r], as for values) prefetched as their
+     * scores are summed, so the values find them in cache. Values: p += as decode_values,
+     * over the runs of a chunk (run r: n[r] value rows at v[r], its probabilities following
+     * the previous runs' in e), then + 0 for the keys padding the chunk to whole k tiles. NULL
+     * where the table has none (then bf16 decode gathers the chunk into the kernels'
+     * panels). */
     void (*decode_scores16)(const float *restrict q, int nq, int dk, int runs, const void *const *kt,
                             const void *const *v, int i8, const int *n, int ld, float scale, float *restrict sc,
                             size_t sc_ld);
@@ -143,16 +143,14 @@ typedef struct mha_slot_vec {
     const char *v;  /* its first slot's value row (NULL: none given) */
     int lanes, out; /* slots in it; its first score's column in sc */
 } mha_slot_vec;
-/* vr: the runs' value rows (or NULL), row bytes apart, given to the vectors of the first
- * vruns runs. */
-static inline int mha_slot_vecs(int runs, const void *const *kt, const void *const *vr, int vruns, size_t row,
-                                const int *n, int w, size_t esz, mha_slot_vec *v)
+/* vr: the runs' value rows (or NULL), row bytes apart. */
+static inline int mha_slot_vecs(int runs, const void *const *kt, const void *const *vr, size_t row, const int *n, int w,
+                                size_t esz, mha_slot_vec *v)
 {
     int nv = 0;
     for (int r = 0, at = 0; r < runs; at += n[r++])
         for (int t = 0; t < n[r]; t += w)
-            v[nv++] = (mha_slot_vec){(const char *)kt[r] + (size_t)t * esz,
-                                     vr && r < vruns ? (const char *)vr[r] + (size_t)t * row : NULL,
+            v[nv++] = (mha_slot_vec){(const char *)kt[r] + (size_t)t * esz, vr ? (const char *)vr[r] + (size_t)t * row : NULL,
                                      n[r] - t < w ? n[r] - t : w, at + t};
     return nv;
 }
