@@ -49,6 +49,8 @@ void *mha_alloc_pages(size_t bytes);
     X(qk_ss, double, MHA_ALIGN)         /* QK-norm full: each row's sums of squares, one per KV  \
                                            head's part: Q's (batch·seq_q, kvh), then K's          \
                                            (batch·max(seq_q, seq_kv), kvh); absent otherwise */  \
+    X(k_saved, float, MHA_ALIGN)        /* QK-norm full: K as the norm tasks projected it,       \
+                                           (batch·max(seq_q, seq_kv), kvh·dk); absent otherwise */ \
     X(rope_cos, float, MHA_ALIGN)       /* (positions, r/2); absent without RoPE */              \
     X(rope_sin, float, MHA_ALIGN)       /* (positions, r/2) */                                   \
     X(alibi, float, MHA_ALIGN)          /* (h): ALiBi's slopes; absent without ALiBi */          \

@@ -286,10 +286,17 @@ void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)
     const float *xk = f->k + (size_t)b * f->seq_kv * d;
     const float *xv = f->v + (size_t)b * f->seq_kv * d;
     const float *xp = f->xpack + (size_t)b * f->xpack_stride;
-    const int one_gemm = f->fused && f->group == 1; /* Q|K|V of the only head in one GEMM */
+    const int one_gemm = f->fused && f->group == 1 && !f->k_saved; /* Q|K|V of the only head in one GEMM */
+    const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
+    const ptrdiff_t kd = (ptrdiff_t)f->kvh * dk;
 
-    /* step 1: K and V of this KV head for the valid keys, into columns [dkp, 3·dkp) */
-    if (one_gemm)
+    /* step 1: K and V of this KV head for the valid keys, into columns [dkp, 3·dkp) (QK-norm
+     * full: K as mha_attention_norm_sums projected it) */
+    if (f->k_saved) {
+        mha_attention_project(f, s, kl, f->fused ? xq : f->kv_shared ? xk : xv, f->fused ? xp : NULL, g, 2 * dkp,
+                              2 * dkp, dkp);
+        mha_mat_set_rows(k, qkv, kl, dkp, dk, f->k_saved + (size_t)b * f->seq_kv * kd + (size_t)g * dk, kd);
+    } else if (one_gemm)
         mha_attention_project(f, s, ql > kl ? ql : kl, xq, xp, g, 0, 0, 3 * dkp);
     else if (f->fused) /* self-attention: the packed query input is the keys' input too */
         mha_attention_project(f, s, kl, xq, xp, g, dkp, dkp, 2 * dkp);
@@ -307,10 +314,14 @@ void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)
     if (kl > 0 && f->bk)
         pack_kv16(f, s, kl);
     else if (kl > 0)
-        mha_pack_panels(k, dk, kl, mha_mat_sub(k, mha_mat_panels(k, s->qkv, f->rows), 0, dkp), 1, s->kt);
-    /* step 3: each query head of the group: its Q (rotated), then its attention */
+        mha_pack_panels(k, dk, kl, mha_mat_sub(k, qkv, 0, dkp), 1, s->kt);
+    /* step 3: each query head of the group: its Q (rotated; QK-norm full: from its columns of
+     * z, read before its output goes there), then its attention */
     for (int j = 0; j < f->group; j++) {
-        if (!one_gemm)
+        if (f->k_saved)
+            mha_mat_set_rows(k, qkv, ql, 0, dk, f->z + (size_t)b * f->seq_q * f->qd + (size_t)(g * f->group + j) * dk,
+                             f->qd);
+        else if (!one_gemm)
             mha_attention_project(f, s, ql, xq, xp, g, j == 0 ? 0 : (j + 2) * dkp, 0, dkp);
         norm_rotate(f, s, ql, 0, f->seq_kv - f->seq_q, 0, g * f->group + j, qss); /* query i at i + seq_kv - seq_q */
         attend(f, b, g * f->group + j, s, ql, kl);
@@ -319,19 +330,24 @@ void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)
 
 void mha_attention_norm_sums(const mha_fwd *f, int b, int g, const mha_scratch *s)
 {
+    const mha_kernel *k = f->kernel;
     const int ql = f->q_len ? f->q_len[b] : f->seq_q;
     const int kl = f->kv_len ? f->kv_len[b] : f->seq_kv;
-    const int dkp = f->dkp;
-    const mha_mat qkv = mha_mat_panels(f->kernel, s->qkv, f->rows);
+    const int dk = f->dk, dkp = f->dkp;
+    const ptrdiff_t kd = (ptrdiff_t)f->kvh * dk;
+    const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
     const float *xq = f->q + (size_t)b * f->seq_q * f->d;
     const float *xp = f->xpack + (size_t)b * f->xpack_stride;
-    /* K from the query input when fused (its packed rows too), else from the key input */
+    /* K from the query input when fused (its packed rows too), else from the key input; it
+     * and each query head's Q kept for the group task (K in k_saved, Q in its columns of z) */
     mha_attention_project(f, s, kl, f->fused ? xq : f->k + (size_t)b * f->seq_kv * f->d, f->fused ? xp : NULL, g, dkp,
                           dkp, dkp);
     mha_attention_sum_squares(f, qkv, kl, dkp, f->k_ss + (size_t)b * f->seq_kv * f->kvh + g, 0);
+    mha_mat_get_rows(k, qkv, kl, dkp, dk, f->k_saved + (size_t)b * f->seq_kv * kd + (size_t)g * dk, kd);
     for (int j = 0; j < f->group; j++) {
         mha_attention_project(f, s, ql, xq, xp, g, j == 0 ? 0 : (j + 2) * dkp, 0, dkp);
         mha_attention_sum_squares(f, qkv, ql, 0, f->q_ss + (size_t)b * f->seq_q * f->kvh + g, j > 0);
+        mha_mat_get_rows(k, qkv, ql, 0, dk, f->z + (size_t)b * f->seq_q * f->qd + (size_t)(g * f->group + j) * dk, f->qd);
     }
 }
 

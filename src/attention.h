@@ -107,6 +107,9 @@ typedef struct mha_fwd {
                                    * (qd) and (kvh·dk) for the whole projection (kind full) */
     double *q_ss, *k_ss;          /* kind full, else NULL: each row's sums of squares of Q (K),
                                    * kvh per row, one per KV head's part (mha_attention_norm_sums) */
+    float *k_saved;               /* kind full, else NULL: K as those tasks projected it, row r
+                                   * (forward: b·seq_kv + key; steps: the step's row) at
+                                   * r·kvh·dk, KV head g's dk at g·dk; their Q goes in z */
     float norm_eps;
     mha_rope_style rope;          /* MHA_ROPE_NONE: no rotation */
     int rope_dim;                 /* features rotated */
@@ -243,7 +246,8 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, i
 void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s);
 /* QK-norm over the whole projection (kind full), before any group task of sequence b: KV
  * head g's part of each row's sums of squares, its K's (f->k_ss) and its query heads' Q's
- * (f->q_ss), projected as mha_attention_group projects them. */
+ * (f->q_ss), projected as mha_attention_group would project them; the projections kept for
+ * it (K in f->k_saved, each Q in its head's columns of z), so it projects only V. */
 void mha_attention_norm_sums(const mha_fwd *f, int b, int g, const mha_scratch *s);
 /* out rows [r0, r1) of sequence b: z · Wo + bo; rows past the query length are 0. */
 void mha_attention_out_rows(const mha_fwd *f, int b, int r0, int r1, const mha_scratch *s);

@@ -437,6 +437,7 @@ static mha_fwd engine_fwd(const mha_engine *e, float *out)
         .q_norm = v->qk_norm, .norm_eps = dm->qk_norm.eps,
         .k_norm = v->qk_norm ? v->qk_norm + mha_qk_norm_len(dm->qk_norm.kind, dm->h, dm->dk) : NULL,
         .q_ss = v->qk_ss, .k_ss = v->qk_ss ? v->qk_ss + (size_t)dm->batch * dm->seq_q * dm->kvh : NULL,
+        .k_saved = v->k_saved,
         .rope = dm->rope.style, .rope_dim = dm->rope.rotary_dim,
         .rope_cos = v->rope_cos, .rope_sin = v->rope_sin,
         .wqkv = v->wqkv, .bqkv = v->bqkv, .wo = v->wo, .bo = v->bo,

@@ -123,6 +123,20 @@ void mha_mat_fill_rows(const mha_kernel *k, mha_mat c, int rows, int cols, const
     }
 }
 
+void mha_mat_set_rows(const mha_kernel *k, mha_mat m, int rows, int c0, int cols, const float *src, ptrdiff_t ld)
+{
+    for (int i = 0; i < rows; i++)
+        for (int c = 0; c < cols; c += k->bw)
+            memcpy(mha_mat_at(k, m, i, c0 + c), src + i * ld + c, (size_t)(cols - c < k->bw ? cols - c : k->bw) * sizeof *src);
+}
+
+void mha_mat_get_rows(const mha_kernel *k, mha_mat m, int rows, int c0, int cols, float *dst, ptrdiff_t ld)
+{
+    for (int i = 0; i < rows; i++)
+        for (int c = 0; c < cols; c += k->bw)
+            memcpy(dst + i * ld + c, mha_mat_at(k, m, i, c0 + c), (size_t)(cols - c < k->bw ? cols - c : k->bw) * sizeof *dst);
+}
+
 void mha_gemm_pack_a(const mha_kernel *k, mha_mat a, int i0, int rows, int p0, int kc, float *dst)
 {
     pack_a(k, a, i0, rows, p0, kc, dst);

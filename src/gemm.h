@@ -88,5 +88,9 @@ static inline size_t mha_gemm_packed_a_floats(const mha_kernel *k, size_t rows, 
 
 /* Rows [0, rows) of c, columns [0, cols), set to the broadcast vector v. */
 void mha_mat_fill_rows(const mha_kernel *k, mha_mat c, int rows, int cols, const float *v);
+/* Rows [0, rows) of m, columns [c0, c0 + cols) (c0 a multiple of the panel width), from rows
+ * of cols floats at src (set), or into such rows at dst (get), ld floats apart. */
+void mha_mat_set_rows(const mha_kernel *k, mha_mat m, int rows, int c0, int cols, const float *src, ptrdiff_t ld);
+void mha_mat_get_rows(const mha_kernel *k, mha_mat m, int rows, int c0, int cols, float *dst, ptrdiff_t ld);
 
 #endif

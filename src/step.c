@@ -30,19 +30,6 @@
 #include "isa/isa.h"
 #include "rope.h"
 
-/* Row t of a panel matrix, columns [c0, c0 + n) (c0 a panel boundary) from / to a vector. */
-static void to_panels(const mha_kernel *k, mha_mat m, int t, int c0, const float *src, int n)
-{
-    for (int c = 0; c < n; c += k->bw)
-        memcpy(mha_mat_at(k, m, t, c0 + c), src + c, (size_t)(n - c < k->bw ? n - c : k->bw) * sizeof *src);
-}
-
-static void from_panels(const mha_kernel *k, mha_mat m, int t, int c0, float *dst, int n)
-{
-    for (int c = 0; c < n; c += k->bw)
-        memcpy(dst + c, mha_mat_at(k, m, t, c0 + c), (size_t)(n - c < k->bw ? n - c : k->bw) * sizeof *dst);
-}
-
 /* The sequence of row r, walking forward from sequence q (rows only grow). */
 static int seq_of(const mha_step_job *j, int r, int q)
 {
@@ -141,15 +128,19 @@ static void store_kv(const mha_step_job *j, mha_mat qkv, int i, int block, int g
 void mha_step_norm_sums(const mha_step_job *j, int g, int r0, int r1, const mha_scratch *s)
 {
     const mha_fwd *f = &j->f;
-    const int dkp = f->dkp, m = r1 - r0;
+    const mha_kernel *k = f->kernel;
+    const int dk = f->dk, dkp = f->dkp, m = r1 - r0, kd = f->kvh * dk;
     const float *x = j->step->x + (size_t)r0 * f->d;
     const float *xp = r0 % mha_step_panel(j) == 0 ? packed_rows(j, r0) : NULL;
-    const mha_mat qkv = mha_mat_panels(f->kernel, s->qkv, f->rows);
+    const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
+    /* K and each query head's Q, kept for mha_step_project (K in k_saved, Q in z) */
     mha_attention_project(f, s, m, x, xp, g, dkp, dkp, dkp);
     mha_attention_sum_squares(f, qkv, m, dkp, f->k_ss + (size_t)r0 * f->kvh + g, 0);
+    mha_mat_get_rows(k, qkv, m, dkp, dk, f->k_saved + (size_t)r0 * kd + (size_t)g * dk, kd);
     for (int h = 0; h < f->group; h++) {
         mha_attention_project(f, s, m, x, xp, g, h == 0 ? 0 : (h + 2) * dkp, 0, dkp);
         mha_attention_sum_squares(f, qkv, m, 0, f->q_ss + (size_t)r0 * f->kvh + g, h > 0);
+        mha_mat_get_rows(k, qkv, m, 0, dk, f->z + (size_t)r0 * f->qd + (size_t)(g * f->group + h) * dk, f->qd);
     }
 }
 
@@ -169,7 +160,11 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
     const float *xp = r0 % mha_step_panel(j) == 0 ? packed_rows(j, r0) : NULL;
     const double *kss = f->k_ss ? f->k_ss + (size_t)r0 * f->kvh : NULL;
     const double *qss = f->q_ss ? f->q_ss + (size_t)r0 * f->kvh : NULL;
-    mha_attention_project(f, s, m, x, xp, g, dkp, dkp, 2 * dkp);
+    if (f->k_saved) { /* QK-norm full: K projected by mha_step_norm_sums, V here */
+        mha_attention_project(f, s, m, x, xp, g, 2 * dkp, 2 * dkp, dkp);
+        mha_mat_set_rows(k, qkv, m, dkp, dk, f->k_saved + (size_t)r0 * f->kvh * dk + (size_t)g * dk, (ptrdiff_t)f->kvh * dk);
+    } else
+        mha_attention_project(f, s, m, x, xp, g, dkp, dkp, 2 * dkp);
     mha_attention_norm_rows(f, qkv, m, dkp, 1, g, kss);
     for (int i = 0, q = first; i < m; i++) {
         q = seq_of(j, r0 + i, q);
@@ -178,18 +173,21 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
             mha_rope_rows(k, mha_mat_sub(k, qkv, i, 0), 1, dkp, pos, f->rope, f->rope_dim, f->rope_cos, f->rope_sin);
         store_kv(j, qkv, i, st->blocks[(size_t)q * st->max_blocks + pos / bs], g, pos % bs);
     }
-    /* Q of each query head of the group, rotated, into its columns of z */
+    /* Q of each query head of the group (QK-norm full: already in z), rotated, into its
+     * columns of z */
     for (int h = 0; h < f->group; h++) {
-        mha_attention_project(f, s, m, x, xp, g, h == 0 ? 0 : (h + 2) * dkp, 0, dkp);
-        mha_attention_norm_rows(f, qkv, m, 0, 0, g * f->group + h, qss);
         float *z = f->z + (size_t)r0 * f->qd + (size_t)(g * f->group + h) * dk;
-        for (int i = 0, q = first; i < m; i++) {
+        if (f->k_saved)
+            mha_mat_set_rows(k, qkv, m, 0, dk, z, f->qd);
+        else
+            mha_attention_project(f, s, m, x, xp, g, h == 0 ? 0 : (h + 2) * dkp, 0, dkp);
+        mha_attention_norm_rows(f, qkv, m, 0, 0, g * f->group + h, qss);
+        for (int i = 0, q = first; i < m && f->rope != MHA_ROPE_NONE; i++) {
             q = seq_of(j, r0 + i, q);
-            if (f->rope != MHA_ROPE_NONE)
-                mha_rope_rows(k, mha_mat_sub(k, qkv, i, 0), 1, 0, pos_of(j, r0 + i, q), f->rope, f->rope_dim,
-                              f->rope_cos, f->rope_sin);
-            from_panels(k, qkv, i, 0, z + (size_t)i * f->qd, dk);
+            mha_rope_rows(k, mha_mat_sub(k, qkv, i, 0), 1, 0, pos_of(j, r0 + i, q), f->rope, f->rope_dim, f->rope_cos,
+                          f->rope_sin);
         }
+        mha_mat_get_rows(k, qkv, m, 0, dk, z, f->qd);
     }
 }
 
@@ -213,8 +211,8 @@ static void gather_f32(const mha_step_job *j, const int32_t *table, int g, int c
                 memcpy(mha_mat_at(k, ktm, c, col), kt + (size_t)c * bs + t, (size_t)run * sizeof *kt);
                 t += run;
             }
-        for (int t = 0; t < n; t++)
-            to_panels(k, qkv, t0 + t, 2 * dkp, mha_kv_f32(cache) + mha_kv_v_at(cache, block, g, slot + t), dk);
+        mha_mat_set_rows(k, mha_mat_sub(k, qkv, t0, 0), n, 2 * dkp, dk, mha_kv_f32(cache) + mha_kv_v_at(cache, block, g, slot),
+                         dk);
         t0 += n;
     }
     for (int c = 0; c < dk; c++) /* the last panel's columns past ctx */
@@ -358,8 +356,7 @@ void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s)
         gather_f32(j, table, g, ctx, t_begin, s);
     float *z = f->z + (size_t)j->row0[q] * f->qd;
     for (int h = g * f->group; h < (g + 1) * f->group; h++) {
-        for (int i = 0; i < n_new; i++) /* its Q (rotated in phase 1), then Z over it */
-            to_panels(k, qkv, i, 0, z + (size_t)i * f->qd + (size_t)h * dk, dk);
+        mha_mat_set_rows(k, qkv, n_new, 0, dk, z + (size_t)h * dk, f->qd); /* its Q (rotated in phase 1), then Z over it */
         mha_attention_rows(f, h, s, n_new, ctx, n_past, z, NULL, ks, vs);
     }
 }

@@ -33,10 +33,13 @@ int mha_step_panel(const mha_step_job *j);
  * once for all the projections that read them. */
 void mha_step_pack_rows(const mha_step_job *j, int r0, int r1);
 /* QK-norm over the whole projection (kind full), before any mha_step_project: KV head g's
- * part of the sums of squares of rows [r0, r1)'s K and Q (f.k_ss, f.q_ss, row r at r·kvh). */
+ * part of the sums of squares of rows [r0, r1)'s K and Q (f.k_ss, f.q_ss, row r at r·kvh);
+ * K kept in f.k_saved and each Q in its columns of z for mha_step_project (which then
+ * projects only V). */
 void mha_step_norm_sums(const mha_step_job *j, int g, int r0, int r1, const mha_scratch *s);
-/* Rows [r0, r1) of the step, KV head g: K and V projected, rotated at their positions and
- * written to the cache; Q of the group's heads projected, rotated, into z. */
+/* Rows [r0, r1) of the step, KV head g: K and V projected (QK-norm full: K read back),
+ * rotated at their positions and written to the cache; Q of the group's heads projected (or
+ * read back from z), rotated, into z. */
 void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_scratch *s);
 /* Sequence q, KV head g: its context's K and V from the cache, then each query head of the
  * group attends from its new tokens (Q read from z, Z written over it). */

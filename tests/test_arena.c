@@ -104,7 +104,7 @@ static int expected(mha_arena_kind kind, const mha_dims *dm, int r)
         return dm->rope.style != MHA_ROPE_NONE;
     if (r == MHA_REGION_alibi)
         return dm->alibi_max_bias > 0.0f;
-    if (r == MHA_REGION_qk_ss)
+    if (r == MHA_REGION_qk_ss || r == MHA_REGION_k_saved)
         return dm->qk_norm.kind == MHA_QK_NORM_FULL;
     return 1;
 }
