@@ -379,16 +379,18 @@ static float *partial_of(const mha_step_job *j, int q, int g, int c, int qi)
 
 /* Where decode tiles read a chunk's keys: runs of slots, run r with n[r] slots of a block, Kᵀ
  * at kt[r] (feature c of slot t at element c · ld + t) and V at v[r] (slot t's d_k values at
- * element t · d_k); next[r]: what to prefetch while run r is read (NULL: nothing). */
+ * element t · d_k); next[r]: what to prefetch while run r is read (NULL: nothing); an int8
+ * cache's scales of the run's slots at ks[r] (K's) and vs[r] (V's). */
 typedef struct chunk_src {
     int runs, ld;
     const void *kt[MHA_KV_CHUNK], *v[MHA_KV_CHUNK], *next[MHA_KV_CHUNK];
+    const float *ks[MHA_KV_CHUNK], *vs[MHA_KV_CHUNK];
     int n[MHA_KV_CHUNK];
 } chunk_src;
 
-/* The keys [k0, k1) of (q, g) in place in the cache (any type): a run per block; int8 (ks
- * non-NULL): their K and V scales into ks and vs at t − k0. */
-static void cache_runs(const mha_step_job *j, int q, int g, int k0, int k1, chunk_src *src, float *ks, float *vs)
+/* The keys [k0, k1) of (q, g) in place in the cache (any type): a run per block; int8: its
+ * scales' lines prefetched (they lie past the block's values: read after the scores). */
+static void cache_runs(const mha_step_job *j, int q, int g, int k0, int k1, chunk_src *src)
 {
     const mha_kv_cache *cache = j->cache;
     const int bs = cache->block_size;
@@ -402,9 +404,9 @@ static void cache_runs(const mha_step_job *j, int q, int g, int k0, int k1, chun
         src->v[r] = data + mha_kv_v_at(cache, block, g, slot) * esz;
         src->next[r] = t + run < k1 ? data + mha_kv_v_at(cache, table[(t + run) / bs], g, 0) * esz : NULL;
         src->n[r] = run;
-        if (ks) {
-            memcpy(ks + (t - k0), mha_kv_scales(cache, block, g, 0) + slot, (size_t)run * sizeof *ks);
-            memcpy(vs + (t - k0), mha_kv_scales(cache, block, g, 1) + slot, (size_t)run * sizeof *vs);
+        if (cache->type == MHA_KV_INT8) {
+            src->ks[r] = mha_kv_scales(cache, block, g, 0) + slot, src->vs[r] = mha_kv_scales(cache, block, g, 1) + slot;
+            __builtin_prefetch(src->ks[r]), __builtin_prefetch(src->vs[r]);
         }
         t += run;
     }
@@ -445,7 +447,7 @@ static void dequantize_chunk(const mha_step_job *j, int q, int g, int k0, int k1
  * decode_values16), the queries and probabilities rounded to bf16 as the kernels' A panels
  * round them: the forward's chunk step, bit for bit. */
 static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int k1, float *qv, float *sc, float *p,
-                               const chunk_src *src, int bf16, int i8, const float *ks, const float *vs)
+                               const chunk_src *src, int bf16, int i8, float *ks, float *vs)
 {
     const mha_fwd *f = &j->f;
     const int n_new = j->step->n_new[q], n_past = j->step->n_past[q], dk = f->dk, nq = f->group * n_new;
@@ -460,6 +462,11 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
         for (int c0 = 0; c0 < dk; c0 += kc)
             isa->decode_scores(qv, nq, dk, c0, c0 + kc < dk ? c0 + kc : dk, src->runs, src->kt, src->n, src->ld,
                                f->scale, sc, MHA_KV_CHUNK);
+    /* int8 in a bf16 engine: the chunk's scales, key by key */
+    for (int r = 0, t = 0; i8 && bf16 && r < src->runs; t += src->n[r++]) {
+        memcpy(ks + t, src->ks[r], (size_t)src->n[r] * sizeof *ks);
+        memcpy(vs + t, src->vs[r], (size_t)src->n[r] * sizeof *vs);
+    }
     /* per query: the keys it sees in this chunk, their logits, exp'd against the chunk's max,
      * the sum */
     const size_t ps = (size_t)dk + 2; /* partial_of's stride between queries */
@@ -538,7 +545,7 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
     float *ks = f->bk && i8 ? s->kvs : NULL, *vs = ks ? ks + n : NULL;
     chunk_src src;
     if (bf16_tiles(f)) {
-        cache_runs(j, q, g, k0, k1, &src, ks, vs);
+        cache_runs(j, q, g, k0, k1, &src);
         decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, 1, i8, ks, vs);
     } else if (f->bk) {
         const size_t vps = mha_attention_v16_ps(n);
@@ -550,7 +557,7 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
         src = (chunk_src){.runs = 1, .ld = n, .kt = {kt}, .v = {v}, .next = {NULL}, .n = {n}};
         decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, 0, 0, NULL, NULL);
     } else {
-        cache_runs(j, q, g, k0, k1, &src, NULL, NULL);
+        cache_runs(j, q, g, k0, k1, &src);
         decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, 0, 0, NULL, NULL);
     }
 }
