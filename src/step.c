@@ -19,8 +19,8 @@
  * the forward runs on its bf16 kernel; K and V are rounded to bf16 as they are stored and
  * gathered straight into the kernel's B panels. An int8 cache (either engine): K and V stored
  * with a scale per token and KV head; a bf16 engine reads the int8 values themselves (exact
- * in bf16) and the chunk applies the scales, a float32 engine reads each chunk back to
- * float32 for its tiles; prefill reads the same values as decode. QK-norm runs before RoPE;
+ * in bf16) and the chunk applies the scales, a float32 engine's tiles read each value back
+ * (q·scale) as they load it; prefill reads the same values as decode. QK-norm runs before RoPE;
  * the logits and the sink are the forward's (mha_attention_logits, mha_softmax_sink). */
 #include "step.h"
 
@@ -380,8 +380,10 @@ static float *partial_of(const mha_step_job *j, int q, int g, int c, int qi)
 /* Where decode tiles read a chunk's keys: runs of slots, run r with n[r] slots of a block, Kᵀ
  * at kt[r] (feature c of slot t at element c · ld + t) and V at v[r] (slot t's d_k values at
  * element t · d_k); next[r]: what to prefetch while run r is read (NULL: nothing); an int8
- * cache's scales of the run's slots at ks[r] (K's) and vs[r] (V's). */
+ * cache's scales of the run's slots at ks[r] (K's) and vs[r] (V's). type: the elements' (the
+ * cache's, or F32 for a chunk read back). */
 typedef struct chunk_src {
+    mha_kv_type type;
     int runs, ld;
     const void *kt[MHA_KV_CHUNK], *v[MHA_KV_CHUNK], *next[MHA_KV_CHUNK];
     const float *ks[MHA_KV_CHUNK], *vs[MHA_KV_CHUNK];
@@ -397,7 +399,7 @@ static void cache_runs(const mha_step_job *j, int q, int g, int k0, int k1, chun
     const size_t esz = mha_kv_elem_size(cache->type);
     const int32_t *table = j->step->blocks + (size_t)q * j->step->max_blocks;
     const char *data = cache->data;
-    src->runs = 0, src->ld = bs;
+    src->type = cache->type, src->runs = 0, src->ld = bs;
     for (int t = k0; t < k1;) {
         const int block = table[t / bs], slot = t % bs, run = bs - slot < k1 - t ? bs - slot : k1 - t, r = src->runs++;
         src->kt[r] = data + (mha_kv_kt_at(cache, block, g) + (size_t)slot) * esz;
@@ -439,17 +441,19 @@ static void dequantize_chunk(const mha_step_job *j, int q, int g, int k0, int k1
 }
 
 /* The chunk's scores and A·V in register tiles, read where src says (the cache blocks in
- * place, or an int8 chunk read back to float32), each key and value row once for every query
- * of the group, and the forward's softmax of the chunk (mha_attention_chunk_row) in between;
- * into the chunk's partials p (partial_of). float32 engines: the microkernel's sums
- * (decode_scores, decode_values). bf16 engines (bf16 nonzero; i8: an int8 cache, its scales
+ * place, or an int8 chunk read back to float32 where the table has no int8 tiles), each key
+ * and value row once for every query of the group, and the forward's softmax of the chunk
+ * (mha_attention_chunk_row) in between; into the chunk's partials p (partial_of). float32
+ * engines: the microkernel's sums (decode_scores, decode_values; an int8 cache's values read
+ * back as they load, decode_scores8, decode_values8). bf16 engines (bf16 nonzero; i8: an int8 cache, its scales
  * ks and vs): the bf16 kernels' sums on the cache's own elements (decode_scores16,
  * decode_values16), the queries and probabilities rounded to bf16 as the kernels' A panels
  * round them: the forward's chunk step, bit for bit. */
 static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int k1, float *qv, float *sc, float *p,
-                               const chunk_src *src, int bf16, int i8, float *ks, float *vs)
+                               const chunk_src *src, int bf16, float *ks, float *vs)
 {
     const mha_fwd *f = &j->f;
+    const int i8 = src->type == MHA_KV_INT8;
     const int n_new = j->step->n_new[q], n_past = j->step->n_past[q], dk = f->dk, nq = f->group * n_new;
     const int n = k1 - k0, kc = f->kernel->kc;
     const mha_isa *isa = f->kernel->isa;
@@ -459,9 +463,14 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
         isa->round_bf16_floats(qv, nq * dk);
         isa->decode_scores16(qv, nq, dk, src->runs, src->kt, src->v, i8, src->n, src->ld, f->scale, sc, MHA_KV_CHUNK);
     } else
-        for (int c0 = 0; c0 < dk; c0 += kc)
-            isa->decode_scores(qv, nq, dk, c0, c0 + kc < dk ? c0 + kc : dk, src->runs, src->kt, src->n, src->ld,
-                               f->scale, sc, MHA_KV_CHUNK);
+        for (int c0 = 0; c0 < dk; c0 += kc) {
+            const int c1 = c0 + kc < dk ? c0 + kc : dk;
+            if (i8) /* int8 read back as it is loaded */
+                isa->decode_scores8(qv, nq, dk, c0, c1, src->runs, src->kt, src->ks, src->n, src->ld, f->scale, sc,
+                                    MHA_KV_CHUNK);
+            else
+                isa->decode_scores(qv, nq, dk, c0, c1, src->runs, src->kt, src->n, src->ld, f->scale, sc, MHA_KV_CHUNK);
+        }
     /* int8 in a bf16 engine: the chunk's scales, key by key */
     for (int r = 0, t = 0; i8 && bf16 && r < src->runs; t += src->n[r++]) {
         memcpy(ks + t, src->ks[r], (size_t)src->n[r] * sizeof *ks);
@@ -484,7 +493,10 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
         isa->decode_values16(sc, MHA_KV_CHUNK, nq, src->runs, src->v, src->n, i8, dk, p, ps);
     else
         for (int r = 0, t = 0; r < src->runs; t += src->n[r++])
-            isa->decode_values(sc + t, MHA_KV_CHUNK, nq, src->v[r], src->n[r], dk, p, ps, src->next[r]);
+            if (i8)
+                isa->decode_values8(sc + t, MHA_KV_CHUNK, nq, src->v[r], src->vs[r], src->n[r], dk, p, ps, src->next[r]);
+            else
+                isa->decode_values(sc + t, MHA_KV_CHUNK, nq, src->v[r], src->n[r], dk, p, ps, src->next[r]);
 }
 
 /* bf16 decode on kernels that sum otherwise (no table tiles for their order): the chunk's K
@@ -546,19 +558,19 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
     chunk_src src;
     if (bf16_tiles(f)) {
         cache_runs(j, q, g, k0, k1, &src);
-        decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, 1, i8, ks, vs);
+        decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, 1, ks, vs);
     } else if (f->bk) {
         const size_t vps = mha_attention_v16_ps(n);
         gather_bf16(j, j->step->blocks + (size_t)q * j->step->max_blocks, g, k0, k1, k0, vps, s, ks, vs);
         decode_chunk_bf16(j, q, g, k0, k1, qv, sc, p, s, vps, ks, vs);
-    } else if (i8) { /* read back into the Q/K/V scratch (idle in decode) */
+    } else if (i8 && !f->kernel->isa->decode_scores8) { /* read back into the Q/K/V scratch (idle in decode) */
         float *kt = s->qkv, *v = s->qkv + (size_t)dk * n;
         dequantize_chunk(j, q, g, k0, k1, kt, v);
-        src = (chunk_src){.runs = 1, .ld = n, .kt = {kt}, .v = {v}, .next = {NULL}, .n = {n}};
-        decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, 0, 0, NULL, NULL);
+        src = (chunk_src){.type = MHA_KV_F32, .runs = 1, .ld = n, .kt = {kt}, .v = {v}, .next = {NULL}, .n = {n}};
+        decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, 0, NULL, NULL);
     } else {
         cache_runs(j, q, g, k0, k1, &src);
-        decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, 0, 0, NULL, NULL);
+        decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, 0, NULL, NULL);
     }
 }
 

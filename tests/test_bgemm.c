@@ -586,3 +586,59 @@ Test(bgemm, decode_tiles_sum_as_the_even_first_kernels, .timeout = 60)
                 }
     }
 }
+
+/* Each table's float32 decode tiles on an int8 cache (decode_scores8, decode_values8), reading
+ * the int8 values and applying each slot's scale as they load, give the bits of the float32
+ * tiles on the chunk read back first (i8_scale_rows): scores and Z, runs of 16, 5 and 6 slots,
+ * d_k 128 and 40, 1 to 9 queries. */
+Test(bgemm, int8_decode_tiles_equal_the_read_back_chunk, .timeout = 60)
+{
+    enum { BS = 16, RUNS = 3, SC_LD = 64 };
+    const int n[RUNS] = {16, 5, 6}, slots = 27;
+    rng r = {8128};
+    const mha_isa *isa;
+    FOR_EACH_ISA(isa) {
+        if (!isa->decode_scores8) {
+            cr_log_info("isa %s has no int8 float32 decode tiles: its decode reads each chunk back", isa->name);
+            continue;
+        }
+        for (int dk = 40; dk <= 128; dk += 88)
+            for (int nq = 1; nq <= 9; nq += 4) {
+                const size_t blk = (size_t)dk * BS;
+                int8_t *k8 = malloc(RUNS * blk), *v8 = malloc(RUNS * blk);
+                float ks[RUNS][BS], vs[RUNS][BS];
+                float *kf = malloc(RUNS * blk * sizeof *kf), *vf = malloc(RUNS * blk * sizeof *vf);
+                float *q = malloc((size_t)nq * dk * sizeof *q), *e = malloc((size_t)nq * slots * sizeof *e);
+                float *sc = malloc((size_t)nq * SC_LD * sizeof *sc), *want = malloc((size_t)nq * SC_LD * sizeof *want);
+                float *p = calloc((size_t)nq * dk, sizeof *p), *zwant = calloc((size_t)nq * dk, sizeof *zwant);
+                const void *k8r[RUNS], *kfr[RUNS];
+                const float *ksr[RUNS];
+                for (size_t i = 0; i < RUNS * blk; i++)
+                    k8[i] = (int8_t)((int)(rng_next(&r) % 255) - 127), v8[i] = (int8_t)((int)(rng_next(&r) % 255) - 127);
+                fill_uniform(&ks[0][0], RUNS * BS, 0.0f, 0.02f, &r);
+                fill_uniform(&vs[0][0], RUNS * BS, 0.0f, 0.02f, &r);
+                fill_uniform(q, (size_t)nq * dk, -1.0f, 1.0f, &r);
+                fill_uniform(e, (size_t)nq * slots, 0.0f, 1.0f, &r);
+                for (int ri = 0; ri < RUNS; ri++) { /* read back: Kᵀ by slot scale (columns), V by row */
+                    isa->i8_scale_rows(k8 + ri * blk, BS, dk, n[ri], NULL, ks[ri], kf + ri * blk, BS);
+                    isa->i8_scale_rows(v8 + ri * blk, (size_t)dk, n[ri], dk, vs[ri], NULL, vf + ri * blk, (size_t)dk);
+                    k8r[ri] = k8 + ri * blk, kfr[ri] = kf + ri * blk, ksr[ri] = ks[ri];
+                }
+                isa->decode_scores8(q, nq, dk, 0, dk, RUNS, k8r, ksr, n, BS, 0.125f, sc, SC_LD);
+                isa->decode_scores(q, nq, dk, 0, dk, RUNS, kfr, n, BS, 0.125f, want, SC_LD);
+                for (int qi = 0; qi < nq; qi++) {
+                    long at = first_bit_difference(sc + (size_t)qi * SC_LD, want + (size_t)qi * SC_LD, (size_t)slots);
+                    cr_assert_eq(at, -1, "%s, dk %d, %d queries: score (%d, %ld) %a, read back %a", isa->name, dk, nq, qi,
+                                 at, sc[(size_t)qi * SC_LD + (at < 0 ? 0 : at)], want[(size_t)qi * SC_LD + (at < 0 ? 0 : at)]);
+                }
+                for (int ri = 0, at = 0; ri < RUNS; at += n[ri++]) {
+                    isa->decode_values8(e + at, (size_t)slots, nq, v8 + ri * blk, vs[ri], n[ri], dk, p, (size_t)dk, NULL);
+                    isa->decode_values(e + at, (size_t)slots, nq, vf + ri * blk, n[ri], dk, zwant, (size_t)dk, NULL);
+                }
+                long at = first_bit_difference(p, zwant, (size_t)nq * dk);
+                cr_assert_eq(at, -1, "%s, dk %d, %d queries: z (%ld, %ld) %a, read back %a", isa->name, dk, nq, at / dk,
+                             at % dk, p[at < 0 ? 0 : at], zwant[at < 0 ? 0 : at]);
+                free(k8), free(v8), free(kf), free(vf), free(q), free(e), free(sc), free(want), free(p), free(zwant);
+            }
+    }
+}

@@ -337,12 +337,15 @@ static inline __attribute__((always_inline, target(AVX2))) __m256 load_elems(con
  * row by row as it goes. full: nb = R, nv = V and every vector 8 slots wide, so no lane or
  * row is tested in the loop (the accumulators stay in registers). */
 static inline __attribute__((always_inline, target(AVX2))) void
-scores_tile(const mha_kv_type type, const int R, const int V, const int full, const float *restrict q, int nb, int dk,
-            int c0, int c1, const mha_slot_vec *v, int nv, const mha_slot_vec *pf, int npf, int ld, float scale,
-            float *restrict sc, size_t sc_ld)
+scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, const int full, const float *restrict q,
+            int nb, int dk, int c0, int c1, const mha_slot_vec *v, int nv, const mha_slot_vec *pf, int npf, int ld,
+            float scale, float *restrict sc, size_t sc_ld)
 {
     if (full)
         nb = R, nv = V;
+    __m256 ksv[8]; /* scaled: each vector's slot scales */
+    for (int j = 0; scaled && j < V; j++)
+        ksv[j] = j < nv ? load8_n(v[j].ks, full ? 8 : v[j].lanes) : _mm256_setzero_ps();
     const char *pfp[8];
     for (int j = 0; j < V; j++)
         pfp[j] = j < npf ? pf[j].kt : v[j < nv ? j : 0].kt;
@@ -361,6 +364,8 @@ scores_tile(const mha_kv_type type, const int R, const int V, const int full, co
                 _mm_prefetch(v[j].v + line, _MM_HINT_T0);
             _mm_prefetch(pfp[j] + at, _MM_HINT_T0);
             krow[j] = j >= nv ? _mm256_setzero_ps() : load_elems(type, v[j].kt + at, full ? 8 : v[j].lanes);
+            if (scaled) /* int8 · scale, rounded once: i8_scale_rows' value */
+                krow[j] = _mm256_mul_ps(krow[j], ksv[j]);
         }
         for (int r = 0; r < R; r++)
             if (r < nb) {
@@ -382,8 +387,8 @@ scores_tile(const mha_kv_type type, const int R, const int V, const int full, co
 
 /* R queries × V slot vectors over the vector list, each tile prefetching the next. */
 static inline __attribute__((always_inline, target(AVX2))) void
-scores_tiles(const mha_kv_type type, const int R, const int V, const float *restrict q, int nb, int dk, int c0, int c1,
-             const mha_slot_vec *v, int nv, int ld, float scale, float *restrict sc, size_t sc_ld)
+scores_tiles(const mha_kv_type type, const int scaled, const int R, const int V, const float *restrict q, int nb, int dk,
+             int c0, int c1, const mha_slot_vec *v, int nv, int ld, float scale, float *restrict sc, size_t sc_ld)
 {
     if (type != MHA_KV_F32) /* the first tile's Kᵀ: nothing prefetched it */
         for (int j = 0; j < V && j < nv; j++)
@@ -395,32 +400,33 @@ scores_tiles(const mha_kv_type type, const int R, const int V, const float *rest
         for (int j = 0; j < here; j++)
             full &= v[i + j].lanes == 8;
         if (full)
-            scores_tile(type, R, V, 1, q, nb, dk, c0, c1, v + i, here, v + i + here, next, ld, scale, sc, sc_ld);
+            scores_tile(type, scaled, R, V, 1, q, nb, dk, c0, c1, v + i, here, v + i + here, next, ld, scale, sc, sc_ld);
         else
-            scores_tile(type, R, V, 0, q, nb, dk, c0, c1, v + i, here, v + i + here, next, ld, scale, sc, sc_ld);
+            scores_tile(type, scaled, R, V, 0, q, nb, dk, c0, c1, v + i, here, v + i + here, next, ld, scale, sc, sc_ld);
     }
 }
 
 /* Slot vectors of 8 from every block of the chunk: 1 query × 8 vectors, 2 × 4, up to 4 × 2,
  * more 8 × 1 at a time (8 independent chains). */
 static inline __attribute__((always_inline, target(AVX2))) void
-scores(const mha_kv_type type, const float *restrict q, int nq, int dk, int c0, int c1, int runs, const void *const *kt,
-       const void *const *vr, const int *n, int ld, float scale, float *restrict sc, size_t sc_ld)
+scores(const mha_kv_type type, const int scaled, const float *restrict q, int nq, int dk, int c0, int c1, int runs,
+       const void *const *kt, const void *const *vr, const float *const *ks, const int *n, int ld, float scale,
+       float *restrict sc, size_t sc_ld)
 {
     mha_slot_vec v[MHA_KV_CHUNK];
-    const int nv = mha_slot_vecs(runs, kt, vr, (size_t)dk * mha_kv_elem_size(type), n, 8, mha_kv_elem_size(type), v);
+    const int nv = mha_slot_vecs(runs, kt, vr, (size_t)dk * mha_kv_elem_size(type), ks, n, 8, mha_kv_elem_size(type), v);
     for (int q0 = 0; q0 < nq; q0 += 8) {
         const int nb = nq - q0 < 8 ? nq - q0 : 8;
         const float *qq = q + (size_t)q0 * dk;
         float *sq = sc + (size_t)q0 * sc_ld;
         if (nb == 1)
-            scores_tiles(type, 1, 8, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
+            scores_tiles(type, scaled, 1, 8, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
         else if (nb == 2)
-            scores_tiles(type, 2, 4, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
+            scores_tiles(type, scaled, 2, 4, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
         else if (nb <= 4)
-            scores_tiles(type, 4, 2, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
+            scores_tiles(type, scaled, 4, 2, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
         else
-            scores_tiles(type, 8, 1, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
+            scores_tiles(type, scaled, 8, 1, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
     }
 }
 
@@ -428,7 +434,15 @@ __attribute__((target(AVX2))) static void decode_scores_avx2(const float *restri
                                                             int runs, const void *const *kt, const int *n, int ld,
                                                             float scale, float *restrict sc, size_t sc_ld)
 {
-    scores(MHA_KV_F32, q, nq, dk, c0, c1, runs, kt, NULL, n, ld, scale, sc, sc_ld);
+    scores(MHA_KV_F32, 0, q, nq, dk, c0, c1, runs, kt, NULL, NULL, n, ld, scale, sc, sc_ld);
+}
+
+__attribute__((target(AVX2))) static void decode_scores8_avx2(const float *restrict q, int nq, int dk, int c0, int c1,
+                                                             int runs, const void *const *kt, const float *const *ks,
+                                                             const int *n, int ld, float scale, float *restrict sc,
+                                                             size_t sc_ld)
+{
+    scores(MHA_KV_INT8, 1, q, nq, dk, c0, c1, runs, kt, NULL, ks, n, ld, scale, sc, sc_ld);
 }
 
 /* The sums under FTZ, as the bf16 kernels run (scale 1: a sum times one is itself), then
@@ -441,9 +455,9 @@ __attribute__((target(AVX2))) static void decode_scores16_avx2(const float *rest
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | 0x8040u);
     if (i8)
-        scores(MHA_KV_INT8, q, nq, dk, 0, dk, runs, kt, vr, n, ld, 1.0f, sc, sc_ld);
+        scores(MHA_KV_INT8, 0, q, nq, dk, 0, dk, runs, kt, vr, NULL, n, ld, 1.0f, sc, sc_ld);
     else
-        scores(MHA_KV_BF16, q, nq, dk, 0, dk, runs, kt, vr, n, ld, 1.0f, sc, sc_ld);
+        scores(MHA_KV_BF16, 0, q, nq, dk, 0, dk, runs, kt, vr, NULL, n, ld, 1.0f, sc, sc_ld);
     _mm_setcsr(csr);
     int slots = 0;
     for (int r = 0; r < runs; r++)
@@ -464,11 +478,12 @@ __attribute__((target(AVX2))) static void decode_scores16_avx2(const float *rest
  * value rows of `runs` runs (run r: n[r] rows at v[r]; its probabilities follow the previous
  * runs' in e), with R · V <= 8 accumulators, key by key in order (an FMA per key and feature:
  * the microkernel's A·V sums); the next run's rows (the last run: next's, or none) prefetched
- * row by row as it goes. full: nb = R and nl = 8 (nothing tested in the loop). */
+ * row by row as it goes. full: nb = R and nl = 8 (nothing tested in the loop). scaled: key
+ * t's row times vs[t] as it is loaded (one rounding: i8_scale_rows' values). */
 static inline __attribute__((always_inline, target(AVX2))) void
-values_tile_as(const mha_kv_type type, const int R, const int V, const int full, const float *e, size_t e_ld, int nb,
-               int runs, const void *const *v, const int *n, const void *next, int dk, int c0, int nl, float *p,
-               size_t ps)
+values_tile_as(const mha_kv_type type, const int scaled, const int R, const int V, const int full, const float *e,
+               size_t e_ld, int nb, int runs, const void *const *v, const float *vs, const int *n, const void *next,
+               int dk, int c0, int nl, float *p, size_t ps)
 {
     if (full)
         nb = R, nl = 8;
@@ -489,8 +504,11 @@ values_tile_as(const mha_kv_type type, const int R, const int V, const int full,
                 for (size_t off = pf0; off < pf1; off += 64)
                     _mm_prefetch(nx + (size_t)t * row + off, _MM_HINT_T0);
             __m256 b[4];
-            for (int j = 0; j < V; j++)
+            const __m256 s = scaled ? _mm256_set1_ps(vs[t0 + t]) : _mm256_setzero_ps();
+            for (int j = 0; j < V; j++) {
                 b[j] = load_elems(type, vu + (size_t)t * row + (size_t)(8 * j) * esz, j == V - 1 ? nl : 8);
+                b[j] = scaled ? _mm256_mul_ps(b[j], s) : b[j];
+            }
             for (int r = 0; r < R; r++)
                 if (r < nb) {
                     const __m256 x = _mm256_set1_ps(eu[(size_t)r * e_ld + t]);
@@ -510,20 +528,21 @@ values_tile_as(const mha_kv_type type, const int R, const int V, const int full,
 }
 
 static inline __attribute__((always_inline, target(AVX2))) void
-values_tile(const mha_kv_type type, const int R, const int V, const float *e, size_t e_ld, int nb, int runs,
-            const void *const *v, const int *n, const void *next, int dk, int c0, int nl, float *p, size_t ps)
+values_tile(const mha_kv_type type, const int scaled, const int R, const int V, const float *e, size_t e_ld, int nb,
+            int runs, const void *const *v, const float *vs, const int *n, const void *next, int dk, int c0, int nl,
+            float *p, size_t ps)
 {
     if (nb == R && nl == 8)
-        values_tile_as(type, R, V, 1, e, e_ld, nb, runs, v, n, next, dk, c0, nl, p, ps);
+        values_tile_as(type, scaled, R, V, 1, e, e_ld, nb, runs, v, vs, n, next, dk, c0, nl, p, ps);
     else
-        values_tile_as(type, R, V, 0, e, e_ld, nb, runs, v, n, next, dk, c0, nl, p, ps);
+        values_tile_as(type, scaled, R, V, 0, e, e_ld, nb, runs, v, vs, n, next, dk, c0, nl, p, ps);
 }
 
 /* Register tiles of up to 2 queries × 32 features, 4 × 16 or 8 × 8, 8 features the last pass,
  * each over every run. */
 static inline __attribute__((always_inline, target(AVX2))) void
-values(const mha_kv_type type, const float *e, size_t e_ld, int nq, int runs, const void *const *v, const int *n,
-       const void *next, int dk, float *p, size_t ps)
+values(const mha_kv_type type, const int scaled, const float *e, size_t e_ld, int nq, int runs, const void *const *v,
+       const float *vs, const int *n, const void *next, int dk, float *p, size_t ps)
 {
     for (int q0 = 0; q0 < nq; q0 += 8) {
         const int nb = nq - q0 < 8 ? nq - q0 : 8;
@@ -533,11 +552,11 @@ values(const mha_kv_type type, const float *e, size_t e_ld, int nq, int runs, co
         for (int c0 = 0; c0 < dk;) {
             const int left = dk - c0;
             if (nb <= 2 && left >= 32)
-                values_tile(type, 2, 4, eq, e_ld, nb, runs, v, n, pf, dk, c0, 8, pq, ps), c0 += 32;
+                values_tile(type, scaled, 2, 4, eq, e_ld, nb, runs, v, vs, n, pf, dk, c0, 8, pq, ps), c0 += 32;
             else if (nb <= 4 && left >= 16)
-                values_tile(type, 4, 2, eq, e_ld, nb, runs, v, n, pf, dk, c0, 8, pq, ps), c0 += 16;
+                values_tile(type, scaled, 4, 2, eq, e_ld, nb, runs, v, vs, n, pf, dk, c0, 8, pq, ps), c0 += 16;
             else
-                values_tile(type, 8, 1, eq, e_ld, nb, runs, v, n, pf, dk, c0, left < 8 ? left : 8, pq, ps), c0 += 8;
+                values_tile(type, scaled, 8, 1, eq, e_ld, nb, runs, v, vs, n, pf, dk, c0, left < 8 ? left : 8, pq, ps), c0 += 8;
         }
     }
 }
@@ -546,7 +565,15 @@ __attribute__((target(AVX2))) static void decode_values_avx2(const float *e, siz
                                                             int dk, float *p, size_t ps, const void *next)
 {
     const void *vr[1] = {v};
-    values(MHA_KV_F32, e, e_ld, nq, 1, vr, &n, next, dk, p, ps);
+    values(MHA_KV_F32, 0, e, e_ld, nq, 1, vr, NULL, &n, next, dk, p, ps);
+}
+
+__attribute__((target(AVX2))) static void decode_values8_avx2(const float *e, size_t e_ld, int nq, const int8_t *v,
+                                                             const float *vs, int n, int dk, float *p, size_t ps,
+                                                             const void *next)
+{
+    const void *vr[1] = {v};
+    values(MHA_KV_INT8, 1, e, e_ld, nq, 1, vr, vs, &n, next, dk, p, ps);
 }
 
 /* Under FTZ, as the bf16 kernels sum; then the key padding's + 0. */
@@ -557,9 +584,9 @@ __attribute__((target(AVX2))) static void decode_values16_avx2(const float *e, s
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | 0x8040u);
     if (i8)
-        values(MHA_KV_INT8, e, e_ld, nq, runs, v, n, NULL, dk, p, ps);
+        values(MHA_KV_INT8, 0, e, e_ld, nq, runs, v, NULL, n, NULL, dk, p, ps);
     else
-        values(MHA_KV_BF16, e, e_ld, nq, runs, v, n, NULL, dk, p, ps);
+        values(MHA_KV_BF16, 0, e, e_ld, nq, runs, v, NULL, n, NULL, dk, p, ps);
     _mm_setcsr(csr);
     int keys = 0;
     for (int r = 0; r < runs; r++)
@@ -835,6 +862,8 @@ const mha_isa mha_isa_avx2 = {
     .i8_scale_rows = i8_scale_rows_avx2,
     .decode_scores = decode_scores_avx2,
     .decode_values = decode_values_avx2,
+    .decode_scores8 = decode_scores8_avx2,
+    .decode_values8 = decode_values8_avx2,
     .decode_scores16 = decode_scores16_avx2,
     .decode_values16 = decode_values16_avx2,
     .round_into_tiles = round_into_tiles_avx2,

@@ -392,7 +392,7 @@ __attribute__((target(AVX512))) static void decode_scores_avx512(const float *re
                                                                  float scale, float *restrict sc, size_t sc_ld)
 {
     mha_slot_vec v[MHA_KV_CHUNK];
-    const int nv = mha_slot_vecs(runs, kt, NULL, 0, n, 16, sizeof(float), v);
+    const int nv = mha_slot_vecs(runs, kt, NULL, 0, NULL, n, 16, sizeof(float), v);
     for (int q0 = 0; q0 < nq; q0 += 8) {
         const int nb = nq - q0 < 8 ? nq - q0 : 8;
         const float *qq = q + (size_t)q0 * dk;

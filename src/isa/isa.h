@@ -84,6 +84,16 @@ typedef struct mha_isa {
      * above. */
     void (*decode_values)(const float *e, size_t e_ld, int nq, const float *v, int n, int dk, float *p, size_t ps,
                           const void *next);
+    /* float32 decode from an int8 cache: decode_scores' and decode_values' sums on the
+     * elements read back as they are loaded, int8 · its slot's scale rounded once (the values
+     * i8_scale_rows gives, so the same bits as reading the chunk back first): ks[r] run r's K
+     * scales per slot, vs its V scales per row. NULL where the table has none (then the chunk
+     * is read back first). */
+    void (*decode_scores8)(const float *restrict q, int nq, int dk, int c0, int c1, int runs, const void *const *kt,
+                           const float *const *ks, const int *n, int ld, float scale, float *restrict sc,
+                           size_t sc_ld);
+    void (*decode_values8)(const float *e, size_t e_ld, int nq, const int8_t *v, const float *vs, int n, int dk, float *p,
+                           size_t ps, const void *next);
     /* bf16 decode (engines whose bf16 kernel sums even first, mha_bk_order), straight from a
      * bf16 cache or (i8) an int8 one's values, the same tiles over the elements widened in
      * registers: no panels. q and e hold bf16 values (rounded as the kernels' A panels hold
@@ -139,19 +149,20 @@ typedef struct mha_isa {
 /* The vector tables' decode scores: a chunk's runs cut into slot vectors of w lanes (the
  * last of a run shorter): at most MHA_KV_CHUNK of them, the most slots of one call. */
 typedef struct mha_slot_vec {
-    const char *kt; /* feature 0 of the vector's first slot (elements of esz bytes) */
-    const char *v;  /* its first slot's value row (NULL: none given) */
-    int lanes, out; /* slots in it; its first score's column in sc */
+    const char *kt;  /* feature 0 of the vector's first slot (elements of esz bytes) */
+    const char *v;   /* its first slot's value row (NULL: none given) */
+    const float *ks; /* its first slot's scale (NULL: none given) */
+    int lanes, out;  /* slots in it; its first score's column in sc */
 } mha_slot_vec;
-/* vr: the runs' value rows (or NULL), row bytes apart. */
-static inline int mha_slot_vecs(int runs, const void *const *kt, const void *const *vr, size_t row, const int *n, int w,
-                                size_t esz, mha_slot_vec *v)
+/* vr: the runs' value rows (or NULL), row bytes apart; ks: the runs' slot scales (or NULL). */
+static inline int mha_slot_vecs(int runs, const void *const *kt, const void *const *vr, size_t row,
+                                const float *const *ks, const int *n, int w, size_t esz, mha_slot_vec *v)
 {
     int nv = 0;
     for (int r = 0, at = 0; r < runs; at += n[r++])
         for (int t = 0; t < n[r]; t += w)
             v[nv++] = (mha_slot_vec){(const char *)kt[r] + (size_t)t * esz, vr ? (const char *)vr[r] + (size_t)t * row : NULL,
-                                     n[r] - t < w ? n[r] - t : w, at + t};
+                                     ks ? ks[r] + t : NULL, n[r] - t < w ? n[r] - t : w, at + t};
     return nv;
 }
 

@@ -100,15 +100,17 @@ static float elem_at(const void *p, mha_kv_type type, size_t i)
 /* One chain per score, feature by feature: float32 a multiply and an add each rounded, as the
  * portable sub-configs' microkernels sum; bf16 and int8 as the bf16 model sums (flushed). */
 static void scores_ref(mha_kv_type type, const float *restrict q, int nq, int dk, int c0, int c1, int runs,
-                       const void *const *kt, const int *n, int ld, float scale, float *restrict sc, size_t sc_ld)
+                       const void *const *kt, const float *const *ks, const int *n, int ld, float scale,
+                       float *restrict sc, size_t sc_ld)
 {
-    const int flush = type != MHA_KV_F32;
+    const int flush = type != MHA_KV_F32 && !ks; /* the bf16 kernels' sums; ks: float32's */
     for (int r = 0, at = 0; r < runs; at += n[r++])
         for (int qi = 0; qi < nq; qi++)
             for (int t = 0; t < n[r]; t++) {
                 float acc = 0.0f;
                 for (int c = c0; c < c1; c++) {
-                    acc += q[(size_t)qi * dk + c] * elem_at(kt[r], type, (size_t)c * ld + t);
+                    const float x = elem_at(kt[r], type, (size_t)c * ld + t);
+                    acc += q[(size_t)qi * dk + c] * (ks ? x * ks[r][t] : x);
                     acc = flush ? mha_bk_ftz(acc) : acc;
                 }
                 if (flush && dk % MHA_BT_K) /* the padding's zero products */
@@ -118,16 +120,17 @@ static void scores_ref(mha_kv_type type, const float *restrict q, int nq, int dk
             }
 }
 
-static void values_ref(mha_kv_type type, const float *e, size_t e_ld, int nq, const void *v, int n, int dk, float *p,
-                       size_t ps)
+static void values_ref(mha_kv_type type, const float *e, size_t e_ld, int nq, const void *v, const float *vs, int n,
+                       int dk, float *p, size_t ps)
 {
     for (int t = 0; t < n; t++)
         for (int qi = 0; qi < nq; qi++) {
             const float x = e[(size_t)qi * e_ld + t];
             float *y = p + (size_t)qi * ps;
             for (int c = 0; c < dk; c++) {
-                y[c] += x * elem_at(v, type, (size_t)t * dk + c);
-                y[c] = type != MHA_KV_F32 ? mha_bk_ftz(y[c]) : y[c];
+                const float el = elem_at(v, type, (size_t)t * dk + c);
+                y[c] += x * (vs ? el * vs[t] : el);
+                y[c] = type != MHA_KV_F32 && !vs ? mha_bk_ftz(y[c]) : y[c];
             }
         }
 }
@@ -135,14 +138,28 @@ static void values_ref(mha_kv_type type, const float *e, size_t e_ld, int nq, co
 static void decode_scores_ref(const float *restrict q, int nq, int dk, int c0, int c1, int runs, const void *const *kt,
                               const int *n, int ld, float scale, float *restrict sc, size_t sc_ld)
 {
-    scores_ref(MHA_KV_F32, q, nq, dk, c0, c1, runs, kt, n, ld, scale, sc, sc_ld);
+    scores_ref(MHA_KV_F32, q, nq, dk, c0, c1, runs, kt, NULL, n, ld, scale, sc, sc_ld);
 }
 
 static void decode_values_ref(const float *e, size_t e_ld, int nq, const float *v, int n, int dk, float *p, size_t ps,
                               const void *next)
 {
     (void)next;
-    values_ref(MHA_KV_F32, e, e_ld, nq, v, n, dk, p, ps);
+    values_ref(MHA_KV_F32, e, e_ld, nq, v, NULL, n, dk, p, ps);
+}
+
+static void decode_scores8_ref(const float *restrict q, int nq, int dk, int c0, int c1, int runs, const void *const *kt,
+                               const float *const *ks, const int *n, int ld, float scale, float *restrict sc,
+                               size_t sc_ld)
+{
+    scores_ref(MHA_KV_INT8, q, nq, dk, c0, c1, runs, kt, ks, n, ld, scale, sc, sc_ld);
+}
+
+static void decode_values8_ref(const float *e, size_t e_ld, int nq, const int8_t *v, const float *vs, int n, int dk,
+                               float *p, size_t ps, const void *next)
+{
+    (void)next;
+    values_ref(MHA_KV_INT8, e, e_ld, nq, v, vs, n, dk, p, ps);
 }
 
 static void decode_scores16_ref(const float *restrict q, int nq, int dk, int runs, const void *const *kt,
@@ -150,7 +167,7 @@ static void decode_scores16_ref(const float *restrict q, int nq, int dk, int run
                                 size_t sc_ld)
 {
     (void)v;
-    scores_ref(i8 ? MHA_KV_INT8 : MHA_KV_BF16, q, nq, dk, 0, dk, runs, kt, n, ld, scale, sc, sc_ld);
+    scores_ref(i8 ? MHA_KV_INT8 : MHA_KV_BF16, q, nq, dk, 0, dk, runs, kt, NULL, n, ld, scale, sc, sc_ld);
 }
 
 static void decode_values16_ref(const float *e, size_t e_ld, int nq, int runs, const void *const *v, const int *n,
@@ -158,7 +175,7 @@ static void decode_values16_ref(const float *e, size_t e_ld, int nq, int runs, c
 {
     int keys = 0;
     for (int r = 0; r < runs; keys += n[r++])
-        values_ref(i8 ? MHA_KV_INT8 : MHA_KV_BF16, e + keys, e_ld, nq, v[r], n[r], dk, p, ps);
+        values_ref(i8 ? MHA_KV_INT8 : MHA_KV_BF16, e + keys, e_ld, nq, v[r], NULL, n[r], dk, p, ps);
     for (int qi = 0; keys % MHA_BT_K && qi < nq; qi++) /* the padding's zero products */
         for (int c = 0; c < dk; c++)
             p[(size_t)qi * ps + c] += 0.0f;
@@ -256,6 +273,8 @@ const mha_isa mha_isa_ref = {
     .i8_scale_rows = i8_scale_rows_ref,
     .decode_scores = decode_scores_ref,
     .decode_values = decode_values_ref,
+    .decode_scores8 = decode_scores8_ref,
+    .decode_values8 = decode_values8_ref,
     .decode_scores16 = decode_scores16_ref,
     .decode_values16 = decode_values16_ref,
     .round_into_tiles = round_into_tiles_ref,
