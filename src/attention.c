@@ -328,27 +328,32 @@ void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)
     }
 }
 
-void mha_attention_norm_sums(const mha_fwd *f, int b, int g, const mha_scratch *s)
+void mha_attention_norm_part(const mha_fwd *f, const mha_scratch *s, int g, int kl, const float *xk, const float *xkp,
+                             size_t k0, int ql, const float *xq, const float *xqp, size_t q0)
 {
     const mha_kernel *k = f->kernel;
-    const int ql = f->q_len ? f->q_len[b] : f->seq_q;
-    const int kl = f->kv_len ? f->kv_len[b] : f->seq_kv;
     const int dk = f->dk, dkp = f->dkp;
     const ptrdiff_t kd = (ptrdiff_t)f->kvh * dk;
     const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
+    mha_attention_project(f, s, kl, xk, xkp, g, dkp, dkp, dkp);
+    mha_attention_sum_squares(f, qkv, kl, dkp, f->k_ss + k0 * f->kvh + g, 0);
+    mha_mat_get_rows(k, qkv, kl, dkp, dk, f->k_saved + k0 * kd + (size_t)g * dk, kd);
+    for (int j = 0; j < f->group; j++) {
+        mha_attention_project(f, s, ql, xq, xqp, g, j == 0 ? 0 : (j + 2) * dkp, 0, dkp);
+        mha_attention_sum_squares(f, qkv, ql, 0, f->q_ss + q0 * f->kvh + g, j > 0);
+        mha_mat_get_rows(k, qkv, ql, 0, dk, f->z + q0 * f->qd + (size_t)(g * f->group + j) * dk, f->qd);
+    }
+}
+
+void mha_attention_norm_sums(const mha_fwd *f, int b, int g, const mha_scratch *s)
+{
+    const int ql = f->q_len ? f->q_len[b] : f->seq_q;
+    const int kl = f->kv_len ? f->kv_len[b] : f->seq_kv;
     const float *xq = f->q + (size_t)b * f->seq_q * f->d;
     const float *xp = f->xpack + (size_t)b * f->xpack_stride;
-    /* K from the query input when fused (its packed rows too), else from the key input; it
-     * and each query head's Q kept for the group task (K in k_saved, Q in its columns of z) */
-    mha_attention_project(f, s, kl, f->fused ? xq : f->k + (size_t)b * f->seq_kv * f->d, f->fused ? xp : NULL, g, dkp,
-                          dkp, dkp);
-    mha_attention_sum_squares(f, qkv, kl, dkp, f->k_ss + (size_t)b * f->seq_kv * f->kvh + g, 0);
-    mha_mat_get_rows(k, qkv, kl, dkp, dk, f->k_saved + (size_t)b * f->seq_kv * kd + (size_t)g * dk, kd);
-    for (int j = 0; j < f->group; j++) {
-        mha_attention_project(f, s, ql, xq, xp, g, j == 0 ? 0 : (j + 2) * dkp, 0, dkp);
-        mha_attention_sum_squares(f, qkv, ql, 0, f->q_ss + (size_t)b * f->seq_q * f->kvh + g, j > 0);
-        mha_mat_get_rows(k, qkv, ql, 0, dk, f->z + (size_t)b * f->seq_q * f->qd + (size_t)(g * f->group + j) * dk, f->qd);
-    }
+    /* K from the query input when fused (its packed rows too), else from the key input */
+    mha_attention_norm_part(f, s, g, kl, f->fused ? xq : f->k + (size_t)b * f->seq_kv * f->d, f->fused ? xp : NULL,
+                            (size_t)b * f->seq_kv, ql, xq, xp, (size_t)b * f->seq_q);
 }
 
 void mha_attention_out_rows(const mha_fwd *f, int b, int r0, int r1, const mha_scratch *s)

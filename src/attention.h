@@ -249,6 +249,11 @@ void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s);
  * (f->q_ss), projected as mha_attention_group would project them; the projections kept for
  * it (K in f->k_saved, each Q in its head's columns of z), so it projects only V. */
 void mha_attention_norm_sums(const mha_fwd *f, int b, int g, const mha_scratch *s);
+/* Its work and mha_step_norm_sums': KV head g's K of kl rows from xk (xkp: those rows packed,
+ * or NULL), row i's part at row k0 + i of f->k_ss and f->k_saved, and its query heads' Q of
+ * ql rows from xq (xqp), row i's part at row q0 + i of f->q_ss and, projected, of z. */
+void mha_attention_norm_part(const mha_fwd *f, const mha_scratch *s, int g, int kl, const float *xk, const float *xkp,
+                             size_t k0, int ql, const float *xq, const float *xqp, size_t q0);
 /* out rows [r0, r1) of sequence b: z · Wo + bo; rows past the query length are 0. */
 void mha_attention_out_rows(const mha_fwd *f, int b, int r0, int r1, const mha_scratch *s);
 

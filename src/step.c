@@ -127,21 +127,9 @@ static void store_kv(const mha_step_job *j, mha_mat qkv, int i, int block, int g
 
 void mha_step_norm_sums(const mha_step_job *j, int g, int r0, int r1, const mha_scratch *s)
 {
-    const mha_fwd *f = &j->f;
-    const mha_kernel *k = f->kernel;
-    const int dk = f->dk, dkp = f->dkp, m = r1 - r0, kd = f->kvh * dk;
-    const float *x = j->step->x + (size_t)r0 * f->d;
+    const float *x = j->step->x + (size_t)r0 * j->f.d;
     const float *xp = r0 % mha_step_panel(j) == 0 ? packed_rows(j, r0) : NULL;
-    const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
-    /* K and each query head's Q, kept for mha_step_project (K in k_saved, Q in z) */
-    mha_attention_project(f, s, m, x, xp, g, dkp, dkp, dkp);
-    mha_attention_sum_squares(f, qkv, m, dkp, f->k_ss + (size_t)r0 * f->kvh + g, 0);
-    mha_mat_get_rows(k, qkv, m, dkp, dk, f->k_saved + (size_t)r0 * kd + (size_t)g * dk, kd);
-    for (int h = 0; h < f->group; h++) {
-        mha_attention_project(f, s, m, x, xp, g, h == 0 ? 0 : (h + 2) * dkp, 0, dkp);
-        mha_attention_sum_squares(f, qkv, m, 0, f->q_ss + (size_t)r0 * f->kvh + g, h > 0);
-        mha_mat_get_rows(k, qkv, m, 0, dk, f->z + (size_t)r0 * f->qd + (size_t)(g * f->group + h) * dk, f->qd);
-    }
+    mha_attention_norm_part(&j->f, s, g, r1 - r0, x, xp, (size_t)r0, r1 - r0, x, xp, (size_t)r0);
 }
 
 void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_scratch *s)
@@ -445,15 +433,15 @@ static void dequantize_chunk(const mha_step_job *j, int q, int g, int k0, int k1
  * and value row once for every query of the group, and the forward's softmax of the chunk
  * (mha_attention_chunk_row) in between; into the chunk's partials p (partial_of). float32
  * engines: the microkernel's sums (decode_scores, decode_values; an int8 cache's values read
- * back as they load, decode_scores8, decode_values8). bf16 engines (bf16 nonzero; i8: an int8 cache, its scales
- * ks and vs): the bf16 kernels' sums on the cache's own elements (decode_scores16,
- * decode_values16), the queries and probabilities rounded to bf16 as the kernels' A panels
- * round them: the forward's chunk step, bit for bit. */
+ * back as they load, decode_scores8, decode_values8). bf16 engines (their kernel summing even
+ * first; an int8 cache's scales gathered into ks and vs): the bf16 kernels' sums on the
+ * cache's own elements (decode_scores16, decode_values16), the queries and probabilities
+ * rounded to bf16 as the kernels' A panels round them: the forward's chunk step, bit for bit. */
 static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int k1, float *qv, float *sc, float *p,
-                               const chunk_src *src, int bf16, float *ks, float *vs)
+                               const chunk_src *src, float *ks, float *vs)
 {
     const mha_fwd *f = &j->f;
-    const int i8 = src->type == MHA_KV_INT8;
+    const int bf16 = f->bk != NULL, i8 = src->type == MHA_KV_INT8;
     const int n_new = j->step->n_new[q], n_past = j->step->n_past[q], dk = f->dk, nq = f->group * n_new;
     const int n = k1 - k0, kc = f->kernel->kc;
     const mha_isa *isa = f->kernel->isa;
@@ -558,7 +546,7 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
     chunk_src src;
     if (bf16_tiles(f)) {
         cache_runs(j, q, g, k0, k1, &src);
-        decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, 1, ks, vs);
+        decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, ks, vs);
     } else if (f->bk) {
         const size_t vps = mha_attention_v16_ps(n);
         gather_bf16(j, j->step->blocks + (size_t)q * j->step->max_blocks, g, k0, k1, k0, vps, s, ks, vs);
@@ -567,10 +555,10 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
         float *kt = s->qkv, *v = s->qkv + (size_t)dk * n;
         dequantize_chunk(j, q, g, k0, k1, kt, v);
         src = (chunk_src){.type = MHA_KV_F32, .runs = 1, .ld = n, .kt = {kt}, .v = {v}, .next = {NULL}, .n = {n}};
-        decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, 0, NULL, NULL);
+        decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, NULL, NULL);
     } else {
         cache_runs(j, q, g, k0, k1, &src);
-        decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, 0, NULL, NULL);
+        decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, NULL, NULL);
     }
 }
 

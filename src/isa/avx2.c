@@ -14,6 +14,10 @@
 
 #define AVX2 "avx2,fma,f16c"
 
+/* MXCSR bits of the bf16 instructions' behaviour: denormal inputs read as zero (DAZ),
+ * denormal results flushed to zero (FTZ). */
+#define DAZ_FTZ 0x8040u
+
 /* All-ones in the first n lanes of 8 (n <= 0: none, n >= 8: all): AVX2's masked loads and
  * stores read and write only those. */
 static inline __attribute__((target(AVX2))) __m256i first8(int n)
@@ -453,7 +457,7 @@ __attribute__((target(AVX2))) static void decode_scores16_avx2(const float *rest
                                                               size_t sc_ld)
 {
     const unsigned csr = _mm_getcsr();
-    _mm_setcsr(csr | 0x8040u);
+    _mm_setcsr(csr | DAZ_FTZ);
     if (i8)
         scores(MHA_KV_INT8, 0, q, nq, dk, 0, dk, runs, kt, vr, NULL, n, ld, 1.0f, sc, sc_ld);
     else
@@ -582,7 +586,7 @@ __attribute__((target(AVX2))) static void decode_values16_avx2(const float *e, s
                                                               float *p, size_t ps)
 {
     const unsigned csr = _mm_getcsr();
-    _mm_setcsr(csr | 0x8040u);
+    _mm_setcsr(csr | DAZ_FTZ);
     if (i8)
         values(MHA_KV_INT8, 0, e, e_ld, nq, runs, v, NULL, n, NULL, dk, p, ps);
     else
@@ -788,7 +792,7 @@ __attribute__((target(AVX2))) static void block_avx2(int rows, int npan, int kt,
     _Alignas(32) float aw[32][KCH * 32];     /* widened A: [row][k] */
     const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
     const unsigned csr = _mm_getcsr();
-    _mm_setcsr(csr | 0x8040u);
+    _mm_setcsr(csr | DAZ_FTZ);
     for (int t0 = 0; t0 < kt; t0 += KCH) {
         const int tn = kt - t0 < KCH ? kt - t0 : KCH, kn = tn * 32;
         for (int j = 0; j < npan; j++)
