@@ -17,19 +17,20 @@ static size_t plan(const mha_config *cfg, int n_blocks, int block_size, mha_kv_c
     if (!cfg || n_blocks < 1 || block_size < 1 || block_size > (1 << 20) ||
         mha_config_resolve(cfg, &dims, NULL) != MHA_OK)
         return 0;
-    size_t per_block, bytes, total, scales_at = 0;
+    size_t per_head, per_block, bytes, total, scales_at = 0;
     const mha_kv_type type = dims.kv_type;
     const size_t elem = mha_kv_elem_size(type);
-    if (__builtin_mul_overflow((size_t)2 * dims.kvh * dims.dk, (size_t)block_size, &per_block))
+    if (__builtin_mul_overflow((size_t)2 * dims.dk, (size_t)block_size, &per_head))
         return 0;
-    if (type == MHA_KV_INT8) { /* the values, then K's and V's scale of each (KV head, slot) */
-        scales_at = mha_round_up(per_block, 64);
-        per_block = mha_round_up(scales_at + (size_t)2 * dims.kvh * block_size * sizeof(float), 64);
+    if (type == MHA_KV_INT8) { /* the values, then K's and V's scale of each slot */
+        scales_at = mha_round_up(per_head, 64);
+        per_head = mha_round_up(scales_at + (size_t)2 * block_size * sizeof(float), 64);
     }
-    if (__builtin_mul_overflow(per_block * elem, (size_t)n_blocks, &bytes) || __builtin_add_overflow(bytes, HEADER, &total))
+    if (__builtin_mul_overflow(per_head, (size_t)dims.kvh, &per_block) ||
+        __builtin_mul_overflow(per_block * elem, (size_t)n_blocks, &bytes) || __builtin_add_overflow(bytes, HEADER, &total))
         return 0;
     *c = (mha_kv_cache){.d = dims.d, .h = dims.h, .kvh = dims.kvh, .dk = dims.dk, .rope = dims.rope, .type = type,
-                        .n_blocks = n_blocks, .block_size = block_size, .block_elems = per_block,
+                        .n_blocks = n_blocks, .block_size = block_size, .head_elems = per_head, .block_elems = per_block,
                         .scales_at = scales_at};
     return total;
 }
