@@ -63,7 +63,7 @@ TEST_CLI_OBJ := $(B)/obj/cli/scale_fit.o $(B)/obj/cli/shard.o
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
-.PHONY: all deps goldens-hf deps-perf deps-bench decode-bench decode-step ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example footprint blis-overhead head-shapes bench report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
+.PHONY: all deps goldens-hf deps-perf deps-bench decode-bench block-reads decode-step ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example footprint blis-overhead head-shapes bench report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
 all: $(B)/libmha.a $(B)/libmha.so $(B)/mha $(if $(filter 1,$(MPI)),$(B)/mha-mpi)
 
 deps:
@@ -305,6 +305,13 @@ decode-bench: all deps-bench
 	$(CC) -O2 -fopenmp perf/bandwidth.c -o $(B)/bandwidth
 	perf/decode_bench.sh $(B) $(DECODE_ROUNDS) $(ISA)
 DECODE_ROUNDS ?= 3
+
+# Memory read in blocks taken in random order (a paged cache's pattern; perf/block_reads.c):
+# 2 and 4 KiB (an int8 and a bf16 cache region of llama3-8b's KV heads), 64 KiB; 1 and 2 threads.
+block-reads:
+	@mkdir -p $(B)
+	$(CC) -O2 -fopenmp perf/block_reads.c -o $(B)/block_reads
+	for t in 1 2; do for b in 2048 4096 65536; do $(B)/block_reads $$b $$t 1 || exit 1; done; done
 
 # Decode steps alone (perf/decode_step.c: the decode-bench shape, no prefill, seconds a run),
 # to compare builds of the step's kernels alternately. DECODE_STEP_ARGS: [f32|bf16] [KV_HEADS]
