@@ -26,8 +26,10 @@ static size_t plan(const mha_config *cfg, int n_blocks, int block_size, mha_kv_c
         scales_at = mha_round_up(per_head, 64);
         per_head = mha_round_up(scales_at + (size_t)2 * block_size * sizeof(float), 64);
     }
+    size_t block_bytes;
     if (__builtin_mul_overflow(per_head, (size_t)dims.kvh, &per_block) ||
-        __builtin_mul_overflow(per_block * elem, (size_t)n_blocks, &bytes) || __builtin_add_overflow(bytes, HEADER, &total))
+        __builtin_mul_overflow(per_block, elem, &block_bytes) ||
+        __builtin_mul_overflow(block_bytes, (size_t)n_blocks, &bytes) || __builtin_add_overflow(bytes, HEADER, &total))
         return 0;
     *c = (mha_kv_cache){.d = dims.d, .h = dims.h, .kvh = dims.kvh, .dk = dims.dk, .rope = dims.rope, .type = type,
                         .n_blocks = n_blocks, .block_size = block_size, .head_elems = per_head, .block_elems = per_block,

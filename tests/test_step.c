@@ -3,6 +3,7 @@
  * shuffled block tables, n_new = 0) gives the outputs of one causal mha_forward over it;
  * a step that fails a check changes neither the cache nor out; outputs are bitwise identical
  * for every thread count; a step allocates nothing. */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -370,6 +371,11 @@ Test(step, cache_sizes_and_arguments)
     cr_assert_eq(mha_kv_cache_size(&cfg, 0, 16), 0);
     cr_assert_eq(mha_kv_cache_size(&cfg, 4, 0), 0);
     cr_assert_eq(mha_kv_cache_size(NULL, 4, 16), 0);
+    mha_config wide = cfg; /* 2^36 bytes a block (2 · 8192 · 2^20 floats), 2^31 − 1 blocks: past size_t */
+    wide.d_model = 8192, wide.n_heads = 1, wide.n_kv_heads = 1;
+    cr_assert_neq(mha_kv_cache_size(&wide, 1, 1 << 20), 0);
+    cr_assert_eq(mha_kv_cache_size(&wide, INT_MAX, 1 << 20), 0, "an overflowing size is 0");
+    cr_assert_eq(mha_kv_cache_size(&wide, 1, (1 << 20) + 1), 0, "blocks of at most 2^20 slots");
     mha_kv_cache *c = (mha_kv_cache *)&cfg;
     cr_assert_eq(mha_kv_cache_create(&cfg, -1, 16, &c), MHA_ERR_CONFIG);
     cr_assert_null(c);
