@@ -307,11 +307,12 @@ decode-bench: all deps-bench
 DECODE_ROUNDS ?= 3
 
 # Memory read in blocks taken in random order (a paged cache's pattern; perf/block_reads.c):
-# 2 and 4 KiB (an int8 and a bf16 cache region of llama3-8b's KV heads), 64 KiB; 1 and 2 threads.
+# 4 and 8 KiB (about an int8 and a bf16 cache region of a llama3-8b KV head in blocks of 16),
+# 2 and 64 KiB; 1 and 2 threads.
 block-reads:
 	@mkdir -p $(B)
 	$(CC) -O2 -fopenmp perf/block_reads.c -o $(B)/block_reads
-	for t in 1 2; do for b in 2048 4096 65536; do $(B)/block_reads $$b $$t 1 || exit 1; done; done
+	for t in 1 2; do for b in 2048 4096 8192 65536; do $(B)/block_reads $$b $$t 1 || exit 1; done; done
 
 # Decode steps alone (perf/decode_step.c: the decode-bench shape, no prefill, seconds a run),
 # to compare builds of the step's kernels alternately. DECODE_STEP_ARGS: [f32|bf16] [KV_HEADS]
