@@ -82,7 +82,7 @@ int main(int argc, char **argv)
         order[i] = order[j], order[j] = t;
     }
     double best = 0.0;
-    long long sink = 0;
+    volatile long long sink = 0; /* the sums are used: the reads stay */
     for (int pass = 0; pass < PASSES; pass++) {
         const double t0 = now();
         long long sum = 0;
@@ -93,12 +93,11 @@ int main(int argc, char **argv)
         }
         const double rate = (double)total / (now() - t0) * 1e-9;
         best = rate > best ? rate : best;
-        sink += sum;
+        sink = sink + sum;
     }
     printf("block_reads: %ld-byte blocks in random order, %d thread%s, prefetch %d block%s ahead: %.1f GB/s (best of %d "
-           "passes over 1 GiB)%s\n",
-           bytes, threads, threads > 1 ? "s" : "", distance, distance == 1 ? "" : "s", best, PASSES,
-           sink == 42 ? " " : "");
+           "passes over 1 GiB)\n",
+           bytes, threads, threads > 1 ? "s" : "", distance, distance == 1 ? "" : "s", best, PASSES);
     free(order);
     free(m);
     return 0;
