@@ -126,6 +126,20 @@ static void row_tasks(const mha_sched *s, const mha_step_job *j,
         }
 }
 
+/* Decode chunks per task: runs of consecutive chunks of one (sequence, KV head), so a worker
+ * prefetches its next chunk while it finishes one; up to DECODE_RUN, fewer where the step has
+ * too few chunks for DECODE_TASKS tasks per thread. */
+enum { DECODE_RUN = 8, DECODE_TASKS = 8 };
+static int decode_run(const mha_sched *s, const mha_step_job *j)
+{
+    long chunks = 0;
+    for (int q = 0; q < j->step->n_seqs; q++)
+        if (j->step->n_new[q] > 0 && j->step->n_new[q] <= MHA_DECODE_ROWS)
+            chunks += (long)mha_step_chunks(j, q) * j->f.kvh;
+    const long run = chunks / ((long)s->threads * DECODE_TASKS);
+    return run < 1 ? 1 : run > DECODE_RUN ? DECODE_RUN : (int)run;
+}
+
 void mha_sched_step(const mha_sched *s, const mha_step_job *j)
 {
     for (int t = 0; t < s->threads; t++)
@@ -152,15 +166,17 @@ void mha_sched_step(const mha_sched *s, const mha_step_job *j)
 #pragma omp taskwait
             /* few new rows: chunks of the context straight from the cache, merged below;
              * more: the context gathered and the forward's attention */
+            const int run = decode_run(s, j);
             for (int q = 0; q < n; q++) {
                 const int add = j->step->n_new[q], chunks = mha_step_chunks(j, q);
                 for (int g = 0; g < kvh && add > 0; g++)
                     if (add <= MHA_DECODE_ROWS)
-                        for (int c = 0; c < chunks; c++) {
-#pragma omp task firstprivate(q, g, c)
+                        for (int c0 = 0; c0 < chunks; c0 += run) {
+                            const int c1 = c0 + run < chunks ? c0 + run : chunks;
+#pragma omp task firstprivate(q, g, c0, c1)
                             {
                                 const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
-                                mha_step_decode_chunk(j, q, g, c, &sc);
+                                mha_step_decode_chunks(j, q, g, c0, c1, &sc);
                             }
                         }
                     else {

@@ -433,12 +433,12 @@ static void dequantize_chunk(const mha_step_job *j, int q, int g, int k0, int k1
  * and value row once for every query of the group, and the forward's softmax of the chunk
  * (mha_attention_chunk_row) in between; into the chunk's partials p (partial_of). float32
  * engines: the microkernel's sums (decode_scores, decode_values; an int8 cache's values read
- * back as they load, decode_scores8, decode_values8). bf16 engines (their kernel summing even
- * first; an int8 cache's scales gathered into ks and vs): the bf16 kernels' sums on the
+ * back as they load, decode_scores8, decode_values8). bf16 engines (their kernel summing in
+ * the tiles' order; an int8 cache's scales gathered into ks and vs): the bf16 kernels' sums on the
  * cache's own elements (decode_scores16, decode_values16), the queries and probabilities
  * rounded to bf16 as the kernels' A panels round them: the forward's chunk step, bit for bit. */
 static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int k1, float *qv, float *sc, float *p,
-                               const chunk_src *src, float *ks, float *vs)
+                               const chunk_src *src, float *ks, float *vs, const mha_prefetch *pf)
 {
     const mha_fwd *f = &j->f;
     const int bf16 = f->bk != NULL, i8 = src->type == MHA_KV_INT8;
@@ -478,7 +478,7 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
     }
     /* Z = E · V: each value row read once for every query */
     if (bf16)
-        isa->decode_values16(sc, MHA_KV_CHUNK, nq, src->runs, src->v, src->n, i8, dk, p, ps);
+        isa->decode_values16(sc, MHA_KV_CHUNK, nq, src->runs, src->v, src->n, i8, dk, p, ps, pf);
     else
         for (int r = 0, t = 0; r < src->runs; t += src->n[r++])
             if (i8)
@@ -511,13 +511,28 @@ static void decode_chunk_bf16(const mha_step_job *j, int q, int g, int k0, int k
 }
 
 /* Whether bf16 decode runs the table's tiles on the cache itself: the table has them and the
- * engine's kernel sums as they do (even first). */
+ * engine's kernel sums as they do. */
 static int bf16_tiles(const mha_fwd *f)
 {
-    return f->bk && f->bk->order == MHA_BK_EVEN_FIRST && f->kernel->isa->decode_scores16;
+    return f->bk && f->kernel->isa->decode_scores16 && f->bk->order == f->kernel->isa->decode16_order;
 }
 
-void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha_scratch *s)
+/* The Kᵀ of chunk c's blocks (whole: the regions of KV head g), for the previous chunk's tiles
+ * to prefetch while they sum its values from cache. */
+static void chunk_kt(const mha_step_job *j, int q, int g, int c, mha_prefetch *pf)
+{
+    const mha_kv_cache *cache = j->cache;
+    const int bs = cache->block_size, ctx = j->step->n_past[q] + j->step->n_new[q];
+    const int k0 = c * MHA_KV_CHUNK, k1 = k0 + MHA_KV_CHUNK < ctx ? k0 + MHA_KV_CHUNK : ctx;
+    const size_t esz = mha_kv_elem_size(cache->type);
+    const int32_t *table = j->step->blocks + (size_t)q * j->step->max_blocks;
+    pf->n = 0, pf->bytes = (size_t)j->f.dk * (size_t)bs * esz;
+    for (int t = k0 - k0 % bs; t < k1; t += bs)
+        pf->at[pf->n++] = (const char *)cache->data + mha_kv_kt_at(cache, table[t / bs], g) * esz;
+}
+
+/* Chunk c of (q, g); ahead: this worker runs chunk c + 1 next. */
+static void decode_chunk(const mha_step_job *j, int q, int g, int c, int ahead, const mha_scratch *s)
 {
     const mha_fwd *f = &j->f;
     const mha_step *st = j->step;
@@ -545,8 +560,11 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
     float *ks = f->bk && i8 ? s->kvs : NULL, *vs = ks ? ks + n : NULL;
     chunk_src src;
     if (bf16_tiles(f)) {
+        mha_prefetch next;
+        if (ahead)
+            chunk_kt(j, q, g, c + 1, &next);
         cache_runs(j, q, g, k0, k1, &src);
-        decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, ks, vs);
+        decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, ks, vs, ahead ? &next : NULL);
     } else if (f->bk) {
         const size_t vps = mha_attention_v16_ps(n);
         gather_bf16(j, j->step->blocks + (size_t)q * j->step->max_blocks, g, k0, k1, k0, vps, s, ks, vs);
@@ -555,11 +573,17 @@ void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha
         float *kt = s->qkv, *v = s->qkv + (size_t)dk * n;
         dequantize_chunk(j, q, g, k0, k1, kt, v);
         src = (chunk_src){.type = MHA_KV_F32, .runs = 1, .ld = n, .kt = {kt}, .v = {v}, .next = {NULL}, .n = {n}};
-        decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, NULL, NULL);
+        decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, NULL, NULL, NULL);
     } else {
         cache_runs(j, q, g, k0, k1, &src);
-        decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, NULL, NULL);
+        decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, NULL, NULL, NULL);
     }
+}
+
+void mha_step_decode_chunks(const mha_step_job *j, int q, int g, int c0, int c1, const mha_scratch *s)
+{
+    for (int c = c0; c < c1; c++)
+        decode_chunk(j, q, g, c, c + 1 < c1, s);
 }
 
 void mha_step_decode_merge(const mha_step_job *j, int q, int g)

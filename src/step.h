@@ -46,9 +46,12 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
 void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s);
 /* Chunks of MHA_KV_CHUNK keys in sequence q's context. */
 int mha_step_chunks(const mha_step_job *j, int q);
-/* Decode (n_new <= MHA_DECODE_ROWS): chunk c of sequence q's context for the query heads of KV
- * head g, read in place from the cache: each query's running max, sum and unnormalised Z. */
-void mha_step_decode_chunk(const mha_step_job *j, int q, int g, int c, const mha_scratch *s);
+/* Decode (n_new <= MHA_DECODE_ROWS): chunks [c0, c1) of sequence q's context for the query
+ * heads of KV head g, in order, read in place from the cache: each query's running max, sum
+ * and unnormalised Z per chunk. One worker's run: while a chunk's values are summed from
+ * cache, the next chunk's Kᵀ is prefetched (where the table's bf16 tiles take a prefetch
+ * list), so memory does not idle between chunks. */
+void mha_step_decode_chunks(const mha_step_job *j, int q, int g, int c0, int c1, const mha_scratch *s);
 /* Decode: the chunks of (q, g) merged in order (log-sum-exp) into z. */
 void mha_step_decode_merge(const mha_step_job *j, int q, int g);
 /* out rows [r0, r1), columns [c0, c1) (c0 a panel boundary) = z · Wo + bo. */

@@ -583,8 +583,9 @@ __attribute__((target(AVX2))) static void decode_values8_avx2(const float *e, si
 /* Under FTZ, as the bf16 kernels sum; then the key padding's + 0. */
 __attribute__((target(AVX2))) static void decode_values16_avx2(const float *e, size_t e_ld, int nq, int runs,
                                                               const void *const *v, const int *n, int i8, int dk,
-                                                              float *p, size_t ps)
+                                                              float *p, size_t ps, const mha_prefetch *pf)
 {
+    (void)pf;
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | DAZ_FTZ);
     if (i8)
@@ -868,6 +869,7 @@ const mha_isa mha_isa_avx2 = {
     .decode_values = decode_values_avx2,
     .decode_scores8 = decode_scores8_avx2,
     .decode_values8 = decode_values8_avx2,
+    .decode16_order = MHA_BK_EVEN_FIRST,
     .decode_scores16 = decode_scores16_avx2,
     .decode_values16 = decode_values16_avx2,
     .round_into_tiles = round_into_tiles_avx2,

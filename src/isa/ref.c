@@ -171,8 +171,9 @@ static void decode_scores16_ref(const float *restrict q, int nq, int dk, int run
 }
 
 static void decode_values16_ref(const float *e, size_t e_ld, int nq, int runs, const void *const *v, const int *n,
-                                int i8, int dk, float *p, size_t ps)
+                                int i8, int dk, float *p, size_t ps, const mha_prefetch *pf)
 {
+    (void)pf;
     int keys = 0;
     for (int r = 0; r < runs; keys += n[r++])
         values_ref(i8 ? MHA_KV_INT8 : MHA_KV_BF16, e + keys, e_ld, nq, v[r], NULL, n[r], dk, p, ps);
@@ -275,6 +276,7 @@ const mha_isa mha_isa_ref = {
     .decode_values = decode_values_ref,
     .decode_scores8 = decode_scores8_ref,
     .decode_values8 = decode_values8_ref,
+    .decode16_order = MHA_BK_EVEN_FIRST,
     .decode_scores16 = decode_scores16_ref,
     .decode_values16 = decode_values16_ref,
     .round_into_tiles = round_into_tiles_ref,
