@@ -331,29 +331,44 @@ __attribute__((target(AVX512))) static void rope_pairs_avx512(float *x, const fl
     }
 }
 
-/* ---- decode tiles (float32 cache) ---- */
+/* ---- decode tiles (float32 engines: a float32 cache, or an int8 one read back as it loads) ---- */
+
+/* 16 elements (lanes m, the rest zero) of a float32 cache row at x, or (i8) of an int8 one
+ * times their scales s: int8 converted (exact), one rounded multiply (i8_scale_rows' values). */
+static inline __attribute__((always_inline, target(AVX512))) __m512 load16(const int i8, const char *x, __mmask16 m,
+                                                                           __m512 s)
+{
+    if (i8)
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, x))), s);
+    return _mm512_maskz_loadu_ps(m, x);
+}
 
 /* Scores of nb <= R queries for nv <= V slot vectors (of any blocks), R · V <= 16
  * accumulators, each score one FMA chain over the features [c0, c1) from zero, then scale ·
  * sum (+ sc when c0 > 0): the microkernel's sums. One Kᵀ row load per feature and vector for
- * all queries; the next tile's vectors (pf, npf of them) prefetched row by row as it goes. */
+ * all queries (i8: times each slot's scale as it loads); the next tile's vectors (pf, npf of
+ * them) prefetched row by row as it goes. */
 static inline __attribute__((always_inline, target(AVX512))) void
-scores_tile(const int R, const int V, const float *restrict q, int nb, int dk, int c0, int c1, const mha_slot_vec *v,
-            int nv, const mha_slot_vec *pf, int npf, int ld, float scale, float *restrict sc, size_t sc_ld)
+scores_tile(const int i8, const int R, const int V, const float *restrict q, int nb, int dk, int c0, int c1,
+            const mha_slot_vec *v, int nv, const mha_slot_vec *pf, int npf, int ld, float scale, float *restrict sc,
+            size_t sc_ld)
 {
     __mmask16 m[8];
-    for (int j = 0; j < V; j++)
+    __m512 ks[8];
+    for (int j = 0; j < V; j++) {
         m[j] = j < nv ? first16(v[j].lanes) : 0;
+        ks[j] = i8 && j < nv ? _mm512_maskz_loadu_ps(m[j], v[j].ks) : _mm512_setzero_ps();
+    }
     __m512 acc[16];
     for (int i = 0; i < R * V; i++)
         acc[i] = _mm512_setzero_ps();
     for (int c = c0; c < c1; c++) {
-        const size_t at = (size_t)c * ld * sizeof(float);
+        const size_t at = (size_t)c * ld * (i8 ? 1 : sizeof(float));
         __m512 krow[8];
         for (int j = 0; j < V; j++) {
             if (j < npf)
                 _mm_prefetch(pf[j].kt + at, _MM_HINT_T0);
-            krow[j] = j < nv ? _mm512_maskz_loadu_ps(m[j], v[j].kt + at) : _mm512_setzero_ps();
+            krow[j] = j < nv ? load16(i8, v[j].kt + at, m[j], ks[j]) : _mm512_setzero_ps();
         }
         for (int r = 0; r < R; r++)
             if (r < nb) {
@@ -374,12 +389,12 @@ scores_tile(const int R, const int V, const float *restrict q, int nb, int dk, i
 
 /* R queries × V slot vectors over the vector list, each tile prefetching the next. */
 static inline __attribute__((always_inline, target(AVX512))) void
-scores_tiles(const int R, const int V, const float *restrict q, int nb, int dk, int c0, int c1, const mha_slot_vec *v,
-             int nv, int ld, float scale, float *restrict sc, size_t sc_ld)
+scores_tiles(const int i8, const int R, const int V, const float *restrict q, int nb, int dk, int c0, int c1,
+             const mha_slot_vec *v, int nv, int ld, float scale, float *restrict sc, size_t sc_ld)
 {
     for (int i = 0; i < nv; i += V) {
         const int here = nv - i < V ? nv - i : V, next = nv - i - here < V ? nv - i - here : V;
-        scores_tile(R, V, q, nb, dk, c0, c1, v + i, here, v + i + here, next, ld, scale, sc, sc_ld);
+        scores_tile(i8, R, V, q, nb, dk, c0, c1, v + i, here, v + i + here, next, ld, scale, sc, sc_ld);
     }
 }
 
@@ -387,36 +402,52 @@ scores_tiles(const int R, const int V, const float *restrict q, int nb, int dk, 
  * 8 × 2 at a time. Few vectors at once: blocks lie a multiple of 64 KiB apart, so every
  * vector's row falls in one L1 and L2 set; 4 × 4 (16 chains) ran decode about 25% slower than
  * 4 × 2 (llama3-8b decode step, Zen 5). */
-__attribute__((target(AVX512))) static void decode_scores_avx512(const float *restrict q, int nq, int dk, int c0, int c1,
-                                                                 int runs, const void *const *kt, const int *n, int ld,
-                                                                 float scale, float *restrict sc, size_t sc_ld)
+static inline __attribute__((always_inline, target(AVX512))) void
+scores(const int i8, const float *restrict q, int nq, int dk, int c0, int c1, int runs, const void *const *kt,
+       const float *const *ks, const int *n, int ld, float scale, float *restrict sc, size_t sc_ld)
 {
     mha_slot_vec v[MHA_KV_CHUNK];
-    const int nv = mha_slot_vecs(runs, kt, NULL, 0, NULL, n, 16, sizeof(float), v);
+    const int nv = mha_slot_vecs(runs, kt, NULL, 0, ks, n, 16, i8 ? 1 : sizeof(float), v);
     for (int q0 = 0; q0 < nq; q0 += 8) {
         const int nb = nq - q0 < 8 ? nq - q0 : 8;
         const float *qq = q + (size_t)q0 * dk;
         float *sq = sc + (size_t)q0 * sc_ld;
         if (nb <= 2)
-            scores_tiles(2, 4, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
+            scores_tiles(i8, 2, 4, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
         else if (nb <= 4)
-            scores_tiles(4, 2, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
+            scores_tiles(i8, 4, 2, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
         else
-            scores_tiles(8, 2, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
+            scores_tiles(i8, 8, 2, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
     }
+}
+
+__attribute__((target(AVX512))) static void decode_scores_avx512(const float *restrict q, int nq, int dk, int c0, int c1,
+                                                                 int runs, const void *const *kt, const int *n, int ld,
+                                                                 float scale, float *restrict sc, size_t sc_ld)
+{
+    scores(0, q, nq, dk, c0, c1, runs, kt, NULL, n, ld, scale, sc, sc_ld);
+}
+
+__attribute__((target(AVX512))) static void decode_scores8_avx512(const float *restrict q, int nq, int dk, int c0,
+                                                                  int c1, int runs, const void *const *kt,
+                                                                  const float *const *ks, const int *n, int ld,
+                                                                  float scale, float *restrict sc, size_t sc_ld)
+{
+    scores(1, q, nq, dk, c0, c1, runs, kt, ks, n, ld, scale, sc, sc_ld);
 }
 
 /* Z of nb <= R queries, features [c0, c0 + 16·V) (the last vector's lanes ml), over the n
  * value rows of one block, with R · V <= 16 accumulators: each row's vectors loaded once for all
  * the queries, key by key in order (the microkernel's A·V sums); the same features of the next
  * block's rows (next, or NULL) prefetched row by row as it goes, so the prefetches are spread
- * as evenly as the loads (all of a row's lines at once was 10% slower: fill buffers run out). */
+ * as evenly as the loads (all of a row's lines at once was 10% slower: fill buffers run out).
+ * i8: int8 rows, row t times vs[t] as it loads. */
 static inline __attribute__((always_inline, target(AVX512))) void
-values_tile(const int R, const int V, const float *e, size_t e_ld, int nb, const float *v, int n, int dk, int c0,
-            __mmask16 ml, float *p, size_t ps, const void *next)
+values_tile(const int i8, const int R, const int V, const float *e, size_t e_ld, int nb, const void *v,
+            const float *vs, int n, int dk, int c0, __mmask16 ml, float *p, size_t ps, const void *next)
 {
-    const size_t row = (size_t)dk * sizeof(float);
-    const size_t pf0 = (size_t)c0 * sizeof(float), pf1 = (size_t)(c0 + 16 * V < dk ? c0 + 16 * V : dk) * sizeof(float);
+    const size_t esz = i8 ? 1 : sizeof(float), row = (size_t)dk * esz;
+    const size_t pf0 = (size_t)c0 * esz, pf1 = (size_t)(c0 + 16 * V < dk ? c0 + 16 * V : dk) * esz;
     __m512 acc[16];
     for (int r = 0; r < R; r++)
         for (int j = 0; j < V; j++)
@@ -427,8 +458,9 @@ values_tile(const int R, const int V, const float *e, size_t e_ld, int nb, const
             for (size_t off = pf0; off < pf1; off += 64)
                 _mm_prefetch((const char *)next + (size_t)t * row + off, _MM_HINT_T0);
         __m512 b[8];
+        const __m512 s = i8 ? _mm512_set1_ps(vs[t]) : _mm512_setzero_ps();
         for (int j = 0; j < V; j++)
-            b[j] = _mm512_maskz_loadu_ps(j == V - 1 ? ml : (__mmask16)0xFFFF, v + (size_t)t * dk + c0 + 16 * j);
+            b[j] = load16(i8, (const char *)v + ((size_t)t * dk + c0 + 16 * j) * esz, j == V - 1 ? ml : (__mmask16)0xFFFF, s);
         for (int r = 0; r < R; r++)
             if (r < nb) {
                 const __m512 x = _mm512_set1_ps(e[(size_t)r * e_ld + t]);
@@ -443,8 +475,9 @@ values_tile(const int R, const int V, const float *e, size_t e_ld, int nb, const
 
 /* Register tiles: up to 2 queries × 128 features, 4 × 64 or 8 × 32 (fewer queries, more
  * features per pass over the block's rows), 16 features the last pass. */
-__attribute__((target(AVX512))) static void decode_values_avx512(const float *e, size_t e_ld, int nq, const float *v,
-                                                                 int n, int dk, float *p, size_t ps, const void *next)
+static inline __attribute__((always_inline, target(AVX512))) void
+values(const int i8, const float *e, size_t e_ld, int nq, const void *v, const float *vs, int n, int dk, float *p,
+       size_t ps, const void *next)
 {
     for (int q0 = 0; q0 < nq; q0 += 8) {
         const int nb = nq - q0 < 8 ? nq - q0 : 8;
@@ -454,17 +487,30 @@ __attribute__((target(AVX512))) static void decode_values_avx512(const float *e,
         for (int c0 = 0; c0 < dk;) {
             const int left = dk - c0;
             if (nb <= 2 && left >= 128)
-                values_tile(2, 8, eq, e_ld, nb, v, n, dk, c0, 0xFFFF, pq, ps, pf), c0 += 128;
+                values_tile(i8, 2, 8, eq, e_ld, nb, v, vs, n, dk, c0, 0xFFFF, pq, ps, pf), c0 += 128;
             else if (nb <= 4 && left >= 64)
-                values_tile(4, 4, eq, e_ld, nb, v, n, dk, c0, 0xFFFF, pq, ps, pf), c0 += 64;
+                values_tile(i8, 4, 4, eq, e_ld, nb, v, vs, n, dk, c0, 0xFFFF, pq, ps, pf), c0 += 64;
             else if (left >= 32)
-                values_tile(8, 2, eq, e_ld, nb, v, n, dk, c0, 0xFFFF, pq, ps, pf), c0 += 32;
+                values_tile(i8, 8, 2, eq, e_ld, nb, v, vs, n, dk, c0, 0xFFFF, pq, ps, pf), c0 += 32;
             else {
                 const __mmask16 ml = first16(left);
-                values_tile(8, 1, eq, e_ld, nb, v, n, dk, c0, ml, pq, ps, pf), c0 += 16;
+                values_tile(i8, 8, 1, eq, e_ld, nb, v, vs, n, dk, c0, ml, pq, ps, pf), c0 += 16;
             }
         }
     }
+}
+
+__attribute__((target(AVX512))) static void decode_values_avx512(const float *e, size_t e_ld, int nq, const float *v,
+                                                                 int n, int dk, float *p, size_t ps, const void *next)
+{
+    values(0, e, e_ld, nq, v, NULL, n, dk, p, ps, next);
+}
+
+__attribute__((target(AVX512))) static void decode_values8_avx512(const float *e, size_t e_ld, int nq, const int8_t *v,
+                                                                  const float *vs, int n, int dk, float *p, size_t ps,
+                                                                  const void *next)
+{
+    values(1, e, e_ld, nq, v, vs, n, dk, p, ps, next);
 }
 
 /* ---- bf16: rounding, packing, epilogue ---- */
@@ -1057,6 +1103,8 @@ const mha_isa mha_isa_avx512 = {
     .i8_scale_rows = i8_scale_rows_avx512,
     .decode_scores = decode_scores_avx512,
     .decode_values = decode_values_avx512,
+    .decode_scores8 = decode_scores8_avx512,
+    .decode_values8 = decode_values8_avx512,
     .decode16_order = MHA_BK_ODD_FIRST,
     .decode_scores16 = decode_scores16_avx512,
     .decode_values16 = decode_values16_avx512,
