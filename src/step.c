@@ -296,7 +296,8 @@ static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int 
 
 /* float32 engines, int8 cache: the keys [t_begin, ctx) read back (q·scale) into the Q/K/V
  * scratch's K and V columns, key t at row t, Kᵀ then packed as the forward packs its own: the
- * values decode reads back too (dequantize_chunk), so prefill and decode agree bit for bit. */
+ * values decode's tiles read back as they load (decode_scores8, decode_values8), so prefill
+ * and decode agree bit for bit. */
 static void gather_i8(const mha_step_job *j, const int32_t *table, int g, int t_begin, int ctx, const mha_scratch *s)
 {
     const mha_fwd *f = &j->f;
@@ -402,35 +403,8 @@ static void cache_runs(const mha_step_job *j, int q, int g, int k0, int k1, chun
     }
 }
 
-/* int8: the keys [k0, k1) of (q, g) read back (q·scale) into kt (dk × n, row stride n) and v
- * (n × dk): the values a prefill over the cache reads (gather_i8), each block's rows once. */
-static void dequantize_chunk(const mha_step_job *j, int q, int g, int k0, int k1, float *kt, float *v)
-{
-    const mha_kv_cache *cache = j->cache;
-    const mha_isa *isa = j->f.kernel->isa;
-    const int bs = cache->block_size, dk = j->f.dk, n = k1 - k0;
-    const int32_t *table = j->step->blocks + (size_t)q * j->step->max_blocks;
-    for (int t = k0; t < k1;) {
-        const int block = table[t / bs], slot = t % bs, run = bs - slot < k1 - t ? bs - slot : k1 - t;
-        const int8_t *k8 = mha_kv_i8(cache) + mha_kv_kt_at(cache, block, g) + slot;
-        const float *ks = mha_kv_scales(cache, block, g, 0) + slot, *vs = mha_kv_scales(cache, block, g, 1) + slot;
-        if (t + run < k1) { /* the next block's K and V lines, while this one is read (blocks lie apart) */
-            const int next = table[(t + run) / bs];
-            const char *nk = (const char *)(mha_kv_i8(cache) + mha_kv_kt_at(cache, next, g));
-            const char *nv = (const char *)(mha_kv_i8(cache) + mha_kv_v_at(cache, next, g, 0));
-            for (size_t off = 0; off < (size_t)bs * dk; off += 64)
-                __builtin_prefetch(nk + off), __builtin_prefetch(nv + off);
-        }
-        isa->i8_scale_rows(k8, (size_t)bs, dk, run, NULL, ks, kt + (t - k0), (size_t)n);
-        isa->i8_scale_rows(mha_kv_i8(cache) + mha_kv_v_at(cache, block, g, slot), (size_t)dk, run, dk, vs, NULL,
-                           v + (size_t)(t - k0) * dk, (size_t)dk);
-        t += run;
-    }
-}
-
-/* The chunk's scores and A·V in register tiles, read where src says (the cache blocks in
- * place, or an int8 chunk read back to float32 where the table has no int8 tiles), each key
- * and value row once for every query of the group, and the forward's softmax of the chunk
+/* The chunk's scores and A·V in register tiles, read in place from the cache blocks (src),
+ * each key and value row once for every query of the group, and the forward's softmax of the chunk
  * (mha_attention_chunk_row) in between; into the chunk's partials p (partial_of). float32
  * engines: the microkernel's sums (decode_scores, decode_values; an int8 cache's values read
  * back as they load, decode_scores8, decode_values8). bf16 engines (their kernel summing in
@@ -569,11 +543,6 @@ static void decode_chunk(const mha_step_job *j, int q, int g, int c, int ahead, 
         const size_t vps = mha_attention_v16_ps(n);
         gather_bf16(j, j->step->blocks + (size_t)q * j->step->max_blocks, g, k0, k1, k0, vps, s, ks, vs);
         decode_chunk_bf16(j, q, g, k0, k1, qv, sc, p, s, vps, ks, vs);
-    } else if (i8 && !f->kernel->isa->decode_scores8) { /* read back into the Q/K/V scratch (idle in decode) */
-        float *kt = s->qkv, *v = s->qkv + (size_t)dk * n;
-        dequantize_chunk(j, q, g, k0, k1, kt, v);
-        src = (chunk_src){.type = MHA_KV_F32, .runs = 1, .ld = n, .kt = {kt}, .v = {v}, .next = {NULL}, .n = {n}};
-        decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, NULL, NULL, NULL);
     } else {
         cache_runs(j, q, g, k0, k1, &src);
         decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, NULL, NULL, NULL);

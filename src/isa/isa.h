@@ -95,8 +95,7 @@ typedef struct mha_isa {
     /* float32 decode from an int8 cache: decode_scores' and decode_values' sums on the
      * elements read back as they are loaded, int8 · its slot's scale rounded once (the values
      * i8_scale_rows gives, so the same bits as reading the chunk back first): ks[r] run r's K
-     * scales per slot, vs its V scales per row. NULL where the table has none (then the chunk
-     * is read back first). */
+     * scales per slot, vs its V scales per row. Every table has them. */
     void (*decode_scores8)(const float *restrict q, int nq, int dk, int c0, int c1, int runs, const void *const *kt,
                            const float *const *ks, const int *n, int ld, float scale, float *restrict sc,
                            size_t sc_ld);
