@@ -9,6 +9,7 @@
  *
  * usage: decode_step [f32|bf16] [KV_HEADS (8)] [CONTEXT (2048)] [STEPS (30)] [THREADS (2)]
  *                    [SEQS (16)] [ISA (auto)] [KV_CACHE (auto: the precision's; int8)]
+ *                    [BF16_KERNEL (auto; a kernel of the table, e.g. fma-bf16)]
  * CONTEXT 1 leaves the projections alone: a step at CONTEXT minus that one is the attention
  * phase. The engine holds at least MIN_KV positions whatever the context: its Q/K/V scratch
  * holds max(seq_q, seq_kv) rows, and a step's projection tasks take at most that many, so an
@@ -46,12 +47,13 @@ int main(int argc, char **argv)
     const int seqs = argc > 6 ? atoi(argv[6]) : 16;
     const char *isa = argc > 7 ? argv[7] : "auto";
     const int int8 = argc > 8 && !strcmp(argv[8], "int8");
+    const char *bk = argc > 9 ? argv[9] : "auto";
     if ((argc > 1 && !bf16 && strcmp(argv[1], "f32")) || kvh < 1 || HEADS % kvh || context < 1 || context > 1 << 20 ||
         steps < 1 || threads < 1 || seqs < 1 || seqs > MAX_SEQS || strlen(isa) >= sizeof((mha_config){0}.isa) ||
-        (argc > 8 && !int8 && strcmp(argv[8], "auto"))) {
+        (argc > 8 && !int8 && strcmp(argv[8], "auto")) || strlen(bk) >= sizeof((mha_config){0}.bf16_kernel)) {
         fprintf(stderr,
                 "usage: decode_step [f32|bf16] [KV_HEADS dividing %d] [CONTEXT 1..%d] [STEPS >= 1] [THREADS >= 1] "
-                "[SEQS 1..%d] [ISA auto|avx512|avx2|ref] [KV_CACHE auto|int8]\n",
+                "[SEQS 1..%d] [ISA auto|avx512|avx2|ref] [KV_CACHE auto|int8] [BF16_KERNEL auto|NAME]\n",
                 HEADS, 1 << 20, MAX_SEQS);
         return 2;
     }
@@ -64,6 +66,7 @@ int main(int argc, char **argv)
     cfg.kv_type = int8 ? MHA_KV_INT8 : MHA_KV_AUTO;
     cfg.rope = (mha_rope){.style = MHA_ROPE_NEOX, .theta = 500000.0f};
     snprintf(cfg.isa, sizeof cfg.isa, "%s", isa);
+    snprintf(cfg.bf16_kernel, sizeof cfg.bf16_kernel, "%s", bk);
 
     const size_t kvd = (size_t)kvh * DK;
     const int per_seq = (context + BLOCK - 1) / BLOCK, n_blocks = seqs * per_seq;

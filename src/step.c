@@ -423,7 +423,8 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
      * once; float32 the features in the microkernel's passes of KC (one unless dk > KC) */
     if (bf16) {
         isa->round_bf16_floats(qv, nq * dk);
-        isa->decode_scores16(qv, nq, dk, src->runs, src->kt, src->v, i8, src->n, src->ld, f->scale, sc, MHA_KV_CHUNK);
+        isa->decode_scores16(qv, nq, dk, src->runs, src->kt, src->v, i8, src->n, src->ld, f->scale, sc, MHA_KV_CHUNK,
+                             f->bk->order);
     } else
         for (int c0 = 0; c0 < dk; c0 += kc) {
             const int c1 = c0 + kc < dk ? c0 + kc : dk;
@@ -452,7 +453,7 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
     }
     /* Z = E · V: each value row read once for every query */
     if (bf16)
-        isa->decode_values16(sc, MHA_KV_CHUNK, nq, src->runs, src->v, src->n, i8, dk, p, ps, pf);
+        isa->decode_values16(sc, MHA_KV_CHUNK, nq, src->runs, src->v, src->n, i8, dk, p, ps, pf, f->bk->order);
     else
         for (int r = 0, t = 0; r < src->runs; t += src->n[r++])
             if (i8)
@@ -488,7 +489,7 @@ static void decode_chunk_bf16(const mha_step_job *j, int q, int g, int k0, int k
  * engine's kernel sums as they do. */
 static int bf16_tiles(const mha_fwd *f)
 {
-    return f->bk && f->kernel->isa->decode_scores16 && f->bk->order == f->kernel->isa->decode16_order;
+    return f->bk && f->kernel->isa->decode_scores16 && (f->kernel->isa->decode16_orders >> f->bk->order & 1u);
 }
 
 /* The Kᵀ of chunk c's blocks (whole: the regions of KV head g), for the previous chunk's tiles

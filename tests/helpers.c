@@ -23,9 +23,19 @@ void config_init(mha_config *cfg)
 {
     mha_config_init(cfg);
     const char *why = NULL;
-    if (!isa_runnable(test_isa(), &why))
+    const mha_isa *isa = isa_runnable(test_isa(), &why);
+    if (!isa)
         cr_skip_test("isa %s: %s", test_isa(), why);
     snprintf(cfg->isa, sizeof cfg->isa, "%s", test_isa());
+    /* MHA_TEST_BF16_KERNEL: bf16 engines on that kernel of the table, not its auto one */
+    const char *bk = getenv("MHA_TEST_BF16_KERNEL");
+    if (bk) {
+        static char buf[192];
+        const mha_bkernel *k;
+        if (mha_bkernel_select(isa, bk, &k, buf, sizeof buf) != MHA_OK)
+            cr_skip_test("bf16 kernel %s: %s", bk, buf);
+        snprintf(cfg->bf16_kernel, sizeof cfg->bf16_kernel, "%s", bk);
+    }
 }
 
 const mha_isa *isa_runnable(const char *name, const char **why)

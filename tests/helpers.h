@@ -81,8 +81,9 @@ struct mha_kernel;
 /* The table the engine tests run on: $MHA_TEST_ISA, else "" (auto). make test runs the engine
  * suites once per table (tests read the environment; the library never does). */
 const char *test_isa(void);
-/* cfg from mha_config_init, on test_isa()'s table; a table this CPU cannot run skips the
- * calling test with the reason (Criterion's skip). */
+/* cfg from mha_config_init, on test_isa()'s table (and $MHA_TEST_BF16_KERNEL's bf16 kernel
+ * where set); a table or kernel this CPU cannot run skips the calling test with the reason
+ * (Criterion's skip). */
 void config_init(mha_config *cfg);
 /* Table `name` ("" or "auto": the widest this CPU runs) if this CPU runs it, else NULL and the
  * reason in why (when not NULL). */

@@ -523,19 +523,90 @@ static void model_product(mha_bk_order order, int m, int n, int kk, float alpha,
     free(bp), free(apack);
 }
 
-/* A kernel of the table that sums in its decode tiles' order and runs here (the tiles run
- * only beside it), or NULL. */
-static const mha_bkernel *tiles_kernel(const mha_isa *isa)
+/* A kernel of the table that sums in the given order and runs here (the tiles of that order
+ * run only beside one), or NULL. */
+static const mha_bkernel *order_kernel(const mha_isa *isa, mha_bk_order order)
 {
     for (int i = 0; isa->bf16[i]; i++)
-        if (isa->bf16[i]->order == isa->decode16_order && (!isa->bf16[i]->usable || isa->bf16[i]->usable()))
+        if (isa->bf16[i]->order == order && (!isa->bf16[i]->usable || isa->bf16[i]->usable()))
             return isa->bf16[i];
     return NULL;
 }
 
+/* One table's tiles of one order against the model of that order (the test below). */
+static void decode_tiles_check(const mha_isa *isa, mha_bk_order order, rng *rp)
+{
+    enum { BS = 16, RUNS = 3, SC_LD = 64 };
+    const int n[RUNS] = {16, 5, 6}, slots = 27, tiny = 2; /* query `tiny` holds the cancelling pair */
+    const float lo = 0x1p-126f;                           /* float32's smallest normal */
+    rng r = *rp;
+    static const int dks[] = {128, 40, 41};
+    for (int i8 = 0; i8 < 2; i8++)
+        for (int di = 0, dk; di < 3 && (dk = dks[di]); di++)
+            for (int nq = 1; nq <= 9; nq += 4) {
+                const size_t esz = i8 ? 1 : 2, blk = (size_t)dk * BS * esz;
+                char *kt = calloc(RUNS, blk), *v = calloc(RUNS, blk);
+                float *q = calloc((size_t)nq * dk, sizeof *q), *e = calloc((size_t)nq * slots, sizeof *e);
+                float *kf = malloc((size_t)dk * slots * sizeof *kf), *vf = malloc((size_t)slots * dk * sizeof *vf);
+                float *sc = malloc((size_t)nq * SC_LD * sizeof *sc), *want = malloc((size_t)nq * slots * sizeof *want);
+                float *p = calloc((size_t)nq * dk, sizeof *p), *zwant = malloc((size_t)nq * dk * sizeof *zwant);
+                const void *ktr[RUNS];
+                /* K and V: random cache elements, each run in its own block; the last two
+                 * keys' V are −1 and 1 and the last two features of K are 1 (the cancelling pairs) */
+                for (int ri = 0, at = 0; ri < RUNS; at += n[ri++]) {
+                    ktr[ri] = kt + (size_t)ri * blk;
+                    for (int t = 0; t < n[ri]; t++)
+                        for (int c = 0; c < dk; c++) {
+                            const int key = at + t;
+                            float kx = i8 ? (float)((int)(rng_next(&r) % 255) - 127) : rng_uniform(&r, -2.0f, 2.0f);
+                            float vx = i8 ? (float)((int)(rng_next(&r) % 255) - 127) : rng_uniform(&r, -2.0f, 2.0f);
+                            kx = c >= dk - 2 ? 1.0f : kx;
+                            vx = key >= slots - 2 ? (key == slots - 2 ? -1.0f : 1.0f) : vx;
+                            set_elem(kt + (size_t)ri * blk, i8, (size_t)c * BS + t, kx);
+                            set_elem(v + (size_t)ri * blk, i8, (size_t)t * dk + c, vx);
+                            kf[(size_t)c * slots + key] = cache_elem(kt + (size_t)ri * blk, i8, (size_t)c * BS + t);
+                            vf[(size_t)key * dk + c] = cache_elem(v + (size_t)ri * blk, i8, (size_t)t * dk + c);
+                        }
+                }
+                for (int qi = 0; qi < nq; qi++)
+                    for (int c = 0; c < dk; c++) /* bf16 values, as the caller rounds them */
+                        q[(size_t)qi * dk + c] = qi == tiny ? (c == dk - 2 ? -1.5f * lo : c == dk - 1 ? lo : 0.0f)
+                                                           : mha_bf16_float(mha_bf16_round(rng_uniform(&r, -1.0f, 1.0f)));
+                for (int qi = 0; qi < nq; qi++)
+                    for (int t = 0; t < slots; t++)
+                        e[(size_t)qi * slots + t] = qi == tiny ? (t == slots - 2 ? 1.5f * lo : t == slots - 1 ? lo : 0.0f)
+                                                               : mha_bf16_float(mha_bf16_round(rng_uniform(&r, 0.0f, 1.0f)));
+                const float scale = 0.125f;
+                const void *vr[RUNS];
+                for (int ri = 0; ri < RUNS; ri++)
+                    vr[ri] = v + (size_t)ri * blk;
+                isa->decode_scores16(q, nq, dk, RUNS, ktr, vr, i8, n, BS, scale, sc, SC_LD, order);
+                model_product(order, nq, slots, dk, scale, q, kf, want);
+                for (int qi = 0; qi < nq; qi++) {
+                    long at = first_bit_difference(sc + (size_t)qi * SC_LD, want + (size_t)qi * slots, (size_t)slots);
+                    cr_assert_eq(at, -1, "%s order %d, %s, dk %d, %d queries: score (%d, %ld) %a, model %a",
+                                 isa->name, (int)order, i8 ? "int8" : "bf16", dk, nq, qi, at, sc[(size_t)qi * SC_LD + (at < 0 ? 0 : at)],
+                                 want[(size_t)qi * slots + (at < 0 ? 0 : at)]);
+                }
+                isa->decode_values16(e, (size_t)slots, nq, RUNS, vr, n, i8, dk, p, (size_t)dk, NULL, order);
+                model_product(order, nq, dk, slots, 1.0f, e, vf, zwant);
+                long at = first_bit_difference(p, zwant, (size_t)nq * dk);
+                cr_assert_eq(at, -1, "%s order %d, %s, dk %d, %d queries: z (%ld, %ld) %a, model %a", isa->name,
+                             (int)order, i8 ? "int8" : "bf16", dk, nq, at / dk, at % dk, p[at < 0 ? 0 : at],
+                             zwant[at < 0 ? 0 : at]);
+                if (nq > tiny) { /* the pairs did cancel to flushed zeros, made +0 by any padding */
+                    cr_assert(zwant[(size_t)tiny * dk] == 0.0f && !signbit(zwant[(size_t)tiny * dk]));
+                    cr_assert(want[(size_t)tiny * slots] == 0.0f &&
+                              (dk % MHA_BT_K == 0) == !!signbit(want[(size_t)tiny * slots]));
+                }
+                free(kt), free(v), free(q), free(e), free(kf), free(vf), free(sc), free(want), free(p), free(zwant);
+            }
+    *rp = r;
+}
+
 /* Each table's bf16 decode tiles, reading a bf16 or int8 cache's blocks in place (runs of 16,
  * 5 and 6 slots of blocks of 16), give what the forward's chunk computes on the kernels that
- * sum in their order (avx2: even first, avx512: odd first), bit for bit: scores = scale · Q·Kᵀ
+ * sum in their order (even first: ref, avx2, avx512; odd first: avx512), bit for bit: scores = scale · Q·Kᵀ
  * and Z = E·V, against bgemm on the model of that order on the same operands. d_k 128, 40 (a
  * padded k tile) and 41 (an odd feature: a half pair); 27 keys (a half pair); 1 to 9 queries.
  * One query's last two products cancel to a half of float32's smallest normal, flushed to −0
@@ -543,9 +614,6 @@ static const mha_bkernel *tiles_kernel(const mha_isa *isa)
  * padding's + 0, fails. */
 Test(bgemm, decode_tiles_sum_as_the_kernels_of_their_order, .timeout = 60)
 {
-    enum { BS = 16, RUNS = 3, SC_LD = 64 };
-    const int n[RUNS] = {16, 5, 6}, slots = 27, tiny = 2; /* query `tiny` holds the cancelling pair */
-    const float lo = 0x1p-126f;                           /* float32's smallest normal */
     rng r = {2112};
     const mha_isa *isa;
     FOR_EACH_ISA(isa) {
@@ -553,72 +621,16 @@ Test(bgemm, decode_tiles_sum_as_the_kernels_of_their_order, .timeout = 60)
             cr_log_info("isa %s has no bf16 decode tiles: its bf16 decode runs the forward's chunk", isa->name);
             continue;
         }
-        if (!tiles_kernel(isa)) {
-            note_skipped("isa %s's bf16 decode tiles: this CPU has none of its bf16 kernels that sum in their "
-                         "order (they run only beside one)", isa->name);
-            continue;
+        for (mha_bk_order order = MHA_BK_EVEN_FIRST; order <= MHA_BK_TILE_LANES; order++) {
+            if (!(isa->decode16_orders >> order & 1u))
+                continue;
+            if (!order_kernel(isa, order)) {
+                note_skipped("isa %s's bf16 decode tiles of order %d: this CPU has none of its bf16 kernels that "
+                             "sum so (the tiles run only beside one)", isa->name, (int)order);
+                continue;
+            }
+            decode_tiles_check(isa, order, &r);
         }
-        static const int dks[] = {128, 40, 41};
-        for (int i8 = 0; i8 < 2; i8++)
-            for (int di = 0, dk; di < 3 && (dk = dks[di]); di++)
-                for (int nq = 1; nq <= 9; nq += 4) {
-                    const size_t esz = i8 ? 1 : 2, blk = (size_t)dk * BS * esz;
-                    char *kt = calloc(RUNS, blk), *v = calloc(RUNS, blk);
-                    float *q = calloc((size_t)nq * dk, sizeof *q), *e = calloc((size_t)nq * slots, sizeof *e);
-                    float *kf = malloc((size_t)dk * slots * sizeof *kf), *vf = malloc((size_t)slots * dk * sizeof *vf);
-                    float *sc = malloc((size_t)nq * SC_LD * sizeof *sc), *want = malloc((size_t)nq * slots * sizeof *want);
-                    float *p = calloc((size_t)nq * dk, sizeof *p), *zwant = malloc((size_t)nq * dk * sizeof *zwant);
-                    const void *ktr[RUNS];
-                    /* K and V: random cache elements, each run in its own block; the last two
-                     * keys' V are −1 and 1 and the last two features of K are 1 (the cancelling pairs) */
-                    for (int ri = 0, at = 0; ri < RUNS; at += n[ri++]) {
-                        ktr[ri] = kt + (size_t)ri * blk;
-                        for (int t = 0; t < n[ri]; t++)
-                            for (int c = 0; c < dk; c++) {
-                                const int key = at + t;
-                                float kx = i8 ? (float)((int)(rng_next(&r) % 255) - 127) : rng_uniform(&r, -2.0f, 2.0f);
-                                float vx = i8 ? (float)((int)(rng_next(&r) % 255) - 127) : rng_uniform(&r, -2.0f, 2.0f);
-                                kx = c >= dk - 2 ? 1.0f : kx;
-                                vx = key >= slots - 2 ? (key == slots - 2 ? -1.0f : 1.0f) : vx;
-                                set_elem(kt + (size_t)ri * blk, i8, (size_t)c * BS + t, kx);
-                                set_elem(v + (size_t)ri * blk, i8, (size_t)t * dk + c, vx);
-                                kf[(size_t)c * slots + key] = cache_elem(kt + (size_t)ri * blk, i8, (size_t)c * BS + t);
-                                vf[(size_t)key * dk + c] = cache_elem(v + (size_t)ri * blk, i8, (size_t)t * dk + c);
-                            }
-                    }
-                    for (int qi = 0; qi < nq; qi++)
-                        for (int c = 0; c < dk; c++) /* bf16 values, as the caller rounds them */
-                            q[(size_t)qi * dk + c] = qi == tiny ? (c == dk - 2 ? -1.5f * lo : c == dk - 1 ? lo : 0.0f)
-                                                               : mha_bf16_float(mha_bf16_round(rng_uniform(&r, -1.0f, 1.0f)));
-                    for (int qi = 0; qi < nq; qi++)
-                        for (int t = 0; t < slots; t++)
-                            e[(size_t)qi * slots + t] = qi == tiny ? (t == slots - 2 ? 1.5f * lo : t == slots - 1 ? lo : 0.0f)
-                                                                   : mha_bf16_float(mha_bf16_round(rng_uniform(&r, 0.0f, 1.0f)));
-                    const float scale = 0.125f;
-                    const void *vr[RUNS];
-                    for (int ri = 0; ri < RUNS; ri++)
-                        vr[ri] = v + (size_t)ri * blk;
-                    isa->decode_scores16(q, nq, dk, RUNS, ktr, vr, i8, n, BS, scale, sc, SC_LD);
-                    model_product(isa->decode16_order, nq, slots, dk, scale, q, kf, want);
-                    for (int qi = 0; qi < nq; qi++) {
-                        long at = first_bit_difference(sc + (size_t)qi * SC_LD, want + (size_t)qi * slots, (size_t)slots);
-                        cr_assert_eq(at, -1, "%s, %s, dk %d, %d queries: score (%d, %ld) %a, model %a", isa->name,
-                                     i8 ? "int8" : "bf16", dk, nq, qi, at, sc[(size_t)qi * SC_LD + (at < 0 ? 0 : at)],
-                                     want[(size_t)qi * slots + (at < 0 ? 0 : at)]);
-                    }
-                    isa->decode_values16(e, (size_t)slots, nq, RUNS, vr, n, i8, dk, p, (size_t)dk, NULL);
-                    model_product(isa->decode16_order, nq, dk, slots, 1.0f, e, vf, zwant);
-                    long at = first_bit_difference(p, zwant, (size_t)nq * dk);
-                    cr_assert_eq(at, -1, "%s, %s, dk %d, %d queries: z (%ld, %ld) %a, model %a", isa->name,
-                                 i8 ? "int8" : "bf16", dk, nq, at / dk, at % dk, p[at < 0 ? 0 : at],
-                                 zwant[at < 0 ? 0 : at]);
-                    if (nq > tiny) { /* the pairs did cancel to flushed zeros, made +0 by any padding */
-                        cr_assert(zwant[(size_t)tiny * dk] == 0.0f && !signbit(zwant[(size_t)tiny * dk]));
-                        cr_assert(want[(size_t)tiny * slots] == 0.0f &&
-                                  (dk % MHA_BT_K == 0) == !!signbit(want[(size_t)tiny * slots]));
-                    }
-                    free(kt), free(v), free(q), free(e), free(kf), free(vf), free(sc), free(want), free(p), free(zwant);
-                }
     }
 }
 

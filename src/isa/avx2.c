@@ -454,8 +454,9 @@ __attribute__((target(AVX2))) static void decode_scores8_avx2(const float *restr
 __attribute__((target(AVX2))) static void decode_scores16_avx2(const float *restrict q, int nq, int dk, int runs,
                                                               const void *const *kt, const void *const *vr, int i8,
                                                               const int *n, int ld, float scale, float *restrict sc,
-                                                              size_t sc_ld)
+                                                              size_t sc_ld, mha_bk_order order)
 {
+    (void)order; /* even first only */
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | DAZ_FTZ);
     if (i8)
@@ -583,9 +584,10 @@ __attribute__((target(AVX2))) static void decode_values8_avx2(const float *e, si
 /* Under FTZ, as the bf16 kernels sum; then the key padding's + 0. */
 __attribute__((target(AVX2))) static void decode_values16_avx2(const float *e, size_t e_ld, int nq, int runs,
                                                               const void *const *v, const int *n, int i8, int dk,
-                                                              float *p, size_t ps, const mha_prefetch *pf)
+                                                              float *p, size_t ps, const mha_prefetch *pf,
+                                                              mha_bk_order order)
 {
-    (void)pf;
+    (void)pf, (void)order; /* even first only */
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | DAZ_FTZ);
     if (i8)
@@ -869,7 +871,7 @@ const mha_isa mha_isa_avx2 = {
     .decode_values = decode_values_avx2,
     .decode_scores8 = decode_scores8_avx2,
     .decode_values8 = decode_values8_avx2,
-    .decode16_order = MHA_BK_EVEN_FIRST,
+    .decode16_orders = 1u << MHA_BK_EVEN_FIRST,
     .decode_scores16 = decode_scores16_avx2,
     .decode_values16 = decode_values16_avx2,
     .round_into_tiles = round_into_tiles_avx2,

@@ -9,8 +9,12 @@
 #include <string.h>
 
 #include "exp_poly.h"
+#include "kvcache.h"
 
 #define AVX512 "avx512f,avx512bw,avx512vl,avx512dq,fma"
+/* MXCSR's denormals-are-zero and flush-to-zero bits: how the bf16 instructions treat denormals,
+ * set around the FMAs that stand in for them. */
+#define DAZ_FTZ 0x8040u
 
 /* The mask of the first n lanes of 16 (n <= 0: none, n >= 16: all). */
 static inline __mmask16 first16(int n)
@@ -331,44 +335,55 @@ __attribute__((target(AVX512))) static void rope_pairs_avx512(float *x, const fl
     }
 }
 
-/* ---- decode tiles (float32 engines: a float32 cache, or an int8 one read back as it loads) ---- */
+/* ---- decode tiles: float32 FMA chains on a float32 cache, or on bf16 or int8 elements widened
+ * as they load ---- */
 
-/* 16 elements (lanes m, the rest zero) of a float32 cache row at x, or (i8) of an int8 one
- * times their scales s: int8 converted (exact), one rounded multiply (i8_scale_rows' values). */
-static inline __attribute__((always_inline, target(AVX512))) __m512 load16(const int i8, const char *x, __mmask16 m,
-                                                                           __m512 s)
+/* 16 elements (lanes m, the rest zero) of a cache row at x as float32: float32 as it is, bf16
+ * widened (a shift), int8 converted (exact); scaled: times the scales s, one rounded multiply
+ * (an int8 cache in a float32 engine: i8_scale_rows' values). */
+static inline __attribute__((always_inline, target(AVX512))) __m512 load16(const mha_kv_type type, const int scaled,
+                                                                           const char *x, __mmask16 m, __m512 s)
 {
-    if (i8)
-        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, x))), s);
-    return _mm512_maskz_loadu_ps(m, x);
+    if (type == MHA_KV_F32)
+        return _mm512_maskz_loadu_ps(m, x);
+    const __m512 f = type == MHA_KV_BF16
+                         ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, x)), 16))
+                         : _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, x)));
+    return scaled ? _mm512_mul_ps(f, s) : f;
 }
 
 /* Scores of nb <= R queries for nv <= V slot vectors (of any blocks), R · V <= 16
  * accumulators, each score one FMA chain over the features [c0, c1) from zero, then scale ·
  * sum (+ sc when c0 > 0): the microkernel's sums. One Kᵀ row load per feature and vector for
- * all queries (i8: times each slot's scale as it loads); the next tile's vectors (pf, npf of
- * them) prefetched row by row as it goes. */
+ * all queries (scaled: times each slot's scale as it loads); the next tile's vectors (pf, npf
+ * of them) prefetched row by row as it goes, and (bf16 or int8) the vectors' value rows (when
+ * given) into L2 a line per feature. */
 static inline __attribute__((always_inline, target(AVX512))) void
-scores_tile(const int i8, const int R, const int V, const float *restrict q, int nb, int dk, int c0, int c1,
-            const mha_slot_vec *v, int nv, const mha_slot_vec *pf, int npf, int ld, float scale, float *restrict sc,
-            size_t sc_ld)
+scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, const float *restrict q, int nb,
+            int dk, int c0, int c1, const mha_slot_vec *v, int nv, const mha_slot_vec *pf, int npf, int ld,
+            float scale, float *restrict sc, size_t sc_ld)
 {
+    const size_t esz = mha_kv_elem_size(type);
     __mmask16 m[8];
     __m512 ks[8];
+    size_t vbytes[8];
     for (int j = 0; j < V; j++) {
         m[j] = j < nv ? first16(v[j].lanes) : 0;
-        ks[j] = i8 && j < nv ? _mm512_maskz_loadu_ps(m[j], v[j].ks) : _mm512_setzero_ps();
+        ks[j] = scaled && j < nv ? _mm512_maskz_loadu_ps(m[j], v[j].ks) : _mm512_setzero_ps();
+        vbytes[j] = type != MHA_KV_F32 && j < nv && v[j].v ? (size_t)v[j].lanes * (size_t)dk * esz : 0;
     }
     __m512 acc[16];
     for (int i = 0; i < R * V; i++)
         acc[i] = _mm512_setzero_ps();
     for (int c = c0; c < c1; c++) {
-        const size_t at = (size_t)c * ld * (i8 ? 1 : sizeof(float));
+        const size_t at = (size_t)c * ld * esz, line = (size_t)(c - c0) * 64;
         __m512 krow[8];
         for (int j = 0; j < V; j++) {
+            if (type != MHA_KV_F32 && line < vbytes[j])
+                _mm_prefetch(v[j].v + line, _MM_HINT_T1);
             if (j < npf)
                 _mm_prefetch(pf[j].kt + at, _MM_HINT_T0);
-            krow[j] = j < nv ? load16(i8, v[j].kt + at, m[j], ks[j]) : _mm512_setzero_ps();
+            krow[j] = j < nv ? load16(type, scaled, v[j].kt + at, m[j], ks[j]) : _mm512_setzero_ps();
         }
         for (int r = 0; r < R; r++)
             if (r < nb) {
@@ -389,12 +404,13 @@ scores_tile(const int i8, const int R, const int V, const float *restrict q, int
 
 /* R queries × V slot vectors over the vector list, each tile prefetching the next. */
 static inline __attribute__((always_inline, target(AVX512))) void
-scores_tiles(const int i8, const int R, const int V, const float *restrict q, int nb, int dk, int c0, int c1,
-             const mha_slot_vec *v, int nv, int ld, float scale, float *restrict sc, size_t sc_ld)
+scores_tiles(const mha_kv_type type, const int scaled, const int R, const int V, const float *restrict q, int nb,
+             int dk, int c0, int c1, const mha_slot_vec *v, int nv, int ld, float scale, float *restrict sc,
+             size_t sc_ld)
 {
     for (int i = 0; i < nv; i += V) {
         const int here = nv - i < V ? nv - i : V, next = nv - i - here < V ? nv - i - here : V;
-        scores_tile(i8, R, V, q, nb, dk, c0, c1, v + i, here, v + i + here, next, ld, scale, sc, sc_ld);
+        scores_tile(type, scaled, R, V, q, nb, dk, c0, c1, v + i, here, v + i + here, next, ld, scale, sc, sc_ld);
     }
 }
 
@@ -403,21 +419,23 @@ scores_tiles(const int i8, const int R, const int V, const float *restrict q, in
  * vector's row falls in one L1 and L2 set; 4 × 4 (16 chains) ran decode about 25% slower than
  * 4 × 2 (llama3-8b decode step, Zen 5). */
 static inline __attribute__((always_inline, target(AVX512))) void
-scores(const int i8, const float *restrict q, int nq, int dk, int c0, int c1, int runs, const void *const *kt,
-       const float *const *ks, const int *n, int ld, float scale, float *restrict sc, size_t sc_ld)
+scores(const mha_kv_type type, const int scaled, const float *restrict q, int nq, int dk, int c0, int c1, int runs,
+       const void *const *kt, const void *const *vr, const float *const *ks, const int *n, int ld, float scale,
+       float *restrict sc, size_t sc_ld)
 {
     mha_slot_vec v[MHA_KV_CHUNK];
-    const int nv = mha_slot_vecs(runs, kt, NULL, 0, ks, n, 16, i8 ? 1 : sizeof(float), v);
+    const size_t esz = mha_kv_elem_size(type);
+    const int nv = mha_slot_vecs(runs, kt, vr, (size_t)dk * esz, ks, n, 16, esz, v);
     for (int q0 = 0; q0 < nq; q0 += 8) {
         const int nb = nq - q0 < 8 ? nq - q0 : 8;
         const float *qq = q + (size_t)q0 * dk;
         float *sq = sc + (size_t)q0 * sc_ld;
         if (nb <= 2)
-            scores_tiles(i8, 2, 4, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
+            scores_tiles(type, scaled, 2, 4, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
         else if (nb <= 4)
-            scores_tiles(i8, 4, 2, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
+            scores_tiles(type, scaled, 4, 2, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
         else
-            scores_tiles(i8, 8, 2, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
+            scores_tiles(type, scaled, 8, 2, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
     }
 }
 
@@ -425,7 +443,7 @@ __attribute__((target(AVX512))) static void decode_scores_avx512(const float *re
                                                                  int runs, const void *const *kt, const int *n, int ld,
                                                                  float scale, float *restrict sc, size_t sc_ld)
 {
-    scores(0, q, nq, dk, c0, c1, runs, kt, NULL, n, ld, scale, sc, sc_ld);
+    scores(MHA_KV_F32, 0, q, nq, dk, c0, c1, runs, kt, NULL, NULL, n, ld, scale, sc, sc_ld);
 }
 
 __attribute__((target(AVX512))) static void decode_scores8_avx512(const float *restrict q, int nq, int dk, int c0,
@@ -433,7 +451,7 @@ __attribute__((target(AVX512))) static void decode_scores8_avx512(const float *r
                                                                   const float *const *ks, const int *n, int ld,
                                                                   float scale, float *restrict sc, size_t sc_ld)
 {
-    scores(1, q, nq, dk, c0, c1, runs, kt, ks, n, ld, scale, sc, sc_ld);
+    scores(MHA_KV_INT8, 1, q, nq, dk, c0, c1, runs, kt, NULL, ks, n, ld, scale, sc, sc_ld);
 }
 
 /* Z of nb <= R queries, features [c0, c0 + 16·V) (the last vector's lanes ml), over the n
@@ -441,12 +459,12 @@ __attribute__((target(AVX512))) static void decode_scores8_avx512(const float *r
  * the queries, key by key in order (the microkernel's A·V sums); the same features of the next
  * block's rows (next, or NULL) prefetched row by row as it goes, so the prefetches are spread
  * as evenly as the loads (all of a row's lines at once was 10% slower: fill buffers run out).
- * i8: int8 rows, row t times vs[t] as it loads. */
+ * Elements of the cache's type; scaled: row t times vs[t] as it loads. */
 static inline __attribute__((always_inline, target(AVX512))) void
-values_tile(const int i8, const int R, const int V, const float *e, size_t e_ld, int nb, const void *v,
-            const float *vs, int n, int dk, int c0, __mmask16 ml, float *p, size_t ps, const void *next)
+values_tile(const mha_kv_type type, const int scaled, const int R, const int V, const float *e, size_t e_ld, int nb,
+            const void *v, const float *vs, int n, int dk, int c0, __mmask16 ml, float *p, size_t ps, const void *next)
 {
-    const size_t esz = i8 ? 1 : sizeof(float), row = (size_t)dk * esz;
+    const size_t esz = mha_kv_elem_size(type), row = (size_t)dk * esz;
     const size_t pf0 = (size_t)c0 * esz, pf1 = (size_t)(c0 + 16 * V < dk ? c0 + 16 * V : dk) * esz;
     __m512 acc[16];
     for (int r = 0; r < R; r++)
@@ -458,9 +476,10 @@ values_tile(const int i8, const int R, const int V, const float *e, size_t e_ld,
             for (size_t off = pf0; off < pf1; off += 64)
                 _mm_prefetch((const char *)next + (size_t)t * row + off, _MM_HINT_T0);
         __m512 b[8];
-        const __m512 s = i8 ? _mm512_set1_ps(vs[t]) : _mm512_setzero_ps();
+        const __m512 s = scaled ? _mm512_set1_ps(vs[t]) : _mm512_setzero_ps();
         for (int j = 0; j < V; j++)
-            b[j] = load16(i8, (const char *)v + ((size_t)t * dk + c0 + 16 * j) * esz, j == V - 1 ? ml : (__mmask16)0xFFFF, s);
+            b[j] = load16(type, scaled, (const char *)v + ((size_t)t * dk + c0 + 16 * j) * esz,
+                          j == V - 1 ? ml : (__mmask16)0xFFFF, s);
         for (int r = 0; r < R; r++)
             if (r < nb) {
                 const __m512 x = _mm512_set1_ps(e[(size_t)r * e_ld + t]);
@@ -476,8 +495,8 @@ values_tile(const int i8, const int R, const int V, const float *e, size_t e_ld,
 /* Register tiles: up to 2 queries × 128 features, 4 × 64 or 8 × 32 (fewer queries, more
  * features per pass over the block's rows), 16 features the last pass. */
 static inline __attribute__((always_inline, target(AVX512))) void
-values(const int i8, const float *e, size_t e_ld, int nq, const void *v, const float *vs, int n, int dk, float *p,
-       size_t ps, const void *next)
+values(const mha_kv_type type, const int scaled, const float *e, size_t e_ld, int nq, const void *v, const float *vs,
+       int n, int dk, float *p, size_t ps, const void *next)
 {
     for (int q0 = 0; q0 < nq; q0 += 8) {
         const int nb = nq - q0 < 8 ? nq - q0 : 8;
@@ -487,14 +506,14 @@ values(const int i8, const float *e, size_t e_ld, int nq, const void *v, const f
         for (int c0 = 0; c0 < dk;) {
             const int left = dk - c0;
             if (nb <= 2 && left >= 128)
-                values_tile(i8, 2, 8, eq, e_ld, nb, v, vs, n, dk, c0, 0xFFFF, pq, ps, pf), c0 += 128;
+                values_tile(type, scaled, 2, 8, eq, e_ld, nb, v, vs, n, dk, c0, 0xFFFF, pq, ps, pf), c0 += 128;
             else if (nb <= 4 && left >= 64)
-                values_tile(i8, 4, 4, eq, e_ld, nb, v, vs, n, dk, c0, 0xFFFF, pq, ps, pf), c0 += 64;
+                values_tile(type, scaled, 4, 4, eq, e_ld, nb, v, vs, n, dk, c0, 0xFFFF, pq, ps, pf), c0 += 64;
             else if (left >= 32)
-                values_tile(i8, 8, 2, eq, e_ld, nb, v, vs, n, dk, c0, 0xFFFF, pq, ps, pf), c0 += 32;
+                values_tile(type, scaled, 8, 2, eq, e_ld, nb, v, vs, n, dk, c0, 0xFFFF, pq, ps, pf), c0 += 32;
             else {
                 const __mmask16 ml = first16(left);
-                values_tile(i8, 8, 1, eq, e_ld, nb, v, vs, n, dk, c0, ml, pq, ps, pf), c0 += 16;
+                values_tile(type, scaled, 8, 1, eq, e_ld, nb, v, vs, n, dk, c0, ml, pq, ps, pf), c0 += 16;
             }
         }
     }
@@ -503,14 +522,14 @@ values(const int i8, const float *e, size_t e_ld, int nq, const void *v, const f
 __attribute__((target(AVX512))) static void decode_values_avx512(const float *e, size_t e_ld, int nq, const float *v,
                                                                  int n, int dk, float *p, size_t ps, const void *next)
 {
-    values(0, e, e_ld, nq, v, NULL, n, dk, p, ps, next);
+    values(MHA_KV_F32, 0, e, e_ld, nq, v, NULL, n, dk, p, ps, next);
 }
 
 __attribute__((target(AVX512))) static void decode_values8_avx512(const float *e, size_t e_ld, int nq, const int8_t *v,
                                                                   const float *vs, int n, int dk, float *p, size_t ps,
                                                                   const void *next)
 {
-    values(1, e, e_ld, nq, v, vs, n, dk, p, ps, next);
+    values(MHA_KV_INT8, 1, e, e_ld, nq, v, vs, n, dk, p, ps, next);
 }
 
 /* ---- bf16: rounding, packing, epilogue ---- */
@@ -773,7 +792,7 @@ ROW_GROUPS(rows_fma, AVX512)
 static void block_fma(int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps, float *acc, int pf)
 {
     const unsigned csr = _mm_getcsr();
-    _mm_setcsr(csr | 0x8040u);
+    _mm_setcsr(csr | DAZ_FTZ);
     rows_fma_block(rows, npan, kt, a, b, ps, acc, pf);
     _mm_setcsr(csr);
 }
@@ -925,11 +944,10 @@ BK_AVX512 void scores16(const int i8, const float *restrict q, int nq, int dk, i
     }
 }
 
-__attribute__((target(BF16_TARGET))) static void decode_scores16_avx512(const float *restrict q, int nq, int dk,
-                                                                       int runs, const void *const *kt,
-                                                                       const void *const *vr, int i8, const int *n,
-                                                                       int ld, float scale, float *restrict sc,
-                                                                       size_t sc_ld)
+__attribute__((target(BF16_TARGET))) static void dp_scores16(const float *restrict q, int nq, int dk, int runs,
+                                                             const void *const *kt, const void *const *vr, int i8,
+                                                             const int *n, int ld, float scale, float *restrict sc,
+                                                             size_t sc_ld)
 {
     if (i8)
         scores16(1, q, nq, dk, runs, kt, vr, n, ld, scale, sc, sc_ld);
@@ -1043,10 +1061,9 @@ BK_AVX512 int values16(const int i8, const int run, const float *e, size_t e_ld,
 }
 
 /* The prefetch list spread over every pass's key pairs. */
-__attribute__((target(BF16_TARGET))) static void decode_values16_avx512(const float *e, size_t e_ld, int nq, int runs,
-                                                                       const void *const *v, const int *n, int i8,
-                                                                       int dk, float *p, size_t ps,
-                                                                       const mha_prefetch *pf)
+__attribute__((target(BF16_TARGET))) static void dp_values16(const float *e, size_t e_ld, int nq, int runs,
+                                                             const void *const *v, const int *n, int i8, int dk,
+                                                             float *p, size_t ps, const mha_prefetch *pf)
 {
     const char *rows[MHA_KV_CHUNK];
     const size_t row = (size_t)dk * (i8 ? 1 : sizeof(mha_bf16));
@@ -1064,6 +1081,81 @@ __attribute__((target(BF16_TARGET))) static void decode_values16_avx512(const fl
         values16(1, 1, e, e_ld, nq, rows, keys, dk, p, ps, w);
     else
         values16(0, 1, e, e_ld, nq, rows, keys, dk, p, ps, w);
+}
+
+/* ---- bf16 decode tiles, even first: the float32 tiles on widened elements ---- */
+
+/* The sums under DAZ and FTZ, as fma-bf16 sums (scale 1: a sum times one is itself), then the
+ * padding's + 0 and the scale in the caller's mode. */
+__attribute__((target(AVX512))) static void fma_scores16(const float *restrict q, int nq, int dk, int runs,
+                                                         const void *const *kt, const void *const *vr, int i8,
+                                                         const int *n, int ld, float scale, float *restrict sc,
+                                                         size_t sc_ld)
+{
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | DAZ_FTZ);
+    if (i8)
+        scores(MHA_KV_INT8, 0, q, nq, dk, 0, dk, runs, kt, vr, NULL, n, ld, 1.0f, sc, sc_ld);
+    else
+        scores(MHA_KV_BF16, 0, q, nq, dk, 0, dk, runs, kt, vr, NULL, n, ld, 1.0f, sc, sc_ld);
+    _mm_setcsr(csr);
+    int slots = 0;
+    for (int r = 0; r < runs; r++)
+        slots += n[r];
+    for (int qi = 0; qi < nq; qi++)
+        for (int t = 0; t < slots; t += 16) {
+            float *y = sc + (size_t)qi * sc_ld + t;
+            const __mmask16 m = first16(slots - t);
+            __m512 x = _mm512_maskz_loadu_ps(m, y);
+            if (dk % MHA_BT_K)
+                x = _mm512_add_ps(x, _mm512_setzero_ps());
+            _mm512_mask_storeu_ps(y, m, _mm512_mul_ps(x, _mm512_set1_ps(scale)));
+        }
+}
+
+/* Run by run (the sums carried through p, exactly), under DAZ and FTZ; then the key padding's
+ * + 0. The next run's rows prefetched as the float32 values prefetch them. */
+__attribute__((target(AVX512))) static void fma_values16(const float *e, size_t e_ld, int nq, int runs,
+                                                         const void *const *v, const int *n, int i8, int dk, float *p,
+                                                         size_t ps)
+{
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | DAZ_FTZ);
+    int keys = 0;
+    for (int r = 0; r < runs; keys += n[r++]) {
+        const void *next = r + 1 < runs ? v[r + 1] : NULL;
+        if (i8)
+            values(MHA_KV_INT8, 0, e + keys, e_ld, nq, v[r], NULL, n[r], dk, p, ps, next);
+        else
+            values(MHA_KV_BF16, 0, e + keys, e_ld, nq, v[r], NULL, n[r], dk, p, ps, next);
+    }
+    _mm_setcsr(csr);
+    for (int qi = 0; keys % MHA_BT_K && qi < nq; qi++)
+        for (int c = 0; c < dk; c += 16) {
+            float *y = p + (size_t)qi * ps + c;
+            const __mmask16 m = first16(dk - c);
+            _mm512_mask_storeu_ps(y, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, y), _mm512_setzero_ps()));
+        }
+}
+
+/* Odd first (avx512-bf16's vdpbf16ps: a CPU with AVX512_BF16), or even first (fma-bf16's FMAs). */
+static void decode_scores16_avx512(const float *restrict q, int nq, int dk, int runs, const void *const *kt,
+                                   const void *const *vr, int i8, const int *n, int ld, float scale,
+                                   float *restrict sc, size_t sc_ld, mha_bk_order order)
+{
+    if (order == MHA_BK_ODD_FIRST)
+        dp_scores16(q, nq, dk, runs, kt, vr, i8, n, ld, scale, sc, sc_ld);
+    else
+        fma_scores16(q, nq, dk, runs, kt, vr, i8, n, ld, scale, sc, sc_ld);
+}
+
+static void decode_values16_avx512(const float *e, size_t e_ld, int nq, int runs, const void *const *v, const int *n,
+                                   int i8, int dk, float *p, size_t ps, const mha_prefetch *pf, mha_bk_order order)
+{
+    if (order == MHA_BK_ODD_FIRST)
+        dp_values16(e, e_ld, nq, runs, v, n, i8, dk, p, ps, pf);
+    else
+        fma_values16(e, e_ld, nq, runs, v, n, i8, dk, p, ps);
 }
 
 /* ---- the table ---- */
@@ -1105,7 +1197,7 @@ const mha_isa mha_isa_avx512 = {
     .decode_values = decode_values_avx512,
     .decode_scores8 = decode_scores8_avx512,
     .decode_values8 = decode_values8_avx512,
-    .decode16_order = MHA_BK_ODD_FIRST,
+    .decode16_orders = 1u << MHA_BK_EVEN_FIRST | 1u << MHA_BK_ODD_FIRST,
     .decode_scores16 = decode_scores16_avx512,
     .decode_values16 = decode_values16_avx512,
     .round_into_tiles = round_into_tiles_avx512,

@@ -101,13 +101,14 @@ typedef struct mha_isa {
                            size_t sc_ld);
     void (*decode_values8)(const float *e, size_t e_ld, int nq, const int8_t *v, const float *vs, int n, int dk, float *p,
                            size_t ps, const void *next);
-    /* bf16 decode (engines whose bf16 kernel sums in decode16_order, mha_bk_order), straight
+    /* bf16 decode (engines whose bf16 kernel sums in an order of decode16_orders: a bit
+     * 1 << mha_bk_order each; order says which the engine's kernel sums in), straight
      * from a bf16 cache or (i8) an int8 one's values, converted exactly in registers: no
      * panels. q and e hold bf16 values (rounded as the kernels' A panels hold them); every sum
      * is the kernels' (mha_bk_block_model in that order): one chain from zero in increasing k
-     * pairs, products exact, sums flushed to zero when denormal. ref: the model's sums, even
-     * first; avx2: FMA on widened elements under DAZ/FTZ, even first; avx512: vdpbf16ps
-     * itself, odd first (so only on a CPU with AVX512_BF16: the one kernel that sums odd first
+     * pairs, products exact, sums flushed to zero when denormal. Even first: FMA on widened
+     * elements under DAZ/FTZ (avx2, avx512; ref the model's sums); odd first (avx512):
+     * vdpbf16ps itself (so only on a CPU with AVX512_BF16: the one kernel that sums odd first
      * needs it). Scores: all dk features in one pass, + 0 for the zero features padding dk to
      * whole k tiles (a −0 sum becomes +0 there), then scale · sum unflushed: the forward's
      * chunk scores on those kernels, bit for bit; the runs' value rows (v[r], as for values)
@@ -115,15 +116,15 @@ typedef struct mha_isa {
      * decode_values, over the runs of a chunk (run r: n[r] value rows at v[r], its
      * probabilities following the previous runs' in e), then + 0 for the keys padding the
      * chunk to whole k tiles; pf (or NULL): lines prefetched evenly over the key pairs as they
-     * are summed (ref and avx2 ignore it: avx2's tiles are bound by their arithmetic, not by
-     * memory). NULL where the table has none (then bf16 decode gathers the chunk into the
+     * are summed (the odd-first tiles; the even-first ones ignore it: their FMAs, not memory,
+     * bound them). NULL where the table has none (then bf16 decode gathers the chunk into the
      * kernels' panels). */
-    mha_bk_order decode16_order;
+    unsigned decode16_orders;
     void (*decode_scores16)(const float *restrict q, int nq, int dk, int runs, const void *const *kt,
                             const void *const *v, int i8, const int *n, int ld, float scale, float *restrict sc,
-                            size_t sc_ld);
+                            size_t sc_ld, mha_bk_order order);
     void (*decode_values16)(const float *e, size_t e_ld, int nq, int runs, const void *const *v, const int *n, int i8,
-                            int dk, float *p, size_t ps, const mha_prefetch *pf);
+                            int dk, float *p, size_t ps, const mha_prefetch *pf, mha_bk_order order);
     /* An int8 cache's block read back as float32: rows × n elements, src's rows ld_src apart,
      * dst's ld_dst apart, dst[r][t] = (float)src[r][t] · (row_scales ? row_scales[r] :
      * col_scales[t]): V (a scale per slot, a row) or Kᵀ (a scale per slot, a column). An exact

@@ -164,16 +164,16 @@ static void decode_values8_ref(const float *e, size_t e_ld, int nq, const int8_t
 
 static void decode_scores16_ref(const float *restrict q, int nq, int dk, int runs, const void *const *kt,
                                 const void *const *v, int i8, const int *n, int ld, float scale, float *restrict sc,
-                                size_t sc_ld)
+                                size_t sc_ld, mha_bk_order order)
 {
-    (void)v;
+    (void)v, (void)order; /* even first only */
     scores_ref(i8 ? MHA_KV_INT8 : MHA_KV_BF16, q, nq, dk, 0, dk, runs, kt, NULL, n, ld, scale, sc, sc_ld);
 }
 
 static void decode_values16_ref(const float *e, size_t e_ld, int nq, int runs, const void *const *v, const int *n,
-                                int i8, int dk, float *p, size_t ps, const mha_prefetch *pf)
+                                int i8, int dk, float *p, size_t ps, const mha_prefetch *pf, mha_bk_order order)
 {
-    (void)pf;
+    (void)pf, (void)order; /* even first only */
     int keys = 0;
     for (int r = 0; r < runs; keys += n[r++])
         values_ref(i8 ? MHA_KV_INT8 : MHA_KV_BF16, e + keys, e_ld, nq, v[r], NULL, n[r], dk, p, ps);
@@ -276,7 +276,7 @@ const mha_isa mha_isa_ref = {
     .decode_values = decode_values_ref,
     .decode_scores8 = decode_scores8_ref,
     .decode_values8 = decode_values8_ref,
-    .decode16_order = MHA_BK_EVEN_FIRST,
+    .decode16_orders = 1u << MHA_BK_EVEN_FIRST,
     .decode_scores16 = decode_scores16_ref,
     .decode_values16 = decode_values16_ref,
     .round_into_tiles = round_into_tiles_ref,
