@@ -128,14 +128,14 @@ static void row_tasks(const mha_sched *s, const mha_step_job *j,
 
 /* Decode chunks per task: runs of consecutive chunks of one (sequence, KV head), so a worker
  * prefetches its next chunk while it finishes one; up to DECODE_RUN, fewer where the step has
- * too few chunks for DECODE_TASKS tasks per thread. */
+ * too few visible chunks for DECODE_TASKS tasks per thread. */
 enum { DECODE_RUN = 8, DECODE_TASKS = 8 };
 static int decode_run(const mha_sched *s, const mha_step_job *j)
 {
     long chunks = 0;
     for (int q = 0; q < j->step->n_seqs; q++)
         if (j->step->n_new[q] > 0 && j->step->n_new[q] <= MHA_DECODE_ROWS)
-            chunks += (long)mha_step_chunks(j, q) * j->f.kvh;
+            chunks += (long)(mha_step_chunks(j, q) - mha_step_first_chunk(j, q)) * j->f.kvh;
     const long run = chunks / ((long)s->threads * DECODE_TASKS);
     return run < 1 ? 1 : run > DECODE_RUN ? DECODE_RUN : (int)run;
 }
@@ -169,10 +169,12 @@ void mha_sched_step(const mha_sched *s, const mha_step_job *j)
             const int run = decode_run(s, j);
             for (int q = 0; q < n; q++) {
                 const int add = j->step->n_new[q], chunks = mha_step_chunks(j, q);
+                const int first = add > 0 && add <= MHA_DECODE_ROWS ? mha_step_first_chunk(j, q) : 0;
                 for (int g = 0; g < kvh && add > 0; g++)
                     if (add <= MHA_DECODE_ROWS)
-                        for (int c0 = 0; c0 < chunks; c0 += run) {
-                            const int c1 = c0 + run < chunks ? c0 + run : chunks;
+                        for (int c0 = 0, c1; c0 < chunks; c0 = c1) {
+                            /* the chunks before the window (only marked unread) in one task, then runs */
+                            c1 = c0 < first ? first : c0 + run < chunks ? c0 + run : chunks;
 #pragma omp task firstprivate(q, g, c0, c1)
                             {
                                 const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());

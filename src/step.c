@@ -358,6 +358,11 @@ int mha_step_chunks(const mha_step_job *j, int q)
     return (ctx + MHA_KV_CHUNK - 1) / MHA_KV_CHUNK;
 }
 
+int mha_step_first_chunk(const mha_step_job *j, int q)
+{
+    return first_key(j, q) / MHA_KV_CHUNK;
+}
+
 /* Partial results of query qi (head-in-group major, then row) of chunk c of (q, g):
  * Z (dk floats, unnormalised), then the running max and the sum. */
 static float *partial_of(const mha_step_job *j, int q, int g, int c, int qi)

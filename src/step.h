@@ -46,6 +46,9 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
 void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s);
 /* Chunks of MHA_KV_CHUNK keys in sequence q's context. */
 int mha_step_chunks(const mha_step_job *j, int q);
+/* The first of them any of its new tokens sees (a sliding window leaves the earlier ones
+ * unread: their partials only say so). */
+int mha_step_first_chunk(const mha_step_job *j, int q);
 /* Decode (n_new <= MHA_DECODE_ROWS): chunks [c0, c1) of sequence q's context for the query
  * heads of KV head g, in order, read in place from the cache: each query's running max, sum
  * and unnormalised Z per chunk. One worker's run: while a chunk's values are summed from
