@@ -409,13 +409,14 @@ static void cache_runs(const mha_step_job *j, int q, int g, int k0, int k1, chun
 }
 
 /* The chunk's scores and A·V in register tiles, read in place from the cache blocks (src),
- * each key and value row once for every query of the group, and the forward's softmax of the chunk
- * (mha_attention_chunk_row) in between; into the chunk's partials p (partial_of). float32
- * engines: the microkernel's sums (decode_scores, decode_values; an int8 cache's values read
- * back as they load, decode_scores8, decode_values8). bf16 engines (their kernel summing in
- * the tiles' order; an int8 cache's scales gathered into ks and vs): the bf16 kernels' sums on the
- * cache's own elements (decode_scores16, decode_values16), the queries and probabilities
- * rounded to bf16 as the kernels' A panels round them: the forward's chunk step, bit for bit. */
+ * each key and value row once for every query of the group, and the forward's softmax of the
+ * chunk (mha_attention_chunk_row) in between; into the chunk's partials p (partial_of).
+ * float32 engines: the microkernel's sums (decode_scores, decode_values; an int8 cache's
+ * values read back as they load, decode_scores8, decode_values8). bf16 engines (their kernel
+ * summing in an order of the tiles; an int8 cache's scales gathered into ks and vs): the bf16
+ * kernels' sums on the cache's own elements (decode_scores16, decode_values16), the queries
+ * and probabilities rounded to bf16 as the kernels' A panels round them: the forward's chunk
+ * step, bit for bit; pf: what the values prefetch (the next chunk's Kᵀ, or NULL). */
 static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int k1, float *qv, float *sc, float *p,
                                const chunk_src *src, float *ks, float *vs, const mha_prefetch *pf)
 {
