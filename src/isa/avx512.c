@@ -357,20 +357,23 @@ static inline __attribute__((always_inline, target(AVX512))) __m512 load16(const
  * sum (+ sc when c0 > 0): the microkernel's sums. One Kᵀ row load per feature and vector for
  * all queries (scaled: times each slot's scale as it loads); the next tile's vectors (pf, npf
  * of them) prefetched row by row as it goes, and (bf16 or int8) the vectors' value rows (when
- * given) into L2 a line per feature. */
+ * given) into L2 a line per feature. full: nb = R, nv = V, every vector 16 slots wide (nothing
+ * tested in the loop, so the accumulators stay in registers). */
 static inline __attribute__((always_inline, target(AVX512))) void
-scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, const float *restrict q, int nb,
-            int dk, int c0, int c1, const mha_slot_vec *v, int nv, const mha_slot_vec *pf, int npf, int ld,
-            float scale, float *restrict sc, size_t sc_ld)
+scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, const int full,
+            const float *restrict q, int nb, int dk, int c0, int c1, const mha_slot_vec *v, int nv,
+            const mha_slot_vec *pf, int npf, int ld, float scale, float *restrict sc, size_t sc_ld)
 {
+    if (full)
+        nb = R, nv = V;
     const size_t esz = mha_kv_elem_size(type);
     __mmask16 m[8];
     __m512 ks[8];
     size_t vbytes[8];
     for (int j = 0; j < V; j++) {
-        m[j] = j < nv ? first16(v[j].lanes) : 0;
+        m[j] = full ? (__mmask16)0xFFFF : j < nv ? first16(v[j].lanes) : 0;
         ks[j] = scaled && j < nv ? _mm512_maskz_loadu_ps(m[j], v[j].ks) : _mm512_setzero_ps();
-        vbytes[j] = type != MHA_KV_F32 && j < nv && v[j].v ? (size_t)v[j].lanes * (size_t)dk * esz : 0;
+        vbytes[j] = type != MHA_KV_F32 && j < nv && v[j].v ? (size_t)(full ? 16 : v[j].lanes) * (size_t)dk * esz : 0;
     }
     __m512 acc[16];
     for (int i = 0; i < R * V; i++)
@@ -386,7 +389,7 @@ scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
             krow[j] = j < nv ? load16(type, scaled, v[j].kt + at, m[j], ks[j]) : _mm512_setzero_ps();
         }
         for (int r = 0; r < R; r++)
-            if (r < nb) {
+            if (full || r < nb) {
                 const __m512 x = _mm512_set1_ps(q[(size_t)r * dk + c]);
                 for (int j = 0; j < V; j++)
                     acc[r * V + j] = _mm512_fmadd_ps(x, krow[j], acc[r * V + j]);
@@ -410,7 +413,13 @@ scores_tiles(const mha_kv_type type, const int scaled, const int R, const int V,
 {
     for (int i = 0; i < nv; i += V) {
         const int here = nv - i < V ? nv - i : V, next = nv - i - here < V ? nv - i - here : V;
-        scores_tile(type, scaled, R, V, q, nb, dk, c0, c1, v + i, here, v + i + here, next, ld, scale, sc, sc_ld);
+        int full = nb == R && here == V;
+        for (int j = 0; j < here; j++)
+            full &= v[i + j].lanes == 16;
+        if (full)
+            scores_tile(type, scaled, R, V, 1, q, nb, dk, c0, c1, v + i, here, v + i + here, next, ld, scale, sc, sc_ld);
+        else
+            scores_tile(type, scaled, R, V, 0, q, nb, dk, c0, c1, v + i, here, v + i + here, next, ld, scale, sc, sc_ld);
     }
 }
 
@@ -459,11 +468,15 @@ __attribute__((target(AVX512))) static void decode_scores8_avx512(const float *r
  * the queries, key by key in order (the microkernel's A·V sums); the same features of the next
  * block's rows (next, or NULL) prefetched row by row as it goes, so the prefetches are spread
  * as evenly as the loads (all of a row's lines at once was 10% slower: fill buffers run out).
- * Elements of the cache's type; scaled: row t times vs[t] as it loads. */
+ * Elements of the cache's type; scaled: row t times vs[t] as it loads. full: nb = R (nothing
+ * tested in the loop). */
 static inline __attribute__((always_inline, target(AVX512))) void
-values_tile(const mha_kv_type type, const int scaled, const int R, const int V, const float *e, size_t e_ld, int nb,
-            const void *v, const float *vs, int n, int dk, int c0, __mmask16 ml, float *p, size_t ps, const void *next)
+values_tile_as(const mha_kv_type type, const int scaled, const int R, const int V, const int full, const float *e,
+               size_t e_ld, int nb, const void *v, const float *vs, int n, int dk, int c0, __mmask16 ml, float *p,
+               size_t ps, const void *next)
 {
+    if (full)
+        nb = R;
     const size_t esz = mha_kv_elem_size(type), row = (size_t)dk * esz;
     const size_t pf0 = (size_t)c0 * esz, pf1 = (size_t)(c0 + 16 * V < dk ? c0 + 16 * V : dk) * esz;
     __m512 acc[16];
@@ -481,7 +494,7 @@ values_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
             b[j] = load16(type, scaled, (const char *)v + ((size_t)t * dk + c0 + 16 * j) * esz,
                           j == V - 1 ? ml : (__mmask16)0xFFFF, s);
         for (int r = 0; r < R; r++)
-            if (r < nb) {
+            if (full || r < nb) {
                 const __m512 x = _mm512_set1_ps(e[(size_t)r * e_ld + t]);
                 for (int j = 0; j < V; j++)
                     acc[r * V + j] = _mm512_fmadd_ps(x, b[j], acc[r * V + j]);
@@ -490,6 +503,16 @@ values_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
     for (int r = 0; r < nb; r++)
         for (int j = 0; j < V; j++)
             _mm512_mask_storeu_ps(p + (size_t)r * ps + c0 + 16 * j, j == V - 1 ? ml : (__mmask16)0xFFFF, acc[r * V + j]);
+}
+
+static inline __attribute__((always_inline, target(AVX512))) void
+values_tile(const mha_kv_type type, const int scaled, const int R, const int V, const float *e, size_t e_ld, int nb,
+            const void *v, const float *vs, int n, int dk, int c0, __mmask16 ml, float *p, size_t ps, const void *next)
+{
+    if (nb == R)
+        values_tile_as(type, scaled, R, V, 1, e, e_ld, nb, v, vs, n, dk, c0, ml, p, ps, next);
+    else
+        values_tile_as(type, scaled, R, V, 0, e, e_ld, nb, v, vs, n, dk, c0, ml, p, ps, next);
 }
 
 /* Register tiles: up to 2 queries × 128 features, 4 × 64 or 8 × 32 (fewer queries, more
