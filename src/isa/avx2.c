@@ -400,9 +400,7 @@ scores_tiles(const mha_kv_type type, const int scaled, const int R, const int V,
                 _mm_prefetch(v[j].kt + (size_t)c0 * ld * mha_kv_elem_size(type) + off, _MM_HINT_T0);
     for (int i = 0; i < nv; i += V) {
         const int here = nv - i < V ? nv - i : V, next = nv - i - here < V ? nv - i - here : V;
-        int full = nb == R && here == V;
-        for (int j = 0; j < here; j++)
-            full &= v[i + j].lanes == 8;
+        const int full = nb == R && here == V && mha_slot_vecs_whole(v + i, here, 8);
         if (full)
             scores_tile(type, scaled, R, V, 1, q, nb, dk, c0, c1, v + i, here, v + i + here, next, ld, scale, sc, sc_ld);
         else

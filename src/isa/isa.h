@@ -179,6 +179,15 @@ static inline int mha_slot_vecs(int runs, const void *const *kt, const void *con
     return nv;
 }
 
+/* Whether the n vectors at v are all w slots wide (a tile of them tests no lane). */
+static inline int mha_slot_vecs_whole(const mha_slot_vec *v, int n, int w)
+{
+    for (int i = 0; i < n; i++)
+        if (v[i].lanes != w)
+            return 0;
+    return 1;
+}
+
 extern const mha_isa mha_isa_ref, mha_isa_avx2, mha_isa_avx512;
 extern const mha_bkernel mha_bk_amx; /* the avx512 table's AMX products (amx.c) */
 
