@@ -131,7 +131,7 @@ $(B)/tests/mha_tests: $(TEST_OBJ) $(TEST_CLI_OBJ) $(B)/counted/libmha.a $(B)/mha
 # The whole suite on the auto kernel table, then the engine suites once per table
 # (MHA_TEST_ISA): every table this CPU runs is tested, one it cannot run reports each test
 # skipped with the reason (the kernel-level suites loop over the tables themselves).
-ISA_SUITES := @(engine|step|shared_weights|embedding)/*
+ISA_SUITES := @(engine|step|shared_weights|embedding|core)/*
 TEST_ENV := LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 test: $(B)/tests/mha_tests readme-example

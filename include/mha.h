@@ -298,6 +298,44 @@ typedef struct mha_step {
  * mha_forward over it (README, Determinism). Allocates nothing. */
 MHA_API mha_status mha_step_forward(mha_engine *e, mha_kv_cache *c, const mha_step *s, float *out);
 
+/* ---- the attention core: Q, K, V given (after projection and RoPE), as PyTorch's SDPA ----
+ *
+ * out = softmax(scale·Q·Kᵀ + the engine's logit variants + masks) · V for every query head of
+ * every sequence, with no projection: for servers that run their own projections (an HF
+ * custom attention function) and to measure the core alone. The engine's config gives the
+ * heads (n_heads, n_kv_heads: GQA as repeat_kv), head_dim, scale, softcap, ALiBi, the
+ * window, the precision (bf16: Q, K, V and the probabilities rounded as the forward rounds
+ * them) and the capacity (max_batch, max_seq_q, max_seq_kv); d_model, RoPE, QK-norm and the
+ * weights play no part (no mha_set_weights needed). Positions: key j at j, query i at
+ * i + seq_kv − seq_q (PyTorch's bottom-right causal alignment), as mha_forward.
+ *
+ * Tensors are float32 with each row's head_dim features contiguous; element (b, h, i, c) of q
+ * is q[b·q_stride[0] + h·q_stride[1] + i·q_stride[2] + c] (strides in floats, >= 0), k and v
+ * likewise over the KV heads and seq_kv rows, out over the query heads and seq_q rows.
+ * Strides of all zeros mean contiguous (batch, heads, rows, head_dim), SDPA's layout; HF's
+ * (batch, rows, heads, head_dim) is {rows·heads·head_dim, head_dim, heads·head_dim}. */
+typedef struct mha_core_input {
+    int batch, seq_q, seq_kv;
+    const float *q, *k, *v;
+    ptrdiff_t q_stride[3], k_stride[3], v_stride[3];
+    const int32_t *q_lengths;      /* NULL or (batch): valid query rows; out's other rows are 0 */
+    const int32_t *kv_lengths;     /* NULL or (batch): key padding */
+    int causal;                    /* 1: causal mask, bottom-right aligned as PyTorch */
+    const uint8_t *mask;           /* NULL or (seq_q, seq_kv), 0 = hidden */
+    const float *sinks;            /* config sinks: (n_heads) logits; else NULL */
+} mha_core_input;
+/* out: element (b, h, i, c) at out[b·out_stride[0] + h·out_stride[1] + i·out_stride[2] + c]
+ * (out_stride NULL or all zeros: contiguous (batch, n_heads, seq_q, head_dim)); no two of its
+ * elements may share an address, and out must not overlap q, k or v. Everything is checked
+ * before anything is written (sizes against the capacity, lengths, NULLs, strides, sinks
+ * given exactly when the config has them): MHA_ERR_SHAPE / MHA_ERR_INVALID_ARG with
+ * mha_engine_last_error saying what, out untouched. A row with no visible key is 0. Within
+ * a kernel table and precision, a row's bits depend on its own query and its sequence's
+ * keys alone (not the batch, the thread count or the strides), and equal mha_forward's
+ * attention of the same Q, K, V. Allocates nothing; MHA_ERR_STATE inside an active OpenMP
+ * parallel region with threads > 1. */
+MHA_API mha_status mha_core_forward(mha_engine *e, const mha_core_input *in, float *out, const ptrdiff_t out_stride[3]);
+
 /* The message of the engine's last failed call (set_weights, forward), naming the field
  * and values ("batch 3 > max_batch 2"); "" after a success. Never NULL. A failed create
  * has no engine: mha_config_check gives its message. */

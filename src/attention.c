@@ -197,13 +197,12 @@ void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk
         mha_gemm(k, m, dk, n, 1.0f, sm, mha_mat_sub(k, kv->v, b0, 0), 0.0f, zc, s->apack);
 }
 
-void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, int kl, int off, float *z_seq,
-                        float *attn, const float *ks, const float *vs)
+void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, int kl, int off, float *z,
+                        ptrdiff_t ldz, const float *sinks, float *attn, const float *ks, const float *vs)
 {
     const mha_kernel *k = f->kernel;
-    const int dk = f->dk, dkp = f->dkp, zd = f->qd, bw = k->bw, qb = f->q_block;
-    const ptrdiff_t lds = f->ld_scores;
-    float *z = z_seq + (size_t)h * dk; /* (ql, dk), row stride qd */
+    const int dk = f->dk, dkp = f->dkp, bw = k->bw, qb = f->q_block;
+    const ptrdiff_t lds = f->ld_scores, zd = ldz;
     const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
     const mha_kv_view kv = {.kt = mha_mat_panels(k, s->kt, dk), .v = mha_mat_sub(k, qkv, 0, 2 * dkp),
                             .kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f),
@@ -249,7 +248,7 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, i
          * 0); sum[i] becomes what the attention weights are scaled by */
         for (int i = 0; i < m; i++) {
             float *zr = z + (size_t)(r0 + i) * zd;
-            const float a = f->sinks ? mha_softmax_sink(zr, &mx[i], &sum[i], f->sinks[h], dk) : 1.0f;
+            const float a = sinks ? mha_softmax_sink(zr, &mx[i], &sum[i], sinks[h], dk) : 1.0f;
             const float inv = sum[i] > 0.0f ? 1.0f / sum[i] : 0.0f;
             for (int j = 0; j < dk; j++)
                 zr[j] *= inv;
@@ -273,7 +272,32 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, i
 static void attend(const mha_fwd *f, int b, int h, const mha_scratch *s, int ql, int kl)
 {
     float *attn = f->attn ? f->attn + ((size_t)b * f->h + h) * f->seq_q * f->seq_kv : NULL;
-    mha_attention_rows(f, h, s, ql, kl, f->seq_kv - f->seq_q, f->z + (size_t)b * f->seq_q * f->qd, attn, NULL, NULL);
+    mha_attention_rows(f, h, s, ql, kl, f->seq_kv - f->seq_q, f->z + (size_t)b * f->seq_q * f->qd + (size_t)h * f->dk,
+                       f->qd, f->sinks, attn, NULL, NULL);
+}
+
+void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, const mha_scratch *s)
+{
+    const mha_kernel *k = f->kernel;
+    const int ql = f->q_len ? f->q_len[b] : f->seq_q;
+    const int kl = f->kv_len ? f->kv_len[b] : f->seq_kv;
+    const int dk = f->dk, dkp = f->dkp;
+    const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
+    /* K and V of the valid keys into the columns the forward projects them to, then Kᵀ in
+     * panels (bf16: both in bf16 B panels), once for every query head of the group */
+    mha_mat_set_rows(k, qkv, kl, dkp, dk, io->k + b * io->ks[0] + g * io->ks[1], io->ks[2]);
+    mha_mat_set_rows(k, qkv, kl, 2 * dkp, dk, io->v + b * io->vs[0] + g * io->vs[1], io->vs[2]);
+    if (kl > 0 && f->bk)
+        pack_kv16(f, s, kl);
+    else if (kl > 0)
+        mha_pack_panels(k, dk, kl, mha_mat_sub(k, qkv, 0, dkp), 1, s->kt);
+    for (int h = g * f->group; h < (g + 1) * f->group; h++) {
+        float *out = io->out + b * io->os[0] + h * io->os[1];
+        mha_mat_set_rows(k, qkv, ql, 0, dk, io->q + b * io->qs[0] + h * io->qs[1], io->qs[2]);
+        mha_attention_rows(f, h, s, ql, kl, f->seq_kv - f->seq_q, out, io->os[2], io->sinks, NULL, NULL, NULL);
+        for (int i = ql; i < f->seq_q; i++) /* rows past the query length */
+            memset(out + i * io->os[2], 0, (size_t)dk * sizeof *out);
+    }
 }
 
 void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)

@@ -235,11 +235,23 @@ void mha_attention_project(const mha_fwd *f, const mha_scratch *s, int m, const 
 /* Attention of query head h for ql query rows over kl keys, with Q in the scratch's columns
  * [0, dkp), the head's Kᵀ in s->kt and V in columns [2·dkp, 3·dkp): query block by query
  * block, scores, softmax (causal: row i sees keys j <= i + off; the window; f->mask), A·V
- * into z_seq's columns of head h (rows ql, row stride d), each row divided by its sum.
- * attn: NULL, or this head's (seq_q, seq_kv) weights of a forward. ks, vs: NULL, or an int8
- * cache's scales of the kl keys (mha_kv_view's). */
-void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, int kl, int off, float *z_seq,
-                        float *attn, const float *ks, const float *vs);
+ * into z (ql rows of dk features, ldz apart), each row divided by its sum. sinks: NULL, or
+ * each head's sink logit. attn: NULL, or this head's (seq_q, seq_kv) weights of a forward.
+ * ks, vs: NULL, or an int8 cache's scales of the kl keys (mha_kv_view's). */
+void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, int kl, int off, float *z,
+                        ptrdiff_t ldz, const float *sinks, float *attn, const float *ks, const float *vs);
+/* The attention core's tensors (mha_core_forward): element (b, head, row, c) of each at
+ * p[b·st[0] + head·st[1] + row·st[2] + c], strides in floats (resolved: never all zero). */
+typedef struct mha_core_io {
+    const float *q, *k, *v;
+    float *out;
+    ptrdiff_t qs[3], ks[3], vs[3], os[3];
+    const float *sinks; /* NULL or (h) */
+} mha_core_io;
+/* KV head g of sequence b of the core: its K and V copied into the scratch (Kᵀ packed once),
+ * then for each query head of the group its Q and mha_attention_rows into out (rows past the
+ * query length zeroed). f holds the call's sizes, lengths, mask and causal flag. */
+void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, const mha_scratch *s);
 /* KV head g of sequence b: its K and V projected (and rotated) once, then for each query
  * head of the group its Q, and query block by query block: scores, softmax, A·V into the
  * head's columns of z (and attn). */

@@ -457,6 +457,32 @@ static int bad_length(const int32_t *len, int batch, int max)
     return -1;
 }
 
+/* A call's sizes against the engine's capacity and its lengths against its sizes: MHA_OK, or
+ * MHA_ERR_SHAPE with the message (what: "forward", "core") in e. */
+static mha_status check_sizes(mha_engine *e, const char *what, int batch, int seq_q, int seq_kv, const int32_t *q_len,
+                              const int32_t *kv_len)
+{
+    const mha_dims *dm = &e->dims;
+    const struct { const char *name; int value, max; const char *cap; } size[] = {
+        {"batch", batch, dm->batch, "max_batch"},
+        {"seq_q", seq_q, dm->seq_q, "max_seq_q"},
+        {"seq_kv", seq_kv, dm->seq_kv, "max_seq_kv"},
+    };
+    for (int i = 0; i < 3; i++) {
+        if (size[i].value < 1)
+            return failed(e, MHA_ERR_SHAPE, "%s: %s %d < 1", what, size[i].name, size[i].value);
+        if (size[i].value > size[i].max)
+            return failed(e, MHA_ERR_SHAPE, "%s: %s %d > %s %d", what, size[i].name, size[i].value, size[i].cap,
+                          size[i].max);
+    }
+    int b;
+    if ((b = bad_length(q_len, batch, seq_q)) >= 0)
+        return failed(e, MHA_ERR_SHAPE, "%s: q_lengths[%d] = %d is outside 0..seq_q %d", what, b, q_len[b], seq_q);
+    if ((b = bad_length(kv_len, batch, seq_kv)) >= 0)
+        return failed(e, MHA_ERR_SHAPE, "%s: kv_lengths[%d] = %d is outside 0..seq_kv %d", what, b, kv_len[b], seq_kv);
+    return MHA_OK;
+}
+
 MHA_API mha_status mha_forward(mha_engine *e, const mha_input *in, float *out, float *attn)
 {
     if (!e)
@@ -469,24 +495,9 @@ MHA_API mha_status mha_forward(mha_engine *e, const mha_input *in, float *out, f
     if (nested_refused(e))
         return failed(e, MHA_ERR_STATE, "forward: called inside an active OpenMP parallel region, where this engine's %d "
                       "threads would run as 1: call it outside, or create it with threads = 1", e->dims.threads);
-    const mha_dims *dm = &e->dims;
-    const struct { const char *name; int value, max; const char *cap; } size[] = {
-        {"batch", in->batch, dm->batch, "max_batch"},
-        {"seq_q", in->seq_q, dm->seq_q, "max_seq_q"},
-        {"seq_kv", in->seq_kv, dm->seq_kv, "max_seq_kv"},
-    };
-    for (int i = 0; i < 3; i++) {
-        if (size[i].value < 1)
-            return failed(e, MHA_ERR_SHAPE, "forward: %s %d < 1", size[i].name, size[i].value);
-        if (size[i].value > size[i].max)
-            return failed(e, MHA_ERR_SHAPE, "forward: %s %d > %s %d", size[i].name, size[i].value, size[i].cap, size[i].max);
-    }
-    int b;
-    if ((b = bad_length(in->q_lengths, in->batch, in->seq_q)) >= 0)
-        return failed(e, MHA_ERR_SHAPE, "forward: q_lengths[%d] = %d is outside 0..seq_q %d", b, in->q_lengths[b], in->seq_q);
-    if ((b = bad_length(in->kv_lengths, in->batch, in->seq_kv)) >= 0)
-        return failed(e, MHA_ERR_SHAPE, "forward: kv_lengths[%d] = %d is outside 0..seq_kv %d", b, in->kv_lengths[b],
-                      in->seq_kv);
+    mha_status st = check_sizes(e, "forward", in->batch, in->seq_q, in->seq_kv, in->q_lengths, in->kv_lengths);
+    if (st != MHA_OK)
+        return st;
 
     mha_fwd f = engine_fwd(e, out);
     f.batch = in->batch, f.seq_q = in->seq_q, f.seq_kv = in->seq_kv;
@@ -498,6 +509,84 @@ MHA_API mha_status mha_forward(mha_engine *e, const mha_input *in, float *out, f
     f.mask = in->mask;
     f.attn = attn;
     mha_sched_forward(&e->sched, &f);
+    e->last_error[0] = '\0';
+    return MHA_OK;
+}
+
+/* ---- the attention core ---- */
+
+/* A core tensor's strides (given: in, all zero for contiguous (n[0], n[1], n[2], dk)) into st,
+ * checked: none negative, the last element's offset within PTRDIFF_MAX, and with distinct (out)
+ * no two elements at one address (each dimension of more than one element, by increasing
+ * stride, steps past everything the smaller ones span). NULL, or what is wrong. */
+static const char *core_strides(const ptrdiff_t *in, const int n[3], int dk, int distinct, ptrdiff_t st[3])
+{
+    static const ptrdiff_t zero[3];
+    if (!in || !memcmp(in, zero, sizeof zero)) {
+        st[2] = dk;
+        if (__builtin_mul_overflow(st[2], (ptrdiff_t)n[2], &st[1]) || __builtin_mul_overflow(st[1], (ptrdiff_t)n[1], &st[0]))
+            return "the tensor's size overflows";
+    } else {
+        memcpy(st, in, 3 * sizeof *st);
+        if (st[0] < 0 || st[1] < 0 || st[2] < 0)
+            return "a stride is negative";
+    }
+    int order[3] = {0, 1, 2}; /* the dimensions by increasing stride */
+    for (int i = 1; i < 3; i++)
+        for (int j = i; j > 0 && st[order[j]] < st[order[j - 1]]; j--) {
+            const int t = order[j];
+            order[j] = order[j - 1], order[j - 1] = t;
+        }
+    ptrdiff_t span = dk; /* elements from the first to one past the last, so far */
+    for (int i = 0; i < 3; i++) {
+        const int a = order[i];
+        if (n[a] == 1)
+            continue;
+        if (distinct && st[a] < span)
+            return "two elements share an address (a stride smaller than what the smaller ones span)";
+        ptrdiff_t ext;
+        if (__builtin_mul_overflow(st[a], (ptrdiff_t)(n[a] - 1), &ext) || __builtin_add_overflow(span, ext, &span))
+            return "the last element's offset overflows";
+    }
+    return NULL;
+}
+
+MHA_API mha_status mha_core_forward(mha_engine *e, const mha_core_input *in, float *out, const ptrdiff_t out_stride[3])
+{
+    if (!e)
+        return MHA_ERR_INVALID_ARG;
+    if (!in || !out || !in->q || !in->k || !in->v)
+        return failed(e, MHA_ERR_INVALID_ARG, "core: %s is NULL",
+                      !in ? "in" : !out ? "out" : !in->q ? "in->q" : !in->k ? "in->k" : "in->v");
+    const mha_dims *dm = &e->dims;
+    if (dm->sinks != (in->sinks != NULL))
+        return failed(e, MHA_ERR_INVALID_ARG, dm->sinks ? "core: in->sinks is NULL, but the config has sinks (one logit "
+                      "per head)" : "core: in->sinks given, but the config has no sinks");
+    if (nested_refused(e))
+        return failed(e, MHA_ERR_STATE, "core: called inside an active OpenMP parallel region, where this engine's %d "
+                      "threads would run as 1: call it outside, or create it with threads = 1", dm->threads);
+    mha_status st = check_sizes(e, "core", in->batch, in->seq_q, in->seq_kv, in->q_lengths, in->kv_lengths);
+    if (st != MHA_OK)
+        return st;
+    mha_core_io io = {.q = in->q, .k = in->k, .v = in->v, .out = out, .sinks = in->sinks};
+    const struct { const char *name; const ptrdiff_t *given; int n[3], distinct; ptrdiff_t *st; } t[] = {
+        {"q_stride", in->q_stride, {in->batch, dm->h, in->seq_q}, 0, io.qs},
+        {"k_stride", in->k_stride, {in->batch, dm->kvh, in->seq_kv}, 0, io.ks},
+        {"v_stride", in->v_stride, {in->batch, dm->kvh, in->seq_kv}, 0, io.vs},
+        {"out_stride", out_stride, {in->batch, dm->h, in->seq_q}, 1, io.os},
+    };
+    for (int i = 0; i < 4; i++) {
+        const char *why = core_strides(t[i].given, t[i].n, dm->dk, t[i].distinct, t[i].st);
+        if (why)
+            return failed(e, MHA_ERR_SHAPE, "core: %s {%td, %td, %td} over (%d, %d, %d, %d): %s", t[i].name,
+                          t[i].st[0], t[i].st[1], t[i].st[2], t[i].n[0], t[i].n[1], t[i].n[2], dm->dk, why);
+    }
+    mha_fwd f = engine_fwd(e, NULL);
+    f.batch = in->batch, f.seq_q = in->seq_q, f.seq_kv = in->seq_kv;
+    f.causal = in->causal != 0;
+    f.q_len = in->q_lengths, f.kv_len = in->kv_lengths;
+    f.mask = in->mask;
+    mha_sched_core(&e->sched, &f, &io);
     e->last_error[0] = '\0';
     return MHA_OK;
 }

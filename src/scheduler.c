@@ -55,60 +55,98 @@ static void pin_leave(int pinned, const mha_cpumask *saved)
         mha_affinity_set(saved);
 }
 
-void mha_sched_forward(const mha_sched *s, const mha_fwd *f)
+/* One parallel region of the engine's team: each worker pinned (when the config asks) and in
+ * bk's hardware context (AMX: its tile configuration, once for all its tasks), one of them
+ * running produce(s, arg), whose tasks every worker runs; the region's end completes them. */
+static void run_region(const mha_sched *s, const mha_bkernel *bk, void (*produce)(const mha_sched *, const void *),
+                       const void *arg)
 {
     for (int t = 0; t < s->threads; t++)
         s->worker_cpu[t] = -1;
-    mha_sched_order(f, s->order);
-
 #pragma omp parallel num_threads(s->threads)
     {
         mha_cpumask saved;
         int pinned = pin_enter(s, omp_get_thread_num(), &saved);
-        mha_bk_begin(f->bk); /* AMX: each worker's tile configuration, once for all its tasks */
+        mha_bk_begin(bk);
 #pragma omp single
-        {
-            const int nh = f->kvh; /* one task per KV head: its K and V are made once */
-            for (int i = 0; i < f->batch; i++) {
-                const int b = s->order[i];
-                char *tok = s->deps + (size_t)b * nh, *ntok = s->deps + ((size_t)f->batch + b) * nh;
-                char *xtok = s->xdeps + (size_t)b * s->pack_chunks;
-                (void)tok, (void)ntok, (void)xtok; /* only in depend clauses, which gcc 12 does not count */
-                const int rows = mha_attention_packed_rows(f, b);
-                const int nc = (rows + MHA_PACK_BLOCK - 1) / MHA_PACK_BLOCK;
-                for (int c = 0; c < nc; c++) {
-                    const int r0 = c * MHA_PACK_BLOCK, r1 = r0 + MHA_PACK_BLOCK < rows ? r0 + MHA_PACK_BLOCK : rows;
-#pragma omp task firstprivate(b, r0, r1) depend(out : xtok[c])
-                    mha_attention_pack_rows(f, b, r0, r1);
-                }
-                const int nn = f->q_ss ? nh : 0; /* QK-norm full: every row's norm before its heads */
-                for (int h = 0; h < nn; h++) {
-#pragma omp task firstprivate(b, h) depend(iterator(c = 0 : nc), in : xtok[c]) depend(out : ntok[h])
-                    {
-                        const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
-                        mha_attention_norm_sums(f, b, h, &sc);
-                    }
-                }
-                for (int h = 0; h < nh; h++) {
-#pragma omp task firstprivate(b, h) depend(iterator(c = 0 : nc), in : xtok[c]) depend(iterator(j = 0 : nn), in : ntok[j]) depend(out : tok[h])
-                    {
-                        const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
-                        mha_attention_group(f, b, h, &sc);
-                    }
-                }
-                for (int r0 = 0; r0 < f->seq_q; r0 += MHA_OUT_BLOCK) {
-                    const int r1 = r0 + MHA_OUT_BLOCK < f->seq_q ? r0 + MHA_OUT_BLOCK : f->seq_q;
-#pragma omp task firstprivate(b, r0, r1) depend(iterator(j = 0 : nh), in : tok[j])
-                    {
-                        const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
-                        mha_attention_out_rows(f, b, r0, r1, &sc);
-                    }
-                }
-            }
-        } /* the barrier here completes every task */
-        mha_bk_end(f->bk);
+        produce(s, arg);
+        mha_bk_end(bk);
         pin_leave(pinned, &saved);
     }
+}
+
+/* A forward's tasks (run_region's producer; arg: the mha_fwd). */
+static void forward_tasks(const mha_sched *s, const void *arg)
+{
+    const mha_fwd *f = arg;
+    const int nh = f->kvh; /* one task per KV head: its K and V are made once */
+    for (int i = 0; i < f->batch; i++) {
+        const int b = s->order[i];
+        char *tok = s->deps + (size_t)b * nh, *ntok = s->deps + ((size_t)f->batch + b) * nh;
+        char *xtok = s->xdeps + (size_t)b * s->pack_chunks;
+        (void)tok, (void)ntok, (void)xtok; /* only in depend clauses, which gcc 12 does not count */
+        const int rows = mha_attention_packed_rows(f, b);
+        const int nc = (rows + MHA_PACK_BLOCK - 1) / MHA_PACK_BLOCK;
+        for (int c = 0; c < nc; c++) {
+            const int r0 = c * MHA_PACK_BLOCK, r1 = r0 + MHA_PACK_BLOCK < rows ? r0 + MHA_PACK_BLOCK : rows;
+#pragma omp task firstprivate(b, r0, r1) depend(out : xtok[c])
+            mha_attention_pack_rows(f, b, r0, r1);
+        }
+        const int nn = f->q_ss ? nh : 0; /* QK-norm full: every row's norm before its heads */
+        for (int h = 0; h < nn; h++) {
+#pragma omp task firstprivate(b, h) depend(iterator(c = 0 : nc), in : xtok[c]) depend(out : ntok[h])
+            {
+                const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
+                mha_attention_norm_sums(f, b, h, &sc);
+            }
+        }
+        for (int h = 0; h < nh; h++) {
+#pragma omp task firstprivate(b, h) depend(iterator(c = 0 : nc), in : xtok[c]) depend(iterator(j = 0 : nn), in : ntok[j]) depend(out : tok[h])
+            {
+                const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
+                mha_attention_group(f, b, h, &sc);
+            }
+        }
+        for (int r0 = 0; r0 < f->seq_q; r0 += MHA_OUT_BLOCK) {
+            const int r1 = r0 + MHA_OUT_BLOCK < f->seq_q ? r0 + MHA_OUT_BLOCK : f->seq_q;
+#pragma omp task firstprivate(b, r0, r1) depend(iterator(j = 0 : nh), in : tok[j])
+            {
+                const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
+                mha_attention_out_rows(f, b, r0, r1, &sc);
+            }
+        }
+    }
+}
+
+void mha_sched_forward(const mha_sched *s, const mha_fwd *f)
+{
+    mha_sched_order(f, s->order);
+    run_region(s, f->bk, forward_tasks, f);
+}
+
+typedef struct core_job { const mha_fwd *f; const mha_core_io *io; } core_job;
+
+/* The core's tasks (arg: a core_job). */
+static void core_tasks(const mha_sched *s, const void *arg)
+{
+    const mha_fwd *f = ((const core_job *)arg)->f;
+    const mha_core_io *io = ((const core_job *)arg)->io;
+    for (int i = 0; i < f->batch; i++)
+        for (int g = 0; g < f->kvh; g++) {
+            const int b = s->order[i];
+#pragma omp task firstprivate(b, g)
+            {
+                const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
+                mha_attention_core(f, io, b, g, &sc);
+            }
+        }
+}
+
+void mha_sched_core(const mha_sched *s, const mha_fwd *f, const mha_core_io *io)
+{
+    mha_sched_order(f, s->order);
+    const core_job job = {f, io};
+    run_region(s, f->bk, core_tasks, &job);
 }
 
 /* A task per KV head and chunk of the step's rows, each running fn on its worker's slice. */
@@ -140,79 +178,73 @@ static int decode_run(const mha_sched *s, const mha_step_job *j)
     return run < 1 ? 1 : run > DECODE_RUN ? DECODE_RUN : (int)run;
 }
 
-void mha_sched_step(const mha_sched *s, const mha_step_job *j)
+/* A step's tasks in their phases (arg: the mha_step_job). */
+static void step_tasks(const mha_sched *s, const void *arg)
 {
-    for (int t = 0; t < s->threads; t++)
-        s->worker_cpu[t] = -1;
+    const mha_step_job *j = arg;
     const int kvh = j->f.kvh, n = j->step->n_seqs;
-#pragma omp parallel num_threads(s->threads)
-    {
-        mha_cpumask saved;
-        int pinned = pin_enter(s, omp_get_thread_num(), &saved);
-        mha_bk_begin(j->f.bk);
-#pragma omp single
-        {
-            for (int r0 = 0; r0 < j->rows; r0 += MHA_PACK_BLOCK) { /* whole panels each */
-                const int r1 = r0 + MHA_PACK_BLOCK < j->rows ? r0 + MHA_PACK_BLOCK : j->rows;
+    for (int r0 = 0; r0 < j->rows; r0 += MHA_PACK_BLOCK) { /* whole panels each */
+        const int r1 = r0 + MHA_PACK_BLOCK < j->rows ? r0 + MHA_PACK_BLOCK : j->rows;
 #pragma omp task firstprivate(r0, r1)
-                mha_step_pack_rows(j, r0, r1);
-            }
+        mha_step_pack_rows(j, r0, r1);
+    }
 #pragma omp taskwait
-            if (j->f.q_ss) { /* QK-norm full: every row's norm first */
-                row_tasks(s, j, mha_step_norm_sums);
+    if (j->f.q_ss) { /* QK-norm full: every row's norm first */
+        row_tasks(s, j, mha_step_norm_sums);
 #pragma omp taskwait
-            }
-            row_tasks(s, j, mha_step_project);
+    }
+    row_tasks(s, j, mha_step_project);
 #pragma omp taskwait
-            /* few new rows: chunks of the context straight from the cache, merged below;
-             * more: the context gathered and the forward's attention */
-            const int run = decode_run(s, j);
-            for (int q = 0; q < n; q++) {
-                const int add = j->step->n_new[q], chunks = mha_step_chunks(j, q);
-                const int first = add > 0 && add <= MHA_DECODE_ROWS ? mha_step_first_chunk(j, q) : 0;
-                for (int g = 0; g < kvh && add > 0; g++)
-                    if (add <= MHA_DECODE_ROWS)
-                        for (int c0 = 0, c1; c0 < chunks; c0 = c1) {
-                            /* the chunks before the window (only marked unread) in one task, then runs */
-                            c1 = c0 < first ? first : c0 + run < chunks ? c0 + run : chunks;
+    /* few new rows: chunks of the context straight from the cache, merged below;
+     * more: the context gathered and the forward's attention */
+    const int run = decode_run(s, j);
+    for (int q = 0; q < n; q++) {
+        const int add = j->step->n_new[q], chunks = mha_step_chunks(j, q);
+        const int first = add > 0 && add <= MHA_DECODE_ROWS ? mha_step_first_chunk(j, q) : 0;
+        for (int g = 0; g < kvh && add > 0; g++)
+            if (add <= MHA_DECODE_ROWS)
+                for (int c0 = 0, c1; c0 < chunks; c0 = c1) {
+                    /* the chunks before the window (only marked unread) in one task, then runs */
+                    c1 = c0 < first ? first : c0 + run < chunks ? c0 + run : chunks;
 #pragma omp task firstprivate(q, g, c0, c1)
-                            {
-                                const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
-                                mha_step_decode_chunks(j, q, g, c0, c1, &sc);
-                            }
-                        }
-                    else {
-#pragma omp task firstprivate(q, g)
-                        {
-                            const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
-                            mha_step_attend(j, q, g, &sc);
-                        }
-                    }
-            }
-#pragma omp taskwait
-            for (int q = 0; q < n; q++)
-                for (int g = 0; g < kvh && j->step->n_new[q] > 0 && j->step->n_new[q] <= MHA_DECODE_ROWS; g++) {
-#pragma omp task firstprivate(q, g)
-                    mha_step_decode_merge(j, q, g);
-                }
-#pragma omp taskwait
-            /* few rows (decode): split the columns too, so the whole of Wo is streamed by
-             * every worker, not one; each element's sum is the same either way */
-            const int cols = j->rows <= MHA_OUT_BLOCK ? MHA_OUT_COLS : j->f.d;
-            for (int r0 = 0; r0 < j->rows; r0 += MHA_OUT_BLOCK)
-                for (int c0 = 0; c0 < j->f.d; c0 += cols) {
-                    const int r1 = r0 + MHA_OUT_BLOCK < j->rows ? r0 + MHA_OUT_BLOCK : j->rows;
-                    const int c1 = c0 + cols < j->f.d ? c0 + cols : j->f.d;
-#pragma omp task firstprivate(r0, r1, c0, c1)
                     {
                         const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
-                        mha_step_out_rows(j, r0, r1, c0, c1, &sc);
+                        mha_step_decode_chunks(j, q, g, c0, c1, &sc);
                     }
                 }
-        } /* the barrier here completes every task */
-        mha_bk_end(j->f.bk);
-        pin_leave(pinned, &saved);
+            else {
+#pragma omp task firstprivate(q, g)
+                {
+                    const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
+                    mha_step_attend(j, q, g, &sc);
+                }
+            }
     }
+#pragma omp taskwait
+    for (int q = 0; q < n; q++)
+        for (int g = 0; g < kvh && j->step->n_new[q] > 0 && j->step->n_new[q] <= MHA_DECODE_ROWS; g++) {
+#pragma omp task firstprivate(q, g)
+            mha_step_decode_merge(j, q, g);
+        }
+#pragma omp taskwait
+    /* few rows (decode): split the columns too, so the whole of Wo is streamed by
+     * every worker, not one; each element's sum is the same either way */
+    const int cols = j->rows <= MHA_OUT_BLOCK ? MHA_OUT_COLS : j->f.d;
+    for (int r0 = 0; r0 < j->rows; r0 += MHA_OUT_BLOCK)
+        for (int c0 = 0; c0 < j->f.d; c0 += cols) {
+            const int r1 = r0 + MHA_OUT_BLOCK < j->rows ? r0 + MHA_OUT_BLOCK : j->rows;
+            const int c1 = c0 + cols < j->f.d ? c0 + cols : j->f.d;
+#pragma omp task firstprivate(r0, r1, c0, c1)
+            {
+                const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
+                mha_step_out_rows(j, r0, r1, c0, c1, &sc);
+            }
+        }
+}
+
+void mha_sched_step(const mha_sched *s, const mha_step_job *j)
+{
+    run_region(s, j->f.bk, step_tasks, j);
 }
 
 void mha_sched_first_touch(const mha_sched *s)

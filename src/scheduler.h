@@ -25,6 +25,9 @@ void mha_sched_order(const mha_fwd *f, int *order);
  * waits for them, then output-projection tasks per row block that wait only for that
  * sequence's heads. */
 void mha_sched_forward(const mha_sched *s, const mha_fwd *f);
+/* The attention core (mha_core_forward): a task per (sequence, KV head), longest sequences
+ * first, each running mha_attention_core on its worker's slice. */
+void mha_sched_core(const mha_sched *s, const mha_fwd *f, const mha_core_io *io);
 /* One decoding step: projection tasks per (KV head, block of rows), then attention tasks per
  * (sequence, KV head), then output-projection tasks per block of rows. */
 void mha_sched_step(const mha_sched *s, const mha_step_job *j);

@@ -390,19 +390,69 @@ static void ref_rope(const problem *p, double *x, int rows, int n_heads, int pos
         }
 }
 
+void reference_attention(const problem *p, int b, const double *Q, const double *K, const double *V, double *Z,
+                         double *attn)
+{
+    const int h = p->h, dk = p->dk, qd = h * dk, sq = p->seq_q, skv = p->seq_kv;
+    const int kvd = p->kvh * dk, group = h / p->kvh, off = skv - sq;
+    const int ql = p->q_len ? p->q_len[b] : sq, kl = p->kv_len ? p->kv_len[b] : skv;
+    double *a = calloc((size_t)skv, sizeof *a);
+    cr_assert(a);
+    memset(Z, 0, (size_t)sq * qd * sizeof *Z);
+    for (int hd = 0; hd < h; hd++)
+        for (int i = 0; i < ql; i++) {
+            /* visible keys: within the key length, causal bottom-right, explicit mask; the
+             * logits: scaled, softcapped, ALiBi's bias; a sink (gpt-oss) joins the max and
+             * the sum as one more logit with no value */
+            double mx = p->sinks ? p->sinks[hd] : -INFINITY;
+            const double scale = p->scale > 0 ? p->scale : 1.0 / sqrt((double)dk);
+            const double slope = p->alibi_max_bias > 0 ? ref_alibi_slope(p, hd) : 0.0;
+            const int g = hd / group; /* its KV head, as HF's repeat_kv */
+            for (int j = 0; j < skv; j++) {
+                int vis = j < kl && (!(p->causal || p->window) || j <= i + off) &&
+                          (!p->window || j > i + off - p->window) && (!p->mask || p->mask[(size_t)i * skv + j]);
+                a[j] = -INFINITY;
+                if (!vis)
+                    continue;
+                double s = 0;
+                for (int c = 0; c < dk; c++)
+                    s += Q[(size_t)i * qd + hd * dk + c] * K[(size_t)j * kvd + g * dk + c];
+                s *= scale;
+                if (p->softcap > 0)
+                    s = p->softcap * tanh(s / p->softcap);
+                a[j] = s - slope * abs(i + off - j);
+                mx = a[j] > mx ? a[j] : mx;
+            }
+            if (mx == -INFINITY)
+                continue; /* no visible key: zero attention row, zero Z row */
+            double sum = p->sinks ? exp(p->sinks[hd] - mx) : 0.0;
+            for (int j = 0; j < skv; j++) {
+                a[j] = a[j] == -INFINITY ? 0.0 : exp(a[j] - mx);
+                sum += a[j];
+            }
+            for (int j = 0; j < skv; j++) {
+                a[j] /= sum;
+                if (attn)
+                    attn[(((size_t)b * h + hd) * sq + i) * skv + j] = a[j];
+                for (int c = 0; c < dk; c++)
+                    Z[(size_t)i * qd + hd * dk + c] += a[j] * V[(size_t)j * kvd + g * dk + c];
+            }
+        }
+    free(a);
+}
+
 void reference_mha(const problem *p, double *out, double *attn)
 {
     const int d = p->d, h = p->h, dk = p->dk, qd = h * dk, sq = p->seq_q, skv = p->seq_kv;
-    const int kvd = p->kvh * dk, group = h / p->kvh, off = skv - sq;
+    const int kvd = p->kvh * dk, off = skv - sq;
     double *Q = calloc((size_t)sq * qd, sizeof *Q), *K = calloc((size_t)skv * kvd, sizeof *K);
     double *V = calloc((size_t)skv * kvd, sizeof *V), *Z = calloc((size_t)sq * qd, sizeof *Z);
-    double *a = calloc((size_t)skv, sizeof *a);
-    cr_assert(Q && K && V && Z && a);
+    cr_assert(Q && K && V && Z);
     if (attn)
         memset(attn, 0, (size_t)p->batch * h * sq * skv * sizeof *attn);
 
     for (int b = 0; b < p->batch; b++) {
-        const int ql = p->q_len ? p->q_len[b] : sq, kl = p->kv_len ? p->kv_len[b] : skv;
+        const int ql = p->q_len ? p->q_len[b] : sq;
         ref_linear(p->q + (size_t)b * sq * d, sq, d, qd, p->wq, p->bq, Q);
         ref_linear(p->k + (size_t)b * skv * d, skv, d, kvd, p->wk, p->bk, K);
         ref_linear(p->v + (size_t)b * skv * d, skv, d, kvd, p->wv, p->bv, V);
@@ -414,46 +464,7 @@ void reference_mha(const problem *p, double *out, double *attn)
             ref_rope(p, Q, sq, h, off);
             ref_rope(p, K, skv, p->kvh, 0);
         }
-        memset(Z, 0, (size_t)sq * qd * sizeof *Z);
-        for (int hd = 0; hd < h; hd++)
-            for (int i = 0; i < ql; i++) {
-                /* visible keys: within the key length, causal bottom-right, explicit mask; the
-                 * logits: scaled, softcapped, ALiBi's bias; a sink (gpt-oss) joins the max and
-                 * the sum as one more logit with no value */
-                double mx = p->sinks ? p->sinks[hd] : -INFINITY;
-                const double scale = p->scale > 0 ? p->scale : 1.0 / sqrt((double)dk);
-                const double slope = p->alibi_max_bias > 0 ? ref_alibi_slope(p, hd) : 0.0;
-                const int g = hd / group; /* its KV head, as HF's repeat_kv */
-                for (int j = 0; j < skv; j++) {
-                    int vis = j < kl && (!(p->causal || p->window) || j <= i + off) &&
-                              (!p->window || j > i + off - p->window) && (!p->mask || p->mask[(size_t)i * skv + j]);
-                    a[j] = -INFINITY;
-                    if (!vis)
-                        continue;
-                    double s = 0;
-                    for (int c = 0; c < dk; c++)
-                        s += Q[(size_t)i * qd + hd * dk + c] * K[(size_t)j * kvd + g * dk + c];
-                    s *= scale;
-                    if (p->softcap > 0)
-                        s = p->softcap * tanh(s / p->softcap);
-                    a[j] = s - slope * abs(i + off - j);
-                    mx = a[j] > mx ? a[j] : mx;
-                }
-                if (mx == -INFINITY)
-                    continue; /* no visible key: zero attention row, zero Z row */
-                double sum = p->sinks ? exp(p->sinks[hd] - mx) : 0.0;
-                for (int j = 0; j < skv; j++) {
-                    a[j] = a[j] == -INFINITY ? 0.0 : exp(a[j] - mx);
-                    sum += a[j];
-                }
-                for (int j = 0; j < skv; j++) {
-                    a[j] /= sum;
-                    if (attn)
-                        attn[(((size_t)b * h + hd) * sq + i) * skv + j] = a[j];
-                    for (int c = 0; c < dk; c++)
-                        Z[(size_t)i * qd + hd * dk + c] += a[j] * V[(size_t)j * kvd + g * dk + c];
-                }
-            }
+        reference_attention(p, b, Q, K, V, Z, attn);
         double *o = out + (size_t)b * sq * d;
         for (int i = 0; i < sq; i++)
             for (int c = 0; c < d; c++) {
@@ -464,7 +475,7 @@ void reference_mha(const problem *p, double *out, double *attn)
                 o[(size_t)i * d + c] = acc;
             }
     }
-    free(Q), free(K), free(V), free(Z), free(a);
+    free(Q), free(K), free(V), free(Z);
 }
 
 double rel_error(const float *x, const double *ref, size_t n)

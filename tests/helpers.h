@@ -64,6 +64,11 @@ mha_weights problem_ready(const problem *p, mha_config *cfg, int threads, mha_la
 /* Plain double-precision multi-head attention (DESIGN.md §1): out (batch, seq_q, d),
  * attn NULL or (batch, h, seq_q, seq_kv). */
 void reference_mha(const problem *p, double *out, double *attn);
+/* Its attention part for sequence b (the problem's lengths, masks and variants), on projected
+ * Q (seq_q, h·dk), K and V (seq_kv, kvh·dk): Z (seq_q, h·dk), zeroed first, rows past the query
+ * length 0; attn as above (its rows of sequence b). */
+void reference_attention(const problem *p, int b, const double *Q, const double *K, const double *V, double *Z,
+                         double *attn);
 
 /* ‖x − ref‖ / ‖ref‖ (‖ref‖ = 0: ‖x‖). */
 double rel_error(const float *x, const double *ref, size_t n);

@@ -1,0 +1,321 @@
+/* test_core.c — mha_core_forward, the attention core on given Q, K, V: the forward's attention
+ * bit for bit, the double reference, invariance to the batch, threads and strides, bad input
+ * refused with nothing written, no allocation. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "helpers.h"
+
+/* fp32 products over at most a few hundred terms and a ~2-ulp exp on unit-scale data: near
+ * 1e-6; 1e-5 leaves a margin of ten (test_engine.c's bound). bf16: the precision's contract
+ * (mha.h, README) on unit-scale data. */
+#define F32_TOL 1e-5
+#define BF16_TOL 1e-2
+
+enum { M_CAUSAL = 1, M_KVLEN = 2, M_QLEN = 4, M_EXPLICIT = 8 };
+
+typedef struct ccase {
+    const char *name;
+    int h, kvh, dk, batch, seq_q, seq_kv, cross, masks, window;
+    unsigned variants; /* V_SCALE, V_SOFTCAP, V_SINKS, V_ALIBI (helpers.h) */
+} ccase;
+
+/* Shapes that cross a key chunk (256), GQA and MQA, heads not a power of two, d_k not a
+ * multiple of any panel, every mask and logit variant the core applies. */
+static const ccase cases[] = {
+    {"bert-like, two key chunks", 4, 4, 64, 3, 300, 300, 0, 0, 0, 0},
+    {"GQA 8/2, causal", 8, 2, 32, 2, 130, 130, 0, M_CAUSAL, 0, V_SCALE},
+    {"MQA, window, softcap, sinks", 4, 1, 40, 2, 70, 70, 0, M_CAUSAL, 17, V_SOFTCAP | V_SINKS},
+    {"ALiBi, ragged, explicit mask", 3, 3, 16, 3, 33, 33, 0, M_KVLEN | M_QLEN | M_EXPLICIT, 0, V_ALIBI},
+    {"cross, few queries, key padding", 2, 2, 24, 2, 9, 300, 1, M_KVLEN, 0, 0},
+    {"decode-like: one query, causal", 4, 2, 128, 2, 1, 260, 1, M_CAUSAL, 0, V_SINKS},
+};
+enum { N_CASES = sizeof cases / sizeof cases[0] };
+
+/* The case's problem: d = h·dk (so an identity Wq is square), unit-scale inputs, masks and
+ * variants drawn from seed; no bias. */
+static void case_problem(const ccase *c, problem *p, uint64_t seed)
+{
+    const int d = c->h * c->dk;
+    problem_make(p, d, c->h, c->batch, c->seq_q, c->seq_kv, 0, c->cross ? 2 : 0, seed);
+    if (c->kvh != c->h)
+        problem_set_kv_heads(p, c->kvh, seed ^ 1);
+    problem_set_variants(p, c->variants, seed ^ 2);
+    p->window = c->window;
+    p->causal = (c->masks & M_CAUSAL) != 0;
+    rng r = {seed ^ 3};
+    if (c->masks & (M_KVLEN | M_QLEN)) {
+        int32_t *ql = malloc(sizeof *ql * p->batch), *kl = malloc(sizeof *kl * p->batch);
+        for (int b = 0; b < p->batch; b++) { /* sequence 0 whole, the others random, 0 included */
+            ql[b] = b == 0 ? p->seq_q : (int32_t)(rng_next(&r) % (uint64_t)(p->seq_q + 1));
+            kl[b] = b == 0 ? p->seq_kv : (int32_t)(rng_next(&r) % (uint64_t)(p->seq_kv + 1));
+        }
+        if (c->masks & M_QLEN) p->q_len = ql; else free(ql);
+        if (c->masks & M_KVLEN) p->kv_len = kl; else free(kl);
+    }
+    if (c->masks & M_EXPLICIT) {
+        p->mask = malloc((size_t)p->seq_q * p->seq_kv);
+        for (int i = 0; i < p->seq_q; i++)
+            for (int j = 0; j < p->seq_kv; j++) /* row 1 hidden whole: a zero row */
+                p->mask[(size_t)i * p->seq_kv + j] = i == 1 ? 0 : rng_next(&r) % 4 != 0;
+    }
+}
+
+/* The core's input over the problem's own buffers, read in HF's (batch, rows, heads, d_k)
+ * layout: Q is the query input (d = h·dk), K the key input's first kvh·dk columns, V its last
+ * kvh·dk: what selection weights project them to. */
+static mha_core_input hf_input(const problem *p)
+{
+    const ptrdiff_t d = p->d, kvd = (ptrdiff_t)p->kvh * p->dk;
+    return (mha_core_input){
+        .batch = p->batch, .seq_q = p->seq_q, .seq_kv = p->seq_kv,
+        .q = p->q, .k = p->k, .v = p->k + (d - kvd),
+        .q_stride = {p->seq_q * d, p->dk, d}, .k_stride = {p->seq_kv * d, p->dk, d},
+        .v_stride = {p->seq_kv * d, p->dk, d},
+        .q_lengths = p->q_len, .kv_lengths = p->kv_len, .causal = p->causal, .mask = p->mask, .sinks = p->sinks,
+    };
+}
+
+/* Weights that select: Wq = Wo = I, Wk the key input's first kvh·dk columns, Wv its last. */
+static void selection_weights(problem *p)
+{
+    const size_t d = (size_t)p->d, kvd = (size_t)p->kvh * p->dk;
+    memset(p->wq, 0, d * d * sizeof *p->wq);
+    memset(p->wo, 0, d * d * sizeof *p->wo);
+    memset(p->wk, 0, d * kvd * sizeof *p->wk);
+    memset(p->wv, 0, d * kvd * sizeof *p->wv);
+    for (size_t c = 0; c < d; c++)
+        p->wq[c * d + c] = p->wo[c * d + c] = 1.0f;
+    for (size_t c = 0; c < kvd; c++)
+        p->wk[c * kvd + c] = 1.0f, p->wv[(d - kvd + c) * kvd + c] = 1.0f;
+}
+
+static float *sentinel_floats(size_t n)
+{
+    float *x = malloc(n * sizeof *x);
+    cr_assert(x);
+    for (size_t i = 0; i < n; i++)
+        x[i] = -7.25f;
+    return x;
+}
+
+/* f32: with weights that only select (exact products), mha_forward's output is its attention
+ * itself; the core on the same Q, K, V must give those bits, through HF's strides. */
+Test(core, equals_the_forwards_attention_bit_for_bit, .timeout = 120)
+{
+    for (int ci = 0; ci < N_CASES; ci++) {
+        const ccase *c = &cases[ci];
+        problem p;
+        case_problem(c, &p, 1000 + (uint64_t)ci);
+        selection_weights(&p);
+        mha_engine *e = engine_for(&p, 2, MHA_LAYOUT_XW);
+        const size_t n = (size_t)p.batch * p.seq_q * p.d;
+        float *fwd = sentinel_floats(n), *core = sentinel_floats(n);
+        mha_input in = problem_input(&p);
+        cr_assert_eq(mha_forward(e, &in, fwd, NULL), MHA_OK, "%s: %s", c->name, mha_engine_last_error(e));
+        mha_core_input ci_ = hf_input(&p);
+        const ptrdiff_t os[3] = {(ptrdiff_t)p.seq_q * p.d, p.dk, p.d};
+        cr_assert_eq(mha_core_forward(e, &ci_, core, os), MHA_OK, "%s: %s", c->name, mha_engine_last_error(e));
+        const long at = first_bit_difference(fwd, core, n);
+        cr_assert_eq(at, -1, "%s (isa %s): element %ld: forward %a, core %a", c->name, mha_engine_isa(e), at,
+                     (double)fwd[at < 0 ? 0 : at], (double)core[at < 0 ? 0 : at]);
+        free(fwd), free(core);
+        mha_free(e);
+        problem_free(&p);
+    }
+}
+
+/* Q, K, V in SDPA's (batch, heads, rows, d_k) layout (default strides) and in the problem's
+ * (batch, rows, heads·d_k) for the reference. */
+typedef struct sdpa { float *q, *k, *v; } sdpa;
+static sdpa sdpa_of(const problem *p, uint64_t seed)
+{
+    rng r = {seed};
+    const size_t nq = (size_t)p->batch * p->h * p->seq_q * p->dk, nk = (size_t)p->batch * p->kvh * p->seq_kv * p->dk;
+    sdpa s = {malloc(nq * sizeof(float)), malloc(nk * sizeof(float)), malloc(nk * sizeof(float))};
+    cr_assert(s.q && s.k && s.v);
+    fill_uniform(s.q, nq, -1.0f, 1.0f, &r);
+    fill_uniform(s.k, nk, -1.0f, 1.0f, &r);
+    fill_uniform(s.v, nk, -1.0f, 1.0f, &r);
+    return s;
+}
+
+/* Sequence b's heads × rows × d_k tensor at x as (rows, heads·d_k) doubles. */
+static void to_rows(const float *x, int b, int heads, int rows, int dk, double *dst)
+{
+    for (int hd = 0; hd < heads; hd++)
+        for (int i = 0; i < rows; i++)
+            for (int c = 0; c < dk; c++)
+                dst[((size_t)i * heads + hd) * dk + c] = x[(((size_t)b * heads + hd) * rows + i) * dk + c];
+}
+
+Test(core, matches_the_double_reference_in_both_precisions, .timeout = 120)
+{
+    for (int prec = 0; prec < 2; prec++)
+        for (int ci = 0; ci < N_CASES; ci++) {
+            const ccase *c = &cases[ci];
+            problem p;
+            case_problem(c, &p, 2000 + (uint64_t)ci);
+            mha_config cfg;
+            problem_config(&p, &cfg, 2);
+            cfg.precision = prec ? MHA_PRECISION_BF16 : MHA_PRECISION_F32;
+            mha_engine *e = NULL;
+            cr_assert_eq(mha_create(&cfg, &e), MHA_OK);
+            sdpa s = sdpa_of(&p, 3000 + (uint64_t)ci);
+            const int qd = p.h * p.dk, kvd = p.kvh * p.dk;
+            const size_t n = (size_t)p.batch * p.h * p.seq_q * p.dk;
+            float *out = sentinel_floats(n);
+            mha_core_input in = {.batch = p.batch, .seq_q = p.seq_q, .seq_kv = p.seq_kv, .q = s.q, .k = s.k, .v = s.v,
+                                 .q_lengths = p.q_len, .kv_lengths = p.kv_len, .causal = p.causal, .mask = p.mask,
+                                 .sinks = p.sinks};
+            cr_assert_eq(mha_core_forward(e, &in, out, NULL), MHA_OK, "%s: %s", c->name, mha_engine_last_error(e));
+            double *Q = malloc((size_t)p.seq_q * qd * sizeof *Q), *K = malloc((size_t)p.seq_kv * kvd * sizeof *K);
+            double *V = malloc((size_t)p.seq_kv * kvd * sizeof *V), *Z = malloc((size_t)p.seq_q * qd * sizeof *Z);
+            double *want = malloc(n * sizeof *want);
+            cr_assert(Q && K && V && Z && want);
+            for (int b = 0; b < p.batch; b++) {
+                to_rows(s.q, b, p.h, p.seq_q, p.dk, Q);
+                to_rows(s.k, b, p.kvh, p.seq_kv, p.dk, K);
+                to_rows(s.v, b, p.kvh, p.seq_kv, p.dk, V);
+                reference_attention(&p, b, Q, K, V, Z, NULL);
+                for (int hd = 0; hd < p.h; hd++) /* back to (batch, heads, rows, d_k) */
+                    for (int i = 0; i < p.seq_q; i++)
+                        memcpy(want + (((size_t)b * p.h + hd) * p.seq_q + i) * p.dk, Z + (size_t)i * qd + hd * p.dk,
+                               (size_t)p.dk * sizeof *want);
+            }
+            const double err = rel_error(out, want, n), tol = prec ? BF16_TOL : F32_TOL;
+            cr_assert(err <= tol, "%s, %s (isa %s): relative error %.3g > %.0e", c->name, prec ? "bf16" : "f32",
+                      mha_engine_isa(e), err, tol);
+            free(Q), free(K), free(V), free(Z), free(want), free(out);
+            free(s.q), free(s.k), free(s.v);
+            mha_free(e);
+            problem_free(&p);
+        }
+}
+
+/* A sequence's rows have the same bits alone or in a batch, on 1 or 3 threads, read through
+ * SDPA's strides or HF's. */
+Test(core, a_rows_bits_depend_on_its_sequence_alone, .timeout = 120)
+{
+    for (int prec = 0; prec < 2; prec++) {
+        const ccase *c = &cases[3]; /* ragged, masked, ALiBi */
+        problem p;
+        case_problem(c, &p, 4000);
+        mha_config cfg;
+        problem_config(&p, &cfg, 3);
+        cfg.precision = prec ? MHA_PRECISION_BF16 : MHA_PRECISION_F32;
+        mha_engine *many = NULL, *one = NULL;
+        cr_assert_eq(mha_create(&cfg, &many), MHA_OK);
+        cfg.threads = 1;
+        cr_assert_eq(mha_create(&cfg, &one), MHA_OK);
+        sdpa s = sdpa_of(&p, 4001);
+        const size_t per_q = (size_t)p.h * p.seq_q * p.dk, per_k = (size_t)p.kvh * p.seq_kv * p.dk;
+        float *batch = sentinel_floats(per_q * p.batch), *alone = sentinel_floats(per_q);
+        mha_core_input in = {.batch = p.batch, .seq_q = p.seq_q, .seq_kv = p.seq_kv, .q = s.q, .k = s.k, .v = s.v,
+                             .q_lengths = p.q_len, .kv_lengths = p.kv_len, .causal = p.causal, .mask = p.mask,
+                             .sinks = p.sinks};
+        cr_assert_eq(mha_core_forward(many, &in, batch, NULL), MHA_OK, "%s", mha_engine_last_error(many));
+        for (int b = 0; b < p.batch; b++) {
+            /* sequence b alone, its Q copied into HF's layout, its output written in HF's too */
+            float *q = malloc(per_q * sizeof *q), *hf = sentinel_floats(per_q);
+            for (int hd = 0; hd < p.h; hd++)
+                for (int i = 0; i < p.seq_q; i++)
+                    memcpy(q + ((size_t)i * p.h + hd) * p.dk, s.q + b * per_q + ((size_t)hd * p.seq_q + i) * p.dk,
+                           (size_t)p.dk * sizeof *q);
+            const ptrdiff_t hs[3] = {(ptrdiff_t)per_q, p.dk, (ptrdiff_t)p.h * p.dk};
+            mha_core_input in1 = {.batch = 1, .seq_q = p.seq_q, .seq_kv = p.seq_kv, .q = q, .k = s.k + b * per_k,
+                                  .v = s.v + b * per_k, .q_stride = {hs[0], hs[1], hs[2]},
+                                  .q_lengths = p.q_len ? p.q_len + b : NULL, .kv_lengths = p.kv_len ? p.kv_len + b : NULL,
+                                  .causal = p.causal, .mask = p.mask, .sinks = p.sinks};
+            cr_assert_eq(mha_core_forward(one, &in1, hf, hs), MHA_OK, "%s", mha_engine_last_error(one));
+            for (int hd = 0; hd < p.h; hd++)
+                for (int i = 0; i < p.seq_q; i++)
+                    memcpy(alone + ((size_t)hd * p.seq_q + i) * p.dk, hf + ((size_t)i * p.h + hd) * p.dk,
+                           (size_t)p.dk * sizeof *alone);
+            const long at = first_bit_difference(batch + b * per_q, alone, per_q);
+            cr_assert_eq(at, -1, "%s, sequence %d: element %ld differs alone on 1 thread", prec ? "bf16" : "f32", b, at);
+            free(q), free(hf);
+        }
+        free(batch), free(alone), free(s.q), free(s.k), free(s.v);
+        mha_free(many), mha_free(one);
+        problem_free(&p);
+    }
+}
+
+Test(core, bad_input_is_refused_and_nothing_is_written, .timeout = 30)
+{
+    problem p;
+    case_problem(&cases[1], &p, 5000); /* 8 heads over 2, d_k 32, 2 × 130 */
+    mha_engine *e = engine_bare(&p, 2);
+    sdpa s = sdpa_of(&p, 5001);
+    const size_t n = (size_t)p.batch * p.h * p.seq_q * p.dk;
+    float *out = sentinel_floats(n), *fresh = sentinel_floats(n);
+    const mha_core_input good = {.batch = p.batch, .seq_q = p.seq_q, .seq_kv = p.seq_kv, .q = s.q, .k = s.k, .v = s.v};
+    int32_t bad_len[2] = {130, 131}, neg_len[2] = {-1, 3};
+    const float sinks[8] = {0};
+    struct { const char *what; mha_core_input in; const ptrdiff_t *os; mha_status st; const char *says; } t[] = {
+        {"q NULL", good, NULL, MHA_ERR_INVALID_ARG, "in->q is NULL"},
+        {"batch 0", good, NULL, MHA_ERR_SHAPE, "batch 0 < 1"},
+        {"batch past capacity", good, NULL, MHA_ERR_SHAPE, "batch 3 > max_batch 2"},
+        {"seq_kv past capacity", good, NULL, MHA_ERR_SHAPE, "seq_kv 131 > max_seq_kv 130"},
+        {"a query length past seq_q", good, NULL, MHA_ERR_SHAPE, "q_lengths[1] = 131"},
+        {"a negative key length", good, NULL, MHA_ERR_SHAPE, "kv_lengths[0] = -1"},
+        {"a negative stride", good, NULL, MHA_ERR_SHAPE, "k_stride {-1, 32, 32}"},
+        {"an offset past PTRDIFF_MAX", good, NULL, MHA_ERR_SHAPE, "overflows"},
+        {"out rows on top of each other", good, (const ptrdiff_t[3]){8 * 130 * 32, 130 * 32, 16}, MHA_ERR_SHAPE,
+         "share an address"},
+        {"sinks the config does not have", good, NULL, MHA_ERR_INVALID_ARG, "no sinks"},
+    };
+    t[0].in.q = NULL;
+    t[1].in.batch = 0;
+    t[2].in.batch = 3;
+    t[3].in.seq_kv = 131;
+    t[4].in.q_lengths = bad_len;
+    t[5].in.kv_lengths = neg_len;
+    t[6].in.k_stride[0] = -1, t[6].in.k_stride[1] = 32, t[6].in.k_stride[2] = 32;
+    t[7].in.v_stride[0] = PTRDIFF_MAX, t[7].in.v_stride[1] = 1, t[7].in.v_stride[2] = 32;
+    t[9].in.sinks = sinks;
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        cr_assert_eq(mha_core_forward(e, &t[i].in, out, t[i].os), t[i].st, "%s: %s", t[i].what, mha_engine_last_error(e));
+        cr_assert(strstr(mha_engine_last_error(e), t[i].says), "%s: the message '%s' does not say '%s'", t[i].what,
+                  mha_engine_last_error(e), t[i].says);
+        cr_assert_eq(memcmp(out, fresh, n * sizeof *out), 0, "%s: out was written", t[i].what);
+    }
+    cr_assert_eq(mha_core_forward(e, NULL, out, NULL), MHA_ERR_INVALID_ARG);
+    cr_assert_eq(mha_core_forward(NULL, &good, out, NULL), MHA_ERR_INVALID_ARG);
+    /* the config's sinks not given */
+    problem_set_sinks(&p, 5002);
+    mha_engine *es = engine_bare(&p, 1);
+    cr_assert_eq(mha_core_forward(es, &good, out, NULL), MHA_ERR_INVALID_ARG);
+    cr_assert(strstr(mha_engine_last_error(es), "in->sinks is NULL"), "%s", mha_engine_last_error(es));
+    cr_assert_eq(memcmp(out, fresh, n * sizeof *out), 0, "missing sinks: out was written");
+    /* and the engine still works, its message cleared */
+    cr_assert_eq(mha_core_forward(e, &good, out, NULL), MHA_OK, "%s", mha_engine_last_error(e));
+    cr_assert_str_eq(mha_engine_last_error(e), "");
+    cr_assert_neq(memcmp(out, fresh, n * sizeof *out), 0);
+    free(out), free(fresh), free(s.q), free(s.k), free(s.v);
+    mha_free(e), mha_free(es);
+    problem_free(&p);
+}
+
+Test(core, allocates_nothing, .timeout = 30)
+{
+    problem p;
+    case_problem(&cases[2], &p, 6000); /* window, softcap, sinks */
+    mha_engine *e = engine_bare(&p, 2);
+    sdpa s = sdpa_of(&p, 6001);
+    float *out = sentinel_floats((size_t)p.batch * p.h * p.seq_q * p.dk);
+    mha_core_input in = {.batch = p.batch, .seq_q = p.seq_q, .seq_kv = p.seq_kv, .q = s.q, .k = s.k, .v = s.v,
+                         .causal = p.causal, .sinks = p.sinks};
+    cr_assert_eq(mha_core_forward(e, &in, out, NULL), MHA_OK); /* libgomp's first team */
+    const long before = alloc_count();
+    cr_assert_eq(mha_core_forward(e, &in, out, NULL), MHA_OK);
+    cr_assert_eq(alloc_count(), before, "mha_core_forward allocated %ld blocks", alloc_count() - before);
+    free(out), free(s.q), free(s.k), free(s.v);
+    mha_free(e);
+    problem_free(&p);
+}
