@@ -385,3 +385,39 @@ Test(cli, check_rows_cost_little_memory_next_to_the_engine, .timeout = 120)
     cr_assert_lt(with - without, 16.0, "--check 4 added %.0f MiB (K and V of the whole sequence are 32 MiB)", with - without);
     tmpdir_remove(dir);
 }
+
+/* mha run --core: the core alone on generated Q, K, V, checked against the double reference in
+ * both precisions (GQA, a window, softcap and sinks); options that need weights or a cache are
+ * refused. */
+Test(cli, core_runs_the_attention_core_and_checks_it, .timeout = 60)
+{
+    char dir[64], path[128], args[256];
+    tmpdir_make(dir, sizeof dir);
+    write_config(dir, "core.yaml",
+                 "model: { d_model: 16, heads: 6, kv_heads: 2, head_dim: 40, bias: false, window: 50, softcap: 4,\n"
+                 "         sinks: true }\n"
+                 "batch: { size: 3, seq_len: 300, mask: causal, lengths: [300, 0, 17] }\n"
+                 "run: { warmup: 0, iters: 2 }\n",
+                 path, sizeof path);
+    const struct { const char *precision; double bound; } runs[] = {{"f32", 1e-5}, {"bf16", 1e-2}};
+    for (int i = 0; i < 2; i++) {
+        snprintf(args, sizeof args, "run %s --core --json --check 12 --precision %s", path, runs[i].precision);
+        char *out, *err;
+        cr_assert_eq(run_cli(args, &out, &err), 0, "%s", err);
+        const char *keys[] = {"\"mode\":\"core\"", "\"heads\":6", "\"kv_heads\":2", "\"head_dim\":40", "\"gflops\":",
+                              "\"check_rows\":12"};
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+            cr_assert(strstr(out, keys[k]), "no %s in %s", keys[k], out);
+        double e = 1;
+        const char *at = strstr(out, "\"max_rel_error\":");
+        cr_assert(at && sscanf(at, "\"max_rel_error\":%lf", &e) == 1 && e <= runs[i].bound, "%s: %s", runs[i].precision,
+                  out);
+        free(out), free(err);
+    }
+    snprintf(args, sizeof args, "run %s --core --weights w.safetensors", path);
+    char *out, *err;
+    cr_assert_eq(run_cli(args, &out, &err), 2);
+    cr_assert(strstr(err, "--weights: not with --core"), "%s", err);
+    free(out), free(err);
+    tmpdir_remove(dir);
+}

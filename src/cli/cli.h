@@ -17,6 +17,9 @@ int mha_cli_schema(int argc, char **argv);
 /* mha run on a config with a decode block (decode.c). */
 int cli_decode(const mha_config_file *fc, const char *config, const char *weights, const char *prefix, int check, int json);
 int mha_cli_scale(int argc, char **argv);
+/* mha run --core (core.c): mha_core_forward on seeded Q, K, V of the config's heads and batch
+ * (causal: --causal over the config's mask), timed, check rows against a double reference. */
+int cli_core(const mha_config_file *fc, const char *config, int causal, int check, int json);
 
 /* "mha: <message>" on stderr (on a terminal, replacing a progress line). */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -60,6 +63,8 @@ void cli_cpu_info(char *model, size_t nm, char *flags, size_t nf);
 
 /* Seeded data: splitmix64 → uniform floats in [lo, hi). */
 void cli_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t *state);
+/* n of them in [-1, 1), malloc'd (NULL when out of memory). */
+float *cli_uniform_floats(size_t n, uint64_t *seed);
 
 /* Median, min and max of n times (sorts t). */
 typedef struct cli_stats { double median, min, max; } cli_stats;
@@ -88,6 +93,8 @@ void cli_problem_model(cli_problem *p, const mha_config *cfg);
  * for cross-attention), lengths repeated over the batch, and for self-attention the query
  * lengths as key padding too. Returns EXIT_OK, or an exit code after a message. */
 int cli_generate_inputs(const mha_config_file *fc, int batch, cli_problem *p);
+/* Its shape alone: the model, sizes, lengths and mask, no inputs (q and kv stay NULL). */
+int cli_generate_shape(const mha_config_file *fc, int batch, cli_problem *p);
 /* Floats of a layer's weights and biases: Wq, Wo (d·h·d_k), Wk, Wv (d·kvh·d_k), their biases,
  * then QK-norm's weights (2·d_k) and the sinks (h) when the model has them. */
 size_t cli_weight_floats(const cli_problem *p);
@@ -109,6 +116,19 @@ void cli_problem_free(cli_problem *p);
  * masked): projections 2·d² per valid query and per valid key ×2 plus the output
  * projection; scores and A·V 4·d per visible (query, key) pair. */
 double cli_flops(const cli_problem *p);
+/* Those FLOPs of the attention core alone: 4·h·d_k per visible (query, key) pair. */
+double cli_attention_flops(const cli_problem *p);
+/* Keys [*first, end) that query row i of sequence b sees (no explicit mask in the CLI): its
+ * key length, causal (bottom-right), a sliding window (causal implied). Returns end. */
+int cli_visible(const cli_problem *p, int b, int i, int *first);
+/* Sampled row r of `want` spread over a sequence's ql valid rows. */
+int cli_sample_row(int r, int want, int ql);
+/* Query row i (at position i + seq_kv − seq_q) of head h in double: q (d_k) against the keys
+ * [lo, nv) of K and V (key j's d_k features at j·ld), with the problem's scale, softcap, ALiBi
+ * and the head's sink (p->w.sinks): zr (d_k) += its attention's output. a: seq_kv doubles of
+ * scratch. */
+void cli_ref_attention_row(const cli_problem *p, int h, int i, const double *q, const double *K, const double *V,
+                           ptrdiff_t ld, int lo, int nv, double *a, double *zr);
 /* Valid query tokens of one forward. */
 double cli_tokens(const cli_problem *p);
 /* Max over sampled rows of ‖out_row − ref_row‖ / ‖ref_row‖, ref in double. rows: how many

@@ -175,7 +175,7 @@ int32_t *cli_cycle_lengths(const int *list, int n, int batch)
     return out;
 }
 
-static float *uniform(size_t n, uint64_t *seed)
+float *cli_uniform_floats(size_t n, uint64_t *seed)
 {
     float *x = malloc(n * sizeof *x);
     if (x)
@@ -197,28 +197,36 @@ void cli_problem_model(cli_problem *p, const mha_config *cfg)
     p->alibi_max_bias = cfg->alibi_max_bias;
 }
 
-int cli_generate_inputs(const mha_config_file *fc, int batch, cli_problem *p)
+int cli_generate_shape(const mha_config_file *fc, int batch, cli_problem *p)
 {
-    uint64_t seed = fc->seed;
-    size_t nq, nkv;
     cli_problem_model(p, &fc->engine);
     p->batch = batch;
     p->seq_q = fc->engine.max_seq_q, p->seq_kv = fc->cross ? fc->engine.max_seq_kv : fc->engine.max_seq_q, p->cross = fc->cross;
-    if (__builtin_mul_overflow((size_t)batch * p->seq_q, (size_t)p->d, &nq) ||
-        __builtin_mul_overflow((size_t)batch * p->seq_kv, (size_t)p->d, &nkv) || nq > SIZE_MAX / 8 || nkv > SIZE_MAX / 8) {
-        cli_error("a batch of %d × %d × %d does not fit in memory", batch, p->seq_q, p->d);
-        return EXIT_RUNTIME;
-    }
-    if (!(p->q = uniform(nq, &seed)) || (p->cross && !(p->kv = uniform(nkv, &seed)))) {
-        cli_error("out of memory for a batch of %d × %d × %d inputs", batch, p->seq_q, p->d);
-        return EXIT_RUNTIME;
-    }
     if ((fc->n_lengths && !(p->q_len = cli_cycle_lengths(fc->lengths, fc->n_lengths, batch))) ||
         (p->cross && fc->n_kv_lengths && !(p->kv_len = cli_cycle_lengths(fc->kv_lengths, fc->n_kv_lengths, batch)))) {
         cli_error("out of memory");
         return EXIT_RUNTIME;
     }
     p->causal = fc->mask == MHA_MASK_CAUSAL;
+    return EXIT_OK;
+}
+
+int cli_generate_inputs(const mha_config_file *fc, int batch, cli_problem *p)
+{
+    uint64_t seed = fc->seed;
+    size_t nq, nkv;
+    int rc = cli_generate_shape(fc, batch, p);
+    if (rc != EXIT_OK)
+        return rc;
+    if (__builtin_mul_overflow((size_t)batch * p->seq_q, (size_t)p->d, &nq) ||
+        __builtin_mul_overflow((size_t)batch * p->seq_kv, (size_t)p->d, &nkv) || nq > SIZE_MAX / 8 || nkv > SIZE_MAX / 8) {
+        cli_error("a batch of %d × %d × %d does not fit in memory", batch, p->seq_q, p->d);
+        return EXIT_RUNTIME;
+    }
+    if (!(p->q = cli_uniform_floats(nq, &seed)) || (p->cross && !(p->kv = cli_uniform_floats(nkv, &seed)))) {
+        cli_error("out of memory for a batch of %d × %d × %d inputs", batch, p->seq_q, p->d);
+        return EXIT_RUNTIME;
+    }
     return EXIT_OK;
 }
 
@@ -307,9 +315,7 @@ void cli_problem_free(cli_problem *p)
 static int q_len_of(const cli_problem *p, int b) { return p->q_len ? p->q_len[b] : p->seq_q; }
 static int kv_len_of(const cli_problem *p, int b) { return p->kv_len ? p->kv_len[b] : p->seq_kv; }
 
-/* Keys [*first, end) that query row i of sequence b sees (no explicit mask in the CLI): its
- * key length, causal (bottom-right), a sliding window (causal implied). Returns end. */
-static int visible(const cli_problem *p, int b, int i, int *first)
+int cli_visible(const cli_problem *p, int b, int i, int *first)
 {
     const int pos = i + (p->seq_kv - p->seq_q);
     int n = kv_len_of(p, b), lo = p->window > 0 && pos - p->window + 1 > 0 ? pos - p->window + 1 : 0;
@@ -321,16 +327,23 @@ static int visible(const cli_problem *p, int b, int i, int *first)
     return n;
 }
 
+double cli_attention_flops(const cli_problem *p)
+{
+    double qd = (double)p->h * p->dk, total = 0;
+    for (int b = 0; b < p->batch; b++)
+        for (int i = 0; i < q_len_of(p, b); i++) {
+            int lo, hi = cli_visible(p, b, i, &lo);
+            total += 4.0 * qd * (hi - lo);
+        }
+    return total;
+}
+
 double cli_flops(const cli_problem *p)
 {
-    double d = p->d, qd = (double)p->h * p->dk, kvd = (double)p->kvh * p->dk, total = 0;
+    double d = p->d, qd = (double)p->h * p->dk, kvd = (double)p->kvh * p->dk, total = cli_attention_flops(p);
     for (int b = 0; b < p->batch; b++) {
         int ql = q_len_of(p, b), kl = p->cross ? kv_len_of(p, b) : (ql > kv_len_of(p, b) ? ql : kv_len_of(p, b));
         total += 2.0 * d * qd * 2.0 * ql + 2.0 * d * kvd * 2.0 * kl; /* Q and out; K and V */
-        for (int i = 0; i < ql; i++) {
-            int lo, hi = visible(p, b, i, &lo);
-            total += 4.0 * qd * (hi - lo);
-        }
     }
     return total;
 }
@@ -402,10 +415,35 @@ static double alibi_slope(const cli_problem *p, int h)
     return h < n ? pow(2.0, -b / n * (h + 1)) : pow(2.0, -b / (2.0 * n) * (2 * (h - n) + 1));
 }
 
-/* Sampled row r of `want` spread over a sequence's ql valid rows. */
-static int sample_row(int r, int want, int ql)
+int cli_sample_row(int r, int want, int ql)
 {
     return want == 1 ? ql - 1 : (int)((long)r * (ql - 1) / (want - 1));
+}
+
+void cli_ref_attention_row(const cli_problem *p, int h, int i, const double *q, const double *K, const double *V,
+                           ptrdiff_t ld, int lo, int nv, double *a, double *zr)
+{
+    const int dk = p->dk, off = p->seq_kv - p->seq_q;
+    /* scale, softcap, ALiBi; a sink joins the max and the sum */
+    double mx = p->w.sinks ? p->w.sinks[h] : -INFINITY, sum = 0;
+    const double slope = p->alibi_max_bias > 0 ? alibi_slope(p, h) : 0.0;
+    for (int j = lo; j < nv; j++) {
+        double sc = 0;
+        for (int c = 0; c < dk; c++)
+            sc += q[c] * K[(size_t)j * ld + c];
+        sc *= p->scale;
+        if (p->softcap > 0)
+            sc = p->softcap * tanh(sc / p->softcap);
+        a[j] = sc - slope * abs(i + off - j);
+        mx = a[j] > mx ? a[j] : mx;
+    }
+    if (p->w.sinks)
+        sum = exp(p->w.sinks[h] - mx);
+    for (int j = lo; j < nv; j++)
+        sum += (a[j] = exp(a[j] - mx));
+    for (int j = lo; j < nv; j++)
+        for (int c = 0; c < dk; c++)
+            zr[c] += a[j] / sum * V[(size_t)j * ld + c];
 }
 
 double cli_check_rows(const cli_problem *p, const float *out, int rows, int *checked)
@@ -442,7 +480,7 @@ double cli_check_rows(const cli_problem *p, const float *out, int rows, int *che
             continue;
         int max_key = 0;
         for (int r = 0; r < want; r++) {
-            const int nv = visible(p, b, sample_row(r, want, ql), NULL);
+            const int nv = cli_visible(p, b, cli_sample_row(r, want, ql), NULL);
             max_key = nv > max_key ? nv : max_key;
         }
         if (max_key > kl)
@@ -464,7 +502,7 @@ double cli_check_rows(const cli_problem *p, const float *out, int rows, int *che
                 }
             for (int r = 0; r < want; r++) {
                 int lo;
-                const int i = sample_row(r, want, ql), nv = visible(p, b, i, &lo);
+                const int i = cli_sample_row(r, want, ql), nv = cli_visible(p, b, i, &lo);
                 if (nv <= lo)
                     continue;
                 linear_cols(p, xq + (size_t)i * d, p->w.w_q, p->w.b_q, qd, c0, dk, q);
@@ -475,31 +513,11 @@ double cli_check_rows(const cli_problem *p, const float *out, int rows, int *che
                     norm_row(p, p->w.q_norm, q, NULL, 0);
                 if (p->rope.style != MHA_ROPE_NONE)
                     rope_row(p, inv_freq, att, q, i + off);
-                /* scale, softcap, ALiBi; a sink joins the max and the sum */
-                double mx = p->w.sinks ? p->w.sinks[h] : -INFINITY, sum = 0;
-                const double slope = p->alibi_max_bias > 0 ? alibi_slope(p, h) : 0.0;
-                for (int j = lo; j < nv; j++) {
-                    double sc = 0;
-                    for (int c = 0; c < dk; c++)
-                        sc += q[c] * K[(size_t)j * dk + c];
-                    sc *= p->scale;
-                    if (p->softcap > 0)
-                        sc = p->softcap * tanh(sc / p->softcap);
-                    a[j] = sc - slope * abs(i + off - j);
-                    mx = a[j] > mx ? a[j] : mx;
-                }
-                if (p->w.sinks)
-                    sum = exp(p->w.sinks[h] - mx);
-                for (int j = lo; j < nv; j++)
-                    sum += (a[j] = exp(a[j] - mx));
-                double *zr = z + (size_t)r * qd + c0;
-                for (int j = lo; j < nv; j++)
-                    for (int c = 0; c < dk; c++)
-                        zr[c] += a[j] / sum * V[(size_t)j * dk + c];
+                cli_ref_attention_row(p, h, i, q, K, V, dk, lo, nv, a, z + (size_t)r * qd + c0);
             }
         }
         for (int r = 0; r < want; r++) {
-            const int i = sample_row(r, want, ql);
+            const int i = cli_sample_row(r, want, ql);
             /* out row = z · Wo + bo, Wo (qd, d) */
             for (int o = 0; o < d; o++)
                 ref[o] = p->w.b_o ? p->w.b_o[o] : 0.0;

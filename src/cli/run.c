@@ -16,7 +16,7 @@
 typedef struct run_opts {
     const char *config, *weights, *prefix, *input, *kv, *lengths, *kv_lengths, *output, *attn, *isa;
     long threads, iters, warmup, check;
-    int json, causal, have_threads, have_iters, have_warmup, have_precision, have_kv;
+    int json, causal, core, have_threads, have_iters, have_warmup, have_precision, have_kv;
     mha_precision precision;
     mha_kv_type kv_type;
 } run_opts;
@@ -27,13 +27,14 @@ static void usage(FILE *f)
           "               [--lengths L.npy] [--kv-lengths L.npy] [--output Y.npy] [--attn A.npy]\n"
           "               [--threads N] [--iters N] [--warmup N] [--causal] [--check ROWS]\n"
           "               [--precision f32|bf16] [--isa auto|avx512|avx2|ref]\n"
-          "               [--kv-cache auto|f32|bf16|int8] [--json]\n"
+          "               [--kv-cache auto|f32|bf16|int8] [--core] [--json]\n"
           "With no CONFIG, the built-in default model (configs/default.yaml); with no --weights or\n"
           "--input, seeded random data. --lengths pads queries and, for self-attention, keys; output\n"
           "rows past a length are 0. --kv-lengths pads the --kv keys. --check: output rows compared\n"
           "with a double-precision reference (default 4, 0 skips). --precision, --isa and --kv-cache\n"
           "override the config's engine.precision, engine.isa (the kernel table: mha info lists\n"
-          "them) and engine.kv_cache (a decode block's cache).\n", f);
+          "them) and engine.kv_cache (a decode block's cache). --core: the attention core alone\n"
+          "(mha_core_forward) on seeded Q, K, V of the config's heads and batch, no projections.\n", f);
 }
 
 static int parse(int argc, char **argv, run_opts *o)
@@ -47,7 +48,7 @@ static int parse(int argc, char **argv, run_opts *o)
         {"warmup", required_argument, 0, 'W'},  {"check", required_argument, 0, 'c'},
         {"causal", no_argument, 0, 'C'},        {"json", no_argument, 0, 'j'},
         {"precision", required_argument, 0, 'P'}, {"isa", required_argument, 0, 'I'},
-        {"kv-cache", required_argument, 0, 'K'},
+        {"kv-cache", required_argument, 0, 'K'}, {"core", no_argument, 0, 'R'},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
@@ -73,6 +74,7 @@ static int parse(int argc, char **argv, run_opts *o)
         case 'I': o->isa = optarg; break;
         case 'K': if (!cli_parse_kv_type(optarg, &o->kv_type)) return 0; o->have_kv = 1; break;
         case 'C': o->causal = 1; break;
+        case 'R': o->core = 1; break;
         case 'j': o->json = 1; break;
         case 'h': usage(stdout); exit(EXIT_OK);
         case ':': cli_error("run: %s needs a value", argv[optind - 1]); return 0;
@@ -232,6 +234,18 @@ int mha_cli_run(int argc, char **argv)
     if (o.have_kv) s.fc.engine.kv_type = o.kv_type;
     if (!cli_apply_isa(&s.fc.engine, o.isa))
         return EXIT_USAGE;
+    if (o.have_iters) s.fc.iters = (int)o.iters;
+    if (o.have_warmup) s.fc.warmup = (int)o.warmup; /* a decode block's untimed prefill too */
+    if (o.core) { /* the attention core alone, on generated Q, K, V */
+        const char *other = o.weights ? "--weights" : o.prefix ? "--prefix" : o.input ? "--input" : o.kv ? "--kv"
+                            : o.lengths ? "--lengths" : o.kv_lengths ? "--kv-lengths" : o.output ? "--output"
+                            : o.attn ? "--attn" : o.have_kv ? "--kv-cache" : NULL;
+        if (other) {
+            cli_error("%s: not with --core (the core runs on generated Q, K and V, with no weights or cache)", other);
+            return EXIT_USAGE;
+        }
+        return cli_core(&s.fc, o.config, o.causal, (int)o.check, o.json);
+    }
     if (s.fc.decode) { /* prefill and decode through the KV cache */
         const char *other = o.input ? "--input" : o.kv ? "--kv" : o.lengths ? "--lengths" : o.kv_lengths ? "--kv-lengths"
                             : o.output ? "--output" : o.attn ? "--attn" : o.causal ? "--causal" : NULL;
@@ -241,8 +255,6 @@ int mha_cli_run(int argc, char **argv)
         }
         return cli_decode(&s.fc, o.config, o.weights, o.prefix, (int)o.check, o.json);
     }
-    if (o.have_iters) s.fc.iters = (int)o.iters;
-    if (o.have_warmup) s.fc.warmup = (int)o.warmup;
     if ((rc = load_inputs(&o, &s)) != EXIT_OK || (rc = load_weights(&o, &s)) != EXIT_OK)
         goto out;
 

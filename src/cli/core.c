@@ -1,0 +1,185 @@
+/* core.c — `mha run CONFIG --core`: the attention core alone (mha_core_forward) on seeded Q,
+ * K, V of the config's heads and batch, timed, sampled rows checked against a double
+ * reference: the core's speed without the projections, measured as SDPA's peers are. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "cli.h"
+
+/* Everything the run allocates, freed in one place. */
+typedef struct core_state {
+    cli_problem p;
+    float *q, *k, *v, *out, *sinks;
+    double *times;
+    mha_engine *e;
+} core_state;
+
+static void release(core_state *s)
+{
+    mha_free(s->e);
+    cli_problem_free(&s->p);
+    free(s->q), free(s->k), free(s->v), free(s->out), free(s->sinks), free(s->times);
+}
+
+/* Element (b, h, i, 0) of a contiguous (batch, heads, rows, d_k) tensor. */
+static size_t at(const cli_problem *p, int b, int h, int heads, int rows, int i)
+{
+    return (((size_t)b * heads + h) * rows + i) * p->dk;
+}
+
+/* Max over sampled rows (spread over the first and last sequence and over the heads) of
+ * ‖out_row − ref_row‖ / ‖ref_row‖, the reference in double; *checked: how many. */
+static double check_rows(const core_state *s, int rows, int *checked)
+{
+    const cli_problem *p = &s->p;
+    const int dk = p->dk, group = p->h / p->kvh;
+    *checked = 0;
+    double *K = malloc((size_t)p->seq_kv * dk * sizeof *K), *V = malloc((size_t)p->seq_kv * dk * sizeof *V);
+    double *q = malloc((size_t)dk * sizeof *q), *z = malloc((size_t)dk * sizeof *z);
+    double *a = malloc((size_t)p->seq_kv * sizeof *a), worst = 0;
+    if (!K || !V || !q || !z || !a) {
+        worst = NAN;
+        goto done;
+    }
+    const int seqs[2] = {0, p->batch - 1}, n_seq = p->batch > 1 ? 2 : 1;
+    for (int t = 0; t < n_seq; t++) {
+        const int b = seqs[t], ql = p->q_len ? p->q_len[b] : p->seq_q, want = (rows + n_seq - 1 - t) / n_seq;
+        for (int r = 0; r < want && ql > 0; r++) {
+            const int i = cli_sample_row(r, want, ql), h = (int)((long)r * p->h / want), g = h / group;
+            int lo;
+            const int nv = cli_visible(p, b, i, &lo);
+            for (int j = lo; j < nv; j++)
+                for (int c = 0; c < dk; c++) {
+                    K[(size_t)j * dk + c] = s->k[at(p, b, g, p->kvh, p->seq_kv, j) + c];
+                    V[(size_t)j * dk + c] = s->v[at(p, b, g, p->kvh, p->seq_kv, j) + c];
+                }
+            for (int c = 0; c < dk; c++)
+                q[c] = s->q[at(p, b, h, p->h, p->seq_q, i) + c], z[c] = 0.0;
+            if (nv > lo)
+                cli_ref_attention_row(p, h, i, q, K, V, dk, lo, nv, a, z);
+            const float *row = s->out + at(p, b, h, p->h, p->seq_q, i);
+            double num = 0, den = 0;
+            for (int c = 0; c < dk; c++)
+                num += (row[c] - z[c]) * (row[c] - z[c]), den += z[c] * z[c];
+            const double e = den > 0 ? sqrt(num / den) : sqrt(num);
+            worst = e > worst || isnan(e) ? e : worst;
+            ++*checked;
+        }
+    }
+done:
+    free(K), free(V), free(q), free(z), free(a);
+    return worst;
+}
+
+int cli_core(const mha_config_file *fc, const char *config, int causal, int check, int json)
+{
+    core_state s;
+    memset(&s, 0, sizeof s);
+    cli_problem *p = &s.p;
+    int rc = cli_generate_shape(fc, fc->engine.max_batch, p);
+    if (rc != EXIT_OK || (rc = cli_self_key_padding(p)) != EXIT_OK)
+        goto out;
+    p->causal |= causal;
+    if (fc->mask == MHA_MASK_PADDING && !p->q_len && !p->kv_len) {
+        cli_error("%s:%d: batch.mask: padding, but no lengths anywhere (batch.lengths, batch.kv_lengths)", fc->path,
+                  fc->line_mask);
+        rc = EXIT_USAGE;
+        goto out;
+    }
+    mha_config cfg = fc->engine;
+    cfg.max_batch = p->batch, cfg.max_seq_q = p->seq_q, cfg.max_seq_kv = p->seq_kv;
+    char err[1024];
+    mha_status st = mha_create(&cfg, &s.e);
+    if (st != MHA_OK) {
+        mha_config_check(&cfg, err, sizeof err);
+        cli_error("engine: %s%s%s", mha_status_str(st), err[0] ? ": " : "", err);
+        rc = cli_exit_code(st);
+        goto out;
+    }
+    /* Q, K, V in SDPA's (batch, heads, rows, d_k), seeded as run's inputs are */
+    uint64_t seed = fc->seed;
+    const size_t nq = (size_t)p->batch * p->h * p->seq_q * p->dk, nkv = (size_t)p->batch * p->kvh * p->seq_kv * p->dk;
+    if (!(s.q = cli_uniform_floats(nq, &seed)) || !(s.k = cli_uniform_floats(nkv, &seed)) || !(s.v = cli_uniform_floats(nkv, &seed)) ||
+        !(s.out = malloc(nq * sizeof *s.out)) || !(s.times = malloc((size_t)fc->iters * sizeof *s.times)) ||
+        (p->sinks && !(s.sinks = cli_uniform_floats((size_t)p->h, &seed)))) {
+        cli_error("out of memory for Q, K and V of %d × %d × %d × %d", p->batch, p->h, p->seq_q, p->dk);
+        rc = EXIT_RUNTIME;
+        goto out;
+    }
+    p->w.sinks = s.sinks;
+    const mha_core_input in = {.batch = p->batch, .seq_q = p->seq_q, .seq_kv = p->seq_kv, .q = s.q, .k = s.k, .v = s.v,
+                               .q_lengths = p->q_len, .kv_lengths = p->kv_len, .causal = p->causal, .sinks = s.sinks};
+    for (int i = 0; i < fc->warmup && st == MHA_OK; i++)
+        st = mha_core_forward(s.e, &in, s.out, NULL);
+    cli_progress pr;
+    cli_progress_begin(&pr, json);
+    for (int i = 0; st == MHA_OK && i < fc->iters; i++) {
+        const double t0 = cli_now_ms();
+        st = mha_core_forward(s.e, &in, s.out, NULL);
+        s.times[i] = cli_now_ms() - t0;
+        cli_progress_show(&pr, "core %d/%d", i + 1, fc->iters);
+    }
+    cli_progress_end(&pr);
+    if (st != MHA_OK) {
+        cli_error("core: %s: %s", mha_status_str(st), mha_engine_last_error(s.e));
+        rc = cli_exit_code(st);
+        goto out;
+    }
+    int checked = 0;
+    const double max_err = check_rows(&s, check, &checked), flops = cli_attention_flops(p);
+    const cli_stats t = cli_stats_of(s.times, fc->iters);
+    const char *mask = p->causal ? (p->q_len || p->kv_len ? "causal+padding" : "causal")
+                                 : (p->q_len || p->kv_len ? "padding" : "none");
+    char variants[160];
+    cli_variants_text(p, &fc->engine, variants, sizeof variants);
+    if (json) {
+        json_t *j = json_object();
+        json_object_set_new(j, "name", json_string(fc->name));
+        json_object_set_new(j, "config", config ? json_string(config) : json_null());
+        json_object_set_new(j, "mode", json_string("core"));
+        json_object_set_new(j, "heads", json_integer(p->h));
+        json_object_set_new(j, "kv_heads", json_integer(p->kvh));
+        json_object_set_new(j, "head_dim", json_integer(p->dk));
+        json_object_set_new(j, "variants", json_string(variants));
+        json_object_set_new(j, "batch", json_integer(p->batch));
+        json_object_set_new(j, "seq_q", json_integer(p->seq_q));
+        json_object_set_new(j, "seq_kv", json_integer(p->seq_kv));
+        json_object_set_new(j, "mask", json_string(mask));
+        json_object_set_new(j, "threads", json_integer(mha_engine_threads(s.e)));
+        json_object_set_new(j, "isa", json_string(mha_engine_isa(s.e)));
+        json_object_set_new(j, "precision", json_string(mha_precision_name(cfg.precision)));
+        json_object_set_new(j, "kernel", json_string(mha_engine_kernel(s.e)));
+        json_object_set_new(j, "warmup", json_integer(fc->warmup));
+        json_object_set_new(j, "iters", json_integer(fc->iters));
+        json_object_set_new(j, "median_ms", json_real(t.median));
+        json_object_set_new(j, "min_ms", json_real(t.min));
+        json_object_set_new(j, "max_ms", json_real(t.max));
+        json_object_set_new(j, "gflops", json_real(flops / (t.median * 1e6)));
+        json_object_set_new(j, "flops_counted", json_string("visible pairs, 4·heads·head_dim each"));
+        json_object_set_new(j, "check_rows", json_integer(checked));
+        json_object_set_new(j, "max_rel_error", checked ? json_real(max_err) : json_null());
+        cli_print_json(j);
+    } else {
+        printf("mha run --core: %s%s%s%s\n", fc->name, config ? " (" : "", config ? config : "",
+               config ? ")" : " (built-in default)");
+        printf("  core     %d heads over %d KV heads of %d%s%s (Q, K, V given: no projection, RoPE or QK-norm)\n", p->h,
+               p->kvh, p->dk, variants[0] ? ", " : "", variants);
+        printf("  batch    %d × %d queries over %d keys, mask %s\n", p->batch, p->seq_q, p->seq_kv, mask);
+        printf("  engine   %d threads; isa %s, precision %s, kernel %s\n", mha_engine_threads(s.e), mha_engine_isa(s.e),
+               mha_precision_name(cfg.precision), mha_engine_kernel(s.e));
+        printf("  time     median %.3f ms (min %.3f, max %.3f) over %d calls after %d warm-up\n", t.median, t.min, t.max,
+               fc->iters, fc->warmup);
+        printf("  speed    %.1f GFLOP/s (4·heads·head_dim per visible query-key pair)\n", flops / (t.median * 1e6));
+        if (checked)
+            printf("  check    max relative error %.2e over %d rows against a double-precision reference\n", max_err,
+                   checked);
+    }
+    rc = EXIT_OK;
+out:
+    release(&s);
+    return rc;
+}
