@@ -63,7 +63,7 @@ TEST_CLI_OBJ := $(B)/obj/cli/scale_fit.o $(B)/obj/cli/shard.o
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
-.PHONY: all deps goldens-hf deps-perf deps-bench decode-bench block-reads decode-step ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example footprint blis-overhead head-shapes bench report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
+.PHONY: all deps goldens-hf deps-perf deps-bench decode-bench block-reads decode-step ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example footprint blis-overhead head-shapes bench bench-core report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
 all: $(B)/libmha.a $(B)/libmha.so $(B)/mha $(if $(filter 1,$(MPI)),$(B)/mha-mpi)
 
 deps:
@@ -293,6 +293,16 @@ bench: all deps-bench
 	$(CC) -O2 -fopenmp perf/ceiling.c -o $(B)/ceiling
 	$(CC) -O2 -fopenmp -isystem $(BLIS_INC) perf/sgemm_ceiling.c $(BLIS_A) -lm -lpthread -o $(B)/sgemm_ceiling
 	/usr/bin/python3 perf/bench.py --isa $(ISA) $(BENCH_ARGS)
+
+# The attention core alone (mha run --core on every table this CPU runs) against the peers'
+# attention ops, alternating rounds (perf/bench_core.py): PyTorch 2.x and OpenVINO go into
+# perf/.venv when missing (several GB); a peer that cannot be installed shows n/a.
+# BENCH_CORE_ARGS: --rounds N (3), --threads T (2), --quick.
+BENCH_CORE_ARGS ?=
+bench-core: all
+	@$(MAKE) --no-print-directory deps-bench PEERS=1 || echo "make bench-core: the peers could not be installed: n/a"
+	$(CC) -O2 -fopenmp perf/ceiling.c -o $(B)/ceiling
+	/usr/bin/python3 perf/bench_core.py $(BENCH_CORE_ARGS)
 
 # Continuous batching through the KV cache (perf/decode_serve.c): DECODE_SERVE_ARGS to change
 # the model, slots, rate, duration, prompt and generation lengths.

@@ -1,0 +1,166 @@
+#!/usr/bin/python3
+"""make bench-core — the attention core alone (Q, K, V given), mha against the attention ops
+users would pick instead, side by side in one run.
+
+mha: `mha run CONFIG --core` (mha_core_forward) on every kernel table this CPU runs, f32 and
+bf16 (the table's auto bf16 kernel); the scalar ref table only on the small shapes. Peers, from
+perf/.venv (make bench-core installs PyTorch 2.x and OpenVINO there): PyTorch 2.x
+scaled_dot_product_attention at its default ISA and held to AVX2 (ATEN_CPU_CAPABILITY,
+MKL_ENABLE_INSTRUCTIONS, ONEDNN_MAX_CPU_ISA: the avx2 table's like for like), OpenVINO's
+ScaledDotProductAttention op compiled alone (perf/peers/sdpa_core.py). zentorch's SDPA,
+vLLM's CPU attention op and ggml's flash attention are listed n/a: this target does not
+install them yet. Each round runs every measurement once, in turn, so all share the machine's
+noise; the table gives each one's median over rounds with min–max, and mha's best table as a
+share of the loop it runs on (build/ceiling: the FMA loop for f32 and fma-bf16/avx2-bf16, the
+vdpbf16ps loop for avx512-bf16, the tdpbf16ps loop for amx-bf16). GFLOP: 4·heads·d_k per
+visible (query, key) pair. Writes perf/results/bench-core-HOST-DATETIME.csv.
+usage: perf/bench_core.py [--rounds N] [--quick] [--threads T]"""
+import argparse
+import csv
+import datetime
+import json
+import os
+import platform
+import subprocess
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MHA = os.path.join(ROOT, "build/mha")
+VENV = os.path.join(ROOT, "perf/.venv/bin/python")
+PEER = os.path.join(ROOT, "perf/peers/sdpa_core.py")
+AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+# name, batch, heads, kv heads, seq_q, seq_kv, d_k, causal, iters, small (ref runs it)
+SHAPES = [
+    ("bert-base-512 core", 8, 12, 12, 512, 512, 64, 0, 5, False),
+    ("bert-base S=128 core", 8, 12, 12, 128, 128, 64, 0, 20, True),
+    ("causal 2048, GQA 32/8, d_k 128", 1, 32, 8, 2048, 2048, 128, 1, 2, False),
+    ("causal 8192, GQA 8/2, d_k 128", 1, 8, 2, 8192, 8192, 128, 1, 1, False),
+    ("decode 16 x 2048, GQA 32/8, d_k 128", 16, 32, 8, 1, 2048, 128, 1, 20, True),
+]
+PEERS = ["zentorch sdpa", "vLLM cpu_attention_with_kv_cache", "ggml flash_attn_ext"]  # not installed yet
+
+
+def gflop(b, h, sq, skv, dk, causal):
+    pairs = sum(min(skv, i + 1 + skv - sq) if causal else skv for i in range(sq))
+    return 4.0 * b * h * dk * pairs / 1e9
+
+
+def run_json(cmd, env=None):
+    e = dict(os.environ)
+    e.update(env or {})
+    try:
+        out = subprocess.run(cmd, capture_output=True, env=e, cwd=ROOT, timeout=1800).stdout
+        return json.loads(out.decode().strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return None
+
+
+def config(path, shape, threads):
+    name, b, h, kvh, sq, skv, dk, causal, iters, _ = shape
+    with open(path, "w") as f:
+        f.write(f"name: {json.dumps(name)}\n"
+                f"model: {{ d_model: 16, heads: {h}, kv_heads: {kvh}, head_dim: {dk}, bias: false }}\n"
+                f"batch: {{ size: {b}, seq_len: {sq}, kv_len: {skv}, mask: {'causal' if causal else 'none'} }}\n"
+                f"threads: {{ count: {threads} }}\n"
+                f"run: {{ warmup: 1, iters: {iters}, seed: 42 }}\n")
+
+
+def med(xs):
+    xs = sorted(x for x in xs if x is not None)
+    return (xs[len(xs) // 2], xs[0], xs[-1]) if xs else None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--quick", action="store_true", help="the first two shapes, one round")
+    args = ap.parse_args()
+    shapes = SHAPES[:2] if args.quick else SHAPES
+    rounds = 1 if args.quick else args.rounds
+    t = args.threads
+    tables = [i for i in ("avx512", "avx2", "ref")
+              if run_json([MHA, "run", "--core", "--json", "--iters", "1", "--warmup", "0", "--check", "0", "--isa", i])]
+    venv = os.path.exists(VENV)
+    have = {p: venv and subprocess.run([VENV, "-c", f"import {m}"], capture_output=True).returncode == 0
+            for p, m in (("torch", "torch"), ("openvino", "openvino"))}
+    ceil = {}
+    for line in subprocess.run([os.path.join(ROOT, "build/ceiling"), str(t)], capture_output=True,
+                               text=True).stdout.splitlines():
+        w = line.split()
+        if len(w) > 2 and w[1] == str(t):
+            ceil[w[0]] = float(w[2])
+    print(f"machine: {platform.node()}, {t} threads; loops (GFLOP/s, build/ceiling {t}): {ceil}")
+    print(f"mha tables: {tables}; peers: torch {'yes' if have['torch'] else 'n/a'}, openvino "
+          f"{'yes' if have['openvino'] else 'n/a'} (perf/.venv); " + ", ".join(p + " n/a (not installed by this target yet)"
+                                                                          for p in PEERS))
+    # every measurement of a shape: (label, command, env)
+    tmp = tempfile.mkdtemp(prefix="mha-bench-core-")
+    plan = []
+    for shape in shapes:
+        name, b, h, kvh, sq, skv, dk, causal, iters, small = shape
+        path = os.path.join(tmp, f"{len(plan)}.yaml")
+        config(path, shape, t)
+        ms = []
+        for prec in ("f32", "bf16"):
+            for tab in tables:
+                if tab == "ref" and not small:
+                    continue
+                ms.append((f"mha {tab} {prec}", [MHA, "run", path, "--core", "--json", "--check", "2", "--isa", tab,
+                                                 "--precision", prec], {}))
+            peer_args = [str(x) for x in (b, h, kvh, sq, skv, dk, causal, t, iters, 1)] + [prec]
+            if have["torch"]:
+                ms.append((f"torch {prec}", [VENV, PEER, "torch"] + peer_args, {}))
+                if "avx2" in tables:
+                    ms.append((f"torch avx2 {prec}", [VENV, PEER, "torch"] + peer_args, AVX2_ENV))
+            if have["openvino"]:
+                ms.append((f"openvino {prec}", [VENV, PEER, "openvino"] + peer_args, {}))
+        plan.append((shape, ms))
+    results = {}
+    kernels = {}
+    for r in range(rounds):
+        for shape, ms in plan:
+            for label, cmd, env in ms:
+                j = run_json(cmd, env)
+                results.setdefault((shape[0], label), []).append(j["median_ms"] if j else None)
+                if j and "kernel" in j:
+                    kernels[(shape[0], label)] = j["kernel"]
+            print(f"round {r + 1}/{rounds}: {shape[0]} done", flush=True)
+    stamp = datetime.datetime.now().strftime("%Y-%m-%dT%H%M")
+    os.makedirs(os.path.join(ROOT, "perf/results"), exist_ok=True)
+    out = os.path.join(ROOT, f"perf/results/bench-core-{platform.node()}-{stamp}.csv")
+    loop_of = {"blis": "avx512", "amx-bf16": "amx_bf16", "avx512-bf16": "avx512_bf16", "fma-bf16": "avx512",
+               "avx2-bf16": "avx2", "ref-bf16": None}
+    with open(out, "w", newline="") as f:
+        wr = csv.writer(f)
+        wr.writerow(["shape", "what", "kernel", "median_ms", "min_ms", "max_ms", "gflops", "pct_of_loop", "rounds"])
+        for shape, ms in plan:
+            name, b, h, kvh, sq, skv, dk, causal, _, _ = shape
+            g = gflop(b, h, sq, skv, dk, causal)
+            print(f"\n{name}: {g:.2f} GFLOP")
+            for label, _, _ in ms:
+                m = med(results[(name, label)])
+                kern = kernels.get((name, label), "")
+                loop = None
+                if label.startswith("mha"):
+                    tab = label.split()[1]
+                    key = "blis" if kern.startswith("blis") else kern
+                    loop = loop_of.get(key)
+                    if loop == "avx512" and tab == "avx2":
+                        loop = "avx2"
+                    if tab == "ref":  # scalar C: no loop of its own
+                        loop = None
+                pct = 100.0 * g / (m[0] / 1e3) / ceil[loop] if m and loop in ceil else None
+                row = [name, label, kern] + ([f"{x:.3f}" for x in m] if m else ["n/a"] * 3) + \
+                      [f"{g / (m[0] / 1e3):.1f}" if m else "n/a", f"{pct:.0f}%" if pct else "", rounds]
+                wr.writerow(row)
+                print(f"  {label:22s} {kern:12s} " + (f"{m[0]:9.3f} ms ({m[1]:.3f}-{m[2]:.3f})  {g / (m[0] / 1e3):7.1f} "
+                                                      f"GFLOP/s" if m else "n/a") + (f"  {pct:.0f}% of {loop}" if pct else ""))
+            for p in PEERS:
+                wr.writerow([name, p, "", "n/a", "n/a", "n/a", "n/a", "", 0])
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()
