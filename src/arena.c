@@ -96,7 +96,9 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
         b[MHA_REGION_alibi] = h * f;
 
     sl[MHA_SLICE_qkv] = product(rows, 3, dkp * f, of);
-    sl[MHA_SLICE_kt] = product(dk, mha_round_up(seq_kv, w), f, of);
+    /* Kᵀ in the microkernel's panels of w keys, or the decode tiles' of MHA_TILE_KEYS (the
+     * core's few queries) */
+    sl[MHA_SLICE_kt] = product(dk, mha_round_up(seq_kv, w > MHA_TILE_KEYS ? w : MHA_TILE_KEYS), f, of);
     sl[MHA_SLICE_scores] = product((size_t)dims->q_block, (size_t)p->ld_scores, f, of);
     sl[MHA_SLICE_apack] = mha_gemm_apack_floats(k) * f;
     if (bf16) {

@@ -17,6 +17,7 @@
 
 #include "isa/isa.h"
 #include "rope.h"
+#include "step.h" /* MHA_DECODE_ROWS: the core's few queries run as decode does */
 
 #include <string.h>
 
@@ -175,7 +176,13 @@ void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk
     if (f->bk) /* b0 is a multiple of the chunk, so of the 16-key panels */
         mha_bgemm(f->bk, k, m, n, dk, scale, NULL, r->q, kv->kt16 + (size_t)(b0 / MHA_BT_N) * kv->kps, kv->kps, 0.0f,
                   sm, s->apack16);
-    else
+    else if (kv->ktp) { /* the decode tiles on plain queries (r->q rows dk apart): a panel a run */
+        const void *kt[MHA_KV_CHUNK / MHA_TILE_KEYS];
+        int len[MHA_KV_CHUNK / MHA_TILE_KEYS], runs = 0;
+        for (int j = 0; j < n; j += MHA_TILE_KEYS, runs++) /* b0 starts a panel */
+            kt[runs] = kv->ktp + (size_t)(b0 + j) * dk, len[runs] = n - j < MHA_TILE_KEYS ? n - j : MHA_TILE_KEYS;
+        k->isa->decode_scores(r->q.p, m, dk, 0, dk, runs, kt, len, MHA_TILE_KEYS, scale, sc, (size_t)ld);
+    } else
         mha_gemm(k, m, n, dk, scale, r->q, mha_mat_sub(k, kv->kt, 0, b0), 0.0f, sm, s->apack);
     const float *ks = kv->ks ? kv->ks + b0 : NULL, *vs = kv->vs ? kv->vs + b0 : NULL;
     for (int i = 0; i < m; i++) {
@@ -184,7 +191,8 @@ void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk
         const mha_key_span in = mha_keys_within(mha_visible_keys(pos, r->causal, f->window, c0 + n), c0, n);
         float *row = sc + i * ld;
         sum[i * st] = mha_attention_chunk_row(f, row, n, in, pos, c0, r->head0 + (r->first + i) / r->period,
-                                              r->mask ? r->mask + (size_t)i * f->seq_kv : NULL, ks, vs, &mx[i * st]);
+                                              r->mask ? r->mask + (size_t)((r->first + i) % r->period) * f->seq_kv : NULL,
+                                              ks, vs, &mx[i * st]);
         if (fuse) /* bf16: the row rounded and packed for A·V while it is in L1 */
             mha_bk_pack_a_row(k, row, i, n, s->p16);
     }
@@ -193,7 +201,11 @@ void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk
     if (f->bk)
         mha_bgemm(f->bk, k, m, dk, n, 1.0f, fuse ? s->p16 : NULL, sm, kv->v16 + mha_bk_b_index(b0, 0, 0), kv->vps, 0.0f,
                   zc, s->apack16);
-    else
+    else if (kv->vp) { /* key by key in order from zero: the microkernel's sums over the chunk */
+        for (int i = 0; i < m; i++)
+            memset(zc.p + i * zc.ld, 0, (size_t)dk * sizeof *zc.p);
+        k->isa->decode_values(sc, (size_t)ld, m, kv->vp + (size_t)b0 * dk, n, dk, zc.p, (size_t)zc.ld, NULL);
+    } else
         mha_gemm(k, m, dk, n, 1.0f, sm, mha_mat_sub(k, kv->v, b0, 0), 0.0f, zc, s->apack);
 }
 
@@ -276,6 +288,69 @@ static void attend(const mha_fwd *f, int b, int h, const mha_scratch *s, int ql,
                        f->qd, f->sinks, attn, NULL, NULL);
 }
 
+/* Whether the core's KV head of ql queries runs on the decode tiles (core_few_rows): float32,
+ * one pass over the features (dk <= KC: the tiles' sums are the microkernel's), 1 to
+ * MHA_DECODE_ROWS queries (more amortise the panels' copies) whose softmax state and Z fit the
+ * A-packing region (which no GEMM uses then). */
+static int core_few(const mha_fwd *f, int ql)
+{
+    const size_t m = (size_t)f->group * ql;
+    return !f->bk && f->dk <= f->kernel->kc && ql >= 1 && ql <= MHA_DECODE_ROWS && ql <= f->q_block &&
+           m * (4 + 2 * (size_t)f->dk) <= mha_gemm_apack_floats(f->kernel);
+}
+
+/* A few queries of every head of KV head g as the rows of one pass over the keys (row r: query
+ * head g·group + r / ql, query r % ql), as decode reads a cache: Kᵀ transposed once into the
+ * tiles' panels, V read in place (rows dk apart) or copied so, the decode tiles' scores and
+ * values (the microkernel's sums), and mha_attention_rows' chunks, logits, merge, sink and
+ * division: the same bits as it, without packing Q, K and V into panels for 1–4 rows. */
+static void core_few_rows(const mha_fwd *f, const mha_core_io *io, int b, int g, const mha_scratch *s, int ql, int kl)
+{
+    const mha_kernel *k = f->kernel;
+    const int dk = f->dk, m = f->group * ql, off = f->seq_kv - f->seq_q, h0 = g * f->group;
+    const float *kb = io->k + b * io->ks[0] + g * io->ks[1], *vb = io->v + b * io->vs[0] + g * io->vs[1];
+    float *sc = s->dec, *q = sc + (size_t)m * MHA_KV_CHUNK; /* dec: (group·MHA_DECODE_ROWS) × (chunk + dk) */
+    float *sum = s->apack, *mx = sum + m, *csum = mx + m, *cmx = csum + m, *cz = cmx + m, *z = cz + (size_t)m * dk;
+    if (kl > 0)
+        k->isa->pack_rows(mha_mat_rows(k, kb, io->ks[2]), k->bw, 0, kl, 0, dk, MHA_TILE_KEYS, s->kt);
+    float *vc = s->qkv;
+    for (int j = 0; io->vs[2] != dk && j < kl; j++)
+        memcpy(vc + (size_t)j * dk, vb + j * io->vs[2], (size_t)dk * sizeof *vc);
+    const mha_kv_view kv = {.ktp = s->kt, .vp = io->vs[2] == dk ? vb : vc};
+    for (int r = 0; r < m; r++) {
+        memcpy(q + (size_t)r * dk, io->q + b * io->qs[0] + (h0 + r / ql) * io->qs[1] + (r % ql) * io->qs[2],
+               (size_t)dk * sizeof *q);
+        memset(z + (size_t)r * dk, 0, (size_t)dk * sizeof *z);
+        sum[r] = 0.0f, mx[r] = -INFINITY;
+    }
+    /* mha_attention_rows' one query block: keys from the chunk of the first query's first key
+     * to the last query's last */
+    const int kv_end = mha_visible_keys(ql - 1 + off, f->causal, f->window, kl).hi;
+    int kv_begin = mha_visible_keys(off, f->causal, f->window, kl).lo / MHA_KV_CHUNK * MHA_KV_CHUNK;
+    if (kv_begin > kv_end)
+        kv_begin = kv_end;
+    const mha_chunk_rows rows = {.m = m, .pos0 = off, .period = ql, .causal = f->causal, .head0 = h0,
+                                 .q = mha_mat_rows(k, q, dk), .mask = f->mask};
+    for (int c0 = kv_begin; c0 < kv_end; c0 += MHA_KV_CHUNK) {
+        const int n = kv_end - c0 < MHA_KV_CHUNK ? kv_end - c0 : MHA_KV_CHUNK, first = c0 == kv_begin;
+        mha_chunk_rows cr = rows;
+        if (cr.mask)
+            cr.mask += c0;
+        mha_attention_chunk(f, s, &cr, &kv, c0, c0, n, sc, MHA_KV_CHUNK, mha_mat_rows(k, first ? z : cz, dk),
+                            first ? mx : cmx, first ? sum : csum, 1);
+        for (int r = 0; !first && r < m; r++)
+            mha_softmax_merge(z + (size_t)r * dk, &mx[r], &sum[r], cz + (size_t)r * dk, cmx[r], csum[r], dk);
+    }
+    for (int r = 0; r < m; r++) {
+        float *zr = z + (size_t)r * dk, *o = io->out + b * io->os[0] + (h0 + r / ql) * io->os[1] + (r % ql) * io->os[2];
+        if (io->sinks)
+            mha_softmax_sink(zr, &mx[r], &sum[r], io->sinks[h0 + r / ql], dk);
+        const float inv = sum[r] > 0.0f ? 1.0f / sum[r] : 0.0f;
+        for (int c = 0; c < dk; c++)
+            o[c] = zr[c] * inv;
+    }
+}
+
 void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, const mha_scratch *s)
 {
     const mha_kernel *k = f->kernel;
@@ -283,21 +358,26 @@ void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, c
     const int kl = f->kv_len ? f->kv_len[b] : f->seq_kv;
     const int dk = f->dk, dkp = f->dkp;
     const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
-    /* K and V of the valid keys into the columns the forward projects them to, then Kᵀ in
-     * panels (bf16: both in bf16 B panels), once for every query head of the group */
-    mha_mat_set_rows(k, qkv, kl, dkp, dk, io->k + b * io->ks[0] + g * io->ks[1], io->ks[2]);
-    mha_mat_set_rows(k, qkv, kl, 2 * dkp, dk, io->v + b * io->vs[0] + g * io->vs[1], io->vs[2]);
-    if (kl > 0 && f->bk)
-        pack_kv16(f, s, kl);
-    else if (kl > 0)
-        mha_pack_panels(k, dk, kl, mha_mat_sub(k, qkv, 0, dkp), 1, s->kt);
-    for (int h = g * f->group; h < (g + 1) * f->group; h++) {
-        float *out = io->out + b * io->os[0] + h * io->os[1];
-        mha_mat_set_rows(k, qkv, ql, 0, dk, io->q + b * io->qs[0] + h * io->qs[1], io->qs[2]);
-        mha_attention_rows(f, h, s, ql, kl, f->seq_kv - f->seq_q, out, io->os[2], io->sinks, NULL, NULL, NULL);
-        for (int i = ql; i < f->seq_q; i++) /* rows past the query length */
-            memset(out + i * io->os[2], 0, (size_t)dk * sizeof *out);
+    if (core_few(f, ql))
+        core_few_rows(f, io, b, g, s, ql, kl);
+    else {
+        /* K and V of the valid keys into the columns the forward projects them to, then Kᵀ in
+         * panels (bf16: both in bf16 B panels), once for every query head of the group */
+        mha_mat_set_rows(k, qkv, kl, dkp, dk, io->k + b * io->ks[0] + g * io->ks[1], io->ks[2]);
+        mha_mat_set_rows(k, qkv, kl, 2 * dkp, dk, io->v + b * io->vs[0] + g * io->vs[1], io->vs[2]);
+        if (kl > 0 && f->bk)
+            pack_kv16(f, s, kl);
+        else if (kl > 0)
+            mha_pack_panels(k, dk, kl, mha_mat_sub(k, qkv, 0, dkp), 1, s->kt);
+        for (int h = g * f->group; h < (g + 1) * f->group; h++) {
+            mha_mat_set_rows(k, qkv, ql, 0, dk, io->q + b * io->qs[0] + h * io->qs[1], io->qs[2]);
+            mha_attention_rows(f, h, s, ql, kl, f->seq_kv - f->seq_q, io->out + b * io->os[0] + h * io->os[1],
+                               io->os[2], io->sinks, NULL, NULL, NULL);
+        }
     }
+    for (int h = g * f->group; h < (g + 1) * f->group; h++)
+        for (int i = ql; i < f->seq_q; i++) /* rows past the query length */
+            memset(io->out + b * io->os[0] + h * io->os[1] + i * io->os[2], 0, (size_t)dk * sizeof *io->out);
 }
 
 void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)

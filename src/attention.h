@@ -171,7 +171,14 @@ typedef struct mha_kv_view {
     size_t kps, vps;
     const float *ks, *vs;   /* an int8 cache's K and V scales of each key from the operands' key
                              * 0 (the panels then hold the int8 values themselves); NULL: none */
+    const float *ktp, *vp;  /* float32 engines, or NULL: Kᵀ in panels of MHA_TILE_KEYS keys (key
+                             * j's feature c at (j / 16)·16·dk + c·16 + j % 16) and V in rows dk
+                             * apart, from the operands' key 0, read by the table's decode tiles
+                             * (decode_scores, decode_values: the microkernel's sums) in place of
+                             * the kt and v panels */
 } mha_kv_view;
+/* Keys per Kᵀ panel that the float32 decode tiles read (mha_kv_view.ktp): one slot vector. */
+#define MHA_TILE_KEYS 16
 
 /* Rows of a chunk: m query rows, row i at position pos0 + (first + i) % period (the forward:
  * one head's consecutive rows, first 0, period ≥ m; decode: rows first.. of query heads × new
@@ -180,7 +187,8 @@ typedef struct mha_chunk_rows {
     int m, pos0, first, period, causal;
     int head0;              /* row i's query head: head0 + (first + i) / period */
     mha_mat q;              /* (m × dk) float32 queries (bf16: rounded as the kernel packs them) */
-    const uint8_t *mask;    /* NULL or row 0's explicit mask at key c0, rows seq_kv apart */
+    const uint8_t *mask;    /* NULL or the explicit mask at key c0 of the query at pos0: row i
+                             * reads row (first + i) % period, rows seq_kv apart */
 } mha_chunk_rows;
 
 /* One chunk: the keys [c0, c0 + n) (kv's operands from key b0: the chunk's first key), scores

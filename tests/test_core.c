@@ -33,6 +33,8 @@ static const ccase cases[] = {
     {"ALiBi, ragged, explicit mask", 3, 3, 16, 3, 33, 33, 0, M_KVLEN | M_QLEN | M_EXPLICIT, 0, V_ALIBI},
     {"cross, few queries, key padding", 2, 2, 24, 2, 9, 300, 1, M_KVLEN, 0, 0},
     {"decode-like: one query, causal", 4, 2, 128, 2, 1, 260, 1, M_CAUSAL, 0, V_SINKS},
+    {"three queries of 8 heads over 2: window, mask, ragged", 8, 2, 32, 3, 3, 300, 1,
+     M_CAUSAL | M_EXPLICIT | M_QLEN | M_KVLEN, 40, V_ALIBI | V_SOFTCAP},
 };
 enum { N_CASES = sizeof cases / sizeof cases[0] };
 
