@@ -9,11 +9,13 @@ scaled_dot_product_attention at its default ISA and held to AVX2 (ATEN_CPU_CAPAB
 MKL_ENABLE_INSTRUCTIONS, ONEDNN_MAX_CPU_ISA: the avx2 table's like for like), OpenVINO's
 ScaledDotProductAttention op compiled alone (perf/peers/sdpa_core.py); from perf/.venv-vllm,
 vLLM's CPU attention op over its paged cache (perf/peers/vllm_core.py). zentorch's SDPA and
-ggml's flash attention are listed n/a: this target does not install them yet. Each round runs every measurement once, in turn, so all share the machine's
-noise; the table gives each one's median over rounds with min–max, and mha's best table as a
-share of the loop it runs on (build/ceiling: the FMA loop for f32 and fma-bf16/avx2-bf16, the
-vdpbf16ps loop for avx512-bf16, the tdpbf16ps loop for amx-bf16). GFLOP: 4·heads·d_k per
-visible (query, key) pair. Writes perf/results/bench-core-HOST-DATETIME.csv.
+ggml's flash attention are listed n/a: this target does not install them yet. Each round runs
+every measurement once, in turn, so all share the machine's noise; the table gives each one's
+median over rounds with min–max, and mha's tables as a share of the loop each runs on
+(build/ceiling, measured every round, the median of the rounds: the FMA loop for f32 and
+fma-bf16/avx2-bf16, the vdpbf16ps loop for avx512-bf16, the tdpbf16ps loop for amx-bf16).
+GFLOP: 4·heads·d_k per visible (query, key) pair. Writes
+perf/results/bench-core-HOST-DATETIME.csv.
 usage: perf/bench_core.py [--rounds N] [--quick] [--threads T]"""
 import argparse
 import csv
@@ -90,13 +92,18 @@ def main():
     have["vllm"] = os.path.exists(VENV_VLLM) and subprocess.run(
         [VENV_VLLM, "-c", "import importlib.util as u, sys; sys.exit(u.find_spec('vllm') is None)"],
         capture_output=True).returncode == 0
-    ceil = {}
-    for line in subprocess.run([os.path.join(ROOT, "build/ceiling"), str(t)], capture_output=True,
-                               text=True).stdout.splitlines():
-        w = line.split()
-        if len(w) > 2 and w[1] == str(t):
-            ceil[w[0]] = float(w[2])
-    print(f"machine: {platform.node()}, {t} threads; loops (GFLOP/s, build/ceiling {t}): {ceil}")
+    loops = {}  # the loops' GFLOP/s, measured once per round (the VMs' rate moves within minutes)
+
+    def measure_loops():
+        for line in subprocess.run([os.path.join(ROOT, "build/ceiling"), str(t)], capture_output=True,
+                                   text=True).stdout.splitlines():
+            w = line.split()
+            if len(w) > 2 and w[1] == str(t):
+                loops.setdefault(w[0], []).append(float(w[2]))
+
+    measure_loops()
+    print(f"machine: {platform.node()}, {t} threads; loops (GFLOP/s, build/ceiling {t}, first round): "
+          f"{ {k: v[0] for k, v in loops.items()} }")
     print(f"mha tables: {tables}; peers: torch {'yes' if have['torch'] else 'n/a'}, openvino "
           f"{'yes' if have['openvino'] else 'n/a'} (perf/.venv), vLLM {'yes' if have['vllm'] else 'n/a'} "
           f"(perf/.venv-vllm); " + ", ".join(p + " n/a (not installed by this target yet)"
@@ -128,6 +135,8 @@ def main():
     results = {}
     kernels = {}
     for r in range(rounds):
+        if r > 0:
+            measure_loops()
         for shape, ms in plan:
             for label, cmd, env in ms:
                 j = run_json(cmd, env)
@@ -135,6 +144,8 @@ def main():
                 if j and "kernel" in j:
                     kernels[(shape[0], label)] = j["kernel"]
             print(f"round {r + 1}/{rounds}: {shape[0]} done", flush=True)
+    ceil = {k: med(v)[0] for k, v in loops.items()}
+    print(f"loops, median over the rounds (GFLOP/s): {ceil}")
     stamp = datetime.datetime.now().strftime("%Y-%m-%dT%H%M")
     os.makedirs(os.path.join(ROOT, "perf/results"), exist_ok=True)
     out = os.path.join(ROOT, f"perf/results/bench-core-{platform.node()}-{stamp}.csv")
