@@ -421,3 +421,38 @@ Test(cli, core_runs_the_attention_core_and_checks_it, .timeout = 60)
     free(out), free(err);
     tmpdir_remove(dir);
 }
+
+/* Issue 35's defects of the command: an explicit bf16 cache with the decode block's check (its
+ * float32 forward took the cache type and was an invalid config), --kv-cache where no cache
+ * exists (accepted, changed nothing), and --bf16-kernel on run and scale. */
+Test(cli, kv_cache_and_bf16_kernel_options_apply_or_are_refused, .timeout = 60)
+{
+    char dir[64], path[128], args[320];
+    tmpdir_make(dir, sizeof dir);
+    write_config(dir, "dec.yaml",
+                 "model: { d_model: 64, heads: 4, kv_heads: 2, bias: false, rope: { style: neox } }\n"
+                 "engine: { precision: bf16, kv_cache: bf16 }\n"
+                 "decode: { seqs: 2, context: 40, new: 1, steps: 3, block_size: 16 }\n",
+                 path, sizeof path);
+    char *out, *err;
+    snprintf(args, sizeof args, "run %s --json", path);
+    cr_assert_eq(run_cli(args, &out, &err), 0, "an explicit bf16 cache with --check: %s", err);
+    cr_assert(strstr(out, "\"check_rows\":1"), "%s", out);
+    free(out), free(err);
+    const struct { const char *args, *says; } refused[] = {
+        {"run --kv-cache int8", "--kv-cache: only with a decode block"},
+        {"run --bf16-kernel ref-bf16", "only with precision bf16"},
+        {"run --precision bf16 --isa ref --bf16-kernel amx-bf16", "not a kernel of isa ref"},
+        {"scale configs/bert-base.yaml --bf16-kernel ref-bf16", "only with precision bf16"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        cr_assert_eq(run_cli(refused[i].args, &out, &err), 2, "%s", refused[i].args);
+        cr_assert(strstr(err, refused[i].says), "%s: '%s' does not say '%s'", refused[i].args, err, refused[i].says);
+        free(out), free(err);
+    }
+    cr_assert_eq(run_cli("run --precision bf16 --isa ref --bf16-kernel ref-bf16 --iters 1 --warmup 0 --json", &out, &err), 0,
+                 "%s", err);
+    cr_assert(strstr(out, "\"kernel\":\"ref-bf16\""), "%s", out);
+    free(out), free(err);
+    tmpdir_remove(dir);
+}

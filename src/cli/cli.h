@@ -34,6 +34,10 @@ int cli_parse_kv_type(const char *text, mha_kv_type *out); /* --kv-cache: auto, 
  * one this CPU cannot run, or one that contradicts engine.blis_arch or bf16_kernel); 0 and a
  * message "--isa NAME: why" otherwise. NULL: nothing to apply. */
 int cli_apply_isa(mha_config *cfg, const char *isa);
+/* --bf16-kernel NAME over the config's engine.bf16_kernel (after --precision and --isa): refused
+ * with a message unless the precision is bf16 and NAME is a kernel of the table this CPU runs;
+ * 0 then. NULL: nothing to apply. */
+int cli_apply_bf16_kernel(mha_config *cfg, const char *name);
 /* What an engine of this config runs on, as its accessors say: the kernel table ("avx512"),
  * BLIS's sub-config ("skx") and the products' kernel ("blis-skx", "amx-bf16"); 0 if no engine
  * of it can be made. */

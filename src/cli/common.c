@@ -92,6 +92,23 @@ int cli_apply_isa(mha_config *cfg, const char *isa)
     return 1;
 }
 
+int cli_apply_bf16_kernel(mha_config *cfg, const char *name)
+{
+    if (!name)
+        return 1;
+    if (cfg->precision != MHA_PRECISION_BF16)
+        return cli_error("--bf16-kernel %.40s: only with precision bf16 (engine.precision, or --precision bf16)", name), 0;
+    if (strlen(name) >= sizeof cfg->bf16_kernel)
+        return cli_error("--bf16-kernel: '%.40s' is not a bf16 kernel (mha info lists each table's)", name), 0;
+    mha_config c = *cfg;
+    snprintf(c.bf16_kernel, sizeof c.bf16_kernel, "%s", name);
+    char err[256];
+    if (mha_config_check(&c, err, sizeof err) != MHA_OK && !strncmp(err, "bf16_kernel:", 12))
+        return cli_error("--bf16-kernel%s", err + 12), 0; /* err: "bf16_kernel: 'name': why" */
+    *cfg = c;
+    return 1;
+}
+
 int cli_kernels(const mha_config *cfg, cli_kernels_used *k)
 {
     /* the engine's own choice, from a one-token engine of the same settings (no prediction

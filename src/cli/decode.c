@@ -162,7 +162,8 @@ int cli_decode(const mha_config_file *fc, const char *config, const char *weight
         mha_config one = cfg;
         const int total = context + add * steps;
         one.max_batch = 1, one.max_seq_q = one.max_seq_kv = total;
-        one.precision = MHA_PRECISION_F32;
+        one.precision = MHA_PRECISION_F32; /* a float32 forward: no cache, no bf16 kernel */
+        one.kv_type = MHA_KV_AUTO, one.bf16_kernel[0] = '\0';
         s.check_out = malloc((size_t)total * d * sizeof *s.check_out);
         if (!s.check_out || (st = mha_create(&one, &s.check_e)) != MHA_OK || (st = mha_set_weights(s.check_e, &p.w)) != MHA_OK) {
             cli_error("check: an engine for %d tokens: %s", total, s.check_out ? mha_status_str(st) : "out of memory");

@@ -14,7 +14,7 @@
 #include "mha_io.h"
 
 typedef struct run_opts {
-    const char *config, *weights, *prefix, *input, *kv, *lengths, *kv_lengths, *output, *attn, *isa;
+    const char *config, *weights, *prefix, *input, *kv, *lengths, *kv_lengths, *output, *attn, *isa, *bf16_kernel;
     long threads, iters, warmup, check;
     int json, causal, core, have_threads, have_iters, have_warmup, have_precision, have_kv;
     mha_precision precision;
@@ -26,14 +26,15 @@ static void usage(FILE *f)
     fputs("usage: mha run [CONFIG] [--weights W.safetensors] [--prefix P] [--input X.npy] [--kv KV.npy]\n"
           "               [--lengths L.npy] [--kv-lengths L.npy] [--output Y.npy] [--attn A.npy]\n"
           "               [--threads N] [--iters N] [--warmup N] [--causal] [--check ROWS]\n"
-          "               [--precision f32|bf16] [--isa auto|avx512|avx2|ref]\n"
+          "               [--precision f32|bf16] [--isa auto|avx512|avx2|ref] [--bf16-kernel NAME]\n"
           "               [--kv-cache auto|f32|bf16|int8] [--core] [--json]\n"
           "With no CONFIG, the built-in default model (configs/default.yaml); with no --weights or\n"
           "--input, seeded random data. --lengths pads queries and, for self-attention, keys; output\n"
           "rows past a length are 0. --kv-lengths pads the --kv keys. --check: output rows compared\n"
           "with a double-precision reference (default 4, 0 skips). --precision, --isa and --kv-cache\n"
           "override the config's engine.precision, engine.isa (the kernel table: mha info lists\n"
-          "them) and engine.kv_cache (a decode block's cache). --core: the attention core alone\n"
+          "them), engine.bf16_kernel and engine.kv_cache (a decode block's cache). --core: the\n"
+          "attention core alone\n"
           "(mha_core_forward) on seeded Q, K, V of the config's heads and batch, no projections.\n", f);
 }
 
@@ -49,6 +50,7 @@ static int parse(int argc, char **argv, run_opts *o)
         {"causal", no_argument, 0, 'C'},        {"json", no_argument, 0, 'j'},
         {"precision", required_argument, 0, 'P'}, {"isa", required_argument, 0, 'I'},
         {"kv-cache", required_argument, 0, 'K'}, {"core", no_argument, 0, 'R'},
+        {"bf16-kernel", required_argument, 0, 'B'},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
@@ -72,6 +74,7 @@ static int parse(int argc, char **argv, run_opts *o)
         case 'c': if (!cli_parse_int("--check", optarg, 0, 1000, &o->check)) return 0; break;
         case 'P': if (!cli_parse_precision(optarg, &o->precision)) return 0; o->have_precision = 1; break;
         case 'I': o->isa = optarg; break;
+        case 'B': o->bf16_kernel = optarg; break;
         case 'K': if (!cli_parse_kv_type(optarg, &o->kv_type)) return 0; o->have_kv = 1; break;
         case 'C': o->causal = 1; break;
         case 'R': o->core = 1; break;
@@ -232,7 +235,7 @@ int mha_cli_run(int argc, char **argv)
     if (o.have_threads) s.fc.engine.threads = (int)o.threads;
     if (o.have_precision) s.fc.engine.precision = o.precision;
     if (o.have_kv) s.fc.engine.kv_type = o.kv_type;
-    if (!cli_apply_isa(&s.fc.engine, o.isa))
+    if (!cli_apply_isa(&s.fc.engine, o.isa) || !cli_apply_bf16_kernel(&s.fc.engine, o.bf16_kernel))
         return EXIT_USAGE;
     if (o.have_iters) s.fc.iters = (int)o.iters;
     if (o.have_warmup) s.fc.warmup = (int)o.warmup; /* a decode block's untimed prefill too */
@@ -254,6 +257,11 @@ int mha_cli_run(int argc, char **argv)
             return EXIT_USAGE;
         }
         return cli_decode(&s.fc, o.config, o.weights, o.prefix, (int)o.check, o.json);
+    }
+    if (o.have_kv) { /* a forward keeps no cache: int8 here would change nothing and look perfect */
+        cli_error("--kv-cache: only with a decode block (a forward keeps no KV cache; %s has no decode block)",
+                  o.config ? o.config : "the built-in default");
+        return EXIT_USAGE;
     }
     if ((rc = load_inputs(&o, &s)) != EXIT_OK || (rc = load_weights(&o, &s)) != EXIT_OK)
         goto out;

@@ -26,7 +26,7 @@ extern char **environ;
 #define MAX_POINTS (2 * 4 * MHA_MAX_SCALE_POINTS)
 
 typedef struct scale_opts {
-    const char *config, *out, *threads, *pinning, *mode, *isa;
+    const char *config, *out, *threads, *pinning, *mode, *isa, *bf16_kernel;
     long iters, warmup, rounds;
     int have_iters, have_warmup, have_rounds, have_precision;
     mha_precision precision;
@@ -59,7 +59,7 @@ static void usage(FILE *f)
 {
     fputs("usage: mha scale CONFIG [--out DIR] [--threads LIST] [--pinning LIST] [--mode strong|weak|both]\n"
           "                        [--iters N] [--warmup N] [--rounds R] [--precision f32|bf16]\n"
-          "                        [--isa auto|avx512|avx2|ref]\n"
+          "                        [--isa auto|avx512|avx2|ref] [--bf16-kernel NAME]\n"
           "Sweeps thread counts and pinnings on the config's model and batch; writes DIR/scaling.csv,\n"
           "DIR/report.md and speedup/efficiency/throughput plots (.svg, .png; needs gnuplot).\n"
           "LIST: comma-separated, ranges allowed (1-4,8). Defaults: the config's scaling block, else\n"
@@ -76,7 +76,8 @@ static int parse(int argc, char **argv, scale_opts *o)
         {"pinning", required_argument, 0, 'p'}, {"mode", required_argument, 0, 'm'},
         {"iters", required_argument, 0, 'n'}, {"warmup", required_argument, 0, 'W'},
         {"rounds", required_argument, 0, 'r'}, {"precision", required_argument, 0, 'P'},
-        {"isa", required_argument, 0, 'I'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+        {"isa", required_argument, 0, 'I'}, {"bf16-kernel", required_argument, 0, 'B'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
     optind = 1;
@@ -93,6 +94,7 @@ static int parse(int argc, char **argv, scale_opts *o)
         case 'r': if (!cli_parse_int("--rounds", optarg, 1, 1000, &o->rounds)) return 0; o->have_rounds = 1; break;
         case 'P': if (!cli_parse_precision(optarg, &o->precision)) return 0; o->have_precision = 1; break;
         case 'I': o->isa = optarg; break;
+        case 'B': o->bf16_kernel = optarg; break;
         case 'h': usage(stdout); exit(EXIT_OK);
         case ':': cli_error("scale: %s needs a value", argv[optind - 1]); return 0;
         default: cli_error("scale: unknown option '%s' (see mha scale --help)", argv[optind - 1]); return 0;
@@ -643,7 +645,7 @@ static int setup(const scale_opts *o, sweep *w)
     w->config_path = o->config;
     if (o->have_precision)
         w->fc.engine.precision = o->precision;
-    if (!cli_apply_isa(&w->fc.engine, o->isa))
+    if (!cli_apply_isa(&w->fc.engine, o->isa) || !cli_apply_bf16_kernel(&w->fc.engine, o->bf16_kernel))
         return EXIT_USAGE;
     const mha_config_file *fc = &w->fc;
     w->n_allowed = mha_cpus_allowed(w->allowed, 1024);
