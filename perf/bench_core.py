@@ -26,6 +26,8 @@ import platform
 import subprocess
 import tempfile
 
+from bench import run_json  # perf/bench.py's: a command's last output line as JSON, None on failure
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MHA = os.path.join(ROOT, "build/mha")
 VENV = os.path.join(ROOT, "perf/.venv/bin/python")
@@ -48,16 +50,6 @@ PEERS = ["zentorch sdpa", "ggml flash_attn_ext"]  # not installed yet
 def gflop(b, h, sq, skv, dk, causal):
     pairs = sum(min(skv, i + 1 + skv - sq) if causal else skv for i in range(sq))
     return 4.0 * b * h * dk * pairs / 1e9
-
-
-def run_json(cmd, env=None):
-    e = dict(os.environ)
-    e.update(env or {})
-    try:
-        out = subprocess.run(cmd, capture_output=True, env=e, cwd=ROOT, timeout=1800).stdout
-        return json.loads(out.decode().strip().splitlines()[-1])
-    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
-        return None
 
 
 def config(path, shape, threads):

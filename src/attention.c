@@ -209,63 +209,79 @@ void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk
         mha_gemm(k, m, dk, n, 1.0f, sm, mha_mat_sub(k, kv->v, b0, 0), 0.0f, zc, s->apack);
 }
 
+/* The keys [*begin, end) of a block of queries at positions p0 .. p1 (kl keys): from the chunk
+ * (or with align, the multiple of align) holding p0's first visible key to p1's last one.
+ * Returns end. */
+static int block_keys(const mha_fwd *f, int p0, int p1, int kl, int align, int *begin)
+{
+    const int end = mha_visible_keys(p1, f->causal, f->window, kl).hi;
+    const int b = mha_visible_keys(p0, f->causal, f->window, kl).lo / align * align;
+    *begin = b > end ? end : b;
+    return end;
+}
+
+/* One block of r->m rows (r->first 0) over the keys [kv_begin, kv_end), in chunks of step from
+ * kv_begin (their scores in sc, ld apart): Z (z, rows zd apart) zeroed, the first chunk straight
+ * into it (mha_softmax_merge would take it as it is), each later one into the state's cz, then
+ * merged in key order; after every key, each row's head's sink, and each row / its sum (a row
+ * with no visible key stays 0). st: the rows' sum and max, the chunk's, the chunk's Z (4·m +
+ * m·dk floats); sum (st[i]) becomes what the attention weights are scaled by. The forward's
+ * query blocks and the core's few queries alike: one source of these bits. */
+static void attend_block(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
+                         int kv_begin, int kv_end, int step, float *sc, ptrdiff_t ld, float *z, ptrdiff_t zd,
+                         const float *sinks, float *st)
+{
+    const mha_kernel *k = f->kernel;
+    const int m = r->m, dk = f->dk;
+    float *sum = st, *mx = sum + m, *csum = mx + m, *cmx = csum + m, *cz = cmx + m;
+    for (int i = 0; i < m; i++) { /* no key yet: a zero row */
+        memset(z + (size_t)i * zd, 0, (size_t)dk * sizeof *z);
+        sum[i] = 0.0f, mx[i] = -INFINITY;
+    }
+    for (int c0 = kv_begin; c0 < kv_end; c0 += step) {
+        const int n = kv_end - c0 < step ? kv_end - c0 : step, first = c0 == kv_begin;
+        mha_chunk_rows cr = *r;
+        if (cr.mask)
+            cr.mask += c0;
+        mha_attention_chunk(f, s, &cr, kv, c0, c0, n, sc, ld, mha_mat_rows(k, first ? z : cz, first ? zd : dk),
+                            first ? mx : cmx, first ? sum : csum, 1);
+        for (int i = 0; !first && i < m; i++)
+            mha_softmax_merge(z + (size_t)i * zd, &mx[i], &sum[i], cz + (size_t)i * dk, cmx[i], csum[i], dk);
+    }
+    for (int i = 0; i < m; i++) {
+        float *zr = z + (size_t)i * zd;
+        const float a = sinks ? mha_softmax_sink(zr, &mx[i], &sum[i], sinks[r->head0 + i / r->period], dk) : 1.0f;
+        const float inv = sum[i] > 0.0f ? 1.0f / sum[i] : 0.0f;
+        for (int j = 0; j < dk; j++)
+            zr[j] *= inv;
+        sum[i] = inv * a;
+    }
+}
+
 void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, int kl, int off, float *z,
                         ptrdiff_t ldz, const float *sinks, float *attn, const float *ks, const float *vs)
 {
     const mha_kernel *k = f->kernel;
-    const int dk = f->dk, dkp = f->dkp, bw = k->bw, qb = f->q_block;
-    const ptrdiff_t lds = f->ld_scores, zd = ldz;
+    const int dk = f->dk, dkp = f->dkp, qb = f->q_block;
+    const ptrdiff_t lds = f->ld_scores;
     const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
     const mha_kv_view kv = {.kt = mha_mat_panels(k, s->kt, dk), .v = mha_mat_sub(k, qkv, 0, 2 * dkp),
                             .kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f),
                             .vps = mha_attention_v16_ps(kl), .ks = ks, .vs = vs};
-    const int window = f->window, causal = f->causal;
-    /* softmax state: the rows' sum and max, the chunk's, the chunk's Z (qb × dk) */
-    float *sum = s->inv, *mx = sum + qb, *csum = mx + qb, *cmx = csum + qb, *cz = cmx + qb;
+    const float *sum = s->inv; /* attend_block's state: its rows' factors first */
 
-    /* query blocks; a block's keys stop where its last row's visibility does and start at the
-     * chunk holding its first row's first key (with the attention weights wanted: one chunk of
-     * whole rows, from the panel holding it) */
+    /* query blocks (with the attention weights wanted: one chunk of whole rows, from the panel
+     * holding the block's first key) */
     for (int r0 = 0; r0 < ql; r0 += qb) {
         const int r1 = r0 + qb < ql ? r0 + qb : ql, m = r1 - r0;
-        const int kv_end = mha_visible_keys(r1 - 1 + off, causal, window, kl).hi;
-        const int lo = mha_visible_keys(r0 + off, causal, window, kl).lo;
-        int kv_begin = attn ? lo / bw * bw : lo / MHA_KV_CHUNK * MHA_KV_CHUNK;
-        if (kv_begin > kv_end)
-            kv_begin = kv_end;
+        int kv_begin;
+        const int kv_end = block_keys(f, r0 + off, r1 - 1 + off, kl, attn ? k->bw : MHA_KV_CHUNK, &kv_begin);
         const int step = attn ? kv_end - kv_begin : MHA_KV_CHUNK;
         const ptrdiff_t ld = attn || lds < MHA_KV_CHUNK ? lds : MHA_KV_CHUNK;
-        const mha_chunk_rows rows = {.m = m, .pos0 = r0 + off, .period = m, .causal = causal, .head0 = h,
+        const mha_chunk_rows rows = {.m = m, .pos0 = r0 + off, .period = m, .causal = f->causal, .head0 = h,
                                      .q = mha_mat_sub(k, qkv, r0, 0),
                                      .mask = f->mask ? f->mask + (size_t)r0 * f->seq_kv : NULL};
-        const mha_mat zm = mha_mat_rows(k, z + (size_t)r0 * zd, zd), czm = mha_mat_rows(k, cz, dk);
-        for (int i = 0; i < m; i++) { /* no key yet: a zero row */
-            memset(z + (size_t)(r0 + i) * zd, 0, (size_t)dk * sizeof *z);
-            sum[i] = 0.0f, mx[i] = -INFINITY;
-        }
-        /* the first chunk straight into z (mha_softmax_merge would take it as it is), each
-         * later one into cz, then merged */
-        for (int c0 = kv_begin; c0 < kv_end; c0 += step) {
-            const int n = kv_end - c0 < step ? kv_end - c0 : step, first = c0 == kv_begin;
-            mha_chunk_rows cr = rows;
-            if (cr.mask)
-                cr.mask += c0;
-            mha_attention_chunk(f, s, &cr, &kv, c0, c0, n, s->scores, ld, first ? zm : czm, first ? mx : cmx,
-                                first ? sum : csum, 1);
-            if (!first)
-                for (int i = 0; i < m; i++)
-                    mha_softmax_merge(z + (size_t)(r0 + i) * zd, &mx[i], &sum[i], cz + (size_t)i * dk, cmx[i], csum[i], dk);
-        }
-        /* the head's sink after every key; each row / its sum (a row with no visible key stays
-         * 0); sum[i] becomes what the attention weights are scaled by */
-        for (int i = 0; i < m; i++) {
-            float *zr = z + (size_t)(r0 + i) * zd;
-            const float a = sinks ? mha_softmax_sink(zr, &mx[i], &sum[i], sinks[h], dk) : 1.0f;
-            const float inv = sum[i] > 0.0f ? 1.0f / sum[i] : 0.0f;
-            for (int j = 0; j < dk; j++)
-                zr[j] *= inv;
-            sum[i] = inv * a;
-        }
+        attend_block(f, s, &rows, &kv, kv_begin, kv_end, step, s->scores, ld, z + (size_t)r0 * ldz, ldz, sinks, s->inv);
         if (attn)
             for (int i = r0; i < r1; i++) {
                 float *row = attn + (size_t)i * f->seq_kv;
@@ -310,45 +326,25 @@ static void core_few_rows(const mha_fwd *f, const mha_core_io *io, int b, int g,
     const int dk = f->dk, m = f->group * ql, off = f->seq_kv - f->seq_q, h0 = g * f->group;
     const float *kb = io->k + b * io->ks[0] + g * io->ks[1], *vb = io->v + b * io->vs[0] + g * io->vs[1];
     float *sc = s->dec, *q = sc + (size_t)m * MHA_KV_CHUNK; /* dec: (group·MHA_DECODE_ROWS) × (chunk + dk) */
-    float *sum = s->apack, *mx = sum + m, *csum = mx + m, *cmx = csum + m, *cz = cmx + m, *z = cz + (size_t)m * dk;
+    float *z = s->apack + (size_t)m * (4 + dk); /* past attend_block's state in the apack region */
     if (kl > 0)
         k->isa->pack_rows(mha_mat_rows(k, kb, io->ks[2]), k->bw, 0, kl, 0, dk, MHA_TILE_KEYS, s->kt);
     float *vc = s->qkv;
     for (int j = 0; io->vs[2] != dk && j < kl; j++)
         memcpy(vc + (size_t)j * dk, vb + j * io->vs[2], (size_t)dk * sizeof *vc);
     const mha_kv_view kv = {.ktp = s->kt, .vp = io->vs[2] == dk ? vb : vc};
-    for (int r = 0; r < m; r++) {
+    for (int r = 0; r < m; r++)
         memcpy(q + (size_t)r * dk, io->q + b * io->qs[0] + (h0 + r / ql) * io->qs[1] + (r % ql) * io->qs[2],
                (size_t)dk * sizeof *q);
-        memset(z + (size_t)r * dk, 0, (size_t)dk * sizeof *z);
-        sum[r] = 0.0f, mx[r] = -INFINITY;
-    }
-    /* mha_attention_rows' one query block: keys from the chunk of the first query's first key
-     * to the last query's last */
-    const int kv_end = mha_visible_keys(ql - 1 + off, f->causal, f->window, kl).hi;
-    int kv_begin = mha_visible_keys(off, f->causal, f->window, kl).lo / MHA_KV_CHUNK * MHA_KV_CHUNK;
-    if (kv_begin > kv_end)
-        kv_begin = kv_end;
+    /* mha_attention_rows' one query block of these ql queries */
+    int kv_begin;
+    const int kv_end = block_keys(f, off, ql - 1 + off, kl, MHA_KV_CHUNK, &kv_begin);
     const mha_chunk_rows rows = {.m = m, .pos0 = off, .period = ql, .causal = f->causal, .head0 = h0,
                                  .q = mha_mat_rows(k, q, dk), .mask = f->mask};
-    for (int c0 = kv_begin; c0 < kv_end; c0 += MHA_KV_CHUNK) {
-        const int n = kv_end - c0 < MHA_KV_CHUNK ? kv_end - c0 : MHA_KV_CHUNK, first = c0 == kv_begin;
-        mha_chunk_rows cr = rows;
-        if (cr.mask)
-            cr.mask += c0;
-        mha_attention_chunk(f, s, &cr, &kv, c0, c0, n, sc, MHA_KV_CHUNK, mha_mat_rows(k, first ? z : cz, dk),
-                            first ? mx : cmx, first ? sum : csum, 1);
-        for (int r = 0; !first && r < m; r++)
-            mha_softmax_merge(z + (size_t)r * dk, &mx[r], &sum[r], cz + (size_t)r * dk, cmx[r], csum[r], dk);
-    }
-    for (int r = 0; r < m; r++) {
-        float *zr = z + (size_t)r * dk, *o = io->out + b * io->os[0] + (h0 + r / ql) * io->os[1] + (r % ql) * io->os[2];
-        if (io->sinks)
-            mha_softmax_sink(zr, &mx[r], &sum[r], io->sinks[h0 + r / ql], dk);
-        const float inv = sum[r] > 0.0f ? 1.0f / sum[r] : 0.0f;
-        for (int c = 0; c < dk; c++)
-            o[c] = zr[c] * inv;
-    }
+    attend_block(f, s, &rows, &kv, kv_begin, kv_end, MHA_KV_CHUNK, sc, MHA_KV_CHUNK, z, dk, io->sinks, s->apack);
+    for (int r = 0; r < m; r++)
+        memcpy(io->out + b * io->os[0] + (h0 + r / ql) * io->os[1] + (r % ql) * io->os[2], z + (size_t)r * dk,
+               (size_t)dk * sizeof *z);
 }
 
 void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, const mha_scratch *s)
