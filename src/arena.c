@@ -113,10 +113,12 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
         /* V (seq_kv, dk) in B panels; a key chunk may start 16 rows into a k tile and read a
          * tile past its end (those rows meet zero probabilities): one tile of room */
         sl[MHA_SLICE_vb] = product(mha_bk_b_elems(dims->seq_kv + MHA_BT_K, dims->dk), sizeof(mha_bf16), 1, of);
-        /* the probabilities of a query block against one chunk of keys, rounded to bf16 in A
-         * panels as each row is exp'd (the A·V product reads them packed) */
+        /* the probabilities of 32 query rows against one chunk of keys, rounded to bf16 in A
+         * panels as each row is exp'd (the A·V product reads them packed: chunk16), and a query
+         * block's queries in A panels, packed once for all its chunks */
         const size_t kv = mha_round_up(seq_kv, w), chunk = kv < MHA_KV_CHUNK ? kv : MHA_KV_CHUNK;
-        sl[MHA_SLICE_pb] = product(mha_bk_a_elems(dims->q_block, (int)chunk), sizeof(mha_bf16), 1, of);
+        sl[MHA_SLICE_pb] = product(mha_bk_a_elems(2 * MHA_BT_M, (int)chunk), sizeof(mha_bf16), 1, of);
+        sl[MHA_SLICE_qb] = product(mha_bk_a_elems(dims->q_block, dims->dk), sizeof(mha_bf16), 1, of);
     }
     sl[MHA_SLICE_inv] = product(mha_attention_state_floats((size_t)dims->q_block, dk), f, 1, of);
     sl[MHA_SLICE_dec] = product(dec_q, MHA_KV_CHUNK + dk, f, of);
@@ -192,6 +194,7 @@ mha_scratch mha_arena_slice(const mha_arena_plan *p, unsigned char *scratch, int
         .kt16 = at(slice, o[MHA_SLICE_kt]),
         .v16 = at(slice, o[MHA_SLICE_vb]),
         .p16 = at(slice, o[MHA_SLICE_pb]),
+        .q16 = at(slice, o[MHA_SLICE_qb]),
         .apack16 = at(slice, o[MHA_SLICE_apack]),
     };
 }

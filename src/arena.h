@@ -59,10 +59,10 @@ void *mha_alloc_pages(size_t bytes);
 /* The regions of one worker slice, from its start, each MHA_ALIGN-aligned: Q/K/V panels
  * (max(seq_q, seq_kv), 3·dkp); Kᵀ panels (f32, or bf16 B panels: sized for the larger); the
  * score tile (q_block, ld_scores); A packing (f32, or bf16: sized for the larger); bf16 V in B
- * panels; bf16 probabilities in A panels; the softmax state (mha_attention_state_floats);
+ * panels; bf16 probabilities (32 rows) and a query block's queries in A panels; the softmax state (mha_attention_state_floats);
  * decode scores and queries; a bf16 engine's int8 K and V scales of a context (2, seq_kv).
  * mha_arena_slice makes a worker's mha_scratch of them. */
-#define MHA_SLICE_REGIONS(X) X(qkv) X(kt) X(scores) X(apack) X(vb) X(pb) X(inv) X(dec) X(kvs)
+#define MHA_SLICE_REGIONS(X) X(qkv) X(kt) X(scores) X(apack) X(vb) X(pb) X(qb) X(inv) X(dec) X(kvs)
 
 typedef enum {
 #define MHA_ARENA_ENUM(name, type, align) MHA_REGION_##name,

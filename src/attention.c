@@ -105,15 +105,20 @@ void mha_attention_logits(const mha_fwd *f, float *row, mha_key_span in, int pos
 }
 
 float mha_attention_chunk_row(const mha_fwd *f, float *row, int n, mha_key_span in, int pos, int c0, int head,
-                              const uint8_t *mask, const float *ks, const float *vs, float *mx)
+                              const uint8_t *mask, const float *ks, const float *vs, float *mx, mha_bf16 *p)
 {
+    const mha_isa *isa = f->kernel->isa;
     for (int j = 0; ks && j < in.hi; j++) /* int8: each key's K scale */
         row[j] *= ks[j];
     mha_attention_logits(f, row, in, pos, c0, head);
     *mx = -INFINITY;
-    const float sum = f->kernel->isa->softmax_row(row, n, in.hi, mask, mx);
+    if (p && !vs && isa->softmax_row16) /* exp'd and rounded in one pass */
+        return isa->softmax_row16(row, n, in.hi, mask, mx, p);
+    const float sum = isa->softmax_row(row, n, in.hi, mask, mx);
     for (int j = 0; vs && j < in.hi; j++) /* int8: each key's V scale, after the sum */
         row[j] *= vs[j];
+    if (p)
+        mha_bk_pack_a_row(f->kernel, row, 0, n, p);
     return sum;
 }
 
@@ -164,6 +169,34 @@ void mha_attention_norm_rows(const mha_fwd *f, mha_mat qkv, int rows, int col, i
     }
 }
 
+/* bf16 without the attention weights: rows [i0, i0 + 32) of the chunk at a time through their
+ * scores, their probabilities (rounded into s->p16 as each row is exp'd) and their A·V, so the
+ * score rows and probabilities stay in L1 between the products; Q from r->q16 (packed once
+ * for the block) or packed here. Each row's bits are its own: the same whatever the blocking. */
+static void chunk16(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv, int b0,
+                    int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum, ptrdiff_t st)
+{
+    const mha_kernel *k = f->kernel;
+    const int kq = (int)(mha_bk_kp(f->dk) / MHA_BT_K), kn = (int)(mha_bk_kp(n) / MHA_BT_K);
+    const float *ks = kv->ks ? kv->ks + b0 : NULL, *vs = kv->vs ? kv->vs + b0 : NULL;
+    for (int i0 = 0; i0 < r->m; i0 += 2 * MHA_BT_M) {
+        const int m = r->m - i0 < 2 * MHA_BT_M ? r->m - i0 : 2 * MHA_BT_M;
+        mha_bgemm(f->bk, k, m, n, f->dk, f->scale, r->q16 ? r->q16 + mha_bk_a_row(i0, kq) : NULL,
+                  mha_mat_sub(k, r->q, i0, 0), kv->kt16 + (size_t)(b0 / MHA_BT_N) * kv->kps, kv->kps, 0.0f,
+                  mha_mat_rows(k, sc, ld), s->apack16);
+        for (int i = 0; i < m; i++) {
+            const int row = r->first + i0 + i, pos = r->pos0 + row % r->period;
+            const mha_key_span in = mha_keys_within(mha_visible_keys(pos, r->causal, f->window, c0 + n), c0, n);
+            sum[(i0 + i) * st] = mha_attention_chunk_row(
+                f, sc + i * ld, n, in, pos, c0, r->head0 + row / r->period,
+                r->mask ? r->mask + (size_t)(row % r->period) * f->seq_kv : NULL, ks, vs, &mx[(i0 + i) * st],
+                s->p16 + mha_bk_a_row(i, kn));
+        }
+        mha_bgemm(f->bk, k, m, f->dk, n, 1.0f, s->p16, mha_mat_rows(k, sc, ld), kv->v16 + mha_bk_b_index(b0, 0, 0),
+                  kv->vps, 0.0f, mha_mat_sub(k, zc, i0, 0), NULL);
+    }
+}
+
 void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
                          int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum,
                          ptrdiff_t st)
@@ -171,7 +204,10 @@ void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk
     const mha_kernel *k = f->kernel;
     const int m = r->m, dk = f->dk;
     const float scale = f->scale;
-    const int fuse = f->bk && !f->attn; /* bf16 probabilities packed row by row as they are exp'd */
+    if (f->bk && !f->attn) {
+        chunk16(f, s, r, kv, b0, c0, n, sc, ld, zc, mx, sum, st);
+        return;
+    }
     const mha_mat sm = mha_mat_rows(k, sc, ld);
     if (f->bk) /* b0 is a multiple of the chunk, so of the 16-key panels */
         mha_bgemm(f->bk, k, m, n, dk, scale, NULL, r->q, kv->kt16 + (size_t)(b0 / MHA_BT_N) * kv->kps, kv->kps, 0.0f,
@@ -189,18 +225,15 @@ void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk
         /* the keys of this chunk row i sees: [hidden, visible) */
         const int pos = r->pos0 + (r->first + i) % r->period;
         const mha_key_span in = mha_keys_within(mha_visible_keys(pos, r->causal, f->window, c0 + n), c0, n);
-        float *row = sc + i * ld;
-        sum[i * st] = mha_attention_chunk_row(f, row, n, in, pos, c0, r->head0 + (r->first + i) / r->period,
+        sum[i * st] = mha_attention_chunk_row(f, sc + i * ld, n, in, pos, c0, r->head0 + (r->first + i) / r->period,
                                               r->mask ? r->mask + (size_t)((r->first + i) % r->period) * f->seq_kv : NULL,
-                                              ks, vs, &mx[i * st]);
-        if (fuse) /* bf16: the row rounded and packed for A·V while it is in L1 */
-            mha_bk_pack_a_row(k, row, i, n, s->p16);
+                                              ks, vs, &mx[i * st], NULL);
     }
-    /* Z (m, dk) = E (m, n) · V (n, dk); bf16: E rounded as it is packed (above, or here when
-     * the attention weights keep E in float32) */
+    /* Z (m, dk) = E (m, n) · V (n, dk); bf16 (the attention weights keep E in float32): E
+     * rounded as it is packed */
     if (f->bk)
-        mha_bgemm(f->bk, k, m, dk, n, 1.0f, fuse ? s->p16 : NULL, sm, kv->v16 + mha_bk_b_index(b0, 0, 0), kv->vps, 0.0f,
-                  zc, s->apack16);
+        mha_bgemm(f->bk, k, m, dk, n, 1.0f, NULL, sm, kv->v16 + mha_bk_b_index(b0, 0, 0), kv->vps, 0.0f, zc,
+                  s->apack16);
     else if (kv->vp) { /* key by key in order from zero: the microkernel's sums over the chunk */
         for (int i = 0; i < m; i++)
             memset(zc.p + i * zc.ld, 0, (size_t)dk * sizeof *zc.p);
@@ -238,9 +271,13 @@ static void attend_block(const mha_fwd *f, const mha_scratch *s, const mha_chunk
         memset(z + (size_t)i * zd, 0, (size_t)dk * sizeof *z);
         sum[i] = 0.0f, mx[i] = -INFINITY;
     }
+    const int q16 = f->bk && !f->attn && kv_end > kv_begin; /* bf16 chunks: Q packed once */
+    if (q16)
+        mha_bk_pack_a(k, r->q, 0, m, dk, s->q16);
     for (int c0 = kv_begin; c0 < kv_end; c0 += step) {
         const int n = kv_end - c0 < step ? kv_end - c0 : step, first = c0 == kv_begin;
         mha_chunk_rows cr = *r;
+        cr.q16 = q16 ? s->q16 : NULL;
         if (cr.mask)
             cr.mask += c0;
         mha_attention_chunk(f, s, &cr, kv, c0, c0, n, sc, ld, mha_mat_rows(k, first ? z : cz, first ? zd : dk),

@@ -140,7 +140,9 @@ typedef struct mha_scratch {
     float *dec;     /* decode: (group·MHA_DECODE_ROWS) × (MHA_KV_CHUNK + dk): scores, queries */
     mha_bf16 *kt16; /* bf16: Kᵀ in B panels (the kt region) */
     mha_bf16 *v16;  /* bf16: V in B panels */
-    mha_bf16 *p16;  /* bf16: a query block's probabilities in A panels (each row rounded as exp'd) */
+    mha_bf16 *p16;  /* bf16: 32 rows' probabilities against one chunk in A panels (each row
+                     * rounded as exp'd) */
+    mha_bf16 *q16;  /* bf16: a query block's queries in A panels, packed once for its chunks */
     mha_bf16 *apack16; /* bf16: A packing (the apack region) */
     float *kvs;     /* bf16 engines with an int8 cache: K's then V's scales of a context's keys */
 } mha_scratch;
@@ -187,6 +189,8 @@ typedef struct mha_chunk_rows {
     int m, pos0, first, period, causal;
     int head0;              /* row i's query head: head0 + (first + i) / period */
     mha_mat q;              /* (m × dk) float32 queries (bf16: rounded as the kernel packs them) */
+    const mha_bf16 *q16;    /* bf16: NULL, or those queries packed (mha_bk_pack_a), once for
+                             * every chunk of the block */
     const uint8_t *mask;    /* NULL or the explicit mask at key c0 of the query at pos0: row i
                              * reads row (first + i) % period, rows seq_kv apart */
 } mha_chunk_rows;
@@ -196,8 +200,10 @@ typedef struct mha_chunk_rows {
  * visible keys exp'd against the row's own max in this chunk (mx[i·st]; −∞: nothing visible)
  * with their sum (sum[i·st]), and the unnormalised Z = E·V into zc (m × dk). With kv->ks,
  * each score is Q·K₈ᵀ·scale·ks[key] and E is multiplied by vs[key] as it enters A·V (the sum
- * is of E itself): the attention of the int8 values read back, with K and V exact in bf16. bf16: E rounded into s->p16 as each row is exp'd
- * (m <= q_block). The chunk step of the forward and of bf16 decode: one source of their bits. */
+ * is of E itself): the attention of the int8 values read back, with K and V exact in bf16.
+ * bf16 without the attention weights: 32 rows at a time through scores, E (rounded into s->p16
+ * as each row is exp'd) and A·V; with them, all m rows, E kept in float32 in sc (m <= q_block).
+ * The chunk step of the forward and of bf16 decode: one source of their bits. */
 void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
                          int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum,
                          ptrdiff_t st);
@@ -210,10 +216,12 @@ void mha_attention_logits(const mha_fwd *f, float *row, mha_key_span in, int pos
 /* One row of a chunk's scores (n keys from c0; the row at position pos, query head `head`,
  * sees the keys in `in`) into its unnormalised softmax: an int8 cache's K scales (ks, or
  * NULL), the logits, the exp against the row's max (*mx) with the mask (or NULL), then the V
- * scales (vs); returns the sum (of E before the V scales). The forward's chunks and every
- * decode path run it: one source of these bits. */
+ * scales (vs); returns the sum (of E before the V scales). p: NULL, or E rounded to bf16 into
+ * a row of A tiles at p (mha_bk_pack_a_row's; without V scales in one pass with the exp, the
+ * table's softmax_row16), the row then left as the table leaves it. The forward's chunks and
+ * every decode path run it: one source of these bits. */
 float mha_attention_chunk_row(const mha_fwd *f, float *row, int n, mha_key_span in, int pos, int c0, int head,
-                              const uint8_t *mask, const float *ks, const float *vs, float *mx);
+                              const uint8_t *mask, const float *ks, const float *vs, float *mx, mha_bf16 *p);
 /* QK-norm of rows [0, rows) of the Q/K/V scratch at column col (Q at 0, K at dkp), of query
  * head `head` (is_k: of KV head `head`): each row's dk features times rsqrt(mean(x²) + eps),
  * then times the factors (f->q_norm, f->k_norm). The mean is over the row's dk features, or

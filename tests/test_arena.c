@@ -176,7 +176,7 @@ Test(arena, every_region_of_every_kind_is_defined, .init = pick_kernel)
             continue;
         }
         for (int r = 0; r < MHA_SLICE_COUNT; r++) {
-            const int bf16_only = r == MHA_SLICE_vb || r == MHA_SLICE_pb;
+            const int bf16_only = r == MHA_SLICE_vb || r == MHA_SLICE_pb || r == MHA_SLICE_qb;
             if ((bf16_only && !dm.bf16) || (r == MHA_SLICE_kvs && !(dm.bf16 && dm.kv_type == MHA_KV_INT8))) {
                 cr_assert_eq(p.slice_off[r], MHA_ARENA_ABSENT, "case %d: slice has %s", c, mha_slice_region_name(r));
                 continue;
@@ -198,6 +198,7 @@ Test(arena, every_region_of_every_kind_is_defined, .init = pick_kernel)
             cr_assert_eq((const void *)s.dec, slice + o[MHA_SLICE_dec]);
             cr_assert_eq((const void *)s.v16, dm.bf16 ? slice + o[MHA_SLICE_vb] : NULL);
             cr_assert_eq((const void *)s.p16, dm.bf16 ? slice + o[MHA_SLICE_pb] : NULL);
+            cr_assert_eq((const void *)s.q16, dm.bf16 ? slice + o[MHA_SLICE_qb] : NULL);
         }
         free(base);
     }

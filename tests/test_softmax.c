@@ -67,6 +67,61 @@ Test(softmax, every_implementation_matches_double, .timeout = 30)
     }
 }
 
+static uint32_t float_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+/* The bf16 chunks' one-pass softmax (softmax_row16, where a table has one) is softmax_row's
+ * max, sum and entries, each entry rounded as mha_bf16_round into its place in a row of A
+ * tiles and zeros up to the k tile: bit for bit, so a chunk's probabilities do not depend on
+ * which path rounded them. */
+Test(softmax, bf16_rows_are_the_float_rows_rounded_into_tiles, .timeout = 30)
+{
+    rng r = {17};
+    enum { N = 300, KP = 320 };
+    float in[N], row[N], row16[N];
+    uint8_t mask[N];
+    mha_bf16 got[KP / MHA_BT_K * MHA_BT_ELEMS];
+    const mha_isa *isa;
+    int tested = 0;
+    FOR_EACH_ISA(isa) {
+        if (!isa->softmax_row16)
+            continue;
+        tested++;
+        const int sizes[] = {1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 256, 257, 300};
+        for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
+            const int n = sizes[z], kp = (int)mha_bk_kp(n);
+            for (int variant = 0; variant < 5; variant++) {
+                fill_uniform(in, (size_t)n, -20.0f, 20.0f, &r);
+                for (int j = 0; j < n; j++)
+                    mask[j] = rng_next(&r) % 3 != 0;
+                const int visible = variant == 1 ? n / 2 : variant == 3 ? 0 : variant == 4 ? n - n / 3 : n;
+                const uint8_t *m = variant >= 2 ? mask : NULL;
+                memcpy(row, in, (size_t)n * sizeof *row);
+                memcpy(row16, in, (size_t)n * sizeof *row16);
+                memset(got, 0xff, sizeof got); /* NaN-ish garbage where nothing is written */
+                float mx = -INFINITY, mx16 = -INFINITY;
+                const float sum = isa->softmax_row(row, n, visible, m, &mx);
+                const float sum16 = isa->softmax_row16(row16, n, visible, m, &mx16, got);
+                cr_assert_eq(float_bits(sum16), float_bits(sum), "%s n=%d visible=%d: sum %a, want %a", isa->name, n,
+                             visible, sum16, sum);
+                cr_assert_eq(float_bits(mx16), float_bits(mx), "%s n=%d: max", isa->name, n);
+                for (int j = 0; j < kp; j++) {
+                    const mha_bf16 want = j < n ? mha_bf16_round(row[j]) : 0;
+                    const mha_bf16 at = got[(j / MHA_BT_K) * MHA_BT_ELEMS + j % MHA_BT_K];
+                    cr_assert_eq(at, want, "%s n=%d visible=%d variant %d: [%d] = %#x, want %#x", isa->name, n,
+                                 visible, variant, j, at, want);
+                }
+            }
+        }
+    }
+    if (!tested)
+        cr_skip_test("no table this CPU runs has softmax_row16 (avx512 has one)");
+}
+
 Test(softmax, extreme_scores_stay_finite)
 {
     /* differences far beyond exp's range underflow to 0, not NaN */

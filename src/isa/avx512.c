@@ -212,12 +212,13 @@ __attribute__((target(AVX512))) static __mmask16 lanes16(const uint8_t *mask, in
     return k;
 }
 
-__attribute__((target(AVX512))) static float softmax_row_avx512(float *restrict s, int n, int visible,
-                                                               const uint8_t *restrict mask, float *max_io)
+/* Pass 1 of softmax_row: the larger of *max_io and the visible entries' max; without a mask,
+ * 64 lanes per step into four accumulators (one max chain would wait on its own latency). */
+static inline __attribute__((always_inline, target(AVX512))) float softmax_max(const float *restrict s, int visible,
+                                                                              const uint8_t *restrict mask,
+                                                                              float max_in)
 {
-    /* pass 1: max over the visible entries and the running max; without a mask, 64 lanes
-     * per step into four accumulators (one max chain would wait on its own latency) */
-    __m512 vmax = _mm512_set1_ps(*max_io), m1 = vmax, m2 = vmax, m3 = vmax;
+    __m512 vmax = _mm512_set1_ps(max_in), m1 = vmax, m2 = vmax, m3 = vmax;
     int j0 = 0;
     if (!mask)
         for (; j0 + 64 <= visible; j0 += 64) {
@@ -231,39 +232,109 @@ __attribute__((target(AVX512))) static float softmax_row_avx512(float *restrict 
         __mmask16 k = lanes16(mask, j, visible);
         vmax = _mm512_mask_max_ps(vmax, k, vmax, _mm512_maskz_loadu_ps(k, s + j));
     }
-    float mx = _mm512_reduce_max_ps(vmax);
+    return _mm512_reduce_max_ps(vmax);
+}
+
+/* Pass 2's step without a mask: the 64 entries at s exp'd against vmx into e, each 16 added to
+ * its own sum (acc). */
+static inline __attribute__((always_inline, target(AVX512))) void exp64(const float *s, __m512 vmx, __m512 e[4],
+                                                                       __m512 acc[4])
+{
+    for (int q = 0; q < 4; q++) {
+        e[q] = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + 16 * q), vmx));
+        acc[q] = _mm512_add_ps(acc[q], e[q]);
+    }
+}
+
+/* Pass 2's 16 entries from j: exp(s − max) where visible and not masked, else 0. */
+static inline __attribute__((always_inline, target(AVX512))) __m512 exp_lanes(const float *s, int j, int visible,
+                                                                             const uint8_t *mask, __m512 vmx)
+{
+    const __mmask16 k = j < visible ? lanes16(mask, j, visible) : 0;
+    return _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vmx)));
+}
+
+/* Pass 2's entries: exp(s − max) where visible, 0 elsewhere. Both passes 2 below sum them in
+ * one order (four sums over 64 lanes a step without a mask, then 16 lanes at a time into the
+ * first), so softmax_row16's sum is softmax_row's. */
+__attribute__((target(AVX512))) static float softmax_row_avx512(float *restrict s, int n, int visible,
+                                                               const uint8_t *restrict mask, float *max_io)
+{
+    const float mx = softmax_max(s, visible, mask, *max_io);
     *max_io = mx;
     if (mx == -INFINITY) {
         memset(s, 0, (size_t)n * sizeof *s);
         return 0.0f;
     }
-    /* pass 2: exp(s - max) where visible, 0 elsewhere, and the sum (four sums likewise) */
-    __m512 vmx = _mm512_set1_ps(mx), vsum = _mm512_setzero_ps(), s1 = vsum, s2 = vsum, s3 = vsum;
-    j0 = 0;
+    const __m512 vmx = _mm512_set1_ps(mx);
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()}, e[4];
+    int j0 = 0;
     if (!mask)
         for (; j0 + 64 <= visible; j0 += 64) {
-            __m512 e0 = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j0), vmx));
-            __m512 e1 = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j0 + 16), vmx));
-            __m512 e2 = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j0 + 32), vmx));
-            __m512 e3 = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j0 + 48), vmx));
-            _mm512_storeu_ps(s + j0, e0);
-            _mm512_storeu_ps(s + j0 + 16, e1);
-            _mm512_storeu_ps(s + j0 + 32, e2);
-            _mm512_storeu_ps(s + j0 + 48, e3);
-            vsum = _mm512_add_ps(vsum, e0), s1 = _mm512_add_ps(s1, e1);
-            s2 = _mm512_add_ps(s2, e2), s3 = _mm512_add_ps(s3, e3);
+            exp64(s + j0, vmx, e, acc);
+            for (int q = 0; q < 4; q++)
+                _mm512_storeu_ps(s + j0 + 16 * q, e[q]);
         }
-    vsum = _mm512_add_ps(_mm512_add_ps(vsum, s1), _mm512_add_ps(s2, s3));
+    __m512 vsum = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
     for (int j = j0; j < visible; j += 16) {
-        __mmask16 k = lanes16(mask, j, visible);
-        __mmask16 tail = first16(visible - j);
-        __m512 e = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vmx)));
-        _mm512_mask_storeu_ps(s + j, tail, e);
-        vsum = _mm512_add_ps(vsum, e);
+        const __m512 ej = exp_lanes(s, j, visible, mask, vmx);
+        _mm512_mask_storeu_ps(s + j, first16(visible - j), ej);
+        vsum = _mm512_add_ps(vsum, ej);
     }
     for (int j = visible; j < n; j++)
         s[j] = 0.0f;
     return _mm512_reduce_add_ps(vsum);
+}
+
+/* softmax_row's entries rounded by vcvtne2ps2bf16 straight into a row of A tiles (two
+ * 16-lane halves make one 32-wide tile row): its bits are mha_bf16_round's for these entries
+ * (finite, not negative, no denormal: exp16 flushes below FLT_MIN), so a CPU with AVX512_BF16
+ * only. Zeros past `visible` up to n rounded to the k tile. */
+__attribute__((target(AVX512 ",avx512bf16"))) static float softmax_row16_bf16(float *restrict s, int n, int visible,
+                                                                              const uint8_t *restrict mask,
+                                                                              float *max_io, mha_bf16 *d)
+{
+    const int kp = (int)mha_bk_kp(n);
+    const float mx = softmax_max(s, visible, mask, *max_io);
+    *max_io = mx;
+    if (mx == -INFINITY)
+        visible = 0;
+    const __m512 vmx = _mm512_set1_ps(mx);
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()}, e[4];
+    int j0 = 0;
+    if (!mask)
+        for (; j0 + 64 <= visible; j0 += 64) {
+            exp64(s + j0, vmx, e, acc);
+            mha_bf16 *t = d + (size_t)(j0 / MHA_BT_K) * MHA_BT_ELEMS; /* j0 starts a tile row */
+            _mm512_storeu_si512(t, (__m512i)_mm512_cvtne2ps_pbh(e[1], e[0]));
+            _mm512_storeu_si512(t + MHA_BT_ELEMS, (__m512i)_mm512_cvtne2ps_pbh(e[3], e[2]));
+        }
+    __m512 vsum = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+    for (int j = j0; j < kp; j += 16) { /* past `visible`: zeros (kp is whole tiles: 16 lanes fit) */
+        const __m512 ej = exp_lanes(s, j, visible, mask, vmx);
+        _mm256_storeu_si256((__m256i *)(void *)(d + (size_t)(j / MHA_BT_K) * MHA_BT_ELEMS + j % MHA_BT_K),
+                            (__m256i)_mm512_cvtneps_pbh(ej));
+        vsum = _mm512_add_ps(vsum, ej);
+    }
+    return mx == -INFINITY ? 0.0f : _mm512_reduce_add_ps(vsum);
+}
+
+static void round_into_tiles_avx512(const float *src, int c, int n, mha_bf16 *d);
+
+/* Without AVX512_BF16: softmax_row, then the row rounded into the tiles as mha_bk_pack_a_row
+ * does. */
+__attribute__((target(AVX512))) static float softmax_row16_avx512(float *restrict s, int n, int visible,
+                                                                 const uint8_t *restrict mask, float *max_io,
+                                                                 mha_bf16 *d)
+{
+    if (__builtin_cpu_supports("avx512bf16"))
+        return softmax_row16_bf16(s, n, visible, mask, max_io, d);
+    const float sum = softmax_row_avx512(s, n, visible, mask, max_io);
+    round_into_tiles_avx512(s, 0, n, d);
+    const int kp = (int)mha_bk_kp(n);
+    if (n < kp)
+        memset(d + (size_t)(n / MHA_BT_K) * MHA_BT_ELEMS + n % MHA_BT_K, 0, (size_t)(kp - n) * sizeof *d);
+    return sum;
 }
 
 /* Logit softcapping: cap · tanh(s / cap), 16 lanes, both of mha_tanh_poly's branches blended. */
@@ -1220,6 +1291,7 @@ const mha_isa mha_isa_avx512 = {
     .decode16_orders = 1u << MHA_BK_EVEN_FIRST | 1u << MHA_BK_ODD_FIRST,
     .decode_scores16 = decode_scores16_avx512,
     .decode_values16 = decode_values16_avx512,
+    .softmax_row16 = softmax_row16_avx512,
     .round_into_tiles = round_into_tiles_avx512,
     .round_bf16_floats = round_bf16_floats_avx512,
     .pack_b16 = pack_b16_avx512,

@@ -138,6 +138,14 @@ typedef struct mha_isa {
      * d[(e / 32)·MHA_BT_ELEMS + e % 32]. One call per run: a call per 16 elements cost more
      * than the rounding (AMX forwards). */
     void (*round_into_tiles)(const float *src, int c, int n, mha_bf16 *d);
+    /* softmax_row (the same max, sum and entries) with each entry rounded to bf16 (as
+     * mha_bf16_round) into its place in a row of A tiles, d the row's element 0 (element e at
+     * d[(e / 32)·MHA_BT_ELEMS + e % 32]), zeros past `visible` up to n rounded to the k tile;
+     * s is left as it was or as softmax_row leaves it. The bf16 chunks' probabilities without a
+     * float pass between the exp and A·V. NULL where the table has none: softmax_row, then
+     * round_into_tiles. */
+    float (*softmax_row16)(float *restrict s, int n, int visible, const uint8_t *restrict mask, float *max_io,
+                           mha_bf16 *d);
     /* x[i] (i < n) in place: the float of its bf16 rounding (mha_bf16_round: same bits in
      * every table), as a kernel's A panels would hold it: bf16 decode's queries and
      * probabilities. */
