@@ -64,15 +64,14 @@ void mha_attention_project(const mha_fwd *f, const mha_scratch *s, int m, const 
         mha_gemm(k, m, n, f->d, 1.0f, mha_mat_rows(k, x, f->d), wb, beta, c, s->apack);
 }
 
-/* bf16: the group's Kᵀ and V (kl keys, in the Q/K/V scratch) into B panels, once for every
- * query head of the group. */
-static void pack_kv16(const mha_fwd *f, const mha_scratch *s, int kl)
+/* bf16: the group's Kᵀ and V (kl keys of dk features, rows of km and vm) into B panels, once
+ * for every query head of the group. */
+static void pack_kv16(const mha_fwd *f, const mha_scratch *s, int kl, mha_mat km, mha_mat vm)
 {
     const mha_kernel *k = f->kernel;
-    const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
     const size_t vps = mha_attention_v16_ps(kl), room = mha_bk_kp(kl);
-    mha_bk_pack_b(k, mha_mat_sub(k, qkv, 0, f->dkp), 1, f->dk, kl, s->kt16, mha_attention_kt16_ps(f));
-    mha_bk_pack_b(k, mha_mat_sub(k, qkv, 0, 2 * f->dkp), 0, kl, f->dk, s->v16, vps);
+    mha_bk_pack_b(k, km, 1, f->dk, kl, s->kt16, mha_attention_kt16_ps(f));
+    mha_bk_pack_b(k, vm, 0, kl, f->dk, s->v16, vps);
     for (int j = 0; j < f->dk; j += MHA_BT_N) /* the tile of room: zeros */
         memset(s->v16 + (size_t)(j / MHA_BT_N) * vps + room * MHA_BT_N, 0, MHA_BT_K * MHA_BT_N * sizeof(mha_bf16));
 }
@@ -295,7 +294,7 @@ static void attend_block(const mha_fwd *f, const mha_scratch *s, const mha_chunk
     }
 }
 
-void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, int kl, int off, float *z,
+void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, mha_mat q, int ql, int kl, int off, float *z,
                         ptrdiff_t ldz, const float *sinks, float *attn, const float *ks, const float *vs)
 {
     const mha_kernel *k = f->kernel;
@@ -316,7 +315,7 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, i
         const int step = attn ? kv_end - kv_begin : MHA_KV_CHUNK;
         const ptrdiff_t ld = attn || lds < MHA_KV_CHUNK ? lds : MHA_KV_CHUNK;
         const mha_chunk_rows rows = {.m = m, .pos0 = r0 + off, .period = m, .causal = f->causal, .head0 = h,
-                                     .q = mha_mat_sub(k, qkv, r0, 0),
+                                     .q = mha_mat_sub(k, q, r0, 0),
                                      .mask = f->mask ? f->mask + (size_t)r0 * f->seq_kv : NULL};
         attend_block(f, s, &rows, &kv, kv_begin, kv_end, step, s->scores, ld, z + (size_t)r0 * ldz, ldz, sinks, s->inv);
         if (attn)
@@ -337,7 +336,7 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, i
 static void attend(const mha_fwd *f, int b, int h, const mha_scratch *s, int ql, int kl)
 {
     float *attn = f->attn ? f->attn + ((size_t)b * f->h + h) * f->seq_q * f->seq_kv : NULL;
-    mha_attention_rows(f, h, s, ql, kl, f->seq_kv - f->seq_q, f->z + (size_t)b * f->seq_q * f->qd + (size_t)h * f->dk,
+    mha_attention_rows(f, h, s, mha_mat_panels(f->kernel, s->qkv, f->rows), ql, kl, f->seq_kv - f->seq_q, f->z + (size_t)b * f->seq_q * f->qd + (size_t)h * f->dk,
                        f->qd, f->sinks, attn, NULL, NULL);
 }
 
@@ -390,23 +389,24 @@ void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, c
     const int ql = f->q_len ? f->q_len[b] : f->seq_q;
     const int kl = f->kv_len ? f->kv_len[b] : f->seq_kv;
     const int dk = f->dk, dkp = f->dkp;
-    const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
     if (core_few(f, ql))
         core_few_rows(f, io, b, g, s, ql, kl);
     else {
-        /* K and V of the valid keys into the columns the forward projects them to, then Kᵀ in
-         * panels (bf16: both in bf16 B panels), once for every query head of the group */
-        mha_mat_set_rows(k, qkv, kl, dkp, dk, io->k + b * io->ks[0] + g * io->ks[1], io->ks[2]);
-        mha_mat_set_rows(k, qkv, kl, 2 * dkp, dk, io->v + b * io->vs[0] + g * io->vs[1], io->vs[2]);
+        /* Kᵀ packed from K in place (bf16: V too, into bf16 B panels), once for every query
+         * head of the group; float32 V copied into the columns the forward projects it to (the
+         * microkernel reads B in panels); each query head's Q read in place */
+        const mha_mat km = mha_mat_rows(k, io->k + b * io->ks[0] + g * io->ks[1], io->ks[2]);
+        const mha_mat vm = mha_mat_rows(k, io->v + b * io->vs[0] + g * io->vs[1], io->vs[2]);
         if (kl > 0 && f->bk)
-            pack_kv16(f, s, kl);
-        else if (kl > 0)
-            mha_pack_panels(k, dk, kl, mha_mat_sub(k, qkv, 0, dkp), 1, s->kt);
-        for (int h = g * f->group; h < (g + 1) * f->group; h++) {
-            mha_mat_set_rows(k, qkv, ql, 0, dk, io->q + b * io->qs[0] + h * io->qs[1], io->qs[2]);
-            mha_attention_rows(f, h, s, ql, kl, f->seq_kv - f->seq_q, io->out + b * io->os[0] + h * io->os[1],
-                               io->os[2], io->sinks, NULL, NULL, NULL);
+            pack_kv16(f, s, kl, km, vm);
+        else if (kl > 0) {
+            mha_pack_panels(k, dk, kl, km, 1, s->kt);
+            mha_mat_set_rows(k, mha_mat_panels(k, s->qkv, f->rows), kl, 2 * dkp, dk, vm.p, vm.ld);
         }
+        for (int h = g * f->group; h < (g + 1) * f->group; h++)
+            mha_attention_rows(f, h, s, mha_mat_rows(k, io->q + b * io->qs[0] + h * io->qs[1], io->qs[2]), ql, kl,
+                               f->seq_kv - f->seq_q, io->out + b * io->os[0] + h * io->os[1], io->os[2], io->sinks,
+                               NULL, NULL, NULL);
     }
     for (int h = g * f->group; h < (g + 1) * f->group; h++)
         for (int i = ql; i < f->seq_q; i++) /* rows past the query length */
@@ -449,7 +449,7 @@ void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)
     /* step 2: Kᵀ in panels, once for every query head of the group and every query block
      * (bf16: Kᵀ and V in bf16 B panels) */
     if (kl > 0 && f->bk)
-        pack_kv16(f, s, kl);
+        pack_kv16(f, s, kl, mha_mat_sub(k, qkv, 0, dkp), mha_mat_sub(k, qkv, 0, 2 * dkp));
     else if (kl > 0)
         mha_pack_panels(k, dk, kl, mha_mat_sub(k, qkv, 0, dkp), 1, s->kt);
     /* step 3: each query head of the group: its Q (rotated; QK-norm full: from its columns of

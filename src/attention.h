@@ -248,13 +248,14 @@ void mha_attention_pack_rows(const mha_fwd *f, int b, int r0, int r1);
  * in a bf16 engine), or NULL to pack here. */
 void mha_attention_project(const mha_fwd *f, const mha_scratch *s, int m, const float *x, const float *xp, int g,
                            int wcol, int ccol, int n);
-/* Attention of query head h for ql query rows over kl keys, with Q in the scratch's columns
- * [0, dkp), the head's Kᵀ in s->kt and V in columns [2·dkp, 3·dkp): query block by query
+/* Attention of query head h for ql query rows (of q: the scratch's columns [0, dkp), or the
+ * core's Q in place) over kl keys, with the head's Kᵀ in s->kt and V in the scratch's columns
+ * [2·dkp, 3·dkp) (bf16: both in B panels, s->kt16 and s->v16): query block by query
  * block, scores, softmax (causal: row i sees keys j <= i + off; the window; f->mask), A·V
  * into z (ql rows of dk features, ldz apart), each row divided by its sum. sinks: NULL, or
  * each head's sink logit. attn: NULL, or this head's (seq_q, seq_kv) weights of a forward.
  * ks, vs: NULL, or an int8 cache's scales of the kl keys (mha_kv_view's). */
-void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, int ql, int kl, int off, float *z,
+void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, mha_mat q, int ql, int kl, int off, float *z,
                         ptrdiff_t ldz, const float *sinks, float *attn, const float *ks, const float *vs);
 /* The attention core's tensors (mha_core_forward): element (b, head, row, c) of each at
  * p[b·st[0] + head·st[1] + row·st[2] + c], strides in floats (resolved: never all zero). */
