@@ -179,12 +179,17 @@ __attribute__((target(AVX512))) static void stream_rows_avx512(const mha_kernel 
 
 /* ---- softmax: 16 lanes, tails and masks as k-registers ---- */
 
-__attribute__((target(AVX512))) static __m512 exp16(__m512 x)
+/* mha_exp_poly on 16 lanes with FMA; 2^n applied by vscalefps (y·2^n rounded once: the
+ * multiply by 2^n's bits it replaces, bit for bit). clamp 0: the caller's x are at most 0
+ * (or NaN), as a softmax's x − max: the range clamps are left out (a lane below MHA_EXP_LO is
+ * zeroed all the same), not the bits of any lane. */
+static inline __attribute__((always_inline, target(AVX512))) __m512 exp16_lanes(__m512 x, const int clamp)
 {
-    __mmask16 in_range = _mm512_cmp_ps_mask(x, _mm512_set1_ps(MHA_EXP_LO), _CMP_GE_OQ);
-    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(MHA_EXP_LO)), _mm512_set1_ps(MHA_EXP_HI));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(MHA_LOG2E)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __mmask16 in_range = _mm512_cmp_ps_mask(x, _mm512_set1_ps(MHA_EXP_LO), _CMP_GE_OQ);
+    if (clamp)
+        x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(MHA_EXP_LO)), _mm512_set1_ps(MHA_EXP_HI));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(MHA_LOG2E)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     x = _mm512_fnmadd_ps(n, _mm512_set1_ps(MHA_LN2_HI), x);
     x = _mm512_fnmadd_ps(n, _mm512_set1_ps(MHA_LN2_LO), x);
     __m512 y = _mm512_set1_ps(MHA_EXP_P0);
@@ -194,8 +199,12 @@ __attribute__((target(AVX512))) static __m512 exp16(__m512 x)
     y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(MHA_EXP_P4));
     y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(MHA_EXP_P5));
     y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
-    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_maskz_mul_ps(in_range, y, _mm512_castsi512_ps(e));
+    return _mm512_maskz_scalef_ps(in_range, y, n);
+}
+
+__attribute__((target(AVX512))) static __m512 exp16(__m512 x)
+{
+    return exp16_lanes(x, 1);
 }
 
 /* Lanes j..j+15 that are below `visible` and not hidden by the explicit mask. */
@@ -241,7 +250,7 @@ static inline __attribute__((always_inline, target(AVX512))) void exp64(const fl
                                                                        __m512 acc[4])
 {
     for (int q = 0; q < 4; q++) {
-        e[q] = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + 16 * q), vmx));
+        e[q] = exp16_lanes(_mm512_sub_ps(_mm512_loadu_ps(s + 16 * q), vmx), 0);
         acc[q] = _mm512_add_ps(acc[q], e[q]);
     }
 }
@@ -251,7 +260,7 @@ static inline __attribute__((always_inline, target(AVX512))) __m512 exp_lanes(co
                                                                              const uint8_t *mask, __m512 vmx)
 {
     const __mmask16 k = j < visible ? lanes16(mask, j, visible) : 0;
-    return _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vmx)));
+    return _mm512_maskz_mov_ps(k, exp16_lanes(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vmx), 0));
 }
 
 /* Pass 2's entries: exp(s − max) where visible, 0 elsewhere. Both passes 2 below sum them in
