@@ -114,11 +114,13 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
          * tile past its end (those rows meet zero probabilities): one tile of room */
         sl[MHA_SLICE_vb] = product(mha_bk_b_elems(dims->seq_kv + MHA_BT_K, dims->dk), sizeof(mha_bf16), 1, of);
         /* the probabilities of 32 query rows against one chunk of keys, rounded to bf16 in A
-         * panels as each row is exp'd (the A·V product reads them packed: chunk16), and a query
-         * block's queries in A panels, packed once for all its chunks */
+         * panels as each row is exp'd (the A·V product reads them packed: chunk16), and the
+         * queries of a query block or of the core's few queries of a group (the larger) in A
+         * panels, packed once for all their chunks */
         const size_t kv = mha_round_up(seq_kv, w), chunk = kv < MHA_KV_CHUNK ? kv : MHA_KV_CHUNK;
+        const size_t q_rows = dims->q_block > (int)dec_q ? (size_t)dims->q_block : dec_q;
         sl[MHA_SLICE_pb] = product(mha_bk_a_elems(2 * MHA_BT_M, (int)chunk), sizeof(mha_bf16), 1, of);
-        sl[MHA_SLICE_qb] = product(mha_bk_a_elems(dims->q_block, dims->dk), sizeof(mha_bf16), 1, of);
+        sl[MHA_SLICE_qb] = product(mha_bk_a_elems((int)q_rows, dims->dk), sizeof(mha_bf16), 1, of);
     }
     sl[MHA_SLICE_inv] = product(mha_attention_state_floats((size_t)dims->q_block, dk), f, 1, of);
     sl[MHA_SLICE_dec] = product(dec_q, MHA_KV_CHUNK + dk, f, of);

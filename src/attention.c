@@ -340,22 +340,24 @@ static void attend(const mha_fwd *f, int b, int h, const mha_scratch *s, int ql,
                        f->qd, f->sinks, attn, NULL, NULL);
 }
 
-/* Whether the core's KV head of ql queries runs on the decode tiles (core_few_rows): float32,
- * one pass over the features (dk <= KC: the tiles' sums are the microkernel's), 1 to
- * MHA_DECODE_ROWS queries (more amortise the panels' copies) whose softmax state and Z fit the
- * A-packing region (which no GEMM uses then). */
+/* Whether the core's KV head of ql queries runs as core_few_rows: 1 to MHA_DECODE_ROWS queries
+ * (more amortise the per-head passes) whose softmax state and Z fit the A-packing region
+ * (which no product of theirs uses: float32 reads Q in place, bf16 packs it into s->q16, sized
+ * for group·MHA_DECODE_ROWS rows); float32: one pass over the features (dk <= KC: the tiles'
+ * sums are the microkernel's). */
 static int core_few(const mha_fwd *f, int ql)
 {
     const size_t m = (size_t)f->group * ql;
-    return !f->bk && f->dk <= f->kernel->kc && ql >= 1 && ql <= MHA_DECODE_ROWS && ql <= f->q_block &&
+    return (f->bk || f->dk <= f->kernel->kc) && ql >= 1 && ql <= MHA_DECODE_ROWS && ql <= f->q_block &&
            m * (4 + 2 * (size_t)f->dk) <= mha_gemm_apack_floats(f->kernel);
 }
 
 /* A few queries of every head of KV head g as the rows of one pass over the keys (row r: query
- * head g·group + r / ql, query r % ql), as decode reads a cache: Kᵀ transposed once into the
- * tiles' panels, V read in place (rows dk apart) or copied so, the decode tiles' scores and
- * values (the microkernel's sums), and mha_attention_rows' chunks, logits, merge, sink and
- * division: the same bits as it, without packing Q, K and V into panels for 1–4 rows. */
+ * head g·group + r / ql, query r % ql), as decode reads a cache: float32, Kᵀ transposed once
+ * into the decode tiles' panels and V read in place (rows dk apart) or copied so, the tiles'
+ * scores and values (the microkernel's sums); bf16, K and V packed into the kernel's panels
+ * as for more queries; then mha_attention_rows' chunks, logits, merge, sink and division: the
+ * same bits as it, with one pass for the group's 1–4 rows per head. */
 static void core_few_rows(const mha_fwd *f, const mha_core_io *io, int b, int g, const mha_scratch *s, int ql, int kl)
 {
     const mha_kernel *k = f->kernel;
@@ -363,12 +365,17 @@ static void core_few_rows(const mha_fwd *f, const mha_core_io *io, int b, int g,
     const float *kb = io->k + b * io->ks[0] + g * io->ks[1], *vb = io->v + b * io->vs[0] + g * io->vs[1];
     float *sc = s->dec, *q = sc + (size_t)m * MHA_KV_CHUNK; /* dec: (group·MHA_DECODE_ROWS) × (chunk + dk) */
     float *z = s->apack + (size_t)m * (4 + dk); /* past attend_block's state in the apack region */
-    if (kl > 0)
-        k->isa->pack_rows(mha_mat_rows(k, kb, io->ks[2]), k->bw, 0, kl, 0, dk, MHA_TILE_KEYS, s->kt);
-    float *vc = s->qkv;
-    for (int j = 0; io->vs[2] != dk && j < kl; j++)
-        memcpy(vc + (size_t)j * dk, vb + j * io->vs[2], (size_t)dk * sizeof *vc);
-    const mha_kv_view kv = {.ktp = s->kt, .vp = io->vs[2] == dk ? vb : vc};
+    mha_kv_view kv = {.kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f), .vps = mha_attention_v16_ps(kl)};
+    if (f->bk && kl > 0)
+        pack_kv16(f, s, kl, mha_mat_rows(k, kb, io->ks[2]), mha_mat_rows(k, vb, io->vs[2]));
+    else if (!f->bk) {
+        if (kl > 0)
+            k->isa->pack_rows(mha_mat_rows(k, kb, io->ks[2]), k->bw, 0, kl, 0, dk, MHA_TILE_KEYS, s->kt);
+        float *vc = s->qkv;
+        for (int j = 0; io->vs[2] != dk && j < kl; j++)
+            memcpy(vc + (size_t)j * dk, vb + j * io->vs[2], (size_t)dk * sizeof *vc);
+        kv = (mha_kv_view){.ktp = s->kt, .vp = io->vs[2] == dk ? vb : vc};
+    }
     for (int r = 0; r < m; r++)
         memcpy(q + (size_t)r * dk, io->q + b * io->qs[0] + (h0 + r / ql) * io->qs[1] + (r % ql) * io->qs[2],
                (size_t)dk * sizeof *q);

@@ -8,6 +8,7 @@
 
 #include <criterion/criterion.h>
 
+#include "bgemm.h"
 #include "helpers.h"
 
 /* fp32 products over at most a few hundred terms and a ~2-ulp exp on unit-scale data: near
@@ -105,30 +106,51 @@ static float *sentinel_floats(size_t n)
     return x;
 }
 
-/* f32: with weights that only select (exact products), mha_forward's output is its attention
- * itself; the core on the same Q, K, V must give those bits, through HF's strides. */
+/* An engine of the problem in the given precision, its weights set (layout XW). */
+static mha_engine *engine_in(const problem *p, int bf16)
+{
+    mha_config cfg;
+    problem_config(p, &cfg, 2);
+    cfg.precision = bf16 ? MHA_PRECISION_BF16 : MHA_PRECISION_F32;
+    mha_engine *e = NULL;
+    cr_assert_eq(mha_create(&cfg, &e), MHA_OK);
+    float *scratch;
+    const mha_weights w = problem_weights(p, MHA_LAYOUT_XW, &scratch);
+    cr_assert_eq(mha_set_weights(e, &w), MHA_OK);
+    free(scratch);
+    return e;
+}
+
+/* With weights that only select (exact products), mha_forward's output is its attention
+ * itself; the core on the same Q, K, V must give those bits, through HF's strides. bf16: the
+ * selections are exact on the inputs rounded to bf16, which is what the core's packing rounds
+ * them to, so the attention is the same; the forward's output projection then rounds it to
+ * bf16, so the core's output rounded to bf16 must be the forward's output. */
 Test(core, equals_the_forwards_attention_bit_for_bit, .timeout = 120)
 {
-    for (int ci = 0; ci < N_CASES; ci++) {
-        const ccase *c = &cases[ci];
-        problem p;
-        case_problem(c, &p, 1000 + (uint64_t)ci);
-        selection_weights(&p);
-        mha_engine *e = engine_for(&p, 2, MHA_LAYOUT_XW);
-        const size_t n = (size_t)p.batch * p.seq_q * p.d;
-        float *fwd = sentinel_floats(n), *core = sentinel_floats(n);
-        mha_input in = problem_input(&p);
-        cr_assert_eq(mha_forward(e, &in, fwd, NULL), MHA_OK, "%s: %s", c->name, mha_engine_last_error(e));
-        mha_core_input ci_ = hf_input(&p);
-        const ptrdiff_t os[3] = {(ptrdiff_t)p.seq_q * p.d, p.dk, p.d};
-        cr_assert_eq(mha_core_forward(e, &ci_, core, os), MHA_OK, "%s: %s", c->name, mha_engine_last_error(e));
-        const long at = first_bit_difference(fwd, core, n);
-        cr_assert_eq(at, -1, "%s (isa %s): element %ld: forward %a, core %a", c->name, mha_engine_isa(e), at,
-                     (double)fwd[at < 0 ? 0 : at], (double)core[at < 0 ? 0 : at]);
-        free(fwd), free(core);
-        mha_free(e);
-        problem_free(&p);
-    }
+    for (int bf16 = 0; bf16 < 2; bf16++)
+        for (int ci = 0; ci < N_CASES; ci++) {
+            const ccase *c = &cases[ci];
+            problem p;
+            case_problem(c, &p, 1000 + (uint64_t)ci);
+            selection_weights(&p);
+            mha_engine *e = engine_in(&p, bf16);
+            const size_t n = (size_t)p.batch * p.seq_q * p.d;
+            float *fwd = sentinel_floats(n), *core = sentinel_floats(n);
+            mha_input in = problem_input(&p);
+            cr_assert_eq(mha_forward(e, &in, fwd, NULL), MHA_OK, "%s: %s", c->name, mha_engine_last_error(e));
+            mha_core_input ci_ = hf_input(&p);
+            const ptrdiff_t os[3] = {(ptrdiff_t)p.seq_q * p.d, p.dk, p.d};
+            cr_assert_eq(mha_core_forward(e, &ci_, core, os), MHA_OK, "%s: %s", c->name, mha_engine_last_error(e));
+            for (size_t i = 0; bf16 && i < n; i++)
+                core[i] = mha_bf16_float(mha_bf16_round(core[i]));
+            const long at = first_bit_difference(fwd, core, n);
+            cr_assert_eq(at, -1, "%s, %s (isa %s): element %ld: forward %a, core %a", c->name, bf16 ? "bf16" : "f32",
+                         mha_engine_isa(e), at, (double)fwd[at < 0 ? 0 : at], (double)core[at < 0 ? 0 : at]);
+            free(fwd), free(core);
+            mha_free(e);
+            problem_free(&p);
+        }
 }
 
 /* Q, K, V in SDPA's (batch, heads, rows, d_k) layout (default strides) and in the problem's
