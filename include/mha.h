@@ -309,14 +309,19 @@ MHA_API mha_status mha_step_forward(mha_engine *e, mha_kv_cache *c, const mha_st
  * weights play no part (no mha_set_weights needed). Positions: key j at j, query i at
  * i + seq_kv − seq_q (PyTorch's bottom-right causal alignment), as mha_forward.
  *
- * Tensors are float32 with each row's head_dim features contiguous; element (b, h, i, c) of q
- * is q[b·q_stride[0] + h·q_stride[1] + i·q_stride[2] + c] (strides in floats, >= 0), k and v
- * likewise over the KV heads and seq_kv rows, out over the query heads and seq_q rows.
- * Strides of all zeros mean contiguous (batch, heads, rows, head_dim), SDPA's layout; HF's
- * (batch, rows, heads, head_dim) is {rows·heads·head_dim, head_dim, heads·head_dim}. */
+ * Tensors are float32, or with dtype MHA_DTYPE_BF16 bfloat16 (uint16_t, the high half of a
+ * float32; an engine of precision bf16 only: its products round to bf16 anyway, so the
+ * results equal those of the same values in float32, and out is rounded to bf16 from them),
+ * with each row's head_dim features contiguous; element (b, h, i, c) of q is q[b·q_stride[0] +
+ * h·q_stride[1] + i·q_stride[2] + c] (strides in elements, >= 0), k and v likewise over the
+ * KV heads and seq_kv rows, out over the query heads and seq_q rows. Strides of all zeros
+ * mean contiguous (batch, heads, rows, head_dim), SDPA's layout; HF's (batch, rows, heads,
+ * head_dim) is {rows·heads·head_dim, head_dim, heads·head_dim}. */
+typedef enum { MHA_DTYPE_F32 = 0, MHA_DTYPE_BF16 = 1 } mha_dtype;
 typedef struct mha_core_input {
     int batch, seq_q, seq_kv;
-    const float *q, *k, *v;
+    mha_dtype dtype;               /* of q, k, v and out: MHA_DTYPE_F32 (0) or MHA_DTYPE_BF16 */
+    const void *q, *k, *v;
     ptrdiff_t q_stride[3], k_stride[3], v_stride[3];
     const int32_t *q_lengths;      /* NULL or (batch): valid query rows; out's other rows are 0 */
     const int32_t *kv_lengths;     /* NULL or (batch): key padding */
@@ -334,7 +339,7 @@ typedef struct mha_core_input {
  * keys alone (not the batch, the thread count or the strides), and equal mha_forward's
  * attention of the same Q, K, V. Allocates nothing; MHA_ERR_STATE inside an active OpenMP
  * parallel region with threads > 1. */
-MHA_API mha_status mha_core_forward(mha_engine *e, const mha_core_input *in, float *out, const ptrdiff_t out_stride[3]);
+MHA_API mha_status mha_core_forward(mha_engine *e, const mha_core_input *in, void *out, const ptrdiff_t out_stride[3]);
 
 /* The message of the engine's last failed call (set_weights, forward), naming the field
  * and values ("batch 3 > max_batch 2"); "" after a success. Never NULL. A failed create

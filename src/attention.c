@@ -66,14 +66,19 @@ void mha_attention_project(const mha_fwd *f, const mha_scratch *s, int m, const 
 
 /* bf16: the group's Kᵀ and V (kl keys of dk features, rows of km and vm) into B panels, once
  * for every query head of the group. */
+static void v16_room(const mha_fwd *f, const mha_scratch *s, int kl)
+{
+    const size_t vps = mha_attention_v16_ps(kl), room = mha_bk_kp(kl);
+    for (int j = 0; j < f->dk; j += MHA_BT_N) /* the tile of room past V's keys: zeros */
+        memset(s->v16 + (size_t)(j / MHA_BT_N) * vps + room * MHA_BT_N, 0, MHA_BT_K * MHA_BT_N * sizeof(mha_bf16));
+}
+
 static void pack_kv16(const mha_fwd *f, const mha_scratch *s, int kl, mha_mat km, mha_mat vm)
 {
     const mha_kernel *k = f->kernel;
-    const size_t vps = mha_attention_v16_ps(kl), room = mha_bk_kp(kl);
     mha_bk_pack_b(k, km, 1, f->dk, kl, s->kt16, mha_attention_kt16_ps(f));
-    mha_bk_pack_b(k, vm, 0, kl, f->dk, s->v16, vps);
-    for (int j = 0; j < f->dk; j += MHA_BT_N) /* the tile of room: zeros */
-        memset(s->v16 + (size_t)(j / MHA_BT_N) * vps + room * MHA_BT_N, 0, MHA_BT_K * MHA_BT_N * sizeof(mha_bf16));
+    mha_bk_pack_b(k, vm, 0, kl, f->dk, s->v16, mha_attention_v16_ps(kl));
+    v16_room(f, s, kl);
 }
 
 /* QK-norm (of query head `head`, or is_k: of KV head `head`; ss as mha_attention_norm_rows),
@@ -340,6 +345,57 @@ static void attend(const mha_fwd *f, int b, int h, const mha_scratch *s, int ql,
                        f->qd, f->sinks, attn, NULL, NULL);
 }
 
+/* The core's tensors: the address of element offset off of p, in io's dtype. */
+static const char *core_at(const mha_core_io *io, const void *p, ptrdiff_t off)
+{
+    return (const char *)p + off * (io->bf16 ? (ptrdiff_t)sizeof(mha_bf16) : (ptrdiff_t)sizeof(float));
+}
+
+/* n elements of a core tensor at element offset off as floats (bf16 widened: exact). */
+static void core_get(const mha_core_io *io, const void *p, ptrdiff_t off, int n, float *dst)
+{
+    const char *src = core_at(io, p, off);
+    if (!io->bf16)
+        memcpy(dst, src, (size_t)n * sizeof *dst);
+    for (int c = 0; io->bf16 && c < n; c++) {
+        mha_bf16 h;
+        memcpy(&h, src + c * sizeof h, sizeof h);
+        dst[c] = mha_bf16_float(h);
+    }
+}
+
+/* n floats into out at element offset off (bf16: rounded; z NULL: zeros). */
+static void core_put(const mha_core_io *io, ptrdiff_t off, const float *z, int n)
+{
+    char *dst = (char *)core_at(io, io->out, off);
+    if (!z)
+        memset(dst, 0, (size_t)n * (io->bf16 ? sizeof(mha_bf16) : sizeof(float)));
+    else if (!io->bf16)
+        memcpy(dst, z, (size_t)n * sizeof *z);
+    for (int c = 0; z && io->bf16 && c < n; c++) {
+        const mha_bf16 h = mha_bf16_round(z[c]);
+        memcpy(dst + c * sizeof h, &h, sizeof h);
+    }
+}
+
+/* bf16 engines: K and V of (sequence b, KV head g), kl keys, into the kernel's B panels, once for
+ * every query head of the group: from float32 rounded as they are packed, from bf16 copied. */
+static void core_pack_kv16(const mha_fwd *f, const mha_core_io *io, int b, int g, const mha_scratch *s, int kl)
+{
+    const mha_kernel *k = f->kernel;
+    const ptrdiff_t ko = b * io->ks[0] + g * io->ks[1], vo = b * io->vs[0] + g * io->vs[1];
+    if (kl <= 0)
+        return;
+    if (!io->bf16) {
+        pack_kv16(f, s, kl, mha_mat_rows(k, (const float *)io->k + ko, io->ks[2]),
+                  mha_mat_rows(k, (const float *)io->v + vo, io->vs[2]));
+        return;
+    }
+    mha_bk_pack_b_bf16(k, (const mha_bf16 *)io->k + ko, io->ks[2], 1, f->dk, kl, s->kt16, mha_attention_kt16_ps(f));
+    mha_bk_pack_b_bf16(k, (const mha_bf16 *)io->v + vo, io->vs[2], 0, kl, f->dk, s->v16, mha_attention_v16_ps(kl));
+    v16_room(f, s, kl);
+}
+
 /* Whether the core's KV head of ql queries runs as core_few_rows: 1 to MHA_DECODE_ROWS queries
  * (more amortise the per-head passes) whose softmax state and Z fit the A-packing region
  * (which no product of theirs uses: float32 reads Q in place, bf16 packs it into s->q16, sized
@@ -362,13 +418,14 @@ static void core_few_rows(const mha_fwd *f, const mha_core_io *io, int b, int g,
 {
     const mha_kernel *k = f->kernel;
     const int dk = f->dk, m = f->group * ql, off = f->seq_kv - f->seq_q, h0 = g * f->group;
-    const float *kb = io->k + b * io->ks[0] + g * io->ks[1], *vb = io->v + b * io->vs[0] + g * io->vs[1];
     float *sc = s->dec, *q = sc + (size_t)m * MHA_KV_CHUNK; /* dec: (group·MHA_DECODE_ROWS) × (chunk + dk) */
     float *z = s->apack + (size_t)m * (4 + dk); /* past attend_block's state in the apack region */
     mha_kv_view kv = {.kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f), .vps = mha_attention_v16_ps(kl)};
-    if (f->bk && kl > 0)
-        pack_kv16(f, s, kl, mha_mat_rows(k, kb, io->ks[2]), mha_mat_rows(k, vb, io->vs[2]));
-    else if (!f->bk) {
+    if (f->bk)
+        core_pack_kv16(f, io, b, g, s, kl);
+    else { /* float32 engines take float32 tensors only */
+        const float *kb = (const float *)io->k + b * io->ks[0] + g * io->ks[1];
+        const float *vb = (const float *)io->v + b * io->vs[0] + g * io->vs[1];
         if (kl > 0)
             k->isa->pack_rows(mha_mat_rows(k, kb, io->ks[2]), k->bw, 0, kl, 0, dk, MHA_TILE_KEYS, s->kt);
         float *vc = s->qkv;
@@ -377,8 +434,7 @@ static void core_few_rows(const mha_fwd *f, const mha_core_io *io, int b, int g,
         kv = (mha_kv_view){.ktp = s->kt, .vp = io->vs[2] == dk ? vb : vc};
     }
     for (int r = 0; r < m; r++)
-        memcpy(q + (size_t)r * dk, io->q + b * io->qs[0] + (h0 + r / ql) * io->qs[1] + (r % ql) * io->qs[2],
-               (size_t)dk * sizeof *q);
+        core_get(io, io->q, b * io->qs[0] + (h0 + r / ql) * io->qs[1] + (r % ql) * io->qs[2], dk, q + (size_t)r * dk);
     /* mha_attention_rows' one query block of these ql queries */
     int kv_begin;
     const int kv_end = block_keys(f, off, ql - 1 + off, kl, MHA_KV_CHUNK, &kv_begin);
@@ -386,8 +442,7 @@ static void core_few_rows(const mha_fwd *f, const mha_core_io *io, int b, int g,
                                  .q = mha_mat_rows(k, q, dk), .mask = f->mask};
     attend_block(f, s, &rows, &kv, kv_begin, kv_end, MHA_KV_CHUNK, sc, MHA_KV_CHUNK, z, dk, io->sinks, s->apack);
     for (int r = 0; r < m; r++)
-        memcpy(io->out + b * io->os[0] + (h0 + r / ql) * io->os[1] + (r % ql) * io->os[2], z + (size_t)r * dk,
-               (size_t)dk * sizeof *z);
+        core_put(io, b * io->os[0] + (h0 + r / ql) * io->os[1] + (r % ql) * io->os[2], z + (size_t)r * dk, dk);
 }
 
 void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, const mha_scratch *s)
@@ -399,25 +454,35 @@ void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, c
     if (core_few(f, ql))
         core_few_rows(f, io, b, g, s, ql, kl);
     else {
-        /* Kᵀ packed from K in place (bf16: V too, into bf16 B panels), once for every query
-         * head of the group; float32 V copied into the columns the forward projects it to (the
-         * microkernel reads B in panels); each query head's Q read in place */
-        const mha_mat km = mha_mat_rows(k, io->k + b * io->ks[0] + g * io->ks[1], io->ks[2]);
-        const mha_mat vm = mha_mat_rows(k, io->v + b * io->vs[0] + g * io->vs[1], io->vs[2]);
-        if (kl > 0 && f->bk)
-            pack_kv16(f, s, kl, km, vm);
+        /* Kᵀ packed from K in place (bf16 engines: V too, into bf16 B panels), once for every
+         * query head of the group; float32 V copied into the columns the forward projects it to
+         * (the microkernel reads B in panels); float32 Q read and out written in place, bf16
+         * ones through float rows in the scratch (the Q/K/V region, which bf16 engines' core
+         * does not use otherwise: Q at 0, Z rows·dkp floats on) */
+        if (f->bk)
+            core_pack_kv16(f, io, b, g, s, kl);
         else if (kl > 0) {
+            const mha_mat km = mha_mat_rows(k, (const float *)io->k + b * io->ks[0] + g * io->ks[1], io->ks[2]);
             mha_pack_panels(k, dk, kl, km, 1, s->kt);
-            mha_mat_set_rows(k, mha_mat_panels(k, s->qkv, f->rows), kl, 2 * dkp, dk, vm.p, vm.ld);
+            mha_mat_set_rows(k, mha_mat_panels(k, s->qkv, f->rows), kl, 2 * dkp, dk,
+                             (const float *)io->v + b * io->vs[0] + g * io->vs[1], io->vs[2]);
         }
-        for (int h = g * f->group; h < (g + 1) * f->group; h++)
-            mha_attention_rows(f, h, s, mha_mat_rows(k, io->q + b * io->qs[0] + h * io->qs[1], io->qs[2]), ql, kl,
-                               f->seq_kv - f->seq_q, io->out + b * io->os[0] + h * io->os[1], io->os[2], io->sinks,
-                               NULL, NULL, NULL);
+        float *qf = s->qkv, *zf = s->qkv + (size_t)f->rows * dkp;
+        for (int h = g * f->group; h < (g + 1) * f->group; h++) {
+            const ptrdiff_t qo = b * io->qs[0] + h * io->qs[1], oo = b * io->os[0] + h * io->os[1];
+            for (int i = 0; io->bf16 && i < ql; i++)
+                core_get(io, io->q, qo + i * io->qs[2], dk, qf + (size_t)i * dk);
+            mha_attention_rows(f, h, s,
+                               io->bf16 ? mha_mat_rows(k, qf, dk) : mha_mat_rows(k, (const float *)io->q + qo, io->qs[2]),
+                               ql, kl, f->seq_kv - f->seq_q, io->bf16 ? zf : (float *)io->out + oo,
+                               io->bf16 ? dk : io->os[2], io->sinks, NULL, NULL, NULL);
+            for (int i = 0; io->bf16 && i < ql; i++)
+                core_put(io, oo + i * io->os[2], zf + (size_t)i * dk, dk);
+        }
     }
     for (int h = g * f->group; h < (g + 1) * f->group; h++)
         for (int i = ql; i < f->seq_q; i++) /* rows past the query length */
-            memset(io->out + b * io->os[0] + h * io->os[1] + i * io->os[2], 0, (size_t)dk * sizeof *io->out);
+            core_put(io, b * io->os[0] + h * io->os[1] + i * io->os[2], NULL, dk);
 }
 
 void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)

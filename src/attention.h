@@ -258,10 +258,11 @@ void mha_attention_project(const mha_fwd *f, const mha_scratch *s, int m, const 
 void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, mha_mat q, int ql, int kl, int off, float *z,
                         ptrdiff_t ldz, const float *sinks, float *attn, const float *ks, const float *vs);
 /* The attention core's tensors (mha_core_forward): element (b, head, row, c) of each at
- * p[b·st[0] + head·st[1] + row·st[2] + c], strides in floats (resolved: never all zero). */
+ * p[b·st[0] + head·st[1] + row·st[2] + c], strides in elements (resolved: never all zero). */
 typedef struct mha_core_io {
-    const float *q, *k, *v;
-    float *out;
+    const void *q, *k, *v; /* float32, or bf16 (mha_bf16) with bf16 set: a bf16 engine's */
+    void *out;
+    int bf16;
     ptrdiff_t qs[3], ks[3], vs[3], os[3];
     const float *sinks; /* NULL or (h) */
 } mha_core_io;

@@ -112,6 +112,34 @@ void mha_bk_pack_b(const mha_kernel *k, mha_mat src, int transpose, int kk, int 
     k->isa->pack_b16(k, src, transpose, kk, n, dst, ps);
 }
 
+void mha_bk_pack_b_bf16(const mha_kernel *k, const mha_bf16 *src, ptrdiff_t ld, int transpose, int kk, int n,
+                        mha_bf16 *dst, size_t ps)
+{
+    const mha_isa *isa = k->isa;
+    const int kp = (int)mha_bk_kp(kk), np = (int)mha_round_up((size_t)(n > 0 ? n : 0), MHA_BT_N);
+    /* transpose: a row's k pairs are 32-bit words, which B's panels hold 16 rows abreast */
+    const int words = transpose && kk % 2 == 0 && ld % 2 == 0 && ((uintptr_t)src & 3u) == 0 ? kk / 2 : 0;
+    for (int j0 = 0; j0 < np; j0 += MHA_BT_N) {
+        mha_bf16 *panel = dst + (size_t)(j0 / MHA_BT_N) * ps;
+        int p = 0;
+        if (words) {
+            const int rows = n - j0 < MHA_BT_N ? n - j0 : MHA_BT_N;
+            isa->pack_rows(mha_mat_rows(k, (const float *)(const void *)(src + (ptrdiff_t)j0 * ld), ld / 2), k->bw, 0,
+                           rows, 0, words, MHA_BT_N, (float *)(void *)panel);
+            p = kk;
+        } else if (!transpose && j0 + MHA_BT_N <= n && kk >= 2) {
+            isa->interleave_pairs(src + j0, (size_t)ld, kk / 2, panel, NULL);
+            p = kk / 2 * 2;
+        }
+        for (; p < kp; p++) /* the rest, and zeros past kk and n */
+            for (int i = 0; i < MHA_BT_N; i++) {
+                const int j = j0 + i;
+                panel[mha_bk_b_index(p, i, ps)] =
+                    j < n && p < kk ? src[transpose ? (ptrdiff_t)j * ld + p : (ptrdiff_t)p * ld + j] : 0;
+            }
+    }
+}
+
 /* ---- the product ---- */
 
 void mha_bgemm(const mha_bkernel *bk, const mha_kernel *k, int m, int n, int kk, float alpha, const mha_bf16 *ap,

@@ -132,6 +132,12 @@ void mha_bk_pack_a_row(const mha_kernel *k, const float *x, int i, int kk, mha_b
  * ps; zero padding to whole tiles and panels. */
 void mha_bk_pack_b(const mha_kernel *k, mha_mat src, int transpose, int kk, int n, mha_bf16 *dst, size_t ps);
 
+/* The same from bf16 elements (src's rows ld apart: kk × n, or n × kk when transpose), copied:
+ * pairs of a row's elements as 32-bit words through the table's pack_rows (transpose) or
+ * pairs of rows through its interleave_pairs where whole, element by element elsewhere. */
+void mha_bk_pack_b_bf16(const mha_kernel *k, const mha_bf16 *src, ptrdiff_t ld, int transpose, int kk, int n,
+                        mha_bf16 *dst, size_t ps);
+
 /* bf16 of scratch mha_bgemm needs to pack A for products of depth up to kk. */
 static inline size_t mha_bgemm_apack_elems(int kk)
 {

@@ -551,7 +551,7 @@ static const char *core_strides(const ptrdiff_t *in, const int n[3], int dk, int
     return NULL;
 }
 
-MHA_API mha_status mha_core_forward(mha_engine *e, const mha_core_input *in, float *out, const ptrdiff_t out_stride[3])
+MHA_API mha_status mha_core_forward(mha_engine *e, const mha_core_input *in, void *out, const ptrdiff_t out_stride[3])
 {
     if (!e)
         return MHA_ERR_INVALID_ARG;
@@ -559,6 +559,11 @@ MHA_API mha_status mha_core_forward(mha_engine *e, const mha_core_input *in, flo
         return failed(e, MHA_ERR_INVALID_ARG, "core: %s is NULL",
                       !in ? "in" : !out ? "out" : !in->q ? "in->q" : !in->k ? "in->k" : "in->v");
     const mha_dims *dm = &e->dims;
+    if (in->dtype != MHA_DTYPE_F32 && in->dtype != MHA_DTYPE_BF16)
+        return failed(e, MHA_ERR_INVALID_ARG, "core: in->dtype %d is neither MHA_DTYPE_F32 (0) nor MHA_DTYPE_BF16 (1)",
+                      (int)in->dtype);
+    if (in->dtype == MHA_DTYPE_BF16 && !dm->bf16)
+        return failed(e, MHA_ERR_INVALID_ARG, "core: in->dtype bf16 needs an engine of precision bf16 (this one is f32)");
     if (dm->sinks != (in->sinks != NULL))
         return failed(e, MHA_ERR_INVALID_ARG, dm->sinks ? "core: in->sinks is NULL, but the config has sinks (one logit "
                       "per head)" : "core: in->sinks given, but the config has no sinks");
@@ -568,7 +573,8 @@ MHA_API mha_status mha_core_forward(mha_engine *e, const mha_core_input *in, flo
     mha_status st = check_sizes(e, "core", in->batch, in->seq_q, in->seq_kv, in->q_lengths, in->kv_lengths);
     if (st != MHA_OK)
         return st;
-    mha_core_io io = {.q = in->q, .k = in->k, .v = in->v, .out = out, .sinks = in->sinks};
+    mha_core_io io = {.q = in->q, .k = in->k, .v = in->v, .out = out, .bf16 = in->dtype == MHA_DTYPE_BF16,
+                      .sinks = in->sinks};
     const struct { const char *name; const ptrdiff_t *given; int n[3], distinct; ptrdiff_t *st; } t[] = {
         {"q_stride", in->q_stride, {in->batch, dm->h, in->seq_q}, 0, io.qs},
         {"k_stride", in->k_stride, {in->batch, dm->kvh, in->seq_kv}, 0, io.ks},

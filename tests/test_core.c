@@ -270,6 +270,50 @@ Test(core, a_rows_bits_depend_on_its_sequence_alone, .timeout = 120)
     }
 }
 
+/* bf16 tensors (dtype MHA_DTYPE_BF16, a bf16 engine): the bits of the same values in float32
+ * tensors, out rounded to bf16, on every case (few queries, GQA, masks, ragged, strides of HF's
+ * layout for q and out) and an odd d_k (K and V copied element by element, not as pairs). */
+Test(core, bf16_tensors_give_the_bits_of_their_values_in_float32, .timeout = 120)
+{
+    const ccase odd = {"odd d_k", 2, 1, 17, 2, 40, 40, 0, M_CAUSAL, 0, 0};
+    for (int ci = 0; ci <= N_CASES; ci++) {
+        const ccase *c = ci < N_CASES ? &cases[ci] : &odd;
+        problem p;
+        case_problem(c, &p, 7000 + (uint64_t)ci);
+        mha_config cfg;
+        problem_config(&p, &cfg, 2);
+        cfg.precision = MHA_PRECISION_BF16;
+        mha_engine *e = NULL;
+        cr_assert_eq(mha_create(&cfg, &e), MHA_OK);
+        sdpa s = sdpa_of(&p, 7100 + (uint64_t)ci);
+        const size_t nq = (size_t)p.batch * p.h * p.seq_q * p.dk, nk = (size_t)p.batch * p.kvh * p.seq_kv * p.dk;
+        mha_bf16 *q16 = malloc(nq * sizeof *q16), *k16 = malloc(nk * sizeof *k16), *v16 = malloc(nk * sizeof *v16);
+        mha_bf16 *out16 = malloc(nq * sizeof *out16);
+        cr_assert(q16 && k16 && v16 && out16);
+        for (size_t i = 0; i < nq; i++) /* the float32 tensors hold the bf16 values */
+            q16[i] = mha_bf16_round(s.q[i]), s.q[i] = mha_bf16_float(q16[i]);
+        for (size_t i = 0; i < nk; i++)
+            k16[i] = mha_bf16_round(s.k[i]), s.k[i] = mha_bf16_float(k16[i]), v16[i] = mha_bf16_round(s.v[i]),
+            s.v[i] = mha_bf16_float(v16[i]);
+        float *out = sentinel_floats(nq);
+        memset(out16, 0xee, nq * sizeof *out16);
+        /* q (and out) in HF's (batch, rows, heads, d_k) layout: the same elements, other strides */
+        const ptrdiff_t hs[3] = {(ptrdiff_t)p.seq_q * p.h * p.dk, p.dk, (ptrdiff_t)p.h * p.dk};
+        mha_core_input in = {.batch = p.batch, .seq_q = p.seq_q, .seq_kv = p.seq_kv, .q = s.q, .k = s.k, .v = s.v,
+                             .q_stride = {hs[0], hs[1], hs[2]}, .q_lengths = p.q_len, .kv_lengths = p.kv_len,
+                             .causal = p.causal, .mask = p.mask, .sinks = p.sinks};
+        cr_assert_eq(mha_core_forward(e, &in, out, hs), MHA_OK, "%s: %s", c->name, mha_engine_last_error(e));
+        in.dtype = MHA_DTYPE_BF16, in.q = q16, in.k = k16, in.v = v16;
+        cr_assert_eq(mha_core_forward(e, &in, out16, hs), MHA_OK, "%s: %s", c->name, mha_engine_last_error(e));
+        for (size_t i = 0; i < nq; i++)
+            cr_assert_eq(out16[i], mha_bf16_round(out[i]), "%s (isa %s, kernel %s): element %zu: %#x, float32 %a",
+                         c->name, mha_engine_isa(e), mha_engine_kernel(e), i, out16[i], (double)out[i]);
+        free(q16), free(k16), free(v16), free(out16), free(out), free(s.q), free(s.k), free(s.v);
+        mha_free(e);
+        problem_free(&p);
+    }
+}
+
 Test(core, bad_input_is_refused_and_nothing_is_written, .timeout = 30)
 {
     problem p;
@@ -293,6 +337,8 @@ Test(core, bad_input_is_refused_and_nothing_is_written, .timeout = 30)
         {"out rows on top of each other", good, (const ptrdiff_t[3]){8 * 130 * 32, 130 * 32, 16}, MHA_ERR_SHAPE,
          "share an address"},
         {"sinks the config does not have", good, NULL, MHA_ERR_INVALID_ARG, "no sinks"},
+        {"bf16 tensors on a float32 engine", good, NULL, MHA_ERR_INVALID_ARG, "needs an engine of precision bf16"},
+        {"a dtype that is none", good, NULL, MHA_ERR_INVALID_ARG, "in->dtype 7 is neither"},
     };
     t[0].in.q = NULL;
     t[1].in.batch = 0;
@@ -303,6 +349,8 @@ Test(core, bad_input_is_refused_and_nothing_is_written, .timeout = 30)
     t[6].in.k_stride[0] = -1, t[6].in.k_stride[1] = 32, t[6].in.k_stride[2] = 32;
     t[7].in.v_stride[0] = PTRDIFF_MAX, t[7].in.v_stride[1] = 1, t[7].in.v_stride[2] = 32;
     t[9].in.sinks = sinks;
+    t[10].in.dtype = MHA_DTYPE_BF16;
+    t[11].in.dtype = (mha_dtype)7;
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         cr_assert_eq(mha_core_forward(e, &t[i].in, out, t[i].os), t[i].st, "%s: %s", t[i].what, mha_engine_last_error(e));
         cr_assert(strstr(mha_engine_last_error(e), t[i].says), "%s: the message '%s' does not say '%s'", t[i].what,

@@ -1,6 +1,7 @@
 /* core.c — `mha run CONFIG --core`: the attention core alone (mha_core_forward) on seeded Q,
- * K, V of the config's heads and batch, timed, sampled rows checked against a double
- * reference: the core's speed without the projections, measured as SDPA's peers are. */
+ * K, V of the config's heads and batch (bf16 tensors with precision bf16, as SDPA's peers take
+ * them), timed, sampled rows checked against a double reference: the core's speed without the
+ * projections, measured as SDPA's peers are. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 typedef struct core_state {
     cli_problem p;
     float *q, *k, *v, *out, *sinks;
+    uint16_t *q16, *k16, *v16, *out16; /* precision bf16: the tensors the core is given */
     double *times;
     mha_engine *e;
 } core_state;
@@ -23,6 +25,33 @@ static void release(core_state *s)
     mha_free(s->e);
     cli_problem_free(&s->p);
     free(s->q), free(s->k), free(s->v), free(s->out), free(s->sinks), free(s->times);
+    free(s->q16), free(s->k16), free(s->v16), free(s->out16);
+}
+
+/* float -> bf16, nearest even (the engine's rounding for finite values, which these are). */
+static uint16_t to_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static float of_bf16(uint16_t h)
+{
+    const uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* n floats at x as bf16 into a new array, x keeping the values it now holds (the reference's
+ * input); NULL when out of memory. */
+static uint16_t *bf16_copy(float *x, size_t n)
+{
+    uint16_t *h = malloc(n * sizeof *h);
+    for (size_t i = 0; h && i < n; i++)
+        h[i] = to_bf16(x[i]), x[i] = of_bf16(h[i]);
+    return h;
 }
 
 /* Element (b, h, i, 0) of a contiguous (batch, heads, rows, d_k) tensor. */
@@ -111,19 +140,31 @@ int cli_core(const mha_config_file *fc, const char *config, int causal, int chec
         goto out;
     }
     p->w.sinks = s.sinks;
-    const mha_core_input in = {.batch = p->batch, .seq_q = p->seq_q, .seq_kv = p->seq_kv, .q = s.q, .k = s.k, .v = s.v,
+    const int bf16 = cfg.precision == MHA_PRECISION_BF16;
+    if (bf16 && (!(s.q16 = bf16_copy(s.q, nq)) || !(s.k16 = bf16_copy(s.k, nkv)) || !(s.v16 = bf16_copy(s.v, nkv)) ||
+                 !(s.out16 = malloc(nq * sizeof *s.out16)))) {
+        cli_error("out of memory for bf16 Q, K and V of %d × %d × %d × %d", p->batch, p->h, p->seq_q, p->dk);
+        rc = EXIT_RUNTIME;
+        goto out;
+    }
+    const mha_core_input in = {.batch = p->batch, .seq_q = p->seq_q, .seq_kv = p->seq_kv,
+                               .dtype = bf16 ? MHA_DTYPE_BF16 : MHA_DTYPE_F32, .q = bf16 ? (const void *)s.q16 : s.q,
+                               .k = bf16 ? (const void *)s.k16 : s.k, .v = bf16 ? (const void *)s.v16 : s.v,
                                .q_lengths = p->q_len, .kv_lengths = p->kv_len, .causal = p->causal, .sinks = s.sinks};
+    void *out = bf16 ? (void *)s.out16 : s.out;
     for (int i = 0; i < fc->warmup && st == MHA_OK; i++)
-        st = mha_core_forward(s.e, &in, s.out, NULL);
+        st = mha_core_forward(s.e, &in, out, NULL);
     cli_progress pr;
     cli_progress_begin(&pr, json);
     for (int i = 0; st == MHA_OK && i < fc->iters; i++) {
         const double t0 = cli_now_ms();
-        st = mha_core_forward(s.e, &in, s.out, NULL);
+        st = mha_core_forward(s.e, &in, out, NULL);
         s.times[i] = cli_now_ms() - t0;
         cli_progress_show(&pr, "core %d/%d", i + 1, fc->iters);
     }
     cli_progress_end(&pr);
+    for (size_t i = 0; bf16 && st == MHA_OK && i < nq; i++) /* the check reads float32 */
+        s.out[i] = of_bf16(s.out16[i]);
     if (st != MHA_OK) {
         cli_error("core: %s: %s", mha_status_str(st), mha_engine_last_error(s.e));
         rc = cli_exit_code(st);
@@ -152,6 +193,7 @@ int cli_core(const mha_config_file *fc, const char *config, int causal, int chec
         json_object_set_new(j, "threads", json_integer(mha_engine_threads(s.e)));
         json_object_set_new(j, "isa", json_string(mha_engine_isa(s.e)));
         json_object_set_new(j, "precision", json_string(mha_precision_name(cfg.precision)));
+        json_object_set_new(j, "tensors", json_string(bf16 ? "bf16" : "f32"));
         json_object_set_new(j, "kernel", json_string(mha_engine_kernel(s.e)));
         json_object_set_new(j, "warmup", json_integer(fc->warmup));
         json_object_set_new(j, "iters", json_integer(fc->iters));
@@ -169,8 +211,8 @@ int cli_core(const mha_config_file *fc, const char *config, int causal, int chec
         printf("  core     %d heads over %d KV heads of %d%s%s (Q, K, V given: no projection, RoPE or QK-norm)\n", p->h,
                p->kvh, p->dk, variants[0] ? ", " : "", variants);
         printf("  batch    %d × %d queries over %d keys, mask %s\n", p->batch, p->seq_q, p->seq_kv, mask);
-        printf("  engine   %d threads; isa %s, precision %s, kernel %s\n", mha_engine_threads(s.e), mha_engine_isa(s.e),
-               mha_precision_name(cfg.precision), mha_engine_kernel(s.e));
+        printf("  engine   %d threads; isa %s, precision %s, kernel %s; Q, K, V and out %s\n", mha_engine_threads(s.e),
+               mha_engine_isa(s.e), mha_precision_name(cfg.precision), mha_engine_kernel(s.e), bf16 ? "bf16" : "float32");
         printf("  time     median %.3f ms (min %.3f, max %.3f) over %d calls after %d warm-up\n", t.median, t.min, t.max,
                fc->iters, fc->warmup);
         printf("  speed    %.1f GFLOP/s (4·heads·head_dim per visible query-key pair)\n", flops / (t.median * 1e6));

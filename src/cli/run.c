@@ -35,7 +35,8 @@ static void usage(FILE *f)
           "override the config's engine.precision, engine.isa (the kernel table: mha info lists\n"
           "them), engine.bf16_kernel and engine.kv_cache (a decode block's cache). --core: the\n"
           "attention core alone\n"
-          "(mha_core_forward) on seeded Q, K, V of the config's heads and batch, no projections.\n", f);
+          "(mha_core_forward) on seeded Q, K, V of the config's heads and batch (bf16 tensors with\n"
+          "precision bf16), no projections.\n", f);
 }
 
 static int parse(int argc, char **argv, run_opts *o)
