@@ -354,28 +354,34 @@ static const char *core_at(const mha_core_io *io, const void *p, ptrdiff_t off)
 /* n elements of a core tensor at element offset off as floats (bf16 widened: exact). */
 static void core_get(const mha_core_io *io, const void *p, ptrdiff_t off, int n, float *dst)
 {
-    const char *src = core_at(io, p, off);
-    if (!io->bf16)
-        memcpy(dst, src, (size_t)n * sizeof *dst);
-    for (int c = 0; io->bf16 && c < n; c++) {
-        mha_bf16 h;
-        memcpy(&h, src + c * sizeof h, sizeof h);
-        dst[c] = mha_bf16_float(h);
+    if (!io->bf16) {
+        memcpy(dst, core_at(io, p, off), (size_t)n * sizeof *dst);
+        return;
     }
+    const mha_bf16 *restrict src = (const mha_bf16 *)p + off;
+    uint32_t *restrict bits = (uint32_t *)(void *)dst; /* a float's bits: bf16 is its high half */
+    for (int c = 0; c < n; c++)
+        bits[c] = (uint32_t)src[c] << 16;
 }
 
-/* n floats into out at element offset off (bf16: rounded; z NULL: zeros). */
-static void core_put(const mha_core_io *io, ptrdiff_t off, const float *z, int n)
+/* n floats into out at element offset off (bf16: z rounded in place by the table, as
+ * mha_bf16_round, then its high halves; z NULL: zeros). */
+static void core_put(const mha_fwd *f, const mha_core_io *io, ptrdiff_t off, float *z, int n)
 {
     char *dst = (char *)core_at(io, io->out, off);
-    if (!z)
+    if (!z) {
         memset(dst, 0, (size_t)n * (io->bf16 ? sizeof(mha_bf16) : sizeof(float)));
-    else if (!io->bf16)
-        memcpy(dst, z, (size_t)n * sizeof *z);
-    for (int c = 0; z && io->bf16 && c < n; c++) {
-        const mha_bf16 h = mha_bf16_round(z[c]);
-        memcpy(dst + c * sizeof h, &h, sizeof h);
+        return;
     }
+    if (!io->bf16) {
+        memcpy(dst, z, (size_t)n * sizeof *z);
+        return;
+    }
+    f->kernel->isa->round_bf16_floats(z, n);
+    mha_bf16 *restrict d16 = (mha_bf16 *)(void *)dst;
+    const uint32_t *restrict bits = (const uint32_t *)(const void *)z;
+    for (int c = 0; c < n; c++)
+        d16[c] = (mha_bf16)(bits[c] >> 16);
 }
 
 /* bf16 engines: K and V of (sequence b, KV head g), kl keys, into the kernel's B panels, once for
@@ -442,7 +448,7 @@ static void core_few_rows(const mha_fwd *f, const mha_core_io *io, int b, int g,
                                  .q = mha_mat_rows(k, q, dk), .mask = f->mask};
     attend_block(f, s, &rows, &kv, kv_begin, kv_end, MHA_KV_CHUNK, sc, MHA_KV_CHUNK, z, dk, io->sinks, s->apack);
     for (int r = 0; r < m; r++)
-        core_put(io, b * io->os[0] + (h0 + r / ql) * io->os[1] + (r % ql) * io->os[2], z + (size_t)r * dk, dk);
+        core_put(f, io, b * io->os[0] + (h0 + r / ql) * io->os[1] + (r % ql) * io->os[2], z + (size_t)r * dk, dk);
 }
 
 void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, const mha_scratch *s)
@@ -477,12 +483,12 @@ void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, c
                                ql, kl, f->seq_kv - f->seq_q, io->bf16 ? zf : (float *)io->out + oo,
                                io->bf16 ? dk : io->os[2], io->sinks, NULL, NULL, NULL);
             for (int i = 0; io->bf16 && i < ql; i++)
-                core_put(io, oo + i * io->os[2], zf + (size_t)i * dk, dk);
+                core_put(f, io, oo + i * io->os[2], zf + (size_t)i * dk, dk);
         }
     }
     for (int h = g * f->group; h < (g + 1) * f->group; h++)
         for (int i = ql; i < f->seq_q; i++) /* rows past the query length */
-            core_put(io, b * io->os[0] + h * io->os[1] + i * io->os[2], NULL, dk);
+            core_put(f, io, b * io->os[0] + h * io->os[1] + i * io->os[2], NULL, dk);
 }
 
 void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)
