@@ -276,7 +276,9 @@ static void attend_block(const mha_fwd *f, const mha_scratch *s, const mha_chunk
         sum[i] = 0.0f, mx[i] = -INFINITY;
     }
     const int q16 = f->bk && !f->attn && kv_end > kv_begin; /* bf16 chunks: Q packed once */
-    if (q16)
+    if (q16 && r->q16_rows)
+        mha_bk_copy_a(r->q16_rows, r->q16_ld, m, dk, s->q16);
+    else if (q16)
         mha_bk_pack_a(k, r->q, 0, m, dk, s->q16);
     for (int c0 = kv_begin; c0 < kv_end; c0 += step) {
         const int n = kv_end - c0 < step ? kv_end - c0 : step, first = c0 == kv_begin;
@@ -299,7 +301,7 @@ static void attend_block(const mha_fwd *f, const mha_scratch *s, const mha_chunk
     }
 }
 
-void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, mha_mat q, int ql, int kl, int off, float *z,
+void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, mha_queries q, int ql, int kl, int off, float *z,
                         ptrdiff_t ldz, const float *sinks, float *attn, const float *ks, const float *vs)
 {
     const mha_kernel *k = f->kernel;
@@ -320,7 +322,8 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, mha_mat q
         const int step = attn ? kv_end - kv_begin : MHA_KV_CHUNK;
         const ptrdiff_t ld = attn || lds < MHA_KV_CHUNK ? lds : MHA_KV_CHUNK;
         const mha_chunk_rows rows = {.m = m, .pos0 = r0 + off, .period = m, .causal = f->causal, .head0 = h,
-                                     .q = mha_mat_sub(k, q, r0, 0),
+                                     .q = q.q16 ? q.q : mha_mat_sub(k, q.q, r0, 0),
+                                     .q16_rows = q.q16 ? q.q16 + r0 * q.ld16 : NULL, .q16_ld = q.ld16,
                                      .mask = f->mask ? f->mask + (size_t)r0 * f->seq_kv : NULL};
         attend_block(f, s, &rows, &kv, kv_begin, kv_end, step, s->scores, ld, z + (size_t)r0 * ldz, ldz, sinks, s->inv);
         if (attn)
@@ -341,7 +344,7 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, mha_mat q
 static void attend(const mha_fwd *f, int b, int h, const mha_scratch *s, int ql, int kl)
 {
     float *attn = f->attn ? f->attn + ((size_t)b * f->h + h) * f->seq_q * f->seq_kv : NULL;
-    mha_attention_rows(f, h, s, mha_mat_panels(f->kernel, s->qkv, f->rows), ql, kl, f->seq_kv - f->seq_q, f->z + (size_t)b * f->seq_q * f->qd + (size_t)h * f->dk,
+    mha_attention_rows(f, h, s, (mha_queries){.q = mha_mat_panels(f->kernel, s->qkv, f->rows)}, ql, kl, f->seq_kv - f->seq_q, f->z + (size_t)b * f->seq_q * f->qd + (size_t)h * f->dk,
                        f->qd, f->sinks, attn, NULL, NULL);
 }
 
@@ -462,9 +465,9 @@ void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, c
     else {
         /* Kᵀ packed from K in place (bf16 engines: V too, into bf16 B panels), once for every
          * query head of the group; float32 V copied into the columns the forward projects it to
-         * (the microkernel reads B in panels); float32 Q read and out written in place, bf16
-         * ones through float rows in the scratch (the Q/K/V region, which bf16 engines' core
-         * does not use otherwise: Q at 0, Z rows·dkp floats on) */
+         * (the microkernel reads B in panels); float32 Q read and out written in place; bf16 Q
+         * copied into the A panels, bf16 out rounded from float rows in the scratch (the Q/K/V
+         * region, which bf16 engines' core does not use otherwise) */
         if (f->bk)
             core_pack_kv16(f, io, b, g, s, kl);
         else if (kl > 0) {
@@ -473,14 +476,12 @@ void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, c
             mha_mat_set_rows(k, mha_mat_panels(k, s->qkv, f->rows), kl, 2 * dkp, dk,
                              (const float *)io->v + b * io->vs[0] + g * io->vs[1], io->vs[2]);
         }
-        float *qf = s->qkv, *zf = s->qkv + (size_t)f->rows * dkp;
+        float *zf = s->qkv;
         for (int h = g * f->group; h < (g + 1) * f->group; h++) {
             const ptrdiff_t qo = b * io->qs[0] + h * io->qs[1], oo = b * io->os[0] + h * io->os[1];
-            for (int i = 0; io->bf16 && i < ql; i++)
-                core_get(io, io->q, qo + i * io->qs[2], dk, qf + (size_t)i * dk);
-            mha_attention_rows(f, h, s,
-                               io->bf16 ? mha_mat_rows(k, qf, dk) : mha_mat_rows(k, (const float *)io->q + qo, io->qs[2]),
-                               ql, kl, f->seq_kv - f->seq_q, io->bf16 ? zf : (float *)io->out + oo,
+            const mha_queries q = io->bf16 ? (mha_queries){.q16 = (const mha_bf16 *)io->q + qo, .ld16 = io->qs[2]}
+                                           : (mha_queries){.q = mha_mat_rows(k, (const float *)io->q + qo, io->qs[2])};
+            mha_attention_rows(f, h, s, q, ql, kl, f->seq_kv - f->seq_q, io->bf16 ? zf : (float *)io->out + oo,
                                io->bf16 ? dk : io->os[2], io->sinks, NULL, NULL, NULL);
             for (int i = 0; io->bf16 && i < ql; i++)
                 core_put(f, io, oo + i * io->os[2], zf + (size_t)i * dk, dk);

@@ -182,6 +182,14 @@ typedef struct mha_kv_view {
 /* Keys per Kᵀ panel that the float32 decode tiles read (mha_kv_view.ktp): one slot vector. */
 #define MHA_TILE_KEYS 16
 
+/* A head's query rows: float32 (q), or bf16 rows ld16 apart (q16: the core's bf16 tensors, a bf16
+ * engine without attention weights; q then unused). */
+typedef struct mha_queries {
+    mha_mat q;
+    const mha_bf16 *q16;
+    ptrdiff_t ld16;
+} mha_queries;
+
 /* Rows of a chunk: m query rows, row i at position pos0 + (first + i) % period (the forward:
  * one head's consecutive rows, first 0, period ≥ m; decode: rows first.. of query heads × new
  * tokens, period = new tokens). */
@@ -191,6 +199,9 @@ typedef struct mha_chunk_rows {
     mha_mat q;              /* (m × dk) float32 queries (bf16: rounded as the kernel packs them) */
     const mha_bf16 *q16;    /* bf16: NULL, or those queries packed (mha_bk_pack_a), once for
                              * every chunk of the block */
+    const mha_bf16 *q16_rows; /* bf16: NULL, or the queries as bf16 rows q16_ld apart (the core's
+                               * bf16 tensors; q unused), copied into the packed form as they are */
+    ptrdiff_t q16_ld;
     const uint8_t *mask;    /* NULL or the explicit mask at key c0 of the query at pos0: row i
                              * reads row (first + i) % period, rows seq_kv apart */
 } mha_chunk_rows;
@@ -255,7 +266,7 @@ void mha_attention_project(const mha_fwd *f, const mha_scratch *s, int m, const 
  * into z (ql rows of dk features, ldz apart), each row divided by its sum. sinks: NULL, or
  * each head's sink logit. attn: NULL, or this head's (seq_q, seq_kv) weights of a forward.
  * ks, vs: NULL, or an int8 cache's scales of the kl keys (mha_kv_view's). */
-void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, mha_mat q, int ql, int kl, int off, float *z,
+void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, mha_queries q, int ql, int kl, int off, float *z,
                         ptrdiff_t ldz, const float *sinks, float *attn, const float *ks, const float *vs);
 /* The attention core's tensors (mha_core_forward): element (b, head, row, c) of each at
  * p[b·st[0] + head·st[1] + row·st[2] + c], strides in elements (resolved: never all zero). */

@@ -101,6 +101,18 @@ void mha_bk_pack_a(const mha_kernel *k, mha_mat a, int i0, int rows, int kk, mha
     }
 }
 
+void mha_bk_copy_a(const mha_bf16 *src, ptrdiff_t ld, int rows, int kk, mha_bf16 *dst)
+{
+    const int kt = (int)(mha_bk_kp(kk) / MHA_BT_K), padded = (int)mha_round_up((size_t)rows, MHA_BT_M);
+    for (int r = 0; r < padded; r++) /* the last panel's missing rows: zero */
+        for (int t = 0; t < kt; t++) {
+            mha_bf16 *d = dst + mha_bk_a_row(r, kt) + (size_t)t * MHA_BT_ELEMS;
+            const int n = r >= rows ? 0 : kk - t * MHA_BT_K < MHA_BT_K ? kk - t * MHA_BT_K : MHA_BT_K;
+            memcpy(d, src + (ptrdiff_t)r * ld + t * MHA_BT_K, (size_t)n * sizeof *d);
+            memset(d + n, 0, (size_t)(MHA_BT_K - n) * sizeof *d);
+        }
+}
+
 void mha_bk_pack_a_row(const mha_kernel *k, const float *x, int i, int kk, mha_bf16 *dst)
 {
     const size_t kp = mha_bk_kp(kk);

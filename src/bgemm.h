@@ -125,6 +125,8 @@ static inline size_t mha_bk_b_index(int p, int j, size_t ps)
 /* Rows [i0, i0 + rows) of a (float, any mha_mat form of kernel k), all kk columns, into A
  * panels at dst (rows a multiple of 16 except at the end of a; padding is zero). */
 void mha_bk_pack_a(const mha_kernel *k, mha_mat a, int i0, int rows, int kk, mha_bf16 *dst);
+/* The same from bf16 rows ld elements apart (rows [0, rows), kk each), copied. */
+void mha_bk_copy_a(const mha_bf16 *src, ptrdiff_t ld, int rows, int kk, mha_bf16 *dst);
 /* Row i of A panels of depth kk at dst = the kk contiguous floats at x (rounded), as
  * mha_bk_pack_a writes it; the panel's other rows untouched. */
 void mha_bk_pack_a_row(const mha_kernel *k, const float *x, int i, int kk, mha_bf16 *dst);

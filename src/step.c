@@ -346,7 +346,7 @@ void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s)
     float *z = f->z + (size_t)j->row0[q] * f->qd;
     for (int h = g * f->group; h < (g + 1) * f->group; h++) {
         mha_mat_set_rows(k, qkv, n_new, 0, dk, z + (size_t)h * dk, f->qd); /* its Q (rotated in phase 1), then Z over it */
-        mha_attention_rows(f, h, s, qkv, n_new, ctx, n_past, z + (size_t)h * dk, f->qd, f->sinks, NULL, ks, vs);
+        mha_attention_rows(f, h, s, (mha_queries){.q = qkv}, n_new, ctx, n_past, z + (size_t)h * dk, f->qd, f->sinks, NULL, ks, vs);
     }
 }
 
