@@ -454,5 +454,21 @@ Test(cli, kv_cache_and_bf16_kernel_options_apply_or_are_refused, .timeout = 60)
                  "%s", err);
     cr_assert(strstr(out, "\"kernel\":\"ref-bf16\""), "%s", out);
     free(out), free(err);
+    /* a cache the precision cannot read: the option is named, not the weights file it was
+     * loaded beside, nor "invalid config" */
+    char wpath[128];
+    write_config(dir, "w.yaml",
+                 "model: { d_model: 128, heads: 8, kv_heads: 2, bias: false, rope: { style: neox, theta: 500000, "
+                 "scaling: llama3, factor: 8, low_freq_factor: 1, high_freq_factor: 4, original_max_position: 64 } }\n"
+                 "decode: { seqs: 2, context: 40, new: 1, steps: 2, block_size: 16 }\n",
+                 wpath, sizeof wpath);
+    const char *const with[] = {"", " --weights tests/data/llama_gqa.safetensors"};
+    for (int w = 0; w < 2; w++) {
+        snprintf(args, sizeof args, "run %s --precision f32 --kv-cache bf16%s", w ? wpath : path, with[w]);
+        cr_assert_eq(run_cli(args, &out, &err), 2, "%s", args);
+        cr_assert(strstr(err, "--kv-cache bf16 with precision f32") && !strstr(err, "safetensors") &&
+                      !strstr(err, "invalid config"), "%s: '%s'", args, err);
+        free(out), free(err);
+    }
     tmpdir_remove(dir);
 }

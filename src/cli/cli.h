@@ -38,6 +38,9 @@ int cli_apply_isa(mha_config *cfg, const char *isa);
  * with a message unless the precision is bf16 and NAME is a kernel of the table this CPU runs;
  * 0 then. NULL: nothing to apply. */
 int cli_apply_bf16_kernel(mha_config *cfg, const char *name);
+/* --kv-cache KV over the config's engine.kv_cache (after --precision): a cache type the
+ * precision cannot read is refused naming the option; 0 then. */
+int cli_apply_kv_type(mha_config *cfg, mha_kv_type kv);
 /* What an engine of this config runs on, as its accessors say: the kernel table ("avx512"),
  * BLIS's sub-config ("skx") and the products' kernel ("blis-skx", "amx-bf16"); 0 if no engine
  * of it can be made. */

@@ -109,6 +109,17 @@ int cli_apply_bf16_kernel(mha_config *cfg, const char *name)
     return 1;
 }
 
+int cli_apply_kv_type(mha_config *cfg, mha_kv_type kv)
+{
+    mha_config c = *cfg;
+    c.kv_type = kv;
+    char err[256];
+    if (mha_config_check(&c, err, sizeof err) != MHA_OK && !strncmp(err, "kv_type:", 8))
+        return cli_error("--kv-cache%s", err + 8), 0; /* err: "kv_type: bf16 with precision f32: why" */
+    *cfg = c;
+    return 1;
+}
+
 int cli_kernels(const mha_config *cfg, cli_kernels_used *k)
 {
     /* the engine's own choice, from a one-token engine of the same settings (no prediction

@@ -235,8 +235,8 @@ int mha_cli_run(int argc, char **argv)
     }
     if (o.have_threads) s.fc.engine.threads = (int)o.threads;
     if (o.have_precision) s.fc.engine.precision = o.precision;
-    if (o.have_kv) s.fc.engine.kv_type = o.kv_type;
-    if (!cli_apply_isa(&s.fc.engine, o.isa) || !cli_apply_bf16_kernel(&s.fc.engine, o.bf16_kernel))
+    if ((o.have_kv && !cli_apply_kv_type(&s.fc.engine, o.kv_type)) || !cli_apply_isa(&s.fc.engine, o.isa) ||
+        !cli_apply_bf16_kernel(&s.fc.engine, o.bf16_kernel))
         return EXIT_USAGE;
     if (o.have_iters) s.fc.iters = (int)o.iters;
     if (o.have_warmup) s.fc.warmup = (int)o.warmup; /* a decode block's untimed prefill too */
