@@ -7,6 +7,9 @@
  * tiles with the microkernel's sums bit for bit), the same work through it too: 8 products of
  * 12 rows × KC by KC × 512 per sweep, the same B panels — what an AVX-512 tile of mha's own
  * reaches on the same operands.
+ * Then each bf16 kernel of the table this CPU runs: its 32 × 32 blocks (the attention chunks'
+ * unit) at 2, 4 and 8 k tiles (d_k 64 and 128 of the scores, a 256-key chunk of A·V) on A and
+ * B panels that stay in L1, block after block; compare with the vdpbf16ps or tdpbf16ps loop.
  * usage: ukernel_rate [KC ...] (default 64 384: d_k, and BLIS's k block on skx) */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime (perf_util.h) under -std=c11 */
 #include <stdio.h>
@@ -83,6 +86,37 @@ int main(int argc, char **argv)
         }
         printf(", medians of %d\n", RUNS);
         free(a), free(b), free(c);
+    }
+    const mha_isa *isa = mha_isa_auto_table();
+    for (int i = 0; isa->bf16[i]; i++) {
+        const mha_bkernel *bk = isa->bf16[i];
+        if ((bk->usable && !bk->usable()) || !mha_bkernel_enable(bk))
+            continue;
+        printf("bf16 kernel %s, 32 x 32 blocks:", bk->name);
+        for (int kt = 2; kt <= 8; kt *= 2) {
+            const size_t ps = (size_t)kt * MHA_BT_K * MHA_BT_N, blocks = 20000000 / kt;
+            mha_bf16 *a = aligned_alloc(64, 2 * ps * sizeof *a), *b = aligned_alloc(64, 2 * ps * sizeof *b);
+            float acc[32 * 32];
+            if (!a || !b)
+                return 1;
+            for (size_t t = 0; t < 2 * ps; t++) /* small normal values: no denormal products */
+                a[t] = mha_bf16_round(1e-2f * (float)(t % 13)), b[t] = mha_bf16_round(1e-2f * (float)(t % 5));
+            double ms[RUNS];
+            for (int r = 0; r < RUNS; r++) {
+                mha_bk_begin(bk);
+                const double t0 = now_ms();
+                for (size_t s = 0; s < blocks / RUNS / 4; s++)
+                    bk->block(32, 2, kt, a, b, ps, acc, 0);
+                ms[r] = now_ms() - t0;
+                mha_bk_end(bk);
+            }
+            qsort(ms, RUNS, sizeof *ms, cmp);
+            const double flop = 2.0 * 32 * 32 * 32 * kt * (double)(blocks / RUNS / 4);
+            printf(" %d k tiles %.1f GFLOP/s (%.1f-%.1f)%s", kt, flop / ms[RUNS / 2] / 1e6, flop / ms[RUNS - 1] / 1e6,
+                   flop / ms[0] / 1e6, kt < 8 ? ";" : "");
+            free(a), free(b);
+        }
+        printf(", medians of %d\n", RUNS);
     }
     return 0;
 }
