@@ -68,6 +68,19 @@ static inline float *mha_kv_scales(const mha_kv_cache *c, int block, int g, int 
     return (float *)(void *)b + (size_t)v * c->block_size;
 }
 
+/* A run of a sequence's positions in one block: positions [t, t + n) at slots [slot, slot + n)
+ * of block `block` (n = 0: past the end). The one walk from positions to blocks and slots:
+ *     for (mha_kv_run r = mha_kv_run_at(table, bs, t0, t1); r.n; r = mha_kv_run_at(table, bs, r.t + r.n, t1))
+ * visits [t0, t1) block by block (table: the sequence's block table, bs: slots per block). */
+typedef struct mha_kv_run { int t, n, block, slot; } mha_kv_run;
+static inline mha_kv_run mha_kv_run_at(const int32_t *table, int bs, int t, int t1)
+{
+    if (t >= t1)
+        return (mha_kv_run){t, 0, -1, 0};
+    const int slot = t % bs;
+    return (mha_kv_run){t, t1 - t < bs - slot ? t1 - t : bs - slot, table[t / bs], slot};
+}
+
 /* Whether an engine of these dimensions and kv type may read and write the cache. */
 int mha_kv_cache_fits(const mha_kv_cache *c, int d, int h, int kvh, int dk, const mha_rope *rope, mha_kv_type type);
 

@@ -159,7 +159,8 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
         const int pos = pos_of(j, r0 + i, q);
         if (f->rope != MHA_ROPE_NONE)
             mha_rope_rows(k, mha_mat_sub(k, qkv, i, 0), 1, dkp, pos, f->rope, f->rope_dim, f->rope_cos, f->rope_sin);
-        store_kv(j, qkv, i, st->blocks[(size_t)q * st->max_blocks + pos / bs], g, pos % bs);
+        const mha_kv_run at = mha_kv_run_at(st->blocks + (size_t)q * st->max_blocks, bs, pos, pos + 1);
+        store_kv(j, qkv, i, at.block, g, at.slot);
     }
     /* Q of each query head of the group (QK-norm full: already in z), rotated, into its
      * columns of z */
@@ -190,18 +191,16 @@ static void gather_f32(const mha_step_job *j, const int32_t *table, int g, int c
     const mha_kv_cache *cache = j->cache;
     const int dk = j->f.dk, dkp = j->f.dkp, bs = cache->block_size;
     const mha_mat qkv = mha_mat_panels(k, s->qkv, j->f.rows), ktm = mha_mat_panels(k, s->kt, dk);
-    for (int t0 = t_begin; t0 < ctx;) {
-        const int block = table[t0 / bs], slot = t0 % bs, n = ctx - t0 < bs - slot ? ctx - t0 : bs - slot;
-        const float *kt = mha_kv_f32(cache) + mha_kv_kt_at(cache, block, g) + slot;
+    for (mha_kv_run r = mha_kv_run_at(table, bs, t_begin, ctx); r.n; r = mha_kv_run_at(table, bs, r.t + r.n, ctx)) {
+        const float *kt = mha_kv_f32(cache) + mha_kv_kt_at(cache, r.block, g) + r.slot;
         for (int c = 0; c < dk; c++) /* row c of Kᵀ: runs up to each panel's edge */
-            for (int t = 0; t < n;) {
-                const int col = t0 + t, run = k->bw - col % k->bw < n - t ? k->bw - col % k->bw : n - t;
+            for (int t = 0; t < r.n;) {
+                const int col = r.t + t, run = k->bw - col % k->bw < r.n - t ? k->bw - col % k->bw : r.n - t;
                 memcpy(mha_mat_at(k, ktm, c, col), kt + (size_t)c * bs + t, (size_t)run * sizeof *kt);
                 t += run;
             }
-        mha_mat_set_rows(k, mha_mat_sub(k, qkv, t0, 0), n, 2 * dkp, dk, mha_kv_f32(cache) + mha_kv_v_at(cache, block, g, slot),
-                         dk);
-        t0 += n;
+        mha_mat_set_rows(k, mha_mat_sub(k, qkv, r.t, 0), r.n, 2 * dkp, dk,
+                         mha_kv_f32(cache) + mha_kv_v_at(cache, r.block, g, r.slot), dk);
     }
     for (int c = 0; c < dk; c++) /* the last panel's columns past ctx */
         for (int t = ctx; t < (int)mha_round_up((size_t)ctx, (size_t)k->bw); t++)
@@ -232,9 +231,8 @@ static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int 
     const size_t kps = mha_attention_kt16_ps(&j->f);
     const char *data = cache->data;
     const mha_isa *isa = j->f.kernel->isa;
-    for (int t0 = t_begin; t0 < t_end;) {
-        const int block = table[t0 / bs], slot = t0 % bs, run = t_end - t0 < bs - slot ? t_end - t0 : bs - slot;
-        const int at = t0 - base;
+    for (mha_kv_run r = mha_kv_run_at(table, bs, t_begin, t_end); r.n; r = mha_kv_run_at(table, bs, r.t + r.n, t_end)) {
+        const int block = r.block, slot = r.slot, run = r.n, at = r.t - base;
         if (i8) { /* a block's few scales: a loop, not a call */
             const float *bks = mha_kv_scales(cache, block, g, 0) + slot, *bvs = mha_kv_scales(cache, block, g, 1) + slot;
             for (int u = 0; u < run; u++)
@@ -243,7 +241,7 @@ static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int 
         /* the next block's K and V, prefetched as this one is read (a block's K of one head and
          * its V are bs·dk elements each, in 64-byte lines: as many as this block's pairs, or
          * half as many for int8) */
-        const int next = t0 + run < t_end ? table[(t0 + run) / bs] : -1;
+        const int next = mha_kv_run_at(table, bs, r.t + r.n, t_end).block; /* -1: none */
         const char *next_k = next < 0 ? NULL : data + mha_kv_kt_at(cache, next, g) * esz;
         const char *next_v = next < 0 ? NULL : data + mha_kv_v_at(cache, next, g, 0) * esz;
         /* Kᵀ (features × slots, bs apart): groups of 16 keys that start a panel, feature pairs
@@ -277,7 +275,6 @@ static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int 
         for (int u = 0; u < run; u++)
             for (int c = u < 2 * pairs ? whole : 0; c < dk; c++)
                 s->v16[mha_bk_b_index(at + u, c, vps)] = bf16_at(data, i8, v + (size_t)u * dk + c);
-        t0 += run;
     }
     for (int t = t_begin - base; t < n16; t++) /* Kᵀ: features past dk; keys past t_end */
         for (int c = t < n ? dk : 0; c < kp_dk; c++)
@@ -305,19 +302,17 @@ static void gather_i8(const mha_step_job *j, const int32_t *table, int g, int t_
     const mha_kv_cache *cache = j->cache;
     const int dk = f->dk, dkp = f->dkp, bs = cache->block_size;
     const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
-    for (int t0 = t_begin; t0 < ctx;) {
-        const int block = table[t0 / bs], slot = t0 % bs, n = ctx - t0 < bs - slot ? ctx - t0 : bs - slot;
-        const int8_t *kt = mha_kv_i8(cache) + mha_kv_kt_at(cache, block, g) + slot;
-        const float *ks = mha_kv_scales(cache, block, g, 0) + slot, *vs = mha_kv_scales(cache, block, g, 1) + slot;
+    for (mha_kv_run r = mha_kv_run_at(table, bs, t_begin, ctx); r.n; r = mha_kv_run_at(table, bs, r.t + r.n, ctx)) {
+        const int8_t *kt = mha_kv_i8(cache) + mha_kv_kt_at(cache, r.block, g) + r.slot;
+        const float *ks = mha_kv_scales(cache, r.block, g, 0) + r.slot, *vs = mha_kv_scales(cache, r.block, g, 1) + r.slot;
         for (int c = 0; c < dk; c++) /* Kᵀ row c: slot by slot into the keys' rows */
-            for (int t = 0; t < n; t++)
-                *mha_mat_at(k, qkv, t0 + t, dkp + c) = (float)kt[(size_t)c * bs + t] * ks[t];
-        for (int t = 0; t < n; t++) /* V: a panel's run at a time */
+            for (int t = 0; t < r.n; t++)
+                *mha_mat_at(k, qkv, r.t + t, dkp + c) = (float)kt[(size_t)c * bs + t] * ks[t];
+        for (int t = 0; t < r.n; t++) /* V: a panel's run at a time */
             for (int c = 0; c < dk; c += k->bw)
-                f->kernel->isa->i8_scale_rows(mha_kv_i8(cache) + mha_kv_v_at(cache, block, g, slot + t) + c, 0, 1,
+                f->kernel->isa->i8_scale_rows(mha_kv_i8(cache) + mha_kv_v_at(cache, r.block, g, r.slot + t) + c, 0, 1,
                                               dk - c < k->bw ? dk - c : k->bw, vs + t, NULL,
-                                              mha_mat_at(k, qkv, t0 + t, 2 * dkp + c), 0);
-        t0 += n;
+                                              mha_mat_at(k, qkv, r.t + t, 2 * dkp + c), 0);
     }
     mha_pack_panels(k, dk, ctx, mha_mat_sub(k, qkv, 0, dkp), 1, s->kt);
 }
@@ -394,17 +389,17 @@ static void cache_runs(const mha_step_job *j, int q, int g, int k0, int k1, chun
     const int32_t *table = j->step->blocks + (size_t)q * j->step->max_blocks;
     const char *data = cache->data;
     src->type = cache->type, src->runs = 0, src->ld = bs;
-    for (int t = k0; t < k1;) {
-        const int block = table[t / bs], slot = t % bs, run = bs - slot < k1 - t ? bs - slot : k1 - t, r = src->runs++;
-        src->kt[r] = data + (mha_kv_kt_at(cache, block, g) + (size_t)slot) * esz;
-        src->v[r] = data + mha_kv_v_at(cache, block, g, slot) * esz;
-        src->next[r] = t + run < k1 ? data + mha_kv_v_at(cache, table[(t + run) / bs], g, 0) * esz : NULL;
-        src->n[r] = run;
+    for (mha_kv_run u = mha_kv_run_at(table, bs, k0, k1); u.n; u = mha_kv_run_at(table, bs, u.t + u.n, k1)) {
+        const int r = src->runs++;
+        const mha_kv_run next = mha_kv_run_at(table, bs, u.t + u.n, k1);
+        src->kt[r] = data + (mha_kv_kt_at(cache, u.block, g) + (size_t)u.slot) * esz;
+        src->v[r] = data + mha_kv_v_at(cache, u.block, g, u.slot) * esz;
+        src->next[r] = next.n ? data + mha_kv_v_at(cache, next.block, g, 0) * esz : NULL;
+        src->n[r] = u.n;
         if (cache->type == MHA_KV_INT8) {
-            src->ks[r] = mha_kv_scales(cache, block, g, 0) + slot, src->vs[r] = mha_kv_scales(cache, block, g, 1) + slot;
+            src->ks[r] = mha_kv_scales(cache, u.block, g, 0) + u.slot, src->vs[r] = mha_kv_scales(cache, u.block, g, 1) + u.slot;
             __builtin_prefetch(src->ks[r]), __builtin_prefetch(src->vs[r]);
         }
-        t += run;
     }
 }
 
@@ -508,8 +503,8 @@ static void chunk_kt(const mha_step_job *j, int q, int g, int c, mha_prefetch *p
     const size_t esz = mha_kv_elem_size(cache->type);
     const int32_t *table = j->step->blocks + (size_t)q * j->step->max_blocks;
     pf->n = 0, pf->bytes = (size_t)j->f.dk * (size_t)bs * esz;
-    for (int t = k0 - k0 % bs; t < k1; t += bs)
-        pf->at[pf->n++] = (const char *)cache->data + mha_kv_kt_at(cache, table[t / bs], g) * esz;
+    for (mha_kv_run r = mha_kv_run_at(table, bs, k0, k1); r.n; r = mha_kv_run_at(table, bs, r.t + r.n, k1))
+        pf->at[pf->n++] = (const char *)cache->data + mha_kv_kt_at(cache, r.block, g) * esz;
 }
 
 /* Chunk c of (q, g); ahead: this worker runs chunk c + 1 next. */
