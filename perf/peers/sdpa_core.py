@@ -1,12 +1,14 @@
 #!/usr/bin/python3
 """The attention core as the peers run it, on given Q, K, V (batch, heads, seq, d_k): PyTorch
-2.x's torch.nn.functional.scaled_dot_product_attention (peer "torch"), and OpenVINO's
+2.x's torch.nn.functional.scaled_dot_product_attention (peer "torch"), AMD's zentorch op
+torch.ops.zentorch.zentorch_sdpa (peer "zentorch", from the venv with zentorch and the torch it
+matches; GQA as given, its own), and OpenVINO's
 ScaledDotProductAttention op compiled alone for "CPU" (peer "openvino", INFERENCE_PRECISION_HINT
 f32 or bf16, INFERENCE_NUM_THREADS, the LATENCY hint). GQA: torch with enable_gqa, OpenVINO with
 K and V repeated over the group beforehand (outside the timing: its op takes equal heads).
 Causal is bottom-right aligned as mha's (a query block at the end of the keys), so seq_q <
 seq_kv gives the decode shape. Prints {"median_ms", "min_ms", "max_ms", "precision"}.
-usage: sdpa_core.py torch|openvino B H KVH SQ SKV DK CAUSAL THREADS ITERS WARMUP f32|bf16"""
+usage: sdpa_core.py torch|zentorch|openvino B H KVH SQ SKV DK CAUSAL THREADS ITERS WARMUP f32|bf16"""
 import json
 import sys
 import time
@@ -45,6 +47,16 @@ if peer == "torch":
     with torch.no_grad():
         times = timed(lambda: sdpa(q, k, v, attn_mask=mask, is_causal=bool(causal) and mask is None,
                                    enable_gqa=kvh != h))
+    ran = str(dtype).replace("torch.", "")
+elif peer == "zentorch":
+    import zentorch  # noqa: F401 (registers torch.ops.zentorch)
+
+    torch.set_num_threads(threads)
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    zmask = None if mask is None else torch.zeros(sq, skv, dtype=dtype).masked_fill(~mask, float("-inf"))
+    with torch.no_grad():
+        times = timed(lambda: torch.ops.zentorch.zentorch_sdpa(q, k, v, 0.0, bool(causal) and zmask is None,
+                                                               attn_mask=zmask))
     ran = str(dtype).replace("torch.", "")
 else:
     import openvino as ov
