@@ -64,8 +64,7 @@ void mha_attention_project(const mha_fwd *f, const mha_scratch *s, int m, const 
         mha_gemm(k, m, n, f->d, 1.0f, mha_mat_rows(k, x, f->d), wb, beta, c, s->apack);
 }
 
-/* bf16: the group's Kᵀ and V (kl keys of dk features, rows of km and vm) into B panels, once
- * for every query head of the group. */
+/* bf16: the tile of room past V's kl keys in s->v16 zeroed (mha_attention_v16_ps). */
 static void v16_room(const mha_fwd *f, const mha_scratch *s, int kl)
 {
     const size_t vps = mha_attention_v16_ps(kl), room = mha_bk_kp(kl);
@@ -73,6 +72,8 @@ static void v16_room(const mha_fwd *f, const mha_scratch *s, int kl)
         memset(s->v16 + (size_t)(j / MHA_BT_N) * vps + room * MHA_BT_N, 0, MHA_BT_K * MHA_BT_N * sizeof(mha_bf16));
 }
 
+/* bf16: the group's Kᵀ and V (kl keys of dk features, rows of km and vm) into B panels, once
+ * for every query head of the group. */
 static void pack_kv16(const mha_fwd *f, const mha_scratch *s, int kl, mha_mat km, mha_mat vm)
 {
     const mha_kernel *k = f->kernel;
@@ -344,7 +345,8 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, mha_queri
 static void attend(const mha_fwd *f, int b, int h, const mha_scratch *s, int ql, int kl)
 {
     float *attn = f->attn ? f->attn + ((size_t)b * f->h + h) * f->seq_q * f->seq_kv : NULL;
-    mha_attention_rows(f, h, s, (mha_queries){.q = mha_mat_panels(f->kernel, s->qkv, f->rows)}, ql, kl, f->seq_kv - f->seq_q, f->z + (size_t)b * f->seq_q * f->qd + (size_t)h * f->dk,
+    const mha_queries q = {.q = mha_mat_panels(f->kernel, s->qkv, f->rows)};
+    mha_attention_rows(f, h, s, q, ql, kl, f->seq_kv - f->seq_q, f->z + (size_t)b * f->seq_q * f->qd + (size_t)h * f->dk,
                        f->qd, f->sinks, attn, NULL, NULL);
 }
 
