@@ -140,8 +140,8 @@ test: $(B)/tests/mha_tests readme-example
 	  echo "engine suites on isa $$isa (MHA_TEST_ISA=$$isa)"; \
 	  $(TEST_ENV) MHA_TEST_ISA=$$isa $(B)/tests/mha_tests --jobs 2 --filter '$(ISA_SUITES)' || exit 1; \
 	done
-	@echo "step suite on isa avx512, bf16 kernel fma-bf16 (its even-first decode tiles: the auto kernel on Intel AVX-512 parts without AMX)"
-	@$(TEST_ENV) MHA_TEST_ISA=avx512 MHA_TEST_BF16_KERNEL=fma-bf16 $(B)/tests/mha_tests --jobs 2 --filter 'step/*' || exit 1
+	@echo "step and trained suites on isa avx512, bf16 kernel fma-bf16 (its even-first decode tiles: the auto kernel on Intel AVX-512 parts without AMX)"
+	@$(TEST_ENV) MHA_TEST_ISA=avx512 MHA_TEST_BF16_KERNEL=fma-bf16 $(B)/tests/mha_tests --jobs 2 --filter '@(step|trained)/*' || exit 1
 
 # The suite on a build whose CFLAGS would break the bitwise guarantees were the numerics not
 # pinned after them (FMA contraction on, GNU mode), and a -ffast-math build refused.

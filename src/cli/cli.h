@@ -14,8 +14,11 @@ enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 int mha_cli_run(int argc, char **argv);
 int mha_cli_info(int argc, char **argv);
 int mha_cli_schema(int argc, char **argv);
-/* mha run on a config with a decode block (decode.c). */
-int cli_decode(const mha_config_file *fc, const char *config, const char *weights, const char *prefix, int check, int json);
+/* mha run on a config with a decode block (decode.c): the files it reads and writes (NULL:
+ * none): weights under a prefix; --input (batch, seq, d_model) tokens with --lengths, put
+ * through the cache instead of generated ones, and --output their rows. */
+typedef struct cli_decode_files { const char *weights, *prefix, *input, *lengths, *output; } cli_decode_files;
+int cli_decode(const mha_config_file *fc, const char *config, const cli_decode_files *files, int check, int json);
 int mha_cli_scale(int argc, char **argv);
 /* mha run --core (core.c): mha_core_forward on seeded Q, K, V of the config's heads and batch
  * (causal: --causal over the config's mask), timed, check rows against a double reference. */
@@ -138,8 +141,27 @@ void cli_ref_attention_row(const cli_problem *p, int h, int i, const double *q, 
                            ptrdiff_t ld, int lo, int nv, double *a, double *zr);
 /* Valid query tokens of one forward. */
 double cli_tokens(const cli_problem *p);
-/* Max over sampled rows of ‖out_row − ref_row‖ / ‖ref_row‖, ref in double. rows: how many
- * rows to sample (spread over the batch and the sequence); *checked gets how many were. */
-double cli_check_rows(const cli_problem *p, const float *out, int rows, int *checked);
+
+/* ---- --check: one rule in every mode (forward, decode block, core) ----
+ * The relative error of the rows checked, norm-wise over all of them together,
+ * ‖got − ref‖ / ‖ref‖, held to the contract of the engine's precision and KV cache (README,
+ * "Checks"): float32 1e-4, bf16 1e-2, an int8 cache 2e-2. */
+typedef struct cli_check { double num, den; int rows; } cli_check;
+/* One more checked row of n values against its reference (in double, or in float32). */
+void cli_check_row(cli_check *c, const float *got, const double *ref, int n);
+void cli_check_row_f(cli_check *c, const float *got, const float *ref, int n);
+double cli_check_error(const cli_check *c);  /* NaN when any value was */
+/* The bound of a precision and cache type (MHA_KV_AUTO: the precision's own), and its name. */
+double cli_check_bound(mha_precision prec, mha_kv_type kv);
+const char *cli_check_contract(mha_precision prec, mha_kv_type kv);
+/* After the run's summary: the check's line (unless json; `against`: what the reference is)
+ * and its verdict, EXIT_OK, or EXIT_RUNTIME with a message naming the error, rows and bound
+ * when the error is above the bound or NaN. Nothing checked: EXIT_OK. */
+int cli_check_verdict(const cli_check *c, mha_precision prec, mha_kv_type kv, const char *against, int json);
+/* The check's JSON keys: check_rows, check_rel_error (null when nothing was checked), check_bound. */
+void cli_check_json(struct json_t *j, const cli_check *c, mha_precision prec, mha_kv_type kv);
+/* Samples `rows` output rows (spread over the first and last sequence and their rows) and adds
+ * them, each against a double-precision reference computed from p's inputs and weights. */
+void cli_check_rows(const cli_problem *p, const float *out, int rows, cli_check *c);
 
 #endif

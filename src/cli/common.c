@@ -474,12 +474,62 @@ void cli_ref_attention_row(const cli_problem *p, int h, int i, const double *q, 
             zr[c] += a[j] / sum * V[(size_t)j * ld + c];
 }
 
-double cli_check_rows(const cli_problem *p, const float *out, int rows, int *checked)
+void cli_check_row(cli_check *c, const float *got, const double *ref, int n)
+{
+    for (int i = 0; i < n; i++)
+        c->num += (got[i] - ref[i]) * (got[i] - ref[i]), c->den += ref[i] * ref[i];
+    c->rows++;
+}
+
+void cli_check_row_f(cli_check *c, const float *got, const float *ref, int n)
+{
+    for (int i = 0; i < n; i++)
+        c->num += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]), c->den += (double)ref[i] * ref[i];
+    c->rows++;
+}
+
+double cli_check_error(const cli_check *c)
+{
+    return c->den > 0 ? sqrt(c->num / c->den) : sqrt(c->num);
+}
+
+double cli_check_bound(mha_precision prec, mha_kv_type kv)
+{
+    return kv == MHA_KV_INT8 ? 2e-2 : prec == MHA_PRECISION_BF16 || kv == MHA_KV_BF16 ? 1e-2 : 1e-4;
+}
+
+const char *cli_check_contract(mha_precision prec, mha_kv_type kv)
+{
+    return kv == MHA_KV_INT8 ? "an int8 KV cache" : prec == MHA_PRECISION_BF16 || kv == MHA_KV_BF16 ? "bf16" : "float32";
+}
+
+int cli_check_verdict(const cli_check *c, mha_precision prec, mha_kv_type kv, const char *against, int json)
+{
+    if (!c->rows)
+        return EXIT_OK;
+    const double e = cli_check_error(c), bound = cli_check_bound(prec, kv);
+    if (!json)
+        printf("  check    relative error %.2e over %d row%s against %s (bound %g, %s)\n", e, c->rows,
+               c->rows == 1 ? "" : "s", against, bound, cli_check_contract(prec, kv));
+    if (e <= bound)
+        return EXIT_OK;
+    cli_error("check: relative error %.3g over %d row%s is above the bound %g of %s", e, c->rows, c->rows == 1 ? "" : "s",
+              bound, cli_check_contract(prec, kv));
+    return EXIT_RUNTIME;
+}
+
+void cli_check_json(struct json_t *j, const cli_check *c, mha_precision prec, mha_kv_type kv)
+{
+    json_object_set_new(j, "check_rows", json_integer(c->rows));
+    json_object_set_new(j, "check_rel_error", c->rows ? json_real(cli_check_error(c)) : json_null());
+    json_object_set_new(j, "check_bound", json_real(cli_check_bound(prec, kv)));
+}
+
+void cli_check_rows(const cli_problem *p, const float *out, int rows, cli_check *chk)
 {
     const int d = p->d, dk = p->dk, qd = p->h * dk;
-    *checked = 0;
     if (rows <= 0)
-        return 0;
+        return;
     /* Sample from at most two sequences. The reference runs head by head: one head's keys and
      * values in double (seq_kv × d_k each), not the whole sequence's (seq_kv × d), so checking
      * a long context costs little memory next to the engine. */
@@ -492,11 +542,10 @@ double cli_check_rows(const cli_problem *p, const float *out, int rows, int *che
     const int full = p->qk_norm.kind == MHA_QK_NORM_FULL; /* QK-norm over the whole projection */
     double *all = malloc((size_t)(full ? qd : 1) * sizeof *all);
     float *inv_freq = malloc(((size_t)dk / 2 + 1) * sizeof *inv_freq), att = 1.0f;
-    double worst = 0;
     if (p->rope.style != MHA_ROPE_NONE && inv_freq)
         mha_rope_inv_freq(&p->rope, p->rope.rotary_dim, inv_freq, &att);
     if (!K || !V || !q || !z || !ref || !a || !all || !inv_freq) {
-        worst = NAN;
+        chk->num = NAN, chk->rows++; /* no reference: the check fails */
         goto done;
     }
     for (int s = 0; s < n_seq; s++) {
@@ -553,20 +602,11 @@ double cli_check_rows(const cli_problem *p, const float *out, int rows, int *che
                 for (int o = 0; o < d; o++)
                     ref[o] += z[(size_t)r * qd + c] *
                               (p->w.layout == MHA_LAYOUT_TORCH ? p->w.w_o[(size_t)o * qd + c] : p->w.w_o[(size_t)c * d + o]);
-            const float *row = out + ((size_t)b * p->seq_q + i) * d;
-            double num = 0, den = 0;
-            for (int o = 0; o < d; o++) {
-                num += (row[o] - ref[o]) * (row[o] - ref[o]);
-                den += ref[o] * ref[o];
-            }
-            double e = den > 0 ? sqrt(num / den) : sqrt(num);
-            worst = e > worst || isnan(e) ? e : worst;
-            (*checked)++;
+            cli_check_row(chk, out + ((size_t)b * p->seq_q + i) * d, ref, d);
         }
     }
 done:
     free(K), free(V), free(q), free(z), free(ref), free(a), free(all), free(inv_freq);
-    return worst;
 }
 
 void cli_cpu_info(char *model, size_t nm, char *flags, size_t nf)

@@ -60,18 +60,17 @@ static size_t at(const cli_problem *p, int b, int h, int heads, int rows, int i)
     return (((size_t)b * heads + h) * rows + i) * p->dk;
 }
 
-/* Max over sampled rows (spread over the first and last sequence and over the heads) of
- * ‖out_row − ref_row‖ / ‖ref_row‖, the reference in double; *checked: how many. */
-static double check_rows(const core_state *s, int rows, int *checked)
+/* Sampled rows (spread over the first and last sequence and over the heads), each against
+ * the attention of its head in double, into c. */
+static void check_rows(const core_state *s, int rows, cli_check *chk)
 {
     const cli_problem *p = &s->p;
     const int dk = p->dk, group = p->h / p->kvh;
-    *checked = 0;
     double *K = malloc((size_t)p->seq_kv * dk * sizeof *K), *V = malloc((size_t)p->seq_kv * dk * sizeof *V);
     double *q = malloc((size_t)dk * sizeof *q), *z = malloc((size_t)dk * sizeof *z);
-    double *a = malloc((size_t)p->seq_kv * sizeof *a), worst = 0;
+    double *a = malloc((size_t)p->seq_kv * sizeof *a);
     if (!K || !V || !q || !z || !a) {
-        worst = NAN;
+        chk->num = NAN, chk->rows++; /* no reference: the check fails */
         goto done;
     }
     const int seqs[2] = {0, p->batch - 1}, n_seq = p->batch > 1 ? 2 : 1;
@@ -90,18 +89,11 @@ static double check_rows(const core_state *s, int rows, int *checked)
                 q[c] = s->q[at(p, b, h, p->h, p->seq_q, i) + c], z[c] = 0.0;
             if (nv > lo)
                 cli_ref_attention_row(p, h, i, q, K, V, dk, lo, nv, a, z);
-            const float *row = s->out + at(p, b, h, p->h, p->seq_q, i);
-            double num = 0, den = 0;
-            for (int c = 0; c < dk; c++)
-                num += (row[c] - z[c]) * (row[c] - z[c]), den += z[c] * z[c];
-            const double e = den > 0 ? sqrt(num / den) : sqrt(num);
-            worst = e > worst || isnan(e) ? e : worst;
-            ++*checked;
+            cli_check_row(chk, s->out + at(p, b, h, p->h, p->seq_q, i), z, dk);
         }
     }
 done:
     free(K), free(V), free(q), free(z), free(a);
-    return worst;
 }
 
 int cli_core(const mha_config_file *fc, const char *config, int causal, int check, int json)
@@ -170,8 +162,9 @@ int cli_core(const mha_config_file *fc, const char *config, int causal, int chec
         rc = cli_exit_code(st);
         goto out;
     }
-    int checked = 0;
-    const double max_err = check_rows(&s, check, &checked), flops = cli_attention_flops(p);
+    cli_check checked = {0};
+    check_rows(&s, check, &checked);
+    const double flops = cli_attention_flops(p);
     const cli_stats t = cli_stats_of(s.times, fc->iters);
     const char *mask = p->causal ? (p->q_len || p->kv_len ? "causal+padding" : "causal")
                                  : (p->q_len || p->kv_len ? "padding" : "none");
@@ -202,8 +195,7 @@ int cli_core(const mha_config_file *fc, const char *config, int causal, int chec
         json_object_set_new(j, "max_ms", json_real(t.max));
         json_object_set_new(j, "gflops", json_real(flops / (t.median * 1e6)));
         json_object_set_new(j, "flops_counted", json_string("visible pairs, 4·heads·head_dim each"));
-        json_object_set_new(j, "check_rows", json_integer(checked));
-        json_object_set_new(j, "max_rel_error", checked ? json_real(max_err) : json_null());
+        cli_check_json(j, &checked, cfg.precision, MHA_KV_AUTO);
         cli_print_json(j);
     } else {
         printf("mha run --core: %s%s%s%s\n", fc->name, config ? " (" : "", config ? config : "",
@@ -216,11 +208,8 @@ int cli_core(const mha_config_file *fc, const char *config, int causal, int chec
         printf("  time     median %.3f ms (min %.3f, max %.3f) over %d calls after %d warm-up\n", t.median, t.min, t.max,
                fc->iters, fc->warmup);
         printf("  speed    %.1f GFLOP/s (4·heads·head_dim per visible query-key pair)\n", flops / (t.median * 1e6));
-        if (checked)
-            printf("  check    max relative error %.2e over %d rows against a double-precision reference\n", max_err,
-                   checked);
     }
-    rc = EXIT_OK;
+    rc = cli_check_verdict(&checked, cfg.precision, MHA_KV_AUTO, "a double-precision reference", json);
 out:
     release(&s);
     return rc;

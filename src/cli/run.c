@@ -30,13 +30,16 @@ static void usage(FILE *f)
           "               [--kv-cache auto|f32|bf16|int8] [--core] [--json]\n"
           "With no CONFIG, the built-in default model (configs/default.yaml); with no --weights or\n"
           "--input, seeded random data. --lengths pads queries and, for self-attention, keys; output\n"
-          "rows past a length are 0. --kv-lengths pads the --kv keys. --check: output rows compared\n"
-          "with a double-precision reference (default 4, 0 skips). --precision, --isa and --kv-cache\n"
+          "rows past a length are 0. --kv-lengths pads the --kv keys. --check ROWS: sampled output\n"
+          "rows (default 4, 0 skips) against a double-precision reference (a decode block: one\n"
+          "float32 forward), ||out - ref|| / ||ref|| over them, exit 1 above the bound of the\n"
+          "precision and cache (f32 1e-4, bf16 1e-2, int8 cache 2e-2). A decode config takes\n"
+          "--input (sequences, tokens, d_model) with --lengths: prefilled, then decoded token by\n"
+          "token as its decode block says, every row to --output. --precision, --isa and --kv-cache\n"
           "override the config's engine.precision, engine.isa (the kernel table: mha info lists\n"
           "them), engine.bf16_kernel and engine.kv_cache (a decode block's cache). --core: the\n"
-          "attention core alone\n"
-          "(mha_core_forward) on seeded Q, K, V of the config's heads and batch (bf16 tensors with\n"
-          "precision bf16), no projections.\n", f);
+          "attention core alone (mha_core_forward) on seeded Q, K, V of the config's heads and\n"
+          "batch (bf16 tensors with precision bf16), no projections.\n", f);
 }
 
 static int parse(int argc, char **argv, run_opts *o)
@@ -251,13 +254,19 @@ int mha_cli_run(int argc, char **argv)
         return cli_core(&s.fc, o.config, o.causal, (int)o.check, o.json);
     }
     if (s.fc.decode) { /* prefill and decode through the KV cache */
-        const char *other = o.input ? "--input" : o.kv ? "--kv" : o.lengths ? "--lengths" : o.kv_lengths ? "--kv-lengths"
-                            : o.output ? "--output" : o.attn ? "--attn" : o.causal ? "--causal" : NULL;
+        const char *other = o.kv ? "--kv" : o.kv_lengths ? "--kv-lengths" : o.attn ? "--attn" : o.causal ? "--causal" : NULL;
         if (other) {
-            cli_error("%s: not with a decode config (%s has a decode block)", other, o.config);
+            cli_error("%s: not with a decode config (%s has a decode block: causal self-attention through the cache)",
+                      other, o.config);
             return EXIT_USAGE;
         }
-        return cli_decode(&s.fc, o.config, o.weights, o.prefix, (int)o.check, o.json);
+        if (!o.input && (o.lengths || o.output)) {
+            cli_error("%s: only with --input in a decode config (generated tokens are not kept)",
+                      o.lengths ? "--lengths" : "--output");
+            return EXIT_USAGE;
+        }
+        const cli_decode_files files = {o.weights, o.prefix, o.input, o.lengths, o.output};
+        return cli_decode(&s.fc, o.config, &files, (int)o.check, o.json);
     }
     if (o.have_kv) { /* a forward keeps no cache: int8 here would change nothing and look perfect */
         cli_error("--kv-cache: only with a decode block (a forward keeps no KV cache; %s has no decode block)",
@@ -313,8 +322,8 @@ int mha_cli_run(int argc, char **argv)
         rc = cli_exit_code(st);
         goto out;
     }
-    int checked = 0;
-    double max_err = cli_check_rows(p, s.out, (int)o.check, &checked);
+    cli_check check = {0};
+    cli_check_rows(p, s.out, (int)o.check, &check);
     cli_stats t = cli_stats_of(s.times, s.fc.iters);
     double gflops = cli_flops(p) / (t.median * 1e6), tokens = cli_tokens(p) / (t.median / 1e3);
     int cpus[MHA_MAX_THREADS], nw = mha_engine_worker_cpus(s.e, cpus, MHA_MAX_THREADS);
@@ -385,8 +394,7 @@ int mha_cli_run(int argc, char **argv)
         json_object_set_new(j, "flops_counted", json_string("unmasked"));
         json_object_set_new(j, "tokens_per_s", json_real(tokens));
         json_object_set_new(j, "peak_rss_mb", json_real(peak_rss_mb()));
-        json_object_set_new(j, "check_rows", json_integer(checked));
-        json_object_set_new(j, "max_rel_error", checked ? json_real(max_err) : json_null());
+        cli_check_json(j, &check, s.fc.engine.precision, MHA_KV_AUTO);
         cli_print_json(j);
     } else {
         printf("mha run: %s%s%s%s\n", s.fc.name, o.config ? " (" : "", o.config ? o.config : "", o.config ? ")" : " (built-in default)");
@@ -413,14 +421,12 @@ int mha_cli_run(int argc, char **argv)
         printf("  time     median %.3f ms (min %.3f, max %.3f) over %d forwards after %d warm-up\n", t.median, t.min,
                t.max, s.fc.iters, s.fc.warmup);
         printf("  speed    %.1f GFLOP/s (unmasked work), %.0f tokens/s; peak RSS %.0f MiB\n", gflops, tokens, peak_rss_mb());
-        if (checked)
-            printf("  check    max relative error %.2e over %d rows against a double-precision reference\n", max_err, checked);
         if (o.output)
             printf("  wrote    %s (%d, %d, %d)\n", o.output, p->batch, p->seq_q, p->d);
         if (o.attn)
             printf("  wrote    %s (%d, %d, %d, %d)\n", o.attn, p->batch, p->h, p->seq_q, p->seq_kv);
     }
-    rc = EXIT_OK;
+    rc = cli_check_verdict(&check, s.fc.engine.precision, MHA_KV_AUTO, "a double-precision reference", o.json);
 out:
     release(&s);
     return rc;
