@@ -142,6 +142,10 @@ test: $(B)/tests/mha_tests readme-example
 	done
 	@echo "step and trained suites on isa avx512, bf16 kernel fma-bf16 (its even-first decode tiles: the auto kernel on Intel AVX-512 parts without AMX)"
 	@$(TEST_ENV) MHA_TEST_ISA=avx512 MHA_TEST_BF16_KERNEL=fma-bf16 $(B)/tests/mha_tests --jobs 2 --filter '@(step|trained)/*' || exit 1
+	@echo "kernel tables and bf16 kernels this CPU ran (a table or kernel it lacks was Criterion's skip, not a pass):"
+	@$(B)/mha info | sed -n '/^isa /,/^tables /p' | sed '$$d'
+	@$(B)/tests/mha_tests --verbose --filter '@(bgemm|gemm|softmax|kernel|rope)/*' 2>&1 | grep '^\[SKIP\]' | grep -v 'is disabled' | \
+	  sed 's/^/  /' || true
 
 # The suite on a build whose CFLAGS would break the bitwise guarantees were the numerics not
 # pinned after them (FMA contraction on, GNU mode), and a -ffast-math build refused.

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 
 #include "isa/isa.h"
 #include "kernel.h"
@@ -60,17 +61,36 @@ void note_skipped(const char *fmt, ...)
     fprintf(stderr, "[SKIP] %s\n", msg);
 }
 
-int isa_next(int *i, const mha_isa **isa)
+int table_list(int per_kernel, table_param *out, int max)
 {
-    for (; *i < mha_isa_count; ++*i) {
-        const char *why;
-        if ((*isa = isa_runnable(mha_isa_tables[*i]->name, &why))) {
-            ++*i;
-            return 1;
+    int n = 0;
+    for (int t = 0; t < mha_isa_count; t++)
+        for (int k = 0; per_kernel ? mha_isa_tables[t]->bf16[k] != NULL : k == 0; k++) {
+            cr_assert_lt(n, max, "more table instances than room");
+            out[n++] = (table_param){t, per_kernel ? k : -1};
         }
-        note_skipped("isa %s: %s", mha_isa_tables[*i]->name, why);
+    return n;
+}
+
+struct criterion_test_params table_params(int per_kernel)
+{
+    static table_param params[2][64];
+    const int n = table_list(per_kernel, params[per_kernel], 64);
+    return cr_make_param_array(table_param, params[per_kernel], (size_t)n);
+}
+
+const mha_isa *table_or_skip(const table_param *p, const mha_bkernel **bk)
+{
+    const mha_isa *t = mha_isa_tables[p->table];
+    const char *why;
+    if (!isa_runnable(t->name, &why))
+        cr_skip_test("isa %s: %s", t->name, why);
+    if (bk) {
+        *bk = t->bf16[p->kernel];
+        if (((*bk)->usable && !(*bk)->usable()) || !mha_bkernel_enable(*bk))
+            cr_skip_test("isa %s, bf16 kernel %s: %s", t->name, (*bk)->name, (*bk)->lacks);
     }
-    return 0;
+    return t;
 }
 
 void kernel_auto(mha_kernel *k)

@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <criterion/parameterized.h>
+
 #include "mha.h"
 
 /* ---- seeded data ---- */
@@ -83,6 +85,7 @@ mha_engine *engine_for(const problem *p, int threads, mha_layout layout);
 /* ---- kernel tables (src/isa/) ---- */
 struct mha_isa;
 struct mha_kernel;
+struct mha_bkernel;
 /* The table the engine tests run on: $MHA_TEST_ISA, else "" (auto). make test runs the engine
  * suites once per table (tests read the environment; the library never does). */
 const char *test_isa(void);
@@ -93,13 +96,38 @@ void config_init(mha_config *cfg);
 /* Table `name` ("" or "auto": the widest this CPU runs) if this CPU runs it, else NULL and the
  * reason in why (when not NULL). */
 const struct mha_isa *isa_runnable(const char *name, const char **why);
-/* A part of a test this CPU cannot run, reported as skipped with why: "[SKIP] …" on stderr,
- * always shown. Not cr_log_warn: Criterion 2.4's runner exits 1 after any warning, so every
- * CPU without AMX would fail the suite. */
+/* A part of a test this CPU cannot run that is no table or bf16 kernel (a BLIS sub-config),
+ * reported with why: "[SKIP] …" on stderr, always shown. Not cr_log_warn: Criterion 2.4's
+ * runner exits 1 after any warning. */
 void note_skipped(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* Each table in turn, widest first; one this CPU cannot run is noted as skipped, with why. */
-int isa_next(int *i, const struct mha_isa **isa);
-#define FOR_EACH_ISA(isa) for (int isa##_i = 0; isa_next(&isa##_i, &isa);)
+
+/* ---- tests run once per kernel table, or per bf16 kernel of each table ----
+ * TABLE_TEST(suite, name, options) { body with `isa` }: a Criterion test per table of
+ * mha_isa_tables; BKERNEL_TEST(…) { body with `isa` and `bk` }: per bf16 kernel of every
+ * table. An instance this CPU cannot run (the table, or the kernel: AMX without AMX) is
+ * Criterion's skip with the reason, so the synthesis never counts it as passed. */
+typedef struct table_param { int table, kernel; } table_param;
+struct criterion_test_params table_params(int per_kernel);
+/* The same instances into out (at most max); returns how many: for tests whose parameters
+ * cross their own cases with the tables. */
+int table_list(int per_kernel, table_param *out, int max);
+/* The instance's table (and *bk its bf16 kernel when bk is not NULL), or Criterion's skip. */
+const struct mha_isa *table_or_skip(const table_param *p, const struct mha_bkernel **bk);
+#define TABLE_TEST(suite, name, ...)                                                                                   \
+    ParameterizedTestParameters(suite, name) { return table_params(0); }                                             \
+    static void suite##_##name##_on(const struct mha_isa *isa);                                                      \
+    ParameterizedTest(const table_param *tp, suite, name, ##__VA_ARGS__) { suite##_##name##_on(table_or_skip(tp, NULL)); } \
+    static void suite##_##name##_on(const struct mha_isa *isa)
+#define BKERNEL_TEST(suite, name, ...)                                                                                 \
+    ParameterizedTestParameters(suite, name) { return table_params(1); }                                             \
+    static void suite##_##name##_on(const struct mha_isa *isa, const struct mha_bkernel *bk);                        \
+    ParameterizedTest(const table_param *tp, suite, name, ##__VA_ARGS__)                                              \
+    {                                                                                                                  \
+        const struct mha_bkernel *bk;                                                                                  \
+        const struct mha_isa *isa = table_or_skip(tp, &bk);                                                           \
+        suite##_##name##_on(isa, bk);                                                                                  \
+    }                                                                                                                  \
+    static void suite##_##name##_on(const struct mha_isa *isa, const struct mha_bkernel *bk)
 /* A kernel of the auto table's default sub-config; asserts. */
 void kernel_auto(struct mha_kernel *k);
 /* A table's default kernel, and the same kernel on ref's table: a vector part and the scalar

@@ -22,10 +22,12 @@ static float *aligned_floats(size_t n)
 }
 
 typedef struct gcase { int m, n, k; int a_panels; float beta; } gcase;
+typedef struct gcase_on { gcase g; table_param on; } gcase_on;
 
+/* Every shape on every table (one this CPU cannot run: Criterion's skip). */
 ParameterizedTestParameters(gemm, matches_double_product)
 {
-    static gcase cases[] = {
+    static const gcase shapes[] = {
         {1, 1, 1, 0, 0}, {1, 64, 256, 0, 0}, {2, 192, 256, 0, 1}, {3, 33, 17, 1, 0},
         {12, 32, 64, 0, 0}, {13, 31, 65, 1, 1}, {37, 100, 391, 0, 1}, {128, 192, 768, 0, 0},
         {500, 70, 40, 1, 0}, {64, 1000, 64, 0, 0}, {7, 5, 800, 0, 1}, {481, 13, 9, 0, 1},
@@ -33,13 +35,20 @@ ParameterizedTestParameters(gemm, matches_double_product)
         {4, 70, 33, 0, 0}, {9, 33, 300, 0, 1}, {16, 1024, 128, 0, 1}, {16, 17, 256, 0, 0},
         {24, 65, 900, 1, 1}, {32, 96, 385, 0, 0}, {31, 40, 50, 1, 1},
     };
-    return cr_make_param_array(gcase, cases, sizeof cases / sizeof cases[0]);
+    static gcase_on cases[sizeof shapes / sizeof shapes[0] * 8];
+    table_param on[8];
+    const int n_on = table_list(0, on, 8);
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int t = 0; t < n_on; t++)
+            cases[n++] = (gcase_on){shapes[i], on[t]};
+    return cr_make_param_array(gcase_on, cases, n);
 }
 
-ParameterizedTest(gcase *g, gemm, matches_double_product, .timeout = 60)
+ParameterizedTest(gcase_on *param, gemm, matches_double_product, .timeout = 60)
 {
-    const mha_isa *isa;
-    FOR_EACH_ISA(isa)
+    const gcase *g = &param->g;
+    const mha_isa *isa = table_or_skip(&param->on, NULL);
     for (int ai = 0; isa->archs[ai]; ai++) {
         mha_kernel k;
         if (mha_kernel_select(isa->archs[ai], isa, &k) != MHA_OK)
@@ -82,31 +91,28 @@ ParameterizedTest(gcase *g, gemm, matches_double_product, .timeout = 60)
 }
 
 /* Each table's A packing writes ref's bits (a copy, zero rows padding the last panel). */
-Test(gemm, vector_packing_matches_scalar_bit_for_bit)
+TABLE_TEST(gemm, vector_packing_matches_scalar_bit_for_bit)
 {
-    const mha_isa *isa;
-    FOR_EACH_ISA(isa) {
-        mha_kernel k, scalar;
-        kernel_and_ref(isa, &k, &scalar);
-        rng r = {3};
-        const int m = 29, cols = 203;
-        float *a = malloc((size_t)m * cols * sizeof *a);
-        fill_uniform(a, (size_t)m * cols, -1, 1, &r);
-        size_t n = mha_gemm_apack_floats(&k);
-        float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
-        const int starts[] = {0, 5, 31, 64}, lens[] = {1, 16, 17, 100, 139};
-        for (int s = 0; s < 4; s++)
-            for (int l = 0; l < 5; l++) {
-                memset(x, 0xAB, n * sizeof *x);
-                memset(y, 0xCD, n * sizeof *y);
-                mha_gemm_pack_a(&k, mha_mat_rows(&k, a, cols), 3, m - 3, starts[s], lens[l], x);
-                mha_gemm_pack_a(&scalar, mha_mat_rows(&k, a, cols), 3, m - 3, starts[s], lens[l], y);
-                size_t used = mha_round_up((size_t)(m - 3), (size_t)k.aw) * (size_t)lens[l];
-                cr_assert(!memcmp(x, y, used * sizeof *x), "%s: start %d, %d columns: packings differ", isa->name,
-                          starts[s], lens[l]);
-            }
-        free(a), free(x), free(y);
-    }
+    mha_kernel k, scalar;
+    kernel_and_ref(isa, &k, &scalar);
+    rng r = {3};
+    const int m = 29, cols = 203;
+    float *a = malloc((size_t)m * cols * sizeof *a);
+    fill_uniform(a, (size_t)m * cols, -1, 1, &r);
+    size_t n = mha_gemm_apack_floats(&k);
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+    const int starts[] = {0, 5, 31, 64}, lens[] = {1, 16, 17, 100, 139};
+    for (int s = 0; s < 4; s++)
+        for (int l = 0; l < 5; l++) {
+            memset(x, 0xAB, n * sizeof *x);
+            memset(y, 0xCD, n * sizeof *y);
+            mha_gemm_pack_a(&k, mha_mat_rows(&k, a, cols), 3, m - 3, starts[s], lens[l], x);
+            mha_gemm_pack_a(&scalar, mha_mat_rows(&k, a, cols), 3, m - 3, starts[s], lens[l], y);
+            size_t used = mha_round_up((size_t)(m - 3), (size_t)k.aw) * (size_t)lens[l];
+            cr_assert(!memcmp(x, y, used * sizeof *x), "%s: start %d, %d columns: packings differ", isa->name,
+                      starts[s], lens[l]);
+        }
+    free(a), free(x), free(y);
 }
 
 /* The streamed rows (k->stream) sum exactly as the microkernel does (per chunk of kc, k in
@@ -114,22 +120,19 @@ Test(gemm, vector_packing_matches_scalar_bit_for_bit)
  * call has. */
 static void streamed_rows_match(const mha_kernel *kp);
 
-Test(gemm, streamed_rows_match_the_microkernel_bit_for_bit, .timeout = 120)
+TABLE_TEST(gemm, streamed_rows_match_the_microkernel_bit_for_bit, .timeout = 120)
 {
     int ran = 0;
-    const mha_isa *isa;
-    FOR_EACH_ISA(isa) {
-        for (int ai = 0; isa->stream_rows && isa->archs[ai]; ai++) { /* every sub-config that streams */
-            mha_kernel k;
-            if (mha_kernel_select(isa->archs[ai], isa, &k) != MHA_OK || !k.stream)
-                continue;
-            streamed_rows_match(&k);
-            cr_log_info("isa %s: rows streamed past BLIS '%s' match its microkernel bit for bit", isa->name, k.arch);
-            ran++;
-        }
+    for (int ai = 0; isa->stream_rows && isa->archs[ai]; ai++) { /* every sub-config that streams */
+        mha_kernel k;
+        if (mha_kernel_select(isa->archs[ai], isa, &k) != MHA_OK || !k.stream)
+            continue;
+        streamed_rows_match(&k);
+        cr_log_info("isa %s: rows streamed past BLIS '%s' match its microkernel bit for bit", isa->name, k.arch);
+        ran++;
     }
     if (!ran)
-        cr_skip_test("no table streams rows on this CPU");
+        cr_skip_test("isa %s streams no rows here (it has no streaming op, or none of its sub-configs that stream runs on this CPU)", isa->name);
 }
 
 static void streamed_rows_match(const mha_kernel *kp)
@@ -179,7 +182,7 @@ static void streamed_rows_match(const mha_kernel *kp)
  * table and sub-config this CPU runs: the streamed rows and the microkernel sum alike and
  * there is no matrix-vector path with sums of its own (a decode token alone and among 16
  * sequences or beside a 64-token prefill then project to the same bits: issue 20). */
-Test(gemm, a_row_does_not_depend_on_the_rows_beside_it, .timeout = 120)
+TABLE_TEST(gemm, a_row_does_not_depend_on_the_rows_beside_it, .timeout = 120)
 {
     const int M = 70, N = 100, K = 900, ms[] = {1, 2, 3, 5, 16, 31, 32, 33, 64, 70};
     rng r = {2024};
@@ -187,33 +190,31 @@ Test(gemm, a_row_does_not_depend_on_the_rows_beside_it, .timeout = 120)
     float *all = malloc((size_t)M * N * sizeof *all), *part = malloc((size_t)M * N * sizeof *part);
     fill_uniform(a, (size_t)M * K, -1, 1, &r);
     fill_uniform(b, (size_t)K * N, -1, 1, &r);
-    const mha_isa *isa;
-    FOR_EACH_ISA(isa)
     for (int ai = 0; isa->archs[ai]; ai++) {
-        mha_kernel k;
-        if (mha_kernel_select(isa->archs[ai], isa, &k) != MHA_OK)
-            continue;
-        float *bp = aligned_floats((size_t)K * mha_round_up(N, (size_t)k.bw)), *apack = aligned_floats(mha_gemm_apack_floats(&k));
-        mha_pack_panels(&k, K, N, mha_mat_rows(&k, b, N), 0, bp);
-        for (int bi = 0; bi < 2; bi++) { /* beta 0, and 1 over a bias-like C */
-            const float beta = (float)bi;
-            for (size_t i = 0; i < (size_t)M * N; i++)
-                all[i] = beta * (float)(i % 7);
-            mha_gemm(&k, M, N, K, 0.5f, mha_mat_rows(&k, a, K), mha_mat_panels(&k, bp, K), beta, mha_mat_rows(&k, all, N),
-                     apack);
-            for (int mi = 0; mi < (int)(sizeof ms / sizeof ms[0]); mi++) {
-                const int m = ms[mi], i0 = M - m; /* the last m rows, alone */
-                for (size_t i = 0; i < (size_t)m * N; i++)
-                    part[i] = beta * (float)(((size_t)i0 * N + i) % 7);
-                mha_gemm(&k, m, N, K, 0.5f, mha_mat_rows(&k, a + (size_t)i0 * K, K), mha_mat_panels(&k, bp, K), beta,
-                         mha_mat_rows(&k, part, N), apack);
-                long at = first_bit_difference(part, all + (size_t)i0 * N, (size_t)m * N);
-                cr_assert_eq(at, -1, "%s/%s, beta %g: rows %d.. alone (%d) differ from among %d at [%ld][%ld]: %a vs %a",
-                             isa->name, k.arch, beta, i0, m, M, at / N, at % N, part[at < 0 ? 0 : at],
-                             all[(size_t)i0 * N + (at < 0 ? 0 : at)]);
-            }
+    mha_kernel k;
+    if (mha_kernel_select(isa->archs[ai], isa, &k) != MHA_OK)
+        continue;
+    float *bp = aligned_floats((size_t)K * mha_round_up(N, (size_t)k.bw)), *apack = aligned_floats(mha_gemm_apack_floats(&k));
+    mha_pack_panels(&k, K, N, mha_mat_rows(&k, b, N), 0, bp);
+    for (int bi = 0; bi < 2; bi++) { /* beta 0, and 1 over a bias-like C */
+        const float beta = (float)bi;
+        for (size_t i = 0; i < (size_t)M * N; i++)
+            all[i] = beta * (float)(i % 7);
+        mha_gemm(&k, M, N, K, 0.5f, mha_mat_rows(&k, a, K), mha_mat_panels(&k, bp, K), beta, mha_mat_rows(&k, all, N),
+                 apack);
+        for (int mi = 0; mi < (int)(sizeof ms / sizeof ms[0]); mi++) {
+            const int m = ms[mi], i0 = M - m; /* the last m rows, alone */
+            for (size_t i = 0; i < (size_t)m * N; i++)
+                part[i] = beta * (float)(((size_t)i0 * N + i) % 7);
+            mha_gemm(&k, m, N, K, 0.5f, mha_mat_rows(&k, a + (size_t)i0 * K, K), mha_mat_panels(&k, bp, K), beta,
+                     mha_mat_rows(&k, part, N), apack);
+            long at = first_bit_difference(part, all + (size_t)i0 * N, (size_t)m * N);
+            cr_assert_eq(at, -1, "%s/%s, beta %g: rows %d.. alone (%d) differ from among %d at [%ld][%ld]: %a vs %a",
+                         isa->name, k.arch, beta, i0, m, M, at / N, at % N, part[at < 0 ? 0 : at],
+                         all[(size_t)i0 * N + (at < 0 ? 0 : at)]);
         }
-        free(bp), free(apack);
+    }
+    free(bp), free(apack);
     }
     free(a), free(b), free(all), free(part);
 }

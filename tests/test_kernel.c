@@ -78,30 +78,27 @@ Test(kernel, auto_table_follows_cpu_features)
 
 /* Each table this CPU runs: an engine of it says so, with the table's default sub-config and
  * bf16 kernel; a sub-config named without isa picks the table that runs it. */
-Test(kernel, engines_report_their_table)
+TABLE_TEST(kernel, engines_report_their_table)
 {
-    const mha_isa *isa;
-    FOR_EACH_ISA(isa) {
-        mha_config cfg;
-        mha_config_init(&cfg);
-        cfg.d_model = 32, cfg.n_heads = 2, cfg.threads = 1;
-        snprintf(cfg.isa, sizeof cfg.isa, "%s", isa->name);
-        mha_engine *e;
-        cr_assert_eq(mha_create(&cfg, &e), MHA_OK, "isa %s", isa->name);
-        cr_assert_str_eq(mha_engine_isa(e), isa->name);
-        cr_assert_str_eq(mha_engine_blis_arch(e), isa->default_arch());
-        mha_free(e);
-        cfg.precision = MHA_PRECISION_BF16;
-        cr_assert_eq(mha_create(&cfg, &e), MHA_OK, "isa %s bf16", isa->name);
-        cr_assert_str_eq(mha_engine_kernel(e), isa->bf16_auto()->name);
-        mha_free(e);
-        mha_config_init(&cfg);
-        cfg.d_model = 32, cfg.n_heads = 2, cfg.threads = 1;
-        snprintf(cfg.blis_arch, sizeof cfg.blis_arch, "%s", isa->default_arch());
-        cr_assert_eq(mha_create(&cfg, &e), MHA_OK);
-        cr_assert_str_eq(mha_engine_isa(e), isa->name, "blis_arch %s", isa->default_arch());
-        mha_free(e);
-    }
+    mha_config cfg;
+    mha_config_init(&cfg);
+    cfg.d_model = 32, cfg.n_heads = 2, cfg.threads = 1;
+    snprintf(cfg.isa, sizeof cfg.isa, "%s", isa->name);
+    mha_engine *e;
+    cr_assert_eq(mha_create(&cfg, &e), MHA_OK, "isa %s", isa->name);
+    cr_assert_str_eq(mha_engine_isa(e), isa->name);
+    cr_assert_str_eq(mha_engine_blis_arch(e), isa->default_arch());
+    mha_free(e);
+    cfg.precision = MHA_PRECISION_BF16;
+    cr_assert_eq(mha_create(&cfg, &e), MHA_OK, "isa %s bf16", isa->name);
+    cr_assert_str_eq(mha_engine_kernel(e), isa->bf16_auto()->name);
+    mha_free(e);
+    mha_config_init(&cfg);
+    cfg.d_model = 32, cfg.n_heads = 2, cfg.threads = 1;
+    snprintf(cfg.blis_arch, sizeof cfg.blis_arch, "%s", isa->default_arch());
+    cr_assert_eq(mha_create(&cfg, &e), MHA_OK);
+    cr_assert_str_eq(mha_engine_isa(e), isa->name, "blis_arch %s", isa->default_arch());
+    mha_free(e);
 }
 
 /* An unknown table, a sub-config or bf16 kernel of another table, and a table this CPU cannot
@@ -176,25 +173,22 @@ Test(kernel, contexts_agree, .timeout = 60)
 /* The softmax's key chunks are one KC pass of the microkernel on whole B panels: so for every
  * sub-config of every table this CPU runs; a kernel with a shorter KC or panels that do not
  * divide a chunk is refused. */
-Test(kernel, every_sub_config_takes_a_key_chunk_in_one_pass)
+TABLE_TEST(kernel, every_sub_config_takes_a_key_chunk_in_one_pass)
 {
-    const mha_isa *isa;
     int checked = 0;
-    FOR_EACH_ISA(isa) {
-        for (int i = 0; isa->archs[i]; i++) {
-            mha_kernel k;
-            if (mha_kernel_select(isa->archs[i], isa, &k) != MHA_OK) {
-                note_skipped("isa %s: BLIS '%s' does not run on this CPU", isa->name, isa->archs[i]);
-                continue;
-            }
-            cr_assert(mha_attention_chunk_fits(&k), "%s/%s: KC %d, B panels %d wide, chunks of %d keys", isa->name,
-                      k.arch, k.kc, k.bw, MHA_KV_CHUNK);
-            mha_kernel short_kc = k, odd_panels = k;
-            short_kc.kc = MHA_KV_CHUNK - 1;
-            odd_panels.bw = 12;
-            cr_assert(!mha_attention_chunk_fits(&short_kc) && !mha_attention_chunk_fits(&odd_panels));
-            checked++;
+    for (int i = 0; isa->archs[i]; i++) {
+        mha_kernel k;
+        if (mha_kernel_select(isa->archs[i], isa, &k) != MHA_OK) {
+            note_skipped("isa %s: BLIS '%s' does not run on this CPU", isa->name, isa->archs[i]);
+            continue;
         }
+        cr_assert(mha_attention_chunk_fits(&k), "%s/%s: KC %d, B panels %d wide, chunks of %d keys", isa->name,
+                  k.arch, k.kc, k.bw, MHA_KV_CHUNK);
+        mha_kernel short_kc = k, odd_panels = k;
+        short_kc.kc = MHA_KV_CHUNK - 1;
+        odd_panels.bw = 12;
+        cr_assert(!mha_attention_chunk_fits(&short_kc) && !mha_attention_chunk_fits(&odd_panels));
+        checked++;
     }
     cr_assert_gt(checked, 0);
 }

@@ -42,27 +42,24 @@ static void check_row(const char *impl, const float *in, int n, int visible, con
         cr_assert_eq(got_sum, 0.0f, "%s: a row with nothing visible sums to %g", impl, got_sum);
 }
 
-Test(softmax, every_implementation_matches_double, .timeout = 30)
+TABLE_TEST(softmax, every_implementation_matches_double, .timeout = 30)
 {
     rng r = {5};
     float in[300], row[300];
     uint8_t mask[300];
-    const mha_isa *isa;
-    FOR_EACH_ISA(isa) {
-        const int sizes[] = {1, 2, 7, 8, 15, 16, 17, 31, 33, 64, 100, 257, 300};
-        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
-            int n = sizes[s];
-            for (int variant = 0; variant < 4; variant++) {
-                fill_uniform(in, (size_t)n, -20.0f, 20.0f, &r);
-                for (int j = 0; j < n; j++)
-                    mask[j] = rng_next(&r) % 3 != 0;
-                int visible = variant == 1 ? n / 2 : variant == 3 ? 0 : n;
-                const uint8_t *m = variant >= 2 ? mask : NULL;
-                memcpy(row, in, (size_t)n * sizeof *row);
-                float mx = -INFINITY;
-                float sum = isa->softmax_row(row, n, visible, m, &mx);
-                check_row(isa->name, in, n, visible, m, row, sum);
-            }
+    const int sizes[] = {1, 2, 7, 8, 15, 16, 17, 31, 33, 64, 100, 257, 300};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        int n = sizes[s];
+        for (int variant = 0; variant < 4; variant++) {
+            fill_uniform(in, (size_t)n, -20.0f, 20.0f, &r);
+            for (int j = 0; j < n; j++)
+                mask[j] = rng_next(&r) % 3 != 0;
+            int visible = variant == 1 ? n / 2 : variant == 3 ? 0 : n;
+            const uint8_t *m = variant >= 2 ? mask : NULL;
+            memcpy(row, in, (size_t)n * sizeof *row);
+            float mx = -INFINITY;
+            float sum = isa->softmax_row(row, n, visible, m, &mx);
+            check_row(isa->name, in, n, visible, m, row, sum);
         }
     }
 }
@@ -78,64 +75,54 @@ static uint32_t float_bits(float x)
  * max, sum and entries, each entry rounded as mha_bf16_round into its place in a row of A
  * tiles and zeros up to the k tile: bit for bit, so a chunk's probabilities do not depend on
  * which path rounded them. */
-Test(softmax, bf16_rows_are_the_float_rows_rounded_into_tiles, .timeout = 30)
+TABLE_TEST(softmax, bf16_rows_are_the_float_rows_rounded_into_tiles, .timeout = 30)
 {
     rng r = {17};
     enum { N = 300, KP = 320 };
     float in[N], row[N], row16[N];
     uint8_t mask[N];
     mha_bf16 got[KP / MHA_BT_K * MHA_BT_ELEMS];
-    const mha_isa *isa;
-    int tested = 0;
-    FOR_EACH_ISA(isa) {
-        if (!isa->softmax_row16)
-            continue;
-        tested++;
-        const int sizes[] = {1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 256, 257, 300};
-        for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
-            const int n = sizes[z], kp = (int)mha_bk_kp(n);
-            for (int variant = 0; variant < 5; variant++) {
-                fill_uniform(in, (size_t)n, -20.0f, 20.0f, &r);
-                for (int j = 0; j < n; j++)
-                    mask[j] = rng_next(&r) % 3 != 0;
-                const int visible = variant == 1 ? n / 2 : variant == 3 ? 0 : variant == 4 ? n - n / 3 : n;
-                const uint8_t *m = variant >= 2 ? mask : NULL;
-                memcpy(row, in, (size_t)n * sizeof *row);
-                memcpy(row16, in, (size_t)n * sizeof *row16);
-                memset(got, 0xff, sizeof got); /* NaN-ish garbage where nothing is written */
-                float mx = -INFINITY, mx16 = -INFINITY;
-                const float sum = isa->softmax_row(row, n, visible, m, &mx);
-                const float sum16 = isa->softmax_row16(row16, n, visible, m, &mx16, got);
-                cr_assert_eq(float_bits(sum16), float_bits(sum), "%s n=%d visible=%d: sum %a, want %a", isa->name, n,
-                             visible, sum16, sum);
-                cr_assert_eq(float_bits(mx16), float_bits(mx), "%s n=%d: max", isa->name, n);
-                for (int j = 0; j < kp; j++) {
-                    const mha_bf16 want = j < n ? mha_bf16_round(row[j]) : 0;
-                    const mha_bf16 at = got[(j / MHA_BT_K) * MHA_BT_ELEMS + j % MHA_BT_K];
-                    cr_assert_eq(at, want, "%s n=%d visible=%d variant %d: [%d] = %#x, want %#x", isa->name, n,
-                                 visible, variant, j, at, want);
-                }
+    if (!isa->softmax_row16)
+        cr_skip_test("isa %s has no softmax_row16 (its bf16 chunks take softmax_row and round after it)", isa->name);
+    const int sizes[] = {1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 256, 257, 300};
+    for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
+        const int n = sizes[z], kp = (int)mha_bk_kp(n);
+        for (int variant = 0; variant < 5; variant++) {
+            fill_uniform(in, (size_t)n, -20.0f, 20.0f, &r);
+            for (int j = 0; j < n; j++)
+                mask[j] = rng_next(&r) % 3 != 0;
+            const int visible = variant == 1 ? n / 2 : variant == 3 ? 0 : variant == 4 ? n - n / 3 : n;
+            const uint8_t *m = variant >= 2 ? mask : NULL;
+            memcpy(row, in, (size_t)n * sizeof *row);
+            memcpy(row16, in, (size_t)n * sizeof *row16);
+            memset(got, 0xff, sizeof got); /* NaN-ish garbage where nothing is written */
+            float mx = -INFINITY, mx16 = -INFINITY;
+            const float sum = isa->softmax_row(row, n, visible, m, &mx);
+            const float sum16 = isa->softmax_row16(row16, n, visible, m, &mx16, got);
+            cr_assert_eq(float_bits(sum16), float_bits(sum), "%s n=%d visible=%d: sum %a, want %a", isa->name, n,
+                         visible, sum16, sum);
+            cr_assert_eq(float_bits(mx16), float_bits(mx), "%s n=%d: max", isa->name, n);
+            for (int j = 0; j < kp; j++) {
+                const mha_bf16 want = j < n ? mha_bf16_round(row[j]) : 0;
+                const mha_bf16 at = got[(j / MHA_BT_K) * MHA_BT_ELEMS + j % MHA_BT_K];
+                cr_assert_eq(at, want, "%s n=%d visible=%d variant %d: [%d] = %#x, want %#x", isa->name, n,
+                             visible, variant, j, at, want);
             }
         }
     }
-    if (!tested)
-        cr_skip_test("no table this CPU runs has softmax_row16 (avx512 has one)");
 }
 
-Test(softmax, extreme_scores_stay_finite)
+TABLE_TEST(softmax, extreme_scores_stay_finite)
 {
     /* differences far beyond exp's range underflow to 0, not NaN */
     float row[20];
-    const mha_isa *isa;
-    FOR_EACH_ISA(isa) {
-        for (int j = 0; j < 20; j++)
-            row[j] = j == 3 ? 1e30f : -1e30f;
-        float mx = -INFINITY;
-        cr_assert_eq(isa->softmax_row(row, 20, 20, NULL, &mx), 1.0f, "%s: sum", isa->name);
-        cr_assert_eq(mx, 1e30f);
-        for (int j = 0; j < 20; j++)
-            cr_assert_eq(row[j], j == 3 ? 1.0f : 0.0f, "%s [%d] = %g", isa->name, j, row[j]);
-    }
+    for (int j = 0; j < 20; j++)
+        row[j] = j == 3 ? 1e30f : -1e30f;
+    float mx = -INFINITY;
+    cr_assert_eq(isa->softmax_row(row, 20, 20, NULL, &mx), 1.0f, "%s: sum", isa->name);
+    cr_assert_eq(mx, 1e30f);
+    for (int j = 0; j < 20; j++)
+        cr_assert_eq(row[j], j == 3 ? 1.0f : 0.0f, "%s [%d] = %g", isa->name, j, row[j]);
 }
 
 /* The ref path runs on every machine here, whatever the CPU would pick, so UBSan
@@ -163,66 +150,60 @@ Test(softmax, generic_path_takes_non_finite_scores)
     cr_assert_eq(sum, 0.0f);
 }
 
-Test(softmax, fully_hidden_row_is_zero)
+TABLE_TEST(softmax, fully_hidden_row_is_zero)
 {
     uint8_t none[40] = {0};
     float row[40];
-    const mha_isa *isa;
-    FOR_EACH_ISA(isa) {
-        for (int j = 0; j < 40; j++)
-            row[j] = (float)j;
-        float mx = -INFINITY;
-        cr_assert_eq(isa->softmax_row(row, 40, 40, none, &mx), 0.0f);
-        cr_assert(isinf(mx) && mx < 0, "the max of nothing stays -inf");
-        for (int j = 0; j < 40; j++)
-            cr_assert_eq(row[j], 0.0f, "%s [%d] = %g", isa->name, j, row[j]);
-    }
+    for (int j = 0; j < 40; j++)
+        row[j] = (float)j;
+    float mx = -INFINITY;
+    cr_assert_eq(isa->softmax_row(row, 40, 40, none, &mx), 0.0f);
+    cr_assert(isinf(mx) && mx < 0, "the max of nothing stays -inf");
+    for (int j = 0; j < 40; j++)
+        cr_assert_eq(row[j], 0.0f, "%s [%d] = %g", isa->name, j, row[j]);
 }
 
 /* A row in chunks against a running max, rescaled as the max grows (what attention.c does
  * for long rows), equals the whole row's softmax: the same tolerance as above plus one
  * rounding per rescale. */
-Test(softmax, chunks_with_a_running_max_match_the_whole_row, .timeout = 30)
+TABLE_TEST(softmax, chunks_with_a_running_max_match_the_whole_row, .timeout = 30)
 {
     rng r = {11};
     enum { N = 700 };
     float in[N], row[N];
     uint8_t mask[N];
-    const mha_isa *isa;
-    FOR_EACH_ISA(isa) {
-        for (int variant = 0; variant < 3; variant++) {
-            /* rising scores make the max grow chunk after chunk */
-            for (int j = 0; j < N; j++)
-                in[j] = rng_uniform(&r, -10.0f, 10.0f) + (variant == 1 ? 0.05f * (float)j : 0.0f);
-            for (int j = 0; j < N; j++)
-                mask[j] = rng_next(&r) % 4 != 0;
-            const uint8_t *m = variant == 2 ? mask : NULL;
-            const int visible = variant == 2 ? 650 : N, chunk = 128;
-            memcpy(row, in, sizeof row);
-            float mx = -INFINITY, total = 0.0f;
-            for (int c0 = 0; c0 < N; c0 += chunk) {
-                int n = N - c0 < chunk ? N - c0 : chunk, vis = visible - c0 < 0 ? 0 : visible - c0 > n ? n : visible - c0;
-                float before = mx;
-                float part = isa->softmax_row(row + c0, n, vis, m ? m + c0 : NULL, &mx);
-                float corr = total > 0.0f && before != mx ? expf(before - mx) : 1.0f;
-                total = total * corr + part;
-                for (int j = 0; j < c0; j++) /* rescale the earlier chunks, as Z is */
-                    row[j] *= corr;
-            }
-            double dmx = -INFINITY, dsum = 0;
-            for (int j = 0; j < visible; j++)
-                if (!m || m[j])
-                    dmx = in[j] > dmx ? in[j] : dmx;
-            for (int j = 0; j < visible; j++)
-                if (!m || m[j])
-                    dsum += exp((double)in[j] - dmx);
-            for (int j = 0; j < N; j++) {
-                int vis = j < visible && (!m || m[j]);
-                double want = vis ? exp((double)in[j] - dmx) / dsum : 0.0;
-                double got = (double)row[j] / total;
-                cr_assert(fabs(got - want) <= (tolerance(in[j] - dmx, visible) + 8 * 0x1p-24) * want,
-                          "%s variant %d: [%d] = %.9g, want %.9g", isa->name, variant, j, got, want);
-            }
+    for (int variant = 0; variant < 3; variant++) {
+        /* rising scores make the max grow chunk after chunk */
+        for (int j = 0; j < N; j++)
+            in[j] = rng_uniform(&r, -10.0f, 10.0f) + (variant == 1 ? 0.05f * (float)j : 0.0f);
+        for (int j = 0; j < N; j++)
+            mask[j] = rng_next(&r) % 4 != 0;
+        const uint8_t *m = variant == 2 ? mask : NULL;
+        const int visible = variant == 2 ? 650 : N, chunk = 128;
+        memcpy(row, in, sizeof row);
+        float mx = -INFINITY, total = 0.0f;
+        for (int c0 = 0; c0 < N; c0 += chunk) {
+            int n = N - c0 < chunk ? N - c0 : chunk, vis = visible - c0 < 0 ? 0 : visible - c0 > n ? n : visible - c0;
+            float before = mx;
+            float part = isa->softmax_row(row + c0, n, vis, m ? m + c0 : NULL, &mx);
+            float corr = total > 0.0f && before != mx ? expf(before - mx) : 1.0f;
+            total = total * corr + part;
+            for (int j = 0; j < c0; j++) /* rescale the earlier chunks, as Z is */
+                row[j] *= corr;
+        }
+        double dmx = -INFINITY, dsum = 0;
+        for (int j = 0; j < visible; j++)
+            if (!m || m[j])
+                dmx = in[j] > dmx ? in[j] : dmx;
+        for (int j = 0; j < visible; j++)
+            if (!m || m[j])
+                dsum += exp((double)in[j] - dmx);
+        for (int j = 0; j < N; j++) {
+            int vis = j < visible && (!m || m[j]);
+            double want = vis ? exp((double)in[j] - dmx) / dsum : 0.0;
+            double got = (double)row[j] / total;
+            cr_assert(fabs(got - want) <= (tolerance(in[j] - dmx, visible) + 8 * 0x1p-24) * want,
+                      "%s variant %d: [%d] = %.9g, want %.9g", isa->name, variant, j, got, want);
         }
     }
 }
@@ -232,37 +213,34 @@ Test(softmax, chunks_with_a_running_max_match_the_whole_row, .timeout = 30)
  * five, fails a wrong branch, a lost sign or a tail lane left as it was. Values past the tail
  * stay untouched. ±∞ and the largest floats saturate to ±cap. */
 #define SOFTCAP_TOL 1e-6
-Test(softmax, softcap_rows_are_cap_tanh_on_every_table)
+TABLE_TEST(softmax, softcap_rows_are_cap_tanh_on_every_table)
 {
     rng r = {61};
     float in[300], row[304];
     const float caps[] = {50.0f, 3.0f, 0.5f};
-    const mha_isa *isa;
-    FOR_EACH_ISA(isa) {
-        const int sizes[] = {1, 7, 8, 9, 16, 17, 33, 300};
-        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
-            for (size_t c = 0; c < sizeof caps / sizeof caps[0]; c++) {
-                const int n = sizes[s];
-                const float cap = caps[c];
-                fill_uniform(in, (size_t)n, -4.0f * cap, 4.0f * cap, &r);
-                in[0] = n > 1 ? 0.625f * cap : in[0]; /* the branch point, and tiny values */
-                if (n > 2)
-                    in[1] = -1e-6f * cap, in[2] = 1e-30f;
-                memcpy(row, in, (size_t)n * sizeof *row);
-                for (int j = n; j < n + 4; j++)
-                    row[j] = 1234.5f;
-                isa->softcap_row(row, n, cap);
-                for (int j = 0; j < n; j++) {
-                    const double want = cap * tanh((double)in[j] / cap);
-                    cr_assert_leq(fabs(row[j] - want), SOFTCAP_TOL * cap, "%s, n %d, cap %g: [%d] %a -> %a, want %a",
-                                  isa->name, n, (double)cap, j, (double)in[j], (double)row[j], want);
-                }
-                for (int j = n; j < n + 4; j++)
-                    cr_assert_eq(row[j], 1234.5f, "%s: element %d past the row was written", isa->name, j);
+    const int sizes[] = {1, 7, 8, 9, 16, 17, 33, 300};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+        for (size_t c = 0; c < sizeof caps / sizeof caps[0]; c++) {
+            const int n = sizes[s];
+            const float cap = caps[c];
+            fill_uniform(in, (size_t)n, -4.0f * cap, 4.0f * cap, &r);
+            in[0] = n > 1 ? 0.625f * cap : in[0]; /* the branch point, and tiny values */
+            if (n > 2)
+                in[1] = -1e-6f * cap, in[2] = 1e-30f;
+            memcpy(row, in, (size_t)n * sizeof *row);
+            for (int j = n; j < n + 4; j++)
+                row[j] = 1234.5f;
+            isa->softcap_row(row, n, cap);
+            for (int j = 0; j < n; j++) {
+                const double want = cap * tanh((double)in[j] / cap);
+                cr_assert_leq(fabs(row[j] - want), SOFTCAP_TOL * cap, "%s, n %d, cap %g: [%d] %a -> %a, want %a",
+                              isa->name, n, (double)cap, j, (double)in[j], (double)row[j], want);
             }
-        float big[4] = {INFINITY, -INFINITY, 3e38f, -3e38f};
-        isa->softcap_row(big, 4, 30.0f);
-        for (int j = 0; j < 4; j++)
-            cr_assert_eq(big[j], j % 2 ? -30.0f : 30.0f, "%s: [%d] = %g", isa->name, j, (double)big[j]);
-    }
+            for (int j = n; j < n + 4; j++)
+                cr_assert_eq(row[j], 1234.5f, "%s: element %d past the row was written", isa->name, j);
+        }
+    float big[4] = {INFINITY, -INFINITY, 3e38f, -3e38f};
+    isa->softcap_row(big, 4, 30.0f);
+    for (int j = 0; j < 4; j++)
+        cr_assert_eq(big[j], j % 2 ? -30.0f : 30.0f, "%s: [%d] = %g", isa->name, j, (double)big[j]);
 }
