@@ -55,6 +55,95 @@ static int has(const mha_st_file *sf, const char *prefix, const char *name)
     return mha_st_find(sf, full) != NULL;
 }
 
+/* The namings a weights file may use, told apart by their first weight (w[0]): PyTorch's
+ * nn.MultiheadAttention (q, k and v rows in one tensor), nn.Linear per projection (HF's
+ * names), BLOOM's fused query_key_value (rows as (heads, 3, d_k)), the reference class's
+ * x·W. w and b: the q, k, v and o weights and biases (a fused naming: w[0], b[0] the fused
+ * one); the o bias is optional (Qwen2 has q, k and v biases only). */
+enum { FUSED_NONE, FUSED_ROWS, FUSED_PER_HEAD };
+typedef struct naming {
+    const char *scheme; /* what mha run reports */
+    mha_layout layout;
+    int fused;
+    const char *what;   /* a fused naming's owner, for the message that refuses GQA or head_dim */
+    const char *w[4], *b[4];
+} naming;
+static const naming namings[] = {
+    {"nn.MultiheadAttention (in_proj_weight)", MHA_LAYOUT_TORCH, FUSED_ROWS, "nn.MultiheadAttention's",
+     {"in_proj_weight", NULL, NULL, "out_proj.weight"}, {"in_proj_bias", NULL, NULL, "out_proj.bias"}},
+    {"nn.Linear per projection (q_proj.weight)", MHA_LAYOUT_TORCH, FUSED_NONE, NULL,
+     {"q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight"},
+     {"q_proj.bias", "k_proj.bias", "v_proj.bias", "o_proj.bias"}},
+    {"BLOOM (query_key_value, dense)", MHA_LAYOUT_TORCH, FUSED_PER_HEAD, "BLOOM's fused projection",
+     {"query_key_value.weight", NULL, NULL, "dense.weight"}, {"query_key_value.bias", NULL, NULL, "dense.bias"}},
+    {"reference class (W_q, x·W)", MHA_LAYOUT_XW, FUSED_NONE, NULL, {"W_q", "W_k", "W_v", "W_o"},
+     {"b_q", "b_k", "b_v", "b_o"}},
+};
+
+/* The tensors a naming holds, in the order they are read: its q, k, v weights (or the fused
+ * one: into fused for BLOOM, else in place at wq, which wk and wv follow), o's, then the q,
+ * k, v biases (to[]: wq, wk, wv, wo, bq, bk, bv). Returns how many. */
+static int naming_list(const naming *nm, int bias, int d, int qd, int kvd, float *const to[7], float *fused, want *list)
+{
+    const int xw = nm->layout == MHA_LAYOUT_XW;
+    int n = 0;
+    if (nm->fused)
+        list[n++] = (want){nm->w[0], 3 * d, d, fused ? fused : to[0]};
+    else {
+        list[n++] = (want){nm->w[0], xw ? d : qd, xw ? qd : d, to[0]};
+        list[n++] = (want){nm->w[1], xw ? d : kvd, xw ? kvd : d, to[1]};
+        list[n++] = (want){nm->w[2], xw ? d : kvd, xw ? kvd : d, to[2]};
+    }
+    list[n++] = (want){nm->w[3], xw ? qd : d, xw ? d : qd, to[3]};
+    if (bias && nm->fused)
+        list[n++] = (want){nm->b[0], 3 * d, 0, fused ? fused + (size_t)3 * d * d : to[4]};
+    else if (bias) {
+        list[n++] = (want){nm->b[0], qd, 0, to[4]};
+        list[n++] = (want){nm->b[1], kvd, 0, to[5]};
+        list[n++] = (want){nm->b[2], kvd, 0, to[6]};
+    }
+    return n;
+}
+
+/* The tensor-name prefix as given, with a '.' after it unless it has one ("" for none). */
+static mha_status dotted_prefix(const char *in, char out[256], char *err, size_t err_len)
+{
+    out[0] = '\0';
+    if (in && in[0]) {
+        const size_t n = strlen(in);
+        if (n + 2 > 256)
+            return mha_errorf(err, err_len, MHA_ERR_INVALID_ARG, "prefix '%s' is too long", in);
+        snprintf(out, 256, "%s%s", in, in[n - 1] == '.' ? "" : ".");
+    }
+    return MHA_OK;
+}
+
+/* BLOOM's fused query_key_value (weight rows, then the bias): row (h·3 + t)·dk + c is row
+ * h·dk + c of Q, K or V (t = 0, 1, 2) into dst[t] (rows of d) and bdst[t]. */
+static void split_per_head(const float *fused, int heads, int dk, int d, int bias, float *dst[3], float *bdst[3])
+{
+    for (int h = 0; h < heads; h++)
+        for (int t = 0; t < 3; t++)
+            for (int c = 0; c < dk; c++) {
+                const size_t from = ((size_t)h * 3 + t) * dk + c, to = (size_t)h * dk + c;
+                memcpy(dst[t] + to * d, fused + from * d, (size_t)d * sizeof *fused);
+                if (bias)
+                    bdst[t][to] = fused[(size_t)3 * d * d + from];
+            }
+}
+
+/* The error for a file of none of the namings: what it looked for and what the file holds. */
+static mha_status no_naming(const mha_st_file *sf, const char *path, const char *prefix, char *err, size_t err_len)
+{
+    char names[256] = "";
+    for (int i = 0; i < sf->n && strlen(names) < 200; i++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s'%s'", i ? ", " : "", sf->t[i].name);
+    return mha_errorf(err, err_len, MHA_ERR_FORMAT,
+                      "%s: no attention weights under prefix '%s' (looked for in_proj_weight, q_proj.weight, "
+                      "query_key_value.weight, W_q); the file holds %s%s",
+                      path, prefix, sf->n ? names : "no tensors", sf->n > 8 ? ", …" : "");
+}
+
 MHA_API mha_status mha_weights_file_load(const char *path, const char *prefix_in, const mha_config *cfg,
                                          mha_weights_file *out, char *err, size_t err_len)
 {
@@ -71,16 +160,10 @@ MHA_API mha_status mha_weights_file_load(const char *path, const char *prefix_in
     }
     const int d = cfg->d_model, bias = cfg->bias, dk = mha_config_head_dim(cfg), qd = cfg->n_heads * dk;
     const int kvd = (cfg->n_kv_heads ? cfg->n_kv_heads : cfg->n_heads) * dk;
-    char prefix[256] = "";
-    if (prefix_in && prefix_in[0]) {
-        size_t n = strlen(prefix_in);
-        if (n + 2 > sizeof prefix)
-            return mha_errorf(err, err_len, MHA_ERR_INVALID_ARG, "prefix '%s' is too long", prefix_in);
-        snprintf(prefix, sizeof prefix, "%s%s", prefix_in, prefix_in[n - 1] == '.' ? "" : ".");
-    }
+    char prefix[256];
+    mha_status st = dotted_prefix(prefix_in, prefix, err, err_len);
     mha_st_file sf;
-    mha_status st = mha_st_open(path, &sf, err, err_len);
-    if (st != MHA_OK)
+    if (st != MHA_OK || (st = mha_st_open(path, &sf, err, err_len)) != MHA_OK)
         return st;
 
     /* one buffer: Wq (qd·d), Wk, Wv (kvd·d each), Wo (d·qd), then b_q (qd), b_k, b_v (kvd), b_o
@@ -101,71 +184,25 @@ MHA_API mha_status mha_weights_file_load(const char *path, const char *prefix_in
     want list[11];
     int n = 0;
     float *fused = NULL; /* BLOOM's query_key_value (weight rows, then bias), split below */
-    const char *bias_name = NULL, *o_bias = NULL; /* a bias that proves the file has biases; the optional one */
-    if (has(&sf, prefix, "in_proj_weight")) {
-        out->scheme = "nn.MultiheadAttention (in_proj_weight)";
-        out->w.layout = MHA_LAYOUT_TORCH;
-        if (kvd != d || qd != d) {
-            st = mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: tensor '%sin_proj_weight' is nn.MultiheadAttention's, "
-                            "which has neither grouped KV heads nor a head_dim of its own; the model has kv_heads %d of "
-                            "%d heads of %d (d_model %d)", path, prefix, kvd / dk, cfg->n_heads, dk, d);
-        }
-        list[n++] = (want){"in_proj_weight", 3 * d, d, s};  /* rows q, k, v: contiguous */
-        list[n++] = (want){"out_proj.weight", d, d, wo};
-        bias_name = "in_proj_bias", o_bias = "out_proj.bias";
-        if (bias)
-            list[n++] = (want){"in_proj_bias", 3 * d, 0, bq};
-    } else if (has(&sf, prefix, "q_proj.weight")) {
-        out->scheme = "nn.Linear per projection (q_proj.weight)";
-        out->w.layout = MHA_LAYOUT_TORCH;
-        list[n++] = (want){"q_proj.weight", qd, d, wq};
-        list[n++] = (want){"k_proj.weight", kvd, d, wk};
-        list[n++] = (want){"v_proj.weight", kvd, d, wv};
-        list[n++] = (want){"o_proj.weight", d, qd, wo};
-        if (bias) {
-            list[n++] = (want){"q_proj.bias", qd, 0, bq};
-            list[n++] = (want){"k_proj.bias", kvd, 0, bk};
-            list[n++] = (want){"v_proj.bias", kvd, 0, bv};
-        }
-        bias_name = "q_proj.bias", o_bias = "o_proj.bias";
-    } else if (has(&sf, prefix, "query_key_value.weight")) {
-        out->scheme = "BLOOM (query_key_value, dense)";
-        out->w.layout = MHA_LAYOUT_TORCH;
-        if (kvd != d || qd != d)
-            st = mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: tensor '%squery_key_value.weight' is BLOOM's fused "
-                            "projection, which has neither grouped KV heads nor a head_dim of its own; the model has "
-                            "kv_heads %d of %d heads of %d (d_model %d)", path, prefix, kvd / dk, cfg->n_heads, dk, d);
-        else if (!(fused = malloc((size_t)3 * d * (d + 1) * sizeof *fused)))
-            st = mha_errorf(err, err_len, MHA_ERR_NOMEM, "%s: out of memory for query_key_value", path);
-        else {
-            list[n++] = (want){"query_key_value.weight", 3 * d, d, fused};
-            list[n++] = (want){"dense.weight", d, d, wo};
-            if (bias)
-                list[n++] = (want){"query_key_value.bias", 3 * d, 0, fused + (size_t)3 * d * d};
-        }
-        bias_name = "query_key_value.bias", o_bias = "dense.bias";
-    } else if (has(&sf, prefix, "W_q")) {
-        out->scheme = "reference class (W_q, x·W)";
-        out->w.layout = MHA_LAYOUT_XW;
-        list[n++] = (want){"W_q", d, qd, wq};
-        list[n++] = (want){"W_k", d, kvd, wk};
-        list[n++] = (want){"W_v", d, kvd, wv};
-        list[n++] = (want){"W_o", qd, d, wo};
-        if (bias) {
-            list[n++] = (want){"b_q", qd, 0, bq};
-            list[n++] = (want){"b_k", kvd, 0, bk};
-            list[n++] = (want){"b_v", kvd, 0, bv};
-        }
-        bias_name = "b_q", o_bias = "b_o";
+    const naming *nm = NULL;
+    for (size_t i = 0; !nm && i < sizeof namings / sizeof namings[0]; i++)
+        if (has(&sf, prefix, namings[i].w[0]))
+            nm = &namings[i];
+    if (!nm)
+        st = no_naming(&sf, path, prefix, err, err_len);
+    else if (nm->fused && (kvd != d || qd != d)) {
+        st = mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: tensor '%s%s' is %s, which has neither grouped KV heads nor "
+                        "a head_dim of its own; the model has kv_heads %d of %d heads of %d (d_model %d)", path, prefix,
+                        nm->w[0], nm->what, kvd / dk, cfg->n_heads, dk, d);
+    } else if (nm->fused == FUSED_PER_HEAD && !(fused = malloc((size_t)3 * d * (d + 1) * sizeof *fused))) {
+        st = mha_errorf(err, err_len, MHA_ERR_NOMEM, "%s: out of memory for %s", path, nm->w[0]);
     } else {
-        char names[256] = "";
-        for (int i = 0; i < sf.n && strlen(names) < 200; i++)
-            snprintf(names + strlen(names), sizeof names - strlen(names), "%s'%s'", i ? ", " : "", sf.t[i].name);
-        st = mha_errorf(err, err_len, MHA_ERR_FORMAT,
-                        "%s: no attention weights under prefix '%s' (looked for in_proj_weight, q_proj.weight, "
-                        "query_key_value.weight, W_q); "
-                        "the file holds %s%s", path, prefix, sf.n ? names : "no tensors", sf.n > 8 ? ", …" : "");
+        out->scheme = nm->scheme;
+        out->w.layout = nm->layout;
+        n = naming_list(nm, bias, d, qd, kvd, (float *[7]){wq, wk, wv, wo, bq, bk, bv}, fused, list);
     }
+    /* a bias that proves the file has biases, and the optional one */
+    const char *bias_name = nm ? nm->b[0] : NULL, *o_bias = nm ? nm->b[3] : NULL;
     if (st == MHA_OK && !bias && (has(&sf, prefix, bias_name) || has(&sf, prefix, o_bias)))
         st = mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: tensor '%s%s' is a bias, but the model has bias: false",
                         path, prefix, has(&sf, prefix, bias_name) ? bias_name : o_bias);
@@ -184,17 +221,8 @@ MHA_API mha_status mha_weights_file_load(const char *path, const char *prefix_in
     for (int i = 0; st == MHA_OK && i < n; i++)
         st = take(&sf, path, prefix, &list[i], err, err_len);
     mha_st_close(&sf);
-    if (st == MHA_OK && fused) { /* row (h·3 + t)·dk + c of the fused map is row h·dk + c of Q, K or V (t) */
-        float *dst[3] = {wq, wk, wv}, *bdst[3] = {bq, bk, bv};
-        for (int h = 0; h < cfg->n_heads; h++)
-            for (int t = 0; t < 3; t++)
-                for (int c = 0; c < dk; c++) {
-                    const size_t from = ((size_t)h * 3 + t) * dk + c, to = (size_t)h * dk + c;
-                    memcpy(dst[t] + to * d, fused + from * d, (size_t)d * sizeof *fused);
-                    if (bias)
-                        bdst[t][to] = fused[(size_t)3 * d * d + from];
-                }
-    }
+    if (st == MHA_OK && fused)
+        split_per_head(fused, cfg->n_heads, dk, d, bias, (float *[3]){wq, wk, wv}, (float *[3]){bq, bk, bv});
     free(fused);
     if (st != MHA_OK) {
         free(s);
