@@ -215,6 +215,180 @@ static double recent_median(int k, const double *t)
     return cli_stats_of(sorted, m).median;
 }
 
+/* The config (the file, or the built-in default) into s->fc, with the command's overrides.
+ * Returns EXIT_OK or an exit code after a message. */
+static int load_config(const run_opts *o, run_state *s)
+{
+    char err[1024];
+    static const char builtin[] =
+#include "default_yaml.h"
+        ;
+    const mha_status st = o->config ? mha_config_file_load(o->config, &s->fc, err, sizeof err)
+                                    : mha_config_file_parse(builtin, sizeof builtin - 1, "configs/default.yaml (built in)",
+                                                            &s->fc, err, sizeof err);
+    if (st != MHA_OK)
+        return cli_error("%s", err), cli_exit_code(st);
+    if (o->have_threads) s->fc.engine.threads = (int)o->threads;
+    if (o->have_precision) s->fc.engine.precision = o->precision;
+    if ((o->have_kv && !cli_apply_kv_type(&s->fc.engine, o->kv_type)) || !cli_apply_isa(&s->fc.engine, o->isa) ||
+        !cli_apply_bf16_kernel(&s->fc.engine, o->bf16_kernel))
+        return EXIT_USAGE;
+    if (o->have_iters) s->fc.iters = (int)o->iters;
+    if (o->have_warmup) s->fc.warmup = (int)o->warmup; /* a decode block's untimed prefill too */
+    return EXIT_OK;
+}
+
+/* The modes other than a forward: --core, and a config with a decode block (their options
+ * checked). Returns their exit code, or -1 when the run is a forward. */
+static int other_mode(const run_opts *o, run_state *s)
+{
+    if (o->core) { /* the attention core alone, on generated Q, K, V */
+        const char *other = o->weights ? "--weights" : o->prefix ? "--prefix" : o->input ? "--input" : o->kv ? "--kv"
+                            : o->lengths ? "--lengths" : o->kv_lengths ? "--kv-lengths" : o->output ? "--output"
+                            : o->attn ? "--attn" : o->have_kv ? "--kv-cache" : NULL;
+        if (other) {
+            cli_error("%s: not with --core (the core runs on generated Q, K and V, with no weights or cache)", other);
+            return EXIT_USAGE;
+        }
+        return cli_core(&s->fc, o->config, o->causal, (int)o->check, o->json);
+    }
+    if (s->fc.decode) { /* prefill and decode through the KV cache */
+        const char *other = o->kv ? "--kv" : o->kv_lengths ? "--kv-lengths" : o->attn ? "--attn" : o->causal ? "--causal" : NULL;
+        if (other) {
+            cli_error("%s: not with a decode config (%s has a decode block: causal self-attention through the cache)",
+                      other, o->config);
+            return EXIT_USAGE;
+        }
+        if (!o->input && (o->lengths || o->output)) {
+            cli_error("%s: only with --input in a decode config (generated tokens are not kept)",
+                      o->lengths ? "--lengths" : "--output");
+            return EXIT_USAGE;
+        }
+        const cli_decode_files files = {o->weights, o->prefix, o->input, o->lengths, o->output};
+        return cli_decode(&s->fc, o->config, &files, (int)o->check, o->json);
+    }
+    if (o->have_kv) { /* a forward keeps no cache: int8 here would change nothing and look perfect */
+        cli_error("--kv-cache: only with a decode block (a forward keeps no KV cache; %s has no decode block)",
+                  o->config ? o->config : "the built-in default");
+        return EXIT_USAGE;
+    }
+    return -1;
+}
+
+/* --output and --attn, each complete or absent. Returns EXIT_OK or EXIT_RUNTIME after a message. */
+static int write_outputs(const run_opts *o, const run_state *s)
+{
+    const cli_problem *p = &s->p;
+    char err[1024];
+    mha_status st;
+    if (o->output) {
+        int64_t shape[3] = {p->batch, p->seq_q, p->d};
+        if ((st = mha_npy_save_f32(o->output, s->out, 3, shape, err, sizeof err)) != MHA_OK) {
+            cli_error("%s", err);
+            return EXIT_RUNTIME;
+        }
+    }
+    if (o->attn) {
+        int64_t shape[4] = {p->batch, p->h, p->seq_q, p->seq_kv};
+        if ((st = mha_npy_save_f32(o->attn, s->attn, 4, shape, err, sizeof err)) != MHA_OK) {
+            cli_error("%s", err);
+            return EXIT_RUNTIME;
+        }
+    }
+    return EXIT_OK;
+}
+
+/* The run's summary: text, or one JSON object. */
+static void report(const run_opts *o, const run_state *s, const cli_stats *tp, const cli_check *check)
+{
+    const cli_problem *p = &s->p;
+    const cli_stats t = *tp;
+    const double gflops = cli_flops(p) / (t.median * 1e6), tokens = cli_tokens(p) / (t.median / 1e3);
+    int cpus[MHA_MAX_THREADS];
+    const int nw = mha_engine_worker_cpus(s->e, cpus, MHA_MAX_THREADS);
+    const char *mask = p->causal ? (p->q_len || p->kv_len ? "causal+padding" : "causal") : (p->q_len || p->kv_len ? "padding" : "none");
+    const char *pin = mha_pinning_name(s->fc.engine.pinning);
+    char rope_text[160] = "none";
+    if (p->rope.style != MHA_ROPE_NONE) {
+        const mha_rope *r = &p->rope;
+        static const char *scalings[] = {"", ", linear", ", llama3", ", yarn"};
+        snprintf(rope_text, sizeof rope_text, "%s theta %g, %d of %d features%s", r->style == MHA_ROPE_NEOX ? "neox" : "gptj",
+                 (double)r->theta, r->rotary_dim, p->dk, scalings[r->scaling & 3]);
+        if (r->scaling != MHA_ROPE_SCALING_NONE)
+            snprintf(rope_text + strlen(rope_text), sizeof rope_text - strlen(rope_text), " ×%g", (double)r->factor);
+    }
+    char variants[160];
+    cli_variants_text(p, &s->fc.engine, variants, sizeof variants);
+    if (o->json) {
+        json_t *j = json_object(), *wc = json_array();
+        for (int i = 0; i < nw; i++)
+            json_array_append_new(wc, json_integer(cpus[i]));
+        json_object_set_new(j, "name", json_string(s->fc.name));
+        json_object_set_new(j, "config", o->config ? json_string(o->config) : json_null());
+        json_object_set_new(j, "d_model", json_integer(p->d));
+        json_object_set_new(j, "heads", json_integer(p->h));
+        json_object_set_new(j, "kv_heads", json_integer(p->kvh));
+        json_object_set_new(j, "rope", json_string(rope_text));
+        json_object_set_new(j, "window", json_integer(p->window));
+        json_object_set_new(j, "variants", json_string(variants));
+        json_object_set_new(j, "batch", json_integer(p->batch));
+        json_object_set_new(j, "seq_q", json_integer(p->seq_q));
+        json_object_set_new(j, "seq_kv", json_integer(p->seq_kv));
+        json_object_set_new(j, "cross", json_boolean(p->cross));
+        json_object_set_new(j, "mask", json_string(mask));
+        json_object_set_new(j, "threads", json_integer(mha_engine_threads(s->e)));
+        json_object_set_new(j, "pinning", json_string(pin));
+        json_object_set_new(j, "worker_cpus", wc);
+        json_object_set_new(j, "isa", json_string(mha_engine_isa(s->e)));
+        json_object_set_new(j, "blis_arch", json_string(mha_engine_blis_arch(s->e)));
+        json_object_set_new(j, "precision", json_string(mha_precision_name(s->fc.engine.precision)));
+        json_object_set_new(j, "kernel", json_string(mha_engine_kernel(s->e)));
+        json_object_set_new(j, "q_block", json_integer(mha_engine_q_block(s->e)));
+        json_object_set_new(j, "weights", json_string(o->weights ? o->weights : "random"));
+        json_object_set_new(j, "input", json_string(o->input ? o->input : "random"));
+        json_object_set_new(j, "warmup", json_integer(s->fc.warmup));
+        json_object_set_new(j, "iters", json_integer(s->fc.iters));
+        json_object_set_new(j, "median_ms", json_real(t.median));
+        json_object_set_new(j, "min_ms", json_real(t.min));
+        json_object_set_new(j, "max_ms", json_real(t.max));
+        json_object_set_new(j, "gflops", json_real(gflops));
+        json_object_set_new(j, "flops_counted", json_string("unmasked"));
+        json_object_set_new(j, "tokens_per_s", json_real(tokens));
+        json_object_set_new(j, "peak_rss_mb", json_real(peak_rss_mb()));
+        cli_check_json(j, check, s->fc.engine.precision, MHA_KV_AUTO);
+        cli_print_json(j);
+    } else {
+        printf("mha run: %s%s%s%s\n", s->fc.name, o->config ? " (" : "", o->config ? o->config : "", o->config ? ")" : " (built-in default)");
+        printf("  model    d_model %d, %d heads (d_k %d)", p->d, p->h, p->dk);
+        if (p->kvh != p->h)
+            printf(", %d KV heads", p->kvh);
+        printf(", %s", s->fc.engine.bias ? "biases" : "no biases");
+        if (p->rope.style != MHA_ROPE_NONE)
+            printf(", RoPE %s", rope_text);
+        if (p->window)
+            printf(", window %d", p->window);
+        if (variants[0])
+            printf(", %s", variants);
+        printf("\n");
+        printf("  batch    %d × %d%s, %s-attention (seq_kv %d), mask %s\n", p->batch, p->seq_q, "", p->cross ? "cross" : "self",
+               p->seq_kv, mask);
+        printf("  data     input %s, weights %s%s%s\n", o->input ? o->input : "random", o->weights ? o->weights : "random",
+               o->weights ? ", " : "", o->weights ? s->wf.scheme : "");
+        printf("  engine   %d threads, pinning %s, workers on CPUs", mha_engine_threads(s->e), pin);
+        for (int i = 0; i < nw; i++)
+            printf("%s%d", i ? "," : " ", cpus[i]);
+        printf("; isa %s, kernel %s (BLIS %s), q_block %d, arena %.1f MiB\n", mha_engine_isa(s->e), mha_engine_kernel(s->e),
+               mha_blis_version(), mha_engine_q_block(s->e), mha_engine_workspace_size(s->e) / 1048576.0);
+        printf("  time     median %.3f ms (min %.3f, max %.3f) over %d forwards after %d warm-up\n", t.median, t.min,
+               t.max, s->fc.iters, s->fc.warmup);
+        printf("  speed    %.1f GFLOP/s (unmasked work), %.0f tokens/s; peak RSS %.0f MiB\n", gflops, tokens, peak_rss_mb());
+        if (o->output)
+            printf("  wrote    %s (%d, %d, %d)\n", o->output, p->batch, p->seq_q, p->d);
+        if (o->attn)
+            printf("  wrote    %s (%d, %d, %d, %d)\n", o->attn, p->batch, p->h, p->seq_q, p->seq_kv);
+    }
+}
+
 int mha_cli_run(int argc, char **argv)
 {
     run_opts o;
@@ -225,54 +399,8 @@ int mha_cli_run(int argc, char **argv)
     char err[1024];
     mha_status st;
     int rc;
-
-    static const char builtin[] =
-#include "default_yaml.h"
-        ;
-    st = o.config ? mha_config_file_load(o.config, &s.fc, err, sizeof err)
-                  : mha_config_file_parse(builtin, sizeof builtin - 1, "configs/default.yaml (built in)", &s.fc, err,
-                                          sizeof err);
-    if (st != MHA_OK) {
-        cli_error("%s", err);
-        return cli_exit_code(st);
-    }
-    if (o.have_threads) s.fc.engine.threads = (int)o.threads;
-    if (o.have_precision) s.fc.engine.precision = o.precision;
-    if ((o.have_kv && !cli_apply_kv_type(&s.fc.engine, o.kv_type)) || !cli_apply_isa(&s.fc.engine, o.isa) ||
-        !cli_apply_bf16_kernel(&s.fc.engine, o.bf16_kernel))
-        return EXIT_USAGE;
-    if (o.have_iters) s.fc.iters = (int)o.iters;
-    if (o.have_warmup) s.fc.warmup = (int)o.warmup; /* a decode block's untimed prefill too */
-    if (o.core) { /* the attention core alone, on generated Q, K, V */
-        const char *other = o.weights ? "--weights" : o.prefix ? "--prefix" : o.input ? "--input" : o.kv ? "--kv"
-                            : o.lengths ? "--lengths" : o.kv_lengths ? "--kv-lengths" : o.output ? "--output"
-                            : o.attn ? "--attn" : o.have_kv ? "--kv-cache" : NULL;
-        if (other) {
-            cli_error("%s: not with --core (the core runs on generated Q, K and V, with no weights or cache)", other);
-            return EXIT_USAGE;
-        }
-        return cli_core(&s.fc, o.config, o.causal, (int)o.check, o.json);
-    }
-    if (s.fc.decode) { /* prefill and decode through the KV cache */
-        const char *other = o.kv ? "--kv" : o.kv_lengths ? "--kv-lengths" : o.attn ? "--attn" : o.causal ? "--causal" : NULL;
-        if (other) {
-            cli_error("%s: not with a decode config (%s has a decode block: causal self-attention through the cache)",
-                      other, o.config);
-            return EXIT_USAGE;
-        }
-        if (!o.input && (o.lengths || o.output)) {
-            cli_error("%s: only with --input in a decode config (generated tokens are not kept)",
-                      o.lengths ? "--lengths" : "--output");
-            return EXIT_USAGE;
-        }
-        const cli_decode_files files = {o.weights, o.prefix, o.input, o.lengths, o.output};
-        return cli_decode(&s.fc, o.config, &files, (int)o.check, o.json);
-    }
-    if (o.have_kv) { /* a forward keeps no cache: int8 here would change nothing and look perfect */
-        cli_error("--kv-cache: only with a decode block (a forward keeps no KV cache; %s has no decode block)",
-                  o.config ? o.config : "the built-in default");
-        return EXIT_USAGE;
-    }
+    if ((rc = load_config(&o, &s)) != EXIT_OK || (rc = other_mode(&o, &s)) >= 0)
+        return rc;
     if ((rc = load_inputs(&o, &s)) != EXIT_OK || (rc = load_weights(&o, &s)) != EXIT_OK)
         goto out;
 
@@ -324,108 +452,10 @@ int mha_cli_run(int argc, char **argv)
     }
     cli_check check = {0};
     cli_check_rows(p, s.out, (int)o.check, &check);
-    cli_stats t = cli_stats_of(s.times, s.fc.iters);
-    double gflops = cli_flops(p) / (t.median * 1e6), tokens = cli_tokens(p) / (t.median / 1e3);
-    int cpus[MHA_MAX_THREADS], nw = mha_engine_worker_cpus(s.e, cpus, MHA_MAX_THREADS);
-
-    if (o.output) {
-        int64_t shape[3] = {p->batch, p->seq_q, p->d};
-        if ((st = mha_npy_save_f32(o.output, s.out, 3, shape, err, sizeof err)) != MHA_OK) {
-            cli_error("%s", err);
-            rc = EXIT_RUNTIME;
-            goto out;
-        }
-    }
-    if (o.attn) {
-        int64_t shape[4] = {p->batch, p->h, p->seq_q, p->seq_kv};
-        if ((st = mha_npy_save_f32(o.attn, s.attn, 4, shape, err, sizeof err)) != MHA_OK) {
-            cli_error("%s", err);
-            rc = EXIT_RUNTIME;
-            goto out;
-        }
-    }
-
-    const char *mask = p->causal ? (p->q_len || p->kv_len ? "causal+padding" : "causal") : (p->q_len || p->kv_len ? "padding" : "none");
-    const char *pin = mha_pinning_name(s.fc.engine.pinning);
-    char rope_text[160] = "none";
-    if (p->rope.style != MHA_ROPE_NONE) {
-        const mha_rope *r = &p->rope;
-        static const char *scalings[] = {"", ", linear", ", llama3", ", yarn"};
-        snprintf(rope_text, sizeof rope_text, "%s theta %g, %d of %d features%s", r->style == MHA_ROPE_NEOX ? "neox" : "gptj",
-                 (double)r->theta, r->rotary_dim, p->dk, scalings[r->scaling & 3]);
-        if (r->scaling != MHA_ROPE_SCALING_NONE)
-            snprintf(rope_text + strlen(rope_text), sizeof rope_text - strlen(rope_text), " ×%g", (double)r->factor);
-    }
-    char variants[160];
-    cli_variants_text(p, &s.fc.engine, variants, sizeof variants);
-    if (o.json) {
-        json_t *j = json_object(), *wc = json_array();
-        for (int i = 0; i < nw; i++)
-            json_array_append_new(wc, json_integer(cpus[i]));
-        json_object_set_new(j, "name", json_string(s.fc.name));
-        json_object_set_new(j, "config", o.config ? json_string(o.config) : json_null());
-        json_object_set_new(j, "d_model", json_integer(p->d));
-        json_object_set_new(j, "heads", json_integer(p->h));
-        json_object_set_new(j, "kv_heads", json_integer(p->kvh));
-        json_object_set_new(j, "rope", json_string(rope_text));
-        json_object_set_new(j, "window", json_integer(p->window));
-        json_object_set_new(j, "variants", json_string(variants));
-        json_object_set_new(j, "batch", json_integer(p->batch));
-        json_object_set_new(j, "seq_q", json_integer(p->seq_q));
-        json_object_set_new(j, "seq_kv", json_integer(p->seq_kv));
-        json_object_set_new(j, "cross", json_boolean(p->cross));
-        json_object_set_new(j, "mask", json_string(mask));
-        json_object_set_new(j, "threads", json_integer(mha_engine_threads(s.e)));
-        json_object_set_new(j, "pinning", json_string(pin));
-        json_object_set_new(j, "worker_cpus", wc);
-        json_object_set_new(j, "isa", json_string(mha_engine_isa(s.e)));
-        json_object_set_new(j, "blis_arch", json_string(mha_engine_blis_arch(s.e)));
-        json_object_set_new(j, "precision", json_string(mha_precision_name(s.fc.engine.precision)));
-        json_object_set_new(j, "kernel", json_string(mha_engine_kernel(s.e)));
-        json_object_set_new(j, "q_block", json_integer(mha_engine_q_block(s.e)));
-        json_object_set_new(j, "weights", json_string(o.weights ? o.weights : "random"));
-        json_object_set_new(j, "input", json_string(o.input ? o.input : "random"));
-        json_object_set_new(j, "warmup", json_integer(s.fc.warmup));
-        json_object_set_new(j, "iters", json_integer(s.fc.iters));
-        json_object_set_new(j, "median_ms", json_real(t.median));
-        json_object_set_new(j, "min_ms", json_real(t.min));
-        json_object_set_new(j, "max_ms", json_real(t.max));
-        json_object_set_new(j, "gflops", json_real(gflops));
-        json_object_set_new(j, "flops_counted", json_string("unmasked"));
-        json_object_set_new(j, "tokens_per_s", json_real(tokens));
-        json_object_set_new(j, "peak_rss_mb", json_real(peak_rss_mb()));
-        cli_check_json(j, &check, s.fc.engine.precision, MHA_KV_AUTO);
-        cli_print_json(j);
-    } else {
-        printf("mha run: %s%s%s%s\n", s.fc.name, o.config ? " (" : "", o.config ? o.config : "", o.config ? ")" : " (built-in default)");
-        printf("  model    d_model %d, %d heads (d_k %d)", p->d, p->h, p->dk);
-        if (p->kvh != p->h)
-            printf(", %d KV heads", p->kvh);
-        printf(", %s", s.fc.engine.bias ? "biases" : "no biases");
-        if (p->rope.style != MHA_ROPE_NONE)
-            printf(", RoPE %s", rope_text);
-        if (p->window)
-            printf(", window %d", p->window);
-        if (variants[0])
-            printf(", %s", variants);
-        printf("\n");
-        printf("  batch    %d × %d%s, %s-attention (seq_kv %d), mask %s\n", p->batch, p->seq_q, "", p->cross ? "cross" : "self",
-               p->seq_kv, mask);
-        printf("  data     input %s, weights %s%s%s\n", o.input ? o.input : "random", o.weights ? o.weights : "random",
-               o.weights ? ", " : "", o.weights ? s.wf.scheme : "");
-        printf("  engine   %d threads, pinning %s, workers on CPUs", mha_engine_threads(s.e), pin);
-        for (int i = 0; i < nw; i++)
-            printf("%s%d", i ? "," : " ", cpus[i]);
-        printf("; isa %s, kernel %s (BLIS %s), q_block %d, arena %.1f MiB\n", mha_engine_isa(s.e), mha_engine_kernel(s.e),
-               mha_blis_version(), mha_engine_q_block(s.e), mha_engine_workspace_size(s.e) / 1048576.0);
-        printf("  time     median %.3f ms (min %.3f, max %.3f) over %d forwards after %d warm-up\n", t.median, t.min,
-               t.max, s.fc.iters, s.fc.warmup);
-        printf("  speed    %.1f GFLOP/s (unmasked work), %.0f tokens/s; peak RSS %.0f MiB\n", gflops, tokens, peak_rss_mb());
-        if (o.output)
-            printf("  wrote    %s (%d, %d, %d)\n", o.output, p->batch, p->seq_q, p->d);
-        if (o.attn)
-            printf("  wrote    %s (%d, %d, %d, %d)\n", o.attn, p->batch, p->h, p->seq_q, p->seq_kv);
-    }
+    const cli_stats t = cli_stats_of(s.times, s.fc.iters);
+    if ((rc = write_outputs(&o, &s)) != EXIT_OK)
+        goto out;
+    report(&o, &s, &t, &check);
     rc = cli_check_verdict(&check, s.fc.engine.precision, MHA_KV_AUTO, "a double-precision reference", o.json);
 out:
     release(&s);
