@@ -96,6 +96,60 @@ done:
     free(K), free(V), free(q), free(z), free(a);
 }
 
+/* The run's summary: text, or one JSON object. Sorts s->times. */
+static void report(core_state *s, const mha_config_file *fc, const char *config, const mha_config *cfgp,
+                   const cli_check *checked, int json)
+{
+    const cli_problem *p = &s->p;
+    const mha_config cfg = *cfgp;
+    const int bf16 = cfg.precision == MHA_PRECISION_BF16;
+    const double flops = cli_attention_flops(p);
+    const cli_stats t = cli_stats_of(s->times, fc->iters);
+    const char *mask = p->causal ? (p->q_len || p->kv_len ? "causal+padding" : "causal")
+                                 : (p->q_len || p->kv_len ? "padding" : "none");
+    char variants[160];
+    cli_variants_text(p, &fc->engine, variants, sizeof variants);
+    if (json) {
+        json_t *j = json_object();
+        json_object_set_new(j, "name", json_string(fc->name));
+        json_object_set_new(j, "config", config ? json_string(config) : json_null());
+        json_object_set_new(j, "mode", json_string("core"));
+        json_object_set_new(j, "heads", json_integer(p->h));
+        json_object_set_new(j, "kv_heads", json_integer(p->kvh));
+        json_object_set_new(j, "head_dim", json_integer(p->dk));
+        json_object_set_new(j, "variants", json_string(variants));
+        json_object_set_new(j, "batch", json_integer(p->batch));
+        json_object_set_new(j, "seq_q", json_integer(p->seq_q));
+        json_object_set_new(j, "seq_kv", json_integer(p->seq_kv));
+        json_object_set_new(j, "mask", json_string(mask));
+        json_object_set_new(j, "threads", json_integer(mha_engine_threads(s->e)));
+        json_object_set_new(j, "isa", json_string(mha_engine_isa(s->e)));
+        json_object_set_new(j, "precision", json_string(mha_precision_name(cfg.precision)));
+        json_object_set_new(j, "tensors", json_string(bf16 ? "bf16" : "f32"));
+        json_object_set_new(j, "kernel", json_string(mha_engine_kernel(s->e)));
+        json_object_set_new(j, "warmup", json_integer(fc->warmup));
+        json_object_set_new(j, "iters", json_integer(fc->iters));
+        json_object_set_new(j, "median_ms", json_real(t.median));
+        json_object_set_new(j, "min_ms", json_real(t.min));
+        json_object_set_new(j, "max_ms", json_real(t.max));
+        json_object_set_new(j, "gflops", json_real(flops / (t.median * 1e6)));
+        json_object_set_new(j, "flops_counted", json_string("visible pairs, 4·heads·head_dim each"));
+        cli_check_json(j, checked, cfg.precision, MHA_KV_AUTO);
+        cli_print_json(j);
+    } else {
+        printf("mha run --core: %s%s%s%s\n", fc->name, config ? " (" : "", config ? config : "",
+               config ? ")" : " (built-in default)");
+        printf("  core     %d heads over %d KV heads of %d%s%s (Q, K, V given: no projection, RoPE or QK-norm)\n", p->h,
+               p->kvh, p->dk, variants[0] ? ", " : "", variants);
+        printf("  batch    %d × %d queries over %d keys, mask %s\n", p->batch, p->seq_q, p->seq_kv, mask);
+        printf("  engine   %d threads; isa %s, precision %s, kernel %s; Q, K, V and out %s\n", mha_engine_threads(s->e),
+               mha_engine_isa(s->e), mha_precision_name(cfg.precision), mha_engine_kernel(s->e), bf16 ? "bf16" : "float32");
+        printf("  time     median %.3f ms (min %.3f, max %.3f) over %d calls after %d warm-up\n", t.median, t.min, t.max,
+               fc->iters, fc->warmup);
+        printf("  speed    %.1f GFLOP/s (4·heads·head_dim per visible query-key pair)\n", flops / (t.median * 1e6));
+    }
+}
+
 int cli_core(const mha_config_file *fc, const char *config, int causal, int check, int json)
 {
     core_state s;
@@ -164,51 +218,7 @@ int cli_core(const mha_config_file *fc, const char *config, int causal, int chec
     }
     cli_check checked = {0};
     check_rows(&s, check, &checked);
-    const double flops = cli_attention_flops(p);
-    const cli_stats t = cli_stats_of(s.times, fc->iters);
-    const char *mask = p->causal ? (p->q_len || p->kv_len ? "causal+padding" : "causal")
-                                 : (p->q_len || p->kv_len ? "padding" : "none");
-    char variants[160];
-    cli_variants_text(p, &fc->engine, variants, sizeof variants);
-    if (json) {
-        json_t *j = json_object();
-        json_object_set_new(j, "name", json_string(fc->name));
-        json_object_set_new(j, "config", config ? json_string(config) : json_null());
-        json_object_set_new(j, "mode", json_string("core"));
-        json_object_set_new(j, "heads", json_integer(p->h));
-        json_object_set_new(j, "kv_heads", json_integer(p->kvh));
-        json_object_set_new(j, "head_dim", json_integer(p->dk));
-        json_object_set_new(j, "variants", json_string(variants));
-        json_object_set_new(j, "batch", json_integer(p->batch));
-        json_object_set_new(j, "seq_q", json_integer(p->seq_q));
-        json_object_set_new(j, "seq_kv", json_integer(p->seq_kv));
-        json_object_set_new(j, "mask", json_string(mask));
-        json_object_set_new(j, "threads", json_integer(mha_engine_threads(s.e)));
-        json_object_set_new(j, "isa", json_string(mha_engine_isa(s.e)));
-        json_object_set_new(j, "precision", json_string(mha_precision_name(cfg.precision)));
-        json_object_set_new(j, "tensors", json_string(bf16 ? "bf16" : "f32"));
-        json_object_set_new(j, "kernel", json_string(mha_engine_kernel(s.e)));
-        json_object_set_new(j, "warmup", json_integer(fc->warmup));
-        json_object_set_new(j, "iters", json_integer(fc->iters));
-        json_object_set_new(j, "median_ms", json_real(t.median));
-        json_object_set_new(j, "min_ms", json_real(t.min));
-        json_object_set_new(j, "max_ms", json_real(t.max));
-        json_object_set_new(j, "gflops", json_real(flops / (t.median * 1e6)));
-        json_object_set_new(j, "flops_counted", json_string("visible pairs, 4·heads·head_dim each"));
-        cli_check_json(j, &checked, cfg.precision, MHA_KV_AUTO);
-        cli_print_json(j);
-    } else {
-        printf("mha run --core: %s%s%s%s\n", fc->name, config ? " (" : "", config ? config : "",
-               config ? ")" : " (built-in default)");
-        printf("  core     %d heads over %d KV heads of %d%s%s (Q, K, V given: no projection, RoPE or QK-norm)\n", p->h,
-               p->kvh, p->dk, variants[0] ? ", " : "", variants);
-        printf("  batch    %d × %d queries over %d keys, mask %s\n", p->batch, p->seq_q, p->seq_kv, mask);
-        printf("  engine   %d threads; isa %s, precision %s, kernel %s; Q, K, V and out %s\n", mha_engine_threads(s.e),
-               mha_engine_isa(s.e), mha_precision_name(cfg.precision), mha_engine_kernel(s.e), bf16 ? "bf16" : "float32");
-        printf("  time     median %.3f ms (min %.3f, max %.3f) over %d calls after %d warm-up\n", t.median, t.min, t.max,
-               fc->iters, fc->warmup);
-        printf("  speed    %.1f GFLOP/s (4·heads·head_dim per visible query-key pair)\n", flops / (t.median * 1e6));
-    }
+    report(&s, fc, config, &cfg, &checked, json);
     rc = cli_check_verdict(&checked, cfg.precision, MHA_KV_AUTO, "a double-precision reference", json);
 out:
     release(&s);

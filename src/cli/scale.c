@@ -503,24 +503,12 @@ static void md_point_row(FILE *f, const point *p)
     fprintf(f, "%s | %s |\n", cpus, p->oversubscribed ? "oversubscribed" : "");
 }
 
-static int write_report(const sweep *w, int plotted, const char *why)
+/* report.md's sections, in order. */
+static void md_machine(FILE *f, const sweep *w)
 {
-    char tmp[4200];
-    FILE *f = open_tmp(w, "report.md", tmp, sizeof tmp);
-    if (!f)
-        return EXIT_RUNTIME;
-    char model[256], flags[512], host[256] = "unknown", date[64];
-    cli_cpu_info(model, sizeof model, flags, sizeof flags);
-    struct utsname u;
-    if (uname(&u) == 0)
-        snprintf(host, sizeof host, "%s", u.nodename);
-    time_t now = time(NULL);
-    strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S %Z", localtime(&now));
     const mha_config_file *fc = &w->fc;
-    const char *mask = fc->mask == MHA_MASK_CAUSAL ? "causal" : fc->n_lengths ? "padding (lengths)" : "none";
-
-    fprintf(f, "# Thread scaling: %s\n\n", fc->name);
-    fprintf(f, "`%s`, %s, on %s.\n\n", w->cmdline, date, host);
+    char model[256], flags[512];
+    cli_cpu_info(model, sizeof model, flags, sizeof flags);
     fputs("## Machine\n\n| | |\n| --- | --- |\n", f);
     fprintf(f, "| CPU | %s |\n| CPU features | %s |\n", model, flags[0] ? flags : "none of the AVX family");
     fprintf(f, "| CPUs this process may use | %d:", w->n_allowed);
@@ -544,6 +532,12 @@ static int write_report(const sweep *w, int plotted, const char *why)
     fprintf(f, "%s |\n| OpenMP binding | %s |\n| mha | %s |\n\n", any ? "" : " none set (libgomp defaults)", binding,
             mha_version_string());
 
+}
+
+static void md_workload(FILE *f, const sweep *w)
+{
+    const mha_config_file *fc = &w->fc;
+    const char *mask = fc->mask == MHA_MASK_CAUSAL ? "causal" : fc->n_lengths ? "padding (lengths)" : "none";
     fputs("## Workload\n\n", f);
     fprintf(f, "Config `%s`: d_model %d, %d heads, batch %d × seq %d (%s-attention%s%d), mask %s, %s.\n",
             w->config_path, fc->engine.d_model, fc->engine.n_heads, fc->engine.max_batch, fc->engine.max_seq_q, fc->cross ? "cross" : "self",
@@ -573,6 +567,10 @@ static int write_report(const sweep *w, int plotted, const char *why)
     for (int i = 0; i < w->n; i++)
         md_point_row(f, &w->pt[i]);
 
+}
+
+static void md_amdahl(FILE *f, const sweep *w)
+{
     fputs("\n## Amdahl fit (strong scaling)\n\n", f);
     fputs("Least squares in the time domain, where Amdahl's law is linear in the serial fraction f: "
           "t(p)/t(1) = f + (1 − f)/p. Oversubscribed points are left out of the fit; with a single point "
@@ -593,6 +591,10 @@ static int write_report(const sweep *w, int plotted, const char *why)
     if (!fits)
         fputs("No strong-scaling points with more than one thread: nothing to fit.\n", f);
 
+}
+
+static void md_plots_and_notes(FILE *f, int plotted, const char *why)
+{
     fputs("\n## Plots\n\n", f);
     if (plotted)
         for (int k = 0; k < 3; k++)
@@ -615,6 +617,26 @@ static int write_report(const sweep *w, int plotted, const char *why)
           "`gflops` unmasked FLOPs / median; `tokens_per_s` valid query tokens / median; `speedup`, "
           "`efficiency`, `karp_flatt` as above (empty at 1 thread); `worker_cpus` the CPU each worker last "
           "ran on, space-separated.\n", f);
+}
+
+static int write_report(const sweep *w, int plotted, const char *why)
+{
+    char tmp[4200];
+    FILE *f = open_tmp(w, "report.md", tmp, sizeof tmp);
+    if (!f)
+        return EXIT_RUNTIME;
+    char host[256] = "unknown", date[64];
+    struct utsname u;
+    if (uname(&u) == 0)
+        snprintf(host, sizeof host, "%s", u.nodename);
+    time_t now = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S %Z", localtime(&now));
+    fprintf(f, "# Thread scaling: %s\n\n", w->fc.name);
+    fprintf(f, "`%s`, %s, on %s.\n\n", w->cmdline, date, host);
+    md_machine(f, w);
+    md_workload(f, w);
+    md_amdahl(f, w);
+    md_plots_and_notes(f, plotted, why);
     return commit(w, f, tmp, "report.md");
 }
 
@@ -698,6 +720,32 @@ static int setup(const scale_opts *o, sweep *w)
     return plan(w);
 }
 
+/* The sweep's table on stdout, the Amdahl fits and what was written. */
+static void print_summary(const sweep *w, int plotted, const char *why)
+{
+    printf("mha scale: %s (%s), %s scaling\n", w->fc.name, w->config_path, mode_text(w->mode));
+    printf("  %-6s %-7s %7s %6s %12s %9s %10s %11s\n", "mode", "pinning", "threads", "batch", "median ms", "speedup",
+           "efficiency", "Karp–Flatt");
+    for (int i = 0; i < w->n; i++) {
+        const point *p = &w->pt[i];
+        printf("  %-6s %-7s %7d %6d %12.3f %9.3f %10.3f ", mode_name(p), mha_pinning_name(p->pinning), p->threads,
+               p->batch, p->t.median, p->speedup, p->efficiency);
+        if (isnan(p->karp_flatt))
+            printf("%11s", "—");
+        else
+            printf("%11.3f", p->karp_flatt);
+        printf("%s\n", p->oversubscribed ? "  oversubscribed" : "");
+    }
+    for (int i = 0; i < w->n_pinning; i++) {
+        scale_amdahl fit;
+        if (fit_of(w, w->pinning[i], &fit) == 0)
+            printf("  Amdahl fit, pinning %s: serial fraction %.4f over %d points\n", mha_pinning_name(w->pinning[i]),
+                   fit.serial, fit.points);
+    }
+    printf("  wrote %s/scaling.csv, %s/report.md%s%s\n", w->out, w->out,
+           plotted ? ", speedup/efficiency/throughput .svg and .png" : "; plots skipped: ", plotted ? "" : why);
+}
+
 int mha_cli_scale(int argc, char **argv)
 {
     sweep *w = calloc(1, sizeof *w);
@@ -773,27 +821,7 @@ int mha_cli_scale(int argc, char **argv)
     if ((rc = write_csv(w)) != EXIT_OK || (rc = write_report(w, plotted, why)) != EXIT_OK)
         goto out;
 
-    printf("mha scale: %s (%s), %s scaling\n", w->fc.name, w->config_path, mode_text(w->mode));
-    printf("  %-6s %-7s %7s %6s %12s %9s %10s %11s\n", "mode", "pinning", "threads", "batch", "median ms", "speedup",
-           "efficiency", "Karp–Flatt");
-    for (int i = 0; i < w->n; i++) {
-        const point *p = &w->pt[i];
-        printf("  %-6s %-7s %7d %6d %12.3f %9.3f %10.3f ", mode_name(p), mha_pinning_name(p->pinning), p->threads,
-               p->batch, p->t.median, p->speedup, p->efficiency);
-        if (isnan(p->karp_flatt))
-            printf("%11s", "—");
-        else
-            printf("%11.3f", p->karp_flatt);
-        printf("%s\n", p->oversubscribed ? "  oversubscribed" : "");
-    }
-    for (int i = 0; i < w->n_pinning; i++) {
-        scale_amdahl fit;
-        if (fit_of(w, w->pinning[i], &fit) == 0)
-            printf("  Amdahl fit, pinning %s: serial fraction %.4f over %d points\n", mha_pinning_name(w->pinning[i]),
-                   fit.serial, fit.points);
-    }
-    printf("  wrote %s/scaling.csv, %s/report.md%s%s\n", w->out, w->out,
-           plotted ? ", speedup/efficiency/throughput .svg and .png" : "; plots skipped: ", plotted ? "" : why);
+    print_summary(w, plotted, why);
     rc = EXIT_OK;
 out:
     cli_problem_free(&prob);
