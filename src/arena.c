@@ -54,24 +54,20 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
         sl[r] = 0;
 
     b[MHA_REGION_engine] = engine_bytes;
-    if (kind != MHA_ARENA_ENGINE_SHARED) {
-        const size_t per_group = (size_t)dims->group + 2;
-        if (bf16) { /* k of the weights padded to whole tiles; Wo's columns to whole panels */
-            b[MHA_REGION_wqkv16] = product(kvh, mha_bk_kp(dims->d), per_group * dkp * sizeof(mha_bf16), of);
-            b[MHA_REGION_wo16] = product(mha_bk_kp(dims->qd), mha_round_up(d, MHA_BT_N), sizeof(mha_bf16), of);
-        } else {
-            b[MHA_REGION_wqkv] = product(kvh, d, per_group * dkp * f, of);
-            b[MHA_REGION_wo] = product(qd, mha_round_up(d, w), f, of);
-        }
-        b[MHA_REGION_bqkv] = product(kvh, per_group, dkp * f, of);
-        b[MHA_REGION_bo] = d * f;
-        b[MHA_REGION_qk_norm] = (size_t)(mha_qk_norm_len(dims->qk_norm.kind, dims->h, dims->dk) +
-                                         mha_qk_norm_len(dims->qk_norm.kind, dims->kvh, dims->dk)) * f;
-        if (dims->sinks)
-            b[MHA_REGION_sinks] = h * f;
+    const size_t per_group = (size_t)dims->group + 2;
+    if (bf16) { /* k of the weights padded to whole tiles; Wo's columns to whole panels */
+        b[MHA_REGION_wqkv16] = product(kvh, mha_bk_kp(dims->d), per_group * dkp * sizeof(mha_bf16), of);
+        b[MHA_REGION_wo16] = product(mha_bk_kp(dims->qd), mha_round_up(d, MHA_BT_N), sizeof(mha_bf16), of);
+    } else {
+        b[MHA_REGION_wqkv] = product(kvh, d, per_group * dkp * f, of);
+        b[MHA_REGION_wo] = product(qd, mha_round_up(d, w), f, of);
     }
-    if (kind == MHA_ARENA_WEIGHTS)
-        return;
+    b[MHA_REGION_bqkv] = product(kvh, per_group, dkp * f, of);
+    b[MHA_REGION_bo] = d * f;
+    b[MHA_REGION_qk_norm] = (size_t)(mha_qk_norm_len(dims->qk_norm.kind, dims->h, dims->dk) +
+                                     mha_qk_norm_len(dims->qk_norm.kind, dims->kvh, dims->dk)) * f;
+    if (dims->sinks)
+        b[MHA_REGION_sinks] = h * f;
 
     b[MHA_REGION_z] = product(batch, seq_q, qd * f, of);
     b[MHA_REGION_xpack] = product(batch, p->xpack_stride, f, of);
@@ -132,13 +128,17 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
         p->slice_off[r] = sl[r] ? take(&slice, sl[r], 1, MHA_ALIGN, of) : MHA_ARENA_ABSENT;
     p->scratch_stride = take(&slice, 0, 1, MHA_PAGE, of); /* the slice rounded up to a page */
     b[MHA_REGION_scratch] = product(threads, p->scratch_stride, 1, of);
+    for (int r = 0; r < MHA_REGION_COUNT; r++) /* the regions another arena holds */
+        if (!mha_arena_kind_holds(kind, (mha_arena_region)r))
+            b[r] = 0;
 }
 
 static const struct {
     const char *name;
     size_t align;
+    int held;
 } regions[MHA_REGION_COUNT] = {
-#define MHA_ARENA_INFO(name, type, align) [MHA_REGION_##name] = {#name, align},
+#define MHA_ARENA_INFO(name, type, align, held) [MHA_REGION_##name] = {#name, align, MHA_HELD_##held},
     MHA_ARENA_REGIONS(MHA_ARENA_INFO)
 #undef MHA_ARENA_INFO
 };
@@ -175,9 +175,25 @@ static void *at(unsigned char *base, size_t offset)
 
 void mha_arena_carve(const mha_arena_plan *p, void *base, mha_arena_views *v)
 {
-#define MHA_ARENA_CARVE(name, type, align) v->name = at(base, p->off[MHA_REGION_##name]);
+#define MHA_ARENA_CARVE(name, type, align, held) v->name = at(base, p->off[MHA_REGION_##name]);
     MHA_ARENA_REGIONS(MHA_ARENA_CARVE)
 #undef MHA_ARENA_CARVE
+}
+
+void mha_arena_share_weights(mha_arena_views *v, const mha_arena_views *packed)
+{
+#define MHA_ARENA_SHARE(name, type, align, held)                                                                       \
+    if (MHA_HELD_##held == MHA_HELD_WEIGHTS)                                                                           \
+        v->name = packed->name;
+    MHA_ARENA_REGIONS(MHA_ARENA_SHARE)
+#undef MHA_ARENA_SHARE
+}
+
+int mha_arena_kind_holds(mha_arena_kind kind, mha_arena_region r)
+{
+    const int held = regions[r].held;
+    return kind == MHA_ARENA_ENGINE ? 1 : kind == MHA_ARENA_WEIGHTS ? (held & MHA_HELD_WEIGHTS) != 0
+                                                                     : (held & MHA_HELD_ENGINE) != 0;
 }
 
 mha_scratch mha_arena_slice(const mha_arena_plan *p, unsigned char *scratch, int t)

@@ -19,42 +19,46 @@
  * cannot be had. */
 void *mha_alloc_pages(size_t bytes);
 
-/* The arena's regions, in layout order: name, element type of its view, alignment. This list
- * is the layout: it makes the plan's offsets, the views and the carve; each size is written
- * once, in region_bytes() (arena.c). A region of 0 bytes is absent (its view NULL). The worker
- * slices come last, so everything before `scratch` is the engine's shared state. */
+/* The arena's regions, in layout order: name, element type of its view, alignment, and who
+ * holds it: ENGINE (each engine its own), WEIGHTS (the packed weights: an engine's own, or a
+ * packed-weights block that engines share, mha_create_shared taking their views), or BOTH
+ * (the engine struct, or the block's header). This list is the layout: it makes the plan's
+ * offsets, the views, the carve and the sharing; each size is written once, in
+ * region_bytes() (arena.c). A region of 0 bytes is absent (its view NULL). The worker slices
+ * come last, so everything before `scratch` is the engine's shared state. */
+enum { MHA_HELD_ENGINE = 1, MHA_HELD_WEIGHTS = 2, MHA_HELD_BOTH = 3 };
 #define MHA_ARENA_REGIONS(X)                                                                      \
-    X(engine, void, MHA_ALIGN)          /* the engine struct, or the packed-weights header */    \
-    X(wqkv, float, MHA_ALIGN)           /* f32: per KV head g, panels (d, (group + 2)·dkp):      \
+    X(engine, void, MHA_ALIGN, BOTH)          /* the engine struct, or the packed-weights header */    \
+    X(wqkv, float, MHA_ALIGN, WEIGHTS)           /* f32: per KV head g, panels (d, (group + 2)·dkp):      \
                                            x · [Wq_{g·group} | Wk_g | Wv_g | Wq_{g·group+1} …] */ \
-    X(wqkv16, mha_bf16, MHA_ALIGN)      /* bf16: the same in B panels (bgemm.h) */               \
-    X(bqkv, float, MHA_ALIGN)           /* (kvh, (group + 2)·dkp) */                             \
-    X(wo, float, MHA_ALIGN)             /* f32: panels (qd, round_up(d, bw)): Z · Wo */          \
-    X(wo16, mha_bf16, MHA_ALIGN)        /* bf16: the same in B panels */                         \
-    X(bo, float, MHA_ALIGN)             /* (d) */                                                \
-    X(qk_norm, float, MHA_ALIGN)        /* Q's then K's RMSNorm factors (w or 1 + w), dk each    \
+    X(wqkv16, mha_bf16, MHA_ALIGN, WEIGHTS)      /* bf16: the same in B panels (bgemm.h) */               \
+    X(bqkv, float, MHA_ALIGN, WEIGHTS)           /* (kvh, (group + 2)·dkp) */                             \
+    X(wo, float, MHA_ALIGN, WEIGHTS)             /* f32: panels (qd, round_up(d, bw)): Z · Wo */          \
+    X(wo16, mha_bf16, MHA_ALIGN, WEIGHTS)        /* bf16: the same in B panels */                         \
+    X(bo, float, MHA_ALIGN, WEIGHTS)             /* (d) */                                                \
+    X(qk_norm, float, MHA_ALIGN, WEIGHTS)        /* Q's then K's RMSNorm factors (w or 1 + w), dk each    \
                                            (head) or h·dk, kvh·dk (full); absent without */      \
-    X(sinks, float, MHA_ALIGN)          /* (h): each head's sink logit; absent without sinks */  \
-    X(z, float, MHA_ALIGN)              /* (batch, seq_q, qd): the heads' outputs, concatenated */ \
-    X(xpack, float, MHA_ALIGN)          /* (batch, xpack_stride): A panels of each x_b */        \
-    X(order, int, MHA_ALIGN)            /* (batch): sequences, most work first */                \
-    X(deps, char, MHA_ALIGN)            /* (2, batch, h): a token per head task, then per norm   \
+    X(sinks, float, MHA_ALIGN, WEIGHTS)          /* (h): each head's sink logit; absent without sinks */  \
+    X(z, float, MHA_ALIGN, ENGINE)              /* (batch, seq_q, qd): the heads' outputs, concatenated */ \
+    X(xpack, float, MHA_ALIGN, ENGINE)          /* (batch, xpack_stride): A panels of each x_b */        \
+    X(order, int, MHA_ALIGN, ENGINE)            /* (batch): sequences, most work first */                \
+    X(deps, char, MHA_ALIGN, ENGINE)            /* (2, batch, h): a token per head task, then per norm   \
                                            task (kvh of h used) */                              \
-    X(xdeps, char, MHA_ALIGN)           /* (batch, ceil(seq_q / MHA_PACK_BLOCK)): packing tasks */ \
-    X(worker_cpu, int, MHA_ALIGN)       /* (threads): CPU each worker last ran on */             \
-    X(pin_cpu, int, MHA_ALIGN)          /* (threads): CPU each worker is pinned to, -1 none */   \
-    X(step_row0, int, MHA_ALIGN)        /* (batch + 1): a step's first row of each sequence */   \
-    X(partial, float, MHA_ALIGN)        /* (batch, kvh, chunks, group·DECODE_ROWS, dk + 2):      \
+    X(xdeps, char, MHA_ALIGN, ENGINE)           /* (batch, ceil(seq_q / MHA_PACK_BLOCK)): packing tasks */ \
+    X(worker_cpu, int, MHA_ALIGN, ENGINE)       /* (threads): CPU each worker last ran on */             \
+    X(pin_cpu, int, MHA_ALIGN, ENGINE)          /* (threads): CPU each worker is pinned to, -1 none */   \
+    X(step_row0, int, MHA_ALIGN, ENGINE)        /* (batch + 1): a step's first row of each sequence */   \
+    X(partial, float, MHA_ALIGN, ENGINE)        /* (batch, kvh, chunks, group·DECODE_ROWS, dk + 2):      \
                                            decode partial results */                            \
-    X(qk_ss, double, MHA_ALIGN)         /* QK-norm full: each row's sums of squares, one per KV  \
+    X(qk_ss, double, MHA_ALIGN, ENGINE)         /* QK-norm full: each row's sums of squares, one per KV  \
                                            head's part: Q's (batch·seq_q, kvh), then K's          \
                                            (batch·max(seq_q, seq_kv), kvh); absent otherwise */  \
-    X(k_saved, float, MHA_ALIGN)        /* QK-norm full: K as the norm tasks projected it,       \
+    X(k_saved, float, MHA_ALIGN, ENGINE)        /* QK-norm full: K as the norm tasks projected it,       \
                                            (batch·max(seq_q, seq_kv), kvh·dk); absent otherwise */ \
-    X(rope_cos, float, MHA_ALIGN)       /* (positions, r/2); absent without RoPE */              \
-    X(rope_sin, float, MHA_ALIGN)       /* (positions, r/2) */                                   \
-    X(alibi, float, MHA_ALIGN)          /* (h): ALiBi's slopes; absent without ALiBi */          \
-    X(scratch, unsigned char, MHA_PAGE) /* (threads, scratch_stride): the worker slices */
+    X(rope_cos, float, MHA_ALIGN, ENGINE)       /* (positions, r/2); absent without RoPE */              \
+    X(rope_sin, float, MHA_ALIGN, ENGINE)       /* (positions, r/2) */                                   \
+    X(alibi, float, MHA_ALIGN, ENGINE)          /* (h): ALiBi's slopes; absent without ALiBi */          \
+    X(scratch, unsigned char, MHA_PAGE, ENGINE) /* (threads, scratch_stride): the worker slices */
 
 /* The regions of one worker slice, from its start, each MHA_ALIGN-aligned: Q/K/V panels
  * (max(seq_q, seq_kv), 3·dkp); Kᵀ panels (f32, or bf16 B panels: sized for the larger); the
@@ -65,7 +69,7 @@ void *mha_alloc_pages(size_t bytes);
 #define MHA_SLICE_REGIONS(X) X(qkv) X(kt) X(scores) X(apack) X(vb) X(pb) X(qb) X(inv) X(dec) X(kvs)
 
 typedef enum {
-#define MHA_ARENA_ENUM(name, type, align) MHA_REGION_##name,
+#define MHA_ARENA_ENUM(name, type, align, held) MHA_REGION_##name,
     MHA_ARENA_REGIONS(MHA_ARENA_ENUM)
 #undef MHA_ARENA_ENUM
     MHA_REGION_COUNT
@@ -93,7 +97,7 @@ typedef struct mha_arena_plan {
 } mha_arena_plan;
 
 typedef struct mha_arena_views {
-#define MHA_ARENA_VIEW(name, type, align) type *name;
+#define MHA_ARENA_VIEW(name, type, align, held) type *name;
     MHA_ARENA_REGIONS(MHA_ARENA_VIEW)
 #undef MHA_ARENA_VIEW
 } mha_arena_views;
@@ -107,6 +111,10 @@ typedef enum { MHA_ARENA_ENGINE, MHA_ARENA_ENGINE_SHARED, MHA_ARENA_WEIGHTS } mh
 int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine_bytes, mha_arena_kind kind,
                         mha_arena_plan *plan);
 void mha_arena_carve(const mha_arena_plan *plan, void *base, mha_arena_views *views);
+/* An engine that reads shared packed weights: every WEIGHTS region's view from the block's. */
+void mha_arena_share_weights(mha_arena_views *engine, const mha_arena_views *packed);
+/* Whether an arena of this kind holds region r (by the list's holder column). */
+int mha_arena_kind_holds(mha_arena_kind kind, mha_arena_region r);
 /* Worker t's scratch, in the slices that start at `scratch` (views.scratch). */
 mha_scratch mha_arena_slice(const mha_arena_plan *plan, unsigned char *scratch, int t);
 

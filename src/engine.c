@@ -369,10 +369,7 @@ MHA_API mha_status mha_create_shared_msg(const mha_config *cfg, const mha_packed
                       err_len);
     mha_engine *e = build(&p, ws);
     e->owned = ws;
-    e->views.wqkv = pw->views.wqkv, e->views.bqkv = pw->views.bqkv;
-    e->views.wo = pw->views.wo, e->views.bo = pw->views.bo;
-    e->views.wqkv16 = pw->views.wqkv16, e->views.wo16 = pw->views.wo16;
-    e->views.qk_norm = pw->views.qk_norm, e->views.sinks = pw->views.sinks;
+    mha_arena_share_weights(&e->views, &pw->views);
     e->weights_set = e->shared = 1;
     *out = e;
     return report(MHA_OK, &pr, err, err_len);

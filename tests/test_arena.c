@@ -153,7 +153,7 @@ Test(arena, every_region_of_every_kind_is_defined, .init = pick_kernel)
         memset(&v, 0x5A, sizeof v);
         mha_arena_carve(&p, base, &v);
         const void *view[MHA_REGION_COUNT] = {
-#define VIEW(name, type, align) [MHA_REGION_##name] = v.name,
+#define VIEW(name, type, align, held) [MHA_REGION_##name] = v.name,
             MHA_ARENA_REGIONS(VIEW)
 #undef VIEW
         };
@@ -221,4 +221,56 @@ Test(arena, overflowing_sizes_are_detected, .init = pick_kernel)
     cr_assert_eq(mha_arena_plan_make(&dm, &K, 256, MHA_ARENA_ENGINE, &p), 0, "2^31 slices of 4 GiB: 2^63 bytes, still fits");
     dm.seq_kv = 1 << 22;
     cr_assert_eq(mha_arena_plan_make(&dm, &K, 256, MHA_ARENA_ENGINE, &p), -1, "2^31 slices of 16 GiB: 2^65 bytes");
+}
+
+/* A shared engine reads every region the packed weights hold from the block, and nothing
+ * else: by the region list's holder column (a weight region added to the list is shared
+ * without another line), checked against the plans of both kinds. */
+Test(arena, a_shared_engine_takes_every_weight_view_of_the_block, .init = pick_kernel)
+{
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        mha_dims dm = {.d = 96, .h = 6, .dk = 16, .qd = 96, .batch = 2, .seq_q = 20, .seq_kv = 20, .threads = 2, .q_block = 16,
+                       .kvh = 3, .group = 2, .bf16 = bf16, .positions = 20, .sinks = 1,
+                       .qk_norm = {.kind = MHA_QK_NORM_HEAD, .eps = 1e-6f}};
+        mha_arena_plan weights, shared;
+        cr_assert_eq(mha_arena_plan_make(&dm, &K, 64, MHA_ARENA_WEIGHTS, &weights), 0);
+        cr_assert_eq(mha_arena_plan_make(&dm, &K, 1000, MHA_ARENA_ENGINE_SHARED, &shared), 0);
+        unsigned char *block = aligned_alloc(MHA_PAGE, mha_round_up(weights.total, MHA_PAGE));
+        unsigned char *engine = aligned_alloc(MHA_PAGE, mha_round_up(shared.total, MHA_PAGE));
+        mha_arena_views packed, v;
+        mha_arena_carve(&weights, block, &packed);
+        mha_arena_carve(&shared, engine, &v);
+        mha_arena_views before = v;
+        mha_arena_share_weights(&v, &packed);
+        const void *got[MHA_REGION_COUNT] = {
+#define VIEW(name, type, align, held) [MHA_REGION_##name] = v.name,
+            MHA_ARENA_REGIONS(VIEW)
+#undef VIEW
+        };
+        const void *was[MHA_REGION_COUNT] = {
+#define VIEW(name, type, align, held) [MHA_REGION_##name] = before.name,
+            MHA_ARENA_REGIONS(VIEW)
+#undef VIEW
+        };
+        const void *in_block[MHA_REGION_COUNT] = {
+#define VIEW(name, type, align, held) [MHA_REGION_##name] = packed.name,
+            MHA_ARENA_REGIONS(VIEW)
+#undef VIEW
+        };
+        int shared_views = 0;
+        for (int r = 0; r < MHA_REGION_COUNT; r++) {
+            const int weight = r != MHA_REGION_engine && mha_arena_kind_holds(MHA_ARENA_WEIGHTS, r);
+            cr_assert_eq(weight, !mha_arena_kind_holds(MHA_ARENA_ENGINE_SHARED, r) && r != MHA_REGION_engine,
+                         "region %s: held by both or neither", mha_arena_region_name(r));
+            if (weight) {
+                cr_assert_eq(got[r], in_block[r], "bf16 %d: region %s not taken from the block", bf16,
+                             mha_arena_region_name(r));
+                shared_views += got[r] != NULL;
+            } else
+                cr_assert_eq(got[r], was[r], "bf16 %d: region %s changed", bf16, mha_arena_region_name(r));
+        }
+        cr_assert_eq(shared_views, 6, "bf16 %d: Wqkv, bqkv, Wo, bo, the QK-norm factors and the sinks: %d", bf16,
+                     shared_views);
+        free(block), free(engine);
+    }
 }
