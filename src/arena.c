@@ -78,7 +78,7 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
     b[MHA_REGION_pin_cpu] = threads * sizeof(int);
     b[MHA_REGION_step_row0] = (batch + 1) * sizeof(int);
     const size_t chunks = (seq_kv + MHA_KV_CHUNK - 1) / MHA_KV_CHUNK;
-    const size_t dec_q = (size_t)dims->group * MHA_DECODE_ROWS; /* queries of one decode task */
+    const size_t dec_q = (size_t)dims->group * MHA_DECODE_MAX_NEW; /* queries of one decode task */
     b[MHA_REGION_partial] = product(product(batch, kvh, chunks, of), dec_q * (dk + 2), f, of);
     if (dims->qk_norm.kind == MHA_QK_NORM_FULL) {
         b[MHA_REGION_qk_ss] = product(product(batch, seq_q + rows, kvh, of), sizeof(double), 1, of);
@@ -108,17 +108,17 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
         sl[MHA_SLICE_apack] = sl[MHA_SLICE_apack] > ap16 ? sl[MHA_SLICE_apack] : ap16;
         /* V (seq_kv, dk) in B panels; a key chunk may start 16 rows into a k tile and read a
          * tile past its end (those rows meet zero probabilities): one tile of room */
-        sl[MHA_SLICE_vb] = product(mha_bk_b_elems(dims->seq_kv + MHA_BT_K, dims->dk), sizeof(mha_bf16), 1, of);
+        sl[MHA_SLICE_v16] = product(mha_bk_b_elems(dims->seq_kv + MHA_BT_K, dims->dk), sizeof(mha_bf16), 1, of);
         /* the probabilities of 32 query rows against one chunk of keys, rounded to bf16 in A
          * panels as each row is exp'd (the A·V product reads them packed: chunk16), and the
          * queries of a query block or of the core's few queries of a group (the larger) in A
          * panels, packed once for all their chunks */
         const size_t kv = mha_round_up(seq_kv, w), chunk = kv < MHA_KV_CHUNK ? kv : MHA_KV_CHUNK;
         const size_t q_rows = dims->q_block > (int)dec_q ? (size_t)dims->q_block : dec_q;
-        sl[MHA_SLICE_pb] = product(mha_bk_a_elems(2 * MHA_BT_M, (int)chunk), sizeof(mha_bf16), 1, of);
-        sl[MHA_SLICE_qb] = product(mha_bk_a_elems((int)q_rows, dims->dk), sizeof(mha_bf16), 1, of);
+        sl[MHA_SLICE_p16] = product(mha_bk_a_elems(2 * MHA_BT_M, (int)chunk), sizeof(mha_bf16), 1, of);
+        sl[MHA_SLICE_q16] = product(mha_bk_a_elems((int)q_rows, dims->dk), sizeof(mha_bf16), 1, of);
     }
-    sl[MHA_SLICE_inv] = product(mha_attention_state_floats((size_t)dims->q_block, dk), f, 1, of);
+    sl[MHA_SLICE_state] = product(mha_attention_state_floats((size_t)dims->q_block, dk), f, 1, of);
     sl[MHA_SLICE_dec] = product(dec_q, MHA_KV_CHUNK + dk, f, of);
     if (bf16 && dims->kv_type == MHA_KV_INT8) /* the scales beside the int8 values in the panels */
         sl[MHA_SLICE_kvs] = product(2, seq_kv, f, of);
@@ -206,13 +206,13 @@ mha_scratch mha_arena_slice(const mha_arena_plan *p, unsigned char *scratch, int
         .kt = at(slice, o[MHA_SLICE_kt]),
         .scores = at(slice, o[MHA_SLICE_scores]),
         .apack = at(slice, o[MHA_SLICE_apack]),
-        .inv = at(slice, o[MHA_SLICE_inv]),
+        .state = at(slice, o[MHA_SLICE_state]),
         .dec = at(slice, o[MHA_SLICE_dec]),
         .kvs = at(slice, o[MHA_SLICE_kvs]),
         .kt16 = at(slice, o[MHA_SLICE_kt]),
-        .v16 = at(slice, o[MHA_SLICE_vb]),
-        .p16 = at(slice, o[MHA_SLICE_pb]),
-        .q16 = at(slice, o[MHA_SLICE_qb]),
+        .v16 = at(slice, o[MHA_SLICE_v16]),
+        .p16 = at(slice, o[MHA_SLICE_p16]),
+        .q16 = at(slice, o[MHA_SLICE_q16]),
         .apack16 = at(slice, o[MHA_SLICE_apack]),
     };
 }

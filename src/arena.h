@@ -66,7 +66,7 @@ enum { MHA_HELD_ENGINE = 1, MHA_HELD_WEIGHTS = 2, MHA_HELD_BOTH = 3 };
  * panels; bf16 probabilities (32 rows) and a query block's queries in A panels; the softmax state (mha_attention_state_floats);
  * decode scores and queries; a bf16 engine's int8 K and V scales of a context (2, seq_kv).
  * mha_arena_slice makes a worker's mha_scratch of them. */
-#define MHA_SLICE_REGIONS(X) X(qkv) X(kt) X(scores) X(apack) X(vb) X(pb) X(qb) X(inv) X(dec) X(kvs)
+#define MHA_SLICE_REGIONS(X) X(qkv) X(kt) X(scores) X(apack) X(v16) X(p16) X(q16) X(state) X(dec) X(kvs)
 
 typedef enum {
 #define MHA_ARENA_ENUM(name, type, align, held) MHA_REGION_##name,

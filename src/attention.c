@@ -17,7 +17,7 @@
 
 #include "isa/isa.h"
 #include "rope.h"
-#include "step.h" /* MHA_DECODE_ROWS: the core's few queries run as decode does */
+#include "step.h" /* MHA_DECODE_MAX_NEW: the core's few queries run as decode does */
 
 #include <string.h>
 
@@ -312,7 +312,7 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, mha_queri
     const mha_kv_view kv = {.kt = mha_mat_panels(k, s->kt, dk), .v = mha_mat_sub(k, qkv, 0, 2 * dkp),
                             .kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f),
                             .vps = mha_attention_v16_ps(kl), .ks = ks, .vs = vs};
-    const float *sum = s->inv; /* attend_block's state: its rows' factors first */
+    const float *sum = s->state; /* attend_block's state: its rows' factors first */
 
     /* query blocks (with the attention weights wanted: one chunk of whole rows, from the panel
      * holding the block's first key) */
@@ -326,7 +326,7 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, mha_queri
                                      .q = q.q16 ? q.q : mha_mat_sub(k, q.q, r0, 0),
                                      .q16_rows = q.q16 ? q.q16 + r0 * q.ld16 : NULL, .q16_ld = q.ld16,
                                      .mask = f->mask ? f->mask + (size_t)r0 * f->seq_kv : NULL};
-        attend_block(f, s, &rows, &kv, kv_begin, kv_end, step, s->scores, ld, z + (size_t)r0 * ldz, ldz, sinks, s->inv);
+        attend_block(f, s, &rows, &kv, kv_begin, kv_end, step, s->scores, ld, z + (size_t)r0 * ldz, ldz, sinks, s->state);
         if (attn)
             for (int i = r0; i < r1; i++) {
                 float *row = attn + (size_t)i * f->seq_kv;
@@ -407,15 +407,15 @@ static void core_pack_kv16(const mha_fwd *f, const mha_core_io *io, int b, int g
     v16_room(f, s, kl);
 }
 
-/* Whether the core's KV head of ql queries runs as core_few_rows: 1 to MHA_DECODE_ROWS queries
+/* Whether the core's KV head of ql queries runs as core_few_rows: 1 to MHA_DECODE_MAX_NEW queries
  * (more amortise the per-head passes) whose softmax state and Z fit the A-packing region
  * (which no product of theirs uses: float32 reads Q in place, bf16 packs it into s->q16, sized
- * for group·MHA_DECODE_ROWS rows); float32: one pass over the features (dk <= KC: the tiles'
+ * for group·MHA_DECODE_MAX_NEW rows); float32: one pass over the features (dk <= KC: the tiles'
  * sums are the microkernel's). */
 static int core_few(const mha_fwd *f, int ql)
 {
     const size_t m = (size_t)f->group * ql;
-    return (f->bk || f->dk <= f->kernel->kc) && ql >= 1 && ql <= MHA_DECODE_ROWS && ql <= f->q_block &&
+    return (f->bk || f->dk <= f->kernel->kc) && ql >= 1 && ql <= MHA_DECODE_MAX_NEW && ql <= f->q_block &&
            m * (4 + 2 * (size_t)f->dk) <= mha_gemm_apack_floats(f->kernel);
 }
 
@@ -429,7 +429,7 @@ static void core_few_rows(const mha_fwd *f, const mha_core_io *io, int b, int g,
 {
     const mha_kernel *k = f->kernel;
     const int dk = f->dk, m = f->group * ql, off = f->seq_kv - f->seq_q, h0 = g * f->group;
-    float *sc = s->dec, *q = sc + (size_t)m * MHA_KV_CHUNK; /* dec: (group·MHA_DECODE_ROWS) × (chunk + dk) */
+    float *sc = s->dec, *q = sc + (size_t)m * MHA_KV_CHUNK; /* dec: (group·MHA_DECODE_MAX_NEW) × (chunk + dk) */
     float *z = s->apack + (size_t)m * (4 + dk); /* past attend_block's state in the apack region */
     mha_kv_view kv = {.kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f), .vps = mha_attention_v16_ps(kl)};
     if (f->bk)

@@ -135,9 +135,9 @@ typedef struct mha_scratch {
     float *kt;      /* panels (dk, round_up(seq_kv, bw)): Kᵀ */
     float *scores;  /* (q_block, ld_scores) */
     float *apack;   /* mha_gemm_apack_floats */
-    float *inv;     /* mha_attention_state_floats: each row's softmax sum (then its inverse) and
+    float *state;   /* mha_attention_state_floats: each row's softmax sum (then its inverse) and
                      * max, a chunk's sum and max, a chunk's Z (q_block × dk) */
-    float *dec;     /* decode: (group·MHA_DECODE_ROWS) × (MHA_KV_CHUNK + dk): scores, queries */
+    float *dec;     /* decode: (group·MHA_DECODE_MAX_NEW) × (MHA_KV_CHUNK + dk): scores, queries */
     mha_bf16 *kt16; /* bf16: Kᵀ in B panels (the kt region) */
     mha_bf16 *v16;  /* bf16: V in B panels */
     mha_bf16 *p16;  /* bf16: 32 rows' probabilities against one chunk in A panels (each row
@@ -159,7 +159,7 @@ static inline size_t mha_attention_v16_ps(int kl)
     return mha_bk_ps(kl + MHA_BT_K);
 }
 
-/* Floats of a worker's softmax state (s->inv) for query blocks of q_block rows. */
+/* Floats of a worker's softmax state (s->state) for query blocks of q_block rows. */
 static inline size_t mha_attention_state_floats(size_t q_block, size_t dk)
 {
     return q_block * (4 + dk);

@@ -172,7 +172,7 @@ static int decode_run(const mha_sched *s, const mha_step_job *j)
 {
     long chunks = 0;
     for (int q = 0; q < j->step->n_seqs; q++)
-        if (j->step->n_new[q] > 0 && j->step->n_new[q] <= MHA_DECODE_ROWS)
+        if (j->step->n_new[q] > 0 && j->step->n_new[q] <= MHA_DECODE_MAX_NEW)
             chunks += (long)(mha_step_chunks(j, q) - mha_step_first_chunk(j, q)) * j->f.kvh;
     const long run = chunks / ((long)s->threads * DECODE_TASKS);
     return run < 1 ? 1 : run > DECODE_RUN ? DECODE_RUN : (int)run;
@@ -200,9 +200,9 @@ static void step_tasks(const mha_sched *s, const void *arg)
     const int run = decode_run(s, j);
     for (int q = 0; q < n; q++) {
         const int add = j->step->n_new[q], chunks = mha_step_chunks(j, q);
-        const int first = add > 0 && add <= MHA_DECODE_ROWS ? mha_step_first_chunk(j, q) : 0;
+        const int first = add > 0 && add <= MHA_DECODE_MAX_NEW ? mha_step_first_chunk(j, q) : 0;
         for (int g = 0; g < kvh && add > 0; g++)
-            if (add <= MHA_DECODE_ROWS)
+            if (add <= MHA_DECODE_MAX_NEW)
                 for (int c0 = 0, c1; c0 < chunks; c0 = c1) {
                     /* the chunks before the window (only marked unread) in one task, then runs */
                     c1 = c0 < first ? first : c0 + run < chunks ? c0 + run : chunks;
@@ -222,7 +222,7 @@ static void step_tasks(const mha_sched *s, const void *arg)
     }
 #pragma omp taskwait
     for (int q = 0; q < n; q++)
-        for (int g = 0; g < kvh && j->step->n_new[q] > 0 && j->step->n_new[q] <= MHA_DECODE_ROWS; g++) {
+        for (int g = 0; g < kvh && j->step->n_new[q] > 0 && j->step->n_new[q] <= MHA_DECODE_MAX_NEW; g++) {
 #pragma omp task firstprivate(q, g)
             mha_step_decode_merge(j, q, g);
         }

@@ -5,7 +5,7 @@
  * tokens' K|V (one GEMM over every sequence's rows, so the weights are read once per step,
  * not once per sequence) rotated at their positions and stored in the cache, and the group's
  * Q rotated into z; (2) per sequence and KV head, either (prefill: more than
- * MHA_DECODE_ROWS new tokens) the context's K and V gathered from the cache into the worker's
+ * MHA_DECODE_MAX_NEW new tokens) the context's K and V gathered from the cache into the worker's
  * panel scratch, Kᵀ packed once, and the forward's attention (mha_attention_rows) for each
  * query head of the group, with query i at position n_past + i; or (decode) per chunk of
  * MHA_KV_CHUNK keys, the forward's chunks: float32 dot products and value updates read
@@ -362,7 +362,7 @@ int mha_step_first_chunk(const mha_step_job *j, int q)
  * Z (dk floats, unnormalised), then the running max and the sum. */
 static float *partial_of(const mha_step_job *j, int q, int g, int c, int qi)
 {
-    const size_t per_query = (size_t)j->f.dk + 2, per_chunk = (size_t)j->f.group * MHA_DECODE_ROWS * per_query;
+    const size_t per_query = (size_t)j->f.dk + 2, per_chunk = (size_t)j->f.group * MHA_DECODE_MAX_NEW * per_query;
     return j->partial + (((size_t)q * j->f.kvh + g) * j->max_chunks + c) * per_chunk + (size_t)qi * per_query;
 }
 

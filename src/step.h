@@ -7,11 +7,11 @@
 #include "attention.h"
 #include "kvcache.h"
 
-/* Decoding: a sequence bringing at most MHA_DECODE_ROWS new tokens to a step attends straight
+/* Decoding: a sequence bringing at most MHA_DECODE_MAX_NEW new tokens to a step attends straight
  * from the cache, its context cut into the forward's chunks of MHA_KV_CHUNK keys (one task
  * each, merged in order by the forward's rule: a split fixed by positions alone, so outputs
  * depend neither on the thread count nor on how the sequence's steps were cut). */
-#define MHA_DECODE_ROWS 4
+#define MHA_DECODE_MAX_NEW 4
 /* Columns of one output-projection task of a step with few rows (a multiple of every B panel
  * width: 8, 16, 32, 64). */
 #define MHA_OUT_COLS 512
@@ -49,7 +49,7 @@ int mha_step_chunks(const mha_step_job *j, int q);
 /* The first of them any of its new tokens sees (a sliding window leaves the earlier ones
  * unread: their partials only say so). */
 int mha_step_first_chunk(const mha_step_job *j, int q);
-/* Decode (n_new <= MHA_DECODE_ROWS): chunks [c0, c1) of sequence q's context for the query
+/* Decode (n_new <= MHA_DECODE_MAX_NEW): chunks [c0, c1) of sequence q's context for the query
  * heads of KV head g, in order, read in place from the cache: each query's running max, sum
  * and unnormalised Z per chunk. One worker's run: while a chunk's values are summed from
  * cache, the next chunk's Kᵀ is prefetched (where the table's bf16 tiles take a prefetch

@@ -72,8 +72,8 @@ ParameterizedTest(mha_dims *dm, arena, regions_are_aligned_disjoint_and_inside, 
         [MHA_SLICE_kt] = dk * mha_round_up((size_t)dm->seq_kv, w) * sizeof(float),
         [MHA_SLICE_scores] = (size_t)dm->q_block * (size_t)p.ld_scores * sizeof(float),
         [MHA_SLICE_apack] = mha_gemm_apack_floats(&K) * sizeof(float),
-        [MHA_SLICE_inv] = mha_attention_state_floats((size_t)dm->q_block, dk) * sizeof(float),
-        [MHA_SLICE_dec] = (size_t)dm->group * MHA_DECODE_ROWS * (MHA_KV_CHUNK + dk) * sizeof(float),
+        [MHA_SLICE_state] = mha_attention_state_floats((size_t)dm->q_block, dk) * sizeof(float),
+        [MHA_SLICE_dec] = (size_t)dm->group * MHA_DECODE_MAX_NEW * (MHA_KV_CHUNK + dk) * sizeof(float),
     };
     cr_assert_geq(p.ld_scores, dm->seq_kv);
     size_t sum = 0;
@@ -176,7 +176,7 @@ Test(arena, every_region_of_every_kind_is_defined, .init = pick_kernel)
             continue;
         }
         for (int r = 0; r < MHA_SLICE_COUNT; r++) {
-            const int bf16_only = r == MHA_SLICE_vb || r == MHA_SLICE_pb || r == MHA_SLICE_qb;
+            const int bf16_only = r == MHA_SLICE_v16 || r == MHA_SLICE_p16 || r == MHA_SLICE_q16;
             if ((bf16_only && !dm.bf16) || (r == MHA_SLICE_kvs && !(dm.bf16 && dm.kv_type == MHA_KV_INT8))) {
                 cr_assert_eq(p.slice_off[r], MHA_ARENA_ABSENT, "case %d: slice has %s", c, mha_slice_region_name(r));
                 continue;
@@ -194,11 +194,11 @@ Test(arena, every_region_of_every_kind_is_defined, .init = pick_kernel)
             cr_assert_eq((const void *)s.scores, slice + o[MHA_SLICE_scores]);
             cr_assert_eq((const void *)s.apack, slice + o[MHA_SLICE_apack]);
             cr_assert_eq((const void *)s.apack16, slice + o[MHA_SLICE_apack]);
-            cr_assert_eq((const void *)s.inv, slice + o[MHA_SLICE_inv]);
+            cr_assert_eq((const void *)s.state, slice + o[MHA_SLICE_state]);
             cr_assert_eq((const void *)s.dec, slice + o[MHA_SLICE_dec]);
-            cr_assert_eq((const void *)s.v16, dm.bf16 ? slice + o[MHA_SLICE_vb] : NULL);
-            cr_assert_eq((const void *)s.p16, dm.bf16 ? slice + o[MHA_SLICE_pb] : NULL);
-            cr_assert_eq((const void *)s.q16, dm.bf16 ? slice + o[MHA_SLICE_qb] : NULL);
+            cr_assert_eq((const void *)s.v16, dm.bf16 ? slice + o[MHA_SLICE_v16] : NULL);
+            cr_assert_eq((const void *)s.p16, dm.bf16 ? slice + o[MHA_SLICE_p16] : NULL);
+            cr_assert_eq((const void *)s.q16, dm.bf16 ? slice + o[MHA_SLICE_q16] : NULL);
         }
         free(base);
     }
