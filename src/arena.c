@@ -79,7 +79,7 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
     b[MHA_REGION_step_row0] = (batch + 1) * sizeof(int);
     const size_t chunks = (seq_kv + MHA_KV_CHUNK - 1) / MHA_KV_CHUNK;
     const size_t dec_q = (size_t)dims->group * MHA_DECODE_MAX_NEW; /* queries of one decode task */
-    b[MHA_REGION_partial] = product(product(batch, kvh, chunks, of), dec_q * (dk + 2), f, of);
+    b[MHA_REGION_partial] = product(product(batch, kvh, chunks, of), mha_step_partial_floats(dims->group, dims->dk), f, of);
     if (dims->qk_norm.kind == MHA_QK_NORM_FULL) {
         b[MHA_REGION_qk_ss] = product(product(batch, seq_q + rows, kvh, of), sizeof(double), 1, of);
         b[MHA_REGION_k_saved] = product(product(batch, rows, kvh, of), dk, f, of);

@@ -362,7 +362,7 @@ int mha_step_first_chunk(const mha_step_job *j, int q)
  * Z (dk floats, unnormalised), then the running max and the sum. */
 static float *partial_of(const mha_step_job *j, int q, int g, int c, int qi)
 {
-    const size_t per_query = (size_t)j->f.dk + 2, per_chunk = (size_t)j->f.group * MHA_DECODE_MAX_NEW * per_query;
+    const size_t per_query = (size_t)j->f.dk + 2, per_chunk = mha_step_partial_floats(j->f.group, j->f.dk);
     return j->partial + (((size_t)q * j->f.kvh + g) * j->max_chunks + c) * per_chunk + (size_t)qi * per_query;
 }
 

@@ -12,6 +12,14 @@
  * each, merged in order by the forward's rule: a split fixed by positions alone, so outputs
  * depend neither on the thread count nor on how the sequence's steps were cut). */
 #define MHA_DECODE_MAX_NEW 4
+
+/* Floats of one decode chunk's partial results of a (sequence, KV head): each of the group's
+ * queries (group·MHA_DECODE_MAX_NEW at most) its Z (dk), running max and sum; the partial
+ * region holds (batch, kvh, chunks) of them (step.c's partial_of indexes it). */
+static inline size_t mha_step_partial_floats(int group, int dk)
+{
+    return (size_t)group * MHA_DECODE_MAX_NEW * ((size_t)dk + 2);
+}
 /* Columns of one output-projection task of a step with few rows (a multiple of every B panel
  * width: 8, 16, 32, 64). */
 #define MHA_OUT_COLS 512
