@@ -1,10 +1,13 @@
-/* affinity.c — Linux CPU affinity and topology queries, for the scheduler and the engine. */
+/* affinity.c — Linux CPU affinity and topology queries, for the scheduler and the engine, and
+ * the pinning plan a create makes from them (mha_affinity_plan). */
 #define _GNU_SOURCE
 #include "affinity.h"
+#include "status.h"
 #include "mha.h"
 
 #include <omp.h>
 #include <sched.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -95,4 +98,46 @@ size_t mha_affinity_l2_bytes(void)
 {
     long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
     return l2 > 0 ? (size_t)l2 : 0;
+}
+
+static int contains(const int *set, int n, int cpu)
+{
+    for (int i = 0; i < n; i++)
+        if (set[i] == cpu)
+            return 1;
+    return 0;
+}
+
+mha_status mha_affinity_plan(const mha_config *cfg, int threads, int *pin, mha_problem *pr)
+{
+    enum { MAX = 1024 };
+    int allowed[MAX];
+    int n = mha_affinity_allowed(allowed, MAX);
+    if (n < 1)
+        return mha_problemf(pr, MHA_ERR_AFFINITY, "pinning", "cannot read the allowed CPUs");
+    if (n > MAX)
+        n = MAX;
+    if (cfg->pinning == MHA_PIN_CPUS)
+        for (int i = 0; i < cfg->n_cpus; i++)
+            if (!contains(allowed, n, cfg->cpus[i])) {
+                char field[24];
+                snprintf(field, sizeof field, "cpus[%d]", i);
+                return mha_problemf(pr, MHA_ERR_AFFINITY, field, "CPU %d is not one this process may use", cfg->cpus[i]);
+            }
+    for (int t = 0; t < threads; t++) {
+        switch (cfg->pinning) {
+        case MHA_PIN_CLOSE:
+            pin[t] = allowed[t % n];
+            break;
+        case MHA_PIN_SPREAD: /* as far apart as the allowed set lets them be */
+            pin[t] = threads <= n ? allowed[(int)((long)t * n / threads)] : allowed[t % n];
+            break;
+        case MHA_PIN_CPUS:
+            pin[t] = cfg->cpus[t % cfg->n_cpus];
+            break;
+        default:
+            pin[t] = -1;
+        }
+    }
+    return MHA_OK;
 }

@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+#include "mha.h"
+
 /* A CPU mask with room for 1024 CPUs (the size of glibc's cpu_set_t). */
 typedef struct mha_cpumask {
     unsigned long bits[1024 / (8 * sizeof(unsigned long))];
@@ -19,5 +21,10 @@ int mha_affinity_set(const mha_cpumask *m); /* 0 on success */
 int mha_affinity_pin(int cpu);            /* calling thread onto one CPU; 0 on success */
 int mha_affinity_current_cpu(void);       /* -1 if unknown */
 size_t mha_affinity_l2_bytes(void);       /* per-core L2 size; 0 if unknown */
+
+/* The pinning plan of a create: worker t's CPU under cfg's policy into pin[t] (-1: none), from
+ * the allowed set; MHA_ERR_AFFINITY, naming the field, if a CPU is not this process's. */
+struct mha_problem;
+mha_status mha_affinity_plan(const mha_config *cfg, int threads, int *pin, struct mha_problem *pr);
 
 #endif

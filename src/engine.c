@@ -41,7 +41,7 @@ struct mha_packed_weights {
     const char *arch;       /* the kernel it was packed for (panel width bw, dkp) */
     int bw, dkp;
     size_t bytes;
-    mha_arena_views views;  /* wqkv, bqkv, wo, bo */
+    mha_arena_views views;  /* its weight regions (the arena list's WEIGHTS), which shared engines take */
 };
 
 /* What create decides before it touches any memory. */
@@ -53,87 +53,6 @@ typedef struct prepared {
     int pin[MHA_MAX_THREADS]; /* CPU per worker */
     int pinning;
 } prepared;
-
-static int contains(const int *set, int n, int cpu)
-{
-    for (int i = 0; i < n; i++)
-        if (set[i] == cpu)
-            return 1;
-    return 0;
-}
-
-/* Worker t's CPU for each pinning policy; MHA_ERR_AFFINITY if a CPU is not ours to use. */
-static mha_status plan_pinning(const mha_config *cfg, int threads, int *pin, mha_problem *pr)
-{
-    enum { MAX = 1024 };
-    int allowed[MAX];
-    int n = mha_affinity_allowed(allowed, MAX);
-    if (n < 1)
-        return mha_problemf(pr, MHA_ERR_AFFINITY, "pinning", "cannot read the allowed CPUs");
-    if (n > MAX)
-        n = MAX;
-    if (cfg->pinning == MHA_PIN_CPUS)
-        for (int i = 0; i < cfg->n_cpus; i++)
-            if (!contains(allowed, n, cfg->cpus[i])) {
-                char field[24];
-                snprintf(field, sizeof field, "cpus[%d]", i);
-                return mha_problemf(pr, MHA_ERR_AFFINITY, field, "CPU %d is not one this process may use", cfg->cpus[i]);
-            }
-    for (int t = 0; t < threads; t++) {
-        switch (cfg->pinning) {
-        case MHA_PIN_CLOSE:
-            pin[t] = allowed[t % n];
-            break;
-        case MHA_PIN_SPREAD: /* as far apart as the allowed set lets them be */
-            pin[t] = threads <= n ? allowed[(int)((long)t * n / threads)] : allowed[t % n];
-            break;
-        case MHA_PIN_CPUS:
-            pin[t] = cfg->cpus[t % cfg->n_cpus];
-            break;
-        default:
-            pin[t] = -1;
-        }
-    }
-    return MHA_OK;
-}
-
-static int is_auto(const char *name)
-{
-    return !name[0] || !strcmp(name, "auto");
-}
-
-/* The kernel table, BLIS's sub-config within it, and the bf16 kernel within it. isa auto with
- * a sub-config named: the widest table that runs that sub-config here. */
-static mha_status select_kernels(const mha_config *cfg, prepared *p, mha_problem *pr)
-{
-    char why[192];
-    const mha_isa *isa = NULL;
-    if (is_auto(cfg->isa) && !is_auto(cfg->blis_arch)) {
-        if (!(isa = mha_isa_of_arch(cfg->blis_arch)))
-            return mha_problemf(pr, MHA_ERR_CONFIG, "blis_arch",
-                                "'%s' is unknown, not in this BLIS build, or not runnable on this CPU", cfg->blis_arch);
-    } else if (mha_isa_select(cfg->isa, &isa, why, sizeof why) != MHA_OK)
-        return mha_problemf(pr, MHA_ERR_CONFIG, "isa", "'%s': %s", cfg->isa, why);
-    if (!is_auto(cfg->blis_arch) && !mha_isa_runs_arch(isa, cfg->blis_arch)) {
-        size_t at = (size_t)snprintf(why, sizeof why, "%s", isa->archs[0]);
-        for (int i = 1; isa->archs[i] && at < sizeof why; i++)
-            at += (size_t)snprintf(why + at, sizeof why - at, ", %s", isa->archs[i]);
-        return mha_problemf(pr, MHA_ERR_CONFIG, "blis_arch", "'%s' is not a sub-config of isa %s (it runs %s)",
-                            cfg->blis_arch, isa->name, why);
-    }
-    if (mha_kernel_select(cfg->blis_arch, isa, &p->kernel) != MHA_OK)
-        return mha_problemf(pr, MHA_ERR_CONFIG, "blis_arch",
-                            "'%s' is unknown, not in this BLIS build, or not runnable on this CPU",
-                            is_auto(cfg->blis_arch) ? isa->default_arch() : cfg->blis_arch);
-    if (!mha_attention_chunk_fits(&p->kernel))
-        return mha_problemf(pr, MHA_ERR_CONFIG, "blis_arch", "'%s' has KC %d and B panels %d wide: the softmax's "
-                            "chunks of %d keys need one KC pass on whole panels", p->kernel.arch, p->kernel.kc,
-                            p->kernel.bw, MHA_KV_CHUNK);
-    p->bkernel = NULL;
-    if (p->dims.bf16 && mha_bkernel_select(isa, cfg->bf16_kernel, &p->bkernel, why, sizeof why) != MHA_OK)
-        return mha_problemf(pr, MHA_ERR_CONFIG, "bf16_kernel", "'%s': %s", cfg->bf16_kernel, why);
-    return MHA_OK;
-}
 
 /* What a create asks of the process before the first forward (AMX: the tile data permission);
  * a check never does. */
@@ -150,7 +69,7 @@ static mha_status prepare(const mha_config *cfg, mha_arena_kind kind, prepared *
     mha_status st = mha_config_resolve(cfg, &p->dims, pr);
     if (st != MHA_OK)
         return st;
-    if ((st = select_kernels(cfg, p, pr)) != MHA_OK)
+    if ((st = mha_kernel_choose(cfg, p->dims.bf16, &p->kernel, &p->bkernel, pr)) != MHA_OK)
         return st;
     if (p->dims.bf16) {
         if (p->kernel.bw % MHA_BT_N != 0) /* head columns and 16-column groups of C on whole panels */
@@ -164,7 +83,7 @@ static mha_status prepare(const mha_config *cfg, mha_arena_kind kind, prepared *
                             "overflows size_t", cfg->max_batch, cfg->max_seq_q, cfg->max_seq_kv, cfg->d_model,
                             p->dims.threads);
     p->pinning = cfg->pinning != MHA_PIN_NONE;
-    return plan_pinning(cfg, p->dims.threads, p->pin, pr);
+    return mha_affinity_plan(cfg, p->dims.threads, p->pin, pr);
 }
 
 /* A status with its problem written as "field: what" into err. */

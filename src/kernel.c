@@ -18,7 +18,9 @@
 
 #include <blis.h>
 
+#include "attention.h"
 #include "isa/isa.h"
+#include "status.h"
 
 /* ---- BLIS context choice ---- */
 
@@ -130,4 +132,40 @@ void mha_kernel_tile(const mha_kernel *k, int rows, int cols, int kc, float alph
         ukr(cols, rows, kc, &alpha, (float *)b, (float *)a, &beta, c, 1, ldc, &aux, (cntx_t *)(void *)k->cntx);
     else
         ukr(rows, cols, kc, &alpha, (float *)a, (float *)b, &beta, c, ldc, 1, &aux, (cntx_t *)(void *)k->cntx);
+}
+
+static int is_auto(const char *name)
+{
+    return !name[0] || !strcmp(name, "auto");
+}
+
+mha_status mha_kernel_choose(const mha_config *cfg, int bf16, mha_kernel *k, const mha_bkernel **bk, mha_problem *pr)
+{
+    char why[192];
+    const mha_isa *isa = NULL;
+    if (is_auto(cfg->isa) && !is_auto(cfg->blis_arch)) {
+        if (!(isa = mha_isa_of_arch(cfg->blis_arch)))
+            return mha_problemf(pr, MHA_ERR_CONFIG, "blis_arch",
+                                "'%s' is unknown, not in this BLIS build, or not runnable on this CPU", cfg->blis_arch);
+    } else if (mha_isa_select(cfg->isa, &isa, why, sizeof why) != MHA_OK)
+        return mha_problemf(pr, MHA_ERR_CONFIG, "isa", "'%s': %s", cfg->isa, why);
+    if (!is_auto(cfg->blis_arch) && !mha_isa_runs_arch(isa, cfg->blis_arch)) {
+        size_t at = (size_t)snprintf(why, sizeof why, "%s", isa->archs[0]);
+        for (int i = 1; isa->archs[i] && at < sizeof why; i++)
+            at += (size_t)snprintf(why + at, sizeof why - at, ", %s", isa->archs[i]);
+        return mha_problemf(pr, MHA_ERR_CONFIG, "blis_arch", "'%s' is not a sub-config of isa %s (it runs %s)",
+                            cfg->blis_arch, isa->name, why);
+    }
+    if (mha_kernel_select(cfg->blis_arch, isa, k) != MHA_OK)
+        return mha_problemf(pr, MHA_ERR_CONFIG, "blis_arch",
+                            "'%s' is unknown, not in this BLIS build, or not runnable on this CPU",
+                            is_auto(cfg->blis_arch) ? isa->default_arch() : cfg->blis_arch);
+    if (!mha_attention_chunk_fits(k))
+        return mha_problemf(pr, MHA_ERR_CONFIG, "blis_arch", "'%s' has KC %d and B panels %d wide: the softmax's "
+                            "chunks of %d keys need one KC pass on whole panels", k->arch, k->kc,
+                            k->bw, MHA_KV_CHUNK);
+    *bk = NULL;
+    if (bf16 && mha_bkernel_select(isa, cfg->bf16_kernel, bk, why, sizeof why) != MHA_OK)
+        return mha_problemf(pr, MHA_ERR_CONFIG, "bf16_kernel", "'%s': %s", cfg->bf16_kernel, why);
+    return MHA_OK;
 }

@@ -32,6 +32,13 @@ struct mha_isa;
  * with the kernel table isa. MHA_ERR_CONFIG if it is unknown, not in this BLIS build, not
  * runnable on this CPU, or not one the table runs with. */
 mha_status mha_kernel_select(const char *request, const struct mha_isa *isa, mha_kernel *k);
+/* A create's kernels: the table, BLIS's sub-config within it and (bf16) the bf16 kernel within
+ * it, as cfg asks (isa auto with a sub-config named: the widest table that runs that
+ * sub-config here); MHA_ERR_CONFIG naming the field otherwise. */
+struct mha_problem;
+struct mha_bkernel;
+mha_status mha_kernel_choose(const mha_config *cfg, int bf16, mha_kernel *k, const struct mha_bkernel **bk,
+                             struct mha_problem *pr);
 const char *mha_kernel_blis_version(void);
 
 /* One register tile of a row-major C: c[i·ldc + j] (i < rows ≤ aw, j < cols ≤ bw) =
