@@ -200,21 +200,13 @@ mha_scratch mha_arena_slice(const mha_arena_plan *p, unsigned char *scratch, int
 {
     unsigned char *slice = scratch + (size_t)t * p->scratch_stride;
     const size_t *o = p->slice_off;
-    /* the f32 and bf16 forms of Kᵀ and of A packing share their region */
-    return (mha_scratch){
-        .qkv = at(slice, o[MHA_SLICE_qkv]),
-        .kt = at(slice, o[MHA_SLICE_kt]),
-        .scores = at(slice, o[MHA_SLICE_scores]),
-        .apack = at(slice, o[MHA_SLICE_apack]),
-        .state = at(slice, o[MHA_SLICE_state]),
-        .dec = at(slice, o[MHA_SLICE_dec]),
-        .kvs = at(slice, o[MHA_SLICE_kvs]),
-        .kt16 = at(slice, o[MHA_SLICE_kt]),
-        .v16 = at(slice, o[MHA_SLICE_v16]),
-        .p16 = at(slice, o[MHA_SLICE_p16]),
-        .q16 = at(slice, o[MHA_SLICE_q16]),
-        .apack16 = at(slice, o[MHA_SLICE_apack]),
-    };
+    mha_scratch s;
+#define MHA_SLICE_CARVE(name, type) s.name = at(slice, o[MHA_SLICE_##name]);
+    MHA_SLICE_REGIONS(MHA_SLICE_CARVE)
+#undef MHA_SLICE_CARVE
+    /* the f32 and bf16 forms of Kᵀ and of A packing share their part */
+    s.kt16 = at(slice, o[MHA_SLICE_kt]), s.apack16 = at(slice, o[MHA_SLICE_apack]);
+    return s;
 }
 
 const char *mha_arena_region_name(mha_arena_region r)
@@ -230,7 +222,7 @@ size_t mha_arena_region_align(mha_arena_region r)
 const char *mha_slice_region_name(mha_slice_region r)
 {
     static const char *const names[MHA_SLICE_COUNT] = {
-#define MHA_SLICE_NAME(name) [MHA_SLICE_##name] = #name,
+#define MHA_SLICE_NAME(name, type) [MHA_SLICE_##name] = #name,
         MHA_SLICE_REGIONS(MHA_SLICE_NAME)
 #undef MHA_SLICE_NAME
     };

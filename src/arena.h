@@ -60,14 +60,6 @@ enum { MHA_HELD_ENGINE = 1, MHA_HELD_WEIGHTS = 2, MHA_HELD_BOTH = 3 };
     X(alibi, float, MHA_ALIGN, ENGINE)          /* (h): ALiBi's slopes; absent without ALiBi */          \
     X(scratch, unsigned char, MHA_PAGE, ENGINE) /* (threads, scratch_stride): the worker slices */
 
-/* The regions of one worker slice, from its start, each MHA_ALIGN-aligned: Q/K/V panels
- * (max(seq_q, seq_kv), 3·dkp); Kᵀ panels (f32, or bf16 B panels: sized for the larger); the
- * score tile (q_block, ld_scores); A packing (f32, or bf16: sized for the larger); bf16 V in B
- * panels; bf16 probabilities (32 rows) and a query block's queries in A panels; the softmax state (mha_attention_state_floats);
- * decode scores and queries; a bf16 engine's int8 K and V scales of a context (2, seq_kv).
- * mha_arena_slice makes a worker's mha_scratch of them. */
-#define MHA_SLICE_REGIONS(X) X(qkv) X(kt) X(scores) X(apack) X(v16) X(p16) X(q16) X(state) X(dec) X(kvs)
-
 typedef enum {
 #define MHA_ARENA_ENUM(name, type, align, held) MHA_REGION_##name,
     MHA_ARENA_REGIONS(MHA_ARENA_ENUM)
@@ -75,8 +67,9 @@ typedef enum {
     MHA_REGION_COUNT
 } mha_arena_region;
 
+/* The worker slice's parts: MHA_SLICE_REGIONS (attention.h), the list mha_scratch is made of. */
 typedef enum {
-#define MHA_SLICE_ENUM(name) MHA_SLICE_##name,
+#define MHA_SLICE_ENUM(name, type) MHA_SLICE_##name,
     MHA_SLICE_REGIONS(MHA_SLICE_ENUM)
 #undef MHA_SLICE_ENUM
     MHA_SLICE_COUNT

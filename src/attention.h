@@ -129,22 +129,32 @@ typedef struct mha_fwd {
     float *attn;                  /* NULL or (batch, h, seq_q, seq_kv) */
 } mha_fwd;
 
-/* A worker's scratch slice, carved by the arena plan. */
+/* A worker's scratch slice: its parts in the order the arena plan carves them from the
+ * slice's start, each MHA_ALIGN-aligned (arena.c sizes each in region_bytes; the slice's own
+ * list, as MHA_ARENA_REGIONS is the arena's): name, element type, what it holds. */
+#define MHA_SLICE_REGIONS(X)                                                                    \
+    X(qkv, float)     /* panels (rows, 3·dkp): Q | K | V of the current head */                \
+    X(kt, float)      /* panels (dk, round_up(seq_kv, bw)): Kᵀ (bf16: kt16, the larger) */     \
+    X(scores, float)  /* (q_block, ld_scores) */                                               \
+    X(apack, float)   /* mha_gemm_apack_floats (bf16: apack16, the larger) */                  \
+    X(v16, mha_bf16)  /* bf16: V in B panels */                                                \
+    X(p16, mha_bf16)  /* bf16: 32 rows' probabilities against one chunk in A panels (each row  \
+                         rounded as exp'd) */                                                  \
+    X(q16, mha_bf16)  /* bf16: a query block's queries in A panels, packed once for its chunks \
+                         (or the core's few queries of a group) */                             \
+    X(state, float)   /* mha_attention_state_floats: each row's softmax sum (then its inverse) \
+                         and max, a chunk's sum and max, a chunk's Z (q_block × dk) */         \
+    X(dec, float)     /* decode: (group·MHA_DECODE_MAX_NEW) × (MHA_KV_CHUNK + dk): scores,     \
+                         queries */                                                            \
+    X(kvs, float)     /* bf16 engines with an int8 cache: K's then V's scales of a context's   \
+                         keys (2, seq_kv) */
+
 typedef struct mha_scratch {
-    float *qkv;     /* panels (rows, 3·dkp): Q | K | V of the current head */
-    float *kt;      /* panels (dk, round_up(seq_kv, bw)): Kᵀ */
-    float *scores;  /* (q_block, ld_scores) */
-    float *apack;   /* mha_gemm_apack_floats */
-    float *state;   /* mha_attention_state_floats: each row's softmax sum (then its inverse) and
-                     * max, a chunk's sum and max, a chunk's Z (q_block × dk) */
-    float *dec;     /* decode: (group·MHA_DECODE_MAX_NEW) × (MHA_KV_CHUNK + dk): scores, queries */
-    mha_bf16 *kt16; /* bf16: Kᵀ in B panels (the kt region) */
-    mha_bf16 *v16;  /* bf16: V in B panels */
-    mha_bf16 *p16;  /* bf16: 32 rows' probabilities against one chunk in A panels (each row
-                     * rounded as exp'd) */
-    mha_bf16 *q16;  /* bf16: a query block's queries in A panels, packed once for its chunks */
-    mha_bf16 *apack16; /* bf16: A packing (the apack region) */
-    float *kvs;     /* bf16 engines with an int8 cache: K's then V's scales of a context's keys */
+#define MHA_SLICE_FIELD(name, type) type *name;
+    MHA_SLICE_REGIONS(MHA_SLICE_FIELD)
+#undef MHA_SLICE_FIELD
+    mha_bf16 *kt16;    /* bf16: Kᵀ in B panels, in the kt part */
+    mha_bf16 *apack16; /* bf16: A packing, in the apack part */
 } mha_scratch;
 
 /* bf16: panel strides of Kᵀ (dk × keys) in s->kt16 and of V (keys × dk) in s->v16, which has
