@@ -23,15 +23,15 @@
 
 int mha_attention_packed_rows(const mha_fwd *f, int b)
 {
-    const int ql = f->q_len ? f->q_len[b] : f->seq_q;
-    const int kl = f->kv_len ? f->kv_len[b] : f->seq_kv;
-    return f->fused && kl > ql ? kl : ql;
+    const int ql = f->call->q_len ? f->call->q_len[b] : f->call->seq_q;
+    const int kl = f->call->kv_len ? f->call->kv_len[b] : f->call->seq_kv;
+    return f->call->fused && kl > ql ? kl : ql;
 }
 
 void mha_attention_pack_rows(const mha_fwd *f, int b, int r0, int r1)
 {
     const mha_kernel *k = f->kernel;
-    const mha_mat x = mha_mat_rows(k, f->q + (size_t)b * f->seq_q * f->d, f->d);
+    const mha_mat x = mha_mat_rows(k, f->call->q + (size_t)b * f->call->seq_q * f->d, f->d);
     float *xp = f->xpack + (size_t)b * f->xpack_stride;
     if (f->bk) /* r0 is a multiple of MHA_PACK_BLOCK, so of the 16-row panels */
         mha_bk_pack_a(k, x, r0, r1 - r0, f->d, (mha_bf16 *)(void *)xp + (size_t)r0 * mha_bk_kp(f->d));
@@ -194,7 +194,7 @@ static void chunk16(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows
             const mha_key_span in = mha_keys_within(mha_visible_keys(pos, r->causal, f->window, c0 + n), c0, n);
             sum[(i0 + i) * st] = mha_attention_chunk_row(
                 f, sc + i * ld, n, in, pos, c0, r->head0 + row / r->period,
-                r->mask ? r->mask + (size_t)(row % r->period) * f->seq_kv : NULL, ks, vs, &mx[(i0 + i) * st],
+                r->mask ? r->mask + (size_t)(row % r->period) * f->call->seq_kv : NULL, ks, vs, &mx[(i0 + i) * st],
                 s->p16 + mha_bk_a_row(i, kn));
         }
         mha_bgemm(f->bk, k, m, f->dk, n, 1.0f, s->p16, mha_mat_rows(k, sc, ld), kv->v16 + mha_bk_b_index(b0, 0, 0),
@@ -209,7 +209,7 @@ void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk
     const mha_kernel *k = f->kernel;
     const int m = r->m, dk = f->dk;
     const float scale = f->scale;
-    if (f->bk && !f->attn) {
+    if (f->bk && !f->call->attn) {
         chunk16(f, s, r, kv, b0, c0, n, sc, ld, zc, mx, sum, st);
         return;
     }
@@ -231,7 +231,7 @@ void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk
         const int pos = r->pos0 + (r->first + i) % r->period;
         const mha_key_span in = mha_keys_within(mha_visible_keys(pos, r->causal, f->window, c0 + n), c0, n);
         sum[i * st] = mha_attention_chunk_row(f, sc + i * ld, n, in, pos, c0, r->head0 + (r->first + i) / r->period,
-                                              r->mask ? r->mask + (size_t)((r->first + i) % r->period) * f->seq_kv : NULL,
+                                              r->mask ? r->mask + (size_t)((r->first + i) % r->period) * f->call->seq_kv : NULL,
                                               ks, vs, &mx[i * st], NULL);
     }
     /* Z (m, dk) = E (m, n) · V (n, dk); bf16 (the attention weights keep E in float32): E
@@ -252,8 +252,8 @@ void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk
  * Returns end. */
 static int block_keys(const mha_fwd *f, int p0, int p1, int kl, int align, int *begin)
 {
-    const int end = mha_visible_keys(p1, f->causal, f->window, kl).hi;
-    const int b = mha_visible_keys(p0, f->causal, f->window, kl).lo / align * align;
+    const int end = mha_visible_keys(p1, f->call->causal, f->window, kl).hi;
+    const int b = mha_visible_keys(p0, f->call->causal, f->window, kl).lo / align * align;
     *begin = b > end ? end : b;
     return end;
 }
@@ -276,7 +276,7 @@ static void attend_block(const mha_fwd *f, const mha_scratch *s, const mha_chunk
         memset(z + (size_t)i * zd, 0, (size_t)dk * sizeof *z);
         sum[i] = 0.0f, mx[i] = -INFINITY;
     }
-    const int q16 = f->bk && !f->attn && kv_end > kv_begin; /* bf16 chunks: Q packed once */
+    const int q16 = f->bk && !f->call->attn && kv_end > kv_begin; /* bf16 chunks: Q packed once */
     if (q16 && r->q16_rows)
         mha_bk_copy_a(r->q16_rows, r->q16_ld, m, dk, s->q16);
     else if (q16)
@@ -322,31 +322,31 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, mha_queri
         const int kv_end = block_keys(f, r0 + off, r1 - 1 + off, kl, attn ? k->bw : MHA_KV_CHUNK, &kv_begin);
         const int step = attn ? kv_end - kv_begin : MHA_KV_CHUNK;
         const ptrdiff_t ld = attn || lds < MHA_KV_CHUNK ? lds : MHA_KV_CHUNK;
-        const mha_chunk_rows rows = {.m = m, .pos0 = r0 + off, .period = m, .causal = f->causal, .head0 = h,
+        const mha_chunk_rows rows = {.m = m, .pos0 = r0 + off, .period = m, .causal = f->call->causal, .head0 = h,
                                      .q = q.q16 ? q.q : mha_mat_sub(k, q.q, r0, 0),
                                      .q16_rows = q.q16 ? q.q16 + r0 * q.ld16 : NULL, .q16_ld = q.ld16,
-                                     .mask = f->mask ? f->mask + (size_t)r0 * f->seq_kv : NULL};
+                                     .mask = f->call->mask ? f->call->mask + (size_t)r0 * f->call->seq_kv : NULL};
         attend_block(f, s, &rows, &kv, kv_begin, kv_end, step, s->scores, ld, z + (size_t)r0 * ldz, ldz, sinks, s->state);
         if (attn)
             for (int i = r0; i < r1; i++) {
-                float *row = attn + (size_t)i * f->seq_kv;
+                float *row = attn + (size_t)i * f->call->seq_kv;
                 const float *e = s->scores + (i - r0) * lds;
                 memset(row, 0, (size_t)kv_begin * sizeof *row);
                 for (int j = kv_begin; j < kv_end; j++)
                     row[j] = e[j - kv_begin] * sum[i - r0];
-                memset(row + kv_end, 0, (size_t)(f->seq_kv - kv_end) * sizeof *row);
+                memset(row + kv_end, 0, (size_t)(f->call->seq_kv - kv_end) * sizeof *row);
             }
     }
-    if (attn && ql < f->seq_q)
-        memset(attn + (size_t)ql * f->seq_kv, 0, (size_t)(f->seq_q - ql) * f->seq_kv * sizeof *attn);
+    if (attn && ql < f->call->seq_q)
+        memset(attn + (size_t)ql * f->call->seq_kv, 0, (size_t)(f->call->seq_q - ql) * f->call->seq_kv * sizeof *attn);
 }
 
 /* Query head h of sequence b of a forward: key j at position j, query i at i + seq_kv - seq_q. */
 static void attend(const mha_fwd *f, int b, int h, const mha_scratch *s, int ql, int kl)
 {
-    float *attn = f->attn ? f->attn + ((size_t)b * f->h + h) * f->seq_q * f->seq_kv : NULL;
+    float *attn = f->call->attn ? f->call->attn + ((size_t)b * f->h + h) * f->call->seq_q * f->call->seq_kv : NULL;
     const mha_queries q = {.q = mha_mat_panels(f->kernel, s->qkv, f->rows)};
-    mha_attention_rows(f, h, s, q, ql, kl, f->seq_kv - f->seq_q, f->z + (size_t)b * f->seq_q * f->qd + (size_t)h * f->dk,
+    mha_attention_rows(f, h, s, q, ql, kl, f->call->seq_kv - f->call->seq_q, f->z + (size_t)b * f->call->seq_q * f->qd + (size_t)h * f->dk,
                        f->qd, f->sinks, attn, NULL, NULL);
 }
 
@@ -428,7 +428,7 @@ static int core_few(const mha_fwd *f, int ql)
 static void core_few_rows(const mha_fwd *f, const mha_core_io *io, int b, int g, const mha_scratch *s, int ql, int kl)
 {
     const mha_kernel *k = f->kernel;
-    const int dk = f->dk, m = f->group * ql, off = f->seq_kv - f->seq_q, h0 = g * f->group;
+    const int dk = f->dk, m = f->group * ql, off = f->call->seq_kv - f->call->seq_q, h0 = g * f->group;
     float *sc = s->dec, *q = sc + (size_t)m * MHA_KV_CHUNK; /* dec: (group·MHA_DECODE_MAX_NEW) × (chunk + dk) */
     float *z = s->apack + (size_t)m * (4 + dk); /* past attend_block's state in the apack region */
     mha_kv_view kv = {.kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f), .vps = mha_attention_v16_ps(kl)};
@@ -449,8 +449,8 @@ static void core_few_rows(const mha_fwd *f, const mha_core_io *io, int b, int g,
     /* mha_attention_rows' one query block of these ql queries */
     int kv_begin;
     const int kv_end = block_keys(f, off, ql - 1 + off, kl, MHA_KV_CHUNK, &kv_begin);
-    const mha_chunk_rows rows = {.m = m, .pos0 = off, .period = ql, .causal = f->causal, .head0 = h0,
-                                 .q = mha_mat_rows(k, q, dk), .mask = f->mask};
+    const mha_chunk_rows rows = {.m = m, .pos0 = off, .period = ql, .causal = f->call->causal, .head0 = h0,
+                                 .q = mha_mat_rows(k, q, dk), .mask = f->call->mask};
     attend_block(f, s, &rows, &kv, kv_begin, kv_end, MHA_KV_CHUNK, sc, MHA_KV_CHUNK, z, dk, io->sinks, s->apack);
     for (int r = 0; r < m; r++)
         core_put(f, io, b * io->os[0] + (h0 + r / ql) * io->os[1] + (r % ql) * io->os[2], z + (size_t)r * dk, dk);
@@ -459,8 +459,8 @@ static void core_few_rows(const mha_fwd *f, const mha_core_io *io, int b, int g,
 void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, const mha_scratch *s)
 {
     const mha_kernel *k = f->kernel;
-    const int ql = f->q_len ? f->q_len[b] : f->seq_q;
-    const int kl = f->kv_len ? f->kv_len[b] : f->seq_kv;
+    const int ql = f->call->q_len ? f->call->q_len[b] : f->call->seq_q;
+    const int kl = f->call->kv_len ? f->call->kv_len[b] : f->call->seq_kv;
     const int dk = f->dk, dkp = f->dkp;
     if (core_few(f, ql))
         core_few_rows(f, io, b, g, s, ql, kl);
@@ -483,49 +483,49 @@ void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, c
             const ptrdiff_t qo = b * io->qs[0] + h * io->qs[1], oo = b * io->os[0] + h * io->os[1];
             const mha_queries q = io->bf16 ? (mha_queries){.q16 = (const mha_bf16 *)io->q + qo, .ld16 = io->qs[2]}
                                            : (mha_queries){.q = mha_mat_rows(k, (const float *)io->q + qo, io->qs[2])};
-            mha_attention_rows(f, h, s, q, ql, kl, f->seq_kv - f->seq_q, io->bf16 ? zf : (float *)io->out + oo,
+            mha_attention_rows(f, h, s, q, ql, kl, f->call->seq_kv - f->call->seq_q, io->bf16 ? zf : (float *)io->out + oo,
                                io->bf16 ? dk : io->os[2], io->sinks, NULL, NULL, NULL);
             for (int i = 0; io->bf16 && i < ql; i++)
                 core_put(f, io, oo + i * io->os[2], zf + (size_t)i * dk, dk);
         }
     }
     for (int h = g * f->group; h < (g + 1) * f->group; h++)
-        for (int i = ql; i < f->seq_q; i++) /* rows past the query length */
+        for (int i = ql; i < f->call->seq_q; i++) /* rows past the query length */
             core_put(f, io, b * io->os[0] + h * io->os[1] + i * io->os[2], NULL, dk);
 }
 
 void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)
 {
     const mha_kernel *k = f->kernel;
-    const int ql = f->q_len ? f->q_len[b] : f->seq_q;
-    const int kl = f->kv_len ? f->kv_len[b] : f->seq_kv;
+    const int ql = f->call->q_len ? f->call->q_len[b] : f->call->seq_q;
+    const int kl = f->call->kv_len ? f->call->kv_len[b] : f->call->seq_kv;
     const int dk = f->dk, dkp = f->dkp, d = f->d;
-    const float *xq = f->q + (size_t)b * f->seq_q * d;
-    const float *xk = f->k + (size_t)b * f->seq_kv * d;
-    const float *xv = f->v + (size_t)b * f->seq_kv * d;
+    const float *xq = f->call->q + (size_t)b * f->call->seq_q * d;
+    const float *xk = f->call->k + (size_t)b * f->call->seq_kv * d;
+    const float *xv = f->call->v + (size_t)b * f->call->seq_kv * d;
     const float *xp = f->xpack + (size_t)b * f->xpack_stride;
-    const int one_gemm = f->fused && f->group == 1 && !f->k_saved; /* Q|K|V of the only head in one GEMM */
+    const int one_gemm = f->call->fused && f->group == 1 && !f->k_saved; /* Q|K|V of the only head in one GEMM */
     const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
     const ptrdiff_t kd = (ptrdiff_t)f->kvh * dk;
 
     /* step 1: K and V of this KV head for the valid keys, into columns [dkp, 3·dkp) (QK-norm
      * full: K as mha_attention_norm_sums projected it) */
     if (f->k_saved) {
-        mha_attention_project(f, s, kl, f->fused ? xq : f->kv_shared ? xk : xv, f->fused ? xp : NULL, g, 2 * dkp,
+        mha_attention_project(f, s, kl, f->call->fused ? xq : f->call->kv_shared ? xk : xv, f->call->fused ? xp : NULL, g, 2 * dkp,
                               2 * dkp, dkp);
-        mha_mat_set_rows(k, qkv, kl, dkp, dk, f->k_saved + (size_t)b * f->seq_kv * kd + (size_t)g * dk, kd);
+        mha_mat_set_rows(k, qkv, kl, dkp, dk, f->k_saved + (size_t)b * f->call->seq_kv * kd + (size_t)g * dk, kd);
     } else if (one_gemm)
         mha_attention_project(f, s, ql > kl ? ql : kl, xq, xp, g, 0, 0, 3 * dkp);
-    else if (f->fused) /* self-attention: the packed query input is the keys' input too */
+    else if (f->call->fused) /* self-attention: the packed query input is the keys' input too */
         mha_attention_project(f, s, kl, xq, xp, g, dkp, dkp, 2 * dkp);
-    else if (f->kv_shared)
+    else if (f->call->kv_shared)
         mha_attention_project(f, s, kl, xk, NULL, g, dkp, dkp, 2 * dkp);
     else {
         mha_attention_project(f, s, kl, xk, NULL, g, dkp, dkp, dkp);
         mha_attention_project(f, s, kl, xv, NULL, g, 2 * dkp, 2 * dkp, dkp);
     }
-    const double *kss = f->k_ss ? f->k_ss + (size_t)b * f->seq_kv * f->kvh : NULL;
-    const double *qss = f->q_ss ? f->q_ss + (size_t)b * f->seq_q * f->kvh : NULL;
+    const double *kss = f->k_ss ? f->k_ss + (size_t)b * f->call->seq_kv * f->kvh : NULL;
+    const double *qss = f->q_ss ? f->q_ss + (size_t)b * f->call->seq_q * f->kvh : NULL;
     norm_rotate(f, s, kl, dkp, 0, 1, g, kss); /* key j at position j */
     /* step 2: Kᵀ in panels, once for every query head of the group and every query block
      * (bf16: Kᵀ and V in bf16 B panels) */
@@ -537,11 +537,11 @@ void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)
      * z, read before its output goes there), then its attention */
     for (int j = 0; j < f->group; j++) {
         if (f->k_saved)
-            mha_mat_set_rows(k, qkv, ql, 0, dk, f->z + (size_t)b * f->seq_q * f->qd + (size_t)(g * f->group + j) * dk,
+            mha_mat_set_rows(k, qkv, ql, 0, dk, f->z + (size_t)b * f->call->seq_q * f->qd + (size_t)(g * f->group + j) * dk,
                              f->qd);
         else if (!one_gemm)
             mha_attention_project(f, s, ql, xq, xp, g, j == 0 ? 0 : (j + 2) * dkp, 0, dkp);
-        norm_rotate(f, s, ql, 0, f->seq_kv - f->seq_q, 0, g * f->group + j, qss); /* query i at i + seq_kv - seq_q */
+        norm_rotate(f, s, ql, 0, f->call->seq_kv - f->call->seq_q, 0, g * f->group + j, qss); /* query i at i + seq_kv - seq_q */
         attend(f, b, g * f->group + j, s, ql, kl);
     }
 }
@@ -565,23 +565,23 @@ void mha_attention_norm_part(const mha_fwd *f, const mha_scratch *s, int g, int 
 
 void mha_attention_norm_sums(const mha_fwd *f, int b, int g, const mha_scratch *s)
 {
-    const int ql = f->q_len ? f->q_len[b] : f->seq_q;
-    const int kl = f->kv_len ? f->kv_len[b] : f->seq_kv;
-    const float *xq = f->q + (size_t)b * f->seq_q * f->d;
+    const int ql = f->call->q_len ? f->call->q_len[b] : f->call->seq_q;
+    const int kl = f->call->kv_len ? f->call->kv_len[b] : f->call->seq_kv;
+    const float *xq = f->call->q + (size_t)b * f->call->seq_q * f->d;
     const float *xp = f->xpack + (size_t)b * f->xpack_stride;
     /* K from the query input when fused (its packed rows too), else from the key input */
-    mha_attention_norm_part(f, s, g, kl, f->fused ? xq : f->k + (size_t)b * f->seq_kv * f->d, f->fused ? xp : NULL,
-                            (size_t)b * f->seq_kv, ql, xq, xp, (size_t)b * f->seq_q);
+    mha_attention_norm_part(f, s, g, kl, f->call->fused ? xq : f->call->k + (size_t)b * f->call->seq_kv * f->d, f->call->fused ? xp : NULL,
+                            (size_t)b * f->call->seq_kv, ql, xq, xp, (size_t)b * f->call->seq_q);
 }
 
 void mha_attention_out_rows(const mha_fwd *f, int b, int r0, int r1, const mha_scratch *s)
 {
     const mha_kernel *k = f->kernel;
-    const int ql = f->q_len ? f->q_len[b] : f->seq_q;
+    const int ql = f->call->q_len ? f->call->q_len[b] : f->call->seq_q;
     const ptrdiff_t d = f->d, zd = f->qd;
     const int valid_end = r1 < ql ? r1 : ql;
-    float *out = f->out + ((size_t)b * f->seq_q + r0) * d;
-    const float *z = f->z + ((size_t)b * f->seq_q + r0) * zd;
+    float *out = f->call->out + ((size_t)b * f->call->seq_q + r0) * d;
+    const float *z = f->z + ((size_t)b * f->call->seq_q + r0) * zd;
 
     if (valid_end > r0) { /* out (m, d) = Z (m, qd) · Wo (qd, d) (+ bo) */
         const int m = valid_end - r0;
@@ -597,5 +597,5 @@ void mha_attention_out_rows(const mha_fwd *f, int b, int r0, int r1, const mha_s
     }
     const int zero_from = valid_end > r0 ? valid_end : r0;
     if (zero_from < r1)
-        memset(f->out + ((size_t)b * f->seq_q + zero_from) * d, 0, (size_t)(r1 - zero_from) * d * sizeof(float));
+        memset(f->call->out + ((size_t)b * f->call->seq_q + zero_from) * d, 0, (size_t)(r1 - zero_from) * d * sizeof(float));
 }

@@ -87,17 +87,30 @@ static inline float mha_softmax_sink(float *restrict z, float *m, float *s, floa
     return a;
 }
 
-/* One forward pass, as every task sees it (read-only during the pass). */
+/* One call's inputs and outputs: a forward's (mha_input), the core's sizes and masks, or a
+ * step's (causal, out; its tokens come through mha_step_job). */
+typedef struct mha_call {
+    int batch, seq_q, seq_kv;
+    int fused;                    /* q == k == v, seq_q == seq_kv: one GEMM gives Q|K|V */
+    int kv_shared;                /* k == v: one GEMM gives K|V */
+    int causal;
+    const float *q, *k, *v;       /* (batch, seq_q, d), (batch, seq_kv, d) ×2 */
+    const int32_t *q_len, *kv_len;/* NULL or (batch) */
+    const uint8_t *mask;          /* NULL or (seq_q, seq_kv) */
+    float *out;                   /* (batch, seq_q, d); a step's (rows, d) */
+    float *attn;                  /* NULL or (batch, h, seq_q, seq_kv) */
+} mha_call;
+
+/* What every task of a pass sees (read-only during it): the engine's model, made once at
+ * create (sizes, numerics, the weights' views, its buffers), and the call. */
 typedef struct mha_fwd {
+    const mha_call *call;         /* this call's inputs and outputs */
     const mha_kernel *kernel;     /* BLIS's microkernel and the kernel table (kernel->isa) */
     int d, h, dk, dkp, q_block;   /* dkp: dk rounded up to whole B panels */
     int qd;                       /* h·dk: the width of Z (and of Q) */
-    int batch, seq_q, seq_kv;
     int rows;                     /* capacity rows of the Q/K/V scratch: max(max_seq_q, max_seq_kv) */
     ptrdiff_t ld_scores;          /* row stride of the score tile */
-    int fused;                    /* q == k == v, seq_q == seq_kv: one GEMM gives Q|K|V */
-    int kv_shared;                /* k == v: one GEMM gives K|V */
-    int causal, has_bias;
+    int has_bias;
     int kvh, group;               /* KV heads, query heads per KV head */
     int window;                   /* sliding window, 0: none */
     float scale, softcap;         /* the scores' factor; logit softcap (0: none) */
@@ -114,9 +127,6 @@ typedef struct mha_fwd {
     mha_rope_style rope;          /* MHA_ROPE_NONE: no rotation */
     int rope_dim;                 /* features rotated */
     const float *rope_cos, *rope_sin; /* (positions, rope_dim / 2) */
-    const float *q, *k, *v;       /* (batch, seq_q, d), (batch, seq_kv, d) ×2 */
-    const int32_t *q_len, *kv_len;/* NULL or (batch) */
-    const uint8_t *mask;          /* NULL or (seq_q, seq_kv) */
     const float *wqkv, *bqkv;     /* per KV head: panels (d, (group + 2)·dkp); ((group + 2)·dkp) */
     const float *wo, *bo;         /* panels (qd, round_up(d, bw)); (d) */
     const mha_bkernel *bk;        /* bf16 engines: the kernel of every product; NULL: float32 */
@@ -125,8 +135,6 @@ typedef struct mha_fwd {
     float *z;                     /* (batch, seq_q, qd) */
     float *xpack;                 /* per sequence (xpack_stride floats): q in A panels, all of d */
     size_t xpack_stride;
-    float *out;                   /* (batch, seq_q, d) */
-    float *attn;                  /* NULL or (batch, h, seq_q, seq_kv) */
 } mha_fwd;
 
 /* A worker's scratch slice: its parts in the order the arena plan carves them from the

@@ -25,6 +25,7 @@ struct mha_engine {
     mha_arena_plan plan;
     mha_arena_views views;  /* weight views point into a shared packed copy when shared */
     mha_kernel kernel;      /* BLIS's microkernel and the kernel table (kernel.isa) */
+    mha_fwd model;          /* what every pass reads, made once the views are final (make_model) */
     const mha_bkernel *bkernel; /* bf16 engines; NULL: float32 */
     char kernel_name[24];   /* mha_engine_kernel */
     mha_sched sched;
@@ -108,6 +109,35 @@ MHA_API mha_status mha_config_check(const mha_config *cfg, char *err, size_t err
     return report(mha_config_check_problem(cfg, &pr), &pr, err, err_len);
 }
 
+/* What every pass shares, made once when the engine's views are final (build; a shared
+ * engine again once it takes the packed block's): the kernel, the sizes, the numerics, the
+ * weights' views and the engine's buffers. A call adds its mha_call. */
+static void make_model(mha_engine *e)
+{
+    const mha_dims *dm = &e->dims;
+    const mha_arena_views *v = &e->views;
+    e->model = (mha_fwd){
+        .kernel = &e->kernel,
+        .d = dm->d, .h = dm->h, .dk = dm->dk, .dkp = e->plan.dkp, .q_block = dm->q_block, .qd = dm->qd,
+        .rows = dm->seq_q > dm->seq_kv ? dm->seq_q : dm->seq_kv,
+        .ld_scores = e->plan.ld_scores,
+        .has_bias = dm->bias,
+        .kvh = dm->kvh, .group = dm->group, .window = dm->window,
+        .scale = dm->scale, .softcap = dm->softcap, .sinks = v->sinks, .alibi = v->alibi,
+        .q_norm = v->qk_norm, .norm_eps = dm->qk_norm.eps,
+        .k_norm = v->qk_norm ? v->qk_norm + mha_qk_norm_len(dm->qk_norm.kind, dm->h, dm->dk) : NULL,
+        .q_ss = v->qk_ss, .k_ss = v->qk_ss ? v->qk_ss + (size_t)dm->batch * dm->seq_q * dm->kvh : NULL,
+        .k_saved = v->k_saved,
+        .rope = dm->rope.style, .rope_dim = dm->rope.rotary_dim,
+        .rope_cos = v->rope_cos, .rope_sin = v->rope_sin,
+        .wqkv = v->wqkv, .bqkv = v->bqkv, .wo = v->wo, .bo = v->bo,
+        .bk = e->bkernel,
+        .wqkv16 = v->wqkv16, .wo16 = v->wo16, .w_ps = e->plan.w_ps, .wo_ps = e->plan.wo_ps,
+        .z = v->z,
+        .xpack = v->xpack, .xpack_stride = e->plan.xpack_stride,
+    };
+}
+
 /* Lay the engine out in ws (at least plan.total bytes, 64-byte aligned). */
 static mha_engine *build(const prepared *p, void *ws)
 {
@@ -146,6 +176,7 @@ static mha_engine *build(const prepared *p, void *ws)
         mha_rope_table(&p->dims.rope, p->dims.rope.rotary_dim, p->dims.positions, v.rope_cos, v.rope_sin);
     if (v.alibi)
         mha_alibi_slopes(p->dims.h, p->dims.alibi_max_bias, v.alibi);
+    make_model(e);
     return e;
 }
 
@@ -289,6 +320,7 @@ MHA_API mha_status mha_create_shared_msg(const mha_config *cfg, const mha_packed
     mha_engine *e = build(&p, ws);
     e->owned = ws;
     mha_arena_share_weights(&e->views, &pw->views);
+    make_model(e);
     e->weights_set = e->shared = 1;
     *out = e;
     return report(MHA_OK, &pr, err, err_len);
@@ -335,33 +367,6 @@ MHA_API mha_status mha_set_weights(mha_engine *e, const mha_weights *w)
     e->weights_set = 1;
     e->last_error[0] = '\0';
     return MHA_OK;
-}
-
-/* What every pass shares: the kernel, the sizes, the weights and the engine's buffers. */
-static mha_fwd engine_fwd(const mha_engine *e, float *out)
-{
-    const mha_dims *dm = &e->dims;
-    const mha_arena_views *v = &e->views;
-    return (mha_fwd){
-        .kernel = &e->kernel,
-        .d = dm->d, .h = dm->h, .dk = dm->dk, .dkp = e->plan.dkp, .q_block = dm->q_block, .qd = dm->qd,
-        .rows = dm->seq_q > dm->seq_kv ? dm->seq_q : dm->seq_kv,
-        .ld_scores = e->plan.ld_scores,
-        .has_bias = dm->bias,
-        .kvh = dm->kvh, .group = dm->group, .window = dm->window,
-        .scale = dm->scale, .softcap = dm->softcap, .sinks = v->sinks, .alibi = v->alibi,
-        .q_norm = v->qk_norm, .norm_eps = dm->qk_norm.eps,
-        .k_norm = v->qk_norm ? v->qk_norm + mha_qk_norm_len(dm->qk_norm.kind, dm->h, dm->dk) : NULL,
-        .q_ss = v->qk_ss, .k_ss = v->qk_ss ? v->qk_ss + (size_t)dm->batch * dm->seq_q * dm->kvh : NULL,
-        .k_saved = v->k_saved,
-        .rope = dm->rope.style, .rope_dim = dm->rope.rotary_dim,
-        .rope_cos = v->rope_cos, .rope_sin = v->rope_sin,
-        .wqkv = v->wqkv, .bqkv = v->bqkv, .wo = v->wo, .bo = v->bo,
-        .bk = e->bkernel,
-        .wqkv16 = v->wqkv16, .wo16 = v->wo16, .w_ps = e->plan.w_ps, .wo_ps = e->plan.wo_ps,
-        .z = v->z, .out = out,
-        .xpack = v->xpack, .xpack_stride = e->plan.xpack_stride,
-    };
 }
 
 /* The first length outside [0, max], or -1. */
@@ -415,15 +420,12 @@ MHA_API mha_status mha_forward(mha_engine *e, const mha_input *in, float *out, f
     if (st != MHA_OK)
         return st;
 
-    mha_fwd f = engine_fwd(e, out);
-    f.batch = in->batch, f.seq_q = in->seq_q, f.seq_kv = in->seq_kv;
-    f.fused = in->q == in->k && in->k == in->v && in->seq_q == in->seq_kv;
-    f.kv_shared = in->k == in->v;
-    f.causal = in->causal != 0;
-    f.q = in->q, f.k = in->k, f.v = in->v;
-    f.q_len = in->q_lengths, f.kv_len = in->kv_lengths;
-    f.mask = in->mask;
-    f.attn = attn;
+    const mha_call call = {.batch = in->batch, .seq_q = in->seq_q, .seq_kv = in->seq_kv,
+                           .fused = in->q == in->k && in->k == in->v && in->seq_q == in->seq_kv,
+                           .kv_shared = in->k == in->v, .causal = in->causal != 0, .q = in->q, .k = in->k, .v = in->v,
+                           .q_len = in->q_lengths, .kv_len = in->kv_lengths, .mask = in->mask, .out = out, .attn = attn};
+    mha_fwd f = e->model;
+    f.call = &call;
     mha_sched_forward(&e->sched, &f);
     e->last_error[0] = '\0';
     return MHA_OK;
@@ -503,11 +505,10 @@ MHA_API mha_status mha_core_forward(mha_engine *e, const mha_core_input *in, voi
             return failed(e, MHA_ERR_SHAPE, "core: %s {%td, %td, %td} over (%d, %d, %d, %d): %s", t[i].name,
                           t[i].st[0], t[i].st[1], t[i].st[2], t[i].n[0], t[i].n[1], t[i].n[2], dm->dk, why);
     }
-    mha_fwd f = engine_fwd(e, NULL);
-    f.batch = in->batch, f.seq_q = in->seq_q, f.seq_kv = in->seq_kv;
-    f.causal = in->causal != 0;
-    f.q_len = in->q_lengths, f.kv_len = in->kv_lengths;
-    f.mask = in->mask;
+    const mha_call call = {.batch = in->batch, .seq_q = in->seq_q, .seq_kv = in->seq_kv, .causal = in->causal != 0,
+                           .q_len = in->q_lengths, .kv_len = in->kv_lengths, .mask = in->mask};
+    mha_fwd f = e->model;
+    f.call = &call;
     mha_sched_core(&e->sched, &f, &io);
     e->last_error[0] = '\0';
     return MHA_OK;
@@ -576,10 +577,11 @@ MHA_API mha_status mha_step_forward(mha_engine *e, mha_kv_cache *c, const mha_st
     for (int q = 0; q < s->n_seqs; q++)
         row0[q + 1] = row0[q] + s->n_new[q];
     if (rows > 0) {
-        mha_step_job j = {.f = engine_fwd(e, out), .cache = c, .step = s, .row0 = row0, .rows = (int)rows,
+        const mha_call call = {.causal = 1, .out = out}; /* a step's rows attend causally; its tokens are the job's */
+        mha_step_job j = {.f = e->model, .cache = c, .step = s, .row0 = row0, .rows = (int)rows,
                           .partial = e->views.partial,
                           .max_chunks = (e->dims.seq_kv + MHA_KV_CHUNK - 1) / MHA_KV_CHUNK};
-        j.f.causal = 1;
+        j.f.call = &call;
         /* rows per projection task: what the Q/K/V scratch holds, whole A panels where it holds
          * one (then each task's rows start a panel of the packed rows) */
         const int panel = mha_step_panel(&j), cap = j.f.rows < MHA_PACK_BLOCK ? j.f.rows : MHA_PACK_BLOCK;

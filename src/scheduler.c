@@ -16,18 +16,18 @@
 
 static long work_of(const mha_fwd *f, int b)
 {
-    long ql = f->q_len ? f->q_len[b] : f->seq_q;
-    long kl = f->kv_len ? f->kv_len[b] : f->seq_kv;
+    long ql = f->call->q_len ? f->call->q_len[b] : f->call->seq_q;
+    long kl = f->call->kv_len ? f->call->kv_len[b] : f->call->seq_kv;
     return ql * (kl + f->d);
 }
 
 void mha_sched_order(const mha_fwd *f, int *order)
 {
-    for (int i = 0; i < f->batch; i++)
+    for (int i = 0; i < f->call->batch; i++)
         order[i] = i;
     /* shell sort: no allocation, O(n^1.3) for the batch sizes seen in serving */
-    for (int gap = f->batch / 2; gap > 0; gap /= 2)
-        for (int i = gap; i < f->batch; i++) {
+    for (int gap = f->call->batch / 2; gap > 0; gap /= 2)
+        for (int i = gap; i < f->call->batch; i++) {
             int cur = order[i], j = i;
             long w = work_of(f, cur);
             while (j >= gap) {
@@ -80,9 +80,9 @@ static void forward_tasks(const mha_sched *s, const void *arg)
 {
     const mha_fwd *f = arg;
     const int nh = f->kvh; /* one task per KV head: its K and V are made once */
-    for (int i = 0; i < f->batch; i++) {
+    for (int i = 0; i < f->call->batch; i++) {
         const int b = s->order[i];
-        char *tok = s->deps + (size_t)b * nh, *ntok = s->deps + ((size_t)f->batch + b) * nh;
+        char *tok = s->deps + (size_t)b * nh, *ntok = s->deps + ((size_t)f->call->batch + b) * nh;
         char *xtok = s->xdeps + (size_t)b * s->pack_chunks;
         (void)tok, (void)ntok, (void)xtok; /* only in depend clauses, which gcc 12 does not count */
         const int rows = mha_attention_packed_rows(f, b);
@@ -107,8 +107,8 @@ static void forward_tasks(const mha_sched *s, const void *arg)
                 mha_attention_group(f, b, h, &sc);
             }
         }
-        for (int r0 = 0; r0 < f->seq_q; r0 += MHA_OUT_BLOCK) {
-            const int r1 = r0 + MHA_OUT_BLOCK < f->seq_q ? r0 + MHA_OUT_BLOCK : f->seq_q;
+        for (int r0 = 0; r0 < f->call->seq_q; r0 += MHA_OUT_BLOCK) {
+            const int r1 = r0 + MHA_OUT_BLOCK < f->call->seq_q ? r0 + MHA_OUT_BLOCK : f->call->seq_q;
 #pragma omp task firstprivate(b, r0, r1) depend(iterator(j = 0 : nh), in : tok[j])
             {
                 const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
@@ -131,7 +131,7 @@ static void core_tasks(const mha_sched *s, const void *arg)
 {
     const mha_fwd *f = ((const core_job *)arg)->f;
     const mha_core_io *io = ((const core_job *)arg)->io;
-    for (int i = 0; i < f->batch; i++)
+    for (int i = 0; i < f->call->batch; i++)
         for (int g = 0; g < f->kvh; g++) {
             const int b = s->order[i];
 #pragma omp task firstprivate(b, g)

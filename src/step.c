@@ -584,7 +584,7 @@ void mha_step_out_rows(const mha_step_job *j, int r0, int r1, int c0, int c1, co
     const mha_fwd *f = &j->f;
     const mha_kernel *k = f->kernel;
     const ptrdiff_t d = f->d, zd = f->qd;
-    const mha_mat om = mha_mat_rows(k, f->out + (size_t)r0 * d + c0, d), zm = mha_mat_rows(k, f->z + (size_t)r0 * zd, zd);
+    const mha_mat om = mha_mat_rows(k, f->call->out + (size_t)r0 * d + c0, d), zm = mha_mat_rows(k, f->z + (size_t)r0 * zd, zd);
     const float beta = f->has_bias ? 1.0f : 0.0f;
     if (f->has_bias)
         mha_mat_fill_rows(k, om, r1 - r0, c1 - c0, f->bo + c0);

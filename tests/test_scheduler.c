@@ -9,7 +9,8 @@ Test(scheduler, longest_sequences_start_first)
 {
     int32_t ql[7] = {10, 50, 50, 0, 128, 3, 77};
     int32_t kl[7] = {10, 50, 60, 0, 128, 3, 77};
-    mha_fwd f = {.d = 16, .batch = 7, .seq_q = 128, .seq_kv = 128, .q_len = ql, .kv_len = kl};
+    const mha_call c = {.batch = 7, .seq_q = 128, .seq_kv = 128, .q_len = ql, .kv_len = kl};
+    mha_fwd f = {.d = 16, .call = &c};
     int order[7];
     mha_sched_order(&f, order);
     const int want[7] = {4, 6, 2, 1, 0, 5, 3};
@@ -19,7 +20,8 @@ Test(scheduler, longest_sequences_start_first)
 
 Test(scheduler, equal_work_keeps_index_order)
 {
-    mha_fwd f = {.d = 16, .batch = 100, .seq_q = 8, .seq_kv = 8};
+    const mha_call c = {.batch = 100, .seq_q = 8, .seq_kv = 8};
+    mha_fwd f = {.d = 16, .call = &c};
     int order[100];
     mha_sched_order(&f, order);
     for (int i = 0; i < 100; i++)
@@ -32,7 +34,8 @@ Test(scheduler, order_is_a_permutation_for_large_batches)
     int32_t len[N];
     for (int i = 0; i < N; i++)
         len[i] = (i * 7919) % 513;
-    mha_fwd f = {.d = 64, .batch = N, .seq_q = 512, .seq_kv = 512, .q_len = len, .kv_len = len};
+    const mha_call c = {.batch = N, .seq_q = 512, .seq_kv = 512, .q_len = len, .kv_len = len};
+    mha_fwd f = {.d = 64, .call = &c};
     int order[N], seen[N] = {0};
     mha_sched_order(&f, order);
     for (int i = 0; i < N; i++) {
