@@ -43,7 +43,7 @@ Test(shard, random_ragged_batches)
     }
 }
 
-Test(shard, edge_cases)
+Test(shard, single_sequences_equal_costs_and_one_long_sequence_balance)
 {
     uint64_t one[] = {5}, equal[] = {4, 4, 4, 4, 4, 4}, spike[] = {1, 1, 1, 1000, 1, 1, 1};
     check(one, 1, 1, "one sequence, one rank");

@@ -164,7 +164,7 @@ Test(shared_weights, the_process_holds_one_copy_not_eight, .timeout = 120)
     problem_free(&p);
 }
 
-Test(shared_weights, rules)
+Test(shared_weights, another_model_or_kernel_is_refused_and_capacity_may_differ)
 {
     problem p;
     problem_make(&p, 64, 4, 1, 8, 8, 1, 0, 3);
