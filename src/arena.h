@@ -27,37 +27,37 @@ void *mha_alloc_pages(size_t bytes);
  * region_bytes() (arena.c). A region of 0 bytes is absent (its view NULL). The worker slices
  * come last, so everything before `scratch` is the engine's shared state. */
 enum { MHA_HELD_ENGINE = 1, MHA_HELD_WEIGHTS = 2, MHA_HELD_BOTH = 3 };
-#define MHA_ARENA_REGIONS(X)                                                                      \
-    X(engine, void, MHA_ALIGN, BOTH)          /* the engine struct, or the packed-weights header */    \
-    X(wqkv, float, MHA_ALIGN, WEIGHTS)           /* f32: per KV head g, panels (d, (group + 2)·dkp):      \
-                                           x · [Wq_{g·group} | Wk_g | Wv_g | Wq_{g·group+1} …] */ \
-    X(wqkv16, mha_bf16, MHA_ALIGN, WEIGHTS)      /* bf16: the same in B panels (bgemm.h) */               \
-    X(bqkv, float, MHA_ALIGN, WEIGHTS)           /* (kvh, (group + 2)·dkp) */                             \
-    X(wo, float, MHA_ALIGN, WEIGHTS)             /* f32: panels (qd, round_up(d, bw)): Z · Wo */          \
-    X(wo16, mha_bf16, MHA_ALIGN, WEIGHTS)        /* bf16: the same in B panels */                         \
-    X(bo, float, MHA_ALIGN, WEIGHTS)             /* (d) */                                                \
-    X(qk_norm, float, MHA_ALIGN, WEIGHTS)        /* Q's then K's RMSNorm factors (w or 1 + w), dk each    \
-                                           (head) or h·dk, kvh·dk (full); absent without */      \
-    X(sinks, float, MHA_ALIGN, WEIGHTS)          /* (h): each head's sink logit; absent without sinks */  \
-    X(z, float, MHA_ALIGN, ENGINE)              /* (batch, seq_q, qd): the heads' outputs, concatenated */ \
-    X(xpack, float, MHA_ALIGN, ENGINE)          /* (batch, xpack_stride): A panels of each x_b */        \
-    X(order, int, MHA_ALIGN, ENGINE)            /* (batch): sequences, most work first */                \
-    X(deps, char, MHA_ALIGN, ENGINE)            /* (2, batch, h): a token per head task, then per norm   \
-                                           task (kvh of h used) */                              \
-    X(xdeps, char, MHA_ALIGN, ENGINE)           /* (batch, ceil(seq_q / MHA_PACK_BLOCK)): packing tasks */ \
-    X(worker_cpu, int, MHA_ALIGN, ENGINE)       /* (threads): CPU each worker last ran on */             \
-    X(pin_cpu, int, MHA_ALIGN, ENGINE)          /* (threads): CPU each worker is pinned to, -1 none */   \
-    X(step_row0, int, MHA_ALIGN, ENGINE)        /* (batch + 1): a step's first row of each sequence */   \
-    X(partial, float, MHA_ALIGN, ENGINE)        /* (batch, kvh, chunks, group·DECODE_ROWS, dk + 2):      \
-                                           decode partial results */                            \
-    X(qk_ss, double, MHA_ALIGN, ENGINE)         /* QK-norm full: each row's sums of squares, one per KV  \
-                                           head's part: Q's (batch·seq_q, kvh), then K's          \
-                                           (batch·max(seq_q, seq_kv), kvh); absent otherwise */  \
-    X(k_saved, float, MHA_ALIGN, ENGINE)        /* QK-norm full: K as the norm tasks projected it,       \
-                                           (batch·max(seq_q, seq_kv), kvh·dk); absent otherwise */ \
-    X(rope_cos, float, MHA_ALIGN, ENGINE)       /* (positions, r/2); absent without RoPE */              \
-    X(rope_sin, float, MHA_ALIGN, ENGINE)       /* (positions, r/2) */                                   \
-    X(alibi, float, MHA_ALIGN, ENGINE)          /* (h): ALiBi's slopes; absent without ALiBi */          \
+#define MHA_ARENA_REGIONS(X)                                                                                  \
+    X(engine, void, MHA_ALIGN, BOTH)            /* the engine struct, or the packed-weights header */         \
+    X(wqkv, float, MHA_ALIGN, WEIGHTS)          /* f32: per KV head g, panels (d, (group + 2)·dkp):           \
+                                                   x · [Wq_{g·group} | Wk_g | Wv_g | Wq_{g·group+1} …] */     \
+    X(wqkv16, mha_bf16, MHA_ALIGN, WEIGHTS)     /* bf16: the same in B panels (bgemm.h) */                    \
+    X(bqkv, float, MHA_ALIGN, WEIGHTS)          /* (kvh, (group + 2)·dkp) */                                  \
+    X(wo, float, MHA_ALIGN, WEIGHTS)            /* f32: panels (qd, round_up(d, bw)): Z · Wo */               \
+    X(wo16, mha_bf16, MHA_ALIGN, WEIGHTS)       /* bf16: the same in B panels */                              \
+    X(bo, float, MHA_ALIGN, WEIGHTS)            /* (d) */                                                     \
+    X(qk_norm, float, MHA_ALIGN, WEIGHTS)       /* Q's then K's RMSNorm factors (w or 1 + w), dk              \
+                                                   each (head) or h·dk, kvh·dk (full); absent without */      \
+    X(sinks, float, MHA_ALIGN, WEIGHTS)         /* (h): each head's sink logit; absent without sinks */       \
+    X(z, float, MHA_ALIGN, ENGINE)              /* (batch, seq_q, qd): the heads' outputs, concatenated */    \
+    X(xpack, float, MHA_ALIGN, ENGINE)          /* (batch, xpack_stride): A panels of each x_b */             \
+    X(order, int, MHA_ALIGN, ENGINE)            /* (batch): sequences, most work first */                     \
+    X(deps, char, MHA_ALIGN, ENGINE)            /* (2, batch, h): a token per head task, then per             \
+                                                   norm task (kvh of h used) */                               \
+    X(xdeps, char, MHA_ALIGN, ENGINE)           /* (batch, ceil(seq_q / MHA_PACK_BLOCK)): packing tasks */    \
+    X(worker_cpu, int, MHA_ALIGN, ENGINE)       /* (threads): CPU each worker last ran on */                  \
+    X(pin_cpu, int, MHA_ALIGN, ENGINE)          /* (threads): CPU each worker is pinned to, -1 none */        \
+    X(step_row0, int, MHA_ALIGN, ENGINE)        /* (batch + 1): a step's first row of each sequence */        \
+    X(partial, float, MHA_ALIGN, ENGINE)        /* (batch, kvh, chunks, mha_step_partial_floats):             \
+                                                   decode partial results */                                  \
+    X(qk_ss, double, MHA_ALIGN, ENGINE)         /* QK-norm full: each row's sums of squares, one per          \
+                                                   KV head's part: Q's (batch·seq_q, kvh), then K's           \
+                                                   (batch·max(seq_q, seq_kv), kvh); absent otherwise */       \
+    X(k_saved, float, MHA_ALIGN, ENGINE)        /* QK-norm full: K as the norm tasks projected it,            \
+                                                   (batch·max(seq_q, seq_kv), kvh·dk); absent otherwise */    \
+    X(rope_cos, float, MHA_ALIGN, ENGINE)       /* (positions, r/2); absent without RoPE */                   \
+    X(rope_sin, float, MHA_ALIGN, ENGINE)       /* (positions, r/2) */                                        \
+    X(alibi, float, MHA_ALIGN, ENGINE)          /* (h): ALiBi's slopes; absent without ALiBi */               \
     X(scratch, unsigned char, MHA_PAGE, ENGINE) /* (threads, scratch_stride): the worker slices */
 
 typedef enum {

@@ -31,7 +31,7 @@ typedef struct mha_step_job {
     const int *row0;           /* (n_seqs + 1): each sequence's first row in x, z and out */
     int rows;                  /* new tokens in all: sum of n_new */
     int chunk_rows;            /* rows per projection task (<= f.rows): a function of the config only */
-    float *partial;            /* decode: (max_batch, kvh, max_chunks, group·DECODE_ROWS, dk + 2) */
+    float *partial;            /* decode: (max_batch, kvh, max_chunks) of mha_step_partial_floats */
     int max_chunks;            /* ceil(max_seq_kv / MHA_KV_CHUNK) */
 } mha_step_job;
 

@@ -111,6 +111,19 @@ struct criterion_test_params table_params(int per_kernel);
 /* The same instances into out (at most max); returns how many: for tests whose parameters
  * cross their own cases with the tables. */
 int table_list(int per_kernel, table_param *out, int max);
+/* A parameters function's result: every element of the array `shapes` on every table (or bf16
+ * kernel), as elements {shape, table_param} of type T_on (a struct { T g; table_param on; }). */
+#define TABLE_CASES(T_on, shapes, per_kernel)                                                                          \
+    ({                                                                                                                 \
+        static T_on cases_[sizeof(shapes) / sizeof((shapes)[0]) * 16];                                                 \
+        table_param on_[16];                                                                                           \
+        const int n_on_ = table_list(per_kernel, on_, 16);                                                             \
+        size_t n_ = 0;                                                                                                 \
+        for (size_t i_ = 0; i_ < sizeof(shapes) / sizeof((shapes)[0]); i_++)                                           \
+            for (int t_ = 0; t_ < n_on_; t_++)                                                                         \
+                cases_[n_++] = (T_on){(shapes)[i_], on_[t_]};                                                          \
+        cr_make_param_array(T_on, cases_, n_);                                                                         \
+    })
 /* The instance's table (and *bk its bf16 kernel when bk is not NULL), or Criterion's skip. */
 const struct mha_isa *table_or_skip(const table_param *p, const struct mha_bkernel **bk);
 #define TABLE_TEST(suite, name, ...)                                                                                   \

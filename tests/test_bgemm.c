@@ -183,14 +183,7 @@ ParameterizedTestParameters(bgemm, matches_double_product_of_rounded_operands)
         {1, 1, 1, 0, 0}, {1, 64, 768, 0, 0}, {3, 33, 17, 1, 1}, {16, 16, 32, 0, 0}, {17, 47, 65, 1, 0},
         {32, 32, 64, 0, 1}, {33, 100, 391, 0, 1}, {100, 192, 768, 1, 0}, {64, 520, 64, 0, 1}, {7, 5, 800, 1, 0},
     };
-    static bcase_on cases[sizeof shapes / sizeof shapes[0] * 16];
-    table_param on[16];
-    const int n_on = table_list(1, on, 16);
-    size_t n = 0;
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        for (int t = 0; t < n_on; t++)
-            cases[n++] = (bcase_on){shapes[i], on[t]};
-    return cr_make_param_array(bcase_on, cases, n);
+    return TABLE_CASES(bcase_on, shapes, 1);
 }
 
 /* Each kernel's sum of rounded float32 terms against the exact (double) sum: k terms of unit

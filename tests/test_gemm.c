@@ -35,14 +35,7 @@ ParameterizedTestParameters(gemm, matches_double_product)
         {4, 70, 33, 0, 0}, {9, 33, 300, 0, 1}, {16, 1024, 128, 0, 1}, {16, 17, 256, 0, 0},
         {24, 65, 900, 1, 1}, {32, 96, 385, 0, 0}, {31, 40, 50, 1, 1},
     };
-    static gcase_on cases[sizeof shapes / sizeof shapes[0] * 8];
-    table_param on[8];
-    const int n_on = table_list(0, on, 8);
-    size_t n = 0;
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        for (int t = 0; t < n_on; t++)
-            cases[n++] = (gcase_on){shapes[i], on[t]};
-    return cr_make_param_array(gcase_on, cases, n);
+    return TABLE_CASES(gcase_on, shapes, 0);
 }
 
 ParameterizedTest(gcase_on *param, gemm, matches_double_product, .timeout = 60)
