@@ -261,9 +261,14 @@ MHA_API mha_status mha_forward(mha_engine *e, const mha_input *in, float *out, f
  * p % block_size, so sequences grow block by block and may share blocks they only read (a
  * common prompt prefix). One block per sequence of max_context slots is the contiguous case.
  * Elements are the config's kv_type: float32, or bfloat16 (rounded to nearest even as they are
- * written: half the bytes) for a config of precision bf16, or int8 with per-token scales (a
- * quarter) for either. The cache is made for a config (d_model, heads, KV heads, RoPE, kv
- * type) and works with any engine of that model and kv type. */
+ * written: half the bytes) for a config of precision bf16, or int8 (a quarter, plus scales)
+ * for either: K per feature over each group of MHA_KV_GROUP slots of a block (a scale and a
+ * zero point per feature), V per slot (a scale). The group a sequence is still filling keeps
+ * its K in float32 in the sequence's *tail*, caller memory passed with each step
+ * (mha_step.tails), until the group is complete; a new token sees its own group's keys at
+ * full precision and the groups before it as stored. The cache is made for a config
+ * (d_model, heads, KV heads, RoPE, kv type) and works with any engine of that model and kv
+ * type. */
 typedef struct mha_kv_cache mha_kv_cache; /* opaque */
 /* Bytes a cache of n_blocks blocks needs (mha_kv_cache_create_static's len); 0 if invalid. */
 MHA_API size_t mha_kv_cache_size(const mha_config *cfg, int n_blocks, int block_size);
@@ -273,6 +278,12 @@ MHA_API mha_status mha_kv_cache_create(const mha_config *cfg, int n_blocks, int 
 MHA_API mha_status mha_kv_cache_create_static(const mha_config *cfg, int n_blocks, int block_size, void *mem,
                                               size_t len, mha_kv_cache **out);
 MHA_API void mha_kv_cache_free(mha_kv_cache *c); /* accepts NULL */
+/* Slots per quantization group of an int8 cache's K (a block of fewer slots, or a block's last
+ * slots past a multiple of it, is a group of its own). */
+#define MHA_KV_GROUP 16
+/* Bytes of one sequence's tail for an int8 cache (float32: the K of each KV head for the
+ * group's slots); 0 for other kv types (no tail). */
+MHA_API size_t mha_kv_tail_size(const mha_kv_cache *c);
 
 /* One step: each sequence has n_past tokens cached and brings n_new tokens at positions
  * n_past .. n_past + n_new − 1 (a prefill chunk, one decode token, or 0: nothing). Their K and
@@ -285,13 +296,18 @@ typedef struct mha_step {
     const int32_t *blocks;     /* (n_seqs, max_blocks): cache blocks in position order */
     int max_blocks;            /* row stride of blocks */
     const float *x;            /* (sum of n_new, d): new tokens, sequence after sequence */
+    void *const *tails;        /* int8 caches: (n_seqs) each sequence's tail, mha_kv_tail_size
+                                * bytes, float-aligned, not shared, the same memory at every
+                                * step of the sequence (copied with it when a sequence forks;
+                                * its contents matter once n_past > 0); else NULL, unread */
 } mha_step;
 /* out: (sum of n_new, d). The whole step is checked before anything is written: n_seqs <=
  * max_batch, each n_new <= max_seq_q and their sum <= max_batch·max_seq_q, n_past + n_new <=
  * min(max_blocks·block_size, max_seq_kv), the block ids a sequence needs in range, the cache
  * made for this model; otherwise MHA_ERR_SHAPE / MHA_ERR_INVALID_ARG / MHA_ERR_CONFIG
- * (another model's cache) with mha_engine_last_error saying what, and neither the cache nor
- * out changes. Within one kernel table and precision, a sequence's output rows and the K and
+ * (another model's cache; an int8 cache's step without a tail for a sequence with new tokens:
+ * MHA_ERR_INVALID_ARG) with mha_engine_last_error saying what, and neither the cache, a
+ * tail nor out changes. Within one kernel table and precision, a sequence's output rows and the K and
  * V it writes have the same bits however its tokens are split into steps (one prefill,
  * chunks, token by token), whatever else the step holds (other sequences decoding or
  * prefilling, their number), for every thread count and block table, and equal one causal

@@ -78,6 +78,8 @@ int main(int argc, char **argv)
     double *ms = malloc((size_t)steps * sizeof *ms);
     mha_engine *e = NULL;
     mha_kv_cache *cache = NULL;
+    char *tail_mem = NULL;
+    void *tails[MAX_SEQS];
     const char *what = "out of memory";
     mha_status st = MHA_ERR_NOMEM;
     if (!wq || !wk || !wv || !wo || !x || !out || !blocks || !ms)
@@ -103,7 +105,16 @@ int main(int argc, char **argv)
     }
     for (int s = 0; s < seqs; s++)
         past[s] = context - 1, add[s] = 1;
-    const mha_step step = {.n_seqs = seqs, .n_past = past, .n_new = add, .blocks = blocks, .max_blocks = per_seq, .x = x};
+    /* int8: each sequence's tail (its last group's K at full precision), zeros */
+    tail_mem = calloc((size_t)seqs, mha_kv_tail_size(cache) + 1);
+    if (!tail_mem) {
+        st = MHA_ERR_NOMEM;
+        goto done;
+    }
+    for (int s = 0; s < seqs; s++)
+        tails[s] = tail_mem + (size_t)s * mha_kv_tail_size(cache);
+    const mha_step step = {.n_seqs = seqs, .n_past = past, .n_new = add, .blocks = blocks, .max_blocks = per_seq, .x = x,
+                           .tails = tails};
     for (int i = 0; i < WARMUP + steps; i++) { /* the same step again: the same work */
         const double t0 = now_ms();
         if ((st = mha_step_forward(e, cache, &step, out)) != MHA_OK) {
@@ -115,7 +126,9 @@ int main(int argc, char **argv)
     }
     qsort(ms, (size_t)steps, sizeof *ms, cmp);
     const double elem = bf16 ? 2.0 : 4.0, median = ms[steps / 2];
-    const double kv_elem = int8 ? 1.0 + 4.0 / DK : elem; /* int8: a float scale per 128 values */
+    /* int8: per slot and KV head, K's and V's DK bytes, K's scale and zero point per feature of
+     * each group of MHA_KV_GROUP slots, V's scale */
+    const double kv_elem = int8 ? 1.0 + (2.0 * DK * sizeof(float) / MHA_KV_GROUP + sizeof(float)) / (2.0 * DK) : elem;
     const double bytes = elem * (2.0 * D * D + 2.0 * D * (double)kvd) + kv_elem * 2.0 * seqs * (double)kvd * context;
     printf("decode_step %s, kv %s, isa %s (%s), %d sequences, %d KV heads, context %d, %d threads: median %.2f ms "
            "(min %.2f, max %.2f) over %d steps, %.1f GB/s\n",
@@ -128,7 +141,7 @@ done:
             mha_config_check(&cfg, why, sizeof why);
         fprintf(stderr, "decode_step: %s: %s: %s\n", what, mha_status_str(st), e ? mha_engine_last_error(e) : why);
     }
-    free(wq), free(wk), free(wv), free(wo), free(x), free(out), free(blocks), free(ms);
+    free(wq), free(wk), free(wv), free(wo), free(x), free(out), free(blocks), free(ms), free(tail_mem);
     mha_kv_cache_free(cache);
     mha_free(e);
     return st == MHA_OK ? 0 : 1;

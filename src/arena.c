@@ -84,6 +84,8 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
         b[MHA_REGION_qk_ss] = product(product(batch, seq_q + rows, kvh, of), sizeof(double), 1, of);
         b[MHA_REGION_k_saved] = product(product(batch, rows, kvh, of), dk, f, of);
     }
+    if (dims->kv_type == MHA_KV_INT8)
+        b[MHA_REGION_k_full] = product(product(batch, seq_q, kvh, of), dk, f, of);
     if (dims->rope.style != MHA_ROPE_NONE) {
         b[MHA_REGION_rope_cos] = product((size_t)dims->positions, (size_t)dims->rope.rotary_dim / 2, f, of);
         b[MHA_REGION_rope_sin] = b[MHA_REGION_rope_cos];
@@ -120,8 +122,10 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
     }
     sl[MHA_SLICE_state] = product(mha_attention_state_floats((size_t)dims->q_block, dk), f, 1, of);
     sl[MHA_SLICE_dec] = product(dec_q, MHA_KV_CHUNK + dk, f, of);
-    if (bf16 && dims->kv_type == MHA_KV_INT8) /* the scales beside the int8 values in the panels */
-        sl[MHA_SLICE_kvs] = product(2, seq_kv, f, of);
+    if (bf16 && dims->kv_type == MHA_KV_INT8) /* V's scales beside its int8 values in the panels */
+        sl[MHA_SLICE_kvs] = seq_kv * f;
+    if (dims->kv_type == MHA_KV_INT8)
+        sl[MHA_SLICE_k8] = product(MHA_KV_GROUP + 2 + (MHA_KV_GROUP + 3) / 4, dk, f, of);
 
     size_t slice = 0;
     for (int r = 0; r < MHA_SLICE_COUNT; r++)

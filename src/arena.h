@@ -55,6 +55,8 @@ enum { MHA_HELD_ENGINE = 1, MHA_HELD_WEIGHTS = 2, MHA_HELD_BOTH = 3 };
                                                    (batch·max(seq_q, seq_kv), kvh); absent otherwise */       \
     X(k_saved, float, MHA_ALIGN, ENGINE)        /* QK-norm full: K as the norm tasks projected it,            \
                                                    (batch·max(seq_q, seq_kv), kvh·dk); absent otherwise */    \
+    X(k_full, float, MHA_ALIGN, ENGINE)         /* int8 cache: a step's new K at full precision,              \
+                                                   (batch·seq_q, kvh·dk); absent otherwise */                 \
     X(rope_cos, float, MHA_ALIGN, ENGINE)       /* (positions, r/2); absent without RoPE */                   \
     X(rope_sin, float, MHA_ALIGN, ENGINE)       /* (positions, r/2) */                                        \
     X(alibi, float, MHA_ALIGN, ENGINE)          /* (h): ALiBi's slopes; absent without ALiBi */               \

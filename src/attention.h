@@ -154,8 +154,11 @@ typedef struct mha_fwd {
                          and max, a chunk's sum and max, a chunk's Z (q_block × dk) */         \
     X(dec, float)     /* decode: (group·MHA_DECODE_MAX_NEW) × (MHA_KV_CHUNK + dk): scores,     \
                          queries */                                                            \
-    X(kvs, float)     /* bf16 engines with an int8 cache: K's then V's scales of a context's   \
-                         keys (2, seq_kv) */
+    X(kvs, float)     /* bf16 engines with an int8 cache: V's scales of a context's keys       \
+                         (seq_kv) */                                                           \
+    X(k8, float)      /* int8 cache: a group's Kᵀ as a query sees it (MHA_KV_GROUP · dk), the  \
+                         parameters (2 · dk) and values (MHA_KV_GROUP · dk bytes) of a group    \
+                         quantized in a step (step.c's k_view) */
 
 typedef struct mha_scratch {
 #define MHA_SLICE_FIELD(name, type) type *name;

@@ -551,6 +551,9 @@ static mha_status step_check(mha_engine *e, const mha_kv_cache *c, const mha_ste
             if (table[b] < 0 || table[b] >= c->n_blocks)
                 return failed(e, MHA_ERR_SHAPE, "step: sequence %d: block %ld of its table is %d, outside 0..%d", q, b,
                               table[b], c->n_blocks - 1);
+        if (c->type == MHA_KV_INT8 && add > 0 && (!s->tails || !s->tails[q]))
+            return failed(e, MHA_ERR_INVALID_ARG, "step: sequence %d: an int8 cache needs its tail (mha_step.tails, "
+                          "mha_kv_tail_size bytes): %s is NULL", q, !s->tails ? "tails" : "its tail");
         total += add;
     }
     if (total > (long)dm->batch * dm->seq_q)
@@ -579,7 +582,7 @@ MHA_API mha_status mha_step_forward(mha_engine *e, mha_kv_cache *c, const mha_st
     if (rows > 0) {
         const mha_call call = {.causal = 1, .out = out}; /* a step's rows attend causally; its tokens are the job's */
         mha_step_job j = {.f = e->model, .cache = c, .step = s, .row0 = row0, .rows = (int)rows,
-                          .partial = e->views.partial,
+                          .partial = e->views.partial, .k_full = e->views.k_full,
                           .max_chunks = (e->dims.seq_kv + MHA_KV_CHUNK - 1) / MHA_KV_CHUNK};
         j.f.call = &call;
         /* rows per projection task: what the Q/K/V scratch holds, whole A panels where it holds

@@ -22,9 +22,11 @@ static size_t plan(const mha_config *cfg, int n_blocks, int block_size, mha_kv_c
     const size_t elem = mha_kv_elem_size(type);
     if (__builtin_mul_overflow((size_t)2 * dims.dk, (size_t)block_size, &per_head))
         return 0;
-    if (type == MHA_KV_INT8) { /* the values, then K's and V's scale of each slot */
+    if (type == MHA_KV_INT8) { /* the values, then K's scale and zero point per feature of each
+                                * group, V's scale of each slot */
+        const size_t groups = ((size_t)block_size + MHA_KV_GROUP - 1) / MHA_KV_GROUP;
         scales_at = mha_round_up(per_head, 64);
-        per_head = mha_round_up(scales_at + (size_t)2 * block_size * sizeof(float), 64);
+        per_head = mha_round_up(scales_at + (groups * 2 * (size_t)dims.dk + (size_t)block_size) * sizeof(float), 64);
     }
     size_t block_bytes;
     if (__builtin_mul_overflow(per_head, (size_t)dims.kvh, &per_block) ||
@@ -41,6 +43,11 @@ MHA_API size_t mha_kv_cache_size(const mha_config *cfg, int n_blocks, int block_
 {
     mha_kv_cache c;
     return plan(cfg, n_blocks, block_size, &c);
+}
+
+MHA_API size_t mha_kv_tail_size(const mha_kv_cache *c)
+{
+    return c && c->type == MHA_KV_INT8 ? (size_t)c->kvh * MHA_KV_GROUP * (size_t)c->dk * sizeof(float) : 0;
 }
 
 static mha_kv_cache *build(const mha_kv_cache *layout, void *mem)

@@ -3,9 +3,11 @@
  * the block's slots contiguous (a decode step's scores for a block are d_k vector FMAs over
  * the slots, no horizontal sums), then V, (block_size, d_k), a slot's values contiguous.
  * Elements are float32, bfloat16 (rounded to nearest even as they are written: half the
- * bytes a decode step reads), or int8 (a quarter): then the region ends with its slots'
- * scales, K's and then V's, float32. A decode task reads one KV head of a block: one
- * contiguous run (random runs of a few KiB stream faster the longer they are). */
+ * bytes a decode step reads), or int8 (a quarter): then the region ends with K's parameters,
+ * per group of MHA_KV_GROUP slots (mha_kv_group_of) a scale and then a zero point per feature
+ * (a value is q·scale + zero, mha_kv_k_value), and V's scale per slot, float32. A decode task
+ * reads one KV head of a block: one contiguous run (random runs of a few KiB stream faster the
+ * longer they are). */
 #ifndef MHA_KVCACHE_H
 #define MHA_KVCACHE_H
 
@@ -24,7 +26,8 @@ struct mha_kv_cache {
                                   * int8 (elements are bytes) the scales after them, 64-byte
                                   * rounded */
     size_t block_elems;          /* kvh · head_elems */
-    size_t scales_at;            /* int8: where a region's scales start (bytes, 64-byte rounded) */
+    size_t scales_at;            /* int8: where a region's K parameters start (bytes, 64-byte
+                                  * rounded); V's scales follow them */
     void *data;                  /* (n_blocks, block_elems) */
     void *owned;                 /* the memory when mha_kv_cache_create allocated it */
 };
@@ -61,11 +64,32 @@ static inline int8_t *mha_kv_i8(const mha_kv_cache *c)
 {
     return c->data;
 }
-/* int8: the scales of KV head g's block_size slots in a block, K's (v = 0) or V's (v = 1). */
-static inline float *mha_kv_scales(const mha_kv_cache *c, int block, int g, int v)
+/* int8: the group of K slots holding position p (block_size bs): positions [t, t + n), within
+ * one block, from a multiple of MHA_KV_GROUP slots (the block's last group may be shorter). */
+typedef struct mha_kv_group { int t, n; } mha_kv_group;
+static inline mha_kv_group mha_kv_group_of(int bs, int p)
+{
+    const int slot = p % bs, first = slot / MHA_KV_GROUP * MHA_KV_GROUP;
+    return (mha_kv_group){p - slot + first, bs - first < MHA_KV_GROUP ? bs - first : MHA_KV_GROUP};
+}
+/* int8: K's parameters of the group holding `slot` of KV head g in a block: the scale of
+ * feature c at [c], its zero point at [dk + c]. */
+static inline float *mha_kv_k_params(const mha_kv_cache *c, int block, int g, int slot)
 {
     unsigned char *b = (unsigned char *)c->data + mha_kv_kt_at(c, block, g) + c->scales_at;
-    return (float *)(void *)b + (size_t)v * c->block_size;
+    return (float *)(void *)b + (size_t)(slot / MHA_KV_GROUP) * 2 * (size_t)c->dk;
+}
+/* int8: V's scales of KV head g's block_size slots in a block. */
+static inline float *mha_kv_v_scales(const mha_kv_cache *c, int block, int g)
+{
+    const int groups = (c->block_size + MHA_KV_GROUP - 1) / MHA_KV_GROUP;
+    return mha_kv_k_params(c, block, g, 0) + (size_t)groups * 2 * (size_t)c->dk;
+}
+/* int8: the value of K's element q of a feature with that scale and zero point: a multiply
+ * and an add, each rounded (-ffp-contract=off), the same bits wherever it is read. */
+static inline float mha_kv_k_value(int8_t q, float scale, float zero)
+{
+    return (float)q * scale + zero;
 }
 
 /* A run of a sequence's positions in one block: positions [t, t + n) at slots [slot, slot + n)

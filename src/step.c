@@ -17,10 +17,15 @@
  * there are, and of how the sequence's steps were cut); (3) the output projection over all
  * rows. bf16 (engine and cache): the rows are packed to bf16 A panels and every product of
  * the forward runs on its bf16 kernel; K and V are rounded to bf16 as they are stored and
- * gathered straight into the kernel's B panels. An int8 cache (either engine): K and V stored
- * with a scale per token and KV head; a bf16 engine reads the int8 values themselves (exact
- * in bf16) and the chunk applies the scales, a float32 engine's tiles read each value back
- * (q·scale) as they load it; prefill reads the same values as decode. QK-norm runs before RoPE;
+ * gathered straight into the kernel's B panels. An int8 cache (either engine): V stored with a
+ * scale per token and KV head (a bf16 engine reads the int8 values themselves, exact in bf16,
+ * and the chunk applies the scales; a float32 engine's tiles read each value back, q·scale, as
+ * they load it); K per feature over groups of MHA_KV_GROUP slots with a zero point, the group
+ * still filling kept at full precision (the step's new K in j->k_full, the earlier ones of its
+ * group in the sequence's tail) until complete: each query reads Kᵀ as its own group sees it
+ * (k_view: the groups before as stored, its own at full precision) into the panels or the
+ * decode tiles' rows, then k_commit stores what the step completed. Prefill and decode read
+ * the same values. QK-norm runs before RoPE;
  * the logits and the sink are the forward's (mha_attention_logits, mha_softmax_sink). */
 #include "step.h"
 
@@ -93,18 +98,19 @@ static float quantize_i8(const mha_kernel *k, mha_mat m, int i, int col, int n, 
     return scale;
 }
 
-/* Row i of the Q/K/V scratch, K at dkp and V at 2·dkp, into slot `slot` of a cache block: K
- * transposed (feature c at c · block_size + slot), V as a row; float32 and bf16 a panel's run
- * at a time, int8 the whole row (its scale is over all d_k features). */
-static void store_kv(const mha_step_job *j, mha_mat qkv, int i, int block, int g, int slot)
+/* Row i of the Q/K/V scratch (the step's row `row`), K at dkp and V at 2·dkp, into slot `slot`
+ * of a cache block: K transposed (feature c at c · block_size + slot), V as a row; float32 and
+ * bf16 a panel's run at a time. int8: V's whole row (its scale is over all d_k features); K
+ * kept at full precision in j->k_full until its group is complete (k_commit). */
+static void store_kv(const mha_step_job *j, mha_mat qkv, int i, int row, int block, int g, int slot)
 {
     const mha_kernel *k = j->f.kernel;
     const mha_kv_cache *c = j->cache;
     const int dk = j->f.dk, dkp = j->f.dkp, bs = c->block_size;
     const size_t kt = mha_kv_kt_at(c, block, g) + (size_t)slot, v = mha_kv_v_at(c, block, g, slot);
     if (c->type == MHA_KV_INT8) {
-        mha_kv_scales(c, block, g, 0)[slot] = quantize_i8(k, qkv, i, dkp, dk, mha_kv_i8(c) + kt, (size_t)bs);
-        mha_kv_scales(c, block, g, 1)[slot] = quantize_i8(k, qkv, i, 2 * dkp, dk, mha_kv_i8(c) + v, 1);
+        mha_kv_v_scales(c, block, g)[slot] = quantize_i8(k, qkv, i, 2 * dkp, dk, mha_kv_i8(c) + v, 1);
+        mha_mat_get_rows(k, mha_mat_sub(k, qkv, i, 0), 1, dkp, dk, j->k_full + ((size_t)row * j->f.kvh + g) * dk, dk);
         return;
     }
     for (int c0 = 0; c0 < dk; c0 += k->bw) {
@@ -122,6 +128,144 @@ static void store_kv(const mha_step_job *j, mha_mat qkv, int i, int block, int g
                 kd[(size_t)t * bs] = ks[t];
             memcpy(mha_kv_f32(c) + v + c0, vs, (size_t)n * sizeof *vs);
         }
+    }
+}
+
+/* ---- int8 K: per feature over groups of MHA_KV_GROUP slots, the group still filling at full
+ * precision (a query sees the groups before its own as stored, its own at full precision, so
+ * every (query, key) pair has one value however the steps were cut) ---- */
+
+/* Sequence q's K row of KV head g at position p at full precision: the step's own (p >= n_past)
+ * or, for the group holding n_past, the tail's. */
+static const float *k_full_row(const mha_step_job *j, int q, int g, int p)
+{
+    const int n_past = j->step->n_past[q], dk = j->f.dk;
+    if (p >= n_past)
+        return j->k_full + ((size_t)(j->row0[q] + p - n_past) * j->f.kvh + g) * dk;
+    const int t0 = mha_kv_group_of(j->cache->block_size, n_past).t;
+    return (const float *)j->step->tails[q] + ((size_t)g * MHA_KV_GROUP + (size_t)(p - t0)) * dk;
+}
+
+/* Group grp of (q, g), which this step completes, quantized from its full rows: per feature c
+ * over the group's slots, lo..hi in 255 steps, scale (hi − lo) / 255 and zero point lo +
+ * 128·scale, q = (x − lo) / scale rounded to nearest even, − 128 (scale 0: q 0); into kt
+ * (feature c of the group's slot u at kt[c · ld + u]) and params (scales, then zero points). */
+static void quantize_k_group(const mha_step_job *j, int q, int g, mha_kv_group grp, int8_t *kt, size_t ld, float *params)
+{
+    const int dk = j->f.dk;
+    const float *rows[MHA_KV_GROUP];
+    for (int u = 0; u < grp.n; u++)
+        rows[u] = k_full_row(j, q, g, grp.t + u);
+    for (int c = 0; c < dk; c++) {
+        float lo = rows[0][c], hi = lo;
+        for (int u = 1; u < grp.n; u++) {
+            lo = rows[u][c] < lo ? rows[u][c] : lo;
+            hi = rows[u][c] > hi ? rows[u][c] : hi;
+        }
+        const float scale = (hi - lo) / 255.0f;
+        params[c] = scale, params[dk + c] = lo + 128.0f * scale;
+        for (int u = 0; u < grp.n; u++) { /* within 0..255 before the cast (a NaN: 0) */
+            const float y = scale > 0.0f ? nearbyintf((rows[u][c] - lo) / scale) : 128.0f;
+            kt[(size_t)c * ld + u] = (int8_t)((y >= 0.0f ? y <= 255.0f ? y : 255.0f : 0.0f) - 128.0f);
+        }
+    }
+}
+
+/* Kᵀ of positions [t0, t1) of group grp of (q, g) as stored (mha_kv_k_value): from the cache
+ * when the group was complete before the step, else quantized here as k_commit will store it;
+ * float32 into dst (feature c of position t0 + u at dst[c · ld + u]). */
+static void k_stored(const mha_step_job *j, int q, int g, mha_kv_group grp, int t0, int t1, float *dst, size_t ld,
+                     const mha_scratch *s)
+{
+    const mha_kv_cache *c = j->cache;
+    const int dk = j->f.dk, bs = c->block_size;
+    const int8_t *kt;
+    const float *params;
+    size_t ldk;
+    if (grp.t + grp.n <= j->step->n_past[q]) {
+        const int block = j->step->blocks[(size_t)q * j->step->max_blocks + grp.t / bs], slot = grp.t % bs;
+        kt = mha_kv_i8(c) + mha_kv_kt_at(c, block, g) + (size_t)slot, ldk = (size_t)bs;
+        params = mha_kv_k_params(c, block, g, slot);
+    } else {
+        float *own = s->k8 + (size_t)MHA_KV_GROUP * dk; /* its parameters, then its values */
+        int8_t *v = (int8_t *)(void *)(own + 2 * (size_t)dk);
+        quantize_k_group(j, q, g, grp, v, MHA_KV_GROUP, own);
+        kt = v, ldk = MHA_KV_GROUP, params = own;
+    }
+    for (int f = 0; f < dk; f++)
+        for (int t = t0; t < t1; t++)
+            dst[(size_t)f * ld + (size_t)(t - t0)] = mha_kv_k_value(kt[(size_t)f * ldk + (size_t)(t - grp.t)], params[f],
+                                                                   params[dk + f]);
+}
+
+/* Kᵀ of keys [k0, k1) of (q, g) (k1 − k0 <= MHA_KV_GROUP, within one group) as a query whose
+ * group starts at `own` sees them: a group before its own as stored, its own (and the later
+ * ones, which it does not see) at full precision; into s->k8 (feature c of key k0 + u at
+ * [c · MHA_KV_GROUP + u]), which it returns. */
+static const float *k_view(const mha_step_job *j, int q, int g, int own, int k0, int k1, const mha_scratch *s)
+{
+    const int dk = j->f.dk;
+    const mha_kv_group grp = mha_kv_group_of(j->cache->block_size, k0);
+    if (grp.t < own)
+        k_stored(j, q, g, grp, k0, k1, s->k8, MHA_KV_GROUP, s);
+    else
+        for (int t = k0; t < k1; t++) {
+            const float *row = k_full_row(j, q, g, t);
+            for (int f = 0; f < dk; f++)
+                s->k8[(size_t)f * MHA_KV_GROUP + (size_t)(t - k0)] = row[f];
+        }
+    return s->k8;
+}
+
+/* The end of the next run of k_view: the end of k0's group, or k1. */
+static int k_view_end(const mha_step_job *j, int k0, int k1)
+{
+    const mha_kv_group grp = mha_kv_group_of(j->cache->block_size, k0);
+    return grp.t + grp.n < k1 ? grp.t + grp.n : k1;
+}
+
+/* Kᵀ of keys [k0, k1) of (q, g) as a query of the group at `own` sees them, into the panels the
+ * score products read, key t at column t − base: the microkernel's (s->kt) in a float32
+ * engine, the bf16 kernel's (s->kt16, rounded) in a bf16 one. */
+static void k_view_panels(const mha_step_job *j, int q, int g, int own, int k0, int k1, int base, const mha_scratch *s)
+{
+    const mha_kernel *k = j->f.kernel;
+    const int dk = j->f.dk;
+    const mha_mat ktm = mha_mat_panels(k, s->kt, dk);
+    const size_t kps = mha_attention_kt16_ps(&j->f);
+    for (int t = k0, e; t < k1; t = e) {
+        e = k_view_end(j, t, k1);
+        const float *kt = k_view(j, q, g, own, t, e, s);
+        for (int f = 0; f < dk; f++)
+            for (int u = t; u < e; u++) {
+                const float x = kt[(size_t)f * MHA_KV_GROUP + (size_t)(u - t)];
+                if (j->f.bk)
+                    s->kt16[mha_bk_b_index(f, u - base, kps)] = mha_bf16_round(x);
+                else
+                    *mha_mat_at(k, ktm, f, u - base) = x;
+            }
+    }
+}
+
+/* After the step's attention of (q, g): each group its new tokens complete quantized into the
+ * cache, the new tokens of the group still filling into the tail (rows from the group's start;
+ * the earlier ones are there already). */
+static void k_commit(const mha_step_job *j, int q, int g)
+{
+    const mha_kv_cache *c = j->cache;
+    const int n_past = j->step->n_past[q], ctx = n_past + j->step->n_new[q], bs = c->block_size, dk = j->f.dk;
+    const int32_t *table = j->step->blocks + (size_t)q * j->step->max_blocks;
+    for (int t = n_past; t < ctx;) {
+        const mha_kv_group grp = mha_kv_group_of(bs, t);
+        if (grp.t + grp.n <= ctx) {
+            const int block = table[grp.t / bs], slot = grp.t % bs;
+            quantize_k_group(j, q, g, grp, mha_kv_i8(c) + mha_kv_kt_at(c, block, g) + (size_t)slot, (size_t)bs,
+                             mha_kv_k_params(c, block, g, slot));
+        } else
+            for (int u = t; u < ctx; u++)
+                memcpy((float *)j->step->tails[q] + ((size_t)g * MHA_KV_GROUP + (size_t)(u - grp.t)) * dk,
+                       k_full_row(j, q, g, u), (size_t)dk * sizeof(float));
+        t = grp.t + grp.n;
     }
 }
 
@@ -160,7 +304,7 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
         if (f->rope != MHA_ROPE_NONE)
             mha_rope_rows(k, mha_mat_sub(k, qkv, i, 0), 1, dkp, pos, f->rope, f->rope_dim, f->rope_cos, f->rope_sin);
         const mha_kv_run at = mha_kv_run_at(st->blocks + (size_t)q * st->max_blocks, bs, pos, pos + 1);
-        store_kv(j, qkv, i, at.block, g, at.slot);
+        store_kv(j, qkv, i, r0 + i, at.block, g, at.slot);
     }
     /* Q of each query head of the group (QK-norm full: already in z), rotated, into its
      * columns of z */
@@ -178,6 +322,16 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
         }
         mha_mat_get_rows(k, qkv, m, 0, dk, z, f->qd);
     }
+}
+
+/* float32 engines: the Kᵀ panels' columns past ctx, to the last panel's end, zero. */
+static void zero_kt_past(const mha_step_job *j, int ctx, const mha_scratch *s)
+{
+    const mha_kernel *k = j->f.kernel;
+    const mha_mat ktm = mha_mat_panels(k, s->kt, j->f.dk);
+    for (int c = 0; c < j->f.dk; c++)
+        for (int t = ctx; t < (int)mha_round_up((size_t)ctx, (size_t)k->bw); t++)
+            *mha_mat_at(k, ktm, c, t) = 0.0f;
 }
 
 /* The context's V, position by position from its blocks, into the scratch; its Kᵀ straight
@@ -202,9 +356,7 @@ static void gather_f32(const mha_step_job *j, const int32_t *table, int g, int c
         mha_mat_set_rows(k, mha_mat_sub(k, qkv, r.t, 0), r.n, 2 * dkp, dk,
                          mha_kv_f32(cache) + mha_kv_v_at(cache, r.block, g, r.slot), dk);
     }
-    for (int c = 0; c < dk; c++) /* the last panel's columns past ctx */
-        for (int t = ctx; t < (int)mha_round_up((size_t)ctx, (size_t)k->bw); t++)
-            *mha_mat_at(k, ktm, c, t) = 0.0f;
+    zero_kt_past(j, ctx, s);
 }
 
 /* Element i of a bf16 cache's data, or of an int8 one's as bf16 (exact). */
@@ -217,10 +369,10 @@ static inline mha_bf16 bf16_at(const void *data, int i8, size_t i)
  * kernel's B panels (s->kt16, s->v16 of vps elements per panel, as the forward's pack_kv16
  * leaves them), key t at column / row t − base: Kᵀ key pairs of each feature pair interleaved,
  * V feature by feature; zeros in the padding (features past dk, keys past t_end, the tile of
- * room after V). int8: the values themselves (exact in bf16), their scales into ks and vs at
- * t − base (mha_kv_view's: the chunk applies them). */
+ * room after V). int8: V's values themselves (exact in bf16), their scales into vs at t − base
+ * (mha_kv_view's: the chunk applies them); Kᵀ is left to k_view_panels. */
 static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int t_begin, int t_end, int base,
-                        size_t vps, const mha_scratch *s, float *ks, float *vs)
+                        size_t vps, const mha_scratch *s, float *vs)
 {
     const mha_kv_cache *cache = j->cache;
     const int i8 = cache->type == MHA_KV_INT8;
@@ -233,11 +385,8 @@ static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int 
     const mha_isa *isa = j->f.kernel->isa;
     for (mha_kv_run r = mha_kv_run_at(table, bs, t_begin, t_end); r.n; r = mha_kv_run_at(table, bs, r.t + r.n, t_end)) {
         const int block = r.block, slot = r.slot, run = r.n, at = r.t - base;
-        if (i8) { /* a block's few scales: a loop, not a call */
-            const float *bks = mha_kv_scales(cache, block, g, 0) + slot, *bvs = mha_kv_scales(cache, block, g, 1) + slot;
-            for (int u = 0; u < run; u++)
-                ks[at + u] = bks[u], vs[at + u] = bvs[u];
-        }
+        if (i8) /* a block's few scales: a copy, not a call */
+            memcpy(vs + at, mha_kv_v_scales(cache, block, g) + slot, (size_t)run * sizeof *vs);
         /* the next block's K and V, prefetched as this one is read (a block's K of one head and
          * its V are bs·dk elements each, in 64-byte lines: as many as this block's pairs, or
          * half as many for int8) */
@@ -247,19 +396,15 @@ static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int 
         /* Kᵀ (features × slots, bs apart): groups of 16 keys that start a panel, feature pairs
          * interleaved; the rest key by key */
         const size_t kt = mha_kv_kt_at(cache, block, g) + slot;
-        int t = 0;
+        int t = i8 ? run : 0;
         if (dk % 2 == 0)
             for (; t + MHA_BT_N <= run && (at + t) % MHA_BT_N == 0; t += MHA_BT_N) {
                 mha_bf16 *dst = s->kt16 + mha_bk_b_index(0, at + t, kps);
-                const char *pf = next_k ? next_k + (size_t)t * dk * esz : NULL;
-                if (i8)
-                    isa->interleave_pairs_i8(mha_kv_i8(cache) + kt + t, (size_t)bs, dk / 2, dst, pf);
-                else
-                    isa->interleave_pairs(mha_kv_bf16(cache) + kt + t, (size_t)bs, dk / 2, dst, pf);
+                isa->interleave_pairs(mha_kv_bf16(cache) + kt + t, (size_t)bs, dk / 2, dst, next_k ? next_k + (size_t)t * dk * esz : NULL);
             }
         for (int c = 0; t < run && c < dk; c++)
             for (int u = t; u < run; u++)
-                s->kt16[mha_bk_b_index(c, at + u, kps)] = bf16_at(data, i8, kt + (size_t)c * bs + u);
+                s->kt16[mha_bk_b_index(c, at + u, kps)] = mha_kv_bf16(cache)[kt + (size_t)c * bs + u];
         /* V (slots × features, dk apart): key pairs interleaved, 16 features at a time; the
          * features past the last 16 and an odd key element by element */
         const size_t v = mha_kv_v_at(cache, block, g, slot);
@@ -291,10 +436,9 @@ static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int 
     }
 }
 
-/* float32 engines, int8 cache: the keys [t_begin, ctx) read back (q·scale) into the Q/K/V
- * scratch's K and V columns, key t at row t, Kᵀ then packed as the forward packs its own: the
- * values decode's tiles read back as they load (decode_scores8, decode_values8), so prefill
- * and decode agree bit for bit. */
+/* float32 engines, int8 cache: V of the keys [t_begin, ctx) read back (q·scale, as
+ * decode_values8 reads it) into the scratch's V columns, key t at row t; Kᵀ is left to
+ * k_view_panels (its columns past ctx zero here). */
 static void gather_i8(const mha_step_job *j, const int32_t *table, int g, int t_begin, int ctx, const mha_scratch *s)
 {
     const mha_fwd *f = &j->f;
@@ -303,46 +447,68 @@ static void gather_i8(const mha_step_job *j, const int32_t *table, int g, int t_
     const int dk = f->dk, dkp = f->dkp, bs = cache->block_size;
     const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
     for (mha_kv_run r = mha_kv_run_at(table, bs, t_begin, ctx); r.n; r = mha_kv_run_at(table, bs, r.t + r.n, ctx)) {
-        const int8_t *kt = mha_kv_i8(cache) + mha_kv_kt_at(cache, r.block, g) + r.slot;
-        const float *ks = mha_kv_scales(cache, r.block, g, 0) + r.slot, *vs = mha_kv_scales(cache, r.block, g, 1) + r.slot;
-        for (int c = 0; c < dk; c++) /* Kᵀ row c: slot by slot into the keys' rows */
-            for (int t = 0; t < r.n; t++)
-                *mha_mat_at(k, qkv, r.t + t, dkp + c) = (float)kt[(size_t)c * bs + t] * ks[t];
-        for (int t = 0; t < r.n; t++) /* V: a panel's run at a time */
+        const float *vs = mha_kv_v_scales(cache, r.block, g) + r.slot;
+        for (int t = 0; t < r.n; t++) /* a panel's run at a time */
             for (int c = 0; c < dk; c += k->bw)
                 f->kernel->isa->i8_scale_rows(mha_kv_i8(cache) + mha_kv_v_at(cache, r.block, g, r.slot + t) + c, 0, 1,
                                               dk - c < k->bw ? dk - c : k->bw, vs + t, NULL,
                                               mha_mat_at(k, qkv, r.t + t, 2 * dkp + c), 0);
     }
-    mha_pack_panels(k, dk, ctx, mha_mat_sub(k, qkv, 0, dkp), 1, s->kt);
+    zero_kt_past(j, ctx, s);
+}
+
+/* The step's rows [i0, i1) of sequence q for each query head of KV head g: the forward's
+ * attention (its Q, rotated in phase 1, from z; Z written over it) over the gathered context;
+ * vs: NULL, or an int8 cache's V scales (bf16 engines). */
+static void attend_rows(const mha_step_job *j, int q, int g, int i0, int i1, const mha_scratch *s, const float *vs)
+{
+    const mha_fwd *f = &j->f;
+    const mha_kernel *k = f->kernel;
+    const int n_past = j->step->n_past[q], ctx = n_past + j->step->n_new[q], dk = f->dk;
+    const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
+    float *z = f->z + (size_t)(j->row0[q] + i0) * f->qd;
+    for (int h = g * f->group; h < (g + 1) * f->group; h++) {
+        mha_mat_set_rows(k, qkv, i1 - i0, 0, dk, z + (size_t)h * dk, f->qd);
+        mha_attention_rows(f, h, s, (mha_queries){.q = qkv}, i1 - i0, ctx, n_past + i0, z + (size_t)h * dk, f->qd,
+                           f->sinks, NULL, NULL, vs);
+    }
 }
 
 void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s)
 {
     const mha_fwd *f = &j->f;
-    const mha_kernel *k = f->kernel;
     const mha_step *st = j->step;
-    const int n_new = st->n_new[q], n_past = st->n_past[q], ctx = n_past + n_new, dk = f->dk;
+    const int n_new = st->n_new[q], n_past = st->n_past[q], ctx = n_past + n_new;
     if (n_new == 0)
         return;
-    const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
     const int32_t *table = st->blocks + (size_t)q * st->max_blocks;
     /* from the chunk holding the first visible key: the forward's chunks start there */
     const int t_begin = first_key(j, q) / MHA_KV_CHUNK * MHA_KV_CHUNK;
-    /* int8 in a bf16 engine: the values in the panels, their scales beside them */
     const int i8 = j->cache->type == MHA_KV_INT8;
-    float *ks = f->bk && i8 ? s->kvs : NULL, *vs = ks ? ks + ctx : NULL;
+    float *vs = f->bk && i8 ? s->kvs : NULL; /* int8 in a bf16 engine: V's scales beside its values */
     if (f->bk)
-        gather_bf16(j, table, g, t_begin, ctx, 0, mha_attention_v16_ps(ctx), s, ks, vs);
+        gather_bf16(j, table, g, t_begin, ctx, 0, mha_attention_v16_ps(ctx), s, vs);
     else if (i8)
         gather_i8(j, table, g, t_begin, ctx, s);
     else
         gather_f32(j, table, g, ctx, t_begin, s);
-    float *z = f->z + (size_t)j->row0[q] * f->qd;
-    for (int h = g * f->group; h < (g + 1) * f->group; h++) {
-        mha_mat_set_rows(k, qkv, n_new, 0, dk, z + (size_t)h * dk, f->qd); /* its Q (rotated in phase 1), then Z over it */
-        mha_attention_rows(f, h, s, (mha_queries){.q = qkv}, n_new, ctx, n_past, z + (size_t)h * dk, f->qd, f->sinks, NULL, ks, vs);
+    if (!i8) {
+        attend_rows(j, q, g, 0, n_new, s, NULL);
+        return;
     }
+    /* int8: Kᵀ of the groups before the last as stored, then the rows group by group from the
+     * last, each group turned to full precision for its own rows (the later groups, full by
+     * then, are past them) */
+    const int bs = j->cache->block_size, last = mha_kv_group_of(bs, ctx - 1).t;
+    k_view_panels(j, q, g, last, t_begin, ctx, 0, s);
+    for (int b = ctx, a; b > n_past; b = a) {
+        const mha_kv_group grp = mha_kv_group_of(bs, b - 1);
+        a = grp.t > n_past ? grp.t : n_past;
+        if (grp.t != last)
+            k_view_panels(j, q, g, grp.t, grp.t > t_begin ? grp.t : t_begin, grp.t + grp.n, 0, s);
+        attend_rows(j, q, g, a - n_past, b - n_past, s, vs);
+    }
+    k_commit(j, q, g);
 }
 
 /* ---- decode: attention straight from the cache, in chunks of keys ---- */
@@ -367,20 +533,20 @@ static float *partial_of(const mha_step_job *j, int q, int g, int c, int qi)
 }
 
 /* Where decode tiles read a chunk's keys: runs of slots, run r with n[r] slots of a block, Kᵀ
- * at kt[r] (feature c of slot t at element c · ld + t) and V at v[r] (slot t's d_k values at
- * element t · d_k); next[r]: what to prefetch while run r is read (NULL: nothing); an int8
- * cache's scales of the run's slots at ks[r] (K's) and vs[r] (V's). type: the elements' (the
- * cache's, or F32 for a chunk read back). */
+ * at kt[r] (feature c of slot t at element c · ld + t; int8: unused, k_view gives Kᵀ) and V
+ * at v[r] (slot t's d_k values at element t · d_k); next[r]: what to prefetch while run r is
+ * read (NULL: nothing); an int8 cache's V scales of the run's slots at vs[r]. type: the
+ * cache's. */
 typedef struct chunk_src {
     mha_kv_type type;
     int runs, ld;
     const void *kt[MHA_KV_CHUNK], *v[MHA_KV_CHUNK], *next[MHA_KV_CHUNK];
-    const float *ks[MHA_KV_CHUNK], *vs[MHA_KV_CHUNK];
+    const float *vs[MHA_KV_CHUNK];
     int n[MHA_KV_CHUNK];
 } chunk_src;
 
-/* The keys [k0, k1) of (q, g) in place in the cache (any type): a run per block; int8: its
- * scales' lines prefetched (they lie past the block's values: read after the scores). */
+/* The keys [k0, k1) of (q, g) in place in the cache (any type): a run per block; int8: its V
+ * scales' line prefetched (it lies past the block's values: read after the scores). */
 static void cache_runs(const mha_step_job *j, int q, int g, int k0, int k1, chunk_src *src)
 {
     const mha_kv_cache *cache = j->cache;
@@ -397,9 +563,76 @@ static void cache_runs(const mha_step_job *j, int q, int g, int k0, int k1, chun
         src->next[r] = next.n ? data + mha_kv_v_at(cache, next.block, g, 0) * esz : NULL;
         src->n[r] = u.n;
         if (cache->type == MHA_KV_INT8) {
-            src->ks[r] = mha_kv_scales(cache, u.block, g, 0) + u.slot, src->vs[r] = mha_kv_scales(cache, u.block, g, 1) + u.slot;
-            __builtin_prefetch(src->ks[r]), __builtin_prefetch(src->vs[r]);
+            src->vs[r] = mha_kv_v_scales(cache, u.block, g) + u.slot;
+            __builtin_prefetch(src->vs[r]);
         }
+    }
+}
+
+/* int8: the end of the step's rows from i0 (of sequence q) that see the keys before k1 alike:
+ * every row when k1 is at most the first row's group's start (they all see those keys as
+ * stored), else the rows of i0's group. */
+static int view_rows_end(const mha_step_job *j, int q, int k1, int i0)
+{
+    const int n_new = j->step->n_new[q], n_past = j->step->n_past[q], bs = j->cache->block_size;
+    if (k1 <= mha_kv_group_of(bs, n_past).t)
+        return n_new;
+    const int own = mha_kv_group_of(bs, n_past + i0).t;
+    int i1 = i0 + 1;
+    while (i1 < n_new && mha_kv_group_of(bs, n_past + i1).t == own)
+        i1++;
+    return i1;
+}
+
+/* The chunk's scores into sc for the step's rows [i0, i1) of every query head of the group
+ * (query qi = head jh, row i at qv[qi · dk]; all rows: one pass for every query), Kᵀ at kt[r]
+ * for src's runs, rows ld apart: float32 decode_scores in the microkernel's passes of KC (one
+ * unless dk > KC), bf16 decode_scores16 (qv rounded already). Each run's Kᵀ read once for
+ * every query, slots of several runs at once. */
+static void chunk_scores(const mha_step_job *j, int q, int i0, int i1, const float *qv, float *sc, const chunk_src *src,
+                         const void *const *kt, int ld)
+{
+    const mha_fwd *f = &j->f;
+    const int n_new = j->step->n_new[q], dk = f->dk, kc = f->kernel->kc, all = i1 - i0 == n_new;
+    const mha_isa *isa = f->kernel->isa;
+    for (int jh = 0; jh < (all ? 1 : f->group); jh++) {
+        const int nq = all ? f->group * n_new : i1 - i0;
+        const float *qh = qv + (size_t)(jh * n_new + i0) * dk;
+        float *sh = sc + (size_t)(jh * n_new + i0) * MHA_KV_CHUNK;
+        if (f->bk)
+            isa->decode_scores16(qh, nq, dk, src->runs, kt, src->v, 0, src->n, ld, f->scale, sh, MHA_KV_CHUNK,
+                                 f->bk->order);
+        else
+            for (int c0 = 0; c0 < dk; c0 += kc)
+                isa->decode_scores(qh, nq, dk, c0, c0 + kc < dk ? c0 + kc : dk, src->runs, kt, src->n, ld, f->scale, sh,
+                                   MHA_KV_CHUNK);
+    }
+}
+
+/* int8: the chunk's scores on Kᵀ as each row's group sees it (k_view), a pass per set of rows
+ * that see it alike (view_rows_end): float32 into s->kt, bf16 through s->qkv rounded into
+ * s->kt16 as a bf16 cache would hold it; key t at column t − k0 of rows n apart. */
+static void scores_i8(const mha_step_job *j, int q, int g, int k0, int k1, const float *qv, float *sc,
+                      const chunk_src *src, const mha_scratch *s)
+{
+    const mha_fwd *f = &j->f;
+    const int n_new = j->step->n_new[q], n_past = j->step->n_past[q], dk = f->dk, n = k1 - k0;
+    const void *kt[MHA_KV_CHUNK];
+    for (int r = 0, t = 0; r < src->runs; t += src->n[r++])
+        kt[r] = f->bk ? (const void *)(s->kt16 + t) : (const void *)(s->kt + t);
+    float *view = f->bk ? s->qkv : s->kt;
+    for (int i0 = 0, i1; i0 < n_new; i0 = i1) {
+        i1 = view_rows_end(j, q, k1, i0);
+        const int own = mha_kv_group_of(j->cache->block_size, n_past + i0).t;
+        for (int t = k0, e; t < k1; t = e) {
+            e = k_view_end(j, t, k1);
+            const float *v = k_view(j, q, g, own, t, e, s);
+            for (int c = 0; c < dk; c++)
+                memcpy(view + (size_t)c * n + (t - k0), v + (size_t)c * MHA_KV_GROUP, (size_t)(e - t) * sizeof *view);
+        }
+        for (size_t i = 0; f->bk && i < (size_t)dk * n; i++)
+            s->kt16[i] = mha_bf16_round(view[i]);
+        chunk_scores(j, q, i0, i1, qv, sc, src, kt, n);
     }
 }
 
@@ -407,39 +640,28 @@ static void cache_runs(const mha_step_job *j, int q, int g, int k0, int k1, chun
  * each key and value row once for every query of the group, and the forward's softmax of the
  * chunk (mha_attention_chunk_row) in between; into the chunk's partials p (partial_of).
  * float32 engines: the microkernel's sums (decode_scores, decode_values; an int8 cache's
- * values read back as they load, decode_scores8, decode_values8). bf16 engines (their kernel
- * summing in an order of the tiles; an int8 cache's scales gathered into ks and vs): the bf16
- * kernels' sums on the cache's own elements (decode_scores16, decode_values16), the queries
- * and probabilities rounded to bf16 as the kernels' A panels round them: the forward's chunk
- * step, bit for bit; pf: what the values prefetch (the next chunk's Kᵀ, or NULL). */
+ * Kᵀ as scores_i8 reads it back, its values as decode_values8 does). bf16 engines (their
+ * kernel summing in an order of the tiles; an int8 cache's V scales gathered into vs): the
+ * bf16 kernels' sums on the cache's own elements (decode_scores16, decode_values16), the
+ * queries and probabilities rounded to bf16 as the kernels' A panels round them: the forward's
+ * chunk step, bit for bit; pf: what the values prefetch (the next chunk's Kᵀ, or NULL). */
 static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int k1, float *qv, float *sc, float *p,
-                               const chunk_src *src, float *ks, float *vs, const mha_prefetch *pf)
+                               const chunk_src *src, float *vs, const mha_prefetch *pf, const mha_scratch *s)
 {
     const mha_fwd *f = &j->f;
     const int bf16 = f->bk != NULL, i8 = src->type == MHA_KV_INT8;
     const int n_new = j->step->n_new[q], n_past = j->step->n_past[q], dk = f->dk, nq = f->group * n_new;
-    const int n = k1 - k0, kc = f->kernel->kc;
+    const int n = k1 - k0;
     const mha_isa *isa = f->kernel->isa;
-    /* scores: each run's Kᵀ read once for every query of the group, slots of several runs at
-     * once; float32 the features in the microkernel's passes of KC (one unless dk > KC) */
-    if (bf16) {
+    if (bf16)
         isa->round_bf16_floats(qv, nq * dk);
-        isa->decode_scores16(qv, nq, dk, src->runs, src->kt, src->v, i8, src->n, src->ld, f->scale, sc, MHA_KV_CHUNK,
-                             f->bk->order);
-    } else
-        for (int c0 = 0; c0 < dk; c0 += kc) {
-            const int c1 = c0 + kc < dk ? c0 + kc : dk;
-            if (i8) /* int8 read back as it is loaded */
-                isa->decode_scores8(qv, nq, dk, c0, c1, src->runs, src->kt, src->ks, src->n, src->ld, f->scale, sc,
-                                    MHA_KV_CHUNK);
-            else
-                isa->decode_scores(qv, nq, dk, c0, c1, src->runs, src->kt, src->n, src->ld, f->scale, sc, MHA_KV_CHUNK);
-        }
-    /* int8 in a bf16 engine: the chunk's scales, key by key */
-    for (int r = 0, t = 0; i8 && bf16 && r < src->runs; t += src->n[r++]) {
-        memcpy(ks + t, src->ks[r], (size_t)src->n[r] * sizeof *ks);
+    if (i8)
+        scores_i8(j, q, g, k0, k1, qv, sc, src, s);
+    else
+        chunk_scores(j, q, 0, n_new, qv, sc, src, src->kt, src->ld);
+    /* int8 in a bf16 engine: the chunk's V scales, key by key */
+    for (int r = 0, t = 0; i8 && bf16 && r < src->runs; t += src->n[r++])
         memcpy(vs + t, src->vs[r], (size_t)src->n[r] * sizeof *vs);
-    }
     /* per query: the keys it sees in this chunk, their logits, exp'd against the chunk's max,
      * the sum */
     const size_t ps = (size_t)dk + 2; /* partial_of's stride between queries */
@@ -447,7 +669,7 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
         const int pos = n_past + qi % n_new;
         const mha_key_span in = mha_keys_within(mha_visible_keys(pos, 1, f->window, k1), k0, n);
         float *row = sc + (size_t)qi * MHA_KV_CHUNK, *pq = p + (size_t)qi * ps;
-        pq[dk + 1] = mha_attention_chunk_row(f, row, n, in, pos, k0, g * f->group + qi / n_new, NULL, ks, vs, &pq[dk], NULL);
+        pq[dk + 1] = mha_attention_chunk_row(f, row, n, in, pos, k0, g * f->group + qi / n_new, NULL, NULL, vs, &pq[dk], NULL);
         if (bf16)
             isa->round_bf16_floats(row, n);
         memset(pq, 0, (size_t)dk * sizeof *pq);
@@ -465,25 +687,28 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
 
 /* bf16 decode on kernels that sum otherwise (no table tiles for their order): the chunk's K
  * and V in the bf16 kernel's panels (s->kt16, s->v16 of vps), then the forward's own chunk
- * step (mha_attention_chunk) on the group's queries, q_block rows at a time: the forward's
- * roundings and sums, so decode and prefill agree bit for bit; into p as above. */
+ * step (mha_attention_chunk) on the step's rows [i0, i1) of the group's queries (all rows:
+ * q_block rows at a time; else head by head): the forward's roundings and sums, so decode and
+ * prefill agree bit for bit; into p as above. vs: NULL, or an int8 cache's V scales. */
 static void decode_chunk_bf16(const mha_step_job *j, int q, int g, int k0, int k1, float *qv, float *sc, float *p,
-                              const mha_scratch *s, size_t vps, const float *ks, const float *vs)
+                              const mha_scratch *s, size_t vps, const float *vs, int i0, int i1)
 {
     const mha_fwd *f = &j->f;
     const mha_kernel *k = f->kernel;
-    const int n_new = j->step->n_new[q], dk = f->dk, nq = f->group * n_new, n = k1 - k0;
+    const int n_new = j->step->n_new[q], dk = f->dk, n = k1 - k0, all = i1 - i0 == n_new;
+    const int nq = all ? f->group * n_new : i1 - i0;
     const size_t ps = (size_t)dk + 2;
-    const mha_kv_view kv = {.kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f), .vps = vps, .ks = ks,
-                            .vs = vs};
-    for (int r0 = 0; r0 < nq; r0 += f->q_block) {
-        const mha_chunk_rows rows = {.m = nq - r0 < f->q_block ? nq - r0 : f->q_block, .pos0 = j->step->n_past[q],
-                                     .first = r0, .period = n_new, .causal = 1, .head0 = g * f->group,
-                                     .q = mha_mat_rows(k, qv + (size_t)r0 * dk, dk)};
-        float *pr = p + (size_t)r0 * ps;
-        mha_attention_chunk(f, s, &rows, &kv, 0, k0, n, sc, MHA_KV_CHUNK, mha_mat_rows(k, pr, (ptrdiff_t)ps), pr + dk,
-                            pr + dk + 1, (ptrdiff_t)ps);
-    }
+    const mha_kv_view kv = {.kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f), .vps = vps, .vs = vs};
+    for (int jh = 0; jh < (all ? 1 : f->group); jh++)
+        for (int r0 = 0; r0 < nq; r0 += f->q_block) {
+            const int first = (all ? 0 : jh * n_new + i0) + r0;
+            const mha_chunk_rows rows = {.m = nq - r0 < f->q_block ? nq - r0 : f->q_block, .pos0 = j->step->n_past[q],
+                                         .first = first, .period = n_new, .causal = 1, .head0 = g * f->group,
+                                         .q = mha_mat_rows(k, qv + (size_t)first * dk, dk)};
+            float *pr = p + (size_t)first * ps;
+            mha_attention_chunk(f, s, &rows, &kv, 0, k0, n, sc, MHA_KV_CHUNK, mha_mat_rows(k, pr, (ptrdiff_t)ps),
+                                pr + dk, pr + dk + 1, (ptrdiff_t)ps);
+        }
 }
 
 /* Whether bf16 decode runs the table's tiles on the cache itself: the table has them and the
@@ -532,22 +757,26 @@ static void decode_chunk(const mha_step_job *j, int q, int g, int c, int ahead, 
     float *p = partial_of(j, q, g, c, 0);
     const int n = k1 - k0;
     const int i8 = j->cache->type == MHA_KV_INT8;
-    /* int8 in a bf16 engine: the chunk's scales beside its values */
-    float *ks = f->bk && i8 ? s->kvs : NULL, *vs = ks ? ks + n : NULL;
+    float *vs = f->bk && i8 ? s->kvs : NULL; /* int8 in a bf16 engine: V's scales beside its values */
     chunk_src src;
     if (bf16_tiles(f)) {
         mha_prefetch next;
         if (ahead)
             chunk_kt(j, q, g, c + 1, &next);
         cache_runs(j, q, g, k0, k1, &src);
-        decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, ks, vs, ahead ? &next : NULL);
+        decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, vs, ahead ? &next : NULL, s);
     } else if (f->bk) {
         const size_t vps = mha_attention_v16_ps(n);
-        gather_bf16(j, j->step->blocks + (size_t)q * j->step->max_blocks, g, k0, k1, k0, vps, s, ks, vs);
-        decode_chunk_bf16(j, q, g, k0, k1, qv, sc, p, s, vps, ks, vs);
+        gather_bf16(j, j->step->blocks + (size_t)q * j->step->max_blocks, g, k0, k1, k0, vps, s, vs);
+        for (int i0 = 0, i1; i0 < n_new; i0 = i1) { /* int8: Kᵀ as each set of rows sees it */
+            i1 = i8 ? view_rows_end(j, q, k1, i0) : n_new;
+            if (i8)
+                k_view_panels(j, q, g, mha_kv_group_of(j->cache->block_size, st->n_past[q] + i0).t, k0, k1, k0, s);
+            decode_chunk_bf16(j, q, g, k0, k1, qv, sc, p, s, vps, vs, i0, i1);
+        }
     } else {
         cache_runs(j, q, g, k0, k1, &src);
-        decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, NULL, NULL, NULL);
+        decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, NULL, NULL, s);
     }
 }
 
@@ -577,6 +806,8 @@ void mha_step_decode_merge(const mha_step_job *j, int q, int g)
         for (int t = 0; t < dk; t++)
             zr[t] *= inv;
     }
+    if (j->cache->type == MHA_KV_INT8) /* every chunk of (q, g) has read the keys */
+        k_commit(j, q, g);
 }
 
 void mha_step_out_rows(const mha_step_job *j, int r0, int r1, int c0, int c1, const mha_scratch *s)

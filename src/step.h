@@ -32,6 +32,8 @@ typedef struct mha_step_job {
     int rows;                  /* new tokens in all: sum of n_new */
     int chunk_rows;            /* rows per projection task (<= f.rows): a function of the config only */
     float *partial;            /* decode: (max_batch, kvh, max_chunks) of mha_step_partial_floats */
+    float *k_full;             /* int8 cache: the step's new K at full precision, row r's KV head g
+                                * at (r·kvh + g)·dk (its group is quantized once complete) */
     int max_chunks;            /* ceil(max_seq_kv / MHA_KV_CHUNK) */
 } mha_step_job;
 

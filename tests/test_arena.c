@@ -106,6 +106,8 @@ static int expected(mha_arena_kind kind, const mha_dims *dm, int r)
         return dm->alibi_max_bias > 0.0f;
     if (r == MHA_REGION_qk_ss || r == MHA_REGION_k_saved)
         return dm->qk_norm.kind == MHA_QK_NORM_FULL;
+    if (r == MHA_REGION_k_full)
+        return dm->kv_type == MHA_KV_INT8;
     return 1;
 }
 
@@ -177,7 +179,8 @@ Test(arena, every_region_of_every_kind_is_defined, .init = pick_kernel)
         }
         for (int r = 0; r < MHA_SLICE_COUNT; r++) {
             const int bf16_only = r == MHA_SLICE_v16 || r == MHA_SLICE_p16 || r == MHA_SLICE_q16;
-            if ((bf16_only && !dm.bf16) || (r == MHA_SLICE_kvs && !(dm.bf16 && dm.kv_type == MHA_KV_INT8))) {
+            if ((bf16_only && !dm.bf16) || (r == MHA_SLICE_kvs && !(dm.bf16 && dm.kv_type == MHA_KV_INT8)) ||
+                (r == MHA_SLICE_k8 && dm.kv_type != MHA_KV_INT8)) {
                 cr_assert_eq(p.slice_off[r], MHA_ARENA_ABSENT, "case %d: slice has %s", c, mha_slice_region_name(r));
                 continue;
             }

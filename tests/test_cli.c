@@ -369,9 +369,8 @@ Test(cli, decode_block_runs_steps_through_the_cache, .timeout = 60)
 /* Real tokens through the cache (issue 35): the trained case's inputs (tests/data/
  * smollm2_trained*) prefilled in chunks of 24 to 64 tokens, the rest token by token, every
  * output row written; against HF's module the rows hold the forward's bounds (f32 1e-5, bf16
- * 1e-2; test_trained.c's reasons). --check's one rule: an int8 cache's 3.3e-2 on this layer is
- * above its contract (2e-2) and the run says so and exits 1 (its output still written);
- * tokens beyond the block's cache exit 2 naming the sizes, writing nothing. */
+ * 1e-2; test_trained.c's reasons), an int8 cache issue 35's 1e-2; tokens beyond the block's
+ * cache exit 2 naming the sizes, writing nothing. */
 Test(cli, real_tokens_through_the_cache_reproduce_hf, .timeout = 120)
 {
     char dir[64], path[128], args[768], y[96];
@@ -383,7 +382,7 @@ Test(cli, real_tokens_through_the_cache_reproduce_hf, .timeout = 120)
                  path, sizeof path);
     snprintf(y, sizeof y, "%s/y.npy", dir);
     const struct { const char *opts; double bound; int rc; } runs[] = {
-        {"", 1e-5, 0}, {"--precision bf16", 1e-2, 0}, {"--kv-cache int8", 3.5e-2, 1}};
+        {"", 1e-5, 0}, {"--precision bf16", 1e-2, 0}, {"--kv-cache int8", 1e-2, 0}};
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
         snprintf(args, sizeof args,
                  "run %s --weights " D "smollm2_trained.safetensors --prefix model.layers.26.self_attn. --input " D
@@ -393,8 +392,6 @@ Test(cli, real_tokens_through_the_cache_reproduce_hf, .timeout = 120)
         const int rc = run_cli(args, &out, &err);
         cr_assert_eq(rc, runs[i].rc, "%s: exit %d: %s", runs[i].opts, rc, err);
         cr_assert(strstr(out, "over 8 rows against one causal float32 forward over the inputs (bound"), "%s", out);
-        if (runs[i].rc)
-            cr_assert(strstr(err, "is above the bound 0.02 of an int8 KV cache"), "%s", err);
         int64_t s[3];
         float *got = read_npy(y, 3, s);
         const golden g = {"smollm2_trained", "", "", 0};
@@ -431,6 +428,26 @@ static double peak_rss_of(const char *args)
     cr_assert(at && sscanf(at, "peak RSS %lf MiB", &mib) == 1, "no peak RSS in: %s", out);
     free(out), free(err);
     return mib;
+}
+
+/* --check's one rule, past its bound: bf16 on sharp attention (scores scaled by 300: Q and K
+ * rounded to bf16 move the logits by units) is outside the bf16 contract, which holds for
+ * unit-scale scores (measured 5.8e-2 on every table); the run says so with the bound and
+ * exits 1, its report still written. */
+Test(cli, a_check_above_its_bound_exits_1, .timeout = 60)
+{
+    char dir[64], path[128], args[256];
+    tmpdir_make(dir, sizeof dir);
+    write_config(dir, "sharp.yaml", "model: { d_model: 64, heads: 4, scale: 300 }\nbatch: { size: 1, seq_len: 32 }\n",
+                 path, sizeof path);
+    snprintf(args, sizeof args, "run %s --precision bf16 --check 4", path);
+    char *out, *err;
+    const int rc = run_cli(args, &out, &err);
+    cr_assert_eq(rc, 1, "exit %d: %s", rc, err);
+    cr_assert(strstr(err, "over 4 rows is above the bound 0.01 of bf16"), "%s", err);
+    cr_assert(strstr(out, "against a double-precision reference (bound 0.01, bf16)"), "%s", out);
+    free(out), free(err);
+    tmpdir_remove(dir);
 }
 
 Test(cli, check_rows_cost_little_memory_next_to_the_engine, .timeout = 120)

@@ -110,6 +110,7 @@ static void run_schedule(decoder *dc, int block_size, int n_steps, const int (*s
         pool[i] = pool[k], pool[k] = t;
     }
     memcpy(table, pool, (size_t)B * max_blocks * sizeof *table);
+    void **tails = tails_new(c, B);
     int32_t past[4] = {0}, add[4];
     float *x = malloc((size_t)B * S * d * sizeof *x), *out = malloc((size_t)B * S * d * sizeof *out);
     double worst = 0;
@@ -120,7 +121,8 @@ static void run_schedule(decoder *dc, int block_size, int n_steps, const int (*s
             memcpy(x + rows * d, dc->p.q + ((size_t)b * S + past[b]) * d, (size_t)add[b] * d * sizeof *x);
             rows += (size_t)add[b];
         }
-        mha_step st = {.n_seqs = B, .n_past = past, .n_new = add, .blocks = table, .max_blocks = max_blocks, .x = x};
+        mha_step st = {.n_seqs = B, .n_past = past, .n_new = add, .blocks = table, .max_blocks = max_blocks, .x = x,
+                       .tails = tails};
         mha_status s = mha_step_forward(dc->e, c, &st, out);
         cr_assert_eq(s, MHA_OK, "step %d: %s (%s)", k, mha_status_str(s), mha_engine_last_error(dc->e));
         rows = 0;
@@ -147,6 +149,7 @@ static void run_schedule(decoder *dc, int block_size, int n_steps, const int (*s
     cr_log_info("%s, block_size %d, %d steps: worst relative error %.3g against the float32 forward",
                 mha_precision_name(dc->cfg.precision), block_size, n_steps, worst);
     free(x), free(out), free(table), free(pool);
+    tails_free(tails, B);
     mha_kv_cache_free(c);
 }
 
@@ -518,6 +521,7 @@ static void steps_by_plan(decoder *dc, int bs, const int *const *cut, int n_step
     }
     float *x = malloc((size_t)B * S * d * sizeof *x), *out = malloc((size_t)B * S * d * sizeof *out);
     int32_t *past = calloc((size_t)B, sizeof *past), *add = calloc((size_t)B, sizeof *add);
+    void **tails = tails_new(c, B);
     for (int k = 0; k < n_steps; k++) {
         size_t rows = 0;
         for (int b = 0; b < B; b++) {
@@ -525,7 +529,8 @@ static void steps_by_plan(decoder *dc, int bs, const int *const *cut, int n_step
             memcpy(x + rows * d, dc->p.q + ((size_t)b * S + past[b]) * d, (size_t)add[b] * d * sizeof *x);
             rows += (size_t)add[b];
         }
-        mha_step st = {.n_seqs = B, .n_past = past, .n_new = add, .blocks = table, .max_blocks = max_blocks, .x = x};
+        mha_step st = {.n_seqs = B, .n_past = past, .n_new = add, .blocks = table, .max_blocks = max_blocks, .x = x,
+                       .tails = tails};
         cr_assert_eq(mha_step_forward(dc->e, c, &st, out), MHA_OK, "%s", mha_engine_last_error(dc->e));
         rows = 0;
         for (int b = 0; b < B; b++) {
@@ -537,6 +542,7 @@ static void steps_by_plan(decoder *dc, int bs, const int *const *cut, int n_step
     for (int b = 0; b < B; b++)
         cr_assert_eq(past[b], S, "the plan covers sequence %d", b);
     free(x), free(out), free(table), free(past), free(add);
+    tails_free(tails, B);
     mha_kv_cache_free(c);
 }
 
@@ -558,7 +564,9 @@ Test(step, a_sequences_outputs_do_not_depend_on_how_its_steps_are_cut, .timeout 
                                  V_ALIBI | V_SINKS, V_ALIBI | V_SOFTCAP | V_SINKS,
                                  V_SCALE | V_SOFTCAP | V_SINKS | V_QK_NORM_GEMMA, V_QK_NORM_FULL | V_SINKS,
                                  V_QK_NORM_FULL | V_QK_NORM_GEMMA | V_SOFTCAP, 0, V_SINKS | V_QK_NORM};
-    const int windows[] = {0, 0, 70, 300}, block_sizes[] = {8, 16, 32, 48};
+    /* int8: blocks whose last group of K is short (12, 24, 20 slots: groups of 12; 16 and 8;
+     * 16 and 4) or of one group of 8 */
+    const int windows[] = {0, 0, 70, 300}, block_sizes[] = {8, 16, 32, 48}, int8_block_sizes[] = {12, 24, 20, 8};
     const mha_precision precs[] = {MHA_PRECISION_F32, MHA_PRECISION_BF16};
     rng r = {2020};
     /* 1, 3 or 4 sequences of 260-560 tokens (2 or 3 key chunks), or 64 short ones: decode steps
@@ -569,8 +577,8 @@ Test(step, a_sequences_outputs_do_not_depend_on_how_its_steps_are_cut, .timeout 
         const mha_precision prec = precs[trial % 2];
         const int B = batches[trial], S = B < 64 ? 260 + (int)(rng_next(&r) % 300) : 20 + (int)(rng_next(&r) % 20);
         const int window = windows[rng_next(&r) % 4];
-        const int threads = 1 + (int)(rng_next(&r) % 2), bs = block_sizes[rng_next(&r) % 4];
-        const int int8 = trial >= 16;
+        const int int8 = trial >= 16, pick = (int)(rng_next(&r) % 2), bs_at = (int)(rng_next(&r) % 4);
+        const int threads = 1 + pick, bs = int8 ? int8_block_sizes[bs_at] : block_sizes[bs_at];
         decoder dc;
         decoder_make_kv(&dc, sh[0], sh[1], sh[2], sh[3], B, S, window, S, threads, prec, variants[trial],
                         int8 ? MHA_KV_INT8 : MHA_KV_AUTO);
@@ -705,13 +713,14 @@ Test(step, int8_cache_is_within_its_contract_of_the_double_reference, .timeout =
         decoder_free(&dc);
     }
     cr_log_info("isa %s: int8 cache, worst %.3g of the double reference", test_isa(), worst);
-    /* sizes: per block 2·kvh·bs·dk bytes, then 2·kvh·bs float scales, 64-byte rounded */
+    /* sizes: per block and KV head 2·bs·dk bytes, then per group of 16 slots 2·dk floats (K's
+     * scales and zero points) and bs floats (V's scales), 64-byte rounded */
     mha_config cfg;
     config_init(&cfg);
     cfg.d_model = 64, cfg.n_heads = 8, cfg.n_kv_heads = 2, cfg.max_seq_kv = 64, cfg.bias = 0; /* dk 8 */
     const size_t f32 = mha_kv_cache_size(&cfg, 10, 16);
     cfg.kv_type = MHA_KV_INT8;
-    const size_t i8 = mha_kv_cache_size(&cfg, 10, 16), per_block = 2 * 2 * 16 * 8 + 2 * 2 * 16 * 4;
+    const size_t i8 = mha_kv_cache_size(&cfg, 10, 16), per_block = 2 * (2 * 16 * 8 + (2 * 8 + 16) * 4);
     cr_assert_eq(i8 - (f32 - 10 * 2 * 2 * 16 * 8 * 4), 10 * per_block, "int8 cache of %zu bytes", i8);
     mha_kv_cache *c;
     cr_assert_eq(mha_kv_cache_create(&cfg, 10, 16, &c), MHA_OK);
@@ -727,6 +736,18 @@ Test(step, int8_cache_is_within_its_contract_of_the_double_reference, .timeout =
     cr_assert_eq(mha_step_forward(e, c, &st, out), MHA_ERR_CONFIG);
     cr_assert(strstr(mha_engine_last_error(e), "kv_cache int8") && strstr(mha_engine_last_error(e), "kv_cache f32"), "%s",
               mha_engine_last_error(e));
+    mha_free(e);
+    /* an int8 engine: a step without a sequence's tail is refused, naming it */
+    cfg.kv_type = MHA_KV_INT8;
+    cr_assert_eq(mha_create(&cfg, &e), MHA_OK);
+    cr_assert_eq(mha_set_weights(e, &wt), MHA_OK, "%s", mha_engine_last_error(e));
+    cr_assert_eq(mha_step_forward(e, c, &st, out), MHA_ERR_INVALID_ARG);
+    cr_assert(strstr(mha_engine_last_error(e), "sequence 0: an int8 cache needs its tail"), "%s", mha_engine_last_error(e));
+    void *none = NULL;
+    st.tails = &none;
+    cr_assert_eq(mha_step_forward(e, c, &st, out), MHA_ERR_INVALID_ARG);
+    cr_assert(strstr(mha_engine_last_error(e), "its tail is NULL"), "%s", mha_engine_last_error(e));
+    cr_assert_eq(mha_kv_tail_size(c), (size_t)2 * 16 * 8 * sizeof(float), "a tail: KV heads × 16 slots × d_k floats");
     mha_free(e);
     mha_kv_cache_free(c);
     free(w);

@@ -23,12 +23,11 @@
 /* bf16 engines (and a bf16 cache): the bf16 contract, 1e-2 against the exact result (DESIGN.md,
  * README); measured 7.8e-3 on this layer's forward. */
 #define TRAINED_BF16_TOL 1e-2
-/* An int8 cache, today's scheme (one symmetric scale per token and KV head): this layer's K has
- * outlier channels, so a per-token scale spends the int8 range on a few of them. float64
- * numpy of the scheme gives 3.3e-2 here, the worst of the model's 30 layers on this text
- * (perf/RESULTS.md "int8 cache on a trained model"); the bound is that, not issue 35's 1e-2,
- * which needs K scaled per channel (the study's 6.4e-3). */
-#define TRAINED_INT8_TOL 3.5e-2
+/* An int8 cache: issue 35's bound, 1e-2 against HF's unquantized module, in both engines. This
+ * layer's K has outlier channels (a per-token scale gave 3.3e-2 here, the worst of the model's
+ * 30 layers); K per feature over groups of 16 slots with a zero point measures 6.2e-3 (f32
+ * engine) and 9.7e-3 (bf16 engine: its own 7.8e-3 included); every layer in perf/RESULTS.md. */
+#define TRAINED_INT8_TOL 1e-2
 
 typedef struct trained {
     mha_config_file fc;
@@ -137,6 +136,7 @@ static void steps(trained *t, mha_precision prec, mha_kv_type kv, double tol)
         table[i] = (i + max_blocks) % (2 * max_blocks);
     float *x = malloc((size_t)2 * 24 * d * sizeof *x), *out = malloc((size_t)2 * 24 * d * sizeof *out);
     float *got = calloc((size_t)2 * S * d, sizeof *got);
+    void **tails = tails_new(c, 2);
     double worst = 0;
     while (past[0] < t->len[0] || past[1] < t->len[1]) {
         size_t rows = 0;
@@ -146,7 +146,8 @@ static void steps(trained *t, mha_precision prec, mha_kv_type kv, double tol)
             memcpy(x + rows * d, t->x + ((size_t)b * S + past[b]) * d, (size_t)add[b] * d * sizeof *x);
             rows += (size_t)add[b];
         }
-        const mha_step st = {.n_seqs = 2, .n_past = past, .n_new = add, .blocks = table, .max_blocks = max_blocks, .x = x};
+        const mha_step st = {.n_seqs = 2, .n_past = past, .n_new = add, .blocks = table, .max_blocks = max_blocks, .x = x,
+                             .tails = tails};
         cr_assert_eq(mha_step_forward(e, c, &st, out), MHA_OK, "%s", mha_engine_last_error(e));
         rows = 0;
         for (int b = 0; b < 2; b++)
@@ -169,6 +170,7 @@ static void steps(trained *t, mha_precision prec, mha_kv_type kv, double tol)
     cr_assert_leq(all, tol, "%s engine, %s cache: relative error %.3g against HF", mha_precision_name(prec),
                   mha_kv_type_name(cfg.kv_type), all);
     free(x), free(out), free(got), free(same);
+    tails_free(tails, 2);
     mha_kv_cache_free(c);
     mha_free(e);
 }
@@ -188,7 +190,7 @@ Test(trained, steps_through_the_cache_reproduce_hf, .timeout = 120)
     steps_in_both_precisions(MHA_KV_AUTO, TRAINED_F32_TOL, TRAINED_BF16_TOL);
 }
 
-Test(trained, an_int8_cache_holds_its_measured_bound, .timeout = 120)
+Test(trained, an_int8_cache_is_within_1e_2_of_hf, .timeout = 120)
 {
     steps_in_both_precisions(MHA_KV_INT8, TRAINED_INT8_TOL, TRAINED_INT8_TOL);
 }

@@ -31,6 +31,8 @@ typedef struct decode_state {
     double *times;
     int32_t *table, *past, *add;
     int *want;               /* the next step's tokens per sequence */
+    void **tails;            /* int8 cache: each sequence's tail (in tail_mem); else NULL */
+    char *tail_mem;
 } decode_state;
 
 static void release(decode_state *s)
@@ -40,6 +42,7 @@ static void release(decode_state *s)
     mha_weights_file_free(&s->wf);
     free(s->gen_w), free(s->x), free(s->out), free(s->check_out), free(s->times);
     free(s->tokens), free(s->rows), free(s->len), free(s->table), free(s->past), free(s->add), free(s->want);
+    free(s->tails), free(s->tail_mem);
 }
 
 /* One step of want[q] tokens for every sequence (0 for those that are done): the file's next
@@ -63,7 +66,7 @@ static double step(decode_state *s, uint64_t *seed)
         rows += (size_t)want[q];
     }
     mha_step st = {.n_seqs = n_seqs, .n_past = s->past, .n_new = s->add, .blocks = s->table, .max_blocks = max_blocks,
-                   .x = s->x};
+                   .x = s->x, .tails = s->tails};
     double t0 = cli_now_ms();
     mha_status r = mha_step_forward(s->e, s->cache, &st, s->out);
     double t1 = cli_now_ms();
@@ -328,7 +331,13 @@ int cli_decode(const mha_config_file *fc, const char *config, const cli_decode_f
     s.times = malloc((size_t)steps * sizeof *s.times);
     s.rows = calloc((size_t)s.kept * s.S * d + 1, sizeof *s.rows); /* zeros past each length */
     s.want = calloc((size_t)n_seqs, sizeof *s.want);
-    if (!s.table || !s.past || !s.add || !s.x || !s.out || !s.times || !s.want || !s.rows) {
+    const size_t tail = mha_kv_tail_size(s.cache);
+    if (tail) {
+        s.tails = malloc((size_t)n_seqs * sizeof *s.tails), s.tail_mem = malloc((size_t)n_seqs * tail);
+        for (int q = 0; s.tails && s.tail_mem && q < n_seqs; q++)
+            s.tails[q] = s.tail_mem + (size_t)q * tail;
+    }
+    if (!s.table || !s.past || !s.add || !s.x || !s.out || !s.times || !s.want || !s.rows || (tail && (!s.tails || !s.tail_mem))) {
         cli_error("out of memory for %d sequences of %d tokens", n_seqs, cap);
         goto out;
     }
