@@ -171,9 +171,10 @@ static void quantize_k_group(const mha_step_job *j, int q, int g, mha_kv_group g
     }
 }
 
-/* Kᵀ of positions [t0, t1) of group grp of (q, g) as stored (mha_kv_k_value): from the cache
- * when the group was complete before the step, else quantized here as k_commit will store it;
- * float32 into dst (feature c of position t0 + u at dst[c · ld + u]). */
+/* Kᵀ of positions [t0, t1) of group grp of (q, g) as stored (mha_kv_k_value, i8_scale_rows): from
+ * the cache when the group was complete before the step, else quantized here (into s->k8's
+ * room) as k_commit will store it; float32 into dst (feature c of position t0 + u at
+ * dst[c · ld + u]). */
 static void k_stored(const mha_step_job *j, int q, int g, mha_kv_group grp, int t0, int t1, float *dst, size_t ld,
                      const mha_scratch *s)
 {
@@ -192,58 +193,57 @@ static void k_stored(const mha_step_job *j, int q, int g, mha_kv_group grp, int 
         quantize_k_group(j, q, g, grp, v, MHA_KV_GROUP, own);
         kt = v, ldk = MHA_KV_GROUP, params = own;
     }
-    for (int f = 0; f < dk; f++)
-        for (int t = t0; t < t1; t++)
-            dst[(size_t)f * ld + (size_t)(t - t0)] = mha_kv_k_value(kt[(size_t)f * ldk + (size_t)(t - grp.t)], params[f],
-                                                                   params[dk + f]);
+    j->f.kernel->isa->i8_scale_rows(kt + (t0 - grp.t), ldk, dk, t1 - t0, params, params + dk, dst, ld);
 }
 
-/* Kᵀ of keys [k0, k1) of (q, g) (k1 − k0 <= MHA_KV_GROUP, within one group) as a query whose
- * group starts at `own` sees them: a group before its own as stored, its own (and the later
- * ones, which it does not see) at full precision; into s->k8 (feature c of key k0 + u at
- * [c · MHA_KV_GROUP + u]), which it returns. */
-static const float *k_view(const mha_step_job *j, int q, int g, int own, int k0, int k1, const mha_scratch *s)
+/* Kᵀ of keys [k0, k1) of (q, g) as a query whose group starts at `own` sees them: a group
+ * before its own as stored, its own (and the later ones, which it does not see) at full
+ * precision; float32 into dst (feature c of key k0 + u at dst[c · ld + u]). */
+static void k_view(const mha_step_job *j, int q, int g, int own, int k0, int k1, float *dst, size_t ld,
+                   const mha_scratch *s)
 {
     const int dk = j->f.dk;
-    const mha_kv_group grp = mha_kv_group_of(j->cache->block_size, k0);
-    if (grp.t < own)
-        k_stored(j, q, g, grp, k0, k1, s->k8, MHA_KV_GROUP, s);
-    else
-        for (int t = k0; t < k1; t++) {
-            const float *row = k_full_row(j, q, g, t);
-            for (int f = 0; f < dk; f++)
-                s->k8[(size_t)f * MHA_KV_GROUP + (size_t)(t - k0)] = row[f];
-        }
-    return s->k8;
+    for (int t = k0; t < k1;) {
+        const mha_kv_group grp = mha_kv_group_of(j->cache->block_size, t);
+        const int e = grp.t + grp.n < k1 ? grp.t + grp.n : k1;
+        if (grp.t < own)
+            k_stored(j, q, g, grp, t, e, dst + (t - k0), ld, s);
+        else
+            for (int u = t; u < e; u++) {
+                const float *row = k_full_row(j, q, g, u);
+                for (int f = 0; f < dk; f++)
+                    dst[(size_t)f * ld + (size_t)(u - k0)] = row[f];
+            }
+        t = e;
+    }
 }
 
-/* The end of the next run of k_view: the end of k0's group, or k1. */
-static int k_view_end(const mha_step_job *j, int k0, int k1)
-{
-    const mha_kv_group grp = mha_kv_group_of(j->cache->block_size, k0);
-    return grp.t + grp.n < k1 ? grp.t + grp.n : k1;
-}
-
-/* Kᵀ of keys [k0, k1) of (q, g) as a query of the group at `own` sees them, into the panels the
- * score products read, key t at column t − base: the microkernel's (s->kt) in a float32
- * engine, the bf16 kernel's (s->kt16, rounded) in a bf16 one. */
-static void k_view_panels(const mha_step_job *j, int q, int g, int own, int k0, int k1, int base, const mha_scratch *s)
+/* Prefill: Kᵀ of keys [k0, k1) of (q, g) as a query of the group at `own` sees them, into the
+ * panels the score products read (key t at column t): the microkernel's (s->kt) in a float32
+ * engine, the bf16 kernel's (s->kt16, rounded) in a bf16 one; a group at a time through
+ * s->k8. */
+static void k_view_panels(const mha_step_job *j, int q, int g, int own, int k0, int k1, const mha_scratch *s)
 {
     const mha_kernel *k = j->f.kernel;
     const int dk = j->f.dk;
     const mha_mat ktm = mha_mat_panels(k, s->kt, dk);
     const size_t kps = mha_attention_kt16_ps(&j->f);
     for (int t = k0, e; t < k1; t = e) {
-        e = k_view_end(j, t, k1);
-        const float *kt = k_view(j, q, g, own, t, e, s);
-        for (int f = 0; f < dk; f++)
-            for (int u = t; u < e; u++) {
-                const float x = kt[(size_t)f * MHA_KV_GROUP + (size_t)(u - t)];
-                if (j->f.bk)
-                    s->kt16[mha_bk_b_index(f, u - base, kps)] = mha_bf16_round(x);
-                else
-                    *mha_mat_at(k, ktm, f, u - base) = x;
-            }
+        const mha_kv_group grp = mha_kv_group_of(j->cache->block_size, t);
+        e = grp.t + grp.n < k1 ? grp.t + grp.n : k1;
+        k_view(j, q, g, own, t, e, s->k8, MHA_KV_GROUP, s);
+        for (int f = 0; f < dk; f++) {
+            const float *x = s->k8 + (size_t)f * MHA_KV_GROUP - t;
+            if (j->f.bk)
+                for (int u = t; u < e; u++)
+                    s->kt16[mha_bk_b_index(f, u, kps)] = mha_bf16_round(x[u]);
+            else
+                for (int u = t; u < e;) { /* runs up to each panel's edge */
+                    const int run = k->bw - u % k->bw < e - u ? k->bw - u % k->bw : e - u;
+                    memcpy(mha_mat_at(k, ktm, f, u), x + u, (size_t)run * sizeof *x);
+                    u += run;
+                }
+        }
     }
 }
 
@@ -500,12 +500,12 @@ void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s)
      * last, each group turned to full precision for its own rows (the later groups, full by
      * then, are past them) */
     const int bs = j->cache->block_size, last = mha_kv_group_of(bs, ctx - 1).t;
-    k_view_panels(j, q, g, last, t_begin, ctx, 0, s);
+    k_view_panels(j, q, g, last, t_begin, ctx, s);
     for (int b = ctx, a; b > n_past; b = a) {
         const mha_kv_group grp = mha_kv_group_of(bs, b - 1);
         a = grp.t > n_past ? grp.t : n_past;
         if (grp.t != last)
-            k_view_panels(j, q, g, grp.t, grp.t > t_begin ? grp.t : t_begin, grp.t + grp.n, 0, s);
+            k_view_panels(j, q, g, grp.t, grp.t > t_begin ? grp.t : t_begin, grp.t + grp.n, s);
         attend_rows(j, q, g, a - n_past, b - n_past, s, vs);
     }
     k_commit(j, q, g);
@@ -609,30 +609,36 @@ static void chunk_scores(const mha_step_job *j, int q, int i0, int i1, const flo
     }
 }
 
-/* int8: the chunk's scores on Kᵀ as each row's group sees it (k_view), a pass per set of rows
- * that see it alike (view_rows_end): float32 into s->kt, bf16 through s->qkv rounded into
- * s->kt16 as a bf16 cache would hold it; key t at column t − k0 of rows n apart. */
+/* int8: Kᵀ of the chunk [k0, k1) of (q, g) as the rows from i0 see it (k_view; the rows they
+ * are: view_rows_end), key t at column t − k0 of rows n apart: float32 into s->kt (a float32
+ * engine's decode tiles), else into s->qkv and then, rounded (round_bf16_rows), into s->kt16
+ * as a bf16 cache holds Kᵀ (bf16 decode tiles) or into the bf16 kernel's panels there
+ * (pack_b16: the forward's chunk). */
+static void chunk_kt_i8(const mha_step_job *j, int q, int g, int k0, int k1, int i0, int panels, const mha_scratch *s)
+{
+    const mha_fwd *f = &j->f;
+    const int dk = f->dk, n = k1 - k0, own = mha_kv_group_of(j->cache->block_size, j->step->n_past[q] + i0).t;
+    float *view = f->bk ? s->qkv : s->kt;
+    k_view(j, q, g, own, k0, k1, view, (size_t)n, s);
+    if (panels)
+        f->kernel->isa->pack_b16(f->kernel, mha_mat_rows(f->kernel, view, n), 0, dk, n, s->kt16,
+                                 mha_attention_kt16_ps(f));
+    else if (f->bk)
+        f->kernel->isa->round_bf16_rows(view, (size_t)dk * n, s->kt16);
+}
+
+/* int8: the chunk's scores on Kᵀ as each row's group sees it, a pass per set of rows that see
+ * it alike (chunk_kt_i8). */
 static void scores_i8(const mha_step_job *j, int q, int g, int k0, int k1, const float *qv, float *sc,
                       const chunk_src *src, const mha_scratch *s)
 {
-    const mha_fwd *f = &j->f;
-    const int n_new = j->step->n_new[q], n_past = j->step->n_past[q], dk = f->dk, n = k1 - k0;
     const void *kt[MHA_KV_CHUNK];
     for (int r = 0, t = 0; r < src->runs; t += src->n[r++])
-        kt[r] = f->bk ? (const void *)(s->kt16 + t) : (const void *)(s->kt + t);
-    float *view = f->bk ? s->qkv : s->kt;
-    for (int i0 = 0, i1; i0 < n_new; i0 = i1) {
+        kt[r] = j->f.bk ? (const void *)(s->kt16 + t) : (const void *)(s->kt + t);
+    for (int i0 = 0, i1; i0 < j->step->n_new[q]; i0 = i1) {
         i1 = view_rows_end(j, q, k1, i0);
-        const int own = mha_kv_group_of(j->cache->block_size, n_past + i0).t;
-        for (int t = k0, e; t < k1; t = e) {
-            e = k_view_end(j, t, k1);
-            const float *v = k_view(j, q, g, own, t, e, s);
-            for (int c = 0; c < dk; c++)
-                memcpy(view + (size_t)c * n + (t - k0), v + (size_t)c * MHA_KV_GROUP, (size_t)(e - t) * sizeof *view);
-        }
-        for (size_t i = 0; f->bk && i < (size_t)dk * n; i++)
-            s->kt16[i] = mha_bf16_round(view[i]);
-        chunk_scores(j, q, i0, i1, qv, sc, src, kt, n);
+        chunk_kt_i8(j, q, g, k0, k1, i0, 0, s);
+        chunk_scores(j, q, i0, i1, qv, sc, src, kt, k1 - k0);
     }
 }
 
@@ -771,7 +777,7 @@ static void decode_chunk(const mha_step_job *j, int q, int g, int c, int ahead, 
         for (int i0 = 0, i1; i0 < n_new; i0 = i1) { /* int8: Kᵀ as each set of rows sees it */
             i1 = i8 ? view_rows_end(j, q, k1, i0) : n_new;
             if (i8)
-                k_view_panels(j, q, g, mha_kv_group_of(j->cache->block_size, st->n_past[q] + i0).t, k0, k1, k0, s);
+                chunk_kt_i8(j, q, g, k0, k1, i0, 1, s);
             decode_chunk_bf16(j, q, g, k0, k1, qv, sc, p, s, vps, vs, i0, i1);
         }
     } else {

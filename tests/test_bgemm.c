@@ -351,36 +351,57 @@ TABLE_TEST(bgemm, vector_pair_interleave_matches_scalar)
 }
 
 /* An int8 cache's blocks read back: every table's i8_scale_rows writes ref's bits, ref's is
- * (float)q · scale with the row's (V) or the column's (Kᵀ) scale, and nothing past n columns
- * of each row; widths 1 to 40 (tails), rows 1 to 16. */
+ * (float)q · scale, + zero with zero points (K), the row's each, and nothing past n columns of
+ * each row; widths 1 to 40 (tails), rows 1 to 16. */
 TABLE_TEST(bgemm, int8_read_back_matches_scalar)
 {
     rng r = {77};
     int8_t src[16 * 48];
-    float rs[16], cs[48], x[16 * 48], y[16 * 48];
+    float rs[16], rz[16], x[16 * 48], y[16 * 48];
     for (size_t i = 0; i < sizeof src; i++)
         src[i] = (int8_t)(uint8_t)(i * 53u + 5u);
     fill_uniform(rs, 16, 0.0f, 0.05f, &r);
-    fill_uniform(cs, 48, 0.0f, 0.05f, &r);
+    fill_uniform(rz, 16, -3.0f, 3.0f, &r);
     const int widths[] = {1, 7, 8, 9, 16, 17, 40}, heights[] = {1, 3, 16};
     for (int wi = 0; wi < 7; wi++)
         for (int hi = 0; hi < 3; hi++)
-            for (int by_row = 0; by_row < 2; by_row++) {
+            for (int zeros = 0; zeros < 2; zeros++) {
                 const int n = widths[wi], rows = heights[hi];
                 memset(x, 0x7f, sizeof x), memset(y, 0x7f, sizeof y);
-                isa->i8_scale_rows(src, 48, rows, n, by_row ? rs : NULL, by_row ? NULL : cs, x, 48);
-                mha_isa_ref.i8_scale_rows(src, 48, rows, n, by_row ? rs : NULL, by_row ? NULL : cs, y, 48);
+                isa->i8_scale_rows(src, 48, rows, n, rs, zeros ? rz : NULL, x, 48);
+                mha_isa_ref.i8_scale_rows(src, 48, rows, n, rs, zeros ? rz : NULL, y, 48);
                 for (int i = 0; i < rows; i++)
                     for (int t = 0; t < 48; t++) {
                         const size_t at = (size_t)i * 48 + t;
                         cr_assert_eq(memcmp(&x[at], &y[at], sizeof x[at]), 0, "%s: %d × %d, [%d][%d]: %a, ref %a",
                                      isa->name, rows, n, i, t, (double)x[at], (double)y[at]);
+                        const float v = (float)src[at] * rs[i];
                         if (t < n)
-                            cr_assert_eq(y[at], (float)src[at] * (by_row ? rs[i] : cs[t]));
+                            cr_assert_eq(y[at], zeros ? v + rz[i] : v);
                         else
                             cr_assert_eq(((const uint32_t *)(const void *)y)[at], 0x7f7f7f7fu, "written past n");
                     }
             }
+}
+
+/* Every table's round_bf16_rows writes mha_bf16_round's bits (ties, NaN, infinities, denormals
+ * among them) and nothing past n; lengths 1 to 40. */
+TABLE_TEST(bgemm, rounded_rows_are_mha_bf16_round)
+{
+    rng r = {99};
+    float src[40];
+    fill_uniform(src, 40, -4.0f, 4.0f, &r);
+    const uint32_t odd[] = {0x3f808000u, 0x3f818000u, 0x7fc00001u, 0x7f800000u, 0xff800000u, 0x00000001u, 0x80400000u};
+    for (int i = 0; i < 7; i++)
+        memcpy(&src[3 + 5 * i], &odd[i], sizeof src[0]);
+    for (int n = 1; n <= 40; n += n < 17 ? 1 : 7) {
+        mha_bf16 got[48];
+        memset(got, 0xa5, sizeof got);
+        isa->round_bf16_rows(src, (size_t)n, got);
+        for (int i = 0; i < 48; i++)
+            cr_assert_eq(got[i], i < n ? mha_bf16_round(src[i]) : 0xa5a5, "%s, n %d, element %d: %#x for %a", isa->name, n,
+                         i, got[i], (double)src[i < 40 ? i : 0]);
+    }
 }
 
 /* Each table's driver parts (A rounding, the float32 epilogue) give ref's bits: the same product
@@ -575,45 +596,29 @@ BKERNEL_TEST(bgemm, decode_tiles_sum_as_the_kernels_of_their_order, .timeout = 6
     decode_tiles_check(isa, bk->order, &r);
 }
 
-/* Each table's float32 decode tiles on an int8 cache (decode_scores8, decode_values8), reading
- * the int8 values and applying each slot's scale as they load, give the bits of the float32
- * tiles on the chunk read back first (i8_scale_rows): scores and Z, runs of 16, 5 and 6 slots,
- * d_k 128 and 40, 1 to 9 queries. */
-TABLE_TEST(bgemm, int8_decode_tiles_equal_the_read_back_chunk, .timeout = 60)
+/* Each table's float32 decode tiles on an int8 cache's V (decode_values8), reading the int8
+ * values and applying each slot's scale as they load, give the bits of the float32 tiles on the
+ * chunk read back first (i8_scale_rows): runs of 16, 5 and 6 slots, d_k 128 and 40, 1 to 9
+ * queries. */
+TABLE_TEST(bgemm, int8_value_tiles_equal_the_read_back_chunk, .timeout = 60)
 {
-    enum { BS = 16, RUNS = 3, SC_LD = 64 };
+    enum { BS = 16, RUNS = 3 };
     const int n[RUNS] = {16, 5, 6}, slots = 27;
     rng r = {8128};
-    cr_assert(isa->decode_scores8 && isa->decode_values8, "isa %s has no int8 float32 decode tiles", isa->name);
+    cr_assert(isa->decode_values8, "isa %s has no int8 float32 value tiles", isa->name);
     for (int dk = 40; dk <= 128; dk += 88)
         for (int nq = 1; nq <= 9; nq += 4) {
             const size_t blk = (size_t)dk * BS;
-            int8_t *k8 = malloc(RUNS * blk), *v8 = malloc(RUNS * blk);
-            float ks[RUNS][BS], vs[RUNS][BS];
-            float *kf = malloc(RUNS * blk * sizeof *kf), *vf = malloc(RUNS * blk * sizeof *vf);
-            float *q = malloc((size_t)nq * dk * sizeof *q), *e = malloc((size_t)nq * slots * sizeof *e);
-            float *sc = malloc((size_t)nq * SC_LD * sizeof *sc), *want = malloc((size_t)nq * SC_LD * sizeof *want);
+            int8_t *v8 = malloc(RUNS * blk);
+            float vs[RUNS][BS];
+            float *vf = malloc(RUNS * blk * sizeof *vf), *e = malloc((size_t)nq * slots * sizeof *e);
             float *p = calloc((size_t)nq * dk, sizeof *p), *zwant = calloc((size_t)nq * dk, sizeof *zwant);
-            const void *k8r[RUNS], *kfr[RUNS];
-            const float *ksr[RUNS];
             for (size_t i = 0; i < RUNS * blk; i++)
-                k8[i] = (int8_t)((int)(rng_next(&r) % 255) - 127), v8[i] = (int8_t)((int)(rng_next(&r) % 255) - 127);
-            fill_uniform(&ks[0][0], RUNS * BS, 0.0f, 0.02f, &r);
+                v8[i] = (int8_t)((int)(rng_next(&r) % 255) - 127);
             fill_uniform(&vs[0][0], RUNS * BS, 0.0f, 0.02f, &r);
-            fill_uniform(q, (size_t)nq * dk, -1.0f, 1.0f, &r);
             fill_uniform(e, (size_t)nq * slots, 0.0f, 1.0f, &r);
-            for (int ri = 0; ri < RUNS; ri++) { /* read back: Kᵀ by slot scale (columns), V by row */
-                isa->i8_scale_rows(k8 + ri * blk, BS, dk, n[ri], NULL, ks[ri], kf + ri * blk, BS);
+            for (int ri = 0; ri < RUNS; ri++) /* read back: V by row */
                 isa->i8_scale_rows(v8 + ri * blk, (size_t)dk, n[ri], dk, vs[ri], NULL, vf + ri * blk, (size_t)dk);
-                k8r[ri] = k8 + ri * blk, kfr[ri] = kf + ri * blk, ksr[ri] = ks[ri];
-            }
-            isa->decode_scores8(q, nq, dk, 0, dk, RUNS, k8r, ksr, n, BS, 0.125f, sc, SC_LD);
-            isa->decode_scores(q, nq, dk, 0, dk, RUNS, kfr, n, BS, 0.125f, want, SC_LD);
-            for (int qi = 0; qi < nq; qi++) {
-                long at = first_bit_difference(sc + (size_t)qi * SC_LD, want + (size_t)qi * SC_LD, (size_t)slots);
-                cr_assert_eq(at, -1, "%s, dk %d, %d queries: score (%d, %ld) %a, read back %a", isa->name, dk, nq, qi,
-                             at, sc[(size_t)qi * SC_LD + (at < 0 ? 0 : at)], want[(size_t)qi * SC_LD + (at < 0 ? 0 : at)]);
-            }
             for (int ri = 0, at = 0; ri < RUNS; at += n[ri++]) {
                 isa->decode_values8(e + at, (size_t)slots, nq, v8 + ri * blk, vs[ri], n[ri], dk, p, (size_t)dk, NULL);
                 isa->decode_values(e + at, (size_t)slots, nq, vf + ri * blk, n[ri], dk, zwant, (size_t)dk, NULL);
@@ -621,6 +626,6 @@ TABLE_TEST(bgemm, int8_decode_tiles_equal_the_read_back_chunk, .timeout = 60)
             long at = first_bit_difference(p, zwant, (size_t)nq * dk);
             cr_assert_eq(at, -1, "%s, dk %d, %d queries: z (%ld, %ld) %a, read back %a", isa->name, dk, nq, at / dk,
                          at % dk, p[at < 0 ? 0 : at], zwant[at < 0 ? 0 : at]);
-            free(k8), free(v8), free(kf), free(vf), free(q), free(e), free(sc), free(want), free(p), free(zwant);
+            free(v8), free(vf), free(e), free(p), free(zwant);
         }
 }

@@ -260,15 +260,14 @@ __attribute__((target(AVX2))) static __m256 i8_load8(const int8_t *src, int n)
 }
 
 __attribute__((target(AVX2))) static void i8_scale_rows_avx2(const int8_t *src, size_t ld_src, int rows, int n,
-                                                             const float *row_scales, const float *col_scales,
+                                                             const float *row_scales, const float *row_zeros,
                                                              float *restrict dst, size_t ld_dst)
 {
     for (int r = 0; r < rows; r++, src += ld_src, dst += ld_dst) {
-        const __m256 rs = row_scales ? _mm256_set1_ps(row_scales[r]) : _mm256_setzero_ps();
+        const __m256 rs = _mm256_set1_ps(row_scales[r]), rz = _mm256_set1_ps(row_zeros ? row_zeros[r] : 0.0f);
         for (int t = 0; t < n; t += 8) {
-            const __m256i k = first8(n - t);
-            const __m256 s = row_scales ? rs : _mm256_maskload_ps(col_scales + t, k);
-            _mm256_maskstore_ps(dst + t, k, _mm256_mul_ps(i8_load8(src + t, n - t), s));
+            const __m256 x = _mm256_mul_ps(i8_load8(src + t, n - t), rs);
+            _mm256_maskstore_ps(dst + t, first8(n - t), row_zeros ? _mm256_add_ps(x, rz) : x);
         }
     }
 }
@@ -437,14 +436,6 @@ __attribute__((target(AVX2))) static void decode_scores_avx2(const float *restri
                                                             float scale, float *restrict sc, size_t sc_ld)
 {
     scores(MHA_KV_F32, 0, q, nq, dk, c0, c1, runs, kt, NULL, NULL, n, ld, scale, sc, sc_ld);
-}
-
-__attribute__((target(AVX2))) static void decode_scores8_avx2(const float *restrict q, int nq, int dk, int c0, int c1,
-                                                             int runs, const void *const *kt, const float *const *ks,
-                                                             const int *n, int ld, float scale, float *restrict sc,
-                                                             size_t sc_ld)
-{
-    scores(MHA_KV_INT8, 1, q, nq, dk, c0, c1, runs, kt, NULL, ks, n, ld, scale, sc, sc_ld);
 }
 
 /* The sums under FTZ, as the bf16 kernels run (scale 1: a sum times one is itself), then
@@ -651,6 +642,19 @@ __attribute__((target(AVX2))) static void round_bf16_floats_avx2(float *x, int n
         const __m256i m = first8(n - i);
         const __m256i r = round_lanes(_mm256_maskload_ps(x + i, m));
         _mm256_maskstore_ps(x + i, m, _mm256_castsi256_ps(_mm256_slli_epi32(r, 16)));
+    }
+}
+
+/* 8 at a time, the last few through a copy. */
+__attribute__((target(AVX2))) static void round_bf16_rows_avx2(const float *src, size_t n, mha_bf16 *restrict dst)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(void *)(dst + i), narrow8(round_lanes(_mm256_loadu_ps(src + i))));
+    if (i < n) {
+        mha_bf16 tmp[8];
+        _mm_storeu_si128((__m128i *)(void *)tmp, narrow8(round_lanes(_mm256_maskload_ps(src + i, first8((int)(n - i))))));
+        memcpy(dst + i, tmp, (n - i) * sizeof *tmp);
     }
 }
 
@@ -865,9 +869,9 @@ const mha_isa mha_isa_avx2 = {
     .softmax_row = softmax_row_avx2,
     .softcap_row = softcap_row_avx2,
     .i8_scale_rows = i8_scale_rows_avx2,
+    .round_bf16_rows = round_bf16_rows_avx2,
     .decode_scores = decode_scores_avx2,
     .decode_values = decode_values_avx2,
-    .decode_scores8 = decode_scores8_avx2,
     .decode_values8 = decode_values8_avx2,
     .decode16_orders = 1u << MHA_BK_EVEN_FIRST,
     .decode_scores16 = decode_scores16_avx2,

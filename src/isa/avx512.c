@@ -369,15 +369,15 @@ __attribute__((target(AVX512))) static void softcap_row_avx512(float *s, int n, 
 
 /* int8 cache elements to float32, 16 at a time (the tail under a mask). */
 __attribute__((target(AVX512))) static void i8_scale_rows_avx512(const int8_t *src, size_t ld_src, int rows, int n,
-                                                                 const float *row_scales, const float *col_scales,
+                                                                 const float *row_scales, const float *row_zeros,
                                                                  float *restrict dst, size_t ld_dst)
 {
     for (int r = 0; r < rows; r++, src += ld_src, dst += ld_dst) {
-        const __m512 rs = row_scales ? _mm512_set1_ps(row_scales[r]) : _mm512_setzero_ps();
+        const __m512 rs = _mm512_set1_ps(row_scales[r]), rz = _mm512_set1_ps(row_zeros ? row_zeros[r] : 0.0f);
         for (int t = 0; t < n; t += 16) {
             const __mmask16 k = first16(n - t);
-            const __m512 x = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(k, src + t)));
-            _mm512_mask_storeu_ps(dst + t, k, _mm512_mul_ps(x, row_scales ? rs : _mm512_maskz_loadu_ps(k, col_scales + t)));
+            const __m512 x = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(k, src + t))), rs);
+            _mm512_mask_storeu_ps(dst + t, k, row_zeros ? _mm512_add_ps(x, rz) : x);
         }
     }
 }
@@ -533,14 +533,6 @@ __attribute__((target(AVX512))) static void decode_scores_avx512(const float *re
     scores(MHA_KV_F32, 0, q, nq, dk, c0, c1, runs, kt, NULL, NULL, n, ld, scale, sc, sc_ld);
 }
 
-__attribute__((target(AVX512))) static void decode_scores8_avx512(const float *restrict q, int nq, int dk, int c0,
-                                                                  int c1, int runs, const void *const *kt,
-                                                                  const float *const *ks, const int *n, int ld,
-                                                                  float scale, float *restrict sc, size_t sc_ld)
-{
-    scores(MHA_KV_INT8, 1, q, nq, dk, c0, c1, runs, kt, NULL, ks, n, ld, scale, sc, sc_ld);
-}
-
 /* Z of nb <= R queries, features [c0, c0 + 16·V) (the last vector's lanes ml), over the n
  * value rows of one block, with R · V <= 16 accumulators: each row's vectors loaded once for all
  * the queries, key by key in order (the microkernel's A·V sums); the same features of the next
@@ -669,6 +661,15 @@ __attribute__((target(AVX512))) static void round_bf16_floats_avx512(float *x, i
         const __mmask16 m = first16(n - i);
         const __m512i r = round_lanes(_mm512_maskz_loadu_ps(m, x + i));
         _mm512_mask_storeu_ps(x + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(r, 16)));
+    }
+}
+
+/* 16 lanes at a time (masked). */
+__attribute__((target(AVX512))) static void round_bf16_rows_avx512(const float *src, size_t n, mha_bf16 *restrict dst)
+{
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 m = first16((int)(n - i < 16 ? n - i : 16));
+        _mm256_mask_storeu_epi16(dst + i, m, _mm512_cvtepi32_epi16(round_lanes(_mm512_maskz_loadu_ps(m, src + i))));
     }
 }
 
@@ -1293,9 +1294,9 @@ const mha_isa mha_isa_avx512 = {
     .softmax_row = softmax_row_avx512,
     .softcap_row = softcap_row_avx512,
     .i8_scale_rows = i8_scale_rows_avx512,
+    .round_bf16_rows = round_bf16_rows_avx512,
     .decode_scores = decode_scores_avx512,
     .decode_values = decode_values_avx512,
-    .decode_scores8 = decode_scores8_avx512,
     .decode_values8 = decode_values8_avx512,
     .decode16_orders = 1u << MHA_BK_EVEN_FIRST | 1u << MHA_BK_ODD_FIRST,
     .decode_scores16 = decode_scores16_avx512,

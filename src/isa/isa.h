@@ -92,13 +92,10 @@ typedef struct mha_isa {
      * above. */
     void (*decode_values)(const float *e, size_t e_ld, int nq, const float *v, int n, int dk, float *p, size_t ps,
                           const void *next);
-    /* float32 decode from an int8 cache: decode_scores' and decode_values' sums on the
-     * elements read back as they are loaded, int8 · its slot's scale rounded once (the values
-     * i8_scale_rows gives, so the same bits as reading the chunk back first): ks[r] run r's K
-     * scales per slot, vs its V scales per row. Every table has them. */
-    void (*decode_scores8)(const float *restrict q, int nq, int dk, int c0, int c1, int runs, const void *const *kt,
-                           const float *const *ks, const int *n, int ld, float scale, float *restrict sc,
-                           size_t sc_ld);
+    /* float32 decode from an int8 cache's V: decode_values' sums on the elements read back as
+     * they are loaded, int8 · its slot's scale rounded once (the values i8_scale_rows gives, so
+     * the same bits as reading the chunk back first): vs its V scales per row. Every table has
+     * it. */
     void (*decode_values8)(const float *e, size_t e_ld, int nq, const int8_t *v, const float *vs, int n, int dk, float *p,
                            size_t ps, const void *next);
     /* bf16 decode (engines whose bf16 kernel sums in an order of decode16_orders: a bit
@@ -126,11 +123,14 @@ typedef struct mha_isa {
     void (*decode_values16)(const float *e, size_t e_ld, int nq, int runs, const void *const *v, const int *n, int i8,
                             int dk, float *p, size_t ps, const mha_prefetch *pf, mha_bk_order order);
     /* An int8 cache's block read back as float32: rows × n elements, src's rows ld_src apart,
-     * dst's ld_dst apart, dst[r][t] = (float)src[r][t] · (row_scales ? row_scales[r] :
-     * col_scales[t]): V (a scale per slot, a row) or Kᵀ (a scale per slot, a column). An exact
-     * conversion and one rounded multiply: the same bits in every table. */
+     * dst's ld_dst apart, dst[r][t] = (float)src[r][t] · row_scales[r] (+ row_zeros[r] unless
+     * NULL): V (a scale per slot, a row) or Kᵀ (a scale and a zero point per feature, a row:
+     * mha_kv_k_value). An exact conversion, a rounded multiply and a rounded add: the same bits
+     * in every table. */
     void (*i8_scale_rows)(const int8_t *src, size_t ld_src, int rows, int n, const float *row_scales,
-                          const float *col_scales, float *restrict dst, size_t ld_dst);
+                          const float *row_zeros, float *restrict dst, size_t ld_dst);
+    /* n floats rounded to bf16 (mha_bf16_round: the same bits in every table) into dst. */
+    void (*round_bf16_rows)(const float *src, size_t n, mha_bf16 *restrict dst);
 
     /* ---- bf16 ---- */
     /* n contiguous floats at src, elements c .. c + n − 1 of a row of A, rounded to bf16 (as

@@ -52,11 +52,19 @@ static void softcap_row_ref(float *s, int n, float cap)
 }
 
 static void i8_scale_rows_ref(const int8_t *src, size_t ld_src, int rows, int n, const float *row_scales,
-                             const float *col_scales, float *restrict dst, size_t ld_dst)
+                              const float *row_zeros, float *restrict dst, size_t ld_dst)
 {
     for (int r = 0; r < rows; r++)
-        for (int t = 0; t < n; t++)
-            dst[r * ld_dst + t] = (float)src[r * ld_src + t] * (row_scales ? row_scales[r] : col_scales[t]);
+        for (int t = 0; t < n; t++) {
+            const float x = (float)src[r * ld_src + t] * row_scales[r];
+            dst[r * ld_dst + t] = row_zeros ? x + row_zeros[r] : x;
+        }
+}
+
+static void round_bf16_rows_ref(const float *src, size_t n, mha_bf16 *restrict dst)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = mha_bf16_round(src[i]);
 }
 
 static int visible_at(const uint8_t *mask, int j)
@@ -146,13 +154,6 @@ static void decode_values_ref(const float *e, size_t e_ld, int nq, const float *
 {
     (void)next;
     values_ref(MHA_KV_F32, e, e_ld, nq, v, NULL, n, dk, p, ps);
-}
-
-static void decode_scores8_ref(const float *restrict q, int nq, int dk, int c0, int c1, int runs, const void *const *kt,
-                               const float *const *ks, const int *n, int ld, float scale, float *restrict sc,
-                               size_t sc_ld)
-{
-    scores_ref(MHA_KV_INT8, q, nq, dk, c0, c1, runs, kt, ks, n, ld, scale, sc, sc_ld);
 }
 
 static void decode_values8_ref(const float *e, size_t e_ld, int nq, const int8_t *v, const float *vs, int n, int dk,
@@ -272,9 +273,9 @@ const mha_isa mha_isa_ref = {
     .softmax_row = softmax_row_ref,
     .softcap_row = softcap_row_ref,
     .i8_scale_rows = i8_scale_rows_ref,
+    .round_bf16_rows = round_bf16_rows_ref,
     .decode_scores = decode_scores_ref,
     .decode_values = decode_values_ref,
-    .decode_scores8 = decode_scores8_ref,
     .decode_values8 = decode_values8_ref,
     .decode16_orders = 1u << MHA_BK_EVEN_FIRST,
     .decode_scores16 = decode_scores16_ref,
