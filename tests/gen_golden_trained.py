@@ -23,7 +23,8 @@ smollm2_trained_x.npy (2, SEQS[0], 576): the two sequences' inputs, the shorter 
 zero-padded; smollm2_trained_out.npy: HF's LlamaAttention (eager, float32, causal) on each
 sequence alone, padded rows 0; smollm2_trained.yaml: the mha config of the layer.
 
-`--study` also prints, for every layer, the norm-wise relative error of the layer's output
+`--layers DIR` writes every layer's case into DIR instead (perf/trained_layers.sh runs mha on
+each). `--study` also prints, for every layer, the norm-wise relative error of the layer's output
 with its K and V rounded by several int8 schemes against the unrounded one (float64 numpy,
 decode's view: query t sees keys 0..t as they sit in the cache) — the numbers behind
 perf/RESULTS.md's int8 table.
@@ -202,20 +203,22 @@ def study(model, caps):
 LAYER = 26  # the worst layer for today's int8 scheme on this text (`--study` prints it)
 
 
-def write_case(model, caps):
-    attn = model.model.layers[LAYER].self_attn
-    prefix = "model.layers.%d.self_attn." % LAYER
+def layer_case(model, caps, layer):
+    """Layer `layer` with its q/k/v/o_proj weights rounded to bf16 (in the model, so HF runs what
+    is stored): the weights as HF saves them, both sequences' inputs (2, SEQS[0], D) and HF's
+    outputs on them (padded rows 0)."""
+    attn = model.model.layers[layer].self_attn
+    prefix = "model.layers.%d.self_attn." % layer
     with torch.no_grad():
         for n in ("q_proj", "k_proj", "v_proj", "o_proj"):  # rounded to bf16: what is stored is what HF ran
             lin = getattr(attn, n)
             lin.weight.copy_(lin.weight.to(torch.bfloat16).float())
     state = {prefix + n + ".weight": getattr(attn, n).weight.detach().to(torch.bfloat16).contiguous()
              for n in ("q_proj", "k_proj", "v_proj", "o_proj")}
-    save_file(state, os.path.join(HERE, NAME + ".safetensors"))
     x = np.zeros((2, SEQS[0], D), "<f4")
     out = np.zeros((2, SEQS[0], D), "<f4")
     for b, cap in enumerate(caps):
-        xs, pe, _ = cap[LAYER]
+        xs, pe, _ = cap[layer]
         n = xs.shape[0]
         i = torch.arange(n)
         mask = torch.zeros(n, n)
@@ -224,6 +227,26 @@ def write_case(model, caps):
             o = attn(hidden_states=xs[None], position_embeddings=(pe[0][None], pe[1][None]), attention_mask=mask[None, None])[0][0]
         x[b, :n] = xs.numpy()
         out[b, :n] = o.numpy()
+    return state, x, out
+
+
+def write_layers(model, caps, where):
+    """Every layer's case into `where` (not committed: 30 × 4 MB), for perf/trained_layers.sh:
+    layerNN.safetensors, layerNN_x.npy, layerNN_out.npy, and lengths.npy."""
+    os.makedirs(where, exist_ok=True)
+    for layer in range(len(model.model.layers)):
+        state, x, out = layer_case(model, caps, layer)
+        base = os.path.join(where, "layer%02d" % layer)
+        save_file(state, base + ".safetensors")
+        np.save(base + "_x.npy", x)
+        np.save(base + "_out.npy", out)
+    np.save(os.path.join(where, "lengths.npy"), np.array(SEQS, "<i4"))
+    print("wrote %d layers' cases into %s" % (len(model.model.layers), where))
+
+
+def write_case(model, caps):
+    state, x, out = layer_case(model, caps, LAYER)
+    save_file(state, os.path.join(HERE, NAME + ".safetensors"))
     np.save(os.path.join(HERE, NAME + "_x.npy"), x)
     np.save(os.path.join(HERE, NAME + "_out.npy"), out)
     np.save(os.path.join(HERE, NAME + "_lengths.npy"), np.array(SEQS, "<i4"))
@@ -243,6 +266,9 @@ def main():
     caps = capture(tok, model)
     if "--study" in sys.argv[1:]:
         study(model, caps)
+    if "--layers" in sys.argv[1:]:  # --layers DIR: every layer's case there, the goldens left as they are
+        write_layers(model, caps, sys.argv[sys.argv.index("--layers") + 1])
+        return
     write_case(model, caps)
 
 
