@@ -533,15 +533,15 @@ static float *partial_of(const mha_step_job *j, int q, int g, int c, int qi)
 }
 
 /* Where decode tiles read a chunk's keys: runs of slots, run r with n[r] slots of a block, Kᵀ
- * at kt[r] (feature c of slot t at element c · ld + t; int8: unused, k_view gives Kᵀ) and V
- * at v[r] (slot t's d_k values at element t · d_k); next[r]: what to prefetch while run r is
- * read (NULL: nothing); an int8 cache's V scales of the run's slots at vs[r]. type: the
- * cache's. */
+ * at kt[r] (feature c of slot t at element c · ld + t) and V at v[r] (slot t's d_k values at
+ * element t · d_k); next[r]: what to prefetch while run r is read (NULL: nothing); an int8
+ * cache's K parameters of the group holding the run's first slot at kp[r] and V scales of the
+ * run's slots at vs[r]. type: the cache's. */
 typedef struct chunk_src {
     mha_kv_type type;
     int runs, ld;
     const void *kt[MHA_KV_CHUNK], *v[MHA_KV_CHUNK], *next[MHA_KV_CHUNK];
-    const float *vs[MHA_KV_CHUNK];
+    const float *kp[MHA_KV_CHUNK], *vs[MHA_KV_CHUNK];
     int n[MHA_KV_CHUNK];
 } chunk_src;
 
@@ -563,7 +563,7 @@ static void cache_runs(const mha_step_job *j, int q, int g, int k0, int k1, chun
         src->next[r] = next.n ? data + mha_kv_v_at(cache, next.block, g, 0) * esz : NULL;
         src->n[r] = u.n;
         if (cache->type == MHA_KV_INT8) {
-            src->vs[r] = mha_kv_v_scales(cache, u.block, g) + u.slot;
+            src->kp[r] = mha_kv_k_params(cache, u.block, g, u.slot), src->vs[r] = mha_kv_v_scales(cache, u.block, g) + u.slot;
             __builtin_prefetch(src->vs[r]);
         }
     }
@@ -586,11 +586,12 @@ static int view_rows_end(const mha_step_job *j, int q, int k1, int i0)
 
 /* The chunk's scores into sc for the step's rows [i0, i1) of every query head of the group
  * (query qi = head jh, row i at qv[qi · dk]; all rows: one pass for every query), Kᵀ at kt[r]
- * for src's runs, rows ld apart: float32 decode_scores in the microkernel's passes of KC (one
+ * for src's runs, rows ld apart (kp: NULL, or an int8 cache's Kᵀ in place, its runs' group
+ * parameters): float32 decode_scores (decode_scores8) in the microkernel's passes of KC (one
  * unless dk > KC), bf16 decode_scores16 (qv rounded already). Each run's Kᵀ read once for
  * every query, slots of several runs at once. */
 static void chunk_scores(const mha_step_job *j, int q, int i0, int i1, const float *qv, float *sc, const chunk_src *src,
-                         const void *const *kt, int ld)
+                         const void *const *kt, const float *const *kp, int ld)
 {
     const mha_fwd *f = &j->f;
     const int n_new = j->step->n_new[q], dk = f->dk, kc = f->kernel->kc, all = i1 - i0 == n_new;
@@ -600,12 +601,16 @@ static void chunk_scores(const mha_step_job *j, int q, int i0, int i1, const flo
         const float *qh = qv + (size_t)(jh * n_new + i0) * dk;
         float *sh = sc + (size_t)(jh * n_new + i0) * MHA_KV_CHUNK;
         if (f->bk)
-            isa->decode_scores16(qh, nq, dk, src->runs, kt, src->v, 0, src->n, ld, f->scale, sh, MHA_KV_CHUNK,
-                                 f->bk->order);
+            isa->decode_scores16(qh, nq, dk, src->runs, kt, kp, src->v, kp != NULL, src->n, ld, f->scale, sh,
+                                 MHA_KV_CHUNK, f->bk->order);
         else
-            for (int c0 = 0; c0 < dk; c0 += kc)
-                isa->decode_scores(qh, nq, dk, c0, c0 + kc < dk ? c0 + kc : dk, src->runs, kt, src->n, ld, f->scale, sh,
-                                   MHA_KV_CHUNK);
+            for (int c0 = 0; c0 < dk; c0 += kc) {
+                const int c1 = c0 + kc < dk ? c0 + kc : dk;
+                if (kp)
+                    isa->decode_scores8(qh, nq, dk, c0, c1, src->runs, kt, kp, src->n, ld, f->scale, sh, MHA_KV_CHUNK);
+                else
+                    isa->decode_scores(qh, nq, dk, c0, c1, src->runs, kt, src->n, ld, f->scale, sh, MHA_KV_CHUNK);
+            }
     }
 }
 
@@ -638,7 +643,7 @@ static void scores_i8(const mha_step_job *j, int q, int g, int k0, int k1, const
     for (int i0 = 0, i1; i0 < j->step->n_new[q]; i0 = i1) {
         i1 = view_rows_end(j, q, k1, i0);
         chunk_kt_i8(j, q, g, k0, k1, i0, 0, s);
-        chunk_scores(j, q, i0, i1, qv, sc, src, kt, k1 - k0);
+        chunk_scores(j, q, i0, i1, qv, sc, src, kt, NULL, k1 - k0);
     }
 }
 
@@ -661,10 +666,14 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
     const mha_isa *isa = f->kernel->isa;
     if (bf16)
         isa->round_bf16_floats(qv, nq * dk);
-    if (i8)
+    /* int8: K read where the cache holds it when every key of the chunk is in a group stored
+     * before the step (so every row sees it as stored) and the runs are whole groups (blocks of
+     * a multiple of MHA_KV_GROUP slots); else read back as each row sees it */
+    const int bs = j->cache->block_size;
+    if (i8 && (bs % MHA_KV_GROUP || k1 > mha_kv_group_of(bs, n_past).t))
         scores_i8(j, q, g, k0, k1, qv, sc, src, s);
     else
-        chunk_scores(j, q, 0, n_new, qv, sc, src, src->kt, src->ld);
+        chunk_scores(j, q, 0, n_new, qv, sc, src, src->kt, i8 ? src->kp : NULL, src->ld);
     /* int8 in a bf16 engine: the chunk's V scales, key by key */
     for (int r = 0, t = 0; i8 && bf16 && r < src->runs; t += src->n[r++])
         memcpy(vs + t, src->vs[r], (size_t)src->n[r] * sizeof *vs);

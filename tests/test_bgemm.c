@@ -525,11 +525,19 @@ static void decode_tiles_check(const mha_isa *isa, mha_bk_order order, rng *rp)
                 float *kf = malloc((size_t)dk * slots * sizeof *kf), *vf = malloc((size_t)slots * dk * sizeof *vf);
                 float *sc = malloc((size_t)nq * SC_LD * sizeof *sc), *want = malloc((size_t)nq * slots * sizeof *want);
                 float *p = calloc((size_t)nq * dk, sizeof *p), *zwant = malloc((size_t)nq * dk * sizeof *zwant);
+                float *kpar = malloc((size_t)RUNS * 2 * dk * sizeof *kpar);
                 const void *ktr[RUNS];
+                const float *kpr[RUNS];
                 /* K and V: random cache elements, each run in its own block; the last two
-                 * keys' V are −1 and 1 and the last two features of K are 1 (the cancelling pairs) */
+                 * keys' V are −1 and 1 and the last two features of K are 1 (the cancelling pairs);
+                 * int8 K: each feature's scale and zero point (1 and 0 for those two), its value
+                 * q·scale + zero rounded to bf16 */
                 for (int ri = 0, at = 0; ri < RUNS; at += n[ri++]) {
-                    ktr[ri] = kt + (size_t)ri * blk;
+                    ktr[ri] = kt + (size_t)ri * blk, kpr[ri] = kpar + (size_t)ri * 2 * dk;
+                    for (int c = 0; c < dk; c++) {
+                        kpar[(size_t)ri * 2 * dk + c] = c >= dk - 2 ? 1.0f : rng_uniform(&r, 0.005f, 0.05f);
+                        kpar[(size_t)ri * 2 * dk + dk + c] = c >= dk - 2 ? 0.0f : rng_uniform(&r, -1.0f, 1.0f);
+                    }
                     for (int t = 0; t < n[ri]; t++)
                         for (int c = 0; c < dk; c++) {
                             const int key = at + t;
@@ -539,7 +547,9 @@ static void decode_tiles_check(const mha_isa *isa, mha_bk_order order, rng *rp)
                             vx = key >= slots - 2 ? (key == slots - 2 ? -1.0f : 1.0f) : vx;
                             set_elem(kt + (size_t)ri * blk, i8, (size_t)c * BS + t, kx);
                             set_elem(v + (size_t)ri * blk, i8, (size_t)t * dk + c, vx);
-                            kf[(size_t)c * slots + key] = cache_elem(kt + (size_t)ri * blk, i8, (size_t)c * BS + t);
+                            const float kc = cache_elem(kt + (size_t)ri * blk, i8, (size_t)c * BS + t);
+                            kf[(size_t)c * slots + key] =
+                                i8 ? mha_bf16_float(mha_bf16_round(kc * kpr[ri][c] + kpr[ri][dk + c])) : kc;
                             vf[(size_t)key * dk + c] = cache_elem(v + (size_t)ri * blk, i8, (size_t)t * dk + c);
                         }
                 }
@@ -555,7 +565,7 @@ static void decode_tiles_check(const mha_isa *isa, mha_bk_order order, rng *rp)
                 const void *vr[RUNS];
                 for (int ri = 0; ri < RUNS; ri++)
                     vr[ri] = v + (size_t)ri * blk;
-                isa->decode_scores16(q, nq, dk, RUNS, ktr, vr, i8, n, BS, scale, sc, SC_LD, order);
+                isa->decode_scores16(q, nq, dk, RUNS, ktr, i8 ? kpr : NULL, vr, i8, n, BS, scale, sc, SC_LD, order);
                 model_product(order, nq, slots, dk, scale, q, kf, want);
                 for (int qi = 0; qi < nq; qi++) {
                     long at = first_bit_difference(sc + (size_t)qi * SC_LD, want + (size_t)qi * slots, (size_t)slots);
@@ -575,12 +585,14 @@ static void decode_tiles_check(const mha_isa *isa, mha_bk_order order, rng *rp)
                               (dk % MHA_BT_K == 0) == !!signbit(want[(size_t)tiny * slots]));
                 }
                 free(kt), free(v), free(q), free(e), free(kf), free(vf), free(sc), free(want), free(p), free(zwant);
+                free(kpar);
             }
     *rp = r;
 }
 
 /* Each table's bf16 decode tiles, reading a bf16 or int8 cache's blocks in place (runs of 16,
- * 5 and 6 slots of blocks of 16), give what the forward's chunk computes on the kernels that
+ * 5 and 6 slots of blocks of 16; int8 K per feature with a scale and zero point, its values
+ * rounded to bf16 in registers), give what the forward's chunk computes on the kernels that
  * sum in their order (even first: ref, avx2, avx512; odd first: avx512), bit for bit: scores = scale · Q·Kᵀ
  * and Z = E·V, against bgemm on the model of that order on the same operands. d_k 128, 40 (a
  * padded k tile) and 41 (an odd feature: a half pair); 27 keys (a half pair); 1 to 9 queries.
@@ -596,36 +608,63 @@ BKERNEL_TEST(bgemm, decode_tiles_sum_as_the_kernels_of_their_order, .timeout = 6
     decode_tiles_check(isa, bk->order, &r);
 }
 
-/* Each table's float32 decode tiles on an int8 cache's V (decode_values8), reading the int8
- * values and applying each slot's scale as they load, give the bits of the float32 tiles on the
- * chunk read back first (i8_scale_rows): runs of 16, 5 and 6 slots, d_k 128 and 40, 1 to 9
- * queries. */
-TABLE_TEST(bgemm, int8_value_tiles_equal_the_read_back_chunk, .timeout = 60)
+/* Each table's float32 decode tiles on an int8 cache (decode_scores8: K per feature with a
+ * scale and zero point; decode_values8: V per slot with a scale), reading the int8 values and
+ * making each value as they load it, give the bits of the float32 tiles on the chunk read back
+ * first (i8_scale_rows): scores and Z, runs of 16, 5 and 6 slots of blocks of 16 (runs of 32 and
+ * 16 of blocks of 32: two groups in a run), d_k 128 and 40, 1 to 9 queries. */
+TABLE_TEST(bgemm, int8_decode_tiles_equal_the_read_back_chunk, .timeout = 60)
 {
-    enum { BS = 16, RUNS = 3 };
-    const int n[RUNS] = {16, 5, 6}, slots = 27;
+    enum { RUNS = 3, SC_LD = 96 };
     rng r = {8128};
-    cr_assert(isa->decode_values8, "isa %s has no int8 float32 value tiles", isa->name);
-    for (int dk = 40; dk <= 128; dk += 88)
-        for (int nq = 1; nq <= 9; nq += 4) {
-            const size_t blk = (size_t)dk * BS;
-            int8_t *v8 = malloc(RUNS * blk);
-            float vs[RUNS][BS];
-            float *vf = malloc(RUNS * blk * sizeof *vf), *e = malloc((size_t)nq * slots * sizeof *e);
-            float *p = calloc((size_t)nq * dk, sizeof *p), *zwant = calloc((size_t)nq * dk, sizeof *zwant);
-            for (size_t i = 0; i < RUNS * blk; i++)
-                v8[i] = (int8_t)((int)(rng_next(&r) % 255) - 127);
-            fill_uniform(&vs[0][0], RUNS * BS, 0.0f, 0.02f, &r);
-            fill_uniform(e, (size_t)nq * slots, 0.0f, 1.0f, &r);
-            for (int ri = 0; ri < RUNS; ri++) /* read back: V by row */
-                isa->i8_scale_rows(v8 + ri * blk, (size_t)dk, n[ri], dk, vs[ri], NULL, vf + ri * blk, (size_t)dk);
-            for (int ri = 0, at = 0; ri < RUNS; at += n[ri++]) {
-                isa->decode_values8(e + at, (size_t)slots, nq, v8 + ri * blk, vs[ri], n[ri], dk, p, (size_t)dk, NULL);
-                isa->decode_values(e + at, (size_t)slots, nq, vf + ri * blk, n[ri], dk, zwant, (size_t)dk, NULL);
+    cr_assert(isa->decode_scores8 && isa->decode_values8, "isa %s has no int8 float32 decode tiles", isa->name);
+    for (int BS = 16; BS <= 32; BS += 16)
+        for (int dk = 40; dk <= 128; dk += 88)
+            for (int nq = 1; nq <= 9; nq += 4) {
+                const int n[RUNS] = {BS, BS == 16 ? 5 : 16, BS == 16 ? 6 : 32}, slots = n[0] + n[1] + n[2];
+                const size_t blk = (size_t)dk * BS, groups = (size_t)BS / MHA_KV_GROUP;
+                int8_t *k8 = malloc(RUNS * blk), *v8 = malloc(RUNS * blk);
+                float vs[RUNS][32], *kp = malloc(RUNS * groups * 2 * dk * sizeof *kp);
+                float *kf = malloc(RUNS * blk * sizeof *kf), *vf = malloc(RUNS * blk * sizeof *vf);
+                float *q = malloc((size_t)nq * dk * sizeof *q), *e = malloc((size_t)nq * slots * sizeof *e);
+                float *sc = malloc((size_t)nq * SC_LD * sizeof *sc), *want = malloc((size_t)nq * SC_LD * sizeof *want);
+                float *p = calloc((size_t)nq * dk, sizeof *p), *zwant = calloc((size_t)nq * dk, sizeof *zwant);
+                const void *k8r[RUNS], *kfr[RUNS];
+                const float *kpr[RUNS];
+                for (size_t i = 0; i < RUNS * blk; i++)
+                    k8[i] = (int8_t)((int)(rng_next(&r) % 255) - 127), v8[i] = (int8_t)((int)(rng_next(&r) % 255) - 127);
+                for (size_t i = 0; i < RUNS * groups; i++) {
+                    fill_uniform(kp + i * 2 * dk, (size_t)dk, 0.001f, 0.02f, &r);
+                    fill_uniform(kp + i * 2 * dk + dk, (size_t)dk, -2.0f, 2.0f, &r);
+                }
+                fill_uniform(&vs[0][0], RUNS * 32, 0.0f, 0.02f, &r);
+                fill_uniform(q, (size_t)nq * dk, -1.0f, 1.0f, &r);
+                fill_uniform(e, (size_t)nq * slots, 0.0f, 1.0f, &r);
+                for (int ri = 0; ri < RUNS; ri++) { /* read back: Kᵀ group by group, V by row */
+                    for (size_t gi = 0; gi < groups; gi++) {
+                        const float *gp = kp + (ri * groups + gi) * 2 * dk;
+                        isa->i8_scale_rows(k8 + ri * blk + gi * MHA_KV_GROUP, (size_t)BS, dk, MHA_KV_GROUP, gp, gp + dk,
+                                           kf + ri * blk + gi * MHA_KV_GROUP, (size_t)BS);
+                    }
+                    isa->i8_scale_rows(v8 + ri * blk, (size_t)dk, n[ri], dk, vs[ri], NULL, vf + ri * blk, (size_t)dk);
+                    k8r[ri] = k8 + ri * blk, kfr[ri] = kf + ri * blk, kpr[ri] = kp + ri * groups * 2 * dk;
+                }
+                isa->decode_scores8(q, nq, dk, 0, dk, RUNS, k8r, kpr, n, BS, 0.125f, sc, SC_LD);
+                isa->decode_scores(q, nq, dk, 0, dk, RUNS, kfr, n, BS, 0.125f, want, SC_LD);
+                for (int qi = 0; qi < nq; qi++) {
+                    long at = first_bit_difference(sc + (size_t)qi * SC_LD, want + (size_t)qi * SC_LD, (size_t)slots);
+                    cr_assert_eq(at, -1, "%s, blocks of %d, dk %d, %d queries: score (%d, %ld) %a, read back %a", isa->name,
+                                 BS, dk, nq, qi, at, sc[(size_t)qi * SC_LD + (at < 0 ? 0 : at)],
+                                 want[(size_t)qi * SC_LD + (at < 0 ? 0 : at)]);
+                }
+                for (int ri = 0, at = 0; ri < RUNS; at += n[ri++]) {
+                    isa->decode_values8(e + at, (size_t)slots, nq, v8 + ri * blk, vs[ri], n[ri], dk, p, (size_t)dk, NULL);
+                    isa->decode_values(e + at, (size_t)slots, nq, vf + ri * blk, n[ri], dk, zwant, (size_t)dk, NULL);
+                }
+                long at = first_bit_difference(p, zwant, (size_t)nq * dk);
+                cr_assert_eq(at, -1, "%s, dk %d, %d queries: z (%ld, %ld) %a, read back %a", isa->name, dk, nq, at / dk,
+                             at % dk, p[at < 0 ? 0 : at], zwant[at < 0 ? 0 : at]);
+                free(k8), free(v8), free(kp), free(kf), free(vf), free(q), free(e), free(sc), free(want), free(p),
+                    free(zwant);
             }
-            long at = first_bit_difference(p, zwant, (size_t)nq * dk);
-            cr_assert_eq(at, -1, "%s, dk %d, %d queries: z (%ld, %ld) %a, read back %a", isa->name, dk, nq, at / dk,
-                         at % dk, p[at < 0 ? 0 : at], zwant[at < 0 ? 0 : at]);
-            free(v8), free(vf), free(e), free(p), free(zwant);
-        }
 }

@@ -333,6 +333,20 @@ static inline __attribute__((always_inline, target(AVX2))) __m256 load_elems(con
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(raw));
 }
 
+/* 8 floats rounded to bf16 as mha_bf16_round does: each in the low half of its 32-bit lane. */
+static inline __attribute__((target(AVX2))) __m256i round_lanes(__m256 x)
+{
+    const __m256i u = _mm256_castps_si256(x);
+    const __m256i top = _mm256_srli_epi32(u, 16);
+    const __m256i r = _mm256_srli_epi32(
+        _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), _mm256_and_si256(top, _mm256_set1_epi32(1))), 16);
+    const __m256i tiny = _mm256_cmpeq_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7f800000)), _mm256_setzero_si256());
+    /* NaN: |u| > 0x7f800000 as signed integers (both are below 2^31) */
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+    __m256i out = _mm256_blendv_epi8(r, _mm256_and_si256(top, _mm256_set1_epi32(0x8000)), tiny);
+    return _mm256_blendv_epi8(out, _mm256_or_si256(top, _mm256_set1_epi32(0x0040)), nan);
+}
+
 /* Scores of nb <= R queries for nv <= V slot vectors (of any blocks), R · V <= 8
  * accumulators, each score one FMA chain over the features [c0, c1) from zero, then scale ·
  * sum (+ sc when c0 > 0): the microkernel's sums. One Kᵀ row load per feature and vector for
@@ -346,9 +360,9 @@ scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
 {
     if (full)
         nb = R, nv = V;
-    __m256 ksv[8]; /* scaled: each vector's slot scales */
-    for (int j = 0; scaled && j < V; j++)
-        ksv[j] = j < nv ? load8_n(v[j].ks, full ? 8 : v[j].lanes) : _mm256_setzero_ps();
+    const float *kp[8]; /* scaled (int8 K): each vector's group parameters */
+    for (int j = 0; j < V; j++)
+        kp[j] = scaled && j < nv ? v[j].kp : NULL;
     const char *pfp[8];
     for (int j = 0; j < V; j++)
         pfp[j] = j < npf ? pf[j].kt : v[j < nv ? j : 0].kt;
@@ -367,8 +381,11 @@ scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
                 _mm_prefetch(v[j].v + line, _MM_HINT_T0);
             _mm_prefetch(pfp[j] + at, _MM_HINT_T0);
             krow[j] = j >= nv ? _mm256_setzero_ps() : load_elems(type, v[j].kt + at, full ? 8 : v[j].lanes);
-            if (scaled) /* int8 · scale, rounded once: i8_scale_rows' value */
-                krow[j] = _mm256_mul_ps(krow[j], ksv[j]);
+            if (scaled && j < nv) { /* q·scale + zero, i8_scale_rows' value; 2: rounded to bf16 */
+                krow[j] = _mm256_add_ps(_mm256_mul_ps(krow[j], _mm256_set1_ps(kp[j][c])), _mm256_set1_ps(kp[j][dk + c]));
+                if (scaled == 2)
+                    krow[j] = _mm256_castsi256_ps(_mm256_slli_epi32(round_lanes(krow[j]), 16));
+            }
         }
         for (int r = 0; r < R; r++)
             if (r < nb) {
@@ -411,11 +428,11 @@ scores_tiles(const mha_kv_type type, const int scaled, const int R, const int V,
  * more 8 × 1 at a time (8 independent chains). */
 static inline __attribute__((always_inline, target(AVX2))) void
 scores(const mha_kv_type type, const int scaled, const float *restrict q, int nq, int dk, int c0, int c1, int runs,
-       const void *const *kt, const void *const *vr, const float *const *ks, const int *n, int ld, float scale,
+       const void *const *kt, const void *const *vr, const float *const *kp, const int *n, int ld, float scale,
        float *restrict sc, size_t sc_ld)
 {
     mha_slot_vec v[MHA_KV_CHUNK];
-    const int nv = mha_slot_vecs(runs, kt, vr, (size_t)dk * mha_kv_elem_size(type), ks, n, 8, mha_kv_elem_size(type), v);
+    const int nv = mha_slot_vecs(runs, kt, vr, (size_t)dk * mha_kv_elem_size(type), kp, dk, n, 8, mha_kv_elem_size(type), v);
     for (int q0 = 0; q0 < nq; q0 += 8) {
         const int nb = nq - q0 < 8 ? nq - q0 : 8;
         const float *qq = q + (size_t)q0 * dk;
@@ -438,18 +455,27 @@ __attribute__((target(AVX2))) static void decode_scores_avx2(const float *restri
     scores(MHA_KV_F32, 0, q, nq, dk, c0, c1, runs, kt, NULL, NULL, n, ld, scale, sc, sc_ld);
 }
 
+__attribute__((target(AVX2))) static void decode_scores8_avx2(const float *restrict q, int nq, int dk, int c0, int c1,
+                                                             int runs, const void *const *kt, const float *const *kp,
+                                                             const int *n, int ld, float scale, float *restrict sc,
+                                                             size_t sc_ld)
+{
+    scores(MHA_KV_INT8, 1, q, nq, dk, c0, c1, runs, kt, NULL, kp, n, ld, scale, sc, sc_ld);
+}
+
 /* The sums under FTZ, as the bf16 kernels run (scale 1: a sum times one is itself), then
  * the padding's + 0 and the scale in the caller's mode. */
 __attribute__((target(AVX2))) static void decode_scores16_avx2(const float *restrict q, int nq, int dk, int runs,
-                                                              const void *const *kt, const void *const *vr, int i8,
-                                                              const int *n, int ld, float scale, float *restrict sc,
-                                                              size_t sc_ld, mha_bk_order order)
+                                                              const void *const *kt, const float *const *kp,
+                                                              const void *const *vr, int i8, const int *n, int ld,
+                                                              float scale, float *restrict sc, size_t sc_ld,
+                                                              mha_bk_order order)
 {
     (void)order; /* even first only */
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | DAZ_FTZ);
     if (i8)
-        scores(MHA_KV_INT8, 0, q, nq, dk, 0, dk, runs, kt, vr, NULL, n, ld, 1.0f, sc, sc_ld);
+        scores(MHA_KV_INT8, 2, q, nq, dk, 0, dk, runs, kt, vr, kp, n, ld, 1.0f, sc, sc_ld);
     else
         scores(MHA_KV_BF16, 0, q, nq, dk, 0, dk, runs, kt, vr, NULL, n, ld, 1.0f, sc, sc_ld);
     _mm_setcsr(csr);
@@ -597,19 +623,6 @@ __attribute__((target(AVX2))) static void decode_values16_avx2(const float *e, s
 
 /* ---- bf16: rounding, packing, epilogue ---- */
 
-/* 8 floats rounded to bf16 as mha_bf16_round does: each in the low half of its 32-bit lane. */
-static inline __attribute__((target(AVX2))) __m256i round_lanes(__m256 x)
-{
-    const __m256i u = _mm256_castps_si256(x);
-    const __m256i top = _mm256_srli_epi32(u, 16);
-    const __m256i r = _mm256_srli_epi32(
-        _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), _mm256_and_si256(top, _mm256_set1_epi32(1))), 16);
-    const __m256i tiny = _mm256_cmpeq_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7f800000)), _mm256_setzero_si256());
-    /* NaN: |u| > 0x7f800000 as signed integers (both are below 2^31) */
-    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
-    __m256i out = _mm256_blendv_epi8(r, _mm256_and_si256(top, _mm256_set1_epi32(0x8000)), tiny);
-    return _mm256_blendv_epi8(out, _mm256_or_si256(top, _mm256_set1_epi32(0x0040)), nan);
-}
 
 /* 8 rounded lanes (low halves) as 8 contiguous bf16. */
 static inline __attribute__((target(AVX2))) __m128i narrow8(__m256i r)
@@ -872,6 +885,7 @@ const mha_isa mha_isa_avx2 = {
     .round_bf16_rows = round_bf16_rows_avx2,
     .decode_scores = decode_scores_avx2,
     .decode_values = decode_values_avx2,
+    .decode_scores8 = decode_scores8_avx2,
     .decode_values8 = decode_values8_avx2,
     .decode16_orders = 1u << MHA_BK_EVEN_FIRST,
     .decode_scores16 = decode_scores16_avx2,

@@ -418,6 +418,20 @@ __attribute__((target(AVX512))) static void rope_pairs_avx512(float *x, const fl
 /* ---- decode tiles: float32 FMA chains on a float32 cache, or on bf16 or int8 elements widened
  * as they load ---- */
 
+/* 16 floats rounded to bf16 as mha_bf16_round does: each in the low half of its 32-bit lane. */
+static inline __attribute__((target(AVX512))) __m512i round_lanes(__m512 x)
+{
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i top = _mm512_srli_epi32(u, 16);
+    __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), _mm512_and_si512(top, _mm512_set1_epi32(1))), 16);
+    const __mmask16 tiny = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                  _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_mov_epi32(r, tiny, _mm512_and_si512(top, _mm512_set1_epi32(0x8000)));
+    return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(top, _mm512_set1_epi32(0x0040)));
+}
+
 /* 16 elements (lanes m, the rest zero) of a cache row at x as float32: float32 as it is, bf16
  * widened (a shift), int8 converted (exact); scaled: times the scales s, one rounded multiply
  * (an int8 cache in a float32 engine: i8_scale_rows' values). */
@@ -435,7 +449,8 @@ static inline __attribute__((always_inline, target(AVX512))) __m512 load16(const
 /* Scores of nb <= R queries for nv <= V slot vectors (of any blocks), R · V <= 16
  * accumulators, each score one FMA chain over the features [c0, c1) from zero, then scale ·
  * sum (+ sc when c0 > 0): the microkernel's sums. One Kᵀ row load per feature and vector for
- * all queries (scaled: times each slot's scale as it loads); the next tile's vectors (pf, npf
+ * all queries (int8 K, scaled: each value q·scale + zero of its feature in the vector's group,
+ * i8_scale_rows' value; scaled 2: that rounded to bf16, round_bf16_rows'); the next tile's vectors (pf, npf
  * of them) prefetched row by row as it goes, and (bf16 or int8) the vectors' value rows (when
  * given) into L2 a line per feature. full: nb = R, nv = V, every vector 16 slots wide (nothing
  * tested in the loop, so the accumulators stay in registers). */
@@ -448,11 +463,11 @@ scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
         nb = R, nv = V;
     const size_t esz = mha_kv_elem_size(type);
     __mmask16 m[8];
-    __m512 ks[8];
+    const float *kp[8];
     size_t vbytes[8];
     for (int j = 0; j < V; j++) {
         m[j] = full ? (__mmask16)0xFFFF : j < nv ? first16(v[j].lanes) : 0;
-        ks[j] = scaled && j < nv ? _mm512_maskz_loadu_ps(m[j], v[j].ks) : _mm512_setzero_ps();
+        kp[j] = scaled && j < nv ? v[j].kp : NULL;
         vbytes[j] = type != MHA_KV_F32 && j < nv && v[j].v ? (size_t)(full ? 16 : v[j].lanes) * (size_t)dk * esz : 0;
     }
     __m512 acc[16];
@@ -466,7 +481,12 @@ scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
                 _mm_prefetch(v[j].v + line, _MM_HINT_T1);
             if (j < npf)
                 _mm_prefetch(pf[j].kt + at, _MM_HINT_T0);
-            krow[j] = j < nv ? load16(type, scaled, v[j].kt + at, m[j], ks[j]) : _mm512_setzero_ps();
+            krow[j] = j < nv ? load16(type, 0, v[j].kt + at, m[j], _mm512_setzero_ps()) : _mm512_setzero_ps();
+            if (scaled && j < nv) {
+                krow[j] = _mm512_add_ps(_mm512_mul_ps(krow[j], _mm512_set1_ps(kp[j][c])), _mm512_set1_ps(kp[j][dk + c]));
+                if (scaled == 2)
+                    krow[j] = _mm512_castsi512_ps(_mm512_slli_epi32(round_lanes(krow[j]), 16));
+            }
         }
         for (int r = 0; r < R; r++)
             if (full || r < nb) {
@@ -507,12 +527,12 @@ scores_tiles(const mha_kv_type type, const int scaled, const int R, const int V,
  * 4 × 2 (llama3-8b decode step, Zen 5). */
 static inline __attribute__((always_inline, target(AVX512))) void
 scores(const mha_kv_type type, const int scaled, const float *restrict q, int nq, int dk, int c0, int c1, int runs,
-       const void *const *kt, const void *const *vr, const float *const *ks, const int *n, int ld, float scale,
+       const void *const *kt, const void *const *vr, const float *const *kp, const int *n, int ld, float scale,
        float *restrict sc, size_t sc_ld)
 {
     mha_slot_vec v[MHA_KV_CHUNK];
     const size_t esz = mha_kv_elem_size(type);
-    const int nv = mha_slot_vecs(runs, kt, vr, (size_t)dk * esz, ks, n, 16, esz, v);
+    const int nv = mha_slot_vecs(runs, kt, vr, (size_t)dk * esz, kp, dk, n, 16, esz, v);
     for (int q0 = 0; q0 < nq; q0 += 8) {
         const int nb = nq - q0 < 8 ? nq - q0 : 8;
         const float *qq = q + (size_t)q0 * dk;
@@ -531,6 +551,14 @@ __attribute__((target(AVX512))) static void decode_scores_avx512(const float *re
                                                                  float scale, float *restrict sc, size_t sc_ld)
 {
     scores(MHA_KV_F32, 0, q, nq, dk, c0, c1, runs, kt, NULL, NULL, n, ld, scale, sc, sc_ld);
+}
+
+__attribute__((target(AVX512))) static void decode_scores8_avx512(const float *restrict q, int nq, int dk, int c0,
+                                                                  int c1, int runs, const void *const *kt,
+                                                                  const float *const *kp, const int *n, int ld,
+                                                                  float scale, float *restrict sc, size_t sc_ld)
+{
+    scores(MHA_KV_INT8, 1, q, nq, dk, c0, c1, runs, kt, NULL, kp, n, ld, scale, sc, sc_ld);
 }
 
 /* Z of nb <= R queries, features [c0, c0 + 16·V) (the last vector's lanes ml), over the n
@@ -627,19 +655,6 @@ __attribute__((target(AVX512))) static void decode_values8_avx512(const float *e
 
 /* ---- bf16: rounding, packing, epilogue ---- */
 
-/* 16 floats rounded to bf16 as mha_bf16_round does: each in the low half of its 32-bit lane. */
-static inline __attribute__((target(AVX512))) __m512i round_lanes(__m512 x)
-{
-    const __m512i u = _mm512_castps_si512(x);
-    const __m512i top = _mm512_srli_epi32(u, 16);
-    __m512i r = _mm512_srli_epi32(
-        _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), _mm512_and_si512(top, _mm512_set1_epi32(1))), 16);
-    const __mmask16 tiny = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                                  _mm512_set1_epi32(0x7f800000));
-    r = _mm512_mask_mov_epi32(r, tiny, _mm512_and_si512(top, _mm512_set1_epi32(0x8000)));
-    return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(top, _mm512_set1_epi32(0x0040)));
-}
 
 /* n <= 16 floats rounded to bf16, 16 lanes at a time. */
 /* Runs within one 16-wide half of a tile row, 16 lanes at a time (masked: AVX-512BW). */
@@ -921,7 +936,7 @@ static const mha_bkernel bk_fma = {.name = "fma-bf16", .order = MHA_BK_EVEN_FIRS
  * taken, a shift and one bitwise select. */
 BK_AVX512 __m512bh pair_rows(const int i8, const char *a, const char *b, __mmask16 m)
 {
-    if (i8) {
+    if (i8) { /* V: the int8 values themselves */
         const __m512i fa = _mm512_castps_si512(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, a))));
         const __m512i fb = b ? _mm512_castps_si512(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, b))))
                              : _mm512_setzero_si512();
@@ -933,6 +948,21 @@ BK_AVX512 __m512bh pair_rows(const int i8, const char *a, const char *b, __mmask
     const __m512i x = _mm512_zextsi256_si512(_mm256_maskz_loadu_epi16(m, a));
     const __m512i y = b ? _mm512_zextsi256_si512(_mm256_maskz_loadu_epi16(m, b)) : _mm512_setzero_si512();
     return (__m512bh)_mm512_permutex2var_epi16(x, _mm512_loadu_si512(order), y);
+}
+
+/* int8 K: rows a and b (features 2p and 2p + 1; b NULL: zeros) as pair_rows pairs them, each
+ * element q·scale + zero of its feature (kp: the group's scales, then zero points at dk)
+ * rounded to bf16: round_bf16_rows of i8_scale_rows' values. */
+BK_AVX512 __m512bh pair_rows_k8(const char *a, const char *b, __mmask16 m, const float *kp, int dk, int p)
+{
+    const __m512 fa = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, a)));
+    const __m512i ra = round_lanes(_mm512_add_ps(_mm512_mul_ps(fa, _mm512_set1_ps(kp[2 * p])), _mm512_set1_ps(kp[dk + 2 * p])));
+    if (!b)
+        return (__m512bh)ra;
+    const __m512 fb = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, b)));
+    const __m512i rb = round_lanes(_mm512_add_ps(_mm512_mul_ps(fb, _mm512_set1_ps(kp[2 * p + 1])),
+                                                 _mm512_set1_ps(kp[dk + 2 * p + 1])));
+    return (__m512bh)_mm512_or_si512(_mm512_slli_epi32(rb, 16), ra);
 }
 
 /* Rows r < nb of x (rows ld floats apart, each holding bf16 values), elements [c, c + 32)
@@ -966,10 +996,12 @@ BK_AVX512 void scores16_tile(const int i8, const int R, const int V, const int f
     const int pairs = (dk + 1) / 2;
     __mmask16 m[8];
     const char *kt[8], *vr[8], *pk[8];
+    const float *kq[8]; /* int8: each vector's group parameters */
     size_t vbytes[8];
     for (int j = 0; j < V; j++) {
         m[j] = full ? (__mmask16)0xFFFF : j < nv ? first16(v[j].lanes) : 0;
         kt[j] = v[j < nv ? j : 0].kt, vr[j] = v[j < nv ? j : 0].v, pk[j] = j < npf ? pf[j].kt : NULL;
+        kq[j] = v[j < nv ? j : 0].kp;
         vbytes[j] = j < nv && v[j].v ? (size_t)(full ? 16 : v[j].lanes) * (size_t)dk * (i8 ? 1 : sizeof(mha_bf16)) : 0;
     }
     __m512 acc[16];
@@ -988,7 +1020,8 @@ BK_AVX512 void scores16_tile(const int i8, const int R, const int V, const int f
                     _mm_prefetch(vr[j] + line, _MM_HINT_T1);
                 if (pk[j])
                     _mm_prefetch(pk[j] + at, _MM_HINT_T0), _mm_prefetch(pk[j] + at + row, _MM_HINT_T0);
-                kp[j] = pair_rows(i8, kt[j] + at, whole ? kt[j] + at + row : NULL, m[j]);
+                kp[j] = i8 ? pair_rows_k8(kt[j] + at, whole ? kt[j] + at + row : NULL, m[j], kq[j], dk, p)
+                           : pair_rows(0, kt[j] + at, whole ? kt[j] + at + row : NULL, m[j]);
             }
             for (int r = 0; r < R; r++)
                 if (full || r < nb) {
@@ -1026,11 +1059,12 @@ BK_AVX512 void scores16_tiles(const int i8, const int R, const int V, const floa
 
 /* Slot vectors of 16 from every run of the chunk, in the float32 tiles' shapes. */
 BK_AVX512 void scores16(const int i8, const float *restrict q, int nq, int dk, int runs, const void *const *kt,
-                        const void *const *vr, const int *n, int ld, float scale, float *restrict sc, size_t sc_ld)
+                        const float *const *kp, const void *const *vr, const int *n, int ld, float scale,
+                        float *restrict sc, size_t sc_ld)
 {
     mha_slot_vec v[MHA_KV_CHUNK];
     const size_t esz = i8 ? 1 : sizeof(mha_bf16);
-    const int nv = mha_slot_vecs(runs, kt, vr, (size_t)dk * esz, NULL, n, 16, esz, v);
+    const int nv = mha_slot_vecs(runs, kt, vr, (size_t)dk * esz, i8 ? kp : NULL, dk, n, 16, esz, v);
     for (int q0 = 0; q0 < nq; q0 += 8) {
         const int nb = nq - q0 < 8 ? nq - q0 : 8;
         const float *qq = q + (size_t)q0 * dk;
@@ -1045,14 +1079,14 @@ BK_AVX512 void scores16(const int i8, const float *restrict q, int nq, int dk, i
 }
 
 __attribute__((target(BF16_TARGET))) static void dp_scores16(const float *restrict q, int nq, int dk, int runs,
-                                                             const void *const *kt, const void *const *vr, int i8,
-                                                             const int *n, int ld, float scale, float *restrict sc,
-                                                             size_t sc_ld)
+                                                             const void *const *kt, const float *const *kp,
+                                                             const void *const *vr, int i8, const int *n, int ld,
+                                                             float scale, float *restrict sc, size_t sc_ld)
 {
     if (i8)
-        scores16(1, q, nq, dk, runs, kt, vr, n, ld, scale, sc, sc_ld);
+        scores16(1, q, nq, dk, runs, kt, kp, vr, n, ld, scale, sc, sc_ld);
     else
-        scores16(0, q, nq, dk, runs, kt, vr, n, ld, scale, sc, sc_ld);
+        scores16(0, q, nq, dk, runs, kt, NULL, vr, n, ld, scale, sc, sc_ld);
 }
 
 /* A walk over a prefetch list, `per` lines into L2 a step. */
@@ -1188,14 +1222,14 @@ __attribute__((target(BF16_TARGET))) static void dp_values16(const float *e, siz
 /* The sums under DAZ and FTZ, as fma-bf16 sums (scale 1: a sum times one is itself), then the
  * padding's + 0 and the scale in the caller's mode. */
 __attribute__((target(AVX512))) static void fma_scores16(const float *restrict q, int nq, int dk, int runs,
-                                                         const void *const *kt, const void *const *vr, int i8,
-                                                         const int *n, int ld, float scale, float *restrict sc,
-                                                         size_t sc_ld)
+                                                         const void *const *kt, const float *const *kp,
+                                                         const void *const *vr, int i8, const int *n, int ld,
+                                                         float scale, float *restrict sc, size_t sc_ld)
 {
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | DAZ_FTZ);
     if (i8)
-        scores(MHA_KV_INT8, 0, q, nq, dk, 0, dk, runs, kt, vr, NULL, n, ld, 1.0f, sc, sc_ld);
+        scores(MHA_KV_INT8, 2, q, nq, dk, 0, dk, runs, kt, vr, kp, n, ld, 1.0f, sc, sc_ld);
     else
         scores(MHA_KV_BF16, 0, q, nq, dk, 0, dk, runs, kt, vr, NULL, n, ld, 1.0f, sc, sc_ld);
     _mm_setcsr(csr);
@@ -1240,13 +1274,13 @@ __attribute__((target(AVX512))) static void fma_values16(const float *e, size_t 
 
 /* Odd first (avx512-bf16's vdpbf16ps: a CPU with AVX512_BF16), or even first (fma-bf16's FMAs). */
 static void decode_scores16_avx512(const float *restrict q, int nq, int dk, int runs, const void *const *kt,
-                                   const void *const *vr, int i8, const int *n, int ld, float scale,
-                                   float *restrict sc, size_t sc_ld, mha_bk_order order)
+                                   const float *const *kp, const void *const *vr, int i8, const int *n, int ld,
+                                   float scale, float *restrict sc, size_t sc_ld, mha_bk_order order)
 {
     if (order == MHA_BK_ODD_FIRST)
-        dp_scores16(q, nq, dk, runs, kt, vr, i8, n, ld, scale, sc, sc_ld);
+        dp_scores16(q, nq, dk, runs, kt, kp, vr, i8, n, ld, scale, sc, sc_ld);
     else
-        fma_scores16(q, nq, dk, runs, kt, vr, i8, n, ld, scale, sc, sc_ld);
+        fma_scores16(q, nq, dk, runs, kt, kp, vr, i8, n, ld, scale, sc, sc_ld);
 }
 
 static void decode_values16_avx512(const float *e, size_t e_ld, int nq, int runs, const void *const *v, const int *n,
@@ -1297,6 +1331,7 @@ const mha_isa mha_isa_avx512 = {
     .round_bf16_rows = round_bf16_rows_avx512,
     .decode_scores = decode_scores_avx512,
     .decode_values = decode_values_avx512,
+    .decode_scores8 = decode_scores8_avx512,
     .decode_values8 = decode_values8_avx512,
     .decode16_orders = 1u << MHA_BK_EVEN_FIRST | 1u << MHA_BK_ODD_FIRST,
     .decode_scores16 = decode_scores16_avx512,

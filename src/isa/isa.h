@@ -92,16 +92,21 @@ typedef struct mha_isa {
      * above. */
     void (*decode_values)(const float *e, size_t e_ld, int nq, const float *v, int n, int dk, float *p, size_t ps,
                           const void *next);
-    /* float32 decode from an int8 cache's V: decode_values' sums on the elements read back as
-     * they are loaded, int8 · its slot's scale rounded once (the values i8_scale_rows gives, so
-     * the same bits as reading the chunk back first): vs its V scales per row. Every table has
-     * it. */
+    /* float32 decode from an int8 cache: decode_scores' and decode_values' sums on the
+     * elements read back as they are loaded (the values i8_scale_rows gives, so the same bits
+     * as reading the chunk back first): K per feature, kp[r] the parameters of run r's first
+     * group (runs of whole groups of MHA_KV_GROUP slots, from a group's start), q·scale + zero
+     * rounded twice; V per row, vs its scales, q·scale. Every table has them. */
+    void (*decode_scores8)(const float *restrict q, int nq, int dk, int c0, int c1, int runs, const void *const *kt,
+                           const float *const *kp, const int *n, int ld, float scale, float *restrict sc,
+                           size_t sc_ld);
     void (*decode_values8)(const float *e, size_t e_ld, int nq, const int8_t *v, const float *vs, int n, int dk, float *p,
                            size_t ps, const void *next);
     /* bf16 decode (engines whose bf16 kernel sums in an order of decode16_orders: a bit
      * 1 << mha_bk_order each; order says which the engine's kernel sums in), straight
-     * from a bf16 cache or (i8) an int8 one's values, converted exactly in registers: no
-     * panels. q and e hold bf16 values (rounded as the kernels' A panels hold them); every sum
+     * from a bf16 cache or (i8) an int8 one, converted in registers: no panels (int8: K per
+     * feature, kp as for decode_scores8, each value q·scale + zero rounded to bf16 as
+     * round_bf16_rows rounds i8_scale_rows' value; V's values themselves, exact). q and e hold bf16 values (rounded as the kernels' A panels hold them); every sum
      * is the kernels' (mha_bk_block_model in that order): one chain from zero in increasing k
      * pairs, products exact, sums flushed to zero when denormal. Even first: FMA on widened
      * elements under DAZ/FTZ (avx2, avx512; ref the model's sums); odd first (avx512):
@@ -118,8 +123,8 @@ typedef struct mha_isa {
      * kernels' panels). */
     unsigned decode16_orders;
     void (*decode_scores16)(const float *restrict q, int nq, int dk, int runs, const void *const *kt,
-                            const void *const *v, int i8, const int *n, int ld, float scale, float *restrict sc,
-                            size_t sc_ld, mha_bk_order order);
+                            const float *const *kp, const void *const *v, int i8, const int *n, int ld, float scale,
+                            float *restrict sc, size_t sc_ld, mha_bk_order order);
     void (*decode_values16)(const float *e, size_t e_ld, int nq, int runs, const void *const *v, const int *n, int i8,
                             int dk, float *p, size_t ps, const mha_prefetch *pf, mha_bk_order order);
     /* An int8 cache's block read back as float32: rows × n elements, src's rows ld_src apart,
@@ -172,18 +177,22 @@ typedef struct mha_isa {
 typedef struct mha_slot_vec {
     const char *kt;  /* feature 0 of the vector's first slot (elements of esz bytes) */
     const char *v;   /* its first slot's value row (NULL: none given) */
-    const float *ks; /* its first slot's scale (NULL: none given) */
+    const float *kp; /* int8 K: its group's parameters, each feature's scale then zero point
+                      * (mha_kv_k_params; NULL: none given) */
     int lanes, out;  /* slots in it; its first score's column in sc */
 } mha_slot_vec;
-/* vr: the runs' value rows (or NULL), row bytes apart; ks: the runs' slot scales (or NULL). */
+/* vr: the runs' value rows (or NULL), row bytes apart; kp: int8 K, the parameters of each
+ * run's first group (a run starts a group and its groups are whole MHA_KV_GROUP slots, their
+ * parameters 2·dk floats apart; w divides MHA_KV_GROUP), or NULL. */
 static inline int mha_slot_vecs(int runs, const void *const *kt, const void *const *vr, size_t row,
-                                const float *const *ks, const int *n, int w, size_t esz, mha_slot_vec *v)
+                                const float *const *kp, int dk, const int *n, int w, size_t esz, mha_slot_vec *v)
 {
     int nv = 0;
     for (int r = 0, at = 0; r < runs; at += n[r++])
         for (int t = 0; t < n[r]; t += w)
             v[nv++] = (mha_slot_vec){(const char *)kt[r] + (size_t)t * esz, vr ? (const char *)vr[r] + (size_t)t * row : NULL,
-                                     ks ? ks[r] + t : NULL, n[r] - t < w ? n[r] - t : w, at + t};
+                                     kp ? kp[r] + (size_t)(t / MHA_KV_GROUP) * 2 * (size_t)dk : NULL,
+                                     n[r] - t < w ? n[r] - t : w, at + t};
     return nv;
 }
 

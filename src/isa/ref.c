@@ -106,19 +106,26 @@ static float elem_at(const void *p, mha_kv_type type, size_t i)
 }
 
 /* One chain per score, feature by feature: float32 a multiply and an add each rounded, as the
- * portable sub-configs' microkernels sum; bf16 and int8 as the bf16 model sums (flushed). */
-static void scores_ref(mha_kv_type type, const float *restrict q, int nq, int dk, int c0, int c1, int runs,
-                       const void *const *kt, const float *const *ks, const int *n, int ld, float scale,
+ * portable sub-configs' microkernels sum; bf16 and int8 as the bf16 model sums (flushed).
+ * int8 K (kp: each run's first group's parameters): each element q·scale + zero of its
+ * feature, i8_scale_rows' value, and in the bf16 sums (bf16 set) that rounded to bf16. */
+static void scores_ref(mha_kv_type type, int bf16, const float *restrict q, int nq, int dk, int c0, int c1, int runs,
+                       const void *const *kt, const float *const *kp, const int *n, int ld, float scale,
                        float *restrict sc, size_t sc_ld)
 {
-    const int flush = type != MHA_KV_F32 && !ks; /* the bf16 kernels' sums; ks: float32's */
+    const int flush = type != MHA_KV_F32 && bf16; /* the bf16 kernels' sums */
     for (int r = 0, at = 0; r < runs; at += n[r++])
         for (int qi = 0; qi < nq; qi++)
             for (int t = 0; t < n[r]; t++) {
+                const float *g = kp ? kp[r] + (size_t)(t / MHA_KV_GROUP) * 2 * (size_t)dk : NULL;
                 float acc = 0.0f;
                 for (int c = c0; c < c1; c++) {
-                    const float x = elem_at(kt[r], type, (size_t)c * ld + t);
-                    acc += q[(size_t)qi * dk + c] * (ks ? x * ks[r][t] : x);
+                    float x = elem_at(kt[r], type, (size_t)c * ld + t);
+                    if (g) {
+                        x = x * g[c] + g[dk + c];
+                        x = bf16 ? mha_bf16_float(mha_bf16_round(x)) : x;
+                    }
+                    acc += q[(size_t)qi * dk + c] * x;
                     acc = flush ? mha_bk_ftz(acc) : acc;
                 }
                 if (flush && dk % MHA_BT_K) /* the padding's zero products */
@@ -146,7 +153,14 @@ static void values_ref(mha_kv_type type, const float *e, size_t e_ld, int nq, co
 static void decode_scores_ref(const float *restrict q, int nq, int dk, int c0, int c1, int runs, const void *const *kt,
                               const int *n, int ld, float scale, float *restrict sc, size_t sc_ld)
 {
-    scores_ref(MHA_KV_F32, q, nq, dk, c0, c1, runs, kt, NULL, n, ld, scale, sc, sc_ld);
+    scores_ref(MHA_KV_F32, 0, q, nq, dk, c0, c1, runs, kt, NULL, n, ld, scale, sc, sc_ld);
+}
+
+static void decode_scores8_ref(const float *restrict q, int nq, int dk, int c0, int c1, int runs, const void *const *kt,
+                               const float *const *kp, const int *n, int ld, float scale, float *restrict sc,
+                               size_t sc_ld)
+{
+    scores_ref(MHA_KV_INT8, 0, q, nq, dk, c0, c1, runs, kt, kp, n, ld, scale, sc, sc_ld);
 }
 
 static void decode_values_ref(const float *e, size_t e_ld, int nq, const float *v, int n, int dk, float *p, size_t ps,
@@ -164,11 +178,11 @@ static void decode_values8_ref(const float *e, size_t e_ld, int nq, const int8_t
 }
 
 static void decode_scores16_ref(const float *restrict q, int nq, int dk, int runs, const void *const *kt,
-                                const void *const *v, int i8, const int *n, int ld, float scale, float *restrict sc,
-                                size_t sc_ld, mha_bk_order order)
+                                const float *const *kp, const void *const *v, int i8, const int *n, int ld, float scale,
+                                float *restrict sc, size_t sc_ld, mha_bk_order order)
 {
     (void)v, (void)order; /* even first only */
-    scores_ref(i8 ? MHA_KV_INT8 : MHA_KV_BF16, q, nq, dk, 0, dk, runs, kt, NULL, n, ld, scale, sc, sc_ld);
+    scores_ref(i8 ? MHA_KV_INT8 : MHA_KV_BF16, 1, q, nq, dk, 0, dk, runs, kt, i8 ? kp : NULL, n, ld, scale, sc, sc_ld);
 }
 
 static void decode_values16_ref(const float *e, size_t e_ld, int nq, int runs, const void *const *v, const int *n,
@@ -276,6 +290,7 @@ const mha_isa mha_isa_ref = {
     .round_bf16_rows = round_bf16_rows_ref,
     .decode_scores = decode_scores_ref,
     .decode_values = decode_values_ref,
+    .decode_scores8 = decode_scores8_ref,
     .decode_values8 = decode_values8_ref,
     .decode16_orders = 1u << MHA_BK_EVEN_FIRST,
     .decode_scores16 = decode_scores16_ref,
