@@ -632,6 +632,31 @@ static void chunk_kt_i8(const mha_step_job *j, int q, int g, int k0, int k1, int
         f->kernel->isa->round_bf16_rows(view, (size_t)dk * n, s->kt16);
 }
 
+/* int8: whether every row sees the keys [k0, k1) of sequence q as the cache holds them and
+ * the tiles may read them there: each is in a group stored before the step, and blocks hold
+ * whole groups (so runs are). */
+static int k_stored_chunk(const mha_step_job *j, int q, int k1)
+{
+    const int bs = j->cache->block_size;
+    return bs % MHA_KV_GROUP == 0 && k1 <= mha_kv_group_of(bs, j->step->n_past[q]).t;
+}
+
+/* int8 in a bf16 engine's chunk step (k_stored_chunk): Kᵀ of the keys [k0, k1) of (q, g) from
+ * the cache into the kernel's panels, key t at column t − k0, a group of 16 keys at a time
+ * (interleave_pairs_k8: each value made and rounded as it goes). */
+static void gather_kt_k8(const mha_step_job *j, int q, int g, int k0, int k1, const mha_scratch *s)
+{
+    const mha_kv_cache *c = j->cache;
+    const int bs = c->block_size, dk = j->f.dk;
+    const size_t kps = mha_attention_kt16_ps(&j->f);
+    const int32_t *table = j->step->blocks + (size_t)q * j->step->max_blocks;
+    for (mha_kv_run r = mha_kv_run_at(table, bs, k0, k1); r.n; r = mha_kv_run_at(table, bs, r.t + r.n, k1))
+        for (int t = 0; t < r.n; t += MHA_KV_GROUP)
+            j->f.kernel->isa->interleave_pairs_k8(mha_kv_i8(c) + mha_kv_kt_at(c, r.block, g) + r.slot + t, (size_t)bs,
+                                                  dk / 2, mha_kv_k_params(c, r.block, g, r.slot + t), dk,
+                                                  s->kt16 + mha_bk_b_index(0, r.t + t - k0, kps), NULL);
+}
+
 /* int8: the chunk's scores on Kᵀ as each row's group sees it, a pass per set of rows that see
  * it alike (chunk_kt_i8). */
 static void scores_i8(const mha_step_job *j, int q, int g, int k0, int k1, const float *qv, float *sc,
@@ -669,8 +694,7 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
     /* int8: K read where the cache holds it when every key of the chunk is in a group stored
      * before the step (so every row sees it as stored) and the runs are whole groups (blocks of
      * a multiple of MHA_KV_GROUP slots); else read back as each row sees it */
-    const int bs = j->cache->block_size;
-    if (i8 && (bs % MHA_KV_GROUP || k1 > mha_kv_group_of(bs, n_past).t))
+    if (i8 && !k_stored_chunk(j, q, k1))
         scores_i8(j, q, g, k0, k1, qv, sc, src, s);
     else
         chunk_scores(j, q, 0, n_new, qv, sc, src, src->kt, i8 ? src->kp : NULL, src->ld);
@@ -783,9 +807,12 @@ static void decode_chunk(const mha_step_job *j, int q, int g, int c, int ahead, 
     } else if (f->bk) {
         const size_t vps = mha_attention_v16_ps(n);
         gather_bf16(j, j->step->blocks + (size_t)q * j->step->max_blocks, g, k0, k1, k0, vps, s, vs);
-        for (int i0 = 0, i1; i0 < n_new; i0 = i1) { /* int8: Kᵀ as each set of rows sees it */
-            i1 = i8 ? view_rows_end(j, q, k1, i0) : n_new;
-            if (i8)
+        const int in_place = i8 && k_stored_chunk(j, q, k1) && f->kernel->isa->interleave_pairs_k8 && f->dk % 2 == 0;
+        if (in_place)
+            gather_kt_k8(j, q, g, k0, k1, s);
+        for (int i0 = 0, i1; i0 < n_new; i0 = i1) { /* else int8: Kᵀ as each set of rows sees it */
+            i1 = i8 && !in_place ? view_rows_end(j, q, k1, i0) : n_new;
+            if (i8 && !in_place)
                 chunk_kt_i8(j, q, g, k0, k1, i0, 1, s);
             decode_chunk_bf16(j, q, g, k0, k1, qv, sc, p, s, vps, vs, i0, i1);
         }

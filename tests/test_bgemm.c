@@ -384,6 +384,37 @@ TABLE_TEST(bgemm, int8_read_back_matches_scalar)
             }
 }
 
+/* A table's interleave_pairs_k8 (where it has one) writes int8 Kᵀ rows as interleave_pairs
+ * lays bf16 rows out, each value (float)q · scale + zero of its row rounded by mha_bf16_round:
+ * 16 keys, 1 to 64 pairs, rows 48 bytes apart. */
+TABLE_TEST(bgemm, int8_k_pairs_are_the_values_rounded_and_interleaved)
+{
+    if (!isa->interleave_pairs_k8)
+        cr_skip_test("isa %s has no interleave_pairs_k8 (its bf16 engines decode on its tiles)", isa->name);
+    rng r = {4242};
+    int8_t src[128 * 48];
+    float kp[2 * 128];
+    for (size_t i = 0; i < sizeof src; i++)
+        src[i] = (int8_t)(uint8_t)(i * 37u + 11u);
+    fill_uniform(kp, 128, 0.001f, 0.05f, &r);
+    fill_uniform(kp + 128, 128, -3.0f, 3.0f, &r);
+    for (int pairs = 1; pairs <= 64; pairs += pairs < 4 ? 1 : 15) {
+        const int dk = 2 * pairs;
+        float par[2 * 128];
+        memcpy(par, kp, (size_t)dk * sizeof *par), memcpy(par + dk, kp + 128, (size_t)dk * sizeof *par);
+        mha_bf16 got[64 * 32];
+        isa->interleave_pairs_k8(src, 48, pairs, par, dk, got, NULL);
+        for (int pp = 0; pp < pairs; pp++)
+            for (int i = 0; i < 16; i++)
+                for (int e = 0; e < 2; e++) {
+                    const int f = 2 * pp + e;
+                    const mha_bf16 want = mha_bf16_round((float)src[(size_t)f * 48 + i] * par[f] + par[dk + f]);
+                    cr_assert_eq(got[32 * pp + 2 * i + e], want, "%s, %d pairs: feature %d, key %d: %#x, want %#x",
+                                 isa->name, pairs, f, i, got[32 * pp + 2 * i + e], want);
+                }
+    }
+}
+
 /* Every table's round_bf16_rows writes mha_bf16_round's bits (ties, NaN, infinities, denormals
  * among them) and nothing past n; lengths 1 to 40. */
 TABLE_TEST(bgemm, rounded_rows_are_mha_bf16_round)

@@ -726,6 +726,25 @@ __attribute__((target(AVX512))) static void interleave_pairs_i8_avx512(const int
     interleave_rows(1, src, ld, pairs, dst, next, 32);
 }
 
+/* Each row's 16 values made (a multiply, an add) and rounded, then interleave_rows' permutation. */
+__attribute__((target(AVX512))) static void interleave_pairs_k8_avx512(const int8_t *src, size_t ld, int pairs,
+                                                                       const float *kp, int dk, mha_bf16 *restrict dst,
+                                                                       const char *next)
+{
+    (void)next;
+    static const uint16_t order[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    const __m512i idx = _mm512_loadu_si512(order);
+    for (int p = 0, f = 0; p < pairs; p++, dst += 2 * MHA_BT_N) {
+        __m256i h[2];
+        for (int e = 0; e < 2; e++, f++) {
+            const __m512 x = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(src + (size_t)f * ld))));
+            h[e] = _mm512_cvtepi32_epi16(round_lanes(_mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(kp[f])), _mm512_set1_ps(kp[dk + f]))));
+        }
+        _mm512_storeu_si512(dst, _mm512_permutexvar_epi16(idx, _mm512_inserti64x4(_mm512_castsi256_si512(h[0]), h[1], 1)));
+    }
+}
+
 /* B panels 16 k × 16 columns at a time: 16 source rows loaded (transposed: keys' rows of 16
  * features, turned by a register transpose), each k pair rounded and interleaved into the 32
  * bf16 (one 64-byte line) of its VNNI row. src's 16-column runs must not cross its panels
@@ -1342,5 +1361,6 @@ const mha_isa mha_isa_avx512 = {
     .pack_b16 = pack_b16_avx512,
     .interleave_pairs = interleave_pairs_avx512,
     .interleave_pairs_i8 = interleave_pairs_i8_avx512,
+    .interleave_pairs_k8 = interleave_pairs_k8_avx512,
     .epilogue_block = epilogue_block_avx512,
 };

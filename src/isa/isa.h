@@ -165,6 +165,12 @@ typedef struct mha_isa {
     /* The same from an int8 cache: each element converted to bf16 (exact: |x| <= 127 needs 7
      * bits), the same bits in every table; next + 32·p prefetched per pair. */
     void (*interleave_pairs_i8)(const int8_t *src, size_t ld, int pairs, mha_bf16 *restrict dst, const char *next);
+    /* An int8 cache's Kᵀ rows (features) the same way, row f's values q·scale + zero (kp: f's
+     * scale at [f], zero point at [dk + f]) rounded to bf16 (round_bf16_rows of i8_scale_rows'
+     * values); next ignored. NULL where the table has none (its bf16 engines decode on its
+     * tiles, or read Kᵀ back first). */
+    void (*interleave_pairs_k8)(const int8_t *src, size_t ld, int pairs, const float *kp, int dk, mha_bf16 *restrict dst,
+                                const char *next);
     /* A block's epilogue, rows i < rows, columns j < cols <= 32: C = alpha·acc[i·32 + j], then
      * + beta·C (beta 0: C not read), a multiply and an add each rounded (same bits in every
      * table); C's columns 0..15 of row i at c0 + i·ldc, 16..31 at c1 + i·ldc. */
