@@ -110,11 +110,9 @@ void mha_attention_logits(const mha_fwd *f, float *row, mha_key_span in, int pos
 }
 
 float mha_attention_chunk_row(const mha_fwd *f, float *row, int n, mha_key_span in, int pos, int c0, int head,
-                              const uint8_t *mask, const float *ks, const float *vs, float *mx, mha_bf16 *p)
+                              const uint8_t *mask, const float *vs, float *mx, mha_bf16 *p)
 {
     const mha_isa *isa = f->kernel->isa;
-    for (int j = 0; ks && j < in.hi; j++) /* int8: each key's K scale */
-        row[j] *= ks[j];
     mha_attention_logits(f, row, in, pos, c0, head);
     *mx = -INFINITY;
     if (p && !vs && isa->softmax_row16) /* exp'd and rounded in one pass */
@@ -183,7 +181,7 @@ static void chunk16(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows
 {
     const mha_kernel *k = f->kernel;
     const int kq = (int)(mha_bk_kp(f->dk) / MHA_BT_K), kn = (int)(mha_bk_kp(n) / MHA_BT_K);
-    const float *ks = kv->ks ? kv->ks + b0 : NULL, *vs = kv->vs ? kv->vs + b0 : NULL;
+    const float *vs = kv->vs ? kv->vs + b0 : NULL;
     for (int i0 = 0; i0 < r->m; i0 += 2 * MHA_BT_M) {
         const int m = r->m - i0 < 2 * MHA_BT_M ? r->m - i0 : 2 * MHA_BT_M;
         mha_bgemm(f->bk, k, m, n, f->dk, f->scale, r->q16 ? r->q16 + mha_bk_a_row(i0, kq) : NULL,
@@ -194,7 +192,7 @@ static void chunk16(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows
             const mha_key_span in = mha_keys_within(mha_visible_keys(pos, r->causal, f->window, c0 + n), c0, n);
             sum[(i0 + i) * st] = mha_attention_chunk_row(
                 f, sc + i * ld, n, in, pos, c0, r->head0 + row / r->period,
-                r->mask ? r->mask + (size_t)(row % r->period) * f->call->seq_kv : NULL, ks, vs, &mx[(i0 + i) * st],
+                r->mask ? r->mask + (size_t)(row % r->period) * f->call->seq_kv : NULL, vs, &mx[(i0 + i) * st],
                 s->p16 + mha_bk_a_row(i, kn));
         }
         mha_bgemm(f->bk, k, m, f->dk, n, 1.0f, s->p16, mha_mat_rows(k, sc, ld), kv->v16 + mha_bk_b_index(b0, 0, 0),
@@ -225,14 +223,14 @@ void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk
         k->isa->decode_scores(r->q.p, m, dk, 0, dk, runs, kt, len, MHA_TILE_KEYS, scale, sc, (size_t)ld);
     } else
         mha_gemm(k, m, n, dk, scale, r->q, mha_mat_sub(k, kv->kt, 0, b0), 0.0f, sm, s->apack);
-    const float *ks = kv->ks ? kv->ks + b0 : NULL, *vs = kv->vs ? kv->vs + b0 : NULL;
+    const float *vs = kv->vs ? kv->vs + b0 : NULL;
     for (int i = 0; i < m; i++) {
         /* the keys of this chunk row i sees: [hidden, visible) */
         const int pos = r->pos0 + (r->first + i) % r->period;
         const mha_key_span in = mha_keys_within(mha_visible_keys(pos, r->causal, f->window, c0 + n), c0, n);
         sum[i * st] = mha_attention_chunk_row(f, sc + i * ld, n, in, pos, c0, r->head0 + (r->first + i) / r->period,
                                               r->mask ? r->mask + (size_t)((r->first + i) % r->period) * f->call->seq_kv : NULL,
-                                              ks, vs, &mx[i * st], NULL);
+                                              vs, &mx[i * st], NULL);
     }
     /* Z (m, dk) = E (m, n) · V (n, dk); bf16 (the attention weights keep E in float32): E
      * rounded as it is packed */
@@ -303,7 +301,7 @@ static void attend_block(const mha_fwd *f, const mha_scratch *s, const mha_chunk
 }
 
 void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, mha_queries q, int ql, int kl, int off, float *z,
-                        ptrdiff_t ldz, const float *sinks, float *attn, const float *ks, const float *vs)
+                        ptrdiff_t ldz, const float *sinks, float *attn, const float *vs)
 {
     const mha_kernel *k = f->kernel;
     const int dk = f->dk, dkp = f->dkp, qb = f->q_block;
@@ -311,7 +309,7 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, mha_queri
     const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
     const mha_kv_view kv = {.kt = mha_mat_panels(k, s->kt, dk), .v = mha_mat_sub(k, qkv, 0, 2 * dkp),
                             .kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f),
-                            .vps = mha_attention_v16_ps(kl), .ks = ks, .vs = vs};
+                            .vps = mha_attention_v16_ps(kl), .vs = vs};
     const float *sum = s->state; /* attend_block's state: its rows' factors first */
 
     /* query blocks (with the attention weights wanted: one chunk of whole rows, from the panel
@@ -347,7 +345,7 @@ static void attend(const mha_fwd *f, int b, int h, const mha_scratch *s, int ql,
     float *attn = f->call->attn ? f->call->attn + ((size_t)b * f->h + h) * f->call->seq_q * f->call->seq_kv : NULL;
     const mha_queries q = {.q = mha_mat_panels(f->kernel, s->qkv, f->rows)};
     mha_attention_rows(f, h, s, q, ql, kl, f->call->seq_kv - f->call->seq_q, f->z + (size_t)b * f->call->seq_q * f->qd + (size_t)h * f->dk,
-                       f->qd, f->sinks, attn, NULL, NULL);
+                       f->qd, f->sinks, attn, NULL);
 }
 
 /* The core's tensors: the address of element offset off of p, in io's dtype. */
@@ -484,7 +482,7 @@ void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, c
             const mha_queries q = io->bf16 ? (mha_queries){.q16 = (const mha_bf16 *)io->q + qo, .ld16 = io->qs[2]}
                                            : (mha_queries){.q = mha_mat_rows(k, (const float *)io->q + qo, io->qs[2])};
             mha_attention_rows(f, h, s, q, ql, kl, f->call->seq_kv - f->call->seq_q, io->bf16 ? zf : (float *)io->out + oo,
-                               io->bf16 ? dk : io->os[2], io->sinks, NULL, NULL, NULL);
+                               io->bf16 ? dk : io->os[2], io->sinks, NULL, NULL);
             for (int i = 0; io->bf16 && i < ql; i++)
                 core_put(f, io, oo + i * io->os[2], zf + (size_t)i * dk, dk);
         }

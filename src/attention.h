@@ -192,8 +192,8 @@ typedef struct mha_kv_view {
     mha_mat kt, v;
     const mha_bf16 *kt16, *v16;
     size_t kps, vps;
-    const float *ks, *vs;   /* an int8 cache's K and V scales of each key from the operands' key
-                             * 0 (the panels then hold the int8 values themselves); NULL: none */
+    const float *vs;        /* an int8 cache's V scales of each key from the operands' key 0 (the
+                             * V panels then hold the int8 values themselves); NULL: none */
     const float *ktp, *vp;  /* float32 engines, or NULL: Kᵀ in panels of MHA_TILE_KEYS keys (key
                              * j's feature c at (j / 16)·16·dk + c·16 + j % 16) and V in rows dk
                              * apart, from the operands' key 0, read by the table's decode tiles
@@ -230,9 +230,9 @@ typedef struct mha_chunk_rows {
 /* One chunk: the keys [c0, c0 + n) (kv's operands from key b0: the chunk's first key), scores
  * = Q·Kᵀ·f->scale into sc (row stride ld) and their logits (mha_attention_logits), each row's
  * visible keys exp'd against the row's own max in this chunk (mx[i·st]; −∞: nothing visible)
- * with their sum (sum[i·st]), and the unnormalised Z = E·V into zc (m × dk). With kv->ks,
- * each score is Q·K₈ᵀ·scale·ks[key] and E is multiplied by vs[key] as it enters A·V (the sum
- * is of E itself): the attention of the int8 values read back, with K and V exact in bf16.
+ * with their sum (sum[i·st]), and the unnormalised Z = E·V into zc (m × dk). With kv->vs, E
+ * is multiplied by vs[key] as it enters A·V (the sum is of E itself): the attention of an int8
+ * cache's V read back, its values exact in bf16.
  * bf16 without the attention weights: 32 rows at a time through scores, E (rounded into s->p16
  * as each row is exp'd) and A·V; with them, all m rows, E kept in float32 in sc (m <= q_block).
  * The chunk step of the forward and of bf16 decode: one source of their bits. */
@@ -246,14 +246,13 @@ void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk
  * source of these bits. */
 void mha_attention_logits(const mha_fwd *f, float *row, mha_key_span in, int pos, int c0, int head);
 /* One row of a chunk's scores (n keys from c0; the row at position pos, query head `head`,
- * sees the keys in `in`) into its unnormalised softmax: an int8 cache's K scales (ks, or
- * NULL), the logits, the exp against the row's max (*mx) with the mask (or NULL), then the V
- * scales (vs); returns the sum (of E before the V scales). p: NULL, or E rounded to bf16 into
+ * sees the keys in `in`) into its unnormalised softmax: the logits, the exp against the row's
+ * max (*mx) with the mask (or NULL), then an int8 cache's V scales (vs, or NULL); returns the sum (of E before the V scales). p: NULL, or E rounded to bf16 into
  * a row of A tiles at p (mha_bk_pack_a_row's; without V scales in one pass with the exp, the
  * table's softmax_row16), the row then left as the table leaves it. The forward's chunks and
  * every decode path run it: one source of these bits. */
 float mha_attention_chunk_row(const mha_fwd *f, float *row, int n, mha_key_span in, int pos, int c0, int head,
-                              const uint8_t *mask, const float *ks, const float *vs, float *mx, mha_bf16 *p);
+                              const uint8_t *mask, const float *vs, float *mx, mha_bf16 *p);
 /* QK-norm of rows [0, rows) of the Q/K/V scratch at column col (Q at 0, K at dkp), of query
  * head `head` (is_k: of KV head `head`): each row's dk features times rsqrt(mean(x²) + eps),
  * then times the factors (f->q_norm, f->k_norm). The mean is over the row's dk features, or
@@ -286,9 +285,9 @@ void mha_attention_project(const mha_fwd *f, const mha_scratch *s, int m, const 
  * block, scores, softmax (causal: row i sees keys j <= i + off; the window; f->mask), A·V
  * into z (ql rows of dk features, ldz apart), each row divided by its sum. sinks: NULL, or
  * each head's sink logit. attn: NULL, or this head's (seq_q, seq_kv) weights of a forward.
- * ks, vs: NULL, or an int8 cache's scales of the kl keys (mha_kv_view's). */
+ * vs: NULL, or an int8 cache's V scales of the kl keys (mha_kv_view's). */
 void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, mha_queries q, int ql, int kl, int off, float *z,
-                        ptrdiff_t ldz, const float *sinks, float *attn, const float *ks, const float *vs);
+                        ptrdiff_t ldz, const float *sinks, float *attn, const float *vs);
 /* The attention core's tensors (mha_core_forward): element (b, head, row, c) of each at
  * p[b·st[0] + head·st[1] + row·st[2] + c], strides in elements (resolved: never all zero). */
 typedef struct mha_core_io {

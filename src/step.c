@@ -470,7 +470,7 @@ static void attend_rows(const mha_step_job *j, int q, int g, int i0, int i1, con
     for (int h = g * f->group; h < (g + 1) * f->group; h++) {
         mha_mat_set_rows(k, qkv, i1 - i0, 0, dk, z + (size_t)h * dk, f->qd);
         mha_attention_rows(f, h, s, (mha_queries){.q = qkv}, i1 - i0, ctx, n_past + i0, z + (size_t)h * dk, f->qd,
-                           f->sinks, NULL, NULL, vs);
+                           f->sinks, NULL, vs);
     }
 }
 
@@ -708,7 +708,7 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
         const int pos = n_past + qi % n_new;
         const mha_key_span in = mha_keys_within(mha_visible_keys(pos, 1, f->window, k1), k0, n);
         float *row = sc + (size_t)qi * MHA_KV_CHUNK, *pq = p + (size_t)qi * ps;
-        pq[dk + 1] = mha_attention_chunk_row(f, row, n, in, pos, k0, g * f->group + qi / n_new, NULL, NULL, vs, &pq[dk], NULL);
+        pq[dk + 1] = mha_attention_chunk_row(f, row, n, in, pos, k0, g * f->group + qi / n_new, NULL, vs, &pq[dk], NULL);
         if (bf16)
             isa->round_bf16_floats(row, n);
         memset(pq, 0, (size_t)dk * sizeof *pq);
