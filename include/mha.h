@@ -24,8 +24,9 @@
  * ABI policy: while the version is 0.x there is none. Structs (mha_config, mha_input, ...)
  * may grow and enum values may be added in any minor release: rebuild against the header
  * you link, and check mha_version_number() == MHA_VERSION_NUMBER at start-up. The soname
- * carries the minor version while the major is 0 (libmha.so.0.2): a binary built against
- * 0.1 does not load 0.2. Status codes are never renumbered.
+ * carries the minor version while the major is 0 (libmha.so.0.3): a binary built against
+ * 0.2 does not load 0.3 (0.3: mha_step grew its tails, an int8 cache changed layout). Status
+ * codes are never renumbered.
  */
 #ifndef MHA_H
 #define MHA_H
@@ -34,7 +35,7 @@
 #include <stdint.h>
 
 #define MHA_VERSION_MAJOR 0
-#define MHA_VERSION_MINOR 2
+#define MHA_VERSION_MINOR 3
 #define MHA_VERSION_PATCH 0
 #define MHA_VERSION_NUMBER (MHA_VERSION_MAJOR * 10000 + MHA_VERSION_MINOR * 100 + MHA_VERSION_PATCH)
 
@@ -65,7 +66,7 @@ typedef enum mha_status {
 } mha_status;
 
 MHA_API const char *mha_status_str(mha_status s); /* never NULL */
-MHA_API const char *mha_version_string(void);     /* "0.2.0" */
+MHA_API const char *mha_version_string(void);     /* "0.3.0" */
 MHA_API int mha_version_number(void);             /* MHA_VERSION_NUMBER of the library linked */
 
 typedef enum { MHA_PIN_NONE, MHA_PIN_CLOSE, MHA_PIN_SPREAD, MHA_PIN_CPUS } mha_pinning;
