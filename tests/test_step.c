@@ -676,6 +676,45 @@ Test(step, runs_of_decode_chunks_equal_single_chunks, .timeout = 120)
     }
 }
 
+/* int8 cache: decode steps of 3 and 4 tokens that cross the K groups (of 16 slots; blocks of
+ * 12 and 20 make groups of 12, and of 16 and 4), so one step's rows see a group at full
+ * precision and the next as stored, and a chunked prefill ending inside a group: every row has
+ * the bits of one prefill over the cache, in both precisions and 1 or 2 threads. */
+Test(step, int8_steps_across_groups_equal_one_prefill, .timeout = 120)
+{
+    enum { B = 2, S = 150 };
+    const int block_sizes[] = {16, 12, 20, 32};
+    for (int i = 0; i < 8; i++) {
+        const mha_precision prec = i % 2 ? MHA_PRECISION_BF16 : MHA_PRECISION_F32;
+        const int bs = block_sizes[i / 2];
+        decoder dc;
+        decoder_make_kv(&dc, 64, 4, 2, 0, B, S, 0, S, 1 + i % 2, prec, 0, MHA_KV_INT8);
+        float *one = calloc((size_t)B * S * 64, sizeof *one), *cut = calloc((size_t)B * S * 64, sizeof *cut);
+        int *cuts[B], *whole[B];
+        for (int b = 0; b < B; b++) {
+            cuts[b] = calloc(S, sizeof *cuts[b]), whole[b] = calloc(S, sizeof *whole[b]);
+            whole[b][0] = S;
+            /* a prefill of 70 + 7·b (inside a group), then 3, 4, 1, 3, 4, 1, ... */
+            int k = 0, left = S - (70 + 7 * b);
+            cuts[b][k++] = 70 + 7 * b;
+            for (int j = 0; left > 0; j++, k++) {
+                const int c = (int[]){3, 4, 1}[j % 3];
+                cuts[b][k] = c < left ? c : left, left -= cuts[b][k];
+            }
+        }
+        steps_by_plan(&dc, bs, (const int *const *)whole, 1, 9, one);
+        steps_by_plan(&dc, bs, (const int *const *)cuts, S, 9, cut);
+        const long at = first_bit_difference(cut, one, (size_t)B * S * 64);
+        cr_assert_eq(at, -1, "isa %s, %s, blocks of %d: sequence %ld, position %ld, feature %ld: %a (steps) vs %a (one prefill)",
+                     mha_engine_isa(dc.e), mha_precision_name(prec), bs, at / (S * 64), at / 64 % S, at % 64,
+                     cut[at < 0 ? 0 : at], one[at < 0 ? 0 : at]);
+        for (int b = 0; b < B; b++)
+            free(cuts[b]), free(whole[b]);
+        free(one), free(cut);
+        decoder_free(&dc);
+    }
+}
+
 /* The int8 cache against the double-precision reference (not the float forward): a prefill
  * then token by token, both precisions, GQA with RoPE and a window, the variants, head sizes
  * 8 to 128: within the contract, 2e-2 (the worst is logged; perf/RESULTS.md has it). The
