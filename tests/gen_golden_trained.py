@@ -149,7 +149,34 @@ SCHEMES = {
 }
 
 
-def attention(w, x, cos, sin, k_round=None, v_round=None, kblock=None):
+def grouped(f, width=16):
+    """f over each run of `width` features of a row (a scale, or a scale and zero point, per
+    token and group of features)."""
+    def g(x):
+        out = np.empty_like(x)
+        for c in range(0, x.shape[-1], width):
+            out[..., c:c + width] = f(x[..., c:c + width])
+        return out
+    return g
+
+
+def kivi_values(v, t, block=16):
+    """V per feature over each block of 16 tokens (asymmetric), as kivi_keys does K."""
+    return kivi_keys(v, t, block)
+
+
+# --study-v: what V needs once K is per channel (the next step after session 18's scheme, s4)
+SCHEMES_V = {
+    "K KIVI, V per-token sym (built, s4)": dict(kblock=kivi_keys, v=sym_per_token),
+    "K KIVI, V per-token asym (s5)": dict(kblock=kivi_keys, v=asym),
+    "K KIVI, V per token and 16 features sym": dict(kblock=kivi_keys, v=grouped(sym_per_token)),
+    "K KIVI, V per token and 16 features asym": dict(kblock=kivi_keys, v=grouped(asym)),
+    "K KIVI, V per feature over 16 tokens asym": dict(kblock=kivi_keys, vblock=kivi_values),
+    "K KIVI alone (V unrounded)": dict(kblock=kivi_keys),
+}
+
+
+def attention(w, x, cos, sin, k_round=None, v_round=None, kblock=None, vblock=None):
     """The layer in float64: RoPE (rotate-half), GQA, causal softmax, o_proj."""
     x, cos, sin = (a.double().numpy() for a in (x, cos, sin))
     T = x.shape[0]
@@ -170,26 +197,28 @@ def attention(w, x, cos, sin, k_round=None, v_round=None, kblock=None):
     for g in range(KVH):
         for t in range(T):
             kk = (kblock(k[:, g], t) if kblock else k[:, g])[:t + 1]
+            vv = (vblock(v[:, g], t) if vblock else v[:, g])[:t + 1]
             s = kk @ q[t, g * (H // KVH):(g + 1) * (H // KVH)].T / np.sqrt(DK)
             p = np.exp(s - s.max(0))
-            z[t, g * (H // KVH):(g + 1) * (H // KVH)] = (p / p.sum(0)).T @ v[:t + 1, g]
+            z[t, g * (H // KVH):(g + 1) * (H // KVH)] = (p / p.sum(0)).T @ vv
     return z.reshape(T, H * DK) @ w["o_proj"].T
 
 
-def study(model, caps):
+def study(model, caps, schemes=None):
+    schemes = schemes or SCHEMES
     worst_layer, worst = 0, -1.0
-    print("layer  " + "  ".join("%10s" % ("s%d" % i) for i in range(len(SCHEMES))))
-    for i, name in enumerate(SCHEMES):
+    print("layer  " + "  ".join("%10s" % ("s%d" % i) for i in range(len(schemes))))
+    for i, name in enumerate(schemes):
         print("  s%d: %s" % (i, name))
     for layer, l in enumerate(model.model.layers):
         w = {n: getattr(l.self_attn, n).weight.detach().double().numpy() for n in ("q_proj", "k_proj", "v_proj", "o_proj")}
         row = []
-        for sch in SCHEMES.values():
+        for sch in schemes.values():
             num = den = 0.0
             for cap in caps:
                 x, (cos, sin), _ = cap[layer]
                 exact = attention(w, x, cos, sin)
-                got = attention(w, x, cos, sin, sch.get("k"), sch.get("v"), sch.get("kblock"))
+                got = attention(w, x, cos, sin, sch.get("k"), sch.get("v"), sch.get("kblock"), sch.get("vblock"))
                 num += ((got - exact) ** 2).sum()
                 den += (exact ** 2).sum()
             row.append(np.sqrt(num / den))
@@ -266,6 +295,9 @@ def main():
     caps = capture(tok, model)
     if "--study" in sys.argv[1:]:
         study(model, caps)
+    if "--study-v" in sys.argv[1:]:  # what V needs once K is per channel (perf/RESULTS.md, session 18)
+        study(model, caps, SCHEMES_V)
+        return
     if "--layers" in sys.argv[1:]:  # --layers DIR: every layer's case there, the goldens left as they are
         write_layers(model, caps, sys.argv[sys.argv.index("--layers") + 1])
         return
