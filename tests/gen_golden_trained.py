@@ -24,7 +24,8 @@ zero-padded; smollm2_trained_out.npy: HF's LlamaAttention (eager, float32, causa
 sequence alone, padded rows 0; smollm2_trained.yaml: the mha config of the layer.
 
 `--layers DIR` writes every layer's case into DIR instead (perf/trained_layers.sh runs mha on
-each). `--study` also prints, for every layer, the norm-wise relative error of the layer's output
+each); `--study-v` prints only the study of V's schemes with K as built. `--study` also
+prints, for every layer, the norm-wise relative error of the layer's output
 with its K and V rounded by several int8 schemes against the unrounded one (float64 numpy,
 decode's view: query t sees keys 0..t as they sit in the cache) — the numbers behind
 perf/RESULTS.md's int8 table.
