@@ -80,10 +80,10 @@ void mha_step_pack_rows(const mha_step_job *j, int r0, int r1)
         mha_gemm_pack_a(k, x, r0, r1 - r0, 0, j->f.d, (float *)packed_rows(j, r0));
 }
 
-/* int8: the n features of row i of m from column col as q·scale, scale = max|x| / 127 (0 for
- * a zero row), q = x / scale rounded to nearest even (within ±127), into q (stride sq);
- * returns the scale. */
-static float quantize_i8(const mha_kernel *k, mha_mat m, int i, int col, int n, int8_t *q, size_t sq)
+/* int8 V: the n features of row i of m from column col as q·scale, scale = max|x| / 127 (0
+ * for a zero row), q = x / scale rounded to nearest even (within ±127), into q; returns the
+ * scale. */
+static float quantize_v(const mha_kernel *k, mha_mat m, int i, int col, int n, int8_t *q)
 {
     float mx = 0.0f;
     for (int c = 0; c < n; c++) {
@@ -93,7 +93,7 @@ static float quantize_i8(const mha_kernel *k, mha_mat m, int i, int col, int n, 
     const float scale = mx / 127.0f;
     for (int c = 0; c < n; c++) { /* a NaN (or a row with an infinity) stores 0, never an out-of-range cast */
         const float y = scale > 0.0f ? nearbyintf(*mha_mat_at(k, m, i, col + c) / scale) : 0.0f;
-        q[c * sq] = y >= -127.0f && y <= 127.0f ? (int8_t)y : 0;
+        q[c] = y >= -127.0f && y <= 127.0f ? (int8_t)y : 0;
     }
     return scale;
 }
@@ -109,7 +109,7 @@ static void store_kv(const mha_step_job *j, mha_mat qkv, int i, int row, int blo
     const int dk = j->f.dk, dkp = j->f.dkp, bs = c->block_size;
     const size_t kt = mha_kv_kt_at(c, block, g) + (size_t)slot, v = mha_kv_v_at(c, block, g, slot);
     if (c->type == MHA_KV_INT8) {
-        mha_kv_v_scales(c, block, g)[slot] = quantize_i8(k, qkv, i, 2 * dkp, dk, mha_kv_i8(c) + v, 1);
+        mha_kv_v_scales(c, block, g)[slot] = quantize_v(k, qkv, i, 2 * dkp, dk, mha_kv_i8(c) + v);
         mha_mat_get_rows(k, mha_mat_sub(k, qkv, i, 0), 1, dkp, dk, j->k_full + ((size_t)row * j->f.kvh + g) * dk, dk);
         return;
     }
@@ -601,7 +601,7 @@ static void chunk_scores(const mha_step_job *j, int q, int i0, int i1, const flo
         const float *qh = qv + (size_t)(jh * n_new + i0) * dk;
         float *sh = sc + (size_t)(jh * n_new + i0) * MHA_KV_CHUNK;
         if (f->bk)
-            isa->decode_scores16(qh, nq, dk, src->runs, kt, kp, src->v, kp != NULL, src->n, ld, f->scale, sh,
+            isa->decode_scores16(qh, nq, dk, src->runs, kt, kp, src->v, src->n, ld, f->scale, sh,
                                  MHA_KV_CHUNK, f->bk->order);
         else
             for (int c0 = 0; c0 < dk; c0 += kc) {
@@ -654,7 +654,7 @@ static void gather_kt_k8(const mha_step_job *j, int q, int g, int k0, int k1, co
         for (int t = 0; t < r.n; t += MHA_KV_GROUP)
             j->f.kernel->isa->interleave_pairs_k8(mha_kv_i8(c) + mha_kv_kt_at(c, r.block, g) + r.slot + t, (size_t)bs,
                                                   dk / 2, mha_kv_k_params(c, r.block, g, r.slot + t), dk,
-                                                  s->kt16 + mha_bk_b_index(0, r.t + t - k0, kps), NULL);
+                                                  s->kt16 + mha_bk_b_index(0, r.t + t - k0, kps));
 }
 
 /* int8: the chunk's scores on Kᵀ as each row's group sees it, a pass per set of rows that see

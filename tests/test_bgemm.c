@@ -403,7 +403,7 @@ TABLE_TEST(bgemm, int8_k_pairs_are_the_values_rounded_and_interleaved)
         float par[2 * 128];
         memcpy(par, kp, (size_t)dk * sizeof *par), memcpy(par + dk, kp + 128, (size_t)dk * sizeof *par);
         mha_bf16 got[64 * 32];
-        isa->interleave_pairs_k8(src, 48, pairs, par, dk, got, NULL);
+        isa->interleave_pairs_k8(src, 48, pairs, par, dk, got);
         for (int pp = 0; pp < pairs; pp++)
             for (int i = 0; i < 16; i++)
                 for (int e = 0; e < 2; e++) {
@@ -596,7 +596,7 @@ static void decode_tiles_check(const mha_isa *isa, mha_bk_order order, rng *rp)
                 const void *vr[RUNS];
                 for (int ri = 0; ri < RUNS; ri++)
                     vr[ri] = v + (size_t)ri * blk;
-                isa->decode_scores16(q, nq, dk, RUNS, ktr, i8 ? kpr : NULL, vr, i8, n, BS, scale, sc, SC_LD, order);
+                isa->decode_scores16(q, nq, dk, RUNS, ktr, i8 ? kpr : NULL, vr, n, BS, scale, sc, SC_LD, order);
                 model_product(order, nq, slots, dk, scale, q, kf, want);
                 for (int qi = 0; qi < nq; qi++) {
                     long at = first_bit_difference(sc + (size_t)qi * SC_LD, want + (size_t)qi * slots, (size_t)slots);

@@ -467,14 +467,13 @@ __attribute__((target(AVX2))) static void decode_scores8_avx2(const float *restr
  * the padding's + 0 and the scale in the caller's mode. */
 __attribute__((target(AVX2))) static void decode_scores16_avx2(const float *restrict q, int nq, int dk, int runs,
                                                               const void *const *kt, const float *const *kp,
-                                                              const void *const *vr, int i8, const int *n, int ld,
-                                                              float scale, float *restrict sc, size_t sc_ld,
-                                                              mha_bk_order order)
+                                                              const void *const *vr, const int *n, int ld, float scale,
+                                                              float *restrict sc, size_t sc_ld, mha_bk_order order)
 {
     (void)order; /* even first only */
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | DAZ_FTZ);
-    if (i8)
+    if (kp)
         scores(MHA_KV_INT8, 2, q, nq, dk, 0, dk, runs, kt, vr, kp, n, ld, 1.0f, sc, sc_ld);
     else
         scores(MHA_KV_BF16, 0, q, nq, dk, 0, dk, runs, kt, vr, NULL, n, ld, 1.0f, sc, sc_ld);

@@ -728,10 +728,8 @@ __attribute__((target(AVX512))) static void interleave_pairs_i8_avx512(const int
 
 /* Each row's 16 values made (a multiply, an add) and rounded, then interleave_rows' permutation. */
 __attribute__((target(AVX512))) static void interleave_pairs_k8_avx512(const int8_t *src, size_t ld, int pairs,
-                                                                       const float *kp, int dk, mha_bf16 *restrict dst,
-                                                                       const char *next)
+                                                                       const float *kp, int dk, mha_bf16 *restrict dst)
 {
-    (void)next;
     static const uint16_t order[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
                                        8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
     const __m512i idx = _mm512_loadu_si512(order);
@@ -1099,10 +1097,10 @@ BK_AVX512 void scores16(const int i8, const float *restrict q, int nq, int dk, i
 
 __attribute__((target(BF16_TARGET))) static void dp_scores16(const float *restrict q, int nq, int dk, int runs,
                                                              const void *const *kt, const float *const *kp,
-                                                             const void *const *vr, int i8, const int *n, int ld,
-                                                             float scale, float *restrict sc, size_t sc_ld)
+                                                             const void *const *vr, const int *n, int ld, float scale,
+                                                             float *restrict sc, size_t sc_ld)
 {
-    if (i8)
+    if (kp)
         scores16(1, q, nq, dk, runs, kt, kp, vr, n, ld, scale, sc, sc_ld);
     else
         scores16(0, q, nq, dk, runs, kt, NULL, vr, n, ld, scale, sc, sc_ld);
@@ -1242,12 +1240,12 @@ __attribute__((target(BF16_TARGET))) static void dp_values16(const float *e, siz
  * padding's + 0 and the scale in the caller's mode. */
 __attribute__((target(AVX512))) static void fma_scores16(const float *restrict q, int nq, int dk, int runs,
                                                          const void *const *kt, const float *const *kp,
-                                                         const void *const *vr, int i8, const int *n, int ld,
-                                                         float scale, float *restrict sc, size_t sc_ld)
+                                                         const void *const *vr, const int *n, int ld, float scale,
+                                                         float *restrict sc, size_t sc_ld)
 {
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | DAZ_FTZ);
-    if (i8)
+    if (kp)
         scores(MHA_KV_INT8, 2, q, nq, dk, 0, dk, runs, kt, vr, kp, n, ld, 1.0f, sc, sc_ld);
     else
         scores(MHA_KV_BF16, 0, q, nq, dk, 0, dk, runs, kt, vr, NULL, n, ld, 1.0f, sc, sc_ld);
@@ -1293,13 +1291,13 @@ __attribute__((target(AVX512))) static void fma_values16(const float *e, size_t 
 
 /* Odd first (avx512-bf16's vdpbf16ps: a CPU with AVX512_BF16), or even first (fma-bf16's FMAs). */
 static void decode_scores16_avx512(const float *restrict q, int nq, int dk, int runs, const void *const *kt,
-                                   const float *const *kp, const void *const *vr, int i8, const int *n, int ld,
-                                   float scale, float *restrict sc, size_t sc_ld, mha_bk_order order)
+                                   const float *const *kp, const void *const *vr, const int *n, int ld, float scale,
+                                   float *restrict sc, size_t sc_ld, mha_bk_order order)
 {
     if (order == MHA_BK_ODD_FIRST)
-        dp_scores16(q, nq, dk, runs, kt, kp, vr, i8, n, ld, scale, sc, sc_ld);
+        dp_scores16(q, nq, dk, runs, kt, kp, vr, n, ld, scale, sc, sc_ld);
     else
-        fma_scores16(q, nq, dk, runs, kt, kp, vr, i8, n, ld, scale, sc, sc_ld);
+        fma_scores16(q, nq, dk, runs, kt, kp, vr, n, ld, scale, sc, sc_ld);
 }
 
 static void decode_values16_avx512(const float *e, size_t e_ld, int nq, int runs, const void *const *v, const int *n,

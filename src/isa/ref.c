@@ -178,11 +178,11 @@ static void decode_values8_ref(const float *e, size_t e_ld, int nq, const int8_t
 }
 
 static void decode_scores16_ref(const float *restrict q, int nq, int dk, int runs, const void *const *kt,
-                                const float *const *kp, const void *const *v, int i8, const int *n, int ld, float scale,
+                                const float *const *kp, const void *const *v, const int *n, int ld, float scale,
                                 float *restrict sc, size_t sc_ld, mha_bk_order order)
 {
     (void)v, (void)order; /* even first only */
-    scores_ref(i8 ? MHA_KV_INT8 : MHA_KV_BF16, 1, q, nq, dk, 0, dk, runs, kt, i8 ? kp : NULL, n, ld, scale, sc, sc_ld);
+    scores_ref(kp ? MHA_KV_INT8 : MHA_KV_BF16, 1, q, nq, dk, 0, dk, runs, kt, kp, n, ld, scale, sc, sc_ld);
 }
 
 static void decode_values16_ref(const float *e, size_t e_ld, int nq, int runs, const void *const *v, const int *n,
