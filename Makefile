@@ -28,7 +28,7 @@ endif
 
 VERSION := $(shell awk '/define MHA_VERSION_(MAJOR|MINOR|PATCH)/ {v = v sep $$3; sep = "."} END {print v}' include/mha.h)
 # The soname carries the ABI: while the major version is 0, structs may grow in any minor
-# release (mha.h), so the minor is part of it (libmha.so.0.3) and a newer 0.x library never
+# release (mha.h), so the minor is part of it (libmha.so.0.4) and a newer 0.x library never
 # loads silently under a binary built against an older one.
 VERSION_WORDS := $(subst ., ,$(VERSION))
 SOMAJOR := $(firstword $(VERSION_WORDS))$(if $(filter 0,$(firstword $(VERSION_WORDS))),.$(word 2,$(VERSION_WORDS)))
@@ -59,7 +59,7 @@ CLI_OBJ := $(CLI_SRC:src/cli/%.c=$(B)/obj/cli/%.o)
 TEST_SRC := $(wildcard tests/*.c)
 TEST_OBJ := $(TEST_SRC:tests/%.c=$(B)/tests/%.o)
 # Command-line modules the tests call directly (pure functions).
-TEST_CLI_OBJ := $(B)/obj/cli/scale_fit.o $(B)/obj/cli/shard.o
+TEST_CLI_OBJ := $(B)/obj/cli/scale_fit.o $(B)/obj/cli/shard.o $(B)/obj/cli/config_file.o
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
@@ -185,9 +185,9 @@ MPICC ?= mpicc
 deps-mpi:
 	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) $(MPI_PKGS)"
 
-$(B)/mha-mpi: src/cli/mpi/mha_mpi.c src/cli/common.c src/cli/shard.c $(wildcard src/cli/*.h) $(B)/libmha.a | deps-mpi
+$(B)/mha-mpi: src/cli/mpi/mha_mpi.c src/cli/common.c src/cli/shard.c src/cli/config_file.c $(wildcard src/cli/*.h) $(B)/libmha.a | deps-mpi
 	$(MPICC) -std=c11 $(OPT) $(WARN) -fopenmp -Iinclude -Isrc/cli src/cli/mpi/mha_mpi.c src/cli/common.c \
-	  src/cli/shard.c $(B)/libmha.a $(BLIS_A) $(CLI_LDLIBS) -o $@
+	  src/cli/shard.c src/cli/config_file.c $(B)/libmha.a $(BLIS_A) $(CLI_LDLIBS) -o $@
 
 $(B)/mpi_make_batch: tests/mpi/make_batch.c $(B)/libmha.a
 	$(CC) -std=c11 $(OPT) $(WARN) -Iinclude $< $(B)/libmha.a $(BLIS_A) $(LDLIBS) -o $@
@@ -216,10 +216,16 @@ build/fuzz/obj/%.o: src/%.c $(wildcard src/*.h) include/mha.h | deps-fuzz
 	@mkdir -p $(@D)
 	clang $(FUZZ_CFLAGS) -c $< -o $@
 
-build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_input.h $(FUZZ_SRC:%=build/fuzz/obj/%.o) build/libmha.a
-	clang $(FUZZ_CFLAGS) -D_GNU_SOURCE -fsanitize=fuzzer $< $(FUZZ_SRC:%=build/fuzz/obj/%.o) build/libmha.a $(FUZZ_LIBS) -o $@
+# the command's rows of the config (src/cli/config_file.c) go with the config target
+build/fuzz/obj/cli/config_file.o: src/cli/config_file.c src/cli/config_file.h include/mha_io.h | deps-fuzz
+	@mkdir -p $(@D)
+	clang $(FUZZ_CFLAGS) -c $< -o $@
 
-.SECONDARY: $(FUZZ_SRC:%=build/fuzz/obj/%.o)
+build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_input.h $(FUZZ_SRC:%=build/fuzz/obj/%.o) build/fuzz/obj/cli/config_file.o build/libmha.a
+	clang $(FUZZ_CFLAGS) -Isrc/cli -D_GNU_SOURCE -fsanitize=fuzzer $< $(FUZZ_SRC:%=build/fuzz/obj/%.o) build/fuzz/obj/cli/config_file.o \
+	  build/libmha.a $(FUZZ_LIBS) -o $@
+
+.SECONDARY: $(FUZZ_SRC:%=build/fuzz/obj/%.o) build/fuzz/obj/cli/config_file.o
 fuzz: $(FUZZ_TARGETS:%=build/fuzz/fuzz_%)
 	@rm -rf build/fuzz/seeds && mkdir -p build/fuzz/seeds/config build/fuzz/seeds/safetensors build/fuzz/seeds/npy build/fuzz/artifacts
 	@cp configs/*.yaml tests/data/*.yaml build/fuzz/seeds/config/

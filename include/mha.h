@@ -35,7 +35,7 @@
 #include <stdint.h>
 
 #define MHA_VERSION_MAJOR 0
-#define MHA_VERSION_MINOR 3
+#define MHA_VERSION_MINOR 4
 #define MHA_VERSION_PATCH 0
 #define MHA_VERSION_NUMBER (MHA_VERSION_MAJOR * 10000 + MHA_VERSION_MINOR * 100 + MHA_VERSION_PATCH)
 
@@ -66,7 +66,7 @@ typedef enum mha_status {
 } mha_status;
 
 MHA_API const char *mha_status_str(mha_status s); /* never NULL */
-MHA_API const char *mha_version_string(void);     /* "0.3.0" */
+MHA_API const char *mha_version_string(void);     /* "0.4.0" */
 MHA_API int mha_version_number(void);             /* MHA_VERSION_NUMBER of the library linked */
 
 typedef enum { MHA_PIN_NONE, MHA_PIN_CLOSE, MHA_PIN_SPREAD, MHA_PIN_CPUS } mha_pinning;

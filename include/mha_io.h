@@ -16,64 +16,25 @@
 extern "C" {
 #endif
 
-/* ---- YAML configs (README "Configs"; every key is in the schema table below) ---- */
-
-typedef enum { MHA_MASK_NONE, MHA_MASK_CAUSAL, MHA_MASK_PADDING } mha_mask_kind;
-typedef enum { MHA_SCALE_STRONG, MHA_SCALE_WEAK, MHA_SCALE_BOTH } mha_scale_mode;
-
-#define MHA_MAX_LENGTHS 4096
-#define MHA_MAX_SCALE_POINTS 64
-
-/* A whole config file: the engine's part (what mha_config_load returns) and the blocks the
- * mha command reads (generated batch, timing, scaling sweep). */
-typedef struct mha_config_file {
-    char path[256];                       /* where it was read from ("" for text) */
-    char name[64];                        /* name:, or the file's stem */
-    mha_config engine;                    /* model, threads, engine; batch shape as capacity */
-    int cross;                            /* batch.cross, or kv_len different from seq_len */
-    mha_mask_kind mask;                   /* batch.mask */
-    int lengths[MHA_MAX_LENGTHS], n_lengths;        /* batch.lengths (repeat over the batch) */
-    int kv_lengths[MHA_MAX_LENGTHS], n_kv_lengths;  /* batch.kv_lengths */
-    int warmup, iters;                    /* run.* */
-    uint64_t seed;
-    int scale_threads[MHA_MAX_SCALE_POINTS], n_scale_threads;   /* scaling.* */
-    mha_pinning scale_pinning[4];
-    int n_scale_pinning;
-    mha_scale_mode scale_mode;
-    int scale_iters;
-    int line_mask, line_lengths, line_threads; /* lines of batch.mask, batch.lengths, threads.count (0: absent) */
-    /* decode: mha run prefills seqs sequences to context tokens through the KV cache
-     * (prefill_chunk tokens per sequence per step), then runs steps steps of new tokens each */
-    int decode;                           /* 1: the file has a decode block */
-    int decode_seqs, decode_context, decode_new, decode_steps, decode_block_size, decode_prefill_chunk;
-} mha_config_file;
+/* ---- YAML configs (README "Configs"; the engine's keys are in the schema table below) ---- */
 
 /* Reads a YAML config (README "Configs") into cfg: model, threads, pinning, engine block, and
  * the batch block as capacity; cfg changes only on success. MHA_ERR_IO if it cannot be read,
  * MHA_ERR_CONFIG with "file:line: key: problem" in err for syntax errors, unknown keys, wrong
- * types and out-of-range values, MHA_ERR_AFFINITY for a CPU the process may not use,
- * MHA_ERR_NOMEM. mha_config_file_load below reads the whole file, the command's blocks too. */
+ * types and out-of-range values, more than one YAML document, MHA_ERR_AFFINITY for a CPU the
+ * process may not use, MHA_ERR_NOMEM. A file that also holds a program's own keys (the mha
+ * command's run, scaling, decode blocks) loads with that program's rows: mha_config_load_with. */
 MHA_API mha_status mha_config_load(const char *path, mha_config *cfg, char *err, size_t err_len);
 
-/* The schema's defaults: mha_config_init's engine, run { warmup 3, iters 20, seed 42 }. */
-MHA_API void mha_config_file_default(mha_config_file *fc);
-/* Reads and validates a config file. MHA_ERR_IO (cannot read), MHA_ERR_CONFIG (syntax,
- * unknown or duplicate key, wrong type, out of range, more than one YAML document),
- * MHA_ERR_AFFINITY (a CPU this process may not use), MHA_ERR_NOMEM. */
-MHA_API mha_status mha_config_file_load(const char *path, mha_config_file *fc, char *err, size_t err_len);
-/* The same from text in memory; `origin` names it in messages. */
-MHA_API mha_status mha_config_file_parse(const char *text, size_t len, const char *origin, mha_config_file *fc,
-                                         char *err, size_t err_len);
-
-/* The schema: one entry per key, the table that drives mha_config_init, mha_config_check,
- * mha_config_load and their messages (README's key table is printed from it by `mha schema`). */
+/* The schema: one row per key, the table that drives mha_config_init, mha_config_check,
+ * mha_config_load and their messages (README's key tables are printed by `mha schema`). */
 typedef enum {
     MHA_KEY_INT, MHA_KEY_UINT64, MHA_KEY_BOOL, MHA_KEY_ENUM, MHA_KEY_STRING, MHA_KEY_INT_LIST, MHA_KEY_ENUM_LIST,
     MHA_KEY_FLOAT
 } mha_key_type;
 typedef struct mha_config_key {
     const char *key;          /* "model.d_model" */
-    const char *field;        /* the mha_config field it fills ("d_model"), NULL: not the engine's */
+    const char *field;        /* the mha_config field it fills ("d_model"); NULL in a program's own rows */
     mha_key_type type;
     long long min, max;       /* integers and list entries; strings: max is the longest length */
     int max_count;            /* lists: most entries */
@@ -84,13 +45,58 @@ typedef struct mha_config_key {
     double fmin, fmax;        /* floats: the range (fmin excluded when fmin_open) */
     int fmin_open;
 } mha_config_key;
-/* Key i of the schema, NULL past the last. */
+/* Key i of the engine's schema, NULL past the last. */
 MHA_API const mha_config_key *mha_config_key_at(int i);
 
-/* Names of enum values as a config spells them ("?" for others). */
-MHA_API const char *mha_mask_name(int mask);
+/* A program's own keys in the same file, as rows of the same schema: the loader reads them with
+ * the engine's keys, checks their type and range, and writes "file:line: key: problem" for them
+ * as for its own. Values go to offsets in the program's struct: int for integers, bools and
+ * enums (lists: int[max_count] and an int count), uint64_t, float, char[max + 1] for strings. */
+typedef struct mha_config_name { const char *name; int value; } mha_config_name;
+typedef struct mha_config_row {
+    mha_config_key spec;      /* spec.field NULL (in the engine's rows: its mha_config field) */
+    size_t off;               /* where the value goes */
+    size_t count_off;         /* lists: where the entry count goes */
+    long long def;            /* the default of an integer, bool or enum key */
+    const mha_config_name *names; /* enums: each word and its value */
+    int n_names;
+    double fdef;              /* the default of a float key */
+} mha_config_row;
+/* What the loader saw of a file, for a program's own cross-key checks (its finish function). */
+typedef struct mha_config_seen mha_config_seen;
+typedef struct mha_config_client {
+    const mha_config_row *rows;
+    int n_rows;
+    void *dest;               /* the program's struct, size bytes; changes only on success */
+    size_t size;
+    /* After the engine's keys passed their checks: the program's own, on the loaded values
+     * (dest, engine). It reports a problem through mha_config_seen_fail, or returns MHA_OK. */
+    mha_status (*finish)(void *dest, const mha_config *engine, const mha_config_seen *seen);
+} mha_config_client;
+
+/* mha_config_load with a program's rows (client NULL: the engine's alone). MHA_ERR_INVALID_ARG
+ * for a row that repeats a key of the engine or of the rows. */
+MHA_API mha_status mha_config_load_with(const char *path, mha_config *cfg, const mha_config_client *client, char *err,
+                                        size_t err_len);
+/* The same from text in memory; `origin` names it in messages. */
+MHA_API mha_status mha_config_parse_with(const char *text, size_t len, const char *origin, mha_config *cfg,
+                                         const mha_config_client *client, char *err, size_t err_len);
+/* The client's struct zeroed, then every row's default. */
+MHA_API void mha_config_client_init(const mha_config_client *client);
+/* The line of a key (entry -1) or of a list's entry, or of a block ("decode"); 0 if absent. */
+MHA_API int mha_config_seen_line(const mha_config_seen *seen, const char *key, int entry);
+/* The file's name as messages give it. */
+MHA_API const char *mha_config_seen_origin(const mha_config_seen *seen);
+/* "file:line: key[entry]: what" into the loader's err; returns MHA_ERR_CONFIG. */
+#ifdef __GNUC__
+__attribute__((format(printf, 4, 5)))
+#endif
+MHA_API mha_status mha_config_seen_fail(const mha_config_seen *seen, const char *key, int entry, const char *fmt, ...);
+/* The word of an enum row's value ("?" for others). */
+MHA_API const char *mha_config_value_name(const mha_config_row *row, int value);
+
+/* Names of the engine's enum values as a config spells them ("?" for others). */
 MHA_API const char *mha_pinning_name(mha_pinning p);
-MHA_API const char *mha_scale_mode_name(int mode);
 MHA_API const char *mha_precision_name(mha_precision p);
 MHA_API const char *mha_kv_type_name(mha_kv_type t);
 

@@ -15,26 +15,14 @@
 
 /* ---- the schema (config_schema.c) ---- */
 
-typedef struct mha_name_val { const char *name; int value; } mha_name_val;
-
-typedef struct mha_key_def {
-    mha_config_key pub;       /* what clients see: name, type, range, default text */
-    size_t off;               /* destination: in mha_config for engine keys (pub.field set),
-                                 else in mha_config_file */
-    size_t count_off;         /* lists: where the entry count goes (same base) */
-    long long def;            /* default of an integer, bool or enum key */
-    const mha_name_val *names;/* enums */
-    int n_names;
-    double fdef;              /* default of a float key */
-} mha_key_def;
-
-extern const mha_key_def mha_keys[];
+/* The engine's rows (mha_config_row, mha_io.h): off and count_off are offsets in mha_config. */
+extern const mha_config_row mha_keys[];
 extern const int mha_n_keys;
 
-const mha_key_def *mha_key_find(const char *key);
-const char *mha_key_value_name(const mha_key_def *k, int value);
-void *mha_key_dest(const mha_key_def *k, mha_config_file *fc);
-void *mha_key_count_dest(const mha_key_def *k, mha_config_file *fc);
+/* The engine's row of a key ("model.heads"), NULL if none. */
+const mha_config_row *mha_key_find(const char *key);
+/* Every row's default into base (rows' offsets), which the caller zeroed. */
+void mha_config_rows_default(const mha_config_row *rows, int n, void *base);
 
 /* Whether the engine reads this field ("rope.beta_fast") under the config's RoPE style and
  * scaling; every field outside rope is read. */
@@ -42,7 +30,7 @@ int mha_rope_key_read(const mha_rope *r, const char *field);
 
 /* The first key of an engine config that breaks the schema, and why. */
 typedef struct mha_key_problem {
-    const mha_key_def *key;
+    const mha_config_row *key;
     int index;                /* list entry, -1: the key itself, -2: the list's length */
     char what[160];
 } mha_key_problem;
@@ -53,7 +41,7 @@ mha_status mha_config_problem(const mha_key_problem *p, mha_problem *pr);
 /* The same as "field: what" into err. */
 mha_status mha_config_problem_text(const mha_key_problem *p, char *err, size_t err_len);
 /* The key of a problem's field ("cpus[2]" -> threads.cpus, "n_cpus" too); NULL: none. */
-const mha_key_def *mha_key_of_field(const char *field);
+const mha_config_row *mha_key_of_field(const char *field);
 /* mha_config_check's checks, the problem as data (the config loader names its key from it). */
 mha_status mha_config_check_problem(const mha_config *cfg, mha_problem *pr);
 

@@ -18,22 +18,29 @@
 
 #define MAX_FILE_BYTES (1u << 20)
 #define MAX_DEPTH 4
+#define MAX_BLOCKS 32
 
-typedef struct loader {
+/* The loader, and what it saw of the file (mha_config_seen, for a client's finish). Rows are
+ * numbered as one table: the engine's (0 .. mha_n_keys - 1), then the client's. */
+typedef struct mha_config_seen {
     yaml_parser_t parser;
     const char *origin;         /* the file's name in messages */
-    mha_config_file *fc;
-    int *line;                  /* (mha_n_keys): per schema key, its line; 0 if absent */
-    int **entry_line;           /* (mha_n_keys): per list key, the line of each entry */
-    int decode_line;            /* line of a decode block, 0: none */
+    mha_config *cfg;            /* the engine's values */
+    const mha_config_client *client; /* NULL: the engine's keys alone */
+    void *cdest;                /* the client's values (client->size bytes) */
+    int n_rows;
+    int *line;                  /* (n_rows): per row, its key's line; 0 if absent */
+    int **entry_line;           /* (n_rows): per list row, the line of each entry */
+    struct { char path[48]; int line; } block[MAX_BLOCKS]; /* the blocks met, with their lines */
+    int n_blocks;
     char *err;
     size_t err_len;
 } loader;
 
-static mha_status bad_at(loader *L, mha_status st, int line, const char *key, const char *fmt, ...)
+static mha_status bad_at(const loader *L, mha_status st, int line, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
-static mha_status bad_at(loader *L, mha_status st, int line, const char *key, const char *fmt, ...)
+static mha_status bad_at(const loader *L, mha_status st, int line, const char *key, const char *fmt, ...)
 {
     char what[256];
     va_list ap;
@@ -45,7 +52,21 @@ static mha_status bad_at(loader *L, mha_status st, int line, const char *key, co
     return mha_errorf(L->err, L->err_len, st, "%s: %s%s%s", L->origin, key, key[0] ? ": " : "", what);
 }
 
-static int key_index(const mha_key_def *k) { return (int)(k - mha_keys); }
+static const mha_config_row *row(const loader *L, int i)
+{
+    return i < mha_n_keys ? &mha_keys[i] : &L->client->rows[i - mha_n_keys];
+}
+
+static void *row_base(const loader *L, int i) { return i < mha_n_keys ? (void *)L->cfg : L->cdest; }
+
+/* The row of a key ("run.iters"), -1 if none. */
+static int find(const loader *L, const char *key)
+{
+    for (int i = 0; i < L->n_rows; i++)
+        if (!strcmp(row(L, i)->spec.key, key))
+            return i;
+    return -1;
+}
 
 /* The next event; syntax errors carry libyaml's own words and position. Anchors and aliases
  * are refused here, wherever they stand: a config means what it says where it says it. */
@@ -160,7 +181,7 @@ static int parse_bool(const char *s, int *out)
     return 0;
 }
 
-static int parse_name(const mha_key_def *k, const char *s, int *out)
+static int parse_name(const mha_config_row *k, const char *s, int *out)
 {
     for (int i = 0; i < k->n_names; i++)
         if (!strcmp(k->names[i].name, s))
@@ -168,27 +189,28 @@ static int parse_name(const mha_key_def *k, const char *s, int *out)
     return 0;
 }
 
-/* One scalar for key k (or one entry of its list, entry >= 0), checked and stored. */
-static mha_status scalar(loader *L, const mha_key_def *k, int entry, const yaml_event_t *ev)
+/* One scalar for row i (or one entry of its list, entry >= 0), checked and stored. */
+static mha_status scalar(loader *L, int i, int entry, const yaml_event_t *ev)
 {
+    const mha_config_row *k = row(L, i);
     const char *s = (const char *)ev->data.scalar.value;
     int line = line_of_event(ev);
     char key[80];
     if (entry >= 0)
-        snprintf(key, sizeof key, "%s[%d]", k->pub.key, entry);
+        snprintf(key, sizeof key, "%s[%d]", k->spec.key, entry);
     else
-        snprintf(key, sizeof key, "%s", k->pub.key);
+        snprintf(key, sizeof key, "%s", k->spec.key);
     int quoted = ev->data.scalar.style != YAML_PLAIN_SCALAR_STYLE;
-    void *dst = mha_key_dest(k, L->fc);
+    void *dst = (char *)row_base(L, i) + k->off;
     long long v;
     int iv;
-    switch (k->pub.type) {
+    switch (k->spec.type) {
     case MHA_KEY_INT:
     case MHA_KEY_INT_LIST:
         if (quoted || !parse_integer(s, &v))
             return bad_at(L, MHA_ERR_CONFIG, line, key, "expected an integer, got '%.40s'", s);
-        if (v < k->pub.min || v > k->pub.max)
-            return bad_at(L, MHA_ERR_CONFIG, line, key, "must be in %lld..%lld, got %lld", k->pub.min, k->pub.max, v);
+        if (v < k->spec.min || v > k->spec.max)
+            return bad_at(L, MHA_ERR_CONFIG, line, key, "must be in %lld..%lld, got %lld", k->spec.min, k->spec.max, v);
         ((int *)dst)[entry < 0 ? 0 : entry] = (int)v;
         return MHA_OK;
     case MHA_KEY_UINT64:
@@ -203,22 +225,22 @@ static mha_status scalar(loader *L, const mha_key_def *k, int entry, const yaml_
     case MHA_KEY_ENUM:
     case MHA_KEY_ENUM_LIST:
         if (!parse_name(k, s, &iv))
-            return bad_at(L, MHA_ERR_CONFIG, line, key, "'%.40s' is not one of %s", s, k->pub.values);
+            return bad_at(L, MHA_ERR_CONFIG, line, key, "'%.40s' is not one of %s", s, k->spec.values);
         ((int *)dst)[entry < 0 ? 0 : entry] = iv;
         return MHA_OK;
     case MHA_KEY_FLOAT: {
         double x = 0;
         if (quoted || !parse_float(s, &x))
             return bad_at(L, MHA_ERR_CONFIG, line, key, "expected a number, got '%.40s'", s);
-        if (!(x <= k->pub.fmax && (k->pub.fmin_open ? x > k->pub.fmin : x >= k->pub.fmin)))
-            return bad_at(L, MHA_ERR_CONFIG, line, key, "must be in %s%g..%g, got %g", k->pub.fmin_open ? "(" : "",
-                          k->pub.fmin, k->pub.fmax, x);
+        if (!(x <= k->spec.fmax && (k->spec.fmin_open ? x > k->spec.fmin : x >= k->spec.fmin)))
+            return bad_at(L, MHA_ERR_CONFIG, line, key, "must be in %s%g..%g, got %g", k->spec.fmin_open ? "(" : "",
+                          k->spec.fmin, k->spec.fmax, x);
         *(float *)dst = (float)x;
         return MHA_OK;
     }
     case MHA_KEY_STRING:
-        if (strlen(s) > (size_t)k->pub.max)
-            return bad_at(L, MHA_ERR_CONFIG, line, key, "longer than %lld characters", k->pub.max);
+        if (strlen(s) > (size_t)k->spec.max)
+            return bad_at(L, MHA_ERR_CONFIG, line, key, "longer than %lld characters", k->spec.max);
         if (has_control(s))
             return bad_at(L, MHA_ERR_CONFIG, line, key, "contains a control character");
         memcpy(dst, s, strlen(s) + 1);
@@ -227,9 +249,9 @@ static mha_status scalar(loader *L, const mha_key_def *k, int entry, const yaml_
     return MHA_ERR_CONFIG;
 }
 
-static const char *expected(const mha_key_def *k)
+static const char *expected(const mha_config_row *k)
 {
-    switch (k->pub.type) {
+    switch (k->spec.type) {
     case MHA_KEY_INT: case MHA_KEY_UINT64: return "an integer";
     case MHA_KEY_FLOAT: return "a number";
     case MHA_KEY_BOOL: return "true or false";
@@ -239,19 +261,20 @@ static const char *expected(const mha_key_def *k)
     }
 }
 
-/* The value of key k, whose own line is `line`. */
-static mha_status value(loader *L, const mha_key_def *k, int line)
+/* The value of row i, whose key's own line is `line`. */
+static mha_status value(loader *L, int i, int line)
 {
+    const mha_config_row *k = row(L, i);
     yaml_event_t ev;
     mha_status st = next(L, &ev);
     if (st != MHA_OK)
         return st;
-    int is_list = k->pub.type == MHA_KEY_INT_LIST || k->pub.type == MHA_KEY_ENUM_LIST;
+    int is_list = k->spec.type == MHA_KEY_INT_LIST || k->spec.type == MHA_KEY_ENUM_LIST;
     if (ev.type == YAML_SCALAR_EVENT && !is_list) {
-        st = scalar(L, k, -1, &ev);
+        st = scalar(L, i, -1, &ev);
     } else if (ev.type == YAML_SEQUENCE_START_EVENT && is_list) {
-        int *count = mha_key_count_dest(k, L->fc);
-        int *lines = L->entry_line[key_index(k)];
+        int *count = (int *)((char *)row_base(L, i) + k->count_off);
+        int *lines = L->entry_line[i];
         *count = 0;
         for (;;) {
             yaml_event_delete(&ev);
@@ -260,15 +283,15 @@ static mha_status value(loader *L, const mha_key_def *k, int line)
             if (ev.type == YAML_SEQUENCE_END_EVENT)
                 break;
             if (ev.type != YAML_SCALAR_EVENT) {
-                st = bad_at(L, MHA_ERR_CONFIG, line_of_event(&ev), k->pub.key, "entries must be single values, got %s",
+                st = bad_at(L, MHA_ERR_CONFIG, line_of_event(&ev), k->spec.key, "entries must be single values, got %s",
                             event_kind(&ev));
                 break;
             }
-            if (*count == k->pub.max_count) {
-                st = bad_at(L, MHA_ERR_CONFIG, line_of_event(&ev), k->pub.key, "more than %d entries", k->pub.max_count);
+            if (*count == k->spec.max_count) {
+                st = bad_at(L, MHA_ERR_CONFIG, line_of_event(&ev), k->spec.key, "more than %d entries", k->spec.max_count);
                 break;
             }
-            if ((st = scalar(L, k, *count, &ev)) != MHA_OK)
+            if ((st = scalar(L, i, *count, &ev)) != MHA_OK)
                 break;
             if (lines)
                 lines[*count] = line_of_event(&ev);
@@ -276,7 +299,7 @@ static mha_status value(loader *L, const mha_key_def *k, int line)
         }
     } else {
         const char *got = ev.type == YAML_SCALAR_EVENT ? (const char *)ev.data.scalar.value : event_kind(&ev);
-        st = bad_at(L, MHA_ERR_CONFIG, line_of_event(&ev) ? line_of_event(&ev) : line, k->pub.key, "expected %s, got %s%.40s%s",
+        st = bad_at(L, MHA_ERR_CONFIG, line_of_event(&ev) ? line_of_event(&ev) : line, k->spec.key, "expected %s, got %s%.40s%s",
                     expected(k), ev.type == YAML_SCALAR_EVENT ? "'" : "", got, ev.type == YAML_SCALAR_EVENT ? "'" : "");
     }
     yaml_event_delete(&ev);
@@ -284,39 +307,48 @@ static mha_status value(loader *L, const mha_key_def *k, int line)
 }
 
 /* Whether `path` is a block: some key of the table lies under it. */
-static int is_block(const char *path)
+static int is_block(const loader *L, const char *path)
 {
     size_t n = strlen(path);
-    for (int i = 0; i < mha_n_keys; i++)
-        if (!strncmp(mha_keys[i].pub.key, path, n) && mha_keys[i].pub.key[n] == '.')
+    for (int i = 0; i < L->n_rows; i++)
+        if (!strncmp(row(L, i)->spec.key, path, n) && row(L, i)->spec.key[n] == '.')
             return 1;
     return 0;
 }
 
-/* "d_model, heads, bias": the words a block (or the top, "") takes, for messages. The table
- * keeps each block's keys together, so a word repeats only right after itself (model.rope.*). */
-static void block_keys(const char *block, char *out, size_t n)
+/* The word of a key right under block ("" the top): "rope" for model.rope.theta under model,
+ * its length in *w; NULL if the key is not under the block. */
+static const char *word_under(const char *key, const char *block, size_t *w)
 {
-    size_t len = strlen(block), k = 0;
-    char last[64] = "";
+    const size_t len = strlen(block);
+    if (len && (strncmp(key, block, len) || key[len] != '.'))
+        return NULL;
+    const char *rest = len ? key + len + 1 : key;
+    *w = strcspn(rest, ".");
+    return rest;
+}
+
+/* "d_model, heads, bias": the words a block (or the top, "") takes, for messages, each once. */
+static void block_keys(const loader *L, const char *block, char *out, size_t n)
+{
+    size_t k = 0, w = 0, wj = 0;
     out[0] = '\0';
-    for (int i = 0; i < mha_n_keys && k < n; i++) {
-        const char *key = mha_keys[i].pub.key;
-        if (len && (strncmp(key, block, len) || key[len] != '.'))
-            continue;
-        const char *rest = len ? key + len + 1 : key;
-        char word[64];
-        snprintf(word, sizeof word, "%.*s", (int)strcspn(rest, "."), rest);
-        if (strcmp(word, last) != 0)
-            k += (size_t)snprintf(out + k, n - k, "%s%s", k ? ", " : "", word);
-        memcpy(last, word, sizeof last);
+    for (int i = 0; i < L->n_rows && k < n; i++) {
+        const char *word = word_under(row(L, i)->spec.key, block, &w);
+        int listed = 0; /* by an earlier row: model.rope.*, a block of both tables */
+        for (int j = 0; word && j < i && !listed; j++) {
+            const char *other = word_under(row(L, j)->spec.key, block, &wj);
+            listed = other && wj == w && !strncmp(other, word, w);
+        }
+        if (word && !listed)
+            k += (size_t)snprintf(out + k, n - k, "%s%.*s", k ? ", " : "", (int)w, word);
     }
 }
 
 static mha_status mapping(loader *L, const char *prefix, int depth);
 
 /* One key of a mapping under prefix ("" at the top) and its value. */
-static mha_status entry(loader *L, const char *prefix, const yaml_event_t *key_ev, int depth, char seen[][48], int *n_seen)
+static mha_status entry(loader *L, const char *prefix, const yaml_event_t *key_ev, int depth)
 {
     const char *name = (const char *)key_ev->data.scalar.value;
     int line = line_of_event(key_ev);
@@ -324,22 +356,22 @@ static mha_status entry(loader *L, const char *prefix, const yaml_event_t *key_e
     snprintf(path, sizeof path, "%s%s%.60s", prefix, prefix[0] ? "." : "", name);
     if (has_control(name))
         return bad_at(L, MHA_ERR_CONFIG, line, prefix, "a key contains a control character");
-    const mha_key_def *k = mha_key_find(path);
-    if (k) {
-        int *first = &L->line[key_index(k)];
+    const int k = find(L, path);
+    if (k >= 0) {
+        int *first = &L->line[k];
         if (*first)
             return bad_at(L, MHA_ERR_CONFIG, line, path, "duplicate key (first on line %d)", *first);
         *first = line;
         return value(L, k, line);
     }
-    if (is_block(path)) {
-        for (int i = 0; i < *n_seen; i++)
-            if (!strcmp(seen[i], path))
-                return bad_at(L, MHA_ERR_CONFIG, line, path, "duplicate block");
-        if (*n_seen < 16)
-            snprintf(seen[(*n_seen)++], sizeof seen[0], "%s", path);
-        if (!strcmp(path, "decode"))
-            L->decode_line = line;
+    if (is_block(L, path)) {
+        for (int i = 0; i < L->n_blocks; i++)
+            if (!strcmp(L->block[i].path, path))
+                return bad_at(L, MHA_ERR_CONFIG, line, path, "duplicate block (first on line %d)", L->block[i].line);
+        if (L->n_blocks == MAX_BLOCKS || strlen(path) >= sizeof L->block[0].path)
+            return bad_at(L, MHA_ERR_CONFIG, line, path, "more blocks, or a deeper one, than a loader keeps");
+        snprintf(L->block[L->n_blocks].path, sizeof L->block[0].path, "%s", path);
+        L->block[L->n_blocks++].line = line;
         yaml_event_t ev;
         mha_status st = next(L, &ev);
         if (st != MHA_OK)
@@ -347,22 +379,20 @@ static mha_status entry(loader *L, const char *prefix, const yaml_event_t *key_e
         int is_map = ev.type == YAML_MAPPING_START_EVENT;
         if (!is_map) {
             char keys[200];
-            block_keys(path, keys, sizeof keys);
+            block_keys(L, path, keys, sizeof keys);
             st = bad_at(L, MHA_ERR_CONFIG, line, path, "expected a mapping of keys (%s), got %s", keys, event_kind(&ev));
         }
         yaml_event_delete(&ev);
         return is_map ? mapping(L, path, depth + 1) : st;
     }
     char keys[200];
-    block_keys(prefix, keys, sizeof keys);
+    block_keys(L, prefix, keys, sizeof keys);
     return bad_at(L, MHA_ERR_CONFIG, line, path, "unknown key (%s takes %s)", prefix[0] ? prefix : "a config", keys);
 }
 
 /* The keys of a mapping whose start event was just read, up to its end. */
 static mha_status mapping(loader *L, const char *prefix, int depth)
 {
-    char seen[16][48];
-    int n_seen = 0;
     if (depth > MAX_DEPTH)
         return bad_at(L, MHA_ERR_CONFIG, 0, prefix, "nested too deep");
     for (;;) {
@@ -377,7 +407,7 @@ static mha_status mapping(loader *L, const char *prefix, int depth)
         if (ev.type != YAML_SCALAR_EVENT)
             st = bad_at(L, MHA_ERR_CONFIG, line_of_event(&ev), prefix, "keys must be plain words, got %s", event_kind(&ev));
         else
-            st = entry(L, prefix, &ev, depth, seen, &n_seen);
+            st = entry(L, prefix, &ev, depth);
         yaml_event_delete(&ev);
         if (st != MHA_OK)
             return st;
@@ -423,60 +453,26 @@ static mha_status document(loader *L)
 
 /* ---- what one key's type and range cannot say ---- */
 
-static int seen(const loader *L, const char *key) { return L->line[key_index(mha_key_find(key))]; }
-
-static mha_status check_list(loader *L, const char *key, const int *v, int n, int max, const char *bound)
-{
-    const mha_key_def *k = mha_key_find(key);
-    for (int i = 0; i < n; i++)
-        if (v[i] > max) {
-            char entry[64];
-            snprintf(entry, sizeof entry, "%s[%d]", key, i);
-            return bad_at(L, MHA_ERR_CONFIG, L->entry_line[key_index(k)][i], entry, "must be in 0..%d (%s), got %d", max,
-                          bound, v[i]);
-        }
-    return MHA_OK;
-}
+static int seen(const loader *L, const char *key) { return L->line[find(L, key)]; }
 
 static mha_status finish(loader *L)
 {
-    mha_config_file *fc = L->fc;
-    mha_config *c = &fc->engine;
-    for (int i = 0; i < mha_n_keys; i++)
-        if (mha_keys[i].pub.required && !L->line[i]) {
-            const char *key = mha_keys[i].pub.key;
-            return bad_at(L, MHA_ERR_CONFIG, 0, key, "missing: a config needs a model block with d_model and heads");
-        }
+    mha_config *c = L->cfg;
+    for (int i = 0; i < L->n_rows; i++)
+        if (row(L, i)->spec.required && !L->line[i])
+            return bad_at(L, MHA_ERR_CONFIG, 0, row(L, i)->spec.key, "missing: a config needs a model block with d_model and heads");
     if (!seen(L, "batch.kv_len"))
         c->max_seq_kv = c->max_seq_q;
-    fc->cross = fc->cross || c->max_seq_kv != c->max_seq_q;
-    mha_status st = check_list(L, "batch.lengths", fc->lengths, fc->n_lengths, c->max_seq_q, "seq_len");
-    if (st != MHA_OK)
-        return st;
-    if (fc->n_kv_lengths && !fc->cross)
-        return bad_at(L, MHA_ERR_CONFIG, seen(L, "batch.kv_lengths"), "batch.kv_lengths",
-                      "needs cross-attention (kv_len different from seq_len, or cross: true)");
-    if ((st = check_list(L, "batch.kv_lengths", fc->kv_lengths, fc->n_kv_lengths, c->max_seq_kv, "kv_len")) != MHA_OK)
-        return st;
     if (c->pinning == MHA_PIN_CPUS && c->n_cpus == 0)
         return bad_at(L, MHA_ERR_CONFIG, seen(L, "threads.pinning"), "threads.pinning", "'cpus' needs a threads.cpus list");
     if (c->n_cpus > 0 && !seen(L, "threads.pinning"))
         c->pinning = MHA_PIN_CPUS; /* a cpus list alone means: pin to these */
-    if (!seen(L, "scaling.iters"))
-        fc->scale_iters = fc->iters;
     /* a RoPE parameter that this style and scaling do not read: a mistake, not a no-op */
     for (int i = 0; i < mha_n_keys; i++)
-        if (L->line[i] && mha_keys[i].pub.field && !mha_rope_key_read(&c->rope, mha_keys[i].pub.field))
-            return bad_at(L, MHA_ERR_CONFIG, L->line[i], mha_keys[i].pub.key, "given, but rope style %s, scaling %s do not read it",
-                          mha_key_value_name(mha_key_find("model.rope.style"), c->rope.style),
-                          mha_key_value_name(mha_key_find("model.rope.scaling"), c->rope.scaling));
-    fc->decode = L->decode_line > 0;
-    if (fc->decode && (long)fc->decode_context + (long)fc->decode_new * fc->decode_steps > (1 << 20))
-        return bad_at(L, MHA_ERR_CONFIG, L->decode_line, "decode", "context %d + new %d × steps %d is past 1048576 positions",
-                      fc->decode_context, fc->decode_new, fc->decode_steps);
-    fc->line_mask = seen(L, "batch.mask");
-    fc->line_lengths = seen(L, "batch.lengths");
-    fc->line_threads = seen(L, "threads.count");
+        if (L->line[i] && !mha_rope_key_read(&c->rope, mha_keys[i].spec.field))
+            return bad_at(L, MHA_ERR_CONFIG, L->line[i], mha_keys[i].spec.key, "given, but rope style %s, scaling %s do not read it",
+                          mha_config_value_name(mha_key_find("model.rope.style"), c->rope.style),
+                          mha_config_value_name(mha_key_find("model.rope.scaling"), c->rope.scaling));
 
     /* the engine's own checks: the cross-key rules of the table, then what only the engine
      * can judge (BLIS kernel, CPUs this process may use, sizes that overflow) */
@@ -484,84 +480,150 @@ static mha_status finish(loader *L)
     if (mha_config_verify(c, &p) != MHA_OK) {
         char key[80];
         if (p.index >= 0)
-            snprintf(key, sizeof key, "%s[%d]", p.key->pub.key, p.index);
+            snprintf(key, sizeof key, "%s[%d]", p.key->spec.key, p.index);
         else
-            snprintf(key, sizeof key, "%s", p.key->pub.key);
-        return bad_at(L, MHA_ERR_CONFIG, L->line[key_index(p.key)], key, "%s", p.what);
+            snprintf(key, sizeof key, "%s", p.key->spec.key);
+        return bad_at(L, MHA_ERR_CONFIG, L->line[p.key - mha_keys], key, "%s", p.what);
     }
     mha_problem pr;
-    st = mha_config_check_problem(c, &pr);
+    mha_status st = mha_config_check_problem(c, &pr);
     if (st != MHA_OK) { /* the problem's field names its key; the sizes' overflow is the batch's */
-        const mha_key_def *k = mha_key_of_field(pr.field);
-        const char *key = k ? k->pub.key : "batch";
-        int line = L->line[key_index(k ? k : mha_key_find("batch.size"))];
+        const mha_config_row *k = mha_key_of_field(pr.field);
+        const char *key = k ? k->spec.key : "batch";
+        int line = L->line[(k ? k : mha_key_find("batch.size")) - mha_keys];
         return bad_at(L, st, line, key, "%s", pr.what);
     }
-    return MHA_OK;
+    /* then the client's own */
+    return L->client && L->client->finish ? L->client->finish(L->cdest, c, L) : MHA_OK;
+}
+
+/* ---- what a client's finish reads ---- */
+
+MHA_API int mha_config_seen_line(const mha_config_seen *L, const char *key, int entry)
+{
+    if (!L || !key)
+        return 0;
+    const int i = find(L, key);
+    if (i >= 0 && entry < 0)
+        return L->line[i];
+    if (i >= 0) /* a list's entry: the lines of entries read */
+        return L->entry_line[i] && entry < *(const int *)((const char *)row_base(L, i) + row(L, i)->count_off)
+                   ? L->entry_line[i][entry] : 0;
+    for (int b = 0; b < L->n_blocks; b++)
+        if (!strcmp(L->block[b].path, key))
+            return L->block[b].line;
+    return 0;
+}
+
+MHA_API const char *mha_config_seen_origin(const mha_config_seen *L) { return L ? L->origin : ""; }
+
+MHA_API mha_status mha_config_seen_fail(const mha_config_seen *L, const char *key, int entry, const char *fmt, ...)
+{
+    char what[256], name[96];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    if (entry >= 0)
+        snprintf(name, sizeof name, "%s[%d]", key, entry);
+    else
+        snprintf(name, sizeof name, "%s", key);
+    return bad_at(L, MHA_ERR_CONFIG, mha_config_seen_line(L, key, entry), name, "%s", what);
 }
 
 /* ---- entry points ---- */
 
-static mha_status parse(const char *text, size_t len, const char *origin, mha_config_file *fc, char *err, size_t err_len)
+/* A client whose rows are sound: each key once, none of the engine's, a destination and a
+ * finish optional. */
+static mha_status client_check(const mha_config_client *cl, const char *origin, char *err, size_t err_len)
+{
+    if (!cl)
+        return MHA_OK;
+    if (cl->n_rows < 0 || (cl->n_rows && !cl->rows) || (cl->n_rows && !cl->dest))
+        return mha_errorf(err, err_len, MHA_ERR_INVALID_ARG, "%s: a client with %d rows needs rows and a destination", origin,
+                          cl->n_rows);
+    for (int i = 0; i < cl->n_rows; i++) {
+        const mha_config_row *r = &cl->rows[i];
+        int twice = !r->spec.key || r->spec.field || mha_key_find(r->spec.key) || r->off >= cl->size;
+        for (int j = 0; j < i && !twice; j++)
+            twice = !strcmp(cl->rows[j].spec.key, r->spec.key);
+        if (twice)
+            return mha_errorf(err, err_len, MHA_ERR_INVALID_ARG, "%s: client row %d (%s): no key, a key of the engine or an "
+                              "earlier row, an engine field, or an offset past its struct", origin, i,
+                              r->spec.key ? r->spec.key : "NULL");
+    }
+    return MHA_OK;
+}
+
+static mha_status parse(const char *text, size_t len, const char *origin, mha_config *cfg, const mha_config_client *cl,
+                        void *cdest, char *err, size_t err_len)
 {
     loader *L = calloc(1, sizeof *L);
     if (!L)
         return mha_errorf(err, err_len, MHA_ERR_NOMEM, "%s: out of memory", origin);
-    L->origin = origin, L->fc = fc, L->err = err, L->err_len = err_len;
+    L->origin = origin, L->cfg = cfg, L->client = cl, L->cdest = cdest, L->err = err, L->err_len = err_len;
+    L->n_rows = mha_n_keys + (cl ? cl->n_rows : 0);
     mha_status st = MHA_OK;
-    /* sized from the key table, which grows with every feature */
-    L->line = calloc((size_t)mha_n_keys, sizeof *L->line);
-    L->entry_line = calloc((size_t)mha_n_keys, sizeof *L->entry_line);
+    /* sized from the key tables, which grow with every feature */
+    L->line = calloc((size_t)L->n_rows, sizeof *L->line);
+    L->entry_line = calloc((size_t)L->n_rows, sizeof *L->entry_line);
     if (!L->line || !L->entry_line)
         st = mha_errorf(err, err_len, MHA_ERR_NOMEM, "%s: out of memory", origin);
-    for (int i = 0; i < mha_n_keys && st == MHA_OK; i++)
-        if (mha_keys[i].pub.type == MHA_KEY_INT_LIST && !(L->entry_line[i] = calloc((size_t)mha_keys[i].pub.max_count, sizeof(int))))
+    for (int i = 0; i < L->n_rows && st == MHA_OK; i++)
+        if ((row(L, i)->spec.type == MHA_KEY_INT_LIST || row(L, i)->spec.type == MHA_KEY_ENUM_LIST) &&
+            !(L->entry_line[i] = calloc((size_t)row(L, i)->spec.max_count + 1, sizeof(int)))) /* + 1: never 0 bytes */
             st = mha_errorf(err, err_len, MHA_ERR_NOMEM, "%s: out of memory", origin);
     if (st == MHA_OK && !yaml_parser_initialize(&L->parser))
         st = mha_errorf(err, err_len, MHA_ERR_NOMEM, "%s: out of memory", origin);
     if (st == MHA_OK) {
-        mha_config_file_default(fc);
-        const char *base = strrchr(origin, '/') ? strrchr(origin, '/') + 1 : origin;
-        snprintf(fc->name, sizeof fc->name, "%.*s", (int)strcspn(base, "."), base);
-        if (has_control(fc->name))
-            snprintf(fc->name, sizeof fc->name, "config");
+        mha_config_init(cfg);
+        if (cl)
+            mha_config_client_init(&(mha_config_client){.rows = cl->rows, .n_rows = cl->n_rows, .dest = cdest, .size = cl->size});
         yaml_parser_set_input_string(&L->parser, (const unsigned char *)text, len);
         st = document(L);
         yaml_parser_delete(&L->parser);
         if (st == MHA_OK)
             st = finish(L);
     }
-    for (int i = 0; i < mha_n_keys && L->entry_line; i++)
+    for (int i = 0; i < L->n_rows && L->entry_line; i++)
         free(L->entry_line[i]);
     free(L->entry_line), free(L->line);
     free(L);
     return st;
 }
 
-MHA_API mha_status mha_config_file_parse(const char *text, size_t len, const char *origin, mha_config_file *fc,
-                                         char *err, size_t err_len)
+MHA_API mha_status mha_config_parse_with(const char *text, size_t len, const char *origin, mha_config *cfg,
+                                         const mha_config_client *client, char *err, size_t err_len)
 {
-    if (!text || !fc)
+    if (!text || !cfg)
         return mha_errorf(err, err_len, MHA_ERR_INVALID_ARG, "config text or output is NULL");
     if (!origin)
         origin = "config";
-    mha_config_file *tmp = malloc(sizeof *tmp);
-    if (!tmp)
-        return mha_errorf(err, err_len, MHA_ERR_NOMEM, "%s: out of memory", origin);
-    mha_status st = parse(text, len, origin, tmp, err, err_len);
-    if (st == MHA_OK) { /* fc changes only on success */
-        *fc = *tmp;
-        fc->path[0] = '\0';
+    mha_status st = client_check(client, origin, err, err_len);
+    if (st != MHA_OK)
+        return st;
+    mha_config *tmp = malloc(sizeof *tmp);
+    void *ctmp = client && client->size ? malloc(client->size) : NULL;
+    if (!tmp || (client && client->size && !ctmp))
+        st = mha_errorf(err, err_len, MHA_ERR_NOMEM, "%s: out of memory", origin);
+    else
+        st = parse(text, len, origin, tmp, client, ctmp, err, err_len);
+    if (st == MHA_OK) { /* the outputs change only on success */
+        *cfg = *tmp;
+        if (ctmp)
+            memcpy(client->dest, ctmp, client->size);
         if (err && err_len)
             err[0] = '\0';
     }
+    free(ctmp);
     free(tmp);
     return st;
 }
 
-MHA_API mha_status mha_config_file_load(const char *path, mha_config_file *fc, char *err, size_t err_len)
+MHA_API mha_status mha_config_load_with(const char *path, mha_config *cfg, const mha_config_client *client, char *err,
+                                        size_t err_len)
 {
-    if (!path || !fc)
+    if (!path || !cfg)
         return mha_errorf(err, err_len, MHA_ERR_INVALID_ARG, "config path or output is NULL");
     char *buf = NULL;
     size_t len = 0;
@@ -573,23 +635,12 @@ MHA_API mha_status mha_config_file_load(const char *path, mha_config_file *fc, c
     if (memchr(buf, '\0', len))
         st = mha_errorf(err, err_len, MHA_ERR_CONFIG, "%s: holds a NUL byte: not a YAML config", path);
     else
-        st = mha_config_file_parse(buf, len, path, fc, err, err_len);
-    if (st == MHA_OK)
-        snprintf(fc->path, sizeof fc->path, "%s", path);
+        st = mha_config_parse_with(buf, len, path, cfg, client, err, err_len);
     free(buf);
     return st;
 }
 
 MHA_API mha_status mha_config_load(const char *path, mha_config *cfg, char *err, size_t err_len)
 {
-    if (!path || !cfg)
-        return mha_errorf(err, err_len, MHA_ERR_INVALID_ARG, "config path or output is NULL");
-    mha_config_file *fc = malloc(sizeof *fc);
-    if (!fc)
-        return mha_errorf(err, err_len, MHA_ERR_NOMEM, "%s: out of memory", path);
-    mha_status st = mha_config_file_load(path, fc, err, err_len);
-    if (st == MHA_OK)
-        *cfg = fc->engine;
-    free(fc);
-    return st;
+    return mha_config_load_with(path, cfg, NULL, err, err_len);
 }

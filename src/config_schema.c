@@ -12,33 +12,24 @@
 
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 #define ENG(f) offsetof(mha_config, f) /* engine keys: offsets in mha_config */
-#define FILE_(f) offsetof(mha_config_file, f)
 #define NONE ((size_t)-1)
 
-_Static_assert(sizeof(mha_pinning) == sizeof(int) && sizeof(mha_mask_kind) == sizeof(int) &&
-                   sizeof(mha_scale_mode) == sizeof(int),
-               "enum fields are stored as int");
-_Static_assert(sizeof(mha_precision) == sizeof(int) && sizeof(mha_qk_norm_kind) == sizeof(int) &&
+_Static_assert(sizeof(mha_pinning) == sizeof(int) && sizeof(mha_precision) == sizeof(int) && sizeof(mha_qk_norm_kind) == sizeof(int) &&
                    sizeof(mha_kv_type) == sizeof(int),
                "enum fields are stored as int");
 
-static const mha_name_val mask_names[] = {
-    {"none", MHA_MASK_NONE}, {"causal", MHA_MASK_CAUSAL}, {"padding", MHA_MASK_PADDING}};
-static const mha_name_val pinning_names[] = {
+static const mha_config_name pinning_names[] = {
     {"none", MHA_PIN_NONE}, {"close", MHA_PIN_CLOSE}, {"spread", MHA_PIN_SPREAD}, {"cpus", MHA_PIN_CPUS}};
-static const mha_name_val rope_style_names[] = {
+static const mha_config_name rope_style_names[] = {
     {"none", MHA_ROPE_NONE}, {"neox", MHA_ROPE_NEOX}, {"gptj", MHA_ROPE_GPTJ}};
-static const mha_name_val rope_scaling_names[] = {{"none", MHA_ROPE_SCALING_NONE},
+static const mha_config_name rope_scaling_names[] = {{"none", MHA_ROPE_SCALING_NONE},
     {"linear", MHA_ROPE_SCALING_LINEAR}, {"llama3", MHA_ROPE_SCALING_LLAMA3}, {"yarn", MHA_ROPE_SCALING_YARN}};
-static const mha_name_val qk_norm_names[] = {{"none", MHA_QK_NORM_NONE}, {"head", MHA_QK_NORM_HEAD}, {"full", MHA_QK_NORM_FULL}};
-static const mha_name_val precision_names[] = {{"f32", MHA_PRECISION_F32}, {"bf16", MHA_PRECISION_BF16}};
-static const mha_name_val kv_type_names[] = {
+static const mha_config_name qk_norm_names[] = {{"none", MHA_QK_NORM_NONE}, {"head", MHA_QK_NORM_HEAD}, {"full", MHA_QK_NORM_FULL}};
+static const mha_config_name precision_names[] = {{"f32", MHA_PRECISION_F32}, {"bf16", MHA_PRECISION_BF16}};
+static const mha_config_name kv_type_names[] = {
     {"auto", MHA_KV_AUTO}, {"f32", MHA_KV_F32}, {"bf16", MHA_KV_BF16}, {"int8", MHA_KV_INT8}};
-static const mha_name_val mode_names[] = {
-    {"strong", MHA_SCALE_STRONG}, {"weak", MHA_SCALE_WEAK}, {"both", MHA_SCALE_BOTH}};
 #define NAMES(a) a, (int)N_OF(a)
 
-#define MILLION 1000000
 /* K(key, engine field, type, min, max, max entries, required, enum text, default text, doc),
  * then destination, count destination, default value, enum names */
 #define K(key, field, type, lo, hi, count, req, values, dtext, doc) {key, field, type, lo, hi, count, req, values, dtext, doc, 0, 0, 0}
@@ -49,9 +40,7 @@ static const mha_name_val mode_names[] = {
 /* the same from lo included */
 #define FLOAT_KEY_FROM(key, field, lo, hi, dtext, doc, off, fdef)                                 \
     {{key, field, MHA_KEY_FLOAT, 0, 0, 0, 0, NULL, dtext, doc, lo, hi, 0}, off, NONE, 0, NULL, 0, fdef}
-const mha_key_def mha_keys[] = {
-    KEY(K("name", NULL, MHA_KEY_STRING, 0, 63, 0, 0, NULL, "the file's stem", "the model's name in reports"),
-        FILE_(name), NONE, 0, NULL, 0),
+const mha_config_row mha_keys[] = {
     KEY(K("model.d_model", "d_model", MHA_KEY_INT, 1, MHA_MAX_WIDTH, 0, 1, NULL, "512", "model width d"),
         ENG(d_model), NONE, 512, NULL, 0),
     KEY(K("model.heads", "n_heads", MHA_KEY_INT, 1, 65536, 0, 1, NULL, "8", "attention heads h; divides d_model unless head_dim is set"),
@@ -96,46 +85,12 @@ const mha_key_def mha_keys[] = {
         ENG(max_seq_q), NONE, 128, NULL, 0),
     KEY(K("batch.kv_len", "max_seq_kv", MHA_KEY_INT, 1, 1 << 20, 0, 0, NULL, "seq_len", "key/value tokens per sequence; other than seq_len means cross-attention"),
         ENG(max_seq_kv), NONE, 128, NULL, 0),
-    KEY(K("batch.cross", NULL, MHA_KEY_BOOL, 0, 1, 0, 0, NULL, "false", "generate separate key/value inputs"),
-        FILE_(cross), NONE, 0, NULL, 0),
-    KEY(K("batch.mask", NULL, MHA_KEY_ENUM, 0, 0, 0, 0, "none, causal, padding", "none", "mask of generated inputs; padding needs lengths"),
-        FILE_(mask), NONE, MHA_MASK_NONE, NAMES(mask_names)),
-    KEY(K("batch.lengths", NULL, MHA_KEY_INT_LIST, 0, 1 << 20, MHA_MAX_LENGTHS, 0, NULL, "none", "valid query tokens per sequence (<= seq_len), repeated over the batch"),
-        FILE_(lengths), FILE_(n_lengths), 0, NULL, 0),
-    KEY(K("batch.kv_lengths", NULL, MHA_KEY_INT_LIST, 0, 1 << 20, MHA_MAX_LENGTHS, 0, NULL, "none", "valid key tokens per sequence (<= kv_len), cross-attention only"),
-        FILE_(kv_lengths), FILE_(n_kv_lengths), 0, NULL, 0),
     KEY(K("threads.count", "threads", MHA_KEY_INT, 0, MHA_MAX_THREADS, 0, 0, NULL, "0", "worker threads; 0: every CPU the process may use"),
         ENG(threads), NONE, 0, NULL, 0),
     KEY(K("threads.pinning", "pinning", MHA_KEY_ENUM, 0, 0, 0, 0, "none, close, spread, cpus", "none (cpus with a cpus list)", "where workers run"),
         ENG(pinning), NONE, MHA_PIN_NONE, NAMES(pinning_names)),
     KEY(K("threads.cpus", "cpus", MHA_KEY_INT_LIST, 0, 1023, MHA_MAX_CPUS, 0, NULL, "none", "CPUs for pinning cpus: worker t on cpus[t % n]"),
         ENG(cpus), ENG(n_cpus), 0, NULL, 0),
-    KEY(K("run.warmup", NULL, MHA_KEY_INT, 0, MILLION, 0, 0, NULL, "3", "untimed forwards first"),
-        FILE_(warmup), NONE, 3, NULL, 0),
-    KEY(K("run.iters", NULL, MHA_KEY_INT, 1, MILLION, 0, 0, NULL, "20", "timed forwards"),
-        FILE_(iters), NONE, 20, NULL, 0),
-    KEY(K("run.seed", NULL, MHA_KEY_UINT64, 0, 0, 0, 0, NULL, "42", "seed of generated inputs and weights"),
-        FILE_(seed), NONE, 42, NULL, 0),
-    KEY(K("scaling.threads", NULL, MHA_KEY_INT_LIST, 1, MHA_MAX_THREADS, MHA_MAX_SCALE_POINTS, 0, NULL, "1 .. the CPUs allowed", "thread counts of mha scale"),
-        FILE_(scale_threads), FILE_(n_scale_threads), 0, NULL, 0),
-    KEY(K("scaling.pinning", NULL, MHA_KEY_ENUM_LIST, 0, 0, 4, 0, "none, close, spread, cpus", "none, close, spread", "pinnings of mha scale"),
-        FILE_(scale_pinning), FILE_(n_scale_pinning), 0, NAMES(pinning_names)),
-    KEY(K("scaling.mode", NULL, MHA_KEY_ENUM, 0, 0, 0, 0, "strong, weak, both", "strong", "strong: fixed batch; weak: batch × threads"),
-        FILE_(scale_mode), NONE, MHA_SCALE_STRONG, NAMES(mode_names)),
-    KEY(K("scaling.iters", NULL, MHA_KEY_INT, 1, MILLION, 0, 0, NULL, "run.iters", "timed forwards per point"),
-        FILE_(scale_iters), NONE, 20, NULL, 0),
-    KEY(K("decode.seqs", NULL, MHA_KEY_INT, 1, 65536, 0, 0, NULL, "1", "sequences decoded together (a decode block makes mha run decode)"),
-        FILE_(decode_seqs), NONE, 1, NULL, 0),
-    KEY(K("decode.context", NULL, MHA_KEY_INT, 1, 1 << 20, 0, 0, NULL, "128", "tokens each sequence is prefilled to"),
-        FILE_(decode_context), NONE, 128, NULL, 0),
-    KEY(K("decode.new", NULL, MHA_KEY_INT, 1, 4096, 0, 0, NULL, "1", "new tokens per sequence per decode step"),
-        FILE_(decode_new), NONE, 1, NULL, 0),
-    KEY(K("decode.steps", NULL, MHA_KEY_INT, 1, MILLION, 0, 0, NULL, "16", "decode steps timed"),
-        FILE_(decode_steps), NONE, 16, NULL, 0),
-    KEY(K("decode.block_size", NULL, MHA_KEY_INT, 1, 65536, 0, 0, NULL, "16", "token slots per KV cache block"),
-        FILE_(decode_block_size), NONE, 16, NULL, 0),
-    KEY(K("decode.prefill_chunk", NULL, MHA_KEY_INT, 1, 1 << 20, 0, 0, NULL, "256", "prefill tokens per sequence per step"),
-        FILE_(decode_prefill_chunk), NONE, 256, NULL, 0),
     KEY(K("engine.q_block", "q_block", MHA_KEY_INT, 0, 1 << 20, 0, 0, NULL, "0", "query rows per score tile; 0: the engine's choice"),
         ENG(q_block), NONE, 0, NULL, 0),
     KEY(K("engine.blis_arch", "blis_arch", MHA_KEY_STRING, 0, 15, 0, 0, NULL, "auto", "BLIS sub-config of the isa (avx512: skx; avx2: haswell, zen, zen2, zen3; ref: generic, sandybridge, penryn); auto: the isa's for this CPU"),
@@ -153,82 +108,59 @@ const int mha_n_keys = (int)N_OF(mha_keys);
 
 MHA_API const mha_config_key *mha_config_key_at(int i)
 {
-    return i >= 0 && i < mha_n_keys ? &mha_keys[i].pub : NULL;
+    return i >= 0 && i < mha_n_keys ? &mha_keys[i].spec : NULL;
 }
 
-const mha_key_def *mha_key_find(const char *key)
+const mha_config_row *mha_key_find(const char *key)
 {
     for (int i = 0; i < mha_n_keys; i++)
-        if (!strcmp(mha_keys[i].pub.key, key))
+        if (!strcmp(mha_keys[i].spec.key, key))
             return &mha_keys[i];
     return NULL;
 }
 
 /* The engine key that fills the mha_config field spelled by its first n characters. */
-static const mha_key_def *mha_key_find_field_n(const char *field, size_t n)
+static const mha_config_row *mha_key_find_field_n(const char *field, size_t n)
 {
     for (int i = 0; i < mha_n_keys; i++) {
-        const char *f = mha_keys[i].pub.field;
+        const char *f = mha_keys[i].spec.field;
         if (f && strlen(f) == n && !strncmp(f, field, n))
             return &mha_keys[i];
     }
     return NULL;
 }
 
-const char *mha_key_value_name(const mha_key_def *k, int value)
+MHA_API const char *mha_config_value_name(const mha_config_row *row, int value)
 {
-    for (int i = 0; i < k->n_names; i++)
-        if (k->names[i].value == value)
-            return k->names[i].name;
+    for (int i = 0; row && i < row->n_names; i++)
+        if (row->names[i].value == value)
+            return row->names[i].name;
     return "?";
-}
-
-MHA_API const char *mha_mask_name(int mask)
-{
-    return mha_key_value_name(mha_key_find("batch.mask"), mask);
 }
 
 MHA_API const char *mha_pinning_name(mha_pinning p)
 {
-    return mha_key_value_name(mha_key_find("threads.pinning"), (int)p);
+    return mha_config_value_name(mha_key_find("threads.pinning"), (int)p);
 }
 
 MHA_API const char *mha_precision_name(mha_precision p)
 {
-    return mha_key_value_name(mha_key_find("engine.precision"), (int)p);
+    return mha_config_value_name(mha_key_find("engine.precision"), (int)p);
 }
 
 MHA_API const char *mha_kv_type_name(mha_kv_type t)
 {
-    return mha_key_value_name(mha_key_find("engine.kv_cache"), (int)t);
-}
-
-MHA_API const char *mha_scale_mode_name(int mode)
-{
-    return mha_key_value_name(mha_key_find("scaling.mode"), mode);
+    return mha_config_value_name(mha_key_find("engine.kv_cache"), (int)t);
 }
 
 /* ---- defaults ---- */
 
-void *mha_key_dest(const mha_key_def *k, mha_config_file *fc)
+void mha_config_rows_default(const mha_config_row *rows, int n, void *base)
 {
-    return k->pub.field ? (char *)&fc->engine + k->off : (char *)fc + k->off;
-}
-
-void *mha_key_count_dest(const mha_key_def *k, mha_config_file *fc)
-{
-    return k->pub.field ? (char *)&fc->engine + k->count_off : (char *)fc + k->count_off;
-}
-
-/* Every key's default into fc, or into cfg alone (fc NULL): engine keys only. */
-static void set_defaults(mha_config_file *fc, mha_config *cfg)
-{
-    for (int i = 0; i < mha_n_keys; i++) {
-        const mha_key_def *k = &mha_keys[i];
-        if (!fc && !k->pub.field)
-            continue;
-        void *dst = fc ? mha_key_dest(k, fc) : (char *)cfg + k->off;
-        switch (k->pub.type) {
+    for (int i = 0; i < n; i++) {
+        const mha_config_row *k = &rows[i];
+        void *dst = (char *)base + k->off;
+        switch (k->spec.type) {
         case MHA_KEY_INT: case MHA_KEY_BOOL: case MHA_KEY_ENUM:
             *(int *)dst = (int)k->def;
             break;
@@ -264,24 +196,23 @@ MHA_API void mha_config_init(mha_config *cfg)
     if (!cfg)
         return;
     memset(cfg, 0, sizeof *cfg);
-    set_defaults(NULL, cfg);
+    mha_config_rows_default(mha_keys, mha_n_keys, cfg);
 }
 
-MHA_API void mha_config_file_default(mha_config_file *fc)
+MHA_API void mha_config_client_init(const mha_config_client *client)
 {
-    if (!fc)
+    if (!client || !client->dest)
         return;
-    memset(fc, 0, sizeof *fc);
-    set_defaults(fc, NULL);
-    snprintf(fc->name, sizeof fc->name, "default");
+    memset(client->dest, 0, client->size);
+    mha_config_rows_default(client->rows, client->n_rows, client->dest);
 }
 
 /* ---- the table-driven check of an engine config ---- */
 
-static mha_status fail(mha_key_problem *p, const mha_key_def *k, int index, const char *fmt, ...)
+static mha_status fail(mha_key_problem *p, const mha_config_row *k, int index, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-static mha_status fail(mha_key_problem *p, const mha_key_def *k, int index, const char *fmt, ...)
+static mha_status fail(mha_key_problem *p, const mha_config_row *k, int index, const char *fmt, ...)
 {
     p->key = k;
     p->index = index;
@@ -292,7 +223,7 @@ static mha_status fail(mha_key_problem *p, const mha_key_def *k, int index, cons
     return MHA_ERR_CONFIG;
 }
 
-static int in_names(const mha_key_def *k, int v)
+static int in_names(const mha_config_row *k, int v)
 {
     for (int i = 0; i < k->n_names; i++)
         if (k->names[i].value == v)
@@ -324,18 +255,16 @@ mha_status mha_config_verify(const mha_config *cfg, mha_key_problem *p)
 {
     const char *base = (const char *)cfg;
     for (int i = 0; i < mha_n_keys; i++) {
-        const mha_key_def *k = &mha_keys[i];
-        if (!k->pub.field)
-            continue;
-        if (!mha_rope_key_read(&cfg->rope, k->pub.field))
+        const mha_config_row *k = &mha_keys[i];
+        if (!mha_rope_key_read(&cfg->rope, k->spec.field))
             continue; /* a RoPE parameter this style and scaling do not read: any value is fine */
         const void *src = base + k->off;
         int v = 0;
-        switch (k->pub.type) {
+        switch (k->spec.type) {
         case MHA_KEY_INT:
             v = *(const int *)src;
-            if (v < k->pub.min || v > k->pub.max)
-                return fail(p, k, -1, "must be in %lld..%lld, got %d", k->pub.min, k->pub.max, v);
+            if (v < k->spec.min || v > k->spec.max)
+                return fail(p, k, -1, "must be in %lld..%lld, got %d", k->spec.min, k->spec.max, v);
             break;
         case MHA_KEY_BOOL:
             v = *(const int *)src;
@@ -345,27 +274,27 @@ mha_status mha_config_verify(const mha_config *cfg, mha_key_problem *p)
         case MHA_KEY_ENUM:
             v = *(const int *)src;
             if (!in_names(k, v))
-                return fail(p, k, -1, "unknown value %d (one of %s)", v, k->pub.values);
+                return fail(p, k, -1, "unknown value %d (one of %s)", v, k->spec.values);
             break;
         case MHA_KEY_FLOAT: {
             const float x = *(const float *)src;
-            if (!(x <= k->pub.fmax && (k->pub.fmin_open ? x > k->pub.fmin : x >= k->pub.fmin)))
-                return fail(p, k, -1, "must be in %s%g..%g, got %g", k->pub.fmin_open ? "(" : "", k->pub.fmin, k->pub.fmax,
+            if (!(x <= k->spec.fmax && (k->spec.fmin_open ? x > k->spec.fmin : x >= k->spec.fmin)))
+                return fail(p, k, -1, "must be in %s%g..%g, got %g", k->spec.fmin_open ? "(" : "", k->spec.fmin, k->spec.fmax,
                             (double)x);
             break;
         }
         case MHA_KEY_STRING:
-            if (!memchr(src, '\0', (size_t)k->pub.max + 1))
-                return fail(p, k, -1, "longer than %lld characters or not NUL-terminated", k->pub.max);
+            if (!memchr(src, '\0', (size_t)k->spec.max + 1))
+                return fail(p, k, -1, "longer than %lld characters or not NUL-terminated", k->spec.max);
             break;
         case MHA_KEY_INT_LIST: {
             int n = *(const int *)(base + k->count_off);
-            if (n < 0 || n > k->pub.max_count)
-                return fail(p, k, -2, "must be in 0..%d, got %d", k->pub.max_count, n);
+            if (n < 0 || n > k->spec.max_count)
+                return fail(p, k, -2, "must be in 0..%d, got %d", k->spec.max_count, n);
             for (int j = 0; j < n; j++) {
                 v = ((const int *)src)[j];
-                if (v < k->pub.min || v > k->pub.max)
-                    return fail(p, k, j, "must be in %lld..%lld, got %d", k->pub.min, k->pub.max, v);
+                if (v < k->spec.min || v > k->spec.max)
+                    return fail(p, k, j, "must be in %lld..%lld, got %d", k->spec.min, k->spec.max, v);
             }
             break;
         }
@@ -386,7 +315,7 @@ mha_status mha_config_verify(const mha_config *cfg, mha_key_problem *p)
     const mha_rope *r = &cfg->rope;
     if (r->style == MHA_ROPE_NONE && r->scaling != MHA_ROPE_SCALING_NONE)
         return fail(p, mha_key_find("model.rope.scaling"), -1, "%s needs a rope style (neox or gptj)",
-                    mha_key_value_name(mha_key_find("model.rope.scaling"), r->scaling));
+                    mha_config_value_name(mha_key_find("model.rope.scaling"), r->scaling));
     if (r->style != MHA_ROPE_NONE && (r->rotary_dim % 2 || r->rotary_dim > dk))
         return fail(p, mha_key_find("model.rope.rotary_dim"), -1, "%d must be even and at most d_k %d", r->rotary_dim, dk);
     if ((r->scaling == MHA_ROPE_SCALING_LLAMA3 || r->scaling == MHA_ROPE_SCALING_YARN) && r->original_max_position < 1)
@@ -401,11 +330,11 @@ mha_status mha_config_verify(const mha_config *cfg, mha_key_problem *p)
     if (cfg->alibi_max_bias > 0 && r->style != MHA_ROPE_NONE)
         return fail(p, mha_key_find("model.alibi.max_bias"), -1, "%g with model.rope.style %s: ALiBi and RoPE are two "
                     "position schemes (no model uses both); keep one", (double)cfg->alibi_max_bias,
-                    mha_key_value_name(mha_key_find("model.rope.style"), r->style));
+                    mha_config_value_name(mha_key_find("model.rope.style"), r->style));
     if ((cfg->kv_type == MHA_KV_F32 && cfg->precision != MHA_PRECISION_F32) ||
         (cfg->kv_type == MHA_KV_BF16 && cfg->precision != MHA_PRECISION_BF16))
         return fail(p, mha_key_find("engine.kv_cache"), -1, "%s with precision %s: an engine reads its own precision's "
-                    "cache (auto) or int8", mha_key_value_name(mha_key_find("engine.kv_cache"), cfg->kv_type),
+                    "cache (auto) or int8", mha_config_value_name(mha_key_find("engine.kv_cache"), cfg->kv_type),
                     mha_precision_name(cfg->precision));
     if (cfg->pinning == MHA_PIN_CPUS && cfg->n_cpus < 1)
         return fail(p, mha_key_find("threads.cpus"), -2, "must be in 1..%d with pinning cpus, got %d", MHA_MAX_CPUS,
@@ -415,14 +344,14 @@ mha_status mha_config_verify(const mha_config *cfg, mha_key_problem *p)
 
 mha_status mha_config_problem(const mha_key_problem *p, mha_problem *pr)
 {
-    const mha_key_def *k = p->key;
+    const mha_config_row *k = p->key;
     char field[48];
     if (p->index == -2) /* a list's length: its count field */
-        snprintf(field, sizeof field, "n_%s", k->pub.field);
+        snprintf(field, sizeof field, "n_%s", k->spec.field);
     else if (p->index >= 0)
-        snprintf(field, sizeof field, "%s[%d]", k->pub.field, p->index);
+        snprintf(field, sizeof field, "%s[%d]", k->spec.field, p->index);
     else
-        snprintf(field, sizeof field, "%s", k->pub.field);
+        snprintf(field, sizeof field, "%s", k->spec.field);
     return mha_problemf(pr, MHA_ERR_CONFIG, field, "%s", p->what);
 }
 
@@ -434,7 +363,7 @@ mha_status mha_config_problem_text(const mha_key_problem *p, char *err, size_t e
     return st;
 }
 
-const mha_key_def *mha_key_of_field(const char *field)
+const mha_config_row *mha_key_of_field(const char *field)
 {
     size_t n = strcspn(field, "[");
     if (!strncmp(field, "n_", 2) && !mha_key_find_field_n(field, n)) /* a list's count: its list's key */

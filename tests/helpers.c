@@ -11,6 +11,7 @@
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 
+#include "config_file.h"
 #include "isa/isa.h"
 #include "kernel.h"
 
@@ -561,4 +562,12 @@ void tails_free(void **t, int n)
     for (int i = 0; t && i < n; i++)
         free(t[i]);
     free(t);
+}
+
+const mha_config_key *schema_key_at(int i)
+{
+    int n = 0;
+    while (mha_config_key_at(n))
+        n++;
+    return i < n ? mha_config_key_at(i) : cli_config_row_at(i - n) ? &cli_config_row_at(i - n)->spec : NULL;
 }

@@ -160,6 +160,10 @@ void alloc_fail_after(long n); /* the n-th allocation from now fails (n >= 1); 0
 void *mha_counted_malloc(size_t n);
 void mha_counted_free(void *p);
 
+/* Key i of the whole schema: the engine's keys (mha_config_key_at), then the mha command's
+ * (cli_config_row_at); NULL past the last. */
+const struct mha_config_key *schema_key_at(int i);
+
 #endif
 
 /* ---- files and the command line (tests/files.c) ---- */

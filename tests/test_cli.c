@@ -11,6 +11,7 @@
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 
+#include "config_file.h"
 #include "helpers.h"
 #include "mha_io.h"
 
@@ -275,9 +276,9 @@ Test(cli, every_shipped_config_is_valid)
     for (size_t i = 0; i < g.gl_pathc; i++) {
         char err[512];
         const char *path = g.gl_pathv[i];
-        mha_config cfg;
-        cr_assert_eq(mha_config_load(path, &cfg, err, sizeof err), MHA_OK, "%s", err);
-        cr_assert_gt(mha_workspace_size(&cfg), 0, "%s", path);
+        static cli_config fc;
+        cr_assert_eq(cli_config_load(path, &fc, err, sizeof err), MHA_OK, "%s", err);
+        cr_assert_gt(mha_workspace_size(&fc.engine), 0, "%s", path);
     }
     globfree(&g);
 }

@@ -1,5 +1,6 @@
 /* test_config_load.c — YAML configs: every rejection names file:line and the key, exit code 2
  * from the CLI; defaults; the built-in default matches configs/default.yaml. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 #include <criterion/parameterized.h>
 
 #include "mha_io.h"
+#include "config_file.h"
 #include "helpers.h"
 
 typedef struct ycase { char what[40]; char yaml[300]; int status; char want[80]; } ycase;
@@ -75,8 +77,8 @@ ParameterizedTest(ycase *c, config_load, rejects_bad_configs, .timeout = 30)
     tmpdir_make(dir, sizeof dir);
     snprintf(path, sizeof path, "%s/c.yaml", dir);
     write_file(path, c->yaml, strlen(c->yaml));
-    mha_config cfg;
-    mha_status st = mha_config_load(path, &cfg, err, sizeof err);
+    static cli_config fc; /* the command's keys too: the file as the command reads it */
+    mha_status st = cli_config_load(path, &fc, err, sizeof err);
     cr_assert_eq(st, c->status, "%s: status %s, want %s (%s)", c->what, mha_status_str(st), mha_status_str(c->status), err);
     cr_assert(strstr(err, path), "%s: message does not name the file: %s", c->what, err);
     cr_assert(strstr(err, c->want), "%s: message '%s' lacks '%s'", c->what, err, c->want);
@@ -87,6 +89,72 @@ ParameterizedTest(ycase *c, config_load, rejects_bad_configs, .timeout = 30)
     cr_assert(strstr(cerr, c->want), "%s: CLI message '%s' lacks '%s'", c->what, cerr, c->want);
     free(out), free(cerr);
     tmpdir_remove(dir);
+}
+
+/* A program's own keys (here "tool.level" and "tool.tags") load with the engine's through
+ * mha_config_load_with: range errors and the program's cross-key rule (finish) say file:line:
+ * key as the engine's do; without the rows the same file is refused, naming the key; a row
+ * that repeats an engine key is a caller's error; failure leaves both outputs alone. */
+typedef struct tool { int level; int tags[3], n_tags; int block_line; } tool;
+static const mha_config_row tool_rows[] = {
+    {.spec = {.key = "tool.level", .type = MHA_KEY_INT, .min = 0, .max = 9, .default_text = "3", .doc = "a level"},
+     .off = offsetof(tool, level), .def = 3},
+    {.spec = {.key = "tool.tags", .type = MHA_KEY_INT_LIST, .min = 0, .max = 99, .max_count = 3, .default_text = "none",
+              .doc = "tags"}, .off = offsetof(tool, tags), .count_off = offsetof(tool, n_tags)},
+};
+static mha_status tool_finish(void *dest, const mha_config *engine, const mha_config_seen *seen)
+{
+    tool *t = dest;
+    t->block_line = mha_config_seen_line(seen, "tool", -1);
+    for (int i = 0; i < t->n_tags; i++)
+        if (t->tags[i] >= engine->n_heads * 10)
+            return mha_config_seen_fail(seen, "tool.tags", i, "%d: at most heads × 10 - 1", t->tags[i]);
+    return MHA_OK;
+}
+
+Test(config_load, a_programs_own_rows_load_with_the_engines)
+{
+    tool t = {.level = -5};
+    mha_config cfg;
+    mha_config_init(&cfg);
+    cfg.d_model = 999;
+    const mha_config_client client = {.rows = tool_rows, .n_rows = 2, .dest = &t, .size = sizeof t, .finish = tool_finish};
+    char err[512];
+    const char *ok = MODEL "tool:\n  tags: [1,\n    2]\n";
+    cr_assert_eq(mha_config_parse_with(ok, strlen(ok), "t.yaml", &cfg, &client, err, sizeof err), MHA_OK, "%s", err);
+    cr_assert(t.level == 3 && t.n_tags == 2 && t.tags[1] == 2 && t.block_line == 2 && cfg.d_model == 64);
+    static const struct { const char *yaml, *want; } bad[] = {
+        {MODEL "tool: { level: 10 }\n", "t.yaml:2: tool.level: must be in 0..9, got 10"},
+        {MODEL "tool:\n  tags: [1,\n    45]\n", "t.yaml:4: tool.tags[1]: 45: at most heads × 10 - 1"},
+        {MODEL "tool: { colour: red }\n", "t.yaml:2: tool.colour: unknown key (tool takes level, tags)"},
+        {MODEL "batch: { seq_len: 4 }\ntool: { level: 1 }\nbatch: { size: 2 }\n", "t.yaml:4: batch: duplicate block (first on line 2)"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        t.level = -5, cfg.d_model = 999;
+        cr_assert_eq(mha_config_parse_with(bad[i].yaml, strlen(bad[i].yaml), "t.yaml", &cfg, &client, err, sizeof err),
+                     MHA_ERR_CONFIG, "%s accepted", bad[i].yaml);
+        cr_assert(strstr(err, bad[i].want), "'%s' lacks '%s'", err, bad[i].want);
+        cr_assert(t.level == -5 && cfg.d_model == 999, "outputs changed on failure");
+    }
+    /* the engine alone does not know the program's keys */
+    const char *engine_alone = MODEL "tool: { level: 1 }\n";
+    cr_assert_eq(mha_config_parse_with(engine_alone, strlen(engine_alone), "t.yaml", &cfg, NULL, err, sizeof err),
+                 MHA_ERR_CONFIG);
+    cr_assert(strstr(err, "t.yaml:2: tool: unknown key (a config takes model, batch, threads, engine)"), "%s", err);
+    /* nor the command's: a command's file needs its rows */
+    const char *command = MODEL "run: { iters: 2 }\n";
+    cr_assert_eq(mha_config_parse_with(command, strlen(command), "t.yaml", &cfg, NULL, err, sizeof err), MHA_ERR_CONFIG);
+    cr_assert(strstr(err, "t.yaml:2: run: unknown key"), "%s", err);
+    /* a row that is the engine's, or twice the program's */
+    mha_config_row twice[] = {tool_rows[0], tool_rows[0]};
+    mha_config_row engine_key[] = {tool_rows[0]};
+    engine_key[0].spec.key = "model.heads";
+    const mha_config_client c2 = {.rows = twice, .n_rows = 2, .dest = &t, .size = sizeof t};
+    const mha_config_client c3 = {.rows = engine_key, .n_rows = 1, .dest = &t, .size = sizeof t};
+    cr_assert_eq(mha_config_parse_with(ok, strlen(ok), "t.yaml", &cfg, &c2, err, sizeof err), MHA_ERR_INVALID_ARG);
+    cr_assert(strstr(err, "client row 1 (tool.level)"), "%s", err);
+    cr_assert_eq(mha_config_parse_with(ok, strlen(ok), "t.yaml", &cfg, &c3, err, sizeof err), MHA_ERR_INVALID_ARG);
+    cr_assert(strstr(err, "client row 0 (model.heads)"), "%s", err);
 }
 
 Test(config_load, missing_file_is_an_io_error_and_exit_2)
@@ -130,8 +198,8 @@ Test(config_load, defaults_and_derived_values)
     snprintf(path, sizeof path, "%s/my-model.yaml", dir);
     const char *yaml = MODEL "batch: { size: 5, seq_len: 9, lengths: [9, 3] }\nthreads: { cpus: [0] }\n";
     write_file(path, yaml, strlen(yaml));
-    static mha_config_file fc;
-    cr_assert_eq(mha_config_file_load(path, &fc, err, sizeof err), MHA_OK, "%s", err);
+    static cli_config fc;
+    cr_assert_eq(cli_config_load(path, &fc, err, sizeof err), MHA_OK, "%s", err);
     cr_assert_str_eq(fc.name, "my-model", "name defaults to the file's stem");
     cr_assert_eq(fc.engine.max_seq_kv, 9, "kv_len defaults to seq_len");
     cr_assert_eq(fc.cross, 0);
@@ -140,18 +208,21 @@ Test(config_load, defaults_and_derived_values)
     cr_assert_eq(fc.engine.pinning, MHA_PIN_CPUS, "a cpus list alone pins to those CPUs");
     cr_assert_eq(fc.iters, 20);
     cr_assert_eq(fc.seed, 42);
-    mha_config cfg;
-    cr_assert_eq(mha_config_load(path, &cfg, err, sizeof err), MHA_OK);
-    cr_assert(cfg.d_model == 64 && cfg.n_heads == 4 && cfg.max_batch == 5 && cfg.max_seq_q == 9 && cfg.max_seq_kv == 9);
+    const mha_config *cfg = &fc.engine;
+    cr_assert(cfg->d_model == 64 && cfg->n_heads == 4 && cfg->max_batch == 5 && cfg->max_seq_q == 9 && cfg->max_seq_kv == 9);
+    /* the engine alone reads no batch.lengths: the command's key, refused by name */
+    mha_config engine;
+    cr_assert_eq(mha_config_load(path, &engine, err, sizeof err), MHA_ERR_CONFIG);
+    cr_assert(strstr(err, ":2: batch.lengths: unknown key (batch takes size, seq_len, kv_len)"), "%s", err);
     tmpdir_remove(dir);
 }
 
 Test(config_load, built_in_default_is_configs_default_yaml, .timeout = 30)
 {
     /* the command compiles configs/default.yaml in as text: with no CONFIG it runs that file */
-    mha_config_file file;
+    cli_config file;
     char err[256], *out, *cerr;
-    cr_assert_eq(mha_config_file_load("configs/default.yaml", &file, err, sizeof err), MHA_OK, "%s", err);
+    cr_assert_eq(cli_config_load("configs/default.yaml", &file, err, sizeof err), MHA_OK, "%s", err);
     cr_assert_eq(run_cli("run --iters 1 --warmup 0", &out, &cerr), 0, "%s", cerr);
     char want[128];
     snprintf(want, sizeof want, "d_model %d, %d heads", file.engine.d_model, file.engine.n_heads);
@@ -192,13 +263,13 @@ Test(config_load, configs_using_every_key_load, .timeout = 30)
         snprintf(yaml[i], sizeof yaml[i], common, model[i], cpu);
         snprintf(path, sizeof path, "%s/every%d.yaml", dir, i);
         write_file(path, yaml[i], strlen(yaml[i]));
-        mha_config_file fc;
-        mha_status st = mha_config_file_load(path, &fc, err, sizeof err);
+        cli_config fc;
+        mha_status st = cli_config_load(path, &fc, err, sizeof err);
         cr_assert_eq(st, MHA_OK, "%s: %s", model[i], err);
     }
-    for (int k = 0; mha_config_key_at(k); k++) {
+    for (int k = 0; schema_key_at(k); k++) {
         /* the key's last name part, as written in the blocks above ("rope.factor" -> "factor:") */
-        const char *key = mha_config_key_at(k)->key, *leaf = strrchr(key, '.') ? strrchr(key, '.') + 1 : key;
+        const char *key = schema_key_at(k)->key, *leaf = strrchr(key, '.') ? strrchr(key, '.') + 1 : key;
         char want[64];
         snprintf(want, sizeof want, "%s:", leaf);
         int found = 0;

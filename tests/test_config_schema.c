@@ -10,13 +10,14 @@
 #include <criterion/parameterized.h>
 
 #include "config.h"
+#include "config_file.h"
 #include "helpers.h"
 
 #define MODEL "model: { d_model: 64, heads: 4 }\n"
 
-static mha_status load_text(const char *yaml, mha_config_file *fc, char *err, size_t n)
+static mha_status load_text(const char *yaml, cli_config *fc, char *err, size_t n)
 {
-    return mha_config_file_parse(yaml, strlen(yaml), "t.yaml", fc, err, n);
+    return cli_config_parse(yaml, strlen(yaml), "t.yaml", fc, err, n);
 }
 
 /* A batch.lengths list of 600 entries once made the loader drop every later key: key
@@ -29,7 +30,7 @@ Test(config_schema, keys_after_a_long_list_are_read_and_checked)
     for (int i = 0; i < 600; i++)
         k += (size_t)snprintf(yaml + k, cap - k, "%s%d", i ? ", " : "", 1 + i % 64);
     size_t base = k + (size_t)snprintf(yaml + k, cap - k, "]\n");
-    static mha_config_file fc;
+    static cli_config fc;
     char err[512];
     const char *tails[] = {
         "threads: { count: 1 }\nrun: { warmup: 5, iters: 7 }\nengine: { q_block: 16 }\n",
@@ -82,7 +83,7 @@ ParameterizedTestParameters(config_schema, strict_values)
         {"list where a number goes", MODEL "batch: { size: [1, 2] }\n", ":2: batch.size: expected an integer, got a list"},
         {"mapping in a list", MODEL "batch: { lengths: [1, {a: 2}] }\n", "batch.lengths: entries must be single values"},
         {"number where a block goes", MODEL "batch: 3\n", ":2: batch: expected a mapping of keys (size, seq_len"},
-        {"unknown top-level key", MODEL "modle: {}\n", ":2: modle: unknown key (a config takes name, model, batch"},
+        {"unknown top-level key", MODEL "modle: {}\n", ":2: modle: unknown key (a config takes model, batch, threads, engine, name, run"},
         {"bool spelled as number", "model: { d_model: 64, heads: 4, bias: 1 }\n", "model.bias: expected true or false, got '1'"},
         {"too many entries", MODEL "scaling: { pinning: [none, close, spread, cpus, none] }\n", "scaling.pinning: more than 4 entries"},
         /* decoder keys */
@@ -115,9 +116,9 @@ ParameterizedTestParameters(config_schema, strict_values)
 
 ParameterizedTest(scase *c, config_schema, strict_values)
 {
-    static mha_config_file fc;
+    static cli_config fc;
     char err[512] = "";
-    mha_config_file_default(&fc);
+    cli_config_default(&fc);
     fc.iters = 12345; /* a failed load leaves its output as it was */
     mha_status st = load_text(c->yaml, &fc, err, sizeof err);
     cr_assert_eq(st, MHA_ERR_CONFIG, "%s: accepted (%s)", c->what, mha_status_str(st));
@@ -127,7 +128,7 @@ ParameterizedTest(scase *c, config_schema, strict_values)
 
 Test(config_schema, largest_values_are_taken)
 {
-    static mha_config_file fc;
+    static cli_config fc;
     char err[256];
     const char *yaml = MODEL "run: { seed: 18446744073709551615, iters: 1000000 }\nbatch: { seq_len: +64 }\n";
     cr_assert_eq(load_text(yaml, &fc, err, sizeof err), MHA_OK, "%s", err);
@@ -141,11 +142,11 @@ Test(config_schema, largest_values_are_taken)
  * the table's range. mha_config_init holds the table's defaults. */
 Test(config_schema, every_integer_key_is_range_checked_from_the_table)
 {
-    static mha_config_file fc;
+    static cli_config fc;
     char yaml[256], err[512], want[160];
     int checked = 0;
-    for (int i = 0; mha_config_key_at(i); i++) {
-        const mha_config_key *k = mha_config_key_at(i);
+    for (int i = 0; schema_key_at(i); i++) {
+        const mha_config_key *k = schema_key_at(i);
         if (k->type != MHA_KEY_INT)
             continue;
         const char *dot = strchr(k->key, '.');
@@ -169,7 +170,7 @@ Test(config_schema, every_integer_key_is_range_checked_from_the_table)
         }
         if (!k->field)
             continue;
-        const mha_key_def *def = mha_key_find(k->key);
+        const mha_config_row *def = mha_key_find(k->key);
         mha_config cfg;
         mha_config_init(&cfg);
         cr_assert_eq(*(int *)((char *)&cfg + def->off), (int)def->def, "mha_config_init: %s", k->field);
@@ -193,21 +194,21 @@ Test(config_schema, readme_key_table_is_the_schema, .timeout = 30)
     for (const char *p = readme; (p = strstr(p, "\n| `")) != NULL; p++) {
         char key[64];
         if (sscanf(p, "\n| `%63[^`]`", key) == 1 && strchr(key, '.'))
-            cr_assert(mha_key_find(key) || !strchr(key, ' '), "README names key '%s' that the schema lacks", key);
+            cr_assert(mha_key_find(key) || cli_config_row(key) || !strchr(key, ' '), "README names key '%s' that the schema lacks", key);
     }
     free(out), free(err), free(readme);
 }
 
 Test(config_schema, parse_from_text_and_failure_leaves_output_alone)
 {
-    static mha_config_file fc;
+    static cli_config fc;
     char err[256];
     cr_assert_eq(load_text("name: mine\n" MODEL, &fc, err, sizeof err), MHA_OK, "%s", err);
     cr_assert_str_eq(fc.name, "mine");
     cr_assert_str_eq(fc.path, "");
     cr_assert_eq(fc.engine.d_model, 64);
     cr_assert_eq(fc.engine.max_batch, 1, "batch.size's table default");
-    cr_assert_eq(mha_config_file_parse(NULL, 0, "x", &fc, err, sizeof err), MHA_ERR_INVALID_ARG);
+    cr_assert_eq(cli_config_parse(NULL, 0, "x", &fc, err, sizeof err), MHA_ERR_INVALID_ARG);
     cr_assert_eq(load_text("", &fc, err, sizeof err), MHA_ERR_CONFIG);
     cr_assert(strstr(err, "empty"), "%s", err);
     cr_assert_str_eq(fc.name, "mine", "a failed parse keeps the earlier result");

@@ -15,6 +15,7 @@
 
 #include <criterion/criterion.h>
 
+#include "config_file.h"
 #include "helpers.h"
 #include "mha_io.h"
 #include "npy.h"
@@ -187,9 +188,10 @@ Test(files, gqa_weights_must_match_kv_heads, .timeout = 30)
     cr_assert_eq(rc, 2, "without the prefix: %s", err);
     cr_assert(strstr(err, "no attention weights under prefix ''"), "%s", err);
     free(out), free(err);
-    mha_config cfg;
+    static cli_config fc;
     char e[512];
-    cr_assert_eq(mha_config_load("tests/data/llama_gqa.yaml", &cfg, e, sizeof e), MHA_OK, "%s", e);
+    cr_assert_eq(cli_config_load("tests/data/llama_gqa.yaml", &fc, e, sizeof e), MHA_OK, "%s", e);
+    mha_config cfg = fc.engine;
     cfg.n_kv_heads = 4; /* the file has 2 */
     mha_weights_file wf;
     cr_assert_eq(mha_weights_file_load("tests/data/llama_gqa.safetensors", "model.layers.0.self_attn", &cfg, &wf, e, sizeof e),

@@ -10,6 +10,7 @@
 
 #include <criterion/criterion.h>
 
+#include "config_file.h"
 #include "mha_io.h"
 #include "npy.h"
 #include "safetensors.h"
@@ -18,9 +19,9 @@ typedef mha_status (*loader)(const char *path, char *err, size_t err_len);
 
 static mha_status load_config(const char *path, char *err, size_t n)
 {
-    mha_config_file fc;
-    mha_config_file_default(&fc);
-    return mha_config_file_load(path, &fc, err, n);
+    cli_config fc;
+    cli_config_default(&fc);
+    return cli_config_load(path, &fc, err, n);
 }
 
 static mha_status load_safetensors(const char *path, char *err, size_t n)

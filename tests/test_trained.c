@@ -11,6 +11,7 @@
 
 #include <criterion/criterion.h>
 
+#include "config_file.h"
 #include "helpers.h"
 #include "mha_io.h"
 
@@ -30,7 +31,7 @@
 #define TRAINED_INT8_TOL 1e-2
 
 typedef struct trained {
-    mha_config_file fc;
+    cli_config fc;
     mha_weights_file wf;
     float *x, *want;           /* (2, S, d) each: the inputs, HF's outputs (padded rows 0) */
     int32_t len[2];
@@ -40,7 +41,7 @@ typedef struct trained {
 static void trained_load(trained *t)
 {
     char err[512];
-    cr_assert_eq(mha_config_file_load(D "smollm2_trained.yaml", &t->fc, err, sizeof err), MHA_OK, "%s", err);
+    cr_assert_eq(cli_config_load(D "smollm2_trained.yaml", &t->fc, err, sizeof err), MHA_OK, "%s", err);
     cr_assert_eq(mha_weights_file_load(D "smollm2_trained.safetensors", PREFIX, &t->fc.engine, &t->wf, err, sizeof err),
                  MHA_OK, "%s", err);
     int64_t s[3], sw[3], sl;

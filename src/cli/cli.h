@@ -7,6 +7,7 @@
 
 #include "mha.h"
 #include "mha_io.h"
+#include "config_file.h"
 
 /* Exit codes (DESIGN.md §5). */
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
@@ -18,11 +19,11 @@ int mha_cli_schema(int argc, char **argv);
  * none): weights under a prefix; --input (batch, seq, d_model) tokens with --lengths, put
  * through the cache instead of generated ones, and --output their rows. */
 typedef struct cli_decode_files { const char *weights, *prefix, *input, *lengths, *output; } cli_decode_files;
-int cli_decode(const mha_config_file *fc, const char *config, const cli_decode_files *files, int check, int json);
+int cli_decode(const cli_config *fc, const char *config, const cli_decode_files *files, int check, int json);
 int mha_cli_scale(int argc, char **argv);
 /* mha run --core (core.c): mha_core_forward on seeded Q, K, V of the config's heads and batch
  * (causal: --causal over the config's mask), timed, check rows against a double reference. */
-int cli_core(const mha_config_file *fc, const char *config, int causal, int check, int json);
+int cli_core(const cli_config *fc, const char *config, int causal, int check, int json);
 
 /* "mha: <message>" on stderr (on a terminal, replacing a progress line). */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -102,16 +103,16 @@ void cli_problem_model(cli_problem *p, const mha_config *cfg);
 /* The config's generated problem for `batch` sequences: seeded uniform inputs (q, and kv
  * for cross-attention), lengths repeated over the batch, and for self-attention the query
  * lengths as key padding too. Returns EXIT_OK, or an exit code after a message. */
-int cli_generate_inputs(const mha_config_file *fc, int batch, cli_problem *p);
+int cli_generate_inputs(const cli_config *fc, int batch, cli_problem *p);
 /* Its shape alone: the model, sizes, lengths and mask, no inputs (q and kv stay NULL). */
-int cli_generate_shape(const mha_config_file *fc, int batch, cli_problem *p);
+int cli_generate_shape(const cli_config *fc, int batch, cli_problem *p);
 /* Floats of a layer's weights and biases: Wq, Wo (d·h·d_k), Wk, Wv (d·kvh·d_k), their biases,
  * then QK-norm's weights (2·d_k) and the sinks (h) when the model has them. */
 size_t cli_weight_floats(const cli_problem *p);
 /* Seeded weights with nn.Linear's init, U(-1/sqrt(d), 1/sqrt(d)), into *buf (the caller
  * frees it) and p->w (x·W layout; biases when the config has them; QK-norm factors
  * U(0.5, 1.5) and sinks U(-1, 1) when it has those). */
-int cli_generate_weights(const mha_config_file *fc, cli_problem *p, float **buf);
+int cli_generate_weights(const cli_config *fc, cli_problem *p, float **buf);
 /* Lengths list, repeated over the batch (NULL when out of memory). */
 int32_t *cli_cycle_lengths(const int *list, int n, int batch);
 /* Self-attention: the query lengths pad the keys too (p->kv_len becomes a copy). */

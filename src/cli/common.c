@@ -225,7 +225,7 @@ void cli_problem_model(cli_problem *p, const mha_config *cfg)
     p->alibi_max_bias = cfg->alibi_max_bias;
 }
 
-int cli_generate_shape(const mha_config_file *fc, int batch, cli_problem *p)
+int cli_generate_shape(const cli_config *fc, int batch, cli_problem *p)
 {
     cli_problem_model(p, &fc->engine);
     p->batch = batch;
@@ -239,7 +239,7 @@ int cli_generate_shape(const mha_config_file *fc, int batch, cli_problem *p)
     return EXIT_OK;
 }
 
-int cli_generate_inputs(const mha_config_file *fc, int batch, cli_problem *p)
+int cli_generate_inputs(const cli_config *fc, int batch, cli_problem *p)
 {
     uint64_t seed = fc->seed;
     size_t nq, nkv;
@@ -283,7 +283,7 @@ size_t cli_weight_floats(const cli_problem *p)
     return 2 * d * qd + 2 * d * kvd + qd + d + 2 * kvd + extra_floats(p);
 }
 
-int cli_generate_weights(const mha_config_file *fc, cli_problem *p, float **buf)
+int cli_generate_weights(const cli_config *fc, cli_problem *p, float **buf)
 {
     /* after the inputs' stream: a different seed; Wq (d, h·d_k), Wk, Wv (d, kvh·d_k), Wo
      * (h·d_k, d), then their biases */

@@ -97,7 +97,7 @@ done:
 }
 
 /* The run's summary: text, or one JSON object. Sorts s->times. */
-static void report(core_state *s, const mha_config_file *fc, const char *config, const mha_config *cfgp,
+static void report(core_state *s, const cli_config *fc, const char *config, const mha_config *cfgp,
                    const cli_check *checked, int json)
 {
     const cli_problem *p = &s->p;
@@ -150,7 +150,7 @@ static void report(core_state *s, const mha_config_file *fc, const char *config,
     }
 }
 
-int cli_core(const mha_config_file *fc, const char *config, int causal, int check, int json)
+int cli_core(const cli_config *fc, const char *config, int causal, int check, int json)
 {
     core_state s;
     memset(&s, 0, sizeof s);

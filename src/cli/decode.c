@@ -148,7 +148,7 @@ static int check_rows(decode_state *s, const mha_config *cfg, const mha_weights 
 /* Every sequence chunk by chunk to `context` tokens (or its length); with run.warmup > 0 once
  * untimed first (the same tokens, the cache then rewound), so the timed one runs warm; its
  * time and tokens into *ms and *tokens. Returns 0, or -1 after a message. */
-static int prefill(decode_state *s, const mha_config_file *fc, uint64_t *seed, cli_progress *pr, double *ms, long *tokens)
+static int prefill(decode_state *s, const cli_config *fc, uint64_t *seed, cli_progress *pr, double *ms, long *tokens)
 {
     const int context = fc->decode_context;
     const int chunk = fc->decode_prefill_chunk < context ? fc->decode_prefill_chunk : context;
@@ -204,7 +204,7 @@ static int decode(decode_state *s, int add, int steps, uint64_t *seed, cli_progr
 
 /* The run's summary: text, or one JSON object; ran decode steps, the timed prefill's ms and
  * tokens. Sorts s->times. */
-static void report(decode_state *s, const mha_config_file *fc, const char *config, const cli_decode_files *f,
+static void report(decode_state *s, const cli_config *fc, const char *config, const cli_decode_files *f,
                    const cli_problem *p, const mha_config *cfg, mha_kv_type kv, int ran, double prefill_ms, long prefilled,
                    const cli_check *checked, int json)
 {
@@ -270,7 +270,7 @@ static void report(decode_state *s, const mha_config_file *fc, const char *confi
         printf("  wrote    %s (%d, %d, %d)\n", f->output, s->kept, s->S, d);
 }
 
-int cli_decode(const mha_config_file *fc, const char *config, const cli_decode_files *f, int check, int json)
+int cli_decode(const cli_config *fc, const char *config, const cli_decode_files *f, int check, int json)
 {
     decode_state s;
     memset(&s, 0, sizeof s);

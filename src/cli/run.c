@@ -99,7 +99,7 @@ static int parse(int argc, char **argv, run_opts *o)
 
 /* Everything a run allocates, freed in one place. */
 typedef struct run_state {
-    mha_config_file fc;
+    cli_config fc;
     cli_problem p;
     mha_weights_file wf;
     float *gen_w;
@@ -119,7 +119,7 @@ static void release(run_state *s)
 
 static int load_inputs(const run_opts *o, run_state *s)
 {
-    mha_config_file *fc = &s->fc;
+    cli_config *fc = &s->fc;
     cli_problem *p = &s->p;
     char err[512];
     mha_status st;
@@ -223,8 +223,8 @@ static int load_config(const run_opts *o, run_state *s)
     static const char builtin[] =
 #include "default_yaml.h"
         ;
-    const mha_status st = o->config ? mha_config_file_load(o->config, &s->fc, err, sizeof err)
-                                    : mha_config_file_parse(builtin, sizeof builtin - 1, "configs/default.yaml (built in)",
+    const mha_status st = o->config ? cli_config_load(o->config, &s->fc, err, sizeof err)
+                                    : cli_config_parse(builtin, sizeof builtin - 1, "configs/default.yaml (built in)",
                                                             &s->fc, err, sizeof err);
     if (st != MHA_OK)
         return cli_error("%s", err), cli_exit_code(st);

@@ -42,7 +42,7 @@ typedef struct point {
 } point;
 
 typedef struct sweep {
-    mha_config_file fc;
+    cli_config fc;
     const char *config_path;
     char out[4096];
     int threads[MHA_MAX_SCALE_POINTS], n_threads;
@@ -207,7 +207,7 @@ static void normalise_threads(int *t, int *n)
 
 static void engine_config(const sweep *w, const point *p, mha_config *cfg)
 {
-    mha_config_file fc = w->fc;
+    cli_config fc = w->fc;
     fc.engine.threads = p->threads;
     fc.engine.pinning = p->pinning;
     *cfg = fc.engine;
@@ -254,7 +254,7 @@ static int plan(sweep *w)
 }
 
 static const char *mode_name(const point *p) { return p->weak ? "weak" : "strong"; }
-static const char *mode_text(int mode) { return mode == MHA_SCALE_BOTH ? "strong and weak" : mha_scale_mode_name(mode); }
+static const char *mode_text(int mode) { return mode == MHA_SCALE_BOTH ? "strong and weak" : cli_scale_mode_name(mode); }
 
 static void cpus_text(const point *p, char *out, size_t n)
 {
@@ -506,7 +506,7 @@ static void md_point_row(FILE *f, const point *p)
 /* report.md's sections, in order. */
 static void md_machine(FILE *f, const sweep *w)
 {
-    const mha_config_file *fc = &w->fc;
+    const cli_config *fc = &w->fc;
     char model[256], flags[512];
     cli_cpu_info(model, sizeof model, flags, sizeof flags);
     fputs("## Machine\n\n| | |\n| --- | --- |\n", f);
@@ -536,7 +536,7 @@ static void md_machine(FILE *f, const sweep *w)
 
 static void md_workload(FILE *f, const sweep *w)
 {
-    const mha_config_file *fc = &w->fc;
+    const cli_config *fc = &w->fc;
     const char *mask = fc->mask == MHA_MASK_CAUSAL ? "causal" : fc->n_lengths ? "padding (lengths)" : "none";
     fputs("## Workload\n\n", f);
     fprintf(f, "Config `%s`: d_model %d, %d heads, batch %d × seq %d (%s-attention%s%d), mask %s, %s.\n",
@@ -661,15 +661,15 @@ static int setup(const scale_opts *o, sweep *w)
 {
     char err[1024];
     mha_status st;
-    mha_config_file_default(&w->fc);
-    if ((st = mha_config_file_load(o->config, &w->fc, err, sizeof err)) != MHA_OK)
+    cli_config_default(&w->fc);
+    if ((st = cli_config_load(o->config, &w->fc, err, sizeof err)) != MHA_OK)
         return cli_error("%s", err), cli_exit_code(st);
     w->config_path = o->config;
     if (o->have_precision)
         w->fc.engine.precision = o->precision;
     if (!cli_apply_isa(&w->fc.engine, o->isa) || !cli_apply_bf16_kernel(&w->fc.engine, o->bf16_kernel))
         return EXIT_USAGE;
-    const mha_config_file *fc = &w->fc;
+    const cli_config *fc = &w->fc;
     w->n_allowed = mha_cpus_allowed(w->allowed, 1024);
     if (w->n_allowed < 1)
         return cli_error("scale: cannot read the CPUs this process may use"), EXIT_RUNTIME;

@@ -44,7 +44,7 @@ typedef struct opts {
 
 /* What every rank knows after the broadcasts (plain data: sent as bytes). */
 typedef struct shared {
-    mha_config_file fc;
+    cli_config fc;
     int batch, seq, d, layout, has_lengths;
     uint64_t data_offset;
     long w_off[11]; /* offsets of w_q … b_o, q_norm, k_norm, sinks in the weight buffer, -1: none */
@@ -152,8 +152,8 @@ static int load_on_root(const opts *o, shared *sh, int32_t **lengths, float **wb
 {
     char err[1024];
     mha_status st;
-    mha_config_file_default(&sh->fc);
-    if ((st = mha_config_file_load(o->config, &sh->fc, err, sizeof err)) != MHA_OK)
+    cli_config_default(&sh->fc);
+    if ((st = cli_config_load(o->config, &sh->fc, err, sizeof err)) != MHA_OK)
         return fail(cli_exit_code(st), "%s", err);
     if (o->have_threads) sh->fc.engine.threads = (int)o->threads;
     if (o->have_iters) sh->fc.iters = (int)o->iters;
