@@ -11,6 +11,7 @@
 
 #include "exp_poly.h"
 #include "kvcache.h"
+#include "loops.h"
 
 #define AVX2 "avx2,fma,f16c"
 
@@ -47,33 +48,25 @@ static inline __attribute__((target(AVX2))) void transpose8(__m256 r[8])
 
 /* ---- float32 packing ---- */
 
+/* One group of a panel: up to 8 rows by n <= 8 columns through a register transpose. */
+static inline __attribute__((always_inline, target(AVX2))) void pack_group(const float *const *src, int gw, int have,
+                                                                          ptrdiff_t off, int n, float *dst, int pw)
+{
+    const __m256i store = first8(gw), load = first8(n);
+    __m256 v[8];
+    for (int r = 0; r < 8; r++)
+        v[r] = r < gw && r < have ? _mm256_maskload_ps(src[r] + off, load) : _mm256_setzero_ps();
+    transpose8(v);
+    for (int t = 0; t < n; t++)
+        _mm256_maskstore_ps(dst + (size_t)t * pw, store, v[t]);
+}
+
 /* Rows [i0, i0 + rows) of a, columns [p0, p0 + kc), into panels of pw rows: dst[panel][p][r].
- * Eight rows by eight columns at a time through a register transpose. */
+ * Eight rows by eight columns at a time. */
 __attribute__((target(AVX2))) static void pack_rows_avx2(mha_mat a, int w, int i0, int rows, int p0, int kc, int pw,
                                                         float *restrict dst)
 {
-    for (int r0 = 0; r0 < rows; r0 += pw, dst += (size_t)pw * kc)
-        for (int g = 0; g < pw; g += 8) { /* a group of up to 8 rows of the panel */
-            const int gw = pw - g < 8 ? pw - g : 8, have = rows - r0 - g;
-            const __m256i store = first8(gw);
-            const float *src[8];
-            for (int r = 0; r < gw && r < have; r++)
-                src[r] = a.p + (ptrdiff_t)(i0 + r0 + g + r) * a.ld;
-            for (int p = 0; p < kc;) {
-                const int col = p0 + p, in_panel = w - col % w;
-                int n = kc - p < in_panel ? kc - p : in_panel;
-                n = n < 8 ? n : 8;
-                const __m256i load = first8(n);
-                const ptrdiff_t off = (ptrdiff_t)(col / w) * a.ps + col % w;
-                __m256 v[8];
-                for (int r = 0; r < 8; r++)
-                    v[r] = r < gw && r < have ? _mm256_maskload_ps(src[r] + off, load) : _mm256_setzero_ps();
-                transpose8(v);
-                for (int t = 0; t < n; t++)
-                    _mm256_maskstore_ps(dst + (size_t)(p + t) * pw + g, store, v[t]);
-                p += n;
-            }
-        }
+    mha_pack_walk(a, w, i0, rows, p0, kc, pw, dst, 8, pack_group);
 }
 
 /* ---- few rows ---- */
@@ -85,13 +78,8 @@ __attribute__((target(AVX2))) static void pack_rows_avx2(mha_mat a, int w, int i
  * one FMA chain per element over each chunk of k->kc in k order, then c = alpha·acc, + beta·c
  * by FMA for the first chunk, c + alpha·acc for the others. The next chunk of B comes into L2
  * over the passes in proportion to their rows (avx512.c says why). */
-typedef struct ahead {
-    const char *at;          /* the next line of the next chunk */
-    long credit, share, per; /* a line each time credit, growing by share per row of a pass, reaches per */
-} ahead;
-
 static inline __attribute__((always_inline, target(AVX2))) void
-stream_pass(const mha_kernel *k, const int R, ahead *pf, int i0, int p0, int p1, int j0, int nj, float alpha, mha_mat a,
+stream_pass(const mha_kernel *k, const int R, mha_ahead *pf, int i0, int p0, int p1, int j0, int nj, float alpha, mha_mat a,
             const float *bp, float beta, mha_mat c)
 {
     const int w = 16;
@@ -134,27 +122,7 @@ stream_pass(const mha_kernel *k, const int R, ahead *pf, int i0, int p0, int p1,
 __attribute__((target(AVX2))) static void stream_rows_avx2(const mha_kernel *k, int m, int n, int kk, float alpha,
                                                           mha_mat a, mha_mat b, float beta, mha_mat c)
 {
-    for (int j0 = 0; j0 < n; j0 += 16) {
-        const float *bp = b.p + (ptrdiff_t)(j0 / 16) * b.ps;
-        const int nj = n - j0 < 16 ? n - j0 : 16;
-        for (int p0 = 0; p0 < kk; p0 += k->kc) {
-            const int p1 = kk - p0 < k->kc ? kk : p0 + k->kc;
-            /* the next chunk: rows p1 .. of this panel, or the first of the next panel */
-            const int more = p1 < kk ? kk - p1 : j0 + 16 < n ? kk : 0;
-            const float *next = p1 < kk ? bp + (ptrdiff_t)p1 * 16 : more ? bp + b.ps : bp;
-            const long lines = (long)(more < k->kc ? more : k->kc); /* 64-byte rows */
-            ahead pf = {.at = (const char *)next, .per = (long)(p1 - p0) * m};
-            int i0 = 0;
-            for (; i0 + 6 <= m; i0 += 6)
-                pf.share = lines * 6, stream_pass(k, 6, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c);
-            if (m - i0 >= 4)
-                pf.share = lines * 4, stream_pass(k, 4, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c), i0 += 4;
-            if (m - i0 >= 2)
-                pf.share = lines * 2, stream_pass(k, 2, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c), i0 += 2;
-            if (m - i0 >= 1)
-                pf.share = lines, stream_pass(k, 1, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c);
-        }
-    }
+    mha_stream_walk(k, m, n, kk, alpha, a, b, beta, c, 16, 6, stream_pass);
 }
 
 /* ---- softmax: 8 lanes; a tail runs through a padded copy so it gets the same arithmetic ---- */
@@ -414,14 +382,7 @@ scores_tiles(const mha_kv_type type, const int scaled, const int R, const int V,
         for (int j = 0; j < V && j < nv; j++)
             for (size_t off = 0; off < (size_t)(c1 - c0) * ld * mha_kv_elem_size(type); off += 64)
                 _mm_prefetch(v[j].kt + (size_t)c0 * ld * mha_kv_elem_size(type) + off, _MM_HINT_T0);
-    for (int i = 0; i < nv; i += V) {
-        const int here = nv - i < V ? nv - i : V, next = nv - i - here < V ? nv - i - here : V;
-        const int full = nb == R && here == V && mha_slot_vecs_whole(v + i, here, 8);
-        if (full)
-            scores_tile(type, scaled, R, V, 1, q, nb, dk, c0, c1, v + i, here, v + i + here, next, ld, scale, sc, sc_ld);
-        else
-            scores_tile(type, scaled, R, V, 0, q, nb, dk, c0, c1, v + i, here, v + i + here, next, ld, scale, sc, sc_ld);
-    }
+    mha_scores_walk(type, scaled, R, V, 8, q, nb, dk, c0, c1, v, nv, ld, scale, sc, sc_ld, scores_tile);
 }
 
 /* Slot vectors of 8 from every block of the chunk: 1 query × 8 vectors, 2 × 4, up to 4 × 2,
@@ -478,19 +439,7 @@ __attribute__((target(AVX2))) static void decode_scores16_avx2(const float *rest
     else
         scores(MHA_KV_BF16, 0, q, nq, dk, 0, dk, runs, kt, vr, NULL, n, ld, 1.0f, sc, sc_ld);
     _mm_setcsr(csr);
-    int slots = 0;
-    for (int r = 0; r < runs; r++)
-        slots += n[r];
-    const __m256 pad = _mm256_set1_ps(0.0f), vs = _mm256_set1_ps(scale);
-    for (int qi = 0; qi < nq; qi++)
-        for (int t = 0; t < slots; t += 8) {
-            float *y = sc + (size_t)qi * sc_ld + t;
-            const __m256i m = first8(slots - t);
-            __m256 x = _mm256_maskload_ps(y, m);
-            if (dk % MHA_BT_K)
-                x = _mm256_add_ps(x, pad);
-            _mm256_maskstore_ps(y, m, _mm256_mul_ps(x, vs));
-        }
+    mha_scores16_finish(sc, sc_ld, nq, runs, n, dk, scale);
 }
 
 /* Z of nb <= R queries, features [c0, c0 + 8·V) (the last vector's first nl lanes), over the
@@ -612,12 +561,7 @@ __attribute__((target(AVX2))) static void decode_values16_avx2(const float *e, s
     int keys = 0;
     for (int r = 0; r < runs; r++)
         keys += n[r];
-    for (int qi = 0; keys % MHA_BT_K && qi < nq; qi++)
-        for (int c = 0; c < dk; c += 8) {
-            float *y = p + (size_t)qi * ps + c;
-            const __m256i m = first8(dk - c);
-            _mm256_maskstore_ps(y, m, _mm256_add_ps(_mm256_maskload_ps(y, m), _mm256_setzero_ps()));
-        }
+    mha_values16_finish(p, ps, nq, keys, dk);
 }
 
 /* ---- bf16: rounding, packing, epilogue ---- */

@@ -10,6 +10,7 @@
 
 #include "exp_poly.h"
 #include "kvcache.h"
+#include "loops.h"
 
 #define AVX512 "avx512f,avx512bw,avx512vl,avx512dq,fma"
 /* MXCSR's denormals-are-zero and flush-to-zero bits: how the bf16 instructions treat denormals,
@@ -52,8 +53,21 @@ static inline __attribute__((target(AVX512))) void transpose16(__m512 r[16])
     }
 }
 
+/* One group of a panel: up to 16 rows by n <= 16 columns through a register transpose. */
+static inline __attribute__((always_inline, target(AVX512))) void pack_group(const float *const *src, int gw, int have,
+                                                                            ptrdiff_t off, int n, float *dst, int pw)
+{
+    const __mmask16 store = first16(gw), load = first16(n);
+    __m512 v[16];
+    for (int r = 0; r < 16; r++)
+        v[r] = r < gw && r < have ? _mm512_maskz_loadu_ps(load, src[r] + off) : _mm512_setzero_ps();
+    transpose16(v);
+    for (int t = 0; t < n; t++)
+        _mm512_mask_storeu_ps(dst + (size_t)t * pw, store, v[t]);
+}
+
 /* Rows [i0, i0 + rows) of a, columns [p0, p0 + kc), into panels of pw rows (pw ≤ 64, else ref's):
- * dst[panel][p][r]. Sixteen rows by sixteen columns at a time through a register transpose. */
+ * dst[panel][p][r]. Sixteen rows by sixteen columns at a time. */
 __attribute__((target(AVX512))) static void pack_rows_avx512(mha_mat a, int w, int i0, int rows, int p0, int kc,
                                                                int pw, float *restrict dst)
 {
@@ -61,28 +75,7 @@ __attribute__((target(AVX512))) static void pack_rows_avx512(mha_mat a, int w, i
         mha_isa_ref.pack_rows(a, w, i0, rows, p0, kc, pw, dst);
         return;
     }
-    for (int r0 = 0; r0 < rows; r0 += pw, dst += (size_t)pw * kc)
-        for (int g = 0; g < pw; g += 16) { /* a group of up to 16 rows of the panel */
-            const int gw = pw - g < 16 ? pw - g : 16, have = rows - r0 - g;
-            const __mmask16 store = first16(gw);
-            const float *src[16];
-            for (int r = 0; r < gw && r < have; r++)
-                src[r] = a.p + (ptrdiff_t)(i0 + r0 + g + r) * a.ld;
-            for (int p = 0; p < kc;) {
-                const int col = p0 + p, in_panel = w - col % w;
-                int n = kc - p < in_panel ? kc - p : in_panel;
-                n = n < 16 ? n : 16;
-                const __mmask16 load = first16(n);
-                const ptrdiff_t off = (ptrdiff_t)(col / w) * a.ps + col % w;
-                __m512 v[16];
-                for (int r = 0; r < 16; r++)
-                    v[r] = r < gw && r < have ? _mm512_maskz_loadu_ps(load, src[r] + off) : _mm512_setzero_ps();
-                transpose16(v);
-                for (int t = 0; t < n; t++)
-                    _mm512_mask_storeu_ps(dst + (size_t)(p + t) * pw + g, store, v[t]);
-                p += n;
-            }
-        }
+    mha_pack_walk(a, w, i0, rows, p0, kc, pw, dst, 16, pack_group);
 }
 
 /* ---- few rows ---- */
@@ -101,14 +94,8 @@ __attribute__((target(AVX512))) static void pack_rows_avx512(mha_mat a, int w, i
  * proportion to the pass's rows, so memory is read at an even pace the whole time.
  * Prefetching only in the first pass (32 rows ahead) left memory idle during the others:
  * 16 rows, 2 threads, 64 MB of B each, alternating in one process: 0.84-0.89× the time. */
-typedef struct ahead {
-    const char *at;            /* the next line of the next chunk */
-    long credit, share, per;   /* a line each time credit, growing by share per row of a
-                                * pass, reaches per */
-} ahead;
-
 static inline __attribute__((always_inline, target(AVX512))) void
-stream_pass(const mha_kernel *k, const int R, ahead *pf, int i0, int p0, int p1, int j0, int nj, float alpha, mha_mat a,
+stream_pass(const mha_kernel *k, const int R, mha_ahead *pf, int i0, int p0, int p1, int j0, int nj, float alpha, mha_mat a,
             const float *bp, float beta, mha_mat c)
 {
     const int w = 32;
@@ -151,30 +138,7 @@ stream_pass(const mha_kernel *k, const int R, ahead *pf, int i0, int p0, int p1,
 __attribute__((target(AVX512))) static void stream_rows_avx512(const mha_kernel *k, int m, int n, int kk, float alpha,
                                                           mha_mat a, mha_mat b, float beta, mha_mat c)
 {
-    for (int j0 = 0; j0 < n; j0 += 32) {
-        const float *bp = b.p + (ptrdiff_t)(j0 / 32) * b.ps;
-        const int nj = n - j0 < 32 ? n - j0 : 32;
-        for (int p0 = 0; p0 < kk; p0 += k->kc) {
-            const int p1 = kk - p0 < k->kc ? kk : p0 + k->kc;
-            /* the next chunk: rows p1 .. of this panel, or the first of the next panel */
-            const int more = p1 < kk ? kk - p1 : j0 + 32 < n ? kk : 0;
-            const float *next = p1 < kk ? bp + (ptrdiff_t)p1 * 32 : more ? bp + b.ps : bp;
-            const long lines = (long)(more < k->kc ? more : k->kc) * 2; /* 128-byte rows */
-            /* pass of R rows: lines·R/m of them over its p1 - p0 rows */
-            ahead pf = {.at = (const char *)next, .per = (long)(p1 - p0) * m};
-            int i0 = 0;
-            for (; i0 + 12 <= m; i0 += 12)
-                pf.share = lines * 12, stream_pass(k, 12, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c);
-            if (m - i0 >= 8)
-                pf.share = lines * 8, stream_pass(k, 8, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c), i0 += 8;
-            if (m - i0 >= 4)
-                pf.share = lines * 4, stream_pass(k, 4, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c), i0 += 4;
-            if (m - i0 >= 2)
-                pf.share = lines * 2, stream_pass(k, 2, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c), i0 += 2;
-            if (m - i0 >= 1)
-                pf.share = lines, stream_pass(k, 1, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c);
-        }
-    }
+    mha_stream_walk(k, m, n, kk, alpha, a, b, beta, c, 32, 12, stream_pass);
 }
 
 /* ---- softmax: 16 lanes, tails and masks as k-registers ---- */
@@ -511,14 +475,7 @@ scores_tiles(const mha_kv_type type, const int scaled, const int R, const int V,
              int dk, int c0, int c1, const mha_slot_vec *v, int nv, int ld, float scale, float *restrict sc,
              size_t sc_ld)
 {
-    for (int i = 0; i < nv; i += V) {
-        const int here = nv - i < V ? nv - i : V, next = nv - i - here < V ? nv - i - here : V;
-        const int full = nb == R && here == V && mha_slot_vecs_whole(v + i, here, 16);
-        if (full)
-            scores_tile(type, scaled, R, V, 1, q, nb, dk, c0, c1, v + i, here, v + i + here, next, ld, scale, sc, sc_ld);
-        else
-            scores_tile(type, scaled, R, V, 0, q, nb, dk, c0, c1, v + i, here, v + i + here, next, ld, scale, sc, sc_ld);
-    }
+    mha_scores_walk(type, scaled, R, V, 16, q, nb, dk, c0, c1, v, nv, ld, scale, sc, sc_ld, scores_tile);
 }
 
 /* Slot vectors of 16 from the chunk's blocks: 1 or 2 queries × 4 vectors, up to 4 × 2, more
@@ -1250,18 +1207,7 @@ __attribute__((target(AVX512))) static void fma_scores16(const float *restrict q
     else
         scores(MHA_KV_BF16, 0, q, nq, dk, 0, dk, runs, kt, vr, NULL, n, ld, 1.0f, sc, sc_ld);
     _mm_setcsr(csr);
-    int slots = 0;
-    for (int r = 0; r < runs; r++)
-        slots += n[r];
-    for (int qi = 0; qi < nq; qi++)
-        for (int t = 0; t < slots; t += 16) {
-            float *y = sc + (size_t)qi * sc_ld + t;
-            const __mmask16 m = first16(slots - t);
-            __m512 x = _mm512_maskz_loadu_ps(m, y);
-            if (dk % MHA_BT_K)
-                x = _mm512_add_ps(x, _mm512_setzero_ps());
-            _mm512_mask_storeu_ps(y, m, _mm512_mul_ps(x, _mm512_set1_ps(scale)));
-        }
+    mha_scores16_finish(sc, sc_ld, nq, runs, n, dk, scale);
 }
 
 /* Run by run (the sums carried through p, exactly), under DAZ and FTZ; then the key padding's
@@ -1281,12 +1227,7 @@ __attribute__((target(AVX512))) static void fma_values16(const float *e, size_t 
             values(MHA_KV_BF16, 0, e + keys, e_ld, nq, v[r], NULL, n[r], dk, p, ps, next);
     }
     _mm_setcsr(csr);
-    for (int qi = 0; keys % MHA_BT_K && qi < nq; qi++)
-        for (int c = 0; c < dk; c += 16) {
-            float *y = p + (size_t)qi * ps + c;
-            const __mmask16 m = first16(dk - c);
-            _mm512_mask_storeu_ps(y, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, y), _mm512_setzero_ps()));
-        }
+    mha_values16_finish(p, ps, nq, keys, dk);
 }
 
 /* Odd first (avx512-bf16's vdpbf16ps: a CPU with AVX512_BF16), or even first (fma-bf16's FMAs). */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "exp_poly.h"
+#include "loops.h"
 
 /* ---- float32 ---- */
 
@@ -192,9 +193,7 @@ static void decode_values16_ref(const float *e, size_t e_ld, int nq, int runs, c
     int keys = 0;
     for (int r = 0; r < runs; keys += n[r++])
         values_ref(i8 ? MHA_KV_INT8 : MHA_KV_BF16, e + keys, e_ld, nq, v[r], NULL, n[r], dk, p, ps);
-    for (int qi = 0; keys % MHA_BT_K && qi < nq; qi++) /* the padding's zero products */
-        for (int c = 0; c < dk; c++)
-            p[(size_t)qi * ps + c] += 0.0f;
+    mha_values16_finish(p, ps, nq, keys, dk); /* the padding's zero products */
 }
 
 /* ---- bf16 ---- */

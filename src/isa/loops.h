@@ -1,0 +1,146 @@
+/* loops.h — control loops that both vector tables (avx2.c, avx512.c; ref.c where it runs the
+ * same) run, written once in plain C. Each table passes its body: an always_inline function of its own intrinsics. The loops are
+ * always_inline too, so in the table's function the body is a known function called with
+ * constant heights and widths, and the compiler inlines it as if the loop were written out
+ * there (checked: the same instructions, no call, no spilled accumulator; RESULTS.md "issue 33
+ * item 6"). Loops left in the tables, and why, are listed in DESIGN.md §3. */
+#ifndef MHA_ISA_LOOPS_H
+#define MHA_ISA_LOOPS_H
+
+#include <stddef.h>
+
+#include "bgemm.h"
+#include "isa.h"
+
+/* ---- pack_rows: rows of a into panels of pw rows, lanes × lanes at a time ---- */
+
+/* One group of the panel: rows src[0 .. min(gw, have)) (have may be <= 0: none), n <= lanes
+ * columns from offset off of each, transposed into dst (stride pw) with gw lanes stored. */
+typedef void (*mha_pack_group_fn)(const float *const *src, int gw, int have, ptrdiff_t off, int n, float *dst, int pw);
+
+/* Rows [i0, i0 + rows) of a, columns [p0, p0 + kc), into panels of pw rows: dst[panel][p][r];
+ * groups of `lanes` rows of a panel, `lanes` columns at a time, never across one of A's panels
+ * of w columns. */
+static inline __attribute__((always_inline)) void mha_pack_walk(mha_mat a, int w, int i0, int rows, int p0, int kc,
+                                                                int pw, float *restrict dst, const int lanes,
+                                                                mha_pack_group_fn group)
+{
+    for (int r0 = 0; r0 < rows; r0 += pw, dst += (size_t)pw * kc)
+        for (int g = 0; g < pw; g += lanes) { /* a group of up to `lanes` rows of the panel */
+            const int gw = pw - g < lanes ? pw - g : lanes, have = rows - r0 - g;
+            const float *src[16];
+            for (int r = 0; r < gw && r < have; r++)
+                src[r] = a.p + (ptrdiff_t)(i0 + r0 + g + r) * a.ld;
+            for (int p = 0; p < kc;) {
+                const int col = p0 + p, in_panel = w - col % w;
+                int n = kc - p < in_panel ? kc - p : in_panel;
+                n = n < lanes ? n : lanes;
+                group(src, gw, have, (ptrdiff_t)(col / w) * a.ps + col % w, n, dst + (size_t)p * pw + g, pw);
+                p += n;
+            }
+        }
+}
+
+/* ---- stream_rows: few rows past the microkernel, B streamed once ---- */
+
+/* The prefetch of the next chunk of B over the passes of this one (avx512.c says why). */
+typedef struct mha_ahead {
+    const char *at;          /* the next line of the next chunk */
+    long credit, share, per; /* a line each time credit, growing by share per row of a pass, reaches per */
+} mha_ahead;
+
+/* One pass of R rows from row i0 over k in [p0, p1) against B's panel bp (columns j0 .. j0 + nj). */
+typedef void (*mha_stream_pass_fn)(const mha_kernel *k, int R, mha_ahead *pf, int i0, int p0, int p1, int j0, int nj,
+                                   float alpha, mha_mat a, const float *bp, float beta, mha_mat c);
+
+/* C = alpha·A·B + beta·C for m rows: B's panels of w columns (w floats a row of the panel), k in
+ * chunks of k->kc; within a chunk, passes of `top` rows, then one pass of 8, 4, 2, 1 rows each
+ * below top as the rows left need. Written out rather than looped over the heights: each
+ * pass's R must be a constant where the body is inlined, or its accumulators spill. */
+static inline __attribute__((always_inline)) void mha_stream_walk(const mha_kernel *k, int m, int n, int kk, float alpha,
+                                                                  mha_mat a, mha_mat b, float beta, mha_mat c,
+                                                                  const int w, const int top, mha_stream_pass_fn pass)
+{
+    for (int j0 = 0; j0 < n; j0 += w) {
+        const float *bp = b.p + (ptrdiff_t)(j0 / w) * b.ps;
+        const int nj = n - j0 < w ? n - j0 : w;
+        for (int p0 = 0; p0 < kk; p0 += k->kc) {
+            const int p1 = kk - p0 < k->kc ? kk : p0 + k->kc;
+            /* the next chunk: rows p1 .. of this panel, or the first of the next panel */
+            const int more = p1 < kk ? kk - p1 : j0 + w < n ? kk : 0;
+            const float *next = p1 < kk ? bp + (ptrdiff_t)p1 * w : more ? bp + b.ps : bp;
+            const long lines = (long)(more < k->kc ? more : k->kc) * (w / 16); /* 64-byte lines */
+            /* a pass of R rows: lines·R/m of them over its p1 - p0 rows */
+            mha_ahead pf = {.at = (const char *)next, .per = (long)(p1 - p0) * m};
+            int i0 = 0;
+            for (; i0 + top <= m; i0 += top)
+                pf.share = lines * top, pass(k, top, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c);
+            if (top > 8 && m - i0 >= 8)
+                pf.share = lines * 8, pass(k, 8, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c), i0 += 8;
+            if (top > 4 && m - i0 >= 4)
+                pf.share = lines * 4, pass(k, 4, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c), i0 += 4;
+            if (top > 2 && m - i0 >= 2)
+                pf.share = lines * 2, pass(k, 2, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c), i0 += 2;
+            if (top > 1 && m - i0 >= 1)
+                pf.share = lines, pass(k, 1, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c);
+        }
+    }
+}
+
+/* ---- decode: score tiles over a chunk's slot vectors ---- */
+
+/* Scores of nb <= R queries against up to V slot vectors (v, nv of them), the next tile's
+ * vectors (pf, npf) prefetched; full: nb = R and V whole vectors. */
+typedef void (*mha_scores_tile_fn)(mha_kv_type type, int scaled, int R, int V, int full, const float *restrict q, int nb,
+                                   int dk, int c0, int c1, const mha_slot_vec *v, int nv, const mha_slot_vec *pf, int npf,
+                                   int ld, float scale, float *restrict sc, size_t sc_ld);
+
+/* Every slot vector of the chunk, V at a time, through R × V tiles of `lanes`-wide vectors; a
+ * whole tile takes the body's full path (nothing tested in its loops). */
+static inline __attribute__((always_inline)) void
+mha_scores_walk(const mha_kv_type type, const int scaled, const int R, const int V, const int lanes,
+                const float *restrict q, int nb, int dk, int c0, int c1, const mha_slot_vec *v, int nv, int ld, float scale,
+                float *restrict sc, size_t sc_ld, mha_scores_tile_fn tile)
+{
+    for (int i = 0; i < nv; i += V) {
+        const int here = nv - i < V ? nv - i : V, next = nv - i - here < V ? nv - i - here : V;
+        const int full = nb == R && here == V && mha_slot_vecs_whole(v + i, here, lanes);
+        if (full)
+            tile(type, scaled, R, V, 1, q, nb, dk, c0, c1, v + i, here, v + i + here, next, ld, scale, sc, sc_ld);
+        else
+            tile(type, scaled, R, V, 0, q, nb, dk, c0, c1, v + i, here, v + i + here, next, ld, scale, sc, sc_ld);
+    }
+}
+
+/* ---- decode on bf16 tiles, even first: the ends of the float32 tiles' sums ---- */
+
+/* After scores summed with scale 1 (under DAZ and FTZ, as the bf16 kernels sum), in the
+ * caller's mode: each score + 0 where the kernels' sums end on padding (d_k not a multiple
+ * of their k tile), then times scale, rounded as the kernels' epilogue rounds it. Plain C: the
+ * compiler vectorizes it in the table's function; the bits are per element. */
+static inline __attribute__((always_inline)) void mha_scores16_finish(float *restrict sc, size_t sc_ld, int nq, int runs,
+                                                                      const int *n, int dk, float scale)
+{
+    int slots = 0;
+    for (int r = 0; r < runs; r++)
+        slots += n[r];
+    for (int qi = 0; qi < nq; qi++)
+        for (int t = 0; t < slots; t++) {
+            float x = sc[(size_t)qi * sc_ld + t];
+            if (dk % MHA_BT_K)
+                x += 0.0f;
+            sc[(size_t)qi * sc_ld + t] = x * scale;
+        }
+}
+
+/* After the values summed run by run: + 0 on every output where the kernels' sums end on key
+ * padding (keys not a multiple of their k tile). */
+static inline __attribute__((always_inline)) void mha_values16_finish(float *restrict p, size_t ps, int nq, int keys,
+                                                                      int dk)
+{
+    for (int qi = 0; keys % MHA_BT_K && qi < nq; qi++)
+        for (int c = 0; c < dk; c++)
+            p[(size_t)qi * ps + c] += 0.0f;
+}
+
+#endif
