@@ -410,6 +410,20 @@ static inline __attribute__((always_inline, target(AVX512))) __m512 load16(const
     return scaled ? _mm512_mul_ps(f, s) : f;
 }
 
+/* One step of an R × V tile: acc[r·V + j] += x[r·x_ld] · y[j] by FMA, for the rows present
+ * (full: all R, nothing tested). */
+static inline __attribute__((always_inline, target(AVX512))) void fma_rows(const int R, const int V, const int full,
+                                                                          int nb, const float *x, size_t x_ld,
+                                                                          const __m512 *y, __m512 *acc)
+{
+    for (int r = 0; r < R; r++)
+        if (full || r < nb) {
+            const __m512 xr = _mm512_set1_ps(x[(size_t)r * x_ld]);
+            for (int j = 0; j < V; j++)
+                acc[r * V + j] = _mm512_fmadd_ps(xr, y[j], acc[r * V + j]);
+        }
+}
+
 /* Scores of nb <= R queries for nv <= V slot vectors (of any blocks), R · V <= 16
  * accumulators, each score one FMA chain over the features [c0, c1) from zero, then scale ·
  * sum (+ sc when c0 > 0): the microkernel's sums. One Kᵀ row load per feature and vector for
@@ -452,12 +466,7 @@ scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
                     krow[j] = _mm512_castsi512_ps(_mm512_slli_epi32(round_lanes(krow[j]), 16));
             }
         }
-        for (int r = 0; r < R; r++)
-            if (full || r < nb) {
-                const __m512 x = _mm512_set1_ps(q[(size_t)r * dk + c]);
-                for (int j = 0; j < V; j++)
-                    acc[r * V + j] = _mm512_fmadd_ps(x, krow[j], acc[r * V + j]);
-            }
+        fma_rows(R, V, full, nb, q + c, (size_t)dk, krow, acc);
     }
     for (int r = 0; r < nb; r++)
         for (int j = 0; j < nv; j++) {
@@ -548,12 +557,7 @@ values_tile_as(const mha_kv_type type, const int scaled, const int R, const int 
         for (int j = 0; j < V; j++)
             b[j] = load16(type, scaled, (const char *)v + ((size_t)t * dk + c0 + 16 * j) * esz,
                           j == V - 1 ? ml : (__mmask16)0xFFFF, s);
-        for (int r = 0; r < R; r++)
-            if (full || r < nb) {
-                const __m512 x = _mm512_set1_ps(e[(size_t)r * e_ld + t]);
-                for (int j = 0; j < V; j++)
-                    acc[r * V + j] = _mm512_fmadd_ps(x, b[j], acc[r * V + j]);
-            }
+        fma_rows(R, V, full, nb, e + t, e_ld, b, acc);
     }
     for (int r = 0; r < nb; r++)
         for (int j = 0; j < V; j++)
@@ -951,6 +955,28 @@ BK_AVX512 void pack_pairs(const float *x, size_t ld, int nb, int c, int n, uint3
     }
 }
 
+/* A tile's sum into y (lanes m): + 0 where the kernels' sums end on zero padding (padded),
+ * then times scale (scaled), as the kernels' epilogue rounds them. */
+BK_AVX512 void store_sum(float *y, __mmask16 m, __m512 x, int padded, const int scaled, float scale)
+{
+    if (padded)
+        x = _mm512_add_ps(x, _mm512_setzero_ps());
+    _mm512_mask_storeu_ps(y, m, scaled ? _mm512_mul_ps(x, _mm512_set1_ps(scale)) : x);
+}
+
+/* One pair step of an R × V tile: acc[r·V + j] += xp[r][i] (a pair of bf16, broadcast) · y[j]
+ * by vdpbf16ps, for the rows present (full: all R, nothing tested). */
+BK_AVX512 void dp_pairs(const int R, const int V, const int full, int nb, const uint32_t (*xp)[16], int i,
+                        const __m512bh *y, __m512 *acc)
+{
+    for (int r = 0; r < R; r++)
+        if (full || r < nb) {
+            const __m512bh x = (__m512bh)_mm512_set1_epi32((int)xp[r][i]);
+            for (int j = 0; j < V; j++)
+                acc[r * V + j] = _mm512_dpbf16_ps(acc[r * V + j], x, y[j]);
+        }
+}
+
 /* Scores of nb <= R queries for nv <= V slot vectors, R · V <= 16 accumulators, each score one
  * vdpbf16ps chain over the feature pairs in increasing order from zero: the avx512-bf16
  * kernel's sums of the same pairs (odd first), bit for bit; then + 0 where zero features pad
@@ -997,21 +1023,12 @@ BK_AVX512 void scores16_tile(const int i8, const int R, const int V, const int f
                 kp[j] = i8 ? pair_rows_k8(kt[j] + at, whole ? kt[j] + at + row : NULL, m[j], kq[j], dk, p)
                            : pair_rows(0, kt[j] + at, whole ? kt[j] + at + row : NULL, m[j]);
             }
-            for (int r = 0; r < R; r++)
-                if (full || r < nb) {
-                    const __m512bh x = (__m512bh)_mm512_set1_epi32((int)qp[r][i]);
-                    for (int j = 0; j < V; j++)
-                        acc[r * V + j] = _mm512_dpbf16_ps(acc[r * V + j], x, kp[j]);
-                }
+            dp_pairs(R, V, full, nb, qp, i, kp, acc);
         }
     }
     for (int r = 0; r < nb; r++)
-        for (int j = 0; j < nv; j++) {
-            __m512 x = acc[r * V + j];
-            if (dk % MHA_BT_K)
-                x = _mm512_add_ps(x, _mm512_setzero_ps());
-            _mm512_mask_storeu_ps(sc + (size_t)r * sc_ld + v[j].out, m[j], _mm512_mul_ps(x, _mm512_set1_ps(scale)));
-        }
+        for (int j = 0; j < nv; j++)
+            store_sum(sc + (size_t)r * sc_ld + v[j].out, m[j], acc[r * V + j], dk % MHA_BT_K, 1, scale);
 }
 
 BK_AVX512 void scores16_tiles(const int i8, const int R, const int V, const float *restrict q, int nb, int dk,
@@ -1111,21 +1128,13 @@ BK_AVX512 void values16_tile(const int i8, const int R, const int V, const int f
             __m512bh vp[8];
             for (int j = 0; j < V; j++)
                 vp[j] = pair_rows(i8, a + j * step, b ? b + j * step : NULL, j == V - 1 ? ml : (__mmask16)0xFFFF);
-            for (int r = 0; r < R; r++)
-                if (full || r < nb) {
-                    const __m512bh x = (__m512bh)_mm512_set1_epi32((int)ep[r][i]);
-                    for (int j = 0; j < V; j++)
-                        acc[r * V + j] = _mm512_dpbf16_ps(acc[r * V + j], x, vp[j]);
-                }
+            dp_pairs(R, V, full, nb, ep, i, vp, acc);
         }
     }
     for (int r = 0; r < nb; r++)
-        for (int j = 0; j < V; j++) {
-            __m512 x = acc[r * V + j];
-            if (keys % MHA_BT_K)
-                x = _mm512_add_ps(x, _mm512_setzero_ps());
-            _mm512_mask_storeu_ps(p + (size_t)r * ps + c0 + 16 * j, j == V - 1 ? ml : (__mmask16)0xFFFF, x);
-        }
+        for (int j = 0; j < V; j++)
+            store_sum(p + (size_t)r * ps + c0 + 16 * j, j == V - 1 ? ml : (__mmask16)0xFFFF, acc[r * V + j],
+                      keys % MHA_BT_K, 0, 1.0f);
     if (w)
         *w = wl;
 }
