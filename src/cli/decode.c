@@ -270,6 +270,33 @@ static void report(decode_state *s, const cli_config *fc, const char *config, co
         printf("  wrote    %s (%d, %d, %d)\n", f->output, s->kept, s->S, d);
 }
 
+/* The steps' buffers for s->n_seqs sequences of up to seq_q new rows a step: block tables
+ * (sequence q: blocks q·max_blocks ..), lengths, rows in and out, step times, the kept rows
+ * (zeros past each length), and an int8 cache's tails. 0, or -1 when out of memory. */
+static int buffers(decode_state *s, int seq_q, int steps)
+{
+    const int n_seqs = s->n_seqs, d = s->d;
+    const size_t rows_max = (size_t)n_seqs * seq_q;
+    s->table = malloc((size_t)n_seqs * s->max_blocks * sizeof *s->table);
+    s->past = calloc((size_t)n_seqs, sizeof *s->past), s->add = calloc((size_t)n_seqs, sizeof *s->add);
+    s->x = malloc(rows_max * d * sizeof *s->x), s->out = malloc(rows_max * d * sizeof *s->out);
+    s->times = malloc((size_t)steps * sizeof *s->times);
+    s->rows = calloc((size_t)s->kept * s->S * d + 1, sizeof *s->rows);
+    s->want = calloc((size_t)n_seqs, sizeof *s->want);
+    const size_t tail = mha_kv_tail_size(s->cache);
+    if (tail) {
+        s->tails = malloc((size_t)n_seqs * sizeof *s->tails), s->tail_mem = malloc((size_t)n_seqs * tail);
+        for (int q = 0; s->tails && s->tail_mem && q < n_seqs; q++)
+            s->tails[q] = s->tail_mem + (size_t)q * tail;
+    }
+    if (!s->table || !s->past || !s->add || !s->x || !s->out || !s->times || !s->want || !s->rows ||
+        (tail && (!s->tails || !s->tail_mem)))
+        return -1;
+    for (int i = 0; i < n_seqs * s->max_blocks; i++)
+        s->table[i] = i;
+    return 0;
+}
+
 int cli_decode(const cli_config *fc, const char *config, const cli_decode_files *f, int check, int json)
 {
     decode_state s;
@@ -324,25 +351,10 @@ int cli_decode(const cli_config *fc, const char *config, const cli_decode_files 
         cli_error("KV cache of %d blocks of %d slots: %s", n_seqs * max_blocks, bs, mha_status_str(st));
         goto out;
     }
-    const size_t rows_max = (size_t)n_seqs * cfg.max_seq_q;
-    s.table = malloc((size_t)n_seqs * max_blocks * sizeof *s.table);
-    s.past = calloc((size_t)n_seqs, sizeof *s.past), s.add = calloc((size_t)n_seqs, sizeof *s.add);
-    s.x = malloc(rows_max * d * sizeof *s.x), s.out = malloc(rows_max * d * sizeof *s.out);
-    s.times = malloc((size_t)steps * sizeof *s.times);
-    s.rows = calloc((size_t)s.kept * s.S * d + 1, sizeof *s.rows); /* zeros past each length */
-    s.want = calloc((size_t)n_seqs, sizeof *s.want);
-    const size_t tail = mha_kv_tail_size(s.cache);
-    if (tail) {
-        s.tails = malloc((size_t)n_seqs * sizeof *s.tails), s.tail_mem = malloc((size_t)n_seqs * tail);
-        for (int q = 0; s.tails && s.tail_mem && q < n_seqs; q++)
-            s.tails[q] = s.tail_mem + (size_t)q * tail;
-    }
-    if (!s.table || !s.past || !s.add || !s.x || !s.out || !s.times || !s.want || !s.rows || (tail && (!s.tails || !s.tail_mem))) {
+    if (buffers(&s, cfg.max_seq_q, steps) != 0) {
         cli_error("out of memory for %d sequences of %d tokens", n_seqs, cap);
         goto out;
     }
-    for (int i = 0; i < n_seqs * max_blocks; i++)
-        s.table[i] = i; /* sequence q: blocks q·max_blocks .. */
 
     uint64_t seed = fc->seed;
     double prefill_ms = 0;
