@@ -63,7 +63,7 @@ TEST_CLI_OBJ := $(B)/obj/cli/scale_fit.o $(B)/obj/cli/shard.o $(B)/obj/cli/confi
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
-.PHONY: all deps goldens-hf goldens-hf-venv goldens-trained goldens-trained-venv trained-layers deps-perf deps-bench decode-bench block-reads decode-step ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example footprint blis-overhead head-shapes bench bench-core deps-ggml report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
+.PHONY: all deps goldens-hf goldens-mla goldens-hf-venv goldens-trained goldens-trained-venv trained-layers deps-perf deps-bench decode-bench block-reads decode-step ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example footprint blis-overhead head-shapes bench bench-core deps-ggml report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
 all: $(B)/libmha.a $(B)/libmha.so $(B)/mha $(if $(filter 1,$(MPI)),$(B)/mha-mpi)
 
 deps:
@@ -282,6 +282,10 @@ BENCH_PKGS := python3 $(if $(filter 1,$(PEERS)),python3-torch python3-numpy cmak
 # files it writes in tests/data are committed; make test needs neither.
 goldens-hf: goldens-hf-venv
 	tests/.venv/bin/python tests/gen_golden_hf.py
+# Multi-head latent attention (issue 34): HF's DeepseekV3Attention cases, and the absorbed form
+# checked against it in float64 (tests/gen_golden_mla.py).
+goldens-mla: goldens-hf-venv
+	tests/.venv/bin/python tests/gen_golden_mla.py
 goldens-hf-venv:
 	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) python3 python3-venv"
 	@if [ ! -x tests/.venv/bin/python ] || ! tests/.venv/bin/python -c 'import transformers, safetensors' 2>/dev/null; then \
