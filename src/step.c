@@ -614,34 +614,37 @@ static void chunk_scores(const mha_step_job *j, int q, int i0, int i1, const flo
     }
 }
 
-/* int8: Kᵀ of the chunk [k0, k1) of (q, g) as the rows from i0 see it (k_view; the rows they
+/* int8: Kᵀ of the keys [k0, k1) of (q, g) as the rows from i0 see it (k_view; the rows they
  * are: view_rows_end), key t at column t − k0 of rows n apart: float32 into s->kt (a float32
  * engine's decode tiles), else into s->qkv and then, rounded (round_bf16_rows), into s->kt16
  * as a bf16 cache holds Kᵀ (bf16 decode tiles) or into the bf16 kernel's panels there
- * (pack_b16: the forward's chunk). */
-static void chunk_kt_i8(const mha_step_job *j, int q, int g, int k0, int k1, int i0, int panels, const mha_scratch *s)
+ * (pack_b16: the forward's chunk) from column col (a multiple of 16: the chunk's keys before
+ * k0 are there already). */
+static void chunk_kt_i8(const mha_step_job *j, int q, int g, int k0, int k1, int i0, int panels, int col,
+                        const mha_scratch *s)
 {
     const mha_fwd *f = &j->f;
     const int dk = f->dk, n = k1 - k0, own = mha_kv_group_of(j->cache->block_size, j->step->n_past[q] + i0).t;
     float *view = f->bk ? s->qkv : s->kt;
     k_view(j, q, g, own, k0, k1, view, (size_t)n, s);
+    const size_t kps = mha_attention_kt16_ps(f);
     if (panels)
-        f->kernel->isa->pack_b16(f->kernel, mha_mat_rows(f->kernel, view, n), 0, dk, n, s->kt16,
-                                 mha_attention_kt16_ps(f));
+        f->kernel->isa->pack_b16(f->kernel, mha_mat_rows(f->kernel, view, n), 0, dk, n, s->kt16 + mha_bk_b_index(0, col, kps),
+                                 kps);
     else if (f->bk)
         f->kernel->isa->round_bf16_rows(view, (size_t)dk * n, s->kt16);
 }
 
-/* int8: whether every row sees the keys [k0, k1) of sequence q as the cache holds them and
- * the tiles may read them there: each is in a group stored before the step, and blocks hold
- * whole groups (so runs are). */
-static int k_stored_chunk(const mha_step_job *j, int q, int k1)
+/* int8: the end of the keys from k0 (to k1 at most) that every row sees as the cache holds them
+ * and the tiles may read there: those in groups stored before the step, when blocks hold whole
+ * groups (so runs are, and the end is a multiple of 16 from the chunk's start); k0 if none. */
+static int k_stored_end(const mha_step_job *j, int q, int k0, int k1)
 {
-    const int bs = j->cache->block_size;
-    return bs % MHA_KV_GROUP == 0 && k1 <= mha_kv_group_of(bs, j->step->n_past[q]).t;
+    const int bs = j->cache->block_size, e = mha_kv_group_of(bs, j->step->n_past[q]).t;
+    return bs % MHA_KV_GROUP ? k0 : e < k0 ? k0 : e < k1 ? e : k1;
 }
 
-/* int8 in a bf16 engine's chunk step (k_stored_chunk): Kᵀ of the keys [k0, k1) of (q, g) from
+/* int8 in a bf16 engine's chunk step (k_stored_end): Kᵀ of the keys [k0, k1) of (q, g) from
  * the cache into the kernel's panels, key t at column t − k0, a group of 16 keys at a time
  * (interleave_pairs_k8: each value made and rounded as it goes). */
 static void gather_kt_k8(const mha_step_job *j, int q, int g, int k0, int k1, const mha_scratch *s)
@@ -657,18 +660,29 @@ static void gather_kt_k8(const mha_step_job *j, int q, int g, int k0, int k1, co
                                                   s->kt16 + mha_bk_b_index(0, r.t + t - k0, kps));
 }
 
-/* int8: the chunk's scores on Kᵀ as each row's group sees it, a pass per set of rows that see
- * it alike (chunk_kt_i8). */
+/* int8: the scores of the keys [k0, k1) of the chunk (sc: key k0's column): those in groups
+ * stored before the step (to k_stored_end) where the cache holds them, every row at once; the
+ * rest on Kᵀ as each row's group sees it, a pass per set of rows that see it alike
+ * (chunk_kt_i8). A key's score is its own sum either way: the split changes no bit. */
 static void scores_i8(const mha_step_job *j, int q, int g, int k0, int k1, const float *qv, float *sc,
-                      const chunk_src *src, const mha_scratch *s)
+                      const mha_scratch *s)
 {
+    const int e = k_stored_end(j, q, k0, k1), n_new = j->step->n_new[q];
+    chunk_src part; /* the runs of [k0, e), then of [e, k1) */
+    if (e > k0) {
+        cache_runs(j, q, g, k0, e, &part);
+        chunk_scores(j, q, 0, n_new, qv, sc, &part, part.kt, part.kp, part.ld);
+    }
+    if (e == k1)
+        return;
+    cache_runs(j, q, g, e, k1, &part);
     const void *kt[MHA_KV_CHUNK];
-    for (int r = 0, t = 0; r < src->runs; t += src->n[r++])
+    for (int r = 0, t = 0; r < part.runs; t += part.n[r++])
         kt[r] = j->f.bk ? (const void *)(s->kt16 + t) : (const void *)(s->kt + t);
-    for (int i0 = 0, i1; i0 < j->step->n_new[q]; i0 = i1) {
+    for (int i0 = 0, i1; i0 < n_new; i0 = i1) {
         i1 = view_rows_end(j, q, k1, i0);
-        chunk_kt_i8(j, q, g, k0, k1, i0, 0, s);
-        chunk_scores(j, q, i0, i1, qv, sc, src, kt, NULL, k1 - k0);
+        chunk_kt_i8(j, q, g, e, k1, i0, 0, 0, s);
+        chunk_scores(j, q, i0, i1, qv, sc + (e - k0), &part, kt, NULL, k1 - e);
     }
 }
 
@@ -691,13 +705,13 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
     const mha_isa *isa = f->kernel->isa;
     if (bf16)
         isa->round_bf16_floats(qv, nq * dk);
-    /* int8: K read where the cache holds it when every key of the chunk is in a group stored
-     * before the step (so every row sees it as stored) and the runs are whole groups (blocks of
-     * a multiple of MHA_KV_GROUP slots); else read back as each row sees it */
-    if (i8 && !k_stored_chunk(j, q, k1))
-        scores_i8(j, q, g, k0, k1, qv, sc, src, s);
+    /* int8: K read where the cache holds it for the keys in groups stored before the step (so
+     * every row sees them as stored) when the runs are whole groups (blocks of a multiple of
+     * MHA_KV_GROUP slots); the rest read back as each row sees it */
+    if (i8)
+        scores_i8(j, q, g, k0, k1, qv, sc, s);
     else
-        chunk_scores(j, q, 0, n_new, qv, sc, src, src->kt, i8 ? src->kp : NULL, src->ld);
+        chunk_scores(j, q, 0, n_new, qv, sc, src, src->kt, NULL, src->ld);
     /* int8 in a bf16 engine: the chunk's V scales, key by key */
     for (int r = 0, t = 0; i8 && bf16 && r < src->runs; t += src->n[r++])
         memcpy(vs + t, src->vs[r], (size_t)src->n[r] * sizeof *vs);
@@ -807,13 +821,15 @@ static void decode_chunk(const mha_step_job *j, int q, int g, int c, int ahead, 
     } else if (f->bk) {
         const size_t vps = mha_attention_v16_ps(n);
         gather_bf16(j, j->step->blocks + (size_t)q * j->step->max_blocks, g, k0, k1, k0, vps, s, vs);
-        const int in_place = i8 && k_stored_chunk(j, q, k1) && f->kernel->isa->interleave_pairs_k8 && f->dk % 2 == 0;
-        if (in_place)
-            gather_kt_k8(j, q, g, k0, k1, s);
-        for (int i0 = 0, i1; i0 < n_new; i0 = i1) { /* else int8: Kᵀ as each set of rows sees it */
-            i1 = i8 && !in_place ? view_rows_end(j, q, k1, i0) : n_new;
-            if (i8 && !in_place)
-                chunk_kt_i8(j, q, g, k0, k1, i0, 1, s);
+        /* int8: Kᵀ of the keys in groups stored before the step from the cache, the rest as
+         * each set of rows sees it */
+        const int e = !i8 ? k1 : f->kernel->isa->interleave_pairs_k8 && f->dk % 2 == 0 ? k_stored_end(j, q, k0, k1) : k0;
+        if (i8 && e > k0)
+            gather_kt_k8(j, q, g, k0, e, s);
+        for (int i0 = 0, i1; i0 < n_new; i0 = i1) {
+            i1 = e < k1 ? view_rows_end(j, q, k1, i0) : n_new;
+            if (e < k1)
+                chunk_kt_i8(j, q, g, e, k1, i0, 1, e - k0, s);
             decode_chunk_bf16(j, q, g, k0, k1, qv, sc, p, s, vps, vs, i0, i1);
         }
     } else {
