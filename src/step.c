@@ -80,6 +80,16 @@ void mha_step_pack_rows(const mha_step_job *j, int r0, int r1)
         mha_gemm_pack_a(k, x, r0, r1 - r0, 0, j->f.d, (float *)packed_rows(j, r0));
 }
 
+/* x rounded to the nearest integer, ties to even, for |x| < 2^22 (a NaN stays NaN): nearbyintf's
+ * bits in the default rounding mode (the engine's), as two adds where nearbyintf is a libm call
+ * that saves and restores the floating-point environment (the int8 quantizers spent about 3% of
+ * a decode step in it; a -ffast-math build, which could fold the adds, stops at isa.h). */
+static inline float round_even(float x)
+{
+    const float big = 0x1.8p23f; /* 1.5·2^23: a sum this large keeps no fraction */
+    return (x + big) - big;
+}
+
 /* int8 V: the n features of row i of m from column col as q·scale, scale = max|x| / 127 (0
  * for a zero row), q = x / scale rounded to nearest even (within ±127), into q; returns the
  * scale. */
@@ -92,7 +102,7 @@ static float quantize_v(const mha_kernel *k, mha_mat m, int i, int col, int n, i
     }
     const float scale = mx / 127.0f;
     for (int c = 0; c < n; c++) { /* a NaN (or a row with an infinity) stores 0, never an out-of-range cast */
-        const float y = scale > 0.0f ? nearbyintf(*mha_mat_at(k, m, i, col + c) / scale) : 0.0f;
+        const float y = scale > 0.0f ? round_even(*mha_mat_at(k, m, i, col + c) / scale) : 0.0f;
         q[c] = y >= -127.0f && y <= 127.0f ? (int8_t)y : 0;
     }
     return scale;
@@ -165,7 +175,7 @@ static void quantize_k_group(const mha_step_job *j, int q, int g, mha_kv_group g
         const float scale = (hi - lo) / 255.0f;
         params[c] = scale, params[dk + c] = lo + 128.0f * scale;
         for (int u = 0; u < grp.n; u++) { /* within 0..255 before the cast (a NaN: 0) */
-            const float y = scale > 0.0f ? nearbyintf((rows[u][c] - lo) / scale) : 128.0f;
+            const float y = scale > 0.0f ? round_even((rows[u][c] - lo) / scale) : 128.0f;
             kt[(size_t)c * ld + u] = (int8_t)((y >= 0.0f ? y <= 255.0f ? y : 255.0f : 0.0f) - 128.0f);
         }
     }
@@ -385,8 +395,14 @@ static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int 
     const mha_isa *isa = j->f.kernel->isa;
     for (mha_kv_run r = mha_kv_run_at(table, bs, t_begin, t_end); r.n; r = mha_kv_run_at(table, bs, r.t + r.n, t_end)) {
         const int block = r.block, slot = r.slot, run = r.n, at = r.t - base;
-        if (i8) /* a block's few scales: a copy, not a call */
-            memcpy(vs + at, mha_kv_v_scales(cache, block, g) + slot, (size_t)run * sizeof *vs);
+        if (i8) { /* a block's few scales: 16 at a time, moves the compiler writes out, not a call */
+            const float *scales = mha_kv_v_scales(cache, block, g) + slot;
+            int u = 0;
+            for (; u + 16 <= run; u += 16)
+                memcpy(vs + at + u, scales + u, 16 * sizeof *vs);
+            for (; u < run; u++)
+                vs[at + u] = scales[u];
+        }
         /* the next block's K and V, prefetched as this one is read (a block's K of one head and
          * its V are bs·dk elements each, in 64-byte lines: as many as this block's pairs, or
          * half as many for int8) */
