@@ -928,19 +928,26 @@ BK_AVX512 __m512bh pair_rows(const int i8, const char *a, const char *b, __mmask
     return (__m512bh)_mm512_permutex2var_epi16(x, _mm512_loadu_si512(order), y);
 }
 
+/* 16 int8 of a K row (lanes m, the rest zero) made into values: q·scale + zero, a rounded
+ * multiply and a rounded add (mha_kv_k_value). */
+BK_AVX512 __m512 k8_values(const char *x, __mmask16 m, float scale, float zero)
+{
+    const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, x)));
+    return _mm512_add_ps(_mm512_mul_ps(f, _mm512_set1_ps(scale)), _mm512_set1_ps(zero));
+}
+
 /* int8 K: rows a and b (features 2p and 2p + 1; b NULL: zeros) as pair_rows pairs them, each
  * element q·scale + zero of its feature (kp: the group's scales, then zero points at dk)
- * rounded to bf16: round_bf16_rows of i8_scale_rows' values. */
+ * rounded to bf16: round_bf16_rows of i8_scale_rows' values. Both rows rounded by one
+ * vcvtne2ps2bf16 (to nearest even, a denormal read as a signed zero, a NaN made quiet:
+ * round_lanes' bits), then interleaved: element 2i from a, 2i + 1 from b. */
 BK_AVX512 __m512bh pair_rows_k8(const char *a, const char *b, __mmask16 m, const float *kp, int dk, int p)
 {
-    const __m512 fa = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, a)));
-    const __m512i ra = round_lanes(_mm512_add_ps(_mm512_mul_ps(fa, _mm512_set1_ps(kp[2 * p])), _mm512_set1_ps(kp[dk + 2 * p])));
-    if (!b)
-        return (__m512bh)ra;
-    const __m512 fb = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, b)));
-    const __m512i rb = round_lanes(_mm512_add_ps(_mm512_mul_ps(fb, _mm512_set1_ps(kp[2 * p + 1])),
-                                                 _mm512_set1_ps(kp[dk + 2 * p + 1])));
-    return (__m512bh)_mm512_or_si512(_mm512_slli_epi32(rb, 16), ra);
+    static const uint16_t order[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    const __m512 va = k8_values(a, m, kp[2 * p], kp[dk + 2 * p]);
+    const __m512 vb = b ? k8_values(b, m, kp[2 * p + 1], kp[dk + 2 * p + 1]) : _mm512_setzero_ps();
+    return (__m512bh)_mm512_permutexvar_epi16(_mm512_loadu_si512(order), (__m512i)_mm512_cvtne2ps_pbh(vb, va));
 }
 
 /* Rows r < nb of x (rows ld floats apart, each holding bf16 values), elements [c, c + 32)
