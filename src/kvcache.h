@@ -92,6 +92,17 @@ static inline float mha_kv_k_value(int8_t q, float scale, float zero)
     return (float)q * scale + zero;
 }
 
+/* int8 quantizers: x rounded to the nearest integer, ties to even, for |x| < 2^22 (a NaN stays
+ * NaN): nearbyintf's bits in the default rounding mode (the engine's; −0.4 gives +0, not −0:
+ * the quantizers store 0 either way), as two adds where
+ * nearbyintf is a libm call that saves and restores the floating-point environment (about 3%
+ * of an int8 decode step). A -ffast-math build, which could fold the adds, stops at isa.h. */
+static inline float mha_kv_round_even(float x)
+{
+    const float big = 0x1.8p23f; /* 1.5·2^23: a sum this large keeps no fraction */
+    return (x + big) - big;
+}
+
 /* A run of a sequence's positions in one block: positions [t, t + n) at slots [slot, slot + n)
  * of block `block` (n = 0: past the end). The one walk from positions to blocks and slots:
  *     for (mha_kv_run r = mha_kv_run_at(table, bs, t0, t1); r.n; r = mha_kv_run_at(table, bs, r.t + r.n, t1))

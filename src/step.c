@@ -80,16 +80,6 @@ void mha_step_pack_rows(const mha_step_job *j, int r0, int r1)
         mha_gemm_pack_a(k, x, r0, r1 - r0, 0, j->f.d, (float *)packed_rows(j, r0));
 }
 
-/* x rounded to the nearest integer, ties to even, for |x| < 2^22 (a NaN stays NaN): nearbyintf's
- * bits in the default rounding mode (the engine's), as two adds where nearbyintf is a libm call
- * that saves and restores the floating-point environment (the int8 quantizers spent about 3% of
- * a decode step in it; a -ffast-math build, which could fold the adds, stops at isa.h). */
-static inline float round_even(float x)
-{
-    const float big = 0x1.8p23f; /* 1.5·2^23: a sum this large keeps no fraction */
-    return (x + big) - big;
-}
-
 /* int8 V: the n features of row i of m from column col as q·scale, scale = max|x| / 127 (0
  * for a zero row), q = x / scale rounded to nearest even (within ±127), into q; returns the
  * scale. */
@@ -102,7 +92,7 @@ static float quantize_v(const mha_kernel *k, mha_mat m, int i, int col, int n, i
     }
     const float scale = mx / 127.0f;
     for (int c = 0; c < n; c++) { /* a NaN (or a row with an infinity) stores 0, never an out-of-range cast */
-        const float y = scale > 0.0f ? round_even(*mha_mat_at(k, m, i, col + c) / scale) : 0.0f;
+        const float y = scale > 0.0f ? mha_kv_round_even(*mha_mat_at(k, m, i, col + c) / scale) : 0.0f;
         q[c] = y >= -127.0f && y <= 127.0f ? (int8_t)y : 0;
     }
     return scale;
@@ -175,7 +165,7 @@ static void quantize_k_group(const mha_step_job *j, int q, int g, mha_kv_group g
         const float scale = (hi - lo) / 255.0f;
         params[c] = scale, params[dk + c] = lo + 128.0f * scale;
         for (int u = 0; u < grp.n; u++) { /* within 0..255 before the cast (a NaN: 0) */
-            const float y = scale > 0.0f ? round_even((rows[u][c] - lo) / scale) : 128.0f;
+            const float y = scale > 0.0f ? mha_kv_round_even((rows[u][c] - lo) / scale) : 128.0f;
             kt[(size_t)c * ld + u] = (int8_t)((y >= 0.0f ? y <= 255.0f ? y : 255.0f : 0.0f) - 128.0f);
         }
     }

@@ -11,6 +11,7 @@
 #include <criterion/criterion.h>
 
 #include "helpers.h"
+#include "kvcache.h"
 #include "mha_io.h"
 
 /* fp32 steps against the float32 forward: the same bits on the same table (also asserted);
@@ -720,6 +721,24 @@ Test(step, int8_steps_across_groups_equal_one_prefill, .timeout = 120)
  * 8 to 128: within the contract, 2e-2 (the worst is logged; perf/RESULTS.md has it). The
  * cache is a quarter of a float32 one's values plus a scale per token and KV head for K and
  * V; a float32 engine refuses a cache made for another kv type, naming both. */
+/* The int8 quantizers' rounding is nearbyintf's, bit for bit but a zero's sign, over the range
+ * they round (0..255 for K, ±127 for V, and past it): every quarter, so every tie, and the
+ * floats either side of each. */
+Test(step, int8_rounding_is_nearbyintfs)
+{
+    int checked = 0;
+    for (int i = -4 * 300; i <= 4 * 300; i++)
+        for (int d = -1; d <= 1; d++) {
+            const float x = nextafterf((float)i / 4.0f, d < 0 ? -INFINITY : d > 0 ? INFINITY : (float)i / 4.0f);
+            const float want = nearbyintf(x), got = mha_kv_round_even(x);
+            cr_assert(memcmp(&want, &got, sizeof want) == 0 || (want == 0.0f && got == 0.0f),
+                      "%a: nearbyintf %a, mha_kv_round_even %a", (double)x, (double)want, (double)got);
+            checked++;
+        }
+    cr_assert(isnan(mha_kv_round_even(NAN)));
+    cr_assert_eq(checked, 3 * 2401);
+}
+
 Test(step, int8_cache_is_within_its_contract_of_the_double_reference, .timeout = 120)
 {
     const int shapes[][5] = {{64, 8, 2, 0, 0}, {256, 2, 2, 0, 40}, {128, 4, 1, 0, 0}, {64, 4, 2, 24, 0}};
