@@ -24,7 +24,7 @@
  * ABI policy: while the version is 0.x there is none. Structs (mha_config, mha_input, ...)
  * may grow and enum values may be added in any minor release: rebuild against the header
  * you link, and check mha_version_number() == MHA_VERSION_NUMBER at start-up. The soname
- * carries the minor version while the major is 0 (libmha.so.0.3): a binary built against
+ * carries the minor version while the major is 0 (libmha.so.0.4): a binary built against
  * 0.2 does not load 0.3 (0.3: mha_step grew its tails, an int8 cache changed layout). Status
  * codes are never renumbered.
  */
