@@ -35,30 +35,11 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
-PREFIX = "model.layers.0.self_attn."
-BATCH, SEQ = 2, 12
+from gen_golden_hf import BATCH, HERE, PREFIX, SEQ, additive_mask, randomize
+
 # The absorbed form in float64 against HF's module run in float64: HF's RMSNorm computes in
 # float32 whatever the module's dtype (7.9e-8 measured), so float32's rounding, not 1e-15.
 ABSORBED_TOL = 1e-6
-
-
-def additive_mask(seq):
-    m = torch.zeros(seq, seq, dtype=torch.float64)
-    m[torch.triu(torch.ones(seq, seq, dtype=torch.bool), 1)] = torch.finfo(torch.float64).min
-    return m[None, None]
-
-
-def randomize(module, gen):
-    """Matrices uniform in ±1/sqrt(fan-in); RMSNorm weights around 1; biases in ±1."""
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            if p.dim() == 2:
-                p.copy_((torch.rand(p.shape, generator=gen) * 2 - 1) * p.shape[1] ** -0.5)
-            elif name.endswith("layernorm.weight"):
-                p.copy_(1.0 + (torch.rand(p.shape, generator=gen) - 0.5))
-            else:
-                p.copy_(torch.rand(p.shape, generator=gen) * 2 - 1)
 
 
 def rms(x, w, eps):
@@ -95,7 +76,7 @@ def absorbed(attn, cfg, x, cos, sin):
     w_uk, w_uv = wb[:, :nope, :], wb[:, nope:, :]                     # (h, nope, kl), (h, v, kl)
     q_lat = np.einsum("bshn,hnl->bshl", q_nope, w_uk)                  # q_nope into latent space
     scores = (np.einsum("bshl,btl->bhst", q_lat, c) + np.einsum("bshr,btr->bhst", q_rope, k_rope)) * attn.scaling
-    scores = scores + additive_mask(x.shape[1]).numpy()
+    scores = scores + additive_mask(x.shape[1]).double().numpy()
     p = np.exp(scores - scores.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
     lat = np.einsum("bhst,btl->bshl", p, c)                            # values summed in latent space
@@ -114,10 +95,10 @@ def case(name, cfg, comment, seed):
     pos = torch.arange(SEQ)[None].expand(BATCH, -1)
     cos, sin = rope(x, pos)
     with torch.no_grad():
-        out = attn(hidden_states=x, position_embeddings=(cos, sin), attention_mask=additive_mask(SEQ).float())[0]
+        out = attn(hidden_states=x, position_embeddings=(cos, sin), attention_mask=additive_mask(SEQ))[0]
         attn64 = attn.double()
         ref = attn64(hidden_states=x.double(), position_embeddings=(cos.double(), sin.double()),
-                     attention_mask=additive_mask(SEQ))[0].numpy()
+                     attention_mask=additive_mask(SEQ).double())[0].numpy()
         attn.float()
     mine = absorbed(attn, cfg, x.double().numpy(), cos[0].double().numpy(), sin[0].double().numpy())
     err = np.linalg.norm(mine - ref) / np.linalg.norm(ref)
