@@ -213,3 +213,15 @@ Test(config_schema, parse_from_text_and_failure_leaves_output_alone)
     cr_assert(strstr(err, "empty"), "%s", err);
     cr_assert_str_eq(fc.name, "mine", "a failed parse keeps the earlier result");
 }
+
+/* scaling.pinning (the command's) takes the words of threads.pinning (the engine's): its own
+ * copy of the table, kept equal here. */
+Test(config_schema, the_commands_pinning_words_are_the_engines)
+{
+    const mha_config_row *cmd = cli_config_row("scaling.pinning"), *eng = mha_key_find("threads.pinning");
+    cr_assert(cmd && eng);
+    cr_assert_str_eq(cmd->spec.values, eng->spec.values);
+    cr_assert_eq(cmd->n_names, eng->n_names);
+    for (int i = 0; i < eng->n_names; i++)
+        cr_assert_str_eq(mha_config_value_name(cmd, eng->names[i].value), eng->names[i].name);
+}

@@ -18,6 +18,7 @@ _Static_assert(sizeof(mha_mask_kind) == sizeof(int) && sizeof(mha_scale_mode) ==
 
 static const mha_config_name mask_names[] = {
     {"none", MHA_MASK_NONE}, {"causal", MHA_MASK_CAUSAL}, {"padding", MHA_MASK_PADDING}};
+/* threads.pinning's words (config_schema.c), for scaling.pinning: a test keeps the two equal */
 static const mha_config_name pinning_names[] = {
     {"none", MHA_PIN_NONE}, {"close", MHA_PIN_CLOSE}, {"spread", MHA_PIN_SPREAD}, {"cpus", MHA_PIN_CPUS}};
 static const mha_config_name mode_names[] = {
