@@ -19,8 +19,8 @@
 typedef void (*mha_pack_group_fn)(const float *const *src, int gw, int have, ptrdiff_t off, int n, float *dst, int pw);
 
 /* Rows [i0, i0 + rows) of a, columns [p0, p0 + kc), into panels of pw rows: dst[panel][p][r];
- * groups of `lanes` (at most 16) rows of a panel, `lanes` columns at a time, never across one of A's panels
- * of w columns. */
+ * groups of `lanes` (at most 16) rows of a panel, `lanes` columns at a time, never across one
+ * of A's panels of w columns. */
 static inline __attribute__((always_inline)) void mha_pack_walk(mha_mat a, int w, int i0, int rows, int p0, int kc,
                                                                 int pw, float *restrict dst, const int lanes,
                                                                 mha_pack_group_fn group)
