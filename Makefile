@@ -28,7 +28,7 @@ endif
 
 VERSION := $(shell awk '/define MHA_VERSION_(MAJOR|MINOR|PATCH)/ {v = v sep $$3; sep = "."} END {print v}' include/mha.h)
 # The soname carries the ABI: while the major version is 0, structs may grow in any minor
-# release (mha.h), so the minor is part of it (libmha.so.0.4) and a newer 0.x library never
+# release (mha.h), so the minor is part of it (libmha.so.0.5) and a newer 0.x library never
 # loads silently under a binary built against an older one.
 VERSION_WORDS := $(subst ., ,$(VERSION))
 SOMAJOR := $(firstword $(VERSION_WORDS))$(if $(filter 0,$(firstword $(VERSION_WORDS))),.$(word 2,$(VERSION_WORDS)))

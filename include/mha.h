@@ -24,7 +24,7 @@
  * ABI policy: while the version is 0.x there is none. Structs (mha_config, mha_input, ...)
  * may grow and enum values may be added in any minor release: rebuild against the header
  * you link, and check mha_version_number() == MHA_VERSION_NUMBER at start-up. The soname
- * carries the minor version while the major is 0 (libmha.so.0.4): a binary built against
+ * carries the minor version while the major is 0 (libmha.so.0.5): a binary built against
  * 0.2 does not load 0.3 (0.3: mha_step grew its tails, an int8 cache changed layout). Status
  * codes are never renumbered.
  */
@@ -35,7 +35,7 @@
 #include <stdint.h>
 
 #define MHA_VERSION_MAJOR 0
-#define MHA_VERSION_MINOR 4
+#define MHA_VERSION_MINOR 5
 #define MHA_VERSION_PATCH 0
 #define MHA_VERSION_NUMBER (MHA_VERSION_MAJOR * 10000 + MHA_VERSION_MINOR * 100 + MHA_VERSION_PATCH)
 
@@ -66,7 +66,7 @@ typedef enum mha_status {
 } mha_status;
 
 MHA_API const char *mha_status_str(mha_status s); /* never NULL */
-MHA_API const char *mha_version_string(void);     /* "0.4.0" */
+MHA_API const char *mha_version_string(void);     /* "0.5.0" */
 MHA_API int mha_version_number(void);             /* MHA_VERSION_NUMBER of the library linked */
 
 typedef enum { MHA_PIN_NONE, MHA_PIN_CLOSE, MHA_PIN_SPREAD, MHA_PIN_CPUS } mha_pinning;
@@ -139,6 +139,13 @@ typedef struct mha_config {
                                               d_model to n_heads·head_dim, Wk and Wv to
                                               n_kv_heads·head_dim, Wo n_heads·head_dim back to
                                               d_model (Qwen3, Gemma 2, gpt-oss: not d_model) */
+    int v_head_dim;                        /* V's features per head, and each head's output's;
+                                              0: head_dim. At most head_dim: a latent-attention
+                                              (MLA) model's absorbed core reads K of kv_lora +
+                                              rope features and V = their first kv_lora (V may
+                                              alias K). An engine whose v_head_dim differs runs
+                                              mha_core_forward only: mha_set_weights,
+                                              mha_pack_weights and the KV cache refuse it */
     mha_rope rope;                         /* MHA_ROPE_NONE by default */
     int window;                            /* sliding window W > 0: a query at position p sees
                                               keys p - W < j <= p (causal implied); 0: none */
@@ -329,11 +336,12 @@ MHA_API mha_status mha_step_forward(mha_engine *e, mha_kv_cache *c, const mha_st
  * Tensors are float32, or with dtype MHA_DTYPE_BF16 bfloat16 (uint16_t, the high half of a
  * float32; an engine of precision bf16 only: its products round to bf16 anyway, so the
  * results equal those of the same values in float32, and out is rounded to bf16 from them),
- * with each row's head_dim features contiguous; element (b, h, i, c) of q is q[b·q_stride[0] +
- * h·q_stride[1] + i·q_stride[2] + c] (strides in elements, >= 0), k and v likewise over the
- * KV heads and seq_kv rows, out over the query heads and seq_q rows. Strides of all zeros
- * mean contiguous (batch, heads, rows, head_dim), SDPA's layout; HF's (batch, rows, heads,
- * head_dim) is {rows·heads·head_dim, head_dim, heads·head_dim}. */
+ * with each row's head_dim features contiguous (v's and out's: v_head_dim; v may be k itself
+ * with k's strides, its rows' first v_head_dim features read in place); element (b, h, i, c)
+ * of q is q[b·q_stride[0] + h·q_stride[1] + i·q_stride[2] + c] (strides in elements, >= 0), k
+ * and v likewise over the KV heads and seq_kv rows, out over the query heads and seq_q rows.
+ * Strides of all zeros mean contiguous (batch, heads, rows, features), SDPA's layout; HF's
+ * (batch, rows, heads, head_dim) is {rows·heads·head_dim, head_dim, heads·head_dim}. */
 typedef enum { MHA_DTYPE_F32 = 0, MHA_DTYPE_BF16 = 1 } mha_dtype;
 typedef struct mha_core_input {
     int batch, seq_q, seq_kv;
@@ -347,7 +355,7 @@ typedef struct mha_core_input {
     const float *sinks;            /* config sinks: (n_heads) logits; else NULL */
 } mha_core_input;
 /* out: element (b, h, i, c) at out[b·out_stride[0] + h·out_stride[1] + i·out_stride[2] + c]
- * (out_stride NULL or all zeros: contiguous (batch, n_heads, seq_q, head_dim)); no two of its
+ * (out_stride NULL or all zeros: contiguous (batch, n_heads, seq_q, v_head_dim)); no two of its
  * elements may share an address, and out must not overlap q, k or v. Everything is checked
  * before anything is written (sizes against the capacity, lengths, NULLs, strides, sinks
  * given exactly when the config has them): MHA_ERR_SHAPE / MHA_ERR_INVALID_ARG with

@@ -68,17 +68,17 @@ void mha_attention_project(const mha_fwd *f, const mha_scratch *s, int m, const 
 static void v16_room(const mha_fwd *f, const mha_scratch *s, int kl)
 {
     const size_t vps = mha_attention_v16_ps(kl), room = mha_bk_kp(kl);
-    for (int j = 0; j < f->dk; j += MHA_BT_N) /* the tile of room past V's keys: zeros */
+    for (int j = 0; j < f->dv; j += MHA_BT_N) /* the tile of room past V's keys: zeros */
         memset(s->v16 + (size_t)(j / MHA_BT_N) * vps + room * MHA_BT_N, 0, MHA_BT_K * MHA_BT_N * sizeof(mha_bf16));
 }
 
-/* bf16: the group's Kᵀ and V (kl keys of dk features, rows of km and vm) into B panels, once
- * for every query head of the group. */
+/* bf16: the group's Kᵀ and V (kl keys of dk and dv features, rows of km and vm) into B
+ * panels, once for every query head of the group. */
 static void pack_kv16(const mha_fwd *f, const mha_scratch *s, int kl, mha_mat km, mha_mat vm)
 {
     const mha_kernel *k = f->kernel;
     mha_bk_pack_b(k, km, 1, f->dk, kl, s->kt16, mha_attention_kt16_ps(f));
-    mha_bk_pack_b(k, vm, 0, kl, f->dk, s->v16, mha_attention_v16_ps(kl));
+    mha_bk_pack_b(k, vm, 0, kl, f->dv, s->v16, mha_attention_v16_ps(kl));
     v16_room(f, s, kl);
 }
 
@@ -195,7 +195,7 @@ static void chunk16(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows
                 r->mask ? r->mask + (size_t)(row % r->period) * f->call->seq_kv : NULL, vs, &mx[(i0 + i) * st],
                 s->p16 + mha_bk_a_row(i, kn));
         }
-        mha_bgemm(f->bk, k, m, f->dk, n, 1.0f, s->p16, mha_mat_rows(k, sc, ld), kv->v16 + mha_bk_b_index(b0, 0, 0),
+        mha_bgemm(f->bk, k, m, f->dv, n, 1.0f, s->p16, mha_mat_rows(k, sc, ld), kv->v16 + mha_bk_b_index(b0, 0, 0),
                   kv->vps, 0.0f, mha_mat_sub(k, zc, i0, 0), NULL);
     }
 }
@@ -205,7 +205,7 @@ void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk
                          ptrdiff_t st)
 {
     const mha_kernel *k = f->kernel;
-    const int m = r->m, dk = f->dk;
+    const int m = r->m, dk = f->dk, dv = f->dv;
     const float scale = f->scale;
     if (f->bk && !f->call->attn) {
         chunk16(f, s, r, kv, b0, c0, n, sc, ld, zc, mx, sum, st);
@@ -232,17 +232,17 @@ void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk
                                               r->mask ? r->mask + (size_t)((r->first + i) % r->period) * f->call->seq_kv : NULL,
                                               vs, &mx[i * st], NULL);
     }
-    /* Z (m, dk) = E (m, n) · V (n, dk); bf16 (the attention weights keep E in float32): E
+    /* Z (m, dv) = E (m, n) · V (n, dv); bf16 (the attention weights keep E in float32): E
      * rounded as it is packed */
     if (f->bk)
-        mha_bgemm(f->bk, k, m, dk, n, 1.0f, NULL, sm, kv->v16 + mha_bk_b_index(b0, 0, 0), kv->vps, 0.0f, zc,
+        mha_bgemm(f->bk, k, m, dv, n, 1.0f, NULL, sm, kv->v16 + mha_bk_b_index(b0, 0, 0), kv->vps, 0.0f, zc,
                   s->apack16);
     else if (kv->vp) { /* key by key in order from zero: the microkernel's sums over the chunk */
         for (int i = 0; i < m; i++)
-            memset(zc.p + i * zc.ld, 0, (size_t)dk * sizeof *zc.p);
-        k->isa->decode_values(sc, (size_t)ld, m, kv->vp + (size_t)b0 * dk, n, dk, zc.p, (size_t)zc.ld, NULL);
+            memset(zc.p + i * zc.ld, 0, (size_t)dv * sizeof *zc.p);
+        k->isa->decode_values(sc, (size_t)ld, m, kv->vp + (size_t)b0 * dv, n, dv, zc.p, (size_t)zc.ld, NULL);
     } else
-        mha_gemm(k, m, dk, n, 1.0f, sm, mha_mat_sub(k, kv->v, b0, 0), 0.0f, zc, s->apack);
+        mha_gemm(k, m, dv, n, 1.0f, sm, mha_mat_sub(k, kv->v, b0, 0), 0.0f, zc, s->apack);
 }
 
 /* The keys [*begin, end) of a block of queries at positions p0 .. p1 (kl keys): from the chunk
@@ -261,17 +261,17 @@ static int block_keys(const mha_fwd *f, int p0, int p1, int kl, int align, int *
  * into it (mha_softmax_merge would take it as it is), each later one into the state's cz, then
  * merged in key order; after every key, each row's head's sink, and each row / its sum (a row
  * with no visible key stays 0). st: the rows' sum and max, the chunk's, the chunk's Z (4·m +
- * m·dk floats); sum (st[i]) becomes what the attention weights are scaled by. The forward's
+ * m·dv floats); sum (st[i]) becomes what the attention weights are scaled by. The forward's
  * query blocks and the core's few queries alike: one source of these bits. */
 static void attend_block(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
                          int kv_begin, int kv_end, int step, float *sc, ptrdiff_t ld, float *z, ptrdiff_t zd,
                          const float *sinks, float *st)
 {
     const mha_kernel *k = f->kernel;
-    const int m = r->m, dk = f->dk;
+    const int m = r->m, dk = f->dk, dv = f->dv;
     float *sum = st, *mx = sum + m, *csum = mx + m, *cmx = csum + m, *cz = cmx + m;
     for (int i = 0; i < m; i++) { /* no key yet: a zero row */
-        memset(z + (size_t)i * zd, 0, (size_t)dk * sizeof *z);
+        memset(z + (size_t)i * zd, 0, (size_t)dv * sizeof *z);
         sum[i] = 0.0f, mx[i] = -INFINITY;
     }
     const int q16 = f->bk && !f->call->attn && kv_end > kv_begin; /* bf16 chunks: Q packed once */
@@ -285,16 +285,16 @@ static void attend_block(const mha_fwd *f, const mha_scratch *s, const mha_chunk
         cr.q16 = q16 ? s->q16 : NULL;
         if (cr.mask)
             cr.mask += c0;
-        mha_attention_chunk(f, s, &cr, kv, c0, c0, n, sc, ld, mha_mat_rows(k, first ? z : cz, first ? zd : dk),
+        mha_attention_chunk(f, s, &cr, kv, c0, c0, n, sc, ld, mha_mat_rows(k, first ? z : cz, first ? zd : dv),
                             first ? mx : cmx, first ? sum : csum, 1);
         for (int i = 0; !first && i < m; i++)
-            mha_softmax_merge(z + (size_t)i * zd, &mx[i], &sum[i], cz + (size_t)i * dk, cmx[i], csum[i], dk);
+            mha_softmax_merge(z + (size_t)i * zd, &mx[i], &sum[i], cz + (size_t)i * dv, cmx[i], csum[i], dv);
     }
     for (int i = 0; i < m; i++) {
         float *zr = z + (size_t)i * zd;
-        const float a = sinks ? mha_softmax_sink(zr, &mx[i], &sum[i], sinks[r->head0 + i / r->period], dk) : 1.0f;
+        const float a = sinks ? mha_softmax_sink(zr, &mx[i], &sum[i], sinks[r->head0 + i / r->period], dv) : 1.0f;
         const float inv = sum[i] > 0.0f ? 1.0f / sum[i] : 0.0f;
-        for (int j = 0; j < dk; j++)
+        for (int j = 0; j < dv; j++)
             zr[j] *= inv;
         sum[i] = inv * a;
     }
@@ -401,7 +401,7 @@ static void core_pack_kv16(const mha_fwd *f, const mha_core_io *io, int b, int g
         return;
     }
     mha_bk_pack_b_bf16(k, (const mha_bf16 *)io->k + ko, io->ks[2], 1, f->dk, kl, s->kt16, mha_attention_kt16_ps(f));
-    mha_bk_pack_b_bf16(k, (const mha_bf16 *)io->v + vo, io->vs[2], 0, kl, f->dk, s->v16, mha_attention_v16_ps(kl));
+    mha_bk_pack_b_bf16(k, (const mha_bf16 *)io->v + vo, io->vs[2], 0, kl, f->dv, s->v16, mha_attention_v16_ps(kl));
     v16_room(f, s, kl);
 }
 
@@ -419,16 +419,16 @@ static int core_few(const mha_fwd *f, int ql)
 
 /* A few queries of every head of KV head g as the rows of one pass over the keys (row r: query
  * head g·group + r / ql, query r % ql), as decode reads a cache: float32, Kᵀ transposed once
- * into the decode tiles' panels and V read in place (rows dk apart) or copied so, the tiles'
+ * into the decode tiles' panels and V read in place (rows dv apart) or copied so, the tiles'
  * scores and values (the microkernel's sums); bf16, K and V packed into the kernel's panels
  * as for more queries; then mha_attention_rows' chunks, logits, merge, sink and division: the
  * same bits as it, with one pass for the group's 1–4 rows per head. */
 static void core_few_rows(const mha_fwd *f, const mha_core_io *io, int b, int g, const mha_scratch *s, int ql, int kl)
 {
     const mha_kernel *k = f->kernel;
-    const int dk = f->dk, m = f->group * ql, off = f->call->seq_kv - f->call->seq_q, h0 = g * f->group;
+    const int dk = f->dk, dv = f->dv, m = f->group * ql, off = f->call->seq_kv - f->call->seq_q, h0 = g * f->group;
     float *sc = s->dec, *q = sc + (size_t)m * MHA_KV_CHUNK; /* dec: (group·MHA_DECODE_MAX_NEW) × (chunk + dk) */
-    float *z = s->apack + (size_t)m * (4 + dk); /* past attend_block's state in the apack region */
+    float *z = s->apack + (size_t)m * (4 + dv); /* past attend_block's state in the apack region */
     mha_kv_view kv = {.kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f), .vps = mha_attention_v16_ps(kl)};
     if (f->bk)
         core_pack_kv16(f, io, b, g, s, kl);
@@ -438,9 +438,9 @@ static void core_few_rows(const mha_fwd *f, const mha_core_io *io, int b, int g,
         if (kl > 0)
             k->isa->pack_rows(mha_mat_rows(k, kb, io->ks[2]), k->bw, 0, kl, 0, dk, MHA_TILE_KEYS, s->kt);
         float *vc = s->qkv;
-        for (int j = 0; io->vs[2] != dk && j < kl; j++)
-            memcpy(vc + (size_t)j * dk, vb + j * io->vs[2], (size_t)dk * sizeof *vc);
-        kv = (mha_kv_view){.ktp = s->kt, .vp = io->vs[2] == dk ? vb : vc};
+        for (int j = 0; io->vs[2] != dv && j < kl; j++)
+            memcpy(vc + (size_t)j * dv, vb + j * io->vs[2], (size_t)dv * sizeof *vc);
+        kv = (mha_kv_view){.ktp = s->kt, .vp = io->vs[2] == dv ? vb : vc};
     }
     for (int r = 0; r < m; r++)
         core_get(io, io->q, b * io->qs[0] + (h0 + r / ql) * io->qs[1] + (r % ql) * io->qs[2], dk, q + (size_t)r * dk);
@@ -449,9 +449,9 @@ static void core_few_rows(const mha_fwd *f, const mha_core_io *io, int b, int g,
     const int kv_end = block_keys(f, off, ql - 1 + off, kl, MHA_KV_CHUNK, &kv_begin);
     const mha_chunk_rows rows = {.m = m, .pos0 = off, .period = ql, .causal = f->call->causal, .head0 = h0,
                                  .q = mha_mat_rows(k, q, dk), .mask = f->call->mask};
-    attend_block(f, s, &rows, &kv, kv_begin, kv_end, MHA_KV_CHUNK, sc, MHA_KV_CHUNK, z, dk, io->sinks, s->apack);
+    attend_block(f, s, &rows, &kv, kv_begin, kv_end, MHA_KV_CHUNK, sc, MHA_KV_CHUNK, z, dv, io->sinks, s->apack);
     for (int r = 0; r < m; r++)
-        core_put(f, io, b * io->os[0] + (h0 + r / ql) * io->os[1] + (r % ql) * io->os[2], z + (size_t)r * dk, dk);
+        core_put(f, io, b * io->os[0] + (h0 + r / ql) * io->os[1] + (r % ql) * io->os[2], z + (size_t)r * dv, dv);
 }
 
 void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, const mha_scratch *s)
@@ -459,7 +459,7 @@ void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, c
     const mha_kernel *k = f->kernel;
     const int ql = f->call->q_len ? f->call->q_len[b] : f->call->seq_q;
     const int kl = f->call->kv_len ? f->call->kv_len[b] : f->call->seq_kv;
-    const int dk = f->dk, dkp = f->dkp;
+    const int dk = f->dk, dv = f->dv, dkp = f->dkp;
     if (core_few(f, ql))
         core_few_rows(f, io, b, g, s, ql, kl);
     else {
@@ -473,7 +473,7 @@ void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, c
         else if (kl > 0) {
             const mha_mat km = mha_mat_rows(k, (const float *)io->k + b * io->ks[0] + g * io->ks[1], io->ks[2]);
             mha_pack_panels(k, dk, kl, km, 1, s->kt);
-            mha_mat_set_rows(k, mha_mat_panels(k, s->qkv, f->rows), kl, 2 * dkp, dk,
+            mha_mat_set_rows(k, mha_mat_panels(k, s->qkv, f->rows), kl, 2 * dkp, dv,
                              (const float *)io->v + b * io->vs[0] + g * io->vs[1], io->vs[2]);
         }
         float *zf = s->qkv;
@@ -482,14 +482,14 @@ void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, c
             const mha_queries q = io->bf16 ? (mha_queries){.q16 = (const mha_bf16 *)io->q + qo, .ld16 = io->qs[2]}
                                            : (mha_queries){.q = mha_mat_rows(k, (const float *)io->q + qo, io->qs[2])};
             mha_attention_rows(f, h, s, q, ql, kl, f->call->seq_kv - f->call->seq_q, io->bf16 ? zf : (float *)io->out + oo,
-                               io->bf16 ? dk : io->os[2], io->sinks, NULL, NULL);
+                               io->bf16 ? dv : io->os[2], io->sinks, NULL, NULL);
             for (int i = 0; io->bf16 && i < ql; i++)
-                core_put(f, io, oo + i * io->os[2], zf + (size_t)i * dk, dk);
+                core_put(f, io, oo + i * io->os[2], zf + (size_t)i * dv, dv);
         }
     }
     for (int h = g * f->group; h < (g + 1) * f->group; h++)
         for (int i = ql; i < f->call->seq_q; i++) /* rows past the query length */
-            core_put(f, io, b * io->os[0] + h * io->os[1] + i * io->os[2], NULL, dk);
+            core_put(f, io, b * io->os[0] + h * io->os[1] + i * io->os[2], NULL, dv);
 }
 
 void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)

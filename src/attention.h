@@ -107,6 +107,8 @@ typedef struct mha_fwd {
     const mha_call *call;         /* this call's inputs and outputs */
     const mha_kernel *kernel;     /* BLIS's microkernel and the kernel table (kernel->isa) */
     int d, h, dk, dkp, q_block;   /* dkp: dk rounded up to whole B panels */
+    int dv;                       /* V's features per head, each head's output's: dk, or less
+                                   * in the core (v_head_dim: V may be K's first dv features) */
     int qd;                       /* h·dk: the width of Z (and of Q) */
     int rows;                     /* capacity rows of the Q/K/V scratch: max(max_seq_q, max_seq_kv) */
     ptrdiff_t ld_scores;          /* row stride of the score tile */

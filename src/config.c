@@ -41,6 +41,7 @@ mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, mha_problem
         dims->d = cfg->d_model;
         dims->h = cfg->n_heads;
         dims->dk = mha_config_head_dim(cfg);
+        dims->dv = cfg->v_head_dim ? cfg->v_head_dim : dims->dk;
         dims->qd = cfg->n_heads * dims->dk;
         dims->batch = cfg->max_batch;
         dims->seq_q = cfg->max_seq_q;

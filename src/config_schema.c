@@ -51,6 +51,8 @@ const mha_config_row mha_keys[] = {
         ENG(n_kv_heads), NONE, 0, NULL, 0),
     KEY(K("model.head_dim", "head_dim", MHA_KEY_INT, 0, MHA_MAX_WIDTH, 0, 0, NULL, "d_model / heads", "d_k of every head (Qwen3, Gemma 2, gpt-oss: not d_model / heads); heads·head_dim <= 65536; 0: d_model / heads"),
         ENG(head_dim), NONE, 0, NULL, 0),
+    KEY(K("model.v_head_dim", "v_head_dim", MHA_KEY_INT, 0, MHA_MAX_WIDTH, 0, 0, NULL, "head_dim", "V's features per head, at most head_dim (an MLA model's absorbed core: K of kv_lora + rope, V its first kv_lora); runs mha_core_forward / mha run --core only; 0: head_dim"),
+        ENG(v_head_dim), NONE, 0, NULL, 0),
     KEY(K("model.window", "window", MHA_KEY_INT, 0, 1 << 20, 0, 0, NULL, "0", "sliding window W: position p sees keys p-W < j <= p (causal implied); 0: none"),
         ENG(window), NONE, 0, NULL, 0),
     FLOAT_KEY_FROM("model.scale", "scale", 0, 1e6, "1/sqrt(head_dim)", "the scores' factor (Gemma 2: query_pre_attn_scalar^-0.5); 0: 1/sqrt(head_dim)", ENG(scale), 0.0),
@@ -310,6 +312,9 @@ mha_status mha_config_verify(const mha_config *cfg, mha_key_problem *p)
     if ((long long)cfg->n_heads * dk > MHA_MAX_WIDTH)
         return fail(p, mha_key_find("model.head_dim"), -1, "%d with %d heads: Q is %lld wide, more than %d", dk,
                     cfg->n_heads, (long long)cfg->n_heads * dk, MHA_MAX_WIDTH);
+    if (cfg->v_head_dim > dk)
+        return fail(p, mha_key_find("model.v_head_dim"), -1, "%d is more than head_dim %d (V is at most K's width)",
+                    cfg->v_head_dim, dk);
     if (cfg->n_kv_heads && (cfg->n_kv_heads > cfg->n_heads || cfg->n_heads % cfg->n_kv_heads))
         return fail(p, mha_key_find("model.kv_heads"), -1, "%d does not divide heads %d", cfg->n_kv_heads, cfg->n_heads);
     const mha_rope *r = &cfg->rope;

@@ -10,6 +10,7 @@
  * threads = 0 becomes the CPUs allowed now, q_block = 0 becomes the engine's choice. */
 typedef struct mha_dims {
     int d, h, dk;                 /* d_model, heads, d_k (head_dim, or d_model / heads) */
+    int dv;                       /* V's features per head (v_head_dim, or dk), at most dk */
     int qd;                       /* h·dk: the width of Q and of the heads' outputs Z */
     int batch, seq_q, seq_kv;     /* capacity */
     int threads;                  /* workers, each with its own scratch slice */

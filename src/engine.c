@@ -118,7 +118,7 @@ static void make_model(mha_engine *e)
     const mha_arena_views *v = &e->views;
     e->model = (mha_fwd){
         .kernel = &e->kernel,
-        .d = dm->d, .h = dm->h, .dk = dm->dk, .dkp = e->plan.dkp, .q_block = dm->q_block, .qd = dm->qd,
+        .d = dm->d, .h = dm->h, .dk = dm->dk, .dv = dm->dv, .dkp = e->plan.dkp, .q_block = dm->q_block, .qd = dm->qd,
         .rows = dm->seq_q > dm->seq_kv ? dm->seq_q : dm->seq_kv,
         .ld_scores = e->plan.ld_scores,
         .has_bias = dm->bias,
@@ -433,8 +433,8 @@ MHA_API mha_status mha_forward(mha_engine *e, const mha_input *in, float *out, f
 
 /* ---- the attention core ---- */
 
-/* A core tensor's strides (given: in, all zero for contiguous (n[0], n[1], n[2], dk)) into st,
- * checked: none negative, the last element's offset within PTRDIFF_MAX, and with distinct (out)
+/* A core tensor's strides (given: in, all zero for contiguous (n[0], n[1], n[2], dk), dk
+ * features a row) into st, checked: none negative, the last element's offset within PTRDIFF_MAX, and with distinct (out)
  * no two elements at one address (each dimension of more than one element, by increasing
  * stride, steps past everything the smaller ones span). NULL, or what is wrong. */
 static const char *core_strides(const ptrdiff_t *in, const int n[3], int dk, int distinct, ptrdiff_t st[3])
@@ -493,17 +493,17 @@ MHA_API mha_status mha_core_forward(mha_engine *e, const mha_core_input *in, voi
         return st;
     mha_core_io io = {.q = in->q, .k = in->k, .v = in->v, .out = out, .bf16 = in->dtype == MHA_DTYPE_BF16,
                       .sinks = in->sinks};
-    const struct { const char *name; const ptrdiff_t *given; int n[3], distinct; ptrdiff_t *st; } t[] = {
-        {"q_stride", in->q_stride, {in->batch, dm->h, in->seq_q}, 0, io.qs},
-        {"k_stride", in->k_stride, {in->batch, dm->kvh, in->seq_kv}, 0, io.ks},
-        {"v_stride", in->v_stride, {in->batch, dm->kvh, in->seq_kv}, 0, io.vs},
-        {"out_stride", out_stride, {in->batch, dm->h, in->seq_q}, 1, io.os},
+    const struct { const char *name; const ptrdiff_t *given; int n[4], distinct; ptrdiff_t *st; } t[] = {
+        {"q_stride", in->q_stride, {in->batch, dm->h, in->seq_q, dm->dk}, 0, io.qs},
+        {"k_stride", in->k_stride, {in->batch, dm->kvh, in->seq_kv, dm->dk}, 0, io.ks},
+        {"v_stride", in->v_stride, {in->batch, dm->kvh, in->seq_kv, dm->dv}, 0, io.vs},
+        {"out_stride", out_stride, {in->batch, dm->h, in->seq_q, dm->dv}, 1, io.os},
     };
     for (int i = 0; i < 4; i++) {
-        const char *why = core_strides(t[i].given, t[i].n, dm->dk, t[i].distinct, t[i].st);
+        const char *why = core_strides(t[i].given, t[i].n, t[i].n[3], t[i].distinct, t[i].st);
         if (why)
             return failed(e, MHA_ERR_SHAPE, "core: %s {%td, %td, %td} over (%d, %d, %d, %d): %s", t[i].name,
-                          t[i].st[0], t[i].st[1], t[i].st[2], t[i].n[0], t[i].n[1], t[i].n[2], dm->dk, why);
+                          t[i].st[0], t[i].st[1], t[i].st[2], t[i].n[0], t[i].n[1], t[i].n[2], t[i].n[3], why);
     }
     const mha_call call = {.batch = in->batch, .seq_q = in->seq_q, .seq_kv = in->seq_kv, .causal = in->causal != 0,
                            .q_len = in->q_lengths, .kv_len = in->kv_lengths, .mask = in->mask};

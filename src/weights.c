@@ -13,6 +13,9 @@
 
 mha_status mha_weights_check(const mha_weights *w, const mha_dims *dims, char *why, size_t why_len)
 {
+    if (dims->dv != dims->dk) /* the projections take V of head_dim features */
+        return mha_errorf(why, why_len, MHA_ERR_CONFIG, "v_head_dim %d differs from head_dim %d: such an engine runs "
+                          "mha_core_forward only (no projections)", dims->dv, dims->dk);
     if (!w)
         return mha_errorf(why, why_len, MHA_ERR_INVALID_ARG, "weights are NULL");
     if (!w->w_q || !w->w_k || !w->w_v || !w->w_o)

@@ -502,6 +502,42 @@ Test(cli, core_runs_the_attention_core_and_checks_it, .timeout = 60)
     tmpdir_remove(dir);
 }
 
+/* model.v_head_dim below head_dim (an MLA model's absorbed core): mha run --core reads V as K's
+ * first features and checks them against the reference; the modes with projections refuse the
+ * config naming the key and its line. */
+Test(cli, a_narrower_v_runs_in_the_core_alone, .timeout = 60)
+{
+    char dir[64], path[128], args[256];
+    tmpdir_make(dir, sizeof dir);
+    write_config(dir, "mla.yaml",
+                 "model: { d_model: 16, heads: 8, kv_heads: 1, head_dim: 72, v_head_dim: 64, bias: false }\n"
+                 "batch: { size: 2, seq_len: 280, mask: causal }\n"
+                 "run: { warmup: 0, iters: 1 }\n",
+                 path, sizeof path);
+    const struct { const char *precision; double bound; } runs[] = {{"f32", 1e-5}, {"bf16", 1e-2}};
+    for (int i = 0; i < 2; i++) {
+        snprintf(args, sizeof args, "run %s --core --json --check 10 --precision %s", path, runs[i].precision);
+        char *out, *err;
+        cr_assert_eq(run_cli(args, &out, &err), 0, "%s", err);
+        cr_assert(strstr(out, "\"head_dim\":72") && strstr(out, "\"v_head_dim\":64"), "%s", out);
+        double e = 1;
+        const char *at = strstr(out, "\"check_rel_error\":");
+        cr_assert(at && sscanf(at, "\"check_rel_error\":%lf", &e) == 1 && e <= runs[i].bound, "%s: %s", runs[i].precision,
+                  out);
+        free(out), free(err);
+    }
+    const char *modes[] = {"run %s", "scale %s --threads 1"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(args, sizeof args, modes[i], path);
+        char *out, *err;
+        cr_assert_eq(run_cli(args, &out, &err), 2, "%s", args);
+        cr_assert(strstr(err, "mla.yaml:1: model.v_head_dim: 64 below head_dim 72 runs with mha run --core only"), "%s: %s",
+                  args, err);
+        free(out), free(err);
+    }
+    tmpdir_remove(dir);
+}
+
 /* Issue 35's defects of the command: an explicit bf16 cache with the decode block's check (its
  * float32 forward took the cache type and was an invalid config), --kv-cache where no cache
  * exists (accepted, changed nothing), and --bf16-kernel on run and scale. */

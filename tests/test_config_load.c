@@ -239,7 +239,7 @@ Test(config_load, configs_using_every_key_load, .timeout = 30)
 {
     static const char common[] =
         "name: every-key\n"
-        "model:\n  d_model: 64\n  heads: 4\n  head_dim: 16\n  bias: true\n  kv_heads: 2\n  window: 0\n"
+        "model:\n  d_model: 64\n  heads: 4\n  head_dim: 16\n  v_head_dim: 16\n  bias: true\n  kv_heads: 2\n  window: 0\n"
         "  scale: 0.125\n  softcap: 30\n  sinks: true\n  qk_norm: { kind: head, eps: 1e-5, weight_offset: 1 }\n"
         "  %s\n"
         "batch: { size: 2, seq_len: 8, kv_len: 8, cross: true, mask: padding, lengths: [8, 5], kv_lengths: [8, 3] }\n"

@@ -314,6 +314,120 @@ Test(core, bf16_tensors_give_the_bits_of_their_values_in_float32, .timeout = 120
     }
 }
 
+/* V narrower than K (v_head_dim < head_dim: an MLA model's absorbed core, K of kv_lora + rope
+ * features and V their first kv_lora) through the forward's query blocks and the few-query
+ * pass: the double reference (V padded with zero features gives the same first dv outputs),
+ * and V read from K's own rows (v = k, K's strides) the bits of V copied out of them. */
+typedef struct vcase { const char *name; int h, kvh, dk, dv, batch, seq_q, seq_kv, masks; unsigned variants; } vcase;
+static const vcase v_cases[] = {
+    {"MLA-like: 8 heads over 1, K 72, V 64, causal, two key chunks", 8, 1, 72, 64, 2, 300, 300, M_CAUSAL, V_SCALE},
+    {"MLA-like decode: one query over 260 keys", 8, 1, 72, 64, 2, 1, 260, M_CAUSAL, V_SINKS},
+    {"three queries, GQA 4/2, K 40, V 24, ragged", 4, 2, 40, 24, 3, 3, 90, M_CAUSAL | M_KVLEN | M_QLEN, V_SOFTCAP},
+    {"odd widths: K 17, V 9, explicit mask", 2, 1, 17, 9, 2, 40, 40, M_EXPLICIT, V_ALIBI},
+};
+
+/* K (kvh, seq_kv, dk) of sequence b with each row's first dv features, the rest zero: what
+ * V = K's first dv features gives the reference once padded to dk. */
+static void padded_v(const float *k, int b, const problem *p, int dv, float *dst)
+{
+    const size_t per = (size_t)p->kvh * p->seq_kv;
+    for (size_t r = 0; r < per; r++)
+        for (int c = 0; c < p->dk; c++)
+            dst[r * p->dk + c] = c < dv ? k[(b * per + r) * p->dk + c] : 0.0f;
+}
+
+Test(core, v_narrower_than_k_and_read_from_k, .timeout = 120)
+{
+    for (int prec = 0; prec < 2; prec++)
+        for (size_t ci = 0; ci < sizeof v_cases / sizeof v_cases[0]; ci++) {
+            const vcase *c = &v_cases[ci];
+            const ccase cc = {c->name, c->h, c->kvh, c->dk, c->batch, c->seq_q, c->seq_kv, 0, c->masks, 0, c->variants};
+            problem p;
+            case_problem(&cc, &p, 8000 + ci);
+            mha_config cfg;
+            problem_config(&p, &cfg, 2);
+            cfg.v_head_dim = c->dv;
+            cfg.precision = prec ? MHA_PRECISION_BF16 : MHA_PRECISION_F32;
+            mha_engine *e = NULL;
+            cr_assert_eq(mha_create(&cfg, &e), MHA_OK);
+            sdpa s = sdpa_of(&p, 8100 + ci);
+            const int dk = c->dk, dv = c->dv, qd = p.h * dk, kvd = p.kvh * dk;
+            const size_t n = (size_t)p.batch * p.h * p.seq_q * dv, nk = (size_t)p.batch * p.kvh * p.seq_kv;
+            float *alias = sentinel_floats(n), *copied = sentinel_floats(n), *vc = malloc(nk * dv * sizeof *vc);
+            cr_assert(vc);
+            for (size_t r = 0; r < nk; r++) /* V: K's first dv features of each row, copied out */
+                memcpy(vc + r * dv, s.k + r * dk, (size_t)dv * sizeof *vc);
+            const ptrdiff_t ks[3] = {(ptrdiff_t)p.kvh * p.seq_kv * dk, (ptrdiff_t)p.seq_kv * dk, dk};
+            mha_core_input in = {.batch = p.batch, .seq_q = p.seq_q, .seq_kv = p.seq_kv, .q = s.q, .k = s.k, .v = s.k,
+                                 .v_stride = {ks[0], ks[1], ks[2]}, .q_lengths = p.q_len, .kv_lengths = p.kv_len,
+                                 .causal = p.causal, .mask = p.mask, .sinks = p.sinks};
+            cr_assert_eq(mha_core_forward(e, &in, alias, NULL), MHA_OK, "%s: %s", c->name, mha_engine_last_error(e));
+            in.v = vc;
+            memset(in.v_stride, 0, sizeof in.v_stride); /* contiguous (batch, kvh, seq_kv, dv) */
+            cr_assert_eq(mha_core_forward(e, &in, copied, NULL), MHA_OK, "%s: %s", c->name, mha_engine_last_error(e));
+            const long at = first_bit_difference(alias, copied, n);
+            cr_assert_eq(at, -1, "%s, %s (isa %s): element %ld: V read from K %a, copied %a", c->name,
+                         prec ? "bf16" : "f32", mha_engine_isa(e), at, (double)alias[at < 0 ? 0 : at],
+                         (double)copied[at < 0 ? 0 : at]);
+            double *Q = malloc((size_t)p.seq_q * qd * sizeof *Q), *K = malloc((size_t)p.seq_kv * kvd * sizeof *K);
+            double *V = malloc((size_t)p.seq_kv * kvd * sizeof *V), *Z = malloc((size_t)p.seq_q * qd * sizeof *Z);
+            double *want = malloc(n * sizeof *want);
+            float *vpad = malloc((size_t)p.kvh * p.seq_kv * dk * sizeof *vpad);
+            cr_assert(Q && K && V && Z && want && vpad);
+            for (int b = 0; b < p.batch; b++) {
+                to_rows(s.q, b, p.h, p.seq_q, dk, Q);
+                to_rows(s.k, b, p.kvh, p.seq_kv, dk, K);
+                padded_v(s.k, b, &p, dv, vpad);
+                to_rows(vpad, 0, p.kvh, p.seq_kv, dk, V);
+                reference_attention(&p, b, Q, K, V, Z, NULL);
+                for (int hd = 0; hd < p.h; hd++) /* the first dv features, as (batch, heads, rows, dv) */
+                    for (int i = 0; i < p.seq_q; i++)
+                        memcpy(want + (((size_t)b * p.h + hd) * p.seq_q + i) * dv, Z + (size_t)i * qd + hd * dk,
+                               (size_t)dv * sizeof *want);
+            }
+            const double err = rel_error(alias, want, n), tol = prec ? BF16_TOL : F32_TOL;
+            cr_assert(err <= tol, "%s, %s (isa %s): relative error %.3g > %.0e", c->name, prec ? "bf16" : "f32",
+                      mha_engine_isa(e), err, tol);
+            free(Q), free(K), free(V), free(Z), free(want), free(vpad), free(alias), free(copied), free(vc);
+            free(s.q), free(s.k), free(s.v);
+            mha_free(e);
+            problem_free(&p);
+        }
+}
+
+/* v_head_dim: at most head_dim; an engine with a narrower V has no projections and no cache. */
+Test(core, a_narrower_v_runs_the_core_alone, .timeout = 30)
+{
+    problem p;
+    case_problem(&cases[1], &p, 8500); /* 8 heads over 2, d_k 32 */
+    mha_config cfg;
+    problem_config(&p, &cfg, 1);
+    char err[256];
+    cfg.v_head_dim = 33;
+    cr_assert_eq(mha_config_check(&cfg, err, sizeof err), MHA_ERR_CONFIG);
+    cr_assert(strstr(err, "v_head_dim: 33 is more than head_dim 32"), "%s", err);
+    cfg.v_head_dim = 16;
+    mha_engine *e = NULL;
+    cr_assert_eq(mha_create(&cfg, &e), MHA_OK);
+    float *scratch;
+    const mha_weights w = problem_weights(&p, MHA_LAYOUT_XW, &scratch);
+    cr_assert_eq(mha_set_weights(e, &w), MHA_ERR_CONFIG);
+    cr_assert(strstr(mha_engine_last_error(e), "v_head_dim 16 differs from head_dim 32"), "%s", mha_engine_last_error(e));
+    mha_packed_weights *pw = NULL;
+    cr_assert_eq(mha_pack_weights(&cfg, &w, &pw), MHA_ERR_CONFIG);
+    cr_assert_null(pw);
+    mha_kv_cache *c = NULL;
+    cr_assert_eq(mha_kv_cache_create(&cfg, 4, 16, &c), MHA_ERR_CONFIG);
+    cr_assert_null(c);
+    cr_assert_eq(mha_kv_cache_size(&cfg, 4, 16), 0);
+    float *out = sentinel_floats((size_t)p.batch * p.seq_q * p.d);
+    mha_input in = problem_input(&p);
+    cr_assert_eq(mha_forward(e, &in, out, NULL), MHA_ERR_STATE); /* no weights */
+    free(scratch), free(out);
+    mha_free(e);
+    problem_free(&p);
+}
+
 Test(core, bad_input_is_refused_and_nothing_is_written, .timeout = 30)
 {
     problem p;

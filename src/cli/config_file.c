@@ -117,7 +117,19 @@ static mha_status finish(void *dest, const mha_config *c, const mha_config_seen 
     fc->line_mask = mha_config_seen_line(seen, "batch.mask", -1);
     fc->line_lengths = mha_config_seen_line(seen, "batch.lengths", -1);
     fc->line_threads = mha_config_seen_line(seen, "threads.count", -1);
+    fc->line_v_head_dim = mha_config_seen_line(seen, "model.v_head_dim", -1);
     return MHA_OK;
+}
+
+mha_status cli_config_projections(const cli_config *fc, char *err, size_t err_len)
+{
+    const int dk = mha_config_head_dim(&fc->engine), dv = fc->engine.v_head_dim;
+    if (!dv || dv == dk)
+        return MHA_OK;
+    snprintf(err, err_len, "%s:%d: model.v_head_dim: %d below head_dim %d runs with mha run --core only (the "
+             "projections and the KV cache take V of head_dim)", fc->path[0] ? fc->path : "<config>",
+             fc->line_v_head_dim, dv, dk);
+    return MHA_ERR_CONFIG;
 }
 
 static mha_config_client client_of(cli_config *fc)

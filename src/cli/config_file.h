@@ -33,6 +33,7 @@ typedef struct cli_config {
     mha_scale_mode scale_mode;
     int scale_iters;
     int line_mask, line_lengths, line_threads; /* lines of batch.mask, batch.lengths, threads.count (0: absent) */
+    int line_v_head_dim;                  /* line of model.v_head_dim (0: absent) */
     /* decode: mha run prefills seqs sequences to context tokens through the KV cache
      * (prefill_chunk tokens per sequence per step), then runs steps steps of new tokens each */
     int decode;                           /* 1: the file has a decode block */
@@ -47,6 +48,10 @@ void cli_config_default(cli_config *fc);
 mha_status cli_config_load(const char *path, cli_config *fc, char *err, size_t err_len);
 /* The same from text in memory; `origin` names it in messages. */
 mha_status cli_config_parse(const char *text, size_t len, const char *origin, cli_config *fc, char *err, size_t err_len);
+/* MHA_OK when the config's engine has projections (a forward, a decode, a scaling sweep), else
+ * MHA_ERR_CONFIG with "file:line: model.v_head_dim: ..." in err: a V narrower than head_dim
+ * runs in `mha run --core` alone. */
+mha_status cli_config_projections(const cli_config *fc, char *err, size_t err_len);
 /* The command's row i, NULL past the last; its row of a key, NULL if none. */
 const mha_config_row *cli_config_row_at(int i);
 const mha_config_row *cli_config_row(const char *key);

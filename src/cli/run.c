@@ -399,7 +399,11 @@ int mha_cli_run(int argc, char **argv)
     char err[1024];
     mha_status st;
     int rc;
-    if ((rc = load_config(&o, &s)) != EXIT_OK || (rc = other_mode(&o, &s)) >= 0)
+    if ((rc = load_config(&o, &s)) != EXIT_OK)
+        return rc;
+    if (!o.core && (st = cli_config_projections(&s.fc, err, sizeof err)) != MHA_OK) /* a forward or a decode */
+        return cli_error("%s", err), cli_exit_code(st);
+    if ((rc = other_mode(&o, &s)) >= 0)
         return rc;
     if ((rc = load_inputs(&o, &s)) != EXIT_OK || (rc = load_weights(&o, &s)) != EXIT_OK)
         goto out;
@@ -409,7 +413,10 @@ int mha_cli_run(int argc, char **argv)
     cfg = s.fc.engine;
     cfg.max_batch = p->batch, cfg.max_seq_q = p->seq_q, cfg.max_seq_kv = p->seq_kv;
     if ((st = mha_create(&cfg, &s.e)) != MHA_OK || (st = mha_set_weights(s.e, &p->w)) != MHA_OK) {
-        mha_config_check(&cfg, err, sizeof err);
+        if (s.e) /* the weights refused: the engine says why */
+            snprintf(err, sizeof err, "%s", mha_engine_last_error(s.e));
+        else
+            mha_config_check(&cfg, err, sizeof err);
         cli_error("engine: %s%s%s", mha_status_str(st), err[0] ? ": " : "", err);
         rc = cli_exit_code(st);
         goto out;

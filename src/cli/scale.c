@@ -664,6 +664,8 @@ static int setup(const scale_opts *o, sweep *w)
     cli_config_default(&w->fc);
     if ((st = cli_config_load(o->config, &w->fc, err, sizeof err)) != MHA_OK)
         return cli_error("%s", err), cli_exit_code(st);
+    if ((st = cli_config_projections(&w->fc, err, sizeof err)) != MHA_OK)
+        return cli_error("%s", err), cli_exit_code(st);
     w->config_path = o->config;
     if (o->have_precision)
         w->fc.engine.precision = o->precision;

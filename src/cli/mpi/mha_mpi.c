@@ -153,7 +153,8 @@ static int load_on_root(const opts *o, shared *sh, int32_t **lengths, float **wb
     char err[1024];
     mha_status st;
     cli_config_default(&sh->fc);
-    if ((st = cli_config_load(o->config, &sh->fc, err, sizeof err)) != MHA_OK)
+    if ((st = cli_config_load(o->config, &sh->fc, err, sizeof err)) != MHA_OK ||
+        (st = cli_config_projections(&sh->fc, err, sizeof err)) != MHA_OK)
         return fail(cli_exit_code(st), "%s", err);
     if (o->have_threads) sh->fc.engine.threads = (int)o->threads;
     if (o->have_iters) sh->fc.iters = (int)o->iters;
