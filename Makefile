@@ -131,7 +131,7 @@ $(B)/tests/mha_tests: $(TEST_OBJ) $(TEST_CLI_OBJ) $(B)/counted/libmha.a $(B)/mha
 # The whole suite on the auto kernel table, then the engine suites once per table
 # (MHA_TEST_ISA): every table this CPU runs is tested, one it cannot run reports each test
 # skipped with the reason (the kernel-level suites loop over the tables themselves).
-ISA_SUITES := @(engine|step|shared_weights|embedding|core|trained)/*
+ISA_SUITES := @(engine|step|shared_weights|embedding|core|trained|mla)/*
 TEST_ENV := LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 test: $(B)/tests/mha_tests readme-example
@@ -140,8 +140,8 @@ test: $(B)/tests/mha_tests readme-example
 	  echo "engine suites on isa $$isa (MHA_TEST_ISA=$$isa)"; \
 	  $(TEST_ENV) MHA_TEST_ISA=$$isa $(B)/tests/mha_tests --jobs 2 --filter '$(ISA_SUITES)' || exit 1; \
 	done
-	@echo "step and trained suites on isa avx512, bf16 kernel fma-bf16 (its even-first decode tiles: the auto kernel on Intel AVX-512 parts without AMX)"
-	@$(TEST_ENV) MHA_TEST_ISA=avx512 MHA_TEST_BF16_KERNEL=fma-bf16 $(B)/tests/mha_tests --jobs 2 --filter '@(step|trained)/*' || exit 1
+	@echo "step, trained and mla suites on isa avx512, bf16 kernel fma-bf16 (its even-first decode tiles: the auto kernel on Intel AVX-512 parts without AMX)"
+	@$(TEST_ENV) MHA_TEST_ISA=avx512 MHA_TEST_BF16_KERNEL=fma-bf16 $(B)/tests/mha_tests --jobs 2 --filter '@(step|trained|mla)/*' || exit 1
 	@echo "kernel tables and bf16 kernels this CPU ran (a table or kernel it lacks was Criterion's skip, not a pass):"
 	@$(B)/mha info | sed -n '/^isa /,/^tables /p' | sed '$$d'
 	@$(B)/tests/mha_tests --verbose --filter '@(bgemm|gemm|softmax|kernel|rope)/*' 2>&1 | grep '^\[SKIP\]' | grep -v 'is disabled' | \

@@ -93,6 +93,10 @@ typedef struct mha_rope {
     int truncate;                /* yarn: 1 (mha_config_init's default, HF's) rounds the correction
                                     range out to whole dimensions; 0 keeps it exact (HF truncate:
                                     false, gpt-oss) */
+    float mscale, mscale_all_dim;/* yarn, DeepSeek's (0: unset): with both set, cos and sin are
+                                    scaled by m(mscale) / m(mscale_all_dim), m(x) = 0.1·x·ln(factor)
+                                    + 1, instead of m(1); an MLA layer's scale is multiplied by
+                                    m(mscale_all_dim)² when it is set (HF's DeepseekV3Attention) */
 } mha_rope;
 
 /* Arithmetic of the matrix products. F32: float32 throughout (BLIS's microkernel). BF16:
@@ -121,6 +125,22 @@ typedef struct mha_qk_norm {
     float eps;                   /* default 1e-6 */
     int weight_offset;           /* 0: x̂·w; 1: x̂·(1 + w) */
 } mha_qk_norm;
+
+/* Multi-head latent attention (DeepSeek V2/V3, Kimi K2), as HF's DeepseekV3Attention computes
+ * it: Q = q_b_proj(RMSNorm(q_a_proj(x))) (or q_proj(x)), per head qk_nope_head_dim features
+ * then qk_rope_head_dim; kv_a_proj_with_mqa(x) = [latent c (kv_lora_rank) | k_rope
+ * (qk_rope_head_dim), shared by every head]; c RMS-normed (kv_a_layernorm), and kv_b_proj
+ * expands it per head into K's nope features and V (v_head_dim); RoPE (the config's style on
+ * the rope features: gptj is DeepSeek's interleaved form) on Q's and k_rope; o_proj. mha runs
+ * the absorbed form: attention with one KV head of kv_lora_rank + qk_rope_head_dim features
+ * ([c | k_rope]) whose V is c, every query head a row. Weights: mha_mla_weights. */
+typedef struct mha_mla {
+    int kv_lora_rank;            /* the latent's width; 0: no MLA (the default) */
+    int q_lora_rank;             /* Q through q_a_proj, q_a_layernorm and q_b_proj; 0: q_proj */
+    int qk_nope_head_dim, qk_rope_head_dim; /* each head's Q and K features without, with RoPE */
+    int v_head_dim;              /* each head's V, after kv_b_proj */
+    float eps;                   /* the latent RMSNorms' epsilon (HF's rms_norm_eps); default 1e-6 */
+} mha_mla;
 
 typedef struct mha_config {
     int d_model, n_heads;                  /* n_heads divides d_model unless head_dim is set */
@@ -170,6 +190,11 @@ typedef struct mha_config {
     char isa[16];                          /* the kernel table: "" or "auto" (the widest this CPU
                                               runs; with blis_arch set, the widest that runs
                                               that sub-config), "avx512", "avx2" or "ref" */
+    mha_mla mla;                           /* multi-head latent attention; none by default. With
+                                              it, n_heads query heads, no n_kv_heads, head_dim,
+                                              v_head_dim, QK-norm, sinks, ALiBi, window or
+                                              softcap; the scale's default is
+                                              1/sqrt(qk_nope_head_dim + qk_rope_head_dim) */
 } mha_config;
 
 /* Defaults: d_model 512, 8 heads, capacity 1 × 128 × 128, bias on, all CPUs, no pinning,
@@ -177,7 +202,8 @@ typedef struct mha_config {
  * 32/1 ready for when a style is set), no window, the scale 1/sqrt(head_dim), no softcap, sinks,
  * QK-norm (eps 1e-6 ready) or ALiBi. */
 MHA_API void mha_config_init(mha_config *cfg);
-/* d_k of the config's heads: head_dim, or d_model / n_heads (0 for NULL or n_heads < 1). */
+/* d_k of the config's heads: head_dim, or d_model / n_heads (0 for NULL or n_heads < 1); with
+ * MLA, the absorbed core's: kv_lora_rank + qk_rope_head_dim. */
 MHA_API int mha_config_head_dim(const mha_config *cfg);
 /* The length of QK-norm's weights q_norm (k = 0) or k_norm (k = 1): 0 without QK-norm, d_k
  * for HEAD, n_heads·d_k (q_norm) or n_kv_heads·d_k (k_norm) for FULL. */
@@ -227,6 +253,22 @@ typedef struct mha_weights {
                                             else NULL */
 } mha_weights;
 MHA_API mha_status mha_set_weights(mha_engine *e, const mha_weights *w); /* copies and packs */
+
+/* An MLA engine's weights (config mla.kv_lora_rank > 0), as HF's DeepseekV3Attention names
+ * them; TORCH layout: each (out, in) as nn.Linear stores it, XW: (in, out). With
+ * q_lora_rank: q_a (q_lora, d), q_a_norm (q_lora), q_b (heads·(nope + rope), q_lora); without:
+ * q (heads·(nope + rope), d). kv_a (kv_lora + rope, d): kv_a_proj_with_mqa; kv_a_norm
+ * (kv_lora); kv_b (heads·(nope + v), kv_lora): each head's nope rows of K, then its v rows of
+ * V; o (d, heads·v). Biases with the config's bias (HF's attention_bias): b_q_a (q_lora, with
+ * q_lora_rank), b_kv_a (kv_lora + rope), b_o (d); else NULL. An MLA engine takes these, not
+ * mha_weights (mha_set_weights refuses it, and this refuses an engine without MLA). */
+typedef struct mha_mla_weights {
+    mha_layout layout;
+    const float *q_a, *q_a_norm, *q_b, *q;
+    const float *kv_a, *kv_a_norm, *kv_b, *o;
+    const float *b_q_a, *b_kv_a, *b_o;
+} mha_mla_weights;
+MHA_API mha_status mha_set_mla_weights(mha_engine *e, const mha_mla_weights *w); /* copies and packs */
 
 /* Shared weights: packed once, read by any number of engines (one per core is the
  * recommended server setup), so the process holds one copy instead of one per engine.

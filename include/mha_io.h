@@ -109,6 +109,9 @@ MHA_API const char *mha_kv_type_name(mha_kv_type t);
  *   BLOOM                     query_key_value.weight (3d, d), its rows (heads, 3, d_k), and .bias;
  *                             dense.weight (d, d) and .bias
  *   the reference class       W_q, W_k, W_v, W_o (d, d) as x·W, b_q … b_o
+ * and with cfg's mla (multi-head latent attention), HF DeepseekV3Attention's: q_a_proj,
+ * q_a_layernorm, q_b_proj (or q_proj), kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj,
+ * into mla (below).
  * Shapes must match cfg: d_model, and with kv_heads K and V of (kv_heads·d_k, d) as HF's
  * k_proj/v_proj (Llama, Mistral, Qwen2); biases when cfg->bias — those of the output
  * projection optional (Qwen2 has q, k and v biases only) — and none without. In every
@@ -117,6 +120,11 @@ MHA_API const char *mha_kv_type_name(mha_kv_type t);
  * (n_heads, gpt-oss). */
 typedef struct mha_weights_file {
     mha_weights w;            /* views into storage, ready for mha_set_weights / mha_pack_weights */
+    mha_mla_weights mla;      /* a config with model.mla: its weights under HF DeepseekV3Attention's
+                                 names (q_a_proj, q_a_layernorm, q_b_proj or q_proj,
+                                 kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj; biases of
+                                 q_a_proj, kv_a_proj_with_mqa and o_proj with bias), for
+                                 mha_set_mla_weights; w then empty */
     float *storage;           /* owned: Wq, Wk, Wv, Wo, then b_q, b_k, b_v, b_o, q_norm, k_norm, sinks */
     size_t n_floats;          /* storage's length */
     const char *scheme;       /* which naming was found (static text) */

@@ -55,22 +55,30 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
 
     b[MHA_REGION_engine] = engine_bytes;
     const size_t per_group = (size_t)dims->group + 2;
-    if (bf16) { /* k of the weights padded to whole tiles; Wo's columns to whole panels */
+    const mha_mla_plan *mla = &p->mla;
+    if (mla->on) { /* its own weights (mla.h) in place of Wqkv and Wo; its K and latent outputs */
+        b[bf16 ? MHA_REGION_mla_w16 : MHA_REGION_mla_w] = product(mla->weights, bf16 ? sizeof(mha_bf16) : f, 1, of);
+        b[MHA_REGION_mla_v] = mla->vectors * f;
+        b[MHA_REGION_mla_k] = product(batch, seq_kv, dk * f, of);
+        b[MHA_REGION_mla_z] = product(product(batch, seq_q, h, of), (size_t)dims->dv, f, of);
+    } else if (bf16) { /* k of the weights padded to whole tiles; Wo's columns to whole panels */
         b[MHA_REGION_wqkv16] = product(kvh, mha_bk_kp(dims->d), per_group * dkp * sizeof(mha_bf16), of);
         b[MHA_REGION_wo16] = product(mha_bk_kp(dims->qd), mha_round_up(d, MHA_BT_N), sizeof(mha_bf16), of);
     } else {
         b[MHA_REGION_wqkv] = product(kvh, d, per_group * dkp * f, of);
         b[MHA_REGION_wo] = product(qd, mha_round_up(d, w), f, of);
     }
-    b[MHA_REGION_bqkv] = product(kvh, per_group, dkp * f, of);
-    b[MHA_REGION_bo] = d * f;
+    if (!mla->on) {
+        b[MHA_REGION_bqkv] = product(kvh, per_group, dkp * f, of);
+        b[MHA_REGION_bo] = d * f;
+        b[MHA_REGION_xpack] = product(batch, p->xpack_stride, f, of);
+    }
     b[MHA_REGION_qk_norm] = (size_t)(mha_qk_norm_len(dims->qk_norm.kind, dims->h, dims->dk) +
                                      mha_qk_norm_len(dims->qk_norm.kind, dims->kvh, dims->dk)) * f;
     if (dims->sinks)
         b[MHA_REGION_sinks] = h * f;
 
-    b[MHA_REGION_z] = product(batch, seq_q, qd * f, of);
-    b[MHA_REGION_xpack] = product(batch, p->xpack_stride, f, of);
+    b[MHA_REGION_z] = product(batch, seq_q, qd * f, of); /* MLA: Q_abs */
     b[MHA_REGION_order] = batch * sizeof(int);
     b[MHA_REGION_deps] = product(batch, 2 * h, 1, of);
     b[MHA_REGION_xdeps] = product(batch, (seq_q + MHA_PACK_BLOCK - 1) / MHA_PACK_BLOCK, 1, of);
@@ -103,7 +111,9 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
         /* Kᵀ (dk, seq_kv) in B panels; A packing for the deepest product: d (the projections),
          * qd (the output's), or a whole key row */
         const size_t kt16 = product(mha_bk_b_elems(dims->dk, dims->seq_kv), sizeof(mha_bf16), 1, of);
-        const int deepest = dims->d > dims->qd ? dims->d : dims->qd;
+        int deepest = dims->d > dims->qd ? dims->d : dims->qd;
+        if (mla->on) /* o_proj's h·v, q_b_proj's q_lora */
+            deepest = mha_mla_deepest(dims, deepest);
         const size_t ap16 = product(mha_bgemm_apack_elems(deepest > dims->seq_kv ? deepest : dims->seq_kv),
                                     sizeof(mha_bf16), 1, of);
         sl[MHA_SLICE_kt] = sl[MHA_SLICE_kt] > kt16 ? sl[MHA_SLICE_kt] : kt16;
@@ -124,6 +134,7 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
     sl[MHA_SLICE_dec] = product(dec_q, MHA_KV_CHUNK + dk, f, of);
     if (bf16 && dims->kv_type == MHA_KV_INT8) /* V's scales beside its int8 values in the panels */
         sl[MHA_SLICE_kvs] = seq_kv * f;
+    sl[MHA_SLICE_mla] = mla->scratch * f;
     if (dims->kv_type == MHA_KV_INT8)
         sl[MHA_SLICE_k8] = product(MHA_KV_GROUP + 2 + (MHA_KV_GROUP + 3) / 4, dk, f, of);
 
@@ -161,6 +172,7 @@ int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine
     p->xpack_stride = mha_gemm_packed_a_floats(k, (size_t)dims->seq_q, (size_t)dims->d); /* seq_q, d <= 2^20, 2^16 */
     if (dims->bf16) /* bf16 A panels, in floats' room */
         p->xpack_stride = (product(mha_round_up((size_t)dims->seq_q, MHA_BT_M), mha_bk_kp(dims->d), 1, &of) + 1) / 2;
+    mha_mla_plan_make(dims, k->bw, &p->mla);
     p->scratch_stride = 0;
     for (int r = 0; r < MHA_SLICE_COUNT; r++)
         p->slice_off[r] = MHA_ARENA_ABSENT;

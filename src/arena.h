@@ -7,6 +7,7 @@
 #include "bgemm.h"
 #include "dims.h"
 #include "kernel.h"
+#include "mla.h"
 #include "step.h"
 
 #define MHA_ALIGN 64   /* every region; also what mha_create_static requires of ws */
@@ -55,6 +56,11 @@ enum { MHA_HELD_ENGINE = 1, MHA_HELD_WEIGHTS = 2, MHA_HELD_BOTH = 3 };
                                                    (batch·max(seq_q, seq_kv), kvh); absent otherwise */       \
     X(k_saved, float, MHA_ALIGN, ENGINE)        /* QK-norm full: K as the norm tasks projected it,            \
                                                    (batch·max(seq_q, seq_kv), kvh·dk); absent otherwise */    \
+    X(mla_w, float, MHA_ALIGN, WEIGHTS)         /* f32 MLA: its weights in panels (mha_mla_plan) */           \
+    X(mla_w16, mha_bf16, MHA_ALIGN, WEIGHTS)    /* bf16 MLA: the same in B panels */                          \
+    X(mla_v, float, MHA_ALIGN, WEIGHTS)         /* MLA: the RMSNorms' factors and the biases */               \
+    X(mla_k, float, MHA_ALIGN, ENGINE)          /* MLA: (batch·seq_kv, dk): [c | k_rope] of each token */     \
+    X(mla_z, float, MHA_ALIGN, ENGINE)          /* MLA: (batch·seq_q, h·dv): each head's latent output */     \
     X(k_full, float, MHA_ALIGN, ENGINE)         /* int8 cache: a step's new K at full precision,              \
                                                    (batch·seq_q, kvh·dk); absent otherwise */                 \
     X(rope_cos, float, MHA_ALIGN, ENGINE)       /* (positions, r/2); absent without RoPE */                   \
@@ -88,6 +94,7 @@ typedef struct mha_arena_plan {
     size_t wo_ps;           /* bf16: the same of Wo (qd rounded to k tiles · 16) */
     int dkp;                /* d_k rounded up to whole B panels */
     ptrdiff_t ld_scores;    /* row stride of the score tile */
+    mha_mla_plan mla;       /* MLA engines: where their weights sit (on 0 otherwise) */
     size_t total;
 } mha_arena_plan;
 

@@ -137,6 +137,13 @@ typedef struct mha_fwd {
     float *z;                     /* (batch, seq_q, qd) */
     float *xpack;                 /* per sequence (xpack_stride floats): q in A panels, all of d */
     size_t xpack_stride;
+    /* MLA engines (mla.h), else NULL and zero: z holds Q_abs (rows of h·dk) */
+    const struct mha_mla_plan *mla; /* where the weights sit */
+    mha_mla mla_dims;             /* the config's widths */
+    const float *mla_w;           /* f32: the weights in panels (mla_w16: bf16 B panels) */
+    const mha_bf16 *mla_w16;
+    const float *mla_v;           /* the RMSNorms' factors and the biases */
+    float *mla_k, *mla_z;         /* (batch·seq_kv, dk): [c | k_rope]; (batch·seq_q, h·dv): latent outputs */
 } mha_fwd;
 
 /* A worker's scratch slice: its parts in the order the arena plan carves them from the
@@ -160,7 +167,9 @@ typedef struct mha_fwd {
                          (seq_kv) */                                                           \
     X(k8, float)      /* int8 cache: a group's Kᵀ as a query sees it (MHA_KV_GROUP · dk), the  \
                          parameters (2 · dk) and values (MHA_KV_GROUP · dk bytes) of a group    \
-                         quantized in a step (step.c's k_view) */
+                         quantized in a step (step.c's k_view) */                              \
+    X(mla, float)     /* MLA: a row block's q_a and Q, or its heads' values (mha_mla_plan's    \
+                         scratch) */
 
 typedef struct mha_scratch {
 #define MHA_SLICE_FIELD(name, type) type *name;

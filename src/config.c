@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "affinity.h"
+#include "rope.h"
 #include "status.h"
 
 /* Query rows per block: 48 or 96 (multiples of every microkernel's row panel: 6, 12, 16),
@@ -19,6 +20,19 @@ static int default_q_block(int seq_q, int seq_kv)
 {
     int qb = (size_t)96 * sizeof(float) * (size_t)seq_kv <= Q_BLOCK_BUDGET ? 96 : 48;
     return qb > seq_q ? seq_q : qb;
+}
+
+/* An MLA layer's default scale, as HF's DeepseekV3Attention: 1/sqrt(qk_nope + qk_rope), times
+ * yarn's m(mscale_all_dim)² when the config's yarn sets it (in double, then rounded once). */
+static float mla_scale(const mha_config *cfg)
+{
+    double s = 1.0 / sqrt((double)(cfg->mla.qk_nope_head_dim + cfg->mla.qk_rope_head_dim));
+    const mha_rope *r = &cfg->rope;
+    if (r->style != MHA_ROPE_NONE && r->scaling == MHA_ROPE_SCALING_YARN && r->mscale_all_dim > 0.0f) {
+        const double m = mha_yarn_mscale(r->factor, r->mscale_all_dim);
+        s *= m * m;
+    }
+    return (float)s;
 }
 
 mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, mha_problem *pr)
@@ -41,7 +55,7 @@ mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, mha_problem
         dims->d = cfg->d_model;
         dims->h = cfg->n_heads;
         dims->dk = mha_config_head_dim(cfg);
-        dims->dv = cfg->v_head_dim ? cfg->v_head_dim : dims->dk;
+        dims->dv = cfg->v_head_dim ? cfg->v_head_dim : cfg->mla.kv_lora_rank ? cfg->mla.kv_lora_rank : dims->dk;
         dims->qd = cfg->n_heads * dims->dk;
         dims->batch = cfg->max_batch;
         dims->seq_q = cfg->max_seq_q;
@@ -52,10 +66,16 @@ mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, mha_problem
         dims->bias = cfg->bias;
         dims->bf16 = cfg->precision == MHA_PRECISION_BF16;
         dims->kv_type = cfg->kv_type != MHA_KV_AUTO ? cfg->kv_type : dims->bf16 ? MHA_KV_BF16 : MHA_KV_F32;
-        dims->kvh = cfg->n_kv_heads ? cfg->n_kv_heads : cfg->n_heads;
+        dims->kvh = cfg->n_kv_heads ? cfg->n_kv_heads : cfg->mla.kv_lora_rank ? 1 : cfg->n_heads;
         dims->group = cfg->n_heads / dims->kvh;
         dims->window = cfg->window;
         dims->scale = cfg->scale > 0.0f ? cfg->scale : 1.0f / sqrtf((float)dims->dk);
+        memset(&dims->mla, 0, sizeof dims->mla);
+        if (cfg->mla.kv_lora_rank) {
+            dims->mla = cfg->mla;
+            if (!(cfg->scale > 0.0f))
+                dims->scale = mla_scale(cfg);
+        }
         dims->softcap = cfg->softcap;
         dims->sinks = cfg->sinks;
         memset(&dims->qk_norm, 0, sizeof dims->qk_norm);
@@ -68,7 +88,9 @@ mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, mha_problem
         memset(&dims->rope, 0, sizeof dims->rope);
         if (r->style != MHA_ROPE_NONE) {
             dims->rope = (mha_rope){.style = r->style, .theta = r->theta, .scaling = r->scaling,
-                                    .rotary_dim = r->rotary_dim ? r->rotary_dim : dims->dk};
+                                    .rotary_dim = r->rotary_dim            ? r->rotary_dim
+                                                  : cfg->mla.kv_lora_rank ? cfg->mla.qk_rope_head_dim
+                                                                          : dims->dk};
             if (r->scaling != MHA_ROPE_SCALING_NONE)
                 dims->rope.factor = r->factor;
             if (r->scaling == MHA_ROPE_SCALING_LLAMA3)
@@ -76,7 +98,8 @@ mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, mha_problem
             if (r->scaling == MHA_ROPE_SCALING_LLAMA3 || r->scaling == MHA_ROPE_SCALING_YARN)
                 dims->rope.original_max_position = r->original_max_position;
             if (r->scaling == MHA_ROPE_SCALING_YARN)
-                dims->rope.beta_fast = r->beta_fast, dims->rope.beta_slow = r->beta_slow, dims->rope.truncate = r->truncate;
+                dims->rope.beta_fast = r->beta_fast, dims->rope.beta_slow = r->beta_slow, dims->rope.truncate = r->truncate,
+                dims->rope.mscale = r->mscale, dims->rope.mscale_all_dim = r->mscale_all_dim;
         }
         dims->positions = cfg->max_seq_q > cfg->max_seq_kv ? cfg->max_seq_q : cfg->max_seq_kv;
     }

@@ -474,6 +474,10 @@ static mha_status finish(loader *L)
                           mha_config_value_name(mha_key_find("model.rope.style"), c->rope.style),
                           mha_config_value_name(mha_key_find("model.rope.scaling"), c->rope.scaling));
 
+    if (seen(L, "model.mla.eps") && !c->mla.kv_lora_rank)
+        return bad_at(L, MHA_ERR_CONFIG, seen(L, "model.mla.eps"), "model.mla.eps",
+                      "given, but model.mla has no kv_lora_rank (no latent to norm)");
+
     /* the engine's own checks: the cross-key rules of the table, then what only the engine
      * can judge (BLIS kernel, CPUs this process may use, sizes that overflow) */
     mha_key_problem p;

@@ -93,6 +93,19 @@ const mha_config_row mha_keys[] = {
         ENG(pinning), NONE, MHA_PIN_NONE, NAMES(pinning_names)),
     KEY(K("threads.cpus", "cpus", MHA_KEY_INT_LIST, 0, 1023, MHA_MAX_CPUS, 0, NULL, "none", "CPUs for pinning cpus: worker t on cpus[t % n]"),
         ENG(cpus), ENG(n_cpus), 0, NULL, 0),
+    FLOAT_KEY_FROM("model.rope.mscale", "rope.mscale", 0, 1e6, "0", "yarn, DeepSeek's mscale (with mscale_all_dim: cos and sin scaled by m(mscale)/m(mscale_all_dim)); 0: unset", ENG(rope.mscale), 0.0),
+    FLOAT_KEY_FROM("model.rope.mscale_all_dim", "rope.mscale_all_dim", 0, 1e6, "0", "yarn, DeepSeek's mscale_all_dim (an MLA layer's scale times m(mscale_all_dim)^2); 0: unset", ENG(rope.mscale_all_dim), 0.0),
+    KEY(K("model.mla.kv_lora_rank", "mla.kv_lora_rank", MHA_KEY_INT, 0, MHA_MAX_WIDTH, 0, 0, NULL, "0", "multi-head latent attention (DeepSeek V2/V3, Kimi K2): the latent's width (HF kv_lora_rank); 0: none"),
+        ENG(mla.kv_lora_rank), NONE, 0, NULL, 0),
+    KEY(K("model.mla.q_lora_rank", "mla.q_lora_rank", MHA_KEY_INT, 0, MHA_MAX_WIDTH, 0, 0, NULL, "0", "MLA: Q through q_a_proj, q_a_layernorm, q_b_proj of this rank; 0: q_proj"),
+        ENG(mla.q_lora_rank), NONE, 0, NULL, 0),
+    KEY(K("model.mla.qk_nope_head_dim", "mla.qk_nope_head_dim", MHA_KEY_INT, 0, MHA_MAX_WIDTH, 0, 0, NULL, "0", "MLA: each head's Q and K features without RoPE (required with kv_lora_rank)"),
+        ENG(mla.qk_nope_head_dim), NONE, 0, NULL, 0),
+    KEY(K("model.mla.qk_rope_head_dim", "mla.qk_rope_head_dim", MHA_KEY_INT, 0, MHA_MAX_WIDTH, 0, 0, NULL, "0", "MLA: each head's Q and K features with RoPE (K's shared by every head), even"),
+        ENG(mla.qk_rope_head_dim), NONE, 0, NULL, 0),
+    KEY(K("model.mla.v_head_dim", "mla.v_head_dim", MHA_KEY_INT, 0, MHA_MAX_WIDTH, 0, 0, NULL, "0", "MLA: each head's V after kv_b_proj (required with kv_lora_rank)"),
+        ENG(mla.v_head_dim), NONE, 0, NULL, 0),
+    FLOAT_KEY("model.mla.eps", "mla.eps", 0, 1, "1e-6", "MLA: the latent RMSNorms' epsilon (HF's rms_norm_eps)", ENG(mla.eps), 1e-6),
     KEY(K("engine.q_block", "q_block", MHA_KEY_INT, 0, 1 << 20, 0, 0, NULL, "0", "query rows per score tile; 0: the engine's choice"),
         ENG(q_block), NONE, 0, NULL, 0),
     KEY(K("engine.blis_arch", "blis_arch", MHA_KEY_STRING, 0, 15, 0, 0, NULL, "auto", "BLIS sub-config of the isa (avx512: skx; avx2: haswell, zen, zen2, zen3; ref: generic, sandybridge, penryn); auto: the isa's for this CPU"),
@@ -182,6 +195,8 @@ MHA_API int mha_config_head_dim(const mha_config *cfg)
 {
     if (!cfg || cfg->n_heads < 1)
         return 0;
+    if (cfg->mla.kv_lora_rank > 0) /* the absorbed core's one KV head: [latent | k_rope] */
+        return cfg->mla.kv_lora_rank + cfg->mla.qk_rope_head_dim;
     return cfg->head_dim ? cfg->head_dim : cfg->d_model / cfg->n_heads;
 }
 
@@ -250,7 +265,54 @@ int mha_rope_key_read(const mha_rope *r, const char *field)
         return r->scaling == MHA_ROPE_SCALING_LLAMA3;
     if (!strcmp(f, "original_max_position"))
         return r->scaling == MHA_ROPE_SCALING_LLAMA3 || r->scaling == MHA_ROPE_SCALING_YARN;
-    return r->scaling == MHA_ROPE_SCALING_YARN; /* beta_fast, beta_slow, truncate */
+    return r->scaling == MHA_ROPE_SCALING_YARN; /* beta_fast, beta_slow, truncate, mscale, mscale_all_dim */
+}
+
+/* An MLA config's own rules: its widths, and the keys it replaces or does not run with. */
+static mha_status mla_verify(const mha_config *cfg, mha_key_problem *p)
+{
+    const mha_mla *m = &cfg->mla;
+    if (m->qk_nope_head_dim < 1)
+        return fail(p, mha_key_find("model.mla.qk_nope_head_dim"), -1, "must be at least 1 with kv_lora_rank %d",
+                    m->kv_lora_rank);
+    if (m->v_head_dim < 1)
+        return fail(p, mha_key_find("model.mla.v_head_dim"), -1, "must be at least 1 with kv_lora_rank %d",
+                    m->kv_lora_rank);
+    if (m->qk_rope_head_dim % 2)
+        return fail(p, mha_key_find("model.mla.qk_rope_head_dim"), -1, "%d must be even", m->qk_rope_head_dim);
+    const long long q = (long long)cfg->n_heads * (m->qk_nope_head_dim + m->qk_rope_head_dim);
+    const long long kv = (long long)m->kv_lora_rank + m->qk_rope_head_dim;
+    const long long lat = (long long)cfg->n_heads * m->kv_lora_rank, v = (long long)cfg->n_heads * m->v_head_dim;
+    /* Q in latent space, every head's [latent | rope]: 73728 in DeepSeek-V3, so 4× the widest Q */
+    const struct { const char *key; long long width, max; const char *what; } wide[] = {
+        {"model.mla.qk_nope_head_dim", q, MHA_MAX_WIDTH, "Q (heads × (qk_nope_head_dim + qk_rope_head_dim))"},
+        {"model.mla.kv_lora_rank", kv, MHA_MAX_WIDTH, "the latent and k_rope (kv_lora_rank + qk_rope_head_dim)"},
+        {"model.mla.kv_lora_rank", lat, MHA_MAX_WIDTH, "the heads' latent outputs (heads × kv_lora_rank)"},
+        {"model.mla.kv_lora_rank", (long long)cfg->n_heads * kv, 4LL * MHA_MAX_WIDTH,
+         "Q in latent space (heads × (kv_lora_rank + qk_rope_head_dim))"},
+        {"model.mla.v_head_dim", v, MHA_MAX_WIDTH, "the heads' values (heads × v_head_dim)"},
+    };
+    for (size_t i = 0; i < N_OF(wide); i++)
+        if (wide[i].width > wide[i].max)
+            return fail(p, mha_key_find(wide[i].key), -1, "%s is %lld wide, more than %lld", wide[i].what, wide[i].width,
+                        wide[i].max);
+    const struct { const char *key; int set; } other[] = {
+        {"model.kv_heads", cfg->n_kv_heads != 0},  {"model.head_dim", cfg->head_dim != 0},
+        {"model.v_head_dim", cfg->v_head_dim != 0}, {"model.qk_norm.kind", cfg->qk_norm.kind != MHA_QK_NORM_NONE},
+        {"model.sinks", cfg->sinks != 0},           {"model.alibi.max_bias", cfg->alibi_max_bias > 0.0f},
+        {"model.window", cfg->window != 0},         {"model.softcap", cfg->softcap > 0.0f},
+    };
+    for (size_t i = 0; i < N_OF(other); i++)
+        if (other[i].set)
+            return fail(p, mha_key_find(other[i].key), -1, "not with model.mla (its heads' widths are the mla block's; "
+                        "one latent KV head serves every query head)");
+    if (cfg->rope.style != MHA_ROPE_NONE && cfg->rope.rotary_dim && cfg->rope.rotary_dim != m->qk_rope_head_dim)
+        return fail(p, mha_key_find("model.rope.rotary_dim"), -1, "%d with model.mla: must be qk_rope_head_dim %d (or 0)",
+                    cfg->rope.rotary_dim, m->qk_rope_head_dim);
+    if (cfg->rope.style != MHA_ROPE_NONE && !m->qk_rope_head_dim)
+        return fail(p, mha_key_find("model.rope.style"), -1, "%s with model.mla.qk_rope_head_dim 0: no feature to rotate",
+                    mha_config_value_name(mha_key_find("model.rope.style"), cfg->rope.style));
+    return MHA_OK;
 }
 
 mha_status mha_config_verify(const mha_config *cfg, mha_key_problem *p)
@@ -260,6 +322,8 @@ mha_status mha_config_verify(const mha_config *cfg, mha_key_problem *p)
         const mha_config_row *k = &mha_keys[i];
         if (!mha_rope_key_read(&cfg->rope, k->spec.field))
             continue; /* a RoPE parameter this style and scaling do not read: any value is fine */
+        if (!cfg->mla.kv_lora_rank && !strcmp(k->spec.field, "mla.eps"))
+            continue; /* read by MLA alone */
         const void *src = base + k->off;
         int v = 0;
         switch (k->spec.type) {
@@ -305,11 +369,21 @@ mha_status mha_config_verify(const mha_config *cfg, mha_key_problem *p)
         }
     }
     /* what one key's range cannot say */
-    if (!cfg->head_dim && cfg->d_model % cfg->n_heads)
+    const mha_mla *mla = &cfg->mla;
+    if (mla->kv_lora_rank) {
+        mha_status st = mla_verify(cfg, p);
+        if (st != MHA_OK)
+            return st;
+    } else if (mla->q_lora_rank || mla->qk_nope_head_dim || mla->qk_rope_head_dim || mla->v_head_dim) {
+        const char *key = mla->q_lora_rank ? "model.mla.q_lora_rank" : mla->qk_nope_head_dim ? "model.mla.qk_nope_head_dim"
+                          : mla->qk_rope_head_dim ? "model.mla.qk_rope_head_dim" : "model.mla.v_head_dim";
+        return fail(p, mha_key_find(key), -1, "needs model.mla.kv_lora_rank (the latent's width)");
+    }
+    if (!cfg->head_dim && !mla->kv_lora_rank && cfg->d_model % cfg->n_heads)
         return fail(p, mha_key_find("model.heads"), -1, "%d does not divide d_model %d (or set head_dim)", cfg->n_heads,
                     cfg->d_model);
     const int dk = mha_config_head_dim(cfg);
-    if ((long long)cfg->n_heads * dk > MHA_MAX_WIDTH)
+    if (!mla->kv_lora_rank && (long long)cfg->n_heads * dk > MHA_MAX_WIDTH) /* MLA: its own widths above */
         return fail(p, mha_key_find("model.head_dim"), -1, "%d with %d heads: Q is %lld wide, more than %d", dk,
                     cfg->n_heads, (long long)cfg->n_heads * dk, MHA_MAX_WIDTH);
     if (cfg->v_head_dim > dk)
@@ -321,7 +395,7 @@ mha_status mha_config_verify(const mha_config *cfg, mha_key_problem *p)
     if (r->style == MHA_ROPE_NONE && r->scaling != MHA_ROPE_SCALING_NONE)
         return fail(p, mha_key_find("model.rope.scaling"), -1, "%s needs a rope style (neox or gptj)",
                     mha_config_value_name(mha_key_find("model.rope.scaling"), r->scaling));
-    if (r->style != MHA_ROPE_NONE && (r->rotary_dim % 2 || r->rotary_dim > dk))
+    if (r->style != MHA_ROPE_NONE && !mla->kv_lora_rank && (r->rotary_dim % 2 || r->rotary_dim > dk))
         return fail(p, mha_key_find("model.rope.rotary_dim"), -1, "%d must be even and at most d_k %d", r->rotary_dim, dk);
     if ((r->scaling == MHA_ROPE_SCALING_LLAMA3 || r->scaling == MHA_ROPE_SCALING_YARN) && r->original_max_position < 1)
         return fail(p, mha_key_find("model.rope.original_max_position"), -1, "%s scaling needs it (the pre-training context)",

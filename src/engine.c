@@ -135,6 +135,8 @@ static void make_model(mha_engine *e)
         .wqkv16 = v->wqkv16, .wo16 = v->wo16, .w_ps = e->plan.w_ps, .wo_ps = e->plan.wo_ps,
         .z = v->z,
         .xpack = v->xpack, .xpack_stride = e->plan.xpack_stride,
+        .mla = e->plan.mla.on ? &e->plan.mla : NULL, .mla_dims = dm->mla,
+        .mla_w = v->mla_w, .mla_w16 = v->mla_w16, .mla_v = v->mla_v, .mla_k = v->mla_k, .mla_z = v->mla_z,
     };
 }
 
@@ -291,6 +293,8 @@ static mha_status shared_matches(const prepared *p, const mha_packed_weights *pw
         {"qk_norm.weight_offset", p->dims.qk_norm.weight_offset, pw->dims.qk_norm.weight_offset},
         {"sinks", p->dims.sinks, pw->dims.sinks},
         {"precision", p->dims.bf16, pw->dims.bf16},
+        {"mla.kv_lora_rank", p->dims.mla.kv_lora_rank, pw->dims.mla.kv_lora_rank}, /* packed weights are never MLA's */
+        {"v_head_dim", p->dims.dv, pw->dims.dv},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (f[i].engine != f[i].packed)
@@ -369,6 +373,21 @@ MHA_API mha_status mha_set_weights(mha_engine *e, const mha_weights *w)
     return MHA_OK;
 }
 
+MHA_API mha_status mha_set_mla_weights(mha_engine *e, const mha_mla_weights *w)
+{
+    if (!e)
+        return MHA_ERR_INVALID_ARG;
+    char why[224];
+    mha_status st = mha_mla_weights_check(w, &e->dims, why, sizeof why);
+    if (st != MHA_OK)
+        return failed(e, st, "set_mla_weights: %s", why);
+    mha_fwd f = e->model;
+    mha_mla_weights_pack(w, &f);
+    e->weights_set = 1;
+    e->last_error[0] = '\0';
+    return MHA_OK;
+}
+
 /* The first length outside [0, max], or -1. */
 static int bad_length(const int32_t *len, int batch, int max)
 {
@@ -426,7 +445,15 @@ MHA_API mha_status mha_forward(mha_engine *e, const mha_input *in, float *out, f
                            .q_len = in->q_lengths, .kv_len = in->kv_lengths, .mask = in->mask, .out = out, .attn = attn};
     mha_fwd f = e->model;
     f.call = &call;
-    mha_sched_forward(&e->sched, &f);
+    if (f.mla) { /* one latent KV head made from the queries' own tokens */
+        if (!call.fused)
+            return failed(e, MHA_ERR_INVALID_ARG, "forward: an MLA engine runs self-attention: in->q, in->k and in->v "
+                          "one input, seq_q %d = seq_kv %d", in->seq_q, in->seq_kv);
+        if (attn)
+            return failed(e, MHA_ERR_INVALID_ARG, "forward: an MLA engine gives no attention weights (attn must be NULL)");
+        mha_sched_mla(&e->sched, &f);
+    } else
+        mha_sched_forward(&e->sched, &f);
     e->last_error[0] = '\0';
     return MHA_OK;
 }
@@ -524,6 +551,8 @@ static mha_status step_check(mha_engine *e, const mha_kv_cache *c, const mha_ste
         return failed(e, MHA_ERR_INVALID_ARG, "step: %s is NULL", !c ? "the cache" : "the step");
     if (!e->weights_set)
         return failed(e, MHA_ERR_STATE, "step: no weights yet (call mha_set_weights first)");
+    if (dm->mla.kv_lora_rank)
+        return failed(e, MHA_ERR_CONFIG, "step: an MLA engine (model.mla) has no latent KV cache yet: it runs mha_forward");
     if (!mha_kv_cache_fits(c, dm->d, dm->h, dm->kvh, dm->dk, &dm->rope, dm->kv_type))
         return failed(e, MHA_ERR_CONFIG, "step: the cache was made for another model (d_model %d, %d heads, %d KV heads "
                       "of %d, kv_cache %s, or another RoPE) than this engine's (d_model %d, %d heads, %d KV heads of %d, "

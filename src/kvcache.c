@@ -15,8 +15,8 @@ static size_t plan(const mha_config *cfg, int n_blocks, int block_size, mha_kv_c
 {
     mha_dims dims;
     if (!cfg || n_blocks < 1 || block_size < 1 || block_size > (1 << 20) ||
-        mha_config_resolve(cfg, &dims, NULL) != MHA_OK || dims.dv != dims.dk) /* V of head_dim: the core's alone */
-        return 0;
+        mha_config_resolve(cfg, &dims, NULL) != MHA_OK || dims.dv != dims.dk || dims.mla.kv_lora_rank)
+        return 0; /* V of head_dim: the core's alone; MLA: no latent cache yet */
     size_t per_head, per_block, bytes, total, scales_at = 0;
     const mha_kv_type type = dims.kv_type;
     const size_t elem = mha_kv_elem_size(type);

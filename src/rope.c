@@ -44,7 +44,8 @@ void mha_rope_freqs(const mha_rope *rope, int r, float *inv_freq, float *attenti
     case MHA_ROPE_SCALING_YARN: {
         /* dimensions rotating fewer than beta_slow times over the original context are
          * interpolated (θ / factor), more than beta_fast times extrapolated (θ kept), a linear
-         * ramp between; cos and sin carry the attention factor 0.1·ln(factor) + 1 */
+         * ramp between; cos and sin carry the attention factor 0.1·ln(factor) + 1 (DeepSeek's
+         * mscale and mscale_all_dim set: m(mscale) / m(mscale_all_dim)) */
         const double ctx = rope->original_max_position;
 #define CORRECTION_DIM(rot) ((double)r * log(ctx / ((rot) * 2.0 * PI)) / (2.0 * log(base)))
         double low = CORRECTION_DIM(rope->beta_fast), high = CORRECTION_DIM(rope->beta_slow);
@@ -63,7 +64,9 @@ void mha_rope_freqs(const mha_rope *rope, int r, float *inv_freq, float *attenti
             const float keep = 1.0f - ramp; /* the extrapolation's share */
             inv_freq[i] = interpolation * (1.0f - keep) + extrapolation * keep;
         }
-        *attention_factor = factor > 1.0 ? (float)(0.1 * log(factor) + 1.0) : 1.0f;
+        *attention_factor = rope->mscale > 0.0f && rope->mscale_all_dim > 0.0f /* DeepSeek's */
+                                ? (float)(mha_yarn_mscale(factor, rope->mscale) / mha_yarn_mscale(factor, rope->mscale_all_dim))
+                                : (float)mha_yarn_mscale(factor, 1.0);
         break;
     }
     default:

@@ -149,6 +149,42 @@ void mha_sched_core(const mha_sched *s, const mha_fwd *f, const mha_core_io *io)
     run_region(s, f->bk, core_tasks, &job);
 }
 
+/* A task per sequence and block of MHA_MLA_ROWS rows, each running fn on its worker's slice. */
+static void mla_row_tasks(const mha_sched *s, const mha_fwd *f,
+                          void (*fn)(const mha_fwd *, int, int, int, const mha_scratch *))
+{
+    const int seq = f->call->seq_q;
+    for (int i = 0; i < f->call->batch; i++)
+        for (int r0 = 0; r0 < seq; r0 += MHA_MLA_ROWS) {
+            const int b = s->order[i], r1 = r0 + MHA_MLA_ROWS < seq ? r0 + MHA_MLA_ROWS : seq;
+#pragma omp task firstprivate(b, r0, r1)
+            {
+                const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
+                fn(f, b, r0, r1, &sc);
+            }
+        }
+}
+
+/* An MLA forward's tasks in its three phases (arg: the mha_fwd). */
+static void mla_tasks(const mha_sched *s, const void *arg)
+{
+    const mha_fwd *f = arg;
+    mla_row_tasks(s, f, mha_mla_project);
+#pragma omp taskwait
+    mha_fwd core;
+    mha_core_io io;
+    mha_mla_core_view(f, mha_mla_head_block(f->h), &core, &io);
+    core_tasks(s, &(core_job){&core, &io});
+#pragma omp taskwait
+    mla_row_tasks(s, f, mha_mla_out_rows);
+}
+
+void mha_sched_mla(const mha_sched *s, const mha_fwd *f)
+{
+    mha_sched_order(f, s->order);
+    run_region(s, f->bk, mla_tasks, f);
+}
+
 /* A task per KV head and chunk of the step's rows, each running fn on its worker's slice. */
 static void row_tasks(const mha_sched *s, const mha_step_job *j,
                       void (*fn)(const mha_step_job *, int, int, int, const mha_scratch *))

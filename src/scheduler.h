@@ -28,6 +28,9 @@ void mha_sched_forward(const mha_sched *s, const mha_fwd *f);
 /* The attention core (mha_core_forward): a task per (sequence, KV head), longest sequences
  * first, each running mha_attention_core on its worker's slice. */
 void mha_sched_core(const mha_sched *s, const mha_fwd *f, const mha_core_io *io);
+/* An MLA engine's forward (mla.h): the row blocks' projections, then the attention core by
+ * head blocks, then the row blocks' values and output projection. */
+void mha_sched_mla(const mha_sched *s, const mha_fwd *f);
 /* One decoding step: projection tasks per (KV head, block of rows), then attention tasks per
  * (sequence, KV head), then output-projection tasks per block of rows. */
 void mha_sched_step(const mha_sched *s, const mha_step_job *j);

@@ -13,6 +13,8 @@
 
 mha_status mha_weights_check(const mha_weights *w, const mha_dims *dims, char *why, size_t why_len)
 {
+    if (dims->mla.kv_lora_rank)
+        return mha_errorf(why, why_len, MHA_ERR_CONFIG, "an MLA engine (model.mla) takes mha_set_mla_weights");
     if (dims->dv != dims->dk) /* the projections take V of head_dim features */
         return mha_errorf(why, why_len, MHA_ERR_CONFIG, "v_head_dim %d differs from head_dim %d: such an engine runs "
                           "mha_core_forward only (no projections)", dims->dv, dims->dk);

@@ -144,6 +144,80 @@ static mha_status no_naming(const mha_st_file *sf, const char *path, const char 
                       path, prefix, sf->n ? names : "no tensors", sf->n > 8 ? ", …" : "");
 }
 
+/* An MLA layer under HF DeepseekV3Attention's names (the file already open): every tensor the
+ * config needs, with its shape, into one buffer; a bias the config has none of is refused. */
+static mha_status load_mla(const mha_st_file *sf, const char *path, const char *prefix, const mha_config *cfg,
+                           mha_weights_file *out, char *err, size_t err_len)
+{
+    const mha_mla *m = &cfg->mla;
+    const int d = cfg->d_model, h = cfg->n_heads, ql = m->q_lora_rank, kvl = m->kv_lora_rank;
+    const int qk = m->qk_nope_head_dim + m->qk_rope_head_dim, kva = kvl + m->qk_rope_head_dim;
+    const int kvb = h * (m->qk_nope_head_dim + m->v_head_dim), ov = h * m->v_head_dim, bias = cfg->bias;
+    want list[11];
+    int n = 0;
+    mha_mla_weights *w = &out->mla;
+    if (ql) {
+        list[n++] = (want){"q_a_proj.weight", ql, d, NULL};
+        list[n++] = (want){"q_a_layernorm.weight", ql, 0, NULL};
+        list[n++] = (want){"q_b_proj.weight", h * qk, ql, NULL};
+        if (bias)
+            list[n++] = (want){"q_a_proj.bias", ql, 0, NULL};
+    } else
+        list[n++] = (want){"q_proj.weight", h * qk, d, NULL};
+    list[n++] = (want){"kv_a_proj_with_mqa.weight", kva, d, NULL};
+    list[n++] = (want){"kv_a_layernorm.weight", kvl, 0, NULL};
+    list[n++] = (want){"kv_b_proj.weight", kvb, kvl, NULL};
+    list[n++] = (want){"o_proj.weight", d, ov, NULL};
+    if (bias) {
+        list[n++] = (want){"kv_a_proj_with_mqa.bias", kva, 0, NULL};
+        list[n++] = (want){"o_proj.bias", d, 0, NULL};
+    }
+    static const char *const biases[] = {"q_a_proj.bias", "kv_a_proj_with_mqa.bias", "o_proj.bias", "q_proj.bias",
+                                         "q_b_proj.bias", "kv_b_proj.bias"};
+    for (size_t i = 0; i < sizeof biases / sizeof biases[0]; i++) /* a bias the model has not */
+        if (has(sf, prefix, biases[i]) && (!bias || i >= 3))
+            return mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: tensor '%s%s' is a bias, but the model has %s", path,
+                              prefix, biases[i], bias ? "none there (HF's DeepseekV3Attention)" : "bias: false");
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += (size_t)list[i].rows * (size_t)(list[i].cols ? list[i].cols : 1);
+    float *s = malloc(total * sizeof *s);
+    if (!s)
+        return mha_errorf(err, err_len, MHA_ERR_NOMEM, "%s: out of memory for the weights", path);
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        list[i].dst = s + at;
+        at += (size_t)list[i].rows * (size_t)(list[i].cols ? list[i].cols : 1);
+    }
+    mha_status st = MHA_OK;
+    for (int i = 0; st == MHA_OK && i < n; i++)
+        st = take(sf, path, prefix, &list[i], err, err_len);
+    if (st != MHA_OK) {
+        free(s);
+        return st;
+    }
+    *w = (mha_mla_weights){.layout = MHA_LAYOUT_TORCH};
+    for (int i = 0; i < n; i++) {
+        const char *nm = list[i].name;
+        const float **to = !strcmp(nm, "q_a_proj.weight")           ? &w->q_a
+                           : !strcmp(nm, "q_a_layernorm.weight")      ? &w->q_a_norm
+                           : !strcmp(nm, "q_b_proj.weight")           ? &w->q_b
+                           : !strcmp(nm, "q_proj.weight")             ? &w->q
+                           : !strcmp(nm, "kv_a_proj_with_mqa.weight") ? &w->kv_a
+                           : !strcmp(nm, "kv_a_layernorm.weight")     ? &w->kv_a_norm
+                           : !strcmp(nm, "kv_b_proj.weight")          ? &w->kv_b
+                           : !strcmp(nm, "o_proj.weight")             ? &w->o
+                           : !strcmp(nm, "q_a_proj.bias")             ? &w->b_q_a
+                           : !strcmp(nm, "kv_a_proj_with_mqa.bias")   ? &w->b_kv_a
+                                                                      : &w->b_o;
+        *to = list[i].dst;
+    }
+    out->storage = s;
+    out->n_floats = total;
+    out->scheme = "DeepSeek MLA (kv_a_proj_with_mqa, kv_b_proj)";
+    return MHA_OK;
+}
+
 MHA_API mha_status mha_weights_file_load(const char *path, const char *prefix_in, const mha_config *cfg,
                                          mha_weights_file *out, char *err, size_t err_len)
 {
@@ -165,6 +239,11 @@ MHA_API mha_status mha_weights_file_load(const char *path, const char *prefix_in
     mha_st_file sf;
     if (st != MHA_OK || (st = mha_st_open(path, &sf, err, err_len)) != MHA_OK)
         return st;
+    if (cfg->mla.kv_lora_rank) {
+        st = load_mla(&sf, path, prefix, cfg, out, err, err_len);
+        mha_st_close(&sf);
+        return st;
+    }
 
     /* one buffer: Wq (qd·d), Wk, Wv (kvd·d each), Wo (d·qd), then b_q (qd), b_k, b_v (kvd), b_o
      * (d), then q_norm, k_norm (dk each, or qd and kvd over the whole projection) and the sinks

@@ -7,8 +7,9 @@ Run `make goldens-mla` (the venv of `make goldens-hf`). Each module is built fro
 random config (no hub downloads), weights drawn with torch's seed, and called as the model
 calls it: eager attention, float32, its own rotary embedding, an additive causal mask. Each
 case writes NAME.safetensors (the module's state_dict under model.layers.0.self_attn., as HF
-saves a model), NAME.json (the HF config fields of the layer: mha's model.mla keys do not
-exist yet), NAME_x.npy (the input, (batch, seq, hidden)) and NAME_out.npy (the output).
+saves a model), NAME.yaml (mha's config of the layer: model.mla and model.rope keys), NAME.json
+(the HF config fields), NAME_x.npy (the input, (batch, seq, hidden)) and NAME_out.npy (the
+output).
 
 The absorbed form, per head h (kv_b_proj's rows of head h split into W_uk (nope × kv_lora) and
 W_uv (v × kv_lora)):
@@ -84,6 +85,23 @@ def absorbed(attn, cfg, x, cos, sin):
     return lin(z, "o_proj")
 
 
+def yaml_config(name, cfg, comment):
+    """mha's config of the layer: the HF fields as model.mla and model.rope keys."""
+    rp = cfg.rope_parameters
+    rope = "{ style: %s, theta: %g" % ("gptj" if cfg.rope_interleave else "neox", rp["rope_theta"])
+    if rp["rope_type"] == "yarn":
+        rope += (", scaling: yarn, factor: %g, beta_fast: %g, beta_slow: %g, mscale: %g, mscale_all_dim: %g, "
+                 "original_max_position: %d" % (rp["factor"], rp["beta_fast"], rp["beta_slow"], rp["mscale"],
+                                                rp["mscale_all_dim"], rp["original_max_position_embeddings"]))
+    rope += " }"
+    return ("# %s (tests/gen_golden_mla.py)\nname: %s\nmodel:\n  d_model: %d\n  heads: %d\n  bias: %s\n"
+            "  mla: { kv_lora_rank: %d, q_lora_rank: %d, qk_nope_head_dim: %d, qk_rope_head_dim: %d, v_head_dim: %d, "
+            "eps: %g }\n  rope: %s\nbatch: { size: %d, seq_len: %d, mask: causal }\n"
+            % (comment, name, cfg.hidden_size, cfg.num_attention_heads, "true" if cfg.attention_bias else "false",
+               cfg.kv_lora_rank, cfg.q_lora_rank or 0, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim,
+               cfg.rms_norm_eps, rope, BATCH, SEQ))
+
+
 def case(name, cfg, comment, seed):
     from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3Attention, DeepseekV3RotaryEmbedding
     cfg._attn_implementation = "eager"
@@ -115,6 +133,8 @@ def case(name, cfg, comment, seed):
     with open(os.path.join(HERE, name + ".json"), "w") as f:
         json.dump(meta, f, indent=1, default=float)
         f.write("\n")
+    with open(os.path.join(HERE, name + ".yaml"), "w") as f:
+        f.write(yaml_config(name, cfg, comment))
     print("wrote %s (absorbed form against the module in float64: %.2g)" % (name, err))
 
 

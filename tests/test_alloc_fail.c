@@ -28,6 +28,7 @@ typedef struct call {
     /* arguments and results */
     const char *path, *prefix;
     int d, bias;
+    mha_mla mla;      /* the weights loader's: an MLA layer when kv_lora_rank is set */
     mha_config cfg;
     mha_engine *e;
     float *data;
@@ -119,7 +120,7 @@ static mha_status run_weights(call *c, char *err, size_t n)
     memset(&c->wf, 0, sizeof c->wf);
     mha_config cfg;
     mha_config_init(&cfg);
-    cfg.d_model = c->d, cfg.n_heads = 4, cfg.bias = c->bias;
+    cfg.d_model = c->d, cfg.n_heads = 4, cfg.bias = c->bias, cfg.mla = c->mla;
     mha_status st = mha_weights_file_load(c->path, c->prefix, &cfg, &c->wf, err, n);
     if (st == MHA_ERR_NOMEM)
         expect_message(c->what, err);
@@ -188,5 +189,10 @@ Test(alloc_fail, safetensors_weights_loader, .timeout = 120)
     cr_assert_geq(fail_each_allocation(&c), 3);
     c.what = "mha_weights_file_load (W_q, BF16)";
     c.path = D "xw_bf16.safetensors", c.prefix = NULL;
+    cr_assert_geq(fail_each_allocation(&c), 3);
+    c.what = "mha_weights_file_load (DeepSeek MLA, q_lora)";
+    c.path = D "mla_lora.safetensors", c.prefix = "model.layers.0.self_attn", c.d = 64, c.bias = 0;
+    c.mla = (mha_mla){.kv_lora_rank = 16, .q_lora_rank = 24, .qk_nope_head_dim = 8, .qk_rope_head_dim = 4,
+                      .v_head_dim = 6, .eps = 1e-6f};
     cr_assert_geq(fail_each_allocation(&c), 3);
 }

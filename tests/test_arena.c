@@ -88,11 +88,17 @@ ParameterizedTest(mha_dims *dm, arena, regions_are_aligned_disjoint_and_inside, 
 /* Whether a plan of this kind and precision lays region r out. */
 static int expected(mha_arena_kind kind, const mha_dims *dm, int r)
 {
-    const int f32_weight = r == MHA_REGION_wqkv || r == MHA_REGION_wo;
-    const int bf16_weight = r == MHA_REGION_wqkv16 || r == MHA_REGION_wo16;
+    const int mla = dm->mla.kv_lora_rank > 0;
+    const int f32_weight = r == MHA_REGION_wqkv || r == MHA_REGION_wo || r == MHA_REGION_mla_w;
+    const int bf16_weight = r == MHA_REGION_wqkv16 || r == MHA_REGION_wo16 || r == MHA_REGION_mla_w16;
+    const int mla_region = r == MHA_REGION_mla_w || r == MHA_REGION_mla_w16 || r == MHA_REGION_mla_v ||
+                           r == MHA_REGION_mla_k || r == MHA_REGION_mla_z;
     if (r == MHA_REGION_engine)
         return 1;
-    if (f32_weight || bf16_weight || r == MHA_REGION_bqkv || r == MHA_REGION_bo)
+    if (mla_region != mla && (mla_region || f32_weight || bf16_weight || r == MHA_REGION_bqkv || r == MHA_REGION_bo ||
+                              r == MHA_REGION_xpack)) /* an MLA engine's weights and buffers in place of these */
+        return 0;
+    if (f32_weight || bf16_weight || r == MHA_REGION_bqkv || r == MHA_REGION_bo || r == MHA_REGION_mla_v)
         return kind != MHA_ARENA_ENGINE_SHARED && !(dm->bf16 ? f32_weight : bf16_weight);
     if (r == MHA_REGION_qk_norm)
         return kind != MHA_ARENA_ENGINE_SHARED && dm->qk_norm.kind != MHA_QK_NORM_NONE;
@@ -135,10 +141,15 @@ static void assert_disjoint(const char *what, const size_t *off, const size_t *b
 Test(arena, every_region_of_every_kind_is_defined, .init = pick_kernel)
 {
     const mha_arena_kind kinds[] = {MHA_ARENA_ENGINE, MHA_ARENA_ENGINE_SHARED, MHA_ARENA_WEIGHTS};
-    for (int c = 0; c < 24; c++) {
-        mha_dims dm = {.d = 96, .h = 6, .dk = 16, .qd = 96, .batch = 3, .seq_q = 37, .seq_kv = 290, .threads = 3, .q_block = 16,
-                       .kvh = 3, .group = 2, .bf16 = c % 2, .positions = 290};
-        if (c / 2 % 2) {
+    for (int c = 0; c < 36; c++) {
+        mha_dims dm = {.d = 96, .h = 6, .dk = 16, .dv = 16, .qd = 96, .batch = 3, .seq_q = 37, .seq_kv = 290, .threads = 3,
+                       .q_block = 16, .kvh = 3, .group = 2, .bf16 = c % 2, .positions = 290};
+        if (c >= 24) { /* MLA: one KV head of latent 16 + rope 4, V the latent */
+            dm.mla = (mha_mla){.kv_lora_rank = 16, .q_lora_rank = c % 4 < 2 ? 24 : 0, .qk_nope_head_dim = 8,
+                               .qk_rope_head_dim = 4, .v_head_dim = 6, .eps = 1e-6f};
+            dm.dk = 20, dm.dv = 16, dm.qd = 120, dm.kvh = 1, dm.group = 6, dm.bias = c / 2 % 2;
+            dm.rope = (mha_rope){.style = MHA_ROPE_GPTJ, .rotary_dim = 4, .theta = 10000.0f};
+        } else if (c / 2 % 2) {
             dm.rope = (mha_rope){.style = MHA_ROPE_NEOX, .rotary_dim = 16, .theta = 10000.0f};
             dm.qk_norm = (mha_qk_norm){.kind = c < 12 ? MHA_QK_NORM_HEAD : MHA_QK_NORM_FULL, .eps = 1e-6f}, dm.sinks = 1;
             dm.kv_type = MHA_KV_INT8;
@@ -180,7 +191,7 @@ Test(arena, every_region_of_every_kind_is_defined, .init = pick_kernel)
         for (int r = 0; r < MHA_SLICE_COUNT; r++) {
             const int bf16_only = r == MHA_SLICE_v16 || r == MHA_SLICE_p16 || r == MHA_SLICE_q16;
             if ((bf16_only && !dm.bf16) || (r == MHA_SLICE_kvs && !(dm.bf16 && dm.kv_type == MHA_KV_INT8)) ||
-                (r == MHA_SLICE_k8 && dm.kv_type != MHA_KV_INT8)) {
+                (r == MHA_SLICE_k8 && dm.kv_type != MHA_KV_INT8) || (r == MHA_SLICE_mla && !dm.mla.kv_lora_rank)) {
                 cr_assert_eq(p.slice_off[r], MHA_ARENA_ABSENT, "case %d: slice has %s", c, mha_slice_region_name(r));
                 continue;
             }

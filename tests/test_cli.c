@@ -47,6 +47,8 @@ static const golden goldens[] = {
                          D name ".yaml", 2}
     HF_GOLDEN("qwen3_qknorm"), HF_GOLDEN("gemma2_softcap"), HF_GOLDEN("gemma3_qknorm"), HF_GOLDEN("gptoss_sinks"),
     HF_GOLDEN("bloom_alibi"), HF_GOLDEN("olmo2_qknorm"),
+    /* multi-head latent attention, HF's DeepseekV3Attention (gen_golden_mla.py) */
+    HF_GOLDEN("mla_lora"), HF_GOLDEN("mla_qproj"),
 #undef HF_GOLDEN
 };
 
@@ -533,6 +535,36 @@ Test(cli, a_narrower_v_runs_in_the_core_alone, .timeout = 60)
         cr_assert_eq(run_cli(args, &out, &err), 2, "%s", args);
         cr_assert(strstr(err, "mla.yaml:1: model.v_head_dim: 64 below head_dim 72 runs with mha run --core only"), "%s: %s",
                   args, err);
+        free(out), free(err);
+    }
+    tmpdir_remove(dir);
+}
+
+/* An MLA config runs a self-attention forward (generated weights checked against the double
+ * reference); a decode block, cross-attention and --attn are refused naming the key or option. */
+Test(cli, mla_configs_run_their_forward_and_refuse_the_rest, .timeout = 60)
+{
+    char dir[64], path[128], args[256];
+    tmpdir_make(dir, sizeof dir);
+    static const char model[] = "model: { d_model: 48, heads: 3, bias: true, rope: { style: gptj },\n"
+                                "         mla: { kv_lora_rank: 12, q_lora_rank: 16, qk_nope_head_dim: 6, qk_rope_head_dim: 4,"
+                                " v_head_dim: 5 } }\n";
+    const struct { const char *name, *rest, *opts; int rc; const char *says; } t[] = {
+        {"fwd.yaml", "batch: { size: 2, seq_len: 70, mask: causal, lengths: [70, 33] }\n", "--check 12", 0,
+         "relative error"},
+        {"bf16.yaml", "batch: { size: 2, seq_len: 70, mask: causal }\n", "--check 12 --precision bf16", 0, "(bound 0.01, bf16)"},
+        {"dec.yaml", "decode: { steps: 2 }\n", "", 2, "decode: not with model.mla yet"},
+        {"cross.yaml", "batch: { seq_len: 8, kv_len: 9 }\n", "", 2, "batch.kv_len: not with model.mla"},
+        {"attn.yaml", "batch: { seq_len: 8 }\n", "--attn x.npy", 2, "--attn: not with model.mla"},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        char yaml[512];
+        snprintf(yaml, sizeof yaml, "%s%s", model, t[i].rest);
+        write_config(dir, t[i].name, yaml, path, sizeof path);
+        snprintf(args, sizeof args, "run %s --iters 1 --warmup 0 %s", path, t[i].opts);
+        char *out, *err;
+        cr_assert_eq(run_cli(args, &out, &err), t[i].rc, "%s: %s%s", t[i].name, out, err);
+        cr_assert(strstr(t[i].rc ? err : out, t[i].says), "%s: no '%s' in %s%s", t[i].name, t[i].says, out, err);
         free(out), free(err);
     }
     tmpdir_remove(dir);

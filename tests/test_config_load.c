@@ -254,18 +254,27 @@ Test(config_load, configs_using_every_key_load, .timeout = 30)
         "rope: { style: neox, theta: 10000, rotary_dim: 16, factor: 2, original_max_position: 64, scaling: yarn, "
         "beta_fast: 32, beta_slow: 1, truncate: false }",
         "alibi: { max_bias: 8 }"};
-    enum { N = sizeof model / sizeof model[0] };
+    /* MLA's keys, without the keys it replaces (head_dim, kv_heads, QK-norm, sinks, softcap) */
+    static const char mla[] =
+        "model: { d_model: 64, heads: 4, rope: { style: gptj, scaling: yarn, factor: 40, original_max_position: 64,\n"
+        "         mscale: 1, mscale_all_dim: 1 },\n"
+        "         mla: { kv_lora_rank: 16, q_lora_rank: 24, qk_nope_head_dim: 8, qk_rope_head_dim: 4, v_head_dim: 6,\n"
+        "                eps: 1e-6 } }\n";
+    enum { N = sizeof model / sizeof model[0] + 1 };
     char dir[64], path[128], err[512], yaml[N][1024];
     int cpu;
     cr_assert_geq(mha_cpus_allowed(&cpu, 1), 1);
     tmpdir_make(dir, sizeof dir);
     for (int i = 0; i < N; i++) {
-        snprintf(yaml[i], sizeof yaml[i], common, model[i], cpu);
+        if (i < N - 1)
+            snprintf(yaml[i], sizeof yaml[i], common, model[i], cpu);
+        else
+            snprintf(yaml[i], sizeof yaml[i], "%s", mla);
         snprintf(path, sizeof path, "%s/every%d.yaml", dir, i);
         write_file(path, yaml[i], strlen(yaml[i]));
         cli_config fc;
         mha_status st = cli_config_load(path, &fc, err, sizeof err);
-        cr_assert_eq(st, MHA_OK, "%s: %s", model[i], err);
+        cr_assert_eq(st, MHA_OK, "%s: %s", yaml[i], err);
     }
     for (int k = 0; schema_key_at(k); k++) {
         /* the key's last name part, as written in the blocks above ("rope.factor" -> "factor:") */

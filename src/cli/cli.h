@@ -96,7 +96,13 @@ typedef struct cli_problem {
     float *q, *kv;             /* (batch, seq_q, d); (batch, seq_kv, d) or NULL: self-attention */
     int32_t *q_len, *kv_len;   /* NULL or (batch) */
     mha_weights w;
+    mha_mla mla;               /* multi-head latent attention (kv_lora_rank 0: none): dk is then
+                                  kv_lora_rank + qk_rope_head_dim, and its weights are mw */
+    mha_mla_weights mw;
 } cli_problem;
+
+/* The problem's weights into e: mha_set_mla_weights for an MLA model, else mha_set_weights. */
+mha_status cli_set_weights(mha_engine *e, const cli_problem *p);
 
 /* The model part of a problem (d, heads, KV heads, RoPE, window) from an engine config. */
 void cli_problem_model(cli_problem *p, const mha_config *cfg);

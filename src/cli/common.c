@@ -216,10 +216,21 @@ void cli_problem_model(cli_problem *p, const mha_config *cfg)
     p->d = cfg->d_model, p->h = cfg->n_heads, p->dk = mha_config_head_dim(cfg);
     p->kvh = cfg->n_kv_heads ? cfg->n_kv_heads : cfg->n_heads;
     p->rope = cfg->rope;
+    p->mla = cfg->mla;
     if (p->rope.style != MHA_ROPE_NONE && p->rope.rotary_dim == 0)
-        p->rope.rotary_dim = p->dk;
+        p->rope.rotary_dim = p->mla.kv_lora_rank ? p->mla.qk_rope_head_dim : p->dk;
     p->window = cfg->window;
     p->scale = cfg->scale > 0.0f ? cfg->scale : (float)(1.0 / sqrt((double)p->dk));
+    if (p->mla.kv_lora_rank && !(cfg->scale > 0.0f)) { /* HF DeepseekV3Attention's: 1/sqrt(nope + rope), yarn's m² */
+        const mha_rope *r = &cfg->rope;
+        double s = 1.0 / sqrt((double)(p->mla.qk_nope_head_dim + p->mla.qk_rope_head_dim));
+        if (r->style != MHA_ROPE_NONE && r->scaling == MHA_ROPE_SCALING_YARN && r->mscale_all_dim > 0.0f &&
+            r->factor > 1.0f) {
+            const double m = 0.1 * r->mscale_all_dim * log(r->factor) + 1.0;
+            s *= m * m;
+        }
+        p->scale = (float)s;
+    }
     p->softcap = cfg->softcap, p->sinks = cfg->sinks, p->qk_norm = cfg->qk_norm;
     p->norm_len[0] = mha_config_qk_norm_len(cfg, 0), p->norm_len[1] = mha_config_qk_norm_len(cfg, 1);
     p->alibi_max_bias = cfg->alibi_max_bias;
@@ -283,8 +294,53 @@ size_t cli_weight_floats(const cli_problem *p)
     return 2 * d * qd + 2 * d * kvd + qd + d + 2 * kvd + extra_floats(p);
 }
 
+mha_status cli_set_weights(mha_engine *e, const cli_problem *p)
+{
+    return p->mla.kv_lora_rank ? mha_set_mla_weights(e, &p->mw) : mha_set_weights(e, &p->w);
+}
+
+/* An MLA model's seeded weights in x·W layout: each matrix U(-1/sqrt(in), 1/sqrt(in)) as
+ * nn.Linear's init, the RMSNorms' factors U(0.5, 1.5), biases U(-1/sqrt(d), 1/sqrt(d)). */
+static int generate_mla_weights(const cli_config *fc, cli_problem *p, float **buf)
+{
+    const mha_mla *m = &p->mla;
+    const int d = p->d, h = p->h, ql = m->q_lora_rank, kvl = m->kv_lora_rank, rope = m->qk_rope_head_dim;
+    const int qk = m->qk_nope_head_dim + rope, bias = fc->engine.bias;
+    /* q_a, q_b (or q), kv_a, kv_b, o: (in, out) */
+    const int mat[5][2] = {{d, ql}, {ql ? ql : d, h * qk}, {d, kvl + rope}, {kvl, h * (m->qk_nope_head_dim + m->v_head_dim)},
+                           {h * m->v_head_dim, d}};
+    size_t total = (size_t)ql + (size_t)kvl + (bias ? (size_t)ql + (size_t)(kvl + rope) + (size_t)d : 0);
+    for (int i = 0; i < 5; i++)
+        total += (size_t)mat[i][0] * (size_t)mat[i][1];
+    if (!(*buf = malloc(total * sizeof **buf))) {
+        cli_error("out of memory for the weights");
+        return EXIT_RUNTIME;
+    }
+    uint64_t seed = fc->seed ^ 0x5EEDull;
+    float *w = *buf, *at[5];
+    for (int i = 0; i < 5; i++) {
+        const float bound = 1.0f / sqrtf((float)mat[i][0]);
+        at[i] = w;
+        cli_fill_uniform(w, (size_t)mat[i][0] * mat[i][1], -bound, bound, &seed);
+        w += (size_t)mat[i][0] * mat[i][1];
+    }
+    float *qn = w, *kn = qn + ql, *b = kn + kvl;
+    cli_fill_uniform(qn, (size_t)ql + kvl, 0.5f, 1.5f, &seed);
+    const float bound = 1.0f / sqrtf((float)d);
+    if (bias)
+        cli_fill_uniform(b, (size_t)ql + (size_t)(kvl + rope) + (size_t)d, -bound, bound, &seed);
+    p->mw = (mha_mla_weights){.layout = MHA_LAYOUT_XW, .q_a = ql ? at[0] : NULL, .q_a_norm = ql ? qn : NULL,
+                              .q_b = ql ? at[1] : NULL, .q = ql ? NULL : at[1], .kv_a = at[2], .kv_a_norm = kn,
+                              .kv_b = at[3], .o = at[4]};
+    if (bias)
+        p->mw.b_q_a = ql ? b : NULL, p->mw.b_kv_a = b + ql, p->mw.b_o = b + ql + kvl + rope;
+    return EXIT_OK;
+}
+
 int cli_generate_weights(const cli_config *fc, cli_problem *p, float **buf)
 {
+    if (p->mla.kv_lora_rank)
+        return generate_mla_weights(fc, p, buf);
     /* after the inputs' stream: a different seed; Wq (d, h·d_k), Wk, Wv (d, kvh·d_k), Wo
      * (h·d_k, d), then their biases */
     const size_t d = (size_t)p->d, qd = (size_t)p->h * p->dk, dd = d * qd, kvd = (size_t)p->kvh * p->dk;
@@ -368,6 +424,14 @@ double cli_attention_flops(const cli_problem *p)
 
 double cli_flops(const cli_problem *p)
 {
+    const mha_mla *m = &p->mla;
+    if (m->kv_lora_rank) { /* per token: the projections, q_nope into latent space, W_uv, o_proj */
+        const double h = p->h, qk = m->qk_nope_head_dim + m->qk_rope_head_dim, kvl = m->kv_lora_rank;
+        const double q = m->q_lora_rank ? 2.0 * m->q_lora_rank * (p->d + h * qk) : 2.0 * p->d * h * qk;
+        const double per = q + 2.0 * p->d * (kvl + m->qk_rope_head_dim) + 2.0 * h * m->qk_nope_head_dim * kvl +
+                           2.0 * h * kvl * m->v_head_dim + 2.0 * h * m->v_head_dim * p->d;
+        return cli_attention_flops(p) * (p->dk + kvl) / (2.0 * p->dk) + per * cli_tokens(p);
+    }
     double d = p->d, qd = (double)p->h * p->dk, kvd = (double)p->kvh * p->dk, total = cli_attention_flops(p);
     for (int b = 0; b < p->batch; b++) {
         int ql = q_len_of(p, b), kl = p->cross ? kv_len_of(p, b) : (ql > kv_len_of(p, b) ? ql : kv_len_of(p, b));
@@ -525,8 +589,120 @@ void cli_check_json(struct json_t *j, const cli_check *c, mha_precision prec, mh
     json_object_set_new(j, "check_bound", json_real(cli_check_bound(prec, kv)));
 }
 
+/* y (n) = x (k) · W + b, W one of an MLA model's matrices (k in, n out; TORCH: rows are
+ * outputs) at its first column o0 of width columns in all, in double. */
+static void mla_linear(const double *x, int k, int n, const float *w, int width, int o0, const float *b, mha_layout layout,
+                       double *y)
+{
+    for (int o = 0; o < n; o++) {
+        double acc = b ? b[o0 + o] : 0.0;
+        for (int c = 0; c < k; c++)
+            acc += x[c] * (layout == MHA_LAYOUT_TORCH ? w[(size_t)(o0 + o) * k + c] : w[(size_t)c * width + o0 + o]);
+        y[o] = acc;
+    }
+}
+
+/* HF's RMSNorm of y (n) with factors w, in double. */
+static void mla_norm(double *y, int n, const float *w, float eps)
+{
+    double ss = 0;
+    for (int c = 0; c < n; c++)
+        ss += y[c] * y[c];
+    const double r = 1.0 / sqrt(ss / n + eps);
+    for (int c = 0; c < n; c++)
+        y[c] *= r * w[c];
+}
+
+/* cli_check_rows of an MLA model, in double and the absorbed form (scores against the normed
+ * latent and the rotated shared k_rope, values summed in latent space, then W_uv; HF's
+ * expanded form gives the same to 1e-7 in float64: tests/gen_golden_mla.py). */
+static void check_rows_mla(const cli_problem *p, const float *out, int rows, cli_check *chk)
+{
+    const mha_mla *m = &p->mla;
+    const mha_mla_weights *w = &p->mw;
+    const int d = p->d, h = p->h, dk = p->dk, kvl = m->kv_lora_rank, rope = m->qk_rope_head_dim;
+    const int nope = m->qk_nope_head_dim, vd = m->v_head_dim, qk = nope + rope, ql = m->q_lora_rank;
+    const int nv = nope + vd, kvb = h * nv, off = p->seq_kv - p->seq_q;
+    const int seqs[2] = {0, p->batch - 1}, n_seq = p->batch > 1 ? 2 : 1;
+    double *K = malloc((size_t)p->seq_kv * dk * sizeof *K), *x = malloc((size_t)d * sizeof *x);
+    double *qa = malloc(((size_t)ql + 1) * sizeof *qa), *q = malloc((size_t)h * qk * sizeof *q);
+    double *qabs = malloc((size_t)dk * sizeof *qabs), *z = malloc((size_t)dk * sizeof *z);
+    double *o = malloc((size_t)h * vd * sizeof *o), *ref = malloc((size_t)d * sizeof *ref);
+    double *a = malloc((size_t)p->seq_kv * sizeof *a);
+    float *inv_freq = malloc(((size_t)rope / 2 + 1) * sizeof *inv_freq), att = 1.0f;
+    if (!K || !x || !qa || !q || !qabs || !z || !o || !ref || !a || !inv_freq) {
+        chk->num = NAN, chk->rows++; /* no reference: the check fails */
+        goto done;
+    }
+    if (p->rope.style != MHA_ROPE_NONE)
+        mha_rope_inv_freq(&p->rope, rope, inv_freq, &att);
+    for (int s = 0; s < n_seq; s++) {
+        const int b = seqs[s], qlen = q_len_of(p, b), want = (rows + n_seq - 1 - s) / n_seq;
+        const float *xs = p->q + (size_t)b * p->seq_q * d;
+        if (qlen == 0 || want == 0)
+            continue;
+        int max_key = 0;
+        for (int r = 0; r < want; r++) {
+            const int nvis = cli_visible(p, b, cli_sample_row(r, want, qlen), NULL);
+            max_key = nvis > max_key ? nvis : max_key;
+        }
+        for (int j = 0; j < max_key; j++) { /* K row j: [normed latent | rotated k_rope] */
+            double *kj = K + (size_t)j * dk;
+            for (int c = 0; c < d; c++)
+                x[c] = xs[(size_t)j * d + c];
+            mla_linear(x, d, dk, w->kv_a, dk, 0, w->b_kv_a, w->layout, kj);
+            mla_norm(kj, kvl, w->kv_a_norm, m->eps);
+            if (p->rope.style != MHA_ROPE_NONE)
+                rope_row(p, inv_freq, att, kj + kvl, j);
+        }
+        for (int r = 0; r < want; r++) {
+            int lo;
+            const int i = cli_sample_row(r, want, qlen), nvis = cli_visible(p, b, i, &lo);
+            for (int c = 0; c < d; c++)
+                x[c] = xs[(size_t)i * d + c];
+            if (ql) {
+                mla_linear(x, d, ql, w->q_a, ql, 0, w->b_q_a, w->layout, qa);
+                mla_norm(qa, ql, w->q_a_norm, m->eps);
+                mla_linear(qa, ql, h * qk, w->q_b, h * qk, 0, NULL, w->layout, q);
+            } else
+                mla_linear(x, d, h * qk, w->q, h * qk, 0, NULL, w->layout, q);
+            for (int hd = 0; hd < h; hd++) {
+                const double *qn = q + (size_t)hd * qk;
+                for (int l = 0; l < kvl; l++) { /* q_lat = W_ukᵀ·q_nope */
+                    double acc = 0;
+                    for (int c = 0; c < nope; c++)
+                        acc += qn[c] * (w->layout == MHA_LAYOUT_TORCH ? w->kv_b[((size_t)hd * nv + c) * kvl + l]
+                                                                      : w->kv_b[(size_t)l * kvb + (size_t)hd * nv + c]);
+                    qabs[l] = acc;
+                }
+                memcpy(qabs + kvl, qn + nope, (size_t)rope * sizeof *qabs);
+                if (p->rope.style != MHA_ROPE_NONE)
+                    rope_row(p, inv_freq, att, qabs + kvl, i + off);
+                memset(z, 0, (size_t)dk * sizeof *z);
+                if (nvis > lo)
+                    cli_ref_attention_row(p, hd, i, qabs, K, K, dk, lo, nvis, a, z);
+                for (int c = 0; c < vd; c++) { /* its value: W_uv·(the latent output) */
+                    double acc = 0;
+                    for (int l = 0; l < kvl; l++)
+                        acc += z[l] * (w->layout == MHA_LAYOUT_TORCH ? w->kv_b[((size_t)hd * nv + nope + c) * kvl + l]
+                                                                     : w->kv_b[(size_t)l * kvb + (size_t)hd * nv + nope + c]);
+                    o[(size_t)hd * vd + c] = acc;
+                }
+            }
+            mla_linear(o, h * vd, d, w->o, d, 0, w->b_o, w->layout, ref);
+            cli_check_row(chk, out + ((size_t)b * p->seq_q + i) * d, ref, d);
+        }
+    }
+done:
+    free(K), free(x), free(qa), free(q), free(qabs), free(z), free(o), free(ref), free(a), free(inv_freq);
+}
+
 void cli_check_rows(const cli_problem *p, const float *out, int rows, cli_check *chk)
 {
+    if (p->mla.kv_lora_rank) {
+        check_rows_mla(p, out, rows, chk);
+        return;
+    }
     const int d = p->d, dk = p->dk, qd = p->h * dk;
     if (rows <= 0)
         return;

@@ -125,7 +125,7 @@ static int check_rows(decode_state *s, const mha_config *cfg, const mha_weights 
     one.max_batch = B, one.max_seq_q = one.max_seq_kv = S;
     one.precision = MHA_PRECISION_F32; /* a float32 forward: no cache, no bf16 kernel */
     one.kv_type = MHA_KV_AUTO, one.bf16_kernel[0] = '\0';
-    mha_status st;
+    mha_status st = MHA_ERR_NOMEM;
     s->check_out = malloc((size_t)B * S * d * sizeof *s->check_out);
     if (!s->check_out || (st = mha_create(&one, &s->check_e)) != MHA_OK || (st = mha_set_weights(s->check_e, w)) != MHA_OK)
         return cli_error("check: an engine for %d × %d tokens: %s", B, S, s->check_out ? mha_status_str(st) : "out of memory"),

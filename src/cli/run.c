@@ -191,7 +191,7 @@ static int load_weights(const run_opts *o, run_state *s)
         mha_status st = mha_weights_file_load(o->weights, o->prefix, &s->fc.engine, &s->wf, err, sizeof err);
         if (st != MHA_OK)
             return cli_error("%s", err), cli_exit_code(st);
-        p->w = s->wf.w;
+        p->w = s->wf.w, p->mw = s->wf.mla;
         return EXIT_OK;
     }
     if (o->prefix)
@@ -360,7 +360,11 @@ static void report(const run_opts *o, const run_state *s, const cli_stats *tp, c
     } else {
         printf("mha run: %s%s%s%s\n", s->fc.name, o->config ? " (" : "", o->config ? o->config : "", o->config ? ")" : " (built-in default)");
         printf("  model    d_model %d, %d heads (d_k %d)", p->d, p->h, p->dk);
-        if (p->kvh != p->h)
+        if (p->mla.kv_lora_rank)
+            printf(", MLA: latent %d + rope %d as one KV head, %s, nope %d, v %d", p->mla.kv_lora_rank,
+                   p->mla.qk_rope_head_dim, p->mla.q_lora_rank ? "q_lora" : "q_proj", p->mla.qk_nope_head_dim,
+                   p->mla.v_head_dim);
+        else if (p->kvh != p->h)
             printf(", %d KV heads", p->kvh);
         printf(", %s", s->fc.engine.bias ? "biases" : "no biases");
         if (p->rope.style != MHA_ROPE_NONE)
@@ -403,6 +407,9 @@ int mha_cli_run(int argc, char **argv)
         return rc;
     if (!o.core && (st = cli_config_projections(&s.fc, err, sizeof err)) != MHA_OK) /* a forward or a decode */
         return cli_error("%s", err), cli_exit_code(st);
+    if (s.fc.engine.mla.kv_lora_rank && (o.attn || o.kv)) /* the engine's refusals, before any work */
+        return cli_error("%s: not with model.mla (%s)", o.attn ? "--attn" : "--kv",
+                         o.attn ? "the absorbed form gives no attention weights" : "self-attention only"), EXIT_USAGE;
     if ((rc = other_mode(&o, &s)) >= 0)
         return rc;
     if ((rc = load_inputs(&o, &s)) != EXIT_OK || (rc = load_weights(&o, &s)) != EXIT_OK)
@@ -412,7 +419,7 @@ int mha_cli_run(int argc, char **argv)
     mha_config cfg;
     cfg = s.fc.engine;
     cfg.max_batch = p->batch, cfg.max_seq_q = p->seq_q, cfg.max_seq_kv = p->seq_kv;
-    if ((st = mha_create(&cfg, &s.e)) != MHA_OK || (st = mha_set_weights(s.e, &p->w)) != MHA_OK) {
+    if ((st = mha_create(&cfg, &s.e)) != MHA_OK || (st = cli_set_weights(s.e, p)) != MHA_OK) {
         if (s.e) /* the weights refused: the engine says why */
             snprintf(err, sizeof err, "%s", mha_engine_last_error(s.e));
         else

@@ -275,7 +275,7 @@ static int run_point(const sweep *w, cli_problem *prob, point *p, double *times,
     float *out = malloc((size_t)p->batch * prob->seq_q * prob->d * sizeof *out);
     mha_status st = out ? mha_create(&cfg, &e) : MHA_ERR_NOMEM;
     if (st == MHA_OK)
-        st = mha_set_weights(e, &prob->w);
+        st = cli_set_weights(e, prob);
     mha_input in = {
         .batch = p->batch, .seq_q = prob->seq_q, .seq_kv = prob->seq_kv,
         .q = prob->q, .k = prob->kv ? prob->kv : prob->q, .v = prob->kv ? prob->kv : prob->q,

@@ -156,6 +156,8 @@ static int load_on_root(const opts *o, shared *sh, int32_t **lengths, float **wb
     if ((st = cli_config_load(o->config, &sh->fc, err, sizeof err)) != MHA_OK ||
         (st = cli_config_projections(&sh->fc, err, sizeof err)) != MHA_OK)
         return fail(cli_exit_code(st), "%s", err);
+    if (sh->fc.engine.mla.kv_lora_rank) /* its shards carry mha_weights */
+        return fail(EXIT_USAGE, "%s: model.mla: not in mha-mpi yet (mha run runs it on one node)", o->config);
     if (o->have_threads) sh->fc.engine.threads = (int)o->threads;
     if (o->have_iters) sh->fc.iters = (int)o->iters;
     if (o->have_warmup) sh->fc.warmup = (int)o->warmup;
