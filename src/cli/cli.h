@@ -96,6 +96,7 @@ typedef struct cli_problem {
     float *q, *kv;             /* (batch, seq_q, d); (batch, seq_kv, d) or NULL: self-attention */
     int32_t *q_len, *kv_len;   /* NULL or (batch) */
     mha_weights w;
+    int bias;                  /* the config's */
     mha_mla mla;               /* multi-head latent attention (kv_lora_rank 0: none): dk is then
                                   kv_lora_rank + qk_rope_head_dim, and its weights are mw */
     mha_mla_weights mw;

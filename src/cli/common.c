@@ -216,7 +216,7 @@ void cli_problem_model(cli_problem *p, const mha_config *cfg)
     p->d = cfg->d_model, p->h = cfg->n_heads, p->dk = mha_config_head_dim(cfg);
     p->kvh = cfg->n_kv_heads ? cfg->n_kv_heads : cfg->n_heads;
     p->rope = cfg->rope;
-    p->mla = cfg->mla;
+    p->mla = cfg->mla, p->bias = cfg->bias;
     if (p->rope.style != MHA_ROPE_NONE && p->rope.rotary_dim == 0)
         p->rope.rotary_dim = p->mla.kv_lora_rank ? p->mla.qk_rope_head_dim : p->dk;
     p->window = cfg->window;
@@ -288,8 +288,28 @@ static size_t extra_floats(const cli_problem *p)
     return (size_t)p->norm_len[0] + (size_t)p->norm_len[1] + (p->sinks ? (size_t)p->h : 0);
 }
 
+/* An MLA model's matrices as (in, out): q_a, q_b (or q_proj), kv_a, kv_b, o; returns the floats
+ * of its weights in all: those, the two RMSNorms' factors, and with bias q_a's (with q_lora),
+ * kv_a's and o's biases (the loader's buffer holds the same). */
+static size_t mla_matrices(const cli_problem *p, int mat[5][2])
+{
+    const int bias = p->bias;
+    const mha_mla *m = &p->mla;
+    const int d = p->d, h = p->h, ql = m->q_lora_rank, kvl = m->kv_lora_rank, rope = m->qk_rope_head_dim;
+    const int all[5][2] = {{d, ql}, {ql ? ql : d, h * (m->qk_nope_head_dim + rope)}, {d, kvl + rope},
+                           {kvl, h * (m->qk_nope_head_dim + m->v_head_dim)}, {h * m->v_head_dim, d}};
+    memcpy(mat, all, sizeof all);
+    size_t total = (size_t)ql + (size_t)kvl + (bias ? (size_t)ql + (size_t)(kvl + rope) + (size_t)d : 0);
+    for (int i = 0; i < 5; i++)
+        total += (size_t)mat[i][0] * (size_t)mat[i][1];
+    return total;
+}
+
 size_t cli_weight_floats(const cli_problem *p)
 {
+    int mat[5][2];
+    if (p->mla.kv_lora_rank)
+        return mla_matrices(p, mat);
     const size_t d = (size_t)p->d, qd = (size_t)p->h * p->dk, kvd = (size_t)p->kvh * p->dk;
     return 2 * d * qd + 2 * d * kvd + qd + d + 2 * kvd + extra_floats(p);
 }
@@ -304,14 +324,9 @@ mha_status cli_set_weights(mha_engine *e, const cli_problem *p)
 static int generate_mla_weights(const cli_config *fc, cli_problem *p, float **buf)
 {
     const mha_mla *m = &p->mla;
-    const int d = p->d, h = p->h, ql = m->q_lora_rank, kvl = m->kv_lora_rank, rope = m->qk_rope_head_dim;
-    const int qk = m->qk_nope_head_dim + rope, bias = fc->engine.bias;
-    /* q_a, q_b (or q), kv_a, kv_b, o: (in, out) */
-    const int mat[5][2] = {{d, ql}, {ql ? ql : d, h * qk}, {d, kvl + rope}, {kvl, h * (m->qk_nope_head_dim + m->v_head_dim)},
-                           {h * m->v_head_dim, d}};
-    size_t total = (size_t)ql + (size_t)kvl + (bias ? (size_t)ql + (size_t)(kvl + rope) + (size_t)d : 0);
-    for (int i = 0; i < 5; i++)
-        total += (size_t)mat[i][0] * (size_t)mat[i][1];
+    const int d = p->d, ql = m->q_lora_rank, kvl = m->kv_lora_rank, rope = m->qk_rope_head_dim, bias = p->bias;
+    int mat[5][2];
+    const size_t total = mla_matrices(p, mat);
     if (!(*buf = malloc(total * sizeof **buf))) {
         cli_error("out of memory for the weights");
         return EXIT_RUNTIME;

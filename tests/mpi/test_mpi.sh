@@ -33,9 +33,9 @@ $MPIRUN -np 2 $RUN --input "$dir/x.npy" --lengths "$dir/l.npy" --output "$dir/yj
 grep -q '"per_rank":\[{"rank":0' "$dir/j.txt" && grep -q '"tokens_per_s"' "$dir/j.txt"
 check $? "--json prints one object with every rank"
 
-# the attention variants' own weights reach every rank: gpt-oss's sinks, Qwen3's QK-norm (HF
-# goldens), 2 ranks, bitwise against mha run
-for g in gptoss_sinks qwen3_qknorm; do
+# the attention variants' own weights reach every rank: gpt-oss's sinks, Qwen3's QK-norm, MLA's
+# latent projections (HF goldens), 2 ranks, bitwise against mha run
+for g in gptoss_sinks qwen3_qknorm mla_lora mla_qproj; do
   GA="tests/data/$g.yaml --weights tests/data/$g.safetensors --prefix model.layers.0.self_attn --input tests/data/${g}_x.npy"
   "$B/mha" run $GA --threads 1 --iters 1 --warmup 0 --check 0 --output "$dir/$g-ref.npy" >/dev/null
   $MPIRUN -np 2 $B/mha-mpi run $GA --threads 1 --iters 1 --warmup 0 --output "$dir/$g.npy" > "$dir/$g.txt" 2>&1
@@ -43,6 +43,15 @@ for g in gptoss_sinks qwen3_qknorm; do
   cmp -s "$dir/$g-ref.npy" "$dir/$g.npy"
   check $? "$g: 2 ranks bitwise identical to mha run"
 done
+
+# an MLA model's generated weights, broadcast from rank 0: 3 ranks bitwise against mha run
+"$B/mpi_make_batch" "$dir/xm.npy" "$dir/lm.npy" 5 24 448 || exit 1
+MA="configs/mla-small.yaml --input $dir/xm.npy --lengths $dir/lm.npy --threads 1 --iters 1 --warmup 0"
+"$B/mha" run $MA --check 0 --output "$dir/mla-ref.npy" >/dev/null
+$MPIRUN -np 3 $B/mha-mpi run $MA --output "$dir/mla.npy" > "$dir/mla.txt" 2>&1
+check $? "MLA, generated weights: 3 ranks run"
+cmp -s "$dir/mla-ref.npy" "$dir/mla.npy"
+check $? "MLA, generated weights: 3 ranks bitwise identical to mha run"
 
 # more ranks than sequences: the idle rank says so (it once printed "sequences 0..-1")
 "$B/mpi_make_batch" "$dir/x2.npy" "$dir/l2.npy" 2 24 32 || exit 1

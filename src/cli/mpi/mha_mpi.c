@@ -47,7 +47,8 @@ typedef struct shared {
     cli_config fc;
     int batch, seq, d, layout, has_lengths;
     uint64_t data_offset;
-    long w_off[11]; /* offsets of w_q … b_o, q_norm, k_norm, sinks in the weight buffer, -1: none */
+    long w_off[11]; /* offsets of w_q … b_o, q_norm, k_norm, sinks (MLA: of mha_mla_weights' eleven,
+                     * weight_views' order) in the weight buffer, -1: none */
     size_t wlen;   /* floats in the weight buffer */
 } shared;
 
@@ -147,6 +148,18 @@ static int parse(int argc, char **argv, opts *o)
     return 0;
 }
 
+/* The eleven weight pointers of the problem, MHA's or MLA's, in the order w_off keeps them. */
+static void weight_views(cli_problem *p, const float **v[11])
+{
+    mha_weights *w = &p->w;
+    mha_mla_weights *m = &p->mw;
+    const float **mha[11] = {&w->w_q, &w->w_k, &w->w_v, &w->w_o, &w->b_q, &w->b_k, &w->b_v, &w->b_o,
+                             &w->q_norm, &w->k_norm, &w->sinks};
+    const float **mla[11] = {&m->q_a, &m->q_a_norm, &m->q_b, &m->q, &m->kv_a, &m->kv_a_norm, &m->kv_b, &m->o,
+                             &m->b_q_a, &m->b_kv_a, &m->b_o};
+    memcpy(v, p->mla.kv_lora_rank ? mla : mha, sizeof mha);
+}
+
 /* Rank 0: config, input header, lengths, weights. */
 static int load_on_root(const opts *o, shared *sh, int32_t **lengths, float **wbuf, size_t *wlen)
 {
@@ -156,8 +169,6 @@ static int load_on_root(const opts *o, shared *sh, int32_t **lengths, float **wb
     if ((st = cli_config_load(o->config, &sh->fc, err, sizeof err)) != MHA_OK ||
         (st = cli_config_projections(&sh->fc, err, sizeof err)) != MHA_OK)
         return fail(cli_exit_code(st), "%s", err);
-    if (sh->fc.engine.mla.kv_lora_rank) /* its shards carry mha_weights */
-        return fail(EXIT_USAGE, "%s: model.mla: not in mha-mpi yet (mha run runs it on one node)", o->config);
     if (o->have_threads) sh->fc.engine.threads = (int)o->threads;
     if (o->have_iters) sh->fc.iters = (int)o->iters;
     if (o->have_warmup) sh->fc.warmup = (int)o->warmup;
@@ -196,12 +207,14 @@ static int load_on_root(const opts *o, shared *sh, int32_t **lengths, float **wb
             return fail(EXIT_RUNTIME, "out of memory for the weights");
         base = *wbuf;
     }
-    *wlen = sh->wlen = cli_weight_floats(&p); /* the loader's buffer has the same layout */
-    const float *views[11] = {p.w.w_q, p.w.w_k, p.w.w_v, p.w.w_o, p.w.b_q, p.w.b_k, p.w.b_v, p.w.b_o,
-                              p.w.q_norm, p.w.k_norm, p.w.sinks};
+    if (o->weights && p.mla.kv_lora_rank)
+        p.mw = wf.mla;
+    *wlen = sh->wlen = o->weights ? wf.n_floats : cli_weight_floats(&p);
+    const float **views[11];
+    weight_views(&p, views);
     for (int i = 0; i < 11; i++)
-        sh->w_off[i] = views[i] ? (long)(views[i] - base) : -1;
-    sh->layout = (int)p.w.layout;
+        sh->w_off[i] = *views[i] ? (long)(*views[i] - base) : -1;
+    sh->layout = (int)(p.mla.kv_lora_rank ? p.mw.layout : p.w.layout);
     return EXIT_OK;
 }
 
@@ -260,14 +273,16 @@ static int prepare_shard(const opts *o, const shared *sh, const float *w, shard 
     mha_config cfg;
     cfg = sh->fc.engine;
     cfg.max_batch = sd->count, cfg.max_seq_q = cfg.max_seq_kv = sh->seq;
-    const float *v[11];
+    cli_problem p = {0};
+    cli_problem_model(&p, &cfg);
+    const float **v[11];
+    weight_views(&p, v);
     for (int i = 0; i < 11; i++)
-        v[i] = sh->w_off[i] >= 0 ? w + sh->w_off[i] : NULL;
-    mha_weights wt = {.w_q = v[0], .w_k = v[1], .w_v = v[2], .w_o = v[3], .b_q = v[4], .b_k = v[5], .b_v = v[6],
-                      .b_o = v[7], .layout = (mha_layout)sh->layout, .q_norm = v[8], .k_norm = v[9], .sinks = v[10]};
+        *v[i] = sh->w_off[i] >= 0 ? w + sh->w_off[i] : NULL;
+    p.w.layout = p.mw.layout = (mha_layout)sh->layout;
     mha_status st;
     char why[256] = "";
-    if ((st = mha_create(&cfg, &sd->e)) != MHA_OK || (st = mha_set_weights(sd->e, &wt)) != MHA_OK) {
+    if ((st = mha_create(&cfg, &sd->e)) != MHA_OK || (st = cli_set_weights(sd->e, &p)) != MHA_OK) {
         mha_config_check(&cfg, why, sizeof why);
         return fail(cli_exit_code(st), "engine for a shard of %d × %d: %s%s%s", sd->count, sh->seq, mha_status_str(st),
                     why[0] ? ": " : "", why);
