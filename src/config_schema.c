@@ -306,6 +306,9 @@ static mha_status mla_verify(const mha_config *cfg, mha_key_problem *p)
         if (other[i].set)
             return fail(p, mha_key_find(other[i].key), -1, "not with model.mla (its heads' widths are the mla block's; "
                         "one latent KV head serves every query head)");
+    if (cfg->kv_type == MHA_KV_INT8)
+        return fail(p, mha_key_find("engine.kv_cache"), -1, "int8 not with model.mla yet (its latent cache is the "
+                    "precision's: f32 or bf16)");
     if (cfg->rope.style != MHA_ROPE_NONE && cfg->rope.rotary_dim && cfg->rope.rotary_dim != m->qk_rope_head_dim)
         return fail(p, mha_key_find("model.rope.rotary_dim"), -1, "%d with model.mla: must be qk_rope_head_dim %d (or 0)",
                     cfg->rope.rotary_dim, m->qk_rope_head_dim);

@@ -551,9 +551,7 @@ static mha_status step_check(mha_engine *e, const mha_kv_cache *c, const mha_ste
         return failed(e, MHA_ERR_INVALID_ARG, "step: %s is NULL", !c ? "the cache" : "the step");
     if (!e->weights_set)
         return failed(e, MHA_ERR_STATE, "step: no weights yet (call mha_set_weights first)");
-    if (dm->mla.kv_lora_rank)
-        return failed(e, MHA_ERR_CONFIG, "step: an MLA engine (model.mla) has no latent KV cache yet: it runs mha_forward");
-    if (!mha_kv_cache_fits(c, dm->d, dm->h, dm->kvh, dm->dk, &dm->rope, dm->kv_type))
+    if (!mha_kv_cache_fits(c, dm->d, dm->h, dm->kvh, dm->dk, &dm->rope, dm->kv_type) || c->mla != dm->mla.kv_lora_rank)
         return failed(e, MHA_ERR_CONFIG, "step: the cache was made for another model (d_model %d, %d heads, %d KV heads "
                       "of %d, kv_cache %s, or another RoPE) than this engine's (d_model %d, %d heads, %d KV heads of %d, "
                       "kv_cache %s)", c->d, c->h, c->kvh, c->dk, mha_kv_type_name(c->type), dm->d, dm->h, dm->kvh, dm->dk,
@@ -618,6 +616,8 @@ MHA_API mha_status mha_step_forward(mha_engine *e, mha_kv_cache *c, const mha_st
          * one (then each task's rows start a panel of the packed rows) */
         const int panel = mha_step_panel(&j), cap = j.f.rows < MHA_PACK_BLOCK ? j.f.rows : MHA_PACK_BLOCK;
         j.chunk_rows = cap >= panel ? cap / panel * panel : cap;
+        if (j.f.mla) /* MLA: its projections' row blocks; V in the cache is K whole */
+            j.chunk_rows = j.f.rows < MHA_MLA_ROWS ? j.f.rows : MHA_MLA_ROWS, j.f.dv = j.f.dk;
         mha_sched_step(&e->sched, &j);
     }
     e->last_error[0] = '\0';

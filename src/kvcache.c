@@ -15,8 +15,8 @@ static size_t plan(const mha_config *cfg, int n_blocks, int block_size, mha_kv_c
 {
     mha_dims dims;
     if (!cfg || n_blocks < 1 || block_size < 1 || block_size > (1 << 20) ||
-        mha_config_resolve(cfg, &dims, NULL) != MHA_OK || dims.dv != dims.dk || dims.mla.kv_lora_rank)
-        return 0; /* V of head_dim: the core's alone; MLA: no latent cache yet */
+        mha_config_resolve(cfg, &dims, NULL) != MHA_OK || (dims.dv != dims.dk && !dims.mla.kv_lora_rank))
+        return 0; /* V of head_dim (MLA: K whole as V) */
     size_t per_head, per_block, bytes, total, scales_at = 0;
     const mha_kv_type type = dims.kv_type;
     const size_t elem = mha_kv_elem_size(type);
@@ -33,7 +33,8 @@ static size_t plan(const mha_config *cfg, int n_blocks, int block_size, mha_kv_c
         __builtin_mul_overflow(per_block, elem, &block_bytes) ||
         __builtin_mul_overflow(block_bytes, (size_t)n_blocks, &bytes) || __builtin_add_overflow(bytes, HEADER, &total))
         return 0;
-    *c = (mha_kv_cache){.d = dims.d, .h = dims.h, .kvh = dims.kvh, .dk = dims.dk, .rope = dims.rope, .type = type,
+    *c = (mha_kv_cache){.d = dims.d, .h = dims.h, .kvh = dims.kvh, .dk = dims.dk, .mla = dims.mla.kv_lora_rank,
+                        .rope = dims.rope, .type = type,
                         .n_blocks = n_blocks, .block_size = block_size, .head_elems = per_head, .block_elems = per_block,
                         .scales_at = scales_at};
     return total;

@@ -19,6 +19,8 @@
 
 struct mha_kv_cache {
     int d, h, kvh, dk;           /* the model it was made for */
+    int mla;                     /* an MLA model's kv_lora_rank (its one KV head: K is [latent |
+                                  * rotated k_rope], V a copy of K), else 0 */
     mha_rope rope;               /* K is stored rotated: the same RoPE must read it */
     mha_kv_type type;            /* F32, BF16 or INT8 (never AUTO) */
     int n_blocks, block_size;

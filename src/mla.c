@@ -177,23 +177,34 @@ static void rms_rows(float *x, int m, int n, ptrdiff_t ld, const float *w, float
     }
 }
 
-void mha_mla_project(const mha_fwd *f, int b, int r0, int r1, const mha_scratch *s)
+/* RoPE of n features at column col of rows [0, m) of a (rows ld apart): row i at position
+ * pos[i], or pos0 + i when pos is NULL. */
+static void rotate(const mha_fwd *f, float *a, ptrdiff_t ld, int m, int col, int n, int pos0, const int *pos)
+{
+    const mha_kernel *k = f->kernel;
+    if (f->rope == MHA_ROPE_NONE)
+        return;
+    if (!pos)
+        mha_rope_rows(k, mha_mat_rows(k, a, ld), m, col, pos0, f->rope, n, f->rope_cos, f->rope_sin);
+    for (int i = 0; pos && i < m; i++)
+        mha_rope_rows(k, mha_mat_rows(k, a + i * ld, ld), 1, col, pos[i], f->rope, n, f->rope_cos, f->rope_sin);
+}
+
+void mha_mla_rows(const mha_fwd *f, const float *xr, int m, int pos0, const int *pos, float *qabs, float *kr,
+                  ptrdiff_t ldk, const mha_scratch *s)
 {
     const mha_kernel *k = f->kernel;
     const mha_mla_plan *p = f->mla;
     const mha_mla *ml = &f->mla_dims;
-    const int m = r1 - r0, h = f->h, kvl = ml->kv_lora_rank, rope = ml->qk_rope_head_dim, nope = ml->qk_nope_head_dim;
+    const int h = f->h, kvl = ml->kv_lora_rank, rope = ml->qk_rope_head_dim, nope = ml->qk_nope_head_dim;
     const int qk = nope + rope, ql = ml->q_lora_rank, dk = f->dk;
     const float *v = f->mla_v;
-    const size_t row0 = (size_t)b * f->call->seq_q + r0;
-    const mha_mat x = mha_mat_rows(k, f->call->q + row0 * f->d, f->d);
+    const mha_mat x = mha_mat_rows(k, xr, f->d);
     float *qa = s->mla, *q = qa + (size_t)MHA_MLA_ROWS * ql;
-    /* K: [c | k_rope] = kv_a_proj_with_mqa(x), c normed, k_rope rotated (key j at position j) */
-    float *kr = f->mla_k + row0 * dk;
-    lin(f, s, m, x, &p->kva, 0, f->has_bias ? v + p->b_kva : NULL, mha_mat_rows(k, kr, dk));
-    rms_rows(kr, m, kvl, dk, v + p->kva_norm, ml->eps);
-    if (f->rope != MHA_ROPE_NONE)
-        mha_rope_rows(k, mha_mat_rows(k, kr, dk), m, kvl, r0, f->rope, rope, f->rope_cos, f->rope_sin);
+    /* K: [c | k_rope] = kv_a_proj_with_mqa(x), c normed, k_rope rotated */
+    lin(f, s, m, x, &p->kva, 0, f->has_bias ? v + p->b_kva : NULL, mha_mat_rows(k, kr, ldk));
+    rms_rows(kr, m, kvl, ldk, v + p->kva_norm, ml->eps);
+    rotate(f, kr, ldk, m, kvl, rope, pos0, pos);
     /* Q = q_b_proj(RMSNorm(q_a_proj(x))), or q_proj(x); each head's rope features rotated */
     if (ql) {
         lin(f, s, m, x, &p->qa, 0, f->has_bias ? v + p->b_qa : NULL, mha_mat_rows(k, qa, ql));
@@ -201,17 +212,21 @@ void mha_mla_project(const mha_fwd *f, int b, int r0, int r1, const mha_scratch 
     }
     lin(f, s, m, ql ? mha_mat_rows(k, qa, ql) : x, &p->qb, 0, NULL, mha_mat_rows(k, q, (ptrdiff_t)h * qk));
     /* Q_abs row: per head [W_ukᵀ·q_nope | q_rope] */
-    float *qabs = f->z + row0 * (size_t)h * dk;
     for (int hd = 0; hd < h; hd++) {
-        if (f->rope != MHA_ROPE_NONE)
-            mha_rope_rows(k, mha_mat_rows(k, q, (ptrdiff_t)h * qk), m, hd * qk + nope, r0, f->rope, rope, f->rope_cos,
-                          f->rope_sin);
+        rotate(f, q, (ptrdiff_t)h * qk, m, hd * qk + nope, rope, pos0, pos);
         lin(f, s, m, mha_mat_rows(k, q + (size_t)hd * qk, (ptrdiff_t)h * qk), &p->uk, hd * p->uk_stride, NULL,
             mha_mat_rows(k, qabs + (size_t)hd * dk, (ptrdiff_t)h * dk));
         for (int i = 0; i < m; i++)
             memcpy(qabs + (size_t)i * h * dk + (size_t)hd * dk + kvl, q + (size_t)i * h * qk + (size_t)hd * qk + nope,
                    (size_t)rope * sizeof *q);
     }
+}
+
+void mha_mla_project(const mha_fwd *f, int b, int r0, int r1, const mha_scratch *s)
+{
+    const size_t row0 = (size_t)b * f->call->seq_q + r0; /* key j at position j */
+    mha_mla_rows(f, f->call->q + row0 * f->d, r1 - r0, r0, NULL, f->z + row0 * (size_t)f->h * f->dk,
+                 f->mla_k + row0 * f->dk, f->dk, s);
 }
 
 int mha_mla_head_block(int h)
@@ -236,22 +251,26 @@ void mha_mla_core_view(const mha_fwd *f, int hb, mha_fwd *core, mha_core_io *io)
     };
 }
 
-void mha_mla_out_rows(const mha_fwd *f, int b, int r0, int r1, const mha_scratch *s)
+void mha_mla_values(const mha_fwd *f, int m, const float *z, ptrdiff_t zh, float *out, const mha_scratch *s)
 {
     const mha_kernel *k = f->kernel;
     const mha_mla_plan *p = f->mla;
-    const int ql = f->call->q_len ? f->call->q_len[b] : f->call->seq_q, h = f->h, dv = f->dv;
-    const int nv = f->mla_dims.v_head_dim, end = r1 < ql ? r1 : ql, m = end - r0;
-    float *out = f->call->out + ((size_t)b * f->call->seq_q + r0) * f->d;
-    if (m > 0) {
-        const float *z = f->mla_z + ((size_t)b * f->call->seq_q + r0) * (size_t)h * dv;
-        float *o = s->mla;
-        for (int hd = 0; hd < h; hd++) /* each head's values: its latent output through W_uv */
-            lin(f, s, m, mha_mat_rows(k, z + (size_t)hd * dv, (ptrdiff_t)h * dv), &p->uv, hd * p->uv_stride, NULL,
-                mha_mat_rows(k, o + (size_t)hd * nv, (ptrdiff_t)h * nv));
-        lin(f, s, m, mha_mat_rows(k, o, (ptrdiff_t)h * nv), &p->o, 0, f->has_bias ? f->mla_v + p->b_o : NULL,
-            mha_mat_rows(k, out, f->d));
-    }
+    const int h = f->h, nv = f->mla_dims.v_head_dim;
+    float *o = s->mla;
+    for (int hd = 0; hd < h; hd++) /* each head's values: its latent output through W_uv */
+        lin(f, s, m, mha_mat_rows(k, z + (size_t)hd * zh, (ptrdiff_t)h * zh), &p->uv, hd * p->uv_stride, NULL,
+            mha_mat_rows(k, o + (size_t)hd * nv, (ptrdiff_t)h * nv));
+    lin(f, s, m, mha_mat_rows(k, o, (ptrdiff_t)h * nv), &p->o, 0, f->has_bias ? f->mla_v + p->b_o : NULL,
+        mha_mat_rows(k, out, f->d));
+}
+
+void mha_mla_out_rows(const mha_fwd *f, int b, int r0, int r1, const mha_scratch *s)
+{
+    const int ql = f->call->q_len ? f->call->q_len[b] : f->call->seq_q, dv = f->dv;
+    const int end = r1 < ql ? r1 : ql, m = end - r0;
+    if (m > 0)
+        mha_mla_values(f, m, f->mla_z + ((size_t)b * f->call->seq_q + r0) * (size_t)f->h * dv, dv,
+                       f->call->out + ((size_t)b * f->call->seq_q + r0) * f->d, s);
     const int zero_from = m > 0 ? end : r0;
     if (zero_from < r1)
         memset(f->call->out + ((size_t)b * f->call->seq_q + zero_from) * f->d, 0,

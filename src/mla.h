@@ -43,6 +43,16 @@ mha_status mha_mla_weights_check(const mha_mla_weights *w, const mha_dims *dims,
 /* w packed into the engine's regions (f: its model, the views final). */
 void mha_mla_weights_pack(const mha_mla_weights *w, const mha_fwd *f);
 
+/* m rows of x (rows d apart, m <= MHA_MLA_ROWS), row i at position pos[i] (pos NULL: pos0 + i):
+ * their Q_abs rows into qabs (h·dk apart: each head's W_ukᵀ·q_nope then its rotated q_rope)
+ * and K rows into kr (ldk apart: the normed latent, then the rotated k_rope). The forward's
+ * phase 1 and a step's projections: one source of these bits. */
+void mha_mla_rows(const mha_fwd *f, const float *x, int m, int pos0, const int *pos, float *qabs, float *kr,
+                  ptrdiff_t ldk, const mha_scratch *s);
+/* out (m rows, d) = each head's latent output (its first kv_lora features of z: rows h·zh
+ * apart, head hd at hd·zh) through W_uv, then o_proj (+ b_o). The forward's phase 3 and a
+ * step's output rows. */
+void mha_mla_values(const mha_fwd *f, int m, const float *z, ptrdiff_t zh, float *out, const mha_scratch *s);
 /* Phase 1 of a forward, rows [r0, r1) of sequence b: Q_abs (f->z, rows of h·dk: each head's
  * W_ukᵀ·q_nope then its rotated q_rope) and K (f->mla_k, rows of dk: the normed latent, then
  * the rotated k_rope). */

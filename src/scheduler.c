@@ -219,7 +219,7 @@ static void step_tasks(const mha_sched *s, const void *arg)
 {
     const mha_step_job *j = arg;
     const int kvh = j->f.kvh, n = j->step->n_seqs;
-    for (int r0 = 0; r0 < j->rows; r0 += MHA_PACK_BLOCK) { /* whole panels each */
+    for (int r0 = 0; !j->f.mla && r0 < j->rows; r0 += MHA_PACK_BLOCK) { /* whole panels each (MLA: none) */
         const int r1 = r0 + MHA_PACK_BLOCK < j->rows ? r0 + MHA_PACK_BLOCK : j->rows;
 #pragma omp task firstprivate(r0, r1)
         mha_step_pack_rows(j, r0, r1);
@@ -229,7 +229,7 @@ static void step_tasks(const mha_sched *s, const void *arg)
         row_tasks(s, j, mha_step_norm_sums);
 #pragma omp taskwait
     }
-    row_tasks(s, j, mha_step_project);
+    row_tasks(s, j, j->f.mla ? mha_step_project_mla : mha_step_project);
 #pragma omp taskwait
     /* few new rows: chunks of the context straight from the cache, merged below;
      * more: the context gathered and the forward's attention */
@@ -263,6 +263,16 @@ static void step_tasks(const mha_sched *s, const void *arg)
             mha_step_decode_merge(j, q, g);
         }
 #pragma omp taskwait
+    for (int r0 = 0; j->f.mla && r0 < j->rows; r0 += MHA_MLA_ROWS) { /* MLA: W_uv, then o_proj */
+        const int r1 = r0 + MHA_MLA_ROWS < j->rows ? r0 + MHA_MLA_ROWS : j->rows;
+#pragma omp task firstprivate(r0, r1)
+        {
+            const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
+            mha_step_out_mla(j, r0, r1, &sc);
+        }
+    }
+    if (j->f.mla)
+        return;
     /* few rows (decode): split the columns too, so the whole of Wo is streamed by
      * every worker, not one; each element's sum is the same either way */
     const int cols = j->rows <= MHA_OUT_BLOCK ? MHA_OUT_COLS : j->f.d;

@@ -324,6 +324,33 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
     }
 }
 
+void mha_step_project_mla(const mha_step_job *j, int g, int r0, int r1, const mha_scratch *s)
+{
+    const mha_fwd *f = &j->f;
+    const mha_step *st = j->step;
+    const int m = r1 - r0, dk = f->dk, dkp = f->dkp, bs = j->cache->block_size, first = seq_of(j, r0, 0);
+    int pos[MHA_MLA_ROWS];
+    for (int i = 0, q = first; i < m; i++) {
+        q = seq_of(j, r0 + i, q);
+        pos[i] = pos_of(j, r0 + i, q);
+    }
+    /* rows of 3·dkp in the scratch: K at dkp, V at 2·dkp, as store_kv reads them */
+    float *kv = s->qkv;
+    const ptrdiff_t ld = 3 * (ptrdiff_t)dkp;
+    mha_mla_rows(f, st->x + (size_t)r0 * f->d, m, 0, pos, f->z + (size_t)r0 * f->qd, kv + dkp, ld, s);
+    for (int i = 0, q = first; i < m; i++) {
+        q = seq_of(j, r0 + i, q);
+        memcpy(kv + i * ld + 2 * dkp, kv + i * ld + dkp, (size_t)dk * sizeof *kv);
+        const mha_kv_run at = mha_kv_run_at(st->blocks + (size_t)q * st->max_blocks, bs, pos[i], pos[i] + 1);
+        store_kv(j, mha_mat_rows(f->kernel, kv, ld), i, r0 + i, at.block, g, at.slot);
+    }
+}
+
+void mha_step_out_mla(const mha_step_job *j, int r0, int r1, const mha_scratch *s)
+{
+    mha_mla_values(&j->f, r1 - r0, j->f.z + (size_t)r0 * j->f.qd, j->f.dk, j->f.call->out + (size_t)r0 * j->f.d, s);
+}
+
 /* float32 engines: the Kᵀ panels' columns past ctx, to the last panel's end, zero. */
 static void zero_kt_past(const mha_step_job *j, int ctx, const mha_scratch *s)
 {

@@ -6,6 +6,7 @@
 
 #include "attention.h"
 #include "kvcache.h"
+#include "mla.h"
 
 /* Decoding: a sequence bringing at most MHA_DECODE_MAX_NEW new tokens to a step attends straight
  * from the cache, its context cut into the forward's chunks of MHA_KV_CHUNK keys (one task
@@ -51,6 +52,13 @@ void mha_step_norm_sums(const mha_step_job *j, int g, int r0, int r1, const mha_
  * rotated at their positions and written to the cache; Q of the group's heads projected (or
  * read back from z), rotated, into z. */
 void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_scratch *s);
+/* MLA (its one latent KV head, g 0): rows [r0, r1) (at most MHA_MLA_ROWS) projected as the
+ * forward projects them (mha_mla_rows) at their positions: Q_abs into z, and each row's K
+ * [latent | rotated k_rope] into its cache slot as K and, whole, as V (the values sum every
+ * feature; the output reads the latent's). */
+void mha_step_project_mla(const mha_step_job *j, int g, int r0, int r1, const mha_scratch *s);
+/* MLA: out rows [r0, r1) from z (each head's latent output) through W_uv and o_proj. */
+void mha_step_out_mla(const mha_step_job *j, int r0, int r1, const mha_scratch *s);
 /* Sequence q, KV head g: its context's K and V from the cache, then each query head of the
  * group attends from its new tokens (Q read from z, Z written over it). */
 void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s);

@@ -541,8 +541,9 @@ Test(cli, a_narrower_v_runs_in_the_core_alone, .timeout = 60)
 }
 
 /* An MLA config runs a self-attention forward (generated weights checked against the double
- * reference); a decode block, cross-attention and --attn are refused naming the key or option. */
-Test(cli, mla_configs_run_their_forward_and_refuse_the_rest, .timeout = 60)
+ * reference) and a decode block through its latent cache (checked against one forward);
+ * cross-attention and --attn are refused naming the key or option. */
+Test(cli, mla_configs_run_forward_and_decode_and_refuse_the_rest, .timeout = 60)
 {
     char dir[64], path[128], args[256];
     tmpdir_make(dir, sizeof dir);
@@ -553,7 +554,9 @@ Test(cli, mla_configs_run_their_forward_and_refuse_the_rest, .timeout = 60)
         {"fwd.yaml", "batch: { size: 2, seq_len: 70, mask: causal, lengths: [70, 33] }\n", "--check 12", 0,
          "relative error"},
         {"bf16.yaml", "batch: { size: 2, seq_len: 70, mask: causal }\n", "--check 12 --precision bf16", 0, "(bound 0.01, bf16)"},
-        {"dec.yaml", "decode: { steps: 2 }\n", "", 2, "decode: not with model.mla yet"},
+        {"dec.yaml", "decode: { seqs: 3, context: 270, new: 2, steps: 3, block_size: 16, prefill_chunk: 100 }\n",
+         "--check 6", 0, "relative error 0.00e+00 over 6 rows against one causal float32 forward"},
+        {"dec16.yaml", "decode: { seqs: 2, context: 40, steps: 2 }\n", "--check 4 --precision bf16", 0, "(bound 0.01, bf16)"},
         {"cross.yaml", "batch: { seq_len: 8, kv_len: 9 }\n", "", 2, "batch.kv_len: not with model.mla"},
         {"attn.yaml", "batch: { seq_len: 8 }\n", "--attn x.npy", 2, "--attn: not with model.mla"},
     };

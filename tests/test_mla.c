@@ -34,16 +34,30 @@ typedef struct mla_case {
 
 static const char *const cases[] = {"mla_lora", "mla_qproj"};
 
-/* The case's config on the suite's table (config_init's isa and bf16 kernel), weights and data. */
+/* cfg on the suite's table: config_init's isa and bf16 kernel. */
+static void on_suite_table(mha_config *cfg)
+{
+    mha_config t;
+    config_init(&t);
+    memcpy(cfg->isa, t.isa, sizeof t.isa);
+    memcpy(cfg->bf16_kernel, t.bf16_kernel, sizeof t.bf16_kernel);
+}
+
+/* A config from YAML text, on the suite's table. */
+static void parse_on_suite_table(const char *yaml, mha_config *cfg)
+{
+    char err[256];
+    cr_assert_eq(mha_config_parse_with(yaml, strlen(yaml), "test.yaml", cfg, NULL, err, sizeof err), MHA_OK, "%s", err);
+    on_suite_table(cfg);
+}
+
+/* The case's config on the suite's table, weights and data. */
 static void mla_load(const char *name, mla_case *c)
 {
     char path[128], err[512];
     snprintf(path, sizeof path, D "%s.yaml", name);
     cr_assert_eq(cli_config_load(path, &c->fc, err, sizeof err), MHA_OK, "%s", err);
-    mha_config t;
-    config_init(&t);
-    memcpy(c->fc.engine.isa, t.isa, sizeof t.isa);
-    memcpy(c->fc.engine.bf16_kernel, t.bf16_kernel, sizeof t.bf16_kernel);
+    on_suite_table(&c->fc.engine);
     snprintf(path, sizeof path, D "%s.safetensors", name);
     cr_assert_eq(mha_weights_file_load(path, PREFIX, &c->fc.engine, &c->wf, err, sizeof err), MHA_OK, "%s", err);
     int64_t s[3], so[3];
@@ -161,11 +175,8 @@ Test(mla, blocks_threads_and_layouts_do_not_change_a_bit, .timeout = 120)
         "         mla: { kv_lora_rank: 32, q_lora_rank: 24, qk_nope_head_dim: 8, qk_rope_head_dim: 8, v_head_dim: 8 } }\n"
         "batch: { size: 3, seq_len: 150 }\n";
     char err[256];
-    mha_config cfg, t;
-    cr_assert_eq(mha_config_parse_with(yaml, strlen(yaml), "blocks.yaml", &cfg, NULL, err, sizeof err), MHA_OK, "%s", err);
-    config_init(&t);
-    memcpy(cfg.isa, t.isa, sizeof t.isa);
-    memcpy(cfg.bf16_kernel, t.bf16_kernel, sizeof t.bf16_kernel);
+    mha_config cfg;
+    parse_on_suite_table(yaml, &cfg);
     rand_mla w = rand_weights(&cfg, 77);
     const int batch = 3, S = 150, d = 64;
     const int32_t lens[3] = {150, 97, 1};
@@ -205,6 +216,72 @@ Test(mla, blocks_threads_and_layouts_do_not_change_a_bit, .timeout = 120)
     free(x), free(all), free(alone), free(w.storage), free(w.storage2);
 }
 
+/* Steps through the latent cache equal one causal forward bit for bit: a prefill in chunks
+ * (crossing a block and a 256-key chunk), then token by token, two sequences at once, block
+ * size 16, f32 and bf16 (each its own cache), 1 and 2 threads. */
+Test(mla, steps_through_the_latent_cache_equal_one_forward, .timeout = 120)
+{
+    static const char yaml[] =
+        "model: { d_model: 64, heads: 32, bias: true, rope: { style: gptj, theta: 10000 },\n"
+        "         mla: { kv_lora_rank: 32, q_lora_rank: 24, qk_nope_head_dim: 8, qk_rope_head_dim: 8, v_head_dim: 8 } }\n"
+        "batch: { size: 2, seq_len: 270 }\n";
+    char err[256];
+    mha_config cfg;
+    parse_on_suite_table(yaml, &cfg);
+    rand_mla w = rand_weights(&cfg, 91);
+    enum { NSEQ = 2, NTOK = 270, WIDTH = 64, BSIZE = 16, NBLK = (NTOK + BSIZE - 1) / BSIZE };
+    const size_t per = (size_t)NTOK * WIDTH;
+    float *x = malloc(per * NSEQ * sizeof *x), *fwd = malloc(per * NSEQ * sizeof *fwd), *stp = malloc(per * NSEQ * sizeof *stp);
+    float *xs = malloc(per * NSEQ * sizeof *xs), *os = malloc(per * NSEQ * sizeof *os);
+    cr_assert(x && fwd && stp && xs && os);
+    rng g = {92};
+    fill_uniform(x, per * NSEQ, -1.0f, 1.0f, &g);
+    /* the steps: a prefill of 37, 230 and 1 tokens, then one token at a time (the second
+     * sequence a step behind: one step mixes a chunk and a decode) */
+    static const int plan[][2] = {{37, 0}, {230, 37}, {1, 230}, {1, 1}, {1, 1}, {0, 1}};
+    for (int prec = 0; prec < 2; prec++)
+        for (int threads = 1; threads <= 2; threads++) {
+            cfg.precision = prec ? MHA_PRECISION_BF16 : MHA_PRECISION_F32;
+            cfg.threads = threads;
+            mha_engine *e = NULL;
+            cr_assert_eq(mha_create_msg(&cfg, &e, err, sizeof err), MHA_OK, "%s", err);
+            cr_assert_eq(mha_set_mla_weights(e, &w.torch), MHA_OK, "%s", mha_engine_last_error(e));
+            const mha_input in = {.batch = NSEQ, .seq_q = NTOK, .seq_kv = NTOK, .q = x, .k = x, .v = x, .causal = 1};
+            cr_assert_eq(mha_forward(e, &in, fwd, NULL), MHA_OK, "%s", mha_engine_last_error(e));
+            mha_kv_cache *c = NULL;
+            cr_assert_eq(mha_kv_cache_create(&cfg, NSEQ * NBLK, BSIZE, &c), MHA_OK);
+            int32_t blocks[NSEQ][NBLK], past[NSEQ] = {0, 0};
+            for (int b = 0; b < NSEQ; b++)
+                for (int i = 0; i < NBLK; i++)
+                    blocks[b][i] = b * NBLK + (NBLK - 1 - i); /* blocks in reverse order */
+            int done = 0;
+            for (size_t st = 0; st < sizeof plan / sizeof plan[0]; st++) {
+                int32_t add[NSEQ] = {plan[st][0], plan[st][1]};
+                size_t rows = 0;
+                for (int b = 0; b < NSEQ; b++) { /* sequence after sequence, as mha_step reads them */
+                    memcpy(xs + rows * WIDTH, x + b * per + (size_t)past[b] * WIDTH, (size_t)add[b] * WIDTH * sizeof *xs);
+                    rows += (size_t)add[b];
+                }
+                const mha_step s = {.n_seqs = NSEQ, .n_past = past, .n_new = add, .blocks = &blocks[0][0], .max_blocks = NBLK,
+                                    .x = xs};
+                cr_assert_eq(mha_step_forward(e, c, &s, os), MHA_OK, "step %zu: %s", st, mha_engine_last_error(e));
+                rows = 0;
+                for (int b = 0; b < NSEQ; b++) {
+                    memcpy(stp + b * per + (size_t)past[b] * WIDTH, os + rows * WIDTH, (size_t)add[b] * WIDTH * sizeof *os);
+                    rows += (size_t)add[b], past[b] += add[b], done += add[b];
+                }
+            }
+            cr_assert_eq(done, NSEQ * NTOK);
+            const long at = first_bit_difference(fwd, stp, per * NSEQ);
+            cr_assert_eq(at, -1, "%s (isa %s, kernel %s), %d thread(s): element %ld (sequence %ld, row %ld): forward %a, "
+                         "steps %a", prec ? "bf16" : "f32", mha_engine_isa(e), mha_engine_kernel(e), threads, at,
+                         at / (long)per, at % (long)per / WIDTH, (double)fwd[at < 0 ? 0 : at], (double)stp[at < 0 ? 0 : at]);
+            mha_kv_cache_free(c);
+            mha_free(e);
+        }
+    free(x), free(fwd), free(stp), free(xs), free(os), free(w.storage), free(w.storage2);
+}
+
 /* MLA's keys with the keys it replaces, weights of the other kind, and what the engine does
  * not run yet are refused, naming the key or the call. */
 Test(mla, what_it_refuses, .timeout = 30)
@@ -219,6 +296,8 @@ Test(mla, what_it_refuses, .timeout = 30)
          "model.mla.qk_nope_head_dim: must be at least 1"},
         {"model: { d_model: 64, heads: 4, mla: { q_lora_rank: 8 } }\n", "model.mla.q_lora_rank: needs model.mla.kv_lora_rank"},
         {"model: { d_model: 64, heads: 4, mla: { eps: 1e-5 } }\n", "model.mla.eps: given, but model.mla has no kv_lora_rank"},
+        {"model: { d_model: 64, heads: 4, mla: { kv_lora_rank: 16, qk_nope_head_dim: 8, v_head_dim: 6 } }\n"
+         "engine: { kv_cache: int8 }\n", "engine.kv_cache: int8 not with model.mla yet"},
         {"model: { d_model: 64, heads: 4, mla: { kv_lora_rank: 16, qk_nope_head_dim: 8, qk_rope_head_dim: 3, v_head_dim: 6 } }\n",
          "model.mla.qk_rope_head_dim: 3 must be even"},
         {"model: { d_model: 64, heads: 4, rope: { style: neox, rotary_dim: 2 },\n"
@@ -247,7 +326,7 @@ Test(mla, what_it_refuses, .timeout = 30)
     m.q_a_norm = NULL;
     cr_assert_eq(mha_set_mla_weights(e, &m), MHA_ERR_INVALID_ARG);
     cr_assert(strstr(mha_engine_last_error(e), "q_a_norm is NULL"), "%s", mha_engine_last_error(e));
-    /* cross-attention, attention weights, a KV cache: not for an MLA engine (yet: the latent cache) */
+    /* cross-attention and attention weights: not for an MLA engine */
     const size_t n = (size_t)c.S * c.d;
     float *out = malloc(n * sizeof *out), *attn = malloc((size_t)4 * c.S * c.S * sizeof *attn);
     float *xk = malloc(n * sizeof *xk);
@@ -258,19 +337,18 @@ Test(mla, what_it_refuses, .timeout = 30)
     cr_assert(strstr(mha_engine_last_error(e), "self-attention"), "%s", mha_engine_last_error(e));
     const mha_input self = {.batch = 1, .seq_q = c.S, .seq_kv = c.S, .q = c.x, .k = c.x, .v = c.x, .causal = 1};
     cr_assert_eq(mha_forward(e, &self, out, attn), MHA_ERR_INVALID_ARG);
+    /* a cache made for a plain model of the same sizes (one KV head of 20, the same RoPE), and
+     * packed weights of one */
     mha_kv_cache *cache = NULL;
-    cr_assert_eq(mha_kv_cache_create(&c.fc.engine, 4, 16, &cache), MHA_ERR_CONFIG);
-    cr_assert_null(cache);
-    /* nor a cache made for a model of the same sizes, nor packed weights of one */
     mha_config look = c.fc.engine;
     look.mla = (mha_mla){0}, look.n_kv_heads = 1, look.head_dim = mha_config_head_dim(&c.fc.engine);
-    look.rope.rotary_dim = c.fc.engine.mla.qk_rope_head_dim, look.rope.mscale = look.rope.mscale_all_dim = 0;
+    look.rope.rotary_dim = c.fc.engine.mla.qk_rope_head_dim;
     cr_assert_eq(mha_config_check(&look, err, sizeof err), MHA_OK, "%s", err);
     cr_assert_eq(mha_kv_cache_create(&look, 4, 16, &cache), MHA_OK);
     int32_t past = 0, add = 1, blocks[4] = {0, 1, 2, 3};
     const mha_step st = {.n_seqs = 1, .n_past = &past, .n_new = &add, .blocks = blocks, .max_blocks = 4, .x = c.x};
     cr_assert_eq(mha_step_forward(e, cache, &st, out), MHA_ERR_CONFIG);
-    cr_assert(strstr(mha_engine_last_error(e), "no latent KV cache yet"), "%s", mha_engine_last_error(e));
+    cr_assert(strstr(mha_engine_last_error(e), "the cache was made for another model"), "%s", mha_engine_last_error(e));
     mha_kv_cache_free(cache);
     problem q; /* weights of that shape: 4 heads of 20 over one KV head, 64 wide */
     problem_make(&q, 64, 4, 1, 4, 4, 0, 0, 2);

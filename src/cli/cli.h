@@ -102,6 +102,9 @@ typedef struct cli_problem {
     mha_mla_weights mw;
 } cli_problem;
 
+/* ", MLA: latent 512 + rope 64 as one KV head, q_lora 1536, nope 128, v 128" for an MLA model,
+ * "" otherwise: what a summary's model line adds. */
+void cli_mla_text(const cli_problem *p, char *buf, size_t n);
 /* The problem's weights into e: mha_set_mla_weights for an MLA model, else mha_set_weights. */
 mha_status cli_set_weights(mha_engine *e, const cli_problem *p);
 

@@ -214,7 +214,7 @@ float *cli_uniform_floats(size_t n, uint64_t *seed)
 void cli_problem_model(cli_problem *p, const mha_config *cfg)
 {
     p->d = cfg->d_model, p->h = cfg->n_heads, p->dk = mha_config_head_dim(cfg);
-    p->kvh = cfg->n_kv_heads ? cfg->n_kv_heads : cfg->n_heads;
+    p->kvh = cfg->n_kv_heads ? cfg->n_kv_heads : cfg->mla.kv_lora_rank ? 1 : cfg->n_heads;
     p->rope = cfg->rope;
     p->mla = cfg->mla, p->bias = cfg->bias;
     if (p->rope.style != MHA_ROPE_NONE && p->rope.rotary_dim == 0)
@@ -312,6 +312,19 @@ size_t cli_weight_floats(const cli_problem *p)
         return mla_matrices(p, mat);
     const size_t d = (size_t)p->d, qd = (size_t)p->h * p->dk, kvd = (size_t)p->kvh * p->dk;
     return 2 * d * qd + 2 * d * kvd + qd + d + 2 * kvd + extra_floats(p);
+}
+
+void cli_mla_text(const cli_problem *p, char *buf, size_t n)
+{
+    const mha_mla *m = &p->mla;
+    if (!m->kv_lora_rank) {
+        buf[0] = '\0';
+        return;
+    }
+    char q[32];
+    snprintf(q, sizeof q, m->q_lora_rank ? "q_lora %d" : "q_proj", m->q_lora_rank);
+    snprintf(buf, n, ", MLA: latent %d + rope %d as one KV head, %s, nope %d, v %d", m->kv_lora_rank,
+             m->qk_rope_head_dim, q, m->qk_nope_head_dim, m->v_head_dim);
 }
 
 mha_status cli_set_weights(mha_engine *e, const cli_problem *p)

@@ -114,8 +114,6 @@ static mha_status finish(void *dest, const mha_config *c, const mha_config_seen 
     if (fc->decode && (long)fc->decode_context + (long)fc->decode_new * fc->decode_steps > (1 << 20))
         return mha_config_seen_fail(seen, "decode", -1, "context %d + new %d × steps %d is past 1048576 positions",
                                     fc->decode_context, fc->decode_new, fc->decode_steps);
-    if (c->mla.kv_lora_rank && fc->decode) /* what an MLA engine runs: a causal or padded self-attention forward */
-        return mha_config_seen_fail(seen, "decode", -1, "not with model.mla yet (no latent KV cache): a forward runs it");
     if (c->mla.kv_lora_rank && fc->cross)
         return mha_config_seen_fail(seen, mha_config_seen_line(seen, "batch.cross", -1) ? "batch.cross" : "batch.kv_len", -1,
                                     "not with model.mla (self-attention: its one KV head is made from the queries' tokens)");

@@ -118,7 +118,7 @@ static int load_tokens(const cli_decode_files *f, int d, int cap, decode_state *
 /* The check: `rows` rows sampled over the first and last kept sequence against one causal
  * float32 forward over the kept sequences' tokens, into c. Returns EXIT_OK or an exit code
  * after a message. */
-static int check_rows(decode_state *s, const mha_config *cfg, const mha_weights *w, int rows, cli_check *c)
+static int check_rows(decode_state *s, const mha_config *cfg, const cli_problem *w, int rows, cli_check *c)
 {
     const int d = cfg->d_model, S = s->S, B = s->kept;
     mha_config one = *cfg;
@@ -127,7 +127,7 @@ static int check_rows(decode_state *s, const mha_config *cfg, const mha_weights 
     one.kv_type = MHA_KV_AUTO, one.bf16_kernel[0] = '\0';
     mha_status st = MHA_ERR_NOMEM;
     s->check_out = malloc((size_t)B * S * d * sizeof *s->check_out);
-    if (!s->check_out || (st = mha_create(&one, &s->check_e)) != MHA_OK || (st = mha_set_weights(s->check_e, w)) != MHA_OK)
+    if (!s->check_out || (st = mha_create(&one, &s->check_e)) != MHA_OK || (st = cli_set_weights(s->check_e, w)) != MHA_OK)
         return cli_error("check: an engine for %d × %d tokens: %s", B, S, s->check_out ? mha_status_str(st) : "out of memory"),
                EXIT_RUNTIME;
     const mha_input in = {.batch = B, .seq_q = S, .seq_kv = S, .q = s->tokens, .k = s->tokens, .v = s->tokens,
@@ -251,7 +251,9 @@ static void report(decode_state *s, const cli_config *fc, const char *config, co
         return;
     }
     printf("mha run (decode): %s (%s)\n", fc->name, config);
-    printf("  model    d_model %d, %d heads, %d KV heads (d_k %d)\n", d, p->h, p->kvh, p->dk);
+    char mla[160];
+    cli_mla_text(p, mla, sizeof mla);
+    printf("  model    d_model %d, %d heads, %d KV heads (d_k %d)%s\n", d, p->h, p->kvh, p->dk, mla);
     if (f->input)
         printf("  data     input %s (%d sequences of up to %d tokens), weights %s\n", f->input, n_seqs, s->S,
                f->weights ? f->weights : "random");
@@ -336,12 +338,12 @@ int cli_decode(const cli_config *fc, const char *config, const cli_decode_files 
             rc = cli_exit_code(st);
             goto out;
         }
-        p.w = s.wf.w;
+        p.w = s.wf.w, p.mw = s.wf.mla;
     } else if ((rc = cli_generate_weights(fc, &p, &s.gen_w)) != EXIT_OK) {
         goto out;
     }
     rc = EXIT_RUNTIME;
-    if ((st = mha_create(&cfg, &s.e)) != MHA_OK || (st = mha_set_weights(s.e, &p.w)) != MHA_OK) {
+    if ((st = mha_create(&cfg, &s.e)) != MHA_OK || (st = cli_set_weights(s.e, &p)) != MHA_OK) {
         mha_config_check(&cfg, err, sizeof err);
         cli_error("engine: %s%s%s", mha_status_str(st), err[0] ? ": " : "", s.e ? mha_engine_last_error(s.e) : err);
         rc = cli_exit_code(st);
@@ -367,7 +369,7 @@ int cli_decode(const cli_config *fc, const char *config, const cli_decode_files 
         goto out;
 
     cli_check checked = {0};
-    if (check > 0 && s.kept && (rc = check_rows(&s, &cfg, &p.w, check, &checked)) != EXIT_OK)
+    if (check > 0 && s.kept && (rc = check_rows(&s, &cfg, &p, check, &checked)) != EXIT_OK)
         goto out;
     if (f->output) {
         const int64_t shape[3] = {s.kept, s.S, d};

@@ -359,12 +359,10 @@ static void report(const run_opts *o, const run_state *s, const cli_stats *tp, c
         cli_print_json(j);
     } else {
         printf("mha run: %s%s%s%s\n", s->fc.name, o->config ? " (" : "", o->config ? o->config : "", o->config ? ")" : " (built-in default)");
-        printf("  model    d_model %d, %d heads (d_k %d)", p->d, p->h, p->dk);
-        if (p->mla.kv_lora_rank)
-            printf(", MLA: latent %d + rope %d as one KV head, %s, nope %d, v %d", p->mla.kv_lora_rank,
-                   p->mla.qk_rope_head_dim, p->mla.q_lora_rank ? "q_lora" : "q_proj", p->mla.qk_nope_head_dim,
-                   p->mla.v_head_dim);
-        else if (p->kvh != p->h)
+        char mla[160];
+        cli_mla_text(p, mla, sizeof mla);
+        printf("  model    d_model %d, %d heads (d_k %d)%s", p->d, p->h, p->dk, mla);
+        if (!mla[0] && p->kvh != p->h)
             printf(", %d KV heads", p->kvh);
         printf(", %s", s->fc.engine.bias ? "biases" : "no biases");
         if (p->rope.style != MHA_ROPE_NONE)
