@@ -570,6 +570,33 @@ Test(cli, mla_configs_run_forward_and_decode_and_refuse_the_rest, .timeout = 60)
         cr_assert(strstr(t[i].rc ? err : out, t[i].says), "%s: no '%s' in %s%s", t[i].name, t[i].says, out, err);
         free(out), free(err);
     }
+    /* HF's DeepseekV3Attention golden through the latent cache: a prefill in chunks of 3, then
+     * token by token, real tokens from --input; the output is the module's */
+    char *yaml = NULL, *out = NULL, *err = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&yaml, &n);
+    FILE *g = fopen(D "mla_lora.yaml", "r");
+    cr_assert(f && g);
+    char line[512];
+    while (fgets(line, sizeof line, g))
+        if (strncmp(line, "batch:", 6) != 0)
+            fputs(line, f);
+    fputs("decode: { seqs: 2, context: 6, new: 1, steps: 6, block_size: 4, prefill_chunk: 3 }\n", f);
+    fclose(g), fclose(f);
+    write_config(dir, "golden_dec.yaml", yaml, path, sizeof path);
+    char a2[512];
+    snprintf(a2, sizeof a2, "run %s --weights " D "mla_lora.safetensors --prefix model.layers.0.self_attn --input " D
+             "mla_lora_x.npy --output %s/dec.npy --check 6", path, dir);
+    cr_assert_eq(run_cli(a2, &out, &err), 0, "%s%s", out, err);
+    snprintf(path, sizeof path, "%s/dec.npy", dir);
+    int64_t s1[3], s2[3];
+    float *got = read_npy(path, 3, s1), *want = read_npy(D "mla_lora_out.npy", 3, s2);
+    cr_assert(!memcmp(s1, s2, sizeof s1));
+    double num = 0, den = 0;
+    for (size_t e = 0; e < (size_t)(s1[0] * s1[1] * s1[2]); e++)
+        num += ((double)got[e] - want[e]) * ((double)got[e] - want[e]), den += (double)want[e] * want[e];
+    cr_assert_leq(sqrt(num / den), 1e-5, "the golden through the latent cache: relative error %g", sqrt(num / den));
+    free(got), free(want), free(yaml), free(out), free(err);
     tmpdir_remove(dir);
 }
 
