@@ -431,7 +431,8 @@ MHA_API mha_status mha_forward(mha_engine *e, const mha_input *in, float *out, f
         return failed(e, MHA_ERR_INVALID_ARG, "forward: %s is NULL",
                       !in ? "in" : !out ? "out" : !in->q ? "in->q" : !in->k ? "in->k" : "in->v");
     if (!e->weights_set)
-        return failed(e, MHA_ERR_STATE, "forward: no weights yet (call mha_set_weights first)");
+        return failed(e, MHA_ERR_STATE, "forward: no weights yet (call mha_set_weights, or mha_set_mla_weights for MLA, "
+                      "first)");
     if (nested_refused(e))
         return failed(e, MHA_ERR_STATE, "forward: called inside an active OpenMP parallel region, where this engine's %d "
                       "threads would run as 1: call it outside, or create it with threads = 1", e->dims.threads);
@@ -461,9 +462,10 @@ MHA_API mha_status mha_forward(mha_engine *e, const mha_input *in, float *out, f
 /* ---- the attention core ---- */
 
 /* A core tensor's strides (given: in, all zero for contiguous (n[0], n[1], n[2], dk), dk
- * features a row) into st, checked: none negative, the last element's offset within PTRDIFF_MAX, and with distinct (out)
- * no two elements at one address (each dimension of more than one element, by increasing
- * stride, steps past everything the smaller ones span). NULL, or what is wrong. */
+ * features a row) into st, checked: none negative, the last element's offset within
+ * PTRDIFF_MAX, and with distinct (out) no two elements at one address (each dimension of more
+ * than one element, by increasing stride, steps past everything the smaller ones span). NULL,
+ * or what is wrong. */
 static const char *core_strides(const ptrdiff_t *in, const int n[3], int dk, int distinct, ptrdiff_t st[3])
 {
     static const ptrdiff_t zero[3];
@@ -550,12 +552,13 @@ static mha_status step_check(mha_engine *e, const mha_kv_cache *c, const mha_ste
     if (!c || !s)
         return failed(e, MHA_ERR_INVALID_ARG, "step: %s is NULL", !c ? "the cache" : "the step");
     if (!e->weights_set)
-        return failed(e, MHA_ERR_STATE, "step: no weights yet (call mha_set_weights first)");
-    if (!mha_kv_cache_fits(c, dm->d, dm->h, dm->kvh, dm->dk, &dm->rope, dm->kv_type) || c->mla != dm->mla.kv_lora_rank)
+        return failed(e, MHA_ERR_STATE, "step: no weights yet (call mha_set_weights, or mha_set_mla_weights for MLA, "
+                      "first)");
+    if (!mha_kv_cache_fits(c, dm))
         return failed(e, MHA_ERR_CONFIG, "step: the cache was made for another model (d_model %d, %d heads, %d KV heads "
-                      "of %d, kv_cache %s, or another RoPE) than this engine's (d_model %d, %d heads, %d KV heads of %d, "
-                      "kv_cache %s)", c->d, c->h, c->kvh, c->dk, mha_kv_type_name(c->type), dm->d, dm->h, dm->kvh, dm->dk,
-                      mha_kv_type_name(dm->kv_type));
+                      "of %d, kv_cache %s, MLA latent %d, or another RoPE) than this engine's (d_model %d, %d heads, %d KV "
+                      "heads of %d, kv_cache %s, MLA latent %d)", c->d, c->h, c->kvh, c->dk, mha_kv_type_name(c->type), c->mla,
+                      dm->d, dm->h, dm->kvh, dm->dk, mha_kv_type_name(dm->kv_type), dm->mla.kv_lora_rank);
     if (s->n_seqs < 1 || s->n_seqs > dm->batch)
         return failed(e, MHA_ERR_SHAPE, "step: n_seqs %d is outside 1..max_batch %d", s->n_seqs, dm->batch);
     if (!s->n_past || !s->n_new || !s->blocks)

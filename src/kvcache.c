@@ -110,8 +110,8 @@ MHA_API void mha_kv_cache_free(mha_kv_cache *c)
         free(c->owned); /* NULL for a cache in caller memory */
 }
 
-int mha_kv_cache_fits(const mha_kv_cache *c, int d, int h, int kvh, int dk, const mha_rope *rope, mha_kv_type type)
+int mha_kv_cache_fits(const mha_kv_cache *c, const mha_dims *dm)
 {
-    return c->d == d && c->h == h && c->kvh == kvh && c->dk == dk && !memcmp(&c->rope, rope, sizeof *rope) &&
-           c->type == type;
+    return c->d == dm->d && c->h == dm->h && c->kvh == dm->kvh && c->dk == dm->dk && c->mla == dm->mla.kv_lora_rank &&
+           !memcmp(&c->rope, &dm->rope, sizeof dm->rope) && c->type == dm->kv_type;
 }

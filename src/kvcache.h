@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "bgemm.h"
+#include "dims.h"
 #include "mha.h"
 
 struct mha_kv_cache {
@@ -118,7 +119,8 @@ static inline mha_kv_run mha_kv_run_at(const int32_t *table, int bs, int t, int 
     return (mha_kv_run){t, t1 - t < bs - slot ? t1 - t : bs - slot, table[t / bs], slot};
 }
 
-/* Whether an engine of these dimensions and kv type may read and write the cache. */
-int mha_kv_cache_fits(const mha_kv_cache *c, int d, int h, int kvh, int dk, const mha_rope *rope, mha_kv_type type);
+/* Whether an engine of these dimensions (its model, MLA or not, and kv type) may read and write
+ * the cache. */
+int mha_kv_cache_fits(const mha_kv_cache *c, const mha_dims *dims);
 
 #endif
