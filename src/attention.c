@@ -158,13 +158,13 @@ void mha_attention_norm_rows(const mha_fwd *f, mha_mat qkv, int rows, int col, i
     if (ss)
         w += (size_t)head * dk; /* this head's factors */
     for (int i = 0; i < rows; i++) {
-        double sq = 0.0; /* the mean of squares in double: HF's float32 mean within its rounding */
+        double sq = 0.0;
         if (ss)
             for (int g = 0; g < f->kvh; g++)
                 sq += ss[(size_t)i * f->kvh + g];
         else
             mha_attention_sum_squares(f, mha_mat_sub(k, qkv, i, 0), 1, col, &sq, 0);
-        const float r = 1.0f / sqrtf((float)(sq / width) + f->norm_eps);
+        const float r = mha_rms_factor(sq, width, f->norm_eps);
         for (int c = 0; c < dk; c++) {
             float *x = mha_mat_at(k, qkv, i, col + c);
             *x = *x * r * w[c];

@@ -264,6 +264,13 @@ void mha_attention_logits(const mha_fwd *f, float *row, mha_key_span in, int pos
  * every decode path run it: one source of these bits. */
 float mha_attention_chunk_row(const mha_fwd *f, float *row, int n, mha_key_span in, int pos, int c0, int head,
                               const uint8_t *mask, const float *vs, float *mx, mha_bf16 *p);
+/* HF's RMSNorm factor of a row whose n features' squares sum to sq (summed in double: HF's
+ * float32 mean within its rounding): rsqrt(mean(x²) + eps), as float32. QK-norm and MLA's
+ * latent norms alike: one source of these bits. */
+static inline float mha_rms_factor(double sq, int n, float eps)
+{
+    return 1.0f / sqrtf((float)(sq / n) + eps);
+}
 /* QK-norm of rows [0, rows) of the Q/K/V scratch at column col (Q at 0, K at dkp), of query
  * head `head` (is_k: of KV head `head`): each row's dk features times rsqrt(mean(x²) + eps),
  * then times the factors (f->q_norm, f->k_norm). The mean is over the row's dk features, or

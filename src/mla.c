@@ -163,7 +163,7 @@ static void lin(const mha_fwd *f, const mha_scratch *s, int m, mha_mat a, const 
 }
 
 /* HF's DeepseekV3RMSNorm of rows [0, m) (n features, rows ld apart): x·rsqrt(mean(x²) + eps)·w,
- * the mean of squares in double (HF's float32 mean within its rounding), as QK-norm's. */
+ * as QK-norm's (mha_rms_factor). */
 static void rms_rows(float *x, int m, int n, ptrdiff_t ld, const float *w, float eps)
 {
     for (int i = 0; i < m; i++) {
@@ -171,7 +171,7 @@ static void rms_rows(float *x, int m, int n, ptrdiff_t ld, const float *w, float
         double sq = 0.0;
         for (int c = 0; c < n; c++)
             sq += (double)r[c] * r[c];
-        const float inv = 1.0f / sqrtf((float)(sq / n) + eps);
+        const float inv = mha_rms_factor(sq, n, eps);
         for (int c = 0; c < n; c++)
             r[c] = r[c] * inv * w[c];
     }

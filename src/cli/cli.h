@@ -105,6 +105,9 @@ typedef struct cli_problem {
 /* ", MLA: latent 512 + rope 64 as one KV head, q_lora 1536, nope 128, v 128" for an MLA model,
  * "" otherwise: what a summary's model line adds. */
 void cli_mla_text(const cli_problem *p, char *buf, size_t n);
+/* "engine: STATUS: why" for a create (e NULL: the config's check says why) or a set-weights (e
+ * says why) that failed with st; returns its exit code. */
+int cli_engine_failed(const mha_config *cfg, const mha_engine *e, mha_status st);
 /* The problem's weights into e: mha_set_mla_weights for an MLA model, else mha_set_weights. */
 mha_status cli_set_weights(mha_engine *e, const cli_problem *p);
 
@@ -117,7 +120,8 @@ int cli_generate_inputs(const cli_config *fc, int batch, cli_problem *p);
 /* Its shape alone: the model, sizes, lengths and mask, no inputs (q and kv stay NULL). */
 int cli_generate_shape(const cli_config *fc, int batch, cli_problem *p);
 /* Floats of a layer's weights and biases: Wq, Wo (d·h·d_k), Wk, Wv (d·kvh·d_k), their biases,
- * then QK-norm's weights (2·d_k) and the sinks (h) when the model has them. */
+ * then QK-norm's weights (2·d_k) and the sinks (h) when the model has them; an MLA model's:
+ * its five matrices, two RMSNorms' factors and (with bias) three biases. */
 size_t cli_weight_floats(const cli_problem *p);
 /* Seeded weights with nn.Linear's init, U(-1/sqrt(d), 1/sqrt(d)), into *buf (the caller
  * frees it) and p->w (x·W layout; biases when the config has them; QK-norm factors

@@ -327,6 +327,17 @@ void cli_mla_text(const cli_problem *p, char *buf, size_t n)
              m->qk_rope_head_dim, q, m->qk_nope_head_dim, m->v_head_dim);
 }
 
+int cli_engine_failed(const mha_config *cfg, const mha_engine *e, mha_status st)
+{
+    char err[1024];
+    if (e)
+        snprintf(err, sizeof err, "%s", mha_engine_last_error(e));
+    else
+        mha_config_check(cfg, err, sizeof err);
+    cli_error("engine: %s%s%s", mha_status_str(st), err[0] ? ": " : "", err);
+    return cli_exit_code(st);
+}
+
 mha_status cli_set_weights(mha_engine *e, const cli_problem *p)
 {
     return p->mla.kv_lora_rank ? mha_set_mla_weights(e, &p->mw) : mha_set_weights(e, &p->w);

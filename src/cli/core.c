@@ -175,12 +175,9 @@ int cli_core(const cli_config *fc, const char *config, int causal, int check, in
     }
     mha_config cfg = fc->engine;
     cfg.max_batch = p->batch, cfg.max_seq_q = p->seq_q, cfg.max_seq_kv = p->seq_kv;
-    char err[1024];
     mha_status st = mha_create(&cfg, &s.e);
     if (st != MHA_OK) {
-        mha_config_check(&cfg, err, sizeof err);
-        cli_error("engine: %s%s%s", mha_status_str(st), err[0] ? ": " : "", err);
-        rc = cli_exit_code(st);
+        rc = cli_engine_failed(&cfg, NULL, st);
         goto out;
     }
     /* Q, K, V in SDPA's (batch, heads, rows, d_k), seeded as run's inputs are; with a narrower

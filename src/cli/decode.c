@@ -344,9 +344,7 @@ int cli_decode(const cli_config *fc, const char *config, const cli_decode_files 
     }
     rc = EXIT_RUNTIME;
     if ((st = mha_create(&cfg, &s.e)) != MHA_OK || (st = cli_set_weights(s.e, &p)) != MHA_OK) {
-        mha_config_check(&cfg, err, sizeof err);
-        cli_error("engine: %s%s%s", mha_status_str(st), err[0] ? ": " : "", s.e ? mha_engine_last_error(s.e) : err);
-        rc = cli_exit_code(st);
+        rc = cli_engine_failed(&cfg, s.e, st);
         goto out;
     }
     if ((st = mha_kv_cache_create(&cfg, n_seqs * max_blocks, bs, &s.cache)) != MHA_OK) {

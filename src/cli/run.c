@@ -418,12 +418,7 @@ int mha_cli_run(int argc, char **argv)
     cfg = s.fc.engine;
     cfg.max_batch = p->batch, cfg.max_seq_q = p->seq_q, cfg.max_seq_kv = p->seq_kv;
     if ((st = mha_create(&cfg, &s.e)) != MHA_OK || (st = cli_set_weights(s.e, p)) != MHA_OK) {
-        if (s.e) /* the weights refused: the engine says why */
-            snprintf(err, sizeof err, "%s", mha_engine_last_error(s.e));
-        else
-            mha_config_check(&cfg, err, sizeof err);
-        cli_error("engine: %s%s%s", mha_status_str(st), err[0] ? ": " : "", err);
-        rc = cli_exit_code(st);
+        rc = cli_engine_failed(&cfg, s.e, st);
         goto out;
     }
     size_t n_out = (size_t)p->batch * p->seq_q * p->d, n_attn = 0;
