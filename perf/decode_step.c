@@ -7,9 +7,13 @@
  * (weights + the cache read) per second of the median step. Run two builds alternately
  * (perf/ab.sh does it for `mha run`): single runs on a shared VM swing by 10–30%.
  *
- * usage: decode_step [f32|bf16] [KV_HEADS (8)] [CONTEXT (2048)] [STEPS (30)] [THREADS (2)]
+ * usage: decode_step [f32|bf16] [KV_HEADS (8) | mla] [CONTEXT (2048)] [STEPS (30)] [THREADS (2)]
  *                    [SEQS (16)] [ISA (auto)] [KV_CACHE (auto: the precision's; int8)]
  *                    [BF16_KERNEL (auto; a kernel of the table, e.g. fma-bf16)]
+ * KV_HEADS mla: DeepSeek-V3's attention layer instead (configs/deepseek-v3-attn.yaml: d 7168,
+ * 128 heads, q_lora 1536, a latent cache of kv_lora 512 + rope 64 a token; issue 34's
+ * benchmark shape with CONTEXT 4096); its step reads the weights and each token's latent row
+ * as K (576) and V (512).
  * CONTEXT 1 leaves the projections alone: a step at CONTEXT minus that one is the attention
  * phase. The engine holds at least MIN_KV positions whatever the context: its Q/K/V scratch
  * holds max(seq_q, seq_kv) rows, and a step's projection tasks take at most that many, so an
@@ -24,6 +28,8 @@
 #include "perf_util.h"
 
 enum { D = 4096, HEADS = 32, DK = 128, MAX_SEQS = 256, BLOCK = 16, WARMUP = 3, MIN_KV = 256 };
+/* DeepSeek-V3's MLA layer */
+enum { MLA_D = 7168, MLA_HEADS = 128, MLA_QL = 1536, MLA_KVL = 512, MLA_NOPE = 128, MLA_ROPE = 64, MLA_V = 128 };
 
 static int cmp(const void *a, const void *b)
 {
@@ -42,7 +48,8 @@ static float *random_floats(size_t n, float scale, uint64_t *s)
 int main(int argc, char **argv)
 {
     const int bf16 = argc > 1 && !strcmp(argv[1], "bf16");
-    const int kvh = argc > 2 ? atoi(argv[2]) : 8, context = argc > 3 ? atoi(argv[3]) : 2048;
+    const int mla = argc > 2 && !strcmp(argv[2], "mla");
+    const int kvh = mla ? 1 : argc > 2 ? atoi(argv[2]) : 8, context = argc > 3 ? atoi(argv[3]) : 2048;
     const int steps = argc > 4 ? atoi(argv[4]) : 30, threads = argc > 5 ? atoi(argv[5]) : 2;
     const int seqs = argc > 6 ? atoi(argv[6]) : 16;
     const char *isa = argc > 7 ? argv[7] : "auto";
@@ -52,28 +59,37 @@ int main(int argc, char **argv)
         steps < 1 || threads < 1 || seqs < 1 || seqs > MAX_SEQS || strlen(isa) >= sizeof((mha_config){0}.isa) ||
         (argc > 8 && !int8 && strcmp(argv[8], "auto")) || strlen(bk) >= sizeof((mha_config){0}.bf16_kernel)) {
         fprintf(stderr,
-                "usage: decode_step [f32|bf16] [KV_HEADS dividing %d] [CONTEXT 1..%d] [STEPS >= 1] [THREADS >= 1] "
+                "usage: decode_step [f32|bf16] [KV_HEADS dividing %d | mla] [CONTEXT 1..%d] [STEPS >= 1] [THREADS >= 1] "
                 "[SEQS 1..%d] [ISA auto|avx512|avx2|ref] [KV_CACHE auto|int8] [BF16_KERNEL auto|NAME]\n",
                 HEADS, 1 << 20, MAX_SEQS);
         return 2;
     }
     mha_config cfg;
     mha_config_init(&cfg);
-    cfg.d_model = D, cfg.n_heads = HEADS, cfg.n_kv_heads = kvh, cfg.bias = 0;
+    cfg.d_model = mla ? MLA_D : D, cfg.n_heads = mla ? MLA_HEADS : HEADS, cfg.n_kv_heads = mla ? 0 : kvh, cfg.bias = 0;
     cfg.max_batch = seqs, cfg.max_seq_q = 1, cfg.max_seq_kv = context > MIN_KV ? context : MIN_KV;
     cfg.threads = threads, cfg.pinning = MHA_PIN_CLOSE;
     cfg.precision = bf16 ? MHA_PRECISION_BF16 : MHA_PRECISION_F32;
     cfg.kv_type = int8 ? MHA_KV_INT8 : MHA_KV_AUTO;
     cfg.rope = (mha_rope){.style = MHA_ROPE_NEOX, .theta = 500000.0f};
+    if (mla) {
+        cfg.mla = (mha_mla){.kv_lora_rank = MLA_KVL, .q_lora_rank = MLA_QL, .qk_nope_head_dim = MLA_NOPE,
+                            .qk_rope_head_dim = MLA_ROPE, .v_head_dim = MLA_V, .eps = 1e-6f};
+        cfg.rope = (mha_rope){.style = MHA_ROPE_GPTJ, .theta = 10000.0f};
+    }
     snprintf(cfg.isa, sizeof cfg.isa, "%s", isa);
     snprintf(cfg.bf16_kernel, sizeof cfg.bf16_kernel, "%s", bk);
 
-    const size_t kvd = (size_t)kvh * DK;
+    const size_t kvd = (size_t)kvh * DK, d = (size_t)cfg.d_model;
     const int per_seq = (context + BLOCK - 1) / BLOCK, n_blocks = seqs * per_seq;
+    /* the weights' floats, one after another (XW: (in, out)): MHA's Wq, Wk, Wv, Wo; MLA's q_a,
+     * q_b, kv_a, kv_b, o, then the two latent norms (ones) */
+    const size_t mq = (size_t)MLA_HEADS * (MLA_NOPE + MLA_ROPE), mkv = MLA_KVL + MLA_ROPE;
+    const size_t mb = (size_t)MLA_HEADS * (MLA_NOPE + MLA_V), mo = (size_t)MLA_HEADS * MLA_V;
+    const size_t n_mat = mla ? d * MLA_QL + MLA_QL * mq + d * mkv + MLA_KVL * mb + mo * d : 2 * d * d + 2 * d * kvd;
     uint64_t seed = 42;
-    float *wq = random_floats((size_t)D * D, 0.02f, &seed), *wk = random_floats((size_t)D * kvd, 0.02f, &seed);
-    float *wv = random_floats((size_t)D * kvd, 0.02f, &seed), *wo = random_floats((size_t)D * D, 0.02f, &seed);
-    float *x = random_floats((size_t)seqs * D, 1.0f, &seed), *out = malloc((size_t)seqs * D * sizeof *out);
+    float *wm = random_floats(n_mat + MLA_QL + MLA_KVL, 0.02f, &seed);
+    float *x = random_floats((size_t)seqs * d, 1.0f, &seed), *out = malloc((size_t)seqs * d * sizeof *out);
     int32_t *blocks = malloc((size_t)n_blocks * sizeof *blocks), past[MAX_SEQS], add[MAX_SEQS];
     double *ms = malloc((size_t)steps * sizeof *ms);
     mha_engine *e = NULL;
@@ -82,15 +98,27 @@ int main(int argc, char **argv)
     void *tails[MAX_SEQS];
     const char *what = "out of memory";
     mha_status st = MHA_ERR_NOMEM;
-    if (!wq || !wk || !wv || !wo || !x || !out || !blocks || !ms)
+    if (!wm || !x || !out || !blocks || !ms)
         goto done;
-    mha_weights w = {.w_q = wq, .w_k = wk, .w_v = wv, .w_o = wo, .layout = MHA_LAYOUT_XW};
+    for (size_t i = n_mat; i < n_mat + MLA_QL + MLA_KVL; i++)
+        wm[i] = 1.0f;
     if ((st = mha_create(&cfg, &e)) != MHA_OK) {
         what = "mha_create";
         goto done;
     }
-    if ((st = mha_set_weights(e, &w)) != MHA_OK) {
-        what = "mha_set_weights";
+    if (mla) {
+        const float *q_a = wm, *q_b = q_a + d * MLA_QL, *kv_a = q_b + MLA_QL * mq, *kv_b = kv_a + d * mkv;
+        const float *o = kv_b + MLA_KVL * mb, *norms = o + mo * d;
+        const mha_mla_weights w = {.layout = MHA_LAYOUT_XW, .q_a = q_a, .q_a_norm = norms, .q_b = q_b, .kv_a = kv_a,
+                                   .kv_a_norm = norms + MLA_QL, .kv_b = kv_b, .o = o};
+        st = mha_set_mla_weights(e, &w);
+    } else {
+        const mha_weights w = {.w_q = wm, .w_k = wm + d * d, .w_v = wm + d * d + d * kvd, .w_o = wm + d * d + 2 * d * kvd,
+                               .layout = MHA_LAYOUT_XW};
+        st = mha_set_weights(e, &w);
+    }
+    if (st != MHA_OK) {
+        what = "setting the weights";
         goto done;
     }
     if ((st = mha_kv_cache_create(&cfg, n_blocks, BLOCK, &cache)) != MHA_OK) {
@@ -127,12 +155,14 @@ int main(int argc, char **argv)
     qsort(ms, (size_t)steps, sizeof *ms, cmp);
     const double elem = bf16 ? 2.0 : 4.0, median = ms[steps / 2];
     /* int8: per slot and KV head, K's and V's DK bytes, K's scale and zero point per feature of
-     * each group of MHA_KV_GROUP slots, V's scale */
+     * each group of MHA_KV_GROUP slots, V's scale; MLA: each token's latent row read as K and
+     * as V (its first kv_lora values) */
     const double kv_elem = int8 ? 1.0 + (2.0 * DK * sizeof(float) / MHA_KV_GROUP + sizeof(float)) / (2.0 * DK) : elem;
-    const double bytes = elem * (2.0 * D * D + 2.0 * D * (double)kvd) + kv_elem * 2.0 * seqs * (double)kvd * context;
-    printf("decode_step %s, kv %s, isa %s (%s), %d sequences, %d KV heads, context %d, %d threads: median %.2f ms "
+    const double kv_row = mla ? (double)(mkv + MLA_KVL) : 2.0 * (double)kvd;
+    const double bytes = elem * (double)n_mat + kv_elem * kv_row * seqs * context;
+    printf("decode_step %s%s, kv %s, isa %s (%s), %d sequences, %d KV heads, context %d, %d threads: median %.2f ms "
            "(min %.2f, max %.2f) over %d steps, %.1f GB/s\n",
-           bf16 ? "bf16" : "f32", int8 ? "int8" : bf16 ? "bf16" : "f32", mha_engine_isa(e), mha_engine_kernel(e), seqs, kvh,
+           bf16 ? "bf16" : "f32", mla ? " MLA (DeepSeek-V3)" : "", int8 ? "int8" : bf16 ? "bf16" : "f32", mha_engine_isa(e), mha_engine_kernel(e), seqs, kvh,
            context, threads, median, ms[0], ms[steps - 1], steps, bytes / median / 1e6);
 done:
     if (st != MHA_OK) {
@@ -141,7 +171,7 @@ done:
             mha_config_check(&cfg, why, sizeof why);
         fprintf(stderr, "decode_step: %s: %s: %s\n", what, mha_status_str(st), e ? mha_engine_last_error(e) : why);
     }
-    free(wq), free(wk), free(wv), free(wo), free(x), free(out), free(blocks), free(ms), free(tail_mem);
+    free(wm), free(x), free(out), free(blocks), free(ms), free(tail_mem);
     mha_kv_cache_free(cache);
     mha_free(e);
     return st == MHA_OK ? 0 : 1;

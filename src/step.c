@@ -773,9 +773,10 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
 
 /* bf16 decode on kernels that sum otherwise (no table tiles for their order): the chunk's K
  * and V in the bf16 kernel's panels (s->kt16, s->v16 of vps), then the forward's own chunk
- * step (mha_attention_chunk) on the step's rows [i0, i1) of the group's queries (all rows:
- * q_block rows at a time; else head by head): the forward's roundings and sums, so decode and
- * prefill agree bit for bit; into p as above. vs: NULL, or an int8 cache's V scales. */
+ * step (mha_attention_chunk) on the step's rows [i0, i1) of the group's queries (all rows as
+ * one block, whatever the engine's q_block: chunk16 runs them 32 at a time, each row's bits
+ * its own; else head by head): the forward's roundings and sums, so decode and prefill agree
+ * bit for bit; into p as above. vs: NULL, or an int8 cache's V scales. */
 static void decode_chunk_bf16(const mha_step_job *j, int q, int g, int k0, int k1, float *qv, float *sc, float *p,
                               const mha_scratch *s, size_t vps, const float *vs, int i0, int i1)
 {
@@ -785,16 +786,14 @@ static void decode_chunk_bf16(const mha_step_job *j, int q, int g, int k0, int k
     const int nq = all ? f->group * n_new : i1 - i0;
     const size_t ps = (size_t)dk + 2;
     const mha_kv_view kv = {.kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f), .vps = vps, .vs = vs};
-    for (int jh = 0; jh < (all ? 1 : f->group); jh++)
-        for (int r0 = 0; r0 < nq; r0 += f->q_block) {
-            const int first = (all ? 0 : jh * n_new + i0) + r0;
-            const mha_chunk_rows rows = {.m = nq - r0 < f->q_block ? nq - r0 : f->q_block, .pos0 = j->step->n_past[q],
-                                         .first = first, .period = n_new, .causal = 1, .head0 = g * f->group,
-                                         .q = mha_mat_rows(k, qv + (size_t)first * dk, dk)};
-            float *pr = p + (size_t)first * ps;
-            mha_attention_chunk(f, s, &rows, &kv, 0, k0, n, sc, MHA_KV_CHUNK, mha_mat_rows(k, pr, (ptrdiff_t)ps),
-                                pr + dk, pr + dk + 1, (ptrdiff_t)ps);
-        }
+    for (int jh = 0; jh < (all ? 1 : f->group); jh++) {
+        const int first = all ? 0 : jh * n_new + i0;
+        const mha_chunk_rows rows = {.m = nq, .pos0 = j->step->n_past[q], .first = first, .period = n_new, .causal = 1,
+                                     .head0 = g * f->group, .q = mha_mat_rows(k, qv + (size_t)first * dk, dk)};
+        float *pr = p + (size_t)first * ps;
+        mha_attention_chunk(f, s, &rows, &kv, 0, k0, n, sc, MHA_KV_CHUNK, mha_mat_rows(k, pr, (ptrdiff_t)ps), pr + dk,
+                            pr + dk + 1, (ptrdiff_t)ps);
+    }
 }
 
 /* Whether bf16 decode runs the table's tiles on the cache itself: the table has them and the
