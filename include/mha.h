@@ -318,7 +318,8 @@ MHA_API mha_status mha_forward(mha_engine *e, const mha_input *in, float *out, f
  * (mha_step.tails), until the group is complete; a new token sees its own group's keys at
  * full precision and the groups before it as stored. An MLA config's cache is its latent
  * cache: one KV head per token, K = [normed latent | rotated k_rope] (kv_lora_rank +
- * qk_rope_head_dim) and V a copy of it (float32 or bf16; int8 not yet). The cache is made for a
+ * qk_rope_head_dim) alone, V being its latent part (float32 or bf16; int8 not yet). The cache
+ * is made for a
  * config (d_model, heads, KV heads, RoPE, MLA, kv type) and works with any engine of that model
  * and kv type. */
 typedef struct mha_kv_cache mha_kv_cache; /* opaque */

@@ -13,7 +13,7 @@
  * KV_HEADS mla: DeepSeek-V3's attention layer instead (configs/deepseek-v3-attn.yaml: d 7168,
  * 128 heads, q_lora 1536, a latent cache of kv_lora 512 + rope 64 a token; issue 34's
  * benchmark shape with CONTEXT 4096); its step reads the weights and each token's latent row
- * as K (576) and V (512).
+ * (576 values: K, and V its first 512).
  * CONTEXT 1 leaves the projections alone: a step at CONTEXT minus that one is the attention
  * phase. The engine holds at least MIN_KV positions whatever the context: its Q/K/V scratch
  * holds max(seq_q, seq_kv) rows, and a step's projection tasks take at most that many, so an
@@ -155,10 +155,10 @@ int main(int argc, char **argv)
     qsort(ms, (size_t)steps, sizeof *ms, cmp);
     const double elem = bf16 ? 2.0 : 4.0, median = ms[steps / 2];
     /* int8: per slot and KV head, K's and V's DK bytes, K's scale and zero point per feature of
-     * each group of MHA_KV_GROUP slots, V's scale; MLA: each token's latent row read as K and
-     * as V (its first kv_lora values) */
+     * each group of MHA_KV_GROUP slots, V's scale; MLA: each token's latent row (K, and V its
+     * first kv_lora values from the same lines) */
     const double kv_elem = int8 ? 1.0 + (2.0 * DK * sizeof(float) / MHA_KV_GROUP + sizeof(float)) / (2.0 * DK) : elem;
-    const double kv_row = mla ? (double)(mkv + MLA_KVL) : 2.0 * (double)kvd;
+    const double kv_row = mla ? (double)mkv : 2.0 * (double)kvd;
     const double bytes = elem * (double)n_mat + kv_elem * kv_row * seqs * context;
     printf("decode_step %s%s, kv %s, isa %s (%s), %d sequences, %d KV heads, context %d, %d threads: median %.2f ms "
            "(min %.2f, max %.2f) over %d steps, %.1f GB/s\n",

@@ -16,11 +16,12 @@ static size_t plan(const mha_config *cfg, int n_blocks, int block_size, mha_kv_c
     mha_dims dims;
     if (!cfg || n_blocks < 1 || block_size < 1 || block_size > (1 << 20) ||
         mha_config_resolve(cfg, &dims, NULL) != MHA_OK || (dims.dv != dims.dk && !dims.mla.kv_lora_rank))
-        return 0; /* V of head_dim (MLA: K whole as V) */
+        return 0; /* V of head_dim (MLA: V read from K) */
     size_t per_head, per_block, bytes, total, scales_at = 0;
     const mha_kv_type type = dims.kv_type;
     const size_t elem = mha_kv_elem_size(type);
-    if (__builtin_mul_overflow((size_t)2 * dims.dk, (size_t)block_size, &per_head))
+    /* Kᵀ and V; an MLA layer's Kᵀ alone (its V, the latent, is Kᵀ's first kv_lora features) */
+    if (__builtin_mul_overflow((size_t)(dims.mla.kv_lora_rank ? 1 : 2) * dims.dk, (size_t)block_size, &per_head))
         return 0;
     if (type == MHA_KV_INT8) { /* the values, then K's scale and zero point per feature of each
                                 * group, V's scale of each slot */

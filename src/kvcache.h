@@ -21,11 +21,13 @@
 struct mha_kv_cache {
     int d, h, kvh, dk;           /* the model it was made for */
     int mla;                     /* an MLA model's kv_lora_rank (its one KV head: K is [latent |
-                                  * rotated k_rope], V a copy of K), else 0 */
+                                  * rotated k_rope]; the region holds Kᵀ alone, V being K's
+                                  * first kv_lora features), else 0 */
     mha_rope rope;               /* K is stored rotated: the same RoPE must read it */
     mha_kv_type type;            /* F32, BF16 or INT8 (never AUTO) */
     int n_blocks, block_size;
-    size_t head_elems;           /* elements per (block, KV head): 2 · block_size · dk, and for
+    size_t head_elems;           /* elements per (block, KV head): 2 · block_size · dk (MLA:
+                                  * block_size · dk), and for
                                   * int8 (elements are bytes) the scales after them, 64-byte
                                   * rounded */
     size_t block_elems;          /* kvh · head_elems */
@@ -48,7 +50,8 @@ static inline size_t mha_kv_kt_at(const mha_kv_cache *c, int block, int g)
     return (size_t)block * c->block_elems + (size_t)g * c->head_elems;
 }
 
-/* Element index of V of KV head g at a slot: d_k contiguous elements. */
+/* Element index of V of KV head g at a slot: d_k contiguous elements. Not in an MLA cache
+ * (V is read from Kᵀ there: step.c's mla_v_rows). */
 static inline size_t mha_kv_v_at(const mha_kv_cache *c, int block, int g, int slot)
 {
     return mha_kv_kt_at(c, block, g) + ((size_t)c->block_size + (size_t)slot) * c->dk;

@@ -99,16 +99,17 @@ static float quantize_v(const mha_kernel *k, mha_mat m, int i, int col, int n, i
 }
 
 /* Row i of the Q/K/V scratch (the step's row `row`), K at dkp and V at 2·dkp, into slot `slot`
- * of a cache block: K transposed (feature c at c · block_size + slot), V as a row; float32 and
- * bf16 a panel's run at a time. int8: V's whole row (its scale is over all d_k features); K
- * kept at full precision in j->k_full until its group is complete (k_commit). */
+ * of a cache block: K transposed (feature c at c · block_size + slot), V as a row (MLA: no V,
+ * it is read from K); float32 and bf16 a panel's run at a time. int8: V's whole row (its scale
+ * is over all d_k features); K kept at full precision in j->k_full until its group is
+ * complete (k_commit). */
 static void store_kv(const mha_step_job *j, mha_mat qkv, int i, int row, int block, int g, int slot)
 {
     const mha_kernel *k = j->f.kernel;
     const mha_kv_cache *c = j->cache;
     const int dk = j->f.dk, dkp = j->f.dkp, bs = c->block_size;
-    const size_t kt = mha_kv_kt_at(c, block, g) + (size_t)slot, v = mha_kv_v_at(c, block, g, slot);
-    if (c->type == MHA_KV_INT8) {
+    const size_t kt = mha_kv_kt_at(c, block, g) + (size_t)slot, v = c->mla ? 0 : mha_kv_v_at(c, block, g, slot);
+    if (c->type == MHA_KV_INT8) { /* (never MLA) */
         mha_kv_v_scales(c, block, g)[slot] = quantize_v(k, qkv, i, 2 * dkp, dk, mha_kv_i8(c) + v);
         mha_mat_get_rows(k, mha_mat_sub(k, qkv, i, 0), 1, dkp, dk, j->k_full + ((size_t)row * j->f.kvh + g) * dk, dk);
         return;
@@ -118,15 +119,16 @@ static void store_kv(const mha_step_job *j, mha_mat qkv, int i, int row, int blo
         const float *ks = mha_mat_at(k, qkv, i, dkp + c0), *vs = mha_mat_at(k, qkv, i, 2 * dkp + c0);
         if (c->type == MHA_KV_BF16) {
             mha_bf16 *kd = mha_kv_bf16(c) + kt + (size_t)c0 * bs, *vd = mha_kv_bf16(c) + v + c0;
-            for (int t = 0; t < n; t++) {
+            for (int t = 0; t < n; t++)
                 kd[(size_t)t * bs] = mha_bf16_round(ks[t]);
+            for (int t = 0; !c->mla && t < n; t++)
                 vd[t] = mha_bf16_round(vs[t]);
-            }
         } else {
             float *kd = mha_kv_f32(c) + kt + (size_t)c0 * bs;
             for (int t = 0; t < n; t++)
                 kd[(size_t)t * bs] = ks[t];
-            memcpy(mha_kv_f32(c) + v + c0, vs, (size_t)n * sizeof *vs);
+            if (!c->mla)
+                memcpy(mha_kv_f32(c) + v + c0, vs, (size_t)n * sizeof *vs);
         }
     }
 }
@@ -361,6 +363,21 @@ static void zero_kt_past(const mha_step_job *j, int ctx, const mha_scratch *s)
             *mha_mat_at(k, ktm, c, t) = 0.0f;
 }
 
+/* MLA: V of n slots of a block from `slot` (the latent: the first `cols` features of Kᵀ, which
+ * is all an MLA cache holds) as rows ld elements apart, slot slot + u at row u, in the cache's
+ * element type (float32 or bf16): the same values as a copy would hold. */
+static void mla_v_rows(const mha_kv_cache *c, int block, int g, int slot, int n, int cols, void *dst, size_t ld)
+{
+    const size_t kt = mha_kv_kt_at(c, block, g) + (size_t)slot, bs = (size_t)c->block_size;
+    for (int x = 0; x < cols; x++) /* Kᵀ's row x: feature x of the slots, contiguous */
+        if (c->type == MHA_KV_BF16)
+            for (int u = 0; u < n; u++)
+                ((mha_bf16 *)dst)[(size_t)u * ld + x] = mha_kv_bf16(c)[kt + x * bs + u];
+        else
+            for (int u = 0; u < n; u++)
+                ((float *)dst)[(size_t)u * ld + x] = mha_kv_f32(c)[kt + x * bs + u];
+}
+
 /* The context's V, position by position from its blocks, into the scratch; its Kᵀ straight
  * into the panels the score GEMM reads (dk × ctx, zero columns to the panel's end): feature c
  * of a block's slots is a contiguous run in the cache. Keys before the window are never read
@@ -380,8 +397,13 @@ static void gather_f32(const mha_step_job *j, const int32_t *table, int g, int c
                 memcpy(mha_mat_at(k, ktm, c, col), kt + (size_t)c * bs + t, (size_t)run * sizeof *kt);
                 t += run;
             }
-        mha_mat_set_rows(k, mha_mat_sub(k, qkv, r.t, 0), r.n, 2 * dkp, dk,
-                         mha_kv_f32(cache) + mha_kv_v_at(cache, r.block, g, r.slot), dk);
+        if (cache->mla) /* V: K's own rows */
+            for (int c = 0; c < dk; c++)
+                for (int u = 0; u < r.n; u++)
+                    *mha_mat_at(k, qkv, r.t + u, 2 * dkp + c) = kt[(size_t)c * bs + u];
+        else
+            mha_mat_set_rows(k, mha_mat_sub(k, qkv, r.t, 0), r.n, 2 * dkp, dk,
+                             mha_kv_f32(cache) + mha_kv_v_at(cache, r.block, g, r.slot), dk);
     }
     zero_kt_past(j, ctx, s);
 }
@@ -425,7 +447,7 @@ static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int 
          * half as many for int8) */
         const int next = mha_kv_run_at(table, bs, r.t + r.n, t_end).block; /* -1: none */
         const char *next_k = next < 0 ? NULL : data + mha_kv_kt_at(cache, next, g) * esz;
-        const char *next_v = next < 0 ? NULL : data + mha_kv_v_at(cache, next, g, 0) * esz;
+        const char *next_v = next < 0 || cache->mla ? NULL : data + mha_kv_v_at(cache, next, g, 0) * esz;
         /* Kᵀ (features × slots, bs apart): groups of 16 keys that start a panel, feature pairs
          * interleaved; the rest key by key */
         const size_t kt = mha_kv_kt_at(cache, block, g) + slot;
@@ -438,10 +460,23 @@ static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int 
         for (int c = 0; t < run && c < dk; c++)
             for (int u = t; u < run; u++)
                 s->kt16[mha_bk_b_index(c, at + u, kps)] = mha_kv_bf16(cache)[kt + (size_t)c * bs + u];
+        const int whole = dk / MHA_BT_N * MHA_BT_N;
+        if (cache->mla) { /* V from Kᵀ's own rows: a feature's key pairs are 32-bit words, which
+                           * a V panel holds 16 features abreast; the rest element by element */
+            const int words = at % 2 == 0 && slot % 2 == 0 && bs % 2 == 0 ? run / 2 : 0;
+            const float *w = (const float *)(const void *)(mha_kv_bf16(cache) + kt);
+            for (int c = 0; c < whole && words; c += MHA_BT_N)
+                isa->pack_rows(mha_mat_rows(j->f.kernel, w, bs / 2), j->f.kernel->bw, c, MHA_BT_N, 0, words, MHA_BT_N,
+                               (float *)(void *)(s->v16 + mha_bk_b_index(at, c, vps)));
+            for (int u = 0; u < run; u++)
+                for (int c = u < 2 * words ? whole : 0; c < dk; c++)
+                    s->v16[mha_bk_b_index(at + u, c, vps)] = mha_kv_bf16(cache)[kt + (size_t)c * bs + u];
+            continue;
+        }
         /* V (slots × features, dk apart): key pairs interleaved, 16 features at a time; the
          * features past the last 16 and an odd key element by element */
         const size_t v = mha_kv_v_at(cache, block, g, slot);
-        const int pairs = at % 2 == 0 ? run / 2 : 0, whole = dk / MHA_BT_N * MHA_BT_N;
+        const int pairs = at % 2 == 0 ? run / 2 : 0;
         for (int c = 0; c < whole && pairs; c += MHA_BT_N) {
             mha_bf16 *dst = s->v16 + mha_bk_b_index(at, c, vps);
             const char *pf = next_v ? next_v + (size_t)c / MHA_BT_N * pairs * 64 * esz / 2 : NULL;
@@ -566,34 +601,43 @@ static float *partial_of(const mha_step_job *j, int q, int g, int c, int qi)
 }
 
 /* Where decode tiles read a chunk's keys: runs of slots, run r with n[r] slots of a block, Kᵀ
- * at kt[r] (feature c of slot t at element c · ld + t) and V at v[r] (slot t's d_k values at
- * element t · d_k); next[r]: what to prefetch while run r is read (NULL: nothing); an int8
+ * at kt[r] (feature c of slot t at element c · ld + t) and V at v[r] (slot t's vw values at
+ * element t · vw: the cache's d_k, or an MLA cache's latent, kv_lora, read out of Kᵀ into the
+ * worker's scratch); next[r]: what to prefetch while run r is read (NULL: nothing); an int8
  * cache's K parameters of the group holding the run's first slot at kp[r] and V scales of the
  * run's slots at vs[r]. type: the cache's. */
 typedef struct chunk_src {
     mha_kv_type type;
-    int runs, ld;
+    int runs, ld, vw;
     const void *kt[MHA_KV_CHUNK], *v[MHA_KV_CHUNK], *next[MHA_KV_CHUNK];
     const float *kp[MHA_KV_CHUNK], *vs[MHA_KV_CHUNK];
     int n[MHA_KV_CHUNK];
 } chunk_src;
 
 /* The keys [k0, k1) of (q, g) in place in the cache (any type): a run per block; int8: its V
- * scales' line prefetched (it lies past the block's values: read after the scores). */
-static void cache_runs(const mha_step_job *j, int q, int g, int k0, int k1, chunk_src *src)
+ * scales' line prefetched (it lies past the block's values: read after the scores). An MLA
+ * cache's V (its Kᵀ's first kv_lora rows) into vbuf, slot t at row t − k0 (the chunk's keys
+ * × kv_lora elements of the cache's type; NULL for any other cache). */
+static void cache_runs(const mha_step_job *j, int q, int g, int k0, int k1, void *vbuf, chunk_src *src)
 {
     const mha_kv_cache *cache = j->cache;
     const int bs = cache->block_size;
     const size_t esz = mha_kv_elem_size(cache->type);
     const int32_t *table = j->step->blocks + (size_t)q * j->step->max_blocks;
     const char *data = cache->data;
-    src->type = cache->type, src->runs = 0, src->ld = bs;
+    src->type = cache->type, src->runs = 0, src->ld = bs, src->vw = cache->mla ? cache->mla : cache->dk;
     for (mha_kv_run u = mha_kv_run_at(table, bs, k0, k1); u.n; u = mha_kv_run_at(table, bs, u.t + u.n, k1)) {
         const int r = src->runs++;
         const mha_kv_run next = mha_kv_run_at(table, bs, u.t + u.n, k1);
         src->kt[r] = data + (mha_kv_kt_at(cache, u.block, g) + (size_t)u.slot) * esz;
-        src->v[r] = data + mha_kv_v_at(cache, u.block, g, u.slot) * esz;
-        src->next[r] = next.n ? data + mha_kv_v_at(cache, next.block, g, 0) * esz : NULL;
+        if (cache->mla) {
+            void *v = (char *)vbuf + (size_t)(u.t - k0) * (size_t)src->vw * esz;
+            mla_v_rows(cache, u.block, g, u.slot, u.n, src->vw, v, (size_t)src->vw);
+            src->v[r] = v, src->next[r] = NULL;
+        } else {
+            src->v[r] = data + mha_kv_v_at(cache, u.block, g, u.slot) * esz;
+            src->next[r] = next.n ? data + mha_kv_v_at(cache, next.block, g, 0) * esz : NULL;
+        }
         src->n[r] = u.n;
         if (cache->type == MHA_KV_INT8) {
             src->kp[r] = mha_kv_k_params(cache, u.block, g, u.slot), src->vs[r] = mha_kv_v_scales(cache, u.block, g) + u.slot;
@@ -703,12 +747,12 @@ static void scores_i8(const mha_step_job *j, int q, int g, int k0, int k1, const
     const int e = k_stored_end(j, q, k0, k1), n_new = j->step->n_new[q];
     chunk_src part; /* the runs of [k0, e), then of [e, k1) */
     if (e > k0) {
-        cache_runs(j, q, g, k0, e, &part);
+        cache_runs(j, q, g, k0, e, NULL, &part);
         chunk_scores(j, q, 0, n_new, qv, sc, &part, part.kt, part.kp, part.ld);
     }
     if (e == k1)
         return;
-    cache_runs(j, q, g, e, k1, &part);
+    cache_runs(j, q, g, e, k1, NULL, &part);
     const void *kt[MHA_KV_CHUNK];
     for (int r = 0, t = 0; r < part.runs; t += part.n[r++])
         kt[r] = j->f.bk ? (const void *)(s->kt16 + t) : (const void *)(s->kt + t);
@@ -762,13 +806,13 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
     }
     /* Z = E · V: each value row read once for every query */
     if (bf16)
-        isa->decode_values16(sc, MHA_KV_CHUNK, nq, src->runs, src->v, src->n, i8, dk, p, ps, pf, f->bk->order);
+        isa->decode_values16(sc, MHA_KV_CHUNK, nq, src->runs, src->v, src->n, i8, src->vw, p, ps, pf, f->bk->order);
     else
         for (int r = 0, t = 0; r < src->runs; t += src->n[r++])
             if (i8)
                 isa->decode_values8(sc + t, MHA_KV_CHUNK, nq, src->v[r], src->vs[r], src->n[r], dk, p, ps, src->next[r]);
             else
-                isa->decode_values(sc + t, MHA_KV_CHUNK, nq, src->v[r], src->n[r], dk, p, ps, src->next[r]);
+                isa->decode_values(sc + t, MHA_KV_CHUNK, nq, src->v[r], src->n[r], src->vw, p, ps, src->next[r]);
 }
 
 /* bf16 decode on kernels that sum otherwise (no table tiles for their order): the chunk's K
@@ -848,7 +892,7 @@ static void decode_chunk(const mha_step_job *j, int q, int g, int c, int ahead, 
         mha_prefetch next;
         if (ahead)
             chunk_kt(j, q, g, c + 1, &next);
-        cache_runs(j, q, g, k0, k1, &src);
+        cache_runs(j, q, g, k0, k1, s->qkv, &src);
         decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, vs, ahead ? &next : NULL, s);
     } else if (f->bk) {
         const size_t vps = mha_attention_v16_ps(n);
@@ -865,7 +909,7 @@ static void decode_chunk(const mha_step_job *j, int q, int g, int c, int ahead, 
             decode_chunk_bf16(j, q, g, k0, k1, qv, sc, p, s, vps, vs, i0, i1);
         }
     } else {
-        cache_runs(j, q, g, k0, k1, &src);
+        cache_runs(j, q, g, k0, k1, s->qkv, &src);
         decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, NULL, NULL, s);
     }
 }

@@ -217,8 +217,10 @@ Test(mla, blocks_threads_and_layouts_do_not_change_a_bit, .timeout = 120)
 }
 
 /* Steps through the latent cache equal one causal forward bit for bit: a prefill in chunks
- * (crossing a block and a 256-key chunk), then token by token, two sequences at once, block
- * size 16, f32 and bf16 (each its own cache), 1 and 2 threads. */
+ * (crossing a block and a 256-key chunk), then token by token, two sequences at once, blocks
+ * of 16 slots and of 7 (odd: V's key pairs straddle blocks), f32 and bf16 (each its own
+ * cache), 1 and 2 threads. The cache holds K alone, kv_lora + rope values a token (V is
+ * read from it). */
 Test(mla, steps_through_the_latent_cache_equal_one_forward, .timeout = 120)
 {
     static const char yaml[] =
@@ -229,7 +231,7 @@ Test(mla, steps_through_the_latent_cache_equal_one_forward, .timeout = 120)
     mha_config cfg;
     parse_on_suite_table(yaml, &cfg);
     rand_mla w = rand_weights(&cfg, 91);
-    enum { NSEQ = 2, NTOK = 270, WIDTH = 64, BSIZE = 16, NBLK = (NTOK + BSIZE - 1) / BSIZE };
+    enum { NSEQ = 2, NTOK = 270, WIDTH = 64, MAX_BLK = (NTOK + 6) / 7, LATENT = 32 + 8 };
     const size_t per = (size_t)NTOK * WIDTH;
     float *x = malloc(per * NSEQ * sizeof *x), *fwd = malloc(per * NSEQ * sizeof *fwd), *stp = malloc(per * NSEQ * sizeof *stp);
     float *xs = malloc(per * NSEQ * sizeof *xs), *os = malloc(per * NSEQ * sizeof *os);
@@ -240,7 +242,8 @@ Test(mla, steps_through_the_latent_cache_equal_one_forward, .timeout = 120)
      * sequence a step behind: one step mixes a chunk and a decode) */
     static const int plan[][2] = {{37, 0}, {230, 37}, {1, 230}, {1, 1}, {1, 1}, {0, 1}};
     for (int prec = 0; prec < 2; prec++)
-        for (int threads = 1; threads <= 2; threads++) {
+        for (int run = 0; run < 3; run++) {
+            const int threads = run == 0 ? 1 : 2, bsize = run < 2 ? 16 : 7, nblk = (NTOK + bsize - 1) / bsize;
             cfg.precision = prec ? MHA_PRECISION_BF16 : MHA_PRECISION_F32;
             cfg.threads = threads;
             mha_engine *e = NULL;
@@ -249,11 +252,14 @@ Test(mla, steps_through_the_latent_cache_equal_one_forward, .timeout = 120)
             const mha_input in = {.batch = NSEQ, .seq_q = NTOK, .seq_kv = NTOK, .q = x, .k = x, .v = x, .causal = 1};
             cr_assert_eq(mha_forward(e, &in, fwd, NULL), MHA_OK, "%s", mha_engine_last_error(e));
             mha_kv_cache *c = NULL;
-            cr_assert_eq(mha_kv_cache_create(&cfg, NSEQ * NBLK, BSIZE, &c), MHA_OK);
-            int32_t blocks[NSEQ][NBLK], past[NSEQ] = {0, 0};
+            cr_assert_eq(mha_kv_cache_create(&cfg, NSEQ * nblk, bsize, &c), MHA_OK);
+            const size_t per_block = mha_kv_cache_size(&cfg, 2, bsize) - mha_kv_cache_size(&cfg, 1, bsize);
+            cr_assert_eq(per_block, (size_t)bsize * LATENT * (prec ? 2 : 4), "a block of %d slots: %zu bytes", bsize,
+                         per_block);
+            int32_t blocks[NSEQ][MAX_BLK], past[NSEQ] = {0, 0};
             for (int b = 0; b < NSEQ; b++)
-                for (int i = 0; i < NBLK; i++)
-                    blocks[b][i] = b * NBLK + (NBLK - 1 - i); /* blocks in reverse order */
+                for (int i = 0; i < nblk; i++)
+                    blocks[b][i] = b * nblk + (nblk - 1 - i); /* blocks in reverse order */
             int done = 0;
             for (size_t st = 0; st < sizeof plan / sizeof plan[0]; st++) {
                 int32_t add[NSEQ] = {plan[st][0], plan[st][1]};
@@ -262,7 +268,7 @@ Test(mla, steps_through_the_latent_cache_equal_one_forward, .timeout = 120)
                     memcpy(xs + rows * WIDTH, x + b * per + (size_t)past[b] * WIDTH, (size_t)add[b] * WIDTH * sizeof *xs);
                     rows += (size_t)add[b];
                 }
-                const mha_step s = {.n_seqs = NSEQ, .n_past = past, .n_new = add, .blocks = &blocks[0][0], .max_blocks = NBLK,
+                const mha_step s = {.n_seqs = NSEQ, .n_past = past, .n_new = add, .blocks = &blocks[0][0], .max_blocks = MAX_BLK,
                                     .x = xs};
                 cr_assert_eq(mha_step_forward(e, c, &s, os), MHA_OK, "step %zu: %s", st, mha_engine_last_error(e));
                 rows = 0;
@@ -273,8 +279,8 @@ Test(mla, steps_through_the_latent_cache_equal_one_forward, .timeout = 120)
             }
             cr_assert_eq(done, NSEQ * NTOK);
             const long at = first_bit_difference(fwd, stp, per * NSEQ);
-            cr_assert_eq(at, -1, "%s (isa %s, kernel %s), %d thread(s): element %ld (sequence %ld, row %ld): forward %a, "
-                         "steps %a", prec ? "bf16" : "f32", mha_engine_isa(e), mha_engine_kernel(e), threads, at,
+            cr_assert_eq(at, -1, "%s (isa %s, kernel %s), %d thread(s), blocks of %d: element %ld (sequence %ld, row %ld): "
+                         "forward %a, steps %a", prec ? "bf16" : "f32", mha_engine_isa(e), mha_engine_kernel(e), threads, bsize, at,
                          at / (long)per, at % (long)per / WIDTH, (double)fwd[at < 0 ? 0 : at], (double)stp[at < 0 ? 0 : at]);
             mha_kv_cache_free(c);
             mha_free(e);
