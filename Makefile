@@ -387,12 +387,18 @@ decode-serve: $(B)/libmha.a
 	$(CC) -O2 -Iinclude perf/decode_serve.c $(B)/libmha.a $(BLIS_A) $(LDLIBS) -o $(B)/decode_serve
 	$(B)/decode_serve $(DECODE_SERVE_ARGS)
 
-# A decode step against PyTorch's, next to the read bandwidth (perf/decode_bench.sh). PEERS=1
-# installs python3-torch (1.13, Debian) and PyTorch 2.x from PyPI into perf/.venv.
+# A decode step against PyTorch's, next to the read bandwidth, then DeepSeek-V3's MLA layer:
+# its decode step and attention phase against vLLM's CPU MLA ops (from perf/.venv-vllm, which
+# make bench-core installs) and a 2048-token prefill (perf/decode_bench.sh). PEERS=1 installs
+# python3-torch (1.13, Debian) and PyTorch 2.x from PyPI into perf/.venv. DECODE_PART: all,
+# llama or mla.
 decode-bench: all deps-bench
 	$(CC) -O2 -fopenmp perf/bandwidth.c -o $(B)/bandwidth
-	perf/decode_bench.sh $(B) $(DECODE_ROUNDS) $(ISA)
+	$(CC) -O2 -fopenmp perf/ceiling.c -o $(B)/ceiling
+	$(CC) -O2 -Iinclude perf/decode_step.c $(B)/libmha.a $(BLIS_A) $(LDLIBS) -o $(B)/decode_step
+	perf/decode_bench.sh $(B) $(DECODE_ROUNDS) $(ISA) $(DECODE_PART)
 DECODE_ROUNDS ?= 3
+DECODE_PART ?= all
 
 # Memory read in blocks taken in random order (a paged cache's pattern; perf/block_reads.c):
 # 4 and 8 KiB (about an int8 and a bf16 cache region of a llama3-8b KV head in blocks of 16),
