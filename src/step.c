@@ -804,15 +804,18 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
             isa->round_bf16_floats(row, n);
         memset(pq, 0, (size_t)dk * sizeof *pq);
     }
-    /* Z = E · V: each value row read once for every query */
+    /* Z = E · V: each value row read once for every query; an MLA chunk's V rows lie in order
+     * in the scratch (cache_runs), so as one run: each tile's accumulators held over all its
+     * keys, not stored and reloaded at every block (the same sums, key by key) */
+    const int vruns = j->cache->mla ? 1 : src->runs, *vn = j->cache->mla ? &n : src->n;
     if (bf16)
-        isa->decode_values16(sc, MHA_KV_CHUNK, nq, src->runs, src->v, src->n, i8, src->vw, p, ps, pf, f->bk->order);
+        isa->decode_values16(sc, MHA_KV_CHUNK, nq, vruns, src->v, vn, i8, src->vw, p, ps, pf, f->bk->order);
     else
-        for (int r = 0, t = 0; r < src->runs; t += src->n[r++])
+        for (int r = 0, t = 0; r < vruns; t += vn[r++])
             if (i8)
                 isa->decode_values8(sc + t, MHA_KV_CHUNK, nq, src->v[r], src->vs[r], src->n[r], dk, p, ps, src->next[r]);
             else
-                isa->decode_values(sc + t, MHA_KV_CHUNK, nq, src->v[r], src->n[r], src->vw, p, ps, src->next[r]);
+                isa->decode_values(sc + t, MHA_KV_CHUNK, nq, src->v[r], vn[r], src->vw, p, ps, src->next[r]);
 }
 
 /* bf16 decode on kernels that sum otherwise (no table tiles for their order): the chunk's K
