@@ -319,9 +319,8 @@ MHA_API mha_status mha_forward(mha_engine *e, const mha_input *in, float *out, f
  * full precision and the groups before it as stored. An MLA config's cache is its latent
  * cache: one KV head per token, K = [normed latent | rotated k_rope] (kv_lora_rank +
  * qk_rope_head_dim) alone, V being its latent part (float32 or bf16; int8 not yet). The cache
- * is made for a
- * config (d_model, heads, KV heads, RoPE, MLA, kv type) and works with any engine of that model
- * and kv type. */
+ * is made for a config (d_model, heads, KV heads, RoPE, MLA, kv type) and works with any
+ * engine of that model and kv type. */
 typedef struct mha_kv_cache mha_kv_cache; /* opaque */
 /* Bytes a cache of n_blocks blocks needs (mha_kv_cache_create_static's len); 0 if invalid. */
 MHA_API size_t mha_kv_cache_size(const mha_config *cfg, int n_blocks, int block_size);

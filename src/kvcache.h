@@ -27,9 +27,8 @@ struct mha_kv_cache {
     mha_kv_type type;            /* F32, BF16 or INT8 (never AUTO) */
     int n_blocks, block_size;
     size_t head_elems;           /* elements per (block, KV head): 2 · block_size · dk (MLA:
-                                  * block_size · dk), and for
-                                  * int8 (elements are bytes) the scales after them, 64-byte
-                                  * rounded */
+                                  * block_size · dk), and for int8 (elements are bytes) the
+                                  * scales after them, 64-byte rounded */
     size_t block_elems;          /* kvh · head_elems */
     size_t scales_at;            /* int8: where a region's K parameters start (bytes, 64-byte
                                   * rounded); V's scales follow them */

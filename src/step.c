@@ -118,11 +118,11 @@ static void store_kv(const mha_step_job *j, mha_mat qkv, int i, int row, int blo
         const int n = dk - c0 < k->bw ? dk - c0 : k->bw;
         const float *ks = mha_mat_at(k, qkv, i, dkp + c0), *vs = mha_mat_at(k, qkv, i, 2 * dkp + c0);
         if (c->type == MHA_KV_BF16) {
-            mha_bf16 *kd = mha_kv_bf16(c) + kt + (size_t)c0 * bs, *vd = mha_kv_bf16(c) + v + c0;
+            mha_bf16 *kd = mha_kv_bf16(c) + kt + (size_t)c0 * bs;
             for (int t = 0; t < n; t++)
                 kd[(size_t)t * bs] = mha_bf16_round(ks[t]);
             for (int t = 0; !c->mla && t < n; t++)
-                vd[t] = mha_bf16_round(vs[t]);
+                mha_kv_bf16(c)[v + c0 + t] = mha_bf16_round(vs[t]);
         } else {
             float *kd = mha_kv_f32(c) + kt + (size_t)c0 * bs;
             for (int t = 0; t < n; t++)
