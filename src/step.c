@@ -363,19 +363,38 @@ static void zero_kt_past(const mha_step_job *j, int ctx, const mha_scratch *s)
             *mha_mat_at(k, ktm, c, t) = 0.0f;
 }
 
+/* MLA float32 decode: a chunk's V (kv_lora features of up to MHA_KV_CHUNK keys) in panels of
+ * MHA_MLA_VPANEL features, the chunk's key t at row t of each (rows as wide as the panel; the
+ * last may be narrower): the value tiles read a panel of rows whose features all lie in a
+ * few lines, and the transpose out of Kᵀ is the tables' pack_rows. Features x0.. of the
+ * chunk's buffer v: */
+enum { MHA_MLA_VPANEL = 64 };
+
+static float *mla_v_panel(void *v, int x0)
+{
+    return (float *)v + (size_t)x0 * MHA_KV_CHUNK;
+}
+
 /* MLA: V of n slots of a block from `slot` (the latent: the first `cols` features of Kᵀ, which
- * is all an MLA cache holds) as rows ld elements apart, slot slot + u at row u, in the cache's
- * element type (float32 or bf16): the same values as a copy would hold. */
-static void mla_v_rows(const mha_kv_cache *c, int block, int g, int slot, int n, int cols, void *dst, size_t ld)
+ * is all an MLA cache holds) into the chunk's buffer v as its keys at..at + n − 1, the same
+ * values as a copy would hold: bf16 as rows of cols elements; float32 in the panels above,
+ * 16 × 16 at a time (the table's pack_rows: its transpose). */
+static void mla_v_rows(const mha_kernel *k, const mha_kv_cache *c, int block, int g, int slot, int n, int cols,
+                       void *v, int at)
 {
     const size_t kt = mha_kv_kt_at(c, block, g) + (size_t)slot, bs = (size_t)c->block_size;
-    for (int x = 0; x < cols; x++) /* Kᵀ's row x: feature x of the slots, contiguous */
-        if (c->type == MHA_KV_BF16)
+    if (c->type == MHA_KV_BF16) {
+        mha_bf16 *dst = (mha_bf16 *)v + (size_t)at * cols;
+        for (int x = 0; x < cols; x++) /* Kᵀ's row x: feature x of the slots, contiguous */
             for (int u = 0; u < n; u++)
-                ((mha_bf16 *)dst)[(size_t)u * ld + x] = mha_kv_bf16(c)[kt + x * bs + u];
-        else
-            for (int u = 0; u < n; u++)
-                ((float *)dst)[(size_t)u * ld + x] = mha_kv_f32(c)[kt + x * bs + u];
+                dst[(size_t)u * cols + x] = mha_kv_bf16(c)[kt + x * bs + u];
+        return;
+    }
+    for (int x0 = 0; x0 < cols; x0 += MHA_MLA_VPANEL) {
+        const int w = cols - x0 < MHA_MLA_VPANEL ? cols - x0 : MHA_MLA_VPANEL;
+        k->isa->pack_rows(mha_mat_rows(k, mha_kv_f32(c) + kt, (ptrdiff_t)bs), k->bw, x0, w, 0, n, w,
+                          mla_v_panel(v, x0) + (size_t)at * w);
+    }
 }
 
 /* The context's V, position by position from its blocks, into the scratch; its Kᵀ straight
@@ -603,7 +622,7 @@ static float *partial_of(const mha_step_job *j, int q, int g, int c, int qi)
 /* Where decode tiles read a chunk's keys: runs of slots, run r with n[r] slots of a block, Kᵀ
  * at kt[r] (feature c of slot t at element c · ld + t) and V at v[r] (slot t's vw values at
  * element t · vw: the cache's d_k, or an MLA cache's latent, kv_lora, read out of Kᵀ into the
- * worker's scratch); next[r]: what to prefetch while run r is read (NULL: nothing); an int8
+ * worker's scratch; float32 MLA: the chunk's, in mla_v_panel's panels from v[0]); next[r]: what to prefetch while run r is read (NULL: nothing); an int8
  * cache's K parameters of the group holding the run's first slot at kp[r] and V scales of the
  * run's slots at vs[r]. type: the cache's. */
 typedef struct chunk_src {
@@ -616,7 +635,7 @@ typedef struct chunk_src {
 
 /* The keys [k0, k1) of (q, g) in place in the cache (any type): a run per block; int8: its V
  * scales' line prefetched (it lies past the block's values: read after the scores). An MLA
- * cache's V (its Kᵀ's first kv_lora rows) into vbuf, slot t at row t − k0 (the chunk's keys
+ * cache's V (its Kᵀ's first kv_lora rows) into vbuf as mla_v_rows places it (the chunk's keys
  * × kv_lora elements of the cache's type; NULL for any other cache). */
 static void cache_runs(const mha_step_job *j, int q, int g, int k0, int k1, void *vbuf, chunk_src *src)
 {
@@ -631,9 +650,9 @@ static void cache_runs(const mha_step_job *j, int q, int g, int k0, int k1, void
         const mha_kv_run next = mha_kv_run_at(table, bs, u.t + u.n, k1);
         src->kt[r] = data + (mha_kv_kt_at(cache, u.block, g) + (size_t)u.slot) * esz;
         if (cache->mla) {
-            void *v = (char *)vbuf + (size_t)(u.t - k0) * (size_t)src->vw * esz;
-            mla_v_rows(cache, u.block, g, u.slot, u.n, src->vw, v, (size_t)src->vw);
-            src->v[r] = v, src->next[r] = NULL;
+            mla_v_rows(j->f.kernel, cache, u.block, g, u.slot, u.n, src->vw, vbuf, u.t - k0);
+            src->v[r] = (char *)vbuf + (cache->type == MHA_KV_F32 ? 0 : (size_t)(u.t - k0) * (size_t)src->vw * esz);
+            src->next[r] = NULL;
         } else {
             src->v[r] = data + mha_kv_v_at(cache, u.block, g, u.slot) * esz;
             src->next[r] = next.n ? data + mha_kv_v_at(cache, next.block, g, 0) * esz : NULL;
@@ -804,12 +823,17 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
             isa->round_bf16_floats(row, n);
         memset(pq, 0, (size_t)dk * sizeof *pq);
     }
-    /* Z = E · V: each value row read once for every query; an MLA chunk's V rows lie in order
-     * in the scratch (cache_runs), so as one run: each tile's accumulators held over all its
-     * keys, not stored and reloaded at every block (the same sums, key by key) */
+    /* Z = E · V: each value row read once for every query; an MLA chunk's V lies in order in
+     * the scratch (cache_runs), so as one run: each tile's accumulators held over all its keys,
+     * not stored and reloaded at every block (the same sums, key by key); float32: panel by
+     * panel (mla_v_panel) */
     const int vruns = j->cache->mla ? 1 : src->runs, *vn = j->cache->mla ? &n : src->n;
     if (bf16)
         isa->decode_values16(sc, MHA_KV_CHUNK, nq, vruns, src->v, vn, i8, src->vw, p, ps, pf, f->bk->order);
+    else if (j->cache->mla)
+        for (int x0 = 0; x0 < src->vw; x0 += MHA_MLA_VPANEL)
+            isa->decode_values(sc, MHA_KV_CHUNK, nq, mla_v_panel((void *)src->v[0], x0), n,
+                               src->vw - x0 < MHA_MLA_VPANEL ? src->vw - x0 : MHA_MLA_VPANEL, p + x0, ps, NULL);
     else
         for (int r = 0, t = 0; r < vruns; t += vn[r++])
             if (i8)

@@ -220,18 +220,19 @@ Test(mla, blocks_threads_and_layouts_do_not_change_a_bit, .timeout = 120)
  * (crossing a block and a 256-key chunk), then token by token, two sequences at once, blocks
  * of 16 slots and of 7 (odd: V's key pairs straddle blocks), f32 and bf16 (each its own
  * cache), 1 and 2 threads. The cache holds K alone, kv_lora + rope values a token (V is
- * read from it). */
+ * read from it). A latent of 72: float32 decode's V panels of 64 features and a last one of
+ * 8, which is no multiple of a vector. */
 Test(mla, steps_through_the_latent_cache_equal_one_forward, .timeout = 120)
 {
     static const char yaml[] =
         "model: { d_model: 64, heads: 32, bias: true, rope: { style: gptj, theta: 10000 },\n"
-        "         mla: { kv_lora_rank: 32, q_lora_rank: 24, qk_nope_head_dim: 8, qk_rope_head_dim: 8, v_head_dim: 8 } }\n"
+        "         mla: { kv_lora_rank: 72, q_lora_rank: 24, qk_nope_head_dim: 8, qk_rope_head_dim: 8, v_head_dim: 8 } }\n"
         "batch: { size: 2, seq_len: 270 }\n";
     char err[256];
     mha_config cfg;
     parse_on_suite_table(yaml, &cfg);
     rand_mla w = rand_weights(&cfg, 91);
-    enum { NSEQ = 2, NTOK = 270, WIDTH = 64, MAX_BLK = (NTOK + 6) / 7, LATENT = 32 + 8 };
+    enum { NSEQ = 2, NTOK = 270, WIDTH = 64, MAX_BLK = (NTOK + 6) / 7, LATENT = 72 + 8 };
     const size_t per = (size_t)NTOK * WIDTH;
     float *x = malloc(per * NSEQ * sizeof *x), *fwd = malloc(per * NSEQ * sizeof *fwd), *stp = malloc(per * NSEQ * sizeof *stp);
     float *xs = malloc(per * NSEQ * sizeof *xs), *os = malloc(per * NSEQ * sizeof *os);
