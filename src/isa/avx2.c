@@ -373,16 +373,18 @@ scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
         }
 }
 
-/* R queries × V slot vectors over the vector list, each tile prefetching the next. */
+/* R queries × V slot vectors over the vector list, each tile prefetching the next where ahead. */
 static inline __attribute__((always_inline, target(AVX2))) void
 scores_tiles(const mha_kv_type type, const int scaled, const int R, const int V, const float *restrict q, int nb, int dk,
-             int c0, int c1, const mha_slot_vec *v, int nv, int ld, float scale, float *restrict sc, size_t sc_ld)
+             int c0, int c1, const mha_slot_vec *v, int nv, int ld, float scale, float *restrict sc, size_t sc_ld,
+             int ahead)
 {
-    if (type != MHA_KV_F32) /* the first tile's Kᵀ: nothing prefetched it */
+    ahead = ahead && mha_scores_fit_l1(c1 - c0, V, 8 * mha_kv_elem_size(type));
+    if (type != MHA_KV_F32 && ahead) /* the first tile's Kᵀ: nothing prefetched it */
         for (int j = 0; j < V && j < nv; j++)
             for (size_t off = 0; off < (size_t)(c1 - c0) * ld * mha_kv_elem_size(type); off += 64)
                 _mm_prefetch(v[j].kt + (size_t)c0 * ld * mha_kv_elem_size(type) + off, _MM_HINT_T0);
-    mha_scores_walk(type, scaled, R, V, 8, q, nb, dk, c0, c1, v, nv, ld, scale, sc, sc_ld, scores_tile);
+    mha_scores_walk(type, scaled, R, V, 8, q, nb, dk, c0, c1, v, nv, ld, scale, sc, sc_ld, ahead, scores_tile);
 }
 
 /* Slot vectors of 8 from every block of the chunk: 1 query × 8 vectors, 2 × 4, up to 4 × 2,
@@ -399,13 +401,13 @@ scores(const mha_kv_type type, const int scaled, const float *restrict q, int nq
         const float *qq = q + (size_t)q0 * dk;
         float *sq = sc + (size_t)q0 * sc_ld;
         if (nb == 1)
-            scores_tiles(type, scaled, 1, 8, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
+            scores_tiles(type, scaled, 1, 8, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld, q0 == 0);
         else if (nb == 2)
-            scores_tiles(type, scaled, 2, 4, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
+            scores_tiles(type, scaled, 2, 4, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld, q0 == 0);
         else if (nb <= 4)
-            scores_tiles(type, scaled, 4, 2, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
+            scores_tiles(type, scaled, 4, 2, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld, q0 == 0);
         else
-            scores_tiles(type, scaled, 8, 1, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
+            scores_tiles(type, scaled, 8, 1, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld, q0 == 0);
     }
 }
 

@@ -478,13 +478,14 @@ scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
         }
 }
 
-/* R queries × V slot vectors over the vector list, each tile prefetching the next. */
+/* R queries × V slot vectors over the vector list, each tile prefetching the next where ahead. */
 static inline __attribute__((always_inline, target(AVX512))) void
 scores_tiles(const mha_kv_type type, const int scaled, const int R, const int V, const float *restrict q, int nb,
              int dk, int c0, int c1, const mha_slot_vec *v, int nv, int ld, float scale, float *restrict sc,
-             size_t sc_ld)
+             size_t sc_ld, int ahead)
 {
-    mha_scores_walk(type, scaled, R, V, 16, q, nb, dk, c0, c1, v, nv, ld, scale, sc, sc_ld, scores_tile);
+    ahead = ahead && mha_scores_fit_l1(c1 - c0, V, 16 * mha_kv_elem_size(type));
+    mha_scores_walk(type, scaled, R, V, 16, q, nb, dk, c0, c1, v, nv, ld, scale, sc, sc_ld, ahead, scores_tile);
 }
 
 /* Slot vectors of 16 from the chunk's blocks: 1 or 2 queries × 4 vectors, up to 4 × 2, more
@@ -504,11 +505,11 @@ scores(const mha_kv_type type, const int scaled, const float *restrict q, int nq
         const float *qq = q + (size_t)q0 * dk;
         float *sq = sc + (size_t)q0 * sc_ld;
         if (nb <= 2)
-            scores_tiles(type, scaled, 2, 4, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
+            scores_tiles(type, scaled, 2, 4, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld, q0 == 0);
         else if (nb <= 4)
-            scores_tiles(type, scaled, 4, 2, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
+            scores_tiles(type, scaled, 4, 2, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld, q0 == 0);
         else
-            scores_tiles(type, scaled, 8, 2, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld);
+            scores_tiles(type, scaled, 8, 2, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld, q0 == 0);
     }
 }
 
