@@ -375,25 +375,23 @@ static float *mla_v_panel(void *v, int x0)
     return (float *)v + (size_t)x0 * MHA_KV_CHUNK;
 }
 
-/* MLA: V of n slots of a block from `slot` (the latent: the first `cols` features of Kᵀ, which
- * is all an MLA cache holds) into the chunk's buffer v as its keys at..at + n − 1, the same
+/* MLA: V of a run of n slots (the latent: the first `cols` features of its Kᵀ, kt, which is
+ * all an MLA cache holds) into the chunk's buffer v as its keys at..at + n − 1, the same
  * values as a copy would hold: bf16 as rows of cols elements; float32 in the panels above,
  * 16 × 16 at a time (the table's pack_rows: its transpose). */
-static void mla_v_rows(const mha_kernel *k, const mha_kv_cache *c, int block, int g, int slot, int n, int cols,
-                       void *v, int at)
+static void mla_v_rows(const mha_kernel *k, const mha_kv_cache *c, const void *kt, int n, int cols, void *v, int at)
 {
-    const size_t kt = mha_kv_kt_at(c, block, g) + (size_t)slot, bs = (size_t)c->block_size;
+    const size_t bs = (size_t)c->block_size;
     if (c->type == MHA_KV_BF16) {
         mha_bf16 *dst = (mha_bf16 *)v + (size_t)at * cols;
         for (int x = 0; x < cols; x++) /* Kᵀ's row x: feature x of the slots, contiguous */
             for (int u = 0; u < n; u++)
-                dst[(size_t)u * cols + x] = mha_kv_bf16(c)[kt + x * bs + u];
+                dst[(size_t)u * cols + x] = ((const mha_bf16 *)kt)[x * bs + u];
         return;
     }
     for (int x0 = 0; x0 < cols; x0 += MHA_MLA_VPANEL) {
         const int w = cols - x0 < MHA_MLA_VPANEL ? cols - x0 : MHA_MLA_VPANEL;
-        k->isa->pack_rows(mha_mat_rows(k, mha_kv_f32(c) + kt, (ptrdiff_t)bs), k->bw, x0, w, 0, n, w,
-                          mla_v_panel(v, x0) + (size_t)at * w);
+        k->isa->pack_rows(mha_mat_rows(k, kt, (ptrdiff_t)bs), k->bw, x0, w, 0, n, w, mla_v_panel(v, x0) + (size_t)at * w);
     }
 }
 
@@ -635,8 +633,8 @@ typedef struct chunk_src {
 
 /* The keys [k0, k1) of (q, g) in place in the cache (any type): a run per block; int8: its V
  * scales' line prefetched (it lies past the block's values: read after the scores). An MLA
- * cache's V (its Kᵀ's first kv_lora rows) into vbuf as mla_v_rows places it (the chunk's keys
- * × kv_lora elements of the cache's type; NULL for any other cache). */
+ * cache's V goes to vbuf (mla_v_chunk puts it there: the chunk's keys × kv_lora elements of
+ * the cache's type; NULL for any other cache). */
 static void cache_runs(const mha_step_job *j, int q, int g, int k0, int k1, void *vbuf, chunk_src *src)
 {
     const mha_kv_cache *cache = j->cache;
@@ -650,7 +648,6 @@ static void cache_runs(const mha_step_job *j, int q, int g, int k0, int k1, void
         const mha_kv_run next = mha_kv_run_at(table, bs, u.t + u.n, k1);
         src->kt[r] = data + (mha_kv_kt_at(cache, u.block, g) + (size_t)u.slot) * esz;
         if (cache->mla) {
-            mla_v_rows(j->f.kernel, cache, u.block, g, u.slot, u.n, src->vw, vbuf, u.t - k0);
             src->v[r] = (char *)vbuf + (cache->type == MHA_KV_F32 ? 0 : (size_t)(u.t - k0) * (size_t)src->vw * esz);
             src->next[r] = NULL;
         } else {
@@ -663,6 +660,14 @@ static void cache_runs(const mha_step_job *j, int q, int g, int k0, int k1, void
             __builtin_prefetch(src->vs[r]);
         }
     }
+}
+
+/* MLA: the chunk's V out of its runs' Kᵀ into the buffer cache_runs gave it (v[0]), as
+ * mla_v_rows places it. After the scores: their first pass has brought the chunk into cache. */
+static void mla_v_chunk(const mha_step_job *j, const chunk_src *src)
+{
+    for (int r = 0, t = 0; r < src->runs; t += src->n[r++])
+        mla_v_rows(j->f.kernel, j->cache, src->kt[r], src->n[r], src->vw, (void *)src->v[0], t);
 }
 
 /* int8: the end of the step's rows from i0 (of sequence q) that see the keys before k1 alike:
@@ -808,6 +813,8 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
         scores_i8(j, q, g, k0, k1, qv, sc, s);
     else
         chunk_scores(j, q, 0, n_new, qv, sc, src, src->kt, NULL, src->ld);
+    if (j->cache->mla)
+        mla_v_chunk(j, src);
     /* int8 in a bf16 engine: the chunk's V scales, key by key */
     for (int r = 0, t = 0; i8 && bf16 && r < src->runs; t += src->n[r++])
         memcpy(vs + t, src->vs[r], (size_t)src->n[r] * sizeof *vs);
