@@ -161,8 +161,8 @@ typedef struct mha_fwd {
                          (or the core's few queries of a group) */                             \
     X(state, float)   /* mha_attention_state_floats: each row's softmax sum (then its inverse) \
                          and max, a chunk's sum and max, a chunk's Z (q_block × dk) */         \
-    X(dec, float)     /* decode: (group·MHA_DECODE_MAX_NEW) × (MHA_KV_CHUNK + dk): scores,     \
-                         queries */                                                            \
+    X(dec, float)     /* decode: (group·MHA_DECODE_MAX_NEW) × (MHA_KV_CHUNK + 2·dk + 2):       \
+                         scores, queries, a chunk's partials that its task folds (step.c) */   \
     X(kvs, float)     /* bf16 engines with an int8 cache: V's scales of a context's keys       \
                          (seq_kv) */                                                           \
     X(k8, float)      /* int8 cache: a group's Kᵀ as a query sees it (MHA_KV_GROUP · dk), the  \

@@ -895,29 +895,38 @@ static void chunk_kt(const mha_step_job *j, int q, int g, int c, mha_prefetch *p
         pf->at[pf->n++] = (const char *)cache->data + mha_kv_kt_at(cache, r.block, g) * esz;
 }
 
-/* Chunk c of (q, g); ahead: this worker runs chunk c + 1 next. */
-static void decode_chunk(const mha_step_job *j, int q, int g, int c, int ahead, const mha_scratch *s)
+/* The worker's decode scratch (s->dec) for the nq queries of a task: their scores against a
+ * chunk (nq × MHA_KV_CHUNK), the queries (nq × dk), a chunk's partials (nq × (dk + 2)). */
+static float *dec_scores(const mha_scratch *s)
+{
+    return s->dec;
+}
+
+static float *dec_queries(const mha_step_job *j, int q, const mha_scratch *s)
+{
+    return s->dec + (size_t)j->f.group * j->step->n_new[q] * MHA_KV_CHUNK;
+}
+
+static float *dec_partials(const mha_step_job *j, int q, const mha_scratch *s)
+{
+    return dec_queries(j, q, s) + (size_t)j->f.group * j->step->n_new[q] * j->f.dk;
+}
+
+/* Chunk c of (q, g) into the partials at p (partial_of's layout for one chunk); ahead: this
+ * worker runs chunk c + 1 next. The queries are in the scratch (dec_queries). */
+static void decode_chunk(const mha_step_job *j, int q, int g, int c, int ahead, float *p, const mha_scratch *s)
 {
     const mha_fwd *f = &j->f;
     const mha_step *st = j->step;
     const int n_new = st->n_new[q], ctx = st->n_past[q] + n_new;
-    const int dk = f->dk, zd = f->qd, G = f->group, nq = G * n_new;
+    const int dk = f->dk, nq = f->group * n_new;
     const int k0 = c * MHA_KV_CHUNK, k1 = k0 + MHA_KV_CHUNK < ctx ? k0 + MHA_KV_CHUNK : ctx;
     if (k1 <= first_key(j, q)) { /* the whole chunk is before every query's window */
-        for (int qi = 0; qi < nq; qi++) {
-            float *p = partial_of(j, q, g, c, qi);
-            p[dk] = -INFINITY, p[dk + 1] = 0.0f; /* the merge skips it */
-        }
+        for (int qi = 0; qi < nq; qi++)
+            p[(size_t)qi * (dk + 2) + dk] = -INFINITY, p[(size_t)qi * (dk + 2) + dk + 1] = 0.0f; /* the merge skips it */
         return;
     }
-    /* (nq, chunk) scores; (nq, dk) queries: the group's, rotated in phase 1, from z (query qi
-     * = head jh, row i) */
-    float *sc = s->dec, *qv = s->dec + (size_t)nq * MHA_KV_CHUNK;
-    const float *z = f->z + (size_t)j->row0[q] * zd;
-    for (int jh = 0; jh < G; jh++)
-        for (int i = 0; i < n_new; i++)
-            memcpy(qv + (size_t)(jh * n_new + i) * dk, z + (size_t)i * zd + (size_t)(g * G + jh) * dk, (size_t)dk * sizeof *qv);
-    float *p = partial_of(j, q, g, c, 0);
+    float *sc = dec_scores(s), *qv = dec_queries(j, q, s);
     const int n = k1 - k0;
     const int i8 = j->cache->type == MHA_KV_INT8;
     float *vs = f->bk && i8 ? s->kvs : NULL; /* int8 in a bf16 engine: V's scales beside its values */
@@ -948,10 +957,41 @@ static void decode_chunk(const mha_step_job *j, int q, int g, int c, int ahead, 
     }
 }
 
+/* Chunk c's partials (at p) merged into those of chunk c0 by the merge's rule, and chunk c's
+ * marked as merged (the merge skips them). Where chunk c0 is the first chunk with a visible
+ * key, its partials then hold what the merge would have after chunk c, bit for bit (the merge
+ * of a first chunk is the chunk's own values times exp(0)). */
+static void fold_chunk(const mha_step_job *j, int q, int g, int c0, int c, const float *p)
+{
+    const int dk = j->f.dk, nq = j->f.group * j->step->n_new[q];
+    for (int qi = 0; qi < nq; qi++) {
+        float *acc = partial_of(j, q, g, c0, qi), *done = partial_of(j, q, g, c, qi);
+        const float *pq = p + (size_t)qi * (dk + 2);
+        mha_softmax_merge(acc, &acc[dk], &acc[dk + 1], pq, pq[dk], pq[dk + 1], dk);
+        done[dk] = -INFINITY, done[dk + 1] = 0.0f;
+    }
+}
+
 void mha_step_decode_chunks(const mha_step_job *j, int q, int g, int c0, int c1, const mha_scratch *s)
 {
-    for (int c = c0; c < c1; c++)
-        decode_chunk(j, q, g, c, c + 1 < c1, s);
+    const mha_fwd *f = &j->f;
+    const int n_new = j->step->n_new[q], dk = f->dk, G = f->group;
+    /* the group's queries, rotated in phase 1, from z (query qi = head jh, row i) */
+    float *qv = dec_queries(j, q, s);
+    const float *z = f->z + (size_t)j->row0[q] * f->qd;
+    for (int jh = 0; jh < G; jh++)
+        for (int i = 0; i < n_new; i++)
+            memcpy(qv + (size_t)(jh * n_new + i) * dk, z + (size_t)i * f->qd + (size_t)(g * G + jh) * dk,
+                   (size_t)dk * sizeof *qv);
+    /* a run from the first chunk with a visible key folds each later chunk into that one's
+     * partials as it goes (from the scratch, in cache): the merge reads one chunk's, not all */
+    const int fold = c0 == mha_step_first_chunk(j, q);
+    for (int c = c0; c < c1; c++) {
+        float *p = fold && c > c0 ? dec_partials(j, q, s) : partial_of(j, q, g, c, 0);
+        decode_chunk(j, q, g, c, c + 1 < c1, p, s);
+        if (p != partial_of(j, q, g, c, 0))
+            fold_chunk(j, q, g, c0, c, p);
+    }
 }
 
 void mha_step_decode_merge(const mha_step_job *j, int q, int g)

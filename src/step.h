@@ -71,7 +71,9 @@ int mha_step_first_chunk(const mha_step_job *j, int q);
  * heads of KV head g, in order, read in place from the cache: each query's running max, sum
  * and unnormalised Z per chunk. One worker's run: while a chunk's values are summed from
  * cache, the next chunk's Kᵀ is prefetched (where the table's bf16 tiles take a prefetch
- * list), so memory does not idle between chunks. */
+ * list), so memory does not idle between chunks. A run from the first chunk with a visible
+ * key merges its later chunks into that one's partials as it goes (the merge's rule and
+ * order: the same bits), marking theirs merged. */
 void mha_step_decode_chunks(const mha_step_job *j, int q, int g, int c0, int c1, const mha_scratch *s);
 /* Decode: the chunks of (q, g) merged in order (log-sum-exp) into z. */
 void mha_step_decode_merge(const mha_step_job *j, int q, int g);
