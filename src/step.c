@@ -853,8 +853,9 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
  * and V in the bf16 kernel's panels (s->kt16, s->v16 of vps), then the forward's own chunk
  * step (mha_attention_chunk) on the step's rows [i0, i1) of the group's queries (all rows as
  * one block, whatever the engine's q_block: chunk16 runs them 32 at a time, each row's bits
- * its own; else head by head): the forward's roundings and sums, so decode and prefill agree
- * bit for bit; into p as above. vs: NULL, or an int8 cache's V scales. */
+ * its own, from the queries packed once a run in s->q16; else head by head): the forward's
+ * roundings and sums, so decode and prefill agree bit for bit; into p as above. vs: NULL, or
+ * an int8 cache's V scales. */
 static void decode_chunk_bf16(const mha_step_job *j, int q, int g, int k0, int k1, float *qv, float *sc, float *p,
                               const mha_scratch *s, size_t vps, const float *vs, int i0, int i1)
 {
@@ -867,7 +868,8 @@ static void decode_chunk_bf16(const mha_step_job *j, int q, int g, int k0, int k
     for (int jh = 0; jh < (all ? 1 : f->group); jh++) {
         const int first = all ? 0 : jh * n_new + i0;
         const mha_chunk_rows rows = {.m = nq, .pos0 = j->step->n_past[q], .first = first, .period = n_new, .causal = 1,
-                                     .head0 = g * f->group, .q = mha_mat_rows(k, qv + (size_t)first * dk, dk)};
+                                     .head0 = g * f->group, .q = mha_mat_rows(k, qv + (size_t)first * dk, dk),
+                                     .q16 = all ? s->q16 : NULL};
         float *pr = p + (size_t)first * ps;
         mha_attention_chunk(f, s, &rows, &kv, 0, k0, n, sc, MHA_KV_CHUNK, mha_mat_rows(k, pr, (ptrdiff_t)ps), pr + dk,
                             pr + dk + 1, (ptrdiff_t)ps);
@@ -983,6 +985,8 @@ void mha_step_decode_chunks(const mha_step_job *j, int q, int g, int c0, int c1,
         for (int i = 0; i < n_new; i++)
             memcpy(qv + (size_t)(jh * n_new + i) * dk, z + (size_t)i * f->qd + (size_t)(g * G + jh) * dk,
                    (size_t)dk * sizeof *qv);
+    if (f->bk && !bf16_tiles(f)) /* the forward's chunks (decode_chunk_bf16): in A panels once */
+        mha_bk_pack_a(f->kernel, mha_mat_rows(f->kernel, qv, dk), 0, G * n_new, dk, s->q16);
     /* a run from the first chunk with a visible key folds each later chunk into that one's
      * partials as it goes (from the scratch, in cache): the merge reads one chunk's, not all */
     const int fold = c0 == mha_step_first_chunk(j, q);
