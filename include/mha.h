@@ -36,7 +36,7 @@
 
 #define MHA_VERSION_MAJOR 0
 #define MHA_VERSION_MINOR 5
-#define MHA_VERSION_PATCH 0
+#define MHA_VERSION_PATCH 1
 #define MHA_VERSION_NUMBER (MHA_VERSION_MAJOR * 10000 + MHA_VERSION_MINOR * 100 + MHA_VERSION_PATCH)
 
 #if defined(MHA_BUILDING) && defined(__GNUC__)
@@ -66,7 +66,7 @@ typedef enum mha_status {
 } mha_status;
 
 MHA_API const char *mha_status_str(mha_status s); /* never NULL */
-MHA_API const char *mha_version_string(void);     /* "0.5.0" */
+MHA_API const char *mha_version_string(void);     /* "0.5.1" */
 MHA_API int mha_version_number(void);             /* MHA_VERSION_NUMBER of the library linked */
 
 typedef enum { MHA_PIN_NONE, MHA_PIN_CLOSE, MHA_PIN_SPREAD, MHA_PIN_CPUS } mha_pinning;
@@ -205,6 +205,9 @@ MHA_API void mha_config_init(mha_config *cfg);
 /* d_k of the config's heads: head_dim, or d_model / n_heads (0 for NULL or n_heads < 1); with
  * MLA, the absorbed core's: kv_lora_rank + qk_rope_head_dim. */
 MHA_API int mha_config_head_dim(const mha_config *cfg);
+/* d_v of the core's heads (what mha_core_forward reads of V and writes a head's output):
+ * v_head_dim, or with MLA the latent (kv_lora_rank: V is K's first features), else d_k. */
+MHA_API int mha_config_v_head_dim(const mha_config *cfg);
 /* The length of QK-norm's weights q_norm (k = 0) or k_norm (k = 1): 0 without QK-norm, d_k
  * for HEAD, n_heads·d_k (q_norm) or n_kv_heads·d_k (k_norm) for FULL. */
 MHA_API int mha_config_qk_norm_len(const mha_config *cfg, int k);

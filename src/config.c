@@ -55,7 +55,7 @@ mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, mha_problem
         dims->d = cfg->d_model;
         dims->h = cfg->n_heads;
         dims->dk = mha_config_head_dim(cfg);
-        dims->dv = cfg->v_head_dim ? cfg->v_head_dim : cfg->mla.kv_lora_rank ? cfg->mla.kv_lora_rank : dims->dk;
+        dims->dv = mha_config_v_head_dim(cfg);
         dims->qd = cfg->n_heads * dims->dk;
         dims->batch = cfg->max_batch;
         dims->seq_q = cfg->max_seq_q;

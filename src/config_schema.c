@@ -200,6 +200,13 @@ MHA_API int mha_config_head_dim(const mha_config *cfg)
     return cfg->head_dim ? cfg->head_dim : cfg->d_model / cfg->n_heads;
 }
 
+MHA_API int mha_config_v_head_dim(const mha_config *cfg)
+{
+    if (!cfg || cfg->n_heads < 1)
+        return 0;
+    return cfg->v_head_dim ? cfg->v_head_dim : cfg->mla.kv_lora_rank ? cfg->mla.kv_lora_rank : mha_config_head_dim(cfg);
+}
+
 MHA_API int mha_config_qk_norm_len(const mha_config *cfg, int k)
 {
     if (!cfg || cfg->n_heads < 1)

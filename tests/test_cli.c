@@ -540,6 +540,34 @@ Test(cli, a_narrower_v_runs_in_the_core_alone, .timeout = 60)
     tmpdir_remove(dir);
 }
 
+/* An MLA config's core (mha run --core) is its absorbed core: one KV head of kv_lora + rope
+ * features whose V is the latent, its first kv_lora (the engine's d_v; the check's reference
+ * reads V there too), 32 query heads in the core's tasks of 16. */
+Test(cli, an_mla_configs_core_is_the_absorbed_core, .timeout = 60)
+{
+    char dir[64], path[128], args[256];
+    tmpdir_make(dir, sizeof dir);
+    write_config(dir, "mla-core.yaml",
+                 "model: { d_model: 64, heads: 32, mla: { kv_lora_rank: 40, qk_nope_head_dim: 8, qk_rope_head_dim: 8,\n"
+                 "         v_head_dim: 8 } }\n"
+                 "batch: { size: 2, seq_len: 70, mask: causal }\n"
+                 "run: { warmup: 0, iters: 1 }\n",
+                 path, sizeof path);
+    const struct { const char *precision; double bound; } runs[] = {{"f32", 1e-5}, {"bf16", 1e-2}};
+    for (int i = 0; i < 2; i++) {
+        snprintf(args, sizeof args, "run %s --core --json --check 10 --precision %s", path, runs[i].precision);
+        char *out, *err;
+        cr_assert_eq(run_cli(args, &out, &err), 0, "%s: %s", runs[i].precision, err);
+        cr_assert(strstr(out, "\"head_dim\":48") && strstr(out, "\"v_head_dim\":40"), "%s", out);
+        double e = 1;
+        const char *at = strstr(out, "\"check_rel_error\":");
+        cr_assert(at && sscanf(at, "\"check_rel_error\":%lf", &e) == 1 && e <= runs[i].bound, "%s: %s", runs[i].precision,
+                  out);
+        free(out), free(err);
+    }
+    tmpdir_remove(dir);
+}
+
 /* An MLA config runs a self-attention forward (generated weights checked against the double
  * reference) and a decode block through its latent cache (checked against one forward);
  * cross-attention and --attn are refused naming the key or option. */

@@ -181,8 +181,9 @@ int cli_core(const cli_config *fc, const char *config, int causal, int check, in
         goto out;
     }
     /* Q, K, V in SDPA's (batch, heads, rows, d_k), seeded as run's inputs are; with a narrower
-     * V, none: V is K's first dv features, read with K's strides */
-    s.dv = cfg.v_head_dim ? cfg.v_head_dim : p->dk;
+     * V (v_head_dim, or an MLA model's latent), none: V is K's first dv features, read with K's
+     * strides */
+    s.dv = mha_config_v_head_dim(&cfg);
     const int v_in_k = s.dv < p->dk;
     uint64_t seed = fc->seed;
     const size_t nq = (size_t)p->batch * p->h * p->seq_q * p->dk, nkv = (size_t)p->batch * p->kvh * p->seq_kv * p->dk;
