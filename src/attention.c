@@ -454,15 +454,26 @@ static void core_few_rows(const mha_fwd *f, const mha_core_io *io, int b, int g,
         core_put(f, io, b * io->os[0] + (h0 + r / ql) * io->os[1] + (r % ql) * io->os[2], z + (size_t)r * dv, dv);
 }
 
-void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, const mha_scratch *s)
+int mha_attention_head_block(int group)
+{
+    int hb = group;
+    while (hb > 16 && hb % 2 == 0)
+        hb /= 2;
+    return hb;
+}
+
+void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, int h0, int h1, const mha_scratch *s)
 {
     const mha_kernel *k = f->kernel;
     const int ql = f->call->q_len ? f->call->q_len[b] : f->call->seq_q;
     const int kl = f->call->kv_len ? f->call->kv_len[b] : f->call->seq_kv;
     const int dk = f->dk, dv = f->dv, dkp = f->dkp;
-    if (core_few(f, ql))
+    if (core_few(f, ql)) {
+        if (h0 != g * f->group)
+            return;
+        h1 = (g + 1) * f->group;
         core_few_rows(f, io, b, g, s, ql, kl);
-    else {
+    } else {
         /* Kᵀ packed from K in place (bf16 engines: V too, into bf16 B panels), once for every
          * query head of the group; float32 V copied into the columns the forward projects it to
          * (the microkernel reads B in panels); float32 Q read and out written in place; bf16 Q
@@ -477,7 +488,7 @@ void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, c
                              (const float *)io->v + b * io->vs[0] + g * io->vs[1], io->vs[2]);
         }
         float *zf = s->qkv;
-        for (int h = g * f->group; h < (g + 1) * f->group; h++) {
+        for (int h = h0; h < h1; h++) {
             const ptrdiff_t qo = b * io->qs[0] + h * io->qs[1], oo = b * io->os[0] + h * io->os[1];
             const mha_queries q = io->bf16 ? (mha_queries){.q16 = (const mha_bf16 *)io->q + qo, .ld16 = io->qs[2]}
                                            : (mha_queries){.q = mha_mat_rows(k, (const float *)io->q + qo, io->qs[2])};
@@ -487,7 +498,7 @@ void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, c
                 core_put(f, io, oo + i * io->os[2], zf + (size_t)i * dv, dv);
         }
     }
-    for (int h = g * f->group; h < (g + 1) * f->group; h++)
+    for (int h = h0; h < h1; h++)
         for (int i = ql; i < f->call->seq_q; i++) /* rows past the query length */
             core_put(f, io, b * io->os[0] + h * io->os[1] + i * io->os[2], NULL, dv);
 }

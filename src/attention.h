@@ -315,10 +315,16 @@ typedef struct mha_core_io {
     ptrdiff_t qs[3], ks[3], vs[3], os[3];
     const float *sinks; /* NULL or (h) */
 } mha_core_io;
-/* KV head g of sequence b of the core: its K and V copied into the scratch (Kᵀ packed once),
- * then for each query head of the group its Q and mha_attention_rows into out (rows past the
- * query length zeroed). f holds the call's sizes, lengths, mask and causal flag. */
-void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, const mha_scratch *s);
+/* Query heads [h0, h1) (of KV head g's group) of sequence b of the core: g's K and V copied
+ * into the scratch (Kᵀ packed once), then for each of those heads its Q and
+ * mha_attention_rows into out (rows past the query length zeroed). A few queries a head
+ * (core_few) run the group's heads as the rows of one pass: the block with the group's first
+ * head runs them all, the others nothing. A row's bits do not depend on the block. f holds
+ * the call's sizes, lengths, mask and causal flag. */
+void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, int h0, int h1, const mha_scratch *s);
+/* Query heads of a block of the core's tasks: the group, halved while above 16 and even (a
+ * KV head of many query heads, MQA's or MLA's, is more than one task). */
+int mha_attention_head_block(int group);
 /* KV head g of sequence b: its K and V projected (and rotated) once, then for each query
  * head of the group its Q, and query block by query block: scores, softmax, A·V into the
  * head's columns of z (and attn). */

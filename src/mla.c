@@ -229,14 +229,6 @@ void mha_mla_project(const mha_fwd *f, int b, int r0, int r1, const mha_scratch 
                  f->mla_k + row0 * f->dk, f->dk, s);
 }
 
-int mha_mla_head_block(int h)
-{
-    int hb = h;
-    while (hb > 16 && hb % 2 == 0)
-        hb /= 2;
-    return hb;
-}
-
 void mha_mla_core_view(const mha_fwd *f, int hb, mha_fwd *core, mha_core_io *io)
 {
     const mha_call *c = f->call;

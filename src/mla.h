@@ -59,11 +59,9 @@ void mha_mla_values(const mha_fwd *f, int m, const float *z, ptrdiff_t zh, float
 void mha_mla_project(const mha_fwd *f, int b, int r0, int r1, const mha_scratch *s);
 /* Phase 2: the attention core's view of Q_abs, K and its V (K's first dv features) and the
  * heads' latent outputs (f->mla_z); core: f's model with head blocks of hb query heads as
- * its "KV heads" (K read with a zero head stride), so a task runs hb heads of a sequence. */
+ * its "KV heads" (K read with a zero head stride), so a task runs hb heads of a sequence
+ * (hb: mha_attention_head_block(h), a divisor of h and a function of h alone). */
 void mha_mla_core_view(const mha_fwd *f, int hb, mha_fwd *core, mha_core_io *io);
-/* The query heads per core task: h halved while it is above 16 and even (a divisor of h and a
- * function of h alone; an odd h above 16 stays whole). */
-int mha_mla_head_block(int h);
 /* Phase 3, rows [r0, r1) of sequence b: each head's latent output through W_uv, then o_proj
  * (+ b_o) into the call's out; rows past the query length 0. */
 void mha_mla_out_rows(const mha_fwd *f, int b, int r0, int r1, const mha_scratch *s);

@@ -126,20 +126,22 @@ void mha_sched_forward(const mha_sched *s, const mha_fwd *f)
 
 typedef struct core_job { const mha_fwd *f; const mha_core_io *io; } core_job;
 
-/* The core's tasks (arg: a core_job). */
+/* The core's tasks (arg: a core_job): per sequence, KV head and block of its query heads. */
 static void core_tasks(const mha_sched *s, const void *arg)
 {
     const mha_fwd *f = ((const core_job *)arg)->f;
     const mha_core_io *io = ((const core_job *)arg)->io;
+    const int hb = mha_attention_head_block(f->group);
     for (int i = 0; i < f->call->batch; i++)
-        for (int g = 0; g < f->kvh; g++) {
-            const int b = s->order[i];
-#pragma omp task firstprivate(b, g)
-            {
-                const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
-                mha_attention_core(f, io, b, g, &sc);
+        for (int g = 0; g < f->kvh; g++)
+            for (int h0 = g * f->group; h0 < (g + 1) * f->group; h0 += hb) {
+                const int b = s->order[i], h1 = h0 + hb;
+#pragma omp task firstprivate(b, g, h0, h1)
+                {
+                    const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
+                    mha_attention_core(f, io, b, g, h0, h1, &sc);
+                }
             }
-        }
 }
 
 void mha_sched_core(const mha_sched *s, const mha_fwd *f, const mha_core_io *io)
@@ -173,7 +175,7 @@ static void mla_tasks(const mha_sched *s, const void *arg)
 #pragma omp taskwait
     mha_fwd core;
     mha_core_io io;
-    mha_mla_core_view(f, mha_mla_head_block(f->h), &core, &io);
+    mha_mla_core_view(f, mha_attention_head_block(f->h), &core, &io);
     core_tasks(s, &(core_job){&core, &io});
 #pragma omp taskwait
     mla_row_tasks(s, f, mha_mla_out_rows);

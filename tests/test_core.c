@@ -25,8 +25,9 @@ typedef struct ccase {
     unsigned variants; /* V_SCALE, V_SOFTCAP, V_SINKS, V_ALIBI (helpers.h) */
 } ccase;
 
-/* Shapes that cross a key chunk (256), GQA and MQA, heads not a power of two, d_k not a
- * multiple of any panel, every mask and logit variant the core applies. */
+/* Shapes that cross a key chunk (256), GQA and MQA (a group of 40: the core's tasks take
+ * blocks of its heads), heads not a power of two, d_k not a multiple of any panel, every mask
+ * and logit variant the core applies. */
 static const ccase cases[] = {
     {"bert-like, two key chunks", 4, 4, 64, 3, 300, 300, 0, 0, 0, 0},
     {"GQA 8/2, causal", 8, 2, 32, 2, 130, 130, 0, M_CAUSAL, 0, V_SCALE},
@@ -36,6 +37,7 @@ static const ccase cases[] = {
     {"decode-like: one query, causal", 4, 2, 128, 2, 1, 260, 1, M_CAUSAL, 0, V_SINKS},
     {"three queries of 8 heads over 2: window, mask, ragged", 8, 2, 32, 3, 3, 300, 1,
      M_CAUSAL | M_EXPLICIT | M_QLEN | M_KVLEN, 40, V_ALIBI | V_SOFTCAP},
+    {"MQA of 40 heads (core tasks of 10), sinks, ALiBi", 40, 1, 24, 2, 70, 70, 0, M_CAUSAL, 0, V_SINKS | V_ALIBI},
 };
 enum { N_CASES = sizeof cases / sizeof cases[0] };
 
