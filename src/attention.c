@@ -474,8 +474,8 @@ void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, i
         h1 = (g + 1) * f->group;
         core_few_rows(f, io, b, g, s, ql, kl);
     } else {
-        /* Kᵀ packed from K in place (bf16 engines: V too, into bf16 B panels), once for every
-         * query head of the group; float32 V copied into the columns the forward projects it to
+        /* Kᵀ packed from K in place (bf16 engines: V too, into bf16 B panels), once for the
+         * block's query heads; float32 V copied into the columns the forward projects it to
          * (the microkernel reads B in panels); float32 Q read and out written in place; bf16 Q
          * copied into the A panels, bf16 out rounded from float rows in the scratch (the Q/K/V
          * region, which bf16 engines' core does not use otherwise) */
