@@ -468,6 +468,27 @@ Test(cli, check_rows_cost_little_memory_next_to_the_engine, .timeout = 120)
     tmpdir_remove(dir);
 }
 
+/* mha run PATH --core --json --check ROWS in f32 and bf16: exit 0, every key in the JSON, and
+ * the checked rows' relative error within the double reference's bound for the precision
+ * (f32 1e-5: a float32 core's rounding; bf16 1e-2: Q, K, V and the probabilities rounded). */
+static void core_checks_in_both_precisions(const char *path, int rows, const char *const *keys, size_t n_keys)
+{
+    const struct { const char *precision; double bound; } runs[] = {{"f32", 1e-5}, {"bf16", 1e-2}};
+    for (int i = 0; i < 2; i++) {
+        char args[256];
+        snprintf(args, sizeof args, "run %s --core --json --check %d --precision %s", path, rows, runs[i].precision);
+        char *out, *err;
+        cr_assert_eq(run_cli(args, &out, &err), 0, "%s: %s", runs[i].precision, err);
+        for (size_t k = 0; k < n_keys; k++)
+            cr_assert(strstr(out, keys[k]), "no %s in %s", keys[k], out);
+        double e = 1;
+        const char *at = strstr(out, "\"check_rel_error\":");
+        cr_assert(at && sscanf(at, "\"check_rel_error\":%lf", &e) == 1 && e <= runs[i].bound, "%s: %s", runs[i].precision,
+                  out);
+        free(out), free(err);
+    }
+}
+
 /* mha run --core: the core alone on generated Q, K, V, checked against the double reference in
  * both precisions (GQA, a window, softcap and sinks); options that need weights or a cache are
  * refused. */
@@ -481,21 +502,9 @@ Test(cli, core_runs_the_attention_core_and_checks_it, .timeout = 60)
                  "batch: { size: 3, seq_len: 300, mask: causal, lengths: [300, 0, 17] }\n"
                  "run: { warmup: 0, iters: 2 }\n",
                  path, sizeof path);
-    const struct { const char *precision; double bound; } runs[] = {{"f32", 1e-5}, {"bf16", 1e-2}};
-    for (int i = 0; i < 2; i++) {
-        snprintf(args, sizeof args, "run %s --core --json --check 12 --precision %s", path, runs[i].precision);
-        char *out, *err;
-        cr_assert_eq(run_cli(args, &out, &err), 0, "%s", err);
-        const char *keys[] = {"\"mode\":\"core\"", "\"heads\":6", "\"kv_heads\":2", "\"head_dim\":40", "\"gflops\":",
-                              "\"check_rows\":12"};
-        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
-            cr_assert(strstr(out, keys[k]), "no %s in %s", keys[k], out);
-        double e = 1;
-        const char *at = strstr(out, "\"check_rel_error\":");
-        cr_assert(at && sscanf(at, "\"check_rel_error\":%lf", &e) == 1 && e <= runs[i].bound, "%s: %s", runs[i].precision,
-                  out);
-        free(out), free(err);
-    }
+    const char *keys[] = {"\"mode\":\"core\"", "\"heads\":6", "\"kv_heads\":2", "\"head_dim\":40", "\"gflops\":",
+                          "\"check_rows\":12"};
+    core_checks_in_both_precisions(path, 12, keys, sizeof keys / sizeof keys[0]);
     snprintf(args, sizeof args, "run %s --core --weights w.safetensors", path);
     char *out, *err;
     cr_assert_eq(run_cli(args, &out, &err), 2);
@@ -516,18 +525,8 @@ Test(cli, a_narrower_v_runs_in_the_core_alone, .timeout = 60)
                  "batch: { size: 2, seq_len: 280, mask: causal }\n"
                  "run: { warmup: 0, iters: 1 }\n",
                  path, sizeof path);
-    const struct { const char *precision; double bound; } runs[] = {{"f32", 1e-5}, {"bf16", 1e-2}};
-    for (int i = 0; i < 2; i++) {
-        snprintf(args, sizeof args, "run %s --core --json --check 10 --precision %s", path, runs[i].precision);
-        char *out, *err;
-        cr_assert_eq(run_cli(args, &out, &err), 0, "%s", err);
-        cr_assert(strstr(out, "\"head_dim\":72") && strstr(out, "\"v_head_dim\":64"), "%s", out);
-        double e = 1;
-        const char *at = strstr(out, "\"check_rel_error\":");
-        cr_assert(at && sscanf(at, "\"check_rel_error\":%lf", &e) == 1 && e <= runs[i].bound, "%s: %s", runs[i].precision,
-                  out);
-        free(out), free(err);
-    }
+    const char *keys[] = {"\"head_dim\":72", "\"v_head_dim\":64"};
+    core_checks_in_both_precisions(path, 10, keys, 2);
     const char *modes[] = {"run %s", "scale %s --threads 1"};
     for (int i = 0; i < 2; i++) {
         snprintf(args, sizeof args, modes[i], path);
@@ -545,7 +544,7 @@ Test(cli, a_narrower_v_runs_in_the_core_alone, .timeout = 60)
  * reads V there too), 32 query heads in the core's tasks of 16. */
 Test(cli, an_mla_configs_core_is_the_absorbed_core, .timeout = 60)
 {
-    char dir[64], path[128], args[256];
+    char dir[64], path[128];
     tmpdir_make(dir, sizeof dir);
     write_config(dir, "mla-core.yaml",
                  "model: { d_model: 64, heads: 32, mla: { kv_lora_rank: 40, qk_nope_head_dim: 8, qk_rope_head_dim: 8,\n"
@@ -553,18 +552,8 @@ Test(cli, an_mla_configs_core_is_the_absorbed_core, .timeout = 60)
                  "batch: { size: 2, seq_len: 70, mask: causal }\n"
                  "run: { warmup: 0, iters: 1 }\n",
                  path, sizeof path);
-    const struct { const char *precision; double bound; } runs[] = {{"f32", 1e-5}, {"bf16", 1e-2}};
-    for (int i = 0; i < 2; i++) {
-        snprintf(args, sizeof args, "run %s --core --json --check 10 --precision %s", path, runs[i].precision);
-        char *out, *err;
-        cr_assert_eq(run_cli(args, &out, &err), 0, "%s: %s", runs[i].precision, err);
-        cr_assert(strstr(out, "\"head_dim\":48") && strstr(out, "\"v_head_dim\":40"), "%s", out);
-        double e = 1;
-        const char *at = strstr(out, "\"check_rel_error\":");
-        cr_assert(at && sscanf(at, "\"check_rel_error\":%lf", &e) == 1 && e <= runs[i].bound, "%s: %s", runs[i].precision,
-                  out);
-        free(out), free(err);
-    }
+    const char *keys[] = {"\"head_dim\":48", "\"v_head_dim\":40"};
+    core_checks_in_both_precisions(path, 10, keys, 2);
     tmpdir_remove(dir);
 }
 
