@@ -620,8 +620,8 @@ static float *partial_of(const mha_step_job *j, int q, int g, int c, int qi)
 /* Where decode tiles read a chunk's keys: runs of slots, run r with n[r] slots of a block, Kᵀ
  * at kt[r] (feature c of slot t at element c · ld + t) and V at v[r] (slot t's vw values at
  * element t · vw: the cache's d_k, or an MLA cache's latent, kv_lora, read out of Kᵀ into the
- * worker's scratch; float32 MLA: the chunk's, in mla_v_panel's panels from v[0]); next[r]: what to prefetch while run r is read (NULL: nothing); an int8
- * cache's K parameters of the group holding the run's first slot at kp[r] and V scales of the
+ * worker's scratch; float32 MLA reads it in mla_v_panel's panels there instead); next[r]:
+ * what to prefetch while run r is read (NULL: nothing); an int8 cache's K parameters of the group holding the run's first slot at kp[r] and V scales of the
  * run's slots at vs[r]. type: the cache's. */
 typedef struct chunk_src {
     mha_kv_type type;
@@ -648,7 +648,7 @@ static void cache_runs(const mha_step_job *j, int q, int g, int k0, int k1, void
         const mha_kv_run next = mha_kv_run_at(table, bs, u.t + u.n, k1);
         src->kt[r] = data + (mha_kv_kt_at(cache, u.block, g) + (size_t)u.slot) * esz;
         if (cache->mla) {
-            src->v[r] = (char *)vbuf + (cache->type == MHA_KV_F32 ? 0 : (size_t)(u.t - k0) * (size_t)src->vw * esz);
+            src->v[r] = (char *)vbuf + (size_t)(u.t - k0) * (size_t)src->vw * esz;
             src->next[r] = NULL;
         } else {
             src->v[r] = data + mha_kv_v_at(cache, u.block, g, u.slot) * esz;
@@ -662,12 +662,12 @@ static void cache_runs(const mha_step_job *j, int q, int g, int k0, int k1, void
     }
 }
 
-/* MLA: the chunk's V out of its runs' Kᵀ into the buffer cache_runs gave it (v[0]), as
+/* MLA: the chunk's V out of its runs' Kᵀ into v (the buffer cache_runs was given), as
  * mla_v_rows places it. After the scores: their first pass has brought the chunk into cache. */
-static void mla_v_chunk(const mha_step_job *j, const chunk_src *src)
+static void mla_v_chunk(const mha_step_job *j, const chunk_src *src, void *v)
 {
     for (int r = 0, t = 0; r < src->runs; t += src->n[r++])
-        mla_v_rows(j->f.kernel, j->cache, src->kt[r], src->n[r], src->vw, (void *)src->v[0], t);
+        mla_v_rows(j->f.kernel, j->cache, src->kt[r], src->n[r], src->vw, v, t);
 }
 
 /* int8: the end of the step's rows from i0 (of sequence q) that see the keys before k1 alike:
@@ -814,7 +814,7 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
     else
         chunk_scores(j, q, 0, n_new, qv, sc, src, src->kt, NULL, src->ld);
     if (j->cache->mla)
-        mla_v_chunk(j, src);
+        mla_v_chunk(j, src, s->qkv);
     /* int8 in a bf16 engine: the chunk's V scales, key by key */
     for (int r = 0, t = 0; i8 && bf16 && r < src->runs; t += src->n[r++])
         memcpy(vs + t, src->vs[r], (size_t)src->n[r] * sizeof *vs);
@@ -831,7 +831,7 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
         memset(pq, 0, (size_t)dk * sizeof *pq);
     }
     /* Z = E · V: each value row read once for every query; an MLA chunk's V lies in order in
-     * the scratch (cache_runs), so as one run: each tile's accumulators held over all its keys,
+     * the scratch (mla_v_chunk), so as one run: each tile's accumulators held over all its keys,
      * not stored and reloaded at every block (the same sums, key by key); float32: panel by
      * panel (mla_v_panel) */
     const int vruns = j->cache->mla ? 1 : src->runs, *vn = j->cache->mla ? &n : src->n;
@@ -839,7 +839,7 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
         isa->decode_values16(sc, MHA_KV_CHUNK, nq, vruns, src->v, vn, i8, src->vw, p, ps, pf, f->bk->order);
     else if (j->cache->mla)
         for (int x0 = 0; x0 < src->vw; x0 += MHA_MLA_VPANEL)
-            isa->decode_values(sc, MHA_KV_CHUNK, nq, mla_v_panel((void *)src->v[0], x0), n,
+            isa->decode_values(sc, MHA_KV_CHUNK, nq, mla_v_panel(s->qkv, x0), n,
                                src->vw - x0 < MHA_MLA_VPANEL ? src->vw - x0 : MHA_MLA_VPANEL, p + x0, ps, NULL);
     else
         for (int r = 0, t = 0; r < vruns; t += vn[r++])
@@ -914,6 +914,13 @@ static float *dec_partials(const mha_step_job *j, int q, const mha_scratch *s)
     return dec_queries(j, q, s) + (size_t)j->f.group * j->step->n_new[q] * j->f.dk;
 }
 
+/* A query's partials (at pq) marked for the merge to skip: no key of the chunk, or merged
+ * already (fold_chunk). */
+static void skip_partials(float *pq, int dk)
+{
+    pq[dk] = -INFINITY, pq[dk + 1] = 0.0f;
+}
+
 /* Chunk c of (q, g) into the partials at p (partial_of's layout for one chunk); ahead: this
  * worker runs chunk c + 1 next. The queries are in the scratch (dec_queries). */
 static void decode_chunk(const mha_step_job *j, int q, int g, int c, int ahead, float *p, const mha_scratch *s)
@@ -925,7 +932,7 @@ static void decode_chunk(const mha_step_job *j, int q, int g, int c, int ahead, 
     const int k0 = c * MHA_KV_CHUNK, k1 = k0 + MHA_KV_CHUNK < ctx ? k0 + MHA_KV_CHUNK : ctx;
     if (k1 <= first_key(j, q)) { /* the whole chunk is before every query's window */
         for (int qi = 0; qi < nq; qi++)
-            p[(size_t)qi * (dk + 2) + dk] = -INFINITY, p[(size_t)qi * (dk + 2) + dk + 1] = 0.0f; /* the merge skips it */
+            skip_partials(p + (size_t)qi * (dk + 2), dk);
         return;
     }
     float *sc = dec_scores(s), *qv = dec_queries(j, q, s);
@@ -970,7 +977,7 @@ static void fold_chunk(const mha_step_job *j, int q, int g, int c0, int c, const
         float *acc = partial_of(j, q, g, c0, qi), *done = partial_of(j, q, g, c, qi);
         const float *pq = p + (size_t)qi * (dk + 2);
         mha_softmax_merge(acc, &acc[dk], &acc[dk + 1], pq, pq[dk], pq[dk + 1], dk);
-        done[dk] = -INFINITY, done[dk + 1] = 0.0f;
+        skip_partials(done, dk);
     }
 }
 
@@ -991,9 +998,10 @@ void mha_step_decode_chunks(const mha_step_job *j, int q, int g, int c0, int c1,
      * partials as it goes (from the scratch, in cache): the merge reads one chunk's, not all */
     const int fold = c0 == mha_step_first_chunk(j, q);
     for (int c = c0; c < c1; c++) {
-        float *p = fold && c > c0 ? dec_partials(j, q, s) : partial_of(j, q, g, c, 0);
+        const int folded = fold && c > c0;
+        float *p = folded ? dec_partials(j, q, s) : partial_of(j, q, g, c, 0);
         decode_chunk(j, q, g, c, c + 1 < c1, p, s);
-        if (p != partial_of(j, q, g, c, 0))
+        if (folded)
             fold_chunk(j, q, g, c0, c, p);
     }
 }
