@@ -184,18 +184,23 @@ static void chunk16(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows
     const float *vs = kv->vs ? kv->vs + b0 : NULL;
     for (int i0 = 0; i0 < r->m; i0 += 2 * MHA_BT_M) {
         const int m = r->m - i0 < 2 * MHA_BT_M ? r->m - i0 : 2 * MHA_BT_M;
-        mha_bgemm(f->bk, k, m, n, f->dk, f->scale, r->q16 ? r->q16 + mha_bk_a_row(i0, kq) : NULL,
-                  mha_mat_sub(k, r->q, i0, 0), kv->kt16 + (size_t)(b0 / MHA_BT_N) * kv->kps, kv->kps, 0.0f,
-                  mha_mat_rows(k, sc, ld), s->apack16);
+        float *sb = r->scored ? sc + (size_t)i0 * ld : sc; /* the block's score rows */
+        if (!kv->vs)
+            mha_bgemm(f->bk, k, m, n, f->dk, f->scale, r->q16 ? r->q16 + mha_bk_a_row(i0, kq) : NULL,
+                      mha_mat_sub(k, r->q, i0, 0), kv->kt16 + (size_t)(b0 / MHA_BT_N) * kv->kps, kv->kps, 0.0f,
+                      mha_mat_rows(k, sb, ld), s->apack16);
+        else if (!r->scored) /* an int8 cache: float32 scores (mha_kv_view) */
+            mha_gemm(k, m, n, f->dk, f->scale, mha_mat_sub(k, r->q, i0, 0), mha_mat_sub(k, kv->kt, 0, b0), 0.0f,
+                     mha_mat_rows(k, sb, ld), s->apack);
         for (int i = 0; i < m; i++) {
             const int row = r->first + i0 + i, pos = r->pos0 + row % r->period;
             const mha_key_span in = mha_keys_within(mha_visible_keys(pos, r->causal, f->window, c0 + n), c0, n);
             sum[(i0 + i) * st] = mha_attention_chunk_row(
-                f, sc + i * ld, n, in, pos, c0, r->head0 + row / r->period,
+                f, sb + i * ld, n, in, pos, c0, r->head0 + row / r->period,
                 r->mask ? r->mask + (size_t)(row % r->period) * f->call->seq_kv : NULL, vs, &mx[(i0 + i) * st],
                 s->p16 + mha_bk_a_row(i, kn));
         }
-        mha_bgemm(f->bk, k, m, f->dv, n, 1.0f, s->p16, mha_mat_rows(k, sc, ld), kv->v16 + mha_bk_b_index(b0, 0, 0),
+        mha_bgemm(f->bk, k, m, f->dv, n, 1.0f, s->p16, mha_mat_rows(k, sb, ld), kv->v16 + mha_bk_b_index(b0, 0, 0),
                   kv->vps, 0.0f, mha_mat_sub(k, zc, i0, 0), NULL);
     }
 }
@@ -212,7 +217,7 @@ void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk
         return;
     }
     const mha_mat sm = mha_mat_rows(k, sc, ld);
-    if (f->bk) /* b0 is a multiple of the chunk, so of the 16-key panels */
+    if (f->bk && !kv->vs) /* b0 is a multiple of the chunk, so of the 16-key panels */
         mha_bgemm(f->bk, k, m, n, dk, scale, NULL, r->q, kv->kt16 + (size_t)(b0 / MHA_BT_N) * kv->kps, kv->kps, 0.0f,
                   sm, s->apack16);
     else if (kv->ktp) { /* the decode tiles on plain queries (r->q rows dk apart): a panel a run */
@@ -274,7 +279,7 @@ static void attend_block(const mha_fwd *f, const mha_scratch *s, const mha_chunk
         memset(z + (size_t)i * zd, 0, (size_t)dv * sizeof *z);
         sum[i] = 0.0f, mx[i] = -INFINITY;
     }
-    const int q16 = f->bk && !f->call->attn && kv_end > kv_begin; /* bf16 chunks: Q packed once */
+    const int q16 = f->bk && !f->call->attn && !kv->vs && kv_end > kv_begin; /* bf16 chunks: Q packed once */
     if (q16 && r->q16_rows)
         mha_bk_copy_a(r->q16_rows, r->q16_ld, m, dk, s->q16);
     else if (q16)

@@ -204,7 +204,9 @@ typedef struct mha_kv_view {
     const mha_bf16 *kt16, *v16;
     size_t kps, vps;
     const float *vs;        /* an int8 cache's V scales of each key from the operands' key 0 (the
-                             * V panels then hold the int8 values themselves); NULL: none */
+                             * V panels then hold the int8 values themselves, and the scores are
+                             * float32 products on the queries unrounded and kt, Kᵀ as the cache
+                             * holds it, as a float32 engine's); NULL: none */
     const float *ktp, *vp;  /* float32 engines, or NULL: Kᵀ in panels of MHA_TILE_KEYS keys (key
                              * j's feature c at (j / 16)·16·dk + c·16 + j % 16) and V in rows dk
                              * apart, from the operands' key 0, read by the table's decode tiles
@@ -236,6 +238,10 @@ typedef struct mha_chunk_rows {
     ptrdiff_t q16_ld;
     const uint8_t *mask;    /* NULL or the explicit mask at key c0 of the query at pos0: row i
                              * reads row (first + i) % period, rows seq_kv apart */
+    int scored;             /* the scores are in sc already, rows ld apart (an int8 cache's in a
+                             * step, the decode tiles' float32 products: mha_kv_view.vs): the
+                             * chunk starts at the logits (bf16 without attention weights only:
+                             * a step never wants them) */
 } mha_chunk_rows;
 
 /* One chunk: the keys [c0, c0 + n) (kv's operands from key b0: the chunk's first key), scores

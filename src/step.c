@@ -25,7 +25,9 @@
  * group in the sequence's tail) until complete: each query reads Kᵀ as its own group sees it
  * (k_view: the groups before as stored, its own at full precision) into the panels or the
  * decode tiles' rows, then k_commit stores what the step completed. Prefill and decode read
- * the same values. QK-norm runs before RoPE;
+ * the same values. An int8 cache's scores are float32 products in either engine (a bf16
+ * engine's on its queries unrounded: K is not rounded to bf16 on top of int8; its
+ * probabilities and V are bf16's). QK-norm runs before RoPE;
  * the logits and the sink are the forward's (mha_attention_logits, mha_softmax_sink). */
 #include "step.h"
 
@@ -221,30 +223,25 @@ static void k_view(const mha_step_job *j, int q, int g, int own, int k0, int k1,
 }
 
 /* Prefill: Kᵀ of keys [k0, k1) of (q, g) as a query of the group at `own` sees them, into the
- * panels the score products read (key t at column t): the microkernel's (s->kt) in a float32
- * engine, the bf16 kernel's (s->kt16, rounded) in a bf16 one; a group at a time through
- * s->k8. */
+ * float32 microkernel's panels (s->kt, key t at column t), a group at a time through s->k8: an
+ * int8 cache's scores are float32 products in either engine (a bf16 engine's on its queries
+ * unrounded: mha_kv_view.vs). */
 static void k_view_panels(const mha_step_job *j, int q, int g, int own, int k0, int k1, const mha_scratch *s)
 {
     const mha_kernel *k = j->f.kernel;
     const int dk = j->f.dk;
     const mha_mat ktm = mha_mat_panels(k, s->kt, dk);
-    const size_t kps = mha_attention_kt16_ps(&j->f);
     for (int t = k0, e; t < k1; t = e) {
         const mha_kv_group grp = mha_kv_group_of(j->cache->block_size, t);
         e = grp.t + grp.n < k1 ? grp.t + grp.n : k1;
         k_view(j, q, g, own, t, e, s->k8, MHA_KV_GROUP, s);
         for (int f = 0; f < dk; f++) {
             const float *x = s->k8 + (size_t)f * MHA_KV_GROUP - t;
-            if (j->f.bk)
-                for (int u = t; u < e; u++)
-                    s->kt16[mha_bk_b_index(f, u, kps)] = mha_bf16_round(x[u]);
-            else
-                for (int u = t; u < e;) { /* runs up to each panel's edge */
-                    const int run = k->bw - u % k->bw < e - u ? k->bw - u % k->bw : e - u;
-                    memcpy(mha_mat_at(k, ktm, f, u), x + u, (size_t)run * sizeof *x);
-                    u += run;
-                }
+            for (int u = t; u < e;) { /* runs up to each panel's edge */
+                const int run = k->bw - u % k->bw < e - u ? k->bw - u % k->bw : e - u;
+                memcpy(mha_mat_at(k, ktm, f, u), x + u, (size_t)run * sizeof *x);
+                u += run;
+            }
         }
     }
 }
@@ -436,7 +433,8 @@ static inline mha_bf16 bf16_at(const void *data, int i8, size_t i)
  * leaves them), key t at column / row t − base: Kᵀ key pairs of each feature pair interleaved,
  * V feature by feature; zeros in the padding (features past dk, keys past t_end, the tile of
  * room after V). int8: V's values themselves (exact in bf16), their scales into vs at t − base
- * (mha_kv_view's: the chunk applies them); Kᵀ is left to k_view_panels. */
+ * (mha_kv_view's: the chunk applies them); Kᵀ is left to k_view_panels (float32 panels, their
+ * columns past t_end zero here). */
 static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int t_begin, int t_end, int base,
                         size_t vps, const mha_scratch *s, float *vs)
 {
@@ -506,9 +504,12 @@ static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int 
             for (int c = u < 2 * pairs ? whole : 0; c < dk; c++)
                 s->v16[mha_bk_b_index(at + u, c, vps)] = bf16_at(data, i8, v + (size_t)u * dk + c);
     }
-    for (int t = t_begin - base; t < n16; t++) /* Kᵀ: features past dk; keys past t_end */
-        for (int c = t < n ? dk : 0; c < kp_dk; c++)
-            s->kt16[mha_bk_b_index(c, t, kps)] = 0;
+    if (i8) /* Kᵀ in the float32 panels: keys past t_end */
+        zero_kt_past(j, n, s);
+    else /* Kᵀ: features past dk; keys past t_end */
+        for (int t = t_begin - base; t < n16; t++)
+            for (int c = t < n ? dk : 0; c < kp_dk; c++)
+                s->kt16[mha_bk_b_index(c, t, kps)] = 0;
     for (int t = t_begin - base; t < n; t++) /* V: columns past dk */
         for (int c = dk; c < dk16; c++)
             s->v16[mha_bk_b_index(t, c, vps)] = 0;
@@ -689,8 +690,8 @@ static int view_rows_end(const mha_step_job *j, int q, int k1, int i0)
  * (query qi = head jh, row i at qv[qi · dk]; all rows: one pass for every query), Kᵀ at kt[r]
  * for src's runs, rows ld apart (kp: NULL, or an int8 cache's Kᵀ in place, its runs' group
  * parameters): float32 decode_scores (decode_scores8) in the microkernel's passes of KC (one
- * unless dk > KC), bf16 decode_scores16 (qv rounded already). Each run's Kᵀ read once for
- * every query, slots of several runs at once. */
+ * unless dk > KC) in a float32 engine or on an int8 cache, else bf16 decode_scores16 (qv
+ * rounded already). Each run's Kᵀ read once for every query, slots of several runs at once. */
 static void chunk_scores(const mha_step_job *j, int q, int i0, int i1, const float *qv, float *sc, const chunk_src *src,
                          const void *const *kt, const float *const *kp, int ld)
 {
@@ -701,9 +702,9 @@ static void chunk_scores(const mha_step_job *j, int q, int i0, int i1, const flo
         const int nq = all ? f->group * n_new : i1 - i0;
         const float *qh = qv + (size_t)(jh * n_new + i0) * dk;
         float *sh = sc + (size_t)(jh * n_new + i0) * MHA_KV_CHUNK;
-        if (f->bk)
-            isa->decode_scores16(qh, nq, dk, src->runs, kt, kp, src->v, src->n, ld, f->scale, sh,
-                                 MHA_KV_CHUNK, f->bk->order);
+        if (f->bk && src->type != MHA_KV_INT8)
+            isa->decode_scores16(qh, nq, dk, src->runs, kt, src->v, src->n, ld, f->scale, sh, MHA_KV_CHUNK,
+                                 f->bk->order);
         else
             for (int c0 = 0; c0 < dk; c0 += kc) {
                 const int c1 = c0 + kc < dk ? c0 + kc : dk;
@@ -716,24 +717,12 @@ static void chunk_scores(const mha_step_job *j, int q, int i0, int i1, const flo
 }
 
 /* int8: Kᵀ of the keys [k0, k1) of (q, g) as the rows from i0 see it (k_view; the rows they
- * are: view_rows_end), key t at column t − k0 of rows n apart: float32 into s->kt (a float32
- * engine's decode tiles), else into s->qkv and then, rounded (round_bf16_rows), into s->kt16
- * as a bf16 cache holds Kᵀ (bf16 decode tiles) or into the bf16 kernel's panels there
- * (pack_b16: the forward's chunk) from column col (a multiple of 16: the chunk's keys before
- * k0 are there already). */
-static void chunk_kt_i8(const mha_step_job *j, int q, int g, int k0, int k1, int i0, int panels, int col,
-                        const mha_scratch *s)
+ * are: view_rows_end), float32 into s->kt, key t at column t − k0 of rows n apart (the decode
+ * tiles' rows). */
+static void chunk_kt_i8(const mha_step_job *j, int q, int g, int k0, int k1, int i0, const mha_scratch *s)
 {
-    const mha_fwd *f = &j->f;
-    const int dk = f->dk, n = k1 - k0, own = mha_kv_group_of(j->cache->block_size, j->step->n_past[q] + i0).t;
-    float *view = f->bk ? s->qkv : s->kt;
-    k_view(j, q, g, own, k0, k1, view, (size_t)n, s);
-    const size_t kps = mha_attention_kt16_ps(f);
-    if (panels)
-        f->kernel->isa->pack_b16(f->kernel, mha_mat_rows(f->kernel, view, n), 0, dk, n, s->kt16 + mha_bk_b_index(0, col, kps),
-                                 kps);
-    else if (f->bk)
-        f->kernel->isa->round_bf16_rows(view, (size_t)dk * n, s->kt16);
+    const int own = mha_kv_group_of(j->cache->block_size, j->step->n_past[q] + i0).t;
+    k_view(j, q, g, own, k0, k1, s->kt, (size_t)(k1 - k0), s);
 }
 
 /* int8: the end of the keys from k0 (to k1 at most) that every row sees as the cache holds them
@@ -743,22 +732,6 @@ static int k_stored_end(const mha_step_job *j, int q, int k0, int k1)
 {
     const int bs = j->cache->block_size, e = mha_kv_group_of(bs, j->step->n_past[q]).t;
     return bs % MHA_KV_GROUP ? k0 : e < k0 ? k0 : e < k1 ? e : k1;
-}
-
-/* int8 in a bf16 engine's chunk step (k_stored_end): Kᵀ of the keys [k0, k1) of (q, g) from
- * the cache into the kernel's panels, key t at column t − k0, a group of 16 keys at a time
- * (interleave_pairs_k8: each value made and rounded as it goes). */
-static void gather_kt_k8(const mha_step_job *j, int q, int g, int k0, int k1, const mha_scratch *s)
-{
-    const mha_kv_cache *c = j->cache;
-    const int bs = c->block_size, dk = j->f.dk;
-    const size_t kps = mha_attention_kt16_ps(&j->f);
-    const int32_t *table = j->step->blocks + (size_t)q * j->step->max_blocks;
-    for (mha_kv_run r = mha_kv_run_at(table, bs, k0, k1); r.n; r = mha_kv_run_at(table, bs, r.t + r.n, k1))
-        for (int t = 0; t < r.n; t += MHA_KV_GROUP)
-            j->f.kernel->isa->interleave_pairs_k8(mha_kv_i8(c) + mha_kv_kt_at(c, r.block, g) + r.slot + t, (size_t)bs,
-                                                  dk / 2, mha_kv_k_params(c, r.block, g, r.slot + t), dk,
-                                                  s->kt16 + mha_bk_b_index(0, r.t + t - k0, kps));
 }
 
 /* int8: the scores of the keys [k0, k1) of the chunk (sc: key k0's column): those in groups
@@ -779,10 +752,10 @@ static void scores_i8(const mha_step_job *j, int q, int g, int k0, int k1, const
     cache_runs(j, q, g, e, k1, NULL, &part);
     const void *kt[MHA_KV_CHUNK];
     for (int r = 0, t = 0; r < part.runs; t += part.n[r++])
-        kt[r] = j->f.bk ? (const void *)(s->kt16 + t) : (const void *)(s->kt + t);
+        kt[r] = s->kt + t;
     for (int i0 = 0, i1; i0 < n_new; i0 = i1) {
         i1 = view_rows_end(j, q, k1, i0);
-        chunk_kt_i8(j, q, g, e, k1, i0, 0, 0, s);
+        chunk_kt_i8(j, q, g, e, k1, i0, s);
         chunk_scores(j, q, i0, i1, qv, sc + (e - k0), &part, kt, NULL, k1 - e);
     }
 }
@@ -791,11 +764,12 @@ static void scores_i8(const mha_step_job *j, int q, int g, int k0, int k1, const
  * each key and value row once for every query of the group, and the forward's softmax of the
  * chunk (mha_attention_chunk_row) in between; into the chunk's partials p (partial_of).
  * float32 engines: the microkernel's sums (decode_scores, decode_values; an int8 cache's
- * Kᵀ as scores_i8 reads it back, its values as decode_values8 does). bf16 engines (their
- * kernel summing in an order of the tiles; an int8 cache's V scales gathered into vs): the
- * bf16 kernels' sums on the cache's own elements (decode_scores16, decode_values16), the
- * queries and probabilities rounded to bf16 as the kernels' A panels round them: the forward's
- * chunk step, bit for bit; pf: what the values prefetch (the next chunk's Kᵀ, or NULL). */
+ * Kᵀ as scores_i8 reads it, its values as decode_values8 does). bf16 engines (their kernel
+ * summing in an order of the tiles): the bf16 kernels' sums on the cache's own elements
+ * (decode_scores16, decode_values16), the queries and probabilities rounded to bf16 as the
+ * kernels' A panels round them; an int8 cache's scores as a float32 engine's (scores_i8, on
+ * the queries unrounded) and its V scales gathered into vs: the forward's chunk step, bit for
+ * bit; pf: what the values prefetch (the next chunk's Kᵀ, or NULL). */
 static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int k1, float *qv, float *sc, float *p,
                                const chunk_src *src, float *vs, const mha_prefetch *pf, const mha_scratch *s)
 {
@@ -804,7 +778,7 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
     const int n_new = j->step->n_new[q], n_past = j->step->n_past[q], dk = f->dk, nq = f->group * n_new;
     const int n = k1 - k0;
     const mha_isa *isa = f->kernel->isa;
-    if (bf16)
+    if (bf16 && !i8) /* int8: float32 scores on the queries as they are (chunk_scores) */
         isa->round_bf16_floats(qv, nq * dk);
     /* int8: K read where the cache holds it for the keys in groups stored before the step (so
      * every row sees them as stored) when the runs are whole groups (blocks of a multiple of
@@ -851,29 +825,25 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
 
 /* bf16 decode on kernels that sum otherwise (no table tiles for their order): the chunk's K
  * and V in the bf16 kernel's panels (s->kt16, s->v16 of vps), then the forward's own chunk
- * step (mha_attention_chunk) on the step's rows [i0, i1) of the group's queries (all rows as
- * one block, whatever the engine's q_block: chunk16 runs them 32 at a time, each row's bits
- * its own, from the queries packed once a run in s->q16; else head by head): the forward's
- * roundings and sums, so decode and prefill agree bit for bit; into p as above. vs: NULL, or
- * an int8 cache's V scales. */
+ * step (mha_attention_chunk) on every query of the group as one block, whatever the engine's
+ * q_block (chunk16 runs them 32 at a time, each row's bits its own, from the queries packed
+ * once a run in s->q16): the forward's roundings and sums, so decode and prefill agree bit for
+ * bit; into p as above. vs: NULL, or an int8 cache's V scales: then the scores are in sc
+ * already (scores_i8's float32 tiles, the forward's float32 products' sums) and the chunk
+ * starts at their logits. */
 static void decode_chunk_bf16(const mha_step_job *j, int q, int g, int k0, int k1, float *qv, float *sc, float *p,
-                              const mha_scratch *s, size_t vps, const float *vs, int i0, int i1)
+                              const mha_scratch *s, size_t vps, const float *vs)
 {
     const mha_fwd *f = &j->f;
     const mha_kernel *k = f->kernel;
-    const int n_new = j->step->n_new[q], dk = f->dk, n = k1 - k0, all = i1 - i0 == n_new;
-    const int nq = all ? f->group * n_new : i1 - i0;
+    const int dk = f->dk, n_new = j->step->n_new[q];
     const size_t ps = (size_t)dk + 2;
     const mha_kv_view kv = {.kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f), .vps = vps, .vs = vs};
-    for (int jh = 0; jh < (all ? 1 : f->group); jh++) {
-        const int first = all ? 0 : jh * n_new + i0;
-        const mha_chunk_rows rows = {.m = nq, .pos0 = j->step->n_past[q], .first = first, .period = n_new, .causal = 1,
-                                     .head0 = g * f->group, .q = mha_mat_rows(k, qv + (size_t)first * dk, dk),
-                                     .q16 = all ? s->q16 : NULL};
-        float *pr = p + (size_t)first * ps;
-        mha_attention_chunk(f, s, &rows, &kv, 0, k0, n, sc, MHA_KV_CHUNK, mha_mat_rows(k, pr, (ptrdiff_t)ps), pr + dk,
-                            pr + dk + 1, (ptrdiff_t)ps);
-    }
+    const mha_chunk_rows rows = {.m = f->group * n_new, .pos0 = j->step->n_past[q], .period = n_new, .causal = 1,
+                                 .head0 = g * f->group, .q = mha_mat_rows(k, qv, dk), .q16 = vs ? NULL : s->q16,
+                                 .scored = vs != NULL};
+    mha_attention_chunk(f, s, &rows, &kv, 0, k0, k1 - k0, sc, MHA_KV_CHUNK, mha_mat_rows(k, p, (ptrdiff_t)ps), p + dk,
+                        p + dk + 1, (ptrdiff_t)ps);
 }
 
 /* Whether bf16 decode runs the table's tiles on the cache itself: the table has them and the
@@ -949,17 +919,9 @@ static void decode_chunk(const mha_step_job *j, int q, int g, int c, int ahead, 
     } else if (f->bk) {
         const size_t vps = mha_attention_v16_ps(n);
         gather_bf16(j, j->step->blocks + (size_t)q * j->step->max_blocks, g, k0, k1, k0, vps, s, vs);
-        /* int8: Kᵀ of the keys in groups stored before the step from the cache, the rest as
-         * each set of rows sees it */
-        const int e = !i8 ? k1 : f->kernel->isa->interleave_pairs_k8 && f->dk % 2 == 0 ? k_stored_end(j, q, k0, k1) : k0;
-        if (i8 && e > k0)
-            gather_kt_k8(j, q, g, k0, e, s);
-        for (int i0 = 0, i1; i0 < n_new; i0 = i1) {
-            i1 = e < k1 ? view_rows_end(j, q, k1, i0) : n_new;
-            if (e < k1)
-                chunk_kt_i8(j, q, g, e, k1, i0, 1, e - k0, s);
-            decode_chunk_bf16(j, q, g, k0, k1, qv, sc, p, s, vps, vs, i0, i1);
-        }
+        if (i8) /* the float32 tiles' scores (scores_i8), then the chunk from its logits */
+            scores_i8(j, q, g, k0, k1, qv, sc, s);
+        decode_chunk_bf16(j, q, g, k0, k1, qv, sc, p, s, vps, vs);
     } else {
         cache_runs(j, q, g, k0, k1, s->qkv, &src);
         decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, NULL, NULL, s);
@@ -992,7 +954,9 @@ void mha_step_decode_chunks(const mha_step_job *j, int q, int g, int c0, int c1,
         for (int i = 0; i < n_new; i++)
             memcpy(qv + (size_t)(jh * n_new + i) * dk, z + (size_t)i * f->qd + (size_t)(g * G + jh) * dk,
                    (size_t)dk * sizeof *qv);
-    if (f->bk && !bf16_tiles(f)) /* the forward's chunks (decode_chunk_bf16): in A panels once */
+    /* the forward's chunks (decode_chunk_bf16; an int8 cache's scores are float32 tiles'): Q in A
+     * panels once */
+    if (f->bk && !bf16_tiles(f) && j->cache->type != MHA_KV_INT8)
         mha_bk_pack_a(f->kernel, mha_mat_rows(f->kernel, qv, dk), 0, G * n_new, dk, s->q16);
     /* a run from the first chunk with a visible key folds each later chunk into that one's
      * partials as it goes (from the scratch, in cache): the merge reads one chunk's, not all */

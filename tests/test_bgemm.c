@@ -384,57 +384,6 @@ TABLE_TEST(bgemm, int8_read_back_matches_scalar)
             }
 }
 
-/* A table's interleave_pairs_k8 (where it has one) writes int8 Kᵀ rows as interleave_pairs
- * lays bf16 rows out, each value (float)q · scale + zero of its row rounded by mha_bf16_round:
- * 16 keys, 1 to 64 pairs, rows 48 bytes apart. */
-TABLE_TEST(bgemm, int8_k_pairs_are_the_values_rounded_and_interleaved)
-{
-    if (!isa->interleave_pairs_k8)
-        cr_skip_test("isa %s has no interleave_pairs_k8 (its bf16 engines decode on its tiles)", isa->name);
-    rng r = {4242};
-    int8_t src[128 * 48];
-    float kp[2 * 128];
-    for (size_t i = 0; i < sizeof src; i++)
-        src[i] = (int8_t)(uint8_t)(i * 37u + 11u);
-    fill_uniform(kp, 128, 0.001f, 0.05f, &r);
-    fill_uniform(kp + 128, 128, -3.0f, 3.0f, &r);
-    for (int pairs = 1; pairs <= 64; pairs += pairs < 4 ? 1 : 15) {
-        const int dk = 2 * pairs;
-        float par[2 * 128];
-        memcpy(par, kp, (size_t)dk * sizeof *par), memcpy(par + dk, kp + 128, (size_t)dk * sizeof *par);
-        mha_bf16 got[64 * 32];
-        isa->interleave_pairs_k8(src, 48, pairs, par, dk, got);
-        for (int pp = 0; pp < pairs; pp++)
-            for (int i = 0; i < 16; i++)
-                for (int e = 0; e < 2; e++) {
-                    const int f = 2 * pp + e;
-                    const mha_bf16 want = mha_bf16_round((float)src[(size_t)f * 48 + i] * par[f] + par[dk + f]);
-                    cr_assert_eq(got[32 * pp + 2 * i + e], want, "%s, %d pairs: feature %d, key %d: %#x, want %#x",
-                                 isa->name, pairs, f, i, got[32 * pp + 2 * i + e], want);
-                }
-    }
-}
-
-/* Every table's round_bf16_rows writes mha_bf16_round's bits (ties, NaN, infinities, denormals
- * among them) and nothing past n; lengths 1 to 40. */
-TABLE_TEST(bgemm, rounded_rows_are_mha_bf16_round)
-{
-    rng r = {99};
-    float src[40];
-    fill_uniform(src, 40, -4.0f, 4.0f, &r);
-    const uint32_t odd[] = {0x3f808000u, 0x3f818000u, 0x7fc00001u, 0x7f800000u, 0xff800000u, 0x00000001u, 0x80400000u};
-    for (int i = 0; i < 7; i++)
-        memcpy(&src[3 + 5 * i], &odd[i], sizeof src[0]);
-    for (int n = 1; n <= 40; n += n < 17 ? 1 : 7) {
-        mha_bf16 got[48];
-        memset(got, 0xa5, sizeof got);
-        isa->round_bf16_rows(src, (size_t)n, got);
-        for (int i = 0; i < 48; i++)
-            cr_assert_eq(got[i], i < n ? mha_bf16_round(src[i]) : 0xa5a5, "%s, n %d, element %d: %#x for %a", isa->name, n,
-                         i, got[i], (double)src[i < 40 ? i : 0]);
-    }
-}
-
 /* Each table's driver parts (A rounding, the float32 epilogue) give ref's bits: the same product
  * through a kernel of the table and one of ref's parts, on the portable model. */
 TABLE_TEST(bgemm, vector_driver_matches_scalar_bit_for_bit, .timeout = 60)
@@ -550,38 +499,29 @@ static void decode_tiles_check(const mha_isa *isa, mha_bk_order order, rng *rp)
     for (int i8 = 0; i8 < 2; i8++)
         for (int di = 0, dk; di < 3 && (dk = dks[di]); di++)
             for (int nq = 1; nq <= 9; nq += 4) {
-                const size_t esz = i8 ? 1 : 2, blk = (size_t)dk * BS * esz;
-                char *kt = calloc(RUNS, blk), *v = calloc(RUNS, blk);
+                const size_t blk = (size_t)dk * BS * 2, vblk = (size_t)dk * BS * (i8 ? 1 : 2);
+                char *kt = calloc(RUNS, blk), *v = calloc(RUNS, vblk);
                 float *q = calloc((size_t)nq * dk, sizeof *q), *e = calloc((size_t)nq * slots, sizeof *e);
                 float *kf = malloc((size_t)dk * slots * sizeof *kf), *vf = malloc((size_t)slots * dk * sizeof *vf);
                 float *sc = malloc((size_t)nq * SC_LD * sizeof *sc), *want = malloc((size_t)nq * slots * sizeof *want);
                 float *p = calloc((size_t)nq * dk, sizeof *p), *zwant = malloc((size_t)nq * dk * sizeof *zwant);
-                float *kpar = malloc((size_t)RUNS * 2 * dk * sizeof *kpar);
                 const void *ktr[RUNS];
-                const float *kpr[RUNS];
-                /* K and V: random cache elements, each run in its own block; the last two
-                 * keys' V are −1 and 1 and the last two features of K are 1 (the cancelling pairs);
-                 * int8 K: each feature's scale and zero point (1 and 0 for those two), its value
-                 * q·scale + zero rounded to bf16 */
+                /* K (bf16: an int8 cache's scores are the float32 tiles') and V (bf16 or int8):
+                 * random cache elements, each run in its own block; the last two keys' V are −1
+                 * and 1 and the last two features of K are 1 (the cancelling pairs) */
                 for (int ri = 0, at = 0; ri < RUNS; at += n[ri++]) {
-                    ktr[ri] = kt + (size_t)ri * blk, kpr[ri] = kpar + (size_t)ri * 2 * dk;
-                    for (int c = 0; c < dk; c++) {
-                        kpar[(size_t)ri * 2 * dk + c] = c >= dk - 2 ? 1.0f : rng_uniform(&r, 0.005f, 0.05f);
-                        kpar[(size_t)ri * 2 * dk + dk + c] = c >= dk - 2 ? 0.0f : rng_uniform(&r, -1.0f, 1.0f);
-                    }
+                    ktr[ri] = kt + (size_t)ri * blk;
                     for (int t = 0; t < n[ri]; t++)
                         for (int c = 0; c < dk; c++) {
                             const int key = at + t;
-                            float kx = i8 ? (float)((int)(rng_next(&r) % 255) - 127) : rng_uniform(&r, -2.0f, 2.0f);
+                            float kx = rng_uniform(&r, -2.0f, 2.0f);
                             float vx = i8 ? (float)((int)(rng_next(&r) % 255) - 127) : rng_uniform(&r, -2.0f, 2.0f);
                             kx = c >= dk - 2 ? 1.0f : kx;
                             vx = key >= slots - 2 ? (key == slots - 2 ? -1.0f : 1.0f) : vx;
-                            set_elem(kt + (size_t)ri * blk, i8, (size_t)c * BS + t, kx);
-                            set_elem(v + (size_t)ri * blk, i8, (size_t)t * dk + c, vx);
-                            const float kc = cache_elem(kt + (size_t)ri * blk, i8, (size_t)c * BS + t);
-                            kf[(size_t)c * slots + key] =
-                                i8 ? mha_bf16_float(mha_bf16_round(kc * kpr[ri][c] + kpr[ri][dk + c])) : kc;
-                            vf[(size_t)key * dk + c] = cache_elem(v + (size_t)ri * blk, i8, (size_t)t * dk + c);
+                            set_elem(kt + (size_t)ri * blk, 0, (size_t)c * BS + t, kx);
+                            set_elem(v + (size_t)ri * vblk, i8, (size_t)t * dk + c, vx);
+                            kf[(size_t)c * slots + key] = cache_elem(kt + (size_t)ri * blk, 0, (size_t)c * BS + t);
+                            vf[(size_t)key * dk + c] = cache_elem(v + (size_t)ri * vblk, i8, (size_t)t * dk + c);
                         }
                 }
                 for (int qi = 0; qi < nq; qi++)
@@ -595,12 +535,12 @@ static void decode_tiles_check(const mha_isa *isa, mha_bk_order order, rng *rp)
                 const float scale = 0.125f;
                 const void *vr[RUNS];
                 for (int ri = 0; ri < RUNS; ri++)
-                    vr[ri] = v + (size_t)ri * blk;
-                isa->decode_scores16(q, nq, dk, RUNS, ktr, i8 ? kpr : NULL, vr, n, BS, scale, sc, SC_LD, order);
+                    vr[ri] = v + (size_t)ri * vblk;
+                isa->decode_scores16(q, nq, dk, RUNS, ktr, vr, n, BS, scale, sc, SC_LD, order);
                 model_product(order, nq, slots, dk, scale, q, kf, want);
                 for (int qi = 0; qi < nq; qi++) {
                     long at = first_bit_difference(sc + (size_t)qi * SC_LD, want + (size_t)qi * slots, (size_t)slots);
-                    cr_assert_eq(at, -1, "%s order %d, %s, dk %d, %d queries: score (%d, %ld) %a, model %a",
+                    cr_assert_eq(at, -1, "%s order %d, V %s, dk %d, %d queries: score (%d, %ld) %a, model %a",
                                  isa->name, (int)order, i8 ? "int8" : "bf16", dk, nq, qi, at, sc[(size_t)qi * SC_LD + (at < 0 ? 0 : at)],
                                  want[(size_t)qi * slots + (at < 0 ? 0 : at)]);
                 }
@@ -616,14 +556,12 @@ static void decode_tiles_check(const mha_isa *isa, mha_bk_order order, rng *rp)
                               (dk % MHA_BT_K == 0) == !!signbit(want[(size_t)tiny * slots]));
                 }
                 free(kt), free(v), free(q), free(e), free(kf), free(vf), free(sc), free(want), free(p), free(zwant);
-                free(kpar);
             }
     *rp = r;
 }
 
-/* Each table's bf16 decode tiles, reading a bf16 or int8 cache's blocks in place (runs of 16,
- * 5 and 6 slots of blocks of 16; int8 K per feature with a scale and zero point, its values
- * rounded to bf16 in registers), give what the forward's chunk computes on the kernels that
+/* Each table's bf16 decode tiles, reading a cache's blocks in place (runs of 16, 5 and 6 slots
+ * of blocks of 16; K bf16, V bf16 or int8), give what the forward's chunk computes on the kernels that
  * sum in their order (even first: ref, avx2, avx512; odd first: avx512), bit for bit: scores = scale · Q·Kᵀ
  * and Z = E·V, against bgemm on the model of that order on the same operands. d_k 128, 40 (a
  * padded k tile) and 41 (an odd feature: a half pair); 27 keys (a half pair); 1 to 9 queries.

@@ -349,11 +349,8 @@ scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
                 _mm_prefetch(v[j].v + line, _MM_HINT_T0);
             _mm_prefetch(pfp[j] + at, _MM_HINT_T0);
             krow[j] = j >= nv ? _mm256_setzero_ps() : load_elems(type, v[j].kt + at, full ? 8 : v[j].lanes);
-            if (scaled && j < nv) { /* q·scale + zero, i8_scale_rows' value; 2: rounded to bf16 */
+            if (scaled && j < nv) /* q·scale + zero, i8_scale_rows' value */
                 krow[j] = _mm256_add_ps(_mm256_mul_ps(krow[j], _mm256_set1_ps(kp[j][c])), _mm256_set1_ps(kp[j][dk + c]));
-                if (scaled == 2)
-                    krow[j] = _mm256_castsi256_ps(_mm256_slli_epi32(round_lanes(krow[j]), 16));
-            }
         }
         for (int r = 0; r < R; r++)
             if (r < nb) {
@@ -429,17 +426,14 @@ __attribute__((target(AVX2))) static void decode_scores8_avx2(const float *restr
 /* The sums under FTZ, as the bf16 kernels run (scale 1: a sum times one is itself), then
  * the padding's + 0 and the scale in the caller's mode. */
 __attribute__((target(AVX2))) static void decode_scores16_avx2(const float *restrict q, int nq, int dk, int runs,
-                                                              const void *const *kt, const float *const *kp,
-                                                              const void *const *vr, const int *n, int ld, float scale,
-                                                              float *restrict sc, size_t sc_ld, mha_bk_order order)
+                                                              const void *const *kt, const void *const *vr,
+                                                              const int *n, int ld, float scale, float *restrict sc,
+                                                              size_t sc_ld, mha_bk_order order)
 {
     (void)order; /* even first only */
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | DAZ_FTZ);
-    if (kp)
-        scores(MHA_KV_INT8, 2, q, nq, dk, 0, dk, runs, kt, vr, kp, n, ld, 1.0f, sc, sc_ld);
-    else
-        scores(MHA_KV_BF16, 0, q, nq, dk, 0, dk, runs, kt, vr, NULL, n, ld, 1.0f, sc, sc_ld);
+    scores(MHA_KV_BF16, 0, q, nq, dk, 0, dk, runs, kt, vr, NULL, n, ld, 1.0f, sc, sc_ld);
     _mm_setcsr(csr);
     mha_scores16_finish(sc, sc_ld, nq, runs, n, dk, scale);
 }
@@ -600,19 +594,6 @@ __attribute__((target(AVX2))) static void round_bf16_floats_avx2(float *x, int n
         const __m256i m = first8(n - i);
         const __m256i r = round_lanes(_mm256_maskload_ps(x + i, m));
         _mm256_maskstore_ps(x + i, m, _mm256_castsi256_ps(_mm256_slli_epi32(r, 16)));
-    }
-}
-
-/* 8 at a time, the last few through a copy. */
-__attribute__((target(AVX2))) static void round_bf16_rows_avx2(const float *src, size_t n, mha_bf16 *restrict dst)
-{
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i *)(void *)(dst + i), narrow8(round_lanes(_mm256_loadu_ps(src + i))));
-    if (i < n) {
-        mha_bf16 tmp[8];
-        _mm_storeu_si128((__m128i *)(void *)tmp, narrow8(round_lanes(_mm256_maskload_ps(src + i, first8((int)(n - i))))));
-        memcpy(dst + i, tmp, (n - i) * sizeof *tmp);
     }
 }
 
@@ -827,7 +808,6 @@ const mha_isa mha_isa_avx2 = {
     .softmax_row = softmax_row_avx2,
     .softcap_row = softcap_row_avx2,
     .i8_scale_rows = i8_scale_rows_avx2,
-    .round_bf16_rows = round_bf16_rows_avx2,
     .decode_scores = decode_scores_avx2,
     .decode_values = decode_values_avx2,
     .decode_scores8 = decode_scores8_avx2,

@@ -428,7 +428,7 @@ static inline __attribute__((always_inline, target(AVX512))) void fma_rows(const
  * accumulators, each score one FMA chain over the features [c0, c1) from zero, then scale ·
  * sum (+ sc when c0 > 0): the microkernel's sums. One Kᵀ row load per feature and vector for
  * all queries (int8 K, scaled: each value q·scale + zero of its feature in the vector's group,
- * i8_scale_rows' value; scaled 2: that rounded to bf16, round_bf16_rows'); the next tile's vectors (pf, npf
+ * i8_scale_rows' value); the next tile's vectors (pf, npf
  * of them) prefetched row by row as it goes, and (bf16 or int8) the vectors' value rows (when
  * given) into L2 a line per feature. full: nb = R, nv = V, every vector 16 slots wide (nothing
  * tested in the loop, so the accumulators stay in registers). */
@@ -460,11 +460,8 @@ scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
             if (j < npf)
                 _mm_prefetch(pf[j].kt + at, _MM_HINT_T0);
             krow[j] = j < nv ? load16(type, 0, v[j].kt + at, m[j], _mm512_setzero_ps()) : _mm512_setzero_ps();
-            if (scaled && j < nv) {
+            if (scaled && j < nv)
                 krow[j] = _mm512_add_ps(_mm512_mul_ps(krow[j], _mm512_set1_ps(kp[j][c])), _mm512_set1_ps(kp[j][dk + c]));
-                if (scaled == 2)
-                    krow[j] = _mm512_castsi512_ps(_mm512_slli_epi32(round_lanes(krow[j]), 16));
-            }
         }
         fma_rows(R, V, full, nb, q + c, (size_t)dk, krow, acc);
     }
@@ -641,15 +638,6 @@ __attribute__((target(AVX512))) static void round_bf16_floats_avx512(float *x, i
     }
 }
 
-/* 16 lanes at a time (masked). */
-__attribute__((target(AVX512))) static void round_bf16_rows_avx512(const float *src, size_t n, mha_bf16 *restrict dst)
-{
-    for (size_t i = 0; i < n; i += 16) {
-        const __mmask16 m = first16((int)(n - i < 16 ? n - i : 16));
-        _mm256_mask_storeu_epi16(dst + i, m, _mm512_cvtepi32_epi16(round_lanes(_mm512_maskz_loadu_ps(m, src + i))));
-    }
-}
-
 /* 16 int8 to 16 bf16: widened to int32, converted (exact), the float's high half. */
 __attribute__((target(AVX512))) static inline __m256i bf16_of_i8(const int8_t *src)
 {
@@ -686,23 +674,6 @@ __attribute__((target(AVX512))) static void interleave_pairs_i8_avx512(const int
                                                                        mha_bf16 *restrict dst, const char *next)
 {
     interleave_rows(1, src, ld, pairs, dst, next, 32);
-}
-
-/* Each row's 16 values made (a multiply, an add) and rounded, then interleave_rows' permutation. */
-__attribute__((target(AVX512))) static void interleave_pairs_k8_avx512(const int8_t *src, size_t ld, int pairs,
-                                                                       const float *kp, int dk, mha_bf16 *restrict dst)
-{
-    static const uint16_t order[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    const __m512i idx = _mm512_loadu_si512(order);
-    for (int p = 0, f = 0; p < pairs; p++, dst += 2 * MHA_BT_N) {
-        __m256i h[2];
-        for (int e = 0; e < 2; e++, f++) {
-            const __m512 x = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(src + (size_t)f * ld))));
-            h[e] = _mm512_cvtepi32_epi16(round_lanes(_mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(kp[f])), _mm512_set1_ps(kp[dk + f]))));
-        }
-        _mm512_storeu_si512(dst, _mm512_permutexvar_epi16(idx, _mm512_inserti64x4(_mm512_castsi256_si512(h[0]), h[1], 1)));
-    }
 }
 
 /* B panels 16 k × 16 columns at a time: 16 source rows loaded (transposed: keys' rows of 16
@@ -929,28 +900,6 @@ BK_AVX512 __m512bh pair_rows(const int i8, const char *a, const char *b, __mmask
     return (__m512bh)_mm512_permutex2var_epi16(x, _mm512_loadu_si512(order), y);
 }
 
-/* 16 int8 of a K row (lanes m, the rest zero) made into values: q·scale + zero, a rounded
- * multiply and a rounded add (mha_kv_k_value). */
-BK_AVX512 __m512 k8_values(const char *x, __mmask16 m, float scale, float zero)
-{
-    const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, x)));
-    return _mm512_add_ps(_mm512_mul_ps(f, _mm512_set1_ps(scale)), _mm512_set1_ps(zero));
-}
-
-/* int8 K: rows a and b (features 2p and 2p + 1; b NULL: zeros) as pair_rows pairs them, each
- * element q·scale + zero of its feature (kp: the group's scales, then zero points at dk)
- * rounded to bf16: round_bf16_rows of i8_scale_rows' values. Both rows rounded by one
- * vcvtne2ps2bf16 (to nearest even, a denormal read as a signed zero, a NaN made quiet:
- * round_lanes' bits), then interleaved: element 2i from a, 2i + 1 from b. */
-BK_AVX512 __m512bh pair_rows_k8(const char *a, const char *b, __mmask16 m, const float *kp, int dk, int p)
-{
-    static const uint16_t order[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    const __m512 va = k8_values(a, m, kp[2 * p], kp[dk + 2 * p]);
-    const __m512 vb = b ? k8_values(b, m, kp[2 * p + 1], kp[dk + 2 * p + 1]) : _mm512_setzero_ps();
-    return (__m512bh)_mm512_permutexvar_epi16(_mm512_loadu_si512(order), (__m512i)_mm512_cvtne2ps_pbh(vb, va));
-}
-
 /* Rows r < nb of x (rows ld floats apart, each holding bf16 values), elements [c, c + 32)
  * (those below n; zeros past it), as the 16 k pairs vdpbf16ps broadcasts: pk[r][i] holds
  * elements c + 2i and c + 2i + 1 (an exact conversion). */
@@ -994,23 +943,21 @@ BK_AVX512 void dp_pairs(const int R, const int V, const int full, int nb, const 
  * or were lost: the values then waited on memory), the next tile's Kᵀ (pf, npf vectors) pair
  * by pair. full: nb = R, nv = V, every vector 16 slots wide (nothing tested in
  * the loop, so the accumulators stay in registers). */
-BK_AVX512 void scores16_tile(const int i8, const int R, const int V, const int full, const float *restrict q, int nb,
+BK_AVX512 void scores16_tile(const int R, const int V, const int full, const float *restrict q, int nb,
                              int dk, const mha_slot_vec *v, int nv, const mha_slot_vec *pf, int npf, int ld,
                              float scale, float *restrict sc, size_t sc_ld)
 {
     if (full)
         nb = R, nv = V;
-    const size_t row = (size_t)ld * (i8 ? 1 : sizeof(mha_bf16));
+    const size_t row = (size_t)ld * sizeof(mha_bf16);
     const int pairs = (dk + 1) / 2;
     __mmask16 m[8];
     const char *kt[8], *vr[8], *pk[8];
-    const float *kq[8]; /* int8: each vector's group parameters */
     size_t vbytes[8];
     for (int j = 0; j < V; j++) {
         m[j] = full ? (__mmask16)0xFFFF : j < nv ? first16(v[j].lanes) : 0;
         kt[j] = v[j < nv ? j : 0].kt, vr[j] = v[j < nv ? j : 0].v, pk[j] = j < npf ? pf[j].kt : NULL;
-        kq[j] = v[j < nv ? j : 0].kp;
-        vbytes[j] = j < nv && v[j].v ? (size_t)(full ? 16 : v[j].lanes) * (size_t)dk * (i8 ? 1 : sizeof(mha_bf16)) : 0;
+        vbytes[j] = j < nv && v[j].v ? (size_t)(full ? 16 : v[j].lanes) * (size_t)dk * sizeof(mha_bf16) : 0;
     }
     __m512 acc[16];
     for (int i = 0; i < R * V; i++)
@@ -1028,8 +975,7 @@ BK_AVX512 void scores16_tile(const int i8, const int R, const int V, const int f
                     _mm_prefetch(vr[j] + line, _MM_HINT_T1);
                 if (pk[j])
                     _mm_prefetch(pk[j] + at, _MM_HINT_T0), _mm_prefetch(pk[j] + at + row, _MM_HINT_T0);
-                kp[j] = i8 ? pair_rows_k8(kt[j] + at, whole ? kt[j] + at + row : NULL, m[j], kq[j], dk, p)
-                           : pair_rows(0, kt[j] + at, whole ? kt[j] + at + row : NULL, m[j]);
+                kp[j] = pair_rows(0, kt[j] + at, whole ? kt[j] + at + row : NULL, m[j]);
             }
             dp_pairs(R, V, full, nb, qp, i, kp, acc);
         }
@@ -1039,10 +985,10 @@ BK_AVX512 void scores16_tile(const int i8, const int R, const int V, const int f
             store_sum(sc + (size_t)r * sc_ld + v[j].out, m[j], acc[r * V + j], dk % MHA_BT_K, 1, scale);
 }
 
-BK_AVX512 void scores16_tiles(const int i8, const int R, const int V, const float *restrict q, int nb, int dk,
+BK_AVX512 void scores16_tiles(const int R, const int V, const float *restrict q, int nb, int dk,
                               const mha_slot_vec *v, int nv, int ld, float scale, float *restrict sc, size_t sc_ld)
 {
-    const size_t row = (size_t)ld * (i8 ? 1 : sizeof(mha_bf16));
+    const size_t row = (size_t)ld * sizeof(mha_bf16);
     for (int j = 0; j < V && j < nv; j++) /* the first tile's Kᵀ: nothing prefetched it */
         for (size_t off = 0; off < (size_t)dk * row; off += 64)
             _mm_prefetch(v[j].kt + off, _MM_HINT_T0);
@@ -1050,42 +996,32 @@ BK_AVX512 void scores16_tiles(const int i8, const int R, const int V, const floa
         const int here = nv - i < V ? nv - i : V, next = nv - i - here < V ? nv - i - here : V;
         const int full = nb == R && here == V && mha_slot_vecs_whole(v + i, here, 16);
         if (full)
-            scores16_tile(i8, R, V, 1, q, nb, dk, v + i, here, v + i + here, next, ld, scale, sc, sc_ld);
+            scores16_tile(R, V, 1, q, nb, dk, v + i, here, v + i + here, next, ld, scale, sc, sc_ld);
         else
-            scores16_tile(i8, R, V, 0, q, nb, dk, v + i, here, v + i + here, next, ld, scale, sc, sc_ld);
+            scores16_tile(R, V, 0, q, nb, dk, v + i, here, v + i + here, next, ld, scale, sc, sc_ld);
     }
 }
 
 /* Slot vectors of 16 from every run of the chunk, in the float32 tiles' shapes. */
-BK_AVX512 void scores16(const int i8, const float *restrict q, int nq, int dk, int runs, const void *const *kt,
-                        const float *const *kp, const void *const *vr, const int *n, int ld, float scale,
-                        float *restrict sc, size_t sc_ld)
+__attribute__((target(BF16_TARGET))) static void dp_scores16(const float *restrict q, int nq, int dk, int runs,
+                                                             const void *const *kt, const void *const *vr,
+                                                             const int *n, int ld, float scale, float *restrict sc,
+                                                             size_t sc_ld)
 {
     mha_slot_vec v[MHA_KV_CHUNK];
-    const size_t esz = i8 ? 1 : sizeof(mha_bf16);
-    const int nv = mha_slot_vecs(runs, kt, vr, (size_t)dk * esz, i8 ? kp : NULL, dk, n, 16, esz, v);
+    const size_t esz = sizeof(mha_bf16);
+    const int nv = mha_slot_vecs(runs, kt, vr, (size_t)dk * esz, NULL, dk, n, 16, esz, v);
     for (int q0 = 0; q0 < nq; q0 += 8) {
         const int nb = nq - q0 < 8 ? nq - q0 : 8;
         const float *qq = q + (size_t)q0 * dk;
         float *sq = sc + (size_t)q0 * sc_ld;
         if (nb <= 2)
-            scores16_tiles(i8, 2, 4, qq, nb, dk, v, nv, ld, scale, sq, sc_ld);
+            scores16_tiles(2, 4, qq, nb, dk, v, nv, ld, scale, sq, sc_ld);
         else if (nb <= 4)
-            scores16_tiles(i8, 4, 2, qq, nb, dk, v, nv, ld, scale, sq, sc_ld);
+            scores16_tiles(4, 2, qq, nb, dk, v, nv, ld, scale, sq, sc_ld);
         else
-            scores16_tiles(i8, 8, 2, qq, nb, dk, v, nv, ld, scale, sq, sc_ld);
+            scores16_tiles(8, 2, qq, nb, dk, v, nv, ld, scale, sq, sc_ld);
     }
-}
-
-__attribute__((target(BF16_TARGET))) static void dp_scores16(const float *restrict q, int nq, int dk, int runs,
-                                                             const void *const *kt, const float *const *kp,
-                                                             const void *const *vr, const int *n, int ld, float scale,
-                                                             float *restrict sc, size_t sc_ld)
-{
-    if (kp)
-        scores16(1, q, nq, dk, runs, kt, kp, vr, n, ld, scale, sc, sc_ld);
-    else
-        scores16(0, q, nq, dk, runs, kt, NULL, vr, n, ld, scale, sc, sc_ld);
 }
 
 /* A walk over a prefetch list, `per` lines into L2 a step. */
@@ -1213,16 +1149,12 @@ __attribute__((target(BF16_TARGET))) static void dp_values16(const float *e, siz
 /* The sums under DAZ and FTZ, as fma-bf16 sums (scale 1: a sum times one is itself), then the
  * padding's + 0 and the scale in the caller's mode. */
 __attribute__((target(AVX512))) static void fma_scores16(const float *restrict q, int nq, int dk, int runs,
-                                                         const void *const *kt, const float *const *kp,
-                                                         const void *const *vr, const int *n, int ld, float scale,
-                                                         float *restrict sc, size_t sc_ld)
+                                                         const void *const *kt, const void *const *vr, const int *n,
+                                                         int ld, float scale, float *restrict sc, size_t sc_ld)
 {
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | DAZ_FTZ);
-    if (kp)
-        scores(MHA_KV_INT8, 2, q, nq, dk, 0, dk, runs, kt, vr, kp, n, ld, 1.0f, sc, sc_ld);
-    else
-        scores(MHA_KV_BF16, 0, q, nq, dk, 0, dk, runs, kt, vr, NULL, n, ld, 1.0f, sc, sc_ld);
+    scores(MHA_KV_BF16, 0, q, nq, dk, 0, dk, runs, kt, vr, NULL, n, ld, 1.0f, sc, sc_ld);
     _mm_setcsr(csr);
     mha_scores16_finish(sc, sc_ld, nq, runs, n, dk, scale);
 }
@@ -1249,13 +1181,13 @@ __attribute__((target(AVX512))) static void fma_values16(const float *e, size_t 
 
 /* Odd first (avx512-bf16's vdpbf16ps: a CPU with AVX512_BF16), or even first (fma-bf16's FMAs). */
 static void decode_scores16_avx512(const float *restrict q, int nq, int dk, int runs, const void *const *kt,
-                                   const float *const *kp, const void *const *vr, const int *n, int ld, float scale,
-                                   float *restrict sc, size_t sc_ld, mha_bk_order order)
+                                   const void *const *vr, const int *n, int ld, float scale, float *restrict sc,
+                                   size_t sc_ld, mha_bk_order order)
 {
     if (order == MHA_BK_ODD_FIRST)
-        dp_scores16(q, nq, dk, runs, kt, kp, vr, n, ld, scale, sc, sc_ld);
+        dp_scores16(q, nq, dk, runs, kt, vr, n, ld, scale, sc, sc_ld);
     else
-        fma_scores16(q, nq, dk, runs, kt, kp, vr, n, ld, scale, sc, sc_ld);
+        fma_scores16(q, nq, dk, runs, kt, vr, n, ld, scale, sc, sc_ld);
 }
 
 static void decode_values16_avx512(const float *e, size_t e_ld, int nq, int runs, const void *const *v, const int *n,
@@ -1303,7 +1235,6 @@ const mha_isa mha_isa_avx512 = {
     .softmax_row = softmax_row_avx512,
     .softcap_row = softcap_row_avx512,
     .i8_scale_rows = i8_scale_rows_avx512,
-    .round_bf16_rows = round_bf16_rows_avx512,
     .decode_scores = decode_scores_avx512,
     .decode_values = decode_values_avx512,
     .decode_scores8 = decode_scores8_avx512,
@@ -1317,6 +1248,5 @@ const mha_isa mha_isa_avx512 = {
     .pack_b16 = pack_b16_avx512,
     .interleave_pairs = interleave_pairs_avx512,
     .interleave_pairs_i8 = interleave_pairs_i8_avx512,
-    .interleave_pairs_k8 = interleave_pairs_k8_avx512,
     .epilogue_block = epilogue_block_avx512,
 };

@@ -104,9 +104,8 @@ typedef struct mha_isa {
                            size_t ps, const void *next);
     /* bf16 decode (engines whose bf16 kernel sums in an order of decode16_orders: a bit
      * 1 << mha_bk_order each; order says which the engine's kernel sums in), straight
-     * from a bf16 cache or (i8 for the values; kp not NULL for the scores) an int8 one,
-     * converted in registers: no panels (int8: K per feature, kp as for decode_scores8, each
-     * value q·scale + zero rounded to bf16 as round_bf16_rows rounds i8_scale_rows' value; V's
+     * from a bf16 cache or (i8, the values only: an int8 cache's scores are decode_scores8's
+     * float32 sums in either engine) an int8 one, converted in registers: no panels (V's int8
      * values themselves, exact). q and e hold bf16 values (rounded as the kernels' A panels hold them); every sum
      * is the kernels' (mha_bk_block_model in that order): one chain from zero in increasing k
      * pairs, products exact, sums flushed to zero when denormal. Even first: FMA on widened
@@ -124,8 +123,8 @@ typedef struct mha_isa {
      * kernels' panels). */
     unsigned decode16_orders;
     void (*decode_scores16)(const float *restrict q, int nq, int dk, int runs, const void *const *kt,
-                            const float *const *kp, const void *const *v, const int *n, int ld, float scale,
-                            float *restrict sc, size_t sc_ld, mha_bk_order order);
+                            const void *const *v, const int *n, int ld, float scale, float *restrict sc,
+                            size_t sc_ld, mha_bk_order order);
     void (*decode_values16)(const float *e, size_t e_ld, int nq, int runs, const void *const *v, const int *n, int i8,
                             int dk, float *p, size_t ps, const mha_prefetch *pf, mha_bk_order order);
     /* An int8 cache's block read back as float32: rows × n elements, src's rows ld_src apart,
@@ -135,8 +134,6 @@ typedef struct mha_isa {
      * in every table. */
     void (*i8_scale_rows)(const int8_t *src, size_t ld_src, int rows, int n, const float *row_scales,
                           const float *row_zeros, float *restrict dst, size_t ld_dst);
-    /* n floats rounded to bf16 (mha_bf16_round: the same bits in every table) into dst. */
-    void (*round_bf16_rows)(const float *src, size_t n, mha_bf16 *restrict dst);
 
     /* ---- bf16 ---- */
     /* n contiguous floats at src, elements c .. c + n − 1 of a row of A, rounded to bf16 (as
@@ -166,11 +163,6 @@ typedef struct mha_isa {
     /* The same from an int8 cache: each element converted to bf16 (exact: |x| <= 127 needs 7
      * bits), the same bits in every table; next + 32·p prefetched per pair. */
     void (*interleave_pairs_i8)(const int8_t *src, size_t ld, int pairs, mha_bf16 *restrict dst, const char *next);
-    /* An int8 cache's Kᵀ rows (features) the same way, row f's values q·scale + zero (kp: f's
-     * scale at [f], zero point at [dk + f]) rounded to bf16 (round_bf16_rows of i8_scale_rows'
-     * values). NULL where the table has none (its bf16 engines decode on its
-     * tiles, or read Kᵀ back first). */
-    void (*interleave_pairs_k8)(const int8_t *src, size_t ld, int pairs, const float *kp, int dk, mha_bf16 *restrict dst);
     /* A block's epilogue, rows i < rows, columns j < cols <= 32: C = alpha·acc[i·32 + j], then
      * + beta·C (beta 0: C not read), a multiply and an add each rounded (same bits in every
      * table); C's columns 0..15 of row i at c0 + i·ldc, 16..31 at c1 + i·ldc. */

@@ -62,12 +62,6 @@ static void i8_scale_rows_ref(const int8_t *src, size_t ld_src, int rows, int n,
         }
 }
 
-static void round_bf16_rows_ref(const float *src, size_t n, mha_bf16 *restrict dst)
-{
-    for (size_t i = 0; i < n; i++)
-        dst[i] = mha_bf16_round(src[i]);
-}
-
 static int visible_at(const uint8_t *mask, int j)
 {
     return mask == NULL || mask[j] != 0;
@@ -107,9 +101,9 @@ static float elem_at(const void *p, mha_kv_type type, size_t i)
 }
 
 /* One chain per score, feature by feature: float32 a multiply and an add each rounded, as the
- * portable sub-configs' microkernels sum; bf16 and int8 as the bf16 model sums (flushed).
- * int8 K (kp: each run's first group's parameters): each element q·scale + zero of its
- * feature, i8_scale_rows' value, and in the bf16 sums (bf16 set) that rounded to bf16. */
+ * portable sub-configs' microkernels sum; bf16 (bf16 set) as the bf16 model sums (flushed).
+ * int8 K (kp: each run's first group's parameters; float32 sums in either engine): each
+ * element q·scale + zero of its feature, i8_scale_rows' value. */
 static void scores_ref(mha_kv_type type, int bf16, const float *restrict q, int nq, int dk, int c0, int c1, int runs,
                        const void *const *kt, const float *const *kp, const int *n, int ld, float scale,
                        float *restrict sc, size_t sc_ld)
@@ -122,10 +116,8 @@ static void scores_ref(mha_kv_type type, int bf16, const float *restrict q, int 
                 float acc = 0.0f;
                 for (int c = c0; c < c1; c++) {
                     float x = elem_at(kt[r], type, (size_t)c * ld + t);
-                    if (g) {
+                    if (g)
                         x = x * g[c] + g[dk + c];
-                        x = bf16 ? mha_bf16_float(mha_bf16_round(x)) : x;
-                    }
                     acc += q[(size_t)qi * dk + c] * x;
                     acc = flush ? mha_bk_ftz(acc) : acc;
                 }
@@ -179,11 +171,11 @@ static void decode_values8_ref(const float *e, size_t e_ld, int nq, const int8_t
 }
 
 static void decode_scores16_ref(const float *restrict q, int nq, int dk, int runs, const void *const *kt,
-                                const float *const *kp, const void *const *v, const int *n, int ld, float scale,
-                                float *restrict sc, size_t sc_ld, mha_bk_order order)
+                                const void *const *v, const int *n, int ld, float scale, float *restrict sc,
+                                size_t sc_ld, mha_bk_order order)
 {
     (void)v, (void)order; /* even first only */
-    scores_ref(kp ? MHA_KV_INT8 : MHA_KV_BF16, 1, q, nq, dk, 0, dk, runs, kt, kp, n, ld, scale, sc, sc_ld);
+    scores_ref(MHA_KV_BF16, 1, q, nq, dk, 0, dk, runs, kt, NULL, n, ld, scale, sc, sc_ld);
 }
 
 static void decode_values16_ref(const float *e, size_t e_ld, int nq, int runs, const void *const *v, const int *n,
@@ -286,7 +278,6 @@ const mha_isa mha_isa_ref = {
     .softmax_row = softmax_row_ref,
     .softcap_row = softcap_row_ref,
     .i8_scale_rows = i8_scale_rows_ref,
-    .round_bf16_rows = round_bf16_rows_ref,
     .decode_scores = decode_scores_ref,
     .decode_values = decode_values_ref,
     .decode_scores8 = decode_scores8_ref,
