@@ -36,7 +36,7 @@
 
 #define MHA_VERSION_MAJOR 0
 #define MHA_VERSION_MINOR 5
-#define MHA_VERSION_PATCH 1
+#define MHA_VERSION_PATCH 2
 #define MHA_VERSION_NUMBER (MHA_VERSION_MAJOR * 10000 + MHA_VERSION_MINOR * 100 + MHA_VERSION_PATCH)
 
 #if defined(MHA_BUILDING) && defined(__GNUC__)
@@ -107,10 +107,11 @@ typedef struct mha_rope {
 typedef enum { MHA_PRECISION_F32 = 0, MHA_PRECISION_BF16 = 1 } mha_precision;
 
 /* Elements of the KV cache (mha_kv_cache_create): AUTO, the precision's own (F32 for f32,
- * BF16 for bf16); INT8 for either precision: symmetric int8 with one float32 scale per (token,
- * KV head) for K and one for V, scale = max|x| / 127 (0 for a zero row), values x / scale
- * rounded to nearest even, read back as q·scale (‖out − ref‖ / ‖ref‖ ≤ 2e-2 on unit-scale
- * data): a quarter of a float32 cache's bytes, half of a bf16 one's. */
+ * BF16 for bf16); INT8 for either precision: int8 with a float32 scale and zero point (lo..hi
+ * in 255 steps, values rounded to nearest even, read back as q·scale + zero) per feature over
+ * each group of MHA_KV_GROUP slots for K and per (token, KV head) for V (‖out − ref‖ / ‖ref‖
+ * ≤ 2e-2 on unit-scale data; ≤ 1e-2 against HF on every layer of a trained model: README):
+ * about a quarter of a float32 cache's bytes, half of a bf16 one's. */
 typedef enum { MHA_KV_AUTO = 0, MHA_KV_F32 = 1, MHA_KV_BF16 = 2, MHA_KV_INT8 = 3 } mha_kv_type;
 
 /* QK-norm, as HF's RMSNorm modules compute it (float32): Q and K after projection and bias,
@@ -316,7 +317,7 @@ MHA_API mha_status mha_forward(mha_engine *e, const mha_input *in, float *out, f
  * Elements are the config's kv_type: float32, or bfloat16 (rounded to nearest even as they are
  * written: half the bytes) for a config of precision bf16, or int8 (a quarter, plus scales)
  * for either: K per feature over each group of MHA_KV_GROUP slots of a block (a scale and a
- * zero point per feature), V per slot (a scale). The group a sequence is still filling keeps
+ * zero point per feature), V per slot (a scale and a zero point). The group a sequence is still filling keeps
  * its K in float32 in the sequence's *tail*, caller memory passed with each step
  * (mha_step.tails), until the group is complete; a new token sees its own group's keys at
  * full precision and the groups before it as stored. An MLA config's cache is its latent

@@ -131,9 +131,9 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
         sl[MHA_SLICE_q16] = product(mha_bk_a_elems((int)q_rows, dims->dk), sizeof(mha_bf16), 1, of);
     }
     sl[MHA_SLICE_state] = product(mha_attention_state_floats((size_t)dims->q_block, dk), f, 1, of);
-    sl[MHA_SLICE_dec] = product(dec_q, MHA_KV_CHUNK + 2 * dk + 2, f, of);
-    if (bf16 && dims->kv_type == MHA_KV_INT8) /* V's scales beside its int8 values in the panels */
-        sl[MHA_SLICE_kvs] = seq_kv * f;
+    sl[MHA_SLICE_dec] = product(dec_q, MHA_KV_CHUNK + 2 * dk + 3, f, of);
+    if (bf16 && dims->kv_type == MHA_KV_INT8) /* V's parameters beside its int8 values in the panels */
+        sl[MHA_SLICE_kvs] = product(2, seq_kv, f, of);
     sl[MHA_SLICE_mla] = mla->scratch * f;
     if (dims->kv_type == MHA_KV_INT8)
         sl[MHA_SLICE_k8] = product(MHA_KV_GROUP + 2 + (MHA_KV_GROUP + 3) / 4, dk, f, of);

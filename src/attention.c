@@ -110,7 +110,7 @@ void mha_attention_logits(const mha_fwd *f, float *row, mha_key_span in, int pos
 }
 
 float mha_attention_chunk_row(const mha_fwd *f, float *row, int n, mha_key_span in, int pos, int c0, int head,
-                              const uint8_t *mask, const float *vs, float *mx, mha_bf16 *p)
+                              const uint8_t *mask, const float *vs, float *mx, mha_bf16 *p, float *zs)
 {
     const mha_isa *isa = f->kernel->isa;
     mha_attention_logits(f, row, in, pos, c0, head);
@@ -118,11 +118,23 @@ float mha_attention_chunk_row(const mha_fwd *f, float *row, int n, mha_key_span 
     if (p && !vs && isa->softmax_row16) /* exp'd and rounded in one pass */
         return isa->softmax_row16(row, n, in.hi, mask, mx, p);
     const float sum = isa->softmax_row(row, n, in.hi, mask, mx);
-    for (int j = 0; vs && j < in.hi; j++) /* int8: each key's V scale, after the sum */
-        row[j] *= vs[j];
+    if (vs) { /* int8: the zero points' sum, then each key's V scale, after the sum */
+        float z = 0.0f;
+        for (int j = 0; j < in.hi; j++) {
+            z += row[j] * vs[2 * j + 1];
+            row[j] *= vs[2 * j];
+        }
+        *zs = z;
+    }
     if (p)
         mha_bk_pack_a_row(f->kernel, row, 0, n, p);
     return sum;
+}
+
+void mha_attention_v_zero(float *z, int n, float zs)
+{
+    for (int c = 0; c < n; c++)
+        z[c] += zs;
 }
 
 void mha_alibi_slopes(int h, float max_bias, float *slopes)
@@ -181,7 +193,8 @@ static void chunk16(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows
 {
     const mha_kernel *k = f->kernel;
     const int kq = (int)(mha_bk_kp(f->dk) / MHA_BT_K), kn = (int)(mha_bk_kp(n) / MHA_BT_K);
-    const float *vs = kv->vs ? kv->vs + b0 : NULL;
+    const float *vs = kv->vs ? kv->vs + 2 * (size_t)b0 : NULL;
+    float zs[2 * MHA_BT_M]; /* int8: the rows' V zero sums */
     for (int i0 = 0; i0 < r->m; i0 += 2 * MHA_BT_M) {
         const int m = r->m - i0 < 2 * MHA_BT_M ? r->m - i0 : 2 * MHA_BT_M;
         float *sb = r->scored ? sc + (size_t)i0 * ld : sc; /* the block's score rows */
@@ -198,10 +211,12 @@ static void chunk16(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows
             sum[(i0 + i) * st] = mha_attention_chunk_row(
                 f, sb + i * ld, n, in, pos, c0, r->head0 + row / r->period,
                 r->mask ? r->mask + (size_t)(row % r->period) * f->call->seq_kv : NULL, vs, &mx[(i0 + i) * st],
-                s->p16 + mha_bk_a_row(i, kn));
+                s->p16 + mha_bk_a_row(i, kn), &zs[i]);
         }
         mha_bgemm(f->bk, k, m, f->dv, n, 1.0f, s->p16, mha_mat_rows(k, sb, ld), kv->v16 + mha_bk_b_index(b0, 0, 0),
                   kv->vps, 0.0f, mha_mat_sub(k, zc, i0, 0), NULL);
+        for (int i = 0; vs && i < m; i++)
+            mha_attention_v_zero(mha_mat_at(k, zc, i0 + i, 0), f->dv, zs[i]);
     }
 }
 
@@ -228,14 +243,14 @@ void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk
         k->isa->decode_scores(r->q.p, m, dk, 0, dk, runs, kt, len, MHA_TILE_KEYS, scale, sc, (size_t)ld);
     } else
         mha_gemm(k, m, n, dk, scale, r->q, mha_mat_sub(k, kv->kt, 0, b0), 0.0f, sm, s->apack);
-    const float *vs = kv->vs ? kv->vs + b0 : NULL;
+    /* (an int8 cache's V, kv->vs, is a step's, and a step never wants the weights: chunk16) */
     for (int i = 0; i < m; i++) {
         /* the keys of this chunk row i sees: [hidden, visible) */
         const int pos = r->pos0 + (r->first + i) % r->period;
         const mha_key_span in = mha_keys_within(mha_visible_keys(pos, r->causal, f->window, c0 + n), c0, n);
         sum[i * st] = mha_attention_chunk_row(f, sc + i * ld, n, in, pos, c0, r->head0 + (r->first + i) / r->period,
                                               r->mask ? r->mask + (size_t)((r->first + i) % r->period) * f->call->seq_kv : NULL,
-                                              vs, &mx[i * st], NULL);
+                                              NULL, &mx[i * st], NULL, NULL);
     }
     /* Z (m, dv) = E (m, n) · V (n, dv); bf16 (the attention weights keep E in float32): E
      * rounded as it is packed */

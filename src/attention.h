@@ -161,10 +161,11 @@ typedef struct mha_fwd {
                          (or the core's few queries of a group) */                             \
     X(state, float)   /* mha_attention_state_floats: each row's softmax sum (then its inverse) \
                          and max, a chunk's sum and max, a chunk's Z (q_block × dk) */         \
-    X(dec, float)     /* decode: (group·MHA_DECODE_MAX_NEW) × (MHA_KV_CHUNK + 2·dk + 2):       \
-                         scores, queries, a chunk's partials that its task folds (step.c) */   \
-    X(kvs, float)     /* bf16 engines with an int8 cache: V's scales of a context's keys       \
-                         (seq_kv) */                                                           \
+    X(dec, float)     /* decode: (group·MHA_DECODE_MAX_NEW) × (MHA_KV_CHUNK + 2·dk + 3):       \
+                         scores, queries, a chunk's partials that its task folds, the rows'   \
+                         V zero sums (step.c) */                                               \
+    X(kvs, float)     /* bf16 engines with an int8 cache: V's parameters (scale, zero point)  \
+                         of a context's keys (2 · seq_kv) */                                   \
     X(k8, float)      /* int8 cache: a group's Kᵀ as a query sees it (MHA_KV_GROUP · dk), the  \
                          parameters (2 · dk) and values (MHA_KV_GROUP · dk bytes) of a group    \
                          quantized in a step (step.c's k_view) */                              \
@@ -203,8 +204,9 @@ typedef struct mha_kv_view {
     mha_mat kt, v;
     const mha_bf16 *kt16, *v16;
     size_t kps, vps;
-    const float *vs;        /* an int8 cache's V scales of each key from the operands' key 0 (the
-                             * V panels then hold the int8 values themselves, and the scores are
+    const float *vs;        /* an int8 cache's V parameters of each key from the operands' key 0
+                             * (mha_attention_chunk_row's pairs; the V panels then hold the int8
+                             * values themselves, and the scores are
                              * float32 products on the queries unrounded and kt, Kᵀ as the cache
                              * holds it, as a float32 engine's); NULL: none */
     const float *ktp, *vp;  /* float32 engines, or NULL: Kᵀ in panels of MHA_TILE_KEYS keys (key
@@ -264,12 +266,18 @@ void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk
 void mha_attention_logits(const mha_fwd *f, float *row, mha_key_span in, int pos, int c0, int head);
 /* One row of a chunk's scores (n keys from c0; the row at position pos, query head `head`,
  * sees the keys in `in`) into its unnormalised softmax: the logits, the exp against the row's
- * max (*mx) with the mask (or NULL), then an int8 cache's V scales (vs, or NULL); returns the sum (of E before the V scales). p: NULL, or E rounded to bf16 into
- * a row of A tiles at p (mha_bk_pack_a_row's; without V scales in one pass with the exp, the
- * table's softmax_row16), the row then left as the table leaves it. The forward's chunks and
- * every decode path run it: one source of these bits. */
+ * max (*mx) with the mask (or NULL), then, with an int8 cache's V parameters (vs: key j's
+ * scale at [2j], zero point at [2j + 1]; or NULL), *zs = Σ_j e_j·zero_j in key order and each
+ * e_j times its scale: Z = E·V is then (E·scales)·q + zs in every feature (mha_attention_v_zero).
+ * Returns the sum (of E before the V scales). p: NULL, or E rounded to bf16 into a row of A
+ * tiles at p (mha_bk_pack_a_row's; without V parameters in one pass with the exp, the table's
+ * softmax_row16), the row then left as the table leaves it. The forward's chunks and every
+ * decode path run it: one source of these bits. */
 float mha_attention_chunk_row(const mha_fwd *f, float *row, int n, mha_key_span in, int pos, int c0, int head,
-                              const uint8_t *mask, const float *vs, float *mx, mha_bf16 *p);
+                              const uint8_t *mask, const float *vs, float *mx, mha_bf16 *p, float *zs);
+/* A row's Z (n features) plus its V zero points' share zs (mha_attention_chunk_row), after
+ * the row's E·q: the same bits in the forward's chunk and the decode tiles. */
+void mha_attention_v_zero(float *z, int n, float zs);
 /* HF's RMSNorm factor of a row whose n features' squares sum to sq (summed in double: HF's
  * float32 mean within its rounding): rsqrt(mean(x²) + eps), as float32. QK-norm and MLA's
  * latent norms alike: one source of these bits. */
@@ -309,7 +317,7 @@ void mha_attention_project(const mha_fwd *f, const mha_scratch *s, int m, const 
  * block, scores, softmax (causal: row i sees keys j <= i + off; the window; f->mask), A·V
  * into z (ql rows of dk features, ldz apart), each row divided by its sum. sinks: NULL, or
  * each head's sink logit. attn: NULL, or this head's (seq_q, seq_kv) weights of a forward.
- * vs: NULL, or an int8 cache's V scales of the kl keys (mha_kv_view's). */
+ * vs: NULL, or an int8 cache's V parameters of the kl keys (mha_kv_view's). */
 void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, mha_queries q, int ql, int kl, int off, float *z,
                         ptrdiff_t ldz, const float *sinks, float *attn, const float *vs);
 /* The attention core's tensors (mha_core_forward): element (b, head, row, c) of each at

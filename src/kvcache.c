@@ -24,10 +24,10 @@ static size_t plan(const mha_config *cfg, int n_blocks, int block_size, mha_kv_c
     if (__builtin_mul_overflow((size_t)(dims.mla.kv_lora_rank ? 1 : 2) * dims.dk, (size_t)block_size, &per_head))
         return 0;
     if (type == MHA_KV_INT8) { /* the values, then K's scale and zero point per feature of each
-                                * group, V's scale of each slot */
+                                * group, V's scale and zero point of each slot */
         const size_t groups = ((size_t)block_size + MHA_KV_GROUP - 1) / MHA_KV_GROUP;
         scales_at = mha_round_up(per_head, 64);
-        per_head = mha_round_up(scales_at + (groups * 2 * (size_t)dims.dk + (size_t)block_size) * sizeof(float), 64);
+        per_head = mha_round_up(scales_at + (groups * 2 * (size_t)dims.dk + 2 * (size_t)block_size) * sizeof(float), 64);
     }
     size_t block_bytes;
     if (__builtin_mul_overflow(per_head, (size_t)dims.kvh, &per_block) ||

@@ -5,7 +5,8 @@
  * Elements are float32, bfloat16 (rounded to nearest even as they are written: half the
  * bytes a decode step reads), or int8 (a quarter): then the region ends with K's parameters,
  * per group of MHA_KV_GROUP slots (mha_kv_group_of) a scale and then a zero point per feature
- * (a value is q·scale + zero, mha_kv_k_value), and V's scale per slot, float32. A decode task
+ * (a value is q·scale + zero, mha_kv_k_value), and V's scale and zero point per slot
+ * (mha_kv_v_params), float32. A decode task
  * reads one KV head of a block: one contiguous run (random runs of a few KiB stream faster the
  * longer they are). */
 #ifndef MHA_KVCACHE_H
@@ -31,7 +32,7 @@ struct mha_kv_cache {
                                   * scales after them, 64-byte rounded */
     size_t block_elems;          /* kvh · head_elems */
     size_t scales_at;            /* int8: where a region's K parameters start (bytes, 64-byte
-                                  * rounded); V's scales follow them */
+                                  * rounded); V's parameters follow them */
     void *data;                  /* (n_blocks, block_elems) */
     void *owned;                 /* the memory when mha_kv_cache_create allocated it */
 };
@@ -84,8 +85,9 @@ static inline float *mha_kv_k_params(const mha_kv_cache *c, int block, int g, in
     unsigned char *b = (unsigned char *)c->data + mha_kv_kt_at(c, block, g) + c->scales_at;
     return (float *)(void *)b + (size_t)(slot / MHA_KV_GROUP) * 2 * (size_t)c->dk;
 }
-/* int8: V's scales of KV head g's block_size slots in a block. */
-static inline float *mha_kv_v_scales(const mha_kv_cache *c, int block, int g)
+/* int8: V's parameters of KV head g's block_size slots in a block: slot t's scale at [2t], its
+ * zero point at [2t + 1] (a value q·scale + zero, as K's: mha_kv_k_value). */
+static inline float *mha_kv_v_params(const mha_kv_cache *c, int block, int g)
 {
     const int groups = (c->block_size + MHA_KV_GROUP - 1) / MHA_KV_GROUP;
     return mha_kv_k_params(c, block, g, 0) + (size_t)groups * 2 * (size_t)c->dk;

@@ -82,22 +82,36 @@ void mha_step_pack_rows(const mha_step_job *j, int r0, int r1)
         mha_gemm_pack_a(k, x, r0, r1 - r0, 0, j->f.d, (float *)packed_rows(j, r0));
 }
 
-/* int8 V: the n features of row i of m from column col as q·scale, scale = max|x| / 127 (0
- * for a zero row), q = x / scale rounded to nearest even (within ±127), into q; returns the
- * scale. */
-static float quantize_v(const mha_kernel *k, mha_mat m, int i, int col, int n, int8_t *q)
+/* An int8 cache's rule, for K's groups (per feature) and V's rows alike: values lo..hi in 255
+ * steps, scale (hi − lo) / 255 and zero point lo + 128·scale (q8_params), q = (x − lo) / scale
+ * rounded to nearest even, − 128 (scale 0: q 0; q8_value), read back as q·scale + zero. */
+static float q8_params(float lo, float hi, float *zero)
 {
-    float mx = 0.0f;
-    for (int c = 0; c < n; c++) {
-        const float a = fabsf(*mha_mat_at(k, m, i, col + c));
-        mx = a > mx ? a : mx;
-    }
-    const float scale = mx / 127.0f;
-    for (int c = 0; c < n; c++) { /* a NaN (or a row with an infinity) stores 0, never an out-of-range cast */
-        const float y = scale > 0.0f ? mha_kv_round_even(*mha_mat_at(k, m, i, col + c) / scale) : 0.0f;
-        q[c] = y >= -127.0f && y <= 127.0f ? (int8_t)y : 0;
-    }
+    const float scale = (hi - lo) / 255.0f;
+    *zero = lo + 128.0f * scale;
     return scale;
+}
+
+static int8_t q8_value(float x, float lo, float scale)
+{
+    const float y = scale > 0.0f ? mha_kv_round_even((x - lo) / scale) : 128.0f;
+    return (int8_t)((y >= 0.0f ? y <= 255.0f ? y : 255.0f : 0.0f) - 128.0f); /* within 0..255 first (a NaN: 0) */
+}
+
+/* int8 V: the n features of row i of m from column col over the row (q8_params: its scale and
+ * zero point into par[0], par[1], mha_kv_v_params' pair), into q. Why a zero point: V's rows
+ * of trained models are not centred (perf/RESULTS.md, session 23). */
+static void quantize_v(const mha_kernel *k, mha_mat m, int i, int col, int n, int8_t *q, float *par)
+{
+    float lo = *mha_mat_at(k, m, i, col), hi = lo;
+    for (int c = 1; c < n; c++) {
+        const float y = *mha_mat_at(k, m, i, col + c);
+        lo = y < lo ? y : lo;
+        hi = y > hi ? y : hi;
+    }
+    par[0] = q8_params(lo, hi, &par[1]);
+    for (int c = 0; c < n; c++)
+        q[c] = q8_value(*mha_mat_at(k, m, i, col + c), lo, par[0]);
 }
 
 /* Row i of the Q/K/V scratch (the step's row `row`), K at dkp and V at 2·dkp, into slot `slot`
@@ -112,7 +126,7 @@ static void store_kv(const mha_step_job *j, mha_mat qkv, int i, int row, int blo
     const int dk = j->f.dk, dkp = j->f.dkp, bs = c->block_size;
     const size_t kt = mha_kv_kt_at(c, block, g) + (size_t)slot, v = c->mla ? 0 : mha_kv_v_at(c, block, g, slot);
     if (c->type == MHA_KV_INT8) { /* (never MLA) */
-        mha_kv_v_scales(c, block, g)[slot] = quantize_v(k, qkv, i, 2 * dkp, dk, mha_kv_i8(c) + v);
+        quantize_v(k, qkv, i, 2 * dkp, dk, mha_kv_i8(c) + v, mha_kv_v_params(c, block, g) + 2 * (size_t)slot);
         mha_mat_get_rows(k, mha_mat_sub(k, qkv, i, 0), 1, dkp, dk, j->k_full + ((size_t)row * j->f.kvh + g) * dk, dk);
         return;
     }
@@ -151,9 +165,8 @@ static const float *k_full_row(const mha_step_job *j, int q, int g, int p)
 }
 
 /* Group grp of (q, g), which this step completes, quantized from its full rows: per feature c
- * over the group's slots, lo..hi in 255 steps, scale (hi − lo) / 255 and zero point lo +
- * 128·scale, q = (x − lo) / scale rounded to nearest even, − 128 (scale 0: q 0); into kt
- * (feature c of the group's slot u at kt[c · ld + u]) and params (scales, then zero points). */
+ * over the group's slots (q8_params, q8_value); into kt (feature c of the group's slot u at
+ * kt[c · ld + u]) and params (scales, then zero points). */
 static void quantize_k_group(const mha_step_job *j, int q, int g, mha_kv_group grp, int8_t *kt, size_t ld, float *params)
 {
     const int dk = j->f.dk;
@@ -166,12 +179,9 @@ static void quantize_k_group(const mha_step_job *j, int q, int g, mha_kv_group g
             lo = rows[u][c] < lo ? rows[u][c] : lo;
             hi = rows[u][c] > hi ? rows[u][c] : hi;
         }
-        const float scale = (hi - lo) / 255.0f;
-        params[c] = scale, params[dk + c] = lo + 128.0f * scale;
-        for (int u = 0; u < grp.n; u++) { /* within 0..255 before the cast (a NaN: 0) */
-            const float y = scale > 0.0f ? mha_kv_round_even((rows[u][c] - lo) / scale) : 128.0f;
-            kt[(size_t)c * ld + u] = (int8_t)((y >= 0.0f ? y <= 255.0f ? y : 255.0f : 0.0f) - 128.0f);
-        }
+        params[c] = q8_params(lo, hi, &params[dk + c]);
+        for (int u = 0; u < grp.n; u++)
+            kt[(size_t)c * ld + u] = q8_value(rows[u][c], lo, params[c]);
     }
 }
 
@@ -449,13 +459,14 @@ static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int 
     const mha_isa *isa = j->f.kernel->isa;
     for (mha_kv_run r = mha_kv_run_at(table, bs, t_begin, t_end); r.n; r = mha_kv_run_at(table, bs, r.t + r.n, t_end)) {
         const int block = r.block, slot = r.slot, run = r.n, at = r.t - base;
-        if (i8) { /* a block's few scales: 16 at a time, moves the compiler writes out, not a call */
-            const float *scales = mha_kv_v_scales(cache, block, g) + slot;
+        if (i8) { /* a block's few parameters: 16 at a time, moves the compiler writes out, not a call */
+            const float *par = mha_kv_v_params(cache, block, g) + 2 * (size_t)slot;
+            float *to = vs + 2 * (size_t)at;
             int u = 0;
-            for (; u + 16 <= run; u += 16)
-                memcpy(vs + at + u, scales + u, 16 * sizeof *vs);
-            for (; u < run; u++)
-                vs[at + u] = scales[u];
+            for (; u + 16 <= 2 * run; u += 16)
+                memcpy(to + u, par + u, 16 * sizeof *to);
+            for (; u < 2 * run; u++)
+                to[u] = par[u];
         }
         /* the next block's K and V, prefetched as this one is read (a block's K of one head and
          * its V are bs·dk elements each, in 64-byte lines: as many as this block's pairs, or
@@ -522,7 +533,7 @@ static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int 
     }
 }
 
-/* float32 engines, int8 cache: V of the keys [t_begin, ctx) read back (q·scale, as
+/* float32 engines, int8 cache: V of the keys [t_begin, ctx) read back (q·scale + zero, as
  * decode_values8 reads it) into the scratch's V columns, key t at row t; Kᵀ is left to
  * k_view_panels (its columns past ctx zero here). */
 static void gather_i8(const mha_step_job *j, const int32_t *table, int g, int t_begin, int ctx, const mha_scratch *s)
@@ -533,11 +544,11 @@ static void gather_i8(const mha_step_job *j, const int32_t *table, int g, int t_
     const int dk = f->dk, dkp = f->dkp, bs = cache->block_size;
     const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
     for (mha_kv_run r = mha_kv_run_at(table, bs, t_begin, ctx); r.n; r = mha_kv_run_at(table, bs, r.t + r.n, ctx)) {
-        const float *vs = mha_kv_v_scales(cache, r.block, g) + r.slot;
+        const float *par = mha_kv_v_params(cache, r.block, g) + 2 * (size_t)r.slot;
         for (int t = 0; t < r.n; t++) /* a panel's run at a time */
             for (int c = 0; c < dk; c += k->bw)
                 f->kernel->isa->i8_scale_rows(mha_kv_i8(cache) + mha_kv_v_at(cache, r.block, g, r.slot + t) + c, 0, 1,
-                                              dk - c < k->bw ? dk - c : k->bw, vs + t, NULL,
+                                              dk - c < k->bw ? dk - c : k->bw, par + 2 * t, par + 2 * t + 1,
                                               mha_mat_at(k, qkv, r.t + t, 2 * dkp + c), 0);
     }
     zero_kt_past(j, ctx, s);
@@ -545,7 +556,7 @@ static void gather_i8(const mha_step_job *j, const int32_t *table, int g, int t_
 
 /* The step's rows [i0, i1) of sequence q for each query head of KV head g: the forward's
  * attention (its Q, rotated in phase 1, from z; Z written over it) over the gathered context;
- * vs: NULL, or an int8 cache's V scales (bf16 engines). */
+ * vs: NULL, or an int8 cache's V parameters (bf16 engines). */
 static void attend_rows(const mha_step_job *j, int q, int g, int i0, int i1, const mha_scratch *s, const float *vs)
 {
     const mha_fwd *f = &j->f;
@@ -571,7 +582,7 @@ void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s)
     /* from the chunk holding the first visible key: the forward's chunks start there */
     const int t_begin = first_key(j, q) / MHA_KV_CHUNK * MHA_KV_CHUNK;
     const int i8 = j->cache->type == MHA_KV_INT8;
-    float *vs = f->bk && i8 ? s->kvs : NULL; /* int8 in a bf16 engine: V's scales beside its values */
+    float *vs = f->bk && i8 ? s->kvs : NULL; /* int8 in a bf16 engine: V's parameters beside its values */
     if (f->bk)
         gather_bf16(j, table, g, t_begin, ctx, 0, mha_attention_v16_ps(ctx), s, vs);
     else if (i8)
@@ -622,8 +633,9 @@ static float *partial_of(const mha_step_job *j, int q, int g, int c, int qi)
  * at kt[r] (feature c of slot t at element c · ld + t) and V at v[r] (slot t's vw values at
  * element t · vw: the cache's d_k, or an MLA cache's latent, kv_lora, read out of Kᵀ into the
  * worker's scratch; float32 MLA reads it in mla_v_panel's panels there instead); next[r]:
- * what to prefetch while run r is read (NULL: nothing); an int8 cache's K parameters of the group holding the run's first slot at kp[r] and V scales of the
- * run's slots at vs[r]. type: the cache's. */
+ * what to prefetch while run r is read (NULL: nothing); an int8 cache's K parameters of the
+ * group holding the run's first slot at kp[r] and V parameters of the run's slots at vs[r]
+ * (mha_kv_v_params' pairs). type: the cache's. */
 typedef struct chunk_src {
     mha_kv_type type;
     int runs, ld, vw;
@@ -657,7 +669,8 @@ static void cache_runs(const mha_step_job *j, int q, int g, int k0, int k1, void
         }
         src->n[r] = u.n;
         if (cache->type == MHA_KV_INT8) {
-            src->kp[r] = mha_kv_k_params(cache, u.block, g, u.slot), src->vs[r] = mha_kv_v_scales(cache, u.block, g) + u.slot;
+            src->kp[r] = mha_kv_k_params(cache, u.block, g, u.slot);
+            src->vs[r] = mha_kv_v_params(cache, u.block, g) + 2 * (size_t)u.slot;
             __builtin_prefetch(src->vs[r]);
         }
     }
@@ -760,6 +773,30 @@ static void scores_i8(const mha_step_job *j, int q, int g, int k0, int k1, const
     }
 }
 
+/* The worker's decode scratch (s->dec) for the nq queries of a task: their scores against a
+ * chunk (nq × MHA_KV_CHUNK), the queries (nq × dk), a chunk's partials (nq × (dk + 2)), the
+ * V zero sums (nq). */
+static float *dec_scores(const mha_scratch *s)
+{
+    return s->dec;
+}
+
+static float *dec_queries(const mha_step_job *j, int q, const mha_scratch *s)
+{
+    return s->dec + (size_t)j->f.group * j->step->n_new[q] * MHA_KV_CHUNK;
+}
+
+static float *dec_partials(const mha_step_job *j, int q, const mha_scratch *s)
+{
+    return dec_queries(j, q, s) + (size_t)j->f.group * j->step->n_new[q] * j->f.dk;
+}
+
+/* int8 in a bf16 engine: a chunk's V zero sums of the task's queries (mha_attention_chunk_row). */
+static float *dec_zero_sums(const mha_step_job *j, int q, const mha_scratch *s)
+{
+    return dec_partials(j, q, s) + (size_t)j->f.group * j->step->n_new[q] * ((size_t)j->f.dk + 2);
+}
+
 /* The chunk's scores and A·V in register tiles, read in place from the cache blocks (src),
  * each key and value row once for every query of the group, and the forward's softmax of the
  * chunk (mha_attention_chunk_row) in between; into the chunk's partials p (partial_of).
@@ -768,7 +805,7 @@ static void scores_i8(const mha_step_job *j, int q, int g, int k0, int k1, const
  * summing in an order of the tiles): the bf16 kernels' sums on the cache's own elements
  * (decode_scores16, decode_values16), the queries and probabilities rounded to bf16 as the
  * kernels' A panels round them; an int8 cache's scores as a float32 engine's (scores_i8, on
- * the queries unrounded) and its V scales gathered into vs: the forward's chunk step, bit for
+ * the queries unrounded) and its V parameters gathered into vs: the forward's chunk step, bit for
  * bit; pf: what the values prefetch (the next chunk's Kᵀ, or NULL). */
 static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int k1, float *qv, float *sc, float *p,
                                const chunk_src *src, float *vs, const mha_prefetch *pf, const mha_scratch *s)
@@ -789,9 +826,10 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
         chunk_scores(j, q, 0, n_new, qv, sc, src, src->kt, NULL, src->ld);
     if (j->cache->mla)
         mla_v_chunk(j, src, s->qkv);
-    /* int8 in a bf16 engine: the chunk's V scales, key by key */
+    /* int8 in a bf16 engine: the chunk's V parameters, key by key, and the rows' zero sums */
     for (int r = 0, t = 0; i8 && bf16 && r < src->runs; t += src->n[r++])
-        memcpy(vs + t, src->vs[r], (size_t)src->n[r] * sizeof *vs);
+        memcpy(vs + 2 * (size_t)t, src->vs[r], 2 * (size_t)src->n[r] * sizeof *vs);
+    float *zs = i8 && bf16 ? dec_zero_sums(j, q, s) : NULL;
     /* per query: the keys it sees in this chunk, their logits, exp'd against the chunk's max,
      * the sum */
     const size_t ps = (size_t)dk + 2; /* partial_of's stride between queries */
@@ -799,7 +837,8 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
         const int pos = n_past + qi % n_new;
         const mha_key_span in = mha_keys_within(mha_visible_keys(pos, 1, f->window, k1), k0, n);
         float *row = sc + (size_t)qi * MHA_KV_CHUNK, *pq = p + (size_t)qi * ps;
-        pq[dk + 1] = mha_attention_chunk_row(f, row, n, in, pos, k0, g * f->group + qi / n_new, NULL, vs, &pq[dk], NULL);
+        pq[dk + 1] = mha_attention_chunk_row(f, row, n, in, pos, k0, g * f->group + qi / n_new, NULL, vs, &pq[dk], NULL,
+                                             zs ? &zs[qi] : NULL);
         if (bf16)
             isa->round_bf16_floats(row, n);
         memset(pq, 0, (size_t)dk * sizeof *pq);
@@ -809,9 +848,11 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
      * not stored and reloaded at every block (the same sums, key by key); float32: panel by
      * panel (mla_v_panel) */
     const int vruns = j->cache->mla ? 1 : src->runs, *vn = j->cache->mla ? &n : src->n;
-    if (bf16)
+    if (bf16) {
         isa->decode_values16(sc, MHA_KV_CHUNK, nq, vruns, src->v, vn, i8, src->vw, p, ps, pf, f->bk->order);
-    else if (j->cache->mla)
+        for (int qi = 0; zs && qi < nq; qi++)
+            mha_attention_v_zero(p + (size_t)qi * ps, dk, zs[qi]);
+    } else if (j->cache->mla)
         for (int x0 = 0; x0 < src->vw; x0 += MHA_MLA_VPANEL)
             isa->decode_values(sc, MHA_KV_CHUNK, nq, mla_v_panel(s->qkv, x0), n,
                                src->vw - x0 < MHA_MLA_VPANEL ? src->vw - x0 : MHA_MLA_VPANEL, p + x0, ps, NULL);
@@ -828,7 +869,7 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
  * step (mha_attention_chunk) on every query of the group as one block, whatever the engine's
  * q_block (chunk16 runs them 32 at a time, each row's bits its own, from the queries packed
  * once a run in s->q16): the forward's roundings and sums, so decode and prefill agree bit for
- * bit; into p as above. vs: NULL, or an int8 cache's V scales: then the scores are in sc
+ * bit; into p as above. vs: NULL, or an int8 cache's V parameters: then the scores are in sc
  * already (scores_i8's float32 tiles, the forward's float32 products' sums) and the chunk
  * starts at their logits. */
 static void decode_chunk_bf16(const mha_step_job *j, int q, int g, int k0, int k1, float *qv, float *sc, float *p,
@@ -867,23 +908,6 @@ static void chunk_kt(const mha_step_job *j, int q, int g, int c, mha_prefetch *p
         pf->at[pf->n++] = (const char *)cache->data + mha_kv_kt_at(cache, r.block, g) * esz;
 }
 
-/* The worker's decode scratch (s->dec) for the nq queries of a task: their scores against a
- * chunk (nq × MHA_KV_CHUNK), the queries (nq × dk), a chunk's partials (nq × (dk + 2)). */
-static float *dec_scores(const mha_scratch *s)
-{
-    return s->dec;
-}
-
-static float *dec_queries(const mha_step_job *j, int q, const mha_scratch *s)
-{
-    return s->dec + (size_t)j->f.group * j->step->n_new[q] * MHA_KV_CHUNK;
-}
-
-static float *dec_partials(const mha_step_job *j, int q, const mha_scratch *s)
-{
-    return dec_queries(j, q, s) + (size_t)j->f.group * j->step->n_new[q] * j->f.dk;
-}
-
 /* A query's partials (at pq) marked for the merge to skip: no key of the chunk, or merged
  * already (fold_chunk). */
 static void skip_partials(float *pq, int dk)
@@ -908,7 +932,7 @@ static void decode_chunk(const mha_step_job *j, int q, int g, int c, int ahead, 
     float *sc = dec_scores(s), *qv = dec_queries(j, q, s);
     const int n = k1 - k0;
     const int i8 = j->cache->type == MHA_KV_INT8;
-    float *vs = f->bk && i8 ? s->kvs : NULL; /* int8 in a bf16 engine: V's scales beside its values */
+    float *vs = f->bk && i8 ? s->kvs : NULL; /* int8 in a bf16 engine: V's parameters beside its values */
     chunk_src src;
     if (bf16_tiles(f)) {
         mha_prefetch next;

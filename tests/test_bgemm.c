@@ -578,7 +578,7 @@ BKERNEL_TEST(bgemm, decode_tiles_sum_as_the_kernels_of_their_order, .timeout = 6
 }
 
 /* Each table's float32 decode tiles on an int8 cache (decode_scores8: K per feature with a
- * scale and zero point; decode_values8: V per slot with a scale), reading the int8 values and
+ * scale and zero point; decode_values8: V per slot with a scale and zero point), reading the int8 values and
  * making each value as they load it, give the bits of the float32 tiles on the chunk read back
  * first (i8_scale_rows): scores and Z, runs of 16, 5 and 6 slots of blocks of 16 (runs of 32 and
  * 16 of blocks of 32: two groups in a run), d_k 128 and 40, 1 to 9 queries. */
@@ -593,7 +593,7 @@ TABLE_TEST(bgemm, int8_decode_tiles_equal_the_read_back_chunk, .timeout = 60)
                 const int n[RUNS] = {BS, BS == 16 ? 5 : 16, BS == 16 ? 6 : 32}, slots = n[0] + n[1] + n[2];
                 const size_t blk = (size_t)dk * BS, groups = (size_t)BS / MHA_KV_GROUP;
                 int8_t *k8 = malloc(RUNS * blk), *v8 = malloc(RUNS * blk);
-                float vs[RUNS][32], *kp = malloc(RUNS * groups * 2 * dk * sizeof *kp);
+                float vp[RUNS][64], *kp = malloc(RUNS * groups * 2 * dk * sizeof *kp); /* V: scale, zero point */
                 float *kf = malloc(RUNS * blk * sizeof *kf), *vf = malloc(RUNS * blk * sizeof *vf);
                 float *q = malloc((size_t)nq * dk * sizeof *q), *e = malloc((size_t)nq * slots * sizeof *e);
                 float *sc = malloc((size_t)nq * SC_LD * sizeof *sc), *want = malloc((size_t)nq * SC_LD * sizeof *want);
@@ -606,7 +606,9 @@ TABLE_TEST(bgemm, int8_decode_tiles_equal_the_read_back_chunk, .timeout = 60)
                     fill_uniform(kp + i * 2 * dk, (size_t)dk, 0.001f, 0.02f, &r);
                     fill_uniform(kp + i * 2 * dk + dk, (size_t)dk, -2.0f, 2.0f, &r);
                 }
-                fill_uniform(&vs[0][0], RUNS * 32, 0.0f, 0.02f, &r);
+                for (int ri = 0; ri < RUNS; ri++)
+                    for (int t = 0; t < 32; t++)
+                        vp[ri][2 * t] = rng_uniform(&r, 0.0f, 0.02f), vp[ri][2 * t + 1] = rng_uniform(&r, -1.0f, 1.0f);
                 fill_uniform(q, (size_t)nq * dk, -1.0f, 1.0f, &r);
                 fill_uniform(e, (size_t)nq * slots, 0.0f, 1.0f, &r);
                 for (int ri = 0; ri < RUNS; ri++) { /* read back: Kᵀ group by group, V by row */
@@ -615,7 +617,9 @@ TABLE_TEST(bgemm, int8_decode_tiles_equal_the_read_back_chunk, .timeout = 60)
                         isa->i8_scale_rows(k8 + ri * blk + gi * MHA_KV_GROUP, (size_t)BS, dk, MHA_KV_GROUP, gp, gp + dk,
                                            kf + ri * blk + gi * MHA_KV_GROUP, (size_t)BS);
                     }
-                    isa->i8_scale_rows(v8 + ri * blk, (size_t)dk, n[ri], dk, vs[ri], NULL, vf + ri * blk, (size_t)dk);
+                    for (int t = 0; t < n[ri]; t++)
+                        isa->i8_scale_rows(v8 + ri * blk + (size_t)t * dk, 0, 1, dk, &vp[ri][2 * t], &vp[ri][2 * t + 1],
+                                           vf + ri * blk + (size_t)t * dk, 0);
                     k8r[ri] = k8 + ri * blk, kfr[ri] = kf + ri * blk, kpr[ri] = kp + ri * groups * 2 * dk;
                 }
                 isa->decode_scores8(q, nq, dk, 0, dk, RUNS, k8r, kpr, n, BS, 0.125f, sc, SC_LD);
@@ -627,7 +631,7 @@ TABLE_TEST(bgemm, int8_decode_tiles_equal_the_read_back_chunk, .timeout = 60)
                                  want[(size_t)qi * SC_LD + (at < 0 ? 0 : at)]);
                 }
                 for (int ri = 0, at = 0; ri < RUNS; at += n[ri++]) {
-                    isa->decode_values8(e + at, (size_t)slots, nq, v8 + ri * blk, vs[ri], n[ri], dk, p, (size_t)dk, NULL);
+                    isa->decode_values8(e + at, (size_t)slots, nq, v8 + ri * blk, vp[ri], n[ri], dk, p, (size_t)dk, NULL);
                     isa->decode_values(e + at, (size_t)slots, nq, vf + ri * blk, n[ri], dk, zwant, (size_t)dk, NULL);
                 }
                 long at = first_bit_difference(p, zwant, (size_t)nq * dk);

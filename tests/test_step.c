@@ -719,11 +719,12 @@ Test(step, int8_steps_across_groups_equal_one_prefill, .timeout = 120)
 /* The int8 cache against the double-precision reference (not the float forward): a prefill
  * then token by token, both precisions, GQA with RoPE and a window, the variants, head sizes
  * 8 to 128: within the contract, 2e-2 (the worst is logged; perf/RESULTS.md has it). The
- * cache is a quarter of a float32 one's values plus a scale per token and KV head for K and
- * V; a float32 engine refuses a cache made for another kv type, naming both. */
+ * cache is a quarter of a float32 one's values plus K's scale and zero point per feature and
+ * group of 16 slots and V's per slot; a float32 engine refuses a cache made for another kv
+ * type, naming both. */
 /* The int8 quantizers' rounding is nearbyintf's, bit for bit but a zero's sign, over the range
- * they round (0..255 for K, ±127 for V, and past it): every quarter, so every tie, and the
- * floats either side of each. */
+ * they round (0..255 for K and V) and past it, negatives too: every quarter, so every tie,
+ * and the floats either side of each. */
 Test(step, int8_rounding_is_nearbyintfs)
 {
     int checked = 0;
@@ -772,13 +773,13 @@ Test(step, int8_cache_is_within_its_contract_of_the_double_reference, .timeout =
     }
     cr_log_info("isa %s: int8 cache, worst %.3g of the double reference", test_isa(), worst);
     /* sizes: per block and KV head 2·bs·dk bytes, then per group of 16 slots 2·dk floats (K's
-     * scales and zero points) and bs floats (V's scales), 64-byte rounded */
+     * scales and zero points) and 2·bs floats (V's scales and zero points), 64-byte rounded */
     mha_config cfg;
     config_init(&cfg);
     cfg.d_model = 64, cfg.n_heads = 8, cfg.n_kv_heads = 2, cfg.max_seq_kv = 64, cfg.bias = 0; /* dk 8 */
     const size_t f32 = mha_kv_cache_size(&cfg, 10, 16);
     cfg.kv_type = MHA_KV_INT8;
-    const size_t i8 = mha_kv_cache_size(&cfg, 10, 16), per_block = 2 * (2 * 16 * 8 + (2 * 8 + 16) * 4);
+    const size_t i8 = mha_kv_cache_size(&cfg, 10, 16), per_block = 2 * (2 * 16 * 8 + (2 * 8 + 2 * 16) * 4);
     cr_assert_eq(i8 - (f32 - 10 * 2 * 2 * 16 * 8 * 4), 10 * per_block, "int8 cache of %zu bytes", i8);
     mha_kv_cache *c;
     cr_assert_eq(mha_kv_cache_create(&cfg, 10, 16, &c), MHA_OK);

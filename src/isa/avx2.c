@@ -443,7 +443,8 @@ __attribute__((target(AVX2))) static void decode_scores16_avx2(const float *rest
  * runs' in e), with R · V <= 8 accumulators, key by key in order (an FMA per key and feature:
  * the microkernel's A·V sums); the next run's rows (the last run: next's, or none) prefetched
  * row by row as it goes. full: nb = R and nl = 8 (nothing tested in the loop). scaled: key
- * t's row times vs[t] as it is loaded (one rounding: i8_scale_rows' values). */
+ * t's row times vs[2t] plus vs[2t + 1] as it is loaded (an int8 cache's scale and zero point,
+ * each rounded: i8_scale_rows' values). */
 static inline __attribute__((always_inline, target(AVX2))) void
 values_tile_as(const mha_kv_type type, const int scaled, const int R, const int V, const int full, const float *e,
                size_t e_ld, int nb, int runs, const void *const *v, const float *vs, const int *n, const void *next,
@@ -468,10 +469,11 @@ values_tile_as(const mha_kv_type type, const int scaled, const int R, const int 
                 for (size_t off = pf0; off < pf1; off += 64)
                     _mm_prefetch(nx + (size_t)t * row + off, _MM_HINT_T0);
             __m256 b[4];
-            const __m256 s = scaled ? _mm256_set1_ps(vs[t0 + t]) : _mm256_setzero_ps();
+            const __m256 s = scaled ? _mm256_set1_ps(vs[2 * (t0 + t)]) : _mm256_setzero_ps();
+            const __m256 z = scaled ? _mm256_set1_ps(vs[2 * (t0 + t) + 1]) : _mm256_setzero_ps();
             for (int j = 0; j < V; j++) {
                 b[j] = load_elems(type, vu + (size_t)t * row + (size_t)(8 * j) * esz, j == V - 1 ? nl : 8);
-                b[j] = scaled ? _mm256_mul_ps(b[j], s) : b[j];
+                b[j] = scaled ? _mm256_add_ps(_mm256_mul_ps(b[j], s), z) : b[j];
             }
             for (int r = 0; r < R; r++)
                 if (r < nb) {

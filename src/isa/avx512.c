@@ -530,8 +530,9 @@ __attribute__((target(AVX512))) static void decode_scores8_avx512(const float *r
  * the queries, key by key in order (the microkernel's A·V sums); the same features of the next
  * block's rows (next, or NULL) prefetched row by row as it goes, so the prefetches are spread
  * as evenly as the loads (all of a row's lines at once was 10% slower: fill buffers run out).
- * Elements of the cache's type; scaled: row t times vs[t] as it loads. full: nb = R (nothing
- * tested in the loop). */
+ * Elements of the cache's type; scaled: row t times vs[2t] plus vs[2t + 1] as it loads (an
+ * int8 cache's scale and zero point: i8_scale_rows' values). full: nb = R (nothing tested in
+ * the loop). */
 static inline __attribute__((always_inline, target(AVX512))) void
 values_tile_as(const mha_kv_type type, const int scaled, const int R, const int V, const int full, const float *e,
                size_t e_ld, int nb, const void *v, const float *vs, int n, int dk, int c0, __mmask16 ml, float *p,
@@ -551,10 +552,13 @@ values_tile_as(const mha_kv_type type, const int scaled, const int R, const int 
             for (size_t off = pf0; off < pf1; off += 64)
                 _mm_prefetch((const char *)next + (size_t)t * row + off, _MM_HINT_T0);
         __m512 b[8];
-        const __m512 s = scaled ? _mm512_set1_ps(vs[t]) : _mm512_setzero_ps();
-        for (int j = 0; j < V; j++)
+        const __m512 s = scaled ? _mm512_set1_ps(vs[2 * t]) : _mm512_setzero_ps();
+        const __m512 z = scaled ? _mm512_set1_ps(vs[2 * t + 1]) : _mm512_setzero_ps();
+        for (int j = 0; j < V; j++) {
             b[j] = load16(type, scaled, (const char *)v + ((size_t)t * dk + c0 + 16 * j) * esz,
                           j == V - 1 ? ml : (__mmask16)0xFFFF, s);
+            b[j] = scaled ? _mm512_add_ps(b[j], z) : b[j];
+        }
         fma_rows(R, V, full, nb, e + t, e_ld, b, acc);
     }
     for (int r = 0; r < nb; r++)

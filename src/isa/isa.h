@@ -96,7 +96,8 @@ typedef struct mha_isa {
      * elements read back as they are loaded (the values i8_scale_rows gives, so the same bits
      * as reading the chunk back first): K per feature, kp[r] the parameters of run r's first
      * group (runs of whole groups of MHA_KV_GROUP slots, from a group's start), q·scale + zero
-     * rounded twice; V per row, vs its scales, q·scale. Every table has them. */
+     * rounded twice; V per row, vs its parameters (mha_kv_v_params: slot t's scale at [2t],
+     * zero point at [2t + 1]), q·scale + zero, rounded twice. Every table has them. */
     void (*decode_scores8)(const float *restrict q, int nq, int dk, int c0, int c1, int runs, const void *const *kt,
                            const float *const *kp, const int *n, int ld, float scale, float *restrict sc,
                            size_t sc_ld);
@@ -129,7 +130,7 @@ typedef struct mha_isa {
                             int dk, float *p, size_t ps, const mha_prefetch *pf, mha_bk_order order);
     /* An int8 cache's block read back as float32: rows × n elements, src's rows ld_src apart,
      * dst's ld_dst apart, dst[r][t] = (float)src[r][t] · row_scales[r] (+ row_zeros[r] unless
-     * NULL): V (a scale per slot, a row) or Kᵀ (a scale and a zero point per feature, a row:
+     * NULL): V (a scale and a zero point per slot, a row) or Kᵀ (a scale and a zero point per feature, a row:
      * mha_kv_k_value). An exact conversion, a rounded multiply and a rounded add: the same bits
      * in every table. */
     void (*i8_scale_rows)(const int8_t *src, size_t ld_src, int rows, int n, const float *row_scales,

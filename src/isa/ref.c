@@ -137,7 +137,7 @@ static void values_ref(mha_kv_type type, const float *e, size_t e_ld, int nq, co
             float *y = p + (size_t)qi * ps;
             for (int c = 0; c < dk; c++) {
                 const float el = elem_at(v, type, (size_t)t * dk + c);
-                y[c] += x * (vs ? el * vs[t] : el);
+                y[c] += x * (vs ? el * vs[2 * t] + vs[2 * t + 1] : el);
                 y[c] = type != MHA_KV_F32 && !vs ? mha_bk_ftz(y[c]) : y[c];
             }
         }
