@@ -18,9 +18,9 @@
  * rows. bf16 (engine and cache): the rows are packed to bf16 A panels and every product of
  * the forward runs on its bf16 kernel; K and V are rounded to bf16 as they are stored and
  * gathered straight into the kernel's B panels. An int8 cache (either engine): V stored with a
- * scale per token and KV head (a bf16 engine reads the int8 values themselves, exact in bf16,
- * and the chunk applies the scales; a float32 engine's tiles read each value back, q·scale, as
- * they load it); K per feature over groups of MHA_KV_GROUP slots with a zero point, the group
+ * scale and zero point per token and KV head (a bf16 engine reads the int8 values themselves,
+ * exact in bf16, and the chunk applies the parameters; a float32 engine's tiles read each value
+ * back, q·scale + zero, as they load it); K per feature over groups of MHA_KV_GROUP slots with a zero point, the group
  * still filling kept at full precision (the step's new K in j->k_full, the earlier ones of its
  * group in the sequence's tail) until complete: each query reads Kᵀ as its own group sees it
  * (k_view: the groups before as stored, its own at full precision) into the panels or the
