@@ -443,8 +443,8 @@ static inline mha_bf16 bf16_at(const void *data, int i8, size_t i)
  * leaves them), key t at column / row t − base: Kᵀ key pairs of each feature pair interleaved,
  * V feature by feature; zeros in the padding (features past dk, keys past t_end, the tile of
  * room after V). int8: V's values themselves (exact in bf16), their scales into vs at t − base
- * (mha_kv_view's: the chunk applies them); Kᵀ is left to k_view_panels (float32 panels, their
- * columns past t_end zero here). */
+ * (mha_kv_view's: the chunk applies them); Kᵀ is left to the scores (float32: k_view_panels or
+ * the decode tiles). */
 static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int t_begin, int t_end, int base,
                         size_t vps, const mha_scratch *s, float *vs)
 {
@@ -515,12 +515,9 @@ static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int 
             for (int c = u < 2 * pairs ? whole : 0; c < dk; c++)
                 s->v16[mha_bk_b_index(at + u, c, vps)] = bf16_at(data, i8, v + (size_t)u * dk + c);
     }
-    if (i8) /* Kᵀ in the float32 panels: keys past t_end */
-        zero_kt_past(j, n, s);
-    else /* Kᵀ: features past dk; keys past t_end */
-        for (int t = t_begin - base; t < n16; t++)
-            for (int c = t < n ? dk : 0; c < kp_dk; c++)
-                s->kt16[mha_bk_b_index(c, t, kps)] = 0;
+    for (int t = t_begin - base; !i8 && t < n16; t++) /* Kᵀ: features past dk; keys past t_end */
+        for (int c = t < n ? dk : 0; c < kp_dk; c++)
+            s->kt16[mha_bk_b_index(c, t, kps)] = 0;
     for (int t = t_begin - base; t < n; t++) /* V: columns past dk */
         for (int c = dk; c < dk16; c++)
             s->v16[mha_bk_b_index(t, c, vps)] = 0;
@@ -535,7 +532,7 @@ static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int 
 
 /* float32 engines, int8 cache: V of the keys [t_begin, ctx) read back (q·scale + zero, as
  * decode_values8 reads it) into the scratch's V columns, key t at row t; Kᵀ is left to
- * k_view_panels (its columns past ctx zero here). */
+ * k_view_panels. */
 static void gather_i8(const mha_step_job *j, const int32_t *table, int g, int t_begin, int ctx, const mha_scratch *s)
 {
     const mha_fwd *f = &j->f;
@@ -551,7 +548,6 @@ static void gather_i8(const mha_step_job *j, const int32_t *table, int g, int t_
                                               dk - c < k->bw ? dk - c : k->bw, par + 2 * t, par + 2 * t + 1,
                                               mha_mat_at(k, qkv, r.t + t, 2 * dkp + c), 0);
     }
-    zero_kt_past(j, ctx, s);
 }
 
 /* The step's rows [i0, i1) of sequence q for each query head of KV head g: the forward's
@@ -597,6 +593,7 @@ void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s)
      * last, each group turned to full precision for its own rows (the later groups, full by
      * then, are past them) */
     const int bs = j->cache->block_size, last = mha_kv_group_of(bs, ctx - 1).t;
+    zero_kt_past(j, ctx, s);
     k_view_panels(j, q, g, last, t_begin, ctx, s);
     for (int b = ctx, a; b > n_past; b = a) {
         const mha_kv_group grp = mha_kv_group_of(bs, b - 1);
