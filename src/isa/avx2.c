@@ -26,6 +26,23 @@ static inline __attribute__((target(AVX2))) __m256i first8(int n)
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
+/* n elements (n >= 8: all 8) of a row at x, lanes from n on zero. Masked loads and stores only
+ * where a vector is short: AMD's vmaskmovps store is microcoded (Zen 1: one per ~12 cycles,
+ * where a plain store takes one), and a full mask costs it as much as a short one. */
+static inline __attribute__((always_inline, target(AVX2))) __m256 load8_n(const float *x, int n)
+{
+    return n >= 8 ? _mm256_loadu_ps(x) : _mm256_maskload_ps(x, first8(n));
+}
+
+/* The first n lanes of v (n >= 8: all 8) to x, nothing past them. */
+static inline __attribute__((always_inline, target(AVX2))) void store8_n(float *x, int n, __m256 v)
+{
+    if (n >= 8)
+        _mm256_storeu_ps(x, v);
+    else
+        _mm256_maskstore_ps(x, first8(n), v);
+}
+
 /* r[i] (8 rows of 8) becomes its transpose. */
 static inline __attribute__((target(AVX2))) void transpose8(__m256 r[8])
 {
@@ -48,17 +65,19 @@ static inline __attribute__((target(AVX2))) void transpose8(__m256 r[8])
 
 /* ---- float32 packing ---- */
 
-/* One group of a panel: up to 8 rows by n <= 8 columns through a register transpose. */
+/* One group of a panel: up to 8 rows by n <= 8 columns through a register transpose. A group
+ * that is the whole panel (gw == pw, haswell's A panels of 6) stores all 8 lanes of a column
+ * while they end within the group's n columns: the lanes past gw land on the next columns'
+ * first rows, which their own stores write after. */
 static inline __attribute__((always_inline, target(AVX2))) void pack_group(const float *const *src, int gw, int have,
                                                                           ptrdiff_t off, int n, float *dst, int pw)
 {
-    const __m256i store = first8(gw), load = first8(n);
     __m256 v[8];
     for (int r = 0; r < 8; r++)
-        v[r] = r < gw && r < have ? _mm256_maskload_ps(src[r] + off, load) : _mm256_setzero_ps();
+        v[r] = r < gw && r < have ? load8_n(src[r] + off, n) : _mm256_setzero_ps();
     transpose8(v);
     for (int t = 0; t < n; t++)
-        _mm256_maskstore_ps(dst + (size_t)t * pw, store, v[t]);
+        store8_n(dst + (size_t)t * pw, gw == pw && t * pw + 8 <= n * pw ? 8 : gw, v[t]);
 }
 
 /* Rows [i0, i0 + rows) of a, columns [p0, p0 + kc), into panels of pw rows: dst[panel][p][r].
@@ -102,20 +121,19 @@ stream_pass(const mha_kernel *k, const int R, mha_ahead *pf, int i0, int p0, int
         }
         p += np;
     }
-    const __m256i m0 = first8(nj), m1 = first8(nj - 8);
     const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
     for (int r = 0; r < R; r++) {
         float *cp = mha_mat_at(k, c, i0 + r, j0);
         __m256 t0 = _mm256_mul_ps(va, acc0[r]), t1 = _mm256_mul_ps(va, acc1[r]);
         if (p0 > 0) {
-            t0 = _mm256_add_ps(_mm256_maskload_ps(cp, m0), t0);
-            t1 = _mm256_add_ps(_mm256_maskload_ps(cp + 8, m1), t1);
+            t0 = _mm256_add_ps(load8_n(cp, nj), t0);
+            t1 = _mm256_add_ps(load8_n(cp + 8, nj - 8), t1);
         } else if (beta != 0.0f) {
-            t0 = _mm256_fmadd_ps(vb, _mm256_maskload_ps(cp, m0), t0);
-            t1 = _mm256_fmadd_ps(vb, _mm256_maskload_ps(cp + 8, m1), t1);
+            t0 = _mm256_fmadd_ps(vb, load8_n(cp, nj), t0);
+            t1 = _mm256_fmadd_ps(vb, load8_n(cp + 8, nj - 8), t1);
         }
-        _mm256_maskstore_ps(cp, m0, t0);
-        _mm256_maskstore_ps(cp + 8, m1, t1);
+        store8_n(cp, nj, t0);
+        store8_n(cp + 8, nj - 8, t1);
     }
 }
 
@@ -203,8 +221,7 @@ __attribute__((target(AVX2))) static void softcap_row_avx2(float *s, int n, floa
 {
     const __m256 vc = _mm256_set1_ps(cap), sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
     for (int j = 0; j < n; j += 8) {
-        const __m256i k = first8(n - j);
-        const __m256 x = _mm256_div_ps(_mm256_maskload_ps(s + j, k), vc), z = _mm256_andnot_ps(sign, x);
+        const __m256 x = _mm256_div_ps(load8_n(s + j, n - j), vc), z = _mm256_andnot_ps(sign, x);
         const __m256 big = _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f),
                                                             _mm256_add_ps(exp8(_mm256_add_ps(z, z)), one)));
         const __m256 zz = _mm256_mul_ps(z, z);
@@ -215,7 +232,7 @@ __attribute__((target(AVX2))) static void softcap_row_avx2(float *s, int n, floa
         const __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, zz), z, z);
         const __m256 far = _mm256_cmp_ps(z, _mm256_set1_ps(MHA_TANH_SPLIT), _CMP_GT_OQ);
         const __m256 t = _mm256_or_ps(_mm256_blendv_ps(small, big, far), _mm256_and_ps(x, sign));
-        _mm256_maskstore_ps(s + j, k, _mm256_mul_ps(t, vc));
+        store8_n(s + j, n - j, _mm256_mul_ps(t, vc));
     }
 }
 
@@ -235,7 +252,7 @@ __attribute__((target(AVX2))) static void i8_scale_rows_avx2(const int8_t *src, 
         const __m256 rs = _mm256_set1_ps(row_scales[r]), rz = _mm256_set1_ps(row_zeros ? row_zeros[r] : 0.0f);
         for (int t = 0; t < n; t += 8) {
             const __m256 x = _mm256_mul_ps(i8_load8(src + t, n - t), rs);
-            _mm256_maskstore_ps(dst + t, first8(n - t), row_zeros ? _mm256_add_ps(x, rz) : x);
+            store8_n(dst + t, n - t, row_zeros ? _mm256_add_ps(x, rz) : x);
         }
     }
 }
@@ -248,11 +265,10 @@ __attribute__((target(AVX2))) static void rope_halves_avx2(float *a, float *b, c
 {
     const __m256 sg = _mm256_set1_ps(sign);
     for (int j = 0; j < n; j += 8) {
-        const __m256i m = first8(n - j);
-        const __m256 x = _mm256_maskload_ps(a + j, m), y = _mm256_maskload_ps(b + j, m);
-        const __m256 cj = _mm256_maskload_ps(c + j, m), sn = _mm256_mul_ps(sg, _mm256_maskload_ps(s + j, m));
-        _mm256_maskstore_ps(a + j, m, _mm256_sub_ps(_mm256_mul_ps(x, cj), _mm256_mul_ps(y, sn)));
-        _mm256_maskstore_ps(b + j, m, _mm256_add_ps(_mm256_mul_ps(y, cj), _mm256_mul_ps(x, sn)));
+        const __m256 x = load8_n(a + j, n - j), y = load8_n(b + j, n - j);
+        const __m256 cj = load8_n(c + j, n - j), sn = _mm256_mul_ps(sg, load8_n(s + j, n - j));
+        store8_n(a + j, n - j, _mm256_sub_ps(_mm256_mul_ps(x, cj), _mm256_mul_ps(y, sn)));
+        store8_n(b + j, n - j, _mm256_add_ps(_mm256_mul_ps(y, cj), _mm256_mul_ps(x, sn)));
     }
 }
 
@@ -263,22 +279,15 @@ __attribute__((target(AVX2))) static void rope_pairs_avx2(float *x, const float 
     const __m256i dup = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
     const __m256 sg = _mm256_setr_ps(-sign, sign, -sign, sign, -sign, sign, -sign, sign);
     for (int j = 0; j < n; j += 4) {
-        const __m256i m = first8(2 * (n - j)), m4 = first8(n - j);
-        const __m256 v = _mm256_maskload_ps(x + 2 * j, m);
-        const __m256 cj = _mm256_permutevar8x32_ps(_mm256_maskload_ps(c + j, m4), dup);
-        const __m256 sj = _mm256_mul_ps(sg, _mm256_permutevar8x32_ps(_mm256_maskload_ps(s + j, m4), dup));
+        const __m256 v = load8_n(x + 2 * j, 2 * (n - j));
+        const __m256 cj = _mm256_permutevar8x32_ps(load8_n(c + j, n - j), dup);
+        const __m256 sj = _mm256_mul_ps(sg, _mm256_permutevar8x32_ps(load8_n(s + j, n - j), dup));
         const __m256 swapped = _mm256_permute_ps(v, 0xB1);
-        _mm256_maskstore_ps(x + 2 * j, m, _mm256_add_ps(_mm256_mul_ps(v, cj), _mm256_mul_ps(swapped, sj)));
+        store8_n(x + 2 * j, 2 * (n - j), _mm256_add_ps(_mm256_mul_ps(v, cj), _mm256_mul_ps(swapped, sj)));
     }
 }
 
 /* ---- decode tiles: float32, and bf16 or int8 widened in registers ---- */
-
-/* n elements (1..8) of a row at x, lanes from n on zero. */
-static inline __attribute__((always_inline, target(AVX2))) __m256 load8_n(const float *x, int n)
-{
-    return n >= 8 ? _mm256_loadu_ps(x) : _mm256_maskload_ps(x, first8(n));
-}
 
 /* n elements (1..8) of a cache row at x as float32 lanes, lanes from n on zero: float32 as it
  * is, bf16 widened (a shift), int8 converted (exact); a short bf16 or int8 run through a
@@ -362,11 +371,10 @@ scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
     for (int r = 0; r < nb; r++)
         for (int j = 0; j < nv; j++) {
             float *y = sc + (size_t)r * sc_ld + v[j].out;
-            const __m256i m = first8(v[j].lanes);
             __m256 x = _mm256_mul_ps(acc[r * V + j], _mm256_set1_ps(scale));
             if (c0 > 0)
-                x = _mm256_add_ps(x, _mm256_maskload_ps(y, m));
-            _mm256_maskstore_ps(y, m, x);
+                x = _mm256_add_ps(x, load8_n(y, v[j].lanes));
+            store8_n(y, v[j].lanes, x);
         }
 }
 
@@ -454,12 +462,11 @@ values_tile_as(const mha_kv_type type, const int scaled, const int R, const int 
         nb = R, nl = 8;
     const size_t esz = mha_kv_elem_size(type), row = (size_t)dk * esz;
     const size_t pf0 = (size_t)c0 * esz, pf1 = (size_t)(c0 + 8 * V < dk ? c0 + 8 * V : dk) * esz;
-    const __m256i ml = first8(nl);
     __m256 acc[8];
     for (int r = 0; r < R; r++)
         for (int j = 0; j < V; j++) {
             const float *y = p + (size_t)(r < nb ? r : 0) * ps + c0 + 8 * j;
-            acc[r * V + j] = j == V - 1 ? _mm256_maskload_ps(y, ml) : _mm256_loadu_ps(y);
+            acc[r * V + j] = load8_n(y, j == V - 1 ? nl : 8);
         }
     for (int u = 0, t0 = 0; u < runs; t0 += n[u++]) {
         const char *vu = (const char *)v[u] + (size_t)c0 * esz, *nx = u + 1 < runs ? v[u + 1] : next;
@@ -485,11 +492,7 @@ values_tile_as(const mha_kv_type type, const int scaled, const int R, const int 
     }
     for (int r = 0; r < nb; r++)
         for (int j = 0; j < V; j++) {
-            float *y = p + (size_t)r * ps + c0 + 8 * j;
-            if (j == V - 1)
-                _mm256_maskstore_ps(y, ml, acc[r * V + j]);
-            else
-                _mm256_storeu_ps(y, acc[r * V + j]);
+            store8_n(p + (size_t)r * ps + c0 + 8 * j, j == V - 1 ? nl : 8, acc[r * V + j]);
         }
 }
 
@@ -577,7 +580,7 @@ __attribute__((target(AVX2))) static void round_into_tiles_avx2(const float *src
     for (int t = 0; t < n;) {
         const int e = c + t, run = 8 - e % 8 < n - t ? 8 - e % 8 : n - t;
         mha_bf16 *o = d + (size_t)(e / MHA_BT_K) * MHA_BT_ELEMS + e % MHA_BT_K;
-        const __m128i h = narrow8(round_lanes(_mm256_maskload_ps(src + t, first8(run))));
+        const __m128i h = narrow8(round_lanes(load8_n(src + t, run)));
         if (run == 8)
             _mm_storeu_si128((__m128i *)(void *)o, h);
         else {
@@ -593,9 +596,8 @@ __attribute__((target(AVX2))) static void round_into_tiles_avx2(const float *src
 __attribute__((target(AVX2))) static void round_bf16_floats_avx2(float *x, int n)
 {
     for (int i = 0; i < n; i += 8) {
-        const __m256i m = first8(n - i);
-        const __m256i r = round_lanes(_mm256_maskload_ps(x + i, m));
-        _mm256_maskstore_ps(x + i, m, _mm256_castsi256_ps(_mm256_slli_epi32(r, 16)));
+        const __m256i r = round_lanes(load8_n(x + i, n - i));
+        store8_n(x + i, n - i, _mm256_castsi256_ps(_mm256_slli_epi32(r, 16)));
     }
 }
 
@@ -657,10 +659,9 @@ __attribute__((target(AVX2))) static void pack_b16_avx2(const mha_kernel *k, mha
             __m256 v[8];
             /* rows of src: k (features of the keys' rows when transposed) or columns */
             const int rows = transpose ? n - j0 : kk - p0, cols = transpose ? kk - p0 : n - j0;
-            const __m256i m = first8(cols);
             for (int r = 0; r < 8; r++)
-                v[r] = r < rows && cols > 0 ? _mm256_maskload_ps(transpose ? mha_mat_at(k, src, j0 + r, p0)
-                                                                           : mha_mat_at(k, src, p0 + r, j0), m)
+                v[r] = r < rows && cols > 0 ? load8_n(transpose ? mha_mat_at(k, src, j0 + r, p0)
+                                                                : mha_mat_at(k, src, p0 + r, j0), cols)
                                             : _mm256_setzero_ps();
             if (transpose)
                 transpose8(v); /* v[r]: k p0 + r over the 8 columns */
@@ -677,14 +678,13 @@ __attribute__((target(AVX2))) static void epilogue_block_avx2(float *c0, float *
 {
     const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
     for (int g = 0; g < cols; g += 8) {
-        const __m256i m = first8(cols - g);
         float *cg = (g < 16 ? c0 + g : c1 + (g - 16));
         for (int i = 0; i < rows; i++) {
             float *c = cg + (ptrdiff_t)i * ldc;
-            __m256 y = _mm256_mul_ps(va, _mm256_maskload_ps(acc + i * 32 + g, m));
+            __m256 y = _mm256_mul_ps(va, load8_n(acc + i * 32 + g, cols - g));
             if (beta != 0.0f)
-                y = _mm256_add_ps(y, _mm256_mul_ps(vb, _mm256_maskload_ps(c, m)));
-            _mm256_maskstore_ps(c, m, y);
+                y = _mm256_add_ps(y, _mm256_mul_ps(vb, load8_n(c, cols - g)));
+            store8_n(c, cols - g, y);
         }
     }
 }
