@@ -122,6 +122,7 @@ stream_pass(const mha_kernel *k, const int R, mha_ahead *pf, int i0, int p0, int
         p += np;
     }
     const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+#pragma GCC unroll 12
     for (int r = 0; r < R; r++) {
         float *cp = mha_mat_at(k, c, i0 + r, j0);
         __m256 t0 = _mm256_mul_ps(va, acc0[r]), t1 = _mm256_mul_ps(va, acc1[r]);
@@ -201,13 +202,24 @@ __attribute__((target(AVX2))) static float softmax_row_avx2(float *restrict s, i
         memset(s, 0, (size_t)n * sizeof *s);
         return 0.0f;
     }
-    /* pass 2: exp(s - max) where visible, 0 elsewhere, and the sum */
+    /* pass 2: exp(s - max) where visible, 0 elsewhere, and the sum in order of j; without a
+     * mask 32 entries a step, four exps in flight (one is a chain of dependent FMAs) */
     __m256 vmx = _mm256_set1_ps(mx), vsum = _mm256_setzero_ps();
-    for (int j = 0; j < visible; j += 8) {
+    int j0 = 0;
+    if (!mask)
+        for (; j0 + 32 <= visible; j0 += 32) {
+            __m256 e[4];
+            for (int q = 0; q < 4; q++)
+                e[q] = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j0 + 8 * q), vmx));
+            for (int q = 0; q < 4; q++) {
+                _mm256_storeu_ps(s + j0 + 8 * q, e[q]);
+                vsum = _mm256_add_ps(vsum, e[q]);
+            }
+        }
+    for (int j = j0; j < visible; j += 8) {
         __m256 x = load8(s, mask, j, visible, &vis);
         __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(x, vmx)), vis);
-        _mm256_storeu_ps(lanes, e);
-        memcpy(s + j, lanes, (size_t)(visible - j < 8 ? visible - j : 8) * sizeof *s);
+        store8_n(s + j, visible - j, e);
         vsum = _mm256_add_ps(vsum, e);
     }
     for (int j = visible; j < n; j++)
@@ -368,8 +380,12 @@ scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
                     acc[r * V + j] = _mm256_fmadd_ps(x, krow[j], acc[r * V + j]);
             }
     }
-    for (int r = 0; r < nb; r++)
-        for (int j = 0; j < nv; j++) {
+#pragma GCC unroll 8 /* constant indices: a loop over acc would keep it in memory, stored every feature */
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int j = 0; j < V; j++) {
+            if (r >= nb || j >= nv)
+                continue;
             float *y = sc + (size_t)r * sc_ld + v[j].out;
             __m256 x = _mm256_mul_ps(acc[r * V + j], _mm256_set1_ps(scale));
             if (c0 > 0)
@@ -490,9 +506,12 @@ values_tile_as(const mha_kv_type type, const int scaled, const int R, const int 
                 }
         }
     }
-    for (int r = 0; r < nb; r++)
+#pragma GCC unroll 8 /* as scores_tile's */
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
         for (int j = 0; j < V; j++) {
-            store8_n(p + (size_t)r * ps + c0 + 8 * j, j == V - 1 ? nl : 8, acc[r * V + j]);
+            if (r < nb)
+                store8_n(p + (size_t)r * ps + c0 + 8 * j, j == V - 1 ? nl : 8, acc[r * V + j]);
         }
 }
 

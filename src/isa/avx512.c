@@ -120,6 +120,7 @@ stream_pass(const mha_kernel *k, const int R, mha_ahead *pf, int i0, int p0, int
     }
     const __mmask16 m0 = first16(nj), m1 = first16(nj - 16);
     const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 12
     for (int r = 0; r < R; r++) {
         float *cp = mha_mat_at(k, c, i0 + r, j0);
         __m512 t0 = _mm512_mul_ps(va, acc0[r]), t1 = _mm512_mul_ps(va, acc1[r]);
@@ -465,8 +466,12 @@ scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
         }
         fma_rows(R, V, full, nb, q + c, (size_t)dk, krow, acc);
     }
-    for (int r = 0; r < nb; r++)
-        for (int j = 0; j < nv; j++) {
+#pragma GCC unroll 8 /* constant indices: a loop over acc would keep it in memory, stored every feature */
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int j = 0; j < V; j++) {
+            if (r >= nb || j >= nv)
+                continue;
             float *y = sc + (size_t)r * sc_ld + v[j].out;
             __m512 x = _mm512_mul_ps(acc[r * V + j], _mm512_set1_ps(scale));
             if (c0 > 0)
@@ -561,9 +566,12 @@ values_tile_as(const mha_kv_type type, const int scaled, const int R, const int 
         }
         fma_rows(R, V, full, nb, e + t, e_ld, b, acc);
     }
-    for (int r = 0; r < nb; r++)
+#pragma GCC unroll 8 /* as scores_tile's */
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
         for (int j = 0; j < V; j++)
-            _mm512_mask_storeu_ps(p + (size_t)r * ps + c0 + 16 * j, j == V - 1 ? ml : (__mmask16)0xFFFF, acc[r * V + j]);
+            if (r < nb)
+                _mm512_mask_storeu_ps(p + (size_t)r * ps + c0 + 16 * j, j == V - 1 ? ml : (__mmask16)0xFFFF, acc[r * V + j]);
 }
 
 static inline __attribute__((always_inline, target(AVX512))) void
@@ -984,9 +992,12 @@ BK_AVX512 void scores16_tile(const int R, const int V, const int full, const flo
             dp_pairs(R, V, full, nb, qp, i, kp, acc);
         }
     }
-    for (int r = 0; r < nb; r++)
-        for (int j = 0; j < nv; j++)
-            store_sum(sc + (size_t)r * sc_ld + v[j].out, m[j], acc[r * V + j], dk % MHA_BT_K, 1, scale);
+#pragma GCC unroll 8 /* as scores_tile's */
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int j = 0; j < V; j++)
+            if (r < nb && j < nv)
+                store_sum(sc + (size_t)r * sc_ld + v[j].out, m[j], acc[r * V + j], dk % MHA_BT_K, 1, scale);
 }
 
 BK_AVX512 void scores16_tiles(const int R, const int V, const float *restrict q, int nb, int dk,
@@ -1079,10 +1090,13 @@ BK_AVX512 void values16_tile(const int i8, const int R, const int V, const int f
             dp_pairs(R, V, full, nb, ep, i, vp, acc);
         }
     }
-    for (int r = 0; r < nb; r++)
+#pragma GCC unroll 8 /* as scores_tile's */
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
         for (int j = 0; j < V; j++)
-            store_sum(p + (size_t)r * ps + c0 + 16 * j, j == V - 1 ? ml : (__mmask16)0xFFFF, acc[r * V + j],
-                      keys % MHA_BT_K, 0, 1.0f);
+            if (r < nb)
+                store_sum(p + (size_t)r * ps + c0 + 16 * j, j == V - 1 ? ml : (__mmask16)0xFFFF, acc[r * V + j],
+                          keys % MHA_BT_K, 0, 1.0f);
     if (w)
         *w = wl;
 }
