@@ -66,6 +66,13 @@ size_t mha_gemm_apack_floats(const mha_kernel *k);
 void mha_gemm(const mha_kernel *k, int m, int n, int kk, float alpha, mha_mat a, mha_mat b, float beta,
               mha_mat c, float *apack);
 
+/* The same with A read where it lies, whatever its rows, where the table streams them
+ * (k->stream and isa->stream_in_place: the microkernel's sums, so the bits of packing it); else
+ * mha_gemm. For A that one product reads from L2 once (the attention's query blocks and exp'd
+ * scores), packing it costs more than reading it in place. */
+void mha_gemm_in_place(const mha_kernel *k, int m, int n, int kk, float alpha, mha_mat a, mha_mat b, float beta,
+                       mha_mat c, float *apack);
+
 /* The same with A already in panels of aw rows holding every k: element (i, p) at
  * ap[(i / aw) · aw · kk + p · aw + i % aw], as mha_gemm_pack_a(k, a, 0, m, 0, kk, ap) writes.
  * k->mb must be a multiple of aw (it is). */

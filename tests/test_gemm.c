@@ -110,7 +110,7 @@ TABLE_TEST(gemm, vector_packing_matches_scalar_bit_for_bit)
 
 /* The streamed rows (k->stream) sum exactly as the microkernel does (per chunk of kc, k in
  * order, the same epilogue for beta 0 and 1), so a row's bits never depend on how many rows a
- * call has. */
+ * call has: up to MHA_STREAM_ROWS through mha_gemm, any number through mha_gemm_in_place. */
 static void streamed_rows_match(const mha_kernel *kp);
 
 TABLE_TEST(gemm, streamed_rows_match_the_microkernel_bit_for_bit, .timeout = 120)
@@ -131,12 +131,13 @@ TABLE_TEST(gemm, streamed_rows_match_the_microkernel_bit_for_bit, .timeout = 120
 static void streamed_rows_match(const mha_kernel *kp)
 {
     const mha_kernel k = *kp;
-    const int ms[] = {1, 2, 3, 4, 7, 8, 9, 12, 15, 16, 17, 24, 31, 32}, ns[] = {1, 31, 32, 33, 100}, ks[] = {1, 100, 801};
+    const int ms[] = {1, 2, 3, 4, 7, 8, 9, 12, 15, 16, 17, 24, 31, 32, 33, 96, 101}, ns[] = {1, 31, 32, 33, 100},
+              ks[] = {1, 100, 801};
     /* the engine's betas (0: c not read; 1: c + alpha·acc, a bias or an earlier k pass). Others
      * are accurate (matches_double_product) but BLIS's edge tiles round beta·c their own way */
     const float betas[] = {0.0f, 1.0f};
     rng r = {91};
-    const int M = 32, N = 100, K = 801, w = k.bw;
+    const int M = 101, N = 100, K = 801, w = k.bw;
     float *a = malloc((size_t)M * K * sizeof *a), *b = malloc((size_t)K * N * sizeof *b);
     float *c0 = malloc((size_t)M * N * sizeof *c0), *c1 = malloc((size_t)M * N * sizeof *c1);
     float *c2 = malloc((size_t)M * N * sizeof *c2);
@@ -144,7 +145,7 @@ static void streamed_rows_match(const mha_kernel *kp)
     fill_uniform(b, (size_t)K * N, -1, 1, &r);
     fill_uniform(c0, (size_t)M * N, -1, 1, &r);
     float *ap = aligned_floats(mha_gemm_packed_a_floats(&k, M, K)), *a_pan = aligned_floats((size_t)M * mha_round_up(K, (size_t)w));
-    float *bp = aligned_floats((size_t)K * mha_round_up(N, (size_t)w));
+    float *bp = aligned_floats((size_t)K * mha_round_up(N, (size_t)w)), *apack = aligned_floats(mha_gemm_apack_floats(&k));
     for (int ki = 0; ki < 3; ki++)
         for (int ni = 0; ni < 5; ni++) {
             const int kk = ks[ki], n = ns[ni];
@@ -157,8 +158,12 @@ static void streamed_rows_match(const mha_kernel *kp)
                         const mha_mat am = form ? mha_mat_panels(&k, a_pan, M) : mha_mat_rows(&k, a, K);
                         memcpy(c1, c0, (size_t)M * N * sizeof *c1);
                         memcpy(c2, c0, (size_t)M * N * sizeof *c2);
-                        mha_gemm(&k, m, n, kk, 0.75f, am, mha_mat_panels(&k, bp, kk), betas[bi], mha_mat_rows(&k, c1, N),
-                                 NULL);
+                        if (m <= MHA_STREAM_ROWS)
+                            mha_gemm(&k, m, n, kk, 0.75f, am, mha_mat_panels(&k, bp, kk), betas[bi], mha_mat_rows(&k, c1, N),
+                                     NULL);
+                        else /* streamed where the table streams any rows (stream_in_place), else packed */
+                            mha_gemm_in_place(&k, m, n, kk, 0.75f, am, mha_mat_panels(&k, bp, kk), betas[bi],
+                                              mha_mat_rows(&k, c1, N), apack);
                         mha_gemm_pack_a(&k, mha_mat_rows(&k, a, K), 0, m, 0, kk, ap);
                         mha_gemm_prepacked(&k, m, n, kk, 0.75f, ap, mha_mat_panels(&k, bp, kk), betas[bi],
                                            mha_mat_rows(&k, c2, N));
@@ -168,7 +173,7 @@ static void streamed_rows_match(const mha_kernel *kp)
                                      c2[at < 0 ? 0 : at]);
                     }
         }
-    free(a), free(b), free(c0), free(c1), free(c2), free(ap), free(a_pan), free(bp);
+    free(a), free(b), free(c0), free(c1), free(c2), free(ap), free(a_pan), free(bp), free(apack);
 }
 
 /* A row's result has the same bits whether its product has 1 row, a few or many, on every

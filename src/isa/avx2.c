@@ -90,10 +90,10 @@ __attribute__((target(AVX2))) static void pack_rows_avx2(mha_mat a, int w, int i
 
 /* ---- few rows ---- */
 
-/* Up to MHA_STREAM_ROWS rows with haswell's B panels of 16 columns: B streamed once from
- * memory, R rows × 16 columns of accumulators per pass over a chunk of k (R = 6, 4, 2, 1: the
- * microkernel's 6 × 16 tile holds 12 accumulators, as these do), the other passes reading the
- * chunk again from cache. The sums are haswell's microkernel's, bit for bit for beta 0 and 1:
+/* Up to MHA_STREAM_ROWS rows (any number for the attention's products: stream_in_place) with
+ * haswell's B panels of 16 columns: B streamed once from memory, R rows × 16 columns of
+ * accumulators per pass over a chunk of k (R = 6, 4, 2, 1: the microkernel's 6 × 16 tile holds
+ * 12 accumulators, as these do), the other passes reading the chunk again from cache. The sums are haswell's microkernel's, bit for bit for beta 0 and 1:
  * one FMA chain per element over each chunk of k->kc in k order, then c = alpha·acc, + beta·c
  * by FMA for the first chunk, c + alpha·acc for the others. The next chunk of B comes into L2
  * over the passes in proportion to their rows (avx512.c says why). */
@@ -146,23 +146,43 @@ __attribute__((target(AVX2))) static void stream_rows_avx2(const mha_kernel *k, 
 
 /* ---- softmax: 8 lanes; a tail runs through a padded copy so it gets the same arithmetic ---- */
 
+/* Each step over the U vectors of x. */
+#define EACH _Pragma("GCC unroll 8") for (int q = 0; q < U; q++)
+
+/* mha_exp_poly in 8 lanes, on U <= 4 vectors in place, each step over all of them before the
+ * next: the polynomial is one chain of dependent FMAs, and on Zen 1 four exps so written ran
+ * 1.45× as fast as four written one after the other (18.3 cycles a vector against 26.6, a
+ * loop over an L1 row; RESULTS.md, Machine F, session 25).
+ * clamp 0: the softmax's x = s − max <= 0 (or a lane the caller zeroes): no clamp to
+ * [MHA_EXP_LO, MHA_EXP_HI], the same bits, two operations fewer. Above MHA_EXP_LO the clamps
+ * change nothing; below it, or NaN, the range mask zeroes whatever the lane computed. */
+static inline __attribute__((always_inline, target(AVX2))) void exp8_n(__m256 *x, const int U, const int clamp)
+{
+    __m256 in_range[4], n[4], y[4], t[4];
+    EACH in_range[q] = _mm256_cmp_ps(x[q], _mm256_set1_ps(MHA_EXP_LO), _CMP_GE_OQ);
+    if (clamp)
+        EACH x[q] = _mm256_min_ps(_mm256_max_ps(x[q], _mm256_set1_ps(MHA_EXP_LO)), _mm256_set1_ps(MHA_EXP_HI));
+    EACH n[q] = _mm256_round_ps(_mm256_mul_ps(x[q], _mm256_set1_ps(MHA_LOG2E)),
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    EACH x[q] = _mm256_fnmadd_ps(n[q], _mm256_set1_ps(MHA_LN2_HI), x[q]);
+    EACH x[q] = _mm256_fnmadd_ps(n[q], _mm256_set1_ps(MHA_LN2_LO), x[q]);
+    EACH y[q] = _mm256_fmadd_ps(_mm256_set1_ps(MHA_EXP_P0), x[q], _mm256_set1_ps(MHA_EXP_P1));
+    EACH y[q] = _mm256_fmadd_ps(y[q], x[q], _mm256_set1_ps(MHA_EXP_P2));
+    EACH y[q] = _mm256_fmadd_ps(y[q], x[q], _mm256_set1_ps(MHA_EXP_P3));
+    EACH y[q] = _mm256_fmadd_ps(y[q], x[q], _mm256_set1_ps(MHA_EXP_P4));
+    EACH y[q] = _mm256_fmadd_ps(y[q], x[q], _mm256_set1_ps(MHA_EXP_P5));
+    EACH t[q] = _mm256_add_ps(x[q], _mm256_set1_ps(1.0f));
+    EACH y[q] = _mm256_fmadd_ps(y[q], _mm256_mul_ps(x[q], x[q]), t[q]);
+    EACH {
+        const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n[q]), _mm256_set1_epi32(127)), 23);
+        x[q] = _mm256_and_ps(_mm256_mul_ps(y[q], _mm256_castsi256_ps(e)), in_range[q]);
+    }
+}
+
 __attribute__((target(AVX2))) static __m256 exp8(__m256 x)
 {
-    __m256 in_range = _mm256_cmp_ps(x, _mm256_set1_ps(MHA_EXP_LO), _CMP_GE_OQ);
-    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(MHA_EXP_LO)), _mm256_set1_ps(MHA_EXP_HI));
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(MHA_LOG2E)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(MHA_LN2_HI), x);
-    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(MHA_LN2_LO), x);
-    __m256 y = _mm256_set1_ps(MHA_EXP_P0);
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(MHA_EXP_P1));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(MHA_EXP_P2));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(MHA_EXP_P3));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(MHA_EXP_P4));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(MHA_EXP_P5));
-    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), in_range);
+    exp8_n(&x, 1, 1);
+    return x;
 }
 
 /* Scores j..j+7 (0 past visible), and in *vis all-ones lanes where each is visible. */
@@ -188,7 +208,11 @@ __attribute__((target(AVX2))) static float softmax_row_avx2(float *restrict s, i
 {
     /* pass 1: max over the visible entries and the running max */
     __m256 vmax = _mm256_set1_ps(*max_io), ninf = _mm256_set1_ps(-INFINITY), vis;
-    for (int j = 0; j < visible; j += 8) {
+    int j1 = 0;
+    if (!mask) /* whole vectors: load8's blend would keep every lane */
+        for (; j1 + 8 <= visible; j1 += 8)
+            vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + j1));
+    for (int j = j1; j < visible; j += 8) {
         __m256 x = load8(s, mask, j, visible, &vis);
         vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(ninf, x, vis));
     }
@@ -203,14 +227,15 @@ __attribute__((target(AVX2))) static float softmax_row_avx2(float *restrict s, i
         return 0.0f;
     }
     /* pass 2: exp(s - max) where visible, 0 elsewhere, and the sum in order of j; without a
-     * mask 32 entries a step, four exps in flight (one is a chain of dependent FMAs) */
+     * mask 32 entries a step, the four exps step by step together (exp8_n) */
     __m256 vmx = _mm256_set1_ps(mx), vsum = _mm256_setzero_ps();
     int j0 = 0;
     if (!mask)
         for (; j0 + 32 <= visible; j0 += 32) {
             __m256 e[4];
             for (int q = 0; q < 4; q++)
-                e[q] = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j0 + 8 * q), vmx));
+                e[q] = _mm256_sub_ps(_mm256_loadu_ps(s + j0 + 8 * q), vmx);
+            exp8_n(e, 4, 0);
             for (int q = 0; q < 4; q++) {
                 _mm256_storeu_ps(s + j0 + 8 * q, e[q]);
                 vsum = _mm256_add_ps(vsum, e[q]);
@@ -218,7 +243,9 @@ __attribute__((target(AVX2))) static float softmax_row_avx2(float *restrict s, i
         }
     for (int j = j0; j < visible; j += 8) {
         __m256 x = load8(s, mask, j, visible, &vis);
-        __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(x, vmx)), vis);
+        __m256 e = _mm256_sub_ps(x, vmx);
+        exp8_n(&e, 1, 0);
+        e = _mm256_and_ps(e, vis);
         store8_n(s + j, visible - j, e);
         vsum = _mm256_add_ps(vsum, e);
     }
@@ -824,6 +851,7 @@ const mha_isa mha_isa_avx2 = {
     .stream_rows = stream_rows_avx2,
     .stream_bw = 16,
     .stream_arch = "haswell",
+    .stream_in_place = 1,
     .rope_halves = rope_halves_avx2,
     .rope_pairs = rope_pairs_avx2,
     .softmax_row = softmax_row_avx2,

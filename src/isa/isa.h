@@ -56,14 +56,19 @@ typedef struct mha_isa {
      * rows: dst[panel][p][r], zero rows padding the last panel. A packing, and Bᵀ packing
      * (the transpose's panels are panels of rows). Same bits in every table: a copy. */
     void (*pack_rows)(mha_mat a, int w, int i0, int rows, int p0, int kc, int pw, float *restrict dst);
-    /* Up to MHA_STREAM_ROWS rows streamed past register tiles with the microkernel's sums
-     * bit for bit; NULL where the table has none. stream_bw: the B panel width it takes and
+    /* Rows streamed past register tiles with the microkernel's sums bit for bit (up to
+     * MHA_STREAM_ROWS, or any number: stream_in_place), A read in place; NULL where the table
+     * has none. stream_bw: the B panel width it takes and
      * stream_arch the sub-config whose microkernel's sums it reproduces (any other with the
      * same microkernel streams too). */
     void (*stream_rows)(const mha_kernel *k, int m, int n, int kk, float alpha, mha_mat a, mha_mat b, float beta,
                         mha_mat c);
     int stream_bw;
     const char *stream_arch;
+    /* 1: the attention's products stream any number of rows, A read in place
+     * (mha_gemm_in_place; avx2, measured on Zen 1: the bert-base-512 core 0.94× the time of
+     * packing it); 0: up to MHA_STREAM_ROWS, as mha_gemm (avx512: not yet measured). */
+    int stream_in_place;
     /* RoPE on a run of n rotation pairs, angle j's cos c[j] and sin sign·s[j] (sign ±1: a
      * negative position reads the table at |p|): (x, y) ← (x·c − y·s', y·c + x·s'), each product
      * and the difference or sum rounded once (no FMA), so every table gives ref's bits.
