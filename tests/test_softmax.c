@@ -112,6 +112,40 @@ TABLE_TEST(softmax, bf16_rows_are_the_float_rows_rounded_into_tiles, .timeout = 
     }
 }
 
+/* A masked-out key is a key whose score is -inf, bit for bit: the max, the sum and every
+ * entry (the mask's path and the unmasked one sum alike), for every length, vector tail and
+ * visible count. */
+TABLE_TEST(softmax, a_mask_is_minus_infinity_bit_for_bit, .timeout = 30)
+{
+    rng r = {23};
+    enum { N = 300 };
+    float in[N], masked[N], hidden[N];
+    uint8_t mask[N];
+    const int sizes[] = {1, 7, 8, 9, 31, 32, 33, 64, 100, 256, 300};
+    for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++)
+        for (int variant = 0; variant < 3; variant++) {
+            const int n = sizes[z], visible = variant == 1 ? n / 2 : variant == 2 ? n - n / 3 : n;
+            fill_uniform(in, (size_t)n, -20.0f, 20.0f, &r);
+            for (int j = 0; j < n; j++)
+                mask[j] = (uint8_t)(rng_next(&r) % 3 != 0 ? 1 + rng_next(&r) % 255 : 0); /* any nonzero byte: visible */
+            mask[0] = 1; /* a row with a visible key */
+            for (int j = 0; j < n; j++) {
+                masked[j] = in[j];
+                hidden[j] = mask[j] ? in[j] : -INFINITY;
+            }
+            float mx = -INFINITY, mx_inf = -INFINITY;
+            const float sum = isa->softmax_row(masked, n, visible, mask, &mx);
+            const float sum_inf = isa->softmax_row(hidden, n, visible, NULL, &mx_inf);
+            cr_assert_eq(float_bits(mx), float_bits(mx_inf), "%s n=%d visible=%d: max %a, want %a", isa->name, n, visible,
+                         mx, mx_inf);
+            cr_assert_eq(float_bits(sum), float_bits(sum_inf), "%s n=%d visible=%d: sum %a, want %a", isa->name, n,
+                         visible, sum, sum_inf);
+            for (int j = 0; j < n; j++)
+                cr_assert_eq(float_bits(masked[j]), float_bits(hidden[j]), "%s n=%d visible=%d: [%d] = %a, want %a",
+                             isa->name, n, visible, j, masked[j], hidden[j]);
+        }
+}
+
 TABLE_TEST(softmax, extreme_scores_stay_finite)
 {
     /* differences far beyond exp's range underflow to 0, not NaN */

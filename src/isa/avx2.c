@@ -185,15 +185,24 @@ __attribute__((target(AVX2))) static __m256 exp8(__m256 x)
     return x;
 }
 
+/* Scores j..j+7, all before visible, and in *vis all-ones lanes where each is visible: the
+ * mask's 8 bytes widened, no copy. */
+static inline __attribute__((always_inline, target(AVX2))) __m256 load8_whole(const float *s, const uint8_t *mask,
+                                                                              int j, __m256 *vis)
+{
+    __m256i off = _mm256_setzero_si256(); /* lanes whose mask byte is 0 */
+    if (mask)
+        off = _mm256_cmpeq_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(mask + j))), off);
+    *vis = _mm256_castsi256_ps(_mm256_xor_si256(off, _mm256_set1_epi32(-1)));
+    return _mm256_loadu_ps(s + j);
+}
+
 /* Scores j..j+7 (0 past visible), and in *vis all-ones lanes where each is visible. */
-__attribute__((target(AVX2))) static __m256 load8(const float *s, const uint8_t *mask, int j,
-                                                        int visible, __m256 *vis)
+__attribute__((target(AVX2))) static __m256 load8(const float *s, const uint8_t *mask, int j, int visible, __m256 *vis)
 {
     int left = visible - j < 8 ? visible - j : 8;
-    if (left == 8 && mask == NULL) {
-        *vis = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
-        return _mm256_loadu_ps(s + j);
-    }
+    if (left == 8)
+        return load8_whole(s, mask, j, vis);
     float buf[8] = {0};
     int32_t on[8] = {0};
     memcpy(buf, s + j, (size_t)left * sizeof *buf);
@@ -201,6 +210,29 @@ __attribute__((target(AVX2))) static __m256 load8(const float *s, const uint8_t 
         on[i] = (mask == NULL || mask[j + i] != 0) ? -1 : 0;
     *vis = _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(const void *)on));
     return _mm256_loadu_ps(buf);
+}
+
+/* Softmax pass 2's steps of 32 entries up to end (a multiple of 32, all visible), the four
+ * exps step by step together (exp8_n): s[j] = exp(s[j] − max), 0 where masked. Returns their
+ * sum, in lanes, added in order of j. Inlined with mask NULL or not: the unmasked loop tests
+ * nothing. */
+static inline __attribute__((always_inline, target(AVX2))) __m256 exp_steps(float *s, const uint8_t *mask, int end,
+                                                                           __m256 vmx)
+{
+    __m256 vsum = _mm256_setzero_ps();
+    for (int j0 = 0; j0 < end; j0 += 32) {
+        __m256 e[4], on[4];
+        for (int q = 0; q < 4; q++)
+            e[q] = _mm256_sub_ps(load8_whole(s, mask, j0 + 8 * q, &on[q]), vmx);
+        exp8_n(e, 4, 0);
+        for (int q = 0; q < 4; q++) {
+            if (mask)
+                e[q] = _mm256_and_ps(e[q], on[q]);
+            _mm256_storeu_ps(s + j0 + 8 * q, e[q]);
+            vsum = _mm256_add_ps(vsum, e[q]);
+        }
+    }
+    return vsum;
 }
 
 __attribute__((target(AVX2))) static float softmax_row_avx2(float *restrict s, int n, int visible,
@@ -226,21 +258,11 @@ __attribute__((target(AVX2))) static float softmax_row_avx2(float *restrict s, i
         memset(s, 0, (size_t)n * sizeof *s);
         return 0.0f;
     }
-    /* pass 2: exp(s - max) where visible, 0 elsewhere, and the sum in order of j; without a
-     * mask 32 entries a step, the four exps step by step together (exp8_n) */
-    __m256 vmx = _mm256_set1_ps(mx), vsum = _mm256_setzero_ps();
-    int j0 = 0;
-    if (!mask)
-        for (; j0 + 32 <= visible; j0 += 32) {
-            __m256 e[4];
-            for (int q = 0; q < 4; q++)
-                e[q] = _mm256_sub_ps(_mm256_loadu_ps(s + j0 + 8 * q), vmx);
-            exp8_n(e, 4, 0);
-            for (int q = 0; q < 4; q++) {
-                _mm256_storeu_ps(s + j0 + 8 * q, e[q]);
-                vsum = _mm256_add_ps(vsum, e[q]);
-            }
-        }
+    /* pass 2: exp(s - max) where visible, 0 elsewhere, and the sum in order of j: 32 entries a
+     * step (exp_steps), then 8 */
+    const __m256 vmx = _mm256_set1_ps(mx);
+    const int j0 = visible / 32 * 32;
+    __m256 vsum = mask ? exp_steps(s, mask, j0, vmx) : exp_steps(s, NULL, j0, vmx);
     for (int j = j0; j < visible; j += 8) {
         __m256 x = load8(s, mask, j, visible, &vis);
         __m256 e = _mm256_sub_ps(x, vmx);
