@@ -179,12 +179,6 @@ static inline __attribute__((always_inline, target(AVX2))) void exp8_n(__m256 *x
     }
 }
 
-__attribute__((target(AVX2))) static __m256 exp8(__m256 x)
-{
-    exp8_n(&x, 1, 1);
-    return x;
-}
-
 /* Scores j..j+7, all before visible, and in *vis all-ones lanes where each is visible: the
  * mask's 8 bytes widened, no copy. */
 static inline __attribute__((always_inline, target(AVX2))) __m256 load8_whole(const float *s, const uint8_t *mask,
@@ -277,24 +271,39 @@ __attribute__((target(AVX2))) static float softmax_row_avx2(float *restrict s, i
     return ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
 }
 
-/* Logit softcapping: cap · tanh(s / cap), 8 lanes, both of mha_tanh_poly's branches blended. */
-__attribute__((target(AVX2))) static void softcap_row_avx2(float *s, int n, float cap)
+/* Logit softcapping: cap · tanh(s / cap), 8 lanes, both of mha_tanh_poly's branches blended;
+ * 32 entries a step, their exps step by step together (exp8_n), then 8. */
+static inline __attribute__((always_inline, target(AVX2))) void softcap_vecs(float *s, int n, float cap, const int U)
 {
     const __m256 vc = _mm256_set1_ps(cap), sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
-    for (int j = 0; j < n; j += 8) {
-        const __m256 x = _mm256_div_ps(load8_n(s + j, n - j), vc), z = _mm256_andnot_ps(sign, x);
-        const __m256 big = _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f),
-                                                            _mm256_add_ps(exp8(_mm256_add_ps(z, z)), one)));
-        const __m256 zz = _mm256_mul_ps(z, z);
+    __m256 x[4], z[4], e[4];
+    EACH {
+        x[q] = _mm256_div_ps(load8_n(s + 8 * q, n - 8 * q), vc);
+        z[q] = _mm256_andnot_ps(sign, x[q]);
+        e[q] = _mm256_add_ps(z[q], z[q]);
+    }
+    exp8_n(e, U, 1);
+    EACH {
+        const __m256 big = _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e[q], one)));
+        const __m256 zz = _mm256_mul_ps(z[q], z[q]);
         __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(MHA_TANH_P0), zz, _mm256_set1_ps(MHA_TANH_P1));
         p = _mm256_fmadd_ps(p, zz, _mm256_set1_ps(MHA_TANH_P2));
         p = _mm256_fmadd_ps(p, zz, _mm256_set1_ps(MHA_TANH_P3));
         p = _mm256_fmadd_ps(p, zz, _mm256_set1_ps(MHA_TANH_P4));
-        const __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, zz), z, z);
-        const __m256 far = _mm256_cmp_ps(z, _mm256_set1_ps(MHA_TANH_SPLIT), _CMP_GT_OQ);
-        const __m256 t = _mm256_or_ps(_mm256_blendv_ps(small, big, far), _mm256_and_ps(x, sign));
-        store8_n(s + j, n - j, _mm256_mul_ps(t, vc));
+        const __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, zz), z[q], z[q]);
+        const __m256 far = _mm256_cmp_ps(z[q], _mm256_set1_ps(MHA_TANH_SPLIT), _CMP_GT_OQ);
+        const __m256 t = _mm256_or_ps(_mm256_blendv_ps(small, big, far), _mm256_and_ps(x[q], sign));
+        store8_n(s + 8 * q, n - 8 * q, _mm256_mul_ps(t, vc));
     }
+}
+
+__attribute__((target(AVX2))) static void softcap_row_avx2(float *s, int n, float cap)
+{
+    int j = 0;
+    for (; j + 32 <= n; j += 32)
+        softcap_vecs(s + j, 32, cap, 4);
+    for (; j < n; j += 8)
+        softcap_vecs(s + j, n - j, cap, 1);
 }
 
 /* int8 cache elements to float32, 8 at a time; a tail through a padded copy. */
