@@ -58,9 +58,8 @@ typedef struct mha_isa {
     void (*pack_rows)(mha_mat a, int w, int i0, int rows, int p0, int kc, int pw, float *restrict dst);
     /* Rows streamed past register tiles with the microkernel's sums bit for bit (up to
      * MHA_STREAM_ROWS, or any number: stream_in_place), A read in place; NULL where the table
-     * has none. stream_bw: the B panel width it takes and
-     * stream_arch the sub-config whose microkernel's sums it reproduces (any other with the
-     * same microkernel streams too). */
+     * has none. stream_bw: the B panel width it takes and stream_arch the sub-config whose
+     * microkernel's sums it reproduces (any other with the same microkernel streams too). */
     void (*stream_rows)(const mha_kernel *k, int m, int n, int kk, float alpha, mha_mat a, mha_mat b, float beta,
                         mha_mat c);
     int stream_bw;
