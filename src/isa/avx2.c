@@ -93,10 +93,11 @@ __attribute__((target(AVX2))) static void pack_rows_avx2(mha_mat a, int w, int i
 /* Up to MHA_STREAM_ROWS rows (any number for the attention's products: stream_in_place) with
  * haswell's B panels of 16 columns: B streamed once from memory, R rows × 16 columns of
  * accumulators per pass over a chunk of k (R = 6, 4, 2, 1: the microkernel's 6 × 16 tile holds
- * 12 accumulators, as these do), the other passes reading the chunk again from cache. The sums are haswell's microkernel's, bit for bit for beta 0 and 1:
- * one FMA chain per element over each chunk of k->kc in k order, then c = alpha·acc, + beta·c
- * by FMA for the first chunk, c + alpha·acc for the others. The next chunk of B comes into L2
- * over the passes in proportion to their rows (avx512.c says why). */
+ * 12 accumulators, as these do), the other passes reading the chunk again from cache. The sums
+ * are haswell's microkernel's, bit for bit for beta 0 and 1: one FMA chain per element over
+ * each chunk of k->kc in k order, then c = alpha·acc, + beta·c by FMA for the first chunk, c +
+ * alpha·acc for the others. The next chunk of B comes into L2 over the passes in proportion to
+ * their rows (avx512.c says why). */
 static inline __attribute__((always_inline, target(AVX2))) void
 stream_pass(const mha_kernel *k, const int R, mha_ahead *pf, int i0, int p0, int p1, int j0, int nj, float alpha, mha_mat a,
             const float *bp, float beta, mha_mat c)
