@@ -47,7 +47,7 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
     const size_t seq_q = (size_t)dims->seq_q, seq_kv = (size_t)dims->seq_kv;
     const size_t rows = seq_q > seq_kv ? seq_q : seq_kv;
     const size_t dkp = (size_t)p->dkp, w = (size_t)k->bw, f = sizeof(float);
-    const int bf16 = dims->bf16;
+    const int bf16 = dims->bf16, scaled = mha_kv_traits_of(dims->kv_type)->scaled;
     for (int r = 0; r < MHA_REGION_COUNT; r++)
         b[r] = 0;
     for (int r = 0; r < MHA_SLICE_COUNT; r++)
@@ -92,7 +92,7 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
         b[MHA_REGION_qk_ss] = product(product(batch, seq_q + rows, kvh, of), sizeof(double), 1, of);
         b[MHA_REGION_k_saved] = product(product(batch, rows, kvh, of), dk, f, of);
     }
-    if (dims->kv_type == MHA_KV_INT8)
+    if (mha_kv_traits_of(dims->kv_type)->scaled)
         b[MHA_REGION_k_full] = product(product(batch, seq_q, kvh, of), dk, f, of);
     if (dims->rope.style != MHA_ROPE_NONE) {
         b[MHA_REGION_rope_cos] = product((size_t)dims->positions, (size_t)dims->rope.rotary_dim / 2, f, of);
@@ -132,10 +132,10 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
     }
     sl[MHA_SLICE_state] = product(mha_attention_state_floats((size_t)dims->q_block, dk), f, 1, of);
     sl[MHA_SLICE_dec] = product(dec_q, MHA_KV_CHUNK + 2 * dk + 3, f, of);
-    if (bf16 && dims->kv_type == MHA_KV_INT8) /* V's parameters beside its int8 values in the panels */
+    if (bf16 && scaled) /* V's parameters beside its int8 values in the panels */
         sl[MHA_SLICE_kvs] = product(2, seq_kv, f, of);
     sl[MHA_SLICE_mla] = mla->scratch * f;
-    if (dims->kv_type == MHA_KV_INT8)
+    if (scaled)
         sl[MHA_SLICE_k8] = product(MHA_KV_GROUP + 2 + (MHA_KV_GROUP + 3) / 4, dk, f, of);
 
     size_t slice = 0;

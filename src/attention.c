@@ -240,7 +240,7 @@ void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk
         int len[MHA_KV_CHUNK / MHA_TILE_KEYS], runs = 0;
         for (int j = 0; j < n; j += MHA_TILE_KEYS, runs++) /* b0 starts a panel */
             kt[runs] = kv->ktp + (size_t)(b0 + j) * dk, len[runs] = n - j < MHA_TILE_KEYS ? n - j : MHA_TILE_KEYS;
-        k->isa->decode_scores(r->q.p, m, dk, 0, dk, runs, kt, len, MHA_TILE_KEYS, scale, sc, (size_t)ld);
+        k->isa->decode_scores[MHA_KV_F32](r->q.p, m, dk, 0, dk, runs, kt, NULL, len, MHA_TILE_KEYS, scale, sc, (size_t)ld);
     } else
         mha_gemm_in_place(k, m, n, dk, scale, r->q, mha_mat_sub(k, kv->kt, 0, b0), 0.0f, sm, s->apack);
     /* (an int8 cache's V, kv->vs, is a step's, and a step never wants the weights: chunk16) */
@@ -260,7 +260,8 @@ void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk
     else if (kv->vp) { /* key by key in order from zero: the microkernel's sums over the chunk */
         for (int i = 0; i < m; i++)
             memset(zc.p + i * zc.ld, 0, (size_t)dv * sizeof *zc.p);
-        k->isa->decode_values(sc, (size_t)ld, m, kv->vp + (size_t)b0 * dv, n, dv, zc.p, (size_t)zc.ld, NULL);
+        k->isa->decode_values[MHA_KV_F32](sc, (size_t)ld, m, kv->vp + (size_t)b0 * dv, NULL, n, dv, zc.p, (size_t)zc.ld,
+                                          NULL);
     } else
         mha_gemm_in_place(k, m, dv, n, 1.0f, sm, mha_mat_sub(k, kv->v, b0, 0), 0.0f, zc, s->apack);
 }

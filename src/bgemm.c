@@ -140,7 +140,7 @@ void mha_bk_pack_b_bf16(const mha_kernel *k, const mha_bf16 *src, ptrdiff_t ld, 
                            rows, 0, words, MHA_BT_N, (float *)(void *)panel);
             p = kk;
         } else if (!transpose && j0 + MHA_BT_N <= n && kk >= 2) {
-            isa->interleave_pairs(src + j0, (size_t)ld, kk / 2, panel, NULL);
+            isa->interleave_pairs[MHA_KV_BF16](src + j0, (size_t)ld, kk / 2, panel, NULL);
             p = kk / 2 * 2;
         }
         for (; p < kp; p++) /* the rest, and zeros past kk and n */

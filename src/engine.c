@@ -581,7 +581,7 @@ static mha_status step_check(mha_engine *e, const mha_kv_cache *c, const mha_ste
             if (table[b] < 0 || table[b] >= c->n_blocks)
                 return failed(e, MHA_ERR_SHAPE, "step: sequence %d: block %ld of its table is %d, outside 0..%d", q, b,
                               table[b], c->n_blocks - 1);
-        if (c->type == MHA_KV_INT8 && add > 0 && (!s->tails || !s->tails[q]))
+        if (mha_kv_traits_of(c->type)->scaled && add > 0 && (!s->tails || !s->tails[q]))
             return failed(e, MHA_ERR_INVALID_ARG, "step: sequence %d: an int8 cache needs its tail (mha_step.tails, "
                           "mha_kv_tail_size bytes): %s is NULL", q, !s->tails ? "tails" : "its tail");
         total += add;

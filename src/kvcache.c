@@ -10,6 +10,67 @@
 
 #define HEADER ((sizeof(mha_kv_cache) + 63) / 64 * 64)
 
+/* ---- the types' traits ---- */
+
+static void put_f32(const float *x, int n, void *data, size_t at, size_t stride)
+{
+    float *d = (float *)data + at;
+    for (int i = 0; i < n; i++)
+        d[(size_t)i * stride] = x[i];
+}
+
+static void put_bf16(const float *x, int n, void *data, size_t at, size_t stride)
+{
+    mha_bf16 *d = (mha_bf16 *)data + at;
+    for (int i = 0; i < n; i++)
+        d[(size_t)i * stride] = mha_bf16_round(x[i]);
+}
+
+static mha_bf16 bf16_of_bf16(const void *data, size_t i)
+{
+    return ((const mha_bf16 *)data)[i];
+}
+
+static mha_bf16 bf16_of_i8(const void *data, size_t i)
+{
+    return mha_bf16_round((float)((const int8_t *)data)[i]);
+}
+
+/* int8's rule, for K's groups (per feature) and V's rows alike: values lo..hi in 255 steps,
+ * scale (hi − lo) / 255 and zero point lo + 128·scale, q = (x − lo) / scale rounded to
+ * nearest even, − 128 (scale 0: q 0), read back as q·scale + zero (mha_kv_k_value). Why a
+ * zero point: V's rows of trained models are not centred, and K's channels not either
+ * (perf/RESULTS.md, session 23). */
+static void quantize_i8(const float *x, size_t xs, int n, void *data, size_t at, size_t stride, float *scale,
+                        float *zero)
+{
+    float lo = x[0], hi = lo;
+    for (int i = 1; i < n; i++) {
+        const float y = x[(size_t)i * xs];
+        lo = y < lo ? y : lo;
+        hi = y > hi ? y : hi;
+    }
+    const float s = (hi - lo) / 255.0f;
+    *scale = s, *zero = lo + 128.0f * s;
+    int8_t *d = (int8_t *)data + at;
+    for (int i = 0; i < n; i++) {
+        const float y = s > 0.0f ? mha_kv_round_even((x[(size_t)i * xs] - lo) / s) : 128.0f;
+        d[(size_t)i * stride] = (int8_t)((y >= 0.0f ? y <= 255.0f ? y : 255.0f : 0.0f) - 128.0f); /* within 0..255
+                                                                                                * first (a NaN: 0) */
+    }
+}
+
+static const mha_kv_traits traits[MHA_KV_TYPES] = {
+    [MHA_KV_F32] = {.put = put_f32},
+    [MHA_KV_BF16] = {.put = put_bf16, .bf16_at = bf16_of_bf16},
+    [MHA_KV_INT8] = {.scaled = 1, .quantize = quantize_i8, .bf16_at = bf16_of_i8},
+};
+
+const mha_kv_traits *mha_kv_traits_of(mha_kv_type type)
+{
+    return &traits[type];
+}
+
 /* The cache's layout for cfg, or 0 if the config or the sizes are invalid or overflow. */
 static size_t plan(const mha_config *cfg, int n_blocks, int block_size, mha_kv_cache *c)
 {
@@ -23,8 +84,8 @@ static size_t plan(const mha_config *cfg, int n_blocks, int block_size, mha_kv_c
     /* Kᵀ and V; an MLA layer's Kᵀ alone (its V, the latent, is Kᵀ's first kv_lora features) */
     if (__builtin_mul_overflow((size_t)(dims.mla.kv_lora_rank ? 1 : 2) * dims.dk, (size_t)block_size, &per_head))
         return 0;
-    if (type == MHA_KV_INT8) { /* the values, then K's scale and zero point per feature of each
-                                * group, V's scale and zero point of each slot */
+    if (mha_kv_traits_of(type)->scaled) { /* the values, then K's scale and zero point per feature
+                                           * of each group, V's scale and zero point of each slot */
         const size_t groups = ((size_t)block_size + MHA_KV_GROUP - 1) / MHA_KV_GROUP;
         scales_at = mha_round_up(per_head, 64);
         per_head = mha_round_up(scales_at + (groups * 2 * (size_t)dims.dk + 2 * (size_t)block_size) * sizeof(float), 64);
@@ -49,7 +110,7 @@ MHA_API size_t mha_kv_cache_size(const mha_config *cfg, int n_blocks, int block_
 
 MHA_API size_t mha_kv_tail_size(const mha_kv_cache *c)
 {
-    return c && c->type == MHA_KV_INT8 ? (size_t)c->kvh * MHA_KV_GROUP * (size_t)c->dk * sizeof(float) : 0;
+    return c && mha_kv_traits_of(c->type)->scaled ? (size_t)c->kvh * MHA_KV_GROUP * (size_t)c->dk * sizeof(float) : 0;
 }
 
 static mha_kv_cache *build(const mha_kv_cache *layout, void *mem)

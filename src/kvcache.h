@@ -37,11 +37,42 @@ struct mha_kv_cache {
     void *owned;                 /* the memory when mha_kv_cache_create allocated it */
 };
 
-/* Bytes of one element of a cache of this type (F32, BF16 or INT8). */
+/* ---- the cache types: what the drivers (step.c, arena.c, engine.c) know of one, indexed by
+ * mha_kv_type. A new type is a row in mha_kv_elem_size and in kvcache.c's traits, and a row
+ * in each table's per-type operations (isa.h: decode_scores, decode_values, interleave_pairs;
+ * a bf16 engine's decode_scores16 and decode_values16 where they read it), not a change to
+ * the drivers. ---- */
+#define MHA_KV_TYPES 4 /* arrays indexed by mha_kv_type (MHA_KV_AUTO's entry unused) */
+
+/* Bytes of one element of a cache of this type (F32, BF16 or INT8); inline, so the tables'
+ * tiles, written for one type each, fold it. */
 static inline size_t mha_kv_elem_size(mha_kv_type type)
 {
     return type == MHA_KV_F32 ? sizeof(float) : type == MHA_KV_BF16 ? sizeof(mha_bf16) : 1;
 }
+
+typedef struct mha_kv_traits {
+    /* 1: an element q stands for q·scale + zero (int8). K per feature over each group of
+     * MHA_KV_GROUP slots (mha_kv_group_of), the group still filling kept at full precision in
+     * the sequence's tail (mha_kv_tail_size) until it is complete; V per slot; the parameters
+     * after the values (mha_kv_k_params, mha_kv_v_params). Its scores are float32 products on
+     * K read back, in either engine; a bf16 engine's chunks read V's elements themselves and
+     * apply the parameters after. 0: elements are the values (float32, bf16). */
+    int scaled;
+    /* Unscaled: x[0 .. n) stored as the elements at, at + stride, ... of data (bf16: rounded
+     * to nearest even, mha_bf16_round). */
+    void (*put)(const float *x, int n, void *data, size_t at, size_t stride);
+    /* Scaled: x[i · xs] for i < n quantized with one scale and zero point, over their range
+     * (*scale, *zero), into the elements at, at + stride, ... of data. */
+    void (*quantize)(const float *x, size_t xs, int n, void *data, size_t at, size_t stride, float *scale,
+                     float *zero);
+    /* Element i of data as bf16, as a bf16 engine's panels hold it (a scaled type: q itself,
+     * exact); NULL where only float32 engines read the type. */
+    mha_bf16 (*bf16_at)(const void *data, size_t i);
+} mha_kv_traits;
+
+/* The traits of a cache type (F32, BF16 or INT8). */
+const mha_kv_traits *mha_kv_traits_of(mha_kv_type type);
 
 /* Element index of Kᵀ of KV head g in a block: (d_k, block_size), feature c of slot t at
  * [c · block_size + t]. */

@@ -82,70 +82,31 @@ void mha_step_pack_rows(const mha_step_job *j, int r0, int r1)
         mha_gemm_pack_a(k, x, r0, r1 - r0, 0, j->f.d, (float *)packed_rows(j, r0));
 }
 
-/* An int8 cache's rule, for K's groups (per feature) and V's rows alike: values lo..hi in 255
- * steps, scale (hi − lo) / 255 and zero point lo + 128·scale (q8_params), q = (x − lo) / scale
- * rounded to nearest even, − 128 (scale 0: q 0; q8_value), read back as q·scale + zero. */
-static float q8_params(float lo, float hi, float *zero)
-{
-    const float scale = (hi - lo) / 255.0f;
-    *zero = lo + 128.0f * scale;
-    return scale;
-}
-
-static int8_t q8_value(float x, float lo, float scale)
-{
-    const float y = scale > 0.0f ? mha_kv_round_even((x - lo) / scale) : 128.0f;
-    return (int8_t)((y >= 0.0f ? y <= 255.0f ? y : 255.0f : 0.0f) - 128.0f); /* within 0..255 first (a NaN: 0) */
-}
-
-/* int8 V: the n features of row i of m from column col over the row (q8_params: its scale and
- * zero point into par[0], par[1], mha_kv_v_params' pair), into q. Why a zero point: V's rows
- * of trained models are not centred (perf/RESULTS.md, session 23). */
-static void quantize_v(const mha_kernel *k, mha_mat m, int i, int col, int n, int8_t *q, float *par)
-{
-    float lo = *mha_mat_at(k, m, i, col), hi = lo;
-    for (int c = 1; c < n; c++) {
-        const float y = *mha_mat_at(k, m, i, col + c);
-        lo = y < lo ? y : lo;
-        hi = y > hi ? y : hi;
-    }
-    par[0] = q8_params(lo, hi, &par[1]);
-    for (int c = 0; c < n; c++)
-        q[c] = q8_value(*mha_mat_at(k, m, i, col + c), lo, par[0]);
-}
-
 /* Row i of the Q/K/V scratch (the step's row `row`), K at dkp and V at 2·dkp, into slot `slot`
  * of a cache block: K transposed (feature c at c · block_size + slot), V as a row (MLA: no V,
- * it is read from K); float32 and bf16 a panel's run at a time. int8: V's whole row (its scale
- * is over all d_k features); K kept at full precision in j->k_full until its group is
- * complete (k_commit). */
-static void store_kv(const mha_step_job *j, mha_mat qkv, int i, int row, int block, int g, int slot)
+ * it is read from K); unscaled types (the type's put) a panel's run at a time. Scaled (int8):
+ * V's whole row, through the worker's s->k8 (its scale is over all d_k features); K kept at
+ * full precision in j->k_full until its group is complete (k_commit). */
+static void store_kv(const mha_step_job *j, mha_mat qkv, int i, int row, int block, int g, int slot,
+                     const mha_scratch *s)
 {
     const mha_kernel *k = j->f.kernel;
     const mha_kv_cache *c = j->cache;
+    const mha_kv_traits *kv = mha_kv_traits_of(c->type);
     const int dk = j->f.dk, dkp = j->f.dkp, bs = c->block_size;
     const size_t kt = mha_kv_kt_at(c, block, g) + (size_t)slot, v = c->mla ? 0 : mha_kv_v_at(c, block, g, slot);
-    if (c->type == MHA_KV_INT8) { /* (never MLA) */
-        quantize_v(k, qkv, i, 2 * dkp, dk, mha_kv_i8(c) + v, mha_kv_v_params(c, block, g) + 2 * (size_t)slot);
-        mha_mat_get_rows(k, mha_mat_sub(k, qkv, i, 0), 1, dkp, dk, j->k_full + ((size_t)row * j->f.kvh + g) * dk, dk);
+    if (kv->scaled) { /* (never MLA) */
+        float *full = j->k_full + ((size_t)row * j->f.kvh + g) * dk, *par = mha_kv_v_params(c, block, g) + 2 * (size_t)slot;
+        mha_mat_get_rows(k, mha_mat_sub(k, qkv, i, 0), 1, dkp, dk, full, dk);
+        mha_mat_get_rows(k, mha_mat_sub(k, qkv, i, 0), 1, 2 * dkp, dk, s->k8, dk); /* V's row, whole */
+        kv->quantize(s->k8, 1, dk, c->data, v, 1, &par[0], &par[1]);
         return;
     }
     for (int c0 = 0; c0 < dk; c0 += k->bw) {
         const int n = dk - c0 < k->bw ? dk - c0 : k->bw;
-        const float *ks = mha_mat_at(k, qkv, i, dkp + c0), *vs = mha_mat_at(k, qkv, i, 2 * dkp + c0);
-        if (c->type == MHA_KV_BF16) {
-            mha_bf16 *kd = mha_kv_bf16(c) + kt + (size_t)c0 * bs;
-            for (int t = 0; t < n; t++)
-                kd[(size_t)t * bs] = mha_bf16_round(ks[t]);
-            for (int t = 0; !c->mla && t < n; t++)
-                mha_kv_bf16(c)[v + c0 + t] = mha_bf16_round(vs[t]);
-        } else {
-            float *kd = mha_kv_f32(c) + kt + (size_t)c0 * bs;
-            for (int t = 0; t < n; t++)
-                kd[(size_t)t * bs] = ks[t];
-            if (!c->mla)
-                memcpy(mha_kv_f32(c) + v + c0, vs, (size_t)n * sizeof *vs);
-        }
+        kv->put(mha_mat_at(k, qkv, i, dkp + c0), n, c->data, kt + (size_t)c0 * bs, (size_t)bs);
+        if (!c->mla)
+            kv->put(mha_mat_at(k, qkv, i, 2 * dkp + c0), n, c->data, v + (size_t)c0, 1);
     }
 }
 
@@ -165,27 +126,24 @@ static const float *k_full_row(const mha_step_job *j, int q, int g, int p)
 }
 
 /* Group grp of (q, g), which this step completes, quantized from its full rows: per feature c
- * over the group's slots (q8_params, q8_value); into kt (feature c of the group's slot u at
+ * over the group's slots (the type's quantize); into kt (feature c of the group's slot u at
  * kt[c · ld + u]) and params (scales, then zero points). */
 static void quantize_k_group(const mha_step_job *j, int q, int g, mha_kv_group grp, int8_t *kt, size_t ld, float *params)
 {
+    const mha_kv_traits *kv = mha_kv_traits_of(j->cache->type);
     const int dk = j->f.dk;
     const float *rows[MHA_KV_GROUP];
     for (int u = 0; u < grp.n; u++)
         rows[u] = k_full_row(j, q, g, grp.t + u);
     for (int c = 0; c < dk; c++) {
-        float lo = rows[0][c], hi = lo;
-        for (int u = 1; u < grp.n; u++) {
-            lo = rows[u][c] < lo ? rows[u][c] : lo;
-            hi = rows[u][c] > hi ? rows[u][c] : hi;
-        }
-        params[c] = q8_params(lo, hi, &params[dk + c]);
+        float x[MHA_KV_GROUP];
         for (int u = 0; u < grp.n; u++)
-            kt[(size_t)c * ld + u] = q8_value(rows[u][c], lo, params[c]);
+            x[u] = rows[u][c];
+        kv->quantize(x, 1, grp.n, kt, (size_t)c * ld, 1, &params[c], &params[dk + c]);
     }
 }
 
-/* Kᵀ of positions [t0, t1) of group grp of (q, g) as stored (mha_kv_k_value, i8_scale_rows): from
+/* Kᵀ of positions [t0, t1) of group grp of (q, g) as stored (mha_kv_k_value, scale_rows): from
  * the cache when the group was complete before the step, else quantized here (into s->k8's
  * room) as k_commit will store it; float32 into dst (feature c of position t0 + u at
  * dst[c · ld + u]). */
@@ -207,7 +165,7 @@ static void k_stored(const mha_step_job *j, int q, int g, mha_kv_group grp, int 
         quantize_k_group(j, q, g, grp, v, MHA_KV_GROUP, own);
         kt = v, ldk = MHA_KV_GROUP, params = own;
     }
-    j->f.kernel->isa->i8_scale_rows(kt + (t0 - grp.t), ldk, dk, t1 - t0, params, params + dk, dst, ld);
+    j->f.kernel->isa->scale_rows[j->cache->type](kt + (t0 - grp.t), ldk, dk, t1 - t0, params, params + dk, dst, ld);
 }
 
 /* Kᵀ of keys [k0, k1) of (q, g) as a query whose group starts at `own` sees them: a group
@@ -313,7 +271,7 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
         if (f->rope != MHA_ROPE_NONE)
             mha_rope_rows(k, mha_mat_sub(k, qkv, i, 0), 1, dkp, pos, f->rope, f->rope_dim, f->rope_cos, f->rope_sin);
         const mha_kv_run at = mha_kv_run_at(st->blocks + (size_t)q * st->max_blocks, bs, pos, pos + 1);
-        store_kv(j, qkv, i, r0 + i, at.block, g, at.slot);
+        store_kv(j, qkv, i, r0 + i, at.block, g, at.slot, s);
     }
     /* Q of each query head of the group (QK-norm full: already in z), rotated, into its
      * columns of z */
@@ -351,7 +309,7 @@ void mha_step_project_mla(const mha_step_job *j, int g, int r0, int r1, const mh
         q = seq_of(j, r0 + i, q);
         memcpy(kv + i * ld + 2 * dkp, kv + i * ld + dkp, (size_t)dk * sizeof *kv);
         const mha_kv_run at = mha_kv_run_at(st->blocks + (size_t)q * st->max_blocks, bs, pos[i], pos[i] + 1);
-        store_kv(j, mha_mat_rows(f->kernel, kv, ld), i, r0 + i, at.block, g, at.slot);
+        store_kv(j, mha_mat_rows(f->kernel, kv, ld), i, r0 + i, at.block, g, at.slot, s);
     }
 }
 
@@ -432,12 +390,6 @@ static void gather_f32(const mha_step_job *j, const int32_t *table, int g, int c
     zero_kt_past(j, ctx, s);
 }
 
-/* Element i of a bf16 cache's data, or of an int8 one's as bf16 (exact). */
-static inline mha_bf16 bf16_at(const void *data, int i8, size_t i)
-{
-    return i8 ? mha_bf16_round((float)((const int8_t *)data)[i]) : ((const mha_bf16 *)data)[i];
-}
-
 /* bf16 engines: the keys [t_begin, t_end) from a bf16 or int8 cache straight into the bf16
  * kernel's B panels (s->kt16, s->v16 of vps elements per panel, as the forward's pack_kv16
  * leaves them), key t at column / row t − base: Kᵀ key pairs of each feature pair interleaved,
@@ -449,8 +401,9 @@ static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int 
                         size_t vps, const mha_scratch *s, float *vs)
 {
     const mha_kv_cache *cache = j->cache;
-    const int i8 = cache->type == MHA_KV_INT8;
-    const size_t esz = i8 ? 1 : sizeof(mha_bf16);
+    const mha_kv_traits *type = mha_kv_traits_of(cache->type);
+    const int scaled = type->scaled;
+    const size_t esz = mha_kv_elem_size(cache->type);
     const int dk = j->f.dk, bs = cache->block_size, n = t_end - base, n16 = (int)mha_round_up((size_t)n, MHA_BT_N);
     const int kp_dk = (int)mha_bk_kp(dk), dk16 = (int)mha_round_up((size_t)dk, MHA_BT_N);
     const int v_end = (int)mha_bk_kp(n) + MHA_BT_K;
@@ -459,7 +412,7 @@ static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int 
     const mha_isa *isa = j->f.kernel->isa;
     for (mha_kv_run r = mha_kv_run_at(table, bs, t_begin, t_end); r.n; r = mha_kv_run_at(table, bs, r.t + r.n, t_end)) {
         const int block = r.block, slot = r.slot, run = r.n, at = r.t - base;
-        if (i8) { /* a block's few parameters: 16 at a time, moves the compiler writes out, not a call */
+        if (scaled) { /* a block's few parameters: 16 at a time, moves the compiler writes out, not a call */
             const float *par = mha_kv_v_params(cache, block, g) + 2 * (size_t)slot;
             float *to = vs + 2 * (size_t)at;
             int u = 0;
@@ -470,22 +423,23 @@ static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int 
         }
         /* the next block's K and V, prefetched as this one is read (a block's K of one head and
          * its V are bs·dk elements each, in 64-byte lines: as many as this block's pairs, or
-         * half as many for int8) */
+         * fewer for smaller elements) */
         const int next = mha_kv_run_at(table, bs, r.t + r.n, t_end).block; /* -1: none */
         const char *next_k = next < 0 ? NULL : data + mha_kv_kt_at(cache, next, g) * esz;
         const char *next_v = next < 0 || cache->mla ? NULL : data + mha_kv_v_at(cache, next, g, 0) * esz;
         /* Kᵀ (features × slots, bs apart): groups of 16 keys that start a panel, feature pairs
          * interleaved; the rest key by key */
         const size_t kt = mha_kv_kt_at(cache, block, g) + slot;
-        int t = i8 ? run : 0;
+        int t = scaled ? run : 0;
         if (dk % 2 == 0)
             for (; t + MHA_BT_N <= run && (at + t) % MHA_BT_N == 0; t += MHA_BT_N) {
                 mha_bf16 *dst = s->kt16 + mha_bk_b_index(0, at + t, kps);
-                isa->interleave_pairs(mha_kv_bf16(cache) + kt + t, (size_t)bs, dk / 2, dst, next_k ? next_k + (size_t)t * dk * esz : NULL);
+                isa->interleave_pairs[cache->type](data + (kt + (size_t)t) * esz, (size_t)bs, dk / 2, dst,
+                                                   next_k ? next_k + (size_t)t * dk * esz : NULL);
             }
         for (int c = 0; t < run && c < dk; c++)
             for (int u = t; u < run; u++)
-                s->kt16[mha_bk_b_index(c, at + u, kps)] = mha_kv_bf16(cache)[kt + (size_t)c * bs + u];
+                s->kt16[mha_bk_b_index(c, at + u, kps)] = type->bf16_at(data, kt + (size_t)c * bs + u);
         const int whole = dk / MHA_BT_N * MHA_BT_N;
         if (cache->mla) { /* V from Kᵀ's own rows: a feature's key pairs are 32-bit words, which
                            * a V panel holds 16 features abreast; the rest element by element */
@@ -496,7 +450,7 @@ static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int 
                                (float *)(void *)(s->v16 + mha_bk_b_index(at, c, vps)));
             for (int u = 0; u < run; u++)
                 for (int c = u < 2 * words ? whole : 0; c < dk; c++)
-                    s->v16[mha_bk_b_index(at + u, c, vps)] = mha_kv_bf16(cache)[kt + (size_t)c * bs + u];
+                    s->v16[mha_bk_b_index(at + u, c, vps)] = type->bf16_at(data, kt + (size_t)c * bs + u);
             continue;
         }
         /* V (slots × features, dk apart): key pairs interleaved, 16 features at a time; the
@@ -506,16 +460,13 @@ static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int 
         for (int c = 0; c < whole && pairs; c += MHA_BT_N) {
             mha_bf16 *dst = s->v16 + mha_bk_b_index(at, c, vps);
             const char *pf = next_v ? next_v + (size_t)c / MHA_BT_N * pairs * 64 * esz / 2 : NULL;
-            if (i8)
-                isa->interleave_pairs_i8(mha_kv_i8(cache) + v + c, (size_t)dk, pairs, dst, pf);
-            else
-                isa->interleave_pairs(mha_kv_bf16(cache) + v + c, (size_t)dk, pairs, dst, pf);
+            isa->interleave_pairs[cache->type](data + (v + (size_t)c) * esz, (size_t)dk, pairs, dst, pf);
         }
         for (int u = 0; u < run; u++)
             for (int c = u < 2 * pairs ? whole : 0; c < dk; c++)
-                s->v16[mha_bk_b_index(at + u, c, vps)] = bf16_at(data, i8, v + (size_t)u * dk + c);
+                s->v16[mha_bk_b_index(at + u, c, vps)] = type->bf16_at(data, v + (size_t)u * dk + c);
     }
-    for (int t = t_begin - base; !i8 && t < n16; t++) /* Kᵀ: features past dk; keys past t_end */
+    for (int t = t_begin - base; !scaled && t < n16; t++) /* Kᵀ: features past dk; keys past t_end */
         for (int c = t < n ? dk : 0; c < kp_dk; c++)
             s->kt16[mha_bk_b_index(c, t, kps)] = 0;
     for (int t = t_begin - base; t < n; t++) /* V: columns past dk */
@@ -530,10 +481,10 @@ static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int 
     }
 }
 
-/* float32 engines, int8 cache: V of the keys [t_begin, ctx) read back (q·scale + zero, as
- * decode_values8 reads it) into the scratch's V columns, key t at row t; Kᵀ is left to
+/* float32 engines, a scaled cache: V of the keys [t_begin, ctx) read back (q·scale + zero,
+ * as decode_values reads it) into the scratch's V columns, key t at row t; Kᵀ is left to
  * k_view_panels. */
-static void gather_i8(const mha_step_job *j, const int32_t *table, int g, int t_begin, int ctx, const mha_scratch *s)
+static void gather_scaled(const mha_step_job *j, const int32_t *table, int g, int t_begin, int ctx, const mha_scratch *s)
 {
     const mha_fwd *f = &j->f;
     const mha_kernel *k = f->kernel;
@@ -544,9 +495,9 @@ static void gather_i8(const mha_step_job *j, const int32_t *table, int g, int t_
         const float *par = mha_kv_v_params(cache, r.block, g) + 2 * (size_t)r.slot;
         for (int t = 0; t < r.n; t++) /* a panel's run at a time */
             for (int c = 0; c < dk; c += k->bw)
-                f->kernel->isa->i8_scale_rows(mha_kv_i8(cache) + mha_kv_v_at(cache, r.block, g, r.slot + t) + c, 0, 1,
-                                              dk - c < k->bw ? dk - c : k->bw, par + 2 * t, par + 2 * t + 1,
-                                              mha_mat_at(k, qkv, r.t + t, 2 * dkp + c), 0);
+                f->kernel->isa->scale_rows[cache->type](mha_kv_i8(cache) + mha_kv_v_at(cache, r.block, g, r.slot + t) + c,
+                                                        0, 1, dk - c < k->bw ? dk - c : k->bw, par + 2 * t,
+                                                        par + 2 * t + 1, mha_mat_at(k, qkv, r.t + t, 2 * dkp + c), 0);
     }
 }
 
@@ -577,15 +528,15 @@ void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s)
     const int32_t *table = st->blocks + (size_t)q * st->max_blocks;
     /* from the chunk holding the first visible key: the forward's chunks start there */
     const int t_begin = first_key(j, q) / MHA_KV_CHUNK * MHA_KV_CHUNK;
-    const int i8 = j->cache->type == MHA_KV_INT8;
-    float *vs = f->bk && i8 ? s->kvs : NULL; /* int8 in a bf16 engine: V's parameters beside its values */
+    const int scaled = mha_kv_traits_of(j->cache->type)->scaled;
+    float *vs = f->bk && scaled ? s->kvs : NULL; /* int8 in a bf16 engine: V's parameters beside its values */
     if (f->bk)
         gather_bf16(j, table, g, t_begin, ctx, 0, mha_attention_v16_ps(ctx), s, vs);
-    else if (i8)
-        gather_i8(j, table, g, t_begin, ctx, s);
+    else if (scaled)
+        gather_scaled(j, table, g, t_begin, ctx, s);
     else
         gather_f32(j, table, g, ctx, t_begin, s);
-    if (!i8) {
+    if (!scaled) {
         attend_rows(j, q, g, 0, n_new, s, NULL);
         return;
     }
@@ -665,7 +616,8 @@ static void cache_runs(const mha_step_job *j, int q, int g, int k0, int k1, void
             src->next[r] = next.n ? data + mha_kv_v_at(cache, next.block, g, 0) * esz : NULL;
         }
         src->n[r] = u.n;
-        if (cache->type == MHA_KV_INT8) {
+        src->kp[r] = src->vs[r] = NULL;
+        if (mha_kv_traits_of(cache->type)->scaled) {
             src->kp[r] = mha_kv_k_params(cache, u.block, g, u.slot);
             src->vs[r] = mha_kv_v_params(cache, u.block, g) + 2 * (size_t)u.slot;
             __builtin_prefetch(src->vs[r]);
@@ -698,12 +650,13 @@ static int view_rows_end(const mha_step_job *j, int q, int k1, int i0)
 
 /* The chunk's scores into sc for the step's rows [i0, i1) of every query head of the group
  * (query qi = head jh, row i at qv[qi · dk]; all rows: one pass for every query), Kᵀ at kt[r]
- * for src's runs, rows ld apart (kp: NULL, or an int8 cache's Kᵀ in place, its runs' group
- * parameters): float32 decode_scores (decode_scores8) in the microkernel's passes of KC (one
- * unless dk > KC) in a float32 engine or on an int8 cache, else bf16 decode_scores16 (qv
- * rounded already). Each run's Kᵀ read once for every query, slots of several runs at once. */
+ * for src's runs, elements of `type`, rows ld apart (kp: NULL, or a scaled cache's Kᵀ in
+ * place, its runs' group parameters; type F32: Kᵀ read back): float32 decode_scores[type] in
+ * the microkernel's passes of KC (one unless dk > KC) in a float32 engine or on a scaled
+ * cache, else bf16 decode_scores16 (qv rounded already). Each run's Kᵀ read once for every
+ * query, slots of several runs at once. */
 static void chunk_scores(const mha_step_job *j, int q, int i0, int i1, const float *qv, float *sc, const chunk_src *src,
-                         const void *const *kt, const float *const *kp, int ld)
+                         mha_kv_type type, const void *const *kt, const float *const *kp, int ld)
 {
     const mha_fwd *f = &j->f;
     const int n_new = j->step->n_new[q], dk = f->dk, kc = f->kernel->kc, all = i1 - i0 == n_new;
@@ -712,16 +665,13 @@ static void chunk_scores(const mha_step_job *j, int q, int i0, int i1, const flo
         const int nq = all ? f->group * n_new : i1 - i0;
         const float *qh = qv + (size_t)(jh * n_new + i0) * dk;
         float *sh = sc + (size_t)(jh * n_new + i0) * MHA_KV_CHUNK;
-        if (f->bk && src->type != MHA_KV_INT8)
+        if (f->bk && !mha_kv_traits_of(src->type)->scaled)
             isa->decode_scores16(qh, nq, dk, src->runs, kt, src->v, src->n, ld, f->scale, sh, MHA_KV_CHUNK,
                                  f->bk->order);
         else
             for (int c0 = 0; c0 < dk; c0 += kc) {
                 const int c1 = c0 + kc < dk ? c0 + kc : dk;
-                if (kp)
-                    isa->decode_scores8(qh, nq, dk, c0, c1, src->runs, kt, kp, src->n, ld, f->scale, sh, MHA_KV_CHUNK);
-                else
-                    isa->decode_scores(qh, nq, dk, c0, c1, src->runs, kt, src->n, ld, f->scale, sh, MHA_KV_CHUNK);
+                isa->decode_scores[type](qh, nq, dk, c0, c1, src->runs, kt, kp, src->n, ld, f->scale, sh, MHA_KV_CHUNK);
             }
     }
 }
@@ -729,7 +679,7 @@ static void chunk_scores(const mha_step_job *j, int q, int i0, int i1, const flo
 /* int8: Kᵀ of the keys [k0, k1) of (q, g) as the rows from i0 see it (k_view; the rows they
  * are: view_rows_end), float32 into s->kt, key t at column t − k0 of rows n apart (the decode
  * tiles' rows). */
-static void chunk_kt_i8(const mha_step_job *j, int q, int g, int k0, int k1, int i0, const mha_scratch *s)
+static void chunk_kt_scaled(const mha_step_job *j, int q, int g, int k0, int k1, int i0, const mha_scratch *s)
 {
     const int own = mha_kv_group_of(j->cache->block_size, j->step->n_past[q] + i0).t;
     k_view(j, q, g, own, k0, k1, s->kt, (size_t)(k1 - k0), s);
@@ -747,15 +697,15 @@ static int k_stored_end(const mha_step_job *j, int q, int k0, int k1)
 /* int8: the scores of the keys [k0, k1) of the chunk (sc: key k0's column): those in groups
  * stored before the step (to k_stored_end) where the cache holds them, every row at once; the
  * rest on Kᵀ as each row's group sees it, a pass per set of rows that see it alike
- * (chunk_kt_i8). A key's score is its own sum either way: the split changes no bit. */
-static void scores_i8(const mha_step_job *j, int q, int g, int k0, int k1, const float *qv, float *sc,
-                      const mha_scratch *s)
+ * (chunk_kt_scaled). A key's score is its own sum either way: the split changes no bit. */
+static void scores_scaled(const mha_step_job *j, int q, int g, int k0, int k1, const float *qv, float *sc,
+                          const mha_scratch *s)
 {
     const int e = k_stored_end(j, q, k0, k1), n_new = j->step->n_new[q];
     chunk_src part; /* the runs of [k0, e), then of [e, k1) */
     if (e > k0) {
         cache_runs(j, q, g, k0, e, NULL, &part);
-        chunk_scores(j, q, 0, n_new, qv, sc, &part, part.kt, part.kp, part.ld);
+        chunk_scores(j, q, 0, n_new, qv, sc, &part, part.type, part.kt, part.kp, part.ld);
     }
     if (e == k1)
         return;
@@ -765,8 +715,8 @@ static void scores_i8(const mha_step_job *j, int q, int g, int k0, int k1, const
         kt[r] = s->kt + t;
     for (int i0 = 0, i1; i0 < n_new; i0 = i1) {
         i1 = view_rows_end(j, q, k1, i0);
-        chunk_kt_i8(j, q, g, e, k1, i0, s);
-        chunk_scores(j, q, i0, i1, qv, sc + (e - k0), &part, kt, NULL, k1 - e);
+        chunk_kt_scaled(j, q, g, e, k1, i0, s);
+        chunk_scores(j, q, i0, i1, qv, sc + (e - k0), &part, MHA_KV_F32, kt, NULL, k1 - e); /* read back */
     }
 }
 
@@ -798,35 +748,35 @@ static float *dec_zero_sums(const mha_step_job *j, int q, const mha_scratch *s)
  * each key and value row once for every query of the group, and the forward's softmax of the
  * chunk (mha_attention_chunk_row) in between; into the chunk's partials p (partial_of).
  * float32 engines: the microkernel's sums (decode_scores, decode_values; an int8 cache's
- * Kᵀ as scores_i8 reads it, its values as decode_values8 does). bf16 engines (their kernel
+ * Kᵀ as scores_scaled reads it, its values as its decode_values does). bf16 engines (their kernel
  * summing in an order of the tiles): the bf16 kernels' sums on the cache's own elements
  * (decode_scores16, decode_values16), the queries and probabilities rounded to bf16 as the
- * kernels' A panels round them; an int8 cache's scores as a float32 engine's (scores_i8, on
+ * kernels' A panels round them; an int8 cache's scores as a float32 engine's (scores_scaled, on
  * the queries unrounded) and its V parameters gathered into vs: the forward's chunk step, bit for
  * bit; pf: what the values prefetch (the next chunk's Kᵀ, or NULL). */
 static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int k1, float *qv, float *sc, float *p,
                                const chunk_src *src, float *vs, const mha_prefetch *pf, const mha_scratch *s)
 {
     const mha_fwd *f = &j->f;
-    const int bf16 = f->bk != NULL, i8 = src->type == MHA_KV_INT8;
+    const int bf16 = f->bk != NULL, scaled = mha_kv_traits_of(src->type)->scaled;
     const int n_new = j->step->n_new[q], n_past = j->step->n_past[q], dk = f->dk, nq = f->group * n_new;
     const int n = k1 - k0;
     const mha_isa *isa = f->kernel->isa;
-    if (bf16 && !i8) /* int8: float32 scores on the queries as they are (chunk_scores) */
+    if (bf16 && !scaled) /* int8: float32 scores on the queries as they are (chunk_scores) */
         isa->round_bf16_floats(qv, nq * dk);
     /* int8: K read where the cache holds it for the keys in groups stored before the step (so
      * every row sees them as stored) when the runs are whole groups (blocks of a multiple of
      * MHA_KV_GROUP slots); the rest read back as each row sees it */
-    if (i8)
-        scores_i8(j, q, g, k0, k1, qv, sc, s);
+    if (scaled)
+        scores_scaled(j, q, g, k0, k1, qv, sc, s);
     else
-        chunk_scores(j, q, 0, n_new, qv, sc, src, src->kt, NULL, src->ld);
+        chunk_scores(j, q, 0, n_new, qv, sc, src, src->type, src->kt, NULL, src->ld);
     if (j->cache->mla)
         mla_v_chunk(j, src, s->qkv);
     /* int8 in a bf16 engine: the chunk's V parameters, key by key, and the rows' zero sums */
-    for (int r = 0, t = 0; i8 && bf16 && r < src->runs; t += src->n[r++])
+    for (int r = 0, t = 0; scaled && bf16 && r < src->runs; t += src->n[r++])
         memcpy(vs + 2 * (size_t)t, src->vs[r], 2 * (size_t)src->n[r] * sizeof *vs);
-    float *zs = i8 && bf16 ? dec_zero_sums(j, q, s) : NULL;
+    float *zs = scaled && bf16 ? dec_zero_sums(j, q, s) : NULL;
     /* per query: the keys it sees in this chunk, their logits, exp'd against the chunk's max,
      * the sum */
     const size_t ps = (size_t)dk + 2; /* partial_of's stride between queries */
@@ -846,19 +796,18 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
      * panel (mla_v_panel) */
     const int vruns = j->cache->mla ? 1 : src->runs, *vn = j->cache->mla ? &n : src->n;
     if (bf16) {
-        isa->decode_values16(sc, MHA_KV_CHUNK, nq, vruns, src->v, vn, i8, src->vw, p, ps, pf, f->bk->order);
+        isa->decode_values16(sc, MHA_KV_CHUNK, nq, vruns, src->v, vn, src->type, src->vw, p, ps, pf, f->bk->order);
         for (int qi = 0; zs && qi < nq; qi++)
             mha_attention_v_zero(p + (size_t)qi * ps, dk, zs[qi]);
     } else if (j->cache->mla)
         for (int x0 = 0; x0 < src->vw; x0 += MHA_MLA_VPANEL)
-            isa->decode_values(sc, MHA_KV_CHUNK, nq, mla_v_panel(s->qkv, x0), n,
-                               src->vw - x0 < MHA_MLA_VPANEL ? src->vw - x0 : MHA_MLA_VPANEL, p + x0, ps, NULL);
+            isa->decode_values[MHA_KV_F32](sc, MHA_KV_CHUNK, nq, mla_v_panel(s->qkv, x0), NULL, n,
+                                           src->vw - x0 < MHA_MLA_VPANEL ? src->vw - x0 : MHA_MLA_VPANEL, p + x0, ps,
+                                           NULL);
     else
         for (int r = 0, t = 0; r < vruns; t += vn[r++])
-            if (i8)
-                isa->decode_values8(sc + t, MHA_KV_CHUNK, nq, src->v[r], src->vs[r], src->n[r], dk, p, ps, src->next[r]);
-            else
-                isa->decode_values(sc + t, MHA_KV_CHUNK, nq, src->v[r], vn[r], src->vw, p, ps, src->next[r]);
+            isa->decode_values[src->type](sc + t, MHA_KV_CHUNK, nq, src->v[r], src->vs[r], vn[r], src->vw, p, ps,
+                                          src->next[r]);
 }
 
 /* bf16 decode on kernels that sum otherwise (no table tiles for their order): the chunk's K
@@ -867,7 +816,7 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
  * q_block (chunk16 runs them 32 at a time, each row's bits its own, from the queries packed
  * once a run in s->q16): the forward's roundings and sums, so decode and prefill agree bit for
  * bit; into p as above. vs: NULL, or an int8 cache's V parameters: then the scores are in sc
- * already (scores_i8's float32 tiles, the forward's float32 products' sums) and the chunk
+ * already (scores_scaled's float32 tiles, the forward's float32 products' sums) and the chunk
  * starts at their logits. */
 static void decode_chunk_bf16(const mha_step_job *j, int q, int g, int k0, int k1, float *qv, float *sc, float *p,
                               const mha_scratch *s, size_t vps, const float *vs)
@@ -928,8 +877,8 @@ static void decode_chunk(const mha_step_job *j, int q, int g, int c, int ahead, 
     }
     float *sc = dec_scores(s), *qv = dec_queries(j, q, s);
     const int n = k1 - k0;
-    const int i8 = j->cache->type == MHA_KV_INT8;
-    float *vs = f->bk && i8 ? s->kvs : NULL; /* int8 in a bf16 engine: V's parameters beside its values */
+    const int scaled = mha_kv_traits_of(j->cache->type)->scaled;
+    float *vs = f->bk && scaled ? s->kvs : NULL; /* int8 in a bf16 engine: V's parameters beside its values */
     chunk_src src;
     if (bf16_tiles(f)) {
         mha_prefetch next;
@@ -940,8 +889,8 @@ static void decode_chunk(const mha_step_job *j, int q, int g, int c, int ahead, 
     } else if (f->bk) {
         const size_t vps = mha_attention_v16_ps(n);
         gather_bf16(j, j->step->blocks + (size_t)q * j->step->max_blocks, g, k0, k1, k0, vps, s, vs);
-        if (i8) /* the float32 tiles' scores (scores_i8), then the chunk from its logits */
-            scores_i8(j, q, g, k0, k1, qv, sc, s);
+        if (scaled) /* the float32 tiles' scores (scores_scaled), then the chunk from its logits */
+            scores_scaled(j, q, g, k0, k1, qv, sc, s);
         decode_chunk_bf16(j, q, g, k0, k1, qv, sc, p, s, vps, vs);
     } else {
         cache_runs(j, q, g, k0, k1, s->qkv, &src);
@@ -977,7 +926,7 @@ void mha_step_decode_chunks(const mha_step_job *j, int q, int g, int c0, int c1,
                    (size_t)dk * sizeof *qv);
     /* the forward's chunks (decode_chunk_bf16; an int8 cache's scores are float32 tiles'): Q in A
      * panels once */
-    if (f->bk && !bf16_tiles(f) && j->cache->type != MHA_KV_INT8)
+    if (f->bk && !bf16_tiles(f) && !mha_kv_traits_of(j->cache->type)->scaled)
         mha_bk_pack_a(f->kernel, mha_mat_rows(f->kernel, qv, dk), 0, G * n_new, dk, s->q16);
     /* a run from the first chunk with a visible key folds each later chunk into that one's
      * partials as it goes (from the scratch, in cache): the merge reads one chunk's, not all */
@@ -1011,7 +960,7 @@ void mha_step_decode_merge(const mha_step_job *j, int q, int g)
         for (int t = 0; t < dk; t++)
             zr[t] *= inv;
     }
-    if (j->cache->type == MHA_KV_INT8) /* every chunk of (q, g) has read the keys */
+    if (mha_kv_traits_of(j->cache->type)->scaled) /* every chunk of (q, g) has read the keys */
         k_commit(j, q, g);
 }
 

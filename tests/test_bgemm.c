@@ -309,7 +309,7 @@ TABLE_TEST(bgemm, vector_b_packing_matches_scalar_bit_for_bit, .timeout = 60)
 /* Each table's pair interleave (the bf16 decode's gather of a cache chunk into panels) writes
  * what ref's writes, and only the pairs asked for: from rows of 16 at strides 16 (Kᵀ of a
  * 16-slot block), 24 and 136 (V rows), 1 to 64 pairs, with and without a prefetch address;
- * from a bf16 cache (interleave_pairs) and an int8 one (interleave_pairs_i8: each int8, all of
+ * from a bf16 cache (interleave_pairs) and an int8 one (interleave_pairs[INT8]: each int8, all of
  * −128 .. 127 appear, exactly in bf16). */
 TABLE_TEST(bgemm, vector_pair_interleave_matches_scalar)
 {
@@ -327,13 +327,10 @@ TABLE_TEST(bgemm, vector_pair_interleave_matches_scalar)
                 memset(x, 0xAB, sizeof x);
                 memset(y, 0xAB, sizeof y);
                 const char *pf = ci % 2 ? (const char *)src8 : NULL;
-                if (i8) {
-                    isa->interleave_pairs_i8(src8, ld, pairs, x, pf);
-                    mha_isa_ref.interleave_pairs_i8(src8, ld, pairs, y, NULL);
-                } else {
-                    isa->interleave_pairs(src16, ld, pairs, x, pf);
-                    mha_isa_ref.interleave_pairs(src16, ld, pairs, y, NULL);
-                }
+                const mha_kv_type type = i8 ? MHA_KV_INT8 : MHA_KV_BF16;
+                const void *src = i8 ? (const void *)src8 : (const void *)src16;
+                isa->interleave_pairs[type](src, ld, pairs, x, pf);
+                mha_isa_ref.interleave_pairs[type](src, ld, pairs, y, NULL);
                 for (int i = 0; i < cap; i++)
                     cr_assert_eq(x[i], y[i], "%s, %s: ld %zu, %d pairs: element %d: %#06x, ref %#06x", isa->name,
                                  i8 ? "int8" : "bf16", ld, pairs, i, x[i], y[i]);
@@ -350,7 +347,7 @@ TABLE_TEST(bgemm, vector_pair_interleave_matches_scalar)
             }
 }
 
-/* An int8 cache's blocks read back: every table's i8_scale_rows writes ref's bits, ref's is
+/* An int8 cache's blocks read back: every table's scale_rows[INT8] writes ref's bits, ref's is
  * (float)q · scale, + zero with zero points (K), the row's each, and nothing past n columns of
  * each row; widths 1 to 40 (tails), rows 1 to 16. */
 TABLE_TEST(bgemm, int8_read_back_matches_scalar)
@@ -368,8 +365,8 @@ TABLE_TEST(bgemm, int8_read_back_matches_scalar)
             for (int zeros = 0; zeros < 2; zeros++) {
                 const int n = widths[wi], rows = heights[hi];
                 memset(x, 0x7f, sizeof x), memset(y, 0x7f, sizeof y);
-                isa->i8_scale_rows(src, 48, rows, n, rs, zeros ? rz : NULL, x, 48);
-                mha_isa_ref.i8_scale_rows(src, 48, rows, n, rs, zeros ? rz : NULL, y, 48);
+                isa->scale_rows[MHA_KV_INT8](src, 48, rows, n, rs, zeros ? rz : NULL, x, 48);
+                mha_isa_ref.scale_rows[MHA_KV_INT8](src, 48, rows, n, rs, zeros ? rz : NULL, y, 48);
                 for (int i = 0; i < rows; i++)
                     for (int t = 0; t < 48; t++) {
                         const size_t at = (size_t)i * 48 + t;
@@ -544,7 +541,7 @@ static void decode_tiles_check(const mha_isa *isa, mha_bk_order order, rng *rp)
                                  isa->name, (int)order, i8 ? "int8" : "bf16", dk, nq, qi, at, sc[(size_t)qi * SC_LD + (at < 0 ? 0 : at)],
                                  want[(size_t)qi * slots + (at < 0 ? 0 : at)]);
                 }
-                isa->decode_values16(e, (size_t)slots, nq, RUNS, vr, n, i8, dk, p, (size_t)dk, NULL, order);
+                isa->decode_values16(e, (size_t)slots, nq, RUNS, vr, n, i8 ? MHA_KV_INT8 : MHA_KV_BF16, dk, p, (size_t)dk, NULL, order);
                 model_product(order, nq, dk, slots, 1.0f, e, vf, zwant);
                 long at = first_bit_difference(p, zwant, (size_t)nq * dk);
                 cr_assert_eq(at, -1, "%s order %d, %s, dk %d, %d queries: z (%ld, %ld) %a, model %a", isa->name,
@@ -577,16 +574,17 @@ BKERNEL_TEST(bgemm, decode_tiles_sum_as_the_kernels_of_their_order, .timeout = 6
     decode_tiles_check(isa, bk->order, &r);
 }
 
-/* Each table's float32 decode tiles on an int8 cache (decode_scores8: K per feature with a
- * scale and zero point; decode_values8: V per slot with a scale and zero point), reading the int8 values and
+/* Each table's float32 decode tiles on an int8 cache (decode_scores[INT8]: K per feature with a
+ * scale and zero point; decode_values[INT8]: V per slot with a scale and zero point), reading the int8 values and
  * making each value as they load it, give the bits of the float32 tiles on the chunk read back
- * first (i8_scale_rows): scores and Z, runs of 16, 5 and 6 slots of blocks of 16 (runs of 32 and
+ * first (scale_rows[INT8]): scores and Z, runs of 16, 5 and 6 slots of blocks of 16 (runs of 32 and
  * 16 of blocks of 32: two groups in a run), d_k 128 and 40, 1 to 9 queries. */
 TABLE_TEST(bgemm, int8_decode_tiles_equal_the_read_back_chunk, .timeout = 60)
 {
     enum { RUNS = 3, SC_LD = 96 };
     rng r = {8128};
-    cr_assert(isa->decode_scores8 && isa->decode_values8, "isa %s has no int8 float32 decode tiles", isa->name);
+    cr_assert(isa->decode_scores[MHA_KV_INT8] && isa->decode_values[MHA_KV_INT8], "isa %s has no int8 float32 decode tiles",
+              isa->name);
     for (int BS = 16; BS <= 32; BS += 16)
         for (int dk = 40; dk <= 128; dk += 88)
             for (int nq = 1; nq <= 9; nq += 4) {
@@ -614,16 +612,16 @@ TABLE_TEST(bgemm, int8_decode_tiles_equal_the_read_back_chunk, .timeout = 60)
                 for (int ri = 0; ri < RUNS; ri++) { /* read back: Kᵀ group by group, V by row */
                     for (size_t gi = 0; gi < groups; gi++) {
                         const float *gp = kp + (ri * groups + gi) * 2 * dk;
-                        isa->i8_scale_rows(k8 + ri * blk + gi * MHA_KV_GROUP, (size_t)BS, dk, MHA_KV_GROUP, gp, gp + dk,
-                                           kf + ri * blk + gi * MHA_KV_GROUP, (size_t)BS);
+                        isa->scale_rows[MHA_KV_INT8](k8 + ri * blk + gi * MHA_KV_GROUP, (size_t)BS, dk, MHA_KV_GROUP, gp,
+                                                     gp + dk, kf + ri * blk + gi * MHA_KV_GROUP, (size_t)BS);
                     }
                     for (int t = 0; t < n[ri]; t++)
-                        isa->i8_scale_rows(v8 + ri * blk + (size_t)t * dk, 0, 1, dk, &vp[ri][2 * t], &vp[ri][2 * t + 1],
-                                           vf + ri * blk + (size_t)t * dk, 0);
+                        isa->scale_rows[MHA_KV_INT8](v8 + ri * blk + (size_t)t * dk, 0, 1, dk, &vp[ri][2 * t],
+                                                     &vp[ri][2 * t + 1], vf + ri * blk + (size_t)t * dk, 0);
                     k8r[ri] = k8 + ri * blk, kfr[ri] = kf + ri * blk, kpr[ri] = kp + ri * groups * 2 * dk;
                 }
-                isa->decode_scores8(q, nq, dk, 0, dk, RUNS, k8r, kpr, n, BS, 0.125f, sc, SC_LD);
-                isa->decode_scores(q, nq, dk, 0, dk, RUNS, kfr, n, BS, 0.125f, want, SC_LD);
+                isa->decode_scores[MHA_KV_INT8](q, nq, dk, 0, dk, RUNS, k8r, kpr, n, BS, 0.125f, sc, SC_LD);
+                isa->decode_scores[MHA_KV_F32](q, nq, dk, 0, dk, RUNS, kfr, NULL, n, BS, 0.125f, want, SC_LD);
                 for (int qi = 0; qi < nq; qi++) {
                     long at = first_bit_difference(sc + (size_t)qi * SC_LD, want + (size_t)qi * SC_LD, (size_t)slots);
                     cr_assert_eq(at, -1, "%s, blocks of %d, dk %d, %d queries: score (%d, %ld) %a, read back %a", isa->name,
@@ -631,8 +629,10 @@ TABLE_TEST(bgemm, int8_decode_tiles_equal_the_read_back_chunk, .timeout = 60)
                                  want[(size_t)qi * SC_LD + (at < 0 ? 0 : at)]);
                 }
                 for (int ri = 0, at = 0; ri < RUNS; at += n[ri++]) {
-                    isa->decode_values8(e + at, (size_t)slots, nq, v8 + ri * blk, vp[ri], n[ri], dk, p, (size_t)dk, NULL);
-                    isa->decode_values(e + at, (size_t)slots, nq, vf + ri * blk, n[ri], dk, zwant, (size_t)dk, NULL);
+                    isa->decode_values[MHA_KV_INT8](e + at, (size_t)slots, nq, v8 + ri * blk, vp[ri], n[ri], dk, p,
+                                                    (size_t)dk, NULL);
+                    isa->decode_values[MHA_KV_F32](e + at, (size_t)slots, nq, vf + ri * blk, NULL, n[ri], dk, zwant,
+                                                   (size_t)dk, NULL);
                 }
                 long at = first_bit_difference(p, zwant, (size_t)nq * dk);
                 cr_assert_eq(at, -1, "%s, dk %d, %d queries: z (%ld, %ld) %a, read back %a", isa->name, dk, nq, at / dk,

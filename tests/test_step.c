@@ -740,6 +740,50 @@ Test(step, int8_rounding_is_nearbyintfs)
     cr_assert_eq(checked, 3 * 2401);
 }
 
+/* Each cache type's traits store by its rule: float32 as is and bf16 rounded (mha_bf16_round),
+ * strided; int8 one scale and zero point over the values' range (lo → −128, hi → 127, each
+ * value read back within half a step; equal values: scale 0, q 0), strided both sides; a
+ * bf16 engine reads bf16 elements as they are and int8 ones converted; only int8 is scaled. */
+Test(step, cache_types_store_by_their_rule)
+{
+    enum { N = 37, XS = 2, DS = 3 };
+    float x[N * XS];
+    rng r = {31337};
+    fill_uniform(x, N * XS, -3.0f, 5.0f, &r);
+    float f32[N * DS], scale, zero;
+    mha_bf16 b16[N * DS];
+    int8_t q[N * DS];
+    float packed[N];
+    for (int i = 0; i < N; i++)
+        packed[i] = x[i * XS];
+    const mha_kv_traits *tf = mha_kv_traits_of(MHA_KV_F32), *tb = mha_kv_traits_of(MHA_KV_BF16);
+    const mha_kv_traits *t8 = mha_kv_traits_of(MHA_KV_INT8);
+    cr_assert(!tf->scaled && !tb->scaled && t8->scaled && !tf->bf16_at);
+    tf->put(packed, N, f32, 1, DS); /* from element 1 */
+    tb->put(packed, N, b16, 2, DS);
+    t8->quantize(x, XS, N, q, 0, DS, &scale, &zero);
+    float lo = packed[0], hi = lo;
+    for (int i = 0; i < N; i++)
+        lo = packed[i] < lo ? packed[i] : lo, hi = packed[i] > hi ? packed[i] : hi;
+    cr_assert_eq(scale, (hi - lo) / 255.0f);
+    cr_assert_eq(zero, lo + 128.0f * scale);
+    int ends = 0;
+    for (int i = 0; i < N; i++) {
+        cr_assert(memcmp(&f32[1 + i * DS], &packed[i], sizeof(float)) == 0, "f32 element %d", i);
+        cr_assert_eq(b16[2 + i * DS], mha_bf16_round(packed[i]), "bf16 element %d", i);
+        cr_assert_eq(tb->bf16_at(b16, 2 + (size_t)i * DS), b16[2 + i * DS]);
+        const int8_t v = q[i * DS];
+        cr_assert_eq(t8->bf16_at(q, (size_t)i * DS), mha_bf16_round((float)v));
+        cr_assert_leq(fabsf(mha_kv_k_value(v, scale, zero) - packed[i]), 0.5f * scale * 1.0001f, "int8 element %d: %d",
+                      i, v);
+        ends += (packed[i] == lo && v == -128) + (packed[i] == hi && v == 127);
+    }
+    cr_assert_eq(ends, 2, "lo and hi at the ends of the range");
+    const float same[3] = {0.75f, 0.75f, 0.75f};
+    t8->quantize(same, 1, 3, q, 0, 1, &scale, &zero);
+    cr_assert(scale == 0.0f && zero == 0.75f && q[0] == 0 && q[1] == 0 && q[2] == 0);
+}
+
 Test(step, int8_cache_is_within_its_contract_of_the_double_reference, .timeout = 120)
 {
     const int shapes[][5] = {{64, 8, 2, 0, 0}, {256, 2, 2, 0, 40}, {128, 4, 1, 0, 0}, {64, 4, 2, 24, 0}};

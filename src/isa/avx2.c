@@ -315,10 +315,11 @@ __attribute__((target(AVX2))) static __m256 i8_load8(const int8_t *src, int n)
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(bytes)));
 }
 
-__attribute__((target(AVX2))) static void i8_scale_rows_avx2(const int8_t *src, size_t ld_src, int rows, int n,
+__attribute__((target(AVX2))) static void i8_scale_rows_avx2(const void *from, size_t ld_src, int rows, int n,
                                                              const float *row_scales, const float *row_zeros,
                                                              float *restrict dst, size_t ld_dst)
 {
+    const int8_t *src = from;
     for (int r = 0; r < rows; r++, src += ld_src, dst += ld_dst) {
         const __m256 rs = _mm256_set1_ps(row_scales[r]), rz = _mm256_set1_ps(row_zeros ? row_zeros[r] : 0.0f);
         for (int t = 0; t < n; t += 8) {
@@ -429,7 +430,7 @@ scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
                 _mm_prefetch(v[j].v + line, _MM_HINT_T0);
             _mm_prefetch(pfp[j] + at, _MM_HINT_T0);
             krow[j] = j >= nv ? _mm256_setzero_ps() : load_elems(type, v[j].kt + at, full ? 8 : v[j].lanes);
-            if (scaled && j < nv) /* q·scale + zero, i8_scale_rows' value */
+            if (scaled && j < nv) /* q·scale + zero, scale_rows' value */
                 krow[j] = _mm256_add_ps(_mm256_mul_ps(krow[j], _mm256_set1_ps(kp[j][c])), _mm256_set1_ps(kp[j][dk + c]));
         }
         for (int r = 0; r < R; r++)
@@ -492,9 +493,11 @@ scores(const mha_kv_type type, const int scaled, const float *restrict q, int nq
 }
 
 __attribute__((target(AVX2))) static void decode_scores_avx2(const float *restrict q, int nq, int dk, int c0, int c1,
-                                                            int runs, const void *const *kt, const int *n, int ld,
-                                                            float scale, float *restrict sc, size_t sc_ld)
+                                                            int runs, const void *const *kt, const float *const *kp,
+                                                            const int *n, int ld, float scale, float *restrict sc,
+                                                            size_t sc_ld)
 {
+    (void)kp; /* unscaled */
     scores(MHA_KV_F32, 0, q, nq, dk, c0, c1, runs, kt, NULL, NULL, n, ld, scale, sc, sc_ld);
 }
 
@@ -527,7 +530,7 @@ __attribute__((target(AVX2))) static void decode_scores16_avx2(const float *rest
  * the microkernel's A·V sums); the next run's rows (the last run: next's, or none) prefetched
  * row by row as it goes. full: nb = R and nl = 8 (nothing tested in the loop). scaled: key
  * t's row times vs[2t] plus vs[2t + 1] as it is loaded (an int8 cache's scale and zero point,
- * each rounded: i8_scale_rows' values). */
+ * each rounded: scale_rows' values). */
 static inline __attribute__((always_inline, target(AVX2))) void
 values_tile_as(const mha_kv_type type, const int scaled, const int R, const int V, const int full, const float *e,
                size_t e_ld, int nb, int runs, const void *const *v, const float *vs, const int *n, const void *next,
@@ -608,14 +611,16 @@ values(const mha_kv_type type, const int scaled, const float *e, size_t e_ld, in
     }
 }
 
-__attribute__((target(AVX2))) static void decode_values_avx2(const float *e, size_t e_ld, int nq, const float *v, int n,
-                                                            int dk, float *p, size_t ps, const void *next)
+__attribute__((target(AVX2))) static void decode_values_avx2(const float *e, size_t e_ld, int nq, const void *v,
+                                                            const float *vs, int n, int dk, float *p, size_t ps,
+                                                            const void *next)
 {
+    (void)vs; /* unscaled */
     const void *vr[1] = {v};
     values(MHA_KV_F32, 0, e, e_ld, nq, 1, vr, NULL, &n, next, dk, p, ps);
 }
 
-__attribute__((target(AVX2))) static void decode_values8_avx2(const float *e, size_t e_ld, int nq, const int8_t *v,
+__attribute__((target(AVX2))) static void decode_values8_avx2(const float *e, size_t e_ld, int nq, const void *v,
                                                              const float *vs, int n, int dk, float *p, size_t ps,
                                                              const void *next)
 {
@@ -625,14 +630,14 @@ __attribute__((target(AVX2))) static void decode_values8_avx2(const float *e, si
 
 /* Under FTZ, as the bf16 kernels sum; then the key padding's + 0. */
 __attribute__((target(AVX2))) static void decode_values16_avx2(const float *e, size_t e_ld, int nq, int runs,
-                                                              const void *const *v, const int *n, int i8, int dk,
-                                                              float *p, size_t ps, const mha_prefetch *pf,
+                                                              const void *const *v, const int *n, mha_kv_type type,
+                                                              int dk, float *p, size_t ps, const mha_prefetch *pf,
                                                               mha_bk_order order)
 {
     (void)pf, (void)order; /* even first only */
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | DAZ_FTZ);
-    if (i8)
+    if (type == MHA_KV_INT8)
         values(MHA_KV_INT8, 0, e, e_ld, nq, runs, v, NULL, n, NULL, dk, p, ps);
     else
         values(MHA_KV_BF16, 0, e, e_ld, nq, runs, v, NULL, n, NULL, dk, p, ps);
@@ -709,13 +714,13 @@ interleave_rows(const int i8, const void *src, size_t ld, int pairs, mha_bf16 *r
     }
 }
 
-__attribute__((target(AVX2))) static void interleave_pairs_avx2(const mha_bf16 *src, size_t ld, int pairs,
+__attribute__((target(AVX2))) static void interleave_pairs_avx2(const void *src, size_t ld, int pairs,
                                                                 mha_bf16 *restrict dst, const char *next)
 {
     interleave_rows(0, src, ld, pairs, dst, next, 64);
 }
 
-__attribute__((target(AVX2))) static void interleave_pairs_i8_avx2(const int8_t *src, size_t ld, int pairs,
+__attribute__((target(AVX2))) static void interleave_pairs_i8_avx2(const void *src, size_t ld, int pairs,
                                                                    mha_bf16 *restrict dst, const char *next)
 {
     interleave_rows(1, src, ld, pairs, dst, next, 32);
@@ -888,18 +893,15 @@ const mha_isa mha_isa_avx2 = {
     .rope_pairs = rope_pairs_avx2,
     .softmax_row = softmax_row_avx2,
     .softcap_row = softcap_row_avx2,
-    .i8_scale_rows = i8_scale_rows_avx2,
-    .decode_scores = decode_scores_avx2,
-    .decode_values = decode_values_avx2,
-    .decode_scores8 = decode_scores8_avx2,
-    .decode_values8 = decode_values8_avx2,
+    .scale_rows = {[MHA_KV_INT8] = i8_scale_rows_avx2},
+    .decode_scores = {[MHA_KV_F32] = decode_scores_avx2, [MHA_KV_INT8] = decode_scores8_avx2},
+    .decode_values = {[MHA_KV_F32] = decode_values_avx2, [MHA_KV_INT8] = decode_values8_avx2},
     .decode16_orders = 1u << MHA_BK_EVEN_FIRST,
     .decode_scores16 = decode_scores16_avx2,
     .decode_values16 = decode_values16_avx2,
     .round_into_tiles = round_into_tiles_avx2,
     .round_bf16_floats = round_bf16_floats_avx2,
     .pack_b16 = pack_b16_avx2,
-    .interleave_pairs = interleave_pairs_avx2,
-    .interleave_pairs_i8 = interleave_pairs_i8_avx2,
+    .interleave_pairs = {[MHA_KV_BF16] = interleave_pairs_avx2, [MHA_KV_INT8] = interleave_pairs_i8_avx2},
     .epilogue_block = epilogue_block_avx2,
 };

@@ -333,10 +333,11 @@ __attribute__((target(AVX512))) static void softcap_row_avx512(float *s, int n, 
 }
 
 /* int8 cache elements to float32, 16 at a time (the tail under a mask). */
-__attribute__((target(AVX512))) static void i8_scale_rows_avx512(const int8_t *src, size_t ld_src, int rows, int n,
+__attribute__((target(AVX512))) static void i8_scale_rows_avx512(const void *from, size_t ld_src, int rows, int n,
                                                                  const float *row_scales, const float *row_zeros,
                                                                  float *restrict dst, size_t ld_dst)
 {
+    const int8_t *src = from;
     for (int r = 0; r < rows; r++, src += ld_src, dst += ld_dst) {
         const __m512 rs = _mm512_set1_ps(row_scales[r]), rz = _mm512_set1_ps(row_zeros ? row_zeros[r] : 0.0f);
         for (int t = 0; t < n; t += 16) {
@@ -399,7 +400,7 @@ static inline __attribute__((target(AVX512))) __m512i round_lanes(__m512 x)
 
 /* 16 elements (lanes m, the rest zero) of a cache row at x as float32: float32 as it is, bf16
  * widened (a shift), int8 converted (exact); scaled: times the scales s, one rounded multiply
- * (an int8 cache in a float32 engine: i8_scale_rows' values). */
+ * (an int8 cache in a float32 engine: scale_rows' values). */
 static inline __attribute__((always_inline, target(AVX512))) __m512 load16(const mha_kv_type type, const int scaled,
                                                                            const char *x, __mmask16 m, __m512 s)
 {
@@ -429,7 +430,7 @@ static inline __attribute__((always_inline, target(AVX512))) void fma_rows(const
  * accumulators, each score one FMA chain over the features [c0, c1) from zero, then scale ·
  * sum (+ sc when c0 > 0): the microkernel's sums. One Kᵀ row load per feature and vector for
  * all queries (int8 K, scaled: each value q·scale + zero of its feature in the vector's group,
- * i8_scale_rows' value); the next tile's vectors (pf, npf
+ * scale_rows' value); the next tile's vectors (pf, npf
  * of them) prefetched row by row as it goes, and (bf16 or int8) the vectors' value rows (when
  * given) into L2 a line per feature. full: nb = R, nv = V, every vector 16 slots wide (nothing
  * tested in the loop, so the accumulators stay in registers). */
@@ -516,9 +517,11 @@ scores(const mha_kv_type type, const int scaled, const float *restrict q, int nq
 }
 
 __attribute__((target(AVX512))) static void decode_scores_avx512(const float *restrict q, int nq, int dk, int c0, int c1,
-                                                                 int runs, const void *const *kt, const int *n, int ld,
-                                                                 float scale, float *restrict sc, size_t sc_ld)
+                                                                 int runs, const void *const *kt, const float *const *kp,
+                                                                 const int *n, int ld, float scale, float *restrict sc,
+                                                                 size_t sc_ld)
 {
+    (void)kp; /* unscaled */
     scores(MHA_KV_F32, 0, q, nq, dk, c0, c1, runs, kt, NULL, NULL, n, ld, scale, sc, sc_ld);
 }
 
@@ -536,7 +539,7 @@ __attribute__((target(AVX512))) static void decode_scores8_avx512(const float *r
  * block's rows (next, or NULL) prefetched row by row as it goes, so the prefetches are spread
  * as evenly as the loads (all of a row's lines at once was 10% slower: fill buffers run out).
  * Elements of the cache's type; scaled: row t times vs[2t] plus vs[2t + 1] as it loads (an
- * int8 cache's scale and zero point: i8_scale_rows' values). full: nb = R (nothing tested in
+ * int8 cache's scale and zero point: scale_rows' values). full: nb = R (nothing tested in
  * the loop). */
 static inline __attribute__((always_inline, target(AVX512))) void
 values_tile_as(const mha_kv_type type, const int scaled, const int R, const int V, const int full, const float *e,
@@ -611,13 +614,15 @@ values(const mha_kv_type type, const int scaled, const float *e, size_t e_ld, in
     }
 }
 
-__attribute__((target(AVX512))) static void decode_values_avx512(const float *e, size_t e_ld, int nq, const float *v,
-                                                                 int n, int dk, float *p, size_t ps, const void *next)
+__attribute__((target(AVX512))) static void decode_values_avx512(const float *e, size_t e_ld, int nq, const void *v,
+                                                                 const float *vs, int n, int dk, float *p, size_t ps,
+                                                                 const void *next)
 {
+    (void)vs; /* unscaled */
     values(MHA_KV_F32, 0, e, e_ld, nq, v, NULL, n, dk, p, ps, next);
 }
 
-__attribute__((target(AVX512))) static void decode_values8_avx512(const float *e, size_t e_ld, int nq, const int8_t *v,
+__attribute__((target(AVX512))) static void decode_values8_avx512(const float *e, size_t e_ld, int nq, const void *v,
                                                                   const float *vs, int n, int dk, float *p, size_t ps,
                                                                   const void *next)
 {
@@ -676,13 +681,13 @@ interleave_rows(const int i8, const void *src, size_t ld, int pairs, mha_bf16 *r
     }
 }
 
-__attribute__((target(AVX512))) static void interleave_pairs_avx512(const mha_bf16 *src, size_t ld, int pairs,
+__attribute__((target(AVX512))) static void interleave_pairs_avx512(const void *src, size_t ld, int pairs,
                                                                     mha_bf16 *restrict dst, const char *next)
 {
     interleave_rows(0, src, ld, pairs, dst, next, 64);
 }
 
-__attribute__((target(AVX512))) static void interleave_pairs_i8_avx512(const int8_t *src, size_t ld, int pairs,
+__attribute__((target(AVX512))) static void interleave_pairs_i8_avx512(const void *src, size_t ld, int pairs,
                                                                        mha_bf16 *restrict dst, const char *next)
 {
     interleave_rows(1, src, ld, pairs, dst, next, 32);
@@ -1209,8 +1214,10 @@ static void decode_scores16_avx512(const float *restrict q, int nq, int dk, int 
 }
 
 static void decode_values16_avx512(const float *e, size_t e_ld, int nq, int runs, const void *const *v, const int *n,
-                                   int i8, int dk, float *p, size_t ps, const mha_prefetch *pf, mha_bk_order order)
+                                   mha_kv_type type, int dk, float *p, size_t ps, const mha_prefetch *pf,
+                                   mha_bk_order order)
 {
+    const int i8 = type == MHA_KV_INT8;
     if (order == MHA_BK_ODD_FIRST)
         dp_values16(e, e_ld, nq, runs, v, n, i8, dk, p, ps, pf);
     else
@@ -1252,11 +1259,9 @@ const mha_isa mha_isa_avx512 = {
     .rope_pairs = rope_pairs_avx512,
     .softmax_row = softmax_row_avx512,
     .softcap_row = softcap_row_avx512,
-    .i8_scale_rows = i8_scale_rows_avx512,
-    .decode_scores = decode_scores_avx512,
-    .decode_values = decode_values_avx512,
-    .decode_scores8 = decode_scores8_avx512,
-    .decode_values8 = decode_values8_avx512,
+    .scale_rows = {[MHA_KV_INT8] = i8_scale_rows_avx512},
+    .decode_scores = {[MHA_KV_F32] = decode_scores_avx512, [MHA_KV_INT8] = decode_scores8_avx512},
+    .decode_values = {[MHA_KV_F32] = decode_values_avx512, [MHA_KV_INT8] = decode_values8_avx512},
     .decode16_orders = 1u << MHA_BK_EVEN_FIRST | 1u << MHA_BK_ODD_FIRST,
     .decode_scores16 = decode_scores16_avx512,
     .decode_values16 = decode_values16_avx512,
@@ -1264,7 +1269,6 @@ const mha_isa mha_isa_avx512 = {
     .round_into_tiles = round_into_tiles_avx512,
     .round_bf16_floats = round_bf16_floats_avx512,
     .pack_b16 = pack_b16_avx512,
-    .interleave_pairs = interleave_pairs_avx512,
-    .interleave_pairs_i8 = interleave_pairs_i8_avx512,
+    .interleave_pairs = {[MHA_KV_BF16] = interleave_pairs_avx512, [MHA_KV_INT8] = interleave_pairs_i8_avx512},
     .epilogue_block = epilogue_block_avx512,
 };

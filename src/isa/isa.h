@@ -28,6 +28,7 @@
 #include "attention.h" /* MHA_KV_CHUNK: the most slots one decode_scores call takes */
 #include "bgemm.h"
 #include "gemm.h"
+#include "kvcache.h" /* MHA_KV_TYPES: the per-type operations */
 #include "softmax.h"
 
 /* Memory to bring into cache while a tile computes from cache: n regions of `bytes` each
@@ -82,35 +83,36 @@ typedef struct mha_isa {
      * exp_poly.h (ref lane by lane as mha_tanh_poly; the vector tables with FMA: like their
      * exp, within a few ulp of ref's, not its bits). */
     void (*softcap_row)(float *s, int n, float cap);
-    /* Decode scores (float32 engines) over the runs of one chunk: run r holds n[r] slots of a
-     * block, Kᵀ at kt[r] (float32, feature c of slot t at kt[r][c · ld + t]), its scores
-     * following the previous runs' in each row of sc. Over the features [c0, c1) of one pass, sc[qi · sc_ld + slot] = scale · Σ_c q[qi · dk + c]
-     * · kt, plus sc when c0 > 0: the microkernel's sums (one chain per score in feature order
-     * from zero, FMA in the vector tables, a multiply and an add in ref, then alpha·sum (+ C)),
-     * so decode scores equal the forward's. Instruction-level parallelism comes from slots of
-     * several blocks and from queries at once, never from splitting the features. */
-    void (*decode_scores)(const float *restrict q, int nq, int dk, int c0, int c1, int runs, const void *const *kt,
-                          const int *n, int ld, float scale, float *restrict sc, size_t sc_ld);
-    /* Decode values: p[qi · ps + c] += Σ_t e[qi · e_ld + t] · v[t · dk + c] over n rows, key by
-     * key in order (one chain per output, as the microkernel sums A·V over a chunk); next as
-     * above. */
-    void (*decode_values)(const float *e, size_t e_ld, int nq, const float *v, int n, int dk, float *p, size_t ps,
-                          const void *next);
-    /* float32 decode from an int8 cache: decode_scores' and decode_values' sums on the
-     * elements read back as they are loaded (the values i8_scale_rows gives, so the same bits
-     * as reading the chunk back first): K per feature, kp[r] the parameters of run r's first
-     * group (runs of whole groups of MHA_KV_GROUP slots, from a group's start), q·scale + zero
-     * rounded twice; V per row, vs its parameters (mha_kv_v_params: slot t's scale at [2t],
-     * zero point at [2t + 1]), q·scale + zero, rounded twice. Every table has them. */
-    void (*decode_scores8)(const float *restrict q, int nq, int dk, int c0, int c1, int runs, const void *const *kt,
-                           const float *const *kp, const int *n, int ld, float scale, float *restrict sc,
-                           size_t sc_ld);
-    void (*decode_values8)(const float *e, size_t e_ld, int nq, const int8_t *v, const float *vs, int n, int dk, float *p,
-                           size_t ps, const void *next);
+    /* ---- per KV cache type: indexed by mha_kv_type (kvcache.h), NULL where the type has
+     * none ---- */
+    /* Decode scores (float32 products: a float32 engine's, and an int8 cache's in either) over
+     * the runs of one chunk: run r holds n[r] slots of a block, Kᵀ at kt[r] (feature c of slot t
+     * at element c · ld + t of kt[r]), its scores following the previous runs' in each row of
+     * sc. Over the features [c0, c1) of one pass, sc[qi · sc_ld + slot] = scale · Σ_c q[qi · dk
+     * + c] · kt, plus sc when c0 > 0: the microkernel's sums (one chain per score in feature
+     * order from zero, FMA in the vector tables, a multiply and an add in ref, then
+     * alpha·sum (+ C)), so decode scores equal the forward's. Instruction-level parallelism
+     * comes from slots of several blocks and from queries at once, never from splitting the
+     * features. A scaled type's elements are read back as they are loaded (the values
+     * scale_rows gives, so the same bits as reading the chunk back first): kp[r] the
+     * parameters of run r's first group (runs of whole groups of MHA_KV_GROUP slots, from a
+     * group's start; mha_kv_k_params), q·scale + zero rounded twice; kp NULL for an unscaled
+     * type. Every table has F32 and INT8. */
+    void (*decode_scores[MHA_KV_TYPES])(const float *restrict q, int nq, int dk, int c0, int c1, int runs,
+                                        const void *const *kt, const float *const *kp, const int *n, int ld,
+                                        float scale, float *restrict sc, size_t sc_ld);
+    /* Decode values: p[qi · ps + c] += Σ_t e[qi · e_ld + t] · v[t · dk + c] over n rows of v,
+     * key by key in order (one chain per output, as the microkernel sums A·V over a chunk);
+     * next (or NULL): what to prefetch as it goes. A scaled type's rows read back as loaded:
+     * vs their parameters (mha_kv_v_params: slot t's scale at [2t], zero point at [2t + 1]),
+     * q·scale + zero rounded twice; vs NULL for an unscaled type. Every table has F32 and
+     * INT8. */
+    void (*decode_values[MHA_KV_TYPES])(const float *e, size_t e_ld, int nq, const void *v, const float *vs, int n,
+                                        int dk, float *p, size_t ps, const void *next);
     /* bf16 decode (engines whose bf16 kernel sums in an order of decode16_orders: a bit
      * 1 << mha_bk_order each; order says which the engine's kernel sums in), straight
-     * from a bf16 cache or (i8, the values only: an int8 cache's scores are decode_scores8's
-     * float32 sums in either engine) an int8 one, converted in registers: no panels (V's int8
+     * from a bf16 cache or (type INT8, the values only: an int8 cache's scores are float32
+     * decode_scores in either engine) an int8 one, converted in registers: no panels (V's int8
      * values themselves, exact). q and e hold bf16 values (rounded as the kernels' A panels hold them); every sum
      * is the kernels' (mha_bk_block_model in that order): one chain from zero in increasing k
      * pairs, products exact, sums flushed to zero when denormal. Even first: FMA on widened
@@ -130,15 +132,17 @@ typedef struct mha_isa {
     void (*decode_scores16)(const float *restrict q, int nq, int dk, int runs, const void *const *kt,
                             const void *const *v, const int *n, int ld, float scale, float *restrict sc,
                             size_t sc_ld, mha_bk_order order);
-    void (*decode_values16)(const float *e, size_t e_ld, int nq, int runs, const void *const *v, const int *n, int i8,
-                            int dk, float *p, size_t ps, const mha_prefetch *pf, mha_bk_order order);
-    /* An int8 cache's block read back as float32: rows × n elements, src's rows ld_src apart,
-     * dst's ld_dst apart, dst[r][t] = (float)src[r][t] · row_scales[r] (+ row_zeros[r] unless
-     * NULL): V (a scale and a zero point per slot, a row) or Kᵀ (a scale and a zero point per feature, a row:
-     * mha_kv_k_value). An exact conversion, a rounded multiply and a rounded add: the same bits
-     * in every table. */
-    void (*i8_scale_rows)(const int8_t *src, size_t ld_src, int rows, int n, const float *row_scales,
-                          const float *row_zeros, float *restrict dst, size_t ld_dst);
+    void (*decode_values16)(const float *e, size_t e_ld, int nq, int runs, const void *const *v, const int *n,
+                            mha_kv_type type, int dk, float *p, size_t ps, const mha_prefetch *pf,
+                            mha_bk_order order);
+    /* A scaled type's block read back as float32 (indexed by mha_kv_type: INT8): rows × n
+     * elements, src's rows ld_src elements apart, dst's ld_dst apart, dst[r][t] =
+     * (float)src[r][t] · row_scales[r] (+ row_zeros[r] unless NULL): V (a scale and a zero
+     * point per slot, a row) or Kᵀ (a scale and a zero point per feature, a row:
+     * mha_kv_k_value). An exact conversion, a rounded multiply and a rounded add: the same
+     * bits in every table. */
+    void (*scale_rows[MHA_KV_TYPES])(const void *src, size_t ld_src, int rows, int n, const float *row_scales,
+                                     const float *row_zeros, float *restrict dst, size_t ld_dst);
 
     /* ---- bf16 ---- */
     /* n contiguous floats at src, elements c .. c + n − 1 of a row of A, rounded to bf16 (as
@@ -160,14 +164,15 @@ typedef struct mha_isa {
     void (*round_bf16_floats)(float *x, int n);
     /* B (kk × n), or srcᵀ, into bf16 VNNI panels (mha_bk_pack_b's contract; same bits). */
     void (*pack_b16)(const mha_kernel *k, mha_mat src, int transpose, int kk, int n, mha_bf16 *dst, size_t ps);
-    /* Pairs of rows into VNNI pairs, as bf16 B panels hold them: for p < pairs and i < 16,
-     * dst[32p + 2i + e] = src[(2p + e)·ld + i]. A cache chunk's Kᵀ (features in pairs, 16 keys)
-     * and V (keys in pairs, 16 features) into the kernels' panels. A copy. next (or NULL): a
-     * line of what the caller reads next prefetched per pair, next + 64·p (ref ignores it). */
-    void (*interleave_pairs)(const mha_bf16 *src, size_t ld, int pairs, mha_bf16 *restrict dst, const char *next);
-    /* The same from an int8 cache: each element converted to bf16 (exact: |x| <= 127 needs 7
-     * bits), the same bits in every table; next + 32·p prefetched per pair. */
-    void (*interleave_pairs_i8)(const int8_t *src, size_t ld, int pairs, mha_bf16 *restrict dst, const char *next);
+    /* Pairs of rows of a type's elements into VNNI pairs, as bf16 B panels hold them
+     * (indexed by mha_kv_type: BF16, INT8): for p < pairs and i < 16, dst[32p + 2i + e] = the
+     * element (2p + e)·ld + i of src as bf16 (the type's bf16_at: a copy, or an int8 converted,
+     * exact: |x| <= 127 needs 7 bits; the same bits in every table). A cache chunk's Kᵀ
+     * (features in pairs, 16 keys) and V (keys in pairs, 16 features) into the kernels'
+     * panels. next (or NULL): a line of what the caller reads next prefetched per pair,
+     * next + 64·p for bf16, + 32·p for int8 (ref ignores it). */
+    void (*interleave_pairs[MHA_KV_TYPES])(const void *src, size_t ld, int pairs, mha_bf16 *restrict dst,
+                                           const char *next);
     /* A block's epilogue, rows i < rows, columns j < cols <= 32: C = alpha·acc[i·32 + j], then
      * + beta·C (beta 0: C not read), a multiply and an add each rounded (same bits in every
      * table); C's columns 0..15 of row i at c0 + i·ldc, 16..31 at c1 + i·ldc. */

@@ -52,9 +52,10 @@ static void softcap_row_ref(float *s, int n, float cap)
         s[j] = cap * mha_tanh_poly(s[j] / cap);
 }
 
-static void i8_scale_rows_ref(const int8_t *src, size_t ld_src, int rows, int n, const float *row_scales,
+static void i8_scale_rows_ref(const void *from, size_t ld_src, int rows, int n, const float *row_scales,
                               const float *row_zeros, float *restrict dst, size_t ld_dst)
 {
+    const int8_t *src = from;
     for (int r = 0; r < rows; r++)
         for (int t = 0; t < n; t++) {
             const float x = (float)src[r * ld_src + t] * row_scales[r];
@@ -103,7 +104,7 @@ static float elem_at(const void *p, mha_kv_type type, size_t i)
 /* One chain per score, feature by feature: float32 a multiply and an add each rounded, as the
  * portable sub-configs' microkernels sum; bf16 (bf16 set) as the bf16 model sums (flushed).
  * int8 K (kp: each run's first group's parameters; float32 sums in either engine): each
- * element q·scale + zero of its feature, i8_scale_rows' value. */
+ * element q·scale + zero of its feature, scale_rows' value. */
 static void scores_ref(mha_kv_type type, int bf16, const float *restrict q, int nq, int dk, int c0, int c1, int runs,
                        const void *const *kt, const float *const *kp, const int *n, int ld, float scale,
                        float *restrict sc, size_t sc_ld)
@@ -144,8 +145,10 @@ static void values_ref(mha_kv_type type, const float *e, size_t e_ld, int nq, co
 }
 
 static void decode_scores_ref(const float *restrict q, int nq, int dk, int c0, int c1, int runs, const void *const *kt,
-                              const int *n, int ld, float scale, float *restrict sc, size_t sc_ld)
+                              const float *const *kp, const int *n, int ld, float scale, float *restrict sc,
+                              size_t sc_ld)
 {
+    (void)kp; /* unscaled */
     scores_ref(MHA_KV_F32, 0, q, nq, dk, c0, c1, runs, kt, NULL, n, ld, scale, sc, sc_ld);
 }
 
@@ -156,14 +159,14 @@ static void decode_scores8_ref(const float *restrict q, int nq, int dk, int c0, 
     scores_ref(MHA_KV_INT8, 0, q, nq, dk, c0, c1, runs, kt, kp, n, ld, scale, sc, sc_ld);
 }
 
-static void decode_values_ref(const float *e, size_t e_ld, int nq, const float *v, int n, int dk, float *p, size_t ps,
-                              const void *next)
+static void decode_values_ref(const float *e, size_t e_ld, int nq, const void *v, const float *vs, int n, int dk,
+                              float *p, size_t ps, const void *next)
 {
-    (void)next;
+    (void)vs, (void)next; /* unscaled */
     values_ref(MHA_KV_F32, e, e_ld, nq, v, NULL, n, dk, p, ps);
 }
 
-static void decode_values8_ref(const float *e, size_t e_ld, int nq, const int8_t *v, const float *vs, int n, int dk,
+static void decode_values8_ref(const float *e, size_t e_ld, int nq, const void *v, const float *vs, int n, int dk,
                                float *p, size_t ps, const void *next)
 {
     (void)next;
@@ -179,12 +182,13 @@ static void decode_scores16_ref(const float *restrict q, int nq, int dk, int run
 }
 
 static void decode_values16_ref(const float *e, size_t e_ld, int nq, int runs, const void *const *v, const int *n,
-                                int i8, int dk, float *p, size_t ps, const mha_prefetch *pf, mha_bk_order order)
+                                mha_kv_type type, int dk, float *p, size_t ps, const mha_prefetch *pf,
+                                mha_bk_order order)
 {
     (void)pf, (void)order; /* even first only */
     int keys = 0;
     for (int r = 0; r < runs; keys += n[r++])
-        values_ref(i8 ? MHA_KV_INT8 : MHA_KV_BF16, e + keys, e_ld, nq, v[r], NULL, n[r], dk, p, ps);
+        values_ref(type, e + keys, e_ld, nq, v[r], NULL, n[r], dk, p, ps);
     mha_values16_finish(p, ps, nq, keys, dk); /* the padding's zero products */
 }
 
@@ -204,18 +208,19 @@ static void round_bf16_floats_ref(float *x, int n)
         x[i] = mha_bf16_float(mha_bf16_round(x[i]));
 }
 
-static void interleave_pairs_ref(const mha_bf16 *src, size_t ld, int pairs, mha_bf16 *restrict dst,
-                                 const char *next)
+static void interleave_pairs_ref(const void *from, size_t ld, int pairs, mha_bf16 *restrict dst, const char *next)
 {
     (void)next;
+    const mha_bf16 *src = from;
     for (int p = 0; p < pairs; p++, src += 2 * ld, dst += 2 * MHA_BT_N)
         for (int i = 0; i < MHA_BT_N; i++)
             dst[2 * i] = src[i], dst[2 * i + 1] = src[ld + i];
 }
 
-static void interleave_pairs_i8_ref(const int8_t *src, size_t ld, int pairs, mha_bf16 *restrict dst, const char *next)
+static void interleave_pairs_i8_ref(const void *from, size_t ld, int pairs, mha_bf16 *restrict dst, const char *next)
 {
     (void)next;
+    const int8_t *src = from;
     for (int p = 0; p < pairs; p++, src += 2 * ld, dst += 2 * MHA_BT_N)
         for (int i = 0; i < MHA_BT_N; i++)
             dst[2 * i] = mha_bf16_round((float)src[i]), dst[2 * i + 1] = mha_bf16_round((float)src[ld + i]);
@@ -277,18 +282,15 @@ const mha_isa mha_isa_ref = {
     .rope_pairs = rope_pairs_ref,
     .softmax_row = softmax_row_ref,
     .softcap_row = softcap_row_ref,
-    .i8_scale_rows = i8_scale_rows_ref,
-    .decode_scores = decode_scores_ref,
-    .decode_values = decode_values_ref,
-    .decode_scores8 = decode_scores8_ref,
-    .decode_values8 = decode_values8_ref,
+    .scale_rows = {[MHA_KV_INT8] = i8_scale_rows_ref},
+    .decode_scores = {[MHA_KV_F32] = decode_scores_ref, [MHA_KV_INT8] = decode_scores8_ref},
+    .decode_values = {[MHA_KV_F32] = decode_values_ref, [MHA_KV_INT8] = decode_values8_ref},
     .decode16_orders = 1u << MHA_BK_EVEN_FIRST,
     .decode_scores16 = decode_scores16_ref,
     .decode_values16 = decode_values16_ref,
     .round_into_tiles = round_into_tiles_ref,
     .round_bf16_floats = round_bf16_floats_ref,
     .pack_b16 = pack_b16_ref,
-    .interleave_pairs = interleave_pairs_ref,
-    .interleave_pairs_i8 = interleave_pairs_i8_ref,
+    .interleave_pairs = {[MHA_KV_BF16] = interleave_pairs_ref, [MHA_KV_INT8] = interleave_pairs_i8_ref},
     .epilogue_block = epilogue_block_ref,
 };
