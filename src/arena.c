@@ -167,8 +167,6 @@ int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine
     const size_t w = (size_t)k->bw;
     p->dkp = (int)mha_round_up((size_t)dims->dk, w);
     p->ld_scores = (ptrdiff_t)mha_round_up((size_t)dims->seq_kv, 16);
-    p->w_ps = dims->bf16 ? mha_bk_ps(dims->d) : 0;
-    p->wo_ps = dims->bf16 ? mha_bk_ps(dims->qd) : 0;
     p->xpack_stride = mha_gemm_packed_a_floats(k, (size_t)dims->seq_q, (size_t)dims->d); /* seq_q, d <= 2^20, 2^16 */
     if (dims->bf16) /* bf16 A panels, in floats' room */
         p->xpack_stride = (product(mha_round_up((size_t)dims->seq_q, MHA_BT_M), mha_bk_kp(dims->d), 1, &of) + 1) / 2;

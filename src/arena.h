@@ -90,8 +90,6 @@ typedef struct mha_arena_plan {
     size_t slice_off[MHA_SLICE_COUNT], slice_bytes[MHA_SLICE_COUNT]; /* inside a worker slice */
     size_t scratch_stride;  /* bytes per worker slice, a multiple of MHA_PAGE */
     size_t xpack_stride;    /* floats per sequence in xpack */
-    size_t w_ps;            /* bf16: elements per B panel of Wqkv (d rounded to k tiles · 16) */
-    size_t wo_ps;           /* bf16: the same of Wo (qd rounded to k tiles · 16) */
     int dkp;                /* d_k rounded up to whole B panels */
     ptrdiff_t ld_scores;    /* row stride of the score tile */
     mha_mla_plan mla;       /* MLA engines: where their weights sit (on 0 otherwise) */

@@ -32,11 +32,9 @@ void mha_attention_pack_rows(const mha_fwd *f, int b, int r0, int r1)
 {
     const mha_kernel *k = f->kernel;
     const mha_mat x = mha_mat_rows(k, f->call->q + (size_t)b * f->call->seq_q * f->d, f->d);
-    float *xp = f->xpack + (size_t)b * f->xpack_stride;
-    if (f->bk) /* r0 is a multiple of MHA_PACK_BLOCK, so of the 16-row panels */
-        mha_bk_pack_a(k, x, r0, r1 - r0, f->d, (mha_bf16 *)(void *)xp + (size_t)r0 * mha_bk_kp(f->d));
-    else
-        mha_gemm_pack_a(k, x, r0, r1 - r0, 0, f->d, xp + (size_t)r0 * f->d);
+    char *xp = (char *)(f->xpack + (size_t)b * f->xpack_stride);
+    /* r0 is a multiple of MHA_PACK_BLOCK, so of every A panel's rows */
+    f->prod->pack_a(k, x, r0, r1 - r0, f->d, xp + (size_t)r0 * f->prod->a_row(f->d) * f->prod->esz);
 }
 
 void mha_attention_project(const mha_fwd *f, const mha_scratch *s, int m, const float *x, const float *xp, int g,
@@ -51,17 +49,8 @@ void mha_attention_project(const mha_fwd *f, const mha_scratch *s, int m, const 
     const float beta = f->has_bias ? 1.0f : 0.0f;
     if (f->has_bias)
         mha_mat_fill_rows(k, c, m, n, bias + wcol);
-    if (f->bk) { /* wcol is a multiple of dkp, so of the 16-column panels */
-        const mha_bf16 *wb = f->wqkv16 + (size_t)g * mha_bk_kp(f->d) * width + (size_t)(wcol / MHA_BT_N) * f->w_ps;
-        mha_bgemm(f->bk, k, m, n, f->d, 1.0f, (const mha_bf16 *)(const void *)xp, mha_mat_rows(k, x, f->d), wb, f->w_ps,
-                  beta, c, s->apack16);
-        return;
-    }
-    mha_mat wb = mha_mat_sub(k, mha_mat_panels(k, f->wqkv + (size_t)g * f->d * width, f->d), 0, wcol);
-    if (xp && !mha_gemm_few_rows(k, m)) /* few rows are read from x itself */
-        mha_gemm_prepacked(k, m, n, f->d, 1.0f, xp, wb, beta, c);
-    else
-        mha_gemm(k, m, n, f->d, 1.0f, mha_mat_rows(k, x, f->d), wb, beta, c, s->apack);
+    /* wcol is a multiple of dkp, so of every kind's panels */
+    f->prod->gemm(f, s, m, n, f->d, xp, mha_mat_rows(k, x, f->d), f->wqkv, g * (int)width + wcol, beta, c);
 }
 
 /* bf16: the tile of room past V's kl keys in s->v16 zeroed (mha_attention_v16_ps). */
@@ -619,11 +608,7 @@ void mha_attention_out_rows(const mha_fwd *f, int b, int r0, int r1, const mha_s
         if (f->has_bias)
             mha_mat_fill_rows(k, om, m, f->d, f->bo);
         const float beta = f->has_bias ? 1.0f : 0.0f;
-        if (f->bk)
-            mha_bgemm(f->bk, k, m, f->d, f->qd, 1.0f, NULL, mha_mat_rows(k, z, zd), f->wo16, f->wo_ps, beta, om,
-                      s->apack16);
-        else
-            mha_gemm(k, m, f->d, f->qd, 1.0f, mha_mat_rows(k, z, zd), mha_mat_panels(k, f->wo, f->qd), beta, om, s->apack);
+        f->prod->gemm(f, s, m, f->d, f->qd, NULL, mha_mat_rows(k, z, zd), f->wo, 0, beta, om);
     }
     const int zero_from = valid_end > r0 ? valid_end : r0;
     if (zero_from < r1)

@@ -9,6 +9,7 @@
 #include "bgemm.h"
 #include "gemm.h"
 #include "mha.h"
+#include "products.h"
 #include "softmax.h"
 
 /* Rows of one output-projection task and of one input-packing task: fixed, so results never
@@ -129,19 +130,21 @@ typedef struct mha_fwd {
     mha_rope_style rope;          /* MHA_ROPE_NONE: no rotation */
     int rope_dim;                 /* features rotated */
     const float *rope_cos, *rope_sin; /* (positions, rope_dim / 2) */
-    const float *wqkv, *bqkv;     /* per KV head: panels (d, (group + 2)·dkp); ((group + 2)·dkp) */
-    const float *wo, *bo;         /* panels (qd, round_up(d, bw)); (d) */
+    const mha_products *prod;     /* the products on packed weights, in the engine's precision */
     const mha_bkernel *bk;        /* bf16 engines: the kernel of every product; NULL: float32 */
-    const mha_bf16 *wqkv16, *wo16;/* bf16 engines: wqkv, wo in bf16 B panels of w_ps, wo_ps elements */
-    size_t w_ps, wo_ps;
+    const void *wqkv;             /* packed by prod (d rows, kvh·width columns, width (group + 2)·dkp):
+                                   * KV head g's [Wq_{g·G} | Wk_g | Wv_g | Wq_{g·G+1} | …] at column
+                                   * g·width, each part dkp wide */
+    const float *bqkv;            /* per KV head: (width) */
+    const void *wo;               /* packed by prod: (qd, d) */
+    const float *bo;              /* (d) */
     float *z;                     /* (batch, seq_q, qd) */
     float *xpack;                 /* per sequence (xpack_stride floats): q in A panels, all of d */
     size_t xpack_stride;
     /* MLA engines (mla.h), else NULL and zero: z holds Q_abs (rows of h·dk) */
     const struct mha_mla_plan *mla; /* where the weights sit */
     mha_mla mla_dims;             /* the config's widths */
-    const float *mla_w;           /* f32: the weights in panels (mla_w16: bf16 B panels) */
-    const mha_bf16 *mla_w16;
+    const void *mla_w;            /* the weights packed by prod, each at its offset (elements) */
     const float *mla_v;           /* the RMSNorms' factors and the biases */
     float *mla_k, *mla_z;         /* (batch·seq_kv, dk): [c | k_rope]; (batch·seq_q, h·dv): latent outputs */
 } mha_fwd;

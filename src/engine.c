@@ -130,13 +130,13 @@ static void make_model(mha_engine *e)
         .k_saved = v->k_saved,
         .rope = dm->rope.style, .rope_dim = dm->rope.rotary_dim,
         .rope_cos = v->rope_cos, .rope_sin = v->rope_sin,
-        .wqkv = v->wqkv, .bqkv = v->bqkv, .wo = v->wo, .bo = v->bo,
-        .bk = e->bkernel,
-        .wqkv16 = v->wqkv16, .wo16 = v->wo16, .w_ps = e->plan.w_ps, .wo_ps = e->plan.wo_ps,
+        .prod = mha_products_of(e->bkernel), .bk = e->bkernel,
+        .wqkv = dm->bf16 ? (const void *)v->wqkv16 : v->wqkv, .bqkv = v->bqkv,
+        .wo = dm->bf16 ? (const void *)v->wo16 : v->wo, .bo = v->bo,
         .z = v->z,
         .xpack = v->xpack, .xpack_stride = e->plan.xpack_stride,
         .mla = e->plan.mla.on ? &e->plan.mla : NULL, .mla_dims = dm->mla,
-        .mla_w = v->mla_w, .mla_w16 = v->mla_w16, .mla_v = v->mla_v, .mla_k = v->mla_k, .mla_z = v->mla_z,
+        .mla_w = dm->bf16 ? (const void *)v->mla_w16 : v->mla_w, .mla_v = v->mla_v, .mla_k = v->mla_k, .mla_z = v->mla_z,
     };
 }
 

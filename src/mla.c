@@ -100,11 +100,8 @@ mha_status mha_mla_weights_check(const mha_mla_weights *w, const mha_dims *dims,
 static void pack_lin(const mha_fwd *f, const mha_mla_lin *l, size_t extra, const float *w, ptrdiff_t ld, int transpose)
 {
     const mha_kernel *k = f->kernel;
-    const mha_mat src = mha_mat_rows(k, w, ld);
-    if (f->bk)
-        mha_bk_pack_b(k, src, transpose, l->kk, l->n, (mha_bf16 *)f->mla_w16 + l->off + extra, mha_bk_ps(l->kk));
-    else
-        mha_pack_panels(k, l->kk, l->n, src, transpose, (float *)f->mla_w + l->off + extra);
+    f->prod->pack_b(k, mha_mat_rows(k, w, ld), transpose, l->kk, l->n,
+                    (char *)(void *)f->mla_w + (l->off + extra) * f->prod->esz);
 }
 
 void mha_mla_weights_pack(const mha_mla_weights *w, const mha_fwd *f)
@@ -155,11 +152,7 @@ static void lin(const mha_fwd *f, const mha_scratch *s, int m, mha_mat a, const 
     if (bias)
         mha_mat_fill_rows(k, c, m, l->n, bias);
     const float beta = bias ? 1.0f : 0.0f;
-    if (f->bk)
-        mha_bgemm(f->bk, k, m, l->n, l->kk, 1.0f, NULL, a, f->mla_w16 + l->off + extra, mha_bk_ps(l->kk), beta, c,
-                  s->apack16);
-    else
-        mha_gemm(k, m, l->n, l->kk, 1.0f, a, mha_mat_panels(k, f->mla_w + l->off + extra, l->kk), beta, c, s->apack);
+    f->prod->gemm(f, s, m, l->n, l->kk, NULL, a, (const char *)f->mla_w + (l->off + extra) * f->prod->esz, 0, beta, c);
 }
 
 /* HF's DeepseekV3RMSNorm of rows [0, m) (n features, rows ld apart): x·rsqrt(mean(x²) + eps)·w,

@@ -59,27 +59,22 @@ static int first_key(const mha_step_job *j, int q)
     return mha_visible_keys(n_past, 1, j->f.window, n_past + j->step->n_new[q]).lo;
 }
 
-/* Where row r0 of the step's packed rows starts (float or bf16 A panels). */
+/* Where row r0 of the step's packed rows starts (A panels in the engine's precision). */
 static const float *packed_rows(const mha_step_job *j, int r0)
 {
-    if (j->f.bk)
-        return (const float *)(const void *)((const mha_bf16 *)(const void *)j->f.xpack + (size_t)r0 * mha_bk_kp(j->f.d));
-    return j->f.xpack + (size_t)r0 * j->f.d;
+    const mha_products *p = j->f.prod;
+    return (const float *)(const void *)((const char *)j->f.xpack + (size_t)r0 * p->a_row(j->f.d) * p->esz);
 }
 
 int mha_step_panel(const mha_step_job *j)
 {
-    return j->f.bk ? MHA_BT_M : j->f.kernel->aw;
+    return j->f.prod->a_panel(j->f.kernel);
 }
 
 void mha_step_pack_rows(const mha_step_job *j, int r0, int r1)
 {
     const mha_kernel *k = j->f.kernel;
-    const mha_mat x = mha_mat_rows(k, j->step->x, j->f.d);
-    if (j->f.bk)
-        mha_bk_pack_a(k, x, r0, r1 - r0, j->f.d, (mha_bf16 *)(void *)packed_rows(j, r0));
-    else
-        mha_gemm_pack_a(k, x, r0, r1 - r0, 0, j->f.d, (float *)packed_rows(j, r0));
+    j->f.prod->pack_a(k, mha_mat_rows(k, j->step->x, j->f.d), r0, r1 - r0, j->f.d, (void *)packed_rows(j, r0));
 }
 
 /* Row i of the Q/K/V scratch (the step's row `row`), K at dkp and V at 2·dkp, into slot `slot`
@@ -973,10 +968,5 @@ void mha_step_out_rows(const mha_step_job *j, int r0, int r1, int c0, int c1, co
     const float beta = f->has_bias ? 1.0f : 0.0f;
     if (f->has_bias)
         mha_mat_fill_rows(k, om, r1 - r0, c1 - c0, f->bo + c0);
-    if (f->bk) /* c0 is a multiple of the 16-column panels */
-        mha_bgemm(f->bk, k, r1 - r0, c1 - c0, f->qd, 1.0f, NULL, zm, f->wo16 + (size_t)(c0 / MHA_BT_N) * f->wo_ps,
-                  f->wo_ps, beta, om, s->apack16);
-    else
-        mha_gemm(k, r1 - r0, c1 - c0, f->qd, 1.0f, zm, mha_mat_sub(k, mha_mat_panels(k, f->wo, f->qd), 0, c0), beta, om,
-                 s->apack);
+    f->prod->gemm(f, s, r1 - r0, c1 - c0, f->qd, NULL, zm, f->wo, c0, beta, om); /* c0: whole panels of either kind */
 }

@@ -1,0 +1,40 @@
+/* products.h — the engine's products on packed weights in its precision: one interface,
+ * chosen at create (engine.c: mha_products_of), float32 on BLIS's microkernel (gemm.c) or bf16
+ * on the engine's bf16 kernel (bgemm.c). The drivers (attention.c, step.c, mla.c) pack rows,
+ * pack weights and multiply through the model's f->prod and never ask which. */
+#ifndef MHA_PRODUCTS_H
+#define MHA_PRODUCTS_H
+
+#include <stddef.h>
+
+#include "bgemm.h"
+#include "gemm.h"
+
+struct mha_fwd;
+struct mha_scratch;
+
+typedef struct mha_products {
+    /* Bytes of an element of what it packs (A panels, packed B). */
+    size_t esz;
+    /* Rows of an A panel: a block of packed rows starts on a multiple. */
+    int (*a_panel)(const mha_kernel *k);
+    /* Elements of one packed row of d columns (A panels: row r of a block from its first
+     * panel's start at r · a_row(d)). */
+    size_t (*a_row)(int d);
+    /* Rows [r0, r0 + m) of x (d columns) into A panels at dst (the panels of row r0, which
+     * starts one). */
+    void (*pack_a)(const mha_kernel *k, mha_mat x, int r0, int m, int d, void *dst);
+    /* src (kk × n, or srcᵀ) packed as a product's B at dst: float32 panels of the
+     * microkernel's width, or bf16 VNNI panels of mha_bk_ps(kk) elements. */
+    void (*pack_b)(const mha_kernel *k, mha_mat src, int transpose, int kk, int n, void *dst);
+    /* c (m × n) = a · the columns [col, col + n) of b (kk rows packed by pack_b; col a
+     * multiple of both kinds' panel widths) + beta · c. xp: a's rows packed by pack_a (then
+     * float32 reads them unless m is few, mha_gemm_few_rows), or NULL: packed here. */
+    void (*gemm)(const struct mha_fwd *f, const struct mha_scratch *s, int m, int n, int kk, const void *xp,
+                 mha_mat a, const void *b, int col, float beta, mha_mat c);
+} mha_products;
+
+/* The products of a float32 engine (bk NULL) or of a bf16 one (its kernel). */
+const mha_products *mha_products_of(const mha_bkernel *bk);
+
+#endif
