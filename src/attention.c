@@ -61,9 +61,19 @@ static void v16_room(const mha_fwd *f, const mha_scratch *s, int kl)
         memset(s->v16 + (size_t)(j / MHA_BT_N) * vps + room * MHA_BT_N, 0, MHA_BT_K * MHA_BT_N * sizeof(mha_bf16));
 }
 
+/* float32: Kᵀ into the panels the scores read; V read where the forward projects it. */
+void mha_attention_pack_kv_f32(const mha_fwd *f, const mha_scratch *s, int kl, mha_mat km, mha_mat vm)
+{
+    const mha_kernel *k = f->kernel;
+    const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
+    mha_pack_panels(k, f->dk, kl, km, 1, s->kt);
+    if (vm.p != mha_mat_at(k, qkv, 0, 2 * f->dkp)) /* the core's V: rows vm.ld apart */
+        mha_mat_set_rows(k, qkv, kl, 2 * f->dkp, f->dv, vm.p, vm.ld);
+}
+
 /* bf16: the group's Kᵀ and V (kl keys of dk and dv features, rows of km and vm) into B
  * panels, once for every query head of the group. */
-static void pack_kv16(const mha_fwd *f, const mha_scratch *s, int kl, mha_mat km, mha_mat vm)
+void mha_attention_pack_kv_bf16(const mha_fwd *f, const mha_scratch *s, int kl, mha_mat km, mha_mat vm)
 {
     const mha_kernel *k = f->kernel;
     mha_bk_pack_b(k, km, 1, f->dk, kl, s->kt16, mha_attention_kt16_ps(f));
@@ -209,31 +219,32 @@ static void chunk16(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows
     }
 }
 
-void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
-                         int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum,
-                         ptrdiff_t st)
+const mha_bf16 *mha_attention_block_queries_f32(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r,
+                                                const mha_kv_view *kv)
 {
-    const mha_kernel *k = f->kernel;
-    const int m = r->m, dk = f->dk, dv = f->dv;
-    const float scale = f->scale;
-    if (f->bk && !f->call->attn) {
-        chunk16(f, s, r, kv, b0, c0, n, sc, ld, zc, mx, sum, st);
-        return;
-    }
-    const mha_mat sm = mha_mat_rows(k, sc, ld);
-    if (f->bk && !kv->vs) /* b0 is a multiple of the chunk, so of the 16-key panels */
-        mha_bgemm(f->bk, k, m, n, dk, scale, NULL, r->q, kv->kt16 + (size_t)(b0 / MHA_BT_N) * kv->kps, kv->kps, 0.0f,
-                  sm, s->apack16);
-    else if (kv->ktp) { /* the decode tiles on plain queries (r->q rows dk apart): a panel a run */
-        const void *kt[MHA_KV_CHUNK / MHA_TILE_KEYS];
-        int len[MHA_KV_CHUNK / MHA_TILE_KEYS], runs = 0;
-        for (int j = 0; j < n; j += MHA_TILE_KEYS, runs++) /* b0 starts a panel */
-            kt[runs] = kv->ktp + (size_t)(b0 + j) * dk, len[runs] = n - j < MHA_TILE_KEYS ? n - j : MHA_TILE_KEYS;
-        k->isa->decode_scores[MHA_KV_F32](r->q.p, m, dk, 0, dk, runs, kt, NULL, len, MHA_TILE_KEYS, scale, sc, (size_t)ld);
-    } else
-        mha_gemm_in_place(k, m, n, dk, scale, r->q, mha_mat_sub(k, kv->kt, 0, b0), 0.0f, sm, s->apack);
-    /* (an int8 cache's V, kv->vs, is a step's, and a step never wants the weights: chunk16) */
-    for (int i = 0; i < m; i++) {
+    (void)f, (void)s, (void)r, (void)kv; /* read in place */
+    return NULL;
+}
+
+const mha_bf16 *mha_attention_block_queries_bf16(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r,
+                                                 const mha_kv_view *kv)
+{
+    if (f->call->attn || kv->vs) /* the weights' chunks pack Q in their scores' product; an int8 cache's
+                                  * scores are float32 products */
+        return NULL;
+    if (r->q16_rows)
+        mha_bk_copy_a(r->q16_rows, r->q16_ld, r->m, f->dk, s->q16);
+    else
+        mha_bk_pack_a(f->kernel, r->q, 0, r->m, f->dk, s->q16);
+    return s->q16;
+}
+
+/* The rows' logits and unnormalised softmax against the chunk (scores in sc, ld apart; E
+ * left there in float32): the attention-weights and float32 chunks' row pass. */
+static void chunk_rows(const mha_fwd *f, const mha_chunk_rows *r, int c0, int n, float *sc, ptrdiff_t ld, float *mx,
+                       float *sum, ptrdiff_t st)
+{
+    for (int i = 0; i < r->m; i++) {
         /* the keys of this chunk row i sees: [hidden, visible) */
         const int pos = r->pos0 + (r->first + i) % r->period;
         const mha_key_span in = mha_keys_within(mha_visible_keys(pos, r->causal, f->window, c0 + n), c0, n);
@@ -241,18 +252,60 @@ void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk
                                               r->mask ? r->mask + (size_t)((r->first + i) % r->period) * f->call->seq_kv : NULL,
                                               NULL, &mx[i * st], NULL, NULL);
     }
-    /* Z (m, dv) = E (m, n) · V (n, dv); bf16 (the attention weights keep E in float32): E
-     * rounded as it is packed */
-    if (f->bk)
-        mha_bgemm(f->bk, k, m, dv, n, 1.0f, NULL, sm, kv->v16 + mha_bk_b_index(b0, 0, 0), kv->vps, 0.0f, zc,
-                  s->apack16);
-    else if (kv->vp) { /* key by key in order from zero: the microkernel's sums over the chunk */
+}
+
+void mha_attention_chunk_f32(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
+                             int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum,
+                             ptrdiff_t st)
+{
+    const mha_kernel *k = f->kernel;
+    const int m = r->m, dk = f->dk, dv = f->dv;
+    const mha_mat sm = mha_mat_rows(k, sc, ld);
+    if (kv->ktp) { /* the decode tiles on plain queries (r->q rows dk apart): a panel a run */
+        const void *kt[MHA_KV_CHUNK / MHA_TILE_KEYS];
+        int len[MHA_KV_CHUNK / MHA_TILE_KEYS], runs = 0;
+        for (int j = 0; j < n; j += MHA_TILE_KEYS, runs++) /* b0 starts a panel */
+            kt[runs] = kv->ktp + (size_t)(b0 + j) * dk, len[runs] = n - j < MHA_TILE_KEYS ? n - j : MHA_TILE_KEYS;
+        k->isa->decode_scores[MHA_KV_F32](r->q.p, m, dk, 0, dk, runs, kt, NULL, len, MHA_TILE_KEYS, f->scale, sc,
+                                          (size_t)ld);
+    } else
+        mha_gemm_in_place(k, m, n, dk, f->scale, r->q, mha_mat_sub(k, kv->kt, 0, b0), 0.0f, sm, s->apack);
+    chunk_rows(f, r, c0, n, sc, ld, mx, sum, st);
+    /* Z (m, dv) = E (m, n) · V (n, dv) */
+    if (kv->vp) { /* key by key in order from zero: the microkernel's sums over the chunk */
         for (int i = 0; i < m; i++)
             memset(zc.p + i * zc.ld, 0, (size_t)dv * sizeof *zc.p);
         k->isa->decode_values[MHA_KV_F32](sc, (size_t)ld, m, kv->vp + (size_t)b0 * dv, NULL, n, dv, zc.p, (size_t)zc.ld,
                                           NULL);
     } else
         mha_gemm_in_place(k, m, dv, n, 1.0f, sm, mha_mat_sub(k, kv->v, b0, 0), 0.0f, zc, s->apack);
+}
+
+void mha_attention_chunk_bf16(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
+                              int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum,
+                              ptrdiff_t st)
+{
+    const mha_kernel *k = f->kernel;
+    if (!f->call->attn) {
+        chunk16(f, s, r, kv, b0, c0, n, sc, ld, zc, mx, sum, st);
+        return;
+    }
+    /* the attention weights keep E in float32 (a forward's: never an int8 cache's V, kv->vs),
+     * rounded as the values' product packs it; b0 is a multiple of the chunk, so of the 16-key
+     * panels */
+    const mha_mat sm = mha_mat_rows(k, sc, ld);
+    mha_bgemm(f->bk, k, r->m, n, f->dk, f->scale, NULL, r->q, kv->kt16 + (size_t)(b0 / MHA_BT_N) * kv->kps, kv->kps,
+              0.0f, sm, s->apack16);
+    chunk_rows(f, r, c0, n, sc, ld, mx, sum, st);
+    mha_bgemm(f->bk, k, r->m, f->dv, n, 1.0f, NULL, sm, kv->v16 + mha_bk_b_index(b0, 0, 0), kv->vps, 0.0f, zc,
+              s->apack16);
+}
+
+void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
+                         int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum,
+                         ptrdiff_t st)
+{
+    f->prod->chunk(f, s, r, kv, b0, c0, n, sc, ld, zc, mx, sum, st);
 }
 
 /* The keys [*begin, end) of a block of queries at positions p0 .. p1 (kl keys): from the chunk
@@ -278,21 +331,17 @@ static void attend_block(const mha_fwd *f, const mha_scratch *s, const mha_chunk
                          const float *sinks, float *st)
 {
     const mha_kernel *k = f->kernel;
-    const int m = r->m, dk = f->dk, dv = f->dv;
+    const int m = r->m, dv = f->dv;
     float *sum = st, *mx = sum + m, *csum = mx + m, *cmx = csum + m, *cz = cmx + m;
     for (int i = 0; i < m; i++) { /* no key yet: a zero row */
         memset(z + (size_t)i * zd, 0, (size_t)dv * sizeof *z);
         sum[i] = 0.0f, mx[i] = -INFINITY;
     }
-    const int q16 = f->bk && !f->call->attn && !kv->vs && kv_end > kv_begin; /* bf16 chunks: Q packed once */
-    if (q16 && r->q16_rows)
-        mha_bk_copy_a(r->q16_rows, r->q16_ld, m, dk, s->q16);
-    else if (q16)
-        mha_bk_pack_a(k, r->q, 0, m, dk, s->q16);
+    const mha_bf16 *q16 = kv_end > kv_begin ? f->prod->block_queries(f, s, r, kv) : NULL;
     for (int c0 = kv_begin; c0 < kv_end; c0 += step) {
         const int n = kv_end - c0 < step ? kv_end - c0 : step, first = c0 == kv_begin;
         mha_chunk_rows cr = *r;
-        cr.q16 = q16 ? s->q16 : NULL;
+        cr.q16 = q16;
         if (cr.mask)
             cr.mask += c0;
         mha_attention_chunk(f, s, &cr, kv, c0, c0, n, sc, ld, mha_mat_rows(k, first ? z : cz, first ? zd : dv),
@@ -397,17 +446,18 @@ static void core_put(const mha_fwd *f, const mha_core_io *io, ptrdiff_t off, flo
         d16[c] = (mha_bf16)(bits[c] >> 16);
 }
 
-/* bf16 engines: K and V of (sequence b, KV head g), kl keys, into the kernel's B panels, once for
- * every query head of the group: from float32 rounded as they are packed, from bf16 copied. */
-static void core_pack_kv16(const mha_fwd *f, const mha_core_io *io, int b, int g, const mha_scratch *s, int kl)
+/* K and V of (sequence b, KV head g), kl keys, into what the chunks read, once for every query
+ * head of the group: float32 tensors by the engine's pack_kv (a bf16 engine's rounded as they
+ * are packed), bf16 ones (bf16 engines only) copied into the kernel's B panels. */
+static void core_pack_kv(const mha_fwd *f, const mha_core_io *io, int b, int g, const mha_scratch *s, int kl)
 {
     const mha_kernel *k = f->kernel;
     const ptrdiff_t ko = b * io->ks[0] + g * io->ks[1], vo = b * io->vs[0] + g * io->vs[1];
     if (kl <= 0)
         return;
     if (!io->bf16) {
-        pack_kv16(f, s, kl, mha_mat_rows(k, (const float *)io->k + ko, io->ks[2]),
-                  mha_mat_rows(k, (const float *)io->v + vo, io->vs[2]));
+        f->prod->pack_kv(f, s, kl, mha_mat_rows(k, (const float *)io->k + ko, io->ks[2]),
+                         mha_mat_rows(k, (const float *)io->v + vo, io->vs[2]));
         return;
     }
     mha_bk_pack_b_bf16(k, (const mha_bf16 *)io->k + ko, io->ks[2], 1, f->dk, kl, s->kt16, mha_attention_kt16_ps(f));
@@ -441,7 +491,7 @@ static void core_few_rows(const mha_fwd *f, const mha_core_io *io, int b, int g,
     float *z = s->apack + (size_t)m * (4 + dv); /* past attend_block's state in the apack region */
     mha_kv_view kv = {.kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f), .vps = mha_attention_v16_ps(kl)};
     if (f->bk)
-        core_pack_kv16(f, io, b, g, s, kl);
+        core_pack_kv(f, io, b, g, s, kl);
     else { /* float32 engines take float32 tensors only */
         const float *kb = (const float *)io->k + b * io->ks[0] + g * io->ks[1];
         const float *vb = (const float *)io->v + b * io->vs[0] + g * io->vs[1];
@@ -477,7 +527,7 @@ void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, i
     const mha_kernel *k = f->kernel;
     const int ql = f->call->q_len ? f->call->q_len[b] : f->call->seq_q;
     const int kl = f->call->kv_len ? f->call->kv_len[b] : f->call->seq_kv;
-    const int dk = f->dk, dv = f->dv, dkp = f->dkp;
+    const int dv = f->dv;
     if (core_few(f, ql)) {
         if (h0 != g * f->group)
             return;
@@ -489,14 +539,7 @@ void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, i
          * (the microkernel reads B in panels); float32 Q read and out written in place; bf16 Q
          * copied into the A panels, bf16 out rounded from float rows in the scratch (the Q/K/V
          * region, which bf16 engines' core does not use otherwise) */
-        if (f->bk)
-            core_pack_kv16(f, io, b, g, s, kl);
-        else if (kl > 0) {
-            const mha_mat km = mha_mat_rows(k, (const float *)io->k + b * io->ks[0] + g * io->ks[1], io->ks[2]);
-            mha_pack_panels(k, dk, kl, km, 1, s->kt);
-            mha_mat_set_rows(k, mha_mat_panels(k, s->qkv, f->rows), kl, 2 * dkp, dv,
-                             (const float *)io->v + b * io->vs[0] + g * io->vs[1], io->vs[2]);
-        }
+        core_pack_kv(f, io, b, g, s, kl);
         float *zf = s->qkv;
         for (int h = h0; h < h1; h++) {
             const ptrdiff_t qo = b * io->qs[0] + h * io->qs[1], oo = b * io->os[0] + h * io->os[1];
@@ -546,12 +589,10 @@ void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)
     const double *kss = f->k_ss ? f->k_ss + (size_t)b * f->call->seq_kv * f->kvh : NULL;
     const double *qss = f->q_ss ? f->q_ss + (size_t)b * f->call->seq_q * f->kvh : NULL;
     norm_rotate(f, s, kl, dkp, 0, 1, g, kss); /* key j at position j */
-    /* step 2: Kᵀ in panels, once for every query head of the group and every query block
-     * (bf16: Kᵀ and V in bf16 B panels) */
-    if (kl > 0 && f->bk)
-        pack_kv16(f, s, kl, mha_mat_sub(k, qkv, 0, dkp), mha_mat_sub(k, qkv, 0, 2 * dkp));
-    else if (kl > 0)
-        mha_pack_panels(k, dk, kl, mha_mat_sub(k, qkv, 0, dkp), 1, s->kt);
+    /* step 2: Kᵀ in panels (bf16: Kᵀ and V in bf16 B panels), once for every query head of the
+     * group and every query block */
+    if (kl > 0)
+        f->prod->pack_kv(f, s, kl, mha_mat_sub(k, qkv, 0, dkp), mha_mat_sub(k, qkv, 0, 2 * dkp));
     /* step 3: each query head of the group: its Q (rotated; QK-norm full: from its columns of
      * z, read before its output goes there), then its attention */
     for (int j = 0; j < f->group; j++) {

@@ -261,6 +261,19 @@ typedef struct mha_chunk_rows {
 void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
                          int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum,
                          ptrdiff_t st);
+/* The attention's operations of each precision (products.c's tables: mha_products). */
+void mha_attention_chunk_f32(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
+                             int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum,
+                             ptrdiff_t st);
+void mha_attention_chunk_bf16(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
+                              int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum,
+                              ptrdiff_t st);
+void mha_attention_pack_kv_f32(const mha_fwd *f, const mha_scratch *s, int kl, mha_mat km, mha_mat vm);
+void mha_attention_pack_kv_bf16(const mha_fwd *f, const mha_scratch *s, int kl, mha_mat km, mha_mat vm);
+const mha_bf16 *mha_attention_block_queries_f32(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r,
+                                                const mha_kv_view *kv);
+const mha_bf16 *mha_attention_block_queries_bf16(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r,
+                                                 const mha_kv_view *kv);
 
 /* A chunk row's logits past the scaled scores, over the keys c0 + j the row sees (j in
  * [in.lo, in.hi)), in HF's order: the softcap, ALiBi's −slope·|pos − key| (head's slope), then

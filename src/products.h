@@ -1,7 +1,8 @@
-/* products.h — the engine's products on packed weights in its precision: one interface,
- * chosen at create (engine.c: mha_products_of), float32 on BLIS's microkernel (gemm.c) or bf16
- * on the engine's bf16 kernel (bgemm.c). The drivers (attention.c, step.c, mla.c) pack rows,
- * pack weights and multiply through the model's f->prod and never ask which. */
+/* products.h — the engine's products in its precision: one interface, chosen at create
+ * (engine.c: mha_products_of), float32 on BLIS's microkernel (gemm.c) or bf16 on the engine's
+ * bf16 kernel (bgemm.c). The drivers (attention.c, step.c, mla.c) pack rows, pack weights,
+ * multiply by packed weights, pack a KV head's K and V and run the attention's chunks through
+ * the model's f->prod and never ask which. */
 #ifndef MHA_PRODUCTS_H
 #define MHA_PRODUCTS_H
 
@@ -12,6 +13,8 @@
 
 struct mha_fwd;
 struct mha_scratch;
+struct mha_chunk_rows;
+struct mha_kv_view;
 
 typedef struct mha_products {
     /* Bytes of an element of what it packs (A panels, packed B). */
@@ -32,6 +35,23 @@ typedef struct mha_products {
      * float32 reads them unless m is few, mha_gemm_few_rows), or NULL: packed here. */
     void (*gemm)(const struct mha_fwd *f, const struct mha_scratch *s, int m, int n, int kk, const void *xp,
                  mha_mat a, const void *b, int col, float beta, mha_mat c);
+
+    /* ---- the attention (attention.c) ---- */
+    /* A KV head's kl keys, K's rows km and V's rows vm (float32), into what its chunks read
+     * (mha_attention_rows' view): float32 Kᵀ in s->kt's panels and V in the Q/K/V scratch's V
+     * columns (where the forward projects it: vm elsewhere is copied there); bf16 Kᵀ and V in
+     * s->kt16 and s->v16's B panels. */
+    void (*pack_kv)(const struct mha_fwd *f, const struct mha_scratch *s, int kl, mha_mat km, mha_mat vm);
+    /* A query block's queries as every chunk of the block reads them: bf16 without the
+     * attention weights packs them once into s->q16 (from r's float rows, or copies r's bf16
+     * rows) and returns them; NULL: each chunk reads r->q (float32; bf16 with the weights or an
+     * int8 cache's V, kv->vs). */
+    const mha_bf16 *(*block_queries)(const struct mha_fwd *f, const struct mha_scratch *s,
+                                     const struct mha_chunk_rows *r, const struct mha_kv_view *kv);
+    /* One chunk: mha_attention_chunk's contract (attention.h). */
+    void (*chunk)(const struct mha_fwd *f, const struct mha_scratch *s, const struct mha_chunk_rows *r,
+                  const struct mha_kv_view *kv, int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx,
+                  float *sum, ptrdiff_t st);
 } mha_products;
 
 /* The products of a float32 engine (bk NULL) or of a bf16 one (its kernel). */
