@@ -15,6 +15,7 @@ struct mha_fwd;
 struct mha_scratch;
 struct mha_chunk_rows;
 struct mha_kv_view;
+struct mha_step_job;
 
 typedef struct mha_products {
     /* Bytes of an element of what it packs (A panels, packed B). */
@@ -52,6 +53,17 @@ typedef struct mha_products {
     void (*chunk)(const struct mha_fwd *f, const struct mha_scratch *s, const struct mha_chunk_rows *r,
                   const struct mha_kv_view *kv, int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx,
                   float *sum, ptrdiff_t st);
+
+    /* ---- a step's attention on the paged cache (step.c) ---- */
+    /* Prefill: the keys [t_begin, ctx) of sequence q, KV head g, gathered from the cache into
+     * what mha_attention_rows reads (float32: Kᵀ panels and V columns, a scaled cache's V read
+     * back and its Kᵀ left to k_view; bf16: B panels, a scaled cache's V parameters into vs). */
+    void (*step_gather)(const struct mha_step_job *j, int q, int g, int t_begin, int ctx,
+                        const struct mha_scratch *s, float *vs);
+    /* Decode: chunk c (keys [k0, k1)) of (q, g) into its partials p, from the queries in the
+     * worker's decode scratch; ahead: the worker runs chunk c + 1 next (what to prefetch). */
+    void (*step_chunk)(const struct mha_step_job *j, int q, int g, int c, int k0, int k1, int ahead, float *p,
+                       float *vs, const struct mha_scratch *s);
 } mha_products;
 
 /* The products of a float32 engine (bk NULL) or of a bf16 one (its kernel). */

@@ -496,6 +496,31 @@ static void gather_scaled(const mha_step_job *j, const int32_t *table, int g, in
     }
 }
 
+/* float32: the context's Kᵀ into panels and V into the scratch's V columns; a scaled cache's V
+ * read back (its Kᵀ left to k_view_panels). */
+void mha_step_gather_f32(const mha_step_job *j, int q, int g, int t_begin, int ctx, const mha_scratch *s, float *vs)
+{
+    (void)vs; /* V read back: its parameters applied */
+    const int32_t *table = j->step->blocks + (size_t)q * j->step->max_blocks;
+    if (mha_kv_traits_of(j->cache->type)->scaled)
+        gather_scaled(j, table, g, t_begin, ctx, s);
+    else
+        gather_f32(j, table, g, ctx, t_begin, s);
+}
+
+void mha_step_gather_bf16(const mha_step_job *j, int q, int g, int t_begin, int ctx, const mha_scratch *s, float *vs)
+{
+    gather_bf16(j, j->step->blocks + (size_t)q * j->step->max_blocks, g, t_begin, ctx, 0, mha_attention_v16_ps(ctx), s,
+                vs);
+}
+
+/* A scaled cache in a bf16 engine: the room for V's parameters beside its values (the chunks
+ * apply them); else NULL. */
+static float *v_params(const mha_step_job *j, const mha_scratch *s)
+{
+    return j->f.bk && mha_kv_traits_of(j->cache->type)->scaled ? s->kvs : NULL;
+}
+
 /* The step's rows [i0, i1) of sequence q for each query head of KV head g: the forward's
  * attention (its Q, rotated in phase 1, from z; Z written over it) over the gathered context;
  * vs: NULL, or an int8 cache's V parameters (bf16 engines). */
@@ -520,17 +545,11 @@ void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s)
     const int n_new = st->n_new[q], n_past = st->n_past[q], ctx = n_past + n_new;
     if (n_new == 0)
         return;
-    const int32_t *table = st->blocks + (size_t)q * st->max_blocks;
     /* from the chunk holding the first visible key: the forward's chunks start there */
     const int t_begin = first_key(j, q) / MHA_KV_CHUNK * MHA_KV_CHUNK;
     const int scaled = mha_kv_traits_of(j->cache->type)->scaled;
-    float *vs = f->bk && scaled ? s->kvs : NULL; /* int8 in a bf16 engine: V's parameters beside its values */
-    if (f->bk)
-        gather_bf16(j, table, g, t_begin, ctx, 0, mha_attention_v16_ps(ctx), s, vs);
-    else if (scaled)
-        gather_scaled(j, table, g, t_begin, ctx, s);
-    else
-        gather_f32(j, table, g, ctx, t_begin, s);
+    float *vs = v_params(j, s);
+    f->prod->step_gather(j, q, g, t_begin, ctx, s, vs);
     if (!scaled) {
         attend_rows(j, q, g, 0, n_new, s, NULL);
         return;
@@ -870,27 +889,38 @@ static void decode_chunk(const mha_step_job *j, int q, int g, int c, int ahead, 
             skip_partials(p + (size_t)qi * (dk + 2), dk);
         return;
     }
-    float *sc = dec_scores(s), *qv = dec_queries(j, q, s);
-    const int n = k1 - k0;
-    const int scaled = mha_kv_traits_of(j->cache->type)->scaled;
-    float *vs = f->bk && scaled ? s->kvs : NULL; /* int8 in a bf16 engine: V's parameters beside its values */
+    f->prod->step_chunk(j, q, g, c, k0, k1, ahead, p, v_params(j, s), s);
+}
+
+void mha_step_chunk_f32(const mha_step_job *j, int q, int g, int c, int k0, int k1, int ahead, float *p, float *vs,
+                        const mha_scratch *s)
+{
+    (void)c, (void)ahead, (void)vs; /* its tiles prefetch as they go; V's parameters applied as loaded */
     chunk_src src;
-    if (bf16_tiles(f)) {
+    cache_runs(j, q, g, k0, k1, s->qkv, &src);
+    decode_chunk_tiles(j, q, g, k0, k1, dec_queries(j, q, s), dec_scores(s), p, &src, NULL, NULL, s);
+}
+
+/* bf16: the table's tiles where they sum in the kernel's order (bf16_tiles), else the chunk
+ * gathered into the kernel's panels and the forward's chunk step. */
+void mha_step_chunk_bf16(const mha_step_job *j, int q, int g, int c, int k0, int k1, int ahead, float *p, float *vs,
+                         const mha_scratch *s)
+{
+    float *sc = dec_scores(s), *qv = dec_queries(j, q, s);
+    if (bf16_tiles(&j->f)) {
         mha_prefetch next;
+        chunk_src src;
         if (ahead)
             chunk_kt(j, q, g, c + 1, &next);
         cache_runs(j, q, g, k0, k1, s->qkv, &src);
         decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, vs, ahead ? &next : NULL, s);
-    } else if (f->bk) {
-        const size_t vps = mha_attention_v16_ps(n);
-        gather_bf16(j, j->step->blocks + (size_t)q * j->step->max_blocks, g, k0, k1, k0, vps, s, vs);
-        if (scaled) /* the float32 tiles' scores (scores_scaled), then the chunk from its logits */
-            scores_scaled(j, q, g, k0, k1, qv, sc, s);
-        decode_chunk_bf16(j, q, g, k0, k1, qv, sc, p, s, vps, vs);
-    } else {
-        cache_runs(j, q, g, k0, k1, s->qkv, &src);
-        decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, NULL, NULL, s);
+        return;
     }
+    const size_t vps = mha_attention_v16_ps(k1 - k0);
+    gather_bf16(j, j->step->blocks + (size_t)q * j->step->max_blocks, g, k0, k1, k0, vps, s, vs);
+    if (vs) /* a scaled cache: the float32 tiles' scores (scores_scaled), then the chunk from its logits */
+        scores_scaled(j, q, g, k0, k1, qv, sc, s);
+    decode_chunk_bf16(j, q, g, k0, k1, qv, sc, p, s, vps, vs);
 }
 
 /* Chunk c's partials (at p) merged into those of chunk c0 by the merge's rule, and chunk c's

@@ -77,6 +77,14 @@ int mha_step_first_chunk(const mha_step_job *j, int q);
 void mha_step_decode_chunks(const mha_step_job *j, int q, int g, int c0, int c1, const mha_scratch *s);
 /* Decode: the chunks of (q, g) merged in order (log-sum-exp) into z. */
 void mha_step_decode_merge(const mha_step_job *j, int q, int g);
+/* The step's attention of each precision (products.c's tables: mha_products' step_gather and
+ * step_chunk). */
+void mha_step_gather_f32(const mha_step_job *j, int q, int g, int t_begin, int ctx, const mha_scratch *s, float *vs);
+void mha_step_gather_bf16(const mha_step_job *j, int q, int g, int t_begin, int ctx, const mha_scratch *s, float *vs);
+void mha_step_chunk_f32(const mha_step_job *j, int q, int g, int c, int k0, int k1, int ahead, float *p, float *vs,
+                        const mha_scratch *s);
+void mha_step_chunk_bf16(const mha_step_job *j, int q, int g, int c, int k0, int k1, int ahead, float *p, float *vs,
+                         const mha_scratch *s);
 /* out rows [r0, r1), columns [c0, c1) (c0 a panel boundary) = z · Wo + bo. */
 void mha_step_out_rows(const mha_step_job *j, int r0, int r1, int c0, int c1, const mha_scratch *s);
 
