@@ -666,11 +666,11 @@ static int view_rows_end(const mha_step_job *j, int q, int k1, int i0)
  * (query qi = head jh, row i at qv[qi · dk]; all rows: one pass for every query), Kᵀ at kt[r]
  * for src's runs, elements of `type`, rows ld apart (kp: NULL, or a scaled cache's Kᵀ in
  * place, its runs' group parameters; type F32: Kᵀ read back): float32 decode_scores[type] in
- * the microkernel's passes of KC (one unless dk > KC) in a float32 engine or on a scaled
- * cache, else bf16 decode_scores16 (qv rounded already). Each run's Kᵀ read once for every
+ * the microkernel's passes of KC (one unless dk > KC), or with bf16 (a bf16 engine on an
+ * unscaled cache) decode_scores16 (qv rounded already). Each run's Kᵀ read once for every
  * query, slots of several runs at once. */
 static void chunk_scores(const mha_step_job *j, int q, int i0, int i1, const float *qv, float *sc, const chunk_src *src,
-                         mha_kv_type type, const void *const *kt, const float *const *kp, int ld)
+                         int bf16, mha_kv_type type, const void *const *kt, const float *const *kp, int ld)
 {
     const mha_fwd *f = &j->f;
     const int n_new = j->step->n_new[q], dk = f->dk, kc = f->kernel->kc, all = i1 - i0 == n_new;
@@ -679,7 +679,7 @@ static void chunk_scores(const mha_step_job *j, int q, int i0, int i1, const flo
         const int nq = all ? f->group * n_new : i1 - i0;
         const float *qh = qv + (size_t)(jh * n_new + i0) * dk;
         float *sh = sc + (size_t)(jh * n_new + i0) * MHA_KV_CHUNK;
-        if (f->bk && !mha_kv_traits_of(src->type)->scaled)
+        if (bf16)
             isa->decode_scores16(qh, nq, dk, src->runs, kt, src->v, src->n, ld, f->scale, sh, MHA_KV_CHUNK,
                                  f->bk->order);
         else
@@ -719,7 +719,7 @@ static void scores_scaled(const mha_step_job *j, int q, int g, int k0, int k1, c
     chunk_src part; /* the runs of [k0, e), then of [e, k1) */
     if (e > k0) {
         cache_runs(j, q, g, k0, e, NULL, &part);
-        chunk_scores(j, q, 0, n_new, qv, sc, &part, part.type, part.kt, part.kp, part.ld);
+        chunk_scores(j, q, 0, n_new, qv, sc, &part, 0, part.type, part.kt, part.kp, part.ld);
     }
     if (e == k1)
         return;
@@ -730,7 +730,7 @@ static void scores_scaled(const mha_step_job *j, int q, int g, int k0, int k1, c
     for (int i0 = 0, i1; i0 < n_new; i0 = i1) {
         i1 = view_rows_end(j, q, k1, i0);
         chunk_kt_scaled(j, q, g, e, k1, i0, s);
-        chunk_scores(j, q, i0, i1, qv, sc + (e - k0), &part, MHA_KV_F32, kt, NULL, k1 - e); /* read back */
+        chunk_scores(j, q, i0, i1, qv, sc + (e - k0), &part, 0, MHA_KV_F32, kt, NULL, k1 - e); /* read back */
     }
 }
 
@@ -767,12 +767,13 @@ static float *dec_zero_sums(const mha_step_job *j, int q, const mha_scratch *s)
  * (decode_scores16, decode_values16), the queries and probabilities rounded to bf16 as the
  * kernels' A panels round them; an int8 cache's scores as a float32 engine's (scores_scaled, on
  * the queries unrounded) and its V parameters gathered into vs: the forward's chunk step, bit for
- * bit; pf: what the values prefetch (the next chunk's Kᵀ, or NULL). */
-static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int k1, float *qv, float *sc, float *p,
-                               const chunk_src *src, float *vs, const mha_prefetch *pf, const mha_scratch *s)
+ * bit; bf16: which (the engine's step_chunk says); pf: what the values prefetch (the next
+ * chunk's Kᵀ, or NULL). */
+static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int k1, int bf16, float *qv, float *sc,
+                               float *p, const chunk_src *src, float *vs, const mha_prefetch *pf, const mha_scratch *s)
 {
     const mha_fwd *f = &j->f;
-    const int bf16 = f->bk != NULL, scaled = mha_kv_traits_of(src->type)->scaled;
+    const int scaled = mha_kv_traits_of(src->type)->scaled;
     const int n_new = j->step->n_new[q], n_past = j->step->n_past[q], dk = f->dk, nq = f->group * n_new;
     const int n = k1 - k0;
     const mha_isa *isa = f->kernel->isa;
@@ -784,7 +785,7 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
     if (scaled)
         scores_scaled(j, q, g, k0, k1, qv, sc, s);
     else
-        chunk_scores(j, q, 0, n_new, qv, sc, src, src->type, src->kt, NULL, src->ld);
+        chunk_scores(j, q, 0, n_new, qv, sc, src, bf16, src->type, src->kt, NULL, src->ld);
     if (j->cache->mla)
         mla_v_chunk(j, src, s->qkv);
     /* int8 in a bf16 engine: the chunk's V parameters, key by key, and the rows' zero sums */
@@ -898,7 +899,7 @@ void mha_step_chunk_f32(const mha_step_job *j, int q, int g, int c, int k0, int 
     (void)c, (void)ahead, (void)vs; /* its tiles prefetch as they go; V's parameters applied as loaded */
     chunk_src src;
     cache_runs(j, q, g, k0, k1, s->qkv, &src);
-    decode_chunk_tiles(j, q, g, k0, k1, dec_queries(j, q, s), dec_scores(s), p, &src, NULL, NULL, s);
+    decode_chunk_tiles(j, q, g, k0, k1, 0, dec_queries(j, q, s), dec_scores(s), p, &src, NULL, NULL, s);
 }
 
 /* bf16: the table's tiles where they sum in the kernel's order (bf16_tiles), else the chunk
@@ -913,7 +914,7 @@ void mha_step_chunk_bf16(const mha_step_job *j, int q, int g, int c, int k0, int
         if (ahead)
             chunk_kt(j, q, g, c + 1, &next);
         cache_runs(j, q, g, k0, k1, s->qkv, &src);
-        decode_chunk_tiles(j, q, g, k0, k1, qv, sc, p, &src, vs, ahead ? &next : NULL, s);
+        decode_chunk_tiles(j, q, g, k0, k1, 1, qv, sc, p, &src, vs, ahead ? &next : NULL, s);
         return;
     }
     const size_t vps = mha_attention_v16_ps(k1 - k0);
