@@ -219,6 +219,38 @@ static void chunk16(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows
     }
 }
 
+int mha_attention_few_fits_f32(const mha_fwd *f)
+{
+    return f->dk <= f->kernel->kc;
+}
+
+int mha_attention_few_fits_bf16(const mha_fwd *f)
+{
+    (void)f;
+    return 1;
+}
+
+void mha_attention_pack_kv_few_f32(const mha_fwd *f, const mha_scratch *s, int kl, mha_mat km, mha_mat vm,
+                                   mha_kv_view *kv)
+{
+    const mha_kernel *k = f->kernel;
+    const int dv = f->dv;
+    if (kl > 0)
+        k->isa->pack_rows(km, k->bw, 0, kl, 0, f->dk, MHA_TILE_KEYS, s->kt);
+    float *vc = s->qkv;
+    for (int j = 0; vm.ld != dv && j < kl; j++)
+        memcpy(vc + (size_t)j * dv, vm.p + j * vm.ld, (size_t)dv * sizeof *vc);
+    *kv = (mha_kv_view){.ktp = s->kt, .vp = vm.ld == dv ? vm.p : vc};
+}
+
+void mha_attention_pack_kv_few_bf16(const mha_fwd *f, const mha_scratch *s, int kl, mha_mat km, mha_mat vm,
+                                    mha_kv_view *kv)
+{
+    (void)kv; /* the chunk's panels, as the caller's view says */
+    if (kl > 0)
+        f->prod->pack_kv(f, s, kl, km, vm);
+}
+
 const mha_bf16 *mha_attention_block_queries_f32(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r,
                                                 const mha_kv_view *kv)
 {
@@ -473,7 +505,7 @@ static void core_pack_kv(const mha_fwd *f, const mha_core_io *io, int b, int g, 
 static int core_few(const mha_fwd *f, int ql)
 {
     const size_t m = (size_t)f->group * ql;
-    return (f->bk || f->dk <= f->kernel->kc) && ql >= 1 && ql <= MHA_DECODE_MAX_NEW && ql <= f->q_block &&
+    return f->prod->few_fits(f) && ql >= 1 && ql <= MHA_DECODE_MAX_NEW && ql <= f->q_block &&
            m * (4 + 2 * (size_t)f->dk) <= mha_gemm_apack_floats(f->kernel);
 }
 
@@ -490,18 +522,11 @@ static void core_few_rows(const mha_fwd *f, const mha_core_io *io, int b, int g,
     float *sc = s->dec, *q = sc + (size_t)m * MHA_KV_CHUNK; /* dec: (group·MHA_DECODE_MAX_NEW) × (chunk + dk) */
     float *z = s->apack + (size_t)m * (4 + dv); /* past attend_block's state in the apack region */
     mha_kv_view kv = {.kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f), .vps = mha_attention_v16_ps(kl)};
-    if (f->bk)
+    if (io->bf16) /* bf16 tensors: bf16 engines only */
         core_pack_kv(f, io, b, g, s, kl);
-    else { /* float32 engines take float32 tensors only */
-        const float *kb = (const float *)io->k + b * io->ks[0] + g * io->ks[1];
-        const float *vb = (const float *)io->v + b * io->vs[0] + g * io->vs[1];
-        if (kl > 0)
-            k->isa->pack_rows(mha_mat_rows(k, kb, io->ks[2]), k->bw, 0, kl, 0, dk, MHA_TILE_KEYS, s->kt);
-        float *vc = s->qkv;
-        for (int j = 0; io->vs[2] != dv && j < kl; j++)
-            memcpy(vc + (size_t)j * dv, vb + j * io->vs[2], (size_t)dv * sizeof *vc);
-        kv = (mha_kv_view){.ktp = s->kt, .vp = io->vs[2] == dv ? vb : vc};
-    }
+    else
+        f->prod->pack_kv_few(f, s, kl, mha_mat_rows(k, (const float *)io->k + b * io->ks[0] + g * io->ks[1], io->ks[2]),
+                             mha_mat_rows(k, (const float *)io->v + b * io->vs[0] + g * io->vs[1], io->vs[2]), &kv);
     for (int r = 0; r < m; r++)
         core_get(io, io->q, b * io->qs[0] + (h0 + r / ql) * io->qs[1] + (r % ql) * io->qs[2], dk, q + (size_t)r * dk);
     /* mha_attention_rows' one query block of these ql queries */

@@ -270,6 +270,12 @@ void mha_attention_chunk_bf16(const mha_fwd *f, const mha_scratch *s, const mha_
                               ptrdiff_t st);
 void mha_attention_pack_kv_f32(const mha_fwd *f, const mha_scratch *s, int kl, mha_mat km, mha_mat vm);
 void mha_attention_pack_kv_bf16(const mha_fwd *f, const mha_scratch *s, int kl, mha_mat km, mha_mat vm);
+int mha_attention_few_fits_f32(const mha_fwd *f);
+int mha_attention_few_fits_bf16(const mha_fwd *f);
+void mha_attention_pack_kv_few_f32(const mha_fwd *f, const mha_scratch *s, int kl, mha_mat km, mha_mat vm,
+                                   mha_kv_view *kv);
+void mha_attention_pack_kv_few_bf16(const mha_fwd *f, const mha_scratch *s, int kl, mha_mat km, mha_mat vm,
+                                    mha_kv_view *kv);
 const mha_bf16 *mha_attention_block_queries_f32(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r,
                                                 const mha_kv_view *kv);
 const mha_bf16 *mha_attention_block_queries_bf16(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r,

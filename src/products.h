@@ -49,6 +49,15 @@ typedef struct mha_products {
      * int8 cache's V, kv->vs). */
     const mha_bf16 *(*block_queries)(const struct mha_fwd *f, const struct mha_scratch *s,
                                      const struct mha_chunk_rows *r, const struct mha_kv_view *kv);
+    /* The core's few queries of a KV head as one block (attention.c's core_few_rows): whether
+     * the engine runs them so (float32: where d_k fits one KC pass, the decode tiles' sums
+     * being the microkernel's), and their K and V (kl keys, float32 rows km and vm) packed for
+     * it, *kv set to what the chunks then read (float32: Kᵀ in the decode tiles' panels and V
+     * in rows dv apart, read in place where vm's are, else copied into the Q/K/V scratch;
+     * bf16: pack_kv's panels, *kv as the caller set it). */
+    int (*few_fits)(const struct mha_fwd *f);
+    void (*pack_kv_few)(const struct mha_fwd *f, const struct mha_scratch *s, int kl, mha_mat km, mha_mat vm,
+                        struct mha_kv_view *kv);
     /* One chunk: mha_attention_chunk's contract (attention.h). */
     void (*chunk)(const struct mha_fwd *f, const struct mha_scratch *s, const struct mha_chunk_rows *r,
                   const struct mha_kv_view *kv, int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx,
