@@ -386,9 +386,9 @@ static void gather_f32(const mha_step_job *j, const int32_t *table, int g, int c
 }
 
 /* bf16 engines: the keys [t_begin, t_end) from a bf16 or int8 cache straight into the bf16
- * kernel's B panels (s->kt16, s->v16 of vps elements per panel, as the forward's pack_kv16
- * leaves them), key t at column / row t − base: Kᵀ key pairs of each feature pair interleaved,
- * V feature by feature; zeros in the padding (features past dk, keys past t_end, the tile of
+ * kernel's B panels (s->kt16, s->v16 of vps elements per panel, as the forward's
+ * mha_attention_pack_kv_bf16 leaves them), key t at column / row t − base: Kᵀ key pairs of
+ * each feature pair interleaved, V feature by feature; zeros in the padding (features past dk, keys past t_end, the tile of
  * room after V). int8: V's values themselves (exact in bf16), their scales into vs at t − base
  * (mha_kv_view's: the chunk applies them); Kᵀ is left to the scores (float32: k_view_panels or
  * the decode tiles). */
@@ -615,6 +615,7 @@ static void cache_runs(const mha_step_job *j, int q, int g, int k0, int k1, void
     const mha_kv_cache *cache = j->cache;
     const int bs = cache->block_size;
     const size_t esz = mha_kv_elem_size(cache->type);
+    const int scaled = mha_kv_traits_of(cache->type)->scaled;
     const int32_t *table = j->step->blocks + (size_t)q * j->step->max_blocks;
     const char *data = cache->data;
     src->type = cache->type, src->runs = 0, src->ld = bs, src->vw = cache->mla ? cache->mla : cache->dk;
@@ -631,7 +632,7 @@ static void cache_runs(const mha_step_job *j, int q, int g, int k0, int k1, void
         }
         src->n[r] = u.n;
         src->kp[r] = src->vs[r] = NULL;
-        if (mha_kv_traits_of(cache->type)->scaled) {
+        if (scaled) {
             src->kp[r] = mha_kv_k_params(cache, u.block, g, u.slot);
             src->vs[r] = mha_kv_v_params(cache, u.block, g) + 2 * (size_t)u.slot;
             __builtin_prefetch(src->vs[r]);
