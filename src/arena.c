@@ -124,11 +124,14 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
         /* the probabilities of 32 query rows against one chunk of keys, rounded to bf16 in A
          * panels as each row is exp'd (the A·V product reads them packed: chunk16), and the
          * queries of a query block or of the core's few queries of a group (the larger) in A
-         * panels, packed once for all their chunks */
+         * panels, packed once for all their chunks, or as float rows (bf16 on the float32
+         * stream: a chunk's queries rounded) */
         const size_t kv = mha_round_up(seq_kv, w), chunk = kv < MHA_KV_CHUNK ? kv : MHA_KV_CHUNK;
         const size_t q_rows = dims->q_block > (int)dec_q ? (size_t)dims->q_block : dec_q;
+        const size_t q16 = product(mha_bk_a_elems((int)q_rows, dims->dk), sizeof(mha_bf16), 1, of);
+        const size_t qf = product(q_rows, dk, f, of);
         sl[MHA_SLICE_p16] = product(mha_bk_a_elems(2 * MHA_BT_M, (int)chunk), sizeof(mha_bf16), 1, of);
-        sl[MHA_SLICE_q16] = product(mha_bk_a_elems((int)q_rows, dims->dk), sizeof(mha_bf16), 1, of);
+        sl[MHA_SLICE_q16] = q16 > qf ? q16 : qf;
     }
     sl[MHA_SLICE_state] = product(mha_attention_state_floats((size_t)dims->q_block, dk), f, 1, of);
     sl[MHA_SLICE_dec] = product(dec_q, MHA_KV_CHUNK + 2 * dk + 3, f, of);

@@ -81,6 +81,61 @@ void mha_attention_pack_kv_bf16(const mha_fwd *f, const mha_scratch *s, int kl, 
     v16_room(f, s, kl);
 }
 
+/* bf16 on the float32 stream: kl keys' Kᵀ in s->kt's panels and V in the Q/K/V scratch's V
+ * columns, each element as the bf16 B panels hold it (rounded; padding zero). */
+static void round_kv(const mha_fwd *f, const mha_scratch *s, int kl)
+{
+    const mha_kernel *k = f->kernel;
+    const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
+    k->isa->round_bf16_floats(s->kt, (int)((size_t)f->dk * mha_round_up((size_t)kl, (size_t)k->bw)));
+    for (int c = 0; c < f->dv; c += k->bw) /* a panel's kl rows are contiguous */
+        k->isa->round_bf16_floats(mha_mat_at(k, qkv, 0, 2 * f->dkp + c), kl * k->bw);
+}
+
+void mha_attention_pack_kv_stream(const mha_fwd *f, const mha_scratch *s, int kl, mha_mat km, mha_mat vm)
+{
+    if (f->call->attn) { /* the weights' chunks are the bf16 kernel's */
+        mha_attention_pack_kv_bf16(f, s, kl, km, vm);
+        return;
+    }
+    mha_attention_pack_kv_f32(f, s, kl, km, vm);
+    round_kv(f, s, kl);
+}
+
+void mha_attention_pack_kv16_bf16(const mha_fwd *f, const mha_scratch *s, int kl, const mha_bf16 *k16, ptrdiff_t ldk,
+                                  const mha_bf16 *v16, ptrdiff_t ldv)
+{
+    const mha_kernel *k = f->kernel;
+    mha_bk_pack_b_bf16(k, k16, ldk, 1, f->dk, kl, s->kt16, mha_attention_kt16_ps(f));
+    mha_bk_pack_b_bf16(k, v16, ldv, 0, kl, f->dv, s->v16, mha_attention_v16_ps(kl));
+    v16_room(f, s, kl);
+}
+
+/* Widened (exact; a denormal bf16 stays one, and the stream's DAZ reads it as zero, as the
+ * kernels do). */
+void mha_attention_pack_kv16_stream(const mha_fwd *f, const mha_scratch *s, int kl, const mha_bf16 *k16,
+                                    ptrdiff_t ldk, const mha_bf16 *v16, ptrdiff_t ldv)
+{
+    const mha_kernel *k = f->kernel;
+    const int w = k->bw, dk = f->dk, dv = f->dv;
+    const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
+    for (int j0 = 0; j0 < kl; j0 += w) { /* Kᵀ: a panel of w keys (dk × w) at a time, key by key */
+        float *panel = s->kt + (size_t)j0 * dk;
+        for (int j = 0; j < w; j++) {
+            const mha_bf16 *src = j0 + j < kl ? k16 + (ptrdiff_t)(j0 + j) * ldk : NULL;
+            for (int c = 0; c < dk; c++)
+                panel[(size_t)c * w + j] = src ? mha_bf16_float(src[c]) : 0.0f;
+        }
+    }
+    for (int j = 0; j < kl; j++) /* V: each key's row, a panel's columns at a time */
+        for (int c0 = 0; c0 < dv; c0 += w) {
+            float *dst = mha_mat_at(k, qkv, j, 2 * f->dkp + c0);
+            const mha_bf16 *src = v16 + (ptrdiff_t)j * ldv + c0;
+            for (int c = 0; c < w && c0 + c < dv; c++)
+                dst[c] = mha_bf16_float(src[c]);
+        }
+}
+
 /* QK-norm (of query head `head`, or is_k: of KV head `head`; ss as mha_attention_norm_rows),
  * then the rotary embedding, of rows [0, rows) of the scratch columns starting at col (Q at
  * 0, K at dkp). */
@@ -109,13 +164,15 @@ void mha_attention_logits(const mha_fwd *f, float *row, mha_key_span in, int pos
 }
 
 float mha_attention_chunk_row(const mha_fwd *f, float *row, int n, mha_key_span in, int pos, int c0, int head,
-                              const uint8_t *mask, const float *vs, float *mx, mha_bf16 *p, float *zs)
+                              const uint8_t *mask, const float *vs, float *mx, mha_bf16 *p, int rounded, float *zs)
 {
     const mha_isa *isa = f->kernel->isa;
     mha_attention_logits(f, row, in, pos, c0, head);
     *mx = -INFINITY;
     if (p && !vs && isa->softmax_row16) /* exp'd and rounded in one pass */
         return isa->softmax_row16(row, n, in.hi, mask, mx, p);
+    if (rounded && !p && !vs && isa->softmax_row_rounded)
+        return isa->softmax_row_rounded(row, n, in.hi, mask, mx);
     const float sum = isa->softmax_row(row, n, in.hi, mask, mx);
     if (vs) { /* int8: the zero points' sum, then each key's V scale, after the sum */
         float z = 0.0f;
@@ -127,6 +184,8 @@ float mha_attention_chunk_row(const mha_fwd *f, float *row, int n, mha_key_span 
     }
     if (p)
         mha_bk_pack_a_row(f->kernel, row, 0, n, p);
+    else if (rounded)
+        isa->round_bf16_floats(row, n);
     return sum;
 }
 
@@ -210,7 +269,7 @@ static void chunk16(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows
             sum[(i0 + i) * st] = mha_attention_chunk_row(
                 f, sb + i * ld, n, in, pos, c0, r->head0 + row / r->period,
                 r->mask ? r->mask + (size_t)(row % r->period) * f->call->seq_kv : NULL, vs, &mx[(i0 + i) * st],
-                s->p16 + mha_bk_a_row(i, kn), &zs[i]);
+                s->p16 + mha_bk_a_row(i, kn), 0, &zs[i]);
         }
         mha_bgemm(f->bk, k, m, f->dv, n, 1.0f, s->p16, mha_mat_rows(k, sb, ld), kv->v16 + mha_bk_b_index(b0, 0, 0),
                   kv->vps, 0.0f, mha_mat_sub(k, zc, i0, 0), NULL);
@@ -272,9 +331,10 @@ const mha_bf16 *mha_attention_block_queries_bf16(const mha_fwd *f, const mha_scr
 }
 
 /* The rows' logits and unnormalised softmax against the chunk (scores in sc, ld apart; E
- * left there in float32): the attention-weights and float32 chunks' row pass. */
+ * left there in float32, rounded: as the floats of its bf16 rounding): the attention-weights,
+ * float32 and float32-stream chunks' row pass. */
 static void chunk_rows(const mha_fwd *f, const mha_chunk_rows *r, int c0, int n, float *sc, ptrdiff_t ld, float *mx,
-                       float *sum, ptrdiff_t st)
+                       float *sum, ptrdiff_t st, int rounded)
 {
     for (int i = 0; i < r->m; i++) {
         /* the keys of this chunk row i sees: [hidden, visible) */
@@ -282,7 +342,7 @@ static void chunk_rows(const mha_fwd *f, const mha_chunk_rows *r, int c0, int n,
         const mha_key_span in = mha_keys_within(mha_visible_keys(pos, r->causal, f->window, c0 + n), c0, n);
         sum[i * st] = mha_attention_chunk_row(f, sc + i * ld, n, in, pos, c0, r->head0 + (r->first + i) / r->period,
                                               r->mask ? r->mask + (size_t)((r->first + i) % r->period) * f->call->seq_kv : NULL,
-                                              NULL, &mx[i * st], NULL, NULL);
+                                              NULL, &mx[i * st], NULL, rounded, NULL);
     }
 }
 
@@ -302,7 +362,7 @@ void mha_attention_chunk_f32(const mha_fwd *f, const mha_scratch *s, const mha_c
                                           (size_t)ld);
     } else
         mha_gemm_in_place(k, m, n, dk, f->scale, r->q, mha_mat_sub(k, kv->kt, 0, b0), 0.0f, sm, s->apack);
-    chunk_rows(f, r, c0, n, sc, ld, mx, sum, st);
+    chunk_rows(f, r, c0, n, sc, ld, mx, sum, st, 0);
     /* Z (m, dv) = E (m, n) · V (n, dv) */
     if (kv->vp) { /* key by key in order from zero: the microkernel's sums over the chunk */
         for (int i = 0; i < m; i++)
@@ -328,9 +388,61 @@ void mha_attention_chunk_bf16(const mha_fwd *f, const mha_scratch *s, const mha_
     const mha_mat sm = mha_mat_rows(k, sc, ld);
     mha_bgemm(f->bk, k, r->m, n, f->dk, f->scale, NULL, r->q, kv->kt16 + (size_t)(b0 / MHA_BT_N) * kv->kps, kv->kps,
               0.0f, sm, s->apack16);
-    chunk_rows(f, r, c0, n, sc, ld, mx, sum, st);
+    chunk_rows(f, r, c0, n, sc, ld, mx, sum, st, 0);
     mha_bgemm(f->bk, k, r->m, f->dv, n, 1.0f, NULL, sm, kv->v16 + mha_bk_b_index(b0, 0, 0), kv->vps, 0.0f, zc,
               s->apack16);
+}
+
+/* The bf16 kernels' A·V sums end on the key padding up to the k tile: + 0 × V of the keys
+ * [b0 + n, b0 + kp(n)) (+ 0 past kv->kl, the panels' room). That changes a sum only where it is
+ * −0 and one of those products is + 0 (V's sign bit clear; finite V). */
+static void values_padding(const mha_fwd *f, const mha_kv_view *kv, int b0, int n, int m, mha_mat zc)
+{
+    const mha_kernel *k = f->kernel;
+    const int end = (int)mha_bk_kp(n);
+    for (int i = 0; i < m; i++)
+        for (int c = 0; c < f->dv; c++) {
+            float *z = mha_mat_at(k, zc, i, c);
+            if (*z != 0.0f || !signbit(*z))
+                continue;
+            for (int j = n; j < end; j++)
+                if (b0 + j >= kv->kl || !signbit(*mha_mat_at(k, kv->v, b0 + j, c))) {
+                    *z = 0.0f;
+                    break;
+                }
+        }
+}
+
+/* bf16 on the float32 stream: the queries rounded (or widened) into s->q16's floats, scores and
+ * A·V by the table's stream_rows16 on kt and v (pack_kv_stream's), E rounded in place: the
+ * bf16 kernel's sums, bit for bit (its padding's + 0: stream_rows16 and values_padding). The
+ * attention weights, an int8 cache's V and the bf16 panels of a decode chunk go the bf16
+ * kernel's way. */
+void mha_attention_chunk_stream(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
+                                int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum,
+                                ptrdiff_t st)
+{
+    const mha_kernel *k = f->kernel;
+    const int m = r->m, dk = f->dk;
+    if (f->call->attn || kv->vs || !kv->kt.p) {
+        mha_attention_chunk_bf16(f, s, r, kv, b0, c0, n, sc, ld, zc, mx, sum, st);
+        return;
+    }
+    float *q = (float *)(void *)s->q16;
+    if (r->q16_rows)
+        for (int i = 0; i < m; i++)
+            for (int c = 0; c < dk; c++)
+                q[(size_t)i * dk + c] = mha_bf16_float(r->q16_rows[i * r->q16_ld + c]);
+    else {
+        mha_mat_get_rows(k, r->q, m, 0, dk, q, dk);
+        k->isa->round_bf16_floats(q, m * dk);
+    }
+    k->isa->stream_rows16(k, m, n, dk, f->scale, dk % MHA_BT_K != 0, mha_mat_rows(k, q, dk),
+                          mha_mat_sub(k, kv->kt, 0, b0), mha_mat_rows(k, sc, ld));
+    chunk_rows(f, r, c0, n, sc, ld, mx, sum, st, 1);
+    k->isa->stream_rows16(k, m, f->dv, n, 1.0f, 0, mha_mat_rows(k, sc, ld), mha_mat_sub(k, kv->v, b0, 0), zc);
+    if (n % MHA_BT_K)
+        values_padding(f, kv, b0, n, m, zc);
 }
 
 void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
@@ -400,7 +512,7 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, mha_queri
     const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
     const mha_kv_view kv = {.kt = mha_mat_panels(k, s->kt, dk), .v = mha_mat_sub(k, qkv, 0, 2 * dkp),
                             .kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f),
-                            .vps = mha_attention_v16_ps(kl), .vs = vs};
+                            .vps = mha_attention_v16_ps(kl), .vs = vs, .kl = kl};
     const float *sum = s->state; /* attend_block's state: its rows' factors first */
 
     /* query blocks (with the attention weights wanted: one chunk of whole rows, from the panel
@@ -480,21 +592,18 @@ static void core_put(const mha_fwd *f, const mha_core_io *io, ptrdiff_t off, flo
 
 /* K and V of (sequence b, KV head g), kl keys, into what the chunks read, once for every query
  * head of the group: float32 tensors by the engine's pack_kv (a bf16 engine's rounded as they
- * are packed), bf16 ones (bf16 engines only) copied into the kernel's B panels. */
+ * are packed), bf16 ones (bf16 engines only) by its pack_kv16. */
 static void core_pack_kv(const mha_fwd *f, const mha_core_io *io, int b, int g, const mha_scratch *s, int kl)
 {
     const mha_kernel *k = f->kernel;
     const ptrdiff_t ko = b * io->ks[0] + g * io->ks[1], vo = b * io->vs[0] + g * io->vs[1];
     if (kl <= 0)
         return;
-    if (!io->bf16) {
+    if (io->bf16)
+        f->prod->pack_kv16(f, s, kl, (const mha_bf16 *)io->k + ko, io->ks[2], (const mha_bf16 *)io->v + vo, io->vs[2]);
+    else
         f->prod->pack_kv(f, s, kl, mha_mat_rows(k, (const float *)io->k + ko, io->ks[2]),
                          mha_mat_rows(k, (const float *)io->v + vo, io->vs[2]));
-        return;
-    }
-    mha_bk_pack_b_bf16(k, (const mha_bf16 *)io->k + ko, io->ks[2], 1, f->dk, kl, s->kt16, mha_attention_kt16_ps(f));
-    mha_bk_pack_b_bf16(k, (const mha_bf16 *)io->v + vo, io->vs[2], 0, kl, f->dv, s->v16, mha_attention_v16_ps(kl));
-    v16_room(f, s, kl);
 }
 
 /* Whether the core's KV head of ql queries runs as core_few_rows: 1 to MHA_DECODE_MAX_NEW queries
@@ -521,7 +630,9 @@ static void core_few_rows(const mha_fwd *f, const mha_core_io *io, int b, int g,
     const int dk = f->dk, dv = f->dv, m = f->group * ql, off = f->call->seq_kv - f->call->seq_q, h0 = g * f->group;
     float *sc = s->dec, *q = sc + (size_t)m * MHA_KV_CHUNK; /* dec: (group·MHA_DECODE_MAX_NEW) × (chunk + dk) */
     float *z = s->apack + (size_t)m * (4 + dv); /* past attend_block's state in the apack region */
-    mha_kv_view kv = {.kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f), .vps = mha_attention_v16_ps(kl)};
+    mha_kv_view kv = {.kt = mha_mat_panels(k, s->kt, dk), .v = mha_mat_sub(k, mha_mat_panels(k, s->qkv, f->rows), 0, 2 * f->dkp),
+                      .kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f), .vps = mha_attention_v16_ps(kl),
+                      .kl = kl};
     if (io->bf16) /* bf16 tensors: bf16 engines only */
         core_pack_kv(f, io, b, g, s, kl);
     else

@@ -161,7 +161,8 @@ typedef struct mha_fwd {
     X(p16, mha_bf16)  /* bf16: 32 rows' probabilities against one chunk in A panels (each row  \
                          rounded as exp'd) */                                                  \
     X(q16, mha_bf16)  /* bf16: a query block's queries in A panels, packed once for its chunks \
-                         (or the core's few queries of a group) */                             \
+                         (or the core's few queries of a group); on the float32 stream, a    \
+                         chunk's queries as float rows */                                      \
     X(state, float)   /* mha_attention_state_floats: each row's softmax sum (then its inverse) \
                          and max, a chunk's sum and max, a chunk's Z (q_block × dk) */         \
     X(dec, float)     /* decode: (group·MHA_DECODE_MAX_NEW) × (MHA_KV_CHUNK + 2·dk + 3):       \
@@ -212,6 +213,8 @@ typedef struct mha_kv_view {
                              * values themselves, and the scores are
                              * float32 products on the queries unrounded and kt, Kᵀ as the cache
                              * holds it, as a float32 engine's); NULL: none */
+    int kl;                 /* keys the operands hold (kt and v: the bf16 panels' room past them
+                             * is zero; mha_attention_chunk_stream) */
     const float *ktp, *vp;  /* float32 engines, or NULL: Kᵀ in panels of MHA_TILE_KEYS keys (key
                              * j's feature c at (j / 16)·16·dk + c·16 + j % 16) and V in rows dk
                              * apart, from the operands' key 0, read by the table's decode tiles
@@ -268,8 +271,16 @@ void mha_attention_chunk_f32(const mha_fwd *f, const mha_scratch *s, const mha_c
 void mha_attention_chunk_bf16(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
                               int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum,
                               ptrdiff_t st);
+void mha_attention_chunk_stream(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r,
+                                const mha_kv_view *kv, int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc,
+                                float *mx, float *sum, ptrdiff_t st);
 void mha_attention_pack_kv_f32(const mha_fwd *f, const mha_scratch *s, int kl, mha_mat km, mha_mat vm);
 void mha_attention_pack_kv_bf16(const mha_fwd *f, const mha_scratch *s, int kl, mha_mat km, mha_mat vm);
+void mha_attention_pack_kv_stream(const mha_fwd *f, const mha_scratch *s, int kl, mha_mat km, mha_mat vm);
+void mha_attention_pack_kv16_bf16(const mha_fwd *f, const mha_scratch *s, int kl, const mha_bf16 *k16, ptrdiff_t ldk,
+                                  const mha_bf16 *v16, ptrdiff_t ldv);
+void mha_attention_pack_kv16_stream(const mha_fwd *f, const mha_scratch *s, int kl, const mha_bf16 *k16,
+                                    ptrdiff_t ldk, const mha_bf16 *v16, ptrdiff_t ldv);
 int mha_attention_few_fits_f32(const mha_fwd *f);
 int mha_attention_few_fits_bf16(const mha_fwd *f);
 void mha_attention_pack_kv_few_f32(const mha_fwd *f, const mha_scratch *s, int kl, mha_mat km, mha_mat vm,
@@ -293,10 +304,12 @@ void mha_attention_logits(const mha_fwd *f, float *row, mha_key_span in, int pos
  * e_j times its scale: Z = E·V is then (E·scales)·q + zs in every feature (mha_attention_v_zero).
  * Returns the sum (of E before the V scales). p: NULL, or E rounded to bf16 into a row of A
  * tiles at p (mha_bk_pack_a_row's; without V parameters in one pass with the exp, the table's
- * softmax_row16), the row then left as the table leaves it. The forward's chunks and every
- * decode path run it: one source of these bits. */
+ * softmax_row16), the row then left as the table leaves it; else rounded: E left in the row as
+ * the floats of its bf16 rounding (after the V scales; without them in one pass with the exp,
+ * the table's softmax_row_rounded). The forward's chunks and every decode path run it: one
+ * source of these bits. */
 float mha_attention_chunk_row(const mha_fwd *f, float *row, int n, mha_key_span in, int pos, int c0, int head,
-                              const uint8_t *mask, const float *vs, float *mx, mha_bf16 *p, float *zs);
+                              const uint8_t *mask, const float *vs, float *mx, mha_bf16 *p, int rounded, float *zs);
 /* A row's Z (n features) plus its V zero points' share zs (mha_attention_chunk_row), after
  * the row's E·q: the same bits in the forward's chunk and the decode tiles. */
 void mha_attention_v_zero(float *z, int n, float zs);

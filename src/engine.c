@@ -130,7 +130,7 @@ static void make_model(mha_engine *e)
         .k_saved = v->k_saved,
         .rope = dm->rope.style, .rope_dim = dm->rope.rotary_dim,
         .rope_cos = v->rope_cos, .rope_sin = v->rope_sin,
-        .prod = mha_products_of(e->bkernel), .bk = e->bkernel,
+        .prod = mha_products_of(e->bkernel, &e->kernel, dm->dk), .bk = e->bkernel,
         .wqkv = dm->bf16 ? (const void *)v->wqkv16 : v->wqkv, .bqkv = v->bqkv,
         .wo = dm->bf16 ? (const void *)v->wo16 : v->wo, .bo = v->bo,
         .z = v->z,

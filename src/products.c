@@ -2,6 +2,7 @@
 #include "products.h"
 
 #include "attention.h"
+#include "isa/isa.h"
 #include "step.h"
 
 static int a_panel_f32(const mha_kernel *k)
@@ -72,13 +73,27 @@ static const mha_products f32 = {.esz = sizeof(float), .a_panel = a_panel_f32, .
                                   .step_chunk = mha_step_chunk_f32};
 static const mha_products bf16 = {.esz = sizeof(mha_bf16), .a_panel = a_panel_bf16, .a_row = a_row_bf16,
                                    .pack_a = pack_a_bf16, .pack_b = pack_b_bf16, .gemm = gemm_bf16,
-                                   .pack_kv = mha_attention_pack_kv_bf16,
+                                   .pack_kv = mha_attention_pack_kv_bf16, .pack_kv16 = mha_attention_pack_kv16_bf16,
                                    .block_queries = mha_attention_block_queries_bf16,
                                    .few_fits = mha_attention_few_fits_bf16, .pack_kv_few = mha_attention_pack_kv_few_bf16,
                                    .chunk = mha_attention_chunk_bf16, .step_gather = mha_step_gather_bf16,
                                    .step_chunk = mha_step_chunk_bf16};
+/* bf16's, but the attention's K/V packing and chunks on the float32 stream (the chunk rounds
+ * its queries itself: no block's queries; the few queries run as a block's) */
+static const mha_products bf16_stream = {.esz = sizeof(mha_bf16), .a_panel = a_panel_bf16, .a_row = a_row_bf16,
+                                          .pack_a = pack_a_bf16, .pack_b = pack_b_bf16, .gemm = gemm_bf16,
+                                          .pack_kv = mha_attention_pack_kv_stream,
+                                          .pack_kv16 = mha_attention_pack_kv16_stream,
+                                          .block_queries = mha_attention_block_queries_f32,
+                                          .few_fits = mha_attention_few_fits_bf16,
+                                          .pack_kv_few = mha_attention_pack_kv_few_bf16,
+                                          .chunk = mha_attention_chunk_stream, .step_gather = mha_step_gather_stream,
+                                          .step_chunk = mha_step_chunk_bf16};
 
-const mha_products *mha_products_of(const mha_bkernel *bk)
+const mha_products *mha_products_of(const mha_bkernel *bk, const mha_kernel *k, int dk)
 {
-    return bk ? &bf16 : &f32;
+    if (!bk)
+        return &f32;
+    const int stream = bk->order == MHA_BK_EVEN_FIRST && k->stream && k->isa->stream_rows16 && dk <= k->kc;
+    return stream ? &bf16_stream : &bf16;
 }

@@ -1,6 +1,8 @@
 /* products.h — the engine's products in its precision: one interface, chosen at create
  * (engine.c: mha_products_of), float32 on BLIS's microkernel (gemm.c) or bf16 on the engine's
- * bf16 kernel (bgemm.c). The drivers (attention.c, step.c, mla.c) pack rows, pack weights,
+ * bf16 kernel (bgemm.c); or bf16 whose attention chunks run the float32 stream on operands
+ * rounded to bf16, where the table's stream sums as the bf16 kernel does (the same bits
+ * without widening bf16 for every block: avx2). The drivers (attention.c, step.c, mla.c) pack rows, pack weights,
  * multiply by packed weights, pack a KV head's K and V and run the attention's chunks through
  * the model's f->prod and never ask which. */
 #ifndef MHA_PRODUCTS_H
@@ -41,8 +43,13 @@ typedef struct mha_products {
     /* A KV head's kl keys, K's rows km and V's rows vm (float32), into what its chunks read
      * (mha_attention_rows' view): float32 Kᵀ in s->kt's panels and V in the Q/K/V scratch's V
      * columns (where the forward projects it: vm elsewhere is copied there); bf16 Kᵀ and V in
-     * s->kt16 and s->v16's B panels. */
+     * s->kt16 and s->v16's B panels; bf16 on the stream float32's, rounded to bf16 (with the
+     * attention weights, the B panels: their chunks are the bf16 kernel's). */
     void (*pack_kv)(const struct mha_fwd *f, const struct mha_scratch *s, int kl, mha_mat km, mha_mat vm);
+    /* The same from bf16 rows (the core's bf16 tensors: K's rows ldk apart, V's ldv apart; bf16
+     * engines only, NULL in float32's). */
+    void (*pack_kv16)(const struct mha_fwd *f, const struct mha_scratch *s, int kl, const mha_bf16 *k16,
+                      ptrdiff_t ldk, const mha_bf16 *v16, ptrdiff_t ldv);
     /* A query block's queries as every chunk of the block reads them: bf16 without the
      * attention weights packs them once into s->q16 (from r's float rows, or copies r's bf16
      * rows) and returns them; NULL: each chunk reads r->q (float32; bf16 with the weights or an
@@ -75,7 +82,8 @@ typedef struct mha_products {
                        float *vs, const struct mha_scratch *s);
 } mha_products;
 
-/* The products of a float32 engine (bk NULL) or of a bf16 one (its kernel). */
-const mha_products *mha_products_of(const mha_bkernel *bk);
+/* The products of a float32 engine (bk NULL) or of a bf16 one (its kernel; on the float32
+ * stream where kernel k's table has stream_rows16, bk sums even first and dk fits one KC pass). */
+const mha_products *mha_products_of(const mha_bkernel *bk, const mha_kernel *k, int dk);
 
 #endif

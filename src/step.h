@@ -81,6 +81,8 @@ void mha_step_decode_merge(const mha_step_job *j, int q, int g);
  * step_chunk). */
 void mha_step_gather_f32(const mha_step_job *j, int q, int g, int t_begin, int ctx, const mha_scratch *s, float *vs);
 void mha_step_gather_bf16(const mha_step_job *j, int q, int g, int t_begin, int ctx, const mha_scratch *s, float *vs);
+void mha_step_gather_stream(const mha_step_job *j, int q, int g, int t_begin, int ctx, const mha_scratch *s,
+                            float *vs);
 void mha_step_chunk_f32(const mha_step_job *j, int q, int g, int c, int k0, int k1, int ahead, float *p, float *vs,
                         const mha_scratch *s);
 void mha_step_chunk_bf16(const mha_step_job *j, int q, int g, int c, int k0, int k1, int ahead, float *p, float *vs,

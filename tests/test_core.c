@@ -10,6 +10,7 @@
 
 #include "bgemm.h"
 #include "helpers.h"
+#include "isa/isa.h"
 
 /* fp32 products over at most a few hundred terms and a ~2-ulp exp on unit-scale data: near
  * 1e-6; 1e-5 leaves a margin of ten (test_engine.c's bound). bf16: the precision's contract
@@ -314,6 +315,76 @@ Test(core, bf16_tensors_give_the_bits_of_their_values_in_float32, .timeout = 120
         mha_free(e);
         problem_free(&p);
     }
+}
+
+/* The order of the sums of the bf16 kernel named `name`. */
+static mha_bk_order kernel_order(const char *name)
+{
+    for (int i = 0; i < mha_isa_count; i++)
+        for (int j = 0; mha_isa_tables[i]->bf16[j]; j++)
+            if (!strcmp(mha_isa_tables[i]->bf16[j]->name, name))
+                return mha_isa_tables[i]->bf16[j]->order;
+    cr_assert_fail("no bf16 kernel %s", name);
+    return MHA_BK_EVEN_FIRST;
+}
+
+/* A bf16 A·V sum that flushes to −0 (FTZ) keeps that sign only while every later product is
+ * −0: the kernels sum the chunk's k tile to its end, + 0 times the V of the keys past the
+ * chunk (zero past the last key: the panels' room). The tables that run bf16 on the float32
+ * stream sum the chunk alone and must end as the kernel would. One head of d_k 16, 100 keys;
+ * row 1 sees keys 0 and 1 (the mask), its query zero (both probabilities 1): V's columns 0 and
+ * 1 hold 1.5·2⁻¹²⁶ and −1.75·2⁻¹²⁶ there (their sum flushes to −0), −1 on every later key but
+ * key 50 of column 1 (+0.25); the rest random. (b) 40 causal queries: the chunk ends at key
+ * 40, its padding keys 40–63 real; then (a) 40 keys (kv_lengths): the chunk's tile padded past
+ * the last key (the scratch still holding (b)'s V there). Row 1 must be the model's sums in
+ * the engine kernel's order (mha_bk_block_model) times 1/2. */
+Test(core, a_sum_flushed_to_minus_zero_ends_as_the_bf16_kernel_ends_it, .timeout = 30)
+{
+    enum { DK = 16, S = 100, N = 40 };
+    const int kp = (int)mha_bk_kp(N);
+    problem p;
+    problem_make(&p, DK, 1, 1, S, S, 0, 0, 9000);
+    mha_config cfg;
+    problem_config(&p, &cfg, 1);
+    cfg.precision = MHA_PRECISION_BF16;
+    mha_engine *e = NULL;
+    cr_assert_eq(mha_create(&cfg, &e), MHA_OK);
+    sdpa s = sdpa_of(&p, 9100);
+    memset(s.q + DK, 0, DK * sizeof *s.q);
+    for (int j = 0; j < S; j++)
+        for (int c = 0; c < 2; c++)
+            s.v[(size_t)j * DK + c] = j == 0 ? 0x1.8p-126f : j == 1 ? -0x1.cp-126f : c == 1 && j == 50 ? 0.25f : -1.0f;
+    for (size_t i = 0; i < (size_t)S * DK; i++) /* the values the kernels see */
+        s.v[i] = mha_bf16_float(mha_bf16_round(s.v[i]));
+    uint8_t mask[S * S];
+    for (int i = 0; i < S; i++)
+        for (int j = 0; j < S; j++)
+            mask[i * S + j] = i != 1 || j < 2;
+    const int32_t len = N;
+    float *out = sentinel_floats((size_t)S * DK);
+    for (int variant = 1; variant >= 0; variant--) {
+        const mha_core_input in = {.batch = 1, .seq_q = S, .seq_kv = S, .q = s.q, .k = s.k, .v = s.v,
+                                   .q_lengths = variant ? &len : NULL, .kv_lengths = variant ? NULL : &len,
+                                   .causal = variant, .mask = mask};
+        cr_assert_eq(mha_core_forward(e, &in, out, NULL), MHA_OK, "%s", mha_engine_last_error(e));
+        /* the model: E (1, 1, 0, …) in row 0 of an A panel, V's keys [0, kp) in a B panel (zero
+         * past the last key) */
+        mha_bf16 a[MHA_BT_M * 64] = {0}, b[64 * MHA_BT_N] = {0};
+        a[0] = a[1] = mha_bf16_round(1.0f);
+        for (int j = 0; j < kp && (variant || j < N); j++)
+            for (int c = 0; c < DK; c++)
+                b[mha_bk_b_index(j, c, (size_t)kp * MHA_BT_N)] = mha_bf16_round(s.v[(size_t)j * DK + c]);
+        float acc[32 * 32];
+        mha_bk_block_model(kernel_order(mha_engine_kernel(e)), 1, 1, kp / MHA_BT_K, a, b, (size_t)kp * MHA_BT_N, acc);
+        for (int c = 0; c < DK; c++) {
+            const float want = acc[c] * 0.5f, got = out[DK + c];
+            cr_assert(memcmp(&want, &got, sizeof want) == 0, "(%c) isa %s, kernel %s: row 1, column %d: %a, the model %a",
+                      'a' + variant, mha_engine_isa(e), mha_engine_kernel(e), c, (double)got, (double)want);
+        }
+    }
+    free(out), free(s.q), free(s.k), free(s.v);
+    mha_free(e);
+    problem_free(&p);
 }
 
 /* V narrower than K (v_head_dim < head_dim: an MLA model's absorbed core, K of kv_lora + rope

@@ -112,6 +112,43 @@ TABLE_TEST(softmax, bf16_rows_are_the_float_rows_rounded_into_tiles, .timeout = 
     }
 }
 
+/* softmax_row_rounded (where a table has one) is softmax_row's max and sum with each entry
+ * left as the float of its bf16 rounding (round_bf16_floats), bit for bit: a chunk's
+ * probabilities on the float32 stream do not depend on which path rounded them. Scores down to
+ * −120 below the max: exps in float32's denormal range, which the rounding flushes. */
+TABLE_TEST(softmax, rounded_rows_are_the_float_rows_rounded, .timeout = 30)
+{
+    rng r = {19};
+    enum { N = 300 };
+    float in[N], row[N], rounded[N];
+    uint8_t mask[N];
+    if (!isa->softmax_row_rounded)
+        cr_skip_test("isa %s has no softmax_row_rounded (softmax_row, then round_bf16_floats)", isa->name);
+    const int sizes[] = {1, 7, 8, 9, 31, 32, 33, 63, 64, 65, 100, 256, 257, 300};
+    for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
+        const int n = sizes[z];
+        for (int variant = 0; variant < 5; variant++) {
+            fill_uniform(in, (size_t)n, variant % 2 ? -120.0f : -20.0f, variant % 2 ? 0.0f : 20.0f, &r);
+            for (int j = 0; j < n; j++)
+                mask[j] = rng_next(&r) % 3 != 0;
+            const int visible = variant == 1 ? n / 2 : variant == 3 ? 0 : variant == 4 ? n - n / 3 : n;
+            const uint8_t *m = variant >= 2 ? mask : NULL;
+            memcpy(row, in, (size_t)n * sizeof *row);
+            memcpy(rounded, in, (size_t)n * sizeof *rounded);
+            float mx = -INFINITY, mx_r = -INFINITY;
+            const float sum = isa->softmax_row(row, n, visible, m, &mx);
+            isa->round_bf16_floats(row, n);
+            const float sum_r = isa->softmax_row_rounded(rounded, n, visible, m, &mx_r);
+            cr_assert_eq(float_bits(sum_r), float_bits(sum), "%s n=%d visible=%d: sum %a, want %a", isa->name, n,
+                         visible, sum_r, sum);
+            cr_assert_eq(float_bits(mx_r), float_bits(mx), "%s n=%d: max", isa->name, n);
+            for (int j = 0; j < n; j++)
+                cr_assert_eq(float_bits(rounded[j]), float_bits(row[j]), "%s n=%d visible=%d variant %d: [%d] = %a, want %a",
+                             isa->name, n, visible, variant, j, rounded[j], row[j]);
+        }
+    }
+}
+
 /* A masked-out key is a key whose score is -inf, bit for bit: the max, the sum and every
  * entry (the mask's path and the unmasked one sum alike), for every length, vector tail and
  * visible count. */

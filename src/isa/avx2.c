@@ -145,6 +145,49 @@ __attribute__((target(AVX2))) static void stream_rows_avx2(const mha_kernel *k, 
     mha_stream_walk(k, m, n, kk, alpha, a, b, beta, c, 16, 6, stream_pass);
 }
 
+/* Under DAZ and FTZ, as the bf16 kernels sum (alpha 1: a sum times one is itself); then the
+ * padding's + 0 and alpha in the caller's mode, 8 lanes at a time (per element: the bits of
+ * epilogue_block's multiply). */
+__attribute__((target(AVX2))) static void stream_rows16_avx2(const mha_kernel *k, int m, int n, int kk, float alpha,
+                                                            int pad, mha_mat a, mha_mat b, mha_mat c)
+{
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | DAZ_FTZ);
+    stream_rows_avx2(k, m, n, kk, 1.0f, a, b, 0.0f, c);
+    _mm_setcsr(csr);
+    if (!pad && alpha == 1.0f)
+        return;
+    const __m256 va = _mm256_set1_ps(alpha), zero = _mm256_setzero_ps();
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j += 8) {
+            float *y = c.p + (ptrdiff_t)i * c.ld + j;
+            __m256 x = load8_n(y, n - j);
+            if (pad)
+                x = _mm256_add_ps(x, zero);
+            store8_n(y, n - j, _mm256_mul_ps(x, va));
+        }
+}
+
+/* 8 floats rounded to bf16 as mha_bf16_round does: each in the low half of its 32-bit lane. */
+static inline __attribute__((always_inline, target(AVX2))) __m256i round_lanes(__m256 x)
+{
+    const __m256i u = _mm256_castps_si256(x);
+    const __m256i top = _mm256_srli_epi32(u, 16);
+    const __m256i r = _mm256_srli_epi32(
+        _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), _mm256_and_si256(top, _mm256_set1_epi32(1))), 16);
+    const __m256i tiny = _mm256_cmpeq_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7f800000)), _mm256_setzero_si256());
+    /* NaN: |u| > 0x7f800000 as signed integers (both are below 2^31) */
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+    __m256i out = _mm256_blendv_epi8(r, _mm256_and_si256(top, _mm256_set1_epi32(0x8000)), tiny);
+    return _mm256_blendv_epi8(out, _mm256_or_si256(top, _mm256_set1_epi32(0x0040)), nan);
+}
+
+/* The floats of 8 lanes' bf16 roundings (round_bf16_floats' bits). */
+static inline __attribute__((always_inline, target(AVX2))) __m256 rounded8(__m256 x)
+{
+    return _mm256_castsi256_ps(_mm256_slli_epi32(round_lanes(x), 16));
+}
+
 /* ---- softmax: 8 lanes; a tail runs through a padded copy so it gets the same arithmetic ---- */
 
 /* Each step over the U vectors of x. */
@@ -212,7 +255,7 @@ __attribute__((target(AVX2))) static __m256 load8(const float *s, const uint8_t 
  * sum, in lanes, added in order of j. Inlined with mask NULL or not: the unmasked loop tests
  * nothing. */
 static inline __attribute__((always_inline, target(AVX2))) __m256 exp_steps(float *s, const uint8_t *mask, int end,
-                                                                           __m256 vmx)
+                                                                           __m256 vmx, const int rnd)
 {
     __m256 vsum = _mm256_setzero_ps();
     for (int j0 = 0; j0 < end; j0 += 32) {
@@ -223,15 +266,18 @@ static inline __attribute__((always_inline, target(AVX2))) __m256 exp_steps(floa
         for (int q = 0; q < 4; q++) {
             if (mask)
                 e[q] = _mm256_and_ps(e[q], on[q]);
-            _mm256_storeu_ps(s + j0 + 8 * q, e[q]);
+            _mm256_storeu_ps(s + j0 + 8 * q, rnd ? rounded8(e[q]) : e[q]);
             vsum = _mm256_add_ps(vsum, e[q]);
         }
     }
     return vsum;
 }
 
-__attribute__((target(AVX2))) static float softmax_row_avx2(float *restrict s, int n, int visible,
-                                                             const uint8_t *restrict mask, float *max_io)
+/* rnd: each entry stored as the float of its bf16 rounding, the sum of the entries unrounded
+ * (softmax_row_rounded) */
+static inline __attribute__((always_inline, target(AVX2))) float softmax_row_as(float *restrict s, int n, int visible,
+                                                                               const uint8_t *restrict mask,
+                                                                               float *max_io, const int rnd)
 {
     /* pass 1: max over the visible entries and the running max */
     __m256 vmax = _mm256_set1_ps(*max_io), ninf = _mm256_set1_ps(-INFINITY), vis;
@@ -257,19 +303,31 @@ __attribute__((target(AVX2))) static float softmax_row_avx2(float *restrict s, i
      * step (exp_steps), then 8 */
     const __m256 vmx = _mm256_set1_ps(mx);
     const int j0 = visible / 32 * 32;
-    __m256 vsum = mask ? exp_steps(s, mask, j0, vmx) : exp_steps(s, NULL, j0, vmx);
+    __m256 vsum = mask ? exp_steps(s, mask, j0, vmx, rnd) : exp_steps(s, NULL, j0, vmx, rnd);
     for (int j = j0; j < visible; j += 8) {
         __m256 x = load8(s, mask, j, visible, &vis);
         __m256 e = _mm256_sub_ps(x, vmx);
         exp8_n(&e, 1, 0);
         e = _mm256_and_ps(e, vis);
-        store8_n(s + j, visible - j, e);
+        store8_n(s + j, visible - j, rnd ? rounded8(e) : e);
         vsum = _mm256_add_ps(vsum, e);
     }
     for (int j = visible; j < n; j++)
         s[j] = 0.0f;
     _mm256_storeu_ps(lanes, vsum);
     return ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+}
+
+__attribute__((target(AVX2))) static float softmax_row_avx2(float *restrict s, int n, int visible,
+                                                             const uint8_t *restrict mask, float *max_io)
+{
+    return softmax_row_as(s, n, visible, mask, max_io, 0);
+}
+
+__attribute__((target(AVX2))) static float softmax_row_rounded_avx2(float *restrict s, int n, int visible,
+                                                                     const uint8_t *restrict mask, float *max_io)
+{
+    return softmax_row_as(s, n, visible, mask, max_io, 1);
 }
 
 /* Logit softcapping: cap · tanh(s / cap), 8 lanes, both of mha_tanh_poly's branches blended;
@@ -380,20 +438,6 @@ static inline __attribute__((always_inline, target(AVX2))) __m256 load_elems(con
     if (type == MHA_KV_BF16)
         return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(raw));
-}
-
-/* 8 floats rounded to bf16 as mha_bf16_round does: each in the low half of its 32-bit lane. */
-static inline __attribute__((target(AVX2))) __m256i round_lanes(__m256 x)
-{
-    const __m256i u = _mm256_castps_si256(x);
-    const __m256i top = _mm256_srli_epi32(u, 16);
-    const __m256i r = _mm256_srli_epi32(
-        _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), _mm256_and_si256(top, _mm256_set1_epi32(1))), 16);
-    const __m256i tiny = _mm256_cmpeq_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7f800000)), _mm256_setzero_si256());
-    /* NaN: |u| > 0x7f800000 as signed integers (both are below 2^31) */
-    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
-    __m256i out = _mm256_blendv_epi8(r, _mm256_and_si256(top, _mm256_set1_epi32(0x8000)), tiny);
-    return _mm256_blendv_epi8(out, _mm256_or_si256(top, _mm256_set1_epi32(0x0040)), nan);
 }
 
 /* Scores of nb <= R queries for nv <= V slot vectors (of any blocks), R · V <= 8
@@ -650,7 +694,6 @@ __attribute__((target(AVX2))) static void decode_values16_avx2(const float *e, s
 
 /* ---- bf16: rounding, packing, epilogue ---- */
 
-
 /* 8 rounded lanes (low halves) as 8 contiguous bf16. */
 static inline __attribute__((target(AVX2))) __m128i narrow8(__m256i r)
 {
@@ -678,10 +721,8 @@ __attribute__((target(AVX2))) static void round_into_tiles_avx2(const float *src
 /* 8 lanes at a time: the rounded bits back in the high halves. */
 __attribute__((target(AVX2))) static void round_bf16_floats_avx2(float *x, int n)
 {
-    for (int i = 0; i < n; i += 8) {
-        const __m256i r = round_lanes(load8_n(x + i, n - i));
-        store8_n(x + i, n - i, _mm256_castsi256_ps(_mm256_slli_epi32(r, 16)));
-    }
+    for (int i = 0; i < n; i += 8)
+        store8_n(x + i, n - i, rounded8(load8_n(x + i, n - i)));
 }
 
 /* 16 int8 to 16 bf16: widened to int32 8 at a time, converted (exact), the floats' high halves
@@ -889,9 +930,11 @@ const mha_isa mha_isa_avx2 = {
     .stream_bw = 16,
     .stream_arch = "haswell",
     .stream_in_place = 1,
+    .stream_rows16 = stream_rows16_avx2,
     .rope_halves = rope_halves_avx2,
     .rope_pairs = rope_pairs_avx2,
     .softmax_row = softmax_row_avx2,
+    .softmax_row_rounded = softmax_row_rounded_avx2,
     .softcap_row = softcap_row_avx2,
     .scale_rows = {[MHA_KV_INT8] = i8_scale_rows_avx2},
     .decode_scores = {[MHA_KV_F32] = decode_scores_avx2, [MHA_KV_INT8] = decode_scores8_avx2},

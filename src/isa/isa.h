@@ -69,6 +69,15 @@ typedef struct mha_isa {
      * (mha_gemm_in_place; avx2, measured on Zen 1: the bert-base-512 core 0.94× the time of
      * packing it); 0: up to MHA_STREAM_ROWS, as mha_gemm (avx512: not yet measured). */
     int stream_in_place;
+    /* The attention's bf16 products where the table streams in place (products.c: bf16 on the
+     * float32 stream): stream_rows on operands already rounded to bf16, summed as the bf16
+     * kernels of order MHA_BK_EVEN_FIRST sum them: under DAZ and FTZ with alpha 1 and beta 0,
+     * kk <= k->kc (one FMA chain per element in k order: the even-first model's sums); then,
+     * in the caller's mode, + 0 where pad (the kernels' sums end on padding: kk not a
+     * multiple of their k tile) and times alpha (their epilogue's rounding). c in rows form.
+     * NULL where the table has none. */
+    void (*stream_rows16)(const mha_kernel *k, int m, int n, int kk, float alpha, int pad, mha_mat a, mha_mat b,
+                          mha_mat c);
     /* RoPE on a run of n rotation pairs, angle j's cos c[j] and sin sign·s[j] (sign ±1: a
      * negative position reads the table at |p|): (x, y) ← (x·c − y·s', y·c + x·s'), each product
      * and the difference or sum rounded once (no FMA), so every table gives ref's bits.
@@ -158,6 +167,11 @@ typedef struct mha_isa {
      * round_into_tiles. */
     float (*softmax_row16)(float *restrict s, int n, int visible, const uint8_t *restrict mask, float *max_io,
                            mha_bf16 *d);
+    /* softmax_row (the same max and sum, of the entries unrounded) with each entry left as the
+     * float of its bf16 rounding (round_bf16_floats' bits): bf16 probabilities as floats in
+     * one pass (bf16 decode on the tables' tiles, bf16 on the float32 stream). NULL where the
+     * table has none: softmax_row, then round_bf16_floats. */
+    float (*softmax_row_rounded)(float *restrict s, int n, int visible, const uint8_t *restrict mask, float *max_io);
     /* x[i] (i < n) in place: the float of its bf16 rounding (mha_bf16_round: same bits in
      * every table), as a kernel's A panels would hold it: bf16 decode's queries and
      * probabilities. */
