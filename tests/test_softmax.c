@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 
 #include "helpers.h"
+#include "isa/exp_poly.h"
 #include "isa/isa.h"
 
 /* Relative error allowed per weight, in units of float's 2^-24: rounding s − max in float
@@ -115,7 +116,8 @@ TABLE_TEST(softmax, bf16_rows_are_the_float_rows_rounded_into_tiles, .timeout = 
 /* softmax_row_rounded (where a table has one) is softmax_row's max and sum with each entry
  * left as the float of its bf16 rounding (round_bf16_floats), bit for bit: a chunk's
  * probabilities on the float32 stream do not depend on which path rounded them. Scores down to
- * −120 below the max: exps in float32's denormal range, which the rounding flushes. */
+ * −120 below the max, and the first few above MHA_EXP_LO: exps at float32's smallest normals
+ * and below, which the rounding flushes. */
 TABLE_TEST(softmax, rounded_rows_are_the_float_rows_rounded, .timeout = 30)
 {
     rng r = {19};
@@ -129,6 +131,9 @@ TABLE_TEST(softmax, rounded_rows_are_the_float_rows_rounded, .timeout = 30)
         const int n = sizes[z];
         for (int variant = 0; variant < 5; variant++) {
             fill_uniform(in, (size_t)n, variant % 2 ? -120.0f : -20.0f, variant % 2 ? 0.0f : 20.0f, &r);
+            float edge = MHA_EXP_LO; /* the exp's last steps above zero: results near FLT_MIN */
+            for (int j = 1; variant % 2 && j < n && j < 12; j++, edge = nextafterf(edge, 0.0f))
+                in[0] = 0.0f, in[j] = edge;
             for (int j = 0; j < n; j++)
                 mask[j] = rng_next(&r) % 3 != 0;
             const int visible = variant == 1 ? n / 2 : variant == 3 ? 0 : variant == 4 ? n - n / 3 : n;

@@ -188,6 +188,19 @@ static inline __attribute__((always_inline, target(AVX2))) __m256 rounded8(__m25
     return _mm256_castsi256_ps(_mm256_slli_epi32(round_lanes(x), 16));
 }
 
+/* rounded8's bits for lanes in [0, 1] (exp'd probabilities: no sign, NaN or carry into the
+ * exponent's top to test), in half its operations: nearest even on the bits, + 0 below the
+ * normal range. */
+static inline __attribute__((always_inline, target(AVX2))) __m256 rounded8_unit(__m256 x)
+{
+    const __m256i u = _mm256_castps_si256(x);
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i r = _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), odd),
+                                       _mm256_set1_epi32((int)0xffff0000u));
+    const __m256i tiny = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x00800000), u);
+    return _mm256_castsi256_ps(_mm256_andnot_si256(tiny, r));
+}
+
 /* ---- softmax: 8 lanes; a tail runs through a padded copy so it gets the same arithmetic ---- */
 
 /* Each step over the U vectors of x. */
@@ -266,7 +279,7 @@ static inline __attribute__((always_inline, target(AVX2))) __m256 exp_steps(floa
         for (int q = 0; q < 4; q++) {
             if (mask)
                 e[q] = _mm256_and_ps(e[q], on[q]);
-            _mm256_storeu_ps(s + j0 + 8 * q, rnd ? rounded8(e[q]) : e[q]);
+            _mm256_storeu_ps(s + j0 + 8 * q, rnd ? rounded8_unit(e[q]) : e[q]);
             vsum = _mm256_add_ps(vsum, e[q]);
         }
     }
@@ -309,7 +322,7 @@ static inline __attribute__((always_inline, target(AVX2))) float softmax_row_as(
         __m256 e = _mm256_sub_ps(x, vmx);
         exp8_n(&e, 1, 0);
         e = _mm256_and_ps(e, vis);
-        store8_n(s + j, visible - j, rnd ? rounded8(e) : e);
+        store8_n(s + j, visible - j, rnd ? rounded8_unit(e) : e);
         vsum = _mm256_add_ps(vsum, e);
     }
     for (int j = visible; j < n; j++)
