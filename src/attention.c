@@ -289,11 +289,38 @@ int mha_attention_few_fits_bf16(const mha_fwd *f)
     return 1;
 }
 
-void mha_attention_pack_kv_few_f32(const mha_fwd *f, const mha_scratch *s, int kl, mha_mat km, mha_mat vm,
+/* K's and V's rows of (sequence b, KV head g) in the core's tensors. */
+static mha_mat core_k(const mha_fwd *f, const mha_core_io *io, int b, int g)
+{
+    return mha_mat_rows(f->kernel, (const float *)io->k + b * io->ks[0] + g * io->ks[1], io->ks[2]);
+}
+static mha_mat core_v(const mha_fwd *f, const mha_core_io *io, int b, int g)
+{
+    return mha_mat_rows(f->kernel, (const float *)io->v + b * io->vs[0] + g * io->vs[1], io->vs[2]);
+}
+
+/* K and V of (sequence b, KV head g), kl keys, into what the chunks read: float32 tensors by
+ * pack_kv, bf16 ones (bf16 engines only) by pack_kv16. */
+static void core_kv_by(const mha_fwd *f, const mha_scratch *s, const mha_core_io *io, int b, int g, int kl,
+                       void (*pack_kv)(const mha_fwd *, const mha_scratch *, int, mha_mat, mha_mat),
+                       void (*pack_kv16)(const mha_fwd *, const mha_scratch *, int, const mha_bf16 *, ptrdiff_t,
+                                         const mha_bf16 *, ptrdiff_t))
+{
+    if (kl <= 0)
+        return;
+    if (io->bf16)
+        pack_kv16(f, s, kl, (const mha_bf16 *)io->k + b * io->ks[0] + g * io->ks[1], io->ks[2],
+                  (const mha_bf16 *)io->v + b * io->vs[0] + g * io->vs[1], io->vs[2]);
+    else
+        pack_kv(f, s, kl, core_k(f, io, b, g), core_v(f, io, b, g));
+}
+
+void mha_attention_pack_kv_few_f32(const mha_fwd *f, const mha_scratch *s, const mha_core_io *io, int b, int g, int kl,
                                    mha_kv_view *kv)
 {
     const mha_kernel *k = f->kernel;
     const int dv = f->dv;
+    const mha_mat km = core_k(f, io, b, g), vm = core_v(f, io, b, g); /* float32 tensors: float32 engines' */
     if (kl > 0)
         k->isa->pack_rows(km, k->bw, 0, kl, 0, f->dk, MHA_TILE_KEYS, s->kt);
     float *vc = s->qkv;
@@ -302,12 +329,11 @@ void mha_attention_pack_kv_few_f32(const mha_fwd *f, const mha_scratch *s, int k
     *kv = (mha_kv_view){.ktp = s->kt, .vp = vm.ld == dv ? vm.p : vc};
 }
 
-void mha_attention_pack_kv_few_bf16(const mha_fwd *f, const mha_scratch *s, int kl, mha_mat km, mha_mat vm,
-                                    mha_kv_view *kv)
+void mha_attention_pack_kv_few_bf16(const mha_fwd *f, const mha_scratch *s, const mha_core_io *io, int b, int g,
+                                    int kl, mha_kv_view *kv)
 {
     (void)kv; /* the chunk's panels, as the caller's view says */
-    if (kl > 0)
-        f->prod->pack_kv(f, s, kl, km, vm);
+    core_kv_by(f, s, io, b, g, kl, mha_attention_pack_kv_bf16, mha_attention_pack_kv16_bf16);
 }
 
 const mha_bf16 *mha_attention_block_queries_f32(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r,
@@ -328,6 +354,20 @@ const mha_bf16 *mha_attention_block_queries_bf16(const mha_fwd *f, const mha_scr
     else
         mha_bk_pack_a(f->kernel, r->q, 0, r->m, f->dk, s->q16);
     return s->q16;
+}
+
+/* Whether a chunk of view kv runs on the float32 stream (mha_attention_chunk_stream): its
+ * float32 panels filled (not a few queries' or a decode chunk's bf16 panels), and neither the
+ * attention weights nor an int8 cache's V, which keep the bf16 kernel's chunks. */
+static int stream_chunks(const mha_fwd *f, const mha_kv_view *kv)
+{
+    return kv->kt.p && !f->call->attn && !kv->vs;
+}
+
+const mha_bf16 *mha_attention_block_queries_stream(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r,
+                                                   const mha_kv_view *kv)
+{
+    return stream_chunks(f, kv) ? NULL : mha_attention_block_queries_bf16(f, s, r, kv);
 }
 
 /* The rows' logits and unnormalised softmax against the chunk (scores in sc, ld apart; E
@@ -424,7 +464,7 @@ void mha_attention_chunk_stream(const mha_fwd *f, const mha_scratch *s, const mh
 {
     const mha_kernel *k = f->kernel;
     const int m = r->m, dk = f->dk;
-    if (f->call->attn || kv->vs || !kv->kt.p) {
+    if (!stream_chunks(f, kv)) {
         mha_attention_chunk_bf16(f, s, r, kv, b0, c0, n, sc, ld, zc, mx, sum, st);
         return;
     }
@@ -590,21 +630,6 @@ static void core_put(const mha_fwd *f, const mha_core_io *io, ptrdiff_t off, flo
         d16[c] = (mha_bf16)(bits[c] >> 16);
 }
 
-/* K and V of (sequence b, KV head g), kl keys, into what the chunks read, once for every query
- * head of the group: float32 tensors by the engine's pack_kv (a bf16 engine's rounded as they
- * are packed), bf16 ones (bf16 engines only) by its pack_kv16. */
-static void core_pack_kv(const mha_fwd *f, const mha_core_io *io, int b, int g, const mha_scratch *s, int kl)
-{
-    const mha_kernel *k = f->kernel;
-    const ptrdiff_t ko = b * io->ks[0] + g * io->ks[1], vo = b * io->vs[0] + g * io->vs[1];
-    if (kl <= 0)
-        return;
-    if (io->bf16)
-        f->prod->pack_kv16(f, s, kl, (const mha_bf16 *)io->k + ko, io->ks[2], (const mha_bf16 *)io->v + vo, io->vs[2]);
-    else
-        f->prod->pack_kv(f, s, kl, mha_mat_rows(k, (const float *)io->k + ko, io->ks[2]),
-                         mha_mat_rows(k, (const float *)io->v + vo, io->vs[2]));
-}
 
 /* Whether the core's KV head of ql queries runs as core_few_rows: 1 to MHA_DECODE_MAX_NEW queries
  * (more amortise the per-head passes) whose softmax state and Z fit the A-packing region
@@ -630,14 +655,8 @@ static void core_few_rows(const mha_fwd *f, const mha_core_io *io, int b, int g,
     const int dk = f->dk, dv = f->dv, m = f->group * ql, off = f->call->seq_kv - f->call->seq_q, h0 = g * f->group;
     float *sc = s->dec, *q = sc + (size_t)m * MHA_KV_CHUNK; /* dec: (group·MHA_DECODE_MAX_NEW) × (chunk + dk) */
     float *z = s->apack + (size_t)m * (4 + dv); /* past attend_block's state in the apack region */
-    mha_kv_view kv = {.kt = mha_mat_panels(k, s->kt, dk), .v = mha_mat_sub(k, mha_mat_panels(k, s->qkv, f->rows), 0, 2 * f->dkp),
-                      .kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f), .vps = mha_attention_v16_ps(kl),
-                      .kl = kl};
-    if (io->bf16) /* bf16 tensors: bf16 engines only */
-        core_pack_kv(f, io, b, g, s, kl);
-    else
-        f->prod->pack_kv_few(f, s, kl, mha_mat_rows(k, (const float *)io->k + b * io->ks[0] + g * io->ks[1], io->ks[2]),
-                             mha_mat_rows(k, (const float *)io->v + b * io->vs[0] + g * io->vs[1], io->vs[2]), &kv);
+    mha_kv_view kv = {.kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f), .vps = mha_attention_v16_ps(kl)};
+    f->prod->pack_kv_few(f, s, io, b, g, kl, &kv);
     for (int r = 0; r < m; r++)
         core_get(io, io->q, b * io->qs[0] + (h0 + r / ql) * io->qs[1] + (r % ql) * io->qs[2], dk, q + (size_t)r * dk);
     /* mha_attention_rows' one query block of these ql queries */
@@ -670,12 +689,14 @@ void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, i
         h1 = (g + 1) * f->group;
         core_few_rows(f, io, b, g, s, ql, kl);
     } else {
-        /* Kᵀ packed from K in place (bf16 engines: V too, into bf16 B panels), once for the
-         * block's query heads; float32 V copied into the columns the forward projects it to
-         * (the microkernel reads B in panels); float32 Q read and out written in place; bf16 Q
-         * copied into the A panels, bf16 out rounded from float rows in the scratch (the Q/K/V
-         * region, which bf16 engines' core does not use otherwise) */
-        core_pack_kv(f, io, b, g, s, kl);
+        /* Kᵀ packed from K in place (bf16 engines: V too, into bf16 B panels; on the float32
+         * stream, V into the Q/K/V scratch's V columns, rounded), once for the block's query
+         * heads; float32 V copied into the columns the forward projects it to (the microkernel
+         * reads B in panels); float32 Q read and out written in place; bf16 Q copied into the A
+         * panels (or rounded into float rows by each chunk), bf16 out rounded from float rows in
+         * the scratch (the Q/K/V region's Q columns, which bf16 engines' core does not use
+         * otherwise) */
+        core_kv_by(f, s, io, b, g, kl, f->prod->pack_kv, f->prod->pack_kv16);
         float *zf = s->qkv;
         for (int h = h0; h < h1; h++) {
             const ptrdiff_t qo = b * io->qs[0] + h * io->qs[1], oo = b * io->os[0] + h * io->os[1];

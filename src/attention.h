@@ -283,14 +283,17 @@ void mha_attention_pack_kv16_stream(const mha_fwd *f, const mha_scratch *s, int 
                                     ptrdiff_t ldk, const mha_bf16 *v16, ptrdiff_t ldv);
 int mha_attention_few_fits_f32(const mha_fwd *f);
 int mha_attention_few_fits_bf16(const mha_fwd *f);
-void mha_attention_pack_kv_few_f32(const mha_fwd *f, const mha_scratch *s, int kl, mha_mat km, mha_mat vm,
-                                   mha_kv_view *kv);
-void mha_attention_pack_kv_few_bf16(const mha_fwd *f, const mha_scratch *s, int kl, mha_mat km, mha_mat vm,
-                                    mha_kv_view *kv);
+struct mha_core_io;
+void mha_attention_pack_kv_few_f32(const mha_fwd *f, const mha_scratch *s, const struct mha_core_io *io, int b, int g,
+                                   int kl, mha_kv_view *kv);
+void mha_attention_pack_kv_few_bf16(const mha_fwd *f, const mha_scratch *s, const struct mha_core_io *io, int b, int g,
+                                    int kl, mha_kv_view *kv);
 const mha_bf16 *mha_attention_block_queries_f32(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r,
                                                 const mha_kv_view *kv);
 const mha_bf16 *mha_attention_block_queries_bf16(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r,
                                                  const mha_kv_view *kv);
+const mha_bf16 *mha_attention_block_queries_stream(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r,
+                                                   const mha_kv_view *kv);
 
 /* A chunk row's logits past the scaled scores, over the keys c0 + j the row sees (j in
  * [in.lo, in.hi)), in HF's order: the softcap, ALiBi's −slope·|pos − key| (head's slope), then

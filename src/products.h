@@ -17,6 +17,7 @@ struct mha_fwd;
 struct mha_scratch;
 struct mha_chunk_rows;
 struct mha_kv_view;
+struct mha_core_io;
 struct mha_step_job;
 
 typedef struct mha_products {
@@ -53,18 +54,20 @@ typedef struct mha_products {
     /* A query block's queries as every chunk of the block reads them: bf16 without the
      * attention weights packs them once into s->q16 (from r's float rows, or copies r's bf16
      * rows) and returns them; NULL: each chunk reads r->q (float32; bf16 with the weights or an
-     * int8 cache's V, kv->vs). */
+     * int8 cache's V, kv->vs; the float32 stream's chunks, which round their queries). */
     const mha_bf16 *(*block_queries)(const struct mha_fwd *f, const struct mha_scratch *s,
                                      const struct mha_chunk_rows *r, const struct mha_kv_view *kv);
     /* The core's few queries of a KV head as one block (attention.c's core_few_rows): whether
      * the engine runs them so (float32: where d_k fits one KC pass, the decode tiles' sums
-     * being the microkernel's), and their K and V (kl keys, float32 rows km and vm) packed for
-     * it, *kv set to what the chunks then read (float32: Kᵀ in the decode tiles' panels and V
-     * in rows dv apart, read in place where vm's are, else copied into the Q/K/V scratch;
-     * bf16: pack_kv's panels, *kv as the caller set it). */
+     * being the microkernel's), and the K and V of (sequence b, KV head g) of the core's
+     * tensors io (kl keys) packed for it, *kv set to what the chunks then read (float32: Kᵀ in
+     * the decode tiles' panels and V in rows dv apart, read in place where the tensor's are,
+     * else copied into the Q/K/V scratch; bf16, on the float32 stream too: the kernel's B
+     * panels, *kv as the caller set it, without float32 panels: a few rows do too little with
+     * a head's K and V to pay for widening them). */
     int (*few_fits)(const struct mha_fwd *f);
-    void (*pack_kv_few)(const struct mha_fwd *f, const struct mha_scratch *s, int kl, mha_mat km, mha_mat vm,
-                        struct mha_kv_view *kv);
+    void (*pack_kv_few)(const struct mha_fwd *f, const struct mha_scratch *s, const struct mha_core_io *io, int b,
+                        int g, int kl, struct mha_kv_view *kv);
     /* One chunk: mha_attention_chunk's contract (attention.h). */
     void (*chunk)(const struct mha_fwd *f, const struct mha_scratch *s, const struct mha_chunk_rows *r,
                   const struct mha_kv_view *kv, int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx,

@@ -201,6 +201,12 @@ static inline __attribute__((always_inline, target(AVX2))) __m256 rounded8_unit(
     return _mm256_castsi256_ps(_mm256_andnot_si256(tiny, r));
 }
 
+/* 8 rounded lanes (low halves) as 8 contiguous bf16. */
+static inline __attribute__((target(AVX2))) __m128i narrow8(__m256i r)
+{
+    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+
 /* ---- softmax: 8 lanes; a tail runs through a padded copy so it gets the same arithmetic ---- */
 
 /* Each step over the U vectors of x. */
@@ -263,12 +269,41 @@ __attribute__((target(AVX2))) static __m256 load8(const float *s, const uint8_t 
     return _mm256_loadu_ps(buf);
 }
 
+/* Where softmax_row_as stores the entries: s as they are, s as the floats of their bf16
+ * roundings, or those bf16 in their places in a row of A tiles (then s is not written). */
+enum { EXP_FLOATS, EXP_ROUNDED, EXP_TILES };
+
+/* Entries j .. j + 7 (a vector within one k tile's 32) stored as `out` says; n of them. */
+static inline __attribute__((always_inline, target(AVX2))) void store_exps(float *s, mha_bf16 *d, int j, int n,
+                                                                          __m256 e, const int out)
+{
+    if (out == EXP_FLOATS) {
+        store8_n(s + j, n, e);
+        return;
+    }
+    const __m256 r = rounded8_unit(e);
+    if (out == EXP_ROUNDED) {
+        store8_n(s + j, n, r);
+        return;
+    }
+    const __m128i h = narrow8(_mm256_srli_epi32(_mm256_castps_si256(r), 16));
+    mha_bf16 *o = d + (size_t)(j / MHA_BT_K) * MHA_BT_ELEMS + j % MHA_BT_K;
+    if (n >= 8)
+        _mm_storeu_si128((__m128i *)(void *)o, h);
+    else {
+        mha_bf16 tmp[8];
+        _mm_storeu_si128((__m128i *)(void *)tmp, h);
+        memcpy(o, tmp, (size_t)n * sizeof *tmp);
+    }
+}
+
 /* Softmax pass 2's steps of 32 entries up to end (a multiple of 32, all visible), the four
- * exps step by step together (exp8_n): s[j] = exp(s[j] − max), 0 where masked. Returns their
+ * exps step by step together (exp8_n): exp(s[j] − max), 0 where masked, stored as `out` says
+ * (store_exps: one k tile's row of 32 a step). Returns their
  * sum, in lanes, added in order of j. Inlined with mask NULL or not: the unmasked loop tests
  * nothing. */
 static inline __attribute__((always_inline, target(AVX2))) __m256 exp_steps(float *s, const uint8_t *mask, int end,
-                                                                           __m256 vmx, const int rnd)
+                                                                           __m256 vmx, mha_bf16 *d, const int out)
 {
     __m256 vsum = _mm256_setzero_ps();
     for (int j0 = 0; j0 < end; j0 += 32) {
@@ -279,18 +314,18 @@ static inline __attribute__((always_inline, target(AVX2))) __m256 exp_steps(floa
         for (int q = 0; q < 4; q++) {
             if (mask)
                 e[q] = _mm256_and_ps(e[q], on[q]);
-            _mm256_storeu_ps(s + j0 + 8 * q, rnd ? rounded8_unit(e[q]) : e[q]);
+            store_exps(s, d, j0 + 8 * q, 8, e[q], out);
             vsum = _mm256_add_ps(vsum, e[q]);
         }
     }
     return vsum;
 }
 
-/* rnd: each entry stored as the float of its bf16 rounding, the sum of the entries unrounded
- * (softmax_row_rounded) */
+/* The sum is of the entries unrounded whatever `out` stores (EXP_ROUNDED: softmax_row_rounded;
+ * EXP_TILES: softmax_row16, zeros in d past visible up to n rounded to the k tile). */
 static inline __attribute__((always_inline, target(AVX2))) float softmax_row_as(float *restrict s, int n, int visible,
                                                                                const uint8_t *restrict mask,
-                                                                               float *max_io, const int rnd)
+                                                                               float *max_io, mha_bf16 *d, const int out)
 {
     /* pass 1: max over the visible entries and the running max */
     __m256 vmax = _mm256_set1_ps(*max_io), ninf = _mm256_set1_ps(-INFINITY), vis;
@@ -308,25 +343,34 @@ static inline __attribute__((always_inline, target(AVX2))) float softmax_row_as(
     for (int i = 0; i < 8; i++)
         mx = lanes[i] > mx ? lanes[i] : mx;
     *max_io = mx;
+    const int kp = (int)mha_bk_kp(n);
     if (mx == -INFINITY) {
-        memset(s, 0, (size_t)n * sizeof *s);
+        if (out == EXP_TILES)
+            for (int t = 0; t < kp; t += MHA_BT_K)
+                memset(d + (size_t)(t / MHA_BT_K) * MHA_BT_ELEMS, 0, MHA_BT_K * sizeof *d);
+        else
+            memset(s, 0, (size_t)n * sizeof *s);
         return 0.0f;
     }
     /* pass 2: exp(s - max) where visible, 0 elsewhere, and the sum in order of j: 32 entries a
      * step (exp_steps), then 8 */
     const __m256 vmx = _mm256_set1_ps(mx);
     const int j0 = visible / 32 * 32;
-    __m256 vsum = mask ? exp_steps(s, mask, j0, vmx, rnd) : exp_steps(s, NULL, j0, vmx, rnd);
+    __m256 vsum = mask ? exp_steps(s, mask, j0, vmx, d, out) : exp_steps(s, NULL, j0, vmx, d, out);
     for (int j = j0; j < visible; j += 8) {
         __m256 x = load8(s, mask, j, visible, &vis);
         __m256 e = _mm256_sub_ps(x, vmx);
         exp8_n(&e, 1, 0);
         e = _mm256_and_ps(e, vis);
-        store8_n(s + j, visible - j, rnd ? rounded8_unit(e) : e);
+        store_exps(s, d, j, visible - j, e, out);
         vsum = _mm256_add_ps(vsum, e);
     }
-    for (int j = visible; j < n; j++)
-        s[j] = 0.0f;
+    if (out == EXP_TILES)
+        for (int j = visible; j < kp; j++)
+            d[(size_t)(j / MHA_BT_K) * MHA_BT_ELEMS + j % MHA_BT_K] = 0;
+    else
+        for (int j = visible; j < n; j++)
+            s[j] = 0.0f;
     _mm256_storeu_ps(lanes, vsum);
     return ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
 }
@@ -334,13 +378,19 @@ static inline __attribute__((always_inline, target(AVX2))) float softmax_row_as(
 __attribute__((target(AVX2))) static float softmax_row_avx2(float *restrict s, int n, int visible,
                                                              const uint8_t *restrict mask, float *max_io)
 {
-    return softmax_row_as(s, n, visible, mask, max_io, 0);
+    return softmax_row_as(s, n, visible, mask, max_io, NULL, EXP_FLOATS);
 }
 
 __attribute__((target(AVX2))) static float softmax_row_rounded_avx2(float *restrict s, int n, int visible,
                                                                      const uint8_t *restrict mask, float *max_io)
 {
-    return softmax_row_as(s, n, visible, mask, max_io, 1);
+    return softmax_row_as(s, n, visible, mask, max_io, NULL, EXP_ROUNDED);
+}
+
+__attribute__((target(AVX2))) static float softmax_row16_avx2(float *restrict s, int n, int visible,
+                                                               const uint8_t *restrict mask, float *max_io, mha_bf16 *d)
+{
+    return softmax_row_as(s, n, visible, mask, max_io, d, EXP_TILES);
 }
 
 /* Logit softcapping: cap · tanh(s / cap), 8 lanes, both of mha_tanh_poly's branches blended;
@@ -707,12 +757,6 @@ __attribute__((target(AVX2))) static void decode_values16_avx2(const float *e, s
 
 /* ---- bf16: rounding, packing, epilogue ---- */
 
-/* 8 rounded lanes (low halves) as 8 contiguous bf16. */
-static inline __attribute__((target(AVX2))) __m128i narrow8(__m256i r)
-{
-    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-}
-
 /* Runs within one 8-wide quarter of a tile row, 8 lanes at a time. */
 __attribute__((target(AVX2))) static void round_into_tiles_avx2(const float *src, int c, int n, mha_bf16 *d)
 {
@@ -948,6 +992,7 @@ const mha_isa mha_isa_avx2 = {
     .rope_pairs = rope_pairs_avx2,
     .softmax_row = softmax_row_avx2,
     .softmax_row_rounded = softmax_row_rounded_avx2,
+    .softmax_row16 = softmax_row16_avx2,
     .softcap_row = softcap_row_avx2,
     .scale_rows = {[MHA_KV_INT8] = i8_scale_rows_avx2},
     .decode_scores = {[MHA_KV_F32] = decode_scores_avx2, [MHA_KV_INT8] = decode_scores8_avx2},
