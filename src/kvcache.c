@@ -26,6 +26,18 @@ static void put_bf16(const float *x, int n, void *data, size_t at, size_t stride
         d[(size_t)i * stride] = mha_bf16_round(x[i]);
 }
 
+static void floats_of_f32(const void *data, size_t at, int n, float *dst)
+{
+    memcpy(dst, (const float *)data + at, (size_t)n * sizeof *dst);
+}
+
+static void floats_of_bf16(const void *data, size_t at, int n, float *restrict dst)
+{
+    const mha_bf16 *restrict src = (const mha_bf16 *)data + at;
+    for (int i = 0; i < n; i++)
+        dst[i] = mha_bf16_float(src[i]);
+}
+
 static mha_bf16 bf16_of_bf16(const void *data, size_t i)
 {
     return ((const mha_bf16 *)data)[i];
@@ -61,8 +73,8 @@ static void quantize_i8(const float *x, size_t xs, int n, void *data, size_t at,
 }
 
 static const mha_kv_traits traits[MHA_KV_TYPES] = {
-    [MHA_KV_F32] = {.put = put_f32},
-    [MHA_KV_BF16] = {.put = put_bf16, .bf16_at = bf16_of_bf16},
+    [MHA_KV_F32] = {.put = put_f32, .floats = floats_of_f32},
+    [MHA_KV_BF16] = {.put = put_bf16, .floats = floats_of_bf16, .bf16_at = bf16_of_bf16},
     [MHA_KV_INT8] = {.scaled = 1, .quantize = quantize_i8, .bf16_at = bf16_of_i8},
 };
 

@@ -66,6 +66,9 @@ typedef struct mha_kv_traits {
      * (*scale, *zero), into the elements at, at + stride, ... of data. */
     void (*quantize)(const float *x, size_t xs, int n, void *data, size_t at, size_t stride, float *scale,
                      float *zero);
+    /* Unscaled: the n elements from at of data as float32 (exact: the values themselves), for
+     * the engines that read them as float32 (a step's prefill gather). */
+    void (*floats)(const void *data, size_t at, int n, float *dst);
     /* Element i of data as bf16, as a bf16 engine's panels hold it (a scaled type: q itself,
      * exact); NULL where only float32 engines read the type. */
     mha_bf16 (*bf16_at)(const void *data, size_t i);

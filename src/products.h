@@ -2,9 +2,9 @@
  * (engine.c: mha_products_of), float32 on BLIS's microkernel (gemm.c) or bf16 on the engine's
  * bf16 kernel (bgemm.c); or bf16 whose attention chunks run the float32 stream on operands
  * rounded to bf16, where the table's stream sums as the bf16 kernel does (the same bits
- * without widening bf16 for every block: avx2). The drivers (attention.c, step.c, mla.c) pack rows, pack weights,
- * multiply by packed weights, pack a KV head's K and V and run the attention's chunks through
- * the model's f->prod and never ask which. */
+ * without widening bf16 for every block: avx2). The drivers (attention.c, step.c, mla.c)
+ * pack rows, pack weights, multiply by packed weights, pack a KV head's K and V and run the
+ * attention's chunks through the model's f->prod and never ask which. */
 #ifndef MHA_PRODUCTS_H
 #define MHA_PRODUCTS_H
 
@@ -44,8 +44,8 @@ typedef struct mha_products {
     /* A KV head's kl keys, K's rows km and V's rows vm (float32), into what its chunks read
      * (mha_attention_rows' view): float32 Kᵀ in s->kt's panels and V in the Q/K/V scratch's V
      * columns (where the forward projects it: vm elsewhere is copied there); bf16 Kᵀ and V in
-     * s->kt16 and s->v16's B panels; bf16 on the stream float32's, rounded to bf16 (with the
-     * attention weights, the B panels: their chunks are the bf16 kernel's). */
+     * s->kt16 and s->v16's B panels; bf16 on the float32 stream: float32's, rounded to bf16
+     * (with the attention weights, the B panels: their chunks are the bf16 kernel's). */
     void (*pack_kv)(const struct mha_fwd *f, const struct mha_scratch *s, int kl, mha_mat km, mha_mat vm);
     /* The same from bf16 rows (the core's bf16 tensors: K's rows ldk apart, V's ldv apart; bf16
      * engines only, NULL in float32's). */
@@ -76,7 +76,8 @@ typedef struct mha_products {
     /* ---- a step's attention on the paged cache (step.c) ---- */
     /* Prefill: the keys [t_begin, ctx) of sequence q, KV head g, gathered from the cache into
      * what mha_attention_rows reads (float32: Kᵀ panels and V columns, a scaled cache's V read
-     * back and its Kᵀ left to k_view; bf16: B panels, a scaled cache's V parameters into vs). */
+     * back and its Kᵀ left to k_view; bf16: B panels, a scaled cache's V parameters into vs;
+     * bf16 on the float32 stream: float32's for an unscaled cache, bf16's for a scaled one). */
     void (*step_gather)(const struct mha_step_job *j, int q, int g, int t_begin, int ctx,
                         const struct mha_scratch *s, float *vs);
     /* Decode: chunk c (keys [k0, k1)) of (q, g) into its partials p, from the queries in the

@@ -359,45 +359,32 @@ static void mla_v_rows(const mha_kernel *k, const mha_kv_cache *c, const void *k
  * into the panels the score GEMM reads (dk × ctx, zero columns to the panel's end): feature c
  * of a block's slots is a contiguous run in the cache. Keys before the window are never read
  * by the attention (it starts on the panel holding the first visible key), so they are not
- * gathered either. rounded: each element as a bf16 engine's panels hold it (the type's
- * bf16_at, widened: exact), for bf16 on the float32 stream; else a float32 cache's own. */
-static void gather_f32(const mha_step_job *j, const int32_t *table, int g, int ctx, int t_begin, const mha_scratch *s,
-                       int rounded)
+ * gathered either. An unscaled cache's elements as float32 (the type's floats: a float32
+ * engine's own, or a bf16 engine's on the float32 stream, widened exactly). */
+static void gather_f32(const mha_step_job *j, const int32_t *table, int g, int ctx, int t_begin, const mha_scratch *s)
 {
     const mha_kernel *k = j->f.kernel;
     const mha_kv_cache *cache = j->cache;
-    const int dk = j->f.dk, dkp = j->f.dkp, bs = cache->block_size;
+    void (*floats)(const void *, size_t, int, float *) = mha_kv_traits_of(cache->type)->floats;
+    const int dk = j->f.dk, dkp = j->f.dkp, bs = cache->block_size, w = k->bw;
     const mha_mat qkv = mha_mat_panels(k, s->qkv, j->f.rows), ktm = mha_mat_panels(k, s->kt, dk);
-    if (rounded) {
-        mha_bf16 (*at)(const void *, size_t) = mha_kv_traits_of(cache->type)->bf16_at;
-        for (mha_kv_run r = mha_kv_run_at(table, bs, t_begin, ctx); r.n; r = mha_kv_run_at(table, bs, r.t + r.n, ctx)) {
-            const size_t kt = mha_kv_kt_at(cache, r.block, g) + r.slot;
-            const size_t v = cache->mla ? kt : mha_kv_v_at(cache, r.block, g, r.slot);
-            const size_t vc = cache->mla ? (size_t)bs : 1, vu = cache->mla ? 1 : (size_t)dk; /* V: K's own rows */
-            for (int c = 0; c < dk; c++)
-                for (int u = 0; u < r.n; u++) {
-                    *mha_mat_at(k, ktm, c, r.t + u) = mha_bf16_float(at(cache->data, kt + (size_t)c * bs + u));
-                    *mha_mat_at(k, qkv, r.t + u, 2 * dkp + c) = mha_bf16_float(at(cache->data, v + c * vc + u * vu));
-                }
-        }
-        zero_kt_past(j, ctx, s);
-        return;
-    }
     for (mha_kv_run r = mha_kv_run_at(table, bs, t_begin, ctx); r.n; r = mha_kv_run_at(table, bs, r.t + r.n, ctx)) {
-        const float *kt = mha_kv_f32(cache) + mha_kv_kt_at(cache, r.block, g) + r.slot;
+        const size_t kt = mha_kv_kt_at(cache, r.block, g) + r.slot;
         for (int c = 0; c < dk; c++) /* row c of Kᵀ: runs up to each panel's edge */
             for (int t = 0; t < r.n;) {
-                const int col = r.t + t, run = k->bw - col % k->bw < r.n - t ? k->bw - col % k->bw : r.n - t;
-                memcpy(mha_mat_at(k, ktm, c, col), kt + (size_t)c * bs + t, (size_t)run * sizeof *kt);
+                const int col = r.t + t, run = w - col % w < r.n - t ? w - col % w : r.n - t;
+                floats(cache->data, kt + (size_t)c * bs + (size_t)t, run, mha_mat_at(k, ktm, c, col));
                 t += run;
             }
-        if (cache->mla) /* V: K's own rows */
+        if (cache->mla) /* V: K's own rows, as just gathered */
             for (int c = 0; c < dk; c++)
                 for (int u = 0; u < r.n; u++)
-                    *mha_mat_at(k, qkv, r.t + u, 2 * dkp + c) = kt[(size_t)c * bs + u];
-        else
-            mha_mat_set_rows(k, mha_mat_sub(k, qkv, r.t, 0), r.n, 2 * dkp, dk,
-                             mha_kv_f32(cache) + mha_kv_v_at(cache, r.block, g, r.slot), dk);
+                    *mha_mat_at(k, qkv, r.t + u, 2 * dkp + c) = *mha_mat_at(k, ktm, c, r.t + u);
+        else /* V: each key's row, a panel's columns at a time */
+            for (int u = 0; u < r.n; u++)
+                for (int c0 = 0; c0 < dk; c0 += w)
+                    floats(cache->data, mha_kv_v_at(cache, r.block, g, r.slot + u) + (size_t)c0, dk - c0 < w ? dk - c0 : w,
+                           mha_mat_at(k, qkv, r.t + u, 2 * dkp + c0));
     }
     zero_kt_past(j, ctx, s);
 }
@@ -522,7 +509,7 @@ void mha_step_gather_f32(const mha_step_job *j, int q, int g, int t_begin, int c
     if (mha_kv_traits_of(j->cache->type)->scaled)
         gather_scaled(j, table, g, t_begin, ctx, s);
     else
-        gather_f32(j, table, g, ctx, t_begin, s, 0);
+        gather_f32(j, table, g, ctx, t_begin, s);
 }
 
 void mha_step_gather_bf16(const mha_step_job *j, int q, int g, int t_begin, int ctx, const mha_scratch *s, float *vs)
@@ -531,14 +518,15 @@ void mha_step_gather_bf16(const mha_step_job *j, int q, int g, int t_begin, int 
                 vs);
 }
 
-/* bf16 on the float32 stream: an unscaled cache's context as gather_f32 leaves it, rounded;
- * a scaled one's into the bf16 panels (its chunks are the bf16 kernel's). */
+/* bf16 on the float32 stream: an unscaled cache's context as gather_f32 leaves it (its bf16
+ * elements are what the bf16 panels would hold); a scaled one's into the bf16 panels (its
+ * chunks are the bf16 kernel's). */
 void mha_step_gather_stream(const mha_step_job *j, int q, int g, int t_begin, int ctx, const mha_scratch *s, float *vs)
 {
     if (mha_kv_traits_of(j->cache->type)->scaled)
         mha_step_gather_bf16(j, q, g, t_begin, ctx, s, vs);
     else
-        gather_f32(j, j->step->blocks + (size_t)q * j->step->max_blocks, g, ctx, t_begin, s, 1);
+        gather_f32(j, j->step->blocks + (size_t)q * j->step->max_blocks, g, ctx, t_begin, s);
 }
 
 /* A scaled cache in a bf16 engine: the room for V's parameters beside its values (the chunks
