@@ -63,7 +63,7 @@ TEST_CLI_OBJ := $(B)/obj/cli/scale_fit.o $(B)/obj/cli/shard.o $(B)/obj/cli/confi
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
-.PHONY: all deps goldens-hf goldens-mla goldens-hf-venv goldens-trained goldens-trained-venv trained-layers deps-perf deps-bench decode-bench block-reads decode-step ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example footprint blis-overhead head-shapes bench bench-core deps-ggml report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
+.PHONY: all deps goldens-hf goldens-mla goldens-hf-venv goldens-trained goldens-trained-venv trained-layers deps-perf deps-bench decode-bench block-reads decode-step chunk-step ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example footprint blis-overhead head-shapes bench bench-core deps-ggml report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
 all: $(B)/libmha.a $(B)/libmha.so $(B)/mha $(if $(filter 1,$(MPI)),$(B)/mha-mpi)
 
 deps:
@@ -414,6 +414,14 @@ block-reads:
 decode-step: $(B)/libmha.a
 	$(CC) -O2 -Iinclude perf/decode_step.c $(B)/libmha.a $(BLIS_A) $(LDLIBS) -o $(B)/decode_step
 	$(B)/decode_step $(DECODE_STEP_ARGS)
+
+# Issue 32's chunked-prefill target (perf/chunk_step.c): the last 512-token chunk of an
+# 8192-token prompt through the paged cache against the same rows' attention in one forward
+# (the core), alternating. CHUNK_STEP_ARGS: [f32|bf16] [CONTEXT] [CHUNK] [ROUNDS] [HEADS]
+# [KV_HEADS] [THREADS] [ISA] [BF16_KERNEL].
+chunk-step: $(B)/libmha.a
+	$(CC) -O2 -Iinclude perf/chunk_step.c $(B)/libmha.a $(BLIS_A) $(LDLIBS) -o $(B)/chunk_step
+	$(B)/chunk_step $(CHUNK_STEP_ARGS)
 
 run: all
 	$(B)/mha run

@@ -22,12 +22,6 @@
 #include "mha.h"
 #include "perf_util.h"
 
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static double pct(double *v, int n, double p) { return n ? v[(int)ceil(p * n) - 1 < 0 ? 0 : (int)ceil(p * n) - 1] : 0; }
 
 typedef struct slot { int active, id, prompt, gen, past; double arrival; } slot;
@@ -182,8 +176,8 @@ int main(int argc, char **argv)
         }
         free(ref);
     }
-    qsort(step_ms, (size_t)n_steps, sizeof *step_ms, cmp);
-    qsort(req_ms, (size_t)n_done, sizeof *req_ms, cmp);
+    qsort(step_ms, (size_t)n_steps, sizeof *step_ms, cmp_double);
+    qsort(req_ms, (size_t)n_done, sizeof *req_ms, cmp_double);
     printf("decode_serve: d %d, %d heads over %d KV heads, %d slots, %d threads, rate %.1f/s for %.0f s, prompts %d-%d, "
            "generate %d-%d, chunk %d\n", d, heads, kvh, slots, threads, rate, duration, pmin, pmax, gmin, gmax, chunk);
     printf("  %d steps in %.2f s (stepping %.2f s); %d requests done; mean batch %.1f\n", n_steps, wall, step_total / 1e3,

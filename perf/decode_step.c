@@ -31,20 +31,6 @@ enum { D = 4096, HEADS = 32, DK = 128, MAX_SEQS = 256, BLOCK = 16, WARMUP = 3, M
 /* DeepSeek-V3's MLA layer */
 enum { MLA_D = 7168, MLA_HEADS = 128, MLA_QL = 1536, MLA_KVL = 512, MLA_NOPE = 128, MLA_ROPE = 64, MLA_V = 128 };
 
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static float *random_floats(size_t n, float scale, uint64_t *s)
-{
-    float *p = malloc(n * sizeof *p);
-    for (size_t i = 0; p && i < n; i++)
-        p[i] = (float)(uniform01(s) - 0.5) * scale;
-    return p;
-}
-
 int main(int argc, char **argv)
 {
     const int bf16 = argc > 1 && !strcmp(argv[1], "bf16");
@@ -125,12 +111,7 @@ int main(int argc, char **argv)
         what = "mha_kv_cache_create";
         goto done;
     }
-    for (int i = 0; i < n_blocks; i++) /* a pool's blocks, handed out in no order */
-        blocks[i] = i;
-    for (int i = n_blocks - 1; i > 0; i--) {
-        const int j = (int)(splitmix(&seed) % (uint64_t)(i + 1)), t = blocks[i];
-        blocks[i] = blocks[j], blocks[j] = t;
-    }
+    shuffled_blocks(blocks, n_blocks, &seed);
     for (int s = 0; s < seqs; s++)
         past[s] = context - 1, add[s] = 1;
     /* int8: each sequence's tail (its last group's K at full precision), zeros */
@@ -152,7 +133,7 @@ int main(int argc, char **argv)
         if (i >= WARMUP)
             ms[i - WARMUP] = now_ms() - t0;
     }
-    qsort(ms, (size_t)steps, sizeof *ms, cmp);
+    qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
     const double elem = bf16 ? 2.0 : 4.0, median = ms[steps / 2];
     /* int8: per slot and KV head, K's and V's DK bytes, K's scale and zero point per feature of
      * each group of MHA_KV_GROUP slots, V's scale; MLA: each token's latent row (K, and V its

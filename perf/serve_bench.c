@@ -215,12 +215,6 @@ static void push(server *s, int tmpl, double arrival)
     pthread_mutex_unlock(&s->mu);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static double pct(const double *sorted, size_t n, double p)
 {
     if (!n)
