@@ -66,8 +66,8 @@ int main(void)
 {
     mha_kernel k;
     if (mha_kernel_select("", &mha_isa_avx512, &k) != MHA_OK || !k.stream || k.aw != 12 || k.bw != 32) {
-        fprintf(stderr, "tile_shapes: needs AVX-512 and BLIS's skx kernel (12 x 32)\n");
-        return 1;
+        printf("tile_shapes: n/a: needs AVX-512 and BLIS's skx kernel (12 x 32)\n");
+        return 0; /* a CPU without them is not a failure of make ukernel-rate */
     }
     static const int kcs[] = {64, 384};
     for (int ki = 0; ki < 2; ki++) {
