@@ -9,7 +9,10 @@ CPU lacks AVX-512, which would be SIGILL) and with that plus glibc keeping freed
 the shapes where it finishes in seconds. bf16: mha --precision bf16, PyTorch 1.13's module
 converted to bf16; from perf/.venv (make bench PEERS=1) PyTorch 2.x's
 scaled_dot_product_attention layer (perf/peers/sdpa_layer.py) and OpenVINO's CPU plugin
-running that layer converted (perf/peers/openvino_mha.py), each in float32 and bf16. Machine ceilings: the FMA loop (build/ceiling) and
+running that layer converted (perf/peers/openvino_mha.py), and from perf/.venv-zentorch (make
+bench-core installs it) that layer compiled by torch.compile(backend="zentorch") (AMD's compiled
+layer; on a CPU without AVX-512 zentorch leaves it to PyTorch's inductor), each in float32 and
+bf16. Machine ceilings: the FMA loop (build/ceiling) and
 one large BLIS sgemm with mha's kernel (build/sgemm_ceiling); where the CPU has AMX, the
 tdpbf16ps loop (build/ceiling) and each bf16 row's share of it. Prints a table and writes it
 to perf/results/bench-HOST-DATETIME.csv. A missing peer gets "n/a" in its columns; the driver
@@ -17,7 +20,8 @@ never fails for that. GFLOP/s: 8·B·S·d² + 4·B·S²·d, only unmasked work f
 --isa NAME runs mha on that kernel table (make bench ISA=avx2) and holds the peers to it where
 they can be: PyTorch 2.x by ATEN_CPU_CAPABILITY (its own kernels) with MKL_ENABLE_INSTRUCTIONS
 and ONEDNN_MAX_CPU_ISA (its GEMMs), PyTorch 1.13 by BLIS_ARCH_TYPE; OpenVINO cannot be, so it is left out of a forced run below the CPU's best.
-usage: perf/bench.py [--rounds N] [--quick] [--isa auto|avx512|avx2|ref]"""
+--shapes t1,t2 runs only the shapes whose names start with those tags.
+usage: perf/bench.py [--rounds N] [--quick] [--isa auto|avx512|avx2|ref] [--shapes TAGS]"""
 import argparse
 import csv
 import datetime
@@ -33,6 +37,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(ROOT, "build")
 PY = "/usr/bin/python3"
 VENV = os.path.join(ROOT, "perf/.venv/bin/python")  # PyTorch 2.x, OpenVINO (make bench PEERS=1)
+VENV_ZENTORCH = os.path.join(ROOT, "perf/.venv-zentorch/bin/python")  # zentorch (make bench-core)
 
 # name, d, h, B, S, threads, mask ("none", "causal"), lengths or None, iters
 SHAPES = [
@@ -93,11 +98,18 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="only the first two shapes, one round")
     ap.add_argument("--isa", default="auto", help="mha's kernel table (auto, avx512, avx2, ref)")
+    ap.add_argument("--shapes", default="", help="comma-separated tags (t1, t2, ...): only those shapes")
     args = ap.parse_args()
     shapes = SHAPES[:2] if args.quick else SHAPES
+    if args.shapes:
+        tags = args.shapes.split(",")
+        shapes = [sh for sh in shapes if sh[0].split()[0] in tags]
+        if not shapes:
+            ap.error(f"--shapes {args.shapes}: no shape has those tags ({', '.join(sorted({sh[0].split()[0] for sh in SHAPES}))})")
     rounds = 1 if args.quick else args.rounds
     torch_ok, numpy_ok = have_module("torch"), have_module("numpy")
     torch2_ok, ov_ok = have_module("torch", VENV), have_module("openvino", VENV)
+    zen_ok = have_module("zentorch", VENV_ZENTORCH)
     # the table mha runs, and what it means for the peers
     probe = run_json([os.path.join(BUILD, "mha"), "run", "--json", "--iters", "1", "--warmup", "0", "--check", "0",
                       "--isa", args.isa]) or {}
@@ -133,7 +145,8 @@ def main():
           f"{arch if arch in blis_ids else 'default only'}{'; OpenVINO left out (no way to hold it to ' + isa + ')' if forced else ''}")
     print(f"peers: torch {'yes' if torch_ok else 'n/a (install python3-torch: make bench PEERS=1)'}, "
           f"numpy {'yes' if numpy_ok else 'n/a'}, perf/.venv: PyTorch 2.x {'yes' if torch2_ok else 'n/a'}, "
-          f"OpenVINO {'yes' if ov_ok else 'n/a'} (make bench PEERS=1)")
+          f"OpenVINO {'yes' if ov_ok else 'n/a'} (make bench PEERS=1), zentorch's compiled layer "
+          f"{'yes' if zen_ok else 'n/a'} (perf/.venv-zentorch: make bench-core)")
 
     setups = {} if forced else {"torch default": {}}  # BLIS's own choice may be wider than the table
     if arch in blis_ids:
@@ -177,6 +190,9 @@ def main():
                     if ov_ok:
                         o = run_json([VENV, os.path.join(ROOT, "perf/peers/openvino_mha.py")] + cmd[2:] + [prec], thr)
                         res.setdefault(f"openvino {prec}", []).append(o["median_ms"] if o else None)
+                    if zen_ok:
+                        o = run_json([VENV_ZENTORCH] + cmd[1:] + [prec, "zentorch"], dict(thr, **peer_isa))
+                        res.setdefault(f"zentorch {prec}", []).append(o["median_ms"] if o else None)
             if numpy_ok and fl <= 6e9 and r == 0:
                 for dt in ("float64", "float32"):
                     o = run_json([PY, os.path.join(ROOT, "perf/peers/numpy_mha.py"), str(d), str(h), str(b), str(s),
@@ -194,13 +210,13 @@ def main():
         row["mha f32 / bf16"] = m / mb if m and mb else None
         row["bf16 pct_amx_peak"] = 100 * fl / (mb * 1e6) / amx[t] if mb and amx.get(t) and kernel_bf16 == "amx-bf16" else None
         best = best16 = None
-        for peer in list(setups) + ["torch2 sdpa f32", "openvino f32", "numpy float64", "numpy float32"]:
+        for peer in list(setups) + ["torch2 sdpa f32", "openvino f32", "zentorch f32", "numpy float64", "numpy float32"]:
             v = median(res.get(peer, []))
             row[f"{peer} ms"] = v
             row[f"{peer} / mha"] = v / m if v and m else None
             if not peer.startswith("numpy") and v:
                 best = v if best is None else min(best, v)
-        for peer in ("torch bf16", "torch2 sdpa bf16", "openvino bf16"):  # against mha in bf16
+        for peer in ("torch bf16", "torch2 sdpa bf16", "openvino bf16", "zentorch bf16"):  # against mha in bf16
             v = median(res.get(peer, []))
             row[f"{peer} ms"] = v
             row[f"{peer} / mha bf16"] = v / mb if v and mb else None
@@ -213,13 +229,14 @@ def main():
         print(f"{name:18s} mha {fmt(m)} ms ({fmt(row['mha_min_ms'])}–{fmt(row['mha_max_ms'])}) "
               f"{fmt(row['gflops'], '{:.1f}')} GFLOP/s {fmt(row['pct_fma_peak'], '{:.0f}')}% of peak, "
               f"best peer {fmt(best)} ms = {fmt(row['peer best / mha'], '{:.2f}')}× mha "
-              f"(torch2 sdpa {fmt(row.get('torch2 sdpa f32 ms'))}, openvino {fmt(row.get('openvino f32 ms'))}), "
+              f"(torch2 sdpa {fmt(row.get('torch2 sdpa f32 ms'))}, openvino {fmt(row.get('openvino f32 ms'))}, "
+              f"zentorch {fmt(row.get('zentorch f32 ms'))}), "
               f"numpy64 {fmt(row.get('numpy float64 ms'))} ms, RSS {fmt(rss, '{:.0f}')} MiB; "
               f"bf16: mha {fmt(mb)} ms on {kernel_bf16} ({fmt(row['mha f32 / bf16'], '{:.2f}')}× f32, "
               f"{fmt(row['bf16 pct_amx_peak'], '{:.0f}')}% of the AMX loop), "
               f"best bf16 peer {fmt(best16)} ms = {fmt(row['bf16 peer best / mha bf16'], '{:.2f}')}× mha bf16 "
               f"(torch 1.13 {fmt(row.get('torch bf16 ms'))}, torch2 sdpa {fmt(row.get('torch2 sdpa bf16 ms'))}, "
-              f"openvino {fmt(row.get('openvino bf16 ms'))})", flush=True)
+              f"openvino {fmt(row.get('openvino bf16 ms'))}, zentorch {fmt(row.get('zentorch bf16 ms'))})", flush=True)
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(os.path.join(ROOT, "perf/results"), exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y-%m-%dT%H%M")  # a later run never overwrites one
