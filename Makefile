@@ -273,7 +273,8 @@ head-shapes: $(B)/mha
 # The kernel table the benchmarks run mha on (auto, avx512, avx2, ref): ISA=avx2 on an AVX-512
 # host measures the AVX2 kernels against PyTorch held to AVX2 (ATEN_CPU_CAPABILITY).
 ISA ?= auto
-# make bench: mha against PyTorch, OpenVINO and numpy peers (perf/bench.py). PEERS=1 installs
+# make bench: mha against PyTorch, OpenVINO and numpy peers (perf/bench.py), and zentorch's
+# compiled layer where perf/.venv-zentorch is (make bench-core installs it). PEERS=1 installs
 # them: Debian's python3-torch and numpy, PyTorch 2.x and OpenVINO from PyPI into perf/.venv.
 PEERS ?= 0
 BENCH_PKGS := python3 $(if $(filter 1,$(PEERS)),python3-torch python3-numpy cmake g++)
