@@ -9,8 +9,12 @@
  * timed alternately, ROUNDS rounds; printed: each one's median and min–max, and the ratio
  * step / core per round (median, min–max). The target: ≤ 1.1.
  *
+ * KV_CACHE int8: the chunk goes through an int8 cache (its context read back dequantized), the
+ * core's rows still on the float K and V.
+ *
  * usage: chunk_step [f32|bf16] [CONTEXT (8192)] [CHUNK (512)] [ROUNDS (9)] [HEADS (8)]
- *                   [KV_HEADS (2)] [THREADS (2)] [ISA (auto)] [BF16_KERNEL (auto)] */
+ *                   [KV_HEADS (2)] [THREADS (2)] [ISA (auto)] [BF16_KERNEL (auto)]
+ *                   [KV_CACHE (auto: the precision's; int8)] */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime (perf_util.h) under -std=c11 */
 #include <stdint.h>
 #include <stdio.h>
@@ -36,12 +40,15 @@ int main(int argc, char **argv)
     const int rounds = argc > 4 ? atoi(argv[4]) : 9, heads = argc > 5 ? atoi(argv[5]) : 8;
     const int kvh = argc > 6 ? atoi(argv[6]) : 2, threads = argc > 7 ? atoi(argv[7]) : 2;
     const char *isa = argc > 8 ? argv[8] : "auto", *bk = argc > 9 ? argv[9] : "auto";
+    const int int8 = argc > 10 && !strcmp(argv[10], "int8");
     if ((argc > 1 && !bf16 && strcmp(argv[1], "f32")) || chunk < 1 || context < chunk || context > 1 << 20 ||
         rounds < 1 || heads < 1 || heads > 256 || kvh < 1 || heads % kvh || threads < 1 ||
-        strlen(isa) >= sizeof((mha_config){0}.isa) || strlen(bk) >= sizeof((mha_config){0}.bf16_kernel)) {
+        strlen(isa) >= sizeof((mha_config){0}.isa) || strlen(bk) >= sizeof((mha_config){0}.bf16_kernel) ||
+        (argc > 10 && !int8 && strcmp(argv[10], "auto"))) {
         fprintf(stderr,
                 "usage: chunk_step [f32|bf16] [CONTEXT <= %d] [CHUNK 1..CONTEXT] [ROUNDS >= 1] [HEADS 1..256] "
-                "[KV_HEADS dividing HEADS] [THREADS >= 1] [ISA auto|avx512|avx2|ref] [BF16_KERNEL auto|NAME]\n",
+                "[KV_HEADS dividing HEADS] [THREADS >= 1] [ISA auto|avx512|avx2|ref] [BF16_KERNEL auto|NAME] "
+                "[KV_CACHE auto|int8]\n",
                 1 << 20);
         return 2;
     }
@@ -51,6 +58,7 @@ int main(int argc, char **argv)
     cfg.max_batch = 1, cfg.max_seq_q = chunk, cfg.max_seq_kv = context;
     cfg.threads = threads, cfg.pinning = MHA_PIN_CLOSE;
     cfg.precision = bf16 ? MHA_PRECISION_BF16 : MHA_PRECISION_F32;
+    cfg.kv_type = int8 ? MHA_KV_INT8 : MHA_KV_AUTO;
     cfg.rope = (mha_rope){.style = MHA_ROPE_NEOX, .theta = 500000.0f};
     snprintf(cfg.isa, sizeof cfg.isa, "%s", isa);
     snprintf(cfg.bf16_kernel, sizeof cfg.bf16_kernel, "%s", bk);
@@ -68,6 +76,7 @@ int main(int argc, char **argv)
     double *ratio = malloc((size_t)rounds * sizeof *ratio);
     mha_engine *e = NULL;
     mha_kv_cache *cache = NULL;
+    void *tail = NULL; /* int8: the sequence's tail (its last group's K at full precision) */
     const char *what = "out of memory";
     mha_status st = MHA_ERR_NOMEM;
     if (!wm || !x || !out || !q || !k || !v || !o || !blocks || !t_step || !t_core || !ratio)
@@ -87,9 +96,15 @@ int main(int argc, char **argv)
         goto done;
     }
     shuffled_blocks(blocks, n_blocks, &seed);
+    if (!(tail = calloc(1, mha_kv_tail_size(cache) + 1))) {
+        st = MHA_ERR_NOMEM;
+        goto done;
+    }
     /* the prompt's first CONTEXT − CHUNK tokens, chunk by chunk (untimed) */
     int32_t past = 0, add = 0;
-    mha_step step = {.n_seqs = 1, .n_past = &past, .n_new = &add, .blocks = blocks, .max_blocks = n_blocks};
+    void *const tails[1] = {tail};
+    mha_step step = {.n_seqs = 1, .n_past = &past, .n_new = &add, .blocks = blocks, .max_blocks = n_blocks,
+                     .tails = tails};
     while (past < context - chunk) {
         add = context - chunk - past < chunk ? context - chunk - past : chunk;
         step.x = x + (size_t)past * d;
@@ -119,10 +134,10 @@ int main(int argc, char **argv)
     }
     double s[3], c[3], a[3];
     spread(t_step, rounds, s), spread(t_core, rounds, c), spread(ratio, rounds, a);
-    printf("chunk_step %s, isa %s (%s), %d heads over %d KV heads of %d, a %d-token chunk at context %d, %d threads, "
+    printf("chunk_step %s, kv %s, isa %s (%s), %d heads over %d KV heads of %d, a %d-token chunk at context %d, %d threads, "
            "%d rounds: step %.2f ms (%.2f–%.2f), the same rows in one forward (core) %.2f ms (%.2f–%.2f), "
            "step / core %.3f (%.3f–%.3f)\n",
-           bf16 ? "bf16" : "f32", mha_engine_isa(e), mha_engine_kernel(e), heads, kvh, DK, chunk, context, threads,
+           bf16 ? "bf16" : "f32", int8 ? "int8" : bf16 ? "bf16" : "f32", mha_engine_isa(e), mha_engine_kernel(e), heads, kvh, DK, chunk, context, threads,
            rounds, s[0], s[1], s[2], c[0], c[1], c[2], a[0], a[1], a[2]);
 done:
     if (st != MHA_OK) {
@@ -132,7 +147,7 @@ done:
         fprintf(stderr, "chunk_step: %s: %s: %s\n", what, mha_status_str(st), e ? mha_engine_last_error(e) : why);
     }
     free(wm), free(x), free(out), free(q), free(k), free(v), free(o), free(blocks);
-    free(t_step), free(t_core), free(ratio);
+    free(t_step), free(t_core), free(ratio), free(tail);
     mha_kv_cache_free(cache);
     mha_free(e);
     return st == MHA_OK ? 0 : 1;

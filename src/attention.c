@@ -242,6 +242,18 @@ void mha_attention_norm_rows(const mha_fwd *f, mha_mat qkv, int rows, int col, i
     }
 }
 
+/* Row `row` of the block r (its position, query head and mask) against the chunk's n keys
+ * from c0, its scores at sc: mha_attention_chunk_row over the keys it sees. Returns the sum. */
+static float block_row(const mha_fwd *f, const mha_chunk_rows *r, int row, int c0, int n, float *sc, const float *vs,
+                       float *mx, mha_bf16 *p, int rounded, float *zs)
+{
+    const int pos = r->pos0 + row % r->period;
+    const mha_key_span in = mha_keys_within(mha_visible_keys(pos, r->causal, f->window, c0 + n), c0, n);
+    return mha_attention_chunk_row(f, sc, n, in, pos, c0, r->head0 + row / r->period,
+                                   r->mask ? r->mask + (size_t)(row % r->period) * f->call->seq_kv : NULL, vs, mx, p,
+                                   rounded, zs);
+}
+
 /* bf16 without the attention weights: rows [i0, i0 + 32) of the chunk at a time through their
  * scores, their probabilities (rounded into s->p16 as each row is exp'd) and their A·V, so the
  * score rows and probabilities stay in L1 between the products; Q from r->q16 (packed once
@@ -263,14 +275,9 @@ static void chunk16(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows
         else if (!r->scored) /* an int8 cache: float32 scores (mha_kv_view) */
             mha_gemm(k, m, n, f->dk, f->scale, mha_mat_sub(k, r->q, i0, 0), mha_mat_sub(k, kv->kt, 0, b0), 0.0f,
                      mha_mat_rows(k, sb, ld), s->apack);
-        for (int i = 0; i < m; i++) {
-            const int row = r->first + i0 + i, pos = r->pos0 + row % r->period;
-            const mha_key_span in = mha_keys_within(mha_visible_keys(pos, r->causal, f->window, c0 + n), c0, n);
-            sum[(i0 + i) * st] = mha_attention_chunk_row(
-                f, sb + i * ld, n, in, pos, c0, r->head0 + row / r->period,
-                r->mask ? r->mask + (size_t)(row % r->period) * f->call->seq_kv : NULL, vs, &mx[(i0 + i) * st],
-                s->p16 + mha_bk_a_row(i, kn), 0, &zs[i]);
-        }
+        for (int i = 0; i < m; i++)
+            sum[(i0 + i) * st] = block_row(f, r, r->first + i0 + i, c0, n, sb + i * ld, vs, &mx[(i0 + i) * st],
+                                           s->p16 + mha_bk_a_row(i, kn), 0, &zs[i]);
         mha_bgemm(f->bk, k, m, f->dv, n, 1.0f, s->p16, mha_mat_rows(k, sb, ld), kv->v16 + mha_bk_b_index(b0, 0, 0),
                   kv->vps, 0.0f, mha_mat_sub(k, zc, i0, 0), NULL);
         for (int i = 0; vs && i < m; i++)
@@ -361,7 +368,7 @@ const mha_bf16 *mha_attention_block_queries_bf16(const mha_fwd *f, const mha_scr
  * attention weights nor an int8 cache's V, which keep the bf16 kernel's chunks. */
 static int stream_chunks(const mha_fwd *f, const mha_kv_view *kv)
 {
-    return kv->kt.p && !f->call->attn && !kv->vs;
+    return kv->kt.p && !f->call->attn;
 }
 
 const mha_bf16 *mha_attention_block_queries_stream(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r,
@@ -376,14 +383,8 @@ const mha_bf16 *mha_attention_block_queries_stream(const mha_fwd *f, const mha_s
 static void chunk_rows(const mha_fwd *f, const mha_chunk_rows *r, int c0, int n, float *sc, ptrdiff_t ld, float *mx,
                        float *sum, ptrdiff_t st, int rounded)
 {
-    for (int i = 0; i < r->m; i++) {
-        /* the keys of this chunk row i sees: [hidden, visible) */
-        const int pos = r->pos0 + (r->first + i) % r->period;
-        const mha_key_span in = mha_keys_within(mha_visible_keys(pos, r->causal, f->window, c0 + n), c0, n);
-        sum[i * st] = mha_attention_chunk_row(f, sc + i * ld, n, in, pos, c0, r->head0 + (r->first + i) / r->period,
-                                              r->mask ? r->mask + (size_t)((r->first + i) % r->period) * f->call->seq_kv : NULL,
-                                              NULL, &mx[i * st], NULL, rounded, NULL);
-    }
+    for (int i = 0; i < r->m; i++)
+        sum[i * st] = block_row(f, r, r->first + i, c0, n, sc + i * ld, NULL, &mx[i * st], NULL, rounded, NULL);
 }
 
 void mha_attention_chunk_f32(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
@@ -453,11 +454,40 @@ static void values_padding(const mha_fwd *f, const mha_kv_view *kv, int b0, int 
         }
 }
 
+/* An int8 cache's chunk on the float32 stream (kv->vs; v: the values themselves, as floats):
+ * chunk16's, 32 rows at a time, with its products on the stream: the scores float32 products
+ * on the queries unrounded, each row's E times its keys' V scales rounded in place, A·V by
+ * stream_rows16 (the bf16 kernel's sums: the values are exact in bf16), then the zero
+ * points' sums. */
+static void chunk_stream_scaled(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r,
+                                const mha_kv_view *kv, int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc,
+                                float *mx, float *sum, ptrdiff_t st)
+{
+    const mha_kernel *k = f->kernel;
+    const float *vs = kv->vs + 2 * (size_t)b0;
+    float zs[2 * MHA_BT_M]; /* the rows' V zero sums */
+    for (int i0 = 0; i0 < r->m; i0 += 2 * MHA_BT_M) {
+        const int m = r->m - i0 < 2 * MHA_BT_M ? r->m - i0 : 2 * MHA_BT_M;
+        float *sb = sc + (size_t)i0 * ld;
+        const mha_mat zb = mha_mat_sub(k, zc, i0, 0);
+        mha_gemm_in_place(k, m, n, f->dk, f->scale, mha_mat_sub(k, r->q, i0, 0), mha_mat_sub(k, kv->kt, 0, b0), 0.0f,
+                          mha_mat_rows(k, sb, ld), s->apack);
+        for (int i = 0; i < m; i++)
+            sum[(i0 + i) * st] = block_row(f, r, r->first + i0 + i, c0, n, sb + i * ld, vs, &mx[(i0 + i) * st], NULL, 1,
+                                           &zs[i]);
+        k->isa->stream_rows16(k, m, f->dv, n, 1.0f, 0, mha_mat_rows(k, sb, ld), mha_mat_sub(k, kv->v, b0, 0), zb);
+        if (n % MHA_BT_K)
+            values_padding(f, kv, b0, n, m, zb);
+        for (int i = 0; i < m; i++)
+            mha_attention_v_zero(mha_mat_at(k, zb, i, 0), f->dv, zs[i]);
+    }
+}
+
 /* bf16 on the float32 stream: the queries rounded (or widened) into s->q16's floats, scores and
  * A·V by the table's stream_rows16 on kt and v (pack_kv_stream's), E rounded in place: the
- * bf16 kernel's sums, bit for bit (its padding's + 0: stream_rows16 and values_padding). The
- * attention weights, an int8 cache's V and the bf16 panels of a decode chunk go the bf16
- * kernel's way. */
+ * bf16 kernel's sums, bit for bit (its padding's + 0: stream_rows16 and values_padding); an
+ * int8 cache's chunk by chunk_stream_scaled. The attention weights and the bf16 panels of a
+ * decode chunk go the bf16 kernel's way. */
 void mha_attention_chunk_stream(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
                                 int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum,
                                 ptrdiff_t st)
@@ -466,6 +496,10 @@ void mha_attention_chunk_stream(const mha_fwd *f, const mha_scratch *s, const mh
     const int m = r->m, dk = f->dk;
     if (!stream_chunks(f, kv)) {
         mha_attention_chunk_bf16(f, s, r, kv, b0, c0, n, sc, ld, zc, mx, sum, st);
+        return;
+    }
+    if (kv->vs) {
+        chunk_stream_scaled(f, s, r, kv, b0, c0, n, sc, ld, zc, mx, sum, st);
         return;
     }
     float *q = (float *)(void *)s->q16;

@@ -480,11 +480,15 @@ static void gather_bf16(const mha_step_job *j, const int32_t *table, int g, int 
     }
 }
 
-/* float32 engines, a scaled cache: V of the keys [t_begin, ctx) read back (q·scale + zero,
- * as decode_values reads it) into the scratch's V columns, key t at row t; Kᵀ is left to
+/* A scaled cache: V of the keys [t_begin, ctx) into the scratch's V columns, key t at row t:
+ * vs NULL (float32 engines), read back (q·scale + zero, as decode_values reads it); else (bf16
+ * on the float32 stream) the values themselves (a scale of 1 and a zero of 0: exact), their
+ * parameters into vs at t (mha_kv_view's: the chunk applies them). Kᵀ is left to
  * k_view_panels. */
-static void gather_scaled(const mha_step_job *j, const int32_t *table, int g, int t_begin, int ctx, const mha_scratch *s)
+static void gather_scaled(const mha_step_job *j, const int32_t *table, int g, int t_begin, int ctx, const mha_scratch *s,
+                          float *vs)
 {
+    static const float unit[2] = {1.0f, 0.0f};
     const mha_fwd *f = &j->f;
     const mha_kernel *k = f->kernel;
     const mha_kv_cache *cache = j->cache;
@@ -492,11 +496,15 @@ static void gather_scaled(const mha_step_job *j, const int32_t *table, int g, in
     const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
     for (mha_kv_run r = mha_kv_run_at(table, bs, t_begin, ctx); r.n; r = mha_kv_run_at(table, bs, r.t + r.n, ctx)) {
         const float *par = mha_kv_v_params(cache, r.block, g) + 2 * (size_t)r.slot;
-        for (int t = 0; t < r.n; t++) /* a panel's run at a time */
+        if (vs)
+            memcpy(vs + 2 * (size_t)r.t, par, 2 * (size_t)r.n * sizeof *vs);
+        for (int t = 0; t < r.n; t++) { /* a panel's run at a time */
+            const float *p = vs ? unit : par + 2 * t;
             for (int c = 0; c < dk; c += k->bw)
                 f->kernel->isa->scale_rows[cache->type](mha_kv_i8(cache) + mha_kv_v_at(cache, r.block, g, r.slot + t) + c,
-                                                        0, 1, dk - c < k->bw ? dk - c : k->bw, par + 2 * t,
-                                                        par + 2 * t + 1, mha_mat_at(k, qkv, r.t + t, 2 * dkp + c), 0);
+                                                        0, 1, dk - c < k->bw ? dk - c : k->bw, p, p + 1,
+                                                        mha_mat_at(k, qkv, r.t + t, 2 * dkp + c), 0);
+        }
     }
 }
 
@@ -507,7 +515,7 @@ void mha_step_gather_f32(const mha_step_job *j, int q, int g, int t_begin, int c
     (void)vs; /* V read back: its parameters applied */
     const int32_t *table = j->step->blocks + (size_t)q * j->step->max_blocks;
     if (mha_kv_traits_of(j->cache->type)->scaled)
-        gather_scaled(j, table, g, t_begin, ctx, s);
+        gather_scaled(j, table, g, t_begin, ctx, s, NULL);
     else
         gather_f32(j, table, g, ctx, t_begin, s);
 }
@@ -519,14 +527,15 @@ void mha_step_gather_bf16(const mha_step_job *j, int q, int g, int t_begin, int 
 }
 
 /* bf16 on the float32 stream: an unscaled cache's context as gather_f32 leaves it (its bf16
- * elements are what the bf16 panels would hold); a scaled one's into the bf16 panels (its
- * chunks are the bf16 kernel's). */
+ * elements are what the bf16 panels would hold); a scaled one's V values as floats and their
+ * parameters in vs (gather_scaled; what the bf16 panels would hold, exact). */
 void mha_step_gather_stream(const mha_step_job *j, int q, int g, int t_begin, int ctx, const mha_scratch *s, float *vs)
 {
+    const int32_t *table = j->step->blocks + (size_t)q * j->step->max_blocks;
     if (mha_kv_traits_of(j->cache->type)->scaled)
-        mha_step_gather_bf16(j, q, g, t_begin, ctx, s, vs);
+        gather_scaled(j, table, g, t_begin, ctx, s, vs);
     else
-        gather_f32(j, j->step->blocks + (size_t)q * j->step->max_blocks, g, ctx, t_begin, s);
+        gather_f32(j, table, g, ctx, t_begin, s);
 }
 
 /* A scaled cache in a bf16 engine: the room for V's parameters beside its values (the chunks
