@@ -174,13 +174,19 @@ float mha_attention_chunk_row(const mha_fwd *f, float *row, int n, mha_key_span 
     if (rounded && !p && !vs && isa->softmax_row_rounded)
         return isa->softmax_row_rounded(row, n, in.hi, mask, mx);
     const float sum = isa->softmax_row(row, n, in.hi, mask, mx);
-    if (vs) { /* int8: the zero points' sum, then each key's V scale, after the sum */
-        float z = 0.0f;
-        for (int j = 0; j < in.hi; j++) {
-            z += row[j] * vs[2 * j + 1];
+    if (vs) { /* int8: the zero points' sum in 8 lanes, then each key's V scale, after the sum */
+        float z[8] = {0};
+        int j = 0;
+        for (; j + 8 <= in.hi; j += 8)
+            for (int l = 0; l < 8; l++) {
+                z[l] += row[j + l] * vs[2 * (j + l) + 1];
+                row[j + l] *= vs[2 * (j + l)];
+            }
+        for (; j < in.hi; j++) {
+            z[j % 8] += row[j] * vs[2 * j + 1];
             row[j] *= vs[2 * j];
         }
-        *zs = z;
+        *zs = ((z[0] + z[4]) + (z[1] + z[5])) + ((z[2] + z[6]) + (z[3] + z[7]));
     }
     if (p)
         mha_bk_pack_a_row(f->kernel, row, 0, n, p);

@@ -303,8 +303,10 @@ void mha_attention_logits(const mha_fwd *f, float *row, mha_key_span in, int pos
 /* One row of a chunk's scores (n keys from c0; the row at position pos, query head `head`,
  * sees the keys in `in`) into its unnormalised softmax: the logits, the exp against the row's
  * max (*mx) with the mask (or NULL), then, with an int8 cache's V parameters (vs: key j's
- * scale at [2j], zero point at [2j + 1]; or NULL), *zs = Σ_j e_j·zero_j in key order and each
- * e_j times its scale: Z = E·V is then (E·scales)·q + zs in every feature (mha_attention_v_zero).
+ * scale at [2j], zero point at [2j + 1]; or NULL), *zs = Σ_j e_j·zero_j (key j into lane j % 8
+ * of 8 sums, each in key order, then the lanes ((0 + 4) + (1 + 5)) + ((2 + 6) + (3 + 7)): one
+ * chain of additions cost the chunk ~4% of its time) and each e_j times its scale: Z = E·V is
+ * then (E·scales)·q + zs in every feature (mha_attention_v_zero).
  * Returns the sum (of E before the V scales). p: NULL, or E rounded to bf16 into a row of A
  * tiles at p (mha_bk_pack_a_row's; without V parameters in one pass with the exp, the table's
  * softmax_row16), the row then left as the table leaves it; else rounded: E left in the row as
