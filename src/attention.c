@@ -334,12 +334,16 @@ void mha_attention_pack_kv_few_f32(const mha_fwd *f, const mha_scratch *s, const
     const mha_kernel *k = f->kernel;
     const int dv = f->dv;
     const mha_mat km = core_k(f, io, b, g), vm = core_v(f, io, b, g); /* float32 tensors: float32 engines' */
-    if (kl > 0)
+    /* K read in place by rows_scores where the table has it and a KV head has queries for
+     * its lanes (a group of 4 or more); else transposed into the decode tiles' panels */
+    const int rows = k->isa->rows_scores && f->dk <= MHA_ROWS_SCORES_DK && f->group >= 4;
+    if (kl > 0 && !rows)
         k->isa->pack_rows(km, k->bw, 0, kl, 0, f->dk, MHA_TILE_KEYS, s->kt);
     float *vc = s->qkv;
     for (int j = 0; vm.ld != dv && j < kl; j++)
         memcpy(vc + (size_t)j * dv, vm.p + j * vm.ld, (size_t)dv * sizeof *vc);
-    *kv = (mha_kv_view){.ktp = s->kt, .vp = vm.ld == dv ? vm.p : vc};
+    *kv = (mha_kv_view){.ktp = rows ? NULL : s->kt, .vp = vm.ld == dv ? vm.p : vc, .kr = rows ? km.p : NULL,
+                        .krl = km.ld};
 }
 
 void mha_attention_pack_kv_few_bf16(const mha_fwd *f, const mha_scratch *s, const mha_core_io *io, int b, int g,
@@ -400,7 +404,9 @@ void mha_attention_chunk_f32(const mha_fwd *f, const mha_scratch *s, const mha_c
     const mha_kernel *k = f->kernel;
     const int m = r->m, dk = f->dk, dv = f->dv;
     const mha_mat sm = mha_mat_rows(k, sc, ld);
-    if (kv->ktp) { /* the decode tiles on plain queries (r->q rows dk apart): a panel a run */
+    if (kv->kr) /* K's rows in place, the same sums (r->q rows dk apart) */
+        k->isa->rows_scores(r->q.p, m, dk, kv->kr + (ptrdiff_t)b0 * kv->krl, kv->krl, n, f->scale, sc, (size_t)ld);
+    else if (kv->ktp) { /* the decode tiles on plain queries (r->q rows dk apart): a panel a run */
         const void *kt[MHA_KV_CHUNK / MHA_TILE_KEYS];
         int len[MHA_KV_CHUNK / MHA_TILE_KEYS], runs = 0;
         for (int j = 0; j < n; j += MHA_TILE_KEYS, runs++) /* b0 starts a panel */
@@ -684,9 +690,10 @@ static int core_few(const mha_fwd *f, int ql)
 }
 
 /* A few queries of every head of KV head g as the rows of one pass over the keys (row r: query
- * head g·group + r / ql, query r % ql), as decode reads a cache: float32, Kᵀ transposed once
- * into the decode tiles' panels and V read in place (rows dv apart) or copied so, the tiles'
- * scores and values (the microkernel's sums); bf16, K and V packed into the kernel's panels
+ * head g·group + r / ql, query r % ql), as decode reads a cache: float32, K's rows read in
+ * place by the table's rows_scores (or Kᵀ transposed once into the decode tiles' panels) and
+ * V read in place (rows dv apart) or copied so, the tiles' scores and values (the
+ * microkernel's sums); bf16, K and V packed into the kernel's panels
  * as for more queries; then mha_attention_rows' chunks, logits, merge, sink and division: the
  * same bits as it, with one pass for the group's 1–4 rows per head. */
 static void core_few_rows(const mha_fwd *f, const mha_core_io *io, int b, int g, const mha_scratch *s, int ql, int kl)

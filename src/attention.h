@@ -220,6 +220,9 @@ typedef struct mha_kv_view {
                              * apart, from the operands' key 0, read by the table's decode tiles
                              * (decode_scores, decode_values: the microkernel's sums) in place of
                              * the kt and v panels */
+    const float *kr;        /* or (the core's few queries, a table with rows_scores) K's rows in
+                             * place, key j at kr + j·krl: rows_scores' scores, the same bits */
+    ptrdiff_t krl;
 } mha_kv_view;
 /* Keys per Kᵀ panel that the float32 decode tiles read (mha_kv_view.ktp): one slot vector. */
 #define MHA_TILE_KEYS 16

@@ -641,3 +641,42 @@ TABLE_TEST(bgemm, int8_decode_tiles_equal_the_read_back_chunk, .timeout = 60)
                     free(zwant);
             }
 }
+
+/* rows_scores (K's rows read in place: the core's few queries) gives decode_scores' bits on
+ * the same keys transposed into one run: 1 to 9 queries (lanes of 4 filled and not), d_k 1 to
+ * MHA_ROWS_SCORES_DK, key counts through every tile size, rows wider than d_k. A table without
+ * it is skipped. */
+TABLE_TEST(bgemm, rows_scores_equal_the_decode_tiles, .timeout = 60)
+{
+    enum { N = 29, LD_PAD = 3 };
+    if (!isa->rows_scores) {
+        note_skipped("bgemm::rows_scores_equal_the_decode_tiles: isa %s has no rows_scores (it transposes K)", isa->name);
+        cr_skip_test();
+    }
+    rng r = {4242};
+    const int dks[] = {1, 7, 32, 64, 128, MHA_ROWS_SCORES_DK};
+    for (size_t di = 0; di < sizeof dks / sizeof dks[0]; di++)
+        for (int nq = 1; nq <= 9; nq += 2)
+            for (int n = 1; n <= N; n += 7) {
+                const int dk = dks[di], ld = dk + LD_PAD;
+                float *q = malloc((size_t)nq * dk * sizeof *q), *k = malloc((size_t)n * ld * sizeof *k);
+                float *kt = malloc((size_t)dk * n * sizeof *kt), *sc = malloc((size_t)nq * N * sizeof *sc);
+                float *want = malloc((size_t)nq * N * sizeof *want);
+                fill_uniform(q, (size_t)nq * dk, -1.0f, 1.0f, &r);
+                fill_uniform(k, (size_t)n * ld, -1.0f, 1.0f, &r);
+                for (int t = 0; t < n; t++)
+                    for (int c = 0; c < dk; c++)
+                        kt[(size_t)c * n + t] = k[(size_t)t * ld + c];
+                const void *ktr[1] = {kt};
+                const int len[1] = {n};
+                isa->decode_scores[MHA_KV_F32](q, nq, dk, 0, dk, 1, ktr, NULL, len, n, 0.3f, want, N);
+                isa->rows_scores(q, nq, dk, k, ld, n, 0.3f, sc, N);
+                for (int qi = 0; qi < nq; qi++) {
+                    const long at = first_bit_difference(sc + (size_t)qi * N, want + (size_t)qi * N, (size_t)n);
+                    cr_assert_eq(at, -1, "%s, dk %d, %d queries, %d keys: score (%d, %ld) %a, decode tiles %a", isa->name,
+                                 dk, nq, n, qi, at, sc[(size_t)qi * N + (at < 0 ? 0 : at)],
+                                 want[(size_t)qi * N + (at < 0 ? 0 : at)]);
+                }
+                free(q), free(k), free(kt), free(sc), free(want);
+            }
+}

@@ -599,6 +599,57 @@ scores(const mha_kv_type type, const int scaled, const float *restrict q, int nq
     }
 }
 
+/* rows_scores: four queries as the lanes of an xmm register (their features transposed into
+ * qt, 4 a feature), J keys a tile, each key's feature broadcast: J accumulators, one FMA chain
+ * per score in feature order (Zen 1 runs two 128-bit FMAs a cycle, the 256-bit rate, and
+ * nothing is transposed but the queries). The next tile's rows prefetched a line a row every
+ * 16 features. */
+enum { ROWS_KEYS = 12 };
+
+static inline __attribute__((always_inline, target(AVX2))) void keys_tile(const int J, const float *restrict qt, int dk,
+                                                                         const float *restrict k, ptrdiff_t ld, int nq,
+                                                                         float scale, float *restrict sc, size_t sc_ld)
+{
+    __m128 acc[ROWS_KEYS];
+    for (int u = 0; u < J; u++)
+        acc[u] = _mm_setzero_ps();
+    for (int c = 0; c < dk; c++) {
+        if (c % 16 == 0)
+            for (int u = 0; u < J; u++)
+                _mm_prefetch((const char *)(k + (ptrdiff_t)(J + u) * ld + c), _MM_HINT_T0);
+        const __m128 qc = _mm_load_ps(qt + 4 * c);
+        for (int u = 0; u < J; u++)
+            acc[u] = _mm_fmadd_ps(qc, _mm_broadcast_ss(k + (ptrdiff_t)u * ld + c), acc[u]);
+    }
+    _Alignas(16) float out[ROWS_KEYS][4];
+    for (int u = 0; u < J; u++)
+        _mm_store_ps(out[u], _mm_mul_ps(acc[u], _mm_set1_ps(scale)));
+    for (int r = 0; r < nq; r++)
+        for (int u = 0; u < J; u++)
+            sc[(size_t)r * sc_ld + u] = out[u][r];
+}
+
+__attribute__((target(AVX2))) static void rows_scores_avx2(const float *restrict q, int nq, int dk,
+                                                          const float *restrict k, ptrdiff_t ld, int n, float scale,
+                                                          float *restrict sc, size_t sc_ld)
+{
+    _Alignas(16) float qt[4 * MHA_ROWS_SCORES_DK];
+    for (int r0 = 0; r0 < nq; r0 += 4) {
+        const int nr = nq - r0 < 4 ? nq - r0 : 4;
+        for (int c = 0; c < dk; c++) /* lanes past the last query: zeros, their scores unstored */
+            for (int r = 0; r < 4; r++)
+                qt[4 * c + r] = r < nr ? q[(size_t)(r0 + r) * dk + c] : 0.0f;
+        float *s = sc + (size_t)r0 * sc_ld;
+        int t = 0;
+        for (; t + ROWS_KEYS <= n; t += ROWS_KEYS)
+            keys_tile(ROWS_KEYS, qt, dk, k + (ptrdiff_t)t * ld, ld, nr, scale, s + t, sc_ld);
+        for (; t + 4 <= n; t += 4)
+            keys_tile(4, qt, dk, k + (ptrdiff_t)t * ld, ld, nr, scale, s + t, sc_ld);
+        for (; t < n; t++)
+            keys_tile(1, qt, dk, k + (ptrdiff_t)t * ld, ld, nr, scale, s + t, sc_ld);
+    }
+}
+
 __attribute__((target(AVX2))) static void decode_scores_avx2(const float *restrict q, int nq, int dk, int c0, int c1,
                                                             int runs, const void *const *kt, const float *const *kp,
                                                             const int *n, int ld, float scale, float *restrict sc,
@@ -996,6 +1047,7 @@ const mha_isa mha_isa_avx2 = {
     .softcap_row = softcap_row_avx2,
     .scale_rows = {[MHA_KV_INT8] = i8_scale_rows_avx2},
     .decode_scores = {[MHA_KV_F32] = decode_scores_avx2, [MHA_KV_INT8] = decode_scores8_avx2},
+    .rows_scores = rows_scores_avx2,
     .decode_values = {[MHA_KV_F32] = decode_values_avx2, [MHA_KV_INT8] = decode_values8_avx2},
     .decode16_orders = 1u << MHA_BK_EVEN_FIRST,
     .decode_scores16 = decode_scores16_avx2,

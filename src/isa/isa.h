@@ -31,6 +31,9 @@
 #include "kvcache.h" /* MHA_KV_TYPES: the per-type operations */
 #include "softmax.h"
 
+/* The widest d_k rows_scores takes (its queries' features transposed on the stack). */
+#define MHA_ROWS_SCORES_DK 256
+
 /* Memory to bring into cache while a tile computes from cache: n regions of `bytes` each
  * (bf16 decode's values: the next chunk's Kᵀ, one region per block). */
 typedef struct mha_prefetch {
@@ -110,6 +113,13 @@ typedef struct mha_isa {
     void (*decode_scores[MHA_KV_TYPES])(const float *restrict q, int nq, int dk, int c0, int c1, int runs,
                                         const void *const *kt, const float *const *kp, const int *n, int ld,
                                         float scale, float *restrict sc, size_t sc_ld);
+    /* The same float32 scores of nq >= 1 queries (q: rows dk apart, dk <= MHA_ROWS_SCORES_DK)
+     * against n keys given as rows (key t's dk features at k + t·ld), all features in one
+     * pass: sc[qi · sc_ld + t] = scale · Σ_c q·k, one FMA chain per score in feature order
+     * from zero, decode_scores' bits without Kᵀ panels (the core's few queries read K where
+     * the caller keeps it). NULL: the table transposes K for decode_scores instead. */
+    void (*rows_scores)(const float *restrict q, int nq, int dk, const float *restrict k, ptrdiff_t ld, int n,
+                        float scale, float *restrict sc, size_t sc_ld);
     /* Decode values: p[qi · ps + c] += Σ_t e[qi · e_ld + t] · v[t · dk + c] over n rows of v,
      * key by key in order (one chain per output, as the microkernel sums A·V over a chunk);
      * next (or NULL): what to prefetch as it goes. A scaled type's rows read back as loaded:
