@@ -346,11 +346,66 @@ void mha_attention_pack_kv_few_f32(const mha_fwd *f, const mha_scratch *s, const
                         .krl = km.ld};
 }
 
+/* Whether a bf16 engine's few queries read K's and V's rows (the decode tiles' way: the
+ * table has rows_scores16 and value tiles summing in the kernel's order, even first) instead
+ * of the chunk's panels; as for float32, a KV head with 4 or more queries. */
+static int few_rows16(const mha_fwd *f)
+{
+    const mha_isa *isa = f->kernel->isa;
+    return isa->rows_scores16 && isa->decode_values16 && f->bk->order == MHA_BK_EVEN_FIRST &&
+           (isa->decode16_orders >> MHA_BK_EVEN_FIRST & 1u) && f->dk <= MHA_ROWS_SCORES_DK && f->group >= 4;
+}
+
 void mha_attention_pack_kv_few_bf16(const mha_fwd *f, const mha_scratch *s, const mha_core_io *io, int b, int g,
                                     int kl, mha_kv_view *kv)
 {
-    (void)kv; /* the chunk's panels, as the caller's view says */
-    core_kv_by(f, s, io, b, g, kl, mha_attention_pack_kv_bf16, mha_attention_pack_kv16_bf16);
+    if (!few_rows16(f)) { /* the chunk's panels, as the caller's view says */
+        core_kv_by(f, s, io, b, g, kl, mha_attention_pack_kv_bf16, mha_attention_pack_kv16_bf16);
+        return;
+    }
+    /* K's rows as floats of their bf16 values (widened, or rounded) into s->kt; V's bf16 rows
+     * dv apart, in place where the tensor holds them so, else copied (or rounded) into s->v16 */
+    const int dk = f->dk, dv = f->dv;
+    const mha_kv_traits *t16 = mha_kv_traits_of(MHA_KV_BF16);
+    float *kr = s->kt;
+    mha_bf16 *vc = s->v16;
+    const mha_bf16 *vr = vc;
+    if (io->bf16) {
+        const mha_bf16 *k16 = (const mha_bf16 *)io->k + b * io->ks[0] + g * io->ks[1];
+        const mha_bf16 *v16 = (const mha_bf16 *)io->v + b * io->vs[0] + g * io->vs[1];
+        for (int j = 0; j < kl; j++)
+            t16->floats(k16 + j * io->ks[2], 0, dk, kr + (size_t)j * dk);
+        if (io->vs[2] == dv)
+            vr = v16;
+        else
+            for (int j = 0; j < kl; j++)
+                memcpy(vc + (size_t)j * dv, v16 + j * io->vs[2], (size_t)dv * sizeof *vc);
+    } else {
+        const mha_mat km = core_k(f, io, b, g), vm = core_v(f, io, b, g);
+        for (int j = 0; j < kl; j++) {
+            memcpy(kr + (size_t)j * dk, km.p + j * km.ld, (size_t)dk * sizeof *kr);
+            t16->put(vm.p + j * vm.ld, dv, vc, (size_t)j * dv, 1);
+        }
+        f->kernel->isa->round_bf16_floats(kr, kl * dk);
+    }
+    *kv = (mha_kv_view){.kr = kr, .krl = dk, .vr16 = vr};
+}
+
+/* The few queries on K's and V's rows (few_rows16): rows_scores16 and decode_values16, the
+ * kernel's chunk sums as bf16 decode reads a cache (the rows' queries bf16 values: rounded
+ * by core_few_rows). */
+static void chunk_rows16(const mha_fwd *f, const mha_chunk_rows *r, const mha_kv_view *kv, int b0, int c0, int n,
+                         float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum, ptrdiff_t st)
+{
+    const mha_isa *isa = f->kernel->isa;
+    const int m = r->m, dv = f->dv;
+    isa->rows_scores16(r->q.p, m, f->dk, kv->kr + (ptrdiff_t)b0 * kv->krl, kv->krl, n, f->scale, sc, (size_t)ld);
+    for (int i = 0; i < m; i++) {
+        sum[i * st] = block_row(f, r, r->first + i, c0, n, sc + i * ld, NULL, &mx[i * st], NULL, 1, NULL);
+        memset(mha_mat_at(f->kernel, zc, i, 0), 0, (size_t)dv * sizeof(float));
+    }
+    const void *v[1] = {kv->vr16 + (size_t)b0 * dv};
+    isa->decode_values16(sc, (size_t)ld, m, 1, v, &n, MHA_KV_BF16, dv, zc.p, (size_t)zc.ld, NULL, f->bk->order);
 }
 
 const mha_bf16 *mha_attention_block_queries_f32(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r,
@@ -431,6 +486,10 @@ void mha_attention_chunk_bf16(const mha_fwd *f, const mha_scratch *s, const mha_
                               ptrdiff_t st)
 {
     const mha_kernel *k = f->kernel;
+    if (kv->kr) {
+        chunk_rows16(f, r, kv, b0, c0, n, sc, ld, zc, mx, sum, st);
+        return;
+    }
     if (!f->call->attn) {
         chunk16(f, s, r, kv, b0, c0, n, sc, ld, zc, mx, sum, st);
         return;
@@ -706,6 +765,8 @@ static void core_few_rows(const mha_fwd *f, const mha_core_io *io, int b, int g,
     f->prod->pack_kv_few(f, s, io, b, g, kl, &kv);
     for (int r = 0; r < m; r++)
         core_get(io, io->q, b * io->qs[0] + (h0 + r / ql) * io->qs[1] + (r % ql) * io->qs[2], dk, q + (size_t)r * dk);
+    if (kv.kr && f->bk) /* bf16 on K's rows: the queries' bf16 values, as the kernel's A panels hold them */
+        k->isa->round_bf16_floats(q, m * dk);
     /* mha_attention_rows' one query block of these ql queries */
     int kv_begin;
     const int kv_end = block_keys(f, off, ql - 1 + off, kl, MHA_KV_CHUNK, &kv_begin);

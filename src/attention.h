@@ -221,8 +221,11 @@ typedef struct mha_kv_view {
                              * (decode_scores, decode_values: the microkernel's sums) in place of
                              * the kt and v panels */
     const float *kr;        /* or (the core's few queries, a table with rows_scores) K's rows in
-                             * place, key j at kr + j·krl: rows_scores' scores, the same bits */
+                             * place, key j at kr + j·krl: rows_scores' scores, the same bits;
+                             * bf16 engines: rows of bf16 values (rows_scores16), V's rows at
+                             * vr16 (dv apart) read by decode_values16, the kernel's bits */
     ptrdiff_t krl;
+    const mha_bf16 *vr16;
 } mha_kv_view;
 /* Keys per Kᵀ panel that the float32 decode tiles read (mha_kv_view.ktp): one slot vector. */
 #define MHA_TILE_KEYS 16

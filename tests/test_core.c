@@ -317,6 +317,59 @@ Test(core, bf16_tensors_give_the_bits_of_their_values_in_float32, .timeout = 120
     }
 }
 
+/* The core's few queries (a KV head's 1–4 rows per query head, one pass over the keys: on
+ * avx2 K's and V's rows read in place) give the bits of the same rows inside a query block:
+ * the last query of each head alone against the last row of 8 (causal, bottom-right: the
+ * same position), GQA 8 over 2, d_k 64, 300 keys (two chunks), float32 and bf16 tensors, both
+ * precisions, on the suite's table (MHA_TEST_ISA). */
+Test(core, few_queries_equal_the_same_rows_of_a_query_block, .timeout = 60)
+{
+    enum { H = 8, KVH = 2, DK = 64, SQ = 8, SKV = 300 };
+    rng r = {9090};
+    float *q = malloc(H * SQ * DK * sizeof *q), *k = malloc(KVH * SKV * DK * sizeof *k);
+    float *v = malloc(KVH * SKV * DK * sizeof *v), *all = malloc(H * SQ * DK * sizeof *all);
+    float *one = malloc(H * DK * sizeof *one);
+    mha_bf16 *q16 = malloc(H * SQ * DK * sizeof *q16), *k16 = malloc(KVH * SKV * DK * sizeof *k16);
+    mha_bf16 *v16 = malloc(KVH * SKV * DK * sizeof *v16), *all16 = malloc(H * SQ * DK * sizeof *all16);
+    mha_bf16 *one16 = malloc(H * DK * sizeof *one16);
+    cr_assert(q && k && v && all && one && q16 && k16 && v16 && all16 && one16);
+    fill_uniform(q, H * SQ * DK, -1.0f, 1.0f, &r);
+    fill_uniform(k, KVH * SKV * DK, -1.0f, 1.0f, &r);
+    fill_uniform(v, KVH * SKV * DK, -1.0f, 1.0f, &r);
+    for (int i = 0; i < H * SQ * DK; i++)
+        q16[i] = mha_bf16_round(q[i]);
+    for (int i = 0; i < KVH * SKV * DK; i++)
+        k16[i] = mha_bf16_round(k[i]), v16[i] = mha_bf16_round(v[i]);
+    for (int prec = 0; prec < 2; prec++)
+        for (int dt = 0; dt <= prec; dt++) { /* bf16 tensors: bf16 engines only */
+            mha_config cfg;
+            config_init(&cfg); /* the table (MHA_TEST_ISA) and bf16 kernel the suite runs */
+            cfg.d_model = 16, cfg.n_heads = H, cfg.n_kv_heads = KVH, cfg.head_dim = DK, cfg.bias = 0;
+            cfg.max_batch = 1, cfg.max_seq_q = SQ, cfg.max_seq_kv = SKV, cfg.threads = 2;
+            cfg.precision = prec ? MHA_PRECISION_BF16 : MHA_PRECISION_F32;
+            mha_engine *e = NULL;
+            cr_assert_eq(mha_create(&cfg, &e), MHA_OK);
+            mha_core_input in = {.batch = 1, .seq_q = SQ, .seq_kv = SKV, .dtype = dt ? MHA_DTYPE_BF16 : MHA_DTYPE_F32,
+                                 .q = dt ? (const void *)q16 : q, .k = dt ? (const void *)k16 : k,
+                                 .v = dt ? (const void *)v16 : v, .causal = 1};
+            cr_assert_eq(mha_core_forward(e, &in, dt ? (void *)all16 : all, NULL), MHA_OK, "%s", mha_engine_last_error(e));
+            /* each head's last query alone: SDPA's strides over the same tensor */
+            in.seq_q = 1;
+            in.q = dt ? (const void *)(q16 + (SQ - 1) * DK) : (const void *)(q + (SQ - 1) * DK);
+            in.q_stride[0] = H * SQ * DK, in.q_stride[1] = SQ * DK, in.q_stride[2] = DK;
+            cr_assert_eq(mha_core_forward(e, &in, dt ? (void *)one16 : one, NULL), MHA_OK, "%s", mha_engine_last_error(e));
+            for (int h = 0; h < H; h++) {
+                const size_t at = ((size_t)h * SQ + SQ - 1) * DK;
+                const long d = dt ? (memcmp(one16 + h * DK, all16 + at, DK * sizeof *one16) ? 0 : -1)
+                                  : first_bit_difference(one + h * DK, all + at, DK);
+                cr_assert_eq(d, -1, "isa %s, %s engine, %s tensors, head %d: feature %ld differs from the block's row",
+                             mha_engine_isa(e), prec ? "bf16" : "f32", dt ? "bf16" : "f32", h, d);
+            }
+            mha_free(e);
+        }
+    free(q), free(k), free(v), free(all), free(one), free(q16), free(k16), free(v16), free(all16), free(one16);
+}
+
 /* The order of the sums of the bf16 kernel named `name`. */
 static mha_bk_order kernel_order(const char *name)
 {

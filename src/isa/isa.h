@@ -120,6 +120,11 @@ typedef struct mha_isa {
      * the caller keeps it). NULL: the table transposes K for decode_scores instead. */
     void (*rows_scores)(const float *restrict q, int nq, int dk, const float *restrict k, ptrdiff_t ld, int n,
                         float scale, float *restrict sc, size_t sc_ld);
+    /* The same on q and K's rows holding bf16 values (as floats): decode_scores16's sums and
+     * finish (even first: FMA under DAZ/FTZ, the k padding's + 0, then the scale), so the bf16
+     * kernel's chunk scores. NULL where the table has none. */
+    void (*rows_scores16)(const float *restrict q, int nq, int dk, const float *restrict k, ptrdiff_t ld, int n,
+                          float scale, float *restrict sc, size_t sc_ld);
     /* Decode values: p[qi · ps + c] += Σ_t e[qi · e_ld + t] · v[t · dk + c] over n rows of v,
      * key by key in order (one chain per output, as the microkernel sums A·V over a chunk);
      * next (or NULL): what to prefetch as it goes. A scaled type's rows read back as loaded:
