@@ -312,6 +312,13 @@ static mha_mat core_v(const mha_fwd *f, const mha_core_io *io, int b, int g)
     return mha_mat_rows(f->kernel, (const float *)io->v + b * io->vs[0] + g * io->vs[1], io->vs[2]);
 }
 
+/* Whether the core's few queries read K's rows (the table has the kernel for them: have): d_k
+ * within its reach and a KV head with queries for its 4 lanes (a group of 4 or more). */
+static int few_rows(const mha_fwd *f, int have)
+{
+    return have && f->dk <= MHA_ROWS_SCORES_DK && f->group >= 4;
+}
+
 /* K and V of (sequence b, KV head g), kl keys, into what the chunks read: float32 tensors by
  * pack_kv, bf16 ones (bf16 engines only) by pack_kv16. */
 static void core_kv_by(const mha_fwd *f, const mha_scratch *s, const mha_core_io *io, int b, int g, int kl,
@@ -334,9 +341,8 @@ void mha_attention_pack_kv_few_f32(const mha_fwd *f, const mha_scratch *s, const
     const mha_kernel *k = f->kernel;
     const int dv = f->dv;
     const mha_mat km = core_k(f, io, b, g), vm = core_v(f, io, b, g); /* float32 tensors: float32 engines' */
-    /* K read in place by rows_scores where the table has it and a KV head has queries for
-     * its lanes (a group of 4 or more); else transposed into the decode tiles' panels */
-    const int rows = k->isa->rows_scores && f->dk <= MHA_ROWS_SCORES_DK && f->group >= 4;
+    /* K read in place by rows_scores, or transposed into the decode tiles' panels */
+    const int rows = few_rows(f, k->isa->rows_scores != NULL);
     if (kl > 0 && !rows)
         k->isa->pack_rows(km, k->bw, 0, kl, 0, f->dk, MHA_TILE_KEYS, s->kt);
     float *vc = s->qkv;
@@ -346,14 +352,14 @@ void mha_attention_pack_kv_few_f32(const mha_fwd *f, const mha_scratch *s, const
                         .krl = km.ld};
 }
 
-/* Whether a bf16 engine's few queries read K's and V's rows (the decode tiles' way: the
- * table has rows_scores16 and value tiles summing in the kernel's order, even first) instead
- * of the chunk's panels; as for float32, a KV head with 4 or more queries. */
+/* Whether a bf16 engine's few queries read K's and V's rows (few_rows; the decode tiles'
+ * way: the table has rows_scores16 and value tiles, and the kernel sums even first as they
+ * do) instead of the chunk's panels. */
 static int few_rows16(const mha_fwd *f)
 {
     const mha_isa *isa = f->kernel->isa;
-    return isa->rows_scores16 && isa->decode_values16 && f->bk->order == MHA_BK_EVEN_FIRST &&
-           (isa->decode16_orders >> MHA_BK_EVEN_FIRST & 1u) && f->dk <= MHA_ROWS_SCORES_DK && f->group >= 4;
+    return few_rows(f, isa->rows_scores16 && isa->decode_values16 && f->bk->order == MHA_BK_EVEN_FIRST &&
+                           (isa->decode16_orders >> MHA_BK_EVEN_FIRST & 1u));
 }
 
 void mha_attention_pack_kv_few_bf16(const mha_fwd *f, const mha_scratch *s, const mha_core_io *io, int b, int g,
@@ -429,8 +435,8 @@ const mha_bf16 *mha_attention_block_queries_bf16(const mha_fwd *f, const mha_scr
 }
 
 /* Whether a chunk of view kv runs on the float32 stream (mha_attention_chunk_stream): its
- * float32 panels filled (not a few queries' or a decode chunk's bf16 panels), and neither the
- * attention weights nor an int8 cache's V, which keep the bf16 kernel's chunks. */
+ * float32 panels filled (not a few queries' rows or a decode chunk's bf16 panels), and not
+ * the attention weights, which keep the bf16 kernel's chunks. */
 static int stream_chunks(const mha_fwd *f, const mha_kv_view *kv)
 {
     return kv->kt.p && !f->call->attn;
@@ -752,9 +758,10 @@ static int core_few(const mha_fwd *f, int ql)
  * head g·group + r / ql, query r % ql), as decode reads a cache: float32, K's rows read in
  * place by the table's rows_scores (or Kᵀ transposed once into the decode tiles' panels) and
  * V read in place (rows dv apart) or copied so, the tiles' scores and values (the
- * microkernel's sums); bf16, K and V packed into the kernel's panels
- * as for more queries; then mha_attention_rows' chunks, logits, merge, sink and division: the
- * same bits as it, with one pass for the group's 1–4 rows per head. */
+ * microkernel's sums); bf16, likewise on K's and V's rows through bf16 decode's tiles
+ * (few_rows16), else K and V packed into the kernel's panels as for more queries; then
+ * mha_attention_rows' chunks, logits, merge, sink and division: the same bits as it, with
+ * one pass for the group's 1–4 rows per head. */
 static void core_few_rows(const mha_fwd *f, const mha_core_io *io, int b, int g, const mha_scratch *s, int ql, int kl)
 {
     const mha_kernel *k = f->kernel;

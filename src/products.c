@@ -79,8 +79,7 @@ static const mha_products bf16 = {.esz = sizeof(mha_bf16), .a_panel = a_panel_bf
                                    .chunk = mha_attention_chunk_bf16, .step_gather = mha_step_gather_bf16,
                                    .step_chunk = mha_step_chunk_bf16};
 /* bf16's, but the attention's K/V packing, chunks and prefill gather on the float32 stream
- * (the stream's chunks round their queries themselves; the core's few queries stay on the
- * kernel's panels) */
+ * (the stream's chunks round their queries themselves; the core's few queries are bf16's) */
 static const mha_products bf16_stream = {.esz = sizeof(mha_bf16), .a_panel = a_panel_bf16, .a_row = a_row_bf16,
                                           .pack_a = pack_a_bf16, .pack_b = pack_b_bf16, .gemm = gemm_bf16,
                                           .pack_kv = mha_attention_pack_kv_stream,

@@ -60,11 +60,12 @@ typedef struct mha_products {
     /* The core's few queries of a KV head as one block (attention.c's core_few_rows): whether
      * the engine runs them so (float32: where d_k fits one KC pass, the decode tiles' sums
      * being the microkernel's), and the K and V of (sequence b, KV head g) of the core's
-     * tensors io (kl keys) packed for it, *kv set to what the chunks then read (float32: Kᵀ in
-     * the decode tiles' panels and V in rows dv apart, read in place where the tensor's are,
-     * else copied into the Q/K/V scratch; bf16, on the float32 stream too: the kernel's B
-     * panels, *kv as the caller set it, without float32 panels: a few rows do too little with
-     * a head's K and V to pay for widening them). */
+     * tensors io (kl keys) packed for it, *kv set to what the chunks then read (float32: K's
+     * rows in place for the table's rows_scores, or Kᵀ in the decode tiles' panels, and V in
+     * rows dv apart, read in place where the tensor's are, else copied into the Q/K/V scratch;
+     * bf16, on the float32 stream too: K's rows as floats of their bf16 values and V's bf16
+     * rows for rows_scores16 and decode_values16 where the table has them, else the kernel's B
+     * panels, *kv as the caller set it). */
     int (*few_fits)(const struct mha_fwd *f);
     void (*pack_kv_few)(const struct mha_fwd *f, const struct mha_scratch *s, const struct mha_core_io *io, int b,
                         int g, int kl, struct mha_kv_view *kv);
