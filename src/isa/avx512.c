@@ -209,17 +209,6 @@ static inline __attribute__((always_inline, target(AVX512))) float softmax_max(c
     return _mm512_reduce_max_ps(vmax);
 }
 
-/* Pass 2's step without a mask: the 64 entries at s exp'd against vmx into e, each 16 added to
- * its own sum (acc). */
-static inline __attribute__((always_inline, target(AVX512))) void exp64(const float *s, __m512 vmx, __m512 e[4],
-                                                                       __m512 acc[4])
-{
-    for (int q = 0; q < 4; q++) {
-        e[q] = exp16_lanes(_mm512_sub_ps(_mm512_loadu_ps(s + 16 * q), vmx), 0);
-        acc[q] = _mm512_add_ps(acc[q], e[q]);
-    }
-}
-
 /* Pass 2's 16 entries from j: exp(s − max) where visible and not masked, else 0. */
 static inline __attribute__((always_inline, target(AVX512))) __m512 exp_lanes(const float *s, int j, int visible,
                                                                              const uint8_t *mask, __m512 vmx)
@@ -228,9 +217,22 @@ static inline __attribute__((always_inline, target(AVX512))) __m512 exp_lanes(co
     return _mm512_maskz_mov_ps(k, exp16_lanes(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vmx), 0));
 }
 
+/* Pass 2's step: the 64 visible entries from j exp'd against vmx into e (0 where the mask hides
+ * one), each 16 added to its own sum (acc): a masked row sums as the same row with -inf there
+ * and no mask. Inlined with mask NULL or not: the unmasked step tests nothing. */
+static inline __attribute__((always_inline, target(AVX512))) void exp64(const float *s, int j, const uint8_t *mask,
+                                                                       __m512 vmx, __m512 e[4], __m512 acc[4])
+{
+    for (int q = 0; q < 4; q++) {
+        e[q] = mask ? exp_lanes(s, j + 16 * q, j + 64, mask, vmx)
+                    : exp16_lanes(_mm512_sub_ps(_mm512_loadu_ps(s + j + 16 * q), vmx), 0);
+        acc[q] = _mm512_add_ps(acc[q], e[q]);
+    }
+}
+
 /* Pass 2's entries: exp(s − max) where visible, 0 elsewhere. Both passes 2 below sum them in
- * one order (four sums over 64 lanes a step without a mask, then 16 lanes at a time into the
- * first), so softmax_row16's sum is softmax_row's. */
+ * one order, with a mask or without (four sums over 64 lanes a step, then 16 lanes at a time
+ * into their sum), so softmax_row16's sum is softmax_row's. */
 __attribute__((target(AVX512))) static float softmax_row_avx512(float *restrict s, int n, int visible,
                                                                const uint8_t *restrict mask, float *max_io)
 {
@@ -243,12 +245,14 @@ __attribute__((target(AVX512))) static float softmax_row_avx512(float *restrict 
     const __m512 vmx = _mm512_set1_ps(mx);
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()}, e[4];
     int j0 = 0;
-    if (!mask)
-        for (; j0 + 64 <= visible; j0 += 64) {
-            exp64(s + j0, vmx, e, acc);
-            for (int q = 0; q < 4; q++)
-                _mm512_storeu_ps(s + j0 + 16 * q, e[q]);
-        }
+    for (; j0 + 64 <= visible; j0 += 64) {
+        if (mask)
+            exp64(s, j0, mask, vmx, e, acc);
+        else
+            exp64(s, j0, NULL, vmx, e, acc);
+        for (int q = 0; q < 4; q++)
+            _mm512_storeu_ps(s + j0 + 16 * q, e[q]);
+    }
     __m512 vsum = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
     for (int j = j0; j < visible; j += 16) {
         const __m512 ej = exp_lanes(s, j, visible, mask, vmx);
@@ -276,13 +280,15 @@ __attribute__((target(AVX512 ",avx512bf16"))) static float softmax_row16_bf16(fl
     const __m512 vmx = _mm512_set1_ps(mx);
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()}, e[4];
     int j0 = 0;
-    if (!mask)
-        for (; j0 + 64 <= visible; j0 += 64) {
-            exp64(s + j0, vmx, e, acc);
-            mha_bf16 *t = d + (size_t)(j0 / MHA_BT_K) * MHA_BT_ELEMS; /* j0 starts a tile row */
-            _mm512_storeu_si512(t, (__m512i)_mm512_cvtne2ps_pbh(e[1], e[0]));
-            _mm512_storeu_si512(t + MHA_BT_ELEMS, (__m512i)_mm512_cvtne2ps_pbh(e[3], e[2]));
-        }
+    for (; j0 + 64 <= visible; j0 += 64) {
+        if (mask)
+            exp64(s, j0, mask, vmx, e, acc);
+        else
+            exp64(s, j0, NULL, vmx, e, acc);
+        mha_bf16 *t = d + (size_t)(j0 / MHA_BT_K) * MHA_BT_ELEMS; /* j0 starts a tile row */
+        _mm512_storeu_si512(t, (__m512i)_mm512_cvtne2ps_pbh(e[1], e[0]));
+        _mm512_storeu_si512(t + MHA_BT_ELEMS, (__m512i)_mm512_cvtne2ps_pbh(e[3], e[2]));
+    }
     __m512 vsum = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
     for (int j = j0; j < kp; j += 16) { /* past `visible`: zeros (kp is whole tiles: 16 lanes fit) */
         const __m512 ej = exp_lanes(s, j, visible, mask, vmx);
