@@ -629,9 +629,9 @@ static inline __attribute__((always_inline, target(AVX2))) void keys_tile(const 
             sc[(size_t)r * sc_ld + u] = out[u][r];
 }
 
-__attribute__((target(AVX2))) static void rows_scores_avx2(const float *restrict q, int nq, int dk,
-                                                          const float *restrict k, ptrdiff_t ld, int n, float scale,
-                                                          float *restrict sc, size_t sc_ld)
+__attribute__((target(AVX2))) void mha_rows_scores_avx2(const float *restrict q, int nq, int dk,
+                                                        const float *restrict k, ptrdiff_t ld, int n, float scale,
+                                                        float *restrict sc, size_t sc_ld)
 {
     _Alignas(16) float qt[4 * MHA_ROWS_SCORES_DK];
     for (int r0 = 0; r0 < nq; r0 += 4) {
@@ -652,13 +652,13 @@ __attribute__((target(AVX2))) static void rows_scores_avx2(const float *restrict
 
 /* Under DAZ and FTZ with scale 1, as decode_scores16 sums (a sum times one is itself), then
  * its finish in the caller's mode. */
-__attribute__((target(AVX2))) static void rows_scores16_avx2(const float *restrict q, int nq, int dk,
-                                                            const float *restrict k, ptrdiff_t ld, int n, float scale,
-                                                            float *restrict sc, size_t sc_ld)
+__attribute__((target(AVX2))) void mha_rows_scores16_avx2(const float *restrict q, int nq, int dk,
+                                                          const float *restrict k, ptrdiff_t ld, int n, float scale,
+                                                          float *restrict sc, size_t sc_ld)
 {
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | DAZ_FTZ);
-    rows_scores_avx2(q, nq, dk, k, ld, n, 1.0f, sc, sc_ld);
+    mha_rows_scores_avx2(q, nq, dk, k, ld, n, 1.0f, sc, sc_ld);
     _mm_setcsr(csr);
     mha_scores16_finish(sc, sc_ld, nq, 1, &n, dk, scale);
 }
@@ -1060,8 +1060,8 @@ const mha_isa mha_isa_avx2 = {
     .softcap_row = softcap_row_avx2,
     .scale_rows = {[MHA_KV_INT8] = i8_scale_rows_avx2},
     .decode_scores = {[MHA_KV_F32] = decode_scores_avx2, [MHA_KV_INT8] = decode_scores8_avx2},
-    .rows_scores = rows_scores_avx2,
-    .rows_scores16 = rows_scores16_avx2,
+    .rows_scores = mha_rows_scores_avx2,
+    .rows_scores16 = mha_rows_scores16_avx2,
     .decode_values = {[MHA_KV_F32] = decode_values_avx2, [MHA_KV_INT8] = decode_values8_avx2},
     .decode16_orders = 1u << MHA_BK_EVEN_FIRST,
     .decode_scores16 = decode_scores16_avx2,

@@ -1269,6 +1269,8 @@ const mha_isa mha_isa_avx512 = {
     .decode_scores = {[MHA_KV_F32] = decode_scores_avx512, [MHA_KV_INT8] = decode_scores8_avx512},
     .decode_values = {[MHA_KV_F32] = decode_values_avx512, [MHA_KV_INT8] = decode_values8_avx512},
     .decode16_orders = 1u << MHA_BK_EVEN_FIRST | 1u << MHA_BK_ODD_FIRST,
+    .rows_scores = mha_rows_scores_avx2,
+    .rows_scores16 = mha_rows_scores16_avx2,
     .decode_scores16 = decode_scores16_avx512,
     .decode_values16 = decode_values16_avx512,
     .softmax_row16 = softmax_row16_avx512,
