@@ -173,16 +173,16 @@ def main():
                           "--isa", args.isa])
             res.setdefault("mha bf16", []).append(o["median_ms"] if o else None)
             kernel_bf16 = o["kernel"] if o else "n/a"
-            if torch_ok and s <= 2048:  # S=8192: PyTorch would hold a 4 GiB score tensor
-                for setup, env in setups.items():
-                    e = dict(thr, **env)
-                    cmd = [PY, os.path.join(ROOT, "perf/peers/torch_mha.py"), str(d), str(h), str(b), str(s), str(t),
-                           str(max(1, min(iters, 5))), "1", "1" if mask == "causal" else "0",
-                           ",".join(map(str, lengths)) if lengths else "-"]
-                    o = run_json(cmd, e)
+            if s <= 2048:  # S=8192: PyTorch would hold a 4 GiB score tensor
+                cmd = [PY, os.path.join(ROOT, "perf/peers/torch_mha.py"), str(d), str(h), str(b), str(s), str(t),
+                       str(max(1, min(iters, 5))), "1", "1" if mask == "causal" else "0",
+                       ",".join(map(str, lengths)) if lengths else "-"]
+                for setup, env in setups.items() if torch_ok else ():
+                    o = run_json(cmd, dict(thr, **env))
                     res.setdefault(setup, []).append(o["median_ms"] if o else None)
-                o = run_json(cmd + ["bf16"], dict(thr, **peer_isa))  # the module in bf16 (oneDNN: held)
-                res.setdefault("torch bf16", []).append(o["median_ms"] if o else None)
+                if torch_ok:
+                    o = run_json(cmd + ["bf16"], dict(thr, **peer_isa))  # the module in bf16 (oneDNN: held)
+                    res.setdefault("torch bf16", []).append(o["median_ms"] if o else None)
                 for prec in ("f32", "bf16"):  # perf/.venv's peers, each in both precisions
                     if torch2_ok:
                         o = run_json([VENV] + cmd[1:] + [prec, "sdpa"], dict(thr, **peer_isa))

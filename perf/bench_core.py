@@ -20,7 +20,9 @@ median over rounds with min–max, and mha's tables as a share of the loop each 
 fma-bf16/avx2-bf16, the vdpbf16ps loop for avx512-bf16, the tdpbf16ps loop for amx-bf16).
 GFLOP: 4·heads·d_k per visible (query, key) pair. Writes
 perf/results/bench-core-HOST-DATETIME.csv.
-usage: perf/bench_core.py [--rounds N] [--quick] [--threads T]"""
+usage: perf/bench_core.py [--rounds N] [--quick] [--threads T] [--shapes 1,3] [--peers torch,ggml]
+(--shapes: SHAPES' 1-based numbers; --peers: those of torch, torch-avx2, openvino, vllm, ggml,
+zentorch to run where installed, default all)"""
 import argparse
 import csv
 import datetime
@@ -50,6 +52,7 @@ SHAPES = [
     ("decode 16 x 2048, GQA 32/8, d_k 128", 16, 32, 8, 1, 2048, 128, 1, 20, True),
 ]
 GGML = os.path.join(ROOT, "perf/.ggml/ggml_core")
+PEERS = ("torch", "torch-avx2", "openvino", "vllm", "ggml", "zentorch")
 
 
 def gflop(b, h, sq, skv, dk, causal):
@@ -77,8 +80,18 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="the first two shapes, one round")
+    ap.add_argument("--shapes", help="the shapes to run, by number (1-based, comma-separated)")
+    ap.add_argument("--peers", default=",".join(PEERS), help="the peers to run, comma-separated")
     args = ap.parse_args()
     shapes = SHAPES[:2] if args.quick else SHAPES
+    if args.shapes:
+        try:
+            shapes = [SHAPES[int(n) - 1] for n in args.shapes.split(",")]
+        except (ValueError, IndexError):
+            ap.error(f"--shapes {args.shapes}: numbers from 1 to {len(SHAPES)}")
+    peers = args.peers.split(",")
+    if not set(peers) <= set(PEERS):
+        ap.error(f"--peers {args.peers}: from {', '.join(PEERS)}")
     rounds = 1 if args.quick else args.rounds
     t = args.threads
     tables = [i for i in ("avx512", "avx2", "ref")
@@ -123,17 +136,17 @@ def main():
                 ms.append((f"mha {tab} {prec}", [MHA, "run", path, "--core", "--json", "--check", "2", "--isa", tab,
                                                  "--precision", prec], {}))
             peer_args = [str(x) for x in (b, h, kvh, sq, skv, dk, causal, t, iters, 1)] + [prec]
-            if have["torch"]:
+            if have["torch"] and "torch" in peers:
                 ms.append((f"torch {prec}", [VENV, PEER, "torch"] + peer_args, {}))
-                if "avx2" in tables:
-                    ms.append((f"torch avx2 {prec}", [VENV, PEER, "torch"] + peer_args, AVX2_ENV))
-            if have["openvino"]:
+            if have["torch"] and "torch-avx2" in peers and "avx2" in tables:
+                ms.append((f"torch avx2 {prec}", [VENV, PEER, "torch"] + peer_args, AVX2_ENV))
+            if have["openvino"] and "openvino" in peers:
                 ms.append((f"openvino {prec}", [VENV, PEER, "openvino"] + peer_args, {}))
-            if have["vllm"]:
+            if have["vllm"] and "vllm" in peers:
                 ms.append((f"vllm {prec}", [VENV_VLLM, PEER_VLLM] + peer_args, {}))
-            if have["ggml"]:
+            if have["ggml"] and "ggml" in peers:
                 ms.append((f"ggml {prec}", [GGML] + peer_args, {}))
-            if have["zentorch"]:
+            if have["zentorch"] and "zentorch" in peers:
                 ms.append((f"zentorch {prec}", [VENV_ZENTORCH, PEER, "zentorch"] + peer_args, {}))
         plan.append((shape, ms))
     results = {}
