@@ -219,15 +219,18 @@ static inline __attribute__((always_inline, target(AVX512))) __m512 exp_lanes(co
 
 /* Pass 2's step: the 64 visible entries from j exp'd against vmx into e (0 where the mask hides
  * one), each 16 added to its own sum (acc): a masked row sums as the same row with -inf there
- * and no mask. Inlined with mask NULL or not: the unmasked step tests nothing. */
+ * and no mask. The unmasked step tests nothing. */
 static inline __attribute__((always_inline, target(AVX512))) void exp64(const float *s, int j, const uint8_t *mask,
                                                                        __m512 vmx, __m512 e[4], __m512 acc[4])
 {
-    for (int q = 0; q < 4; q++) {
-        e[q] = mask ? exp_lanes(s, j + 16 * q, j + 64, mask, vmx)
-                    : exp16_lanes(_mm512_sub_ps(_mm512_loadu_ps(s + j + 16 * q), vmx), 0);
+    if (mask)
+        for (int q = 0; q < 4; q++)
+            e[q] = exp_lanes(s, j + 16 * q, j + 64, mask, vmx);
+    else
+        for (int q = 0; q < 4; q++)
+            e[q] = exp16_lanes(_mm512_sub_ps(_mm512_loadu_ps(s + j + 16 * q), vmx), 0);
+    for (int q = 0; q < 4; q++)
         acc[q] = _mm512_add_ps(acc[q], e[q]);
-    }
 }
 
 /* Pass 2's entries: exp(s − max) where visible, 0 elsewhere. Both passes 2 below sum them in
@@ -246,10 +249,7 @@ __attribute__((target(AVX512))) static float softmax_row_avx512(float *restrict 
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()}, e[4];
     int j0 = 0;
     for (; j0 + 64 <= visible; j0 += 64) {
-        if (mask)
-            exp64(s, j0, mask, vmx, e, acc);
-        else
-            exp64(s, j0, NULL, vmx, e, acc);
+        exp64(s, j0, mask, vmx, e, acc);
         for (int q = 0; q < 4; q++)
             _mm512_storeu_ps(s + j0 + 16 * q, e[q]);
     }
@@ -281,10 +281,7 @@ __attribute__((target(AVX512 ",avx512bf16"))) static float softmax_row16_bf16(fl
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()}, e[4];
     int j0 = 0;
     for (; j0 + 64 <= visible; j0 += 64) {
-        if (mask)
-            exp64(s, j0, mask, vmx, e, acc);
-        else
-            exp64(s, j0, NULL, vmx, e, acc);
+        exp64(s, j0, mask, vmx, e, acc);
         mha_bf16 *t = d + (size_t)(j0 / MHA_BT_K) * MHA_BT_ELEMS; /* j0 starts a tile row */
         _mm512_storeu_si512(t, (__m512i)_mm512_cvtne2ps_pbh(e[1], e[0]));
         _mm512_storeu_si512(t + MHA_BT_ELEMS, (__m512i)_mm512_cvtne2ps_pbh(e[3], e[2]));
