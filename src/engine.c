@@ -188,24 +188,37 @@ MHA_API size_t mha_workspace_size(const mha_config *cfg)
     return prepare(cfg, MHA_ARENA_ENGINE, &p, NULL) == MHA_OK ? p.plan.total : 0;
 }
 
+/* What every create begins with: out checked and set to NULL, the config prepared for an arena
+ * of that kind and what it needs from the system acquired. */
+static mha_status create_begin(const mha_config *cfg, mha_arena_kind kind, mha_engine **out, prepared *p,
+                               mha_problem *pr)
+{
+    if (!out)
+        return mha_problemf(pr, MHA_ERR_INVALID_ARG, "out", "NULL");
+    *out = NULL;
+    const mha_status st = prepare(cfg, kind, p, pr);
+    return st != MHA_OK ? st : acquire(p, pr);
+}
+
+/* The engine in pages of its own, which mha_free gives back. */
+static mha_status build_owned(const prepared *p, mha_engine **e, mha_problem *pr)
+{
+    void *ws = mha_alloc_pages(p->plan.total);
+    if (!ws)
+        return mha_problemf(pr, MHA_ERR_NOMEM, "arena", "%zu bytes could not be had", p->plan.total);
+    *e = build(p, ws);
+    (*e)->owned = ws;
+    return MHA_OK;
+}
+
 MHA_API mha_status mha_create_msg(const mha_config *cfg, mha_engine **out, char *err, size_t err_len)
 {
     mha_problem pr;
-    if (!out)
-        return report(mha_problemf(&pr, MHA_ERR_INVALID_ARG, "out", "NULL"), &pr, err, err_len);
-    *out = NULL;
     prepared p;
-    mha_status st = prepare(cfg, MHA_ARENA_ENGINE, &p, &pr);
-    if (st != MHA_OK || (st = acquire(&p, &pr)) != MHA_OK)
-        return report(st, &pr, err, err_len);
-    void *ws = mha_alloc_pages(p.plan.total);
-    if (!ws)
-        return report(mha_problemf(&pr, MHA_ERR_NOMEM, "arena", "%zu bytes could not be had", p.plan.total), &pr, err,
-                      err_len);
-    mha_engine *e = build(&p, ws);
-    e->owned = ws;
-    *out = e;
-    return report(MHA_OK, &pr, err, err_len);
+    mha_status st = create_begin(cfg, MHA_ARENA_ENGINE, out, &p, &pr);
+    if (st == MHA_OK)
+        st = build_owned(&p, out, &pr);
+    return report(st, &pr, err, err_len);
 }
 
 MHA_API mha_status mha_create(const mha_config *cfg, mha_engine **out)
@@ -217,12 +230,9 @@ MHA_API mha_status mha_create_static_msg(const mha_config *cfg, void *ws, size_t
                                          size_t err_len)
 {
     mha_problem pr;
-    if (!out)
-        return report(mha_problemf(&pr, MHA_ERR_INVALID_ARG, "out", "NULL"), &pr, err, err_len);
-    *out = NULL;
     prepared p;
-    mha_status st = prepare(cfg, MHA_ARENA_ENGINE, &p, &pr);
-    if (st != MHA_OK || (st = acquire(&p, &pr)) != MHA_OK)
+    const mha_status st = create_begin(cfg, MHA_ARENA_ENGINE, out, &p, &pr);
+    if (st != MHA_OK)
         return report(st, &pr, err, err_len);
     if (!ws)
         return report(mha_problemf(&pr, MHA_ERR_INVALID_ARG, "ws", "NULL"), &pr, err, err_len);
@@ -310,23 +320,18 @@ MHA_API mha_status mha_create_shared_msg(const mha_config *cfg, const mha_packed
                                          char *err, size_t err_len)
 {
     mha_problem pr;
-    if (!out || !pw)
-        return report(mha_problemf(&pr, MHA_ERR_INVALID_ARG, !out ? "out" : "pw", "NULL"), &pr, err, err_len);
-    *out = NULL;
+    if (out && !pw) {
+        *out = NULL;
+        return report(mha_problemf(&pr, MHA_ERR_INVALID_ARG, "pw", "NULL"), &pr, err, err_len);
+    }
     prepared p;
-    mha_status st = prepare(cfg, MHA_ARENA_ENGINE_SHARED, &p, &pr);
-    if (st != MHA_OK || (st = acquire(&p, &pr)) != MHA_OK || (st = shared_matches(&p, pw, &pr)) != MHA_OK)
+    mha_status st = create_begin(cfg, MHA_ARENA_ENGINE_SHARED, out, &p, &pr);
+    if (st != MHA_OK || (st = shared_matches(&p, pw, &pr)) != MHA_OK || (st = build_owned(&p, out, &pr)) != MHA_OK)
         return report(st, &pr, err, err_len);
-    void *ws = mha_alloc_pages(p.plan.total);
-    if (!ws)
-        return report(mha_problemf(&pr, MHA_ERR_NOMEM, "arena", "%zu bytes could not be had", p.plan.total), &pr, err,
-                      err_len);
-    mha_engine *e = build(&p, ws);
-    e->owned = ws;
+    mha_engine *e = *out;
     mha_arena_share_weights(&e->views, &pw->views);
     make_model(e);
     e->weights_set = e->shared = 1;
-    *out = e;
     return report(MHA_OK, &pr, err, err_len);
 }
 
