@@ -9,7 +9,7 @@
 #   mkdir -p build && cp -a .carry/build/* build/ && export LD_LIBRARY_PATH=$PWD/.carry/lib
 #   build/tests/mha_tests --jobs 16                    # the suite on the CPU's best table
 #   MHA_TEST_ISA=avx512 MHA_TEST_BF16_KERNEL=fma-bf16 build/tests/mha_tests --filter '@(engine|step|core|trained|mla|bgemm)/*'
-#   build/debug/tests/mha_tests --jobs 16              # ASan/UBSan (tests/lsan.supp)
+#   LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp build/debug/tests/mha_tests --jobs 16   # ASan/UBSan
 #   python3 perf/bench_core.py --shapes 1,5 --peers torch    # a PyTorch there: perf/.venv/bin/python
 #
 # With no gnuplot there, the plots of scale::writes_every_point_with_consistent_speedup_and_efficiency
