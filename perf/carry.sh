@@ -3,14 +3,15 @@
 # packages (a lent or air-gapped x86-64 Linux box with python3; glibc 2.36 or newer): builds
 # here the release and the ASan/UBSan test binaries, `mha`, libmha.so and the benchmark
 # drivers, and packs them with the shared libraries they load (glibc's own left out) into
-# OUT.tar.xz (about 25 MB). There, from a checkout of the same commit:
+# OUT.tar.xz (about 25 MB). There, from a checkout of the same commit, `perf/carried.sh
+# OUT.tar.xz [BUDGET]` runs the suite on every table and bf16 kernel (release and ASan/UBSan),
+# the loops and the benchmarks within BUDGET seconds; by hand:
 #
 #   python3 -c "import tarfile; tarfile.open('OUT.tar.xz').extractall('.carry')"
-#   mkdir -p build && cp -a .carry/build/* build/ && export LD_LIBRARY_PATH=$PWD/.carry/lib
+#   mkdir -p build && cp -a .carry/build/. build/ && export LD_LIBRARY_PATH=$PWD/.carry/lib
 #   build/tests/mha_tests --jobs 16                    # the suite on the CPU's best table
 #   MHA_TEST_ISA=avx512 MHA_TEST_BF16_KERNEL=fma-bf16 build/tests/mha_tests --filter '@(engine|step|core|trained|mla|bgemm)/*'
 #   LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp build/debug/tests/mha_tests --jobs 16   # ASan/UBSan
-#   python3 perf/bench_core.py --shapes 1,5 --peers torch    # a PyTorch there: perf/.venv/bin/python
 #
 # With no gnuplot there, the plots of scale::writes_every_point_with_consistent_speedup_and_efficiency
 # are noted as skipped. perf/RESULTS.md, Machine G, has a run. usage: perf/carry.sh [OUT (build/carry)]
