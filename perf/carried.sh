@@ -8,9 +8,10 @@
 # for perf/.venv's when perf/.venv has none.
 # usage: perf/carried.sh TARBALL [BUDGET (600)] [OUTDIR (build/carried)]
 set -u
-tarball=${1:?usage: perf/carried.sh TARBALL [BUDGET] [OUTDIR]}
+tarball=$(realpath "${1:?usage: perf/carried.sh TARBALL [BUDGET] [OUTDIR]}") || exit 2
 budget=${2:-600}
 out=${3:-build/carried}
+mkdir -p "$out" && out=$(realpath "$out") || exit 2
 cd "$(dirname "$0")/.."
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
@@ -28,7 +29,7 @@ stage() {
   timeout "$secs" "$@"
 }
 python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall('.carry')" "$tarball" || exit 1
-mkdir -p build "$out" && cp -a .carry/build/. build/
+mkdir -p build && cp -a .carry/build/. build/
 export LD_LIBRARY_PATH=$PWD/.carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 if [ ! -e perf/.venv/bin/python ] && python3 -c 'import torch' 2>/dev/null; then
   mkdir -p perf/.venv/bin # a wrapper: a symlink to a venv's python would lose its venv
