@@ -318,7 +318,7 @@ Test(core, bf16_tensors_give_the_bits_of_their_values_in_float32, .timeout = 120
 }
 
 /* The core's few queries (a KV head's 1–4 rows per query head, one pass over the keys: on
- * avx2 K's and V's rows read in place) give the bits of the same rows inside a query block:
+ * avx2 and avx512 K's and V's rows read in place) give the bits of the same rows inside a query block:
  * the last query of each head alone against the last row of 8 (causal, bottom-right: the
  * same position), GQA 8 over 2, d_k 64, 300 keys (two chunks), float32 and bf16 tensors, both
  * precisions, on the suite's table (MHA_TEST_ISA). */
