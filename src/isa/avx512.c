@@ -118,6 +118,9 @@ stream_pass(const mha_kernel *k, const int R, mha_ahead *pf, int i0, int p0, int
         }
         p += np;
     }
+    /* alpha and beta broadcast here, not before the loop (GCC 12 hoists them there and then
+     * keeps b1 on the stack: an extra load per FMA) */
+    __asm__("" : "+v"(alpha), "+v"(beta));
     const __mmask16 m0 = first16(nj), m1 = first16(nj - 16);
     const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
 #pragma GCC unroll 12
