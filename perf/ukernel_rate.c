@@ -10,8 +10,13 @@
  * Then each bf16 kernel of the table this CPU runs: its 32 × 32 blocks (the attention chunks'
  * unit) at 2, 4 and 8 k tiles (d_k 64 and 128 of the scores, a 256-key chunk of A·V) on A and
  * B panels that stay in L1, block after block; compare with the vdpbf16ps or tdpbf16ps loop.
+ * Last, the table's softmax passes on their own: softmax_row and softmax_row16 (the bf16 chunks'
+ * exp, straight into A tiles) over the 32 rows of one 256-key chunk in L1, row after row, in
+ * ns per score: a share of the attention core that no product kernel hides (the exp runs on
+ * the vector units; an AMX core's tiles cannot go faster than it).
  * usage: ukernel_rate [KC ...] (default 64 384: d_k, and BLIS's k block on skx) */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime (perf_util.h) under -std=c11 */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +32,38 @@ static int cmp(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+/* ns per score of the table's softmax_row and softmax_row16 (where it has one) on ROWS rows of
+ * N keys, every key visible (their entries stay in [0, 1] after the first sweep). */
+static void softmax_rate(const mha_isa *isa)
+{
+    enum { ROWS = 32, N = 256, PASSES = 4000 };
+    static float s[ROWS][N];
+    static _Alignas(64) mha_bf16 d[N / MHA_BT_K * MHA_BT_ELEMS];
+    for (int r = 0; r < ROWS; r++)
+        for (int j = 0; j < N; j++)
+            s[r][j] = -1e-2f * (float)((r * 7 + j * 13) % 997);
+    for (int with16 = 0; with16 < 2; with16++) {
+        if (with16 && !isa->softmax_row16)
+            break;
+        double ms[RUNS];
+        float sink = 0.0f;
+        for (int run = 0; run < RUNS; run++) {
+            const double t0 = now_ms();
+            for (int p = 0; p < PASSES; p++)
+                for (int r = 0; r < ROWS; r++) {
+                    float mx = -INFINITY;
+                    sink += with16 ? isa->softmax_row16(s[r], N, N, NULL, &mx, d) : isa->softmax_row(s[r], N, N, NULL, &mx);
+                }
+            ms[run] = now_ms() - t0;
+        }
+        qsort(ms, RUNS, sizeof *ms, cmp);
+        const double scores = (double)PASSES * ROWS * N;
+        printf("%s: %.3f ns per score (%.3f-%.3f), rows of %d keys in L1, medians of %d%s\n",
+               with16 ? "softmax_row16" : "softmax_row", ms[RUNS / 2] * 1e6 / scores, ms[0] * 1e6 / scores,
+               ms[RUNS - 1] * 1e6 / scores, N, RUNS, sink == 0.0f ? " (no sum?)" : "");
+    }
 }
 
 int main(int argc, char **argv)
@@ -118,5 +155,6 @@ int main(int argc, char **argv)
         }
         printf(", medians of %d\n", RUNS);
     }
+    softmax_rate(isa);
     return 0;
 }
