@@ -77,7 +77,7 @@ void mha_gemm(const mha_kernel *k, int m, int n, int kk, float alpha, mha_mat a,
 void mha_gemm_in_place(const mha_kernel *k, int m, int n, int kk, float alpha, mha_mat a, mha_mat b, float beta,
                        mha_mat c, float *apack)
 {
-    if (k->stream && k->isa->stream_in_place && m > 0 && n > 0 && kk > 0)
+    if (k->in_place && m > 0 && n > 0 && kk > 0)
         k->isa->stream_rows(k, m, n, kk, alpha, a, b, beta, c);
     else
         mha_gemm(k, m, n, kk, alpha, a, b, beta, c, apack);

@@ -67,9 +67,9 @@ void mha_gemm(const mha_kernel *k, int m, int n, int kk, float alpha, mha_mat a,
               mha_mat c, float *apack);
 
 /* The same with A read where it lies, whatever its rows, where the table streams them
- * (k->stream and isa->stream_in_place: the microkernel's sums, so the bits of packing it); else
- * mha_gemm. For A that one product reads from L2 once (the attention's query blocks and exp'd
- * scores), packing it costs more than reading it in place. */
+ * (k->in_place: the microkernel's sums, so the bits of packing it); else mha_gemm. For A that
+ * one product reads from L2 once (the attention's query blocks and exp'd scores), packing it
+ * costs more than reading it in place on the CPUs where the table says so. */
 void mha_gemm_in_place(const mha_kernel *k, int m, int n, int kk, float alpha, mha_mat a, mha_mat b, float beta,
                        mha_mat c, float *apack);
 

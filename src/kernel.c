@@ -106,6 +106,7 @@ mha_status mha_kernel_select(const char *request, const mha_isa *isa, mha_kernel
          * stream_arch, which other sub-configs share (zen, zen2 and zen3 run haswell's) */
         k->stream = isa->stream_rows && k->bw == isa->stream_bw &&
                     (!strcmp(k->arch, isa->stream_arch) || k->ukr == ukr_of(isa->stream_arch));
+        k->in_place = k->stream && isa->stream_in_place && isa->stream_in_place();
         if (!k->ukr || k->bw < 1 || k->aw < 1 || k->kc < 1 || k->mb < k->aw || k->nb < k->bw)
             return MHA_ERR_CONFIG;
         return MHA_OK;

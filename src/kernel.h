@@ -25,6 +25,8 @@ typedef struct mha_kernel {
     const struct mha_isa *isa; /* the kernel table every other ISA-specific operation comes from */
     int stream;        /* few rows stream B (isa->stream_rows): the table has it for this
                         * sub-config and panel width (its sums are the microkernel's) */
+    int in_place;      /* stream, and the attention's products stream any number of rows with
+                        * A in place (isa->stream_in_place) */
 } mha_kernel;
 
 struct mha_isa;

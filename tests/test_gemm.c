@@ -110,7 +110,8 @@ TABLE_TEST(gemm, vector_packing_matches_scalar_bit_for_bit)
 
 /* The streamed rows (k->stream) sum exactly as the microkernel does (per chunk of kc, k in
  * order, the same epilogue for beta 0 and 1), so a row's bits never depend on how many rows a
- * call has: up to MHA_STREAM_ROWS through mha_gemm, any number through mha_gemm_in_place. */
+ * call has: up to MHA_STREAM_ROWS through mha_gemm, any number through mha_gemm_in_place —
+ * streamed in place and packed alike (k->in_place both ways, whichever this CPU gets). */
 static void streamed_rows_match(const mha_kernel *kp);
 
 TABLE_TEST(gemm, streamed_rows_match_the_microkernel_bit_for_bit, .timeout = 120)
@@ -120,7 +121,8 @@ TABLE_TEST(gemm, streamed_rows_match_the_microkernel_bit_for_bit, .timeout = 120
         mha_kernel k;
         if (mha_kernel_select(isa->archs[ai], isa, &k) != MHA_OK || !k.stream)
             continue;
-        streamed_rows_match(&k);
+        for (k.in_place = 0; k.in_place < 2; k.in_place++)
+            streamed_rows_match(&k);
         cr_log_info("isa %s: rows streamed past BLIS '%s' match its microkernel bit for bit", isa->name, k.arch);
         ran++;
     }
@@ -161,15 +163,16 @@ static void streamed_rows_match(const mha_kernel *kp)
                         if (m <= MHA_STREAM_ROWS)
                             mha_gemm(&k, m, n, kk, 0.75f, am, mha_mat_panels(&k, bp, kk), betas[bi], mha_mat_rows(&k, c1, N),
                                      NULL);
-                        else /* streamed where the table streams any rows (stream_in_place), else packed */
+                        else /* streamed where the kernel streams any rows (in_place), else packed */
                             mha_gemm_in_place(&k, m, n, kk, 0.75f, am, mha_mat_panels(&k, bp, kk), betas[bi],
                                               mha_mat_rows(&k, c1, N), apack);
                         mha_gemm_pack_a(&k, mha_mat_rows(&k, a, K), 0, m, 0, kk, ap);
                         mha_gemm_prepacked(&k, m, n, kk, 0.75f, ap, mha_mat_panels(&k, bp, kk), betas[bi],
                                            mha_mat_rows(&k, c2, N));
                         long at = first_bit_difference(c1, c2, (size_t)M * N);
-                        cr_assert_eq(at, -1, "%s: m %d, n %d, k %d, beta %g, A %s: c[%ld][%ld] %.9g, microkernel %.9g",
-                                     k.isa->name, m, n, kk, betas[bi], form ? "panels" : "rows", at / N, at % N, c1[at < 0 ? 0 : at],
+                        cr_assert_eq(at, -1, "%s%s: m %d, n %d, k %d, beta %g, A %s: c[%ld][%ld] %.9g, microkernel %.9g",
+                                     k.isa->name, k.in_place ? " in place" : "", m, n, kk, betas[bi],
+                                     form ? "panels" : "rows", at / N, at % N, c1[at < 0 ? 0 : at],
                                      c2[at < 0 ? 0 : at]);
                     }
         }

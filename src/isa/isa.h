@@ -68,10 +68,10 @@ typedef struct mha_isa {
                         mha_mat c);
     int stream_bw;
     const char *stream_arch;
-    /* 1: the attention's products stream any number of rows, A read in place
-     * (mha_gemm_in_place; avx2, measured on Zen 1: the bert-base-512 core 0.94× the time of
-     * packing it); 0: up to MHA_STREAM_ROWS, as mha_gemm (avx512: not yet measured). */
-    int stream_in_place;
+    /* Whether on this CPU the attention's products stream any number of rows, A read in
+     * place (mha_gemm_in_place; read once, into mha_kernel.in_place), rather than up to
+     * MHA_STREAM_ROWS as mha_gemm does; NULL: never. The same bits either way. */
+    int (*stream_in_place)(void);
     /* The attention's bf16 products where the table streams in place (products.c: bf16 on the
      * float32 stream): stream_rows on operands already rounded to bf16, summed as the bf16
      * kernels of order MHA_BK_EVEN_FIRST sum them: under DAZ and FTZ with alpha 1 and beta 0,
@@ -191,6 +191,8 @@ typedef struct mha_isa {
      * every table), as a kernel's A panels would hold it: bf16 decode's queries and
      * probabilities. */
     void (*round_bf16_floats)(float *x, int n);
+    /* d[i] = mha_bf16_round(x[i]) for i < n (same bits in every table): bf16 outputs. */
+    void (*round_to_bf16)(const float *restrict x, int n, mha_bf16 *restrict d);
     /* B (kk × n), or srcᵀ, into bf16 VNNI panels (mha_bk_pack_b's contract; same bits). */
     void (*pack_b16)(const mha_kernel *k, mha_mat src, int transpose, int kk, int n, mha_bf16 *dst, size_t ps);
     /* Pairs of rows of a type's elements into VNNI pairs, as bf16 B panels hold them
