@@ -721,9 +721,9 @@ static void core_get(const mha_core_io *io, const void *p, ptrdiff_t off, int n,
         bits[c] = (uint32_t)src[c] << 16;
 }
 
-/* n floats into out at element offset off (bf16: z rounded in place by the table, as
- * mha_bf16_round, then its high halves; z NULL: zeros). */
-static void core_put(const mha_fwd *f, const mha_core_io *io, ptrdiff_t off, float *z, int n)
+/* n floats into out at element offset off (bf16: rounded by the table, as mha_bf16_round; z
+ * NULL: zeros). */
+static void core_put(const mha_fwd *f, const mha_core_io *io, ptrdiff_t off, const float *z, int n)
 {
     char *dst = (char *)core_at(io, io->out, off);
     if (!z) {
@@ -734,11 +734,7 @@ static void core_put(const mha_fwd *f, const mha_core_io *io, ptrdiff_t off, flo
         memcpy(dst, z, (size_t)n * sizeof *z);
         return;
     }
-    f->kernel->isa->round_bf16_floats(z, n);
-    mha_bf16 *restrict d16 = (mha_bf16 *)(void *)dst;
-    const uint32_t *restrict bits = (const uint32_t *)(const void *)z;
-    for (int c = 0; c < n; c++)
-        d16[c] = (mha_bf16)(bits[c] >> 16);
+    f->kernel->isa->round_to_bf16(z, n, (mha_bf16 *)(void *)dst);
 }
 
 

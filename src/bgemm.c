@@ -108,6 +108,11 @@ void mha_bk_copy_a(const mha_bf16 *src, ptrdiff_t ld, int rows, int kk, mha_bf16
         for (int t = 0; t < kt; t++) {
             mha_bf16 *d = dst + mha_bk_a_row(r, kt) + (size_t)t * MHA_BT_ELEMS;
             const int n = r >= rows ? 0 : kk - t * MHA_BT_K < MHA_BT_K ? kk - t * MHA_BT_K : MHA_BT_K;
+            if (n == MHA_BT_K) { /* a whole tile row: a copy of constant size, inlined (a call per
+                                  * 64 bytes cost as much as the rest of a short head's packing) */
+                memcpy(d, src + (ptrdiff_t)r * ld + t * MHA_BT_K, MHA_BT_K * sizeof *d);
+                continue;
+            }
             memcpy(d, src + (ptrdiff_t)r * ld + t * MHA_BT_K, (size_t)n * sizeof *d);
             memset(d + n, 0, (size_t)(MHA_BT_K - n) * sizeof *d);
         }

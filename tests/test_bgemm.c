@@ -67,6 +67,29 @@ TABLE_TEST(bgemm, rounding_in_place_is_the_scalar_rounding_in_every_table)
     }
 }
 
+/* Each table's rounding into bf16 (round_to_bf16): mha_bf16_round's bits for the same floats,
+ * lengths that end mid-vector, nothing written past n. */
+TABLE_TEST(bgemm, rounding_to_bf16_is_the_scalar_rounding_in_every_table)
+{
+    enum { N = 1000 };
+    float x[N];
+    mha_bf16 d[N + 8];
+    for (uint64_t u0 = 0; u0 < 0x100000000ull; u0 += (uint64_t)4099 * N) {
+        for (int n = N - 7; n <= N; n += 1) {
+            for (int i = 0; i < n; i++)
+                x[i] = from_bits((uint32_t)(u0 + 4099u * (uint32_t)i));
+            for (int i = 0; i < N + 8; i++)
+                d[i] = 0x1234;
+            isa->round_to_bf16(x, n, d);
+            for (int i = 0; i < n; i++)
+                cr_assert_eq(d[i], mha_bf16_round(x[i]), "%s: %#x to %#x, scalar %#x", isa->name,
+                             (unsigned)(u0 + 4099u * (uint32_t)i), (unsigned)d[i], (unsigned)mha_bf16_round(x[i]));
+            for (int i = n; i < N + 8; i++)
+                cr_assert_eq(d[i], 0x1234, "%s: written past n", isa->name);
+        }
+    }
+}
+
 /* The CPU's own conversion (vcvtneps2bf16), on a sample of every 97th float. */
 __attribute__((target("avx512f,avx512bf16"))) static uint32_t hw_mismatches(void)
 {

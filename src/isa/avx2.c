@@ -853,6 +853,15 @@ __attribute__((target(AVX2))) static void round_bf16_floats_avx2(float *x, int n
         store8_n(x + i, n - i, rounded8(load8_n(x + i, n - i)));
 }
 
+__attribute__((target(AVX2))) static void round_to_bf16_avx2(const float *restrict x, int n, mha_bf16 *restrict d)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(void *)(d + i), narrow8(round_lanes(_mm256_loadu_ps(x + i))));
+    for (; i < n; i++)
+        d[i] = mha_bf16_round(x[i]);
+}
+
 /* 16 int8 to 16 bf16: widened to int32 8 at a time, converted (exact), the floats' high halves
  * packed back in order. */
 __attribute__((target(AVX2))) static inline __m256i bf16_of_i8(const int8_t *src)
@@ -1075,6 +1084,7 @@ const mha_isa mha_isa_avx2 = {
     .decode_values16 = decode_values16_avx2,
     .round_into_tiles = round_into_tiles_avx2,
     .round_bf16_floats = round_bf16_floats_avx2,
+    .round_to_bf16 = round_to_bf16_avx2,
     .pack_b16 = pack_b16_avx2,
     .interleave_pairs = {[MHA_KV_BF16] = interleave_pairs_avx2, [MHA_KV_INT8] = interleave_pairs_i8_avx2},
     .epilogue_block = epilogue_block_avx2,

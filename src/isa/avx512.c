@@ -670,6 +670,14 @@ __attribute__((target(AVX512))) static void round_bf16_floats_avx512(float *x, i
     }
 }
 
+__attribute__((target(AVX512))) static void round_to_bf16_avx512(const float *restrict x, int n, mha_bf16 *restrict d)
+{
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 m = first16(n - i);
+        _mm256_mask_storeu_epi16(d + i, m, _mm512_cvtepi32_epi16(round_lanes(_mm512_maskz_loadu_ps(m, x + i))));
+    }
+}
+
 /* 16 int8 to 16 bf16: widened to int32, converted (exact), the float's high half. */
 __attribute__((target(AVX512))) static inline __m256i bf16_of_i8(const int8_t *src)
 {
@@ -1286,6 +1294,7 @@ const mha_isa mha_isa_avx512 = {
     .softmax_row16 = softmax_row16_avx512,
     .round_into_tiles = round_into_tiles_avx512,
     .round_bf16_floats = round_bf16_floats_avx512,
+    .round_to_bf16 = round_to_bf16_avx512,
     .pack_b16 = pack_b16_avx512,
     .interleave_pairs = {[MHA_KV_BF16] = interleave_pairs_avx512, [MHA_KV_INT8] = interleave_pairs_i8_avx512},
     .epilogue_block = epilogue_block_avx512,

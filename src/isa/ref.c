@@ -208,6 +208,12 @@ static void round_bf16_floats_ref(float *x, int n)
         x[i] = mha_bf16_float(mha_bf16_round(x[i]));
 }
 
+static void round_to_bf16_ref(const float *restrict x, int n, mha_bf16 *restrict d)
+{
+    for (int i = 0; i < n; i++)
+        d[i] = mha_bf16_round(x[i]);
+}
+
 static void interleave_pairs_ref(const void *from, size_t ld, int pairs, mha_bf16 *restrict dst, const char *next)
 {
     (void)next;
@@ -290,6 +296,7 @@ const mha_isa mha_isa_ref = {
     .decode_values16 = decode_values16_ref,
     .round_into_tiles = round_into_tiles_ref,
     .round_bf16_floats = round_bf16_floats_ref,
+    .round_to_bf16 = round_to_bf16_ref,
     .pack_b16 = pack_b16_ref,
     .interleave_pairs = {[MHA_KV_BF16] = interleave_pairs_ref, [MHA_KV_INT8] = interleave_pairs_i8_ref},
     .epilogue_block = epilogue_block_ref,
