@@ -173,6 +173,11 @@ void mha_bgemm(const mha_bkernel *bk, const mha_kernel *k, int m, int n, int kk,
             mha_bk_pack_a(k, a, i0, rows, kk, apack);
         for (int j0 = 0; j0 < n; j0 += 32) {
             const int cols = n - j0 < 32 ? n - j0 : 32, npan = cols > 16 ? 2 : 1;
+            if (kt > 0 && bk->block_c) {
+                bk->block_c(rows, npan, kt, ab, b + (size_t)(j0 / 16) * ps, ps, mha_mat_at(k, c, i0, j0),
+                            cols > 16 ? mha_mat_at(k, c, i0, j0 + 16) : NULL, c.ld, cols, alpha, beta, m <= 32);
+                continue;
+            }
             if (kt > 0)
                 bk->block(rows, npan, kt, ab, b + (size_t)(j0 / 16) * ps, ps, acc, m <= 32);
             else

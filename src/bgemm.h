@@ -83,6 +83,11 @@ typedef struct mha_bkernel {
     /* mha_bk_block's contract; pf: B comes from memory (a product of few rows reads it
      * once): prefetch it ahead */
     void (*block)(int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps, float *acc, int pf);
+    /* NULL, or block and the table's epilogue_block in one: C's rows (c0: columns 0-15, c1:
+     * 16-31 when cols > 16; ldc apart) = alpha·sums + beta·C (beta 0: C not read), the bits
+     * of block then epilogue_block */
+    void (*block_c)(int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps, float *c0, float *c1,
+                    ptrdiff_t ldc, int cols, float alpha, float beta, int pf);
 } mha_bkernel;
 
 /* Once per process before the first product (at create: a check never calls it); 0 when the OS

@@ -436,6 +436,56 @@ TABLE_TEST(bgemm, vector_driver_matches_scalar_bit_for_bit, .timeout = 60)
     free(a), free(bsrc), free(c0), free(x), free(y), free(b), free(apack);
 }
 
+/* A kernel's fused block and epilogue (block_c) gives the bits of its block then the table's
+ * epilogue, and writes only C's m × n: every kernel with one that this CPU runs, betas 0, 1 and
+ * another, alpha not 1, edge columns and rows, C's rows wider than n. */
+Test(bgemm, fused_epilogue_matches_block_then_epilogue, .timeout = 60)
+{
+    const int m = 37, n = 45, kk = 70, ldc = 53;
+    int ran = 0;
+    for (int ti = 0; ti < mha_isa_count; ti++)
+        for (int j = 0; mha_isa_tables[ti]->bf16[j]; j++) {
+            const mha_isa *t = mha_isa_tables[ti];
+            const mha_bkernel *bk = t->bf16[j];
+            const char *why;
+            if (!bk->block_c || find_bkernel(bk->name, &why) != bk)
+                continue;
+            mha_bkernel apart = *bk;
+            apart.block_c = NULL;
+            mha_kernel k;
+            cr_assert_eq(mha_kernel_select("", t, &k), MHA_OK);
+            rng r = {29};
+            float *a = malloc((size_t)m * kk * sizeof *a), *bsrc = malloc((size_t)kk * n * sizeof *bsrc);
+            float *c0 = malloc((size_t)m * ldc * sizeof *c0), *x = malloc((size_t)m * ldc * sizeof *x);
+            float *y = malloc((size_t)m * ldc * sizeof *y);
+            fill_uniform(a, (size_t)m * kk, -1.0f, 1.0f, &r);
+            fill_uniform(bsrc, (size_t)kk * n, -1.0f, 1.0f, &r);
+            fill_uniform(c0, (size_t)m * ldc, -1.0f, 1.0f, &r);
+            const size_t ps = mha_bk_ps(kk);
+            mha_bf16 *b = aligned_alloc(64, mha_round_up(mha_bk_b_elems(kk, n) * 2, 64));
+            mha_bf16 *apack = aligned_alloc(64, mha_round_up(mha_bgemm_apack_elems(kk) * 2, 64));
+            mha_bk_pack_b(&k, mha_mat_rows(&k, bsrc, n), 0, kk, n, b, ps);
+            const float betas[] = {0.0f, 1.0f, 0.3f};
+            mha_bk_begin(bk);
+            for (int i = 0; i < 3; i++) {
+                memcpy(x, c0, (size_t)m * ldc * sizeof *x);
+                memcpy(y, c0, (size_t)m * ldc * sizeof *y);
+                mha_bgemm(bk, &k, m, n, kk, 0.7f, NULL, mha_mat_rows(&k, a, kk), b, ps, betas[i],
+                          mha_mat_rows(&k, x, ldc), apack);
+                mha_bgemm(&apart, &k, m, n, kk, 0.7f, NULL, mha_mat_rows(&k, a, kk), b, ps, betas[i],
+                          mha_mat_rows(&k, y, ldc), apack);
+                long at = first_bit_difference(x, y, (size_t)m * ldc);
+                cr_assert_eq(at, -1, "%s, beta %g: c[%ld][%ld] %.9g, apart %.9g", bk->name, betas[i], at / ldc,
+                             at % ldc, x[at < 0 ? 0 : at], y[at < 0 ? 0 : at]);
+            }
+            mha_bk_end(bk);
+            free(a), free(bsrc), free(c0), free(x), free(y), free(b), free(apack);
+            ran++;
+        }
+    if (!ran)
+        cr_skip_test("no bf16 kernel with a fused epilogue runs on this CPU");
+}
+
 /* A packing: each row's values rounded at their tile places, zeros past kk to the tile's end
  * and in the last panel's missing rows (whatever the buffer held before). */
 TABLE_TEST(bgemm, a_packing_places_rows_and_pads_with_zeros)
