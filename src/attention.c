@@ -353,13 +353,14 @@ void mha_attention_pack_kv_few_f32(const mha_fwd *f, const mha_scratch *s, const
 }
 
 /* Whether a bf16 engine's few queries read K's and V's rows (few_rows; the decode tiles'
- * way: the table has rows_scores16 and value tiles, and the kernel sums even first as they
- * do) instead of the chunk's panels. */
+ * way: the table has rows_scores16 and value tiles, and they sum in the kernel's order: even
+ * first, or odd first with d_k even) instead of the chunk's panels. */
 static int few_rows16(const mha_fwd *f)
 {
     const mha_isa *isa = f->kernel->isa;
-    return few_rows(f, isa->rows_scores16 && isa->decode_values16 && f->bk->order == MHA_BK_EVEN_FIRST &&
-                           (isa->decode16_orders >> MHA_BK_EVEN_FIRST & 1u));
+    const mha_bk_order order = f->bk->order;
+    return few_rows(f, isa->rows_scores16 && isa->decode_values16 && (isa->decode16_orders >> order & 1u) &&
+                           (order == MHA_BK_EVEN_FIRST || (order == MHA_BK_ODD_FIRST && f->dk % 2 == 0)));
 }
 
 void mha_attention_pack_kv_few_bf16(const mha_fwd *f, const mha_scratch *s, const mha_core_io *io, int b, int g,
@@ -405,7 +406,8 @@ static void chunk_rows16(const mha_fwd *f, const mha_chunk_rows *r, const mha_kv
 {
     const mha_isa *isa = f->kernel->isa;
     const int m = r->m, dv = f->dv;
-    isa->rows_scores16(r->q.p, m, f->dk, kv->kr + (ptrdiff_t)b0 * kv->krl, kv->krl, n, f->scale, sc, (size_t)ld);
+    isa->rows_scores16(r->q.p, m, f->dk, kv->kr + (ptrdiff_t)b0 * kv->krl, kv->krl, n, f->scale, sc, (size_t)ld,
+                       f->bk->order);
     for (int i = 0; i < m; i++) {
         sum[i * st] = block_row(f, r, r->first + i, c0, n, sc + i * ld, NULL, &mx[i * st], NULL, 1, NULL);
         memset(mha_mat_at(f->kernel, zc, i, 0), 0, (size_t)dv * sizeof(float));

@@ -609,11 +609,12 @@ scores(const mha_kv_type type, const int scaled, const float *restrict q, int nq
 /* rows_scores: four queries as the lanes of an xmm register (their features transposed into
  * qt, 4 a feature), J keys a tile, each key's feature broadcast: J accumulators, one FMA chain
  * per score in feature order (Zen 1 runs two 128-bit FMAs a cycle, the 256-bit rate, and
- * nothing is transposed but the queries). The next tile's rows prefetched a line a row every
- * 16 features. */
+ * nothing is transposed but the queries); swap: in the order c ^ 1, each pair's odd feature
+ * first (dk even). The next tile's rows prefetched a line a row every 16 features. */
 enum { ROWS_KEYS = 12 };
 
-static inline __attribute__((always_inline, target(AVX2))) void keys_tile(const int J, const float *restrict qt, int dk,
+static inline __attribute__((always_inline, target(AVX2))) void keys_tile(const int J, const int swap,
+                                                                         const float *restrict qt, int dk,
                                                                          const float *restrict k, ptrdiff_t ld, int nq,
                                                                          float scale, float *restrict sc, size_t sc_ld)
 {
@@ -626,7 +627,7 @@ static inline __attribute__((always_inline, target(AVX2))) void keys_tile(const 
                 _mm_prefetch((const char *)(k + (ptrdiff_t)(J + u) * ld + c), _MM_HINT_T0);
         const __m128 qc = _mm_load_ps(qt + 4 * c);
         for (int u = 0; u < J; u++)
-            acc[u] = _mm_fmadd_ps(qc, _mm_broadcast_ss(k + (ptrdiff_t)u * ld + c), acc[u]);
+            acc[u] = _mm_fmadd_ps(qc, _mm_broadcast_ss(k + (ptrdiff_t)u * ld + (c ^ swap)), acc[u]);
     }
     _Alignas(16) float out[ROWS_KEYS][4];
     for (int u = 0; u < J; u++)
@@ -636,36 +637,47 @@ static inline __attribute__((always_inline, target(AVX2))) void keys_tile(const 
             sc[(size_t)r * sc_ld + u] = out[u][r];
 }
 
-__attribute__((target(AVX2))) void mha_rows_scores_avx2(const float *restrict q, int nq, int dk,
-                                                        const float *restrict k, ptrdiff_t ld, int n, float scale,
-                                                        float *restrict sc, size_t sc_ld)
+static inline __attribute__((always_inline, target(AVX2))) void rows_scores_as(const int swap, const float *restrict q,
+                                                                              int nq, int dk, const float *restrict k,
+                                                                              ptrdiff_t ld, int n, float scale,
+                                                                              float *restrict sc, size_t sc_ld)
 {
     _Alignas(16) float qt[4 * MHA_ROWS_SCORES_DK];
     for (int r0 = 0; r0 < nq; r0 += 4) {
         const int nr = nq - r0 < 4 ? nq - r0 : 4;
         for (int c = 0; c < dk; c++) /* lanes past the last query: zeros, their scores unstored */
             for (int r = 0; r < 4; r++)
-                qt[4 * c + r] = r < nr ? q[(size_t)(r0 + r) * dk + c] : 0.0f;
+                qt[4 * c + r] = r < nr ? q[(size_t)(r0 + r) * dk + (c ^ swap)] : 0.0f;
         float *s = sc + (size_t)r0 * sc_ld;
         int t = 0;
         for (; t + ROWS_KEYS <= n; t += ROWS_KEYS)
-            keys_tile(ROWS_KEYS, qt, dk, k + (ptrdiff_t)t * ld, ld, nr, scale, s + t, sc_ld);
+            keys_tile(ROWS_KEYS, swap, qt, dk, k + (ptrdiff_t)t * ld, ld, nr, scale, s + t, sc_ld);
         for (; t + 4 <= n; t += 4)
-            keys_tile(4, qt, dk, k + (ptrdiff_t)t * ld, ld, nr, scale, s + t, sc_ld);
+            keys_tile(4, swap, qt, dk, k + (ptrdiff_t)t * ld, ld, nr, scale, s + t, sc_ld);
         for (; t < n; t++)
-            keys_tile(1, qt, dk, k + (ptrdiff_t)t * ld, ld, nr, scale, s + t, sc_ld);
+            keys_tile(1, swap, qt, dk, k + (ptrdiff_t)t * ld, ld, nr, scale, s + t, sc_ld);
     }
+}
+
+__attribute__((target(AVX2))) void mha_rows_scores_avx2(const float *restrict q, int nq, int dk,
+                                                        const float *restrict k, ptrdiff_t ld, int n, float scale,
+                                                        float *restrict sc, size_t sc_ld)
+{
+    rows_scores_as(0, q, nq, dk, k, ld, n, scale, sc, sc_ld);
 }
 
 /* Under DAZ and FTZ with scale 1, as decode_scores16 sums (a sum times one is itself), then
  * its finish in the caller's mode. */
 __attribute__((target(AVX2))) void mha_rows_scores16_avx2(const float *restrict q, int nq, int dk,
                                                           const float *restrict k, ptrdiff_t ld, int n, float scale,
-                                                          float *restrict sc, size_t sc_ld)
+                                                          float *restrict sc, size_t sc_ld, mha_bk_order order)
 {
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | DAZ_FTZ);
-    mha_rows_scores_avx2(q, nq, dk, k, ld, n, 1.0f, sc, sc_ld);
+    if (order == MHA_BK_ODD_FIRST)
+        rows_scores_as(1, q, nq, dk, k, ld, n, 1.0f, sc, sc_ld);
+    else
+        rows_scores_as(0, q, nq, dk, k, ld, n, 1.0f, sc, sc_ld);
     _mm_setcsr(csr);
     mha_scores16_finish(sc, sc_ld, nq, 1, &n, dk, scale);
 }

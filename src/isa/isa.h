@@ -121,10 +121,11 @@ typedef struct mha_isa {
     void (*rows_scores)(const float *restrict q, int nq, int dk, const float *restrict k, ptrdiff_t ld, int n,
                         float scale, float *restrict sc, size_t sc_ld);
     /* The same on q and K's rows holding bf16 values (as floats): decode_scores16's sums and
-     * finish (even first: FMA under DAZ/FTZ, the k padding's + 0, then the scale), so the bf16
-     * kernel's chunk scores. NULL where the table has none. */
+     * finish in the order asked (FMA under DAZ/FTZ, each feature pair even first, or with dk
+     * even odd first; the k padding's + 0, then the scale), so a bf16 kernel's chunk scores
+     * where decode16_orders has its order. NULL where the table has none. */
     void (*rows_scores16)(const float *restrict q, int nq, int dk, const float *restrict k, ptrdiff_t ld, int n,
-                          float scale, float *restrict sc, size_t sc_ld);
+                          float scale, float *restrict sc, size_t sc_ld, mha_bk_order order);
     /* Decode values: p[qi · ps + c] += Σ_t e[qi · e_ld + t] · v[t · dk + c] over n rows of v,
      * key by key in order (one chain per output, as the microkernel sums A·V over a chunk);
      * next (or NULL): what to prefetch as it goes. A scaled type's rows read back as loaded:
@@ -253,7 +254,7 @@ extern const mha_bkernel mha_bk_amx; /* the avx512 table's AMX products (amx.c) 
 void mha_rows_scores_avx2(const float *restrict q, int nq, int dk, const float *restrict k, ptrdiff_t ld, int n,
                           float scale, float *restrict sc, size_t sc_ld);
 void mha_rows_scores16_avx2(const float *restrict q, int nq, int dk, const float *restrict k, ptrdiff_t ld, int n,
-                            float scale, float *restrict sc, size_t sc_ld);
+                            float scale, float *restrict sc, size_t sc_ld, mha_bk_order order);
 
 /* Every table, widest first. */
 extern const mha_isa *const mha_isa_tables[];
