@@ -693,13 +693,15 @@ static int view_rows_end(const mha_step_job *j, int q, int k1, int i0)
  * place, its runs' group parameters; type F32: Kᵀ read back): float32 decode_scores[type] in
  * the microkernel's passes of KC (one unless dk > KC), or with bf16 (a bf16 engine on an
  * unscaled cache) decode_scores16 (qv rounded already). Each run's Kᵀ read once for every
- * query, slots of several runs at once. */
+ * query, slots of several runs at once, the runs' value rows given to be prefetched (by the
+ * first pass; not an MLA cache's, which mla_v_chunk writes after the scores). */
 static void chunk_scores(const mha_step_job *j, int q, int i0, int i1, const float *qv, float *sc, const chunk_src *src,
                          int bf16, mha_kv_type type, const void *const *kt, const float *const *kp, int ld)
 {
     const mha_fwd *f = &j->f;
     const int n_new = j->step->n_new[q], dk = f->dk, kc = f->kernel->kc, all = i1 - i0 == n_new;
     const mha_isa *isa = f->kernel->isa;
+    const void *const *vr = j->cache->mla ? NULL : src->v;
     for (int jh = 0; jh < (all ? 1 : f->group); jh++) {
         const int nq = all ? f->group * n_new : i1 - i0;
         const float *qh = qv + (size_t)(jh * n_new + i0) * dk;
@@ -710,7 +712,8 @@ static void chunk_scores(const mha_step_job *j, int q, int i0, int i1, const flo
         else
             for (int c0 = 0; c0 < dk; c0 += kc) {
                 const int c1 = c0 + kc < dk ? c0 + kc : dk;
-                isa->decode_scores[type](qh, nq, dk, c0, c1, src->runs, kt, kp, src->n, ld, f->scale, sh, MHA_KV_CHUNK);
+                isa->decode_scores[type](qh, nq, dk, c0, c1, src->runs, kt, c0 ? NULL : vr, kp, src->n, ld, f->scale, sh,
+                                         MHA_KV_CHUNK);
             }
     }
 }

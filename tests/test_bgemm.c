@@ -657,7 +657,7 @@ TABLE_TEST(bgemm, int8_decode_tiles_equal_the_read_back_chunk, .timeout = 60)
                 float *q = malloc((size_t)nq * dk * sizeof *q), *e = malloc((size_t)nq * slots * sizeof *e);
                 float *sc = malloc((size_t)nq * SC_LD * sizeof *sc), *want = malloc((size_t)nq * SC_LD * sizeof *want);
                 float *p = calloc((size_t)nq * dk, sizeof *p), *zwant = calloc((size_t)nq * dk, sizeof *zwant);
-                const void *k8r[RUNS], *kfr[RUNS];
+                const void *k8r[RUNS], *kfr[RUNS], *v8r[RUNS], *vfr[RUNS]; /* V's rows: prefetched by the scores */
                 const float *kpr[RUNS];
                 for (size_t i = 0; i < RUNS * blk; i++)
                     k8[i] = (int8_t)((int)(rng_next(&r) % 255) - 127), v8[i] = (int8_t)((int)(rng_next(&r) % 255) - 127);
@@ -680,9 +680,10 @@ TABLE_TEST(bgemm, int8_decode_tiles_equal_the_read_back_chunk, .timeout = 60)
                         isa->scale_rows[MHA_KV_INT8](v8 + ri * blk + (size_t)t * dk, 0, 1, dk, &vp[ri][2 * t],
                                                      &vp[ri][2 * t + 1], vf + ri * blk + (size_t)t * dk, 0);
                     k8r[ri] = k8 + ri * blk, kfr[ri] = kf + ri * blk, kpr[ri] = kp + ri * groups * 2 * dk;
+                    v8r[ri] = v8 + ri * blk, vfr[ri] = vf + ri * blk;
                 }
-                isa->decode_scores[MHA_KV_INT8](q, nq, dk, 0, dk, RUNS, k8r, kpr, n, BS, 0.125f, sc, SC_LD);
-                isa->decode_scores[MHA_KV_F32](q, nq, dk, 0, dk, RUNS, kfr, NULL, n, BS, 0.125f, want, SC_LD);
+                isa->decode_scores[MHA_KV_INT8](q, nq, dk, 0, dk, RUNS, k8r, v8r, kpr, n, BS, 0.125f, sc, SC_LD);
+                isa->decode_scores[MHA_KV_F32](q, nq, dk, 0, dk, RUNS, kfr, vfr, NULL, n, BS, 0.125f, want, SC_LD);
                 for (int qi = 0; qi < nq; qi++) {
                     long at = first_bit_difference(sc + (size_t)qi * SC_LD, want + (size_t)qi * SC_LD, (size_t)slots);
                     cr_assert_eq(at, -1, "%s, blocks of %d, dk %d, %d queries: score (%d, %ld) %a, read back %a", isa->name,
@@ -730,7 +731,7 @@ TABLE_TEST(bgemm, rows_scores_equal_the_decode_tiles, .timeout = 60)
                         kt[(size_t)c * n + t] = k[(size_t)t * ld + c];
                 const void *ktr[1] = {kt};
                 const int len[1] = {n};
-                isa->decode_scores[MHA_KV_F32](q, nq, dk, 0, dk, 1, ktr, NULL, len, n, 0.3f, want, N);
+                isa->decode_scores[MHA_KV_F32](q, nq, dk, 0, dk, 1, ktr, NULL, NULL, len, n, 0.3f, want, N);
                 isa->rows_scores(q, nq, dk, k, ld, n, 0.3f, sc, N);
                 for (int qi = 0; qi < nq; qi++) {
                     const long at = first_bit_difference(sc + (size_t)qi * N, want + (size_t)qi * N, (size_t)n);

@@ -683,20 +683,20 @@ __attribute__((target(AVX2))) void mha_rows_scores16_avx2(const float *restrict 
 }
 
 __attribute__((target(AVX2))) static void decode_scores_avx2(const float *restrict q, int nq, int dk, int c0, int c1,
-                                                            int runs, const void *const *kt, const float *const *kp,
-                                                            const int *n, int ld, float scale, float *restrict sc,
-                                                            size_t sc_ld)
+                                                            int runs, const void *const *kt, const void *const *vr,
+                                                            const float *const *kp, const int *n, int ld, float scale,
+                                                            float *restrict sc, size_t sc_ld)
 {
     (void)kp; /* unscaled */
-    scores(MHA_KV_F32, 0, q, nq, dk, c0, c1, runs, kt, NULL, NULL, n, ld, scale, sc, sc_ld);
+    scores(MHA_KV_F32, 0, q, nq, dk, c0, c1, runs, kt, vr, NULL, n, ld, scale, sc, sc_ld);
 }
 
 __attribute__((target(AVX2))) static void decode_scores8_avx2(const float *restrict q, int nq, int dk, int c0, int c1,
-                                                             int runs, const void *const *kt, const float *const *kp,
-                                                             const int *n, int ld, float scale, float *restrict sc,
-                                                             size_t sc_ld)
+                                                             int runs, const void *const *kt, const void *const *vr,
+                                                             const float *const *kp, const int *n, int ld, float scale,
+                                                             float *restrict sc, size_t sc_ld)
 {
-    scores(MHA_KV_INT8, 1, q, nq, dk, c0, c1, runs, kt, NULL, kp, n, ld, scale, sc, sc_ld);
+    scores(MHA_KV_INT8, 1, q, nq, dk, c0, c1, runs, kt, vr, kp, n, ld, scale, sc, sc_ld);
 }
 
 /* The sums under FTZ, as the bf16 kernels run (scale 1: a sum times one is itself), then

@@ -445,10 +445,10 @@ static inline __attribute__((always_inline, target(AVX512))) void fma_rows(const
  * accumulators, each score one FMA chain over the features [c0, c1) from zero, then scale ·
  * sum (+ sc when c0 > 0): the microkernel's sums. One Kᵀ row load per feature and vector for
  * all queries (int8 K, scaled: each value q·scale + zero of its feature in the vector's group,
- * scale_rows' value); the next tile's vectors (pf, npf
- * of them) prefetched row by row as it goes, and (bf16 or int8) the vectors' value rows (when
- * given) into L2 a line per feature. full: nb = R, nv = V, every vector 16 slots wide (nothing
- * tested in the loop, so the accumulators stay in registers). */
+ * scale_rows' value); the next tile's vectors (pf, npf of them) prefetched row by row as it
+ * goes, and the vectors' value rows (when given) into L2 a line per feature. full: nb = R,
+ * nv = V, every vector 16 slots wide (nothing tested in the loop, so the accumulators stay in
+ * registers). */
 static inline __attribute__((always_inline, target(AVX512))) void
 scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, const int full,
             const float *restrict q, int nb, int dk, int c0, int c1, const mha_slot_vec *v, int nv,
@@ -463,7 +463,7 @@ scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
     for (int j = 0; j < V; j++) {
         m[j] = full ? (__mmask16)0xFFFF : j < nv ? first16(v[j].lanes) : 0;
         kp[j] = scaled && j < nv ? v[j].kp : NULL;
-        vbytes[j] = type != MHA_KV_F32 && j < nv && v[j].v ? (size_t)(full ? 16 : v[j].lanes) * (size_t)dk * esz : 0;
+        vbytes[j] = j < nv && v[j].v ? (size_t)(full ? 16 : v[j].lanes) * (size_t)dk * esz : 0;
     }
     __m512 acc[16];
     for (int i = 0; i < R * V; i++)
@@ -472,7 +472,7 @@ scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
         const size_t at = (size_t)c * ld * esz, line = (size_t)(c - c0) * 64;
         __m512 krow[8];
         for (int j = 0; j < V; j++) {
-            if (type != MHA_KV_F32 && line < vbytes[j])
+            if (line < vbytes[j])
                 _mm_prefetch(v[j].v + line, _MM_HINT_T1);
             if (j < npf)
                 _mm_prefetch(pf[j].kt + at, _MM_HINT_T0);
@@ -532,20 +532,21 @@ scores(const mha_kv_type type, const int scaled, const float *restrict q, int nq
 }
 
 __attribute__((target(AVX512))) static void decode_scores_avx512(const float *restrict q, int nq, int dk, int c0, int c1,
-                                                                 int runs, const void *const *kt, const float *const *kp,
-                                                                 const int *n, int ld, float scale, float *restrict sc,
-                                                                 size_t sc_ld)
+                                                                 int runs, const void *const *kt, const void *const *vr,
+                                                                 const float *const *kp, const int *n, int ld,
+                                                                 float scale, float *restrict sc, size_t sc_ld)
 {
     (void)kp; /* unscaled */
-    scores(MHA_KV_F32, 0, q, nq, dk, c0, c1, runs, kt, NULL, NULL, n, ld, scale, sc, sc_ld);
+    scores(MHA_KV_F32, 0, q, nq, dk, c0, c1, runs, kt, vr, NULL, n, ld, scale, sc, sc_ld);
 }
 
 __attribute__((target(AVX512))) static void decode_scores8_avx512(const float *restrict q, int nq, int dk, int c0,
                                                                   int c1, int runs, const void *const *kt,
-                                                                  const float *const *kp, const int *n, int ld,
+                                                                  const void *const *vr, const float *const *kp,
+                                                                  const int *n, int ld,
                                                                   float scale, float *restrict sc, size_t sc_ld)
 {
-    scores(MHA_KV_INT8, 1, q, nq, dk, c0, c1, runs, kt, NULL, kp, n, ld, scale, sc, sc_ld);
+    scores(MHA_KV_INT8, 1, q, nq, dk, c0, c1, runs, kt, vr, kp, n, ld, scale, sc, sc_ld);
 }
 
 /* Z of nb <= R queries, features [c0, c0 + 16·V) (the last vector's lanes ml), over the n

@@ -109,10 +109,12 @@ typedef struct mha_isa {
      * scale_rows gives, so the same bits as reading the chunk back first): kp[r] the
      * parameters of run r's first group (runs of whole groups of MHA_KV_GROUP slots, from a
      * group's start; mha_kv_k_params), q·scale + zero rounded twice; kp NULL for an unscaled
-     * type. Every table has F32 and INT8. */
+     * type. vr (or NULL): run r's value rows at vr[r] (slot t's dk elements at t · dk), for a
+     * table to prefetch as it sums the scores, so the values find them in cache. Every table
+     * has F32 and INT8. */
     void (*decode_scores[MHA_KV_TYPES])(const float *restrict q, int nq, int dk, int c0, int c1, int runs,
-                                        const void *const *kt, const float *const *kp, const int *n, int ld,
-                                        float scale, float *restrict sc, size_t sc_ld);
+                                        const void *const *kt, const void *const *vr, const float *const *kp,
+                                        const int *n, int ld, float scale, float *restrict sc, size_t sc_ld);
     /* The same float32 scores of nq >= 1 queries (q: rows dk apart, dk <= MHA_ROWS_SCORES_DK)
      * against n keys given as rows (key t's dk features at k + t·ld), all features in one
      * pass: sc[qi · sc_ld + t] = scale · Σ_c q·k, one FMA chain per score in feature order

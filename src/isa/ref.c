@@ -145,17 +145,18 @@ static void values_ref(mha_kv_type type, const float *e, size_t e_ld, int nq, co
 }
 
 static void decode_scores_ref(const float *restrict q, int nq, int dk, int c0, int c1, int runs, const void *const *kt,
-                              const float *const *kp, const int *n, int ld, float scale, float *restrict sc,
-                              size_t sc_ld)
+                              const void *const *vr, const float *const *kp, const int *n, int ld, float scale,
+                              float *restrict sc, size_t sc_ld)
 {
-    (void)kp; /* unscaled */
+    (void)kp, (void)vr; /* unscaled; nothing to prefetch */
     scores_ref(MHA_KV_F32, 0, q, nq, dk, c0, c1, runs, kt, NULL, n, ld, scale, sc, sc_ld);
 }
 
 static void decode_scores8_ref(const float *restrict q, int nq, int dk, int c0, int c1, int runs, const void *const *kt,
-                               const float *const *kp, const int *n, int ld, float scale, float *restrict sc,
-                               size_t sc_ld)
+                               const void *const *vr, const float *const *kp, const int *n, int ld, float scale,
+                               float *restrict sc, size_t sc_ld)
 {
+    (void)vr;
     scores_ref(MHA_KV_INT8, 0, q, nq, dk, c0, c1, runs, kt, kp, n, ld, scale, sc, sc_ld);
 }
 
