@@ -446,7 +446,7 @@ static inline __attribute__((always_inline, target(AVX512))) void fma_rows(const
  * sum (+ sc when c0 > 0): the microkernel's sums. One Kᵀ row load per feature and vector for
  * all queries (int8 K, scaled: each value q·scale + zero of its feature in the vector's group,
  * scale_rows' value); the next tile's vectors (pf, npf of them) prefetched row by row as it
- * goes, and the vectors' value rows (when given) into L2 a line per feature. full: nb = R,
+ * goes (int8: their parameters' lines too), and the vectors' value rows (when given) into L2 a line per feature. full: nb = R,
  * nv = V, every vector 16 slots wide (nothing tested in the loop, so the accumulators stay in
  * registers). */
 static inline __attribute__((always_inline, target(AVX512))) void
@@ -476,6 +476,9 @@ scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
                 _mm_prefetch(v[j].v + line, _MM_HINT_T1);
             if (j < npf)
                 _mm_prefetch(pf[j].kt + at, _MM_HINT_T0);
+            if (scaled && j < npf && (c - c0) % 16 == 0) /* its scales' and zero points' lines */
+                _mm_prefetch((const char *)(pf[j].kp + c), _MM_HINT_T0),
+                    _mm_prefetch((const char *)(pf[j].kp + dk + c), _MM_HINT_T0);
             krow[j] = j < nv ? load16(type, 0, v[j].kt + at, m[j], _mm512_setzero_ps()) : _mm512_setzero_ps();
             if (scaled && j < nv)
                 krow[j] = _mm512_add_ps(_mm512_mul_ps(krow[j], _mm512_set1_ps(kp[j][c])), _mm512_set1_ps(kp[j][dk + c]));
