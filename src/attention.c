@@ -406,8 +406,10 @@ static void chunk_rows16(const mha_fwd *f, const mha_chunk_rows *r, const mha_kv
 {
     const mha_isa *isa = f->kernel->isa;
     const int m = r->m, dv = f->dv;
+    const mha_rows_ahead va = {(const char *)(kv->vr16 + (size_t)b0 * dv), (size_t)dv * sizeof(mha_bf16),
+                               (size_t)dv * sizeof(mha_bf16)};
     isa->rows_scores16(r->q.p, m, f->dk, kv->kr + (ptrdiff_t)b0 * kv->krl, kv->krl, n, f->scale, sc, (size_t)ld,
-                       f->bk->order);
+                       f->bk->order, &va);
     for (int i = 0; i < m; i++) {
         sum[i * st] = block_row(f, r, r->first + i, c0, n, sc + i * ld, NULL, &mx[i * st], NULL, 1, NULL);
         memset(mha_mat_at(f->kernel, zc, i, 0), 0, (size_t)dv * sizeof(float));
@@ -467,9 +469,12 @@ void mha_attention_chunk_f32(const mha_fwd *f, const mha_scratch *s, const mha_c
     const mha_kernel *k = f->kernel;
     const int m = r->m, dk = f->dk, dv = f->dv;
     const mha_mat sm = mha_mat_rows(k, sc, ld);
-    if (kv->kr) /* K's rows in place, the same sums (r->q rows dk apart) */
-        k->isa->rows_scores(r->q.p, m, dk, kv->kr + (ptrdiff_t)b0 * kv->krl, kv->krl, n, f->scale, sc, (size_t)ld);
-    else if (kv->ktp) { /* the decode tiles on plain queries (r->q rows dk apart): a panel a run */
+    if (kv->kr) { /* K's rows in place, the same sums (r->q rows dk apart); V's rows brought in meanwhile */
+        const mha_rows_ahead va = {(const char *)(kv->vp + (size_t)b0 * dv), (size_t)dv * sizeof(float),
+                                   (size_t)dv * sizeof(float)};
+        k->isa->rows_scores(r->q.p, m, dk, kv->kr + (ptrdiff_t)b0 * kv->krl, kv->krl, n, f->scale, sc, (size_t)ld,
+                            kv->vp ? &va : NULL);
+    } else if (kv->ktp) { /* the decode tiles on plain queries (r->q rows dk apart): a panel a run */
         const void *kt[MHA_KV_CHUNK / MHA_TILE_KEYS];
         int len[MHA_KV_CHUNK / MHA_TILE_KEYS], runs = 0;
         for (int j = 0; j < n; j += MHA_TILE_KEYS, runs++) /* b0 starts a panel */

@@ -732,7 +732,8 @@ TABLE_TEST(bgemm, rows_scores_equal_the_decode_tiles, .timeout = 60)
                 const void *ktr[1] = {kt};
                 const int len[1] = {n};
                 isa->decode_scores[MHA_KV_F32](q, nq, dk, 0, dk, 1, ktr, NULL, NULL, len, n, 0.3f, want, N);
-                isa->rows_scores(q, nq, dk, k, ld, n, 0.3f, sc, N);
+                const mha_rows_ahead v = {(const char *)kt, (size_t)dk * sizeof *kt, (size_t)dk * sizeof *kt}; /* a hint */
+                isa->rows_scores(q, nq, dk, k, ld, n, 0.3f, sc, N, &v);
                 for (int qi = 0; qi < nq; qi++) {
                     const long at = first_bit_difference(sc + (size_t)qi * N, want + (size_t)qi * N, (size_t)n);
                     cr_assert_eq(at, -1, "%s, dk %d, %d queries, %d keys: score (%d, %ld) %a, decode tiles %a", isa->name,

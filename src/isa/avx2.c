@@ -610,21 +610,28 @@ scores(const mha_kv_type type, const int scaled, const float *restrict q, int nq
  * qt, 4 a feature), J keys a tile, each key's feature broadcast: J accumulators, one FMA chain
  * per score in feature order (Zen 1 runs two 128-bit FMAs a cycle, the 256-bit rate, and
  * nothing is transposed but the queries); swap: in the order c ^ 1, each pair's odd feature
- * first (dk even). The next tile's rows prefetched a line a row every 16 features. */
+ * first (dk even). The next tile's rows prefetched a line a row every 16 features, and (v)
+ * this tile's value rows into L2 as often. */
 enum { ROWS_KEYS = 12 };
 
 static inline __attribute__((always_inline, target(AVX2))) void keys_tile(const int J, const int swap,
                                                                          const float *restrict qt, int dk,
                                                                          const float *restrict k, ptrdiff_t ld, int nq,
-                                                                         float scale, float *restrict sc, size_t sc_ld)
+                                                                         float scale, float *restrict sc, size_t sc_ld,
+                                                                         const mha_rows_ahead *v)
 {
     __m128 acc[ROWS_KEYS];
     for (int u = 0; u < J; u++)
         acc[u] = _mm_setzero_ps();
     for (int c = 0; c < dk; c++) {
-        if (c % 16 == 0)
-            for (int u = 0; u < J; u++)
+        if (c % 16 == 0) {
+            const size_t line = (size_t)c / 16 * 64;
+            for (int u = 0; u < J; u++) {
                 _mm_prefetch((const char *)(k + (ptrdiff_t)(J + u) * ld + c), _MM_HINT_T0);
+                if (v && line < v->bytes)
+                    _mm_prefetch(v->at + (size_t)u * v->ld + line, _MM_HINT_T1);
+            }
+        }
         const __m128 qc = _mm_load_ps(qt + 4 * c);
         for (int u = 0; u < J; u++)
             acc[u] = _mm_fmadd_ps(qc, _mm_broadcast_ss(k + (ptrdiff_t)u * ld + (c ^ swap)), acc[u]);
@@ -640,7 +647,8 @@ static inline __attribute__((always_inline, target(AVX2))) void keys_tile(const 
 static inline __attribute__((always_inline, target(AVX2))) void rows_scores_as(const int swap, const float *restrict q,
                                                                               int nq, int dk, const float *restrict k,
                                                                               ptrdiff_t ld, int n, float scale,
-                                                                              float *restrict sc, size_t sc_ld)
+                                                                              float *restrict sc, size_t sc_ld,
+                                                                              const mha_rows_ahead *v)
 {
     _Alignas(16) float qt[4 * MHA_ROWS_SCORES_DK];
     for (int r0 = 0; r0 < nq; r0 += 4) {
@@ -650,34 +658,37 @@ static inline __attribute__((always_inline, target(AVX2))) void rows_scores_as(c
                 qt[4 * c + r] = r < nr ? q[(size_t)(r0 + r) * dk + (c ^ swap)] : 0.0f;
         float *s = sc + (size_t)r0 * sc_ld;
         int t = 0;
-        for (; t + ROWS_KEYS <= n; t += ROWS_KEYS)
-            keys_tile(ROWS_KEYS, swap, qt, dk, k + (ptrdiff_t)t * ld, ld, nr, scale, s + t, sc_ld);
-        for (; t + 4 <= n; t += 4)
-            keys_tile(4, swap, qt, dk, k + (ptrdiff_t)t * ld, ld, nr, scale, s + t, sc_ld);
-        for (; t < n; t++)
-            keys_tile(1, swap, qt, dk, k + (ptrdiff_t)t * ld, ld, nr, scale, s + t, sc_ld);
+        mha_rows_ahead vt = v && r0 == 0 ? *v : (mha_rows_ahead){0}; /* the first pass prefetches */
+        const mha_rows_ahead *pv = vt.at ? &vt : NULL;
+        for (; t + ROWS_KEYS <= n; t += ROWS_KEYS, vt.at += ROWS_KEYS * vt.ld)
+            keys_tile(ROWS_KEYS, swap, qt, dk, k + (ptrdiff_t)t * ld, ld, nr, scale, s + t, sc_ld, pv);
+        for (; t + 4 <= n; t += 4, vt.at += 4 * vt.ld)
+            keys_tile(4, swap, qt, dk, k + (ptrdiff_t)t * ld, ld, nr, scale, s + t, sc_ld, pv);
+        for (; t < n; t++, vt.at += vt.ld)
+            keys_tile(1, swap, qt, dk, k + (ptrdiff_t)t * ld, ld, nr, scale, s + t, sc_ld, pv);
     }
 }
 
 __attribute__((target(AVX2))) void mha_rows_scores_avx2(const float *restrict q, int nq, int dk,
                                                         const float *restrict k, ptrdiff_t ld, int n, float scale,
-                                                        float *restrict sc, size_t sc_ld)
+                                                        float *restrict sc, size_t sc_ld, const mha_rows_ahead *v)
 {
-    rows_scores_as(0, q, nq, dk, k, ld, n, scale, sc, sc_ld);
+    rows_scores_as(0, q, nq, dk, k, ld, n, scale, sc, sc_ld, v);
 }
 
 /* Under DAZ and FTZ with scale 1, as decode_scores16 sums (a sum times one is itself), then
  * its finish in the caller's mode. */
 __attribute__((target(AVX2))) void mha_rows_scores16_avx2(const float *restrict q, int nq, int dk,
                                                           const float *restrict k, ptrdiff_t ld, int n, float scale,
-                                                          float *restrict sc, size_t sc_ld, mha_bk_order order)
+                                                          float *restrict sc, size_t sc_ld, mha_bk_order order,
+                                                          const mha_rows_ahead *v)
 {
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | DAZ_FTZ);
     if (order == MHA_BK_ODD_FIRST)
-        rows_scores_as(1, q, nq, dk, k, ld, n, 1.0f, sc, sc_ld);
+        rows_scores_as(1, q, nq, dk, k, ld, n, 1.0f, sc, sc_ld, v);
     else
-        rows_scores_as(0, q, nq, dk, k, ld, n, 1.0f, sc, sc_ld);
+        rows_scores_as(0, q, nq, dk, k, ld, n, 1.0f, sc, sc_ld, v);
     _mm_setcsr(csr);
     mha_scores16_finish(sc, sc_ld, nq, 1, &n, dk, scale);
 }
