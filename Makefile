@@ -412,7 +412,8 @@ block-reads:
 
 # Decode steps alone (perf/decode_step.c: the decode-bench shape, no prefill, seconds a run),
 # to compare builds of the step's kernels alternately. DECODE_STEP_ARGS: [f32|bf16] [KV_HEADS]
-# [CONTEXT] [STEPS] [THREADS] [SEQS] [ISA] [KV_CACHE auto|int8] [BF16_KERNEL].
+# [CONTEXT] [STEPS] [THREADS] [SEQS] [ISA] [KV_CACHE auto|int8] [BF16_KERNEL] [BLOCK_SIZE (16)]
+# [ORDER shuffled|in-order] (in-order 32: the vLLM peer's cache layout in make bench-core).
 decode-step: $(B)/libmha.a
 	$(CC) -O2 -Iinclude perf/decode_step.c $(B)/libmha.a $(BLIS_A) $(LDLIBS) -o $(B)/decode_step
 	$(B)/decode_step $(DECODE_STEP_ARGS)

@@ -9,7 +9,9 @@
  *
  * usage: decode_step [f32|bf16] [KV_HEADS (8) | mla] [CONTEXT (2048)] [STEPS (30)] [THREADS (2)]
  *                    [SEQS (16)] [ISA (auto)] [KV_CACHE (auto: the precision's; int8)]
- *                    [BF16_KERNEL (auto; a kernel of the table, e.g. fma-bf16)]
+ *                    [BF16_KERNEL (auto; a kernel of the table, e.g. fma-bf16)] [BLOCK_SIZE (16)]
+ *                    [ORDER (shuffled | in-order: each sequence's blocks consecutive, as the
+ *                    vLLM peer of `make bench-core` lays its cache out)]
  * KV_HEADS mla: DeepSeek-V3's attention layer instead (configs/deepseek-v3-attn.yaml: d 7168,
  * 128 heads, q_lora 1536, a latent cache of kv_lora 512 + rope 64 a token; issue 34's
  * benchmark shape with CONTEXT 4096); its step reads the weights and each token's latent row
@@ -27,7 +29,7 @@
 #include "mha.h"
 #include "perf_util.h"
 
-enum { D = 4096, HEADS = 32, DK = 128, MAX_SEQS = 256, BLOCK = 16, WARMUP = 3, MIN_KV = 256 };
+enum { D = 4096, HEADS = 32, DK = 128, MAX_SEQS = 256, WARMUP = 3, MIN_KV = 256 };
 /* DeepSeek-V3's MLA layer */
 enum { MLA_D = 7168, MLA_HEADS = 128, MLA_QL = 1536, MLA_KVL = 512, MLA_NOPE = 128, MLA_ROPE = 64, MLA_V = 128 };
 
@@ -41,12 +43,15 @@ int main(int argc, char **argv)
     const char *isa = argc > 7 ? argv[7] : "auto";
     const int int8 = argc > 8 && !strcmp(argv[8], "int8");
     const char *bk = argc > 9 ? argv[9] : "auto";
+    const int block = argc > 10 ? atoi(argv[10]) : 16, in_order = argc > 11 && !strcmp(argv[11], "in-order");
     if ((argc > 1 && !bf16 && strcmp(argv[1], "f32")) || kvh < 1 || HEADS % kvh || context < 1 || context > 1 << 20 ||
         steps < 1 || threads < 1 || seqs < 1 || seqs > MAX_SEQS || strlen(isa) >= sizeof((mha_config){0}.isa) ||
-        (argc > 8 && !int8 && strcmp(argv[8], "auto")) || strlen(bk) >= sizeof((mha_config){0}.bf16_kernel)) {
+        (argc > 8 && !int8 && strcmp(argv[8], "auto")) || strlen(bk) >= sizeof((mha_config){0}.bf16_kernel) ||
+        block < 1 || block > 4096 || (argc > 11 && !in_order && strcmp(argv[11], "shuffled"))) {
         fprintf(stderr,
                 "usage: decode_step [f32|bf16] [KV_HEADS dividing %d | mla] [CONTEXT 1..%d] [STEPS >= 1] [THREADS >= 1] "
-                "[SEQS 1..%d] [ISA auto|avx512|avx2|ref] [KV_CACHE auto|int8] [BF16_KERNEL auto|NAME]\n",
+                "[SEQS 1..%d] [ISA auto|avx512|avx2|ref] [KV_CACHE auto|int8] [BF16_KERNEL auto|NAME] "
+                "[BLOCK_SIZE 1..4096] [ORDER shuffled|in-order]\n",
                 HEADS, 1 << 20, MAX_SEQS);
         return 2;
     }
@@ -67,7 +72,7 @@ int main(int argc, char **argv)
     snprintf(cfg.bf16_kernel, sizeof cfg.bf16_kernel, "%s", bk);
 
     const size_t kvd = (size_t)kvh * DK, d = (size_t)cfg.d_model;
-    const int per_seq = (context + BLOCK - 1) / BLOCK, n_blocks = seqs * per_seq;
+    const int per_seq = (context + block - 1) / block, n_blocks = seqs * per_seq;
     /* the weights' floats, one after another (XW: (in, out)): MHA's Wq, Wk, Wv, Wo; MLA's q_a,
      * q_b, kv_a, kv_b, o, then the two latent norms (ones) */
     const size_t mq = (size_t)MLA_HEADS * (MLA_NOPE + MLA_ROPE), mkv = MLA_KVL + MLA_ROPE;
@@ -107,11 +112,13 @@ int main(int argc, char **argv)
         what = "setting the weights";
         goto done;
     }
-    if ((st = mha_kv_cache_create(&cfg, n_blocks, BLOCK, &cache)) != MHA_OK) {
+    if ((st = mha_kv_cache_create(&cfg, n_blocks, block, &cache)) != MHA_OK) {
         what = "mha_kv_cache_create";
         goto done;
     }
     shuffled_blocks(blocks, n_blocks, &seed);
+    for (int i = 0; in_order && i < n_blocks; i++)
+        blocks[i] = i;
     for (int s = 0; s < seqs; s++)
         past[s] = context - 1, add[s] = 1;
     /* int8: each sequence's tail (its last group's K at full precision), zeros */
