@@ -173,7 +173,7 @@ float mha_attention_chunk_row(const mha_fwd *f, float *row, int n, mha_key_span 
         return isa->softmax_row16(row, n, in.hi, mask, mx, p);
     if (rounded && !p && !vs && isa->softmax_row_rounded)
         return isa->softmax_row_rounded(row, n, in.hi, mask, mx);
-    const float sum = isa->softmax_row(row, n, in.hi, mask, mx);
+    const float sum = (f->bk ? isa->softmax_row_bf16 : isa->softmax_row)(row, n, in.hi, mask, mx);
     if (vs) { /* int8: the zero points' sum in 8 lanes, then each key's V scale, after the sum */
         float z[8] = {0};
         int j = 0;

@@ -308,7 +308,8 @@ const mha_bf16 *mha_attention_block_queries_stream(const mha_fwd *f, const mha_s
 void mha_attention_logits(const mha_fwd *f, float *row, mha_key_span in, int pos, int c0, int head);
 /* One row of a chunk's scores (n keys from c0; the row at position pos, query head `head`,
  * sees the keys in `in`) into its unnormalised softmax: the logits, the exp against the row's
- * max (*mx) with the mask (or NULL), then, with an int8 cache's V parameters (vs: key j's
+ * max (*mx) with the mask (or NULL; a bf16 engine's exp, softmax_row_bf16, in every form,
+ * rounded or not: the attention weights' too), then, with an int8 cache's V parameters (vs: key j's
  * scale at [2j], zero point at [2j + 1]; or NULL), *zs = Σ_j e_j·zero_j (key j into lane j % 8
  * of 8 sums, each in key order, then the lanes ((0 + 4) + (1 + 5)) + ((2 + 6) + (3 + 7)): one
  * chain of additions cost the chunk ~4% of its time) and each e_j times its scale: Z = E·V is

@@ -18,8 +18,10 @@ static double tolerance(double x_minus_max, int n)
     return (fabs(x_minus_max) + 4.0 + n) * 0x1p-24;
 }
 
+/* bf16: the bf16 engines' exp (softmax_row_bf16) adds its polynomial's error to the entry's and
+ * to the sum's: 2 · MHA_EXP_BF16_ERR more. */
 static void check_row(const char *impl, const float *in, int n, int visible, const uint8_t *mask, const float *got,
-                      float got_sum)
+                      float got_sum, int bf16)
 {
     double mx = -INFINITY, sum = 0;
     for (int j = 0; j < visible; j++)
@@ -35,7 +37,8 @@ static void check_row(const char *impl, const float *in, int n, int visible, con
             cr_assert_eq(got[j], 0.0f, "%s n=%d visible=%d: hidden [%d] = %g", impl, n, visible, j, got[j]);
         } else {
             double p = (double)got[j] / got_sum;
-            cr_assert(fabs(p - want) <= tolerance(in[j] - mx, visible) * want,
+            const double tol = tolerance(in[j] - mx, visible) + (bf16 ? 2.0 * MHA_EXP_BF16_ERR : 0.0);
+            cr_assert(fabs(p - want) <= tol * want,
                       "%s n=%d visible=%d: [%d] = %.9g, want %.9g", impl, n, visible, j, p, want);
         }
     }
@@ -57,10 +60,12 @@ TABLE_TEST(softmax, every_implementation_matches_double, .timeout = 30)
                 mask[j] = rng_next(&r) % 3 != 0;
             int visible = variant == 1 ? n / 2 : variant == 3 ? 0 : n;
             const uint8_t *m = variant >= 2 ? mask : NULL;
-            memcpy(row, in, (size_t)n * sizeof *row);
-            float mx = -INFINITY;
-            float sum = isa->softmax_row(row, n, visible, m, &mx);
-            check_row(isa->name, in, n, visible, m, row, sum);
+            for (int bf16 = 0; bf16 < 2; bf16++) { /* softmax_row, softmax_row_bf16 */
+                memcpy(row, in, (size_t)n * sizeof *row);
+                float mx = -INFINITY;
+                const float sum = (bf16 ? isa->softmax_row_bf16 : isa->softmax_row)(row, n, visible, m, &mx);
+                check_row(bf16 ? "softmax_row_bf16" : isa->name, in, n, visible, m, row, sum, bf16);
+            }
         }
     }
 }
@@ -72,7 +77,7 @@ static uint32_t float_bits(float x)
     return u;
 }
 
-/* The bf16 chunks' one-pass softmax (softmax_row16, where a table has one) is softmax_row's
+/* The bf16 chunks' one-pass softmax (softmax_row16, where a table has one) is softmax_row_bf16's
  * max, sum and entries, each entry rounded as mha_bf16_round into its place in a row of A
  * tiles and zeros up to the k tile: bit for bit, so a chunk's probabilities do not depend on
  * which path rounded them. */
@@ -98,7 +103,7 @@ TABLE_TEST(softmax, bf16_rows_are_the_float_rows_rounded_into_tiles, .timeout = 
             memcpy(row16, in, (size_t)n * sizeof *row16);
             memset(got, 0xff, sizeof got); /* NaN-ish garbage where nothing is written */
             float mx = -INFINITY, mx16 = -INFINITY;
-            const float sum = isa->softmax_row(row, n, visible, m, &mx);
+            const float sum = isa->softmax_row_bf16(row, n, visible, m, &mx);
             const float sum16 = isa->softmax_row16(row16, n, visible, m, &mx16, got);
             cr_assert_eq(float_bits(sum16), float_bits(sum), "%s n=%d visible=%d: sum %a, want %a", isa->name, n,
                          visible, sum16, sum);
@@ -113,7 +118,7 @@ TABLE_TEST(softmax, bf16_rows_are_the_float_rows_rounded_into_tiles, .timeout = 
     }
 }
 
-/* softmax_row_rounded (where a table has one) is softmax_row's max and sum with each entry
+/* softmax_row_rounded (where a table has one) is softmax_row_bf16's max and sum with each entry
  * left as the float of its bf16 rounding (round_bf16_floats), bit for bit: a chunk's
  * probabilities on the float32 stream do not depend on which path rounded them. Scores down to
  * −120 below the max, and the first few above MHA_EXP_LO: exps at float32's smallest normals
@@ -141,7 +146,7 @@ TABLE_TEST(softmax, rounded_rows_are_the_float_rows_rounded, .timeout = 30)
             memcpy(row, in, (size_t)n * sizeof *row);
             memcpy(rounded, in, (size_t)n * sizeof *rounded);
             float mx = -INFINITY, mx_r = -INFINITY;
-            const float sum = isa->softmax_row(row, n, visible, m, &mx);
+            const float sum = isa->softmax_row_bf16(row, n, visible, m, &mx);
             isa->round_bf16_floats(row, n);
             const float sum_r = isa->softmax_row_rounded(rounded, n, visible, m, &mx_r);
             cr_assert_eq(float_bits(sum_r), float_bits(sum), "%s n=%d visible=%d: sum %a, want %a", isa->name, n,
@@ -156,7 +161,7 @@ TABLE_TEST(softmax, rounded_rows_are_the_float_rows_rounded, .timeout = 30)
 
 /* A masked-out key is a key whose score is -inf, bit for bit: the max, the sum and every
  * entry (the mask's path and the unmasked one sum alike), for every length, vector tail and
- * visible count. */
+ * visible count; softmax_row and softmax_row_bf16 alike. */
 TABLE_TEST(softmax, a_mask_is_minus_infinity_bit_for_bit, .timeout = 30)
 {
     rng r = {23};
@@ -164,9 +169,10 @@ TABLE_TEST(softmax, a_mask_is_minus_infinity_bit_for_bit, .timeout = 30)
     float in[N], masked[N], hidden[N];
     uint8_t mask[N];
     const int sizes[] = {1, 7, 8, 9, 31, 32, 33, 64, 100, 256, 300};
-    for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++)
+    for (size_t z = 0; z < 2 * (sizeof sizes / sizeof sizes[0]); z++)
         for (int variant = 0; variant < 3; variant++) {
-            const int n = sizes[z], visible = variant == 1 ? n / 2 : variant == 2 ? n - n / 3 : n;
+            const mha_softmax_fn soft = z % 2 ? isa->softmax_row_bf16 : isa->softmax_row;
+            const int n = sizes[z / 2], visible = variant == 1 ? n / 2 : variant == 2 ? n - n / 3 : n;
             fill_uniform(in, (size_t)n, -20.0f, 20.0f, &r);
             for (int j = 0; j < n; j++)
                 mask[j] = (uint8_t)(rng_next(&r) % 3 != 0 ? 1 + rng_next(&r) % 255 : 0); /* any nonzero byte: visible */
@@ -176,8 +182,8 @@ TABLE_TEST(softmax, a_mask_is_minus_infinity_bit_for_bit, .timeout = 30)
                 hidden[j] = mask[j] ? in[j] : -INFINITY;
             }
             float mx = -INFINITY, mx_inf = -INFINITY;
-            const float sum = isa->softmax_row(masked, n, visible, mask, &mx);
-            const float sum_inf = isa->softmax_row(hidden, n, visible, NULL, &mx_inf);
+            const float sum = soft(masked, n, visible, mask, &mx);
+            const float sum_inf = soft(hidden, n, visible, NULL, &mx_inf);
             cr_assert_eq(float_bits(mx), float_bits(mx_inf), "%s n=%d visible=%d: max %a, want %a", isa->name, n, visible,
                          mx, mx_inf);
             cr_assert_eq(float_bits(sum), float_bits(sum_inf), "%s n=%d visible=%d: sum %a, want %a", isa->name, n,
@@ -192,13 +198,16 @@ TABLE_TEST(softmax, extreme_scores_stay_finite)
 {
     /* differences far beyond exp's range underflow to 0, not NaN */
     float row[20];
-    for (int j = 0; j < 20; j++)
-        row[j] = j == 3 ? 1e30f : -1e30f;
-    float mx = -INFINITY;
-    cr_assert_eq(isa->softmax_row(row, 20, 20, NULL, &mx), 1.0f, "%s: sum", isa->name);
-    cr_assert_eq(mx, 1e30f);
-    for (int j = 0; j < 20; j++)
-        cr_assert_eq(row[j], j == 3 ? 1.0f : 0.0f, "%s [%d] = %g", isa->name, j, row[j]);
+    for (int bf16 = 0; bf16 < 2; bf16++) { /* softmax_row, softmax_row_bf16: exp(0) is 1 in both */
+        for (int j = 0; j < 20; j++)
+            row[j] = j == 3 ? 1e30f : -1e30f;
+        float mx = -INFINITY;
+        cr_assert_eq((bf16 ? isa->softmax_row_bf16 : isa->softmax_row)(row, 20, 20, NULL, &mx), 1.0f, "%s: sum",
+                     isa->name);
+        cr_assert_eq(mx, 1e30f);
+        for (int j = 0; j < 20; j++)
+            cr_assert_eq(row[j], j == 3 ? 1.0f : 0.0f, "%s bf16 %d [%d] = %g", isa->name, bf16, j, row[j]);
+    }
 }
 
 /* The ref path runs on every machine here, whatever the CPU would pick, so UBSan

@@ -225,8 +225,10 @@ static inline __attribute__((target(AVX2))) __m128i narrow8(__m256i r)
  * loop over an L1 row; RESULTS.md, Machine F, session 25).
  * clamp 0: the softmax's x = s − max <= 0 (or a lane the caller zeroes): no clamp to
  * [MHA_EXP_LO, MHA_EXP_HI], the same bits, two operations fewer. Above MHA_EXP_LO the clamps
- * change nothing; below it, or NaN, the range mask zeroes whatever the lane computed. */
-static inline __attribute__((always_inline, target(AVX2))) void exp8_n(__m256 *x, const int U, const int clamp)
+ * change nothing; below it, or NaN, the range mask zeroes whatever the lane computed. bf16:
+ * the bf16 engines' polynomial (MHA_EXP_B*). */
+static inline __attribute__((always_inline, target(AVX2))) void exp8_n(__m256 *x, const int U, const int clamp,
+                                                                      const int bf16)
 {
     __m256 in_range[4], n[4], y[4], t[4];
     EACH in_range[q] = _mm256_cmp_ps(x[q], _mm256_set1_ps(MHA_EXP_LO), _CMP_GE_OQ);
@@ -236,13 +238,20 @@ static inline __attribute__((always_inline, target(AVX2))) void exp8_n(__m256 *x
                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     EACH x[q] = _mm256_fnmadd_ps(n[q], _mm256_set1_ps(MHA_LN2_HI), x[q]);
     EACH x[q] = _mm256_fnmadd_ps(n[q], _mm256_set1_ps(MHA_LN2_LO), x[q]);
-    EACH y[q] = _mm256_fmadd_ps(_mm256_set1_ps(MHA_EXP_P0), x[q], _mm256_set1_ps(MHA_EXP_P1));
-    EACH y[q] = _mm256_fmadd_ps(y[q], x[q], _mm256_set1_ps(MHA_EXP_P2));
-    EACH y[q] = _mm256_fmadd_ps(y[q], x[q], _mm256_set1_ps(MHA_EXP_P3));
-    EACH y[q] = _mm256_fmadd_ps(y[q], x[q], _mm256_set1_ps(MHA_EXP_P4));
-    EACH y[q] = _mm256_fmadd_ps(y[q], x[q], _mm256_set1_ps(MHA_EXP_P5));
-    EACH t[q] = _mm256_add_ps(x[q], _mm256_set1_ps(1.0f));
-    EACH y[q] = _mm256_fmadd_ps(y[q], _mm256_mul_ps(x[q], x[q]), t[q]);
+    if (bf16) {
+        EACH y[q] = _mm256_fmadd_ps(_mm256_set1_ps(MHA_EXP_B4), x[q], _mm256_set1_ps(MHA_EXP_B3));
+        EACH y[q] = _mm256_fmadd_ps(y[q], x[q], _mm256_set1_ps(MHA_EXP_B2));
+        EACH y[q] = _mm256_fmadd_ps(y[q], x[q], _mm256_set1_ps(MHA_EXP_B1));
+        EACH y[q] = _mm256_fmadd_ps(y[q], x[q], _mm256_set1_ps(1.0f));
+    } else {
+        EACH y[q] = _mm256_fmadd_ps(_mm256_set1_ps(MHA_EXP_P0), x[q], _mm256_set1_ps(MHA_EXP_P1));
+        EACH y[q] = _mm256_fmadd_ps(y[q], x[q], _mm256_set1_ps(MHA_EXP_P2));
+        EACH y[q] = _mm256_fmadd_ps(y[q], x[q], _mm256_set1_ps(MHA_EXP_P3));
+        EACH y[q] = _mm256_fmadd_ps(y[q], x[q], _mm256_set1_ps(MHA_EXP_P4));
+        EACH y[q] = _mm256_fmadd_ps(y[q], x[q], _mm256_set1_ps(MHA_EXP_P5));
+        EACH t[q] = _mm256_add_ps(x[q], _mm256_set1_ps(1.0f));
+        EACH y[q] = _mm256_fmadd_ps(y[q], _mm256_mul_ps(x[q], x[q]), t[q]);
+    }
     EACH {
         const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n[q]), _mm256_set1_epi32(127)), 23);
         x[q] = _mm256_and_ps(_mm256_mul_ps(y[q], _mm256_castsi256_ps(e)), in_range[q]);
@@ -310,14 +319,15 @@ static inline __attribute__((always_inline, target(AVX2))) void store_exps(float
  * sum, in lanes, added in order of j. Inlined with mask NULL or not: the unmasked loop tests
  * nothing. */
 static inline __attribute__((always_inline, target(AVX2))) __m256 exp_steps(float *s, const uint8_t *mask, int end,
-                                                                           __m256 vmx, mha_bf16 *d, const int out)
+                                                                           __m256 vmx, mha_bf16 *d, const int out,
+                                                                           const int bf16)
 {
     __m256 vsum = _mm256_setzero_ps();
     for (int j0 = 0; j0 < end; j0 += 32) {
         __m256 e[4], on[4];
         for (int q = 0; q < 4; q++)
             e[q] = _mm256_sub_ps(load8_whole(s, mask, j0 + 8 * q, &on[q]), vmx);
-        exp8_n(e, 4, 0);
+        exp8_n(e, 4, 0, bf16);
         for (int q = 0; q < 4; q++) {
             if (mask)
                 e[q] = _mm256_and_ps(e[q], on[q]);
@@ -329,10 +339,12 @@ static inline __attribute__((always_inline, target(AVX2))) __m256 exp_steps(floa
 }
 
 /* The sum is of the entries unrounded whatever `out` stores (EXP_ROUNDED: softmax_row_rounded;
- * EXP_TILES: softmax_row16, zeros in d past visible up to n rounded to the k tile). */
+ * EXP_TILES: softmax_row16, zeros in d past visible up to n rounded to the k tile); bf16: the
+ * bf16 engines' exp (every `out` but EXP_FLOATS; softmax_row_bf16 for that one). */
 static inline __attribute__((always_inline, target(AVX2))) float softmax_row_as(float *restrict s, int n, int visible,
                                                                                const uint8_t *restrict mask,
-                                                                               float *max_io, mha_bf16 *d, const int out)
+                                                                               float *max_io, mha_bf16 *d, const int out,
+                                                                               const int bf16)
 {
     /* pass 1: max over the visible entries and the running max */
     __m256 vmax = _mm256_set1_ps(*max_io), ninf = _mm256_set1_ps(-INFINITY), vis;
@@ -363,11 +375,11 @@ static inline __attribute__((always_inline, target(AVX2))) float softmax_row_as(
      * step (exp_steps), then 8 */
     const __m256 vmx = _mm256_set1_ps(mx);
     const int j0 = visible / 32 * 32;
-    __m256 vsum = mask ? exp_steps(s, mask, j0, vmx, d, out) : exp_steps(s, NULL, j0, vmx, d, out);
+    __m256 vsum = mask ? exp_steps(s, mask, j0, vmx, d, out, bf16) : exp_steps(s, NULL, j0, vmx, d, out, bf16);
     for (int j = j0; j < visible; j += 8) {
         __m256 x = load8(s, mask, j, visible, &vis);
         __m256 e = _mm256_sub_ps(x, vmx);
-        exp8_n(&e, 1, 0);
+        exp8_n(&e, 1, 0, bf16);
         e = _mm256_and_ps(e, vis);
         store_exps(s, d, j, visible - j, e, out);
         vsum = _mm256_add_ps(vsum, e);
@@ -385,19 +397,25 @@ static inline __attribute__((always_inline, target(AVX2))) float softmax_row_as(
 __attribute__((target(AVX2))) static float softmax_row_avx2(float *restrict s, int n, int visible,
                                                              const uint8_t *restrict mask, float *max_io)
 {
-    return softmax_row_as(s, n, visible, mask, max_io, NULL, EXP_FLOATS);
+    return softmax_row_as(s, n, visible, mask, max_io, NULL, EXP_FLOATS, 0);
+}
+
+__attribute__((target(AVX2))) static float softmax_row_bf16_avx2(float *restrict s, int n, int visible,
+                                                                  const uint8_t *restrict mask, float *max_io)
+{
+    return softmax_row_as(s, n, visible, mask, max_io, NULL, EXP_FLOATS, 1);
 }
 
 __attribute__((target(AVX2))) static float softmax_row_rounded_avx2(float *restrict s, int n, int visible,
                                                                      const uint8_t *restrict mask, float *max_io)
 {
-    return softmax_row_as(s, n, visible, mask, max_io, NULL, EXP_ROUNDED);
+    return softmax_row_as(s, n, visible, mask, max_io, NULL, EXP_ROUNDED, 1);
 }
 
 __attribute__((target(AVX2))) static float softmax_row16_avx2(float *restrict s, int n, int visible,
                                                                const uint8_t *restrict mask, float *max_io, mha_bf16 *d)
 {
-    return softmax_row_as(s, n, visible, mask, max_io, d, EXP_TILES);
+    return softmax_row_as(s, n, visible, mask, max_io, d, EXP_TILES, 1);
 }
 
 /* Logit softcapping: cap · tanh(s / cap), 8 lanes, both of mha_tanh_poly's branches blended;
@@ -411,7 +429,7 @@ static inline __attribute__((always_inline, target(AVX2))) void softcap_vecs(flo
         z[q] = _mm256_andnot_ps(sign, x[q]);
         e[q] = _mm256_add_ps(z[q], z[q]);
     }
-    exp8_n(e, U, 1);
+    exp8_n(e, U, 1, 0);
     EACH {
         const __m256 big = _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e[q], one)));
         const __m256 zz = _mm256_mul_ps(z[q], z[q]);
@@ -1094,6 +1112,7 @@ const mha_isa mha_isa_avx2 = {
     .rope_halves = rope_halves_avx2,
     .rope_pairs = rope_pairs_avx2,
     .softmax_row = softmax_row_avx2,
+    .softmax_row_bf16 = softmax_row_bf16_avx2,
     .softmax_row_rounded = softmax_row_rounded_avx2,
     .softmax_row16 = softmax_row16_avx2,
     .softcap_row = softcap_row_avx2,

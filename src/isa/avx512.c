@@ -159,8 +159,10 @@ static int stream_in_place_avx512(void)
 /* mha_exp_poly on 16 lanes with FMA; 2^n applied by vscalefps (y·2^n rounded once: the
  * multiply by 2^n's bits it replaces, bit for bit). clamp 0: the caller's x are at most 0
  * (or NaN), as a softmax's x − max: the range clamps are left out (a lane below MHA_EXP_LO is
- * zeroed all the same), not the bits of any lane. */
-static inline __attribute__((always_inline, target(AVX512))) __m512 exp16_lanes(__m512 x, const int clamp)
+ * zeroed all the same), not the bits of any lane. bf16: the bf16 engines' polynomial
+ * (MHA_EXP_B*). */
+static inline __attribute__((always_inline, target(AVX512))) __m512 exp16_lanes(__m512 x, const int clamp,
+                                                                               const int bf16)
 {
     const __mmask16 in_range = _mm512_cmp_ps_mask(x, _mm512_set1_ps(MHA_EXP_LO), _CMP_GE_OQ);
     if (clamp)
@@ -169,19 +171,26 @@ static inline __attribute__((always_inline, target(AVX512))) __m512 exp16_lanes(
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     x = _mm512_fnmadd_ps(n, _mm512_set1_ps(MHA_LN2_HI), x);
     x = _mm512_fnmadd_ps(n, _mm512_set1_ps(MHA_LN2_LO), x);
-    __m512 y = _mm512_set1_ps(MHA_EXP_P0);
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(MHA_EXP_P1));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(MHA_EXP_P2));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(MHA_EXP_P3));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(MHA_EXP_P4));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(MHA_EXP_P5));
-    y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
+    __m512 y;
+    if (bf16) {
+        y = _mm512_fmadd_ps(_mm512_set1_ps(MHA_EXP_B4), x, _mm512_set1_ps(MHA_EXP_B3));
+        y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(MHA_EXP_B2));
+        y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(MHA_EXP_B1));
+        y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.0f));
+    } else {
+        y = _mm512_fmadd_ps(_mm512_set1_ps(MHA_EXP_P0), x, _mm512_set1_ps(MHA_EXP_P1));
+        y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(MHA_EXP_P2));
+        y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(MHA_EXP_P3));
+        y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(MHA_EXP_P4));
+        y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(MHA_EXP_P5));
+        y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
+    }
     return _mm512_maskz_scalef_ps(in_range, y, n);
 }
 
 __attribute__((target(AVX512))) static __m512 exp16(__m512 x)
 {
-    return exp16_lanes(x, 1);
+    return exp16_lanes(x, 1, 0);
 }
 
 /* Lanes j..j+15 that are below `visible` and not hidden by the explicit mask. */
@@ -221,35 +230,40 @@ static inline __attribute__((always_inline, target(AVX512))) float softmax_max(c
     return _mm512_reduce_max_ps(vmax);
 }
 
-/* Pass 2's 16 entries from j: exp(s − max) where visible and not masked, else 0. */
-static inline __attribute__((always_inline, target(AVX512))) __m512 exp_lanes(const float *s, int j, int visible,
-                                                                             const uint8_t *mask, __m512 vmx)
+/* Pass 2's 16 entries from j: exp(s − max) where visible and not masked, else 0 (bf16: the
+ * bf16 engines' exp). */
+static inline __attribute__((always_inline, target(AVX512))) __m512 exp_lanes(const int bf16, const float *s, int j,
+                                                                             int visible, const uint8_t *mask,
+                                                                             __m512 vmx)
 {
     const __mmask16 k = j < visible ? lanes16(mask, j, visible) : 0;
-    return _mm512_maskz_mov_ps(k, exp16_lanes(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vmx), 0));
+    return _mm512_maskz_mov_ps(k, exp16_lanes(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vmx), 0, bf16));
 }
 
 /* Pass 2's step: the 64 visible entries from j exp'd against vmx into e (0 where the mask hides
  * one), each 16 added to its own sum (acc): a masked row sums as the same row with -inf there
  * and no mask. The unmasked step tests nothing. */
-static inline __attribute__((always_inline, target(AVX512))) void exp64(const float *s, int j, const uint8_t *mask,
-                                                                       __m512 vmx, __m512 e[4], __m512 acc[4])
+static inline __attribute__((always_inline, target(AVX512))) void exp64(const int bf16, const float *s, int j,
+                                                                       const uint8_t *mask, __m512 vmx, __m512 e[4],
+                                                                       __m512 acc[4])
 {
     if (mask)
         for (int q = 0; q < 4; q++)
-            e[q] = exp_lanes(s, j + 16 * q, j + 64, mask, vmx);
+            e[q] = exp_lanes(bf16, s, j + 16 * q, j + 64, mask, vmx);
     else
         for (int q = 0; q < 4; q++)
-            e[q] = exp16_lanes(_mm512_sub_ps(_mm512_loadu_ps(s + j + 16 * q), vmx), 0);
+            e[q] = exp16_lanes(_mm512_sub_ps(_mm512_loadu_ps(s + j + 16 * q), vmx), 0, bf16);
     for (int q = 0; q < 4; q++)
         acc[q] = _mm512_add_ps(acc[q], e[q]);
 }
 
 /* Pass 2's entries: exp(s − max) where visible, 0 elsewhere. Both passes 2 below sum them in
  * one order, with a mask or without (four sums over 64 lanes a step, then 16 lanes at a time
- * into their sum), so softmax_row16's sum is softmax_row's. */
-__attribute__((target(AVX512))) static float softmax_row_avx512(float *restrict s, int n, int visible,
-                                                               const uint8_t *restrict mask, float *max_io)
+ * into their sum), so softmax_row16's sum is softmax_row_bf16's. bf16: the bf16 engines' exp. */
+static inline __attribute__((always_inline, target(AVX512))) float softmax_row_as(const int bf16, float *restrict s,
+                                                                                 int n, int visible,
+                                                                                 const uint8_t *restrict mask,
+                                                                                 float *max_io)
 {
     const float mx = softmax_max(s, visible, mask, *max_io);
     *max_io = mx;
@@ -261,13 +275,13 @@ __attribute__((target(AVX512))) static float softmax_row_avx512(float *restrict 
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()}, e[4];
     int j0 = 0;
     for (; j0 + 64 <= visible; j0 += 64) {
-        exp64(s, j0, mask, vmx, e, acc);
+        exp64(bf16, s, j0, mask, vmx, e, acc);
         for (int q = 0; q < 4; q++)
             _mm512_storeu_ps(s + j0 + 16 * q, e[q]);
     }
     __m512 vsum = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
     for (int j = j0; j < visible; j += 16) {
-        const __m512 ej = exp_lanes(s, j, visible, mask, vmx);
+        const __m512 ej = exp_lanes(bf16, s, j, visible, mask, vmx);
         _mm512_mask_storeu_ps(s + j, first16(visible - j), ej);
         vsum = _mm512_add_ps(vsum, ej);
     }
@@ -276,7 +290,19 @@ __attribute__((target(AVX512))) static float softmax_row_avx512(float *restrict 
     return _mm512_reduce_add_ps(vsum);
 }
 
-/* softmax_row's entries rounded by vcvtne2ps2bf16 straight into a row of A tiles (two
+__attribute__((target(AVX512))) static float softmax_row_avx512(float *restrict s, int n, int visible,
+                                                               const uint8_t *restrict mask, float *max_io)
+{
+    return softmax_row_as(0, s, n, visible, mask, max_io);
+}
+
+__attribute__((target(AVX512))) static float softmax_row_bf16_avx512(float *restrict s, int n, int visible,
+                                                                    const uint8_t *restrict mask, float *max_io)
+{
+    return softmax_row_as(1, s, n, visible, mask, max_io);
+}
+
+/* softmax_row_bf16's entries rounded by vcvtne2ps2bf16 straight into a row of A tiles (two
  * 16-lane halves make one 32-wide tile row): its bits are mha_bf16_round's for these entries
  * (finite, not negative, no denormal: exp16 flushes below FLT_MIN), so a CPU with AVX512_BF16
  * only. Zeros past `visible` up to n rounded to the k tile. */
@@ -293,14 +319,14 @@ __attribute__((target(AVX512 ",avx512bf16"))) static float softmax_row16_bf16(fl
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()}, e[4];
     int j0 = 0;
     for (; j0 + 64 <= visible; j0 += 64) {
-        exp64(s, j0, mask, vmx, e, acc);
+        exp64(1, s, j0, mask, vmx, e, acc);
         mha_bf16 *t = d + (size_t)(j0 / MHA_BT_K) * MHA_BT_ELEMS; /* j0 starts a tile row */
         _mm512_storeu_si512(t, (__m512i)_mm512_cvtne2ps_pbh(e[1], e[0]));
         _mm512_storeu_si512(t + MHA_BT_ELEMS, (__m512i)_mm512_cvtne2ps_pbh(e[3], e[2]));
     }
     __m512 vsum = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
     for (int j = j0; j < kp; j += 16) { /* past `visible`: zeros (kp is whole tiles: 16 lanes fit) */
-        const __m512 ej = exp_lanes(s, j, visible, mask, vmx);
+        const __m512 ej = exp_lanes(1, s, j, visible, mask, vmx);
         _mm256_storeu_si256((__m256i *)(void *)(d + (size_t)(j / MHA_BT_K) * MHA_BT_ELEMS + j % MHA_BT_K),
                             (__m256i)_mm512_cvtneps_pbh(ej));
         vsum = _mm512_add_ps(vsum, ej);
@@ -310,15 +336,15 @@ __attribute__((target(AVX512 ",avx512bf16"))) static float softmax_row16_bf16(fl
 
 static void round_into_tiles_avx512(const float *src, int c, int n, mha_bf16 *d);
 
-/* Without AVX512_BF16: softmax_row, then the row rounded into the tiles as mha_bk_pack_a_row
- * does. */
+/* Without AVX512_BF16: softmax_row_bf16, then the row rounded into the tiles as
+ * mha_bk_pack_a_row does. */
 __attribute__((target(AVX512))) static float softmax_row16_avx512(float *restrict s, int n, int visible,
                                                                  const uint8_t *restrict mask, float *max_io,
                                                                  mha_bf16 *d)
 {
     if (__builtin_cpu_supports("avx512bf16"))
         return softmax_row16_bf16(s, n, visible, mask, max_io, d);
-    const float sum = softmax_row_avx512(s, n, visible, mask, max_io);
+    const float sum = softmax_row_bf16_avx512(s, n, visible, mask, max_io);
     round_into_tiles_avx512(s, 0, n, d);
     const int kp = (int)mha_bk_kp(n);
     if (n < kp)
@@ -1329,6 +1355,7 @@ const mha_isa mha_isa_avx512 = {
     .rope_halves = rope_halves_avx512,
     .rope_pairs = rope_pairs_avx512,
     .softmax_row = softmax_row_avx512,
+    .softmax_row_bf16 = softmax_row_bf16_avx512,
     .softcap_row = softcap_row_avx512,
     .scale_rows = {[MHA_KV_INT8] = i8_scale_rows_avx512},
     .decode_scores = {[MHA_KV_F32] = decode_scores_avx512, [MHA_KV_INT8] = decode_scores8_avx512},

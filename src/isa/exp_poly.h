@@ -20,22 +20,43 @@
 #define MHA_EXP_P3 4.1665795894E-2f
 #define MHA_EXP_P4 1.6666665459E-1f
 #define MHA_EXP_P5 5.0000001201E-1f
+/* bf16 engines' exp (softmax_row_bf16): their probabilities are rounded to bf16 (2^-9
+ * relative) before A·V, so the same reduction and 1 + x·P(x), P of degree 3 (a relative
+ * minimax fit with exp(0) = 1 exactly; within 2.9e-6 of exp over [−ln2/2, ln2/2] evaluated in
+ * float32: four FMAs where the Cephes form takes eight operations) serve them. Their float32
+ * sums carry the same 2.9e-6, a thousandth of the rounding's. */
+#define MHA_EXP_B1 0.9999668598175049f
+#define MHA_EXP_B2 0.5000301599502563f
+#define MHA_EXP_B3 0.16787473857402802f
+#define MHA_EXP_B4 0.041513845324516296f
+#define MHA_EXP_BF16_ERR 3e-6 /* that polynomial's relative error, rounded up: tests' bound */
 
-/* One lane. Below FLT_MIN: flushed, as the vector versions do; NaN too (their in-range compare
- * is false for NaN), which also keeps NaN away from the float-to-int conversion. */
-static inline float mha_exp_poly(float x)
+/* One lane (bf16: the bf16 engines' polynomial). Below FLT_MIN: flushed, as the vector
+ * versions do; NaN too (their in-range compare is false for NaN), which also keeps NaN away
+ * from the float-to-int conversion. */
+static inline float mha_exp_poly_as(float x, int bf16)
 {
     if (!(x >= MHA_EXP_LO))
         return 0.0f;
     x = x > MHA_EXP_HI ? MHA_EXP_HI : x;
     const float n = rintf(x * MHA_LOG2E);
     x = x - n * MHA_LN2_HI - n * MHA_LN2_LO;
-    float y = ((((MHA_EXP_P0 * x + MHA_EXP_P1) * x + MHA_EXP_P2) * x + MHA_EXP_P3) * x + MHA_EXP_P4) * x + MHA_EXP_P5;
-    y = y * x * x + x + 1.0f;
+    float y;
+    if (bf16)
+        y = (((MHA_EXP_B4 * x + MHA_EXP_B3) * x + MHA_EXP_B2) * x + MHA_EXP_B1) * x + 1.0f;
+    else {
+        y = ((((MHA_EXP_P0 * x + MHA_EXP_P1) * x + MHA_EXP_P2) * x + MHA_EXP_P3) * x + MHA_EXP_P4) * x + MHA_EXP_P5;
+        y = y * x * x + x + 1.0f;
+    }
     const int32_t bits = ((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     return y * scale;
+}
+
+static inline float mha_exp_poly(float x)
+{
+    return mha_exp_poly_as(x, 0);
 }
 
 /* tanh of the logit softcap, Cephes' tanhf on this exp: for |x| > 0.625, 1 − 2 / (exp(2|x|) + 1)

@@ -98,6 +98,9 @@ typedef struct mha_isa {
     void (*rope_pairs)(float *x, const float *c, const float *s, float sign, int n);
     /* The unnormalised, masked softmax of a row or chunk (softmax.h). */
     mha_softmax_fn softmax_row;
+    /* The same with the bf16 engines' exp (exp_poly.h's MHA_EXP_B*): their softmax, which
+     * softmax_row16 and softmax_row_rounded round (their max, sum and entries). */
+    mha_softmax_fn softmax_row_bf16;
     /* Logit softcapping in place: s[j] = cap · tanh(s[j] / cap) for j < n, the tanh of
      * exp_poly.h (ref lane by lane as mha_tanh_poly; the vector tables with FMA: like their
      * exp, within a few ulp of ref's, not its bits). */
@@ -186,18 +189,18 @@ typedef struct mha_isa {
      * d[(e / 32)·MHA_BT_ELEMS + e % 32]. One call per run: a call per 16 elements cost more
      * than the rounding (AMX forwards). */
     void (*round_into_tiles)(const float *src, int c, int n, mha_bf16 *d);
-    /* softmax_row (the same max, sum and entries) with each entry rounded to bf16 (as
+    /* softmax_row_bf16 (the same max, sum and entries) with each entry rounded to bf16 (as
      * mha_bf16_round) into its place in a row of A tiles, d the row's element 0 (element e at
      * d[(e / 32)·MHA_BT_ELEMS + e % 32]), zeros past `visible` up to n rounded to the k tile;
-     * s is left as it was or as softmax_row leaves it. The bf16 chunks' probabilities without a
-     * float pass between the exp and A·V. NULL where the table has none: softmax_row, then
-     * round_into_tiles. */
+     * s is left as it was or as softmax_row_bf16 leaves it. The bf16 chunks' probabilities
+     * without a float pass between the exp and A·V. NULL where the table has none:
+     * softmax_row_bf16, then round_into_tiles. */
     float (*softmax_row16)(float *restrict s, int n, int visible, const uint8_t *restrict mask, float *max_io,
                            mha_bf16 *d);
-    /* softmax_row (the same max and sum, of the entries unrounded) with each entry left as the
-     * float of its bf16 rounding (round_bf16_floats' bits): bf16 probabilities as floats in
+    /* softmax_row_bf16 (the same max and sum, of the entries unrounded) with each entry left as
+     * the float of its bf16 rounding (round_bf16_floats' bits): bf16 probabilities as floats in
      * one pass (bf16 decode on the tables' tiles, bf16 on the float32 stream). NULL where the
-     * table has none: softmax_row, then round_bf16_floats. */
+     * table has none: softmax_row_bf16, then round_bf16_floats. */
     float (*softmax_row_rounded)(float *restrict s, int n, int visible, const uint8_t *restrict mask, float *max_io);
     /* x[i] (i < n) in place: the float of its bf16 rounding (mha_bf16_round: same bits in
      * every table), as a kernel's A panels would hold it: bf16 decode's queries and

@@ -68,8 +68,10 @@ static int visible_at(const uint8_t *mask, int j)
     return mask == NULL || mask[j] != 0;
 }
 
-/* Two passes: the max over the visible entries (and the running max), then exp and sum. */
-static float softmax_row_ref(float *restrict s, int n, int visible, const uint8_t *restrict mask, float *max_io)
+/* Two passes: the max over the visible entries (and the running max), then exp (bf16: the bf16
+ * engines' polynomial) and sum. */
+static float softmax_row_as(float *restrict s, int n, int visible, const uint8_t *restrict mask, float *max_io,
+                            int bf16)
 {
     /* pass 1: max over the visible entries and the running max */
     float mx = *max_io;
@@ -84,13 +86,23 @@ static float softmax_row_ref(float *restrict s, int n, int visible, const uint8_
     /* pass 2: exp(s - max) where visible, 0 elsewhere, and the sum */
     float sum = 0.0f;
     for (int j = 0; j < visible; j++) {
-        const float e = visible_at(mask, j) ? mha_exp_poly(s[j] - mx) : 0.0f;
+        const float e = visible_at(mask, j) ? mha_exp_poly_as(s[j] - mx, bf16) : 0.0f;
         s[j] = e;
         sum += e;
     }
     for (int j = visible; j < n; j++)
         s[j] = 0.0f;
     return sum;
+}
+
+static float softmax_row_ref(float *restrict s, int n, int visible, const uint8_t *restrict mask, float *max_io)
+{
+    return softmax_row_as(s, n, visible, mask, max_io, 0);
+}
+
+static float softmax_row_bf16_ref(float *restrict s, int n, int visible, const uint8_t *restrict mask, float *max_io)
+{
+    return softmax_row_as(s, n, visible, mask, max_io, 1);
 }
 
 /* Element i of a cache's run as float: float32, bf16, or int8 (exact). */
@@ -288,6 +300,7 @@ const mha_isa mha_isa_ref = {
     .rope_halves = rope_halves_ref,
     .rope_pairs = rope_pairs_ref,
     .softmax_row = softmax_row_ref,
+    .softmax_row_bf16 = softmax_row_bf16_ref,
     .softcap_row = softcap_row_ref,
     .scale_rows = {[MHA_KV_INT8] = i8_scale_rows_ref},
     .decode_scores = {[MHA_KV_F32] = decode_scores_ref, [MHA_KV_INT8] = decode_scores8_ref},
