@@ -881,16 +881,18 @@ static int bf16_tiles(const mha_fwd *f)
     return f->bk && f->kernel->isa->decode_scores16 && (f->kernel->isa->decode16_orders >> f->bk->order & 1u);
 }
 
-/* The Kᵀ of chunk c's blocks (whole: the regions of KV head g), for the previous chunk's tiles
- * to prefetch while they sum its values from cache. */
-static void chunk_kt(const mha_step_job *j, int q, int g, int c, mha_prefetch *pf)
+/* The regions of KV head g in chunk c's blocks, whole (Kᵀ, V and an int8 cache's parameters:
+ * the block's bytes of the head, contiguous), for the previous chunk's tiles to prefetch
+ * while they sum its values from cache (Zen 4, against Kᵀ alone: the attention phase 0.87×
+ * over a bf16 cache, 0.93× over an int8 one). */
+static void chunk_regions(const mha_step_job *j, int q, int g, int c, mha_prefetch *pf)
 {
     const mha_kv_cache *cache = j->cache;
     const int bs = cache->block_size, ctx = j->step->n_past[q] + j->step->n_new[q];
     const int k0 = c * MHA_KV_CHUNK, k1 = k0 + MHA_KV_CHUNK < ctx ? k0 + MHA_KV_CHUNK : ctx;
     const size_t esz = mha_kv_elem_size(cache->type);
     const int32_t *table = j->step->blocks + (size_t)q * j->step->max_blocks;
-    pf->n = 0, pf->bytes = (size_t)j->f.dk * (size_t)bs * esz;
+    pf->n = 0, pf->bytes = cache->head_elems * esz;
     for (mha_kv_run r = mha_kv_run_at(table, bs, k0, k1); r.n; r = mha_kv_run_at(table, bs, r.t + r.n, k1))
         pf->at[pf->n++] = (const char *)cache->data + mha_kv_kt_at(cache, r.block, g) * esz;
 }
@@ -938,7 +940,7 @@ void mha_step_chunk_bf16(const mha_step_job *j, int q, int g, int c, int k0, int
         mha_prefetch next;
         chunk_src src;
         if (ahead)
-            chunk_kt(j, q, g, c + 1, &next);
+            chunk_regions(j, q, g, c + 1, &next);
         cache_runs(j, q, g, k0, k1, s->qkv, &src);
         decode_chunk_tiles(j, q, g, k0, k1, 1, qv, sc, p, &src, vs, ahead ? &next : NULL, s);
         return;

@@ -35,7 +35,7 @@
 #define MHA_ROWS_SCORES_DK 256
 
 /* Memory to bring into cache while a tile computes from cache: n regions of `bytes` each
- * (bf16 decode's values: the next chunk's Kᵀ, one region per block). */
+ * (bf16 decode's values: the next chunk's regions of the KV head, one per block). */
 typedef struct mha_prefetch {
     const void *at[MHA_KV_CHUNK];
     int n;
