@@ -349,7 +349,7 @@ void mha_attention_pack_kv_few_f32(const mha_fwd *f, const mha_scratch *s, const
     for (int j = 0; vm.ld != dv && j < kl; j++)
         memcpy(vc + (size_t)j * dv, vm.p + j * vm.ld, (size_t)dv * sizeof *vc);
     *kv = (mha_kv_view){.ktp = rows ? NULL : s->kt, .vp = vm.ld == dv ? vm.p : vc, .kr = rows ? km.p : NULL,
-                        .krl = km.ld};
+                        .krl = km.ld, .kl = kl};
 }
 
 /* Whether a bf16 engine's few queries read K's and V's rows (few_rows; the decode tiles'
@@ -485,11 +485,16 @@ void mha_attention_chunk_f32(const mha_fwd *f, const mha_scratch *s, const mha_c
         mha_gemm_in_place(k, m, n, dk, f->scale, r->q, mha_mat_sub(k, kv->kt, 0, b0), 0.0f, sm, s->apack);
     chunk_rows(f, r, c0, n, sc, ld, mx, sum, st, 0);
     /* Z (m, dv) = E (m, n) · V (n, dv) */
-    if (kv->vp) { /* key by key in order from zero: the microkernel's sums over the chunk */
+    if (kv->vp) { /* key by key in order from zero: the microkernel's sums over the chunk; K's rows
+                   * of the next chunk brought into L2 meanwhile (Zen 4: the core's decode 0.77×) */
+        mha_prefetch next = {.bytes = (size_t)dk * sizeof(float)};
+        for (int t = b0 + n; kv->kr && t < kv->kl && next.n < MHA_KV_CHUNK; t++)
+            next.at[next.n++] = kv->kr + (ptrdiff_t)t * kv->krl;
+        mha_prefetch_walk walk = {.pf = &next, .per = MHA_VALUES_PREFETCH};
         for (int i = 0; i < m; i++)
             memset(zc.p + i * zc.ld, 0, (size_t)dv * sizeof *zc.p);
         k->isa->decode_values[MHA_KV_F32](sc, (size_t)ld, m, kv->vp + (size_t)b0 * dv, NULL, n, dv, zc.p, (size_t)zc.ld,
-                                          NULL);
+                                          NULL, next.n ? &walk : NULL);
     } else
         mha_gemm_in_place(k, m, dv, n, 1.0f, sm, mha_mat_sub(k, kv->v, b0, 0), 0.0f, zc, s->apack);
 }

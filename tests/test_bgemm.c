@@ -639,7 +639,9 @@ BKERNEL_TEST(bgemm, decode_tiles_sum_as_the_kernels_of_their_order, .timeout = 6
  * scale and zero point; decode_values[INT8]: V per slot with a scale and zero point), reading the int8 values and
  * making each value as they load it, give the bits of the float32 tiles on the chunk read back
  * first (scale_rows[INT8]): scores and Z, runs of 16, 5 and 6 slots of blocks of 16 (runs of 32 and
- * 16 of blocks of 32: two groups in a run), d_k 128 and 40, 1 to 9 queries. */
+ * 16 of blocks of 32: two groups in a run), d_k 128 and 40, 1 to 9 queries. The int8 values
+ * step a prefetch walk (over the read-back K) as they go: the vector tables to its end, ref
+ * not at all; the sums are the same. */
 TABLE_TEST(bgemm, int8_decode_tiles_equal_the_read_back_chunk, .timeout = 60)
 {
     enum { RUNS = 3, SC_LD = 96 };
@@ -690,12 +692,16 @@ TABLE_TEST(bgemm, int8_decode_tiles_equal_the_read_back_chunk, .timeout = 60)
                                  BS, dk, nq, qi, at, sc[(size_t)qi * SC_LD + (at < 0 ? 0 : at)],
                                  want[(size_t)qi * SC_LD + (at < 0 ? 0 : at)]);
                 }
+                mha_prefetch ahead = {.at = {kf}, .n = 1, .bytes = RUNS * blk * sizeof *kf};
+                mha_prefetch_walk walk = {.pf = &ahead, .per = 16}; /* 16 lines a key: done within the keys */
                 for (int ri = 0, at = 0; ri < RUNS; at += n[ri++]) {
                     isa->decode_values[MHA_KV_INT8](e + at, (size_t)slots, nq, v8 + ri * blk, vp[ri], n[ri], dk, p,
-                                                    (size_t)dk, NULL);
+                                                    (size_t)dk, NULL, &walk);
                     isa->decode_values[MHA_KV_F32](e + at, (size_t)slots, nq, vf + ri * blk, NULL, n[ri], dk, zwant,
-                                                   (size_t)dk, NULL);
+                                                   (size_t)dk, NULL, NULL);
                 }
+                cr_assert_eq(walk.r, isa == &mha_isa_ref ? 0 : 1, "%s, dk %d, %d queries: the prefetch walk at region %d",
+                             isa->name, dk, nq, walk.r);
                 long at = first_bit_difference(p, zwant, (size_t)nq * dk);
                 cr_assert_eq(at, -1, "%s, dk %d, %d queries: z (%ld, %ld) %a, read back %a", isa->name, dk, nq, at / dk,
                              at % dk, p[at < 0 ? 0 : at], zwant[at < 0 ? 0 : at]);

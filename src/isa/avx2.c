@@ -747,13 +747,14 @@ __attribute__((target(AVX2))) static void decode_scores16_avx2(const float *rest
  * value rows of `runs` runs (run r: n[r] rows at v[r]; its probabilities follow the previous
  * runs' in e), with R · V <= 8 accumulators, key by key in order (an FMA per key and feature:
  * the microkernel's A·V sums); the next run's rows (the last run: next's, or none) prefetched
- * row by row as it goes. full: nb = R and nl = 8 (nothing tested in the loop). scaled: key
+ * row by row as it goes, and a step of the walk w (or NULL) a key. full: nb = R and nl = 8
+ * (nothing tested in the loop). scaled: key
  * t's row times vs[2t] plus vs[2t + 1] as it is loaded (an int8 cache's scale and zero point,
  * each rounded: scale_rows' values). */
 static inline __attribute__((always_inline, target(AVX2))) void
 values_tile_as(const mha_kv_type type, const int scaled, const int R, const int V, const int full, const float *e,
                size_t e_ld, int nb, int runs, const void *const *v, const float *vs, const int *n, const void *next,
-               int dk, int c0, int nl, float *p, size_t ps)
+               int dk, int c0, int nl, float *p, size_t ps, mha_prefetch_walk *w)
 {
     if (full)
         nb = R, nl = 8;
@@ -765,6 +766,7 @@ values_tile_as(const mha_kv_type type, const int scaled, const int R, const int 
             const float *y = p + (size_t)(r < nb ? r : 0) * ps + c0 + 8 * j;
             acc[r * V + j] = load8_n(y, j == V - 1 ? nl : 8);
         }
+    mha_prefetch_walk wl = w ? *w : (mha_prefetch_walk){0}; /* in registers while the tile runs */
     for (int u = 0, t0 = 0; u < runs; t0 += n[u++]) {
         const char *vu = (const char *)v[u] + (size_t)c0 * esz, *nx = u + 1 < runs ? v[u + 1] : next;
         const float *eu = e + t0;
@@ -772,6 +774,8 @@ values_tile_as(const mha_kv_type type, const int scaled, const int R, const int 
             if (nx)
                 for (size_t off = pf0; off < pf1; off += 64)
                     _mm_prefetch(nx + (size_t)t * row + off, _MM_HINT_T0);
+            if (w)
+                mha_prefetch_step(&wl);
             __m256 b[4];
             const __m256 s = scaled ? _mm256_set1_ps(vs[2 * (t0 + t)]) : _mm256_setzero_ps();
             const __m256 z = scaled ? _mm256_set1_ps(vs[2 * (t0 + t) + 1]) : _mm256_setzero_ps();
@@ -794,24 +798,26 @@ values_tile_as(const mha_kv_type type, const int scaled, const int R, const int 
             if (r < nb)
                 store8_n(p + (size_t)r * ps + c0 + 8 * j, j == V - 1 ? nl : 8, acc[r * V + j]);
         }
+    if (w)
+        *w = wl;
 }
 
 static inline __attribute__((always_inline, target(AVX2))) void
 values_tile(const mha_kv_type type, const int scaled, const int R, const int V, const float *e, size_t e_ld, int nb,
             int runs, const void *const *v, const float *vs, const int *n, const void *next, int dk, int c0, int nl,
-            float *p, size_t ps)
+            float *p, size_t ps, mha_prefetch_walk *w)
 {
     if (nb == R && nl == 8)
-        values_tile_as(type, scaled, R, V, 1, e, e_ld, nb, runs, v, vs, n, next, dk, c0, nl, p, ps);
+        values_tile_as(type, scaled, R, V, 1, e, e_ld, nb, runs, v, vs, n, next, dk, c0, nl, p, ps, w);
     else
-        values_tile_as(type, scaled, R, V, 0, e, e_ld, nb, runs, v, vs, n, next, dk, c0, nl, p, ps);
+        values_tile_as(type, scaled, R, V, 0, e, e_ld, nb, runs, v, vs, n, next, dk, c0, nl, p, ps, w);
 }
 
 /* Register tiles of up to 2 queries × 32 features, 4 × 16 or 8 × 8, 8 features the last pass,
  * each over every run. */
 static inline __attribute__((always_inline, target(AVX2))) void
 values(const mha_kv_type type, const int scaled, const float *e, size_t e_ld, int nq, int runs, const void *const *v,
-       const float *vs, const int *n, const void *next, int dk, float *p, size_t ps)
+       const float *vs, const int *n, const void *next, int dk, float *p, size_t ps, mha_prefetch_walk *w)
 {
     for (int q0 = 0; q0 < nq; q0 += 8) {
         const int nb = nq - q0 < 8 ? nq - q0 : 8;
@@ -821,30 +827,30 @@ values(const mha_kv_type type, const int scaled, const float *e, size_t e_ld, in
         for (int c0 = 0; c0 < dk;) {
             const int left = dk - c0;
             if (nb <= 2 && left >= 32)
-                values_tile(type, scaled, 2, 4, eq, e_ld, nb, runs, v, vs, n, pf, dk, c0, 8, pq, ps), c0 += 32;
+                values_tile(type, scaled, 2, 4, eq, e_ld, nb, runs, v, vs, n, pf, dk, c0, 8, pq, ps, w), c0 += 32;
             else if (nb <= 4 && left >= 16)
-                values_tile(type, scaled, 4, 2, eq, e_ld, nb, runs, v, vs, n, pf, dk, c0, 8, pq, ps), c0 += 16;
+                values_tile(type, scaled, 4, 2, eq, e_ld, nb, runs, v, vs, n, pf, dk, c0, 8, pq, ps, w), c0 += 16;
             else
-                values_tile(type, scaled, 8, 1, eq, e_ld, nb, runs, v, vs, n, pf, dk, c0, left < 8 ? left : 8, pq, ps), c0 += 8;
+                values_tile(type, scaled, 8, 1, eq, e_ld, nb, runs, v, vs, n, pf, dk, c0, left < 8 ? left : 8, pq, ps, w), c0 += 8;
         }
     }
 }
 
 __attribute__((target(AVX2))) static void decode_values_avx2(const float *e, size_t e_ld, int nq, const void *v,
                                                             const float *vs, int n, int dk, float *p, size_t ps,
-                                                            const void *next)
+                                                            const void *next, mha_prefetch_walk *w)
 {
     (void)vs; /* unscaled */
     const void *vr[1] = {v};
-    values(MHA_KV_F32, 0, e, e_ld, nq, 1, vr, NULL, &n, next, dk, p, ps);
+    values(MHA_KV_F32, 0, e, e_ld, nq, 1, vr, NULL, &n, next, dk, p, ps, w);
 }
 
 __attribute__((target(AVX2))) static void decode_values8_avx2(const float *e, size_t e_ld, int nq, const void *v,
                                                              const float *vs, int n, int dk, float *p, size_t ps,
-                                                             const void *next)
+                                                             const void *next, mha_prefetch_walk *w)
 {
     const void *vr[1] = {v};
-    values(MHA_KV_INT8, 1, e, e_ld, nq, 1, vr, vs, &n, next, dk, p, ps);
+    values(MHA_KV_INT8, 1, e, e_ld, nq, 1, vr, vs, &n, next, dk, p, ps, w);
 }
 
 /* Under FTZ, as the bf16 kernels sum; then the key padding's + 0. */
@@ -857,9 +863,9 @@ __attribute__((target(AVX2))) static void decode_values16_avx2(const float *e, s
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | DAZ_FTZ);
     if (type == MHA_KV_INT8)
-        values(MHA_KV_INT8, 0, e, e_ld, nq, runs, v, NULL, n, NULL, dk, p, ps);
+        values(MHA_KV_INT8, 0, e, e_ld, nq, runs, v, NULL, n, NULL, dk, p, ps, NULL);
     else
-        values(MHA_KV_BF16, 0, e, e_ld, nq, runs, v, NULL, n, NULL, dk, p, ps);
+        values(MHA_KV_BF16, 0, e, e_ld, nq, runs, v, NULL, n, NULL, dk, p, ps, NULL);
     _mm_setcsr(csr);
     int keys = 0;
     for (int r = 0; r < runs; r++)

@@ -582,14 +582,14 @@ __attribute__((target(AVX512))) static void decode_scores8_avx512(const float *r
  * value rows of one block, with R · V <= 16 accumulators: each row's vectors loaded once for all
  * the queries, key by key in order (the microkernel's A·V sums); the same features of the next
  * block's rows (next, or NULL) prefetched row by row as it goes, so the prefetches are spread
- * as evenly as the loads (all of a row's lines at once was 10% slower: fill buffers run out).
- * Elements of the cache's type; scaled: row t times vs[2t] plus vs[2t + 1] as it loads (an
- * int8 cache's scale and zero point: scale_rows' values). full: nb = R (nothing tested in
- * the loop). */
+ * as evenly as the loads (all of a row's lines at once was 10% slower: fill buffers run out),
+ * and a step of the walk w (or NULL) a key. Elements of the cache's type; scaled: row t times
+ * vs[2t] plus vs[2t + 1] as it loads (an int8 cache's scale and zero point: scale_rows'
+ * values). full: nb = R (nothing tested in the loop). */
 static inline __attribute__((always_inline, target(AVX512))) void
 values_tile_as(const mha_kv_type type, const int scaled, const int R, const int V, const int full, const float *e,
                size_t e_ld, int nb, const void *v, const float *vs, int n, int dk, int c0, __mmask16 ml, float *p,
-               size_t ps, const void *next)
+               size_t ps, const void *next, mha_prefetch_walk *w)
 {
     if (full)
         nb = R;
@@ -600,10 +600,13 @@ values_tile_as(const mha_kv_type type, const int scaled, const int R, const int 
         for (int j = 0; j < V; j++)
             acc[r * V + j] = _mm512_maskz_loadu_ps(j == V - 1 ? ml : (__mmask16)0xFFFF,
                                                    p + (size_t)(r < nb ? r : 0) * ps + c0 + 16 * j);
+    mha_prefetch_walk wl = w ? *w : (mha_prefetch_walk){0}; /* in registers while the tile runs */
     for (int t = 0; t < n; t++) {
         if (next)
             for (size_t off = pf0; off < pf1; off += 64)
                 _mm_prefetch((const char *)next + (size_t)t * row + off, _MM_HINT_T0);
+        if (w)
+            mha_prefetch_step(&wl);
         __m512 b[8];
         const __m512 s = scaled ? _mm512_set1_ps(vs[2 * t]) : _mm512_setzero_ps();
         const __m512 z = scaled ? _mm512_set1_ps(vs[2 * t + 1]) : _mm512_setzero_ps();
@@ -620,23 +623,26 @@ values_tile_as(const mha_kv_type type, const int scaled, const int R, const int 
         for (int j = 0; j < V; j++)
             if (r < nb)
                 _mm512_mask_storeu_ps(p + (size_t)r * ps + c0 + 16 * j, j == V - 1 ? ml : (__mmask16)0xFFFF, acc[r * V + j]);
+    if (w)
+        *w = wl;
 }
 
 static inline __attribute__((always_inline, target(AVX512))) void
 values_tile(const mha_kv_type type, const int scaled, const int R, const int V, const float *e, size_t e_ld, int nb,
-            const void *v, const float *vs, int n, int dk, int c0, __mmask16 ml, float *p, size_t ps, const void *next)
+            const void *v, const float *vs, int n, int dk, int c0, __mmask16 ml, float *p, size_t ps, const void *next,
+            mha_prefetch_walk *w)
 {
     if (nb == R)
-        values_tile_as(type, scaled, R, V, 1, e, e_ld, nb, v, vs, n, dk, c0, ml, p, ps, next);
+        values_tile_as(type, scaled, R, V, 1, e, e_ld, nb, v, vs, n, dk, c0, ml, p, ps, next, w);
     else
-        values_tile_as(type, scaled, R, V, 0, e, e_ld, nb, v, vs, n, dk, c0, ml, p, ps, next);
+        values_tile_as(type, scaled, R, V, 0, e, e_ld, nb, v, vs, n, dk, c0, ml, p, ps, next, w);
 }
 
 /* Register tiles: up to 2 queries × 128 features, 4 × 64 or 8 × 32 (fewer queries, more
  * features per pass over the block's rows), 16 features the last pass. */
 static inline __attribute__((always_inline, target(AVX512))) void
 values(const mha_kv_type type, const int scaled, const float *e, size_t e_ld, int nq, const void *v, const float *vs,
-       int n, int dk, float *p, size_t ps, const void *next)
+       int n, int dk, float *p, size_t ps, const void *next, mha_prefetch_walk *w)
 {
     for (int q0 = 0; q0 < nq; q0 += 8) {
         const int nb = nq - q0 < 8 ? nq - q0 : 8;
@@ -646,14 +652,14 @@ values(const mha_kv_type type, const int scaled, const float *e, size_t e_ld, in
         for (int c0 = 0; c0 < dk;) {
             const int left = dk - c0;
             if (nb <= 2 && left >= 128)
-                values_tile(type, scaled, 2, 8, eq, e_ld, nb, v, vs, n, dk, c0, 0xFFFF, pq, ps, pf), c0 += 128;
+                values_tile(type, scaled, 2, 8, eq, e_ld, nb, v, vs, n, dk, c0, 0xFFFF, pq, ps, pf, w), c0 += 128;
             else if (nb <= 4 && left >= 64)
-                values_tile(type, scaled, 4, 4, eq, e_ld, nb, v, vs, n, dk, c0, 0xFFFF, pq, ps, pf), c0 += 64;
+                values_tile(type, scaled, 4, 4, eq, e_ld, nb, v, vs, n, dk, c0, 0xFFFF, pq, ps, pf, w), c0 += 64;
             else if (left >= 32)
-                values_tile(type, scaled, 8, 2, eq, e_ld, nb, v, vs, n, dk, c0, 0xFFFF, pq, ps, pf), c0 += 32;
+                values_tile(type, scaled, 8, 2, eq, e_ld, nb, v, vs, n, dk, c0, 0xFFFF, pq, ps, pf, w), c0 += 32;
             else {
                 const __mmask16 ml = first16(left);
-                values_tile(type, scaled, 8, 1, eq, e_ld, nb, v, vs, n, dk, c0, ml, pq, ps, pf), c0 += 16;
+                values_tile(type, scaled, 8, 1, eq, e_ld, nb, v, vs, n, dk, c0, ml, pq, ps, pf, w), c0 += 16;
             }
         }
     }
@@ -661,17 +667,17 @@ values(const mha_kv_type type, const int scaled, const float *e, size_t e_ld, in
 
 __attribute__((target(AVX512))) static void decode_values_avx512(const float *e, size_t e_ld, int nq, const void *v,
                                                                  const float *vs, int n, int dk, float *p, size_t ps,
-                                                                 const void *next)
+                                                                 const void *next, mha_prefetch_walk *w)
 {
     (void)vs; /* unscaled */
-    values(MHA_KV_F32, 0, e, e_ld, nq, v, NULL, n, dk, p, ps, next);
+    values(MHA_KV_F32, 0, e, e_ld, nq, v, NULL, n, dk, p, ps, next, w);
 }
 
 __attribute__((target(AVX512))) static void decode_values8_avx512(const float *e, size_t e_ld, int nq, const void *v,
                                                                   const float *vs, int n, int dk, float *p, size_t ps,
-                                                                  const void *next)
+                                                                  const void *next, mha_prefetch_walk *w)
 {
-    values(MHA_KV_INT8, 1, e, e_ld, nq, v, vs, n, dk, p, ps, next);
+    values(MHA_KV_INT8, 1, e, e_ld, nq, v, vs, n, dk, p, ps, next, w);
 }
 
 /* ---- bf16: rounding, packing, epilogue ---- */
@@ -1140,22 +1146,6 @@ __attribute__((target(BF16_TARGET))) static void dp_scores16(const float *restri
     }
 }
 
-/* A walk over a prefetch list, `per` lines into L2 a step. */
-typedef struct pf_walk {
-    const mha_prefetch *pf;
-    int r, per;
-    size_t off;
-} pf_walk;
-
-static inline __attribute__((always_inline)) void pf_step(pf_walk *w)
-{
-    for (int i = 0; i < w->per && w->r < w->pf->n; i++) {
-        _mm_prefetch((const char *)w->pf->at[w->r] + w->off, _MM_HINT_T1);
-        if ((w->off += 64) >= w->pf->bytes)
-            w->r++, w->off = 0;
-    }
-}
-
 /* Z of nb <= R queries, features [c0, c0 + 16·V) (the last vector's lanes ml), over the
  * chunk's keys in pairs (rows: each key's value row, across runs; an odd last key paired with
  * zeros), R · V <= 16 accumulators from p: one vdpbf16ps per key pair, feature vector and
@@ -1164,7 +1154,7 @@ static inline __attribute__((always_inline)) void pf_step(pf_walk *w)
  * nb = R and ml whole (nothing tested in the loop). */
 BK_AVX512 void values16_tile(const int i8, const int R, const int V, const int full, const float *e, size_t e_ld,
                              int nb, const char *const *rows, int keys, int c0, __mmask16 ml, float *p, size_t ps,
-                             pf_walk *w)
+                             mha_prefetch_walk *w)
 {
     if (full)
         nb = R, ml = 0xFFFF;
@@ -1175,7 +1165,7 @@ BK_AVX512 void values16_tile(const int i8, const int R, const int V, const int f
         for (int j = 0; j < V; j++)
             acc[r * V + j] = _mm512_maskz_loadu_ps(j == V - 1 ? ml : (__mmask16)0xFFFF,
                                                    p + (size_t)(r < nb ? r : 0) * ps + c0 + 16 * j);
-    pf_walk wl = w ? *w : (pf_walk){0}; /* in registers while the tile runs */
+    mha_prefetch_walk wl = w ? *w : (mha_prefetch_walk){0}; /* in registers while the tile runs */
     _Alignas(64) uint32_t ep[8][16];
     for (int p0 = 0; p0 < pairs; p0 += 16) {
         pack_pairs(e, e_ld, nb, 2 * p0, keys, ep);
@@ -1183,7 +1173,7 @@ BK_AVX512 void values16_tile(const int i8, const int R, const int V, const int f
         for (int i = 0; i < pn; i++) {
             const int t = 2 * (p0 + i);
             if (w)
-                pf_step(&wl);
+                mha_prefetch_step(&wl);
             const char *a = rows[t] + off, *b = t + 1 < keys ? rows[t + 1] + off : NULL;
             __m512bh vp[8];
             for (int j = 0; j < V; j++)
@@ -1206,7 +1196,7 @@ BK_AVX512 void values16_tile(const int i8, const int R, const int V, const int f
  * 8 × 32, 16 features the last pass; each over every key of the chunk. run: the tiles are run
  * (else only counted: the passes, returned). */
 BK_AVX512 int values16(const int i8, const int run, const float *e, size_t e_ld, int nq, const char *const *rows,
-                       int keys, int dk, float *p, size_t ps, pf_walk *w)
+                       int keys, int dk, float *p, size_t ps, mha_prefetch_walk *w)
 {
     int passes = 0;
     for (int q0 = 0; q0 < nq; q0 += 8) {
@@ -1251,7 +1241,7 @@ __attribute__((target(BF16_TARGET))) static void dp_values16(const float *e, siz
     for (int r = 0; r < runs; r++)
         for (int t = 0; t < n[r]; t++)
             rows[keys++] = (const char *)v[r] + (size_t)t * row;
-    pf_walk walk = {.pf = pf}, *w = pf && pf->n > 0 ? &walk : NULL;
+    mha_prefetch_walk walk = {.pf = pf}, *w = pf && pf->n > 0 ? &walk : NULL;
     if (w) {
         const size_t lines = (size_t)pf->n * ((pf->bytes + 63) / 64);
         const size_t steps = (size_t)values16(i8, 0, e, e_ld, nq, rows, keys, dk, p, ps, NULL) * (size_t)((keys + 1) / 2);
@@ -1290,9 +1280,9 @@ __attribute__((target(AVX512))) static void fma_values16(const float *e, size_t 
     for (int r = 0; r < runs; keys += n[r++]) {
         const void *next = r + 1 < runs ? v[r + 1] : NULL;
         if (i8)
-            values(MHA_KV_INT8, 0, e + keys, e_ld, nq, v[r], NULL, n[r], dk, p, ps, next);
+            values(MHA_KV_INT8, 0, e + keys, e_ld, nq, v[r], NULL, n[r], dk, p, ps, next, NULL);
         else
-            values(MHA_KV_BF16, 0, e + keys, e_ld, nq, v[r], NULL, n[r], dk, p, ps, next);
+            values(MHA_KV_BF16, 0, e + keys, e_ld, nq, v[r], NULL, n[r], dk, p, ps, next, NULL);
     }
     _mm_setcsr(csr);
     mha_values16_finish(p, ps, nq, keys, dk);

@@ -42,6 +42,27 @@ typedef struct mha_prefetch {
     size_t bytes;
 } mha_prefetch;
 
+/* A walk over a prefetch list, `per` lines into L2 a step (a value tile steps it once a key or
+ * key pair), from region r's byte off on. */
+typedef struct mha_prefetch_walk {
+    const mha_prefetch *pf;
+    int r, per;
+    size_t off;
+} mha_prefetch_walk;
+
+/* The lines a float32 value tile's walk brings in a key (decode_values' w): the next chunk's
+ * 128 KiB (a group of 4 queries' keys, float32) in about 512 of its key steps. */
+enum { MHA_VALUES_PREFETCH = 4 };
+
+static inline __attribute__((always_inline)) void mha_prefetch_step(mha_prefetch_walk *w)
+{
+    for (int i = 0; i < w->per && w->r < w->pf->n; i++) {
+        __builtin_prefetch((const char *)w->pf->at[w->r] + w->off, 0, 2); /* prefetcht1: into L2 */
+        if ((w->off += 64) >= w->pf->bytes)
+            w->r++, w->off = 0;
+    }
+}
+
 /* Rows to bring into cache as a few queries' scores read K's rows (rows_scores): key t's row
  * at at + t·ld (bytes), its first `bytes`: the keys' value rows, for the values after. */
 typedef struct mha_rows_ahead {
@@ -142,12 +163,14 @@ typedef struct mha_isa {
                           float scale, float *restrict sc, size_t sc_ld, mha_bk_order order, const mha_rows_ahead *v);
     /* Decode values: p[qi · ps + c] += Σ_t e[qi · e_ld + t] · v[t · dk + c] over n rows of v,
      * key by key in order (one chain per output, as the microkernel sums A·V over a chunk);
-     * next (or NULL): what to prefetch as it goes. A scaled type's rows read back as loaded:
+     * next (or NULL): what to prefetch as it goes; w (or NULL): a walk stepped once a key in
+     * every tile (ref ignores it), the next chunk's memory into L2 while the values compute
+     * from cache (its `per` MHA_VALUES_PREFETCH). A scaled type's rows read back as loaded:
      * vs their parameters (mha_kv_v_params: slot t's scale at [2t], zero point at [2t + 1]),
      * q·scale + zero rounded twice; vs NULL for an unscaled type. Every table has F32 and
      * INT8. */
     void (*decode_values[MHA_KV_TYPES])(const float *e, size_t e_ld, int nq, const void *v, const float *vs, int n,
-                                        int dk, float *p, size_t ps, const void *next);
+                                        int dk, float *p, size_t ps, const void *next, mha_prefetch_walk *w);
     /* bf16 decode (engines whose bf16 kernel sums in an order of decode16_orders: a bit
      * 1 << mha_bk_order each; order says which the engine's kernel sums in), straight
      * from a bf16 cache or (type INT8, the values only: an int8 cache's scores are float32

@@ -173,16 +173,16 @@ static void decode_scores8_ref(const float *restrict q, int nq, int dk, int c0, 
 }
 
 static void decode_values_ref(const float *e, size_t e_ld, int nq, const void *v, const float *vs, int n, int dk,
-                              float *p, size_t ps, const void *next)
+                              float *p, size_t ps, const void *next, mha_prefetch_walk *w)
 {
-    (void)vs, (void)next; /* unscaled */
+    (void)vs, (void)next, (void)w; /* unscaled; nothing prefetched */
     values_ref(MHA_KV_F32, e, e_ld, nq, v, NULL, n, dk, p, ps);
 }
 
 static void decode_values8_ref(const float *e, size_t e_ld, int nq, const void *v, const float *vs, int n, int dk,
-                               float *p, size_t ps, const void *next)
+                               float *p, size_t ps, const void *next, mha_prefetch_walk *w)
 {
-    (void)next;
+    (void)next, (void)w;
     values_ref(MHA_KV_INT8, e, e_ld, nq, v, vs, n, dk, p, ps);
 }
 
