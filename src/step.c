@@ -928,10 +928,11 @@ void mha_step_chunk_f32(const mha_step_job *j, int q, int g, int c, int k0, int 
     (void)vs; /* V's parameters applied as loaded */
     mha_prefetch next;
     chunk_src src;
-    if (ahead)
+    const int walk = ahead && !j->cache->mla; /* MLA's values take no walk (decode_chunk_tiles) */
+    if (walk)
         chunk_regions(j, q, g, c + 1, &next);
     cache_runs(j, q, g, k0, k1, s->qkv, &src);
-    decode_chunk_tiles(j, q, g, k0, k1, 0, dec_queries(j, q, s), dec_scores(s), p, &src, NULL, ahead ? &next : NULL, s);
+    decode_chunk_tiles(j, q, g, k0, k1, 0, dec_queries(j, q, s), dec_scores(s), p, &src, NULL, walk ? &next : NULL, s);
 }
 
 /* bf16: the table's tiles where they sum in the kernel's order (bf16_tiles), else the chunk

@@ -130,7 +130,7 @@ TABLE_TEST(softmax, rounded_rows_are_the_float_rows_rounded, .timeout = 30)
     float in[N], row[N], rounded[N];
     uint8_t mask[N];
     if (!isa->softmax_row_rounded)
-        cr_skip_test("isa %s has no softmax_row_rounded (softmax_row, then round_bf16_floats)", isa->name);
+        cr_skip_test("isa %s has no softmax_row_rounded (softmax_row_bf16, then round_bf16_floats)", isa->name);
     const int sizes[] = {1, 7, 8, 9, 31, 32, 33, 63, 64, 65, 100, 256, 257, 300};
     for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
         const int n = sizes[z];

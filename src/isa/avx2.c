@@ -831,7 +831,8 @@ values(const mha_kv_type type, const int scaled, const float *e, size_t e_ld, in
             else if (nb <= 4 && left >= 16)
                 values_tile(type, scaled, 4, 2, eq, e_ld, nb, runs, v, vs, n, pf, dk, c0, 8, pq, ps, w), c0 += 16;
             else
-                values_tile(type, scaled, 8, 1, eq, e_ld, nb, runs, v, vs, n, pf, dk, c0, left < 8 ? left : 8, pq, ps, w), c0 += 8;
+                values_tile(type, scaled, 8, 1, eq, e_ld, nb, runs, v, vs, n, pf, dk, c0, left < 8 ? left : 8, pq, ps,
+                            w), c0 += 8;
         }
     }
 }

@@ -472,9 +472,9 @@ static inline __attribute__((always_inline, target(AVX512))) void fma_rows(const
  * sum (+ sc when c0 > 0): the microkernel's sums. One Kᵀ row load per feature and vector for
  * all queries (int8 K, scaled: each value q·scale + zero of its feature in the vector's group,
  * scale_rows' value); the next tile's vectors (pf, npf of them) prefetched row by row as it
- * goes (int8: their parameters' lines too), and the vectors' value rows (when given) into L2 a line per feature. full: nb = R,
- * nv = V, every vector 16 slots wide (nothing tested in the loop, so the accumulators stay in
- * registers). */
+ * goes (int8: their parameters' lines too), and the vectors' value rows (when given) into L2
+ * a line per feature. full: nb = R, nv = V, every vector 16 slots wide (nothing tested in the
+ * loop, so the accumulators stay in registers). */
 static inline __attribute__((always_inline, target(AVX512))) void
 scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, const int full,
             const float *restrict q, int nb, int dk, int c0, int c1, const mha_slot_vec *v, int nv,
