@@ -256,13 +256,16 @@ blis-overhead: deps-perf
 # The float32 microkernel's own rate on cache-resident packed panels (perf/ukernel_rate.c),
 # next to the FMA loop (perf/ceiling.c, 1 thread): what mha's GEMMs can reach at best here;
 # then each bf16 kernel's 32 × 32 blocks and the table's softmax passes in ns per score (what
-# no product kernel hides); plain AVX-512 tiles of other shapes: perf/tile_shapes.c.
+# no product kernel hides); plain AVX-512 tiles of other shapes: perf/tile_shapes.c; a decode
+# step's score tiles per cache type on cache-resident keys: perf/score_tiles.c.
 ukernel-rate: $(B)/libmha.a
 	$(CC) -O2 -std=c11 -Iinclude -Isrc perf/ukernel_rate.c $(B)/libmha.a $(BLIS_A) $(LDLIBS) -o $(B)/ukernel_rate
 	$(CC) -O2 -fopenmp perf/ceiling.c -o $(B)/ceiling
 	$(B)/ceiling 1 && $(B)/ukernel_rate
 	$(CC) -O3 -std=c11 -Iinclude -Isrc perf/tile_shapes.c $(B)/libmha.a $(BLIS_A) $(LDLIBS) -o $(B)/tile_shapes
 	$(B)/tile_shapes
+	$(CC) -O2 -std=c11 -Iinclude -Isrc perf/score_tiles.c $(B)/libmha.a $(BLIS_A) $(LDLIBS) -o $(B)/score_tiles
+	$(B)/score_tiles
 
 # BLIS's own sgemm on one head's GEMM shapes (bert-base at S=512 and S=128): the per-shape
 # ceiling, next to mha run's rate on the same model (1 thread).

@@ -467,13 +467,38 @@ static inline __attribute__((always_inline, target(AVX512))) void fma_rows(const
         }
 }
 
+/* The products of features [c, c + nc) for scores_tile: one Kᵀ row load per feature and
+ * vector for all queries (int8 K, scaled: each value q·scale + zero of its feature in the
+ * vector's group, scale_rows' value). */
+static inline __attribute__((always_inline, target(AVX512))) void
+score_features(const mha_kv_type type, const int scaled, const int R, const int V, const int full,
+               const float *restrict q, int nb, int dk, int c, const int nc, const mha_slot_vec *v, int nv,
+               const __mmask16 *m, const float *const *kp, int ld, __m512 *acc)
+{
+    const size_t row = (size_t)ld * mha_kv_elem_size(type);
+    const char *k[8];
+    const float *s[8];
+    for (int j = 0; j < V; j++)
+        k[j] = j < nv ? v[j].kt + (size_t)c * row : NULL, s[j] = scaled && j < nv ? kp[j] + c : NULL;
+    q += c;
+    for (int u = 0; u < nc; u++, q++) {
+        __m512 krow[8];
+        for (int j = 0; j < V; j++) {
+            krow[j] = j < nv ? load16(type, 0, k[j], m[j], _mm512_setzero_ps()) : _mm512_setzero_ps();
+            if (scaled && j < nv)
+                krow[j] = _mm512_add_ps(_mm512_mul_ps(krow[j], _mm512_set1_ps(s[j][u])), _mm512_set1_ps(s[j][dk + u]));
+            k[j] += row;
+        }
+        fma_rows(R, V, full, nb, q, (size_t)dk, krow, acc);
+    }
+}
+
 /* Scores of nb <= R queries for nv <= V slot vectors (of any blocks), R · V <= 16
  * accumulators, each score one FMA chain over the features [c0, c1) from zero, then scale ·
- * sum (+ sc when c0 > 0): the microkernel's sums. One Kᵀ row load per feature and vector for
- * all queries (int8 K, scaled: each value q·scale + zero of its feature in the vector's group,
- * scale_rows' value); the next tile's vectors (pf, npf of them) prefetched row by row as it
- * goes (int8: their parameters' lines too), and the vectors' value rows (when given) into L2
- * a line per feature. full: nb = R, nv = V, every vector 16 slots wide (nothing tested in the
+ * sum (+ sc when c0 > 0): the microkernel's sums (score_features' products). As it goes, four
+ * features at a time, the next tile's vectors (pf, npf of them) prefetched row by row (int8:
+ * their parameters' lines too), and the vectors' value rows (when given) into L2 a line per
+ * feature. full: nb = R, nv = V, every vector 16 slots wide (nothing tested in the
  * loop, so the accumulators stay in registers). */
 static inline __attribute__((always_inline, target(AVX512))) void
 scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, const int full,
@@ -494,22 +519,24 @@ scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
     __m512 acc[16];
     for (int i = 0; i < R * V; i++)
         acc[i] = _mm512_setzero_ps();
-    for (int c = c0; c < c1; c++) {
-        const size_t at = (size_t)c * ld * esz, line = (size_t)(c - c0) * 64;
-        __m512 krow[8];
+    for (int c = c0; c < c1; c += 4) {
+        /* the prefetches of four features at once, the features' products then free of tests */
+        const int nc = c1 - c < 4 ? c1 - c : 4;
+        const size_t line = (size_t)(c - c0) * 64;
         for (int j = 0; j < V; j++) {
-            if (line < vbytes[j])
-                _mm_prefetch(v[j].v + line, _MM_HINT_T1);
+            for (size_t l = line; l < line + 4 * 64 && l < vbytes[j]; l += 64)
+                _mm_prefetch(v[j].v + l, _MM_HINT_T1);
             if (j < npf)
-                _mm_prefetch(pf[j].kt + at, _MM_HINT_T0);
+                for (int u = 0; u < nc; u++)
+                    _mm_prefetch(pf[j].kt + (size_t)(c + u) * ld * esz, _MM_HINT_T0);
             if (scaled && j < npf && (c - c0) % 16 == 0) /* its scales' and zero points' lines */
                 _mm_prefetch((const char *)(pf[j].kp + c), _MM_HINT_T0),
                     _mm_prefetch((const char *)(pf[j].kp + dk + c), _MM_HINT_T0);
-            krow[j] = j < nv ? load16(type, 0, v[j].kt + at, m[j], _mm512_setzero_ps()) : _mm512_setzero_ps();
-            if (scaled && j < nv)
-                krow[j] = _mm512_add_ps(_mm512_mul_ps(krow[j], _mm512_set1_ps(kp[j][c])), _mm512_set1_ps(kp[j][dk + c]));
         }
-        fma_rows(R, V, full, nb, q + c, (size_t)dk, krow, acc);
+        if (nc == 4)
+            score_features(type, scaled, R, V, full, q, nb, dk, c, 4, v, nv, m, kp, ld, acc);
+        else
+            score_features(type, scaled, R, V, full, q, nb, dk, c, nc, v, nv, m, kp, ld, acc);
     }
 #pragma GCC unroll 8 /* constant indices: a loop over acc would keep it in memory, stored every feature */
     for (int r = 0; r < R; r++)
@@ -538,7 +565,9 @@ scores_tiles(const mha_kv_type type, const int scaled, const int R, const int V,
 /* Slot vectors of 16 from the chunk's blocks: 1 or 2 queries × 4 vectors, up to 4 × 2, more
  * 8 × 2 at a time. Few vectors at once: blocks lie a multiple of 64 KiB apart, so every
  * vector's row falls in one L1 and L2 set; 4 × 4 (16 chains) ran decode about 25% slower than
- * 4 × 2 (llama3-8b decode step, Zen 5). */
+ * 4 × 2 (llama3-8b decode step, Zen 5). An int8 cache's 3 to 4 queries take 4 × 4: its rows
+ * are 16 bytes, and each K vector made from its scale and zero point serves 4 queries, not 2
+ * (perf/score_tiles: 1.59 against 1.97 ns a feature of a block, Zen 4). */
 static inline __attribute__((always_inline, target(AVX512))) void
 scores(const mha_kv_type type, const int scaled, const float *restrict q, int nq, int dk, int c0, int c1, int runs,
        const void *const *kt, const void *const *vr, const float *const *kp, const int *n, int ld, float scale,
@@ -553,6 +582,8 @@ scores(const mha_kv_type type, const int scaled, const float *restrict q, int nq
         float *sq = sc + (size_t)q0 * sc_ld;
         if (nb <= 2)
             scores_tiles(type, scaled, 2, 4, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld, q0 == 0);
+        else if (nb <= 4 && scaled)
+            scores_tiles(type, scaled, 4, 4, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld, q0 == 0);
         else if (nb <= 4)
             scores_tiles(type, scaled, 4, 2, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld, q0 == 0);
         else
