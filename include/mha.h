@@ -107,11 +107,12 @@ typedef struct mha_rope {
 typedef enum { MHA_PRECISION_F32 = 0, MHA_PRECISION_BF16 = 1 } mha_precision;
 
 /* Elements of the KV cache (mha_kv_cache_create): AUTO, the precision's own (F32 for f32,
- * BF16 for bf16); INT8 for either precision: int8 with a float32 scale and zero point (lo..hi
- * in 255 steps, values rounded to nearest even, read back as q·scale + zero) per feature over
- * each group of MHA_KV_GROUP slots for K and per (token, KV head) for V (‖out − ref‖ / ‖ref‖
- * ≤ 2e-2 on unit-scale data; ≤ 1e-2 against HF on every layer of a trained model: README):
- * about a quarter of a float32 cache's bytes, half of a bf16 one's. */
+ * BF16 for bf16); INT8 for either precision: int8 with a scale and zero point (lo..hi in 255
+ * steps, values rounded to nearest even, read back as q·scale + zero) per feature over each
+ * group of MHA_KV_GROUP slots for K (float16 parameters) and per (token, KV head) for V
+ * (float32 ones) (‖out − ref‖ / ‖ref‖ ≤ 2e-2 on unit-scale data; ≤ 1e-2 against HF on every
+ * layer of a trained model: README): about 0.3 of a float32 cache's bytes, 0.6 of a bf16
+ * one's. */
 typedef enum { MHA_KV_AUTO = 0, MHA_KV_F32 = 1, MHA_KV_BF16 = 2, MHA_KV_INT8 = 3 } mha_kv_type;
 
 /* QK-norm, as HF's RMSNorm modules compute it (float32): Q and K after projection and bias,

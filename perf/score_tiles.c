@@ -33,7 +33,8 @@ int main(int argc, char **argv)
     const size_t elems = (size_t)runs * DK * BS;
     int8_t *k8 = malloc(elems);
     mha_bf16 *k16 = malloc(elems * sizeof *k16);
-    float *par = malloc((size_t)runs * 2 * DK * sizeof *par), q[NQ * DK], sc[NQ * MAX_RUNS * BS];
+    mha_f16 *par = malloc((size_t)runs * 2 * DK * sizeof *par); /* K's parameters, float16 */
+    float q[NQ * DK], sc[NQ * MAX_RUNS * BS];
     if (!k8 || !k16 || !par) {
         fprintf(stderr, "score_tiles: out of memory\n");
         return 1;
@@ -42,11 +43,11 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < elems; i++)
         k8[i] = (int8_t)(splitmix(&seed) & 0xff), k16[i] = 0x3f80; /* 1.0 */
     for (int i = 0; i < runs * 2 * DK; i++)
-        par[i] = (float)uniform01(&seed);
+        par[i] = mha_f16_round((float)uniform01(&seed));
     for (int i = 0; i < NQ * DK; i++)
         q[i] = (float)uniform01(&seed) - 0.5f;
     const void *kt8[MAX_RUNS], *kt16[MAX_RUNS], *vr[MAX_RUNS];
-    const float *kp[MAX_RUNS];
+    const mha_f16 *kp[MAX_RUNS];
     int n[MAX_RUNS];
     for (int r = 0; r < runs; r++)
         kt8[r] = k8 + (size_t)r * DK * BS, kt16[r] = k16 + (size_t)r * DK * BS, vr[r] = NULL,

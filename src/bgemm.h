@@ -58,6 +58,51 @@ static inline float mha_bf16_float(mha_bf16 h)
     return x;
 }
 
+/* IEEE binary16 (an int8 cache's K parameters; safetensors' F16 tensors): its bits. */
+typedef uint16_t mha_f16;
+
+/* binary16 -> float, exact (subnormals normalised, inf and NaN kept). */
+static inline float mha_f16_float(mha_f16 h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
+    if (exp == 0 && man == 0)
+        bits = sign;
+    else if (exp == 0) { /* subnormal: normalised */
+        uint32_t e = 113;
+        while (!(man & 0x400u))
+            man <<= 1, e--;
+        bits = sign | e << 23 | (man & 0x3ffu) << 13;
+    } else if (exp == 31)
+        bits = sign | 0x7f800000u | man << 13;
+    else
+        bits = sign | (exp + 112) << 23 | man << 13;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* float -> binary16, nearest even (subnormal results too; past its range: inf; NaN stays a
+ * quiet NaN). */
+static inline mha_f16 mha_f16_round(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    const uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u)
+        return (mha_f16)(sign | 0x7e00u);
+    if (a >= 0x477ff000u) /* 65520 and above (inf too): past the largest, 65504, by half its step */
+        return (mha_f16)(sign | 0x7c00u);
+    if (a < 0x38800000u) { /* below 2^-14: a subnormal result, steps of 2^-24 */
+        if (a < 0x33000000u) /* at most 2^-25: rounds to zero (2^-25 itself is a tie, to even) */
+            return (mha_f16)sign;
+        const uint32_t man = (a & 0x7fffffu) | 0x800000u, shift = 126 - (a >> 23); /* 14..24 */
+        const uint32_t half = 1u << (shift - 1), rest = man & ((1u << shift) - 1), q = man >> shift;
+        return (mha_f16)(sign | (q + (rest > half || (rest == half && (q & 1u)))));
+    }
+    const uint32_t r = a + 0xfffu + ((a >> 13) & 1u); /* the 13 bits dropped, nearest even */
+    return (mha_f16)(sign | ((r >> 13) - (112u << 10)));
+}
+
 /* A sum as the kernels leave it: a denormal flushed to a zero of its sign (FTZ). */
 static inline float mha_bk_ftz(float x)
 {

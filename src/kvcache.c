@@ -48,12 +48,23 @@ static mha_bf16 bf16_of_i8(const void *data, size_t i)
     return mha_bf16_round((float)((const int8_t *)data)[i]);
 }
 
+/* The float16 value nearest x within float16's finite range (saturated there), as a float. */
+static float f16_value(float x)
+{
+    const float big = 65504.0f; /* float16's largest */
+    return mha_f16_float(mha_f16_round(x > big ? big : x < -big ? -big : x));
+}
+
 /* int8's rule, for K's groups (per feature) and V's rows alike: values lo..hi in 255 steps,
- * scale (hi − lo) / 255 and zero point lo + 128·scale, q = (x − lo) / scale rounded to
- * nearest even, − 128 (scale 0: q 0), read back as q·scale + zero (mha_kv_k_value). Why a
- * zero point: V's rows of trained models are not centred, and K's channels not either
- * (perf/RESULTS.md, session 23). */
-static void quantize_i8(const float *x, size_t xs, int n, void *data, size_t at, size_t stride, float *scale,
+ * zero point lo + 128·scale with scale (hi − lo) / 255, q = (x − zero) / scale rounded to
+ * nearest even and kept within −128..127 (scale 0: q 0), read back as q·scale + zero
+ * (mha_kv_k_value). f16 (K's, stored as float16): the zero point rounded to float16 first, then
+ * the scale rounded up to float16 from the steps the rounded zero point leaves on either side
+ * ((zero − lo) / 128, (hi − zero) / 127), so every value still reads back within half a step
+ * (for |x| up to about 8e6: a zero point past float16's range stops at ±65504, a scale at
+ * 65504). Why a zero point: V's rows of trained models are not centred, and K's channels not
+ * either (perf/RESULTS.md, session 23). */
+static void quantize_i8(const float *x, size_t xs, int n, int f16, void *data, size_t at, size_t stride, float *scale,
                         float *zero)
 {
     float lo = x[0], hi = lo;
@@ -62,13 +73,19 @@ static void quantize_i8(const float *x, size_t xs, int n, void *data, size_t at,
         lo = y < lo ? y : lo;
         hi = y > hi ? y : hi;
     }
-    const float s = (hi - lo) / 255.0f;
-    *scale = s, *zero = lo + 128.0f * s;
+    float s = (hi - lo) / 255.0f, z = lo + 128.0f * s;
+    if (f16) {
+        z = f16_value(z);
+        const float below = (z - lo) / 128.0f, above = (hi - z) / 127.0f, need = below > above ? below : above;
+        s = f16_value(need);
+        if (s < need && s < 65504.0f) /* a step up: float16's next value */
+            s = mha_f16_float((mha_f16)(mha_f16_round(s) + 1));
+    }
+    *scale = s, *zero = z;
     int8_t *d = (int8_t *)data + at;
     for (int i = 0; i < n; i++) {
-        const float y = s > 0.0f ? mha_kv_round_even((x[(size_t)i * xs] - lo) / s) : 128.0f;
-        d[(size_t)i * stride] = (int8_t)((y >= 0.0f ? y <= 255.0f ? y : 255.0f : 0.0f) - 128.0f); /* within 0..255
-                                                                                                * first (a NaN: 0) */
+        const float y = s > 0.0f ? mha_kv_round_even((x[(size_t)i * xs] - z) / s) : 0.0f;
+        d[(size_t)i * stride] = (int8_t)(y >= -128.0f ? y <= 127.0f ? y : 127.0f : -128.0f); /* a NaN: −128 */
     }
 }
 
@@ -97,10 +114,13 @@ static size_t plan(const mha_config *cfg, int n_blocks, int block_size, mha_kv_c
     if (__builtin_mul_overflow((size_t)(dims.mla.kv_lora_rank ? 1 : 2) * dims.dk, (size_t)block_size, &per_head))
         return 0;
     if (mha_kv_traits_of(type)->scaled) { /* the values, then K's scale and zero point per feature
-                                           * of each group, V's scale and zero point of each slot */
+                                           * of each group (float16), V's scale and zero point of
+                                           * each slot (float32) */
         const size_t groups = ((size_t)block_size + MHA_KV_GROUP - 1) / MHA_KV_GROUP;
         scales_at = mha_round_up(per_head, 64);
-        per_head = mha_round_up(scales_at + (groups * 2 * (size_t)dims.dk + 2 * (size_t)block_size) * sizeof(float), 64);
+        per_head = mha_round_up(scales_at + groups * 2 * (size_t)dims.dk * sizeof(mha_f16) +
+                                    2 * (size_t)block_size * sizeof(float),
+                                64);
     }
     size_t block_bytes;
     if (__builtin_mul_overflow(per_head, (size_t)dims.kvh, &per_block) ||

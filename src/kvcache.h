@@ -5,7 +5,7 @@
  * Elements are float32, bfloat16 (rounded to nearest even as they are written: half the
  * bytes a decode step reads), or int8 (a quarter): then the region ends with K's parameters,
  * per group of MHA_KV_GROUP slots (mha_kv_group_of) a scale and then a zero point per feature
- * (a value is q·scale + zero, mha_kv_k_value), and V's scale and zero point per slot
+ * (a value is q·scale + zero, mha_kv_k_value), float16, and V's scale and zero point per slot
  * (mha_kv_v_params), float32. A decode task
  * reads one KV head of a block: one contiguous run (random runs of a few KiB stream faster the
  * longer they are). */
@@ -63,8 +63,9 @@ typedef struct mha_kv_traits {
      * to nearest even, mha_bf16_round). */
     void (*put)(const float *x, int n, void *data, size_t at, size_t stride);
     /* Scaled: x[i · xs] for i < n quantized with one scale and zero point, over their range
-     * (*scale, *zero), into the elements at, at + stride, ... of data. */
-    void (*quantize)(const float *x, size_t xs, int n, void *data, size_t at, size_t stride, float *scale,
+     * (*scale, *zero), into the elements at, at + stride, ... of data; f16: the scale and zero
+     * point float16 values (K's, stored so: mha_kv_k_params). */
+    void (*quantize)(const float *x, size_t xs, int n, int f16, void *data, size_t at, size_t stride, float *scale,
                      float *zero);
     /* Unscaled: the n elements from at of data as float32 (exact: the values themselves), for
      * the engines that read them as float32 (a step's prefill gather). */
@@ -112,19 +113,20 @@ static inline mha_kv_group mha_kv_group_of(int bs, int p)
     const int slot = p % bs, first = slot / MHA_KV_GROUP * MHA_KV_GROUP;
     return (mha_kv_group){p - slot + first, bs - first < MHA_KV_GROUP ? bs - first : MHA_KV_GROUP};
 }
-/* int8: K's parameters of the group holding `slot` of KV head g in a block: the scale of
- * feature c at [c], its zero point at [dk + c]. */
-static inline float *mha_kv_k_params(const mha_kv_cache *c, int block, int g, int slot)
+/* int8: K's parameters of the group holding `slot` of KV head g in a block, float16: the scale
+ * of feature c at [c], its zero point at [dk + c] (half the bytes of float32's: a block of 16
+ * slots and d_k 128 holds 4736 bytes a KV head, 0.58× a bf16 cache's 8192). */
+static inline mha_f16 *mha_kv_k_params(const mha_kv_cache *c, int block, int g, int slot)
 {
     unsigned char *b = (unsigned char *)c->data + mha_kv_kt_at(c, block, g) + c->scales_at;
-    return (float *)(void *)b + (size_t)(slot / MHA_KV_GROUP) * 2 * (size_t)c->dk;
+    return (mha_f16 *)(void *)b + (size_t)(slot / MHA_KV_GROUP) * 2 * (size_t)c->dk;
 }
-/* int8: V's parameters of KV head g's block_size slots in a block: slot t's scale at [2t], its
- * zero point at [2t + 1] (a value q·scale + zero, as K's: mha_kv_k_value). */
+/* int8: V's parameters of KV head g's block_size slots in a block, float32: slot t's scale at
+ * [2t], its zero point at [2t + 1] (a value q·scale + zero, as K's: mha_kv_k_value). */
 static inline float *mha_kv_v_params(const mha_kv_cache *c, int block, int g)
 {
     const int groups = (c->block_size + MHA_KV_GROUP - 1) / MHA_KV_GROUP;
-    return mha_kv_k_params(c, block, g, 0) + (size_t)groups * 2 * (size_t)c->dk;
+    return (float *)(void *)(mha_kv_k_params(c, block, g, 0) + (size_t)groups * 2 * (size_t)c->dk);
 }
 /* int8: the value of K's element q of a feature with that scale and zero point: a multiply
  * and an add, each rounded (-ffp-contract=off), the same bits wherever it is read. */

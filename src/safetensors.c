@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bgemm.h" /* mha_f16_float, mha_bf16_float */
 #include "json_scan.h"
 #include "fileio.h"
 #include "status.h"
@@ -29,36 +30,6 @@ const char *mha_st_dtype_name(int dtype)
 int mha_st_is_float(int dtype)
 {
     return dtype == DT_F32 || dtype == DT_F16 || dtype == DT_BF16;
-}
-
-float mha_f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0 && man == 0) {
-        bits = sign;
-    } else if (exp == 0) { /* subnormal: normalise */
-        int e = 113;
-        while (!(man & 0x400)) {
-            man <<= 1;
-            e--;
-        }
-        bits = sign | (uint32_t)e << 23 | (man & 0x3ff) << 13;
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | man << 13;
-    } else {
-        bits = sign | (exp + 112) << 23 | man << 13;
-    }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-float mha_bf16_to_f32(uint16_t h)
-{
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
 }
 
 static int by_offset(const void *a, const void *b)
@@ -351,7 +322,7 @@ mha_status mha_st_read_f32(const mha_st_file *sf, const mha_st_tensor *t, float 
         if (fread(chunk, sizeof *chunk, k, sf->f) != k)
             return mha_errorf(err, err_len, MHA_ERR_IO, "tensor '%s': read error", t->name);
         for (size_t i = 0; i < k; i++)
-            dst[done + i] = t->dtype == DT_F16 ? mha_f16_to_f32(chunk[i]) : mha_bf16_to_f32(chunk[i]);
+            dst[done + i] = t->dtype == DT_F16 ? mha_f16_float(chunk[i]) : mha_bf16_float(chunk[i]);
         done += k;
     }
     return MHA_OK;

@@ -37,7 +37,5 @@ int mha_st_is_float(int dtype);
 /* Reads a float tensor into dst (count elements), converting to float32. */
 mha_status mha_st_read_f32(const mha_st_file *sf, const mha_st_tensor *t, float *dst, char *err, size_t err_len);
 
-float mha_f16_to_f32(uint16_t h);
-float mha_bf16_to_f32(uint16_t h);
 
 #endif

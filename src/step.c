@@ -94,7 +94,7 @@ static void store_kv(const mha_step_job *j, mha_mat qkv, int i, int row, int blo
         float *full = j->k_full + ((size_t)row * j->f.kvh + g) * dk, *par = mha_kv_v_params(c, block, g) + 2 * (size_t)slot;
         mha_mat_get_rows(k, mha_mat_sub(k, qkv, i, 0), 1, dkp, dk, full, dk);
         mha_mat_get_rows(k, mha_mat_sub(k, qkv, i, 0), 1, 2 * dkp, dk, s->k8, dk); /* V's row, whole */
-        kv->quantize(s->k8, 1, dk, c->data, v, 1, &par[0], &par[1]);
+        kv->quantize(s->k8, 1, dk, 0, c->data, v, 1, &par[0], &par[1]);
         return;
     }
     for (int c0 = 0; c0 < dk; c0 += k->bw) {
@@ -121,9 +121,11 @@ static const float *k_full_row(const mha_step_job *j, int q, int g, int p)
 }
 
 /* Group grp of (q, g), which this step completes, quantized from its full rows: per feature c
- * over the group's slots (the type's quantize); into kt (feature c of the group's slot u at
- * kt[c · ld + u]) and params (scales, then zero points). */
-static void quantize_k_group(const mha_step_job *j, int q, int g, mha_kv_group grp, int8_t *kt, size_t ld, float *params)
+ * over the group's slots (the type's quantize, its parameters float16 values); into kt (feature
+ * c of the group's slot u at kt[c · ld + u]) and the parameters (scales, then zero points) as
+ * floats into params or as the cache holds them into half (one of the two). */
+static void quantize_k_group(const mha_step_job *j, int q, int g, mha_kv_group grp, int8_t *kt, size_t ld, float *params,
+                             mha_f16 *half)
 {
     const mha_kv_traits *kv = mha_kv_traits_of(j->cache->type);
     const int dk = j->f.dk;
@@ -131,10 +133,14 @@ static void quantize_k_group(const mha_step_job *j, int q, int g, mha_kv_group g
     for (int u = 0; u < grp.n; u++)
         rows[u] = k_full_row(j, q, g, grp.t + u);
     for (int c = 0; c < dk; c++) {
-        float x[MHA_KV_GROUP];
+        float x[MHA_KV_GROUP], scale, zero;
         for (int u = 0; u < grp.n; u++)
             x[u] = rows[u][c];
-        kv->quantize(x, 1, grp.n, kt, (size_t)c * ld, 1, &params[c], &params[dk + c]);
+        kv->quantize(x, 1, grp.n, 1, kt, (size_t)c * ld, 1, &scale, &zero);
+        if (params)
+            params[c] = scale, params[dk + c] = zero;
+        else
+            half[c] = mha_f16_round(scale), half[dk + c] = mha_f16_round(zero); /* exact */
     }
 }
 
@@ -148,17 +154,18 @@ static void k_stored(const mha_step_job *j, int q, int g, mha_kv_group grp, int 
     const mha_kv_cache *c = j->cache;
     const int dk = j->f.dk, bs = c->block_size;
     const int8_t *kt;
-    const float *params;
+    float *params = s->k8 + (size_t)MHA_KV_GROUP * dk; /* its parameters as floats, then its values */
     size_t ldk;
     if (grp.t + grp.n <= j->step->n_past[q]) {
         const int block = j->step->blocks[(size_t)q * j->step->max_blocks + grp.t / bs], slot = grp.t % bs;
+        const mha_f16 *half = mha_kv_k_params(c, block, g, slot);
         kt = mha_kv_i8(c) + mha_kv_kt_at(c, block, g) + (size_t)slot, ldk = (size_t)bs;
-        params = mha_kv_k_params(c, block, g, slot);
+        for (int f = 0; f < 2 * dk; f++)
+            params[f] = mha_f16_float(half[f]);
     } else {
-        float *own = s->k8 + (size_t)MHA_KV_GROUP * dk; /* its parameters, then its values */
-        int8_t *v = (int8_t *)(void *)(own + 2 * (size_t)dk);
-        quantize_k_group(j, q, g, grp, v, MHA_KV_GROUP, own);
-        kt = v, ldk = MHA_KV_GROUP, params = own;
+        int8_t *v = (int8_t *)(void *)(params + 2 * (size_t)dk);
+        quantize_k_group(j, q, g, grp, v, MHA_KV_GROUP, params, NULL);
+        kt = v, ldk = MHA_KV_GROUP;
     }
     j->f.kernel->isa->scale_rows[j->cache->type](kt + (t0 - grp.t), ldk, dk, t1 - t0, params, params + dk, dst, ld);
 }
@@ -221,7 +228,7 @@ static void k_commit(const mha_step_job *j, int q, int g)
         const mha_kv_group grp = mha_kv_group_of(bs, t);
         if (grp.t + grp.n <= ctx) {
             const int block = table[grp.t / bs], slot = grp.t % bs;
-            quantize_k_group(j, q, g, grp, mha_kv_i8(c) + mha_kv_kt_at(c, block, g) + (size_t)slot, (size_t)bs,
+            quantize_k_group(j, q, g, grp, mha_kv_i8(c) + mha_kv_kt_at(c, block, g) + (size_t)slot, (size_t)bs, NULL,
                              mha_kv_k_params(c, block, g, slot));
         } else
             for (int u = t; u < ctx; u++)
@@ -626,7 +633,8 @@ typedef struct chunk_src {
     mha_kv_type type;
     int runs, ld, vw;
     const void *kt[MHA_KV_CHUNK], *v[MHA_KV_CHUNK], *next[MHA_KV_CHUNK];
-    const float *kp[MHA_KV_CHUNK], *vs[MHA_KV_CHUNK];
+    const mha_f16 *kp[MHA_KV_CHUNK];
+    const float *vs[MHA_KV_CHUNK];
     int n[MHA_KV_CHUNK];
 } chunk_src;
 
@@ -655,7 +663,7 @@ static void cache_runs(const mha_step_job *j, int q, int g, int k0, int k1, void
             src->next[r] = next.n ? data + mha_kv_v_at(cache, next.block, g, 0) * esz : NULL;
         }
         src->n[r] = u.n;
-        src->kp[r] = src->vs[r] = NULL;
+        src->kp[r] = NULL, src->vs[r] = NULL;
         if (scaled) {
             src->kp[r] = mha_kv_k_params(cache, u.block, g, u.slot);
             src->vs[r] = mha_kv_v_params(cache, u.block, g) + 2 * (size_t)u.slot;
@@ -696,7 +704,7 @@ static int view_rows_end(const mha_step_job *j, int q, int k1, int i0)
  * query, slots of several runs at once, the runs' value rows given to be prefetched (by the
  * first pass; not an MLA cache's, which mla_v_chunk writes after the scores). */
 static void chunk_scores(const mha_step_job *j, int q, int i0, int i1, const float *qv, float *sc, const chunk_src *src,
-                         int bf16, mha_kv_type type, const void *const *kt, const float *const *kp, int ld)
+                         int bf16, mha_kv_type type, const void *const *kt, const mha_f16 *const *kp, int ld)
 {
     const mha_fwd *f = &j->f;
     const int n_new = j->step->n_new[q], dk = f->dk, kc = f->kernel->kc, all = i1 - i0 == n_new;

@@ -655,18 +655,21 @@ TABLE_TEST(bgemm, int8_decode_tiles_equal_the_read_back_chunk, .timeout = 60)
                 const size_t blk = (size_t)dk * BS, groups = (size_t)BS / MHA_KV_GROUP;
                 int8_t *k8 = malloc(RUNS * blk), *v8 = malloc(RUNS * blk);
                 float vp[RUNS][64], *kp = malloc(RUNS * groups * 2 * dk * sizeof *kp); /* V: scale, zero point */
+                mha_f16 *kh = malloc(RUNS * groups * 2 * dk * sizeof *kh); /* K's as the cache holds them */
                 float *kf = malloc(RUNS * blk * sizeof *kf), *vf = malloc(RUNS * blk * sizeof *vf);
                 float *q = malloc((size_t)nq * dk * sizeof *q), *e = malloc((size_t)nq * slots * sizeof *e);
                 float *sc = malloc((size_t)nq * SC_LD * sizeof *sc), *want = malloc((size_t)nq * SC_LD * sizeof *want);
                 float *p = calloc((size_t)nq * dk, sizeof *p), *zwant = calloc((size_t)nq * dk, sizeof *zwant);
                 const void *k8r[RUNS], *kfr[RUNS], *v8r[RUNS], *vfr[RUNS]; /* V's rows: prefetched by the scores */
-                const float *kpr[RUNS];
+                const mha_f16 *kpr[RUNS];
                 for (size_t i = 0; i < RUNS * blk; i++)
                     k8[i] = (int8_t)((int)(rng_next(&r) % 255) - 127), v8[i] = (int8_t)((int)(rng_next(&r) % 255) - 127);
                 for (size_t i = 0; i < RUNS * groups; i++) {
                     fill_uniform(kp + i * 2 * dk, (size_t)dk, 0.001f, 0.02f, &r);
                     fill_uniform(kp + i * 2 * dk + dk, (size_t)dk, -2.0f, 2.0f, &r);
                 }
+                for (size_t i = 0; i < RUNS * groups * 2 * dk; i++)
+                    kh[i] = mha_f16_round(kp[i]), kp[i] = mha_f16_float(kh[i]);
                 for (int ri = 0; ri < RUNS; ri++)
                     for (int t = 0; t < 32; t++)
                         vp[ri][2 * t] = rng_uniform(&r, 0.0f, 0.02f), vp[ri][2 * t + 1] = rng_uniform(&r, -1.0f, 1.0f);
@@ -681,7 +684,7 @@ TABLE_TEST(bgemm, int8_decode_tiles_equal_the_read_back_chunk, .timeout = 60)
                     for (int t = 0; t < n[ri]; t++)
                         isa->scale_rows[MHA_KV_INT8](v8 + ri * blk + (size_t)t * dk, 0, 1, dk, &vp[ri][2 * t],
                                                      &vp[ri][2 * t + 1], vf + ri * blk + (size_t)t * dk, 0);
-                    k8r[ri] = k8 + ri * blk, kfr[ri] = kf + ri * blk, kpr[ri] = kp + ri * groups * 2 * dk;
+                    k8r[ri] = k8 + ri * blk, kfr[ri] = kf + ri * blk, kpr[ri] = kh + ri * groups * 2 * dk;
                     v8r[ri] = v8 + ri * blk, vfr[ri] = vf + ri * blk;
                 }
                 isa->decode_scores[MHA_KV_INT8](q, nq, dk, 0, dk, RUNS, k8r, v8r, kpr, n, BS, 0.125f, sc, SC_LD);
@@ -705,7 +708,7 @@ TABLE_TEST(bgemm, int8_decode_tiles_equal_the_read_back_chunk, .timeout = 60)
                 long at = first_bit_difference(p, zwant, (size_t)nq * dk);
                 cr_assert_eq(at, -1, "%s, dk %d, %d queries: z (%ld, %ld) %a, read back %a", isa->name, dk, nq, at / dk,
                              at % dk, p[at < 0 ? 0 : at], zwant[at < 0 ? 0 : at]);
-                free(k8), free(v8), free(kp), free(kf), free(vf), free(q), free(e), free(sc), free(want), free(p),
+                free(k8), free(v8), free(kp), free(kh), free(kf), free(vf), free(q), free(e), free(sc), free(want), free(p),
                     free(zwant);
             }
 }

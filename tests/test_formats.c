@@ -11,6 +11,7 @@
 #include "helpers.h"
 #include "npy.h"
 #include "json_scan.h"
+#include "bgemm.h"
 #include "safetensors.h"
 
 #define D "tests/data/"
@@ -219,15 +220,42 @@ Test(formats, half_precision_conversions_are_exact)
         int e = (h >> 10) & 31, m = h & 1023, s = h >> 15;
         double want = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(1024 + m, e - 25);
         want = s ? -want : want;
-        float got = mha_f16_to_f32((uint16_t)h);
+        float got = mha_f16_float((mha_f16)h);
         if (isnan(want))
             cr_assert(isnan(got), "F16 %04x", h);
         else
             cr_assert_eq((double)got, want, "F16 %04x: %g, want %g", h, got, want);
     }
-    cr_assert_eq(mha_bf16_to_f32(0x3f80), 1.0f);
-    cr_assert_eq(mha_bf16_to_f32(0xc049), -3.140625f);
-    cr_assert(isinf(mha_bf16_to_f32(0x7f80)));
+    cr_assert_eq(mha_bf16_float(0x3f80), 1.0f);
+    cr_assert_eq(mha_bf16_float(0xc049), -3.140625f);
+    cr_assert(isinf(mha_bf16_float(0x7f80)));
+}
+
+/* float -> F16 (an int8 cache's K parameters) rounds to nearest even: every finite F16 value
+ * to itself; each midpoint between neighbours (ties to the even one) and the floats either
+ * side of it to the nearer; past 65504 by half its step to inf; NaN to NaN. */
+Test(formats, f16_rounding_is_nearest_even)
+{
+    int checked = 0;
+    for (uint32_t h = 0; h < 0x7c00; h++) {
+        const double a = mha_f16_float((mha_f16)h), b = h + 1 < 0x7c00 ? mha_f16_float((mha_f16)(h + 1)) : 65536.0;
+        const float mid = (float)((a + b) / 2); /* exact: a and b are 11-bit numbers */
+        const float below = nextafterf(mid, 0.0f), above = nextafterf(mid, INFINITY);
+        for (int s = 0; s < 2; s++) {
+            const uint16_t sign = s ? 0x8000 : 0;
+            const float k = s ? -1.0f : 1.0f;
+            cr_assert_eq(mha_f16_round(k * (float)a), sign | h, "%a", k * a);
+            cr_assert_eq(mha_f16_round(k * below), sign | h, "%a", (double)(k * below));
+            cr_assert_eq(mha_f16_round(k * above), sign | (h + 1), "%a", (double)(k * above));
+            cr_assert_eq(mha_f16_round(k * mid), sign | (h & 1 ? h + 1 : h), "tie %a", (double)(k * mid));
+            checked++;
+        }
+    }
+    cr_assert_eq(checked, 2 * 0x7c00);
+    cr_assert_eq(mha_f16_round(65519.99f), 0x7bff);
+    cr_assert_eq(mha_f16_round(-INFINITY), 0xfc00);
+    cr_assert_eq(mha_f16_round(1e-9f), 0);
+    cr_assert_eq(mha_f16_round(NAN) & 0x7e00, 0x7e00);
 }
 
 /* ---- the JSON scanner behind the safetensors header ---- */

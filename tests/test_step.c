@@ -761,7 +761,7 @@ Test(step, cache_types_store_by_their_rule)
     cr_assert(!tf->scaled && !tb->scaled && t8->scaled && !tf->bf16_at);
     tf->put(packed, N, f32, 1, DS); /* from element 1 */
     tb->put(packed, N, b16, 2, DS);
-    t8->quantize(x, XS, N, q, 0, DS, &scale, &zero);
+    t8->quantize(x, XS, N, 0, q, 0, DS, &scale, &zero);
     float lo = packed[0], hi = lo;
     for (int i = 0; i < N; i++)
         lo = packed[i] < lo ? packed[i] : lo, hi = packed[i] > hi ? packed[i] : hi;
@@ -780,8 +780,43 @@ Test(step, cache_types_store_by_their_rule)
     }
     cr_assert_eq(ends, 2, "lo and hi at the ends of the range");
     const float same[3] = {0.75f, 0.75f, 0.75f};
-    t8->quantize(same, 1, 3, q, 0, 1, &scale, &zero);
+    t8->quantize(same, 1, 3, 0, q, 0, 1, &scale, &zero);
     cr_assert(scale == 0.0f && zero == 0.75f && q[0] == 0 && q[1] == 0 && q[2] == 0);
+}
+
+/* K's int8 parameters are stored as float16 (mha_kv_k_params): the quantizer's f16 form gives
+ * a scale and zero point that are float16 values and still reads every value back within half
+ * a step: ranges of every size, off-centre ones (a channel at 100 ± 0.25, where float16's
+ * step at the zero point is 0.06), ranges below float16's normal numbers (subnormal scales),
+ * equal values float16 cannot hold, values past its range (the zero point stops at 65504).
+ * The scale is float16's at most one step above what the rounded zero point leaves: within
+ * 1% of (hi − lo) / 255 for a centred range. */
+Test(step, int8_k_parameters_are_float16_values)
+{
+    enum { N = 16 };
+    const float cases[][2] = {{-3.0f, 5.0f}, {100.0f, 100.5f}, {-7e-4f, 1e-3f}, {2e-7f, 3e-7f}, {0.1f, 0.1f},
+                              {-1e5f, -9.99e4f}, {3e5f, 9e5f}, {-40.0f, 1.5f}};
+    const mha_kv_traits *t8 = mha_kv_traits_of(MHA_KV_INT8);
+    rng r = {4242};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const float lo = cases[k][0], hi = cases[k][1];
+        float x[N], scale, zero;
+        int8_t q[N];
+        for (int i = 0; i < N; i++)
+            x[i] = i == 0 ? lo : i == 1 ? hi : rng_uniform(&r, lo, hi);
+        t8->quantize(x, 1, N, 1, q, 0, 1, &scale, &zero);
+        cr_assert(mha_f16_float(mha_f16_round(scale)) == scale && mha_f16_float(mha_f16_round(zero)) == zero,
+                  "[%g, %g]: scale %a, zero %a are not float16 values", (double)lo, (double)hi, (double)scale,
+                  (double)zero);
+        for (int i = 0; i < N; i++) {
+            const float back = mha_kv_k_value(q[i], scale, zero);
+            cr_assert_leq(fabsf(back - x[i]), 0.5f * scale * 1.0001f + 1e-12f,
+                          "[%g, %g]: %a reads back as %a (q %d, scale %a, zero %a)", (double)lo, (double)hi,
+                          (double)x[i], (double)back, q[i], (double)scale, (double)zero);
+        }
+        if (k == 0 || k == 7)
+            cr_assert_leq(scale, 1.01f * (hi - lo) / 255.0f, "[%g, %g]: scale %a", (double)lo, (double)hi, (double)scale);
+    }
 }
 
 Test(step, int8_cache_is_within_its_contract_of_the_double_reference, .timeout = 120)

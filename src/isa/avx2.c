@@ -541,7 +541,7 @@ scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
 {
     if (full)
         nb = R, nv = V;
-    const float *kp[8]; /* scaled (int8 K): each vector's group parameters */
+    const mha_f16 *kp[8]; /* scaled (int8 K): each vector's group parameters, float16 */
     for (int j = 0; j < V; j++)
         kp[j] = scaled && j < nv ? v[j].kp : NULL;
     const char *pfp[8];
@@ -563,7 +563,8 @@ scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
             _mm_prefetch(pfp[j] + at, _MM_HINT_T0);
             krow[j] = j >= nv ? _mm256_setzero_ps() : load_elems(type, v[j].kt + at, full ? 8 : v[j].lanes);
             if (scaled && j < nv) /* q·scale + zero, scale_rows' value */
-                krow[j] = _mm256_add_ps(_mm256_mul_ps(krow[j], _mm256_set1_ps(kp[j][c])), _mm256_set1_ps(kp[j][dk + c]));
+                krow[j] = _mm256_add_ps(_mm256_mul_ps(krow[j], _mm256_set1_ps(_cvtsh_ss(kp[j][c]))),
+                                        _mm256_set1_ps(_cvtsh_ss(kp[j][dk + c])));
         }
         for (int r = 0; r < R; r++)
             if (r < nb) {
@@ -604,7 +605,7 @@ scores_tiles(const mha_kv_type type, const int scaled, const int R, const int V,
  * more 8 × 1 at a time (8 independent chains). */
 static inline __attribute__((always_inline, target(AVX2))) void
 scores(const mha_kv_type type, const int scaled, const float *restrict q, int nq, int dk, int c0, int c1, int runs,
-       const void *const *kt, const void *const *vr, const float *const *kp, const int *n, int ld, float scale,
+       const void *const *kt, const void *const *vr, const mha_f16 *const *kp, const int *n, int ld, float scale,
        float *restrict sc, size_t sc_ld)
 {
     mha_slot_vec v[MHA_KV_CHUNK];
@@ -713,7 +714,7 @@ __attribute__((target(AVX2))) void mha_rows_scores16_avx2(const float *restrict 
 
 __attribute__((target(AVX2))) static void decode_scores_avx2(const float *restrict q, int nq, int dk, int c0, int c1,
                                                             int runs, const void *const *kt, const void *const *vr,
-                                                            const float *const *kp, const int *n, int ld, float scale,
+                                                            const mha_f16 *const *kp, const int *n, int ld, float scale,
                                                             float *restrict sc, size_t sc_ld)
 {
     (void)kp; /* unscaled */
@@ -722,7 +723,7 @@ __attribute__((target(AVX2))) static void decode_scores_avx2(const float *restri
 
 __attribute__((target(AVX2))) static void decode_scores8_avx2(const float *restrict q, int nq, int dk, int c0, int c1,
                                                              int runs, const void *const *kt, const void *const *vr,
-                                                             const float *const *kp, const int *n, int ld, float scale,
+                                                             const mha_f16 *const *kp, const int *n, int ld, float scale,
                                                              float *restrict sc, size_t sc_ld)
 {
     scores(MHA_KV_INT8, 1, q, nq, dk, c0, c1, runs, kt, vr, kp, n, ld, scale, sc, sc_ld);

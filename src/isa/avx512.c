@@ -469,24 +469,25 @@ static inline __attribute__((always_inline, target(AVX512))) void fma_rows(const
 
 /* The products of features [c, c + nc) for scores_tile: one Kᵀ row load per feature and
  * vector for all queries (int8 K, scaled: each value q·scale + zero of its feature in the
- * vector's group, scale_rows' value). */
+ * vector's group, scale_rows' value; feature c's scale at par[j][o], its zero point at
+ * par[j][16 + o]). */
 static inline __attribute__((always_inline, target(AVX512))) void
 score_features(const mha_kv_type type, const int scaled, const int R, const int V, const int full,
                const float *restrict q, int nb, int dk, int c, const int nc, const mha_slot_vec *v, int nv,
-               const __mmask16 *m, const float *const *kp, int ld, __m512 *acc)
+               const __mmask16 *m, const float (*par)[32], int o, int ld, __m512 *acc)
 {
     const size_t row = (size_t)ld * mha_kv_elem_size(type);
     const char *k[8];
-    const float *s[8];
     for (int j = 0; j < V; j++)
-        k[j] = j < nv ? v[j].kt + (size_t)c * row : NULL, s[j] = scaled && j < nv ? kp[j] + c : NULL;
+        k[j] = j < nv ? v[j].kt + (size_t)c * row : NULL;
     q += c;
     for (int u = 0; u < nc; u++, q++) {
         __m512 krow[8];
         for (int j = 0; j < V; j++) {
             krow[j] = j < nv ? load16(type, 0, k[j], m[j], _mm512_setzero_ps()) : _mm512_setzero_ps();
             if (scaled && j < nv)
-                krow[j] = _mm512_add_ps(_mm512_mul_ps(krow[j], _mm512_set1_ps(s[j][u])), _mm512_set1_ps(s[j][dk + u]));
+                krow[j] = _mm512_add_ps(_mm512_mul_ps(krow[j], _mm512_set1_ps(par[j][o + u])),
+                                        _mm512_set1_ps(par[j][16 + o + u]));
             k[j] += row;
         }
         fma_rows(R, V, full, nb, q, (size_t)dk, krow, acc);
@@ -509,13 +510,12 @@ scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
         nb = R, nv = V;
     const size_t esz = mha_kv_elem_size(type);
     __mmask16 m[8];
-    const float *kp[8];
     size_t vbytes[8];
     for (int j = 0; j < V; j++) {
         m[j] = full ? (__mmask16)0xFFFF : j < nv ? first16(v[j].lanes) : 0;
-        kp[j] = scaled && j < nv ? v[j].kp : NULL;
         vbytes[j] = j < nv && v[j].v ? (size_t)(full ? 16 : v[j].lanes) * (size_t)dk * esz : 0;
     }
+    _Alignas(64) float par[8][32]; /* int8: 16 features' scales and zero points of each vector, float32 */
     __m512 acc[16];
     for (int i = 0; i < R * V; i++)
         acc[i] = _mm512_setzero_ps();
@@ -529,14 +529,21 @@ scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
             if (j < npf)
                 for (int u = 0; u < nc; u++)
                     _mm_prefetch(pf[j].kt + (size_t)(c + u) * ld * esz, _MM_HINT_T0);
-            if (scaled && j < npf && (c - c0) % 16 == 0) /* its scales' and zero points' lines */
+            if (scaled && j < npf && (c - c0) % 32 == 0) /* its scales' and zero points' lines */
                 _mm_prefetch((const char *)(pf[j].kp + c), _MM_HINT_T0),
                     _mm_prefetch((const char *)(pf[j].kp + dk + c), _MM_HINT_T0);
         }
+        if (scaled && (c - c0) % 16 == 0) /* the next 16 features' parameters as float32 */
+            for (int j = 0; j < V; j++)
+                if (j < nv) {
+                    const __mmask16 mh = first16(c1 - c);
+                    _mm512_store_ps(par[j], _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mh, v[j].kp + c)));
+                    _mm512_store_ps(par[j] + 16, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mh, v[j].kp + dk + c)));
+                }
         if (nc == 4)
-            score_features(type, scaled, R, V, full, q, nb, dk, c, 4, v, nv, m, kp, ld, acc);
+            score_features(type, scaled, R, V, full, q, nb, dk, c, 4, v, nv, m, par, (c - c0) % 16, ld, acc);
         else
-            score_features(type, scaled, R, V, full, q, nb, dk, c, nc, v, nv, m, kp, ld, acc);
+            score_features(type, scaled, R, V, full, q, nb, dk, c, nc, v, nv, m, par, (c - c0) % 16, ld, acc);
     }
 #pragma GCC unroll 8 /* constant indices: a loop over acc would keep it in memory, stored every feature */
     for (int r = 0; r < R; r++)
@@ -570,7 +577,7 @@ scores_tiles(const mha_kv_type type, const int scaled, const int R, const int V,
  * (perf/score_tiles: 1.59 against 1.97 ns a feature of a block, Zen 4). */
 static inline __attribute__((always_inline, target(AVX512))) void
 scores(const mha_kv_type type, const int scaled, const float *restrict q, int nq, int dk, int c0, int c1, int runs,
-       const void *const *kt, const void *const *vr, const float *const *kp, const int *n, int ld, float scale,
+       const void *const *kt, const void *const *vr, const mha_f16 *const *kp, const int *n, int ld, float scale,
        float *restrict sc, size_t sc_ld)
 {
     mha_slot_vec v[MHA_KV_CHUNK];
@@ -593,7 +600,7 @@ scores(const mha_kv_type type, const int scaled, const float *restrict q, int nq
 
 __attribute__((target(AVX512))) static void decode_scores_avx512(const float *restrict q, int nq, int dk, int c0, int c1,
                                                                  int runs, const void *const *kt, const void *const *vr,
-                                                                 const float *const *kp, const int *n, int ld,
+                                                                 const mha_f16 *const *kp, const int *n, int ld,
                                                                  float scale, float *restrict sc, size_t sc_ld)
 {
     (void)kp; /* unscaled */
@@ -602,7 +609,7 @@ __attribute__((target(AVX512))) static void decode_scores_avx512(const float *re
 
 __attribute__((target(AVX512))) static void decode_scores8_avx512(const float *restrict q, int nq, int dk, int c0,
                                                                   int c1, int runs, const void *const *kt,
-                                                                  const void *const *vr, const float *const *kp,
+                                                                  const void *const *vr, const mha_f16 *const *kp,
                                                                   const int *n, int ld,
                                                                   float scale, float *restrict sc, size_t sc_ld)
 {

@@ -139,12 +139,12 @@ typedef struct mha_isa {
      * features. A scaled type's elements are read back as they are loaded (the values
      * scale_rows gives, so the same bits as reading the chunk back first): kp[r] the
      * parameters of run r's first group (runs of whole groups of MHA_KV_GROUP slots, from a
-     * group's start; mha_kv_k_params), q·scale + zero rounded twice; kp NULL for an unscaled
+     * group's start; mha_kv_k_params: float16), q·scale + zero rounded twice; kp NULL for an unscaled
      * type. vr (or NULL): run r's value rows at vr[r] (slot t's dk elements at t · dk), for a
      * table to prefetch as it sums the scores, so the values find them in cache. Every table
      * has F32 and INT8. */
     void (*decode_scores[MHA_KV_TYPES])(const float *restrict q, int nq, int dk, int c0, int c1, int runs,
-                                        const void *const *kt, const void *const *vr, const float *const *kp,
+                                        const void *const *kt, const void *const *vr, const mha_f16 *const *kp,
                                         const int *n, int ld, float scale, float *restrict sc, size_t sc_ld);
     /* The same float32 scores of nq >= 1 queries (q: rows dk apart, dk <= MHA_ROWS_SCORES_DK)
      * against n keys given as rows (key t's dk features at k + t·ld), all features in one
@@ -254,15 +254,15 @@ typedef struct mha_isa {
 typedef struct mha_slot_vec {
     const char *kt;  /* feature 0 of the vector's first slot (elements of esz bytes) */
     const char *v;   /* its first slot's value row (NULL: none given) */
-    const float *kp; /* int8 K: its group's parameters, each feature's scale then zero point
-                      * (mha_kv_k_params; NULL: none given) */
+    const mha_f16 *kp; /* int8 K: its group's parameters, each feature's scale then zero point
+                        * (mha_kv_k_params, float16; NULL: none given) */
     int lanes, out;  /* slots in it; its first score's column in sc */
 } mha_slot_vec;
 /* vr: the runs' value rows (or NULL), row bytes apart; kp: int8 K, the parameters of each
  * run's first group (a run starts a group and its groups are whole MHA_KV_GROUP slots, their
- * parameters 2·dk floats apart; w divides MHA_KV_GROUP), or NULL. */
+ * parameters 2·dk float16s apart; w divides MHA_KV_GROUP), or NULL. */
 static inline int mha_slot_vecs(int runs, const void *const *kt, const void *const *vr, size_t row,
-                                const float *const *kp, int dk, const int *n, int w, size_t esz, mha_slot_vec *v)
+                                const mha_f16 *const *kp, int dk, const int *n, int w, size_t esz, mha_slot_vec *v)
 {
     int nv = 0;
     for (int r = 0, at = 0; r < runs; at += n[r++])

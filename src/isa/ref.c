@@ -118,19 +118,19 @@ static float elem_at(const void *p, mha_kv_type type, size_t i)
  * int8 K (kp: each run's first group's parameters; float32 sums in either engine): each
  * element q·scale + zero of its feature, scale_rows' value. */
 static void scores_ref(mha_kv_type type, int bf16, const float *restrict q, int nq, int dk, int c0, int c1, int runs,
-                       const void *const *kt, const float *const *kp, const int *n, int ld, float scale,
+                       const void *const *kt, const mha_f16 *const *kp, const int *n, int ld, float scale,
                        float *restrict sc, size_t sc_ld)
 {
     const int flush = type != MHA_KV_F32 && bf16; /* the bf16 kernels' sums */
     for (int r = 0, at = 0; r < runs; at += n[r++])
         for (int qi = 0; qi < nq; qi++)
             for (int t = 0; t < n[r]; t++) {
-                const float *g = kp ? kp[r] + (size_t)(t / MHA_KV_GROUP) * 2 * (size_t)dk : NULL;
+                const mha_f16 *g = kp ? kp[r] + (size_t)(t / MHA_KV_GROUP) * 2 * (size_t)dk : NULL;
                 float acc = 0.0f;
                 for (int c = c0; c < c1; c++) {
                     float x = elem_at(kt[r], type, (size_t)c * ld + t);
                     if (g)
-                        x = x * g[c] + g[dk + c];
+                        x = x * mha_f16_float(g[c]) + mha_f16_float(g[dk + c]);
                     acc += q[(size_t)qi * dk + c] * x;
                     acc = flush ? mha_bk_ftz(acc) : acc;
                 }
@@ -157,7 +157,7 @@ static void values_ref(mha_kv_type type, const float *e, size_t e_ld, int nq, co
 }
 
 static void decode_scores_ref(const float *restrict q, int nq, int dk, int c0, int c1, int runs, const void *const *kt,
-                              const void *const *vr, const float *const *kp, const int *n, int ld, float scale,
+                              const void *const *vr, const mha_f16 *const *kp, const int *n, int ld, float scale,
                               float *restrict sc, size_t sc_ld)
 {
     (void)kp, (void)vr; /* unscaled; nothing to prefetch */
@@ -165,7 +165,7 @@ static void decode_scores_ref(const float *restrict q, int nq, int dk, int c0, i
 }
 
 static void decode_scores8_ref(const float *restrict q, int nq, int dk, int c0, int c1, int runs, const void *const *kt,
-                               const void *const *vr, const float *const *kp, const int *n, int ld, float scale,
+                               const void *const *vr, const mha_f16 *const *kp, const int *n, int ld, float scale,
                                float *restrict sc, size_t sc_ld)
 {
     (void)vr;
