@@ -20,6 +20,9 @@ struct mha_kv_view;
 struct mha_core_io;
 struct mha_step_job;
 
+/* A decode unit of a sequence: chunk c of its context for KV head g. */
+typedef struct mha_chunk_at { int g, c; } mha_chunk_at;
+
 typedef struct mha_products {
     /* Bytes of an element of what it packs (A panels, packed B). */
     size_t esz;
@@ -81,9 +84,10 @@ typedef struct mha_products {
      * bf16 on the float32 stream: float32's for an unscaled cache, bf16's for a scaled one). */
     void (*step_gather)(const struct mha_step_job *j, int q, int g, int t_begin, int ctx,
                         const struct mha_scratch *s, float *vs);
-    /* Decode: chunk c (keys [k0, k1)) of (q, g) into its partials p, from the queries in the
-     * worker's decode scratch; ahead: the worker runs chunk c + 1 next (what to prefetch). */
-    void (*step_chunk)(const struct mha_step_job *j, int q, int g, int c, int k0, int k1, int ahead, float *p,
+    /* Decode: a chunk (keys [k0, k1)) of (q, g) into its partials p, from the queries in the
+     * worker's decode scratch; next: the (KV head, chunk) of q the worker runs next (what to
+     * prefetch; next.c < 0: none). */
+    void (*step_chunk)(const struct mha_step_job *j, int q, int g, int k0, int k1, mha_chunk_at next, float *p,
                        float *vs, const struct mha_scratch *s);
 } mha_products;
 

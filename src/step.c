@@ -804,7 +804,7 @@ static float *dec_zero_sums(const mha_step_job *j, int q, const mha_scratch *s)
  * kernels' A panels round them; an int8 cache's scores as a float32 engine's (scores_scaled, on
  * the queries unrounded) and its V parameters gathered into vs: the forward's chunk step, bit for
  * bit; bf16: which (the engine's step_chunk says); pf: what the values prefetch into L2 as
- * they sum (the next chunk's regions, or NULL). */
+ * they sum (the next unit's regions, or NULL). */
 static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int k1, int bf16, float *qv, float *sc,
                                float *p, const chunk_src *src, float *vs, const mha_prefetch *pf, const mha_scratch *s)
 {
@@ -891,9 +891,9 @@ static int bf16_tiles(const mha_fwd *f)
 }
 
 /* The regions of KV head g in chunk c's blocks, whole (Kᵀ, V and an int8 cache's parameters:
- * the block's bytes of the head, contiguous), for the previous chunk's tiles to prefetch
- * while they sum its values from cache (Zen 4, bf16 engines, against Kᵀ alone: the attention
- * phase 0.87× over a bf16 cache, 0.93× over an int8 one). */
+ * the block's bytes of the head, contiguous), for the worker's previous unit's tiles to
+ * prefetch while they sum its values from cache (Zen 4, bf16 engines, against Kᵀ alone: the
+ * attention phase 0.87× over a bf16 cache, 0.93× over an int8 one). */
 static void chunk_regions(const mha_step_job *j, int q, int g, int c, mha_prefetch *pf)
 {
     const mha_kv_cache *cache = j->cache;
@@ -913,9 +913,10 @@ static void skip_partials(float *pq, int dk)
     pq[dk] = -INFINITY, pq[dk + 1] = 0.0f;
 }
 
-/* Chunk c of (q, g) into the partials at p (partial_of's layout for one chunk); ahead: this
- * worker runs chunk c + 1 next. The queries are in the scratch (dec_queries). */
-static void decode_chunk(const mha_step_job *j, int q, int g, int c, int ahead, float *p, const mha_scratch *s)
+/* Chunk c of (q, g) into the partials at p (partial_of's layout for one chunk); next: the unit
+ * this worker runs next (next.c < 0: none). The queries are in the scratch (dec_queries). */
+static void decode_chunk(const mha_step_job *j, int q, int g, int c, mha_chunk_at next, float *p,
+                         const mha_scratch *s)
 {
     const mha_fwd *f = &j->f;
     const mha_step *st = j->step;
@@ -927,35 +928,35 @@ static void decode_chunk(const mha_step_job *j, int q, int g, int c, int ahead, 
             skip_partials(p + (size_t)qi * (dk + 2), dk);
         return;
     }
-    f->prod->step_chunk(j, q, g, c, k0, k1, ahead, p, v_params(j, s), s);
+    f->prod->step_chunk(j, q, g, k0, k1, next, p, v_params(j, s), s);
 }
 
-void mha_step_chunk_f32(const mha_step_job *j, int q, int g, int c, int k0, int k1, int ahead, float *p, float *vs,
+void mha_step_chunk_f32(const mha_step_job *j, int q, int g, int k0, int k1, mha_chunk_at next, float *p, float *vs,
                         const mha_scratch *s)
 {
     (void)vs; /* V's parameters applied as loaded */
-    mha_prefetch next;
+    mha_prefetch ahead;
     chunk_src src;
-    const int walk = ahead && !j->cache->mla; /* MLA's values take no walk (decode_chunk_tiles) */
+    const int walk = next.c >= 0 && !j->cache->mla; /* MLA's values take no walk (decode_chunk_tiles) */
     if (walk)
-        chunk_regions(j, q, g, c + 1, &next);
+        chunk_regions(j, q, next.g, next.c, &ahead);
     cache_runs(j, q, g, k0, k1, s->qkv, &src);
-    decode_chunk_tiles(j, q, g, k0, k1, 0, dec_queries(j, q, s), dec_scores(s), p, &src, NULL, walk ? &next : NULL, s);
+    decode_chunk_tiles(j, q, g, k0, k1, 0, dec_queries(j, q, s), dec_scores(s), p, &src, NULL, walk ? &ahead : NULL, s);
 }
 
 /* bf16: the table's tiles where they sum in the kernel's order (bf16_tiles), else the chunk
  * gathered into the kernel's panels and the forward's chunk step. */
-void mha_step_chunk_bf16(const mha_step_job *j, int q, int g, int c, int k0, int k1, int ahead, float *p, float *vs,
+void mha_step_chunk_bf16(const mha_step_job *j, int q, int g, int k0, int k1, mha_chunk_at next, float *p, float *vs,
                          const mha_scratch *s)
 {
     float *sc = dec_scores(s), *qv = dec_queries(j, q, s);
     if (bf16_tiles(&j->f)) {
-        mha_prefetch next;
+        mha_prefetch ahead;
         chunk_src src;
-        if (ahead)
-            chunk_regions(j, q, g, c + 1, &next);
+        if (next.c >= 0)
+            chunk_regions(j, q, next.g, next.c, &ahead);
         cache_runs(j, q, g, k0, k1, s->qkv, &src);
-        decode_chunk_tiles(j, q, g, k0, k1, 1, qv, sc, p, &src, vs, ahead ? &next : NULL, s);
+        decode_chunk_tiles(j, q, g, k0, k1, 1, qv, sc, p, &src, vs, next.c >= 0 ? &ahead : NULL, s);
         return;
     }
     const size_t vps = mha_attention_v16_ps(k1 - k0);
@@ -980,31 +981,41 @@ static void fold_chunk(const mha_step_job *j, int q, int g, int c0, int c, const
     }
 }
 
-void mha_step_decode_chunks(const mha_step_job *j, int q, int g, int c0, int c1, const mha_scratch *s)
+/* The queries of KV head g's query heads (query qi = head jh, row i), rotated in phase 1, from
+ * z into the decode scratch; on the forward's chunks (decode_chunk_bf16; an int8 cache's scores
+ * are float32 tiles') in A panels too. */
+static void decode_queries(const mha_step_job *j, int q, int g, const mha_scratch *s)
 {
     const mha_fwd *f = &j->f;
     const int n_new = j->step->n_new[q], dk = f->dk, G = f->group;
-    /* the group's queries, rotated in phase 1, from z (query qi = head jh, row i) */
     float *qv = dec_queries(j, q, s);
     const float *z = f->z + (size_t)j->row0[q] * f->qd;
     for (int jh = 0; jh < G; jh++)
         for (int i = 0; i < n_new; i++)
             memcpy(qv + (size_t)(jh * n_new + i) * dk, z + (size_t)i * f->qd + (size_t)(g * G + jh) * dk,
                    (size_t)dk * sizeof *qv);
-    /* the forward's chunks (decode_chunk_bf16; an int8 cache's scores are float32 tiles'): Q in A
-     * panels once */
     if (f->bk && !bf16_tiles(f) && !mha_kv_traits_of(j->cache->type)->scaled)
         mha_bk_pack_a(f->kernel, mha_mat_rows(f->kernel, qv, dk), 0, G * n_new, dk, s->q16);
+}
+
+void mha_step_decode_chunks(const mha_step_job *j, int q, int g0, int g1, int c0, int c1, const mha_scratch *s)
+{
     /* a run from the first chunk with a visible key folds each later chunk into that one's
      * partials as it goes (from the scratch, in cache): the merge reads one chunk's, not all */
     const int fold = c0 == mha_step_first_chunk(j, q);
-    for (int c = c0; c < c1; c++) {
-        const int folded = fold && c > c0;
-        float *p = folded ? dec_partials(j, q, s) : partial_of(j, q, g, c, 0);
-        decode_chunk(j, q, g, c, c + 1 < c1, p, s);
-        if (folded)
-            fold_chunk(j, q, g, c0, c, p);
-    }
+    for (int c = c0; c < c1; c++)
+        for (int g = g0; g < g1; g++) {
+            if (g1 - g0 > 1 || c == c0) /* one KV head's queries stay for its whole run */
+                decode_queries(j, q, g, s);
+            const mha_chunk_at next = g + 1 < g1 ? (mha_chunk_at){g + 1, c}
+                                      : c + 1 < c1 ? (mha_chunk_at){g0, c + 1}
+                                                   : (mha_chunk_at){g, -1};
+            const int folded = fold && c > c0;
+            float *p = folded ? dec_partials(j, q, s) : partial_of(j, q, g, c, 0);
+            decode_chunk(j, q, g, c, next, p, s);
+            if (folded)
+                fold_chunk(j, q, g, c0, c, p);
+        }
 }
 
 void mha_step_decode_merge(const mha_step_job *j, int q, int g)

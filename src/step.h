@@ -68,13 +68,14 @@ int mha_step_chunks(const mha_step_job *j, int q);
  * unread: their partials only say so). */
 int mha_step_first_chunk(const mha_step_job *j, int q);
 /* Decode (n_new <= MHA_DECODE_MAX_NEW): chunks [c0, c1) of sequence q's context for the query
- * heads of KV head g, in order, read in place from the cache: each query's running max, sum
- * and unnormalised Z per chunk. One worker's run: while a chunk's values are summed from
- * cache, the next chunk's Kᵀ is prefetched (where the table's bf16 tiles take a prefetch
- * list), so memory does not idle between chunks. A run from the first chunk with a visible
- * key merges its later chunks into that one's partials as it goes (the merge's rule and
- * order: the same bits), marking theirs merged. */
-void mha_step_decode_chunks(const mha_step_job *j, int q, int g, int c0, int c1, const mha_scratch *s);
+ * heads of KV heads [g0, g1), chunk by chunk and within a chunk head by head, read in place
+ * from the cache: each query's running max, sum and unnormalised Z per (KV head, chunk). One
+ * worker's run: while a unit's values are summed from cache, the next unit's regions are
+ * prefetched (the same chunk's next KV head, whose regions follow in each block: a run of
+ * heads reads a block's bytes as one stream), so memory does not idle between units. A run
+ * from the first chunk with a visible key merges its later chunks into that one's partials as
+ * it goes (the merge's rule and order: the same bits), marking theirs merged. */
+void mha_step_decode_chunks(const mha_step_job *j, int q, int g0, int g1, int c0, int c1, const mha_scratch *s);
 /* Decode: the chunks of (q, g) merged in order (log-sum-exp) into z. */
 void mha_step_decode_merge(const mha_step_job *j, int q, int g);
 /* The step's attention of each precision (products.c's tables: mha_products' step_gather and
@@ -83,9 +84,9 @@ void mha_step_gather_f32(const mha_step_job *j, int q, int g, int t_begin, int c
 void mha_step_gather_bf16(const mha_step_job *j, int q, int g, int t_begin, int ctx, const mha_scratch *s, float *vs);
 void mha_step_gather_stream(const mha_step_job *j, int q, int g, int t_begin, int ctx, const mha_scratch *s,
                             float *vs);
-void mha_step_chunk_f32(const mha_step_job *j, int q, int g, int c, int k0, int k1, int ahead, float *p, float *vs,
+void mha_step_chunk_f32(const mha_step_job *j, int q, int g, int k0, int k1, mha_chunk_at next, float *p, float *vs,
                         const mha_scratch *s);
-void mha_step_chunk_bf16(const mha_step_job *j, int q, int g, int c, int k0, int k1, int ahead, float *p, float *vs,
+void mha_step_chunk_bf16(const mha_step_job *j, int q, int g, int k0, int k1, mha_chunk_at next, float *p, float *vs,
                          const mha_scratch *s);
 /* out rows [r0, r1), columns [c0, c1) (c0 a panel boundary) = z · Wo + bo. */
 void mha_step_out_rows(const mha_step_job *j, int r0, int r1, int c0, int c1, const mha_scratch *s);

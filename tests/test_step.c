@@ -642,11 +642,12 @@ Test(step, a_sequences_outputs_do_not_depend_on_how_its_steps_are_cut, .timeout 
     }
 }
 
-/* Decode chunks run in runs of consecutive chunks per task when a step has enough of them for
- * the workers (each chunk's tiles prefetching the next chunk's Kᵀ): one thread (runs of 4 here:
- * 3 sequences of 1300 positions, 2 KV heads, 36 chunks; with a window of 700, the unread
- * chunks in one task, then runs of 3 over the 24 visible ones) gives the bits of three (one
- * chunk a task), in both precisions, with a float or bf16 cache and an int8 one. */
+/* Decode units run in runs of consecutive chunks and KV heads per task when a step has enough
+ * of them for the workers (each unit's tiles prefetching the next unit's regions): one thread
+ * (both KV heads, runs of 8 chunks here: 3 sequences of 1300 positions, 2 KV heads, 36
+ * chunks; with a window of 700, the unread chunks in one task, then runs of 8 over the 24
+ * visible ones) gives the bits of 14 threads (one KV head and one chunk a task), in both
+ * precisions, with a float or bf16 cache and an int8 one. */
 Test(step, runs_of_decode_chunks_equal_single_chunks, .timeout = 120)
 {
     enum { B = 3, S = 1300, PREFILL = S - 3 };
@@ -657,7 +658,7 @@ Test(step, runs_of_decode_chunks_equal_single_chunks, .timeout = 120)
         float *got[2];
         for (int t = 0; t < 2; t++) {
             decoder dc;
-            decoder_make_kv(&dc, 64, 4, 2, 0, B, S, window, S, t == 0 ? 1 : 3, prec, 0, kv);
+            decoder_make_kv(&dc, 64, 4, 2, 0, B, S, window, S, t == 0 ? 1 : 14, prec, 0, kv);
             int *cuts[B];
             for (int b = 0; b < B; b++) {
                 cuts[b] = calloc(S, sizeof *cuts[b]);
@@ -670,7 +671,7 @@ Test(step, runs_of_decode_chunks_equal_single_chunks, .timeout = 120)
             decoder_free(&dc);
         }
         const long at = first_bit_difference(got[0], got[1], (size_t)B * S * 64);
-        cr_assert_eq(at, -1, "%s, kv %s, window %d: 1 thread differs from 3 at sequence %ld, position %ld, feature %ld",
+        cr_assert_eq(at, -1, "%s, kv %s, window %d: 1 thread differs from 14 at sequence %ld, position %ld, feature %ld",
                      mha_precision_name(prec), kv == MHA_KV_INT8 ? "int8" : "auto", window, at / (S * 64), at / 64 % S,
                      at % 64);
         free(got[0]), free(got[1]);
