@@ -61,22 +61,18 @@ static inline float mha_bf16_float(mha_bf16 h)
 /* IEEE binary16 (an int8 cache's K parameters; safetensors' F16 tensors): its bits. */
 typedef uint16_t mha_f16;
 
-/* binary16 -> float, exact (subnormals normalised, inf and NaN kept). */
+/* binary16 -> float, exact (inf and NaN kept): no loop, so a loop of them vectorises (a
+ * subnormal is its 10 bits times 2^-24, a normal float32 whatever the rounding mode). */
 static inline float mha_f16_float(mha_f16 h)
 {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
-    if (exp == 0 && man == 0)
-        bits = sign;
-    else if (exp == 0) { /* subnormal: normalised */
-        uint32_t e = 113;
-        while (!(man & 0x400u))
-            man <<= 1, e--;
-        bits = sign | e << 23 | (man & 0x3ffu) << 13;
-    } else if (exp == 31)
-        bits = sign | 0x7f800000u | man << 13;
-    else
-        bits = sign | (exp + 112) << 23 | man << 13;
-    float f;
+    const uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    const uint32_t normal = e == 31 ? 0x7f800000u | m << 13 : (e + 112) << 23 | m << 13;
+    float f, sub = (float)m * 0x1p-24f;
+    memcpy(&f, &normal, sizeof f);
+    f = e == 0 ? sub : f;
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    bits |= (uint32_t)(h & 0x8000u) << 16;
     memcpy(&f, &bits, sizeof f);
     return f;
 }

@@ -931,17 +931,25 @@ static void decode_chunk(const mha_step_job *j, int q, int g, int c, mha_chunk_a
     f->prod->step_chunk(j, q, g, k0, k1, next, p, v_params(j, s), s);
 }
 
+/* What a unit's values prefetch: the next unit's regions into pf (NULL: no next unit). */
+static const mha_prefetch *next_regions(const mha_step_job *j, int q, mha_chunk_at next, mha_prefetch *pf)
+{
+    if (next.c < 0)
+        return NULL;
+    chunk_regions(j, q, next.g, next.c, pf);
+    return pf;
+}
+
 void mha_step_chunk_f32(const mha_step_job *j, int q, int g, int k0, int k1, mha_chunk_at next, float *p, float *vs,
                         const mha_scratch *s)
 {
     (void)vs; /* V's parameters applied as loaded */
     mha_prefetch ahead;
     chunk_src src;
-    const int walk = next.c >= 0 && !j->cache->mla; /* MLA's values take no walk (decode_chunk_tiles) */
-    if (walk)
-        chunk_regions(j, q, next.g, next.c, &ahead);
+    /* MLA's values take no walk (decode_chunk_tiles) */
+    const mha_prefetch *pf = j->cache->mla ? NULL : next_regions(j, q, next, &ahead);
     cache_runs(j, q, g, k0, k1, s->qkv, &src);
-    decode_chunk_tiles(j, q, g, k0, k1, 0, dec_queries(j, q, s), dec_scores(s), p, &src, NULL, walk ? &ahead : NULL, s);
+    decode_chunk_tiles(j, q, g, k0, k1, 0, dec_queries(j, q, s), dec_scores(s), p, &src, NULL, pf, s);
 }
 
 /* bf16: the table's tiles where they sum in the kernel's order (bf16_tiles), else the chunk
@@ -953,10 +961,9 @@ void mha_step_chunk_bf16(const mha_step_job *j, int q, int g, int k0, int k1, mh
     if (bf16_tiles(&j->f)) {
         mha_prefetch ahead;
         chunk_src src;
-        if (next.c >= 0)
-            chunk_regions(j, q, next.g, next.c, &ahead);
+        const mha_prefetch *pf = next_regions(j, q, next, &ahead);
         cache_runs(j, q, g, k0, k1, s->qkv, &src);
-        decode_chunk_tiles(j, q, g, k0, k1, 1, qv, sc, p, &src, vs, next.c >= 0 ? &ahead : NULL, s);
+        decode_chunk_tiles(j, q, g, k0, k1, 1, qv, sc, p, &src, vs, pf, s);
         return;
     }
     const size_t vps = mha_attention_v16_ps(k1 - k0);

@@ -139,8 +139,8 @@ typedef struct mha_isa {
      * features. A scaled type's elements are read back as they are loaded (the values
      * scale_rows gives, so the same bits as reading the chunk back first): kp[r] the
      * parameters of run r's first group (runs of whole groups of MHA_KV_GROUP slots, from a
-     * group's start; mha_kv_k_params: float16), q·scale + zero rounded twice; kp NULL for an unscaled
-     * type. vr (or NULL): run r's value rows at vr[r] (slot t's dk elements at t · dk), for a
+     * group's start; mha_kv_k_params: float16), q·scale + zero rounded twice; kp NULL for an
+     * unscaled type. vr (or NULL): run r's value rows at vr[r] (slot t's dk elements at t · dk), for a
      * table to prefetch as it sums the scores, so the values find them in cache. Every table
      * has F32 and INT8. */
     void (*decode_scores[MHA_KV_TYPES])(const float *restrict q, int nq, int dk, int c0, int c1, int runs,
@@ -252,11 +252,11 @@ typedef struct mha_isa {
 /* The vector tables' decode scores: a chunk's runs cut into slot vectors of w lanes (the
  * last of a run shorter): at most MHA_KV_CHUNK of them, the most slots of one call. */
 typedef struct mha_slot_vec {
-    const char *kt;  /* feature 0 of the vector's first slot (elements of esz bytes) */
-    const char *v;   /* its first slot's value row (NULL: none given) */
+    const char *kt;    /* feature 0 of the vector's first slot (elements of esz bytes) */
+    const char *v;     /* its first slot's value row (NULL: none given) */
     const mha_f16 *kp; /* int8 K: its group's parameters, each feature's scale then zero point
                         * (mha_kv_k_params, float16; NULL: none given) */
-    int lanes, out;  /* slots in it; its first score's column in sc */
+    int lanes, out;    /* slots in it; its first score's column in sc */
 } mha_slot_vec;
 /* vr: the runs' value rows (or NULL), row bytes apart; kp: int8 K, the parameters of each
  * run's first group (a run starts a group and its groups are whole MHA_KV_GROUP slots, their
