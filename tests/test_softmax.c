@@ -235,6 +235,36 @@ Test(softmax, generic_path_takes_non_finite_scores)
     cr_assert_eq(sum, 0.0f);
 }
 
+/* A NaN score never becomes the max nor hides a larger one: every table's max pass skips it
+ * as ref's does (a vector max taking the NaN operand would lose its lane's max so far). The
+ * max 3 sits in lane 0 of the first vector and NaNs in lane 0 of the later ones of 8 and 16
+ * lanes and of the 64-entry steps, and in the tail. */
+TABLE_TEST(softmax, a_nan_score_never_hides_the_max)
+{
+    enum { N = 150 };
+    const int nans[] = {8, 16, 64, 72, 80, 128, 136, 144};
+    uint8_t mask[N];
+    for (int j = 0; j < N; j++)
+        mask[j] = j % 5 != 3;
+    for (int bf16 = 0; bf16 < 2; bf16++)
+        for (int masked = 0; masked < 2; masked++) {
+            float row[N];
+            for (int j = 0; j < N; j++)
+                row[j] = -1.0f - 0.1f * (float)(j % 7);
+            row[0] = 3.0f;
+            for (size_t i = 0; i < sizeof nans / sizeof nans[0]; i++)
+                row[nans[i]] = NAN;
+            float mx = -INFINITY;
+            const float sum = (bf16 ? isa->softmax_row_bf16 : isa->softmax_row)(row, N, N, masked ? mask : NULL, &mx);
+            cr_assert_eq(mx, 3.0f, "%s bf16 %d masked %d: max %g", isa->name, bf16, masked, mx);
+            cr_assert_eq(row[0], 1.0f, "%s bf16 %d masked %d", isa->name, bf16, masked);
+            for (size_t i = 0; i < sizeof nans / sizeof nans[0]; i++)
+                cr_assert_eq(row[nans[i]], 0.0f, "%s bf16 %d masked %d: [%d] = %g", isa->name, bf16, masked, nans[i],
+                             row[nans[i]]);
+            cr_assert(isfinite(sum) && sum > 1.0f, "%s: sum %g", isa->name, sum);
+        }
+}
+
 TABLE_TEST(softmax, fully_hidden_row_is_zero)
 {
     uint8_t none[40] = {0};

@@ -346,15 +346,26 @@ static inline __attribute__((always_inline, target(AVX2))) float softmax_row_as(
                                                                                float *max_io, mha_bf16 *d, const int out,
                                                                                const int bf16)
 {
-    /* pass 1: max over the visible entries and the running max */
+    /* pass 1: max over the visible entries and the running max, the entry max's first
+     * operand (a NaN one returns the second, the max so far: skipped, as ref skips it) */
     __m256 vmax = _mm256_set1_ps(*max_io), ninf = _mm256_set1_ps(-INFINITY), vis;
     int j1 = 0;
-    if (!mask) /* whole vectors: load8's blend would keep every lane */
+    if (!mask) { /* whole vectors (load8's blend would keep every lane), 32 lanes a step into
+                  * four accumulators: one max chain would wait on its own latency */
+        __m256 m1 = vmax, m2 = vmax, m3 = vmax;
+        for (; j1 + 32 <= visible; j1 += 32) {
+            vmax = _mm256_max_ps(_mm256_loadu_ps(s + j1), vmax);
+            m1 = _mm256_max_ps(_mm256_loadu_ps(s + j1 + 8), m1);
+            m2 = _mm256_max_ps(_mm256_loadu_ps(s + j1 + 16), m2);
+            m3 = _mm256_max_ps(_mm256_loadu_ps(s + j1 + 24), m3);
+        }
+        vmax = _mm256_max_ps(_mm256_max_ps(vmax, m1), _mm256_max_ps(m2, m3));
         for (; j1 + 8 <= visible; j1 += 8)
-            vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + j1));
+            vmax = _mm256_max_ps(_mm256_loadu_ps(s + j1), vmax);
+    }
     for (int j = j1; j < visible; j += 8) {
         __m256 x = load8(s, mask, j, visible, &vis);
-        vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(ninf, x, vis));
+        vmax = _mm256_max_ps(_mm256_blendv_ps(ninf, x, vis), vmax);
     }
     float lanes[8];
     _mm256_storeu_ps(lanes, vmax);

@@ -208,7 +208,9 @@ __attribute__((target(AVX512))) static __mmask16 lanes16(const uint8_t *mask, in
 }
 
 /* Pass 1 of softmax_row: the larger of *max_io and the visible entries' max; without a mask,
- * 64 lanes per step into four accumulators (one max chain would wait on its own latency). */
+ * 64 lanes per step into four accumulators (one max chain would wait on its own latency). The
+ * entry is max's first operand: where it is NaN, the instruction returns the second, the max
+ * so far (a NaN is skipped, as ref's comparison skips it). */
 static inline __attribute__((always_inline, target(AVX512))) float softmax_max(const float *restrict s, int visible,
                                                                               const uint8_t *restrict mask,
                                                                               float max_in)
@@ -217,15 +219,15 @@ static inline __attribute__((always_inline, target(AVX512))) float softmax_max(c
     int j0 = 0;
     if (!mask)
         for (; j0 + 64 <= visible; j0 += 64) {
-            vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(s + j0));
-            m1 = _mm512_max_ps(m1, _mm512_loadu_ps(s + j0 + 16));
-            m2 = _mm512_max_ps(m2, _mm512_loadu_ps(s + j0 + 32));
-            m3 = _mm512_max_ps(m3, _mm512_loadu_ps(s + j0 + 48));
+            vmax = _mm512_max_ps(_mm512_loadu_ps(s + j0), vmax);
+            m1 = _mm512_max_ps(_mm512_loadu_ps(s + j0 + 16), m1);
+            m2 = _mm512_max_ps(_mm512_loadu_ps(s + j0 + 32), m2);
+            m3 = _mm512_max_ps(_mm512_loadu_ps(s + j0 + 48), m3);
         }
     vmax = _mm512_max_ps(_mm512_max_ps(vmax, m1), _mm512_max_ps(m2, m3));
     for (int j = j0; j < visible; j += 16) {
         __mmask16 k = lanes16(mask, j, visible);
-        vmax = _mm512_mask_max_ps(vmax, k, vmax, _mm512_maskz_loadu_ps(k, s + j));
+        vmax = _mm512_mask_max_ps(vmax, k, _mm512_maskz_loadu_ps(k, s + j), vmax);
     }
     return _mm512_reduce_max_ps(vmax);
 }
