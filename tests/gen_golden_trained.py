@@ -24,11 +24,12 @@ zero-padded; smollm2_trained_out.npy: HF's LlamaAttention (eager, float32, causa
 sequence alone, padded rows 0; smollm2_trained.yaml: the mha config of the layer.
 
 `--layers DIR` writes every layer's case into DIR instead (perf/trained_layers.sh runs mha on
-each); `--study-v` prints only the study of V's schemes with K as built. `--study` also
-prints, for every layer, the norm-wise relative error of the layer's output
-with its K and V rounded by several int8 schemes against the unrounded one (float64 numpy,
-decode's view: query t sees keys 0..t as they sit in the cache) — the numbers behind
-perf/RESULTS.md's int8 table.
+each); `--study-v` prints only the study of V's schemes with K as built; `--study-k-groups T`
+only that of K's groups of 16, 32 and 64 tokens, on the first T tokens of two long texts
+Debian ships (debian_texts). `--study` also prints, for every layer, the norm-wise relative
+error of the layer's output with its K and V rounded by several int8 schemes against the
+unrounded one (float64 numpy, decode's view: query t sees keys 0..t as they sit in the cache)
+— the numbers behind perf/RESULTS.md's int8 table.
 """
 import importlib.util
 import os
@@ -76,8 +77,9 @@ def load_model():
     return tok, model
 
 
-def capture(tok, model):
-    """Per text: {layer: (x (T, D), (cos, sin) (T, DK), out (T, D))} of every layer's self_attn."""
+def capture(tok, model, texts=((GETTYSBURG, SEQS[0]), (DECLARATION, SEQS[1]))):
+    """Per (text, tokens kept): {layer: (x (T, D), (cos, sin) (T, DK), out (T, D))} of every
+    layer's self_attn."""
     got, seen = [], {}
 
     def hook(i):
@@ -87,7 +89,7 @@ def capture(tok, model):
         return f
 
     handles = [l.self_attn.register_forward_hook(hook(i), with_kwargs=True) for i, l in enumerate(model.model.layers)]
-    for text, n in zip((GETTYSBURG, DECLARATION), SEQS):
+    for text, n in texts:
         ids = tok(text, return_tensors="pt").input_ids[:, :n]
         assert ids.shape[1] == n, ids.shape
         seen.clear()
@@ -177,8 +179,27 @@ SCHEMES_V = {
 }
 
 
-def attention(w, x, cos, sin, k_round=None, v_round=None, kblock=None, vblock=None):
-    """The layer in float64: RoPE (rotate-half), GQA, causal softmax, o_proj."""
+# --study-k-groups: K's groups of 16 tokens (built) against 32 and 64, V per token with a zero
+# point as built (float16 parameters left out), on long texts (perf/RESULTS.md, session 35)
+SCHEMES_K_GROUPS = {"K per channel over %d tokens asym, V per-token asym" % n: dict(kgroup=n, v=asym)
+                    for n in (16, 32, 64)}
+
+
+def debian_texts(n):
+    """The GPL-3 and GFDL-1.3 texts every Debian machine holds (from their preambles): real
+    English prose long enough for n tokens each."""
+    out = []
+    for path in ("/usr/share/common-licenses/GPL-3", "/usr/share/common-licenses/GFDL-1.3"):
+        with open(path) as f:
+            body = " ".join(f.read().split())
+        out.append((body[body.find("Preamble") if "Preamble" in body else 0:], n))
+    return out
+
+
+def attention(w, x, cos, sin, k_round=None, v_round=None, kblock=None, vblock=None, kgroup=None):
+    """The layer in float64: RoPE (rotate-half), GQA, causal softmax, o_proj. kgroup: K per
+    channel over groups of that many tokens (asymmetric; the group holding query t, still
+    filling, unrounded), rounded once rather than for every query as kblock is."""
     x, cos, sin = (a.double().numpy() for a in (x, cos, sin))
     T = x.shape[0]
     q = (x @ w["q_proj"].T).reshape(T, H, DK)
@@ -194,10 +215,15 @@ def attention(w, x, cos, sin, k_round=None, v_round=None, kblock=None, vblock=No
         k = k_round(k)
     if v_round:
         v = v_round(v)
+    kq = k.copy()  # kgroup: every whole group rounded, once
+    if kgroup:
+        for b0 in range(0, T // kgroup * kgroup, kgroup):
+            kq[b0:b0 + kgroup] = asym(k[b0:b0 + kgroup], axis=0)
     z = np.zeros((T, H, DK))
     for g in range(KVH):
         for t in range(T):
-            kk = (kblock(k[:, g], t) if kblock else k[:, g])[:t + 1]
+            full = t // kgroup * kgroup if kgroup else 0
+            kk = (kblock(k[:, g], t) if kblock else np.concatenate([kq[:full, g], k[full:, g]]))[:t + 1]
             vv = (vblock(v[:, g], t) if vblock else v[:, g])[:t + 1]
             s = kk @ q[t, g * (H // KVH):(g + 1) * (H // KVH)].T / np.sqrt(DK)
             p = np.exp(s - s.max(0))
@@ -219,7 +245,8 @@ def study(model, caps, schemes=None):
             for cap in caps:
                 x, (cos, sin), _ = cap[layer]
                 exact = attention(w, x, cos, sin)
-                got = attention(w, x, cos, sin, sch.get("k"), sch.get("v"), sch.get("kblock"), sch.get("vblock"))
+                got = attention(w, x, cos, sin, sch.get("k"), sch.get("v"), sch.get("kblock"), sch.get("vblock"),
+                                sch.get("kgroup"))
                 num += ((got - exact) ** 2).sum()
                 den += (exact ** 2).sum()
             row.append(np.sqrt(num / den))
@@ -293,6 +320,10 @@ def write_case(model, caps):
 
 def main():
     tok, model = load_model()
+    if "--study-k-groups" in sys.argv[1:]:  # --study-k-groups T: the Debian texts' first T tokens
+        n = int(sys.argv[sys.argv.index("--study-k-groups") + 1])
+        study(model, capture(tok, model, debian_texts(n)), SCHEMES_K_GROUPS)
+        return
     caps = capture(tok, model)
     if "--study" in sys.argv[1:]:
         study(model, caps)
