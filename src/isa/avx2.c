@@ -248,7 +248,6 @@ static inline __attribute__((always_inline, target(AVX2))) void exp8_n(__m256 *x
         EACH y[q] = _mm256_fmadd_ps(y[q], x[q], _mm256_set1_ps(MHA_EXP_P2));
         EACH y[q] = _mm256_fmadd_ps(y[q], x[q], _mm256_set1_ps(MHA_EXP_P3));
         EACH y[q] = _mm256_fmadd_ps(y[q], x[q], _mm256_set1_ps(MHA_EXP_P4));
-        EACH y[q] = _mm256_fmadd_ps(y[q], x[q], _mm256_set1_ps(MHA_EXP_P5));
         EACH t[q] = _mm256_add_ps(x[q], _mm256_set1_ps(1.0f));
         EACH y[q] = _mm256_fmadd_ps(y[q], _mm256_mul_ps(x[q], x[q]), t[q]);
     }

@@ -182,7 +182,6 @@ static inline __attribute__((always_inline, target(AVX512))) __m512 exp16_lanes(
         y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(MHA_EXP_P2));
         y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(MHA_EXP_P3));
         y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(MHA_EXP_P4));
-        y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(MHA_EXP_P5));
         y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
     }
     return _mm512_maskz_scalef_ps(in_range, y, n);

@@ -1,7 +1,7 @@
-/* exp_poly.h — the exp of the softmax: a Cephes-style polynomial, one definition for every
- * table (ref evaluates it one lane at a time, the vector tables 8 or 16 lanes at a time with
- * FMA, so their bits may differ from ref's by the FMA roundings: about 2 ulp of exp).
- * A scalar expf per score costs more than the GEMMs at S = 512. */
+/* exp_poly.h — the exp of the softmax: Cephes' reduction and form with a minimax polynomial,
+ * one definition for every table (ref evaluates it one lane at a time, the vector tables 8 or
+ * 16 lanes at a time with FMA, so their bits may differ from ref's by the FMA roundings: about
+ * 2 ulp of exp). A scalar expf per score costs more than the GEMMs at S = 512. */
 #ifndef MHA_EXP_POLY_H
 #define MHA_EXP_POLY_H
 
@@ -14,16 +14,21 @@
 #define MHA_LOG2E 1.44269504088896341f
 #define MHA_LN2_HI 0.693359375f
 #define MHA_LN2_LO -2.12194440e-4f
-#define MHA_EXP_P0 1.9875691500E-4f
-#define MHA_EXP_P1 1.3981999507E-3f
-#define MHA_EXP_P2 8.3334519073E-3f
-#define MHA_EXP_P3 4.1665795894E-2f
-#define MHA_EXP_P4 1.6666665459E-1f
-#define MHA_EXP_P5 5.0000001201E-1f
+/* exp(x) = 2^n · exp(r), r = x − n·ln2 in [−ln2/2, ln2/2] (ln2 in two parts), exp(r) =
+ * 1 + r + r²·P(r), P of degree 4: the minimax fit of exp's relative error on that interval
+ * (3.1e-9, a twentieth of float32's ulp; tests/fit_exp_poly.py), coefficients rounded to
+ * float32. Cephes' P of degree 5 (its error 1e-10) gave no fewer ulp in float32 (1.24 at
+ * most with FMA over [−87, 88], either) for one more FMA a lane: the softmax's exp is bound by
+ * FMA issue, and the f32 core's softmax by its exp (RESULTS.md, Machine H, session 36). */
+#define MHA_EXP_P0 1.3814613922e-3f
+#define MHA_EXP_P1 8.3687100559e-3f
+#define MHA_EXP_P2 4.1668388993e-2f
+#define MHA_EXP_P3 1.6666521132e-1f
+#define MHA_EXP_P4 4.9999994040e-1f
 /* bf16 engines' exp (softmax_row_bf16): their probabilities are rounded to bf16 (2^-9
  * relative) before A·V, so the same reduction and 1 + x·P(x), P of degree 3 (a relative
  * minimax fit with exp(0) = 1 exactly; within 2.9e-6 of exp over [−ln2/2, ln2/2] evaluated in
- * float32: four FMAs where the Cephes form takes eight operations) serve them. Their float32
+ * float32: four FMAs where the float32 form takes seven operations) serve them. Their float32
  * sums carry the same 2.9e-6, a thousandth of the rounding's. */
 #define MHA_EXP_B1 0.9999668598175049f
 #define MHA_EXP_B2 0.5000301599502563f
@@ -45,7 +50,7 @@ static inline float mha_exp_poly_as(float x, int bf16)
     if (bf16)
         y = (((MHA_EXP_B4 * x + MHA_EXP_B3) * x + MHA_EXP_B2) * x + MHA_EXP_B1) * x + 1.0f;
     else {
-        y = ((((MHA_EXP_P0 * x + MHA_EXP_P1) * x + MHA_EXP_P2) * x + MHA_EXP_P3) * x + MHA_EXP_P4) * x + MHA_EXP_P5;
+        y = (((MHA_EXP_P0 * x + MHA_EXP_P1) * x + MHA_EXP_P2) * x + MHA_EXP_P3) * x + MHA_EXP_P4;
         y = y * x * x + x + 1.0f;
     }
     const int32_t bits = ((int32_t)n + 127) << 23;
