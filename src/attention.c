@@ -248,14 +248,29 @@ void mha_attention_norm_rows(const mha_fwd *f, mha_mat qkv, int rows, int col, i
     }
 }
 
+/* Row `row` of the block r: its position, its query head, the keys of the chunk's n from c0
+ * that it sees. */
+static int row_pos(const mha_chunk_rows *r, int row)
+{
+    return r->pos0 + row % r->period;
+}
+
+static int row_head(const mha_chunk_rows *r, int row)
+{
+    return r->head0 + row / r->period;
+}
+
+static mha_key_span row_keys(const mha_fwd *f, const mha_chunk_rows *r, int row, int c0, int n)
+{
+    return mha_keys_within(mha_visible_keys(row_pos(r, row), r->causal, f->window, c0 + n), c0, n);
+}
+
 /* Row `row` of the block r (its position, query head and mask) against the chunk's n keys
  * from c0, its scores at sc: mha_attention_chunk_row over the keys it sees. Returns the sum. */
 static float block_row(const mha_fwd *f, const mha_chunk_rows *r, int row, int c0, int n, float *sc, const float *vs,
                        float *mx, mha_bf16 *p, int rounded, float *zs)
 {
-    const int pos = r->pos0 + row % r->period;
-    const mha_key_span in = mha_keys_within(mha_visible_keys(pos, r->causal, f->window, c0 + n), c0, n);
-    return mha_attention_chunk_row(f, sc, n, in, pos, c0, r->head0 + row / r->period,
+    return mha_attention_chunk_row(f, sc, n, row_keys(f, r, row, c0, n), row_pos(r, row), c0, row_head(r, row),
                                    r->mask ? r->mask + (size_t)(row % r->period) * f->call->seq_kv : NULL, vs, mx, p,
                                    rounded, zs);
 }
@@ -454,10 +469,24 @@ const mha_bf16 *mha_attention_block_queries_stream(const mha_fwd *f, const mha_s
 
 /* The rows' logits and unnormalised softmax against the chunk (scores in sc, ld apart; E
  * left there in float32, rounded: as the floats of its bf16 rounding): the attention-weights,
- * float32 and float32-stream chunks' row pass. */
+ * float32 and float32-stream chunks' row pass. float32 rows that all see the whole chunk
+ * through no mask (a forward's but for causal blocks' diagonal chunks): the table's
+ * softmax_rows, the same bits as row by row. */
 static void chunk_rows(const mha_fwd *f, const mha_chunk_rows *r, int c0, int n, float *sc, ptrdiff_t ld, float *mx,
                        float *sum, ptrdiff_t st, int rounded)
 {
+    int whole = !rounded && !f->bk && !r->mask;
+    for (int i = 0; whole && i < r->m; i++) {
+        const mha_key_span in = row_keys(f, r, r->first + i, c0, n);
+        whole = in.lo == 0 && in.hi == n;
+    }
+    if (whole) {
+        for (int i = 0; i < r->m; i++)
+            mha_attention_logits(f, sc + i * ld, (mha_key_span){0, n}, row_pos(r, r->first + i), c0,
+                                 row_head(r, r->first + i));
+        f->kernel->isa->softmax_rows(sc, ld, r->m, n, mx, sum, st);
+        return;
+    }
     for (int i = 0; i < r->m; i++)
         sum[i * st] = block_row(f, r, r->first + i, c0, n, sc + i * ld, NULL, &mx[i * st], NULL, rounded, NULL);
 }

@@ -337,17 +337,12 @@ static inline __attribute__((always_inline, target(AVX2))) __m256 exp_steps(floa
     return vsum;
 }
 
-/* The sum is of the entries unrounded whatever `out` stores (EXP_ROUNDED: softmax_row_rounded;
- * EXP_TILES: softmax_row16, zeros in d past visible up to n rounded to the k tile); bf16: the
- * bf16 engines' exp (every `out` but EXP_FLOATS; softmax_row_bf16 for that one). */
-static inline __attribute__((always_inline, target(AVX2))) float softmax_row_as(float *restrict s, int n, int visible,
-                                                                               const uint8_t *restrict mask,
-                                                                               float *max_io, mha_bf16 *d, const int out,
-                                                                               const int bf16)
+/* Pass 1: the larger of max_in and the visible entries' max, the entry max's first operand
+ * (a NaN one returns the second, the max so far: skipped, as ref skips it). */
+static inline __attribute__((always_inline, target(AVX2))) float row_max(const float *restrict s, int visible,
+                                                                        const uint8_t *restrict mask, float max_in)
 {
-    /* pass 1: max over the visible entries and the running max, the entry max's first
-     * operand (a NaN one returns the second, the max so far: skipped, as ref skips it) */
-    __m256 vmax = _mm256_set1_ps(*max_io), ninf = _mm256_set1_ps(-INFINITY), vis;
+    __m256 vmax = _mm256_set1_ps(max_in), ninf = _mm256_set1_ps(-INFINITY), vis;
     int j1 = 0;
     if (!mask) { /* whole vectors (load8's blend would keep every lane), 32 lanes a step into
                   * four accumulators: one max chain would wait on its own latency */
@@ -371,7 +366,18 @@ static inline __attribute__((always_inline, target(AVX2))) float softmax_row_as(
     float mx = -INFINITY;
     for (int i = 0; i < 8; i++)
         mx = lanes[i] > mx ? lanes[i] : mx;
-    *max_io = mx;
+    return mx;
+}
+
+/* Pass 2: exp(s − mx) where visible, 0 elsewhere, and the sum in order of j: 32 entries a step
+ * (exp_steps), then 8. The sum is of the entries unrounded whatever `out` stores (EXP_ROUNDED:
+ * softmax_row_rounded; EXP_TILES: softmax_row16, zeros in d past visible up to n rounded to the
+ * k tile); bf16: the bf16 engines' exp (every `out` but EXP_FLOATS; softmax_row_bf16 for that
+ * one). mx −∞: nothing visible, zeros, sum 0. */
+static inline __attribute__((always_inline, target(AVX2))) float exp_pass(float *restrict s, int n, int visible,
+                                                                         const uint8_t *restrict mask, float mx,
+                                                                         mha_bf16 *d, const int out, const int bf16)
+{
     const int kp = (int)mha_bk_kp(n);
     if (mx == -INFINITY) {
         if (out == EXP_TILES)
@@ -381,11 +387,9 @@ static inline __attribute__((always_inline, target(AVX2))) float softmax_row_as(
             memset(s, 0, (size_t)n * sizeof *s);
         return 0.0f;
     }
-    /* pass 2: exp(s - max) where visible, 0 elsewhere, and the sum in order of j: 32 entries a
-     * step (exp_steps), then 8 */
     const __m256 vmx = _mm256_set1_ps(mx);
     const int j0 = visible / 32 * 32;
-    __m256 vsum = mask ? exp_steps(s, mask, j0, vmx, d, out, bf16) : exp_steps(s, NULL, j0, vmx, d, out, bf16);
+    __m256 vis, vsum = mask ? exp_steps(s, mask, j0, vmx, d, out, bf16) : exp_steps(s, NULL, j0, vmx, d, out, bf16);
     for (int j = j0; j < visible; j += 8) {
         __m256 x = load8(s, mask, j, visible, &vis);
         __m256 e = _mm256_sub_ps(x, vmx);
@@ -400,14 +404,39 @@ static inline __attribute__((always_inline, target(AVX2))) float softmax_row_as(
     else
         for (int j = visible; j < n; j++)
             s[j] = 0.0f;
+    float lanes[8];
     _mm256_storeu_ps(lanes, vsum);
     return ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+}
+
+static inline __attribute__((always_inline, target(AVX2))) float softmax_row_as(float *restrict s, int n, int visible,
+                                                                               const uint8_t *restrict mask,
+                                                                               float *max_io, mha_bf16 *d, const int out,
+                                                                               const int bf16)
+{
+    *max_io = row_max(s, visible, mask, *max_io);
+    return exp_pass(s, n, visible, mask, *max_io, d, out, bf16);
 }
 
 __attribute__((target(AVX2))) static float softmax_row_avx2(float *restrict s, int n, int visible,
                                                              const uint8_t *restrict mask, float *max_io)
 {
     return softmax_row_as(s, n, visible, mask, max_io, NULL, EXP_FLOATS, 0);
+}
+
+/* Row i + 1's max taken before row i's exps: its loads and reductions run behind them, where
+ * a row at a time waits on them between rows. */
+__attribute__((target(AVX2))) static void softmax_rows_avx2(float *s, ptrdiff_t ld, int m, int n, float *mx, float *sum,
+                                                            ptrdiff_t st)
+{
+    float next = m > 0 ? row_max(s, n, NULL, -INFINITY) : 0.0f;
+    for (int i = 0; i < m; i++) {
+        const float row_mx = next;
+        if (i + 1 < m)
+            next = row_max(s + (i + 1) * ld, n, NULL, -INFINITY);
+        mx[i * st] = row_mx;
+        sum[i * st] = exp_pass(s + i * ld, n, n, NULL, row_mx, NULL, EXP_FLOATS, 0);
+    }
 }
 
 __attribute__((target(AVX2))) static float softmax_row_bf16_avx2(float *restrict s, int n, int visible,
@@ -1130,6 +1159,7 @@ const mha_isa mha_isa_avx2 = {
     .rope_halves = rope_halves_avx2,
     .rope_pairs = rope_pairs_avx2,
     .softmax_row = softmax_row_avx2,
+    .softmax_rows = softmax_rows_avx2,
     .softmax_row_bf16 = softmax_row_bf16_avx2,
     .softmax_row_rounded = softmax_row_rounded_avx2,
     .softmax_row16 = softmax_row16_avx2,

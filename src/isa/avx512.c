@@ -258,16 +258,14 @@ static inline __attribute__((always_inline, target(AVX512))) void exp64(const in
         acc[q] = _mm512_add_ps(acc[q], e[q]);
 }
 
-/* Pass 2's entries: exp(s − max) where visible, 0 elsewhere. Both passes 2 below sum them in
- * one order, with a mask or without (four sums over 64 lanes a step, then 16 lanes at a time
- * into their sum), so softmax_row16's sum is softmax_row_bf16's. bf16: the bf16 engines' exp. */
-static inline __attribute__((always_inline, target(AVX512))) float softmax_row_as(const int bf16, float *restrict s,
-                                                                                 int n, int visible,
-                                                                                 const uint8_t *restrict mask,
-                                                                                 float *max_io)
+/* Pass 2: the entries exp(s − mx) where visible, 0 elsewhere; returns their sum (0 when mx is
+ * −∞). Both passes 2 below sum them in one order, with a mask or without (four sums over 64
+ * lanes a step, then 16 lanes at a time into their sum), so softmax_row16's sum is
+ * softmax_row_bf16's. bf16: the bf16 engines' exp. */
+static inline __attribute__((always_inline, target(AVX512))) float exp_pass(const int bf16, float *restrict s, int n,
+                                                                           int visible, const uint8_t *restrict mask,
+                                                                           float mx)
 {
-    const float mx = softmax_max(s, visible, mask, *max_io);
-    *max_io = mx;
     if (mx == -INFINITY) {
         memset(s, 0, (size_t)n * sizeof *s);
         return 0.0f;
@@ -294,13 +292,30 @@ static inline __attribute__((always_inline, target(AVX512))) float softmax_row_a
 __attribute__((target(AVX512))) static float softmax_row_avx512(float *restrict s, int n, int visible,
                                                                const uint8_t *restrict mask, float *max_io)
 {
-    return softmax_row_as(0, s, n, visible, mask, max_io);
+    *max_io = softmax_max(s, visible, mask, *max_io);
+    return exp_pass(0, s, n, visible, mask, *max_io);
+}
+
+/* Row i + 1's max taken before row i's exps: its loads and reductions run behind them, where
+ * a row at a time waits on them between rows. */
+__attribute__((target(AVX512))) static void softmax_rows_avx512(float *s, ptrdiff_t ld, int m, int n, float *mx,
+                                                                float *sum, ptrdiff_t st)
+{
+    float next = m > 0 ? softmax_max(s, n, NULL, -INFINITY) : 0.0f;
+    for (int i = 0; i < m; i++) {
+        const float row_max = next;
+        if (i + 1 < m)
+            next = softmax_max(s + (i + 1) * ld, n, NULL, -INFINITY);
+        mx[i * st] = row_max;
+        sum[i * st] = exp_pass(0, s + i * ld, n, n, NULL, row_max);
+    }
 }
 
 __attribute__((target(AVX512))) static float softmax_row_bf16_avx512(float *restrict s, int n, int visible,
                                                                     const uint8_t *restrict mask, float *max_io)
 {
-    return softmax_row_as(1, s, n, visible, mask, max_io);
+    *max_io = softmax_max(s, visible, mask, *max_io);
+    return exp_pass(1, s, n, visible, mask, *max_io);
 }
 
 /* softmax_row_bf16's entries rounded by vcvtne2ps2bf16 straight into a row of A tiles (two
@@ -1384,6 +1399,7 @@ const mha_isa mha_isa_avx512 = {
     .rope_halves = rope_halves_avx512,
     .rope_pairs = rope_pairs_avx512,
     .softmax_row = softmax_row_avx512,
+    .softmax_rows = softmax_rows_avx512,
     .softmax_row_bf16 = softmax_row_bf16_avx512,
     .softcap_row = softcap_row_avx512,
     .scale_rows = {[MHA_KV_INT8] = i8_scale_rows_avx512},

@@ -119,6 +119,11 @@ typedef struct mha_isa {
     void (*rope_pairs)(float *x, const float *c, const float *s, float sign, int n);
     /* The unnormalised, masked softmax of a row or chunk (softmax.h). */
     mha_softmax_fn softmax_row;
+    /* softmax_row on m rows ld apart, each from max −∞ with all n entries visible and no mask:
+     * row i's max and sum into mx[i·st] and sum[i·st], its bits softmax_row's. The vector
+     * tables take row i + 1's max before row i's exps, so that its loads and reductions run
+     * behind them rather than between rows. */
+    void (*softmax_rows)(float *s, ptrdiff_t ld, int m, int n, float *mx, float *sum, ptrdiff_t st);
     /* The same with the bf16 engines' exp (exp_poly.h's MHA_EXP_B*): their softmax, which
      * softmax_row16 and softmax_row_rounded round (their max, sum and entries). */
     mha_softmax_fn softmax_row_bf16;

@@ -100,6 +100,14 @@ static float softmax_row_ref(float *restrict s, int n, int visible, const uint8_
     return softmax_row_as(s, n, visible, mask, max_io, 0);
 }
 
+static void softmax_rows_ref(float *s, ptrdiff_t ld, int m, int n, float *mx, float *sum, ptrdiff_t st)
+{
+    for (int i = 0; i < m; i++) {
+        mx[i * st] = -INFINITY;
+        sum[i * st] = softmax_row_as(s + i * ld, n, n, NULL, &mx[i * st], 0);
+    }
+}
+
 static float softmax_row_bf16_ref(float *restrict s, int n, int visible, const uint8_t *restrict mask, float *max_io)
 {
     return softmax_row_as(s, n, visible, mask, max_io, 1);
@@ -300,6 +308,7 @@ const mha_isa mha_isa_ref = {
     .rope_halves = rope_halves_ref,
     .rope_pairs = rope_pairs_ref,
     .softmax_row = softmax_row_ref,
+    .softmax_rows = softmax_rows_ref,
     .softmax_row_bf16 = softmax_row_bf16_ref,
     .softcap_row = softcap_row_ref,
     .scale_rows = {[MHA_KV_INT8] = i8_scale_rows_ref},
