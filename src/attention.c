@@ -275,6 +275,24 @@ static float block_row(const mha_fwd *f, const mha_chunk_rows *r, int row, int c
                                    rounded, zs);
 }
 
+/* Whether rows [first, first + m) of the block r all see the whole chunk (n keys from c0)
+ * through no mask; if so, their logits (scores m rows ld apart at sc), so that a table's
+ * softmax_rows can take them together. */
+static int whole_rows_logits(const mha_fwd *f, const mha_chunk_rows *r, int first, int m, int c0, int n, float *sc,
+                             ptrdiff_t ld)
+{
+    if (r->mask)
+        return 0;
+    for (int i = 0; i < m; i++) {
+        const mha_key_span in = row_keys(f, r, first + i, c0, n);
+        if (in.lo != 0 || in.hi != n)
+            return 0;
+    }
+    for (int i = 0; i < m; i++)
+        mha_attention_logits(f, sc + i * ld, (mha_key_span){0, n}, row_pos(r, first + i), c0, row_head(r, first + i));
+    return 1;
+}
+
 /* bf16 without the attention weights: rows [i0, i0 + 32) of the chunk at a time through their
  * scores, their probabilities (rounded into s->p16 as each row is exp'd) and their A·V, so the
  * score rows and probabilities stay in L1 between the products; Q from r->q16 (packed once
@@ -296,9 +314,12 @@ static void chunk16(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows
         else if (!r->scored) /* an int8 cache: float32 scores (mha_kv_view) */
             mha_gemm(k, m, n, f->dk, f->scale, mha_mat_sub(k, r->q, i0, 0), mha_mat_sub(k, kv->kt, 0, b0), 0.0f,
                      mha_mat_rows(k, sb, ld), s->apack);
-        for (int i = 0; i < m; i++)
-            sum[(i0 + i) * st] = block_row(f, r, r->first + i0 + i, c0, n, sb + i * ld, vs, &mx[(i0 + i) * st],
-                                           s->p16 + mha_bk_a_row(i, kn), 0, &zs[i]);
+        if (!vs && k->isa->softmax_rows16 && whole_rows_logits(f, r, r->first + i0, m, c0, n, sb, ld))
+            k->isa->softmax_rows16(sb, ld, m, n, &mx[i0 * st], &sum[i0 * st], st, s->p16);
+        else
+            for (int i = 0; i < m; i++)
+                sum[(i0 + i) * st] = block_row(f, r, r->first + i0 + i, c0, n, sb + i * ld, vs, &mx[(i0 + i) * st],
+                                               s->p16 + mha_bk_a_row(i, kn), 0, &zs[i]);
         mha_bgemm(f->bk, k, m, f->dv, n, 1.0f, s->p16, mha_mat_rows(k, sb, ld), kv->v16 + mha_bk_b_index(b0, 0, 0),
                   kv->vps, 0.0f, mha_mat_sub(k, zc, i0, 0), NULL);
         for (int i = 0; vs && i < m; i++)
@@ -475,15 +496,7 @@ const mha_bf16 *mha_attention_block_queries_stream(const mha_fwd *f, const mha_s
 static void chunk_rows(const mha_fwd *f, const mha_chunk_rows *r, int c0, int n, float *sc, ptrdiff_t ld, float *mx,
                        float *sum, ptrdiff_t st, int rounded)
 {
-    int whole = !rounded && !f->bk && !r->mask;
-    for (int i = 0; whole && i < r->m; i++) {
-        const mha_key_span in = row_keys(f, r, r->first + i, c0, n);
-        whole = in.lo == 0 && in.hi == n;
-    }
-    if (whole) {
-        for (int i = 0; i < r->m; i++)
-            mha_attention_logits(f, sc + i * ld, (mha_key_span){0, n}, row_pos(r, r->first + i), c0,
-                                 row_head(r, r->first + i));
+    if (!rounded && !f->bk && whole_rows_logits(f, r, r->first, r->m, c0, n, sc, ld)) {
         f->kernel->isa->softmax_rows(sc, ld, r->m, n, mx, sum, st);
         return;
     }

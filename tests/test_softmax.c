@@ -303,6 +303,45 @@ TABLE_TEST(softmax, rows_are_softmax_row_row_by_row, .timeout = 30)
         }
 }
 
+/* softmax_rows16 is softmax_row16 row by row into the A panels' rows, bit for bit (the tiles,
+ * each row's max and sum), for row counts across a panel's 16. */
+TABLE_TEST(softmax, rows16_are_softmax_row16_row_by_row, .timeout = 30)
+{
+    rng r = {31};
+    enum { M = 20, N = 300, LD = 301, KP = 320 };
+    static float in[M * LD], rows[M * LD], each[M * LD];
+    static mha_bf16 got[2 * 16 * KP], want[2 * 16 * KP];
+    if (!isa->softmax_rows16)
+        cr_skip_test("isa %s has no softmax_rows16 (nor softmax_row16)", isa->name);
+    const int sizes[] = {1, 15, 16, 17, 33, 64, 65, 256, 300};
+    const int counts[] = {1, 3, 16, 17, 20};
+    for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++)
+        for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+            const int n = sizes[z], m = counts[c], kt = (int)(mha_bk_kp(n) / MHA_BT_K);
+            fill_uniform(in, (size_t)M * LD, -30.0f, 30.0f, &r);
+            in[0] = NAN;
+            for (int j = 0; m > 1 && j < n; j++)
+                in[LD + j] = -INFINITY;
+            memcpy(rows, in, sizeof in);
+            memcpy(each, in, sizeof in);
+            memset(got, 0xff, sizeof got);
+            memset(want, 0xff, sizeof want);
+            float mx[2 * M], sum[2 * M];
+            isa->softmax_rows16(rows, LD, m, n, mx, sum, 2, got);
+            for (int i = 0; i < m; i++) {
+                float mx1 = -INFINITY;
+                const float sum1 = isa->softmax_row16(each + i * LD, n, n, NULL, &mx1, want + mha_bk_a_row(i, kt));
+                cr_assert_eq(float_bits(mx[2 * i]), float_bits(mx1), "%s n=%d row %d: max %a, want %a", isa->name, n,
+                             i, mx[2 * i], mx1);
+                cr_assert_eq(float_bits(sum[2 * i]), float_bits(sum1), "%s n=%d row %d: sum %a, want %a", isa->name,
+                             n, i, sum[2 * i], sum1);
+            }
+            for (size_t e = 0; e < sizeof got / sizeof got[0]; e++)
+                cr_assert_eq(got[e], want[e], "%s n=%d m=%d: tile element %zu = %#x, want %#x", isa->name, n, m, e,
+                             got[e], want[e]);
+        }
+}
+
 TABLE_TEST(softmax, fully_hidden_row_is_zero)
 {
     uint8_t none[40] = {0};

@@ -424,19 +424,29 @@ __attribute__((target(AVX2))) static float softmax_row_avx2(float *restrict s, i
     return softmax_row_as(s, n, visible, mask, max_io, NULL, EXP_FLOATS, 0);
 }
 
-/* Row i + 1's max taken before row i's exps: its loads and reductions run behind them, where
- * a row at a time waits on them between rows. */
-__attribute__((target(AVX2))) static void softmax_rows_avx2(float *s, ptrdiff_t ld, int m, int n, float *mx, float *sum,
-                                                            ptrdiff_t st)
+/* softmax_row_as on m whole rows ld apart, row i + 1's max taken before row i's exps: its
+ * loads and reductions run behind them, where a row at a time waits on them between rows
+ * (EXP_TILES: row i into the A panels' row i at d). */
+static inline __attribute__((always_inline, target(AVX2))) void rows_as(float *s, ptrdiff_t ld, int m, int n,
+                                                                       float *mx, float *sum, ptrdiff_t st,
+                                                                       mha_bf16 *d, const int out, const int bf16)
 {
+    const int kt = (int)(mha_bk_kp(n) / MHA_BT_K);
     float next = m > 0 ? row_max(s, n, NULL, -INFINITY) : 0.0f;
     for (int i = 0; i < m; i++) {
         const float row_mx = next;
         if (i + 1 < m)
             next = row_max(s + (i + 1) * ld, n, NULL, -INFINITY);
         mx[i * st] = row_mx;
-        sum[i * st] = exp_pass(s + i * ld, n, n, NULL, row_mx, NULL, EXP_FLOATS, 0);
+        sum[i * st] = exp_pass(s + i * ld, n, n, NULL, row_mx, out == EXP_TILES ? d + mha_bk_a_row(i, kt) : NULL, out,
+                               bf16);
     }
+}
+
+__attribute__((target(AVX2))) static void softmax_rows_avx2(float *s, ptrdiff_t ld, int m, int n, float *mx, float *sum,
+                                                            ptrdiff_t st)
+{
+    rows_as(s, ld, m, n, mx, sum, st, NULL, EXP_FLOATS, 0);
 }
 
 __attribute__((target(AVX2))) static float softmax_row_bf16_avx2(float *restrict s, int n, int visible,
@@ -455,6 +465,12 @@ __attribute__((target(AVX2))) static float softmax_row16_avx2(float *restrict s,
                                                                const uint8_t *restrict mask, float *max_io, mha_bf16 *d)
 {
     return softmax_row_as(s, n, visible, mask, max_io, d, EXP_TILES, 1);
+}
+
+__attribute__((target(AVX2))) static void softmax_rows16_avx2(float *s, ptrdiff_t ld, int m, int n, float *mx,
+                                                              float *sum, ptrdiff_t st, mha_bf16 *d)
+{
+    rows_as(s, ld, m, n, mx, sum, st, d, EXP_TILES, 1);
 }
 
 /* Logit softcapping: cap · tanh(s / cap), 8 lanes, both of mha_tanh_poly's branches blended;
@@ -1163,6 +1179,7 @@ const mha_isa mha_isa_avx2 = {
     .softmax_row_bf16 = softmax_row_bf16_avx2,
     .softmax_row_rounded = softmax_row_rounded_avx2,
     .softmax_row16 = softmax_row16_avx2,
+    .softmax_rows16 = softmax_rows16_avx2,
     .softcap_row = softcap_row_avx2,
     .scale_rows = {[MHA_KV_INT8] = i8_scale_rows_avx2},
     .decode_scores = {[MHA_KV_F32] = decode_scores_avx2, [MHA_KV_INT8] = decode_scores8_avx2},

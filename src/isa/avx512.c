@@ -321,14 +321,11 @@ __attribute__((target(AVX512))) static float softmax_row_bf16_avx512(float *rest
 /* softmax_row_bf16's entries rounded by vcvtne2ps2bf16 straight into a row of A tiles (two
  * 16-lane halves make one 32-wide tile row): its bits are mha_bf16_round's for these entries
  * (finite, not negative, no denormal: exp16 flushes below FLT_MIN), so a CPU with AVX512_BF16
- * only. Zeros past `visible` up to n rounded to the k tile. */
-__attribute__((target(AVX512 ",avx512bf16"))) static float softmax_row16_bf16(float *restrict s, int n, int visible,
-                                                                              const uint8_t *restrict mask,
-                                                                              float *max_io, mha_bf16 *d)
+ * only. Zeros past `visible` up to n rounded to the k tile. The pass after the max. */
+static inline __attribute__((always_inline, target(AVX512 ",avx512bf16"))) float
+exp_pass16(const float *restrict s, int n, int visible, const uint8_t *restrict mask, float mx, mha_bf16 *d)
 {
     const int kp = (int)mha_bk_kp(n);
-    const float mx = softmax_max(s, visible, mask, *max_io);
-    *max_io = mx;
     if (mx == -INFINITY)
         visible = 0;
     const __m512 vmx = _mm512_set1_ps(mx);
@@ -350,6 +347,30 @@ __attribute__((target(AVX512 ",avx512bf16"))) static float softmax_row16_bf16(fl
     return mx == -INFINITY ? 0.0f : _mm512_reduce_add_ps(vsum);
 }
 
+__attribute__((target(AVX512 ",avx512bf16"))) static float softmax_row16_bf16(float *restrict s, int n, int visible,
+                                                                              const uint8_t *restrict mask,
+                                                                              float *max_io, mha_bf16 *d)
+{
+    *max_io = softmax_max(s, visible, mask, *max_io);
+    return exp_pass16(s, n, visible, mask, *max_io, d);
+}
+
+/* softmax_rows' order (row i + 1's max before row i's exps) for softmax_row16_bf16's rows. */
+__attribute__((target(AVX512 ",avx512bf16"))) static void softmax_rows16_bf16(float *s, ptrdiff_t ld, int m, int n,
+                                                                              float *mx, float *sum, ptrdiff_t st,
+                                                                              mha_bf16 *d)
+{
+    const int kt = (int)(mha_bk_kp(n) / MHA_BT_K);
+    float next = m > 0 ? softmax_max(s, n, NULL, -INFINITY) : 0.0f;
+    for (int i = 0; i < m; i++) {
+        const float row_max = next;
+        if (i + 1 < m)
+            next = softmax_max(s + (i + 1) * ld, n, NULL, -INFINITY);
+        mx[i * st] = row_max;
+        sum[i * st] = exp_pass16(s + i * ld, n, n, NULL, row_max, d + mha_bk_a_row(i, kt));
+    }
+}
+
 static void round_into_tiles_avx512(const float *src, int c, int n, mha_bf16 *d);
 
 /* Without AVX512_BF16: softmax_row_bf16, then the row rounded into the tiles as
@@ -366,6 +387,20 @@ __attribute__((target(AVX512))) static float softmax_row16_avx512(float *restric
     if (n < kp)
         memset(d + (size_t)(n / MHA_BT_K) * MHA_BT_ELEMS + n % MHA_BT_K, 0, (size_t)(kp - n) * sizeof *d);
     return sum;
+}
+
+__attribute__((target(AVX512))) static void softmax_rows16_avx512(float *s, ptrdiff_t ld, int m, int n, float *mx,
+                                                                  float *sum, ptrdiff_t st, mha_bf16 *d)
+{
+    if (__builtin_cpu_supports("avx512bf16")) {
+        softmax_rows16_bf16(s, ld, m, n, mx, sum, st, d);
+        return;
+    }
+    const int kt = (int)(mha_bk_kp(n) / MHA_BT_K);
+    for (int i = 0; i < m; i++) {
+        mx[i * st] = -INFINITY;
+        sum[i * st] = softmax_row16_avx512(s + i * ld, n, n, NULL, &mx[i * st], d + mha_bk_a_row(i, kt));
+    }
 }
 
 /* Logit softcapping: cap · tanh(s / cap), 16 lanes, both of mha_tanh_poly's branches blended. */
@@ -1411,6 +1446,7 @@ const mha_isa mha_isa_avx512 = {
     .decode_scores16 = decode_scores16_avx512,
     .decode_values16 = decode_values16_avx512,
     .softmax_row16 = softmax_row16_avx512,
+    .softmax_rows16 = softmax_rows16_avx512,
     .round_into_tiles = round_into_tiles_avx512,
     .round_bf16_floats = round_bf16_floats_avx512,
     .round_to_bf16 = round_to_bf16_avx512,

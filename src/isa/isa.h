@@ -225,6 +225,10 @@ typedef struct mha_isa {
      * softmax_row_bf16, then round_into_tiles. */
     float (*softmax_row16)(float *restrict s, int n, int visible, const uint8_t *restrict mask, float *max_io,
                            mha_bf16 *d);
+    /* softmax_row16 on softmax_rows' rows (in its order): row i rounded into row i of the A
+     * panels at d (d + mha_bk_a_row(i, kp(n) / 32)), its bits softmax_row16's. NULL where
+     * softmax_row16 is. */
+    void (*softmax_rows16)(float *s, ptrdiff_t ld, int m, int n, float *mx, float *sum, ptrdiff_t st, mha_bf16 *d);
     /* softmax_row_bf16 (the same max and sum, of the entries unrounded) with each entry left as
      * the float of its bf16 rounding (round_bf16_floats' bits): bf16 probabilities as floats in
      * one pass (bf16 decode on the tables' tiles, bf16 on the float32 stream). NULL where the
