@@ -226,7 +226,7 @@ static inline __attribute__((target(AVX2))) __m128i narrow8(__m256i r)
  * clamp 0: the softmax's x = s − max <= 0 (or a lane the caller zeroes): no clamp to
  * [MHA_EXP_LO, MHA_EXP_HI], the same bits, two operations fewer. Above MHA_EXP_LO the clamps
  * change nothing; below it, or NaN, the range mask zeroes whatever the lane computed. bf16:
- * the bf16 engines' polynomial (MHA_EXP_B*). */
+ * the bf16 engines' polynomial (MHA_EXP_B*), x reduced by MHA_LN2 in one FMA. */
 static inline __attribute__((always_inline, target(AVX2))) void exp8_n(__m256 *x, const int U, const int clamp,
                                                                       const int bf16)
 {
@@ -236,14 +236,15 @@ static inline __attribute__((always_inline, target(AVX2))) void exp8_n(__m256 *x
         EACH x[q] = _mm256_min_ps(_mm256_max_ps(x[q], _mm256_set1_ps(MHA_EXP_LO)), _mm256_set1_ps(MHA_EXP_HI));
     EACH n[q] = _mm256_round_ps(_mm256_mul_ps(x[q], _mm256_set1_ps(MHA_LOG2E)),
                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    EACH x[q] = _mm256_fnmadd_ps(n[q], _mm256_set1_ps(MHA_LN2_HI), x[q]);
-    EACH x[q] = _mm256_fnmadd_ps(n[q], _mm256_set1_ps(MHA_LN2_LO), x[q]);
     if (bf16) {
+        EACH x[q] = _mm256_fnmadd_ps(n[q], _mm256_set1_ps(MHA_LN2), x[q]);
         EACH y[q] = _mm256_fmadd_ps(_mm256_set1_ps(MHA_EXP_B4), x[q], _mm256_set1_ps(MHA_EXP_B3));
         EACH y[q] = _mm256_fmadd_ps(y[q], x[q], _mm256_set1_ps(MHA_EXP_B2));
         EACH y[q] = _mm256_fmadd_ps(y[q], x[q], _mm256_set1_ps(MHA_EXP_B1));
         EACH y[q] = _mm256_fmadd_ps(y[q], x[q], _mm256_set1_ps(1.0f));
     } else {
+        EACH x[q] = _mm256_fnmadd_ps(n[q], _mm256_set1_ps(MHA_LN2_HI), x[q]);
+        EACH x[q] = _mm256_fnmadd_ps(n[q], _mm256_set1_ps(MHA_LN2_LO), x[q]);
         EACH y[q] = _mm256_fmadd_ps(_mm256_set1_ps(MHA_EXP_P0), x[q], _mm256_set1_ps(MHA_EXP_P1));
         EACH y[q] = _mm256_fmadd_ps(y[q], x[q], _mm256_set1_ps(MHA_EXP_P2));
         EACH y[q] = _mm256_fmadd_ps(y[q], x[q], _mm256_set1_ps(MHA_EXP_P3));

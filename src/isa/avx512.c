@@ -160,7 +160,7 @@ static int stream_in_place_avx512(void)
  * multiply by 2^n's bits it replaces, bit for bit). clamp 0: the caller's x are at most 0
  * (or NaN), as a softmax's x − max: the range clamps are left out (a lane below MHA_EXP_LO is
  * zeroed all the same), not the bits of any lane. bf16: the bf16 engines' polynomial
- * (MHA_EXP_B*). */
+ * (MHA_EXP_B*), x reduced by MHA_LN2 in one FMA. */
 static inline __attribute__((always_inline, target(AVX512))) __m512 exp16_lanes(__m512 x, const int clamp,
                                                                                const int bf16)
 {
@@ -169,15 +169,16 @@ static inline __attribute__((always_inline, target(AVX512))) __m512 exp16_lanes(
         x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(MHA_EXP_LO)), _mm512_set1_ps(MHA_EXP_HI));
     const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(MHA_LOG2E)),
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    x = _mm512_fnmadd_ps(n, _mm512_set1_ps(MHA_LN2_HI), x);
-    x = _mm512_fnmadd_ps(n, _mm512_set1_ps(MHA_LN2_LO), x);
     __m512 y;
     if (bf16) {
+        x = _mm512_fnmadd_ps(n, _mm512_set1_ps(MHA_LN2), x);
         y = _mm512_fmadd_ps(_mm512_set1_ps(MHA_EXP_B4), x, _mm512_set1_ps(MHA_EXP_B3));
         y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(MHA_EXP_B2));
         y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(MHA_EXP_B1));
         y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.0f));
     } else {
+        x = _mm512_fnmadd_ps(n, _mm512_set1_ps(MHA_LN2_HI), x);
+        x = _mm512_fnmadd_ps(n, _mm512_set1_ps(MHA_LN2_LO), x);
         y = _mm512_fmadd_ps(_mm512_set1_ps(MHA_EXP_P0), x, _mm512_set1_ps(MHA_EXP_P1));
         y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(MHA_EXP_P2));
         y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(MHA_EXP_P3));

@@ -35,6 +35,11 @@
 #define MHA_EXP_B3 0.16787473857402802f
 #define MHA_EXP_B4 0.041513845324516296f
 #define MHA_EXP_BF16_ERR 3e-6 /* that polynomial's relative error, rounded up: tests' bound */
+/* ln2 rounded to float32: the vector tables reduce a bf16 engine's x in one FMA, x − n·MHA_LN2
+ * (its error n·1.9e-9, 2.4e-7 at most where exp is below 2^-120: a twelfth of the polynomial's
+ * at worst; one FMA of eight fewer, 0.92× the exp on Zen 4); ref keeps the two-part ln2 (its
+ * product rounded, one part would cost up to 3.8e-6). */
+#define MHA_LN2 0.693147182464599609375f
 
 /* One lane (bf16: the bf16 engines' polynomial). Below FLT_MIN: flushed, as the vector
  * versions do; NaN too (their in-range compare is false for NaN), which also keeps NaN away
