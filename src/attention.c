@@ -496,10 +496,12 @@ const mha_bf16 *mha_attention_block_queries_stream(const mha_fwd *f, const mha_s
 static void chunk_rows(const mha_fwd *f, const mha_chunk_rows *r, int c0, int n, float *sc, ptrdiff_t ld, float *mx,
                        float *sum, ptrdiff_t st, int rounded)
 {
-    if (!rounded && !f->bk && whole_rows_logits(f, r, r->first, r->m, c0, n, sc, ld)) {
-        f->kernel->isa->softmax_rows(sc, ld, r->m, n, mx, sum, st);
-        return;
-    }
+    const mha_isa *isa = f->kernel->isa;
+    if (rounded ? isa->softmax_rows_rounded != NULL : !f->bk) /* the per-row functions' rows together */
+        if (whole_rows_logits(f, r, r->first, r->m, c0, n, sc, ld)) {
+            (rounded ? isa->softmax_rows_rounded : isa->softmax_rows)(sc, ld, r->m, n, mx, sum, st);
+            return;
+        }
     for (int i = 0; i < r->m; i++)
         sum[i * st] = block_row(f, r, r->first + i, c0, n, sc + i * ld, NULL, &mx[i * st], NULL, rounded, NULL);
 }

@@ -267,17 +267,20 @@ TABLE_TEST(softmax, a_nan_score_never_hides_the_max)
 
 /* softmax_rows is softmax_row row by row, bit for bit (entries, max and sum), whatever the
  * rows hold: lengths around the vector widths and the 64-lane steps, rows ld apart with
- * garbage between, a NaN, an all −∞ row, a row whose max is the last entry. */
-TABLE_TEST(softmax, rows_are_softmax_row_row_by_row, .timeout = 30)
+ * garbage between, a NaN, an all −∞ row, a row whose max is the last entry; likewise
+ * softmax_rows_rounded and softmax_row_rounded where a table has them. */
+typedef void (*softmax_rows_fn)(float *s, ptrdiff_t ld, int m, int n, float *mx, float *sum, ptrdiff_t st);
+
+static void check_rows(const mha_isa *isa, const char *what, softmax_rows_fn rows_fn, mha_softmax_fn row_fn,
+                       rng *r)
 {
-    rng r = {29};
     enum { M = 5, N = 300, LD = 307 };
     static float in[M * LD], rows[M * LD], each[M * LD];
     const int sizes[] = {1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 128, 256, 300};
     for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++)
         for (int m = 1; m <= M; m += 2) {
             const int n = sizes[z];
-            fill_uniform(in, (size_t)M * LD, -30.0f, 30.0f, &r);
+            fill_uniform(in, (size_t)M * LD, -30.0f, 30.0f, r);
             in[0] = NAN;
             for (int j = 0; m > 1 && j < n; j++)
                 in[LD + j] = -INFINITY;
@@ -288,19 +291,29 @@ TABLE_TEST(softmax, rows_are_softmax_row_row_by_row, .timeout = 30)
             float mx[2 * M], sum[2 * M], mx1[M], sum1[M];
             memset(mx, 0x7f, sizeof mx);
             memset(sum, 0x7f, sizeof sum);
-            isa->softmax_rows(rows, LD, m, n, mx, sum, 2);
+            rows_fn(rows, LD, m, n, mx, sum, 2);
             for (int i = 0; i < m; i++) {
                 mx1[i] = -INFINITY;
-                sum1[i] = isa->softmax_row(each + i * LD, n, n, NULL, &mx1[i]);
-                cr_assert_eq(float_bits(mx[2 * i]), float_bits(mx1[i]), "%s n=%d row %d: max %a, want %a", isa->name,
-                             n, i, mx[2 * i], mx1[i]);
-                cr_assert_eq(float_bits(sum[2 * i]), float_bits(sum1[i]), "%s n=%d row %d: sum %a, want %a",
-                             isa->name, n, i, sum[2 * i], sum1[i]);
+                sum1[i] = row_fn(each + i * LD, n, n, NULL, &mx1[i]);
+                cr_assert_eq(float_bits(mx[2 * i]), float_bits(mx1[i]), "%s %s n=%d row %d: max %a, want %a",
+                             isa->name, what, n, i, mx[2 * i], mx1[i]);
+                cr_assert_eq(float_bits(sum[2 * i]), float_bits(sum1[i]), "%s %s n=%d row %d: sum %a, want %a",
+                             isa->name, what, n, i, sum[2 * i], sum1[i]);
             }
             for (int j = 0; j < M * LD; j++)
-                cr_assert_eq(float_bits(rows[j]), float_bits(each[j]), "%s n=%d m=%d: [%d] = %a, want %a", isa->name,
-                             n, m, j, rows[j], each[j]);
+                cr_assert_eq(float_bits(rows[j]), float_bits(each[j]), "%s %s n=%d m=%d: [%d] = %a, want %a",
+                             isa->name, what, n, m, j, rows[j], each[j]);
         }
+}
+
+TABLE_TEST(softmax, rows_are_softmax_row_row_by_row, .timeout = 30)
+{
+    rng r = {29};
+    check_rows(isa, "softmax_rows", isa->softmax_rows, isa->softmax_row, &r);
+    cr_assert_eq(isa->softmax_rows_rounded == NULL, isa->softmax_row_rounded == NULL, "%s: softmax_rows_rounded",
+                 isa->name);
+    if (isa->softmax_rows_rounded)
+        check_rows(isa, "softmax_rows_rounded", isa->softmax_rows_rounded, isa->softmax_row_rounded, &r);
 }
 
 /* softmax_rows16 is softmax_row16 row by row into the A panels' rows, bit for bit (the tiles,

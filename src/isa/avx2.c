@@ -462,6 +462,12 @@ __attribute__((target(AVX2))) static float softmax_row_rounded_avx2(float *restr
     return softmax_row_as(s, n, visible, mask, max_io, NULL, EXP_ROUNDED, 1);
 }
 
+__attribute__((target(AVX2))) static void softmax_rows_rounded_avx2(float *s, ptrdiff_t ld, int m, int n, float *mx,
+                                                                    float *sum, ptrdiff_t st)
+{
+    rows_as(s, ld, m, n, mx, sum, st, NULL, EXP_ROUNDED, 1);
+}
+
 __attribute__((target(AVX2))) static float softmax_row16_avx2(float *restrict s, int n, int visible,
                                                                const uint8_t *restrict mask, float *max_io, mha_bf16 *d)
 {
@@ -1179,6 +1185,7 @@ const mha_isa mha_isa_avx2 = {
     .softmax_rows = softmax_rows_avx2,
     .softmax_row_bf16 = softmax_row_bf16_avx2,
     .softmax_row_rounded = softmax_row_rounded_avx2,
+    .softmax_rows_rounded = softmax_rows_rounded_avx2,
     .softmax_row16 = softmax_row16_avx2,
     .softmax_rows16 = softmax_rows16_avx2,
     .softcap_row = softcap_row_avx2,

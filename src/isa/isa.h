@@ -234,6 +234,9 @@ typedef struct mha_isa {
      * one pass (bf16 decode on the tables' tiles, bf16 on the float32 stream). NULL where the
      * table has none: softmax_row_bf16, then round_bf16_floats. */
     float (*softmax_row_rounded)(float *restrict s, int n, int visible, const uint8_t *restrict mask, float *max_io);
+    /* softmax_row_rounded on softmax_rows' rows (in its order), its bits. NULL where
+     * softmax_row_rounded is. */
+    void (*softmax_rows_rounded)(float *s, ptrdiff_t ld, int m, int n, float *mx, float *sum, ptrdiff_t st);
     /* x[i] (i < n) in place: the float of its bf16 rounding (mha_bf16_round: same bits in
      * every table), as a kernel's A panels would hold it: bf16 decode's queries and
      * probabilities. */
