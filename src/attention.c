@@ -659,6 +659,32 @@ void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk
     f->prod->chunk(f, s, r, kv, b0, c0, n, sc, ld, zc, mx, sum, st);
 }
 
+void mha_softmax_merge(const mha_isa *isa, float *restrict z, float *m, float *s, const float *restrict zc, float mc,
+                       float sc, int dk)
+{
+    if (mc == -INFINITY)
+        return;
+    const float mn = mc > *m ? mc : *m, b = expf(mc - mn);
+    if (*m == -INFINITY) {
+        isa->scale_row(z, zc, b, dk);
+        *s = sc * b;
+    } else {
+        const float a = expf(*m - mn);
+        isa->merge_row(z, a, zc, b, dk);
+        *s = *s * a + sc * b;
+    }
+    *m = mn;
+}
+
+float mha_softmax_sink(const mha_isa *isa, float *z, float *m, float *s, float sink, int dk)
+{
+    const float mn = sink > *m ? sink : *m, a = *m == -INFINITY ? 0.0f : expf(*m - mn);
+    isa->scale_row(z, z, a, dk);
+    *s = *s * a + expf(sink - mn);
+    *m = mn;
+    return a;
+}
+
 /* The keys [*begin, end) of a block of queries at positions p0 .. p1 (kl keys): from the chunk
  * (or with align, the multiple of align) holding p0's first visible key to p1's last one.
  * Returns end. */
@@ -698,14 +724,14 @@ static void attend_block(const mha_fwd *f, const mha_scratch *s, const mha_chunk
         mha_attention_chunk(f, s, &cr, kv, c0, c0, n, sc, ld, mha_mat_rows(k, first ? z : cz, first ? zd : dv),
                             first ? mx : cmx, first ? sum : csum, 1);
         for (int i = 0; !first && i < m; i++)
-            mha_softmax_merge(z + (size_t)i * zd, &mx[i], &sum[i], cz + (size_t)i * dv, cmx[i], csum[i], dv);
+            mha_softmax_merge(k->isa, z + (size_t)i * zd, &mx[i], &sum[i], cz + (size_t)i * dv, cmx[i], csum[i], dv);
     }
     for (int i = 0; i < m; i++) {
         float *zr = z + (size_t)i * zd;
-        const float a = sinks ? mha_softmax_sink(zr, &mx[i], &sum[i], sinks[r->head0 + i / r->period], dv) : 1.0f;
+        const float a =
+            sinks ? mha_softmax_sink(k->isa, zr, &mx[i], &sum[i], sinks[r->head0 + i / r->period], dv) : 1.0f;
         const float inv = sum[i] > 0.0f ? 1.0f / sum[i] : 0.0f;
-        for (int j = 0; j < dv; j++)
-            zr[j] *= inv;
+        k->isa->scale_row(zr, zr, inv, dv);
         sum[i] = inv * a;
     }
 }

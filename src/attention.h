@@ -55,38 +55,15 @@ static inline mha_key_span mha_keys_within(mha_key_span v, int c0, int len)
 /* The merge rule: chunk partial (zc: its unnormalised Z over dk features, exp'd against its
  * own max mc; sc: its sum) into the running (z, *m, *s), chunk after chunk in key order. The
  * forward and decode both merge with it, so they agree bit for bit. A chunk the row sees none
- * of (mc = −∞) changes nothing; the first one it sees is taken as it is (exp(0) = 1). */
-static inline void mha_softmax_merge(float *restrict z, float *m, float *s, const float *restrict zc, float mc,
-                                     float sc, int dk)
-{
-    if (mc == -INFINITY)
-        return;
-    const float mn = mc > *m ? mc : *m, b = expf(mc - mn);
-    if (*m == -INFINITY) {
-        for (int j = 0; j < dk; j++)
-            z[j] = zc[j] * b;
-        *s = sc * b;
-    } else {
-        const float a = expf(*m - mn);
-        for (int j = 0; j < dk; j++)
-            z[j] = z[j] * a + zc[j] * b;
-        *s = *s * a + sc * b;
-    }
-    *m = mn;
-}
+ * of (mc = −∞) changes nothing; the first one it sees is taken as it is (exp(0) = 1). Its
+ * loops are the table's merge_row and scale_row (ref's bits in every table). */
+void mha_softmax_merge(const struct mha_isa *isa, float *restrict z, float *m, float *s, const float *restrict zc,
+                       float mc, float sc, int dk);
 
 /* A sink logit (gpt-oss) merged into the running (z, *m, *s) after every chunk, by the merge
  * rule, as one more key whose value is zero; forward and decode alike. Returns the factor the
  * row's terms so far were scaled by (the attention weights of a forward need it). */
-static inline float mha_softmax_sink(float *restrict z, float *m, float *s, float sink, int dk)
-{
-    const float mn = sink > *m ? sink : *m, a = *m == -INFINITY ? 0.0f : expf(*m - mn);
-    for (int j = 0; j < dk; j++)
-        z[j] *= a;
-    *s = *s * a + expf(sink - mn);
-    *m = mn;
-    return a;
-}
+float mha_softmax_sink(const struct mha_isa *isa, float *z, float *m, float *s, float sink, int dk);
 
 /* One call's inputs and outputs: a forward's (mha_input), the core's sizes and masks, or a
  * step's (causal, out; its tokens come through mha_step_job). */

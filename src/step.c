@@ -983,7 +983,7 @@ static void fold_chunk(const mha_step_job *j, int q, int g, int c0, int c, const
     for (int qi = 0; qi < nq; qi++) {
         float *acc = partial_of(j, q, g, c0, qi), *done = partial_of(j, q, g, c, qi);
         const float *pq = p + (size_t)qi * (dk + 2);
-        mha_softmax_merge(acc, &acc[dk], &acc[dk + 1], pq, pq[dk], pq[dk + 1], dk);
+        mha_softmax_merge(j->f.kernel->isa, acc, &acc[dk], &acc[dk + 1], pq, pq[dk], pq[dk + 1], dk);
         skip_partials(done, dk);
     }
 }
@@ -1037,13 +1037,12 @@ void mha_step_decode_merge(const mha_step_job *j, int q, int g)
         memset(zr, 0, (size_t)dk * sizeof *zr);
         for (int c = 0; c < chunks; c++) { /* in chunk order, by the forward's rule */
             const float *p = partial_of(j, q, g, c, qi);
-            mha_softmax_merge(zr, &m, &sum, p, p[dk], p[dk + 1], dk);
+            mha_softmax_merge(f->kernel->isa, zr, &m, &sum, p, p[dk], p[dk + 1], dk);
         }
         if (f->sinks) /* after every key, as the forward merges it */
-            mha_softmax_sink(zr, &m, &sum, f->sinks[g * G + jh], dk);
+            mha_softmax_sink(f->kernel->isa, zr, &m, &sum, f->sinks[g * G + jh], dk);
         const float inv = sum > 0.0f ? 1.0f / sum : 0.0f; /* no visible key: a zero row */
-        for (int t = 0; t < dk; t++)
-            zr[t] *= inv;
+        f->kernel->isa->scale_row(zr, zr, inv, dk);
     }
     if (mha_kv_traits_of(j->cache->type)->scaled) /* every chunk of (q, g) has read the keys */
         k_commit(j, q, g);

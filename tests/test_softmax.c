@@ -355,6 +355,48 @@ TABLE_TEST(softmax, rows16_are_softmax_row16_row_by_row, .timeout = 30)
         }
 }
 
+/* merge_row and scale_row are the merge rule's scalar loops bit for bit (each product and the
+ * sum rounded once), for lengths around the vector widths, in place for scale_row, on values
+ * with infinities, NaN, signed zeros and denormals among them. */
+TABLE_TEST(softmax, merge_loops_are_the_scalar_rule, .timeout = 30)
+{
+    rng r = {37};
+    enum { N = 70 };
+    float z[N], zc[N], got[N], want[N];
+    const float odd[] = {INFINITY, -INFINITY, NAN, -0.0f, 0x1p-140f, -0x1p-130f, 3e38f};
+    const float factors[][2] = {{0.75f, 0.25f}, {1.0f, 0x1p-20f}, {0.0f, 1.0f}, {0x1p-100f, 3.0f}};
+    for (int n = 0; n <= N; n++)
+        for (size_t f = 0; f < sizeof factors / sizeof factors[0]; f++) {
+            fill_uniform(z, N, -4.0f, 4.0f, &r);
+            fill_uniform(zc, N, -4.0f, 4.0f, &r);
+            for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++)
+                z[(7 * i + (size_t)n) % N] = odd[i], zc[(5 * i + 3) % N] = odd[i];
+            const float a = factors[f][0], b = factors[f][1];
+            memcpy(got, z, sizeof z);
+            memcpy(want, z, sizeof z);
+            isa->merge_row(got, a, zc, b, n);
+            for (int j = 0; j < n; j++)
+                want[j] = want[j] * a + zc[j] * b;
+            for (int j = 0; j < N; j++)
+                cr_assert_eq(float_bits(got[j]), float_bits(want[j]), "%s merge_row n=%d: [%d] = %a, want %a",
+                             isa->name, n, j, got[j], want[j]);
+            memcpy(got, z, sizeof z);
+            memcpy(want, z, sizeof z);
+            isa->scale_row(got, got, b, n); /* in place, as the division by the sum */
+            for (int j = 0; j < n; j++)
+                want[j] = want[j] * b;
+            for (int j = 0; j < N; j++)
+                cr_assert_eq(float_bits(got[j]), float_bits(want[j]), "%s scale_row n=%d: [%d] = %a, want %a",
+                             isa->name, n, j, got[j], want[j]);
+            isa->scale_row(got, zc, a, n); /* from another row, as a first chunk */
+            for (int j = 0; j < n; j++)
+                want[j] = zc[j] * a;
+            for (int j = 0; j < N; j++)
+                cr_assert_eq(float_bits(got[j]), float_bits(want[j]), "%s scale_row from zc n=%d: [%d] = %a, want %a",
+                             isa->name, n, j, got[j], want[j]);
+        }
+}
+
 TABLE_TEST(softmax, fully_hidden_row_is_zero)
 {
     uint8_t none[40] = {0};

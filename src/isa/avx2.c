@@ -450,6 +450,28 @@ __attribute__((target(AVX2))) static void softmax_rows_avx2(float *s, ptrdiff_t 
     rows_as(s, ld, m, n, mx, sum, st, NULL, EXP_FLOATS, 0);
 }
 
+__attribute__((target(AVX2))) static void merge_row_avx2(float *restrict z, float a, const float *restrict zc, float b,
+                                                         int n)
+{
+    const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+    int j = 0;
+    for (; j + 8 <= n; j += 8)
+        _mm256_storeu_ps(z + j, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(z + j), va),
+                                              _mm256_mul_ps(_mm256_loadu_ps(zc + j), vb)));
+    for (; j < n; j++)
+        z[j] = z[j] * a + zc[j] * b;
+}
+
+__attribute__((target(AVX2))) static void scale_row_avx2(float *z, const float *x, float s, int n)
+{
+    const __m256 vs = _mm256_set1_ps(s);
+    int j = 0;
+    for (; j + 8 <= n; j += 8)
+        _mm256_storeu_ps(z + j, _mm256_mul_ps(_mm256_loadu_ps(x + j), vs));
+    for (; j < n; j++)
+        z[j] = x[j] * s;
+}
+
 __attribute__((target(AVX2))) static float softmax_row_bf16_avx2(float *restrict s, int n, int visible,
                                                                   const uint8_t *restrict mask, float *max_io)
 {
@@ -1183,6 +1205,8 @@ const mha_isa mha_isa_avx2 = {
     .rope_pairs = rope_pairs_avx2,
     .softmax_row = softmax_row_avx2,
     .softmax_rows = softmax_rows_avx2,
+    .merge_row = merge_row_avx2,
+    .scale_row = scale_row_avx2,
     .softmax_row_bf16 = softmax_row_bf16_avx2,
     .softmax_row_rounded = softmax_row_rounded_avx2,
     .softmax_rows_rounded = softmax_rows_rounded_avx2,

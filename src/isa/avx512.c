@@ -312,6 +312,26 @@ __attribute__((target(AVX512))) static void softmax_rows_avx512(float *s, ptrdif
     }
 }
 
+__attribute__((target(AVX512))) static void merge_row_avx512(float *restrict z, float a, const float *restrict zc,
+                                                             float b, int n)
+{
+    const __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
+    for (int j = 0; j < n; j += 16) {
+        const __mmask16 k = first16(n - j);
+        _mm512_mask_storeu_ps(z + j, k, _mm512_add_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, z + j), va),
+                                                      _mm512_mul_ps(_mm512_maskz_loadu_ps(k, zc + j), vb)));
+    }
+}
+
+__attribute__((target(AVX512))) static void scale_row_avx512(float *z, const float *x, float s, int n)
+{
+    const __m512 vs = _mm512_set1_ps(s);
+    for (int j = 0; j < n; j += 16) {
+        const __mmask16 k = first16(n - j);
+        _mm512_mask_storeu_ps(z + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + j), vs));
+    }
+}
+
 __attribute__((target(AVX512))) static float softmax_row_bf16_avx512(float *restrict s, int n, int visible,
                                                                     const uint8_t *restrict mask, float *max_io)
 {
@@ -1436,6 +1456,8 @@ const mha_isa mha_isa_avx512 = {
     .rope_pairs = rope_pairs_avx512,
     .softmax_row = softmax_row_avx512,
     .softmax_rows = softmax_rows_avx512,
+    .merge_row = merge_row_avx512,
+    .scale_row = scale_row_avx512,
     .softmax_row_bf16 = softmax_row_bf16_avx512,
     .softcap_row = softcap_row_avx512,
     .scale_rows = {[MHA_KV_INT8] = i8_scale_rows_avx512},

@@ -119,6 +119,11 @@ typedef struct mha_isa {
     void (*rope_pairs)(float *x, const float *c, const float *s, float sign, int n);
     /* The unnormalised, masked softmax of a row or chunk (softmax.h). */
     mha_softmax_fn softmax_row;
+    /* The merge rule's loops (attention.c's mha_softmax_merge, the division by the sum):
+     * merge_row z[j] = z[j]·a + zc[j]·b, scale_row z[j] = x[j]·s (x may be z), for j < n, each
+     * product and the sum rounded once (no FMA): ref's bits in every table. */
+    void (*merge_row)(float *restrict z, float a, const float *restrict zc, float b, int n);
+    void (*scale_row)(float *z, const float *x, float s, int n);
     /* softmax_row on m rows ld apart, each from max −∞ with all n entries visible and no mask:
      * row i's max and sum into mx[i·st] and sum[i·st], its bits softmax_row's. The vector
      * tables take row i + 1's max before row i's exps, so that its loads and reductions run

@@ -108,6 +108,18 @@ static void softmax_rows_ref(float *s, ptrdiff_t ld, int m, int n, float *mx, fl
     }
 }
 
+static void merge_row_ref(float *restrict z, float a, const float *restrict zc, float b, int n)
+{
+    for (int j = 0; j < n; j++)
+        z[j] = z[j] * a + zc[j] * b;
+}
+
+static void scale_row_ref(float *z, const float *x, float s, int n)
+{
+    for (int j = 0; j < n; j++)
+        z[j] = x[j] * s;
+}
+
 static float softmax_row_bf16_ref(float *restrict s, int n, int visible, const uint8_t *restrict mask, float *max_io)
 {
     return softmax_row_as(s, n, visible, mask, max_io, 1);
@@ -309,6 +321,8 @@ const mha_isa mha_isa_ref = {
     .rope_pairs = rope_pairs_ref,
     .softmax_row = softmax_row_ref,
     .softmax_rows = softmax_rows_ref,
+    .merge_row = merge_row_ref,
+    .scale_row = scale_row_ref,
     .softmax_row_bf16 = softmax_row_bf16_ref,
     .softcap_row = softcap_row_ref,
     .scale_rows = {[MHA_KV_INT8] = i8_scale_rows_ref},
