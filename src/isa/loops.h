@@ -50,7 +50,7 @@ typedef struct mha_ahead {
 } mha_ahead;
 
 /* One pass of R rows from row i0 over k in [p0, p1) against B's panel bp (columns j0 .. j0 + nj). */
-typedef void (*mha_stream_pass_fn)(const mha_kernel *k, int R, mha_ahead *pf, int i0, int p0, int p1, int j0, int nj,
+typedef void (*mha_stream_pass_fn)(int R, mha_ahead *pf, int i0, int p0, int p1, int j0, int nj,
                                    float alpha, mha_mat a, const float *bp, float beta, mha_mat c);
 
 /* C = alpha·A·B + beta·C for m rows: B's panels of w columns (w floats a row of the panel), k in
@@ -74,15 +74,15 @@ static inline __attribute__((always_inline)) void mha_stream_walk(const mha_kern
             mha_ahead pf = {.at = (const char *)next, .per = (long)(p1 - p0) * m};
             int i0 = 0;
             for (; i0 + top <= m; i0 += top)
-                pf.share = lines * top, pass(k, top, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c);
+                pf.share = lines * top, pass(top, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c);
             if (top > 8 && m - i0 >= 8)
-                pf.share = lines * 8, pass(k, 8, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c), i0 += 8;
+                pf.share = lines * 8, pass(8, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c), i0 += 8;
             if (top > 4 && m - i0 >= 4)
-                pf.share = lines * 4, pass(k, 4, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c), i0 += 4;
+                pf.share = lines * 4, pass(4, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c), i0 += 4;
             if (top > 2 && m - i0 >= 2)
-                pf.share = lines * 2, pass(k, 2, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c), i0 += 2;
+                pf.share = lines * 2, pass(2, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c), i0 += 2;
             if (top > 1 && m - i0 >= 1)
-                pf.share = lines, pass(k, 1, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c);
+                pf.share = lines, pass(1, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c);
         }
     }
 }
