@@ -10,9 +10,10 @@
  * Then each bf16 kernel of the table this CPU runs: its 32 × 32 blocks (the attention chunks'
  * unit) at 2, 4 and 8 k tiles (d_k 64 and 128 of the scores, a 256-key chunk of A·V) on A and
  * B panels that stay in L1, block after block; compare with the vdpbf16ps or tdpbf16ps loop.
- * Last, the table's softmax passes on their own: softmax_row and softmax_row16 (the bf16 chunks'
- * exp, straight into A tiles) over the 32 rows of one 256-key chunk in L1, row after row, in
- * ns per score: a share of the attention core that no product kernel hides (the exp runs on
+ * Then the attention's two float32 products as a query block runs them, on every table this
+ * CPU runs (attention_products_rate). Last, the table's softmax passes on their own:
+ * softmax_row and softmax_row16 (the bf16 chunks' exp, straight into A tiles) over the 32 rows
+ * of one 256-key chunk in L1, row after row, in ns per score: a share of the attention core that no product kernel hides (the exp runs on
  * the vector units; an AMX core's tiles cannot go faster than it).
  * usage: ukernel_rate [KC ...] (default 64 384: d_k, and BLIS's k block on skx) */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime (perf_util.h) under -std=c11 */
@@ -64,6 +65,61 @@ static void softmax_rate(const mha_isa *isa)
                with16 ? "softmax_row16" : "softmax_row", ms[RUNS / 2] * 1e6 / scores, ms[0] * 1e6 / scores,
                ms[RUNS - 1] * 1e6 / scores, N, RUNS, sink == 0.0f ? " (no sum?)" : "");
     }
+}
+
+/* The attention's two float32 products as a query block runs them (mha_gemm_in_place: the
+ * stream where the table reads A in place, else the microkernel), on one 256-key chunk in
+ * L1/L2: the scores (96 query rows × 256 keys over d_k 64: Q's rows in place, Kᵀ in panels,
+ * alpha 1/8) and A·V (96 × 64 over the 256 keys: the score rows in place, V in panels), each
+ * table this CPU runs, medians of RUNS alternating runs. The scores' passes are short (k = 64),
+ * so what a pass costs besides its FMAs shows there first. */
+static void attention_products_rate(void)
+{
+    enum { QM = 96, QN = 256, DK = 64, REPS = 400 };
+    float *q = aligned_alloc(64, sizeof(float) * QM * DK), *kt = aligned_alloc(64, sizeof(float) * DK * QN);
+    float *v = aligned_alloc(64, sizeof(float) * QN * DK), *s = aligned_alloc(64, sizeof(float) * QM * QN);
+    float *z = aligned_alloc(64, sizeof(float) * QM * DK);
+    if (!q || !kt || !v || !s || !z)
+        exit(1);
+    for (int t = 0; t < QM * DK; t++)
+        q[t] = 1e-3f * (float)(t % 13), z[t] = 0.0f;
+    for (int t = 0; t < DK * QN; t++)
+        kt[t] = 1e-3f * (float)(t % 7), v[t] = 1e-3f * (float)(t % 5);
+    memset(s, 0, sizeof(float) * QM * QN);
+    for (int i = 0; i < mha_isa_count; i++) {
+        mha_kernel k;
+        if (!mha_isa_runnable(mha_isa_tables[i]) || mha_isa_tables[i] == &mha_isa_ref ||
+            mha_kernel_select("", mha_isa_tables[i], &k) != MHA_OK)
+            continue;
+        float *ap = aligned_alloc(64, sizeof(float) * mha_gemm_apack_floats(&k));
+        if (!ap)
+            exit(1);
+        double ms[2][RUNS];
+        for (int r = 0; r < RUNS; r++)
+            for (int which = 0; which < 2; which++) {
+                const double t0 = now_ms();
+                for (int rep = 0; rep < REPS; rep++)
+                    if (which == 0)
+                        mha_gemm_in_place(&k, QM, QN, DK, 0.125f, mha_mat_rows(&k, q, DK), mha_mat_panels(&k, kt, DK),
+                                          0.0f, mha_mat_rows(&k, s, QN), ap);
+                    else
+                        mha_gemm_in_place(&k, QM, DK, QN, 1.0f, mha_mat_rows(&k, s, QN), mha_mat_panels(&k, v, QN),
+                                          0.0f, mha_mat_rows(&k, z, DK), ap);
+                ms[which][r] = now_ms() - t0;
+            }
+        const double flop = 2.0 * QM * QN * DK * REPS;
+        printf("table %s (blis-%s%s), a query block's products:", mha_isa_tables[i]->name, k.arch,
+               k.in_place ? ", streamed in place" : "");
+        for (int which = 0; which < 2; which++) {
+            qsort(ms[which], RUNS, sizeof ms[which][0], cmp);
+            printf(" %s %.1f GFLOP/s (%.1f-%.1f)%s", which ? "A·V (k 256)" : "scores (k 64)",
+                   flop / ms[which][RUNS / 2] / 1e6, flop / ms[which][RUNS - 1] / 1e6, flop / ms[which][0] / 1e6,
+                   which ? "" : ";");
+        }
+        printf(", medians of %d\n", RUNS);
+        free(ap);
+    }
+    free(q), free(kt), free(v), free(s), free(z);
 }
 
 int main(int argc, char **argv)
@@ -155,6 +211,7 @@ int main(int argc, char **argv)
         }
         printf(", medians of %d\n", RUNS);
     }
+    attention_products_rate();
     softmax_rate(isa);
     return 0;
 }
