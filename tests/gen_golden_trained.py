@@ -26,7 +26,8 @@ sequence alone, padded rows 0; smollm2_trained.yaml: the mha config of the layer
 `--layers DIR` writes every layer's case into DIR instead (perf/trained_layers.sh runs mha on
 each); `--study-v` prints only the study of V's schemes with K as built; `--study-k-groups T`
 only that of K's groups of 16, 32 and 64 tokens, on the first T tokens of two long texts
-Debian ships (debian_texts). `--study` also prints, for every layer, the norm-wise relative
+Debian ships (debian_texts); `--study-qint` only that of integer scores on queries quantised to
+int8 or int16 per group (issue 35's speed). `--study` also prints, for every layer, the norm-wise relative
 error of the layer's output with its K and V rounded by several int8 schemes against the
 unrounded one (float64 numpy, decode's view: query t sees keys 0..t as they sit in the cache)
 — the numbers behind perf/RESULTS.md's int8 table.
@@ -109,11 +110,17 @@ def sym_per_token(x):
     return np.clip(np.round(x / s), -127, 127) * s
 
 
-def asym(x, axis=-1):
+def asym_codes(x, axis=-1):
+    """Asymmetric int8 codes along axis, with their scale and zero point: x ≈ codes·scale + lo."""
     lo, hi = x.min(axis, keepdims=True), x.max(axis, keepdims=True)
     s = (hi - lo) / 255.0
     s[s == 0] = 1.0
-    return np.clip(np.round((x - lo) / s), 0, 255) * s + lo
+    return np.clip(np.round((x - lo) / s), 0, 255), s, lo
+
+
+def asym(x, axis=-1):
+    c, s, lo = asym_codes(x, axis)
+    return c * s + lo
 
 
 def hadamard(n):
@@ -185,6 +192,32 @@ SCHEMES_K_GROUPS = {"K per channel over %d tokens asym, V per-token asym" % n: d
                     for n in (16, 32, 64)}
 
 
+# --study-qint: integer dot products for an int8 cache's scores (issue 35's speed): K per channel
+# over groups of n tokens (asymmetric codes c, scale and zero point per feature), each query's
+# q·scale per (query, group) quantized to int8 or int16 symmetric, so that a whole group's
+# scores are Σ û·c (vpdpbusd / vpdpwssd) + Σ q·zero; V per token with a zero point, as built
+# (float64 numpy; perf/RESULTS.md, session 37)
+SCHEMES_QINT = {"K per channel over 16 tokens asym, V per-token asym": dict(kgroup=16, v=asym),
+              **{"the same, q·scale as int8 per (query, %d-token group)" % n: dict(kgroup=n, v=asym, qint=127)
+                 for n in (16, 64)},
+              **{"the same, q·scale as int16 per (query, %d-token group)" % n: dict(kgroup=n, v=asym, qint=32767)
+                 for n in (16, 64)}}
+
+
+def qint_scores(k, qs, full, kgroup, top):
+    """Scores (rows: keys [0, full) of whole groups; columns: the queries qs) as integer dot
+    products would make them: per group, u = q·scale rounded to integers within ±top (127:
+    int8, 32767: int16) with max|u| / top."""
+    out = np.empty((full, qs.shape[0]))
+    for b0 in range(0, full, kgroup):
+        c, sc, lo = asym_codes(k[b0:b0 + kgroup], axis=0)
+        u = qs * sc  # (queries, DK)
+        sig = np.abs(u).max(-1, keepdims=True) / top
+        sig[sig == 0] = 1.0
+        out[b0:b0 + kgroup] = c @ (np.round(u / sig) * sig).T + (qs @ lo[0])[None, :]
+    return out
+
+
 def debian_texts(n):
     """The GPL-3 and GFDL-1.3 texts every Debian machine holds (from their preambles): real
     English prose long enough for n tokens each."""
@@ -196,10 +229,11 @@ def debian_texts(n):
     return out
 
 
-def attention(w, x, cos, sin, k_round=None, v_round=None, kblock=None, vblock=None, kgroup=None):
+def attention(w, x, cos, sin, k_round=None, v_round=None, kblock=None, vblock=None, kgroup=None, qint=0):
     """The layer in float64: RoPE (rotate-half), GQA, causal softmax, o_proj. kgroup: K per
     channel over groups of that many tokens (asymmetric; the group holding query t, still
-    filling, unrounded), rounded once rather than for every query as kblock is."""
+    filling, unrounded), rounded once rather than for every query as kblock is; qint: those
+    groups' scores as integer dot products on each query's q·scale rounded within ±qint."""
     x, cos, sin = (a.double().numpy() for a in (x, cos, sin))
     T = x.shape[0]
     q = (x @ w["q_proj"].T).reshape(T, H, DK)
@@ -225,7 +259,10 @@ def attention(w, x, cos, sin, k_round=None, v_round=None, kblock=None, vblock=No
             full = t // kgroup * kgroup if kgroup else 0
             kk = (kblock(k[:, g], t) if kblock else np.concatenate([kq[:full, g], k[full:, g]]))[:t + 1]
             vv = (vblock(v[:, g], t) if vblock else v[:, g])[:t + 1]
-            s = kk @ q[t, g * (H // KVH):(g + 1) * (H // KVH)].T / np.sqrt(DK)
+            qs = q[t, g * (H // KVH):(g + 1) * (H // KVH)]
+            s = kk @ qs.T / np.sqrt(DK)
+            if qint and full:  # the whole groups' scores as integer dot products would make them
+                s[:full] = qint_scores(k[:, g], qs, full, kgroup, qint) / np.sqrt(DK)
             p = np.exp(s - s.max(0))
             z[t, g * (H // KVH):(g + 1) * (H // KVH)] = (p / p.sum(0)).T @ vv
     return z.reshape(T, H * DK) @ w["o_proj"].T
@@ -246,7 +283,7 @@ def study(model, caps, schemes=None):
                 x, (cos, sin), _ = cap[layer]
                 exact = attention(w, x, cos, sin)
                 got = attention(w, x, cos, sin, sch.get("k"), sch.get("v"), sch.get("kblock"), sch.get("vblock"),
-                                sch.get("kgroup"))
+                                sch.get("kgroup"), sch.get("qint", 0))
                 num += ((got - exact) ** 2).sum()
                 den += (exact ** 2).sum()
             row.append(np.sqrt(num / den))
@@ -325,6 +362,9 @@ def main():
         study(model, capture(tok, model, debian_texts(n)), SCHEMES_K_GROUPS)
         return
     caps = capture(tok, model)
+    if "--study-qint" in sys.argv[1:]:  # integer scores on queries quantized per group (issue 35's speed)
+        study(model, caps, SCHEMES_QINT)
+        return
     if "--study" in sys.argv[1:]:
         study(model, caps)
     if "--study-v" in sys.argv[1:]:  # what V needs once K is per channel (perf/RESULTS.md, session 18)
