@@ -438,29 +438,29 @@ __attribute__((target(AVX2))) static float softmax_row_avx2(float *restrict s, i
     return softmax_row_as(s, n, visible, mask, max_io, NULL, EXP_FLOATS, 0);
 }
 
-/* softmax_row_as on m whole rows ld apart, row i + 1's max taken before row i's exps: its
- * loads and reductions run behind them, where a row at a time waits on them between rows
- * (EXP_TILES: row i into the A panels' row i at d). */
-static inline __attribute__((always_inline, target(AVX2))) void rows_as(float *s, ptrdiff_t ld, int m, int n,
-                                                                       float *mx, float *sum, ptrdiff_t st,
-                                                                       mha_bf16 *d, const int out, const int bf16)
+/* mha_rows_walk's bodies: a whole row's max, and its exps as each table entry stores them
+ * (floats; floats of their bf16 roundings; bf16 into the A panels at d). */
+static inline __attribute__((always_inline, target(AVX2))) float whole_row_max(const float *s, int n)
 {
-    const int kt = (int)(mha_bk_kp(n) / MHA_BT_K);
-    float next = m > 0 ? row_max(s, n, NULL, -INFINITY) : 0.0f;
-    for (int i = 0; i < m; i++) {
-        const float row_mx = next;
-        if (i + 1 < m)
-            next = row_max(s + (i + 1) * ld, n, NULL, -INFINITY);
-        mx[i * st] = row_mx;
-        sum[i * st] = exp_pass(s + i * ld, n, n, NULL, row_mx, out == EXP_TILES ? d + mha_bk_a_row(i, kt) : NULL, out,
-                               bf16);
-    }
+    return row_max(s, n, NULL, -INFINITY);
+}
+static inline __attribute__((always_inline, target(AVX2))) float exps_floats(float *s, int n, float mx, mha_bf16 *d)
+{
+    return exp_pass(s, n, n, NULL, mx, d, EXP_FLOATS, 0);
+}
+static inline __attribute__((always_inline, target(AVX2))) float exps_rounded(float *s, int n, float mx, mha_bf16 *d)
+{
+    return exp_pass(s, n, n, NULL, mx, d, EXP_ROUNDED, 1);
+}
+static inline __attribute__((always_inline, target(AVX2))) float exps_tiles(float *s, int n, float mx, mha_bf16 *d)
+{
+    return exp_pass(s, n, n, NULL, mx, d, EXP_TILES, 1);
 }
 
 __attribute__((target(AVX2))) static void softmax_rows_avx2(float *s, ptrdiff_t ld, int m, int n, float *mx, float *sum,
                                                             ptrdiff_t st)
 {
-    rows_as(s, ld, m, n, mx, sum, st, NULL, EXP_FLOATS, 0);
+    mha_rows_walk(s, ld, m, n, mx, sum, st, NULL, whole_row_max, exps_floats);
 }
 
 __attribute__((target(AVX2))) static void merge_row_avx2(float *restrict z, float a, const float *restrict zc, float b,
@@ -500,7 +500,7 @@ __attribute__((target(AVX2))) static float softmax_row_rounded_avx2(float *restr
 __attribute__((target(AVX2))) static void softmax_rows_rounded_avx2(float *s, ptrdiff_t ld, int m, int n, float *mx,
                                                                     float *sum, ptrdiff_t st)
 {
-    rows_as(s, ld, m, n, mx, sum, st, NULL, EXP_ROUNDED, 1);
+    mha_rows_walk(s, ld, m, n, mx, sum, st, NULL, whole_row_max, exps_rounded);
 }
 
 __attribute__((target(AVX2))) static float softmax_row16_avx2(float *restrict s, int n, int visible,
@@ -512,7 +512,7 @@ __attribute__((target(AVX2))) static float softmax_row16_avx2(float *restrict s,
 __attribute__((target(AVX2))) static void softmax_rows16_avx2(float *s, ptrdiff_t ld, int m, int n, float *mx,
                                                               float *sum, ptrdiff_t st, mha_bf16 *d)
 {
-    rows_as(s, ld, m, n, mx, sum, st, d, EXP_TILES, 1);
+    mha_rows_walk(s, ld, m, n, mx, sum, st, d, whole_row_max, exps_tiles);
 }
 
 /* Logit softcapping: cap · tanh(s / cap), 8 lanes, both of mha_tanh_poly's branches blended;

@@ -298,19 +298,21 @@ __attribute__((target(AVX512))) static float softmax_row_avx512(float *restrict 
     return exp_pass(0, s, n, visible, mask, *max_io);
 }
 
-/* Row i + 1's max taken before row i's exps: its loads and reductions run behind them, where
- * a row at a time waits on them between rows. */
+/* mha_rows_walk's bodies: a whole row's max, and its float32 exps in place. */
+static inline __attribute__((always_inline, target(AVX512))) float whole_row_max(const float *s, int n)
+{
+    return softmax_max(s, n, NULL, -INFINITY);
+}
+static inline __attribute__((always_inline, target(AVX512))) float exps_floats(float *s, int n, float mx, mha_bf16 *d)
+{
+    (void)d;
+    return exp_pass(0, s, n, n, NULL, mx);
+}
+
 __attribute__((target(AVX512))) static void softmax_rows_avx512(float *s, ptrdiff_t ld, int m, int n, float *mx,
                                                                 float *sum, ptrdiff_t st)
 {
-    float next = m > 0 ? softmax_max(s, n, NULL, -INFINITY) : 0.0f;
-    for (int i = 0; i < m; i++) {
-        const float row_max = next;
-        if (i + 1 < m)
-            next = softmax_max(s + (i + 1) * ld, n, NULL, -INFINITY);
-        mx[i * st] = row_max;
-        sum[i * st] = exp_pass(0, s + i * ld, n, n, NULL, row_max);
-    }
+    mha_rows_walk(s, ld, m, n, mx, sum, st, NULL, whole_row_max, exps_floats);
 }
 
 __attribute__((target(AVX512))) static void merge_row_avx512(float *restrict z, float a, const float *restrict zc,
@@ -377,20 +379,18 @@ __attribute__((target(AVX512 ",avx512bf16"))) static float softmax_row16_bf16(fl
     return exp_pass16(s, n, visible, mask, *max_io, d);
 }
 
-/* softmax_rows' order (row i + 1's max before row i's exps) for softmax_row16_bf16's rows. */
+/* mha_rows_walk's body for softmax_row16_bf16's rows: their exps into the A panels at d. */
+static inline __attribute__((always_inline, target(AVX512 ",avx512bf16"))) float exps_tiles(float *s, int n, float mx,
+                                                                                          mha_bf16 *d)
+{
+    return exp_pass16(s, n, n, NULL, mx, d);
+}
+
 __attribute__((target(AVX512 ",avx512bf16"))) static void softmax_rows16_bf16(float *s, ptrdiff_t ld, int m, int n,
                                                                               float *mx, float *sum, ptrdiff_t st,
                                                                               mha_bf16 *d)
 {
-    const int kt = (int)(mha_bk_kp(n) / MHA_BT_K);
-    float next = m > 0 ? softmax_max(s, n, NULL, -INFINITY) : 0.0f;
-    for (int i = 0; i < m; i++) {
-        const float row_max = next;
-        if (i + 1 < m)
-            next = softmax_max(s + (i + 1) * ld, n, NULL, -INFINITY);
-        mx[i * st] = row_max;
-        sum[i * st] = exp_pass16(s + i * ld, n, n, NULL, row_max, d + mha_bk_a_row(i, kt));
-    }
+    mha_rows_walk(s, ld, m, n, mx, sum, st, d, whole_row_max, exps_tiles);
 }
 
 static void round_into_tiles_avx512(const float *src, int c, int n, mha_bf16 *d);

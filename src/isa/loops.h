@@ -87,6 +87,31 @@ static inline __attribute__((always_inline)) void mha_stream_walk(const mha_kern
     }
 }
 
+/* ---- softmax_rows: whole rows, each row's max taken before the row above's exps ---- */
+
+/* A whole row's max (from −∞); a row's exps against mx, each into the row, or into d (the A
+ * panels' row for it; NULL where the body writes floats), returning their sum. */
+typedef float (*mha_row_max_fn)(const float *s, int n);
+typedef float (*mha_row_exps_fn)(float *s, int n, float mx, mha_bf16 *d);
+
+/* m whole rows ld apart through the softmax: row i + 1's max taken before row i's exps, so its
+ * loads and reductions run behind them, where a row at a time waits on them between rows (the
+ * same bits as row by row). d: NULL, or A panels whose row i takes row i's probabilities. */
+static inline __attribute__((always_inline)) void mha_rows_walk(float *s, ptrdiff_t ld, int m, int n, float *mx,
+                                                                float *sum, ptrdiff_t st, mha_bf16 *d,
+                                                                mha_row_max_fn max, mha_row_exps_fn exps)
+{
+    const int kt = (int)(mha_bk_kp(n) / MHA_BT_K);
+    float next = m > 0 ? max(s, n) : 0.0f;
+    for (int i = 0; i < m; i++) {
+        const float row_max = next;
+        if (i + 1 < m)
+            next = max(s + (i + 1) * ld, n);
+        mx[i * st] = row_max;
+        sum[i * st] = exps(s + i * ld, n, row_max, d ? d + mha_bk_a_row(i, kt) : NULL);
+    }
+}
+
 /* ---- decode: score tiles over a chunk's slot vectors ---- */
 
 /* Scores of nb <= R queries against up to V slot vectors (v, nv of them), the next tile's
