@@ -27,10 +27,12 @@ sequence alone, padded rows 0; smollm2_trained.yaml: the mha config of the layer
 each); `--study-v` prints only the study of V's schemes with K as built; `--study-k-groups T`
 only that of K's groups of 16, 32 and 64 tokens, on the first T tokens of two long texts
 Debian ships (debian_texts); `--study-qint` only that of integer scores on queries quantised to
-int8 or int16 per group (issue 35's speed). `--study` also prints, for every layer, the norm-wise relative
-error of the layer's output with its K and V rounded by several int8 schemes against the
-unrounded one (float64 numpy, decode's view: query t sees keys 0..t as they sit in the cache)
-— the numbers behind perf/RESULTS.md's int8 table.
+int8 or int16 per group (issue 35's speed); `--study-vint T` only that of integer values too
+(p·scale quantised per run of keys), on the Debian texts' first T tokens. `--study` also
+prints, for every layer, the norm-wise relative error of the layer's output with its K and V
+rounded by several int8 schemes against the unrounded one (float64 numpy, decode's view:
+query t sees keys 0..t as they sit in the cache) — the numbers behind perf/RESULTS.md's int8
+table.
 """
 import importlib.util
 import os
@@ -204,15 +206,46 @@ SCHEMES_QINT = {"K per channel over 16 tokens asym, V per-token asym": dict(kgro
                  for n in (16, 64)}}
 
 
-def qint_scores(k, qs, full, kgroup, top):
+# --study-vint: the values as integer dot products too (issue 35's speed, session 38: without
+# K's or V's arithmetic the int8 phase runs 0.77× / 0.91× the bf16 one, without both 0.32×):
+# V per token (asymmetric codes c, a scale and zero point a row), each query's w = p·scale per
+# key rounded to integers per (query, run of n keys from position 0) within ±top with
+# max|w| / top, so a run's A·V is Σ ŵ·c (vpdpwssd on key pairs; vpdpbusd for int8) + Σ p·zero
+SCHEMES_VINT = {"K per channel over 16 tokens asym, V per-token asym (built)": dict(kgroup=16, v=asym),
+                **{"the same, p·scale as int%d per (query, %d keys)" % (bits, n):
+                   dict(kgroup=16, v=asym, vint=top, vrun=n)
+                   for bits, top in ((8, 127), (16, 32767)) for n in (16, 256)},
+                "both integer: q·scale int16 per (query, 16-token group), p·scale int16 per (query, 256 keys)":
+                    dict(kgroup=16, v=asym, qint=32767, vint=32767, vrun=256),
+                "q·scale int16 per (query, group), its step max|q| · max scale / 32767 (no pass over q·scale)":
+                    dict(kgroup=16, v=asym, qint=32767, qbound=True)}
+
+
+def vint_values(v, p, top, run):
+    """A·V (rows: the queries of p's columns) as integer dot products would make it: V's rows as
+    asymmetric codes with a scale and zero point each, per run of `run` keys from 0 each
+    query's w = p·scale rounded to integers within ±top with max|w| / top."""
+    c, sc, lo = asym_codes(v, axis=-1)
+    out = np.zeros((p.shape[1], v.shape[1]))
+    for r0 in range(0, v.shape[0], run):
+        pr = p[r0:r0 + run]
+        w = pr * sc[r0:r0 + run]
+        sig = np.abs(w).max(0, keepdims=True) / top
+        sig[sig == 0] = 1.0
+        out += (np.round(w / sig) * sig).T @ c[r0:r0 + run] + pr.T @ lo[r0:r0 + run]
+    return out
+
+
+def qint_scores(k, qs, full, kgroup, top, bound=False):
     """Scores (rows: keys [0, full) of whole groups; columns: the queries qs) as integer dot
     products would make them: per group, u = q·scale rounded to integers within ±top (127:
-    int8, 32767: int16) with max|u| / top."""
+    int8, 32767: int16) with max|u| / top (bound: max|q| · max scale / top)."""
     out = np.empty((full, qs.shape[0]))
     for b0 in range(0, full, kgroup):
         c, sc, lo = asym_codes(k[b0:b0 + kgroup], axis=0)
         u = qs * sc  # (queries, DK)
-        sig = np.abs(u).max(-1, keepdims=True) / top
+        # bound: σ from what is known without a pass over u, max|q| (a query's) · max scale (a group's)
+        sig = (np.abs(qs).max(-1, keepdims=True) * sc.max() if bound else np.abs(u).max(-1, keepdims=True)) / top
         sig[sig == 0] = 1.0
         out[b0:b0 + kgroup] = c @ (np.round(u / sig) * sig).T + (qs @ lo[0])[None, :]
     return out
@@ -229,11 +262,14 @@ def debian_texts(n):
     return out
 
 
-def attention(w, x, cos, sin, k_round=None, v_round=None, kblock=None, vblock=None, kgroup=None, qint=0):
+def attention(w, x, cos, sin, k_round=None, v_round=None, kblock=None, vblock=None, kgroup=None, qint=0, vint=0,
+              vrun=16, qbound=False):
     """The layer in float64: RoPE (rotate-half), GQA, causal softmax, o_proj. kgroup: K per
     channel over groups of that many tokens (asymmetric; the group holding query t, still
     filling, unrounded), rounded once rather than for every query as kblock is; qint: those
-    groups' scores as integer dot products on each query's q·scale rounded within ±qint."""
+    groups' scores as integer dot products on each query's q·scale rounded within ±qint; vint:
+    A·V as integer dot products on each query's p·scale rounded within ±vint per vrun keys;
+    qbound: qint's step from max|q| · max scale rather than max|q·scale|."""
     x, cos, sin = (a.double().numpy() for a in (x, cos, sin))
     T = x.shape[0]
     q = (x @ w["q_proj"].T).reshape(T, H, DK)
@@ -262,9 +298,10 @@ def attention(w, x, cos, sin, k_round=None, v_round=None, kblock=None, vblock=No
             qs = q[t, g * (H // KVH):(g + 1) * (H // KVH)]
             s = kk @ qs.T / np.sqrt(DK)
             if qint and full:  # the whole groups' scores as integer dot products would make them
-                s[:full] = qint_scores(k[:, g], qs, full, kgroup, qint) / np.sqrt(DK)
+                s[:full] = qint_scores(k[:, g], qs, full, kgroup, qint, qbound) / np.sqrt(DK)
             p = np.exp(s - s.max(0))
-            z[t, g * (H // KVH):(g + 1) * (H // KVH)] = (p / p.sum(0)).T @ vv
+            zv = vint_values(v[:t + 1, g], p, vint, vrun) if vint else p.T @ vv
+            z[t, g * (H // KVH):(g + 1) * (H // KVH)] = zv / p.sum(0)[:, None]
     return z.reshape(T, H * DK) @ w["o_proj"].T
 
 
@@ -283,7 +320,8 @@ def study(model, caps, schemes=None):
                 x, (cos, sin), _ = cap[layer]
                 exact = attention(w, x, cos, sin)
                 got = attention(w, x, cos, sin, sch.get("k"), sch.get("v"), sch.get("kblock"), sch.get("vblock"),
-                                sch.get("kgroup"), sch.get("qint", 0))
+                                sch.get("kgroup"), sch.get("qint", 0), sch.get("vint", 0), sch.get("vrun", 16),
+                                sch.get("qbound", False))
                 num += ((got - exact) ** 2).sum()
                 den += (exact ** 2).sum()
             row.append(np.sqrt(num / den))
@@ -360,6 +398,10 @@ def main():
     if "--study-k-groups" in sys.argv[1:]:  # --study-k-groups T: the Debian texts' first T tokens
         n = int(sys.argv[sys.argv.index("--study-k-groups") + 1])
         study(model, capture(tok, model, debian_texts(n)), SCHEMES_K_GROUPS)
+        return
+    if "--study-vint" in sys.argv[1:]:  # --study-vint T: integer values too, on the Debian texts' first T tokens
+        n = int(sys.argv[sys.argv.index("--study-vint") + 1])
+        study(model, capture(tok, model, debian_texts(n)), SCHEMES_VINT)
         return
     caps = capture(tok, model)
     if "--study-qint" in sys.argv[1:]:  # integer scores on queries quantized per group (issue 35's speed)
