@@ -256,8 +256,9 @@ blis-overhead: deps-perf
 # The float32 microkernel's own rate on cache-resident packed panels (perf/ukernel_rate.c),
 # next to the FMA loop (perf/ceiling.c, 1 thread): what mha's GEMMs can reach at best here;
 # then each bf16 kernel's 32 × 32 blocks, a query block's two float32 products on each table
-# and the table's softmax passes in ns per score (what no product kernel hides); plain AVX-512 tiles of other shapes: perf/tile_shapes.c; a decode
-# step's score tiles per cache type on cache-resident keys: perf/score_tiles.c.
+# and the table's softmax passes in ns per score (what no product kernel hides); plain
+# AVX-512 tiles of other shapes: perf/tile_shapes.c; a decode step's score tiles per cache
+# type on cache-resident keys: perf/score_tiles.c.
 ukernel-rate: $(B)/libmha.a
 	$(CC) -O2 -std=c11 -Iinclude -Isrc perf/ukernel_rate.c $(B)/libmha.a $(BLIS_A) $(LDLIBS) -o $(B)/ukernel_rate
 	$(CC) -O2 -fopenmp perf/ceiling.c -o $(B)/ceiling

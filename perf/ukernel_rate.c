@@ -13,8 +13,9 @@
  * Then the attention's two float32 products as a query block runs them, on every table this
  * CPU runs (attention_products_rate). Last, the table's softmax passes on their own:
  * softmax_row and softmax_row16 (the bf16 chunks' exp, straight into A tiles) over the 32 rows
- * of one 256-key chunk in L1, row after row, in ns per score: a share of the attention core that no product kernel hides (the exp runs on
- * the vector units; an AMX core's tiles cannot go faster than it).
+ * of one 256-key chunk in L1, row after row, in ns per score: a share of the attention core
+ * that no product kernel hides (the exp runs on the vector units; an AMX core's tiles cannot
+ * go faster than it).
  * usage: ukernel_rate [KC ...] (default 64 384: d_k, and BLIS's k block on skx) */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime (perf_util.h) under -std=c11 */
 #include <math.h>
