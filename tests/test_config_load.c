@@ -12,7 +12,7 @@
 #include "config_file.h"
 #include "helpers.h"
 
-typedef struct ycase { char what[40]; char yaml[300]; int status; char want[80]; } ycase;
+typedef struct ycase { char what[40]; char yaml[300]; mha_status status; char want[80]; } ycase;
 
 #define MODEL "model: { d_model: 64, heads: 4 }\n"
 ParameterizedTestParameters(config_load, rejects_bad_configs)

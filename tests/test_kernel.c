@@ -1,6 +1,7 @@
 /* test_kernel.c — the BLIS context: chosen from the CPU's features, forced by config,
  * reported by the engine; results agree across contexts. */
 #define _GNU_SOURCE /* syscall */
+#include <cpuid.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,20 @@ Test(kernel, unknown_or_unrunnable_contexts_are_config_errors)
         cr_assert_eq(mha_kernel_select("skx", &mha_isa_avx512, &k), MHA_ERR_CONFIG, "skx on a CPU without AVX-512");
 }
 
+/* The features mha reads from CPUID itself (clang 14's __builtin_cpu_supports does not name
+ * them) as GCC's builtin reads them, OS support included. */
+Test(kernel, cpuid_features_agree_with_gccs_builtin)
+{
+#ifdef __clang__
+    cr_skip_test("clang's __builtin_cpu_supports names none of f16c, amx-tile, amx-bf16");
+#else
+    __builtin_cpu_init();
+    cr_assert_eq(mha_cpu_has("f16c"), !!__builtin_cpu_supports("f16c"));
+    cr_assert_eq(mha_cpu_has("amx_tile"), !!__builtin_cpu_supports("amx-tile"));
+    cr_assert_eq(mha_cpu_has("amx_bf16"), !!__builtin_cpu_supports("amx-bf16"));
+#endif
+}
+
 /* The auto table is the widest this CPU runs, and each table runs on the features it names. */
 Test(kernel, auto_table_follows_cpu_features)
 {
@@ -69,7 +84,9 @@ Test(kernel, auto_table_follows_cpu_features)
     const int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
                        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                        __builtin_cpu_supports("fma");
-    const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    unsigned a, b, c, d; /* F16C from CPUID: clang 14's __builtin_cpu_supports does not name it */
+    const int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+    const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
     cr_assert_str_eq(mha_isa_auto(), avx512 ? "avx512" : avx2 ? "avx2" : "ref");
     cr_assert_eq(mha_isa_runnable(&mha_isa_avx512), avx512);
     cr_assert_eq(mha_isa_runnable(&mha_isa_avx2), avx2);

@@ -4,11 +4,31 @@
  * mha_bkernel_enable, at create. */
 #include "isa.h"
 
+#include <cpuid.h>
 #include <stdio.h>
 #include <string.h>
 
 const mha_isa *const mha_isa_tables[] = {&mha_isa_avx512, &mha_isa_avx2, &mha_isa_ref};
 const int mha_isa_count = (int)(sizeof mha_isa_tables / sizeof mha_isa_tables[0]);
+
+/* CPUID's bit of leaf 1 (ECX) or 7.0 (EDX) for a feature that clang 14's
+ * __builtin_cpu_supports does not name (f16c, amx-tile, amx-bf16), with the register state
+ * the OS must save for it: F16C's VEX encoding needs AVX's (which __builtin_cpu_supports("avx")
+ * checks), AMX's tiles XCR0's TILECFG and TILEDATA (bits 17, 18), as GCC's own check asks. */
+static int cpuid_has(const char *f)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return 0;
+    if (!strcmp(f, "f16c"))
+        return (c >> 29 & 1u) && __builtin_cpu_supports("avx");
+    const unsigned bit = !strcmp(f, "amx_tile") ? 24 : !strcmp(f, "amx_bf16") ? 22 : 0;
+    if (!bit || !(c >> 27 & 1u)) /* none of these; or no OSXSAVE, so no xgetbv */
+        return 0;
+    unsigned lo, hi;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return (lo & 0x60000u) == 0x60000u && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> bit & 1u);
+}
 
 int mha_cpu_has(const char *f)
 {
@@ -19,14 +39,11 @@ int mha_cpu_has(const char *f)
     if (!strcmp(f, "avx512bw")) return __builtin_cpu_supports("avx512bw");
     if (!strcmp(f, "avx512vl")) return __builtin_cpu_supports("avx512vl");
     if (!strcmp(f, "avx512_bf16")) return __builtin_cpu_supports("avx512bf16");
-    if (!strcmp(f, "amx_tile")) return __builtin_cpu_supports("amx-tile");
-    if (!strcmp(f, "amx_bf16")) return __builtin_cpu_supports("amx-bf16");
     if (!strcmp(f, "avx2")) return __builtin_cpu_supports("avx2");
     if (!strcmp(f, "fma")) return __builtin_cpu_supports("fma");
-    if (!strcmp(f, "f16c")) return __builtin_cpu_supports("f16c");
     if (!strcmp(f, "avx")) return __builtin_cpu_supports("avx");
     if (!strcmp(f, "ssse3")) return __builtin_cpu_supports("ssse3");
-    return 0;
+    return cpuid_has(f);
 }
 
 /* The features of `needs` (space-separated) this CPU lacks, into buf ("" when none). */
