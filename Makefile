@@ -66,7 +66,7 @@ TEST_CLI_OBJ := $(B)/obj/cli/scale_fit.o $(B)/obj/cli/shard.o $(B)/obj/cli/confi
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
-.PHONY: all deps goldens-hf goldens-mla goldens-hf-venv goldens-trained goldens-trained-venv trained-layers deps-perf deps-bench decode-bench block-reads decode-step chunk-step ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example footprint blis-overhead head-shapes bench bench-core deps-ggml report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
+.PHONY: all deps test-clang goldens-hf goldens-mla goldens-hf-venv goldens-trained goldens-trained-venv trained-layers deps-perf deps-bench decode-bench block-reads decode-step chunk-step ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example footprint blis-overhead head-shapes bench bench-core deps-ggml report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
 all: $(B)/libmha.a $(B)/libmha.so $(B)/mha $(if $(filter 1,$(MPI)),$(B)/mha-mpi)
 
 deps:
@@ -158,6 +158,14 @@ test-numerics:
 	@if $(CC) -std=c11 -ffast-math -Iinclude -Isrc -isystem $(BLIS_INC) -fsyntax-only src/gemm.c 2>/dev/null; then \
 	  echo "make test-numerics: a -ffast-math build of src/gemm.c was not refused" >&2; exit 1; fi
 	@echo "make test-numerics: -ffast-math refused, as it should be"
+
+# The suite built by clang (-Werror), whose -fopenmp links LLVM's OpenMP runtime (libomp)
+# rather than libgomp: what an embedder who builds with clang runs, on this CPU's tables.
+CLANG_PKGS := clang libomp-dev
+test-clang:
+	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) $(CLANG_PKGS)"
+	$(MAKE) --no-print-directory B=build/clang CC=clang CFLAGS=-Werror build/clang/tests/mha_tests
+	$(TEST_ENV) build/clang/tests/mha_tests --jobs 2
 
 # The suite on an emulated CPU of another ISA (default QEMU's `max`: AVX2, no AVX-512;
 # QEMU_CPU=EPYC for an AMD one): what an AVX2 machine runs, tested on an AVX-512 host
