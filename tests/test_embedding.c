@@ -145,7 +145,7 @@ static void run_in_thread(handoff *h)
 }
 
 /* LLVM's OpenMP runtime (libomp: what clang's -fopenmp links) crashes once a thread that ran
- * a parallel region with tasks has exited and another thread runs one: a 30-line program
+ * a parallel region with tasks has exited and another thread runs one: a 20-line program
  * without mha does it, with libomp 14 and 16 (Debian 12's). libgomp does not. */
 static int runtime_is_libomp(void)
 {
