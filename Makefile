@@ -107,9 +107,13 @@ $(B)/mha: $(CLI_OBJ) $(B)/libmha.a
 $(B)/libmha.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
+# clang links no sanitizer runtime into a shared object (the program brings its own), so a
+# sanitized clang build names the shared ASan runtime there for --no-undefined's sake.
+SO_SAN := $(if $(filter 1,$(DEBUG)),$(if $(findstring clang,$(shell $(CC) --version 2>/dev/null)),-shared-libasan))
+
 $(B)/libmha.so.$(VERSION): $(LIB_OBJ)
 	$(CC) -shared -Wl,-soname,libmha.so.$(SOMAJOR) -Wl,--no-undefined -Wl,--exclude-libs,ALL \
-	  $(OPT) $(LDFLAGS) -o $@ $^ $(BLIS_A) $(LDLIBS)
+	  $(OPT) $(SO_SAN) $(LDFLAGS) -o $@ $^ $(BLIS_A) $(LDLIBS)
 
 $(B)/libmha.so: $(B)/libmha.so.$(VERSION)
 	ln -sf libmha.so.$(VERSION) $(B)/libmha.so.$(SOMAJOR)
@@ -160,12 +164,16 @@ test-numerics:
 	@echo "make test-numerics: -ffast-math refused, as it should be"
 
 # The suite built by clang (-Werror), whose -fopenmp links LLVM's OpenMP runtime (libomp)
-# rather than libgomp: what an embedder who builds with clang runs, on this CPU's tables.
+# rather than libgomp: what an embedder who builds with clang runs, on this CPU's tables;
+# then again under clang's sanitizers.
 CLANG_PKGS := clang libomp-dev
 test-clang:
 	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) $(CLANG_PKGS)"
 	$(MAKE) --no-print-directory B=build/clang CC=clang CFLAGS=-Werror build/clang/tests/mha_tests
 	$(TEST_ENV) build/clang/tests/mha_tests --jobs 2
+	@echo "the same under clang's AddressSanitizer and UBSan (which flag arithmetic on a null pointer; GCC's do not)"
+	$(MAKE) --no-print-directory DEBUG=1 B=build/clang/debug CC=clang CFLAGS=-Werror build/clang/debug/tests/mha_tests
+	$(TEST_ENV) build/clang/debug/tests/mha_tests --jobs 2
 
 # The suite on an emulated CPU of another ISA (default QEMU's `max`: AVX2, no AVX-512;
 # QEMU_CPU=EPYC for an AMD one): what an AVX2 machine runs, tested on an AVX-512 host

@@ -727,14 +727,14 @@ scores(const mha_kv_type type, const int scaled, const float *restrict q, int nq
  * per score in feature order (Zen 1 runs two 128-bit FMAs a cycle, the 256-bit rate, and
  * nothing is transposed but the queries); swap: in the order c ^ 1, each pair's odd feature
  * first (dk even). The next tile's rows prefetched a line a row every 16 features, and (v)
- * this tile's value rows into L2 as often. */
+ * this tile's value rows (rows t on of v) into L2 as often. */
 enum { ROWS_KEYS = 12 };
 
 static inline __attribute__((always_inline, target(AVX2))) void keys_tile(const int J, const int swap,
                                                                          const float *restrict qt, int dk,
                                                                          const float *restrict k, ptrdiff_t ld, int nq,
                                                                          float scale, float *restrict sc, size_t sc_ld,
-                                                                         const mha_rows_ahead *v)
+                                                                         const mha_rows_ahead *v, int t)
 {
     __m128 acc[ROWS_KEYS];
     for (int u = 0; u < J; u++)
@@ -745,7 +745,7 @@ static inline __attribute__((always_inline, target(AVX2))) void keys_tile(const 
             for (int u = 0; u < J; u++) {
                 _mm_prefetch((const char *)(k + (ptrdiff_t)(J + u) * ld + c), _MM_HINT_T0);
                 if (v && line < v->bytes)
-                    _mm_prefetch(v->at + (size_t)u * v->ld + line, _MM_HINT_T1);
+                    _mm_prefetch(v->at + (size_t)(t + u) * v->ld + line, _MM_HINT_T1);
             }
         }
         const __m128 qc = _mm_load_ps(qt + 4 * c);
@@ -774,14 +774,13 @@ static inline __attribute__((always_inline, target(AVX2))) void rows_scores_as(c
                 qt[4 * c + r] = r < nr ? q[(size_t)(r0 + r) * dk + (c ^ swap)] : 0.0f;
         float *s = sc + (size_t)r0 * sc_ld;
         int t = 0;
-        mha_rows_ahead vt = v && r0 == 0 ? *v : (mha_rows_ahead){0}; /* the first pass prefetches */
-        const mha_rows_ahead *pv = vt.at ? &vt : NULL;
-        for (; t + ROWS_KEYS <= n; t += ROWS_KEYS, vt.at += ROWS_KEYS * vt.ld)
-            keys_tile(ROWS_KEYS, swap, qt, dk, k + (ptrdiff_t)t * ld, ld, nr, scale, s + t, sc_ld, pv);
-        for (; t + 4 <= n; t += 4, vt.at += 4 * vt.ld)
-            keys_tile(4, swap, qt, dk, k + (ptrdiff_t)t * ld, ld, nr, scale, s + t, sc_ld, pv);
-        for (; t < n; t++, vt.at += vt.ld)
-            keys_tile(1, swap, qt, dk, k + (ptrdiff_t)t * ld, ld, nr, scale, s + t, sc_ld, pv);
+        const mha_rows_ahead *pv = v && v->at && r0 == 0 ? v : NULL; /* the first pass prefetches */
+        for (; t + ROWS_KEYS <= n; t += ROWS_KEYS)
+            keys_tile(ROWS_KEYS, swap, qt, dk, k + (ptrdiff_t)t * ld, ld, nr, scale, s + t, sc_ld, pv, t);
+        for (; t + 4 <= n; t += 4)
+            keys_tile(4, swap, qt, dk, k + (ptrdiff_t)t * ld, ld, nr, scale, s + t, sc_ld, pv, t);
+        for (; t < n; t++)
+            keys_tile(1, swap, qt, dk, k + (ptrdiff_t)t * ld, ld, nr, scale, s + t, sc_ld, pv, t);
     }
 }
 

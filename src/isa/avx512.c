@@ -551,8 +551,8 @@ score_features(const mha_kv_type type, const int scaled, const int R, const int 
 {
     const size_t row = (size_t)ld * mha_kv_elem_size(type);
     const char *k[8];
-    for (int j = 0; j < V; j++)
-        k[j] = j < nv ? v[j].kt + (size_t)c * row : NULL;
+    for (int j = 0; j < V; j++) /* past nv: the first vector's rows, stepped but never read */
+        k[j] = v[j < nv ? j : 0].kt + (size_t)c * row;
     q += c;
     for (int u = 0; u < nc; u++, q++) {
         __m512 krow[8];
