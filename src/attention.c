@@ -309,8 +309,8 @@ static void chunk16(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows
         float *sb = r->scored ? sc + (size_t)i0 * ld : sc; /* the block's score rows */
         if (!kv->vs)
             mha_bgemm(f->bk, k, m, n, f->dk, f->scale, r->q16 ? r->q16 + mha_bk_a_row(i0, kq) : NULL,
-                      r->q16 ? r->q : mha_mat_sub(k, r->q, i0, 0), kv->kt16 + (size_t)(b0 / MHA_BT_N) * kv->kps, kv->kps, 0.0f,
-                      mha_mat_rows(k, sb, ld), s->apack16);
+                      r->q16 ? r->q : mha_mat_sub(k, r->q, i0, 0), /* packed Q: r->q unread (and NULL) */
+                      kv->kt16 + (size_t)(b0 / MHA_BT_N) * kv->kps, kv->kps, 0.0f, mha_mat_rows(k, sb, ld), s->apack16);
         else if (!r->scored) /* an int8 cache: float32 scores (mha_kv_view) */
             mha_gemm(k, m, n, f->dk, f->scale, mha_mat_sub(k, r->q, i0, 0), mha_mat_sub(k, kv->kt, 0, b0), 0.0f,
                      mha_mat_rows(k, sb, ld), s->apack);
