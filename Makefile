@@ -66,7 +66,7 @@ TEST_CLI_OBJ := $(B)/obj/cli/scale_fit.o $(B)/obj/cli/shard.o $(B)/obj/cli/confi
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
-.PHONY: all deps test-clang goldens-hf goldens-mla goldens-hf-venv goldens-trained goldens-trained-venv trained-layers deps-perf deps-bench decode-bench block-reads decode-step chunk-step ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example footprint blis-overhead head-shapes bench bench-core deps-ggml report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
+.PHONY: all deps test-clang test-tsan goldens-hf goldens-mla goldens-hf-venv goldens-trained goldens-trained-venv trained-layers deps-perf deps-bench decode-bench block-reads decode-step chunk-step ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example footprint blis-overhead head-shapes bench bench-core deps-ggml report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
 all: $(B)/libmha.a $(B)/libmha.so $(B)/mha $(if $(filter 1,$(MPI)),$(B)/mha-mpi)
 
 deps:
@@ -174,6 +174,15 @@ test-clang:
 	@echo "the same under clang's AddressSanitizer and UBSan (which flag arithmetic on a null pointer; GCC's do not)"
 	$(MAKE) --no-print-directory DEBUG=1 B=build/clang/debug CC=clang CFLAGS=-Werror build/clang/debug/tests/mha_tests
 	$(TEST_ENV) build/clang/debug/tests/mha_tests --jobs 2
+
+# ThreadSanitizer over the command's parallel paths and a server's use of the library
+# (tests/tsan.sh; Criterion cannot start under TSan), built by clang on libomp, whose archer
+# tool tells TSan what OpenMP's barriers, tasks and dependencies order.
+test-tsan:
+	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) $(CLANG_PKGS)"
+	$(MAKE) --no-print-directory B=build/clang/tsan CC=clang CFLAGS=-Werror OPT='-O1 -g -fsanitize=thread' \
+	  build/clang/tsan/mha build/clang/tsan/serve_bench
+	tests/tsan.sh build/clang/tsan
 
 # The suite on an emulated CPU of another ISA (default QEMU's `max`: AVX2, no AVX-512;
 # QEMU_CPU=EPYC for an AMD one): what an AVX2 machine runs, tested on an AVX-512 host
@@ -456,9 +465,10 @@ run: all
 # workers × threads at 90% of capacity and 1 × 2 at 20%, each with default and passive
 # OpenMP waiting: six runs of SERVE_SECONDS (3: about 20 s in all, with calibration).
 SERVE_SECONDS ?= 3
-serve-bench: $(B)/libmha.a
-	$(CC) -O2 -Iinclude perf/serve_bench.c $(B)/libmha.a $(BLIS_A) $(LDLIBS) -o $(B)/serve_bench
+serve-bench: $(B)/serve_bench
 	perf/serve_bench.sh $(B)/serve_bench $(SERVE_SECONDS)
+$(B)/serve_bench: perf/serve_bench.c perf/perf_util.h $(B)/libmha.a
+	$(CC) -std=gnu11 $(OPT) $(WARN) -Iinclude $(CFLAGS) $< $(B)/libmha.a $(BLIS_A) $(LDFLAGS) $(LDLIBS) -o $@
 
 # Thread-scaling report of bert-base on this machine (README: "Thread-scaling reports").
 REPORT_DIR ?= perf/reports/$(shell hostname -s)-$(shell date +%F)

@@ -10,9 +10,12 @@
  * taking whichever is free, so engines migrate across request threads (libgomp then keeps a
  * team of T − 1 workers for every request thread that has run one: the "threads" column counts
  * the process's threads at the end of the arrivals, every worker alive).
+ * --shared: every engine (a worker's or the pool's) reads one packed copy of the weights
+ * (mha_pack_weights, mha_create_shared) instead of holding its own. --isa: the kernel table
+ * (default auto; tests/tsan.sh runs ref, whose scalar accesses ThreadSanitizer sees).
  *
- * usage: serve_bench [--workers M] [--threads T] [--pool E] [--rate R|auto] [--duration S] [--d D]
- *                    [--heads H] [--max-len L] [--seed N] [--calibrate] [--header]
+ * usage: serve_bench [--workers M] [--threads T] [--pool E] [--shared] [--isa NAME] [--rate R|auto]
+ *                    [--duration S] [--d D] [--heads H] [--max-len L] [--seed N] [--calibrate] [--header]
  * --rate auto (default): 0.9 × the capacity measured closed-loop for 2 s with this M × T.
  * --calibrate: print only that capacity (requests/s). --header: the table header. */
 #define _GNU_SOURCE
@@ -49,6 +52,7 @@ typedef struct server {
     request_template t[TEMPLATES];
     mha_weights w;
     float *wbuf;
+    mha_packed_weights *packed; /* --shared: the one copy every engine reads; else NULL */
     /* queue: requests[head, tail) are waiting; tail only grows */
     request *req;
     size_t cap, head, tail;
@@ -58,6 +62,8 @@ typedef struct server {
     double t0;
     int failed; /* an engine call failed */
     int pool;   /* > 0: the workers share this many engines (in engines[], free when !busy[]) */
+    int shared; /* --shared */
+    const char *isa;
     mha_engine *engines[64];
     int busy[64];
     pthread_cond_t freed;
@@ -72,14 +78,23 @@ static uint64_t fnv1a(const void *p, size_t n)
     return h;
 }
 
-static mha_engine *make_engine(const server *s, int threads)
+/* The engines' config: the model, the kernel table, one sequence of up to max_len tokens. */
+static mha_config engine_config(const server *s, int threads)
 {
     mha_config cfg;
     mha_config_init(&cfg);
     cfg.d_model = s->d, cfg.n_heads = s->heads, cfg.threads = threads;
+    snprintf(cfg.isa, sizeof cfg.isa, "%s", s->isa);
     cfg.max_batch = 1, cfg.max_seq_q = cfg.max_seq_kv = s->max_len;
+    return cfg;
+}
+
+static mha_engine *make_engine(const server *s, int threads)
+{
+    const mha_config cfg = engine_config(s, threads);
     mha_engine *e = NULL;
-    if (mha_create(&cfg, &e) != MHA_OK || mha_set_weights(e, &s->w) != MHA_OK) {
+    if (s->packed ? mha_create_shared(&cfg, s->packed, &e) != MHA_OK
+                  : mha_create(&cfg, &e) != MHA_OK || mha_set_weights(e, &s->w) != MHA_OK) {
         mha_free(e);
         return NULL;
     }
@@ -104,8 +119,9 @@ static int prepare(server *s, uint64_t seed)
     for (size_t i = 0; i < 4 * dd + 4 * (size_t)s->d; i++)
         s->wbuf[i] = (float)(2 * uniform01(&seed) - 1) * bound;
     float *w = s->wbuf, *b = w + 4 * dd;
-    s->w = (mha_weights){w, w + dd, w + 2 * dd, w + 3 * dd, b, b + s->d, b + 2 * s->d, b + 3 * s->d, MHA_LAYOUT_XW};
-    mha_engine *e = make_engine(s, 1);
+    s->w = (mha_weights){.w_q = w, .w_k = w + dd, .w_v = w + 2 * dd, .w_o = w + 3 * dd, .b_q = b, .b_k = b + s->d,
+                         .b_v = b + 2 * s->d, .b_o = b + 3 * s->d, .layout = MHA_LAYOUT_XW};
+    mha_engine *e = make_engine(s, 1); /* before any packing: the checksums come from an engine's own copy */
     float *out = malloc((size_t)s->max_len * s->d * sizeof *out);
     if (!e || !out)
         return free(out), mha_free(e), -1;
@@ -122,6 +138,11 @@ static int prepare(server *s, uint64_t seed)
     }
     free(out);
     mha_free(e);
+    if (s->shared) {
+        const mha_config cfg = engine_config(s, 1);
+        if (mha_pack_weights(&cfg, &s->w, &s->packed) != MHA_OK)
+            return -1;
+    }
     return 0;
 }
 
@@ -315,11 +336,12 @@ static double run(server *s, int closed, int quiet, uint64_t seed)
     double achieved = closed ? (double)done / span_s : (double)n / span_s;
     if (!quiet) {
         const char *wp = getenv("OMP_WAIT_POLICY");
-        char split[48];
+        char split[80];
         if (s->pool)
-            snprintf(split, sizeof split, "%d threads sharing %d × %d", s->workers, s->pool, s->threads);
+            snprintf(split, sizeof split, "%d threads sharing %d × %d%s", s->workers, s->pool, s->threads,
+                     s->packed ? ", one weights copy" : "");
         else
-            snprintf(split, sizeof split, "%d × %d", s->workers, s->threads);
+            snprintf(split, sizeof split, "%d × %d%s", s->workers, s->threads, s->packed ? ", one weights copy" : "");
         printf("| %s | %s | %d | %.1f | %.1f | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f%% | %.0f%% | %zu/%zu%s |\n",
                split, wp ? wp : "default", threads_live, s->rate, achieved, tokens / span_s, pct(lat, n, 50),
                pct(lat, n, 95), pct(lat, n, 99), lat[n ? n - 1 : 0], pct(queue, n, 50), pct(queue, n, 99),
@@ -342,7 +364,7 @@ static double run(server *s, int closed, int quiet, uint64_t seed)
 
 int main(int argc, char **argv)
 {
-    server s = {.workers = 1, .threads = 2, .d = 768, .heads = 12, .max_len = 256, .duration_s = 20};
+    server s = {.workers = 1, .threads = 2, .d = 768, .heads = 12, .max_len = 256, .duration_s = 20, .isa = "auto"};
     uint64_t seed = 42;
     int calibrate = 0, auto_rate = 1;
     for (int i = 1; i < argc; i++) {
@@ -354,11 +376,13 @@ int main(int argc, char **argv)
             return 0;
         }
         if (!strcmp(a, "--calibrate")) { calibrate = 1; continue; }
+        if (!strcmp(a, "--shared")) { s.shared = 1; continue; }
         if (!v) { fprintf(stderr, "serve_bench: %s needs a value\n", a); return 2; }
         i++;
         if (!strcmp(a, "--workers")) s.workers = atoi(v);
         else if (!strcmp(a, "--threads")) s.threads = atoi(v);
         else if (!strcmp(a, "--pool")) s.pool = atoi(v);
+        else if (!strcmp(a, "--isa")) s.isa = v;
         else if (!strcmp(a, "--rate")) { auto_rate = !strcmp(v, "auto"); s.rate = auto_rate ? 0 : atof(v); }
         else if (!strcmp(a, "--duration")) s.duration_s = atof(v);
         else if (!strcmp(a, "--d")) s.d = atoi(v);
@@ -370,7 +394,7 @@ int main(int argc, char **argv)
     if (s.workers < 1 || s.workers > 256 || s.threads < 1 || s.threads > 256 || s.pool < 0 || s.pool > 64 ||
         s.duration_s <= 0 ||
         s.duration_s > 3600 || s.max_len < 8 || s.max_len > 8192 || s.d < 1 || s.heads < 1 || s.d % s.heads ||
-        (!auto_rate && !(s.rate > 0 && s.rate < 1e6))) {
+        (!auto_rate && !(s.rate > 0 && s.rate < 1e6)) || strlen(s.isa) >= sizeof ((mha_config *)0)->isa) {
         fprintf(stderr, "serve_bench: an option is out of range (see the usage at the top of perf/serve_bench.c)\n");
         return 2;
     }
@@ -404,6 +428,7 @@ int main(int argc, char **argv)
         free(s.t[i].x);
     for (int i = 0; i < s.pool; i++)
         mha_free(s.engines[i]);
+    mha_packed_weights_free(s.packed);
     free(s.wbuf);
     return rc;
 }
