@@ -554,6 +554,9 @@ score_features(const mha_kv_type type, const int scaled, const int R, const int 
     for (int j = 0; j < V; j++) /* past nv: the first vector's rows, stepped but never read */
         k[j] = v[j < nv ? j : 0].kt + (size_t)c * row;
     q += c;
+#ifdef __clang__ /* unrolled, clang 14 hoists every feature's K vectors and spills them: int8 1.7× slower */
+#pragma clang loop unroll(disable)
+#endif
     for (int u = 0; u < nc; u++, q++) {
         __m512 krow[8];
         for (int j = 0; j < V; j++) {
