@@ -105,6 +105,8 @@ typedef struct cli_problem {
 /* ", MLA: latent 512 + rope 64 as one KV head, q_lora 1536, nope 128, v 128" for an MLA model,
  * "" otherwise: what a summary's model line adds. */
 void cli_mla_text(const cli_problem *p, char *buf, size_t n);
+/* bytes as "12.0 KiB", "3.3 MiB" or "1.2 GiB" (the unit that keeps a digit before the point). */
+const char *cli_bytes_text(size_t bytes, char *buf, size_t n);
 /* "engine: STATUS: why" for a create (e NULL: the config's check says why) or a set-weights (e
  * says why) that failed with st; returns its exit code. */
 int cli_engine_failed(const mha_config *cfg, const mha_engine *e, mha_status st);

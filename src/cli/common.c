@@ -327,6 +327,18 @@ void cli_mla_text(const cli_problem *p, char *buf, size_t n)
              m->qk_rope_head_dim, q, m->qk_nope_head_dim, m->v_head_dim);
 }
 
+const char *cli_bytes_text(size_t bytes, char *buf, size_t n)
+{
+    const double b = (double)bytes;
+    if (b >= 1024.0 * 1024 * 1024)
+        snprintf(buf, n, "%.1f GiB", b / (1024.0 * 1024 * 1024));
+    else if (b >= 1024.0 * 1024)
+        snprintf(buf, n, "%.1f MiB", b / (1024.0 * 1024));
+    else
+        snprintf(buf, n, "%.1f KiB", b / 1024.0);
+    return buf;
+}
+
 int cli_engine_failed(const mha_config *cfg, const mha_engine *e, mha_status st)
 {
     char err[1024];

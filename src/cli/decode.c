@@ -257,11 +257,13 @@ static void report(decode_state *s, const cli_config *fc, const char *config, co
     if (f->input)
         printf("  data     input %s (%d sequences of up to %d tokens), weights %s\n", f->input, n_seqs, s->S,
                f->weights ? f->weights : "random");
-    printf("  decode   %d sequences, prefilled to %d tokens in chunks of %d, then %d steps of %d token%s each\n", n_seqs,
-           context, chunk, ran, add, add == 1 ? "" : "s");
-    printf("  engine   %d threads, isa %s, %s, kernel %s; KV cache %s, %d blocks of %d slots, %.1f MiB\n",
+    printf("  decode   %d sequences, %s %d tokens in chunks of %d, then %d steps of %d token%s each\n", n_seqs,
+           f->input ? "each prefilled to the lower of its length and" : "prefilled to", context, chunk, ran, add,
+           add == 1 ? "" : "s");
+    char bytes[32];
+    printf("  engine   %d threads, isa %s, %s, kernel %s; KV cache %s, %d blocks of %d slots, %s\n",
            mha_engine_threads(s->e), mha_engine_isa(s->e), mha_precision_name(cfg->precision), mha_engine_kernel(s->e),
-           mha_kv_type_name(kv), n_seqs * s->max_blocks, bs, cache_bytes / 1048576.0);
+           mha_kv_type_name(kv), n_seqs * s->max_blocks, bs, cli_bytes_text(cache_bytes, bytes, sizeof bytes));
     printf("  prefill  %.1f ms, %.0f tokens/s\n", prefill_ms, prefill_tps);
     if (ran) {
         printf("  step     median %.3f ms, p99 %.3f ms (min %.3f, max %.3f) over %d steps\n", t.median, p99, t.min, t.max,

@@ -379,8 +379,10 @@ static void report(const run_opts *o, const run_state *s, const cli_stats *tp, c
         printf("  engine   %d threads, pinning %s, workers on CPUs", mha_engine_threads(s->e), pin);
         for (int i = 0; i < nw; i++)
             printf("%s%d", i ? "," : " ", cpus[i]);
-        printf("; isa %s, kernel %s (BLIS %s), q_block %d, arena %.1f MiB\n", mha_engine_isa(s->e), mha_engine_kernel(s->e),
-               mha_blis_version(), mha_engine_q_block(s->e), mha_engine_workspace_size(s->e) / 1048576.0);
+        char arena[32];
+        printf("; isa %s, kernel %s (BLIS %s), q_block %d, arena %s\n", mha_engine_isa(s->e), mha_engine_kernel(s->e),
+               mha_blis_version(), mha_engine_q_block(s->e),
+               cli_bytes_text(mha_engine_workspace_size(s->e), arena, sizeof arena));
         printf("  time     median %.3f ms (min %.3f, max %.3f) over %d forwards after %d warm-up\n", t.median, t.min,
                t.max, s->fc.iters, s->fc.warmup);
         printf("  speed    %.1f GFLOP/s (unmasked work), %.0f tokens/s; peak RSS %.0f MiB\n", gflops, tokens, peak_rss_mb());
