@@ -26,9 +26,16 @@ export OMP_TOOL_LIBRARIES="$archer" ARCHER_OPTIONS=verbose=1
 export TSAN_OPTIONS="halt_on_error=1 exitcode=66 ignore_noninstrumented_modules=1"
 export OMP_NUM_THREADS=2
 
+# clang 14's TSan wants its shadow memory's fixed addresses free, which kernels randomising
+# mmap with more than 28 bits do not leave ("unexpected memory mapping"): without address
+# randomisation where the kernel allows it
+norand=
+if setarch "$(uname -m)" -R true 2>/dev/null; then norand="setarch $(uname -m) -R"; fi
+
 run() { # a command; its output shown only when it fails or TSan reports
 	echo "  $*"
-	if ! "$@" >"$tmp/out" 2>&1; then
+	# shellcheck disable=SC2086 # norand: a command and its arguments, or nothing
+	if ! $norand "$@" >"$tmp/out" 2>&1; then
 		cat "$tmp/out"
 		echo "tsan.sh: failed: $*" >&2
 		exit 1
