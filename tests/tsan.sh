@@ -1,8 +1,9 @@
 #!/bin/sh
 # tsan.sh — `make test-tsan`: the engine's threads under ThreadSanitizer, where Criterion cannot
 # run (it cannot start under TSan). The command runs every parallel path on 2 OpenMP threads
-# (forwards f32 and bf16, a ragged batch, GQA with RoPE and a window, the core alone, MLA, and a
-# decode block's chunked prefill and steps through the paged cache in f32, bf16 and int8, from
+# (forwards f32 and bf16, a ragged batch, GQA with RoPE, a window, softcap, sinks and the
+# QK-norm over whole rows that runs as tasks of its own, the core alone, MLA, and a decode
+# block's chunked prefill and steps through the paged cache in f32, bf16 and int8, from
 # generated tokens and from a file), then serve_bench embeds the library as a server does:
 # worker threads with engines of their own, engines shared by more threads than there are
 # engines (each moving between threads), and engines reading one packed copy of the weights;
@@ -63,14 +64,15 @@ run:     { warmup: 0, iters: 2, seed: 2 }
 EOF
 cat >"$tmp/gqa.yaml" <<'EOF'
 name: tsan-gqa
-model:   { d_model: 256, heads: 8, kv_heads: 2, bias: false, window: 40, rope: { style: neox, theta: 10000 } }
+model:   { d_model: 256, heads: 8, kv_heads: 2, bias: false, window: 40, rope: { style: neox, theta: 10000 },
+           qk_norm: { kind: full }, softcap: 30, sinks: true }
 batch:   { size: 2, seq_len: 130, mask: causal }
 threads: { count: 2 }
 run:     { warmup: 0, iters: 2, seed: 3 }
 EOF
 cat >"$tmp/decode.yaml" <<'EOF'
 name: tsan-decode
-model:  { d_model: 256, heads: 8, kv_heads: 2, bias: false, rope: { style: neox, theta: 10000 } }
+model:  { d_model: 256, heads: 8, kv_heads: 2, bias: false, rope: { style: neox, theta: 10000 }, qk_norm: { kind: full } }
 decode: { seqs: 3, context: 90, new: 1, steps: 6, block_size: 16, prefill_chunk: 32 }
 threads: { count: 2 }
 run:    { seed: 4 }
