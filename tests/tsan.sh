@@ -66,7 +66,7 @@ cat >"$tmp/gqa.yaml" <<'EOF'
 name: tsan-gqa
 model:   { d_model: 256, heads: 8, kv_heads: 2, bias: false, window: 40, rope: { style: neox, theta: 10000 },
            qk_norm: { kind: full }, softcap: 30, sinks: true }
-batch:   { size: 2, seq_len: 130, mask: causal }
+batch:   { size: 1, seq_len: 130, mask: causal }
 threads: { count: 2 }
 run:     { warmup: 0, iters: 2, seed: 3 }
 EOF
