@@ -66,12 +66,12 @@ TEST_CLI_OBJ := $(B)/obj/cli/scale_fit.o $(B)/obj/cli/shard.o $(B)/obj/cli/confi
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
-.PHONY: all deps test-clang test-tsan goldens-hf goldens-mla goldens-hf-venv goldens-trained goldens-trained-venv trained-layers deps-perf deps-bench decode-bench block-reads decode-step chunk-step ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example footprint blis-overhead head-shapes bench bench-core deps-ggml report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
+.PHONY: all deps test-clang test-tsan goldens-hf goldens-mla goldens-hf-venv goldens-trained goldens-trained-venv trained-layers deps-perf deps-bench decode-bench block-reads decode-step chunk-step int8-speed ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example footprint blis-overhead head-shapes bench bench-core deps-ggml report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
 all: $(B)/libmha.a $(B)/libmha.so $(B)/mha $(if $(filter 1,$(MPI)),$(B)/mha-mpi)
 
 deps:
 	@if ! command -v dpkg-query >/dev/null 2>&1; then \
-	  echo "make deps: no dpkg here: assuming$(DEB_PKGS) (or their equivalents) are installed"; exit 0; fi; \
+	  echo "make deps: no dpkg here: assuming $(DEB_PKGS) (or their equivalents) are installed"; exit 0; fi; \
 	missing=""; for p in $(DEB_PKGS); do \
 	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
 	done; \
@@ -426,10 +426,9 @@ decode-serve: $(B)/libmha.a
 # make bench-core installs) and a 2048-token prefill (perf/decode_bench.sh). PEERS=1 installs
 # python3-torch (1.13, Debian) and PyTorch 2.x from PyPI into perf/.venv. DECODE_PART: all,
 # llama or mla.
-decode-bench: all deps-bench
+decode-bench: all deps-bench $(B)/decode_step
 	$(CC) -O2 -fopenmp perf/bandwidth.c -o $(B)/bandwidth
 	$(CC) -O2 -fopenmp perf/ceiling.c -o $(B)/ceiling
-	$(CC) -O2 -Iinclude perf/decode_step.c $(B)/libmha.a $(BLIS_A) $(LDLIBS) -o $(B)/decode_step
 	perf/decode_bench.sh $(B) $(DECODE_ROUNDS) $(ISA) $(DECODE_PART)
 DECODE_ROUNDS ?= 3
 DECODE_PART ?= all
@@ -446,9 +445,18 @@ block-reads:
 # to compare builds of the step's kernels alternately. DECODE_STEP_ARGS: [f32|bf16] [KV_HEADS]
 # [CONTEXT] [STEPS] [THREADS] [SEQS] [ISA] [KV_CACHE auto|int8] [BF16_KERNEL] [BLOCK_SIZE (16)]
 # [ORDER shuffled|in-order] (in-order 32: the vLLM peer's cache layout in make bench-core).
-decode-step: $(B)/libmha.a
-	$(CC) -O2 -Iinclude perf/decode_step.c $(B)/libmha.a $(BLIS_A) $(LDLIBS) -o $(B)/decode_step
+$(B)/decode_step: perf/decode_step.c perf/perf_util.h $(B)/libmha.a
+	$(CC) -O2 -Iinclude $< $(B)/libmha.a $(BLIS_A) $(LDLIBS) -o $@
+
+decode-step: $(B)/decode_step
 	$(B)/decode_step $(DECODE_STEP_ARGS)
+
+# Issue 35's speed target for the int8 KV cache (perf/int8_speed.sh): decode steps with an int8
+# and a bf16 cache alternating, their steps' and attention phases' ratios against 0.75 and 0.6.
+# INT8_SPEED_ARGS: [ROUNDS (7)] [THREADS (all usable CPUs)] ["CONTEXTS" ("2048 8192")] [SEQS (16)]
+# [STEPS (20)].
+int8-speed: $(B)/decode_step
+	perf/int8_speed.sh $(B) $(INT8_SPEED_ARGS)
 
 # Issue 32's chunked-prefill target (perf/chunk_step.c): the last 512-token chunk of an
 # 8192-token prompt through the paged cache against the same rows' attention in one forward

@@ -142,12 +142,10 @@ int main(int argc, char **argv)
     }
     qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
     const double elem = bf16 ? 2.0 : 4.0, median = ms[steps / 2];
-    /* int8: per slot and KV head, K's and V's DK bytes, K's scale and zero point per feature of
-     * each group of MHA_KV_GROUP slots, V's scale; MLA: each token's latent row (K, and V its
-     * first kv_lora values from the same lines) */
-    const double kv_elem = int8 ? 1.0 + (2.0 * DK * sizeof(float) / MHA_KV_GROUP + sizeof(float)) / (2.0 * DK) : elem;
-    const double kv_row = mla ? (double)mkv : 2.0 * (double)kvd;
-    const double bytes = elem * (double)n_mat + kv_elem * kv_row * seqs * context;
+    /* the cache's bytes a slot (every KV head, an int8 cache's parameters too), as the library
+     * lays a block out; MLA: each token's latent row (K, and V its first kv_lora values) */
+    const double slot = (double)(mha_kv_cache_size(&cfg, 2, block) - mha_kv_cache_size(&cfg, 1, block)) / block;
+    const double bytes = elem * (double)n_mat + slot * seqs * context;
     printf("decode_step %s%s, kv %s, isa %s (%s), %d sequences, %d KV heads, context %d, %d threads: median %.2f ms "
            "(min %.2f, max %.2f) over %d steps, %.1f GB/s\n",
            bf16 ? "bf16" : "f32", mla ? " MLA (DeepSeek-V3)" : "", int8 ? "int8" : bf16 ? "bf16" : "f32", mha_engine_isa(e), mha_engine_kernel(e), seqs, kvh,
