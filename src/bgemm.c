@@ -16,33 +16,48 @@ static float daz(mha_bf16 h)
     return (h & 0x7f80u) == 0 ? 0.0f : mha_bf16_float(h);
 }
 
+/* Tile by tile, B's tile made float once for every row; each row's columns advanced together
+ * (the chains are independent, each summed in its own order: a loop over columns that
+ * vectorises). */
 void mha_bk_block_model(mha_bk_order order, int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b,
                         size_t ps, float *acc)
 {
-    const int first = order == MHA_BK_ODD_FIRST ? 1 : 0, second = 1 - first;
-    for (int i = 0; i < rows; i++) {
-        const mha_bf16 *ar = a + mha_bk_a_row(i, kt);
-        for (int j = 0; j < 16 * npan; j++) {
-            const mha_bf16 *bc = b + (size_t)(j / 16) * ps + (size_t)(j % 16) * 2;
-            float s = 0.0f;
-            for (int t = 0; t < kt; t++) {
-                float even = 0.0f, odd = 0.0f; /* tile lanes: the tile's two chains */
-                for (int q = 0; q < 16; q++) { /* k pair q of tile t */
-                    const mha_bf16 *ap = ar + (size_t)t * MHA_BT_ELEMS + 2 * q, *bp = bc + (size_t)t * MHA_BT_ELEMS + 32 * q;
-                    if (order == MHA_BK_TILE_LANES) {
-                        even = mha_bk_ftz(even + daz(ap[0]) * daz(bp[0]));
-                        odd = mha_bk_ftz(odd + daz(ap[1]) * daz(bp[1]));
-                    } else {
-                        s = mha_bk_ftz(s + daz(ap[first]) * daz(bp[first]));
-                        s = mha_bk_ftz(s + daz(ap[second]) * daz(bp[second]));
-                    }
+    const int first = order == MHA_BK_ODD_FIRST, cols = 16 * npan;
+    float s[32][32] = {{0}}, bt[2][MHA_BT_K][16]; /* bt[p][k][j]: element k of panel p's column j */
+    for (int t = 0; t < kt; t++) {
+        for (int p = 0; p < npan; p++)
+            for (int k = 0; k < MHA_BT_K; k++)
+                for (int j = 0; j < 16; j++)
+                    bt[p][k][j] = daz(b[(size_t)p * ps + (size_t)t * MHA_BT_ELEMS + 32 * (k / 2) + 2 * j + k % 2]);
+        for (int i = 0; i < rows; i++) {
+            const mha_bf16 *ap = a + mha_bk_a_row(i, kt) + (size_t)t * MHA_BT_ELEMS;
+            float *si = s[i], even[32] = {0}, odd[32] = {0}; /* tile lanes: the tile's two chains */
+            for (int q = 0; q < MHA_BT_K / 2; q++) { /* k pair q of tile t */
+                const float a0 = daz(ap[2 * q]), a1 = daz(ap[2 * q + 1]);
+                const float af = first ? a1 : a0, as = first ? a0 : a1;
+                for (int p = 0; p < npan; p++) {
+                    const float *b0 = bt[p][2 * q], *b1 = bt[p][2 * q + 1], *bf = first ? b1 : b0, *bs = first ? b0 : b1;
+                    float *sp = si + 16 * p, *ep = even + 16 * p, *op = odd + 16 * p;
+                    if (order == MHA_BK_TILE_LANES)
+                        for (int j = 0; j < 16; j++) {
+                            ep[j] = mha_bk_ftz(ep[j] + a0 * b0[j]);
+                            op[j] = mha_bk_ftz(op[j] + a1 * b1[j]);
+                        }
+                    else
+                        for (int j = 0; j < 16; j++) {
+                            sp[j] = mha_bk_ftz(sp[j] + af * bf[j]);
+                            sp[j] = mha_bk_ftz(sp[j] + as * bs[j]);
+                        }
                 }
-                if (order == MHA_BK_TILE_LANES)
-                    s = mha_bk_ftz(s + mha_bk_ftz(even + odd));
             }
-            acc[i * 32 + j] = s;
+            if (order == MHA_BK_TILE_LANES)
+                for (int j = 0; j < cols; j++)
+                    si[j] = mha_bk_ftz(si[j] + mha_bk_ftz(even[j] + odd[j]));
         }
     }
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++)
+            acc[i * 32 + j] = s[i][j];
 }
 
 /* ---- hardware context ---- */
