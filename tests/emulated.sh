@@ -19,11 +19,12 @@ command -v qemu-x86_64 >/dev/null || { echo "emulated.sh: qemu-x86_64 missing (a
 [ "$(id -u)" = 0 ] || { echo "emulated.sh: registering a binfmt_misc handler needs root" >&2; exit 2; }
 [ -e /proc/sys/fs/binfmt_misc/register ] || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
 name=mhaemu$$
-cleanup() { [ -e /proc/sys/fs/binfmt_misc/$name ] && echo -1 > /proc/sys/fs/binfmt_misc/$name; rm -f "$B/tests/mha_tests.$name"; }
+cleanup() { [ -e "/proc/sys/fs/binfmt_misc/$name" ] && echo -1 > "/proc/sys/fs/binfmt_misc/$name"; rm -f "$B/tests/mha_tests.$name"; }
 trap cleanup EXIT INT TERM
 echo ":$name:E::$name::$(command -v qemu-x86_64):" > /proc/sys/fs/binfmt_misc/register
 cp "$B/tests/mha_tests" "$B/tests/mha_tests.$name"
 export QEMU_CPU="$CPU"
+export OMP_WAIT_POLICY=passive # two test processes share the cores: idle workers sleep (make test does too)
 echo "emulated CPU $CPU: the suite, then the engine suites once per table"
 quiet() { grep -v "TCG doesn't support" || true; } # QEMU's notes on features TCG lacks
 rc=0 # every part runs; the status is the worst of them
