@@ -539,9 +539,9 @@ static void md_workload(FILE *f, const sweep *w)
     const cli_config *fc = &w->fc;
     const char *mask = fc->mask == MHA_MASK_CAUSAL ? "causal" : fc->n_lengths ? "padding (lengths)" : "none";
     fputs("## Workload\n\n", f);
-    fprintf(f, "Config `%s`: d_model %d, %d heads, batch %d × seq %d (%s-attention%s%d), mask %s, %s.\n",
+    fprintf(f, "Config `%s`: d_model %d, %d heads, batch %d × seq %d (%s-attention, seq_kv %d), mask %s, %s.\n",
             w->config_path, fc->engine.d_model, fc->engine.n_heads, fc->engine.max_batch, fc->engine.max_seq_q, fc->cross ? "cross" : "self",
-            fc->cross ? ", seq_kv " : ", seq_kv ", fc->cross ? fc->engine.max_seq_kv : fc->engine.max_seq_q, mask,
+            fc->cross ? fc->engine.max_seq_kv : fc->engine.max_seq_q, mask,
             fc->engine.bias ? "biases" : "no biases");
     fprintf(f, "Seeded random weights and inputs (seed %llu). Every point, in each round: a fresh engine, %d warm-up forwards, "
                "then %d timed forwards in all, spread over %d rounds that visit every point in turn; "
