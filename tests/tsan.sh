@@ -23,7 +23,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # libomp is not instrumented: what its own code does is left out, as archer asks (no
 # suppression of libomp's frames instead: every task's stack holds one). tests/tsan.supp
-# leaves out the one false report that leaves (libomp reusing a finished task's storage),
+# leaves out the one false report left by that (libomp reusing a finished task's storage),
 # by the top frame, named there.
 export OMP_TOOL_LIBRARIES="$archer" ARCHER_OPTIONS=verbose=1
 supp=$(cd "$(dirname "$0")" && pwd)/tsan.supp
