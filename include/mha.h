@@ -27,7 +27,8 @@
  * may grow and enum values may be added in any minor release: rebuild against the header
  * you link, and check mha_version_number() == MHA_VERSION_NUMBER at start-up. The soname
  * carries the minor version while the major is 0 (libmha.so.0.5): a binary built against
- * 0.2 does not load 0.3 (0.3: mha_step grew its tails, an int8 cache changed layout). Status
+ * 0.2 does not load 0.3 (0.6: the KV cache took a max_seqs and owns its int8 open groups,
+ * mha_step lost its tails). Status
  * codes are never renumbered.
  */
 #ifndef MHA_H
@@ -37,8 +38,8 @@
 #include <stdint.h>
 
 #define MHA_VERSION_MAJOR 0
-#define MHA_VERSION_MINOR 5
-#define MHA_VERSION_PATCH 2
+#define MHA_VERSION_MINOR 6
+#define MHA_VERSION_PATCH 0
 #define MHA_VERSION_NUMBER (MHA_VERSION_MAJOR * 10000 + MHA_VERSION_MINOR * 100 + MHA_VERSION_PATCH)
 
 #if defined(MHA_BUILDING) && defined(__GNUC__)
@@ -320,29 +321,68 @@ MHA_API mha_status mha_forward(mha_engine *e, const mha_input *in, float *out, f
  * Elements are the config's kv_type: float32, or bfloat16 (rounded to nearest even as they are
  * written: half the bytes) for a config of precision bf16, or int8 (a quarter, plus scales)
  * for either: K per feature over each group of MHA_KV_GROUP slots of a block (a scale and a
- * zero point per feature), V per slot (a scale and a zero point). The group a sequence is still filling keeps
- * its K in float32 in the sequence's *tail*, caller memory passed with each step
- * (mha_step.tails), until the group is complete; a new token sees its own group's keys at
- * full precision and the groups before it as stored. An MLA config's cache is its latent
+ * zero point per feature), V per slot (a scale and a zero point). The group a sequence is still
+ * filling keeps its K in float32 inside the cache, in an entry of its *open-group pool*
+ * (max_seqs entries, each kvh · MHA_KV_GROUP · d_k floats, counted by mha_kv_cache_size),
+ * until the group is complete; a new token sees its own group's keys at full precision and the
+ * groups before it as stored. An entry is tagged with its group's block, slot and the positions
+ * it holds: a step whose sequence's table or n_past does not match what the cache holds gets
+ * MHA_ERR_STATE, never wrong numbers. An MLA config's cache is its latent
  * cache: one KV head per token, K = [normed latent | rotated k_rope] (kv_lora_rank +
  * qk_rope_head_dim) alone, V being its latent part (float32 or bf16; int8 not yet). The cache
  * is made for a config (d_model, heads, KV heads, RoPE, MLA, kv type) and works with any
- * engine of that model and kv type. */
+ * engine of that model and kv type. One call at a time uses a cache (steps, copies, swaps,
+ * releases); different caches are independent. */
 typedef struct mha_kv_cache mha_kv_cache; /* opaque */
-/* Bytes a cache of n_blocks blocks needs (mha_kv_cache_create_static's len); 0 if invalid. */
-MHA_API size_t mha_kv_cache_size(const mha_config *cfg, int n_blocks, int block_size);
-/* The cache's memory is zeroed (its pages touched) here, not in the first steps. */
-MHA_API mha_status mha_kv_cache_create(const mha_config *cfg, int n_blocks, int block_size, mha_kv_cache **out);
-/* In caller memory mem (64-byte aligned, at least mha_kv_cache_size bytes; outlives the cache). */
-MHA_API mha_status mha_kv_cache_create_static(const mha_config *cfg, int n_blocks, int block_size, void *mem,
-                                              size_t len, mha_kv_cache **out);
-MHA_API void mha_kv_cache_free(mha_kv_cache *c); /* accepts NULL */
 /* Slots per quantization group of an int8 cache's K (a block of fewer slots, or a block's last
  * slots past a multiple of it, is a group of its own). */
 #define MHA_KV_GROUP 16
-/* Bytes of one sequence's tail for an int8 cache (float32: the K of each KV head for the
- * group's slots); 0 for other kv types (no tail). */
-MHA_API size_t mha_kv_tail_size(const mha_kv_cache *c);
+/* Bytes a cache of n_blocks blocks needs (mha_kv_cache_create_static's len); 0 if invalid.
+ * max_seqs: for an int8 cache, the sequences that may have a K group open at once (the pool's
+ * entries; 0: the config's max_batch); unused by float32 and bf16 caches, which keep nothing
+ * per sequence. */
+MHA_API size_t mha_kv_cache_size(const mha_config *cfg, int n_blocks, int block_size, int max_seqs);
+/* The cache's memory is zeroed (its pages touched) here, not in the first steps. */
+MHA_API mha_status mha_kv_cache_create(const mha_config *cfg, int n_blocks, int block_size, int max_seqs,
+                                       mha_kv_cache **out);
+/* In caller memory mem (64-byte aligned, at least mha_kv_cache_size bytes; outlives the cache). */
+MHA_API mha_status mha_kv_cache_create_static(const mha_config *cfg, int n_blocks, int block_size, int max_seqs,
+                                              void *mem, size_t len, mha_kv_cache **out);
+MHA_API void mha_kv_cache_free(mha_kv_cache *c); /* accepts NULL */
+/* The message of the cache's last failed block operation below (empty after a success). */
+MHA_API const char *mha_kv_cache_last_error(const mha_kv_cache *c);
+
+/* ---- block operations, for servers (vLLM's copy_blocks and swap; llama.cpp's sequence
+ * copy and removal). Each checks everything first (ids within 0..n_blocks − 1, no block twice,
+ * the pool's room): on failure it returns MHA_ERR_INVALID_ARG, MHA_ERR_SHAPE (an id out of
+ * range), MHA_ERR_STATE (no room in the pool) or MHA_ERR_WORKSPACE (a buffer too small), with
+ * mha_kv_cache_last_error saying what, and changes nothing. ---- */
+
+/* Block dst[i] becomes a copy of block src[i] for i < n: every KV head's elements and, for an
+ * int8 cache, the open groups src[i] holds (a fork: beam search, parallel sampling, or
+ * copy-on-write of a shared prefix's last block before two sequences write into it). A
+ * sequence continued on the copy gives the bits it would have given on the original. No dst
+ * may be a src or appear twice. */
+MHA_API mha_status mha_kv_cache_copy_blocks(mha_kv_cache *c, const int32_t *src, const int32_t *dst, int n);
+/* Bytes mha_kv_cache_swap_out needs for blocks[0 .. n) (their elements, and an int8 cache's
+ * open groups in them); 0 if an argument is invalid. */
+MHA_API size_t mha_kv_cache_swap_size(const mha_kv_cache *c, const int32_t *blocks, int n);
+/* Preemption: blocks[0 .. n) (a sequence's table, in order) and their open groups written into
+ * dst (len bytes, at least mha_kv_cache_swap_size), then released (mha_kv_cache_release): the
+ * blocks may be reused by others. */
+MHA_API mha_status mha_kv_cache_swap_out(mha_kv_cache *c, const int32_t *blocks, int n, void *dst, size_t len);
+/* The image of n blocks that swap_out wrote, back into blocks[0 .. n) (any free blocks of a
+ * cache of the same layout, not necessarily the ones it left): the sequence continues with
+ * them as its table, bit for bit as if it had never left. MHA_ERR_FORMAT: src is not such an
+ * image. */
+MHA_API mha_status mha_kv_cache_swap_in(mha_kv_cache *c, const int32_t *blocks, int n, const void *src, size_t len);
+/* blocks[0 .. n) hold nothing any sequence continues from: an int8 cache's open groups in
+ * them are dropped (a finished or cancelled sequence's blocks, before they are reused). A
+ * server releases a sequence's blocks when it ends, or its open group keeps a pool entry. */
+MHA_API mha_status mha_kv_cache_release(mha_kv_cache *c, const int32_t *blocks, int n);
+/* Entries of the open-group pool in use (int8), out of mha_kv_cache_max_open. */
+MHA_API int mha_kv_cache_open_groups(const mha_kv_cache *c);
+MHA_API int mha_kv_cache_max_open(const mha_kv_cache *c);
 
 /* One step: each sequence has n_past tokens cached and brings n_new tokens at positions
  * n_past .. n_past + n_new − 1 (a prefill chunk, one decode token, or 0: nothing). Their K and
@@ -355,18 +395,15 @@ typedef struct mha_step {
     const int32_t *blocks;     /* (n_seqs, max_blocks): cache blocks in position order */
     int max_blocks;            /* row stride of blocks */
     const float *x;            /* (sum of n_new, d): new tokens, sequence after sequence */
-    void *const *tails;        /* int8 caches: (n_seqs) each sequence's tail, mha_kv_tail_size
-                                * bytes, float-aligned, not shared, the same memory at every
-                                * step of the sequence (copied with it when a sequence forks;
-                                * its contents matter once n_past > 0); else NULL, unread */
 } mha_step;
 /* out: (sum of n_new, d). The whole step is checked before anything is written: n_seqs <=
  * max_batch, each n_new <= max_seq_q and their sum <= max_batch·max_seq_q, n_past + n_new <=
  * min(max_blocks·block_size, max_seq_kv), the block ids a sequence needs in range, the cache
- * made for this model; otherwise MHA_ERR_SHAPE / MHA_ERR_INVALID_ARG / MHA_ERR_CONFIG
- * (another model's cache; an int8 cache's step without a tail for a sequence with new tokens:
- * MHA_ERR_INVALID_ARG) with mha_engine_last_error saying what, and neither the cache, a
- * tail nor out changes. Within one kernel table and precision, a sequence's output rows and the K and
+ * made for this model, and for an int8 cache each open group the step continues held by the
+ * cache as the sequence left it and room in its pool for the groups the step leaves open;
+ * otherwise MHA_ERR_SHAPE / MHA_ERR_INVALID_ARG / MHA_ERR_CONFIG (another model's cache) /
+ * MHA_ERR_STATE (an open group missing, stale or shared with another sequence of the step; a
+ * full pool) with mha_engine_last_error saying what, and neither the cache nor out changes. Within one kernel table and precision, a sequence's output rows and the K and
  * V it writes have the same bits however its tokens are split into steps (one prefill,
  * chunks, token by token), whatever else the step holds (other sequences decoding or
  * prefilling, their number), for every thread count and block table, and equal one causal

@@ -10,7 +10,9 @@
  * step / core per round (median, min–max). The target: ≤ 1.1.
  *
  * KV_CACHE int8: the chunk goes through an int8 cache (its context read back dequantized), the
- * core's rows still on the float K and V.
+ * core's rows still on the float K and V; CONTEXT and CHUNK multiples of MHA_KV_GROUP, so that
+ * the repeated chunk neither continues nor leaves an open K group (the cache keeps one per
+ * sequence, which a repeat of the step would find already moved on).
  *
  * usage: chunk_step [f32|bf16] [CONTEXT (8192)] [CHUNK (512)] [ROUNDS (9)] [HEADS (8)]
  *                   [KV_HEADS (2)] [THREADS (2)] [ISA (auto)] [BF16_KERNEL (auto)]
@@ -44,12 +46,12 @@ int main(int argc, char **argv)
     if ((argc > 1 && !bf16 && strcmp(argv[1], "f32")) || chunk < 1 || context < chunk || context > 1 << 20 ||
         rounds < 1 || heads < 1 || heads > 256 || kvh < 1 || heads % kvh || threads < 1 ||
         strlen(isa) >= sizeof((mha_config){0}.isa) || strlen(bk) >= sizeof((mha_config){0}.bf16_kernel) ||
-        (argc > 10 && !int8 && strcmp(argv[10], "auto"))) {
+        (argc > 10 && !int8 && strcmp(argv[10], "auto")) || (int8 && (context % MHA_KV_GROUP || chunk % MHA_KV_GROUP))) {
         fprintf(stderr,
                 "usage: chunk_step [f32|bf16] [CONTEXT <= %d] [CHUNK 1..CONTEXT] [ROUNDS >= 1] [HEADS 1..256] "
                 "[KV_HEADS dividing HEADS] [THREADS >= 1] [ISA auto|avx512|avx2|ref] [BF16_KERNEL auto|NAME] "
-                "[KV_CACHE auto|int8]\n",
-                1 << 20);
+                "[KV_CACHE auto|int8 (CONTEXT and CHUNK multiples of %d)]\n",
+                1 << 20, MHA_KV_GROUP);
         return 2;
     }
     mha_config cfg;
@@ -76,7 +78,6 @@ int main(int argc, char **argv)
     double *ratio = malloc((size_t)rounds * sizeof *ratio);
     mha_engine *e = NULL;
     mha_kv_cache *cache = NULL;
-    void *tail = NULL; /* int8: the sequence's tail (its last group's K at full precision) */
     const char *what = "out of memory";
     mha_status st = MHA_ERR_NOMEM;
     if (!wm || !x || !out || !q || !k || !v || !o || !blocks || !t_step || !t_core || !ratio)
@@ -91,20 +92,14 @@ int main(int argc, char **argv)
         what = "setting the weights";
         goto done;
     }
-    if ((st = mha_kv_cache_create(&cfg, n_blocks, BLOCK, &cache)) != MHA_OK) {
+    if ((st = mha_kv_cache_create(&cfg, n_blocks, BLOCK, 0, &cache)) != MHA_OK) {
         what = "mha_kv_cache_create";
         goto done;
     }
     shuffled_blocks(blocks, n_blocks, &seed);
-    if (!(tail = calloc(1, mha_kv_tail_size(cache) + 1))) {
-        st = MHA_ERR_NOMEM;
-        goto done;
-    }
     /* the prompt's first CONTEXT − CHUNK tokens, chunk by chunk (untimed) */
     int32_t past = 0, add = 0;
-    void *const tails[1] = {tail};
-    mha_step step = {.n_seqs = 1, .n_past = &past, .n_new = &add, .blocks = blocks, .max_blocks = n_blocks,
-                     .tails = tails};
+    mha_step step = {.n_seqs = 1, .n_past = &past, .n_new = &add, .blocks = blocks, .max_blocks = n_blocks};
     while (past < context - chunk) {
         add = context - chunk - past < chunk ? context - chunk - past : chunk;
         step.x = x + (size_t)past * d;
@@ -147,7 +142,7 @@ done:
         fprintf(stderr, "chunk_step: %s: %s: %s\n", what, mha_status_str(st), e ? mha_engine_last_error(e) : why);
     }
     free(wm), free(x), free(out), free(q), free(k), free(v), free(o), free(blocks);
-    free(t_step), free(t_core), free(ratio), free(tail);
+    free(t_step), free(t_core), free(ratio);
     mha_kv_cache_free(cache);
     mha_free(e);
     return st == MHA_OK ? 0 : 1;

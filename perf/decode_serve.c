@@ -64,7 +64,7 @@ int main(int argc, char **argv)
     mha_kv_cache *cache;
     mha_status st = mha_create(&cfg, &e);
     if (st == MHA_OK) st = mha_set_weights(e, &wt);
-    if (st == MHA_OK) st = mha_kv_cache_create(&cfg, slots * max_blocks, block, &cache);
+    if (st == MHA_OK) st = mha_kv_cache_create(&cfg, slots * max_blocks, block, 0, &cache);
     if (st != MHA_OK) {
         fprintf(stderr, "decode_serve: setup: %s\n", mha_status_str(st));
         return 1;

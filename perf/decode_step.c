@@ -58,7 +58,8 @@ int main(int argc, char **argv)
     mha_config cfg;
     mha_config_init(&cfg);
     cfg.d_model = mla ? MLA_D : D, cfg.n_heads = mla ? MLA_HEADS : HEADS, cfg.n_kv_heads = mla ? 0 : kvh, cfg.bias = 0;
-    cfg.max_batch = seqs, cfg.max_seq_q = 1, cfg.max_seq_kv = context > MIN_KV ? context : MIN_KV;
+    /* int8: a step may refill the open K group of its last position (below) */
+    cfg.max_batch = seqs, cfg.max_seq_q = int8 ? MHA_KV_GROUP : 1, cfg.max_seq_kv = context > MIN_KV ? context : MIN_KV;
     cfg.threads = threads, cfg.pinning = MHA_PIN_CLOSE;
     cfg.precision = bf16 ? MHA_PRECISION_BF16 : MHA_PRECISION_F32;
     cfg.kv_type = int8 ? MHA_KV_INT8 : MHA_KV_AUTO;
@@ -80,13 +81,13 @@ int main(int argc, char **argv)
     const size_t n_mat = mla ? d * MLA_QL + MLA_QL * mq + d * mkv + MLA_KVL * mb + mo * d : 2 * d * d + 2 * d * kvd;
     uint64_t seed = 42;
     float *wm = random_floats(n_mat + MLA_QL + MLA_KVL, 0.02f, &seed);
-    float *x = random_floats((size_t)seqs * d, 1.0f, &seed), *out = malloc((size_t)seqs * d * sizeof *out);
+    float *x = random_floats((size_t)seqs * d, 1.0f, &seed), *out = malloc((size_t)seqs * MHA_KV_GROUP * d * sizeof *out); /* (the refill's rows too) */
     int32_t *blocks = malloc((size_t)n_blocks * sizeof *blocks), past[MAX_SEQS], add[MAX_SEQS];
     double *ms = malloc((size_t)steps * sizeof *ms);
     mha_engine *e = NULL;
     mha_kv_cache *cache = NULL;
-    char *tail_mem = NULL;
-    void *tails[MAX_SEQS];
+    int32_t fill_past[MAX_SEQS], fill_new[MAX_SEQS];
+    float *fill_x = NULL;
     const char *what = "out of memory";
     mha_status st = MHA_ERR_NOMEM;
     if (!wm || !x || !out || !blocks || !ms)
@@ -112,7 +113,7 @@ int main(int argc, char **argv)
         what = "setting the weights";
         goto done;
     }
-    if ((st = mha_kv_cache_create(&cfg, n_blocks, block, &cache)) != MHA_OK) {
+    if ((st = mha_kv_cache_create(&cfg, n_blocks, block, 0, &cache)) != MHA_OK) {
         what = "mha_kv_cache_create";
         goto done;
     }
@@ -121,17 +122,24 @@ int main(int argc, char **argv)
         blocks[i] = i;
     for (int s = 0; s < seqs; s++)
         past[s] = context - 1, add[s] = 1;
-    /* int8: each sequence's tail (its last group's K at full precision), zeros */
-    tail_mem = calloc((size_t)seqs, mha_kv_tail_size(cache) + 1);
-    if (!tail_mem) {
+    /* int8: the group holding position CONTEXT − 1 is open before the step, which completes or
+     * continues it: an untimed step writes its earlier positions again before each timed one
+     * (the cache keeps an open group's K at full precision, which the timed step consumes) */
+    const int open = int8 ? (context - 1) % MHA_KV_GROUP : 0;
+    for (int s = 0; s < seqs; s++)
+        fill_past[s] = context - 1 - open, fill_new[s] = open;
+    if (open && !(fill_x = random_floats((size_t)seqs * open * d, 1.0f, &seed))) {
         st = MHA_ERR_NOMEM;
         goto done;
     }
-    for (int s = 0; s < seqs; s++)
-        tails[s] = tail_mem + (size_t)s * mha_kv_tail_size(cache);
-    const mha_step step = {.n_seqs = seqs, .n_past = past, .n_new = add, .blocks = blocks, .max_blocks = per_seq, .x = x,
-                           .tails = tails};
+    const mha_step step = {.n_seqs = seqs, .n_past = past, .n_new = add, .blocks = blocks, .max_blocks = per_seq, .x = x};
+    const mha_step fill = {.n_seqs = seqs, .n_past = fill_past, .n_new = fill_new, .blocks = blocks,
+                           .max_blocks = per_seq, .x = fill_x};
     for (int i = 0; i < WARMUP + steps; i++) { /* the same step again: the same work */
+        if (open && (st = mha_step_forward(e, cache, &fill, out)) != MHA_OK) {
+            what = "mha_step_forward (the open group's refill)";
+            goto done;
+        }
         const double t0 = now_ms();
         if ((st = mha_step_forward(e, cache, &step, out)) != MHA_OK) {
             what = "mha_step_forward";
@@ -144,7 +152,7 @@ int main(int argc, char **argv)
     const double elem = bf16 ? 2.0 : 4.0, median = ms[steps / 2];
     /* the cache's bytes a slot (every KV head, an int8 cache's parameters too), as the library
      * lays a block out; MLA: each token's latent row (K, and V its first kv_lora values) */
-    const double slot = (double)(mha_kv_cache_size(&cfg, 2, block) - mha_kv_cache_size(&cfg, 1, block)) / block;
+    const double slot = (double)(mha_kv_cache_size(&cfg, 2, block, 0) - mha_kv_cache_size(&cfg, 1, block, 0)) / block;
     const double bytes = elem * (double)n_mat + slot * seqs * context;
     printf("decode_step %s%s, kv %s, isa %s (%s), %d sequences, %d KV heads, context %d, %d threads: median %.2f ms "
            "(min %.2f, max %.2f) over %d steps, %.1f GB/s\n",
@@ -157,7 +165,7 @@ done:
             mha_config_check(&cfg, why, sizeof why);
         fprintf(stderr, "decode_step: %s: %s: %s\n", what, mha_status_str(st), e ? mha_engine_last_error(e) : why);
     }
-    free(wm), free(x), free(out), free(blocks), free(ms), free(tail_mem);
+    free(wm), free(x), free(out), free(blocks), free(ms), free(fill_x);
     mha_kv_cache_free(cache);
     mha_free(e);
     return st == MHA_OK ? 0 : 1;

@@ -92,8 +92,10 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
         b[MHA_REGION_qk_ss] = product(product(batch, seq_q + rows, kvh, of), sizeof(double), 1, of);
         b[MHA_REGION_k_saved] = product(product(batch, rows, kvh, of), dk, f, of);
     }
-    if (mha_kv_traits_of(dims->kv_type)->scaled)
+    if (mha_kv_traits_of(dims->kv_type)->scaled) {
         b[MHA_REGION_k_full] = product(product(batch, seq_q, kvh, of), dk, f, of);
+        b[MHA_REGION_step_tails] = batch * sizeof(float *);
+    }
     if (dims->rope.style != MHA_ROPE_NONE) {
         b[MHA_REGION_rope_cos] = product((size_t)dims->positions, (size_t)dims->rope.rotary_dim / 2, f, of);
         b[MHA_REGION_rope_sin] = b[MHA_REGION_rope_cos];

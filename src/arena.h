@@ -49,6 +49,7 @@ enum { MHA_HELD_ENGINE = 1, MHA_HELD_WEIGHTS = 2, MHA_HELD_BOTH = 3 };
     X(worker_cpu, int, MHA_ALIGN, ENGINE)       /* (threads): CPU each worker last ran on */                  \
     X(pin_cpu, int, MHA_ALIGN, ENGINE)          /* (threads): CPU each worker is pinned to, -1 none */        \
     X(step_row0, int, MHA_ALIGN, ENGINE)        /* (batch + 1): a step's first row of each sequence */        \
+    X(step_tails, float *, MHA_ALIGN, ENGINE)   /* int8 cache: (batch) a step's open groups' rows */          \
     X(partial, float, MHA_ALIGN, ENGINE)        /* (batch, kvh, chunks, mha_step_partial_floats):             \
                                                    decode partial results */                                  \
     X(qk_ss, double, MHA_ALIGN, ENGINE)         /* QK-norm full: each row's sums of squares, one per          \

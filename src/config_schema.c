@@ -112,7 +112,7 @@ const mha_config_row mha_keys[] = {
         ENG(blis_arch), NONE, 0, NULL, 0),
     KEY(K("engine.precision", "precision", MHA_KEY_ENUM, 0, 0, 0, 0, "f32, bf16", "f32", "arithmetic of the matrix products: bf16 stores weights in bfloat16 and runs on AMX tiles (or the best fallback), its softmax's exp a polynomial within 3e-6 of exp (the probabilities are rounded to bf16 after it)"),
         ENG(precision), NONE, MHA_PRECISION_F32, NAMES(precision_names)),
-    KEY(K("engine.kv_cache", "kv_type", MHA_KEY_ENUM, 0, 0, 0, 0, "auto, f32, bf16, int8", "auto", "KV cache elements: auto (the precision's), or int8: K per feature over groups of 16 slots with a scale and zero point, V per token with a scale and zero point (about 0.3 of f32's bytes; either precision; steps need a tail per sequence)"),
+    KEY(K("engine.kv_cache", "kv_type", MHA_KEY_ENUM, 0, 0, 0, 0, "auto, f32, bf16, int8", "auto", "KV cache elements: auto (the precision's), or int8: K per feature over groups of 16 slots with a scale and zero point, V per token with a scale and zero point (about 0.3 of f32's bytes; either precision; the cache keeps each sequence's open K group)"),
         ENG(kv_type), NONE, MHA_KV_AUTO, NAMES(kv_type_names)),
     KEY(K("engine.bf16_kernel", "bf16_kernel", MHA_KEY_STRING, 0, 15, 0, 0, NULL, "auto", "bf16 kernel of the isa: amx-bf16, avx512-bf16, fma-bf16 (avx512), avx2-bf16 (avx2), ref-bf16 (ref); auto: the fastest this CPU runs"),
         ENG(bf16_kernel), NONE, 0, NULL, 0),

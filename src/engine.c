@@ -586,9 +586,6 @@ static mha_status step_check(mha_engine *e, const mha_kv_cache *c, const mha_ste
             if (table[b] < 0 || table[b] >= c->n_blocks)
                 return failed(e, MHA_ERR_SHAPE, "step: sequence %d: block %ld of its table is %d, outside 0..%d", q, b,
                               table[b], c->n_blocks - 1);
-        if (mha_kv_traits_of(c->type)->scaled && add > 0 && (!s->tails || !s->tails[q]))
-            return failed(e, MHA_ERR_INVALID_ARG, "step: sequence %d: an int8 cache needs its tail (mha_step.tails, "
-                          "mha_kv_tail_size bytes): %s is NULL", q, !s->tails ? "tails" : "its tail");
         total += add;
     }
     if (total > (long)dm->batch * dm->seq_q)
@@ -610,6 +607,11 @@ MHA_API mha_status mha_step_forward(mha_engine *e, mha_kv_cache *c, const mha_st
     mha_status st = step_check(e, c, s, out, &rows);
     if (st != MHA_OK)
         return st;
+    /* the last check, which changes the cache's open-group pool only when it passes */
+    char why[sizeof e->last_error];
+    if ((st = mha_kv_open_step(c, s->n_seqs, s->n_past, s->n_new, s->blocks, s->max_blocks, e->views.step_tails, why,
+                               sizeof why)) != MHA_OK)
+        return failed(e, st, "%s", why);
     int *row0 = e->views.step_row0;
     row0[0] = 0;
     for (int q = 0; q < s->n_seqs; q++)
@@ -617,7 +619,7 @@ MHA_API mha_status mha_step_forward(mha_engine *e, mha_kv_cache *c, const mha_st
     if (rows > 0) {
         const mha_call call = {.causal = 1, .out = out}; /* a step's rows attend causally; its tokens are the job's */
         mha_step_job j = {.f = e->model, .cache = c, .step = s, .row0 = row0, .rows = (int)rows,
-                          .partial = e->views.partial, .k_full = e->views.k_full,
+                          .partial = e->views.partial, .k_full = e->views.k_full, .tails = e->views.step_tails,
                           .max_chunks = (e->dims.seq_kv + MHA_KV_CHUNK - 1) / MHA_KV_CHUNK};
         j.f.call = &call;
         /* rows per projection task: what the Q/K/V scratch holds, whole A panels where it holds

@@ -1,7 +1,9 @@
 /* kvcache.c — sizing, creating and freeing the paged KV cache (kvcache.h). */
 #include "kvcache.h"
 
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -100,22 +102,23 @@ const mha_kv_traits *mha_kv_traits_of(mha_kv_type type)
     return &traits[type];
 }
 
-/* The cache's layout for cfg, or 0 if the config or the sizes are invalid or overflow. */
-static size_t plan(const mha_config *cfg, int n_blocks, int block_size, mha_kv_cache *c)
+/* The cache's layout for cfg, or 0 if the config or the sizes are invalid or overflow: the
+ * header, the blocks, then (int8) the open-group pool's entries and their K rows. */
+static size_t plan(const mha_config *cfg, int n_blocks, int block_size, int max_seqs, mha_kv_cache *c)
 {
     mha_dims dims;
-    if (!cfg || n_blocks < 1 || block_size < 1 || block_size > (1 << 20) ||
+    if (!cfg || n_blocks < 1 || block_size < 1 || block_size > (1 << 20) || max_seqs < 0 ||
         mha_config_resolve(cfg, &dims, NULL) != MHA_OK || (dims.dv != dims.dk && !dims.mla.kv_lora_rank))
         return 0; /* V of head_dim (MLA: V read from K) */
     size_t per_head, per_block, bytes, total, scales_at = 0;
     const mha_kv_type type = dims.kv_type;
     const size_t elem = mha_kv_elem_size(type);
+    const int scaled = mha_kv_traits_of(type)->scaled;
     /* Kᵀ and V; an MLA layer's Kᵀ alone (its V, the latent, is Kᵀ's first kv_lora features) */
     if (__builtin_mul_overflow((size_t)(dims.mla.kv_lora_rank ? 1 : 2) * dims.dk, (size_t)block_size, &per_head))
         return 0;
-    if (mha_kv_traits_of(type)->scaled) { /* the values, then K's scale and zero point per feature
-                                           * of each group (float16), V's scale and zero point of
-                                           * each slot (float32) */
+    if (scaled) { /* the values, then K's scale and zero point per feature of each group
+                   * (float16), V's scale and zero point of each slot (float32) */
         const size_t groups = ((size_t)block_size + MHA_KV_GROUP - 1) / MHA_KV_GROUP;
         scales_at = mha_round_up(per_head, 64);
         per_head = mha_round_up(scales_at + groups * 2 * (size_t)dims.dk * sizeof(mha_f16) +
@@ -127,22 +130,30 @@ static size_t plan(const mha_config *cfg, int n_blocks, int block_size, mha_kv_c
         __builtin_mul_overflow(per_block, elem, &block_bytes) ||
         __builtin_mul_overflow(block_bytes, (size_t)n_blocks, &bytes) || __builtin_add_overflow(bytes, HEADER, &total))
         return 0;
+    const int max_open = !scaled ? 0 : max_seqs == 0 ? dims.batch : max_seqs;
+    /* the pool: entries, then each entry's K rows (kvh · MHA_KV_GROUP · dk floats: no
+     * overflow, the arena's k_full holds more) */
+    const size_t entries = mha_round_up((size_t)max_open * sizeof(mha_kv_open), 64),
+                 rows = (size_t)max_open * dims.kvh * MHA_KV_GROUP * (size_t)dims.dk * sizeof(float);
+    if (__builtin_add_overflow(total, entries, &total) || __builtin_add_overflow(total, rows, &total))
+        return 0;
     *c = (mha_kv_cache){.d = dims.d, .h = dims.h, .kvh = dims.kvh, .dk = dims.dk, .mla = dims.mla.kv_lora_rank,
                         .rope = dims.rope, .type = type,
                         .n_blocks = n_blocks, .block_size = block_size, .head_elems = per_head, .block_elems = per_block,
-                        .scales_at = scales_at};
+                        .scales_at = scales_at, .max_open = max_open};
     return total;
 }
 
-MHA_API size_t mha_kv_cache_size(const mha_config *cfg, int n_blocks, int block_size)
+MHA_API size_t mha_kv_cache_size(const mha_config *cfg, int n_blocks, int block_size, int max_seqs)
 {
     mha_kv_cache c;
-    return plan(cfg, n_blocks, block_size, &c);
+    return plan(cfg, n_blocks, block_size, max_seqs, &c);
 }
 
-MHA_API size_t mha_kv_tail_size(const mha_kv_cache *c)
+/* Bytes of one block: every KV head's region. */
+static size_t block_bytes(const mha_kv_cache *c)
 {
-    return c && mha_kv_traits_of(c->type)->scaled ? (size_t)c->kvh * MHA_KV_GROUP * (size_t)c->dk * sizeof(float) : 0;
+    return c->block_elems * mha_kv_elem_size(c->type);
 }
 
 static mha_kv_cache *build(const mha_kv_cache *layout, void *mem)
@@ -150,44 +161,50 @@ static mha_kv_cache *build(const mha_kv_cache *layout, void *mem)
     mha_kv_cache *c = mem;
     *c = *layout;
     c->data = (unsigned char *)mem + HEADER;
+    c->open = (mha_kv_open *)(void *)((unsigned char *)c->data + block_bytes(c) * (size_t)c->n_blocks);
+    c->open_k = (float *)(void *)((unsigned char *)c->open + mha_round_up((size_t)c->max_open * sizeof *c->open, 64));
+    for (int e = 0; e < c->max_open; e++)
+        c->open[e] = (mha_kv_open){-1, 0, 0};
     c->owned = NULL;
+    c->last_error[0] = '\0';
     return c;
 }
 
 /* What both creators check first: out cleared, the layout planned into *layout (*total bytes). */
-static mha_status begin(const mha_config *cfg, int n_blocks, int block_size, mha_kv_cache **out, mha_kv_cache *layout,
-                        size_t *total)
+static mha_status begin(const mha_config *cfg, int n_blocks, int block_size, int max_seqs, mha_kv_cache **out,
+                        mha_kv_cache *layout, size_t *total)
 {
     if (!out)
         return MHA_ERR_INVALID_ARG;
     *out = NULL;
-    *total = plan(cfg, n_blocks, block_size, layout);
+    *total = plan(cfg, n_blocks, block_size, max_seqs, layout);
     return *total ? MHA_OK : cfg ? MHA_ERR_CONFIG : MHA_ERR_INVALID_ARG;
 }
 
-MHA_API mha_status mha_kv_cache_create(const mha_config *cfg, int n_blocks, int block_size, mha_kv_cache **out)
+MHA_API mha_status mha_kv_cache_create(const mha_config *cfg, int n_blocks, int block_size, int max_seqs,
+                                       mha_kv_cache **out)
 {
     mha_kv_cache layout;
     size_t total;
-    mha_status st = begin(cfg, n_blocks, block_size, out, &layout, &total);
+    mha_status st = begin(cfg, n_blocks, block_size, max_seqs, out, &layout, &total);
     if (st != MHA_OK)
         return st;
     void *mem = mha_alloc_pages(total);
     if (!mem)
         return MHA_ERR_NOMEM;
+    memset((unsigned char *)mem + HEADER, 0, total - HEADER); /* zeroed, its pages touched before the first step */
     mha_kv_cache *c = build(&layout, mem);
-    memset(c->data, 0, total - HEADER); /* zeroed, and its pages touched before the first step */
     c->owned = mem;
     *out = c;
     return MHA_OK;
 }
 
-MHA_API mha_status mha_kv_cache_create_static(const mha_config *cfg, int n_blocks, int block_size, void *mem,
-                                              size_t len, mha_kv_cache **out)
+MHA_API mha_status mha_kv_cache_create_static(const mha_config *cfg, int n_blocks, int block_size, int max_seqs,
+                                              void *mem, size_t len, mha_kv_cache **out)
 {
     mha_kv_cache layout;
     size_t total;
-    mha_status st = begin(cfg, n_blocks, block_size, out, &layout, &total);
+    mha_status st = begin(cfg, n_blocks, block_size, max_seqs, out, &layout, &total);
     if (st != MHA_OK)
         return st;
     if (!mem)
@@ -204,8 +221,351 @@ MHA_API void mha_kv_cache_free(mha_kv_cache *c)
         free(c->owned); /* NULL for a cache in caller memory */
 }
 
+MHA_API const char *mha_kv_cache_last_error(const mha_kv_cache *c)
+{
+    return c ? c->last_error : "the cache is NULL";
+}
+
 int mha_kv_cache_fits(const mha_kv_cache *c, const mha_dims *dm)
 {
     return c->d == dm->d && c->h == dm->h && c->kvh == dm->kvh && c->dk == dm->dk && c->mla == dm->mla.kv_lora_rank &&
            !memcmp(&c->rope, &dm->rope, sizeof dm->rope) && c->type == dm->kv_type;
+}
+
+/* ---- the open-group pool (int8) ---- */
+
+/* The entry holding the group at `slot` of `block`, or −1. */
+static int open_find(const mha_kv_cache *c, int block, int slot)
+{
+    for (int e = 0; e < c->max_open; e++)
+        if (c->open[e].block == block && c->open[e].slot == slot)
+            return e;
+    return -1;
+}
+
+/* Entries in use that hold a group of one of blocks[0 .. n); with free, the free ones. */
+static int open_count(const mha_kv_cache *c, const int32_t *blocks, int n, int *free_entries)
+{
+    int in = 0, idle = 0;
+    for (int e = 0; e < c->max_open; e++) {
+        idle += c->open[e].block < 0;
+        for (int i = 0; c->open[e].block >= 0 && i < n; i++)
+            if (c->open[e].block == blocks[i]) {
+                in++;
+                break;
+            }
+    }
+    if (free_entries)
+        *free_entries = idle;
+    return in;
+}
+
+/* A free entry (the caller counted them first). */
+static int open_take(const mha_kv_cache *c)
+{
+    int e = 0;
+    while (c->open[e].block >= 0)
+        e++;
+    return e;
+}
+
+static float *open_rows(const mha_kv_cache *c, int e)
+{
+    return c->open_k + (size_t)e * mha_kv_open_floats(c);
+}
+
+static void open_release(mha_kv_cache *c, const int32_t *blocks, int n)
+{
+    for (int e = 0; e < c->max_open; e++)
+        for (int i = 0; c->open[e].block >= 0 && i < n; i++)
+            if (c->open[e].block == blocks[i])
+                c->open[e].block = -1;
+}
+
+mha_status mha_kv_open_step(mha_kv_cache *c, int n_seqs, const int32_t *n_past, const int32_t *n_new,
+                            const int32_t *blocks, int max_blocks, float **tails, char *why, size_t why_len)
+{
+    if (!c->max_open)
+        return MHA_OK;
+    const int bs = c->block_size;
+    int fresh = 0, idle;
+    open_count(c, NULL, 0, &idle);
+    /* check: each sequence's entry found, or counted as one to take; tails[q] the entry's rows
+     * (NULL: one to take, or none needed) */
+    for (int q = 0; q < n_seqs; q++) {
+        const int32_t *table = blocks + (size_t)q * max_blocks;
+        const int p = n_past[q], end = p + n_new[q];
+        tails[q] = NULL;
+        if (n_new[q] == 0)
+            continue;
+        const mha_kv_group in = mha_kv_group_of(bs, p), out = mha_kv_group_of(bs, end - 1);
+        const int open_in = p > in.t, open_out = end < out.t + out.n;
+        int e = -1;
+        if (open_in) {
+            e = open_find(c, table[in.t / bs], in.t % bs);
+            if (e < 0 || c->open[e].filled != p - in.t) {
+                snprintf(why, why_len, "step: sequence %d: the int8 cache holds %s of its open K group (positions "
+                         "%d..%d, block %d slot %d, n_past %d): a step, copy or release of another sequence on this "
+                         "block, or a table or n_past other than the one that left it", q,
+                         e < 0 ? "nothing" : "other positions", in.t, p - 1, table[in.t / bs], in.t % bs, p);
+                return MHA_ERR_STATE;
+            }
+        } else if (open_out) /* an entry a sequence that ended left on this group, taken back */
+            e = open_find(c, table[out.t / bs], out.t % bs);
+        if (e >= 0) {
+            tails[q] = open_rows(c, e);
+            for (int r = 0; r < q; r++)
+                if (tails[r] == tails[q]) {
+                    snprintf(why, why_len, "step: sequences %d and %d both write the K group at block %d slot %d", r,
+                             q, c->open[e].block, c->open[e].slot);
+                    return MHA_ERR_STATE;
+                }
+        } else if (open_out)
+            fresh++;
+    }
+    if (fresh > idle) {
+        snprintf(why, why_len, "step: the int8 cache's pool of open K groups is full (%d entries, %d free, this step "
+                 "opens %d): release the blocks of sequences that ended (mha_kv_cache_release), or create the cache "
+                 "with a larger max_seqs", c->max_open, idle, fresh);
+        return MHA_ERR_STATE;
+    }
+    /* tag every entry the step leaves open with its group and positions, taking the fresh
+     * ones; only then free those whose group the step completes (their rows are still to be
+     * read by the step: no sequence may take them before it ends) */
+    const ptrdiff_t per = (ptrdiff_t)mha_kv_open_floats(c);
+    for (int pass = 0; pass < 2; pass++)
+        for (int q = 0; q < n_seqs; q++) {
+            if (n_new[q] == 0)
+                continue;
+            const int32_t *table = blocks + (size_t)q * max_blocks;
+            const int end = n_past[q] + n_new[q];
+            const mha_kv_group out = mha_kv_group_of(bs, end - 1);
+            const int open_out = end < out.t + out.n;
+            if (pass == 0 && open_out) {
+                const int e = tails[q] ? (int)((tails[q] - c->open_k) / per) : open_take(c);
+                c->open[e] = (mha_kv_open){table[out.t / bs], out.t % bs, end - out.t};
+                tails[q] = open_rows(c, e);
+            } else if (pass == 1 && !open_out && tails[q])
+                c->open[(tails[q] - c->open_k) / per].block = -1;
+        }
+    return MHA_OK;
+}
+
+/* ---- block operations ---- */
+
+/* c's message for a failed block operation; returns st. */
+static mha_status refused(mha_kv_cache *c, mha_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static mha_status refused(mha_kv_cache *c, mha_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->last_error, sizeof c->last_error, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+/* blocks[0 .. n) (`what`) checked: given, in range, none twice; MHA_OK, or the refusal. */
+static mha_status check_ids(mha_kv_cache *c, const char *op, const char *what, const int32_t *blocks, int n)
+{
+    if (n < 0 || (n > 0 && !blocks))
+        return refused(c, MHA_ERR_INVALID_ARG, "%s: %s", op, n < 0 ? "n < 0" : "blocks is NULL");
+    for (int i = 0; i < n; i++) {
+        if (blocks[i] < 0 || blocks[i] >= c->n_blocks)
+            return refused(c, MHA_ERR_SHAPE, "%s: %s[%d] is %d, outside 0..%d", op, what, i, blocks[i], c->n_blocks - 1);
+        for (int k = 0; k < i; k++)
+            if (blocks[k] == blocks[i])
+                return refused(c, MHA_ERR_INVALID_ARG, "%s: %s[%d] and [%d] are both block %d", op, what, k, i,
+                               blocks[i]);
+    }
+    return MHA_OK;
+}
+
+static unsigned char *block_at(const mha_kv_cache *c, int block)
+{
+    return (unsigned char *)c->data + (size_t)block * block_bytes(c);
+}
+
+/* Room in the pool for `need` entries once those on blocks[0 .. n) (to be overwritten) are
+ * freed; MHA_OK or the refusal. */
+static mha_status check_room(mha_kv_cache *c, const char *op, int need, const int32_t *blocks, int n)
+{
+    int idle;
+    const int freed = open_count(c, blocks, n, &idle);
+    if (need > idle + freed)
+        return refused(c, MHA_ERR_STATE, "%s: %d open K groups to keep, the pool has room for %d (%d entries): "
+                       "release the blocks of sequences that ended, or create the cache with a larger max_seqs",
+                       op, need, idle + freed, c->max_open);
+    return MHA_OK;
+}
+
+MHA_API mha_status mha_kv_cache_copy_blocks(mha_kv_cache *c, const int32_t *src, const int32_t *dst, int n)
+{
+    if (!c)
+        return MHA_ERR_INVALID_ARG;
+    mha_status st;
+    if ((st = check_ids(c, "copy_blocks", "src", src, n)) != MHA_OK ||
+        (st = check_ids(c, "copy_blocks", "dst", dst, n)) != MHA_OK)
+        return st;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < n; k++)
+            if (dst[i] == src[k])
+                return refused(c, MHA_ERR_INVALID_ARG, "copy_blocks: dst[%d] is src[%d] (block %d)", i, k, dst[i]);
+    if ((st = check_room(c, "copy_blocks", open_count(c, src, n, NULL), dst, n)) != MHA_OK)
+        return st;
+    open_release(c, dst, n);
+    for (int i = 0; i < n; i++) {
+        memcpy(block_at(c, dst[i]), block_at(c, src[i]), block_bytes(c));
+        for (int e = 0; e < c->max_open; e++)
+            if (c->open[e].block == src[i]) {
+                const int to = open_take(c);
+                c->open[to] = (mha_kv_open){dst[i], c->open[e].slot, c->open[e].filled};
+                memcpy(open_rows(c, to), open_rows(c, e), mha_kv_open_floats(c) * sizeof(float));
+            }
+    }
+    c->last_error[0] = '\0';
+    return MHA_OK;
+}
+
+MHA_API mha_status mha_kv_cache_release(mha_kv_cache *c, const int32_t *blocks, int n)
+{
+    if (!c)
+        return MHA_ERR_INVALID_ARG;
+    mha_status st = check_ids(c, "release", "blocks", blocks, n);
+    if (st != MHA_OK)
+        return st;
+    open_release(c, blocks, n);
+    c->last_error[0] = '\0';
+    return MHA_OK;
+}
+
+MHA_API int mha_kv_cache_open_groups(const mha_kv_cache *c)
+{
+    int idle = 0;
+    if (c)
+        open_count(c, NULL, 0, &idle);
+    return c ? c->max_open - idle : 0;
+}
+
+MHA_API int mha_kv_cache_max_open(const mha_kv_cache *c)
+{
+    return c ? c->max_open : 0;
+}
+
+/* A swapped-out image: this head, the blocks' bytes in order, then each open group: its
+ * swap_group (the block's index in the image, slot, positions) and its K rows. */
+#define SWAP_MAGIC 0x70617773u /* "swap" */
+typedef struct swap_head {
+    uint32_t magic;
+    int32_t n, n_open, kvh, dk, type;
+    uint64_t block_bytes;
+} swap_head;
+typedef struct swap_group { int32_t index, slot, filled, unused; } swap_group;
+#define SWAP_HEAD mha_round_up(sizeof(swap_head), 64)
+
+static size_t swap_bytes(const mha_kv_cache *c, int n, int n_open)
+{
+    return SWAP_HEAD + (size_t)n * block_bytes(c) +
+           (size_t)n_open * (sizeof(swap_group) + mha_kv_open_floats(c) * sizeof(float));
+}
+
+MHA_API size_t mha_kv_cache_swap_size(const mha_kv_cache *c, const int32_t *blocks, int n)
+{
+    if (!c || n < 0 || (n > 0 && !blocks))
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (blocks[i] < 0 || blocks[i] >= c->n_blocks)
+            return 0;
+    return swap_bytes(c, n, open_count(c, blocks, n, NULL));
+}
+
+MHA_API mha_status mha_kv_cache_swap_out(mha_kv_cache *c, const int32_t *blocks, int n, void *dst, size_t len)
+{
+    if (!c)
+        return MHA_ERR_INVALID_ARG;
+    mha_status st = check_ids(c, "swap_out", "blocks", blocks, n);
+    if (st != MHA_OK)
+        return st;
+    const int n_open = open_count(c, blocks, n, NULL);
+    const size_t need = swap_bytes(c, n, n_open);
+    if (!dst)
+        return refused(c, MHA_ERR_INVALID_ARG, "swap_out: dst is NULL");
+    if (len < need)
+        return refused(c, MHA_ERR_WORKSPACE, "swap_out: dst holds %zu bytes, the image needs %zu "
+                       "(mha_kv_cache_swap_size)", len, need);
+    unsigned char *o = dst;
+    const swap_head head = {SWAP_MAGIC, n, n_open, c->kvh, c->dk, (int32_t)c->type, block_bytes(c)};
+    memcpy(o, &head, sizeof head);
+    o += SWAP_HEAD;
+    for (int i = 0; i < n; i++, o += block_bytes(c))
+        memcpy(o, block_at(c, blocks[i]), block_bytes(c));
+    for (int i = 0; i < n; i++)
+        for (int e = 0; e < c->max_open; e++)
+            if (c->open[e].block == blocks[i]) {
+                const swap_group g = {i, c->open[e].slot, c->open[e].filled, 0};
+                memcpy(o, &g, sizeof g);
+                memcpy(o + sizeof g, open_rows(c, e), mha_kv_open_floats(c) * sizeof(float));
+                o += sizeof g + mha_kv_open_floats(c) * sizeof(float);
+            }
+    open_release(c, blocks, n);
+    c->last_error[0] = '\0';
+    return MHA_OK;
+}
+
+MHA_API mha_status mha_kv_cache_swap_in(mha_kv_cache *c, const int32_t *blocks, int n, const void *src, size_t len)
+{
+    if (!c)
+        return MHA_ERR_INVALID_ARG;
+    mha_status st = check_ids(c, "swap_in", "blocks", blocks, n);
+    if (st != MHA_OK)
+        return st;
+    if (!src)
+        return refused(c, MHA_ERR_INVALID_ARG, "swap_in: src is NULL");
+    swap_head head;
+    if (len < SWAP_HEAD)
+        return refused(c, MHA_ERR_FORMAT, "swap_in: %zu bytes are no swapped-out image (its head alone is %zu)", len,
+                       (size_t)SWAP_HEAD);
+    memcpy(&head, src, sizeof head);
+    if (head.magic != SWAP_MAGIC || head.kvh != c->kvh || head.dk != c->dk || head.type != (int32_t)c->type ||
+        head.block_bytes != block_bytes(c))
+        return refused(c, MHA_ERR_FORMAT, "swap_in: src is not an image of this cache's layout (%s)",
+                       head.magic != SWAP_MAGIC ? "no swap_out image" : "another model, kv type or block size");
+    if (head.n != n || head.n_open < 0 ||
+        head.n_open > (long long)n * ((c->block_size + MHA_KV_GROUP - 1) / MHA_KV_GROUP))
+        return refused(c, MHA_ERR_FORMAT, "swap_in: the image holds %d blocks (%d open groups), %d given", head.n,
+                       head.n_open, n);
+    if (len < swap_bytes(c, n, head.n_open))
+        return refused(c, MHA_ERR_FORMAT, "swap_in: the image is %zu bytes, its head says %zu", len,
+                       swap_bytes(c, n, head.n_open));
+    const unsigned char *groups = (const unsigned char *)src + SWAP_HEAD + (size_t)n * block_bytes(c);
+    const size_t per = sizeof(swap_group) + mha_kv_open_floats(c) * sizeof(float);
+    for (int k = 0; k < head.n_open; k++) {
+        swap_group g;
+        memcpy(&g, groups + (size_t)k * per, sizeof g);
+        if (g.index < 0 || g.index >= n || g.slot < 0 || g.slot >= c->block_size || g.slot % MHA_KV_GROUP ||
+            g.filled < 1 || g.filled >= mha_kv_group_of(c->block_size, g.slot).n)
+            return refused(c, MHA_ERR_FORMAT, "swap_in: the image's open group %d (block %d, slot %d, %d positions) "
+                           "is not one of this cache", k, g.index, g.slot, g.filled);
+        for (int l = 0; l < k; l++) {
+            swap_group h;
+            memcpy(&h, groups + (size_t)l * per, sizeof h);
+            if (h.index == g.index && h.slot == g.slot)
+                return refused(c, MHA_ERR_FORMAT, "swap_in: the image holds block %d slot %d's open group twice",
+                               g.index, g.slot);
+        }
+    }
+    if ((st = check_room(c, "swap_in", head.n_open, blocks, n)) != MHA_OK)
+        return st;
+    open_release(c, blocks, n);
+    const unsigned char *in = (const unsigned char *)src + SWAP_HEAD;
+    for (int i = 0; i < n; i++, in += block_bytes(c))
+        memcpy(block_at(c, blocks[i]), in, block_bytes(c));
+    for (int k = 0; k < head.n_open; k++) {
+        swap_group g;
+        memcpy(&g, groups + (size_t)k * per, sizeof g);
+        const int e = open_take(c);
+        c->open[e] = (mha_kv_open){blocks[g.index], g.slot, g.filled};
+        memcpy(open_rows(c, e), groups + (size_t)k * per + sizeof g, mha_kv_open_floats(c) * sizeof(float));
+    }
+    c->last_error[0] = '\0';
+    return MHA_OK;
 }

@@ -19,6 +19,10 @@
 #include "dims.h"
 #include "mha.h"
 
+/* An entry of an int8 cache's open-group pool: the K group at slot `slot` of block `block`
+ * (block −1: the entry is free), its first `filled` positions written. */
+typedef struct mha_kv_open { int32_t block, slot, filled; } mha_kv_open;
+
 struct mha_kv_cache {
     int d, h, kvh, dk;           /* the model it was made for */
     int mla;                     /* an MLA model's kv_lora_rank (its one KV head: K is [latent |
@@ -34,7 +38,14 @@ struct mha_kv_cache {
     size_t scales_at;            /* int8: where a region's K parameters start (bytes, 64-byte
                                   * rounded); V's parameters follow them */
     void *data;                  /* (n_blocks, block_elems) */
+    /* int8: the open-group pool, max_open entries (0 for other types); entry e's K rows at
+     * open_k + e · mha_kv_open_floats: KV head g's row of the group's slot u at
+     * (g · MHA_KV_GROUP + u) · dk */
+    int max_open;
+    mha_kv_open *open;           /* (max_open): which group each entry holds */
+    float *open_k;
     void *owned;                 /* the memory when mha_kv_cache_create allocated it */
+    char last_error[256];        /* the last failed block operation's message */
 };
 
 /* ---- the cache types: what the drivers (step.c, arena.c, engine.c) know of one, indexed by
@@ -54,7 +65,7 @@ static inline size_t mha_kv_elem_size(mha_kv_type type)
 typedef struct mha_kv_traits {
     /* 1: an element q stands for q·scale + zero (int8). K per feature over each group of
      * MHA_KV_GROUP slots (mha_kv_group_of), the group still filling kept at full precision in
-     * the sequence's tail (mha_kv_tail_size) until it is complete; V per slot; the parameters
+     * the cache's open-group pool (mha_kv_open_step) until it is complete; V per slot; the parameters
      * after the values (mha_kv_k_params, mha_kv_v_params). Its scores are float32 products on
      * K read back, in either engine; a bf16 engine's chunks read V's elements themselves and
      * apply the parameters after. 0: elements are the values (float32, bf16). */
@@ -158,6 +169,24 @@ static inline mha_kv_run mha_kv_run_at(const int32_t *table, int bs, int t, int 
     const int slot = t % bs;
     return (mha_kv_run){t, t1 - t < bs - slot ? t1 - t : bs - slot, table[t / bs], slot};
 }
+
+/* Floats of one open-group entry's K rows: kvh · MHA_KV_GROUP · dk. */
+static inline size_t mha_kv_open_floats(const mha_kv_cache *c)
+{
+    return (size_t)c->kvh * MHA_KV_GROUP * (size_t)c->dk;
+}
+
+/* An int8 cache's step (n_seqs sequences, the step's n_past, n_new and block tables): each
+ * sequence's open-group entry found (the group holding n_past, when it is partly written) or
+ * taken (the group the step leaves partly written: an entry of that group left by a sequence
+ * that ended without a release, else a free one), tails[q] its K rows (NULL where the sequence
+ * neither continues nor leaves an open group); the entries then tagged with what the step
+ * leaves (a group the step completes frees its entry; the rows themselves are written by the
+ * step, into tails[q], and read from there before). Or, changing nothing, MHA_ERR_STATE with
+ * why: a group missing or holding other positions, two sequences on one entry, no free entry.
+ * Other cache types: MHA_OK, tails unwritten. */
+mha_status mha_kv_open_step(mha_kv_cache *c, int n_seqs, const int32_t *n_past, const int32_t *n_new,
+                            const int32_t *blocks, int max_blocks, float **tails, char *why, size_t why_len);
 
 /* Whether an engine of these dimensions (its model, MLA or not, and kv type) may read and write
  * the cache. */

@@ -22,7 +22,7 @@
  * exact in bf16, and the chunk applies the parameters; a float32 engine's tiles read each value
  * back, q·scale + zero, as they load it); K per feature over groups of MHA_KV_GROUP slots with a zero point, the group
  * still filling kept at full precision (the step's new K in j->k_full, the earlier ones of its
- * group in the sequence's tail) until complete: each query reads Kᵀ as its own group sees it
+ * group in the cache's open-group pool) until complete: each query reads Kᵀ as its own group sees it
  * (k_view: the groups before as stored, its own at full precision) into the panels or the
  * decode tiles' rows, then k_commit stores what the step completed. Prefill and decode read
  * the same values. An int8 cache's scores are float32 products in either engine (a bf16
@@ -110,14 +110,14 @@ static void store_kv(const mha_step_job *j, mha_mat qkv, int i, int row, int blo
  * every (query, key) pair has one value however the steps were cut) ---- */
 
 /* Sequence q's K row of KV head g at position p at full precision: the step's own (p >= n_past)
- * or, for the group holding n_past, the tail's. */
+ * or, for the group holding n_past, the cache's open-group entry's. */
 static const float *k_full_row(const mha_step_job *j, int q, int g, int p)
 {
     const int n_past = j->step->n_past[q], dk = j->f.dk;
     if (p >= n_past)
         return j->k_full + ((size_t)(j->row0[q] + p - n_past) * j->f.kvh + g) * dk;
     const int t0 = mha_kv_group_of(j->cache->block_size, n_past).t;
-    return (const float *)j->step->tails[q] + ((size_t)g * MHA_KV_GROUP + (size_t)(p - t0)) * dk;
+    return j->tails[q] + ((size_t)g * MHA_KV_GROUP + (size_t)(p - t0)) * dk;
 }
 
 /* Group grp of (q, g), which this step completes, quantized from its full rows: per feature c
@@ -217,8 +217,8 @@ static void k_view_panels(const mha_step_job *j, int q, int g, int own, int k0, 
 }
 
 /* After the step's attention of (q, g): each group its new tokens complete quantized into the
- * cache, the new tokens of the group still filling into the tail (rows from the group's start;
- * the earlier ones are there already). */
+ * cache, the new tokens of the group still filling into its open-group entry (rows from the
+ * group's start; the earlier ones are there already). */
 static void k_commit(const mha_step_job *j, int q, int g)
 {
     const mha_kv_cache *c = j->cache;
@@ -232,7 +232,7 @@ static void k_commit(const mha_step_job *j, int q, int g)
                              mha_kv_k_params(c, block, g, slot));
         } else
             for (int u = t; u < ctx; u++)
-                memcpy((float *)j->step->tails[q] + ((size_t)g * MHA_KV_GROUP + (size_t)(u - grp.t)) * dk,
+                memcpy(j->tails[q] + ((size_t)g * MHA_KV_GROUP + (size_t)(u - grp.t)) * dk,
                        k_full_row(j, q, g, u), (size_t)dk * sizeof(float));
         t = grp.t + grp.n;
     }

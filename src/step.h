@@ -35,6 +35,8 @@ typedef struct mha_step_job {
     float *partial;            /* decode: (max_batch, kvh, max_chunks) of mha_step_partial_floats */
     float *k_full;             /* int8 cache: the step's new K at full precision, row r's KV head g
                                 * at (r·kvh + g)·dk (its group is quantized once complete) */
+    float *const *tails;       /* int8 cache: (n_seqs) each sequence's open K group's rows in the
+                                * cache's pool (mha_kv_open_step), NULL where it has none */
     int max_chunks;            /* ceil(max_seq_kv / MHA_KV_CHUNK) */
 } mha_step_job;
 

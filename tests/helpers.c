@@ -544,26 +544,6 @@ mha_engine *engine_for(const problem *p, int threads, mha_layout layout)
     return e;
 }
 
-void **tails_new(const mha_kv_cache *c, int n)
-{
-    void **t = calloc((size_t)n, sizeof *t);
-    const size_t bytes = mha_kv_tail_size(c);
-    cr_assert(t);
-    for (int i = 0; i < n && bytes; i++) {
-        t[i] = malloc(bytes);
-        cr_assert(t[i]);
-        memset(t[i], 0xff, bytes);
-    }
-    return t;
-}
-
-void tails_free(void **t, int n)
-{
-    for (int i = 0; t && i < n; i++)
-        free(t[i]);
-    free(t);
-}
-
 const mha_config_key *schema_key_at(int i)
 {
     int n = 0;

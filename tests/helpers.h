@@ -39,11 +39,6 @@ typedef struct problem {
 } problem;
 
 /* Unit-scale inputs, weights ~ U(-1, 1)/sqrt(d) as nn.Linear's init, so activations stay unit scale. */
-/* Each of n sequences' tail for an int8 cache (mha_kv_tail_size bytes, filled with NaN bits so
- * that a row read before it is written shows); NULLs for other caches. tails_free frees them. */
-void **tails_new(const mha_kv_cache *c, int n);
-void tails_free(void **t, int n);
-
 void problem_make(problem *p, int d, int h, int batch, int seq_q, int seq_kv, int bias, int cross, uint64_t seed);
 void problem_free(problem *p);
 /* Grouped-query attention: wk, wv (and bk, bv) become (d, kvh·d_k), redrawn from seed. */

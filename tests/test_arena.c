@@ -112,7 +112,7 @@ static int expected(mha_arena_kind kind, const mha_dims *dm, int r)
         return dm->alibi_max_bias > 0.0f;
     if (r == MHA_REGION_qk_ss || r == MHA_REGION_k_saved)
         return dm->qk_norm.kind == MHA_QK_NORM_FULL;
-    if (r == MHA_REGION_k_full)
+    if (r == MHA_REGION_k_full || r == MHA_REGION_step_tails)
         return dm->kv_type == MHA_KV_INT8;
     return 1;
 }

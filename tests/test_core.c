@@ -543,9 +543,9 @@ Test(core, a_narrower_v_runs_the_core_alone, .timeout = 30)
     cr_assert_eq(mha_pack_weights(&cfg, &w, &pw), MHA_ERR_CONFIG);
     cr_assert_null(pw);
     mha_kv_cache *c = NULL;
-    cr_assert_eq(mha_kv_cache_create(&cfg, 4, 16, &c), MHA_ERR_CONFIG);
+    cr_assert_eq(mha_kv_cache_create(&cfg, 4, 16, 0, &c), MHA_ERR_CONFIG);
     cr_assert_null(c);
-    cr_assert_eq(mha_kv_cache_size(&cfg, 4, 16), 0);
+    cr_assert_eq(mha_kv_cache_size(&cfg, 4, 16, 0), 0);
     float *out = sentinel_floats((size_t)p.batch * p.seq_q * p.d);
     mha_input in = problem_input(&p);
     cr_assert_eq(mha_forward(e, &in, out, NULL), MHA_ERR_STATE); /* no weights */

@@ -491,11 +491,11 @@ Test(engine, bf16_halves_weights_and_cache, .timeout = 30)
     mha_engine *e = NULL;
     cr_assert_eq(mha_create_shared(&f32, pw16, &e), MHA_ERR_CONFIG, "an f32 engine must refuse bf16 weights");
     cr_assert_eq(mha_create_shared(&bf, pw16, &e), MHA_OK);
-    const double cache_ratio = (double)(mha_kv_cache_size(&bf, 9, 16) - mha_kv_cache_size(&bf, 1, 16)) /
-                               (double)(mha_kv_cache_size(&f32, 9, 16) - mha_kv_cache_size(&f32, 1, 16));
+    const double cache_ratio = (double)(mha_kv_cache_size(&bf, 9, 16, 0) - mha_kv_cache_size(&bf, 1, 16, 0)) /
+                               (double)(mha_kv_cache_size(&f32, 9, 16, 0) - mha_kv_cache_size(&f32, 1, 16, 0));
     cr_assert_eq(cache_ratio, 0.5, "a bf16 cache block is %.3f of a float32 one", cache_ratio);
     mha_kv_cache *c = NULL;
-    cr_assert_eq(mha_kv_cache_create(&bf, 1, 16, &c), MHA_OK);
+    cr_assert_eq(mha_kv_cache_create(&bf, 1, 16, 0, &c), MHA_OK);
     int32_t past = 0, add = 1, block = 0;
     mha_step st = {.n_seqs = 1, .n_past = &past, .n_new = &add, .blocks = &block, .max_blocks = 1, .x = p.q};
     float out[1024];

@@ -253,8 +253,8 @@ Test(mla, steps_through_the_latent_cache_equal_one_forward, .timeout = 120)
             const mha_input in = {.batch = NSEQ, .seq_q = NTOK, .seq_kv = NTOK, .q = x, .k = x, .v = x, .causal = 1};
             cr_assert_eq(mha_forward(e, &in, fwd, NULL), MHA_OK, "%s", mha_engine_last_error(e));
             mha_kv_cache *c = NULL;
-            cr_assert_eq(mha_kv_cache_create(&cfg, NSEQ * nblk, bsize, &c), MHA_OK);
-            const size_t per_block = mha_kv_cache_size(&cfg, 2, bsize) - mha_kv_cache_size(&cfg, 1, bsize);
+            cr_assert_eq(mha_kv_cache_create(&cfg, NSEQ * nblk, bsize, 0, &c), MHA_OK);
+            const size_t per_block = mha_kv_cache_size(&cfg, 2, bsize, 0) - mha_kv_cache_size(&cfg, 1, bsize, 0);
             cr_assert_eq(per_block, (size_t)bsize * LATENT * (prec ? 2 : 4), "a block of %d slots: %zu bytes", bsize,
                          per_block);
             int32_t blocks[NSEQ][MAX_BLK], past[NSEQ] = {0, 0};
@@ -351,7 +351,7 @@ Test(mla, what_it_refuses, .timeout = 30)
     look.mla = (mha_mla){0}, look.n_kv_heads = 1, look.head_dim = mha_config_head_dim(&c.fc.engine);
     look.rope.rotary_dim = c.fc.engine.mla.qk_rope_head_dim;
     cr_assert_eq(mha_config_check(&look, err, sizeof err), MHA_OK, "%s", err);
-    cr_assert_eq(mha_kv_cache_create(&look, 4, 16, &cache), MHA_OK);
+    cr_assert_eq(mha_kv_cache_create(&look, 4, 16, 0, &cache), MHA_OK);
     int32_t past = 0, add = 1, blocks[4] = {0, 1, 2, 3};
     const mha_step st = {.n_seqs = 1, .n_past = &past, .n_new = &add, .blocks = blocks, .max_blocks = 4, .x = c.x};
     cr_assert_eq(mha_step_forward(e, cache, &st, out), MHA_ERR_CONFIG);

@@ -101,7 +101,7 @@ static void run_schedule(decoder *dc, int block_size, int n_steps, const int (*s
     const int B = dc->p.batch, S = dc->p.seq_q, d = dc->p.d;
     const int max_blocks = (S + block_size - 1) / block_size, n_blocks = B * max_blocks + 3;
     mha_kv_cache *c;
-    cr_assert_eq(mha_kv_cache_create(&dc->cfg, n_blocks, block_size, &c), MHA_OK);
+    cr_assert_eq(mha_kv_cache_create(&dc->cfg, n_blocks, block_size, 0, &c), MHA_OK);
     int32_t *table = malloc((size_t)B * max_blocks * sizeof *table), *pool = malloc((size_t)n_blocks * sizeof *pool);
     rng r = {seed};
     for (int i = 0; i < n_blocks; i++)
@@ -111,7 +111,6 @@ static void run_schedule(decoder *dc, int block_size, int n_steps, const int (*s
         pool[i] = pool[k], pool[k] = t;
     }
     memcpy(table, pool, (size_t)B * max_blocks * sizeof *table);
-    void **tails = tails_new(c, B);
     int32_t past[4] = {0}, add[4];
     float *x = malloc((size_t)B * S * d * sizeof *x), *out = malloc((size_t)B * S * d * sizeof *out);
     double worst = 0;
@@ -122,8 +121,7 @@ static void run_schedule(decoder *dc, int block_size, int n_steps, const int (*s
             memcpy(x + rows * d, dc->p.q + ((size_t)b * S + past[b]) * d, (size_t)add[b] * d * sizeof *x);
             rows += (size_t)add[b];
         }
-        mha_step st = {.n_seqs = B, .n_past = past, .n_new = add, .blocks = table, .max_blocks = max_blocks, .x = x,
-                       .tails = tails};
+        mha_step st = {.n_seqs = B, .n_past = past, .n_new = add, .blocks = table, .max_blocks = max_blocks, .x = x};
         mha_status s = mha_step_forward(dc->e, c, &st, out);
         cr_assert_eq(s, MHA_OK, "step %d: %s (%s)", k, mha_status_str(s), mha_engine_last_error(dc->e));
         rows = 0;
@@ -150,7 +148,6 @@ static void run_schedule(decoder *dc, int block_size, int n_steps, const int (*s
     cr_log_info("%s, block_size %d, %d steps: worst relative error %.3g against the float32 forward",
                 mha_precision_name(dc->cfg.precision), block_size, n_steps, worst);
     free(x), free(out), free(table), free(pool);
-    tails_free(tails, B);
     mha_kv_cache_free(c);
 }
 
@@ -239,7 +236,7 @@ static float *step_outputs(int threads, mha_precision prec)
     decoder dc;
     decoder_make_in(&dc, 3, 40, 0, 20, threads, prec);
     mha_kv_cache *c;
-    cr_assert_eq(mha_kv_cache_create(&dc.cfg, 30, 8, &c), MHA_OK);
+    cr_assert_eq(mha_kv_cache_create(&dc.cfg, 30, 8, 0, &c), MHA_OK);
     int32_t table[3 * 5] = {0, 1, 2, 3, 4, 10, 11, 12, 13, 14, 20, 21, 22, 23, 24};
     int32_t past[3] = {0, 0, 0}, add[3] = {20, 13, 7};
     float *out = malloc((size_t)3 * 20 * 64 * sizeof *out * 2);
@@ -270,11 +267,11 @@ Test(step, a_failed_check_changes_neither_cache_nor_out, .timeout = 30)
 {
     decoder dc;
     decoder_make(&dc, 2, 16, 0, 8, 2);
-    size_t bytes = mha_kv_cache_size(&dc.cfg, 6, 4);
+    size_t bytes = mha_kv_cache_size(&dc.cfg, 6, 4, 0);
     cr_assert_gt(bytes, 0);
     void *mem = aligned_alloc(64, (bytes + 63) / 64 * 64), *copy = malloc(bytes);
     mha_kv_cache *c;
-    cr_assert_eq(mha_kv_cache_create_static(&dc.cfg, 6, 4, mem, bytes, &c), MHA_OK);
+    cr_assert_eq(mha_kv_cache_create_static(&dc.cfg, 6, 4, 0, mem, bytes, &c), MHA_OK);
     int32_t table[2 * 4] = {0, 1, 2, -1, 3, 4, 5, -1}, past[2] = {0, 0}, add[2] = {6, 3};
     float out[9 * 64], out_copy[9 * 64];
     mha_step st = {.n_seqs = 2, .n_past = past, .n_new = add, .blocks = table, .max_blocks = 4, .x = dc.p.q};
@@ -316,18 +313,18 @@ Test(step, a_failed_check_changes_neither_cache_nor_out, .timeout = 30)
     mha_config other = dc.cfg;
     other.n_kv_heads = 4;
     mha_kv_cache *c2;
-    cr_assert_eq(mha_kv_cache_create(&other, 6, 4, &c2), MHA_OK);
+    cr_assert_eq(mha_kv_cache_create(&other, 6, 4, 0, &c2), MHA_OK);
     cr_assert_eq(mha_step_forward(dc.e, c2, &st, out), MHA_ERR_CONFIG);
     cr_assert(strstr(mha_engine_last_error(dc.e), "another model"), "%s", mha_engine_last_error(dc.e));
     mha_kv_cache_free(c2);
     other = dc.cfg;
     other.rope.theta = 500000.0f; /* K is stored rotated: another RoPE may not read it */
-    cr_assert_eq(mha_kv_cache_create(&other, 6, 4, &c2), MHA_OK);
+    cr_assert_eq(mha_kv_cache_create(&other, 6, 4, 0, &c2), MHA_OK);
     cr_assert_eq(mha_step_forward(dc.e, c2, &st, out), MHA_ERR_CONFIG);
     mha_kv_cache_free(c2);
     other = dc.cfg;
     other.precision = MHA_PRECISION_BF16; /* a bf16 cache: not this float32 engine's */
-    cr_assert_eq(mha_kv_cache_create(&other, 6, 4, &c2), MHA_OK);
+    cr_assert_eq(mha_kv_cache_create(&other, 6, 4, 0, &c2), MHA_OK);
     cr_assert_eq(mha_step_forward(dc.e, c2, &st, out), MHA_ERR_CONFIG);
     cr_assert(strstr(mha_engine_last_error(dc.e), "kv_cache bf16"), "%s", mha_engine_last_error(dc.e));
     mha_kv_cache_free(c2);
@@ -346,7 +343,7 @@ Test(step, a_step_allocates_nothing, .timeout = 30)
         decoder dc;
         decoder_make_in(&dc, 2, 16, 0, 16, 2, prec);
         mha_kv_cache *c;
-        cr_assert_eq(mha_kv_cache_create(&dc.cfg, 8, 4, &c), MHA_OK);
+        cr_assert_eq(mha_kv_cache_create(&dc.cfg, 8, 4, 0, &c), MHA_OK);
         int32_t table[2 * 4] = {0, 1, 2, 3, 4, 5, 6, 7}, past[2] = {0, 0}, add[2] = {10, 4};
         float *out = malloc((size_t)16 * 2 * 64 * sizeof *out);
         mha_step st = {.n_seqs = 2, .n_past = past, .n_new = add, .blocks = table, .max_blocks = 4, .x = dc.p.q};
@@ -370,24 +367,24 @@ Test(step, cache_sizes_and_arguments)
     config_init(&cfg);
     cfg.d_model = 64, cfg.n_heads = 8, cfg.n_kv_heads = 2;
     /* 2 (K, V) × 2 KV heads × 16 slots × 8 floats × 4 bytes per block, plus a header */
-    size_t one = mha_kv_cache_size(&cfg, 1, 16), two = mha_kv_cache_size(&cfg, 2, 16);
+    size_t one = mha_kv_cache_size(&cfg, 1, 16, 0), two = mha_kv_cache_size(&cfg, 2, 16, 0);
     cr_assert_eq(two - one, (size_t)2 * 2 * 16 * 8 * 4);
-    cr_assert_eq(mha_kv_cache_size(&cfg, 0, 16), 0);
-    cr_assert_eq(mha_kv_cache_size(&cfg, 4, 0), 0);
-    cr_assert_eq(mha_kv_cache_size(NULL, 4, 16), 0);
+    cr_assert_eq(mha_kv_cache_size(&cfg, 0, 16, 0), 0);
+    cr_assert_eq(mha_kv_cache_size(&cfg, 4, 0, 0), 0);
+    cr_assert_eq(mha_kv_cache_size(NULL, 4, 16, 0), 0);
     mha_config wide = cfg; /* 2^36 bytes a block (2 · 8192 · 2^20 floats), 2^31 − 1 blocks: past size_t */
     wide.d_model = 8192, wide.n_heads = 1, wide.n_kv_heads = 1;
-    cr_assert_neq(mha_kv_cache_size(&wide, 1, 1 << 20), 0);
-    cr_assert_eq(mha_kv_cache_size(&wide, INT_MAX, 1 << 20), 0, "an overflowing size is 0");
-    cr_assert_eq(mha_kv_cache_size(&wide, 1, (1 << 20) + 1), 0, "blocks of at most 2^20 slots");
+    cr_assert_neq(mha_kv_cache_size(&wide, 1, 1 << 20, 0), 0);
+    cr_assert_eq(mha_kv_cache_size(&wide, INT_MAX, 1 << 20, 0), 0, "an overflowing size is 0");
+    cr_assert_eq(mha_kv_cache_size(&wide, 1, (1 << 20) + 1, 0), 0, "blocks of at most 2^20 slots");
     mha_kv_cache *c = (mha_kv_cache *)&cfg;
-    cr_assert_eq(mha_kv_cache_create(&cfg, -1, 16, &c), MHA_ERR_CONFIG);
+    cr_assert_eq(mha_kv_cache_create(&cfg, -1, 16, 0, &c), MHA_ERR_CONFIG);
     cr_assert_null(c);
     char mem[256] __attribute__((aligned(64)));
-    cr_assert_eq(mha_kv_cache_create_static(&cfg, 1, 16, mem, sizeof mem, &c), MHA_ERR_WORKSPACE, "too small");
-    cr_assert_eq(mha_kv_cache_create_static(&cfg, 1, 1, mem + 4, 200, &c), MHA_ERR_WORKSPACE, "misaligned");
+    cr_assert_eq(mha_kv_cache_create_static(&cfg, 1, 16, 0, mem, sizeof mem, &c), MHA_ERR_WORKSPACE, "too small");
+    cr_assert_eq(mha_kv_cache_create_static(&cfg, 1, 1, 0, mem + 4, 200, &c), MHA_ERR_WORKSPACE, "misaligned");
     cfg.precision = MHA_PRECISION_BF16; /* bf16 elements: half the bytes */
-    cr_assert_eq(mha_kv_cache_size(&cfg, 2, 16) - mha_kv_cache_size(&cfg, 1, 16), (size_t)2 * 2 * 16 * 8 * 2);
+    cr_assert_eq(mha_kv_cache_size(&cfg, 2, 16, 0) - mha_kv_cache_size(&cfg, 1, 16, 0), (size_t)2 * 2 * 16 * 8 * 2);
     cfg.precision = MHA_PRECISION_F32;
     mha_kv_cache_free(NULL);
     mha_engine *e;
@@ -424,7 +421,7 @@ Test(step, a_bf16_engine_refuses_a_float32_cache)
     mha_config f32 = dc.cfg;
     f32.precision = MHA_PRECISION_F32;
     mha_kv_cache *c;
-    cr_assert_eq(mha_kv_cache_create(&f32, 2, 4, &c), MHA_OK);
+    cr_assert_eq(mha_kv_cache_create(&f32, 2, 4, 0, &c), MHA_OK);
     int32_t table[2] = {0, 1}, past[1] = {0}, add[1] = {8};
     float out[8 * 64];
     memset(out, 0x5a, sizeof out);
@@ -446,7 +443,7 @@ static void seq0_outputs(decoder *dc, int mode, float *got, int prefill, int ste
 {
     const int B = dc->p.batch, S = dc->p.seq_q, d = dc->p.d, bs = 8, max_blocks = (S + bs - 1) / bs;
     mha_kv_cache *c;
-    cr_assert_eq(mha_kv_cache_create(&dc->cfg, B * max_blocks, bs, &c), MHA_OK);
+    cr_assert_eq(mha_kv_cache_create(&dc->cfg, B * max_blocks, bs, 0, &c), MHA_OK);
     int32_t *table = malloc((size_t)B * max_blocks * sizeof *table);
     for (int i = 0; i < B * max_blocks; i++)
         table[i] = (i * 7 + mode) % (B * max_blocks); /* blocks in another order per mode */
@@ -511,7 +508,7 @@ static void steps_by_plan(decoder *dc, int bs, const int *const *cut, int n_step
 {
     const int B = dc->p.batch, S = dc->p.seq_q, d = dc->p.d, max_blocks = (S + bs - 1) / bs, n_blocks = B * max_blocks;
     mha_kv_cache *c;
-    cr_assert_eq(mha_kv_cache_create(&dc->cfg, n_blocks, bs, &c), MHA_OK);
+    cr_assert_eq(mha_kv_cache_create(&dc->cfg, n_blocks, bs, 0, &c), MHA_OK);
     int32_t *table = malloc((size_t)n_blocks * sizeof *table);
     rng r = {seed};
     for (int i = 0; i < n_blocks; i++)
@@ -522,7 +519,6 @@ static void steps_by_plan(decoder *dc, int bs, const int *const *cut, int n_step
     }
     float *x = malloc((size_t)B * S * d * sizeof *x), *out = malloc((size_t)B * S * d * sizeof *out);
     int32_t *past = calloc((size_t)B, sizeof *past), *add = calloc((size_t)B, sizeof *add);
-    void **tails = tails_new(c, B);
     for (int k = 0; k < n_steps; k++) {
         size_t rows = 0;
         for (int b = 0; b < B; b++) {
@@ -530,8 +526,7 @@ static void steps_by_plan(decoder *dc, int bs, const int *const *cut, int n_step
             memcpy(x + rows * d, dc->p.q + ((size_t)b * S + past[b]) * d, (size_t)add[b] * d * sizeof *x);
             rows += (size_t)add[b];
         }
-        mha_step st = {.n_seqs = B, .n_past = past, .n_new = add, .blocks = table, .max_blocks = max_blocks, .x = x,
-                       .tails = tails};
+        mha_step st = {.n_seqs = B, .n_past = past, .n_new = add, .blocks = table, .max_blocks = max_blocks, .x = x};
         cr_assert_eq(mha_step_forward(dc->e, c, &st, out), MHA_OK, "%s", mha_engine_last_error(dc->e));
         rows = 0;
         for (int b = 0; b < B; b++) {
@@ -543,7 +538,6 @@ static void steps_by_plan(decoder *dc, int bs, const int *const *cut, int n_step
     for (int b = 0; b < B; b++)
         cr_assert_eq(past[b], S, "the plan covers sequence %d", b);
     free(x), free(out), free(table), free(past), free(add);
-    tails_free(tails, B);
     mha_kv_cache_free(c);
 }
 
@@ -857,12 +851,16 @@ Test(step, int8_cache_is_within_its_contract_of_the_double_reference, .timeout =
     mha_config cfg;
     config_init(&cfg);
     cfg.d_model = 64, cfg.n_heads = 8, cfg.n_kv_heads = 2, cfg.max_seq_kv = 64, cfg.bias = 0; /* dk 8 */
-    const size_t f32 = mha_kv_cache_size(&cfg, 10, 16);
+    const size_t f32 = mha_kv_cache_size(&cfg, 10, 16, 0);
     cfg.kv_type = MHA_KV_INT8;
-    const size_t i8 = mha_kv_cache_size(&cfg, 10, 16), per_block = 2 * (2 * 16 * 8 + (2 * 8 + 2 * 16) * 4);
-    cr_assert_eq(i8 - (f32 - 10 * 2 * 2 * 16 * 8 * 4), 10 * per_block, "int8 cache of %zu bytes", i8);
+    const size_t i8 = mha_kv_cache_size(&cfg, 10, 16, 0), per_block = 2 * (2 * 16 * 8 + (2 * 8 + 2 * 16) * 4);
+    /* and the open-group pool: max_seqs entries (0: max_batch, 1 here) of KV heads × 16 slots ×
+     * d_k floats, after a 64-byte line of their tags */
+    const size_t entry = (size_t)2 * 16 * 8 * sizeof(float);
+    cr_assert_eq(i8 - (f32 - 10 * 2 * 2 * 16 * 8 * 4), 10 * per_block + 64 + entry, "int8 cache of %zu bytes", i8);
+    cr_assert_eq(mha_kv_cache_size(&cfg, 10, 16, 3) - i8, 2 * entry, "two more entries");
     mha_kv_cache *c;
-    cr_assert_eq(mha_kv_cache_create(&cfg, 10, 16, &c), MHA_OK);
+    cr_assert_eq(mha_kv_cache_create(&cfg, 10, 16, 0, &c), MHA_OK);
     cfg.kv_type = MHA_KV_AUTO;
     mha_engine *e;
     cr_assert_eq(mha_create(&cfg, &e), MHA_OK);
@@ -876,17 +874,24 @@ Test(step, int8_cache_is_within_its_contract_of_the_double_reference, .timeout =
     cr_assert(strstr(mha_engine_last_error(e), "kv_cache int8") && strstr(mha_engine_last_error(e), "kv_cache f32"), "%s",
               mha_engine_last_error(e));
     mha_free(e);
-    /* an int8 engine: a step without a sequence's tail is refused, naming it */
+    /* an int8 engine: a sequence's open group is the cache's; a step that does not continue
+     * it as it was left is refused, naming it, and changes nothing */
     cfg.kv_type = MHA_KV_INT8;
     cr_assert_eq(mha_create(&cfg, &e), MHA_OK);
     cr_assert_eq(mha_set_weights(e, &wt), MHA_OK, "%s", mha_engine_last_error(e));
-    cr_assert_eq(mha_step_forward(e, c, &st, out), MHA_ERR_INVALID_ARG);
-    cr_assert(strstr(mha_engine_last_error(e), "sequence 0: an int8 cache needs its tail"), "%s", mha_engine_last_error(e));
-    void *none = NULL;
-    st.tails = &none;
-    cr_assert_eq(mha_step_forward(e, c, &st, out), MHA_ERR_INVALID_ARG);
-    cr_assert(strstr(mha_engine_last_error(e), "its tail is NULL"), "%s", mha_engine_last_error(e));
-    cr_assert_eq(mha_kv_tail_size(c), (size_t)2 * 16 * 8 * sizeof(float), "a tail: KV heads × 16 slots × d_k floats");
+    cr_assert_eq(mha_step_forward(e, c, &st, out), MHA_OK, "%s", mha_engine_last_error(e));
+    cr_assert_eq(mha_kv_cache_open_groups(c), 1, "one token leaves its group open in the cache");
+    past = 2; /* the cache holds position 0 of the group, not 0..1 */
+    cr_assert_eq(mha_step_forward(e, c, &st, out), MHA_ERR_STATE);
+    cr_assert(strstr(mha_engine_last_error(e), "sequence 0: the int8 cache holds other positions of its open K group"),
+              "%s", mha_engine_last_error(e));
+    past = 1, table = 1; /* another block than the one that holds it */
+    cr_assert_eq(mha_step_forward(e, c, &st, out), MHA_ERR_STATE);
+    cr_assert(strstr(mha_engine_last_error(e), "holds nothing of its open K group"), "%s", mha_engine_last_error(e));
+    table = 0;
+    cr_assert_eq(mha_step_forward(e, c, &st, out), MHA_OK, "%s", mha_engine_last_error(e));
+    cr_assert_eq(mha_kv_cache_release(c, &table, 1), MHA_OK);
+    cr_assert_eq(mha_kv_cache_open_groups(c), 0, "released");
     mha_free(e);
     mha_kv_cache_free(c);
     free(w);

@@ -131,14 +131,13 @@ static void steps(trained *t, mha_precision prec, mha_kv_type kv, double tol)
     mha_config cfg;
     mha_engine *e = trained_engine(t, prec, kv, &cfg);
     mha_kv_cache *c;
-    cr_assert_eq(mha_kv_cache_create(&cfg, 2 * max_blocks, bs, &c), MHA_OK);
+    cr_assert_eq(mha_kv_cache_create(&cfg, 2 * max_blocks, bs, 0, &c), MHA_OK);
     int32_t table[2 * 16], past[2] = {0, 0}, add[2];
     cr_assert_leq(max_blocks, 16);
     for (int i = 0; i < 2 * max_blocks; i++) /* the second sequence's blocks first */
         table[i] = (i + max_blocks) % (2 * max_blocks);
     float *x = malloc((size_t)2 * 24 * d * sizeof *x), *out = malloc((size_t)2 * 24 * d * sizeof *out);
     float *got = calloc((size_t)2 * S * d, sizeof *got);
-    void **tails = tails_new(c, 2);
     double worst = 0;
     while (past[0] < t->len[0] || past[1] < t->len[1]) {
         size_t rows = 0;
@@ -148,8 +147,7 @@ static void steps(trained *t, mha_precision prec, mha_kv_type kv, double tol)
             memcpy(x + rows * d, t->x + ((size_t)b * S + past[b]) * d, (size_t)add[b] * d * sizeof *x);
             rows += (size_t)add[b];
         }
-        const mha_step st = {.n_seqs = 2, .n_past = past, .n_new = add, .blocks = table, .max_blocks = max_blocks, .x = x,
-                             .tails = tails};
+        const mha_step st = {.n_seqs = 2, .n_past = past, .n_new = add, .blocks = table, .max_blocks = max_blocks, .x = x};
         cr_assert_eq(mha_step_forward(e, c, &st, out), MHA_OK, "%s", mha_engine_last_error(e));
         rows = 0;
         for (int b = 0; b < 2; b++)
@@ -172,7 +170,6 @@ static void steps(trained *t, mha_precision prec, mha_kv_type kv, double tol)
     cr_assert_leq(all, tol, "%s engine, %s cache: relative error %.3g against HF", mha_precision_name(prec),
                   mha_kv_type_name(cfg.kv_type), all);
     free(x), free(out), free(got), free(same);
-    tails_free(tails, 2);
     mha_kv_cache_free(c);
     mha_free(e);
 }

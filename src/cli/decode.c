@@ -31,8 +31,6 @@ typedef struct decode_state {
     double *times;
     int32_t *table, *past, *add;
     int *want;               /* the next step's tokens per sequence */
-    void **tails;            /* int8 cache: each sequence's tail (in tail_mem); else NULL */
-    char *tail_mem;
 } decode_state;
 
 static void release(decode_state *s)
@@ -42,7 +40,6 @@ static void release(decode_state *s)
     mha_weights_file_free(&s->wf);
     free(s->gen_w), free(s->x), free(s->out), free(s->check_out), free(s->times);
     free(s->tokens), free(s->rows), free(s->len), free(s->table), free(s->past), free(s->add), free(s->want);
-    free(s->tails), free(s->tail_mem);
 }
 
 /* One step of want[q] tokens for every sequence (0 for those that are done): the file's next
@@ -66,7 +63,7 @@ static double step(decode_state *s, uint64_t *seed)
         rows += (size_t)want[q];
     }
     mha_step st = {.n_seqs = n_seqs, .n_past = s->past, .n_new = s->add, .blocks = s->table, .max_blocks = max_blocks,
-                   .x = s->x, .tails = s->tails};
+                   .x = s->x};
     double t0 = cli_now_ms();
     mha_status r = mha_step_forward(s->e, s->cache, &st, s->out);
     double t1 = cli_now_ms();
@@ -218,7 +215,7 @@ static void report(decode_state *s, const cli_config *fc, const char *config, co
         decoded += s->past[q];
     const double prefill_tps = prefill_ms > 0 ? prefilled / (prefill_ms / 1e3) : 0;
     const double decode_tps = ran ? (double)decoded / ran / (t.median / 1e3) : 0;
-    const size_t cache_bytes = mha_kv_cache_size(cfg, n_seqs * s->max_blocks, bs);
+    const size_t cache_bytes = mha_kv_cache_size(cfg, n_seqs * s->max_blocks, bs, n_seqs);
     if (json) {
         json_t *j = json_object();
         json_object_set_new(j, "mode", json_string("decode"));
@@ -276,7 +273,7 @@ static void report(decode_state *s, const cli_config *fc, const char *config, co
 
 /* The steps' buffers for s->n_seqs sequences of up to seq_q new rows a step: block tables
  * (sequence q: blocks q·max_blocks ..), lengths, rows in and out, step times, the kept rows
- * (zeros past each length), and an int8 cache's tails. 0, or -1 when out of memory. */
+ * (zeros past each length). 0, or -1 when out of memory. */
 static int buffers(decode_state *s, int seq_q, int steps)
 {
     const int n_seqs = s->n_seqs, d = s->d;
@@ -287,14 +284,7 @@ static int buffers(decode_state *s, int seq_q, int steps)
     s->times = malloc((size_t)steps * sizeof *s->times);
     s->rows = calloc((size_t)s->kept * s->S * d + 1, sizeof *s->rows);
     s->want = calloc((size_t)n_seqs, sizeof *s->want);
-    const size_t tail = mha_kv_tail_size(s->cache);
-    if (tail) {
-        s->tails = malloc((size_t)n_seqs * sizeof *s->tails), s->tail_mem = malloc((size_t)n_seqs * tail);
-        for (int q = 0; s->tails && s->tail_mem && q < n_seqs; q++)
-            s->tails[q] = s->tail_mem + (size_t)q * tail;
-    }
-    if (!s->table || !s->past || !s->add || !s->x || !s->out || !s->times || !s->want || !s->rows ||
-        (tail && (!s->tails || !s->tail_mem)))
+    if (!s->table || !s->past || !s->add || !s->x || !s->out || !s->times || !s->want || !s->rows)
         return -1;
     for (int i = 0; i < n_seqs * s->max_blocks; i++)
         s->table[i] = i;
@@ -349,7 +339,7 @@ int cli_decode(const cli_config *fc, const char *config, const cli_decode_files 
         rc = cli_engine_failed(&cfg, s.e, st);
         goto out;
     }
-    if ((st = mha_kv_cache_create(&cfg, n_seqs * max_blocks, bs, &s.cache)) != MHA_OK) {
+    if ((st = mha_kv_cache_create(&cfg, n_seqs * max_blocks, bs, n_seqs, &s.cache)) != MHA_OK) {
         cli_error("KV cache of %d blocks of %d slots: %s", n_seqs * max_blocks, bs, mha_status_str(st));
         goto out;
     }
