@@ -172,8 +172,12 @@ static int prefill(decode_state *s, const cli_config *fc, uint64_t *seed, cli_pr
         }
         if (pass)
             *seed = pass_seed;
-        else
+        else { /* rewound: the blocks released, so that an int8 cache's open groups free their entries */
             memset(s->past, 0, (size_t)s->n_seqs * sizeof *s->past);
+            mha_status st = mha_kv_cache_release(s->cache, s->table, s->n_seqs * s->max_blocks);
+            if (st != MHA_OK)
+                return cli_error("prefill: %s", mha_kv_cache_last_error(s->cache)), -1;
+        }
     }
     return 0;
 }
