@@ -1,11 +1,9 @@
 /* arena.c — sizing and carving share this one plan, so they can never disagree. */
-#define _DEFAULT_SOURCE /* madvise, MADV_HUGEPAGE */
 #include "arena.h"
 
-#include <stdlib.h>
-#include <sys/mman.h>
-
 #include <stdint.h>
+
+#include "kvcache.h"
 
 /* Reserve count × elem bytes at the cursor, aligned; flags overflow instead of wrapping. */
 static size_t take(size_t *cursor, size_t count, size_t elem, size_t align, int *overflow)
@@ -246,14 +244,4 @@ const char *mha_slice_region_name(mha_slice_region r)
 #undef MHA_SLICE_NAME
     };
     return (unsigned)r < MHA_SLICE_COUNT ? names[r] : "?";
-}
-
-void *mha_alloc_pages(size_t bytes)
-{
-    const size_t align = bytes >= MHA_HUGE_PAGE ? MHA_HUGE_PAGE : MHA_PAGE;
-    const size_t rounded = (bytes + align - 1) / align * align;
-    void *p = rounded < bytes ? NULL : aligned_alloc(align, rounded);
-    if (p && align == MHA_HUGE_PAGE)
-        (void)madvise(p, rounded, MADV_HUGEPAGE); /* a hint: without THP the pages stay small */
-    return p;
 }

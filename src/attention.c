@@ -17,7 +17,6 @@
 
 #include "isa/isa.h"
 #include "rope.h"
-#include "step.h" /* MHA_DECODE_MAX_NEW: the core's few queries run as decode does */
 
 #include <string.h>
 

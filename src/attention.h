@@ -7,23 +7,12 @@
 #include <stdint.h>
 
 #include "bgemm.h"
+#include "blocking.h"
 #include "gemm.h"
 #include "mha.h"
 #include "products.h"
 #include "softmax.h"
 
-/* Rows of one output-projection task and of one input-packing task: fixed, so results never
- * depend on the thread count. MHA_PACK_BLOCK is a multiple of every microkernel's row panel. */
-#define MHA_OUT_BLOCK 128
-#define MHA_PACK_BLOCK 192
-/* Keys per chunk of the softmax, in the forward and in decode alike: chunk c holds the keys
- * [c·MHA_KV_CHUNK, (c + 1)·MHA_KV_CHUNK) counted from position 0, whatever the query block,
- * window or step (so a row's sums never depend on how its tokens were split). Each chunk is
- * exp'd against its own max, its A·V summed on its own, and the chunks merged in key order by
- * mha_softmax_merge. A multiple of every B panel width (8, 16, 32) and at most every
- * sub-config's KC (256 or 384), so one chunk's A·V is one pass of the microkernel: the sums a
- * decode tile reproduces. */
-#define MHA_KV_CHUNK 256
 /* Whether a sub-config's microkernel keeps that promise: one chunk in one KC pass, on whole B
  * panels (true of every BLIS 0.9 sub-config; an engine refuses one that does not). */
 static inline int mha_attention_chunk_fits(const mha_kernel *k)
@@ -204,8 +193,6 @@ typedef struct mha_kv_view {
     ptrdiff_t krl;
     const mha_bf16 *vr16;
 } mha_kv_view;
-/* Keys per Kᵀ panel that the float32 decode tiles read (mha_kv_view.ktp): one slot vector. */
-#define MHA_TILE_KEYS 16
 
 /* A head's query rows: float32 (q), or bf16 rows ld16 apart (q16: the core's bf16 tensors, a bf16
  * engine without attention weights; q then unused). */

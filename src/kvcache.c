@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "arena.h"
+#include "alloc.h"
 #include "dims.h"
 
 #define HEADER ((sizeof(mha_kv_cache) + 63) / 64 * 64)

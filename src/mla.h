@@ -11,10 +11,6 @@
 #include "attention.h"
 #include "dims.h"
 
-/* Rows of one projection task and of one output task: fixed, so results never depend on the
- * thread count (a row's sums never depend on how many rows share its product either). */
-#define MHA_MLA_ROWS 64
-
 /* One packed B operand (kk × n) at element off of the weights region: float32 panels of the
  * microkernel's width, or bf16 B panels (bgemm.h) of mha_bk_ps(kk) elements each. */
 typedef struct mha_mla_lin { size_t off; int kk, n; } mha_mla_lin;

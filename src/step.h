@@ -8,23 +8,6 @@
 #include "kvcache.h"
 #include "mla.h"
 
-/* Decoding: a sequence bringing at most MHA_DECODE_MAX_NEW new tokens to a step attends straight
- * from the cache, its context cut into the forward's chunks of MHA_KV_CHUNK keys (one task
- * each, merged in order by the forward's rule: a split fixed by positions alone, so outputs
- * depend neither on the thread count nor on how the sequence's steps were cut). */
-#define MHA_DECODE_MAX_NEW 4
-
-/* Floats of one decode chunk's partial results of a (sequence, KV head): each of the group's
- * queries (group·MHA_DECODE_MAX_NEW at most) its Z (dk), running max and sum; the partial
- * region holds (batch, kvh, chunks) of them (step.c's partial_of indexes it). */
-static inline size_t mha_step_partial_floats(int group, int dk)
-{
-    return (size_t)group * MHA_DECODE_MAX_NEW * ((size_t)dk + 2);
-}
-/* Columns of one output-projection task of a step with few rows (a multiple of every B panel
- * width: 8, 16, 32, 64). */
-#define MHA_OUT_COLS 512
-
 typedef struct mha_step_job {
     mha_fwd f;                 /* what attention needs: kernel, sizes, weights, z, out; causal */
     const mha_kv_cache *cache;

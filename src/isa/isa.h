@@ -25,14 +25,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "attention.h" /* MHA_KV_CHUNK: the most slots one decode_scores call takes */
 #include "bgemm.h"
+#include "blocking.h"
 #include "gemm.h"
 #include "kvcache.h" /* MHA_KV_TYPES: the per-type operations */
 #include "softmax.h"
-
-/* The widest d_k rows_scores takes (its queries' features transposed on the stack). */
-#define MHA_ROWS_SCORES_DK 256
 
 /* Memory to bring into cache while a tile computes from cache: n regions of `bytes` each
  * (bf16 decode's values: the next chunk's regions of the KV head, one per block). */
