@@ -26,6 +26,7 @@ struct mha_engine {
     mha_arena_views views;  /* weight views point into a shared packed copy when shared */
     mha_kernel kernel;      /* BLIS's microkernel and the kernel table (kernel.isa) */
     mha_fwd model;          /* what every pass reads, made once the views are final (make_model) */
+    mha_step_ops step_ops;  /* a step's strategies on this engine's cache type (make_model) */
     const mha_bkernel *bkernel; /* bf16 engines; NULL: float32 */
     char kernel_name[24];   /* mha_engine_kernel */
     mha_sched sched;
@@ -138,6 +139,7 @@ static void make_model(mha_engine *e)
         .mla = e->plan.mla.on ? &e->plan.mla : NULL, .mla_dims = dm->mla,
         .mla_w = dm->bf16 ? (const void *)v->mla_w16 : v->mla_w, .mla_v = v->mla_v, .mla_k = v->mla_k, .mla_z = v->mla_z,
     };
+    e->step_ops = mha_step_ops_of(&e->model, dm->kv_type);
 }
 
 /* Lay the engine out in ws (at least plan.total bytes, 64-byte aligned). */
@@ -619,7 +621,8 @@ MHA_API mha_status mha_step_forward(mha_engine *e, mha_kv_cache *c, const mha_st
     if (rows > 0) {
         const mha_call call = {.causal = 1, .out = out}; /* a step's rows attend causally; its tokens are the job's */
         mha_step_job j = {.f = e->model, .cache = c, .step = s, .row0 = row0, .rows = (int)rows,
-                          .partial = e->views.partial, .k_full = e->views.k_full, .tails = e->views.step_tails,
+                          .ops = &e->step_ops, .partial = e->views.partial, .k_full = e->views.k_full,
+                          .tails = e->views.step_tails,
                           .max_chunks = (e->dims.seq_kv + MHA_KV_CHUNK - 1) / MHA_KV_CHUNK};
         j.f.call = &call;
         /* rows per projection task: what the Q/K/V scratch holds, whole A panels where it holds

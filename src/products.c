@@ -3,7 +3,6 @@
 
 #include "attention.h"
 #include "isa/isa.h"
-#include "step.h"
 
 static int a_panel_f32(const mha_kernel *k)
 {
@@ -65,30 +64,27 @@ static void gemm_bf16(const mha_fwd *f, const mha_scratch *s, int m, int n, int 
               s->apack16);
 }
 
-static const mha_products f32 = {.esz = sizeof(float), .a_panel = a_panel_f32, .a_row = a_row_f32,
+static const mha_products f32 = {.esz = sizeof(float), .float_panels = 1, .a_panel = a_panel_f32, .a_row = a_row_f32,
                                   .pack_a = pack_a_f32, .pack_b = pack_b_f32, .gemm = gemm_f32,
                                   .pack_kv = mha_attention_pack_kv_f32, .block_queries = mha_attention_block_queries_f32,
                                   .few_fits = mha_attention_few_fits_f32, .pack_kv_few = mha_attention_pack_kv_few_f32,
-                                  .chunk = mha_attention_chunk_f32, .step_gather = mha_step_gather_f32,
-                                  .step_chunk = mha_step_chunk_f32};
+                                  .chunk = mha_attention_chunk_f32};
 static const mha_products bf16 = {.esz = sizeof(mha_bf16), .a_panel = a_panel_bf16, .a_row = a_row_bf16,
                                    .pack_a = pack_a_bf16, .pack_b = pack_b_bf16, .gemm = gemm_bf16,
                                    .pack_kv = mha_attention_pack_kv_bf16, .pack_kv16 = mha_attention_pack_kv16_bf16,
                                    .block_queries = mha_attention_block_queries_bf16,
                                    .few_fits = mha_attention_few_fits_bf16, .pack_kv_few = mha_attention_pack_kv_few_bf16,
-                                   .chunk = mha_attention_chunk_bf16, .step_gather = mha_step_gather_bf16,
-                                   .step_chunk = mha_step_chunk_bf16};
-/* bf16's, but the attention's K/V packing, chunks and prefill gather on the float32 stream
+                                   .chunk = mha_attention_chunk_bf16};
+/* bf16's, but the attention's K/V packing and chunks on the float32 stream
  * (the stream's chunks round their queries themselves; the core's few queries are bf16's) */
-static const mha_products bf16_stream = {.esz = sizeof(mha_bf16), .a_panel = a_panel_bf16, .a_row = a_row_bf16,
+static const mha_products bf16_stream = {.esz = sizeof(mha_bf16), .float_panels = 1, .a_panel = a_panel_bf16, .a_row = a_row_bf16,
                                           .pack_a = pack_a_bf16, .pack_b = pack_b_bf16, .gemm = gemm_bf16,
                                           .pack_kv = mha_attention_pack_kv_stream,
                                           .pack_kv16 = mha_attention_pack_kv16_stream,
                                           .block_queries = mha_attention_block_queries_stream,
                                           .few_fits = mha_attention_few_fits_bf16,
                                           .pack_kv_few = mha_attention_pack_kv_few_bf16,
-                                          .chunk = mha_attention_chunk_stream, .step_gather = mha_step_gather_stream,
-                                          .step_chunk = mha_step_chunk_bf16};
+                                          .chunk = mha_attention_chunk_stream};
 
 const mha_products *mha_products_of(const mha_bkernel *bk, const mha_kernel *k, int dk)
 {

@@ -18,14 +18,13 @@ struct mha_scratch;
 struct mha_chunk_rows;
 struct mha_kv_view;
 struct mha_core_io;
-struct mha_step_job;
-
-/* A decode unit of a sequence: chunk c of its context for KV head g. */
-typedef struct mha_chunk_at { int g, c; } mha_chunk_at;
 
 typedef struct mha_products {
     /* Bytes of an element of what it packs (A panels, packed B). */
     size_t esz;
+    /* 1: the attention's K and V operands are float32 panels (float32 engines, and bf16 on the
+     * float32 stream); 0: the bf16 kernel's B panels. */
+    int float_panels;
     /* Rows of an A panel: a block of packed rows starts on a multiple. */
     int (*a_panel)(const mha_kernel *k);
     /* Elements of one packed row of d columns (A panels: row r of a block from its first
@@ -77,18 +76,6 @@ typedef struct mha_products {
                   const struct mha_kv_view *kv, int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx,
                   float *sum, ptrdiff_t st);
 
-    /* ---- a step's attention on the paged cache (step.c) ---- */
-    /* Prefill: the keys [t_begin, ctx) of sequence q, KV head g, gathered from the cache into
-     * what mha_attention_rows reads (float32: Kᵀ panels and V columns, a scaled cache's V read
-     * back and its Kᵀ left to k_view; bf16: B panels, a scaled cache's V parameters into vs;
-     * bf16 on the float32 stream: float32's for an unscaled cache, bf16's for a scaled one). */
-    void (*step_gather)(const struct mha_step_job *j, int q, int g, int t_begin, int ctx,
-                        const struct mha_scratch *s, float *vs);
-    /* Decode: a chunk (keys [k0, k1)) of (q, g) into its partials p, from the queries in the
-     * worker's decode scratch; next: the (KV head, chunk) of q the worker runs next (what to
-     * prefetch; next.c < 0: none). */
-    void (*step_chunk)(const struct mha_step_job *j, int q, int g, int k0, int k1, mha_chunk_at next, float *p,
-                       float *vs, const struct mha_scratch *s);
 } mha_products;
 
 /* The products of a float32 engine (bk NULL) or of a bf16 one (its kernel; on the float32

@@ -8,8 +8,41 @@
 #include "kvcache.h"
 #include "mla.h"
 
+/* A decode unit of a sequence: chunk c of its context for KV head g. */
+typedef struct mha_chunk_at { int g, c; } mha_chunk_at;
+
+struct mha_step_job;
+/* A step's strategies on the paged cache, chosen once per engine (mha_step_ops_of) from its
+ * products (float32, bf16, or bf16 on the float32 stream), its cache's family (scaled: int8)
+ * and whether its table's bf16 decode tiles sum as its kernel does: the step's tasks call
+ * them and never ask which (step_parts.h lists the candidates). */
+typedef struct mha_step_ops {
+    /* Prefill: the keys [t_begin, ctx) of sequence q, KV head g, gathered from the cache into
+     * what mha_attention_rows reads (float32: Kᵀ panels and V columns, a scaled cache's V read
+     * back, or its values with their parameters in vs on the float32 stream, and its Kᵀ left to
+     * attend; bf16: B panels, a scaled cache's V parameters into vs). */
+    void (*gather)(const struct mha_step_job *j, int q, int g, int t_begin, int ctx, const mha_scratch *s, float *vs);
+    /* Prefill: the rows of (q, g) attended over what gather left: all at once, or (scaled)
+     * group by group, each seeing its own K group at full precision, then the groups the step
+     * completed stored. */
+    void (*attend)(const struct mha_step_job *j, int q, int g, int t_begin, const mha_scratch *s, const float *vs);
+    /* Decode: a chunk (keys [k0, k1)) of (q, g) into its partials p, from the queries in the
+     * worker's decode scratch; next: the (KV head, chunk) of q the worker runs next (what to
+     * prefetch; next.c < 0: none). */
+    void (*chunk)(const struct mha_step_job *j, int q, int g, int k0, int k1, mha_chunk_at next, float *p, float *vs,
+                  const mha_scratch *s);
+    /* Decode, after every chunk of (q, g): the groups the step completed stored (scaled), or
+     * nothing. */
+    void (*commit)(const struct mha_step_job *j, int q, int g);
+    int v_params;              /* 1: the chunks take an int8 cache's V parameters (the worker's
+                                * s->kvs: a bf16 engine's, which read V's values themselves) */
+    int packed_queries;        /* 1: decode's queries packed into A panels once per unit (the
+                                * forward's bf16 chunk step over gathered panels) */
+} mha_step_ops;
+
 typedef struct mha_step_job {
     mha_fwd f;                 /* what attention needs: kernel, sizes, weights, z, out; causal */
+    const mha_step_ops *ops;   /* the engine's strategies (mha_step_ops_of) */
     const mha_kv_cache *cache;
     const mha_step *step;
     const int *row0;           /* (n_seqs + 1): each sequence's first row in x, z and out */
@@ -22,6 +55,10 @@ typedef struct mha_step_job {
                                 * cache's pool (mha_kv_open_step), NULL where it has none */
     int max_chunks;            /* ceil(max_seq_kv / MHA_KV_CHUNK) */
 } mha_step_job;
+
+/* The strategies of an engine whose model is f (its products, kernel and bf16 kernel) on a
+ * cache of kv type kv. */
+mha_step_ops mha_step_ops_of(const mha_fwd *f, mha_kv_type kv);
 
 /* Rows per A panel of the step's packed rows: the float32 microkernel's, or 16 for bf16. */
 int mha_step_panel(const mha_step_job *j);
@@ -63,16 +100,6 @@ int mha_step_first_chunk(const mha_step_job *j, int q);
 void mha_step_decode_chunks(const mha_step_job *j, int q, int g0, int g1, int c0, int c1, const mha_scratch *s);
 /* Decode: the chunks of (q, g) merged in order (log-sum-exp) into z. */
 void mha_step_decode_merge(const mha_step_job *j, int q, int g);
-/* The step's attention of each precision (products.c's tables: mha_products' step_gather and
- * step_chunk). */
-void mha_step_gather_f32(const mha_step_job *j, int q, int g, int t_begin, int ctx, const mha_scratch *s, float *vs);
-void mha_step_gather_bf16(const mha_step_job *j, int q, int g, int t_begin, int ctx, const mha_scratch *s, float *vs);
-void mha_step_gather_stream(const mha_step_job *j, int q, int g, int t_begin, int ctx, const mha_scratch *s,
-                            float *vs);
-void mha_step_chunk_f32(const mha_step_job *j, int q, int g, int k0, int k1, mha_chunk_at next, float *p, float *vs,
-                        const mha_scratch *s);
-void mha_step_chunk_bf16(const mha_step_job *j, int q, int g, int k0, int k1, mha_chunk_at next, float *p, float *vs,
-                         const mha_scratch *s);
 /* out rows [r0, r1), columns [c0, c1) (c0 a panel boundary) = z · Wo + bo. */
 void mha_step_out_rows(const mha_step_job *j, int r0, int r1, int c0, int c1, const mha_scratch *s);
 
