@@ -38,9 +38,9 @@
 #include "isa/isa.h"
 #include "rope.h"
 
-static void commit_none(const mha_step_job *j, int q, int g)
+static void commit_none(const mha_step_job *j, int seq, int g)
 {
-    (void)j, (void)q, (void)g; /* an unscaled cache's keys are whole as stored */
+    (void)j, (void)seq, (void)g; /* an unscaled cache's keys are whole as stored */
 }
 
 mha_step_ops mha_step_ops_of(const mha_fwd *f, mha_kv_type kv)
@@ -60,18 +60,18 @@ mha_step_ops mha_step_ops_of(const mha_fwd *f, mha_kv_type kv)
     };
 }
 
-/* The sequence of row r, walking forward from sequence q (rows only grow). */
-static int seq_of(const mha_step_job *j, int r, int q)
+/* The sequence of row r, walking forward from sequence seq (rows only grow). */
+static int seq_of(const mha_step_job *j, int r, int seq)
 {
-    while (r >= j->row0[q + 1])
-        q++;
-    return q;
+    while (r >= j->row0[seq + 1])
+        seq++;
+    return seq;
 }
 
-/* The position of row r, which belongs to sequence q. */
-static int pos_of(const mha_step_job *j, int r, int q)
+/* The position of row r, which belongs to sequence seq. */
+static int pos_of(const mha_step_job *j, int r, int seq)
 {
-    return j->step->n_past[q] + (r - j->row0[q]);
+    return j->step->n_past[seq] + (r - j->row0[seq]);
 }
 
 static const float *packed_rows(const mha_step_job *j, int r0)
@@ -148,12 +148,12 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
     } else
         mha_attention_project(f, s, m, x, xp, g, dkp, dkp, 2 * dkp);
     mha_attention_norm_rows(f, qkv, m, dkp, 1, g, kss);
-    for (int i = 0, q = first; i < m; i++) {
-        q = seq_of(j, r0 + i, q);
-        const int pos = pos_of(j, r0 + i, q);
+    for (int i = 0, seq = first; i < m; i++) {
+        seq = seq_of(j, r0 + i, seq);
+        const int pos = pos_of(j, r0 + i, seq);
         if (f->rope != MHA_ROPE_NONE)
             mha_rope_rows(k, mha_mat_sub(k, qkv, i, 0), 1, dkp, pos, f->rope, f->rope_dim, f->rope_cos, f->rope_sin);
-        const mha_kv_run at = mha_kv_run_at(st->blocks + (size_t)q * st->max_blocks, bs, pos, pos + 1);
+        const mha_kv_run at = mha_kv_run_at(st->blocks + (size_t)seq * st->max_blocks, bs, pos, pos + 1);
         store_kv(j, qkv, i, r0 + i, at.block, g, at.slot, s);
     }
     /* Q of each query head of the group (QK-norm full: already in z), rotated, into its
@@ -165,9 +165,9 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
         else
             mha_attention_project(f, s, m, x, xp, g, h == 0 ? 0 : (h + 2) * dkp, 0, dkp);
         mha_attention_norm_rows(f, qkv, m, 0, 0, g * f->group + h, qss);
-        for (int i = 0, q = first; i < m && f->rope != MHA_ROPE_NONE; i++) {
-            q = seq_of(j, r0 + i, q);
-            mha_rope_rows(k, mha_mat_sub(k, qkv, i, 0), 1, 0, pos_of(j, r0 + i, q), f->rope, f->rope_dim, f->rope_cos,
+        for (int i = 0, seq = first; i < m && f->rope != MHA_ROPE_NONE; i++) {
+            seq = seq_of(j, r0 + i, seq);
+            mha_rope_rows(k, mha_mat_sub(k, qkv, i, 0), 1, 0, pos_of(j, r0 + i, seq), f->rope, f->rope_dim, f->rope_cos,
                           f->rope_sin);
         }
         mha_mat_get_rows(k, qkv, m, 0, dk, z, f->qd);
@@ -180,18 +180,18 @@ void mha_step_project_mla(const mha_step_job *j, int g, int r0, int r1, const mh
     const mha_step *st = j->step;
     const int m = r1 - r0, dk = f->dk, dkp = f->dkp, bs = j->cache->block_size, first = seq_of(j, r0, 0);
     int pos[MHA_MLA_ROWS];
-    for (int i = 0, q = first; i < m; i++) {
-        q = seq_of(j, r0 + i, q);
-        pos[i] = pos_of(j, r0 + i, q);
+    for (int i = 0, seq = first; i < m; i++) {
+        seq = seq_of(j, r0 + i, seq);
+        pos[i] = pos_of(j, r0 + i, seq);
     }
     /* rows of 3·dkp in the scratch: K at dkp, V at 2·dkp, as store_kv reads them */
     float *kv = s->qkv;
     const ptrdiff_t ld = 3 * (ptrdiff_t)dkp;
     mha_mla_rows(f, st->x + (size_t)r0 * f->d, m, 0, pos, f->z + (size_t)r0 * f->qd, kv + dkp, ld, s);
-    for (int i = 0, q = first; i < m; i++) {
-        q = seq_of(j, r0 + i, q);
+    for (int i = 0, seq = first; i < m; i++) {
+        seq = seq_of(j, r0 + i, seq);
         memcpy(kv + i * ld + 2 * dkp, kv + i * ld + dkp, (size_t)dk * sizeof *kv);
-        const mha_kv_run at = mha_kv_run_at(st->blocks + (size_t)q * st->max_blocks, bs, pos[i], pos[i] + 1);
+        const mha_kv_run at = mha_kv_run_at(st->blocks + (size_t)seq * st->max_blocks, bs, pos[i], pos[i] + 1);
         store_kv(j, mha_mat_rows(f->kernel, kv, ld), i, r0 + i, at.block, g, at.slot, s);
     }
 }

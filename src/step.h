@@ -17,23 +17,23 @@ struct mha_step_job;
  * and whether its table's bf16 decode tiles sum as its kernel does: the step's tasks call
  * them and never ask which (step_parts.h lists the candidates). */
 typedef struct mha_step_ops {
-    /* Prefill: the keys [t_begin, ctx) of sequence q, KV head g, gathered from the cache into
+    /* Prefill: the keys [t_begin, ctx) of sequence seq, KV head g, gathered from the cache into
      * what mha_attention_rows reads (float32: Kᵀ panels and V columns, a scaled cache's V read
      * back, or its values with their parameters in vs on the float32 stream, and its Kᵀ left to
      * attend; bf16: B panels, a scaled cache's V parameters into vs). */
-    void (*gather)(const struct mha_step_job *j, int q, int g, int t_begin, int ctx, const mha_scratch *s, float *vs);
-    /* Prefill: the rows of (q, g) attended over what gather left: all at once, or (scaled)
+    void (*gather)(const struct mha_step_job *j, int seq, int g, int t_begin, int ctx, const mha_scratch *s, float *vs);
+    /* Prefill: the rows of (seq, g) attended over what gather left: all at once, or (scaled)
      * group by group, each seeing its own K group at full precision, then the groups the step
      * completed stored. */
-    void (*attend)(const struct mha_step_job *j, int q, int g, int t_begin, const mha_scratch *s, const float *vs);
-    /* Decode: a chunk (keys [k0, k1)) of (q, g) into its partials p, from the queries in the
-     * worker's decode scratch; next: the (KV head, chunk) of q the worker runs next (what to
+    void (*attend)(const struct mha_step_job *j, int seq, int g, int t_begin, const mha_scratch *s, const float *vs);
+    /* Decode: a chunk (keys [k0, k1)) of (seq, g) into its partials p, from the queries in the
+     * worker's decode scratch; next: the (KV head, chunk) of seq the worker runs next (what to
      * prefetch; next.c < 0: none). */
-    void (*chunk)(const struct mha_step_job *j, int q, int g, int k0, int k1, mha_chunk_at next, float *p, float *vs,
+    void (*chunk)(const struct mha_step_job *j, int seq, int g, int k0, int k1, mha_chunk_at next, float *p, float *vs,
                   const mha_scratch *s);
-    /* Decode, after every chunk of (q, g): the groups the step completed stored (scaled), or
+    /* Decode, after every chunk of (seq, g): the groups the step completed stored (scaled), or
      * nothing. */
-    void (*commit)(const struct mha_step_job *j, int q, int g);
+    void (*commit)(const struct mha_step_job *j, int seq, int g);
     int v_params;              /* 1: the chunks take an int8 cache's V parameters (the worker's
                                 * s->kvs: a bf16 engine's, which read V's values themselves) */
     int packed_queries;        /* 1: decode's queries packed into A panels once per unit (the
@@ -81,15 +81,15 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
 void mha_step_project_mla(const mha_step_job *j, int g, int r0, int r1, const mha_scratch *s);
 /* MLA: out rows [r0, r1) from z (each head's latent output) through W_uv and o_proj. */
 void mha_step_out_mla(const mha_step_job *j, int r0, int r1, const mha_scratch *s);
-/* Sequence q, KV head g: its context's K and V from the cache, then each query head of the
+/* Sequence seq, KV head g: its context's K and V from the cache, then each query head of the
  * group attends from its new tokens (Q read from z, Z written over it). */
-void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s);
-/* Chunks of MHA_KV_CHUNK keys in sequence q's context. */
-int mha_step_chunks(const mha_step_job *j, int q);
+void mha_step_attend(const mha_step_job *j, int seq, int g, const mha_scratch *s);
+/* Chunks of MHA_KV_CHUNK keys in sequence seq's context. */
+int mha_step_chunks(const mha_step_job *j, int seq);
 /* The first of them any of its new tokens sees (a sliding window leaves the earlier ones
  * unread: their partials only say so). */
-int mha_step_first_chunk(const mha_step_job *j, int q);
-/* Decode (n_new <= MHA_DECODE_MAX_NEW): chunks [c0, c1) of sequence q's context for the query
+int mha_step_first_chunk(const mha_step_job *j, int seq);
+/* Decode (n_new <= MHA_DECODE_MAX_NEW): chunks [c0, c1) of sequence seq's context for the query
  * heads of KV heads [g0, g1), chunk by chunk and within a chunk head by head, read in place
  * from the cache: each query's running max, sum and unnormalised Z per (KV head, chunk). One
  * worker's run: while a unit's values are summed from cache, the next unit's regions are
@@ -97,9 +97,9 @@ int mha_step_first_chunk(const mha_step_job *j, int q);
  * heads reads a block's bytes as one stream), so memory does not idle between units. A run
  * from the first chunk with a visible key merges its later chunks into that one's partials as
  * it goes (the merge's rule and order: the same bits), marking theirs merged. */
-void mha_step_decode_chunks(const mha_step_job *j, int q, int g0, int g1, int c0, int c1, const mha_scratch *s);
-/* Decode: the chunks of (q, g) merged in order (log-sum-exp) into z. */
-void mha_step_decode_merge(const mha_step_job *j, int q, int g);
+void mha_step_decode_chunks(const mha_step_job *j, int seq, int g0, int g1, int c0, int c1, const mha_scratch *s);
+/* Decode: the chunks of (seq, g) merged in order (log-sum-exp) into z. */
+void mha_step_decode_merge(const mha_step_job *j, int seq, int g);
 /* out rows [r0, r1), columns [c0, c1) (c0 a panel boundary) = z · Wo + bo. */
 void mha_step_out_rows(const mha_step_job *j, int r0, int r1, int c0, int c1, const mha_scratch *s);
 

@@ -45,23 +45,23 @@ static void mla_v_rows(const mha_kernel *k, const mha_kv_cache *c, const void *k
     }
 }
 
-int mha_step_chunks(const mha_step_job *j, int q)
+int mha_step_chunks(const mha_step_job *j, int seq)
 {
-    const int ctx = j->step->n_past[q] + j->step->n_new[q];
+    const int ctx = j->step->n_past[seq] + j->step->n_new[seq];
     return (ctx + MHA_KV_CHUNK - 1) / MHA_KV_CHUNK;
 }
 
-int mha_step_first_chunk(const mha_step_job *j, int q)
+int mha_step_first_chunk(const mha_step_job *j, int seq)
 {
-    return mha_step_first_key(j, q) / MHA_KV_CHUNK;
+    return mha_step_first_key(j, seq) / MHA_KV_CHUNK;
 }
 
-/* Partial results of query qi (head-in-group major, then row) of chunk c of (q, g):
+/* Partial results of query qi (head-in-group major, then row) of chunk c of (seq, g):
  * Z (dk floats, unnormalised), then the running max and the sum. */
-static float *partial_of(const mha_step_job *j, int q, int g, int c, int qi)
+static float *partial_of(const mha_step_job *j, int seq, int g, int c, int qi)
 {
     const size_t per_query = (size_t)j->f.dk + 2, per_chunk = mha_step_partial_floats(j->f.group, j->f.dk);
-    return j->partial + (((size_t)q * j->f.kvh + g) * j->max_chunks + c) * per_chunk + (size_t)qi * per_query;
+    return j->partial + (((size_t)seq * j->f.kvh + g) * j->max_chunks + c) * per_chunk + (size_t)qi * per_query;
 }
 
 /* Where decode tiles read a chunk's keys: runs of slots, run r with n[r] slots of a block, Kᵀ
@@ -80,17 +80,17 @@ typedef struct chunk_src {
     int n[MHA_KV_CHUNK];
 } chunk_src;
 
-/* The keys [k0, k1) of (q, g) in place in the cache (any type): a run per block; int8: its V
+/* The keys [k0, k1) of (seq, g) in place in the cache (any type): a run per block; int8: its V
  * scales' line prefetched (it lies past the block's values: read after the scores). An MLA
  * cache's V goes to vbuf (mla_v_chunk puts it there: the chunk's keys × kv_lora elements of
  * the cache's type; NULL for any other cache). */
-static void cache_runs(const mha_step_job *j, int q, int g, int k0, int k1, void *vbuf, chunk_src *src)
+static void cache_runs(const mha_step_job *j, int seq, int g, int k0, int k1, void *vbuf, chunk_src *src)
 {
     const mha_kv_cache *cache = j->cache;
     const int bs = cache->block_size;
     const size_t esz = mha_kv_elem_size(cache->type);
     const int scaled = mha_kv_traits_of(cache->type)->scaled;
-    const int32_t *table = j->step->blocks + (size_t)q * j->step->max_blocks;
+    const int32_t *table = j->step->blocks + (size_t)seq * j->step->max_blocks;
     const char *data = cache->data;
     src->type = cache->type, src->runs = 0, src->ld = bs, src->vw = cache->mla ? cache->mla : cache->dk;
     for (mha_kv_run u = mha_kv_run_at(table, bs, k0, k1); u.n; u = mha_kv_run_at(table, bs, u.t + u.n, k1)) {
@@ -122,12 +122,12 @@ static void mla_v_chunk(const mha_step_job *j, const chunk_src *src, void *v)
         mla_v_rows(j->f.kernel, j->cache, src->kt[r], src->n[r], src->vw, v, t);
 }
 
-/* int8: the end of the step's rows from i0 (of sequence q) that see the keys before k1 alike:
+/* int8: the end of the step's rows from i0 (of sequence seq) that see the keys before k1 alike:
  * every row when k1 is at most the first row's group's start (they all see those keys as
  * stored), else the rows of i0's group. */
-static int view_rows_end(const mha_step_job *j, int q, int k1, int i0)
+static int view_rows_end(const mha_step_job *j, int seq, int k1, int i0)
 {
-    const int n_new = j->step->n_new[q], n_past = j->step->n_past[q], bs = j->cache->block_size;
+    const int n_new = j->step->n_new[seq], n_past = j->step->n_past[seq], bs = j->cache->block_size;
     if (k1 <= mha_kv_group_of(bs, n_past).t)
         return n_new;
     const int own = mha_kv_group_of(bs, n_past + i0).t;
@@ -145,11 +145,11 @@ static int view_rows_end(const mha_step_job *j, int q, int k1, int i0)
  * unscaled cache) decode_scores16 (qv rounded already). Each run's Kᵀ read once for every
  * query, slots of several runs at once, the runs' value rows given to be prefetched (by the
  * first pass; not an MLA cache's, which mla_v_chunk writes after the scores). */
-static void chunk_scores(const mha_step_job *j, int q, int i0, int i1, const float *qv, float *sc, const chunk_src *src,
+static void chunk_scores(const mha_step_job *j, int seq, int i0, int i1, const float *qv, float *sc, const chunk_src *src,
                          int bf16, mha_kv_type type, const void *const *kt, const mha_f16 *const *kp, int ld)
 {
     const mha_fwd *f = &j->f;
-    const int n_new = j->step->n_new[q], dk = f->dk, kc = f->kernel->kc, all = i1 - i0 == n_new;
+    const int n_new = j->step->n_new[seq], dk = f->dk, kc = f->kernel->kc, all = i1 - i0 == n_new;
     const mha_isa *isa = f->kernel->isa;
     const void *const *vr = j->cache->mla ? NULL : src->v;
     for (int jh = 0; jh < (all ? 1 : f->group); jh++) {
@@ -168,21 +168,21 @@ static void chunk_scores(const mha_step_job *j, int q, int i0, int i1, const flo
     }
 }
 
-/* int8: Kᵀ of the keys [k0, k1) of (q, g) as the rows from i0 see it (k_view; the rows they
+/* int8: Kᵀ of the keys [k0, k1) of (seq, g) as the rows from i0 see it (k_view; the rows they
  * are: view_rows_end), float32 into s->kt, key t at column t − k0 of rows n apart (the decode
  * tiles' rows). */
-static void chunk_kt_scaled(const mha_step_job *j, int q, int g, int k0, int k1, int i0, const mha_scratch *s)
+static void chunk_kt_scaled(const mha_step_job *j, int seq, int g, int k0, int k1, int i0, const mha_scratch *s)
 {
-    const int own = mha_kv_group_of(j->cache->block_size, j->step->n_past[q] + i0).t;
-    mha_step_k_view(j, q, g, own, k0, k1, s->kt, (size_t)(k1 - k0), s);
+    const int own = mha_kv_group_of(j->cache->block_size, j->step->n_past[seq] + i0).t;
+    mha_step_k_view(j, seq, g, own, k0, k1, s->kt, (size_t)(k1 - k0), s);
 }
 
 /* int8: the end of the keys from k0 (to k1 at most) that every row sees as the cache holds them
  * and the tiles may read there: those in groups stored before the step, when blocks hold whole
  * groups (so runs are, and the end is a multiple of 16 from the chunk's start); k0 if none. */
-static int k_stored_end(const mha_step_job *j, int q, int k0, int k1)
+static int k_stored_end(const mha_step_job *j, int seq, int k0, int k1)
 {
-    const int bs = j->cache->block_size, e = mha_kv_group_of(bs, j->step->n_past[q]).t;
+    const int bs = j->cache->block_size, e = mha_kv_group_of(bs, j->step->n_past[seq]).t;
     return bs % MHA_KV_GROUP ? k0 : e < k0 ? k0 : e < k1 ? e : k1;
 }
 
@@ -190,25 +190,25 @@ static int k_stored_end(const mha_step_job *j, int q, int k0, int k1)
  * stored before the step (to k_stored_end) where the cache holds them, every row at once; the
  * rest on Kᵀ as each row's group sees it, a pass per set of rows that see it alike
  * (chunk_kt_scaled). A key's score is its own sum either way: the split changes no bit. */
-static void scores_scaled(const mha_step_job *j, int q, int g, int k0, int k1, const float *qv, float *sc,
+static void scores_scaled(const mha_step_job *j, int seq, int g, int k0, int k1, const float *qv, float *sc,
                           const mha_scratch *s)
 {
-    const int e = k_stored_end(j, q, k0, k1), n_new = j->step->n_new[q];
+    const int e = k_stored_end(j, seq, k0, k1), n_new = j->step->n_new[seq];
     chunk_src part; /* the runs of [k0, e), then of [e, k1) */
     if (e > k0) {
-        cache_runs(j, q, g, k0, e, NULL, &part);
-        chunk_scores(j, q, 0, n_new, qv, sc, &part, 0, part.type, part.kt, part.kp, part.ld);
+        cache_runs(j, seq, g, k0, e, NULL, &part);
+        chunk_scores(j, seq, 0, n_new, qv, sc, &part, 0, part.type, part.kt, part.kp, part.ld);
     }
     if (e == k1)
         return;
-    cache_runs(j, q, g, e, k1, NULL, &part);
+    cache_runs(j, seq, g, e, k1, NULL, &part);
     const void *kt[MHA_KV_CHUNK];
     for (int r = 0, t = 0; r < part.runs; t += part.n[r++])
         kt[r] = s->kt + t;
     for (int i0 = 0, i1; i0 < n_new; i0 = i1) {
-        i1 = view_rows_end(j, q, k1, i0);
-        chunk_kt_scaled(j, q, g, e, k1, i0, s);
-        chunk_scores(j, q, i0, i1, qv, sc + (e - k0), &part, 0, MHA_KV_F32, kt, NULL, k1 - e); /* read back */
+        i1 = view_rows_end(j, seq, k1, i0);
+        chunk_kt_scaled(j, seq, g, e, k1, i0, s);
+        chunk_scores(j, seq, i0, i1, qv, sc + (e - k0), &part, 0, MHA_KV_F32, kt, NULL, k1 - e); /* read back */
     }
 }
 
@@ -220,20 +220,20 @@ static float *dec_scores(const mha_scratch *s)
     return s->dec;
 }
 
-static float *dec_queries(const mha_step_job *j, int q, const mha_scratch *s)
+static float *dec_queries(const mha_step_job *j, int seq, const mha_scratch *s)
 {
-    return s->dec + (size_t)j->f.group * j->step->n_new[q] * MHA_KV_CHUNK;
+    return s->dec + (size_t)j->f.group * j->step->n_new[seq] * MHA_KV_CHUNK;
 }
 
-static float *dec_partials(const mha_step_job *j, int q, const mha_scratch *s)
+static float *dec_partials(const mha_step_job *j, int seq, const mha_scratch *s)
 {
-    return dec_queries(j, q, s) + (size_t)j->f.group * j->step->n_new[q] * j->f.dk;
+    return dec_queries(j, seq, s) + (size_t)j->f.group * j->step->n_new[seq] * j->f.dk;
 }
 
 /* int8 in a bf16 engine: a chunk's V zero sums of the task's queries (mha_attention_chunk_row). */
-static float *dec_zero_sums(const mha_step_job *j, int q, const mha_scratch *s)
+static float *dec_zero_sums(const mha_step_job *j, int seq, const mha_scratch *s)
 {
-    return dec_partials(j, q, s) + (size_t)j->f.group * j->step->n_new[q] * ((size_t)j->f.dk + 2);
+    return dec_partials(j, seq, s) + (size_t)j->f.group * j->step->n_new[seq] * ((size_t)j->f.dk + 2);
 }
 
 /* The chunk's scores and A·V in register tiles, read in place from the cache blocks (src),
@@ -247,12 +247,12 @@ static float *dec_zero_sums(const mha_step_job *j, int q, const mha_scratch *s)
  * the queries unrounded) and its V parameters gathered into vs: the forward's chunk step, bit for
  * bit; bf16: which (mha_step_ops.chunk says); pf: what the values prefetch into L2 as
  * they sum (the next unit's regions, or NULL). */
-static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int k1, int bf16, float *qv, float *sc,
+static void decode_chunk_tiles(const mha_step_job *j, int seq, int g, int k0, int k1, int bf16, float *qv, float *sc,
                                float *p, const chunk_src *src, float *vs, const mha_prefetch *pf, const mha_scratch *s)
 {
     const mha_fwd *f = &j->f;
     const int scaled = mha_kv_traits_of(src->type)->scaled;
-    const int n_new = j->step->n_new[q], n_past = j->step->n_past[q], dk = f->dk, nq = f->group * n_new;
+    const int n_new = j->step->n_new[seq], n_past = j->step->n_past[seq], dk = f->dk, nq = f->group * n_new;
     const int n = k1 - k0;
     const mha_isa *isa = f->kernel->isa;
     if (bf16 && !scaled) /* int8: float32 scores on the queries as they are (chunk_scores) */
@@ -261,15 +261,15 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
      * every row sees them as stored) when the runs are whole groups (blocks of a multiple of
      * MHA_KV_GROUP slots); the rest read back as each row sees it */
     if (scaled)
-        scores_scaled(j, q, g, k0, k1, qv, sc, s);
+        scores_scaled(j, seq, g, k0, k1, qv, sc, s);
     else
-        chunk_scores(j, q, 0, n_new, qv, sc, src, bf16, src->type, src->kt, NULL, src->ld);
+        chunk_scores(j, seq, 0, n_new, qv, sc, src, bf16, src->type, src->kt, NULL, src->ld);
     if (j->cache->mla)
         mla_v_chunk(j, src, s->qkv);
     /* int8 in a bf16 engine: the chunk's V parameters, key by key, and the rows' zero sums */
     for (int r = 0, t = 0; scaled && bf16 && r < src->runs; t += src->n[r++])
         memcpy(vs + 2 * (size_t)t, src->vs[r], 2 * (size_t)src->n[r] * sizeof *vs);
-    float *zs = scaled && bf16 ? dec_zero_sums(j, q, s) : NULL;
+    float *zs = scaled && bf16 ? dec_zero_sums(j, seq, s) : NULL;
     /* per query: the keys it sees in this chunk, their logits, exp'd against the chunk's max,
      * the sum */
     const size_t ps = (size_t)dk + 2; /* partial_of's stride between queries */
@@ -310,15 +310,15 @@ static void decode_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int 
  * bit; into p as above. vs: NULL, or an int8 cache's V parameters: then the scores are in sc
  * already (scores_scaled's float32 tiles, the forward's float32 products' sums) and the chunk
  * starts at their logits. */
-static void decode_chunk_bf16(const mha_step_job *j, int q, int g, int k0, int k1, float *qv, float *sc, float *p,
+static void decode_chunk_bf16(const mha_step_job *j, int seq, int g, int k0, int k1, float *qv, float *sc, float *p,
                               const mha_scratch *s, size_t vps, const float *vs)
 {
     const mha_fwd *f = &j->f;
     const mha_kernel *k = f->kernel;
-    const int dk = f->dk, n_new = j->step->n_new[q];
+    const int dk = f->dk, n_new = j->step->n_new[seq];
     const size_t ps = (size_t)dk + 2;
     const mha_kv_view kv = {.kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f), .vps = vps, .vs = vs};
-    const mha_chunk_rows rows = {.m = f->group * n_new, .pos0 = j->step->n_past[q], .period = n_new, .causal = 1,
+    const mha_chunk_rows rows = {.m = f->group * n_new, .pos0 = j->step->n_past[seq], .period = n_new, .causal = 1,
                                  .head0 = g * f->group, .q = mha_mat_rows(k, qv, dk), .q16 = vs ? NULL : s->q16,
                                  .scored = vs != NULL};
     mha_attention_chunk(f, s, &rows, &kv, 0, k0, k1 - k0, sc, MHA_KV_CHUNK, mha_mat_rows(k, p, (ptrdiff_t)ps), p + dk,
@@ -329,13 +329,13 @@ static void decode_chunk_bf16(const mha_step_job *j, int q, int g, int k0, int k
  * the block's bytes of the head, contiguous), for the worker's previous unit's tiles to
  * prefetch while they sum its values from cache (Zen 4, bf16 engines, against Kᵀ alone: the
  * attention phase 0.87× over a bf16 cache, 0.93× over an int8 one). */
-static void chunk_regions(const mha_step_job *j, int q, int g, int c, mha_prefetch *pf)
+static void chunk_regions(const mha_step_job *j, int seq, int g, int c, mha_prefetch *pf)
 {
     const mha_kv_cache *cache = j->cache;
-    const int bs = cache->block_size, ctx = j->step->n_past[q] + j->step->n_new[q];
+    const int bs = cache->block_size, ctx = j->step->n_past[seq] + j->step->n_new[seq];
     const int k0 = c * MHA_KV_CHUNK, k1 = k0 + MHA_KV_CHUNK < ctx ? k0 + MHA_KV_CHUNK : ctx;
     const size_t esz = mha_kv_elem_size(cache->type);
-    const int32_t *table = j->step->blocks + (size_t)q * j->step->max_blocks;
+    const int32_t *table = j->step->blocks + (size_t)seq * j->step->max_blocks;
     pf->n = 0, pf->bytes = cache->head_elems * esz;
     for (mha_kv_run r = mha_kv_run_at(table, bs, k0, k1); r.n; r = mha_kv_run_at(table, bs, r.t + r.n, k1))
         pf->at[pf->n++] = (const char *)cache->data + mha_kv_kt_at(cache, r.block, g) * esz;
@@ -348,80 +348,80 @@ static void skip_partials(float *pq, int dk)
     pq[dk] = -INFINITY, pq[dk + 1] = 0.0f;
 }
 
-/* Chunk c of (q, g) into the partials at p (partial_of's layout for one chunk); next: the unit
+/* Chunk c of (seq, g) into the partials at p (partial_of's layout for one chunk); next: the unit
  * this worker runs next (next.c < 0: none). The queries are in the scratch (dec_queries). */
-static void decode_chunk(const mha_step_job *j, int q, int g, int c, mha_chunk_at next, float *p,
+static void decode_chunk(const mha_step_job *j, int seq, int g, int c, mha_chunk_at next, float *p,
                          const mha_scratch *s)
 {
     const mha_fwd *f = &j->f;
     const mha_step *st = j->step;
-    const int n_new = st->n_new[q], ctx = st->n_past[q] + n_new;
+    const int n_new = st->n_new[seq], ctx = st->n_past[seq] + n_new;
     const int dk = f->dk, nq = f->group * n_new;
     const int k0 = c * MHA_KV_CHUNK, k1 = k0 + MHA_KV_CHUNK < ctx ? k0 + MHA_KV_CHUNK : ctx;
-    if (k1 <= mha_step_first_key(j, q)) { /* the whole chunk is before every query's window */
+    if (k1 <= mha_step_first_key(j, seq)) { /* the whole chunk is before every query's window */
         for (int qi = 0; qi < nq; qi++)
             skip_partials(p + (size_t)qi * (dk + 2), dk);
         return;
     }
-    j->ops->chunk(j, q, g, k0, k1, next, p, mha_step_v_params(j, s), s);
+    j->ops->chunk(j, seq, g, k0, k1, next, p, mha_step_v_params(j, s), s);
 }
 
 /* What a unit's values prefetch: the next unit's regions into pf (NULL: no next unit). */
-static const mha_prefetch *next_regions(const mha_step_job *j, int q, mha_chunk_at next, mha_prefetch *pf)
+static const mha_prefetch *next_regions(const mha_step_job *j, int seq, mha_chunk_at next, mha_prefetch *pf)
 {
     if (next.c < 0)
         return NULL;
-    chunk_regions(j, q, next.g, next.c, pf);
+    chunk_regions(j, seq, next.g, next.c, pf);
     return pf;
 }
 
 /* The step's decode chunks (mha_step_ops.chunk): float32 engines' tiles on the cache. */
-void mha_step_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int k1, mha_chunk_at next, float *p, float *vs,
+void mha_step_chunk_tiles(const mha_step_job *j, int seq, int g, int k0, int k1, mha_chunk_at next, float *p, float *vs,
                           const mha_scratch *s)
 {
     (void)vs; /* V's parameters applied as loaded */
     mha_prefetch ahead;
     chunk_src src;
     /* MLA's values take no walk (decode_chunk_tiles) */
-    const mha_prefetch *pf = j->cache->mla ? NULL : next_regions(j, q, next, &ahead);
-    cache_runs(j, q, g, k0, k1, s->qkv, &src);
-    decode_chunk_tiles(j, q, g, k0, k1, 0, dec_queries(j, q, s), dec_scores(s), p, &src, NULL, pf, s);
+    const mha_prefetch *pf = j->cache->mla ? NULL : next_regions(j, seq, next, &ahead);
+    cache_runs(j, seq, g, k0, k1, s->qkv, &src);
+    decode_chunk_tiles(j, seq, g, k0, k1, 0, dec_queries(j, seq, s), dec_scores(s), p, &src, NULL, pf, s);
 }
 
 /* bf16 engines whose kernel sums as the table's bf16 tiles do: those tiles on the cache. */
-void mha_step_chunk_tiles16(const mha_step_job *j, int q, int g, int k0, int k1, mha_chunk_at next, float *p, float *vs,
+void mha_step_chunk_tiles16(const mha_step_job *j, int seq, int g, int k0, int k1, mha_chunk_at next, float *p, float *vs,
                             const mha_scratch *s)
 {
     mha_prefetch ahead;
     chunk_src src;
-    const mha_prefetch *pf = next_regions(j, q, next, &ahead);
-    cache_runs(j, q, g, k0, k1, s->qkv, &src);
-    decode_chunk_tiles(j, q, g, k0, k1, 1, dec_queries(j, q, s), dec_scores(s), p, &src, vs, pf, s);
+    const mha_prefetch *pf = next_regions(j, seq, next, &ahead);
+    cache_runs(j, seq, g, k0, k1, s->qkv, &src);
+    decode_chunk_tiles(j, seq, g, k0, k1, 1, dec_queries(j, seq, s), dec_scores(s), p, &src, vs, pf, s);
 }
 
 /* Other bf16 engines: the chunk gathered into the kernel's panels and the forward's chunk
  * step. */
-void mha_step_chunk_panels16(const mha_step_job *j, int q, int g, int k0, int k1, mha_chunk_at next, float *p,
+void mha_step_chunk_panels16(const mha_step_job *j, int seq, int g, int k0, int k1, mha_chunk_at next, float *p,
                              float *vs, const mha_scratch *s)
 {
     (void)next; /* the gather reads its blocks once, in order: nothing to prefetch */
-    float *sc = dec_scores(s), *qv = dec_queries(j, q, s);
+    float *sc = dec_scores(s), *qv = dec_queries(j, seq, s);
     const size_t vps = mha_attention_v16_ps(k1 - k0);
-    mha_step_gather_panels16(j, j->step->blocks + (size_t)q * j->step->max_blocks, g, k0, k1, k0, vps, s, vs);
+    mha_step_gather_panels16(j, j->step->blocks + (size_t)seq * j->step->max_blocks, g, k0, k1, k0, vps, s, vs);
     if (vs) /* a scaled cache: the float32 tiles' scores (scores_scaled), then the chunk from its logits */
-        scores_scaled(j, q, g, k0, k1, qv, sc, s);
-    decode_chunk_bf16(j, q, g, k0, k1, qv, sc, p, s, vps, vs);
+        scores_scaled(j, seq, g, k0, k1, qv, sc, s);
+    decode_chunk_bf16(j, seq, g, k0, k1, qv, sc, p, s, vps, vs);
 }
 
 /* Chunk c's partials (at p) merged into those of chunk c0 by the merge's rule, and chunk c's
  * marked as merged (the merge skips them). Where chunk c0 is the first chunk with a visible
  * key, its partials then hold what the merge would have after chunk c, bit for bit (the merge
  * of a first chunk is the chunk's own values times exp(0)). */
-static void fold_chunk(const mha_step_job *j, int q, int g, int c0, int c, const float *p)
+static void fold_chunk(const mha_step_job *j, int seq, int g, int c0, int c, const float *p)
 {
-    const int dk = j->f.dk, nq = j->f.group * j->step->n_new[q];
+    const int dk = j->f.dk, nq = j->f.group * j->step->n_new[seq];
     for (int qi = 0; qi < nq; qi++) {
-        float *acc = partial_of(j, q, g, c0, qi), *done = partial_of(j, q, g, c, qi);
+        float *acc = partial_of(j, seq, g, c0, qi), *done = partial_of(j, seq, g, c, qi);
         const float *pq = p + (size_t)qi * (dk + 2);
         mha_softmax_merge(j->f.kernel->isa, acc, &acc[dk], &acc[dk + 1], pq, pq[dk], pq[dk + 1], dk);
         skip_partials(done, dk);
@@ -431,12 +431,12 @@ static void fold_chunk(const mha_step_job *j, int q, int g, int c0, int c, const
 /* The queries of KV head g's query heads (query qi = head jh, row i), rotated in phase 1, from
  * z into the decode scratch; on the forward's chunks (decode_chunk_bf16; an int8 cache's scores
  * are float32 tiles') in A panels too. */
-static void decode_queries(const mha_step_job *j, int q, int g, const mha_scratch *s)
+static void decode_queries(const mha_step_job *j, int seq, int g, const mha_scratch *s)
 {
     const mha_fwd *f = &j->f;
-    const int n_new = j->step->n_new[q], dk = f->dk, G = f->group;
-    float *qv = dec_queries(j, q, s);
-    const float *z = f->z + (size_t)j->row0[q] * f->qd;
+    const int n_new = j->step->n_new[seq], dk = f->dk, G = f->group;
+    float *qv = dec_queries(j, seq, s);
+    const float *z = f->z + (size_t)j->row0[seq] * f->qd;
     for (int jh = 0; jh < G; jh++)
         for (int i = 0; i < n_new; i++)
             memcpy(qv + (size_t)(jh * n_new + i) * dk, z + (size_t)i * f->qd + (size_t)(g * G + jh) * dk,
@@ -445,38 +445,38 @@ static void decode_queries(const mha_step_job *j, int q, int g, const mha_scratc
         mha_bk_pack_a(f->kernel, mha_mat_rows(f->kernel, qv, dk), 0, G * n_new, dk, s->q16);
 }
 
-void mha_step_decode_chunks(const mha_step_job *j, int q, int g0, int g1, int c0, int c1, const mha_scratch *s)
+void mha_step_decode_chunks(const mha_step_job *j, int seq, int g0, int g1, int c0, int c1, const mha_scratch *s)
 {
     /* a run from the first chunk with a visible key folds each later chunk into that one's
      * partials as it goes (from the scratch, in cache): the merge reads one chunk's, not all */
-    const int fold = c0 == mha_step_first_chunk(j, q);
+    const int fold = c0 == mha_step_first_chunk(j, seq);
     for (int c = c0; c < c1; c++)
         for (int g = g0; g < g1; g++) {
             if (g1 - g0 > 1 || c == c0) /* one KV head's queries stay for its whole run */
-                decode_queries(j, q, g, s);
+                decode_queries(j, seq, g, s);
             const mha_chunk_at next = g + 1 < g1 ? (mha_chunk_at){g + 1, c}
                                       : c + 1 < c1 ? (mha_chunk_at){g0, c + 1}
                                                    : (mha_chunk_at){g, -1};
             const int folded = fold && c > c0;
-            float *p = folded ? dec_partials(j, q, s) : partial_of(j, q, g, c, 0);
-            decode_chunk(j, q, g, c, next, p, s);
+            float *p = folded ? dec_partials(j, seq, s) : partial_of(j, seq, g, c, 0);
+            decode_chunk(j, seq, g, c, next, p, s);
             if (folded)
-                fold_chunk(j, q, g, c0, c, p);
+                fold_chunk(j, seq, g, c0, c, p);
         }
 }
 
-void mha_step_decode_merge(const mha_step_job *j, int q, int g)
+void mha_step_decode_merge(const mha_step_job *j, int seq, int g)
 {
     const mha_fwd *f = &j->f;
-    const int n_new = j->step->n_new[q], dk = f->dk, zd = f->qd, G = f->group, chunks = mha_step_chunks(j, q);
-    float *z = f->z + (size_t)j->row0[q] * zd;
+    const int n_new = j->step->n_new[seq], dk = f->dk, zd = f->qd, G = f->group, chunks = mha_step_chunks(j, seq);
+    float *z = f->z + (size_t)j->row0[seq] * zd;
     for (int qi = 0; qi < G * n_new; qi++) {
         const int jh = qi / n_new, i = qi % n_new;
         float *zr = z + (size_t)i * zd + (size_t)(g * G + jh) * dk;
         float m = -INFINITY, sum = 0.0f;
         memset(zr, 0, (size_t)dk * sizeof *zr);
         for (int c = 0; c < chunks; c++) { /* in chunk order, by the forward's rule */
-            const float *p = partial_of(j, q, g, c, qi);
+            const float *p = partial_of(j, seq, g, c, qi);
             mha_softmax_merge(f->kernel->isa, zr, &m, &sum, p, p[dk], p[dk + 1], dk);
         }
         if (f->sinks) /* after every key, as the forward merges it */
@@ -484,5 +484,5 @@ void mha_step_decode_merge(const mha_step_job *j, int q, int g)
         const float inv = sum > 0.0f ? 1.0f / sum : 0.0f; /* no visible key: a zero row */
         f->kernel->isa->scale_row(zr, zr, inv, dk);
     }
-    j->ops->commit(j, q, g); /* every chunk of (q, g) has read the keys */
+    j->ops->commit(j, seq, g); /* every chunk of (seq, g) has read the keys */
 }

@@ -10,29 +10,29 @@
 
 #include "isa/isa.h"
 
-/* Sequence q's K row of KV head g at position p at full precision: the step's own (p >= n_past)
+/* Sequence seq's K row of KV head g at position p at full precision: the step's own (p >= n_past)
  * or, for the group holding n_past, the cache's open-group entry's. */
-static const float *k_full_row(const mha_step_job *j, int q, int g, int p)
+static const float *k_full_row(const mha_step_job *j, int seq, int g, int p)
 {
-    const int n_past = j->step->n_past[q], dk = j->f.dk;
+    const int n_past = j->step->n_past[seq], dk = j->f.dk;
     if (p >= n_past)
-        return j->k_full + ((size_t)(j->row0[q] + p - n_past) * j->f.kvh + g) * dk;
+        return j->k_full + ((size_t)(j->row0[seq] + p - n_past) * j->f.kvh + g) * dk;
     const int t0 = mha_kv_group_of(j->cache->block_size, n_past).t;
-    return j->tails[q] + ((size_t)g * MHA_KV_GROUP + (size_t)(p - t0)) * dk;
+    return j->tails[seq] + ((size_t)g * MHA_KV_GROUP + (size_t)(p - t0)) * dk;
 }
 
-/* Group grp of (q, g), which this step completes, quantized from its full rows: per feature c
+/* Group grp of (seq, g), which this step completes, quantized from its full rows: per feature c
  * over the group's slots (the type's quantize, its parameters float16 values); into kt (feature
  * c of the group's slot u at kt[c · ld + u]) and the parameters (scales, then zero points) as
  * floats into params or as the cache holds them into half (one of the two). */
-static void quantize_k_group(const mha_step_job *j, int q, int g, mha_kv_group grp, int8_t *kt, size_t ld, float *params,
+static void quantize_k_group(const mha_step_job *j, int seq, int g, mha_kv_group grp, int8_t *kt, size_t ld, float *params,
                              mha_f16 *half)
 {
     const mha_kv_traits *kv = mha_kv_traits_of(j->cache->type);
     const int dk = j->f.dk;
     const float *rows[MHA_KV_GROUP];
     for (int u = 0; u < grp.n; u++)
-        rows[u] = k_full_row(j, q, g, grp.t + u);
+        rows[u] = k_full_row(j, seq, g, grp.t + u);
     for (int c = 0; c < dk; c++) {
         float x[MHA_KV_GROUP], scale, zero;
         for (int u = 0; u < grp.n; u++)
@@ -45,11 +45,11 @@ static void quantize_k_group(const mha_step_job *j, int q, int g, mha_kv_group g
     }
 }
 
-/* Kᵀ of positions [t0, t1) of group grp of (q, g) as stored (mha_kv_k_value, scale_rows): from
+/* Kᵀ of positions [t0, t1) of group grp of (seq, g) as stored (mha_kv_k_value, scale_rows): from
  * the cache when the group was complete before the step, else quantized here (into s->k8's
  * room) as k_commit will store it; float32 into dst (feature c of position t0 + u at
  * dst[c · ld + u]). */
-static void k_stored(const mha_step_job *j, int q, int g, mha_kv_group grp, int t0, int t1, float *dst, size_t ld,
+static void k_stored(const mha_step_job *j, int seq, int g, mha_kv_group grp, int t0, int t1, float *dst, size_t ld,
                      const mha_scratch *s)
 {
     const mha_kv_cache *c = j->cache;
@@ -57,24 +57,24 @@ static void k_stored(const mha_step_job *j, int q, int g, mha_kv_group grp, int 
     const int8_t *kt;
     float *params = s->k8 + (size_t)MHA_KV_GROUP * dk; /* its parameters as floats, then its values */
     size_t ldk;
-    if (grp.t + grp.n <= j->step->n_past[q]) {
-        const int block = j->step->blocks[(size_t)q * j->step->max_blocks + grp.t / bs], slot = grp.t % bs;
+    if (grp.t + grp.n <= j->step->n_past[seq]) {
+        const int block = j->step->blocks[(size_t)seq * j->step->max_blocks + grp.t / bs], slot = grp.t % bs;
         const mha_f16 *half = mha_kv_k_params(c, block, g, slot);
         kt = mha_kv_i8(c) + mha_kv_kt_at(c, block, g) + (size_t)slot, ldk = (size_t)bs;
         for (int f = 0; f < 2 * dk; f++)
             params[f] = mha_f16_float(half[f]);
     } else {
         int8_t *v = (int8_t *)(void *)(params + 2 * (size_t)dk);
-        quantize_k_group(j, q, g, grp, v, MHA_KV_GROUP, params, NULL);
+        quantize_k_group(j, seq, g, grp, v, MHA_KV_GROUP, params, NULL);
         kt = v, ldk = MHA_KV_GROUP;
     }
     j->f.kernel->isa->scale_rows[j->cache->type](kt + (t0 - grp.t), ldk, dk, t1 - t0, params, params + dk, dst, ld);
 }
 
-/* Kᵀ of keys [k0, k1) of (q, g) as a query whose group starts at `own` sees them: a group
+/* Kᵀ of keys [k0, k1) of (seq, g) as a query whose group starts at `own` sees them: a group
  * before its own as stored, its own (and the later ones, which it does not see) at full
  * precision; float32 into dst (feature c of key k0 + u at dst[c · ld + u]). */
-void mha_step_k_view(const mha_step_job *j, int q, int g, int own, int k0, int k1, float *dst, size_t ld,
+void mha_step_k_view(const mha_step_job *j, int seq, int g, int own, int k0, int k1, float *dst, size_t ld,
                    const mha_scratch *s)
 {
     const int dk = j->f.dk;
@@ -82,10 +82,10 @@ void mha_step_k_view(const mha_step_job *j, int q, int g, int own, int k0, int k
         const mha_kv_group grp = mha_kv_group_of(j->cache->block_size, t);
         const int e = grp.t + grp.n < k1 ? grp.t + grp.n : k1;
         if (grp.t < own)
-            k_stored(j, q, g, grp, t, e, dst + (t - k0), ld, s);
+            k_stored(j, seq, g, grp, t, e, dst + (t - k0), ld, s);
         else
             for (int u = t; u < e; u++) {
-                const float *row = k_full_row(j, q, g, u);
+                const float *row = k_full_row(j, seq, g, u);
                 for (int f = 0; f < dk; f++)
                     dst[(size_t)f * ld + (size_t)(u - k0)] = row[f];
             }
@@ -93,11 +93,11 @@ void mha_step_k_view(const mha_step_job *j, int q, int g, int own, int k0, int k
     }
 }
 
-/* Prefill: Kᵀ of keys [k0, k1) of (q, g) as a query of the group at `own` sees them, into the
+/* Prefill: Kᵀ of keys [k0, k1) of (seq, g) as a query of the group at `own` sees them, into the
  * float32 microkernel's panels (s->kt, key t at column t), a group at a time through s->k8: an
  * int8 cache's scores are float32 products in either engine (a bf16 engine's on its queries
  * unrounded: mha_kv_view.vs). */
-void mha_step_k_view_panels(const mha_step_job *j, int q, int g, int own, int k0, int k1, const mha_scratch *s)
+void mha_step_k_view_panels(const mha_step_job *j, int seq, int g, int own, int k0, int k1, const mha_scratch *s)
 {
     const mha_kernel *k = j->f.kernel;
     const int dk = j->f.dk;
@@ -105,7 +105,7 @@ void mha_step_k_view_panels(const mha_step_job *j, int q, int g, int own, int k0
     for (int t = k0, e; t < k1; t = e) {
         const mha_kv_group grp = mha_kv_group_of(j->cache->block_size, t);
         e = grp.t + grp.n < k1 ? grp.t + grp.n : k1;
-        mha_step_k_view(j, q, g, own, t, e, s->k8, MHA_KV_GROUP, s);
+        mha_step_k_view(j, seq, g, own, t, e, s->k8, MHA_KV_GROUP, s);
         for (int f = 0; f < dk; f++) {
             const float *x = s->k8 + (size_t)f * MHA_KV_GROUP - t;
             for (int u = t; u < e;) { /* runs up to each panel's edge */
@@ -117,24 +117,24 @@ void mha_step_k_view_panels(const mha_step_job *j, int q, int g, int own, int k0
     }
 }
 
-/* After the step's attention of (q, g): each group its new tokens complete quantized into the
+/* After the step's attention of (seq, g): each group its new tokens complete quantized into the
  * cache, the new tokens of the group still filling into its open-group entry (rows from the
  * group's start; the earlier ones are there already). */
-void mha_step_k_commit(const mha_step_job *j, int q, int g)
+void mha_step_k_commit(const mha_step_job *j, int seq, int g)
 {
     const mha_kv_cache *c = j->cache;
-    const int n_past = j->step->n_past[q], ctx = n_past + j->step->n_new[q], bs = c->block_size, dk = j->f.dk;
-    const int32_t *table = j->step->blocks + (size_t)q * j->step->max_blocks;
+    const int n_past = j->step->n_past[seq], ctx = n_past + j->step->n_new[seq], bs = c->block_size, dk = j->f.dk;
+    const int32_t *table = j->step->blocks + (size_t)seq * j->step->max_blocks;
     for (int t = n_past; t < ctx;) {
         const mha_kv_group grp = mha_kv_group_of(bs, t);
         if (grp.t + grp.n <= ctx) {
             const int block = table[grp.t / bs], slot = grp.t % bs;
-            quantize_k_group(j, q, g, grp, mha_kv_i8(c) + mha_kv_kt_at(c, block, g) + (size_t)slot, (size_t)bs, NULL,
+            quantize_k_group(j, seq, g, grp, mha_kv_i8(c) + mha_kv_kt_at(c, block, g) + (size_t)slot, (size_t)bs, NULL,
                              mha_kv_k_params(c, block, g, slot));
         } else
             for (int u = t; u < ctx; u++)
-                memcpy(j->tails[q] + ((size_t)g * MHA_KV_GROUP + (size_t)(u - grp.t)) * dk,
-                       k_full_row(j, q, g, u), (size_t)dk * sizeof(float));
+                memcpy(j->tails[seq] + ((size_t)g * MHA_KV_GROUP + (size_t)(u - grp.t)) * dk,
+                       k_full_row(j, seq, g, u), (size_t)dk * sizeof(float));
         t = grp.t + grp.n;
     }
 }

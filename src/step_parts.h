@@ -7,12 +7,12 @@
 
 #include "step.h"
 
-/* The first key a step's rows of sequence q may see: the window's start for its first new
+/* The first key a step's rows of sequence seq may see: the window's start for its first new
  * token (its later tokens' windows start later), 0 without a window. */
-static inline int mha_step_first_key(const mha_step_job *j, int q)
+static inline int mha_step_first_key(const mha_step_job *j, int seq)
 {
-    const int n_past = j->step->n_past[q];
-    return mha_visible_keys(n_past, 1, j->f.window, n_past + j->step->n_new[q]).lo;
+    const int n_past = j->step->n_past[seq];
+    return mha_visible_keys(n_past, 1, j->f.window, n_past + j->step->n_new[seq]).lo;
 }
 
 /* The worker's room for an int8 cache's V parameters where the engine's chunks apply them
@@ -24,17 +24,17 @@ static inline float *mha_step_v_params(const mha_step_job *j, const mha_scratch 
 
 /* ---- an int8 cache's K groups (step_groups.c) ---- */
 
-/* Kᵀ of keys [k0, k1) of (q, g) as a query whose group starts at `own` sees them: a group
+/* Kᵀ of keys [k0, k1) of (seq, g) as a query whose group starts at `own` sees them: a group
  * before its own as stored, its own (and the later ones, which it does not see) at full
  * precision; float32 into dst (feature c of key k0 + u at dst[c · ld + u]). */
-void mha_step_k_view(const mha_step_job *j, int q, int g, int own, int k0, int k1, float *dst, size_t ld,
+void mha_step_k_view(const mha_step_job *j, int seq, int g, int own, int k0, int k1, float *dst, size_t ld,
                      const mha_scratch *s);
 /* Prefill: the same into the float32 microkernel's panels (s->kt, key t at column t), a group
  * at a time through s->k8. */
-void mha_step_k_view_panels(const mha_step_job *j, int q, int g, int own, int k0, int k1, const mha_scratch *s);
-/* After the step's attention of (q, g): each group its new tokens complete quantized into the
+void mha_step_k_view_panels(const mha_step_job *j, int seq, int g, int own, int k0, int k1, const mha_scratch *s);
+/* After the step's attention of (seq, g): each group its new tokens complete quantized into the
  * cache, the new tokens of the group still filling into its open-group entry. */
-void mha_step_k_commit(const mha_step_job *j, int q, int g);
+void mha_step_k_commit(const mha_step_job *j, int seq, int g);
 
 /* ---- prefill (step_prefill.c) ---- */
 
@@ -49,16 +49,16 @@ void mha_step_gather_panels16(const mha_step_job *j, const int32_t *table, int g
  * its values with their parameters in vs), or into bf16 panels; the rows attended all at once
  * or group by group; decode on the float32 tiles, on the bf16 tiles, or on the forward's bf16
  * chunk step over gathered panels; an int8 cache's completed groups stored, or nothing. */
-void mha_step_gather_floats(const mha_step_job *j, int q, int g, int t_begin, int ctx, const mha_scratch *s, float *vs);
-void mha_step_gather_scaled(const mha_step_job *j, int q, int g, int t_begin, int ctx, const mha_scratch *s, float *vs);
-void mha_step_gather_bf16(const mha_step_job *j, int q, int g, int t_begin, int ctx, const mha_scratch *s, float *vs);
-void mha_step_attend_rows(const mha_step_job *j, int q, int g, int t_begin, const mha_scratch *s, const float *vs);
-void mha_step_attend_groups(const mha_step_job *j, int q, int g, int t_begin, const mha_scratch *s, const float *vs);
-void mha_step_chunk_tiles(const mha_step_job *j, int q, int g, int k0, int k1, mha_chunk_at next, float *p, float *vs,
+void mha_step_gather_floats(const mha_step_job *j, int seq, int g, int t_begin, int ctx, const mha_scratch *s, float *vs);
+void mha_step_gather_scaled(const mha_step_job *j, int seq, int g, int t_begin, int ctx, const mha_scratch *s, float *vs);
+void mha_step_gather_bf16(const mha_step_job *j, int seq, int g, int t_begin, int ctx, const mha_scratch *s, float *vs);
+void mha_step_attend_rows(const mha_step_job *j, int seq, int g, int t_begin, const mha_scratch *s, const float *vs);
+void mha_step_attend_groups(const mha_step_job *j, int seq, int g, int t_begin, const mha_scratch *s, const float *vs);
+void mha_step_chunk_tiles(const mha_step_job *j, int seq, int g, int k0, int k1, mha_chunk_at next, float *p, float *vs,
                           const mha_scratch *s);
-void mha_step_chunk_tiles16(const mha_step_job *j, int q, int g, int k0, int k1, mha_chunk_at next, float *p, float *vs,
+void mha_step_chunk_tiles16(const mha_step_job *j, int seq, int g, int k0, int k1, mha_chunk_at next, float *p, float *vs,
                             const mha_scratch *s);
-void mha_step_chunk_panels16(const mha_step_job *j, int q, int g, int k0, int k1, mha_chunk_at next, float *p,
+void mha_step_chunk_panels16(const mha_step_job *j, int seq, int g, int k0, int k1, mha_chunk_at next, float *p,
                              float *vs, const mha_scratch *s);
 
 #endif

@@ -176,33 +176,33 @@ static void gather_scaled(const mha_step_job *j, const int32_t *table, int g, in
 /* float32: the context's Kᵀ into panels and V into the scratch's V columns; a scaled cache's V
  * read back (its Kᵀ left to k_view_panels). */
 /* The step's gathers (mha_step_ops.gather), one per kind of panels and cache family. */
-void mha_step_gather_floats(const mha_step_job *j, int q, int g, int t_begin, int ctx, const mha_scratch *s, float *vs)
+void mha_step_gather_floats(const mha_step_job *j, int seq, int g, int t_begin, int ctx, const mha_scratch *s, float *vs)
 {
     (void)vs; /* an unscaled cache: no V parameters */
-    gather_f32(j, j->step->blocks + (size_t)q * j->step->max_blocks, g, t_begin, ctx, s);
+    gather_f32(j, j->step->blocks + (size_t)seq * j->step->max_blocks, g, t_begin, ctx, s);
 }
 
-void mha_step_gather_scaled(const mha_step_job *j, int q, int g, int t_begin, int ctx, const mha_scratch *s, float *vs)
+void mha_step_gather_scaled(const mha_step_job *j, int seq, int g, int t_begin, int ctx, const mha_scratch *s, float *vs)
 {
-    gather_scaled(j, j->step->blocks + (size_t)q * j->step->max_blocks, g, t_begin, ctx, s, vs);
+    gather_scaled(j, j->step->blocks + (size_t)seq * j->step->max_blocks, g, t_begin, ctx, s, vs);
 }
 
-void mha_step_gather_bf16(const mha_step_job *j, int q, int g, int t_begin, int ctx, const mha_scratch *s, float *vs)
+void mha_step_gather_bf16(const mha_step_job *j, int seq, int g, int t_begin, int ctx, const mha_scratch *s, float *vs)
 {
-    mha_step_gather_panels16(j, j->step->blocks + (size_t)q * j->step->max_blocks, g, t_begin, ctx, 0,
+    mha_step_gather_panels16(j, j->step->blocks + (size_t)seq * j->step->max_blocks, g, t_begin, ctx, 0,
                              mha_attention_v16_ps(ctx), s, vs);
 }
 
-/* The step's rows [i0, i1) of sequence q for each query head of KV head g: the forward's
+/* The step's rows [i0, i1) of sequence seq for each query head of KV head g: the forward's
  * attention (its Q, rotated in phase 1, from z; Z written over it) over the gathered context;
  * vs: NULL, or an int8 cache's V parameters (bf16 engines). */
-static void attend_rows(const mha_step_job *j, int q, int g, int i0, int i1, const mha_scratch *s, const float *vs)
+static void attend_rows(const mha_step_job *j, int seq, int g, int i0, int i1, const mha_scratch *s, const float *vs)
 {
     const mha_fwd *f = &j->f;
     const mha_kernel *k = f->kernel;
-    const int n_past = j->step->n_past[q], ctx = n_past + j->step->n_new[q], dk = f->dk;
+    const int n_past = j->step->n_past[seq], ctx = n_past + j->step->n_new[seq], dk = f->dk;
     const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
-    float *z = f->z + (size_t)(j->row0[q] + i0) * f->qd;
+    float *z = f->z + (size_t)(j->row0[seq] + i0) * f->qd;
     for (int h = g * f->group; h < (g + 1) * f->group; h++) {
         mha_mat_set_rows(k, qkv, i1 - i0, 0, dk, z + (size_t)h * dk, f->qd);
         mha_attention_rows(f, h, s, (mha_queries){.q = qkv}, i1 - i0, ctx, n_past + i0, z + (size_t)h * dk, f->qd,
@@ -212,39 +212,39 @@ static void attend_rows(const mha_step_job *j, int q, int g, int i0, int i1, con
 
 /* The step's attention of its rows over the gathered context (mha_step_ops.attend): all rows
  * at once on an unscaled cache. */
-void mha_step_attend_rows(const mha_step_job *j, int q, int g, int t_begin, const mha_scratch *s, const float *vs)
+void mha_step_attend_rows(const mha_step_job *j, int seq, int g, int t_begin, const mha_scratch *s, const float *vs)
 {
     (void)t_begin, (void)vs; /* Kᵀ and V gathered whole; no V parameters */
-    attend_rows(j, q, g, 0, j->step->n_new[q], s, NULL);
+    attend_rows(j, seq, g, 0, j->step->n_new[seq], s, NULL);
 }
 
 /* An int8 cache: Kᵀ of the groups before the last as stored, then the rows group by group from
  * the last, each group turned to full precision for its own rows (the later groups, full by
  * then, are past them); then the groups the step completed stored. */
-void mha_step_attend_groups(const mha_step_job *j, int q, int g, int t_begin, const mha_scratch *s, const float *vs)
+void mha_step_attend_groups(const mha_step_job *j, int seq, int g, int t_begin, const mha_scratch *s, const float *vs)
 {
-    const int n_past = j->step->n_past[q], ctx = n_past + j->step->n_new[q];
+    const int n_past = j->step->n_past[seq], ctx = n_past + j->step->n_new[seq];
     const int bs = j->cache->block_size, last = mha_kv_group_of(bs, ctx - 1).t;
     zero_kt_past(j, ctx, s);
-    mha_step_k_view_panels(j, q, g, last, t_begin, ctx, s);
+    mha_step_k_view_panels(j, seq, g, last, t_begin, ctx, s);
     for (int b = ctx, a; b > n_past; b = a) {
         const mha_kv_group grp = mha_kv_group_of(bs, b - 1);
         a = grp.t > n_past ? grp.t : n_past;
         if (grp.t != last)
-            mha_step_k_view_panels(j, q, g, grp.t, grp.t > t_begin ? grp.t : t_begin, grp.t + grp.n, s);
-        attend_rows(j, q, g, a - n_past, b - n_past, s, vs);
+            mha_step_k_view_panels(j, seq, g, grp.t, grp.t > t_begin ? grp.t : t_begin, grp.t + grp.n, s);
+        attend_rows(j, seq, g, a - n_past, b - n_past, s, vs);
     }
-    mha_step_k_commit(j, q, g);
+    mha_step_k_commit(j, seq, g);
 }
 
-void mha_step_attend(const mha_step_job *j, int q, int g, const mha_scratch *s)
+void mha_step_attend(const mha_step_job *j, int seq, int g, const mha_scratch *s)
 {
-    const int n_new = j->step->n_new[q], ctx = j->step->n_past[q] + n_new;
+    const int n_new = j->step->n_new[seq], ctx = j->step->n_past[seq] + n_new;
     if (n_new == 0)
         return;
     /* from the chunk holding the first visible key: the forward's chunks start there */
-    const int t_begin = mha_step_first_key(j, q) / MHA_KV_CHUNK * MHA_KV_CHUNK;
+    const int t_begin = mha_step_first_key(j, seq) / MHA_KV_CHUNK * MHA_KV_CHUNK;
     float *vs = mha_step_v_params(j, s);
-    j->ops->gather(j, q, g, t_begin, ctx, s, vs);
-    j->ops->attend(j, q, g, t_begin, s, vs);
+    j->ops->gather(j, seq, g, t_begin, ctx, s, vs);
+    j->ops->attend(j, seq, g, t_begin, s, vs);
 }
