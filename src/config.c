@@ -13,8 +13,8 @@
  * the larger when its score tile (q_block × seq_kv floats) fits 1 MiB, the smallest L2 of
  * the cores mha targets (Zen 2–5 1 MiB, Ice Lake 1.25 MiB, Sapphire Rapids 2 MiB). A fixed
  * budget, not the L2 of the CPU at hand, keeps the workspace size a function of the config
- * (mha_workspace_size on one thread, mha_create_static on another). Measured on the Ice
- * Lake VM (perf/RESULTS.md): 16 rows cost 1.9× at S=8192, 256 rows 1.2× at S=512. */
+ * (mha_workspace_size on one thread, mha_create_static on another). Fewer rows read each
+ * head's K and V more often for the same queries; more rows push the score tile out of L2. */
 #define Q_BLOCK_BUDGET (1u << 20)
 static int default_q_block(int seq_q, int seq_kv)
 {

@@ -2,12 +2,12 @@
  *
  * mha drives BLIS's sgemm microkernel itself (gemm.c packs and blocks): weights are packed
  * once at load, K and V once per head, and no call pays BLIS's ~6 µs of per-call setup or its
- * reference packing routines (perf/RESULTS.md). It links the serial libblis.a: measured by
- * `make blis-overhead`, a bli_sgemm_ex call with a 1-thread rntm_t costs less and varies less
- * there than in the OpenMP build, which opens a nested parallel region on every call (e.g.
- * 64×64×64: 11.3–11.9 µs vs 11.2–17.4 µs), and the microkernel itself opens none.
+ * reference packing routines. It links the serial libblis.a: a bli_sgemm_ex call with a
+ * 1-thread rntm_t costs less and varies less there than in the OpenMP build, which opens a
+ * nested parallel region on every call (`make blis-overhead` compares the two), and the
+ * microkernel itself opens none.
  * The context is chosen here from the CPU's features, never from BLIS's own detection,
- * which picks "generic" on some current CPUs (AMD Zen 5), 5–7× slower than "skx", and is
+ * which picks "generic" on some current CPUs (AMD Zen 5), several times slower than "skx", and is
  * built by the sub-config's own init function into the engine's memory: mha never calls
  * bli_init, so BLIS reads no environment variable (BLIS_ARCH_TYPE, BLIS_ARCH_DEBUG), never
  * aborts and prints nothing, and keeps no global state on mha's behalf. */

@@ -65,7 +65,7 @@ static float f16_value(float x)
  * ((zero − lo) / 128, (hi − zero) / 127), so every value still reads back within half a step
  * (for |x| up to about 8e6: a zero point past float16's range stops at ±65504, a scale at
  * 65504). Why a zero point: V's rows of trained models are not centred, and K's channels not
- * either (perf/RESULTS.md, session 23). */
+ * either: a symmetric range spends half its steps on values no element takes. */
 static void quantize_i8(const float *x, size_t xs, int n, int f16, void *data, size_t at, size_t stride, float *scale,
                         float *zero)
 {

@@ -208,9 +208,9 @@ static void row_tasks(const mha_sched *s, const mha_step_job *j,
  * chunk by chunk and head by head within a chunk (a block's regions of the heads follow each
  * other: the run reads each block as one stream, prefetching the next unit as it finishes
  * one). As many heads as DECODE_TASKS tasks per thread leave room for, then up to DECODE_RUN
- * chunks: fewer where the step has too few visible chunks. Measured on Zen 4 (16 sequences,
- * 8 KV heads, 2 threads): all 8 heads a run of 8 chunks against one head's 8 chunks, the
- * step over a bf16 cache 0.86× at context 8192 (perf/RESULTS.md, session 34). */
+ * chunks: fewer where the step has too few visible chunks. Heads before chunks: a run of one
+ * head's chunks jumps from block to block, reading a few KiB of each; a run of a chunk's heads
+ * reads each block's regions in the order they lie. */
 enum { DECODE_RUN = 8, DECODE_TASKS = 8 };
 typedef struct decode_split { int heads, run; } decode_split;
 static decode_split decode_units(const mha_sched *s, const mha_step_job *j)

@@ -295,7 +295,7 @@ static void decode_chunk_tiles(const mha_step_job *j, int seq, int g, int k0, in
         for (int x0 = 0; x0 < src->vw; x0 += MHA_MLA_VPANEL)
             isa->decode_values[MHA_KV_F32](sc, MHA_KV_CHUNK, nq, mla_v_panel(s->qkv, x0), NULL, n,
                                            src->vw - x0 < MHA_MLA_VPANEL ? src->vw - x0 : MHA_MLA_VPANEL, p + x0, ps,
-                                           NULL, NULL); /* no walk: DeepSeek-V3's step 1.015× with it (Zen 4) */
+                                           NULL, NULL); /* no walk: these values are in the scratch, in cache */
     else
         for (int r = 0, t = 0; r < vruns; t += vn[r++])
             isa->decode_values[src->type](sc + t, MHA_KV_CHUNK, nq, src->v[r], src->vs[r], vn[r], src->vw, p, ps,
@@ -327,8 +327,8 @@ static void decode_chunk_bf16(const mha_step_job *j, int seq, int g, int k0, int
 
 /* The regions of KV head g in chunk c's blocks, whole (Kᵀ, V and an int8 cache's parameters:
  * the block's bytes of the head, contiguous), for the worker's previous unit's tiles to
- * prefetch while they sum its values from cache (Zen 4, bf16 engines, against Kᵀ alone: the
- * attention phase 0.87× over a bf16 cache, 0.93× over an int8 one). */
+ * prefetch while they sum its values from cache: the whole regions, not Kᵀ alone, as the next
+ * unit reads its values and parameters right after its scores. */
 static void chunk_regions(const mha_step_job *j, int seq, int g, int c, mha_prefetch *pf)
 {
     const mha_kv_cache *cache = j->cache;
