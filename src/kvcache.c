@@ -40,6 +40,33 @@ static void floats_of_bf16(const void *data, size_t at, int n, float *restrict d
         dst[i] = mha_bf16_float(src[i]);
 }
 
+/* int8 codes: x rounded to the nearest integer (ties to even) and kept within −128..127 (a NaN:
+ * −128); the quantizer's last step. */
+static int8_t code_of(float y)
+{
+    y = mha_kv_round_even(y);
+    return (int8_t)(y >= -128.0f ? y <= 127.0f ? y : 127.0f : -128.0f);
+}
+
+static void put_i8(const float *x, int n, void *data, size_t at, size_t stride)
+{
+    int8_t *d = (int8_t *)data + at;
+    for (int i = 0; i < n; i++)
+        d[(size_t)i * stride] = code_of(x[i]);
+}
+
+static void floats_of_i8(const void *data, size_t at, int n, float *restrict dst)
+{
+    const int8_t *restrict src = (const int8_t *)data + at;
+    for (int i = 0; i < n; i++)
+        dst[i] = (float)src[i];
+}
+
+static mha_bf16 bf16_of_f32(const void *data, size_t i)
+{
+    return mha_bf16_round(((const float *)data)[i]);
+}
+
 static mha_bf16 bf16_of_bf16(const void *data, size_t i)
 {
     return ((const mha_bf16 *)data)[i];
@@ -85,16 +112,33 @@ static void quantize_i8(const float *x, size_t xs, int n, int f16, void *data, s
     }
     *scale = s, *zero = z;
     int8_t *d = (int8_t *)data + at;
-    for (int i = 0; i < n; i++) {
-        const float y = s > 0.0f ? mha_kv_round_even((x[(size_t)i * xs] - z) / s) : 0.0f;
-        d[(size_t)i * stride] = (int8_t)(y >= -128.0f ? y <= 127.0f ? y : 127.0f : -128.0f); /* a NaN: −128 */
-    }
+    for (int i = 0; i < n; i++)
+        d[(size_t)i * stride] = s > 0.0f ? code_of((x[(size_t)i * xs] - z) / s) : 0;
+}
+
+/* The unscaled types' quantize: the values as put stores them, scale 1, zero 0. */
+static void quantize_f32(const float *x, size_t xs, int n, int f16, void *data, size_t at, size_t stride, float *scale,
+                         float *zero)
+{
+    (void)f16;
+    for (int i = 0; i < n; i++)
+        put_f32(&x[(size_t)i * xs], 1, data, at + (size_t)i * stride, 1);
+    *scale = 1.0f, *zero = 0.0f;
+}
+
+static void quantize_bf16(const float *x, size_t xs, int n, int f16, void *data, size_t at, size_t stride, float *scale,
+                          float *zero)
+{
+    (void)f16;
+    for (int i = 0; i < n; i++)
+        put_bf16(&x[(size_t)i * xs], 1, data, at + (size_t)i * stride, 1);
+    *scale = 1.0f, *zero = 0.0f;
 }
 
 static const mha_kv_traits traits[MHA_KV_TYPES] = {
-    [MHA_KV_F32] = {.put = put_f32, .floats = floats_of_f32},
-    [MHA_KV_BF16] = {.put = put_bf16, .floats = floats_of_bf16, .bf16_at = bf16_of_bf16},
-    [MHA_KV_INT8] = {.scaled = 1, .quantize = quantize_i8, .bf16_at = bf16_of_i8},
+    [MHA_KV_F32] = {.put = put_f32, .quantize = quantize_f32, .floats = floats_of_f32, .bf16_at = bf16_of_f32},
+    [MHA_KV_BF16] = {.put = put_bf16, .quantize = quantize_bf16, .floats = floats_of_bf16, .bf16_at = bf16_of_bf16},
+    [MHA_KV_INT8] = {.scaled = 1, .put = put_i8, .quantize = quantize_i8, .floats = floats_of_i8, .bf16_at = bf16_of_i8},
 };
 
 const mha_kv_traits *mha_kv_traits_of(mha_kv_type type)

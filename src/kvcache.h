@@ -70,19 +70,24 @@ typedef struct mha_kv_traits {
      * K read back, in either engine; a bf16 engine's chunks read V's elements themselves and
      * apply the parameters after. 0: elements are the values (float32, bf16). */
     int scaled;
-    /* Unscaled: x[0 .. n) stored as the elements at, at + stride, ... of data (bf16: rounded
-     * to nearest even, mha_bf16_round). */
+    /* Every operation below is defined for every type (no holes: a caller never tests the type
+     * before calling one). */
+    /* x[0 .. n) stored as the elements themselves at at, at + stride, ... of data: float32 as
+     * they are, bf16 rounded to nearest even (mha_bf16_round), int8 as codes (each rounded to
+     * nearest even and kept within −128..127, no scale: what floats reads back). */
     void (*put)(const float *x, int n, void *data, size_t at, size_t stride);
-    /* Scaled: x[i · xs] for i < n quantized with one scale and zero point, over their range
-     * (*scale, *zero), into the elements at, at + stride, ... of data; f16: the scale and zero
-     * point float16 values (K's, stored so: mha_kv_k_params). */
+    /* x[i · xs] for i < n as values with one scale and zero point (*scale, *zero) into the
+     * elements at, at + stride, ... of data: int8 over their range (its rule, kvcache.c; f16:
+     * the scale and zero point float16 values, as K's are stored: mha_kv_k_params); the
+     * unscaled types store the values themselves (put's), scale 1 and zero 0. */
     void (*quantize)(const float *x, size_t xs, int n, int f16, void *data, size_t at, size_t stride, float *scale,
                      float *zero);
-    /* Unscaled: the n elements from at of data as float32 (exact: the values themselves), for
-     * the engines that read them as float32 (a step's prefill gather). */
+    /* The n elements from at of data as float32, exact (the elements themselves: an int8
+     * cache's codes, not its values), for the engines that read them as float32 (a step's
+     * prefill gather). */
     void (*floats)(const void *data, size_t at, int n, float *dst);
-    /* Element i of data as bf16, as a bf16 engine's panels hold it (a scaled type: q itself,
-     * exact); NULL where only float32 engines read the type. */
+    /* Element i of data as bf16, as a bf16 engine's panels hold it: bf16's itself, float32's
+     * rounded to nearest even, int8's code (exact). */
     mha_bf16 (*bf16_at)(const void *data, size_t i);
 } mha_kv_traits;
 

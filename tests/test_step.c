@@ -753,7 +753,11 @@ Test(step, cache_types_store_by_their_rule)
         packed[i] = x[i * XS];
     const mha_kv_traits *tf = mha_kv_traits_of(MHA_KV_F32), *tb = mha_kv_traits_of(MHA_KV_BF16);
     const mha_kv_traits *t8 = mha_kv_traits_of(MHA_KV_INT8);
-    cr_assert(!tf->scaled && !tb->scaled && t8->scaled && !tf->bf16_at);
+    cr_assert(!tf->scaled && !tb->scaled && t8->scaled);
+    for (int t = MHA_KV_F32; t <= MHA_KV_INT8; t++) { /* no holes */
+        const mha_kv_traits *k = mha_kv_traits_of((mha_kv_type)t);
+        cr_assert(k->put && k->quantize && k->floats && k->bf16_at, "kv type %d has a hole", t);
+    }
     tf->put(packed, N, f32, 1, DS); /* from element 1 */
     tb->put(packed, N, b16, 2, DS);
     t8->quantize(x, XS, N, 0, q, 0, DS, &scale, &zero);
@@ -774,6 +778,28 @@ Test(step, cache_types_store_by_their_rule)
         ends += (packed[i] == lo && v == -128) + (packed[i] == hi && v == 127);
     }
     cr_assert_eq(ends, 2, "lo and hi at the ends of the range");
+    /* the operations the engines do not call on a type still mean what they say: a float32
+     * element as bf16 is its rounding; the unscaled types' quantize stores the values, scale 1
+     * and zero 0; int8's put stores codes (rounded to even, kept in range) and floats reads
+     * them back */
+    float f32q[N], back[N];
+    mha_bf16 b16q[N];
+    int8_t codes[4];
+    tf->quantize(x, XS, N, 0, f32q, 0, 1, &scale, &zero);
+    cr_assert(scale == 1.0f && zero == 0.0f && !memcmp(f32q, packed, sizeof packed));
+    tb->quantize(x, XS, N, 0, b16q, 0, 1, &scale, &zero);
+    cr_assert(scale == 1.0f && zero == 0.0f);
+    tb->floats(b16q, 0, N, back);
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(tf->bf16_at(f32, 1 + (size_t)i * DS), mha_bf16_round(packed[i]));
+        cr_assert_eq(b16q[i], mha_bf16_round(packed[i]));
+        cr_assert_eq(back[i], mha_bf16_float(b16q[i]));
+    }
+    const float vals[4] = {2.5f, -3.5f, 300.0f, -1e9f};
+    t8->put(vals, 4, codes, 0, 1);
+    t8->floats(codes, 0, 4, back);
+    cr_assert(back[0] == 2.0f && back[1] == -4.0f && back[2] == 127.0f && back[3] == -128.0f, "%g %g %g %g", back[0],
+              back[1], back[2], back[3]);
     const float same[3] = {0.75f, 0.75f, 0.75f};
     t8->quantize(same, 1, 3, 0, q, 0, 1, &scale, &zero);
     cr_assert(scale == 0.0f && zero == 0.75f && q[0] == 0 && q[1] == 0 && q[2] == 0);
