@@ -141,7 +141,7 @@ $(B)/tests/mha_tests: $(TEST_OBJ) $(TEST_CLI_OBJ) $(B)/counted/libmha.a $(B)/mha
 ISA_SUITES := @(engine|step|shared_weights|embedding|core|trained|mla)/*
 # Idle OpenMP workers sleep (OMP_WAIT_POLICY=passive): two test processes' engines of two or
 # more threads share two cores, and libgomp's spinning workers took three quarters of the
-# suite's time (README, "Embedding in a server"); the outputs do not depend on it. make
+# suite's time (docs/server.md, "Choosing M workers × T threads"); the outputs do not depend on it. make
 # test-numerics, test-tsan, test-mpi and the README example run with the runtimes' default.
 TEST_ENV := LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMP_WAIT_POLICY=passive
@@ -196,12 +196,12 @@ test-emulated: $(B)/tests/mha_tests
 	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) qemu-user"
 	tests/emulated.sh $(B) $(QEMU_CPU)
 
-# Every C block of the README, compiled as written against a staged install through
-# pkg-config and run (example1.c, example2.c, ...).
+# Every C block of the README and the manual marked runnable (```c run), compiled as written
+# against a staged install through pkg-config and run (example1.c, example2.c, ...).
 readme-example: all
 	@rm -rf $(B)/stage $(B)/example && $(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/$(B)/stage PREFIX=/usr/local DEBUG=$(DEBUG) >/dev/null
 	@mkdir -p $(B)/example
-	awk -v dir=$(B)/example '/^```c$$/ {n++; on = 1; next} /^```$$/ {on = 0} on {print > (dir "/example" n ".c")}' README.md
+	awk -v dir=$(B)/example '/^```c run$$/ {n++; on = 1; next} /^```$$/ {on = 0} on {print > (dir "/example" n ".c")}' README.md docs/*.md
 	@for c in $(B)/example/example*.c; do \
 	  echo "README example $$c"; \
 	  PKG_CONFIG_SYSROOT_DIR=$(CURDIR)/$(B)/stage PKG_CONFIG_PATH=$(CURDIR)/$(B)/stage/usr/local/lib/pkgconfig \
@@ -482,7 +482,7 @@ serve-bench: $(B)/serve_bench
 $(B)/serve_bench: perf/serve_bench.c perf/perf_util.h $(B)/libmha.a
 	$(CC) -std=gnu11 $(OPT) $(WARN) -Iinclude $(CFLAGS) $< $(B)/libmha.a $(BLIS_A) $(LDFLAGS) $(LDLIBS) -o $@
 
-# Thread-scaling report of bert-base on this machine (README: "Thread-scaling reports").
+# Thread-scaling report of bert-base on this machine (docs/command.md, "Thread-scaling reports").
 REPORT_DIR ?= perf/reports/$(shell hostname -s)-$(shell date +%F)
 report: all
 	$(B)/mha scale configs/bert-base.yaml --out $(REPORT_DIR)
