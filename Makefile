@@ -66,7 +66,7 @@ TEST_CLI_OBJ := $(B)/obj/cli/scale_fit.o $(B)/obj/cli/shard.o $(B)/obj/cli/confi
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
-.PHONY: all deps test-clang test-tsan goldens-hf goldens-mla goldens-hf-venv goldens-trained goldens-trained-venv trained-layers deps-perf deps-bench decode-bench block-reads decode-step chunk-step int8-speed ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example footprint blis-overhead head-shapes bench bench-core deps-ggml report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
+.PHONY: all deps test-clang test-tsan goldens-hf goldens-mla goldens-hf-venv goldens-trained goldens-trained-venv trained-layers deps-perf deps-bench decode-bench block-reads decode-step chunk-step int8-speed ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example docs-check docs-stage footprint blis-overhead head-shapes bench bench-core deps-ggml report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
 all: $(B)/libmha.a $(B)/libmha.so $(B)/mha $(if $(filter 1,$(MPI)),$(B)/mha-mpi)
 
 deps:
@@ -141,11 +141,11 @@ $(B)/tests/mha_tests: $(TEST_OBJ) $(TEST_CLI_OBJ) $(B)/counted/libmha.a $(B)/mha
 ISA_SUITES := @(engine|step|kv_blocks|shared_weights|embedding|core|trained|mla)/*
 # Idle OpenMP workers sleep (OMP_WAIT_POLICY=passive): two test processes' engines of two or
 # more threads share two cores, and libgomp's spinning workers took three quarters of the
-# suite's time (README, "Embedding in a server"); the outputs do not depend on it. make
-# test-numerics, test-tsan, test-mpi and the README example run with the runtimes' default.
+# suite's time (docs/server.md, "Choosing M workers × T threads"); the outputs do not depend
+# on it. make test-numerics, test-tsan and test-mpi run with the runtimes' default.
 TEST_ENV := LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMP_WAIT_POLICY=passive
-test: $(B)/tests/mha_tests readme-example
+test: $(B)/tests/mha_tests docs-check
 	$(TEST_ENV) $(B)/tests/mha_tests --jobs 2
 	@for isa in avx512 avx2 ref; do \
 	  echo "engine suites on isa $$isa (MHA_TEST_ISA=$$isa)"; \
@@ -196,18 +196,21 @@ test-emulated: $(B)/tests/mha_tests
 	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) qemu-user"
 	tests/emulated.sh $(B) $(QEMU_CPU)
 
-# Every C block of the README, compiled as written against a staged install through
-# pkg-config and run (example1.c, example2.c, ...).
-readme-example: all
-	@rm -rf $(B)/stage $(B)/example && $(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/$(B)/stage PREFIX=/usr/local DEBUG=$(DEBUG) >/dev/null
-	@mkdir -p $(B)/example
-	awk -v dir=$(B)/example '/^```c$$/ {n++; on = 1; next} /^```$$/ {on = 0} on {print > (dir "/example" n ".c")}' README.md
-	@for c in $(B)/example/example*.c; do \
-	  echo "README example $$c"; \
-	  PKG_CONFIG_SYSROOT_DIR=$(CURDIR)/$(B)/stage PKG_CONFIG_PATH=$(CURDIR)/$(B)/stage/usr/local/lib/pkgconfig \
-	    sh -c '$(CC) -std=c11 -Wall -Werror $(OPT) '"$$c"' -o '"$${c%.c}"' $$(pkg-config --cflags --libs mha)' || exit 1; \
-	  LD_LIBRARY_PATH=$(CURDIR)/$(B)/stage/usr/local/lib $${c%.c} || exit 1; \
-	done
+# The docs: every block README.md and docs/*.md mark as runnable (```c run: compiled as written
+# against a staged install through pkg-config and run; ```sh run: run in a scratch folder),
+# every relative link and anchor, and docs/config.md's key tables against `mha schema`
+# (tests/docs_check.sh; the marks: docs/README.md, "Runnable blocks"). readme-example: the C
+# blocks alone. Both run with TEST_ENV (LeakSanitizer's suppressions under DEBUG=1).
+DOCS_STAGE := $(CURDIR)/$(B)/stage
+DOCS_ENV := DOCS_CC="$(CC)" DOCS_CFLAGS="-std=c11 -Wall -Werror $(OPT)" DOCS_STAGE=$(DOCS_STAGE)
+docs-stage: all
+	@rm -rf $(DOCS_STAGE) && $(MAKE) --no-print-directory install DESTDIR=$(DOCS_STAGE) PREFIX=/usr/local DEBUG=$(DEBUG) >/dev/null
+
+docs-check: docs-stage
+	$(DOCS_ENV) $(TEST_ENV) tests/docs_check.sh $(B)
+
+readme-example: docs-stage
+	$(DOCS_ENV) $(TEST_ENV) tests/docs_check.sh $(B) c
 
 # ---- MPI: build/mha-mpi shards a batch over MPI ranks (src/cli/mpi/). Open MPI from Debian,
 # installed by deps-mpi; `make MPI=1` adds it to the default build, the plain build never
@@ -482,7 +485,7 @@ serve-bench: $(B)/serve_bench
 $(B)/serve_bench: perf/serve_bench.c perf/perf_util.h $(B)/libmha.a
 	$(CC) -std=gnu11 $(OPT) $(WARN) -Iinclude $(CFLAGS) $< $(B)/libmha.a $(BLIS_A) $(LDFLAGS) $(LDLIBS) -o $@
 
-# Thread-scaling report of bert-base on this machine (README: "Thread-scaling reports").
+# Thread-scaling report of bert-base on this machine (docs/command.md, "Thread-scaling reports").
 REPORT_DIR ?= perf/reports/$(shell hostname -s)-$(shell date +%F)
 report: all
 	$(B)/mha scale configs/bert-base.yaml --out $(REPORT_DIR)

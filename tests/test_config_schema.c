@@ -1,7 +1,7 @@
 /* test_config_schema.c — the one key table drives mha_config_init, mha_config_check and the
  * YAML loader; the loader is strict where YAML is loose (integers, documents, duplicates,
- * aliases, control characters) and keeps every key of a long file; README's key table is
- * the table `mha schema` prints. */
+ * aliases, control characters) and keeps every key of a long file; docs/config.md's key
+ * tables are the tables `mha schema` prints. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,19 +184,19 @@ Test(config_schema, every_integer_key_is_range_checked_from_the_table)
     cr_assert_geq(checked, 16);
 }
 
-Test(config_schema, readme_key_table_is_the_schema, .timeout = 30)
+Test(config_schema, docs_key_table_is_the_schema, .timeout = 30)
 {
     char *out, *err;
     cr_assert_eq(run_cli("schema", &out, &err), 0, "%s", err);
-    char *readme = read_text("README.md");
-    cr_assert(strstr(readme, out), "README.md lacks the table `mha schema` prints:\n%s", out);
-    /* and no key row in README that the table does not have */
-    for (const char *p = readme; (p = strstr(p, "\n| `")) != NULL; p++) {
+    char *docs = read_text("docs/config.md");
+    cr_assert(strstr(docs, out), "docs/config.md lacks the tables `mha schema` prints:\n%s", out);
+    /* and no key row in the docs that the tables do not have */
+    for (const char *p = docs; (p = strstr(p, "\n| `")) != NULL; p++) {
         char key[64];
         if (sscanf(p, "\n| `%63[^`]`", key) == 1 && strchr(key, '.'))
-            cr_assert(mha_key_find(key) || cli_config_row(key) || !strchr(key, ' '), "README names key '%s' that the schema lacks", key);
+            cr_assert(mha_key_find(key) || cli_config_row(key) || !strchr(key, ' '), "docs/config.md names key '%s' that the schema lacks", key);
     }
-    free(out), free(err), free(readme);
+    free(out), free(err), free(docs);
 }
 
 Test(config_schema, parse_from_text_and_failure_leaves_output_alone)
