@@ -9,7 +9,7 @@
  * Threading contract: use one engine per calling thread at a time; any number of engines
  * may run at once in one process, and an engine may move between threads between calls
  * (built by clang, on LLVM's libomp: only among threads that live on; a thread that ran an
- * engine and exits crashes libomp's next parallel region, README "Embedding in a server").
+ * engine and exits crashes libomp's next parallel region, docs/server.md).
  * An engine of more than one thread called from inside the caller's own active OpenMP
  * parallel region fails with MHA_ERR_STATE (its team would run as one thread there); one of
  * threads = 1 runs anywhere. libgomp keeps one team of workers per thread that starts parallel
@@ -114,7 +114,7 @@ typedef enum { MHA_PRECISION_F32 = 0, MHA_PRECISION_BF16 = 1 } mha_precision;
  * steps, values rounded to nearest even, read back as q·scale + zero) per feature over each
  * group of MHA_KV_GROUP slots for K (float16 parameters) and per (token, KV head) for V
  * (float32 ones) (‖out − ref‖ / ‖ref‖ ≤ 2e-2 on unit-scale data; ≤ 1e-2 against HF on every
- * layer of a trained model: README): about 0.3 of a float32 cache's bytes, 0.6 of a bf16
+ * layer of a trained model: docs/precision.md): about 0.3 of a float32 cache's bytes, 0.6 of a bf16
  * one's. */
 typedef enum { MHA_KV_AUTO = 0, MHA_KV_F32 = 1, MHA_KV_BF16 = 2, MHA_KV_INT8 = 3 } mha_kv_type;
 
@@ -407,7 +407,7 @@ typedef struct mha_step {
  * V it writes have the same bits however its tokens are split into steps (one prefill,
  * chunks, token by token), whatever else the step holds (other sequences decoding or
  * prefilling, their number), for every thread count and block table, and equal one causal
- * mha_forward over it (README, Determinism). Allocates nothing. */
+ * mha_forward over it (docs/determinism.md). Allocates nothing. */
 MHA_API mha_status mha_step_forward(mha_engine *e, mha_kv_cache *c, const mha_step *s, float *out);
 
 /* ---- the attention core: Q, K, V given (after projection and RoPE), as PyTorch's SDPA ----

@@ -16,9 +16,9 @@
 extern "C" {
 #endif
 
-/* ---- YAML configs (README "Configs"; the engine's keys are in the schema table below) ---- */
+/* ---- YAML configs (docs/config.md; the engine's keys are in the schema table below) ---- */
 
-/* Reads a YAML config (README "Configs") into cfg: model, threads, pinning, engine block, and
+/* Reads a YAML config (docs/config.md) into cfg: model, threads, pinning, engine block, and
  * the batch block as capacity; cfg changes only on success. MHA_ERR_IO if it cannot be read,
  * MHA_ERR_CONFIG with "file:line: key: problem" in err for syntax errors, unknown keys, wrong
  * types and out-of-range values, more than one YAML document, MHA_ERR_AFFINITY for a CPU the
@@ -27,7 +27,7 @@ extern "C" {
 MHA_API mha_status mha_config_load(const char *path, mha_config *cfg, char *err, size_t err_len);
 
 /* The schema: one row per key, the table that drives mha_config_init, mha_config_check,
- * mha_config_load and their messages (README's key tables are printed by `mha schema`). */
+ * mha_config_load and their messages (docs/config.md's key tables are printed by `mha schema`). */
 typedef enum {
     MHA_KEY_INT, MHA_KEY_UINT64, MHA_KEY_BOOL, MHA_KEY_ENUM, MHA_KEY_STRING, MHA_KEY_INT_LIST, MHA_KEY_ENUM_LIST,
     MHA_KEY_FLOAT

@@ -1,6 +1,6 @@
 /* config_schema.c — the one table of config keys (DESIGN.md §6): name, type, range, default
  * and where the value goes. It drives mha_config_init's defaults, the range checks of
- * mha_config_check, the YAML loader (config_load.c) and README's key table (`mha schema`),
+ * mha_config_check, the YAML loader (config_load.c) and docs/config.md's key table (`mha schema`),
  * so a key is added in one place and its messages say the same thing everywhere. */
 #include <stdarg.h>
 #include <stddef.h>

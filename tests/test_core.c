@@ -14,7 +14,7 @@
 
 /* fp32 products over at most a few hundred terms and a ~2-ulp exp on unit-scale data: near
  * 1e-6; 1e-5 leaves a margin of ten (test_engine.c's bound). bf16: the precision's contract
- * (mha.h, README) on unit-scale data. */
+ * (mha.h, docs/precision.md) on unit-scale data. */
 #define F32_TOL 1e-5
 #define BF16_TOL 1e-2
 

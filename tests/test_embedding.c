@@ -434,7 +434,7 @@ static uint64_t in_new_thread(fork_job *j)
  * inherited one, each driven from a thread created after the fork, and a 1-thread engine on
  * the forking thread, all reproduce the parent's output bit for bit. (GCC's libgomp is not
  * fork-safe: the forking thread itself cannot start a team of more than one thread in the
- * child if it ran one in the parent — README, "Embedding in a server".) */
+ * child if it ran one in the parent — docs/server.md.) */
 Test(embedding, engines_work_in_a_child_after_the_parent_used_one, .timeout = 120)
 {
     problem p;

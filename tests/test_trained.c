@@ -22,7 +22,7 @@
  * d_model 576 (measured 1.2e-6), as the synthetic HF goldens' 1e-5 (test_cli.c). */
 #define TRAINED_F32_TOL 1e-5
 /* bf16 engines (and a bf16 cache): the bf16 contract, 1e-2 against the exact result (DESIGN.md,
- * README); measured 7.8e-3 on this layer's forward. */
+ * docs/precision.md); measured 7.8e-3 on this layer's forward. */
 #define TRAINED_BF16_TOL 1e-2
 /* An int8 cache: issue 35's bound, 1e-2 against HF's unquantized module, in both engines. This
  * layer's K has outlier channels (a per-token scale gave 3.3e-2 here, the worst of the model's

@@ -1,6 +1,6 @@
 /* config_file.c — the mha command's keys (generated batch, run, scaling, decode, name) as rows
  * of libmha's schema, and their cross-key rules; libmha reads the file and checks each value
- * against its row. README's key tables are printed from these rows and the engine's
+ * against its row. docs/config.md's key tables are printed from these rows and the engine's
  * (`mha schema`). */
 #include <stddef.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* schema.c — `mha schema`: the config key tables (the engine's, mha_config_key_at, and the
- * command's, cli_config_row_at) as Markdown, the tables README's "Configs" section holds (a
+ * command's, cli_config_row_at) as Markdown, the tables docs/config.md holds (a
  * test checks that the two are the same text). */
 #include <stdio.h>
 #include <string.h>
