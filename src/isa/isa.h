@@ -304,7 +304,7 @@ extern const mha_bkernel mha_bk_amx; /* the avx512 table's AMX products (amx.c) 
 /* avx2's rows_scores and rows_scores16 (four queries as the lanes of an xmm register), the
  * avx512 table's too: FMA chains in feature order are every vector table's decode sums, so
  * the bits are avx512's, and 16 lanes would need a shuffle per feature and key group to set
- * four keys' features beside four queries' (avx2.c). */
+ * four keys' features beside four queries' (avx2_decode.c). */
 void mha_rows_scores_avx2(const float *restrict q, int nq, int dk, const float *restrict k, ptrdiff_t ld, int n,
                           float scale, float *restrict sc, size_t sc_ld, const mha_rows_ahead *v);
 void mha_rows_scores16_avx2(const float *restrict q, int nq, int dk, const float *restrict k, ptrdiff_t ld, int n,

@@ -1,4 +1,4 @@
-/* loops.h — control loops that both vector tables (avx2.c, avx512.c; ref.c where it runs the
+/* loops.h — control loops that both vector tables (avx2*.c, avx512*.c; ref.c where it runs the
  * same) run, written once in plain C. Each table passes its body: an always_inline function of its own intrinsics. The loops are
  * always_inline too, so in the table's function the body is a known function called with
  * constant heights and widths, and the compiler inlines it as if the loop were written out
@@ -43,7 +43,7 @@ static inline __attribute__((always_inline)) void mha_pack_walk(mha_mat a, int w
 
 /* ---- stream_rows: few rows past the microkernel, B streamed once ---- */
 
-/* The prefetch of the next chunk of B over the passes of this one (avx512.c says why). */
+/* The prefetch of the next chunk of B over the passes of this one (avx512_f32.c says why). */
 typedef struct mha_ahead {
     const char *at;          /* the next line of the next chunk */
     long credit, share, per; /* a line each time credit, growing by share per row of a pass, reaches per */
