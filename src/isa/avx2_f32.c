@@ -66,9 +66,9 @@ stream_pass(const int R, mha_ahead *pf, int i0, int p0, int p1, int j0, int nj, 
         p += np;
     }
     /* C's rows from here without mha_mat_at's division by k->bw (j0 starts a panel of w), and
-     * a whole panel of C not read without a test per row: the scores' product of the
-     * bert-base-512 core (k = d_k = 64, 384 cycles of FMAs a pass) ran 1.055× and then 1.025×
-     * as fast (Zen 4, session 37) */
+     * a whole panel of C not read without a test per row: with k = d_k (64 in the attention's
+     * scores) a pass is a few hundred cycles of FMAs, and the division and the tests would be a
+     * share of it */
     float *cr = c.p + (ptrdiff_t)(j0 / w) * c.ps + (ptrdiff_t)i0 * c.ld;
     const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
     if (p0 == 0 && beta == 0.0f && nj == w) {
@@ -95,8 +95,9 @@ stream_pass(const int R, mha_ahead *pf, int i0, int p0, int p1, int j0, int nj, 
     }
 }
 
-/* Every CPU: measured on Zen 1, the bert-base-512 core took 0.94× the time of packing A (the
- * forced table on Intel's AVX-512 hosts not measured apart). */
+/* Every CPU: reading A in place skips the pass that packs it, which on the AVX2 parts tried
+ * (Zen 1) outweighs what the microkernel gains from packed A; Intel's AVX-512 hosts, which run
+ * this table only when it is forced, are taken as the same. */
 int mha_stream_in_place_avx2(void)
 {
     return 1;

@@ -15,9 +15,9 @@
 #define EACH _Pragma("GCC unroll 8") for (int q = 0; q < U; q++)
 
 /* mha_exp_poly in 8 lanes, on U <= 4 vectors in place, each step over all of them before the
- * next: the polynomial is one chain of dependent FMAs, and on Zen 1 four exps so written ran
- * 1.45× as fast as four written one after the other (18.3 cycles a vector against 26.6, a
- * loop over an L1 row; RESULTS.md, Machine F, session 25).
+ * next: the polynomial is one chain of dependent FMAs, so four chains interleaved keep the FMA
+ * units busy through each other's latency, where four exps written one after the other leave
+ * a core with a short window (Zen 1's) waiting on each chain in turn.
  * clamp 0: the softmax's x = s − max <= 0 (or a lane the caller zeroes): no clamp to
  * [MHA_EXP_LO, MHA_EXP_HI], the same bits, two operations fewer. Above MHA_EXP_LO the clamps
  * change nothing; below it, or NaN, the range mask zeroes whatever the lane computed. bf16:

@@ -302,8 +302,8 @@ static void rows_dpbf16_block(int rows, int npan, int kt, const mha_bf16 *a, con
 }
 
 /* The block and the epilogue in one pass: the scores' and values' products of the attention
- * chunks store each row's sums once, scaled, instead of through acc (a bert-base-512 bf16 core
- * spent 3.5% in the separate epilogue, Zen 4). */
+ * chunks store each row's sums once, scaled, instead of through acc (a separate epilogue is
+ * another pass over the block, acc written and read back, on products that are small). */
 static void rows_dpbf16_block_c(int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps, float *c0,
                                 float *c1, ptrdiff_t ldc, int cols, float alpha, float beta, int pf)
 {
@@ -335,10 +335,10 @@ const mha_bkernel mha_bk_dpbf16 = {
 };
 const mha_bkernel mha_bk_fma = {.name = "fma-bf16", .order = MHA_BK_EVEN_FIRST, .block = block_fma};
 
-/* vdpbf16ps issues at half the FMA rate on Intel's cores (measured on Xeons with and without
- * AMX exposed, perf/RESULTS.md): there the FMA kernel on widened bf16 is faster. On AMD's Zen 5
- * it runs at the FMA rate: avx512-bf16 took half fma-bf16's time (bert-base-512 forward 44 vs
- * 91 ms, a decode step's 16-row projections 2.7 vs 4.9 ms; perf/RESULTS.md, session 14). */
+/* vdpbf16ps issues at half the FMA rate on Intel's cores (Xeons with and without AMX exposed):
+ * there two FMAs on widened bf16 do a pair's products as fast, so the FMA kernel is the faster.
+ * On AMD's Zen 5 it issues at the FMA rate, one instruction for a pair's two products: there
+ * avx512-bf16 does fma-bf16's work in half the instructions. */
 const mha_bkernel *mha_bf16_auto_avx512(void)
 {
     if (mha_bk_amx.usable())

@@ -69,7 +69,7 @@ score_features(const mha_kv_type type, const int scaled, const int R, const int 
     for (int j = 0; j < V; j++) /* past nv: the first vector's rows, stepped but never read */
         k[j] = v[j < nv ? j : 0].kt + (size_t)c * row;
     q += c;
-#ifdef __clang__ /* unrolled, clang 14 hoists every feature's K vectors and spills them: int8 1.7× slower */
+#ifdef __clang__ /* kept rolled: unrolled, clang hoists every feature's K vectors and spills them */
 #pragma clang loop unroll(disable)
 #endif
     for (int u = 0; u < nc; u++, q++) {
@@ -162,10 +162,10 @@ scores_tiles(const mha_kv_type type, const int scaled, const int R, const int V,
 
 /* Slot vectors of 16 from the chunk's blocks: 1 or 2 queries × 4 vectors, up to 4 × 2, more
  * 8 × 2 at a time. Few vectors at once: blocks lie a multiple of 64 KiB apart, so every
- * vector's row falls in one L1 and L2 set; 4 × 4 (16 chains) ran decode about 25% slower than
- * 4 × 2 (llama3-8b decode step, Zen 5). An int8 cache's 3 to 4 queries take 4 × 4: its rows
- * are 16 bytes, and each K vector made from its scale and zero point serves 4 queries, not 2
- * (perf/score_tiles: 1.59 against 1.97 ns a feature of a block, Zen 4). */
+ * vector's row falls in one L1 and L2 set, and 4 vectors' rows a feature (4 × 4, 16 chains)
+ * crowd that set where 2 (4 × 2) do not. An int8 cache's 3 to 4 queries take 4 × 4 all the
+ * same: its rows are 16 bytes, a quarter of a float32 cache's, and each K vector made from its
+ * scale and zero point (two operations a feature) serves 4 queries, not 2. */
 static inline __attribute__((always_inline, target(AVX512))) void
 scores(const mha_kv_type type, const int scaled, const float *restrict q, int nq, int dk, int c0, int c1, int runs,
        const void *const *kt, const void *const *vr, const mha_f16 *const *kp, const int *n, int ld, float scale,
@@ -211,7 +211,7 @@ __attribute__((target(AVX512))) void mha_decode_scores8_avx512(const float *rest
  * value rows of one block, with R · V <= 16 accumulators: each row's vectors loaded once for all
  * the queries, key by key in order (the microkernel's A·V sums); the same features of the next
  * block's rows (next, or NULL) prefetched row by row as it goes, so the prefetches are spread
- * as evenly as the loads (all of a row's lines at once was 10% slower: fill buffers run out),
+ * as evenly as the loads (all of a row's lines at once would run out of fill buffers),
  * and a step of the walk w (or NULL) a key. Elements of the cache's type; scaled: row t times
  * vs[2t] plus vs[2t + 1] as it loads (an int8 cache's scale and zero point: scale_rows'
  * values). full: nb = R (nothing tested in the loop). */

@@ -47,8 +47,8 @@ __attribute__((target(AVX512))) void mha_pack_rows_avx512(mha_mat a, int w, int 
  * Prefetch: while the passes compute on one chunk, the next chunk of B (the rest of this
  * panel, or the next panel's first) comes into L2, its lines spread over every pass in
  * proportion to the pass's rows, so memory is read at an even pace the whole time.
- * Prefetching only in the first pass (32 rows ahead) left memory idle during the others:
- * 16 rows, 2 threads, 64 MB of B each, alternating in one process: 0.84-0.89× the time. */
+ * Prefetching only in the first pass (32 rows ahead) would leave memory idle during the
+ * others. */
 static inline __attribute__((always_inline, target(AVX512))) void
 stream_pass(const int R, mha_ahead *pf, int i0, int p0, int p1, int j0, int nj, float alpha, mha_mat a,
             const float *bp, float beta, mha_mat c)
@@ -101,10 +101,9 @@ __attribute__((target(AVX512))) void mha_stream_rows_avx512(const mha_kernel *k,
     mha_stream_walk(k, m, n, kk, alpha, a, b, beta, c, 32, 12, stream_pass);
 }
 
-/* AMD's cores: on Zen 4 the cores of bert-base-512, S = 128 and causal 2048 took 0.95, 0.98 and
- * 0.97× the time of packing A for BLIS's microkernel (7 alternating rounds, 2 threads); on
- * Intel's Emerald Rapids Xeon 1.09, 0.97 and 1.25× (perf/RESULTS.md, sessions 30 and 31). Zen 5
- * not measured: taken as Zen 4. */
+/* AMD's cores: there the attention's products run faster streamed with A read in place than
+ * on A packed for BLIS's microkernel (Zen 4; Zen 5 taken as Zen 4). On Intel's Xeons packing A
+ * for skx's microkernel is mostly the faster (most on a long causal core), so they pack. */
 int mha_stream_in_place_avx512(void)
 {
     return __builtin_cpu_is("amd");

@@ -161,8 +161,8 @@ typedef struct mha_isa {
      * pass: sc[qi · sc_ld + t] = scale · Σ_c q·k, one FMA chain per score in feature order
      * from zero, decode_scores' bits without Kᵀ panels (the core's few queries read K where
      * the caller keeps it); v (or NULL): the keys' value rows, prefetched into L2 as their
-     * scores are summed (the core's decode: 0.83× on Zen 4). NULL: the table transposes K for
-     * decode_scores instead. */
+     * scores are summed (so the values after find them there, not in memory). NULL: the
+     * table transposes K for decode_scores instead. */
     void (*rows_scores)(const float *restrict q, int nq, int dk, const float *restrict k, ptrdiff_t ld, int n,
                         float scale, float *restrict sc, size_t sc_ld, const mha_rows_ahead *v);
     /* The same on q and K's rows holding bf16 values (as floats): decode_scores16's sums and
