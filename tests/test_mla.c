@@ -21,9 +21,10 @@
 /* float32 against HF's float32 module: the absorbed order sums other products than HF's
  * (latent-space scores and values, measured 7.9e-8 apart in float64): issue 34's bound. */
 #define MLA_F32_TOL 1e-5
-/* bf16 engines: issue 34's bound against HF's float32 module (every product's operands rounded
- * to bf16, over the latent's extra depth). */
-#define MLA_BF16_TOL 2e-2
+/* bf16 engines: the bf16 precision's contract (DESIGN.md §1: 1e-2 of the reference), which the
+ * latent's extra depth does not loosen: every product's operands are rounded to bf16 as in any
+ * bf16 engine, and the cases sit well inside it on every table and kernel. */
+#define MLA_BF16_TOL 1e-2
 
 typedef struct mla_case {
     cli_config fc;

@@ -872,19 +872,28 @@ Test(step, int8_cache_is_within_its_contract_of_the_double_reference, .timeout =
         decoder_free(&dc);
     }
     cr_log_info("isa %s: int8 cache, worst %.3g of the double reference", test_isa(), worst);
-    /* sizes: per block and KV head 2·bs·dk bytes, then per group of 16 slots 2·dk floats (K's
-     * scales and zero points) and 2·bs floats (V's scales and zero points), 64-byte rounded */
+    /* sizes (kvcache.h): per block and KV head the int8 Kᵀ and V (2·bs·dk bytes) to a 64-byte
+     * boundary, then K's scale and zero point per feature of each group of MHA_KV_GROUP slots,
+     * float16, and V's per slot, float32, the region rounded to 64 bytes. Blocks of 40 slots
+     * (three groups, the last short) tell float16 K parameters from float32 ones: a region of
+     * 1088 bytes, where float32 would make it 1152 (blocks of 16 round both to 448). */
     mha_config cfg;
     config_init(&cfg);
     cfg.d_model = 64, cfg.n_heads = 8, cfg.n_kv_heads = 2, cfg.max_seq_kv = 64, cfg.bias = 0; /* dk 8 */
-    const size_t f32 = mha_kv_cache_size(&cfg, 10, 16, 0);
-    cfg.kv_type = MHA_KV_INT8;
-    const size_t i8 = mha_kv_cache_size(&cfg, 10, 16, 0), per_block = 2 * (2 * 16 * 8 + (2 * 8 + 2 * 16) * 4);
-    /* and the open-group pool: max_seqs entries (0: max_batch, 1 here) of KV heads × 16 slots ×
-     * d_k floats, after a 64-byte line of their tags */
-    const size_t entry = (size_t)2 * 16 * 8 * sizeof(float);
-    cr_assert_eq(i8 - (f32 - 10 * 2 * 2 * 16 * 8 * 4), 10 * per_block + 64 + entry, "int8 cache of %zu bytes", i8);
-    cr_assert_eq(mha_kv_cache_size(&cfg, 10, 16, 3) - i8, 2 * entry, "two more entries");
+    /* and the open-group pool: max_seqs entries (0: max_batch, 1 here) of KV heads × MHA_KV_GROUP
+     * slots × d_k floats, after a 64-byte line of their tags */
+    const size_t entry = (size_t)2 * MHA_KV_GROUP * 8 * sizeof(float);
+    for (int bs = 16; bs <= 40; bs += 24) {
+        cfg.kv_type = MHA_KV_AUTO;
+        const size_t f32 = mha_kv_cache_size(&cfg, 10, bs, 0), groups = ((size_t)bs + MHA_KV_GROUP - 1) / MHA_KV_GROUP;
+        const size_t values = mha_round_up(2 * (size_t)bs * 8, 64);
+        const size_t region = mha_round_up(values + groups * 2 * 8 * sizeof(mha_f16) + 2 * (size_t)bs * sizeof(float), 64);
+        cfg.kv_type = MHA_KV_INT8;
+        const size_t i8 = mha_kv_cache_size(&cfg, 10, bs, 0);
+        cr_assert_eq(i8 - (f32 - 10 * 2 * 2 * (size_t)bs * 8 * 4), 10 * 2 * region + 64 + entry,
+                     "blocks of %d: int8 cache of %zu bytes", bs, i8);
+        cr_assert_eq(mha_kv_cache_size(&cfg, 10, bs, 3) - i8, 2 * entry, "blocks of %d: two more entries", bs);
+    }
     mha_kv_cache *c;
     cr_assert_eq(mha_kv_cache_create(&cfg, 10, 16, 0, &c), MHA_OK);
     cfg.kv_type = MHA_KV_AUTO;

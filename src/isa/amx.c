@@ -2,7 +2,8 @@
  * tiles (2 × 2: each A and B tile load feeds two tdpbf16ps), the tile configuration entered
  * once per worker and stretch of work (mha_bk_begin), and Linux's tile data permission, asked
  * for once at create (mha_bkernel_enable), never by a check. Sums: MHA_BK_TILE_LANES (bgemm.h),
- * measured bitwise on a Sapphire Rapids Xeon. */
+ * the order read from the hardware's own bits (a Sapphire Rapids Xeon's), so that the tests
+ * hold the kernel to it bit for bit. */
 #define _GNU_SOURCE /* syscall */
 #include "isa.h"
 
@@ -66,8 +67,8 @@ __attribute__((target("amx-tile,amx-bf16"))) static void amx_block(int rows, int
     _tile_zero(1);
     _tile_zero(2);
     _tile_zero(3);
-    /* a k step's loads before its products: 5-10% faster than each load just before its first
-     * product on this block (k tiles 4-16, operands in L1; perf/RESULTS.md, session 16) */
+    /* a k step's loads all issued before its products, so that they overlap one another and the
+     * step before's products instead of each product waiting on the load just before it */
     for (int t = 0; t < kt; t++) {
         const size_t o = (size_t)t * MHA_BT_ELEMS;
         _tile_loadd(4, a + o, s);

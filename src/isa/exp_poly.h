@@ -19,7 +19,7 @@
  * (3.1e-9, a twentieth of float32's ulp; tests/fit_exp_poly.py), coefficients rounded to
  * float32. Cephes' P of degree 5 (its error 1e-10) gave no fewer ulp in float32 (1.24 at
  * most with FMA over [−87, 88], either) for one more FMA a lane: the softmax's exp is bound by
- * FMA issue, and the f32 core's softmax by its exp (RESULTS.md, Machine H, session 36). */
+ * FMA issue, and the f32 core's softmax by its exp. */
 #define MHA_EXP_P0 1.3814613922e-3f
 #define MHA_EXP_P1 8.3687100559e-3f
 #define MHA_EXP_P2 4.1668388993e-2f
@@ -37,7 +37,7 @@
 #define MHA_EXP_BF16_ERR 3e-6 /* that polynomial's relative error, rounded up: tests' bound */
 /* ln2 rounded to float32: the vector tables reduce a bf16 engine's x in one FMA, x − n·MHA_LN2
  * (its error n·1.9e-9, 2.4e-7 at most where exp is below 2^-120: a twelfth of the polynomial's
- * at worst; one FMA of eight fewer, 0.92× the exp on Zen 4); ref keeps the two-part ln2 (its
+ * at worst; one FMA of eight fewer, on an exp bound by FMA issue); ref keeps the two-part ln2 (its
  * product rounded, one part would cost up to 3.8e-6). */
 #define MHA_LN2 0.693147182464599609375f
 

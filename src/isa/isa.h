@@ -158,8 +158,8 @@ typedef struct mha_isa {
      * pass: sc[qi · sc_ld + t] = scale · Σ_c q·k, one FMA chain per score in feature order
      * from zero, decode_scores' bits without Kᵀ panels (the core's few queries read K where
      * the caller keeps it); v (or NULL): the keys' value rows, prefetched into L2 as their
-     * scores are summed (the core's decode: 0.83× on Zen 4). NULL: the table transposes K for
-     * decode_scores instead. */
+     * scores are summed (so the values after find them there, not in memory). NULL: the
+     * table transposes K for decode_scores instead. */
     void (*rows_scores)(const float *restrict q, int nq, int dk, const float *restrict k, ptrdiff_t ld, int n,
                         float scale, float *restrict sc, size_t sc_ld, const mha_rows_ahead *v);
     /* The same on q and K's rows holding bf16 values (as floats): decode_scores16's sums and
@@ -301,7 +301,7 @@ extern const mha_bkernel mha_bk_amx; /* the avx512 table's AMX products (amx.c) 
 /* avx2's rows_scores and rows_scores16 (four queries as the lanes of an xmm register), the
  * avx512 table's too: FMA chains in feature order are every vector table's decode sums, so
  * the bits are avx512's, and 16 lanes would need a shuffle per feature and key group to set
- * four keys' features beside four queries' (avx2.c). */
+ * four keys' features beside four queries' (avx2_decode.c). */
 void mha_rows_scores_avx2(const float *restrict q, int nq, int dk, const float *restrict k, ptrdiff_t ld, int n,
                           float scale, float *restrict sc, size_t sc_ld, const mha_rows_ahead *v);
 void mha_rows_scores16_avx2(const float *restrict q, int nq, int dk, const float *restrict k, ptrdiff_t ld, int n,

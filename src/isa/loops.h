@@ -1,9 +1,9 @@
-/* loops.h — control loops that both vector tables (avx2.c, avx512.c; ref.c where it runs the
+/* loops.h — control loops that both vector tables (avx2*.c, avx512*.c; ref.c where it runs the
  * same) run, written once in plain C. Each table passes its body: an always_inline function of its own intrinsics. The loops are
  * always_inline too, so in the table's function the body is a known function called with
  * constant heights and widths, and the compiler inlines it as if the loop were written out
- * there (checked: the same instructions, no call, no spilled accumulator; RESULTS.md "issue 33
- * item 6"). Loops left in the tables, and why, are listed in DESIGN.md §3. */
+ * there (the same instructions as the loop written out: no call, no spilled accumulator).
+ * Loops left in the tables, and why, are listed in DESIGN.md §3. */
 #ifndef MHA_ISA_LOOPS_H
 #define MHA_ISA_LOOPS_H
 
@@ -43,7 +43,7 @@ static inline __attribute__((always_inline)) void mha_pack_walk(mha_mat a, int w
 
 /* ---- stream_rows: few rows past the microkernel, B streamed once ---- */
 
-/* The prefetch of the next chunk of B over the passes of this one (avx512.c says why). */
+/* The prefetch of the next chunk of B over the passes of this one (avx512_f32.c says why). */
 typedef struct mha_ahead {
     const char *at;          /* the next line of the next chunk */
     long credit, share, per; /* a line each time credit, growing by share per row of a pass, reaches per */
@@ -131,8 +131,7 @@ static inline int mha_scores_fit_l1(int rows, int V, size_t bytes)
  * whole tile takes the body's full path (nothing tested in its loops). ahead: each tile
  * prefetches the next one's vectors, which the first pass over the chunk's keys (the first
  * rows) reads from memory; the later passes find them in L2, and there a prefetch into L1
- * costs: an MLA tile (576 features) pushes the lines out before it reads them (without it,
- * its score tiles ran 1.17× as fast, one thread, the chunk in L2). */
+ * costs: an MLA tile (576 features) pushes the lines out before it reads them. */
 static inline __attribute__((always_inline)) void
 mha_scores_walk(const mha_kv_type type, const int scaled, const int R, const int V, const int lanes,
                 const float *restrict q, int nb, int dk, int c0, int c1, const mha_slot_vec *v, int nv, int ld, float scale,

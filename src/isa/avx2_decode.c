@@ -1,0 +1,401 @@
+/* avx2_decode.c — the avx2 table's decode tiles: float32 FMA chains on a float32 cache, on an
+ * int8 cache's elements scaled as they load (and its blocks read back as float32), and on bf16
+ * or int8 elements widened (the bf16 decode, even first); and the scores of a few queries
+ * against K's rows (rows_scores, the avx512 table's too). */
+#include <immintrin.h>
+#include <string.h>
+
+#include "avx2.h"
+#include "kvcache.h"
+#include "loops.h"
+
+/* int8 cache elements to float32, 8 at a time; a tail through a padded copy. */
+__attribute__((target(AVX2))) static __m256 i8_load8(const int8_t *src, int n)
+{
+    int64_t bytes = 0;
+    memcpy(&bytes, src, (size_t)(n < 8 ? n : 8));
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(bytes)));
+}
+
+__attribute__((target(AVX2))) void mha_i8_scale_rows_avx2(const void *from, size_t ld_src, int rows, int n,
+                                                          const float *row_scales, const float *row_zeros,
+                                                          float *restrict dst, size_t ld_dst)
+{
+    const int8_t *src = from;
+    for (int r = 0; r < rows; r++, src += ld_src, dst += ld_dst) {
+        const __m256 rs = _mm256_set1_ps(row_scales[r]), rz = _mm256_set1_ps(row_zeros ? row_zeros[r] : 0.0f);
+        for (int t = 0; t < n; t += 8) {
+            const __m256 x = _mm256_mul_ps(i8_load8(src + t, n - t), rs);
+            store8_n(dst + t, n - t, row_zeros ? _mm256_add_ps(x, rz) : x);
+        }
+    }
+}
+
+/* ---- decode tiles: float32, and bf16 or int8 widened in registers ---- */
+
+/* n elements (1..8) of a cache row at x as float32 lanes, lanes from n on zero: float32 as it
+ * is, bf16 widened (a shift), int8 converted (exact); a short bf16 or int8 run through a
+ * zeroed copy (no read past it). */
+static inline __attribute__((always_inline, target(AVX2))) __m256 load_elems(const mha_kv_type type, const char *x,
+                                                                            int n)
+{
+    if (type == MHA_KV_F32)
+        return load8_n((const float *)(const void *)x, n);
+    __m128i raw;
+    if (n >= 8)
+        raw = type == MHA_KV_BF16 ? _mm_loadu_si128((const __m128i *)(const void *)x) : _mm_loadl_epi64((const __m128i *)(const void *)x);
+    else {
+        _Alignas(16) char tmp[16] = {0};
+        memcpy(tmp, x, (size_t)n * mha_kv_elem_size(type));
+        raw = _mm_load_si128((const __m128i *)(const void *)tmp);
+    }
+    if (type == MHA_KV_BF16)
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(raw));
+}
+
+/* Scores of nb <= R queries for nv <= V slot vectors (of any blocks), R · V <= 8
+ * accumulators, each score one FMA chain over the features [c0, c1) from zero, then scale ·
+ * sum (+ sc when c0 > 0): the microkernel's sums. One Kᵀ row load per feature and vector for
+ * all queries; the next tile's vectors (pf, npf of them; else this tile's again) prefetched
+ * row by row as it goes. full: nb = R, nv = V and every vector 8 slots wide, so no lane or
+ * row is tested in the loop (the accumulators stay in registers). */
+static inline __attribute__((always_inline, target(AVX2))) void
+scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, const int full, const float *restrict q,
+            int nb, int dk, int c0, int c1, const mha_slot_vec *v, int nv, const mha_slot_vec *pf, int npf, int ld,
+            float scale, float *restrict sc, size_t sc_ld)
+{
+    if (full)
+        nb = R, nv = V;
+    const mha_f16 *kp[8]; /* scaled (int8 K): each vector's group parameters, float16 */
+    for (int j = 0; j < V; j++)
+        kp[j] = scaled && j < nv ? v[j].kp : NULL;
+    const char *pfp[8];
+    for (int j = 0; j < V; j++)
+        pfp[j] = j < npf ? pf[j].kt : v[j < nv ? j : 0].kt;
+    /* the vectors' value rows (when given): a line each feature from the first, till done */
+    size_t vbytes[8];
+    for (int j = 0; j < V; j++)
+        vbytes[j] = j < nv && v[j].v ? (size_t)(full ? 8 : v[j].lanes) * (size_t)dk * mha_kv_elem_size(type) : 0;
+    __m256 acc[8];
+    for (int i = 0; i < R * V; i++)
+        acc[i] = _mm256_setzero_ps();
+    for (int c = c0; c < c1; c++) {
+        const size_t at = (size_t)c * ld * mha_kv_elem_size(type), line = (size_t)(c - c0) * 64;
+        __m256 krow[8];
+        for (int j = 0; j < V; j++) {
+            if (line < vbytes[j])
+                _mm_prefetch(v[j].v + line, _MM_HINT_T0);
+            _mm_prefetch(pfp[j] + at, _MM_HINT_T0);
+            krow[j] = j >= nv ? _mm256_setzero_ps() : load_elems(type, v[j].kt + at, full ? 8 : v[j].lanes);
+            if (scaled && j < nv) /* q·scale + zero, scale_rows' value */
+                krow[j] = _mm256_add_ps(_mm256_mul_ps(krow[j], _mm256_set1_ps(_cvtsh_ss(kp[j][c]))),
+                                        _mm256_set1_ps(_cvtsh_ss(kp[j][dk + c])));
+        }
+        for (int r = 0; r < R; r++)
+            if (r < nb) {
+                const __m256 x = _mm256_set1_ps(q[(size_t)r * dk + c]);
+                for (int j = 0; j < V; j++)
+                    acc[r * V + j] = _mm256_fmadd_ps(x, krow[j], acc[r * V + j]);
+            }
+    }
+#pragma GCC unroll 8 /* constant indices: a loop over acc would keep it in memory, stored every feature */
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int j = 0; j < V; j++) {
+            if (r >= nb || j >= nv)
+                continue;
+            float *y = sc + (size_t)r * sc_ld + v[j].out;
+            __m256 x = _mm256_mul_ps(acc[r * V + j], _mm256_set1_ps(scale));
+            if (c0 > 0)
+                x = _mm256_add_ps(x, load8_n(y, v[j].lanes));
+            store8_n(y, v[j].lanes, x);
+        }
+}
+
+/* R queries × V slot vectors over the vector list, each tile prefetching the next where ahead. */
+static inline __attribute__((always_inline, target(AVX2))) void
+scores_tiles(const mha_kv_type type, const int scaled, const int R, const int V, const float *restrict q, int nb, int dk,
+             int c0, int c1, const mha_slot_vec *v, int nv, int ld, float scale, float *restrict sc, size_t sc_ld,
+             int ahead)
+{
+    ahead = ahead && mha_scores_fit_l1(c1 - c0, V, 8 * mha_kv_elem_size(type));
+    if (type != MHA_KV_F32 && ahead) /* the first tile's Kᵀ: nothing prefetched it */
+        for (int j = 0; j < V && j < nv; j++)
+            for (size_t off = 0; off < (size_t)(c1 - c0) * ld * mha_kv_elem_size(type); off += 64)
+                _mm_prefetch(v[j].kt + (size_t)c0 * ld * mha_kv_elem_size(type) + off, _MM_HINT_T0);
+    mha_scores_walk(type, scaled, R, V, 8, q, nb, dk, c0, c1, v, nv, ld, scale, sc, sc_ld, ahead, scores_tile);
+}
+
+/* Slot vectors of 8 from every block of the chunk: 1 query × 8 vectors, 2 × 4, up to 4 × 2,
+ * more 8 × 1 at a time (8 independent chains). */
+static inline __attribute__((always_inline, target(AVX2))) void
+scores(const mha_kv_type type, const int scaled, const float *restrict q, int nq, int dk, int c0, int c1, int runs,
+       const void *const *kt, const void *const *vr, const mha_f16 *const *kp, const int *n, int ld, float scale,
+       float *restrict sc, size_t sc_ld)
+{
+    mha_slot_vec v[MHA_KV_CHUNK];
+    const int nv = mha_slot_vecs(runs, kt, vr, (size_t)dk * mha_kv_elem_size(type), kp, dk, n, 8, mha_kv_elem_size(type), v);
+    for (int q0 = 0; q0 < nq; q0 += 8) {
+        const int nb = nq - q0 < 8 ? nq - q0 : 8;
+        const float *qq = q + (size_t)q0 * dk;
+        float *sq = sc + (size_t)q0 * sc_ld;
+        if (nb == 1)
+            scores_tiles(type, scaled, 1, 8, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld, q0 == 0);
+        else if (nb == 2)
+            scores_tiles(type, scaled, 2, 4, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld, q0 == 0);
+        else if (nb <= 4)
+            scores_tiles(type, scaled, 4, 2, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld, q0 == 0);
+        else
+            scores_tiles(type, scaled, 8, 1, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld, q0 == 0);
+    }
+}
+
+/* rows_scores: four queries as the lanes of an xmm register (their features transposed into
+ * qt, 4 a feature), J keys a tile, each key's feature broadcast: J accumulators, one FMA chain
+ * per score in feature order (Zen 1 runs two 128-bit FMAs a cycle, the 256-bit rate, and
+ * nothing is transposed but the queries); swap: in the order c ^ 1, each pair's odd feature
+ * first (dk even). The next tile's rows prefetched a line a row every 16 features, and (v)
+ * this tile's value rows (rows t on of v) into L2 as often. */
+enum { ROWS_KEYS = 12 };
+
+static inline __attribute__((always_inline, target(AVX2))) void keys_tile(const int J, const int swap,
+                                                                         const float *restrict qt, int dk,
+                                                                         const float *restrict k, ptrdiff_t ld, int nq,
+                                                                         float scale, float *restrict sc, size_t sc_ld,
+                                                                         const mha_rows_ahead *v, int t)
+{
+    __m128 acc[ROWS_KEYS];
+    for (int u = 0; u < J; u++)
+        acc[u] = _mm_setzero_ps();
+    for (int c = 0; c < dk; c++) {
+        if (c % 16 == 0) {
+            const size_t line = (size_t)c / 16 * 64;
+            for (int u = 0; u < J; u++) {
+                _mm_prefetch((const char *)(k + (ptrdiff_t)(J + u) * ld + c), _MM_HINT_T0);
+                if (v && line < v->bytes)
+                    _mm_prefetch(v->at + (size_t)(t + u) * v->ld + line, _MM_HINT_T1);
+            }
+        }
+        const __m128 qc = _mm_load_ps(qt + 4 * c);
+        for (int u = 0; u < J; u++)
+            acc[u] = _mm_fmadd_ps(qc, _mm_broadcast_ss(k + (ptrdiff_t)u * ld + (c ^ swap)), acc[u]);
+    }
+    _Alignas(16) float out[ROWS_KEYS][4];
+    for (int u = 0; u < J; u++)
+        _mm_store_ps(out[u], _mm_mul_ps(acc[u], _mm_set1_ps(scale)));
+    for (int r = 0; r < nq; r++)
+        for (int u = 0; u < J; u++)
+            sc[(size_t)r * sc_ld + u] = out[u][r];
+}
+
+static inline __attribute__((always_inline, target(AVX2))) void rows_scores_as(const int swap, const float *restrict q,
+                                                                              int nq, int dk, const float *restrict k,
+                                                                              ptrdiff_t ld, int n, float scale,
+                                                                              float *restrict sc, size_t sc_ld,
+                                                                              const mha_rows_ahead *v)
+{
+    _Alignas(16) float qt[4 * MHA_ROWS_SCORES_DK];
+    for (int r0 = 0; r0 < nq; r0 += 4) {
+        const int nr = nq - r0 < 4 ? nq - r0 : 4;
+        for (int c = 0; c < dk; c++) /* lanes past the last query: zeros, their scores unstored */
+            for (int r = 0; r < 4; r++)
+                qt[4 * c + r] = r < nr ? q[(size_t)(r0 + r) * dk + (c ^ swap)] : 0.0f;
+        float *s = sc + (size_t)r0 * sc_ld;
+        int t = 0;
+        const mha_rows_ahead *pv = v && v->at && r0 == 0 ? v : NULL; /* the first pass prefetches */
+        for (; t + ROWS_KEYS <= n; t += ROWS_KEYS)
+            keys_tile(ROWS_KEYS, swap, qt, dk, k + (ptrdiff_t)t * ld, ld, nr, scale, s + t, sc_ld, pv, t);
+        for (; t + 4 <= n; t += 4)
+            keys_tile(4, swap, qt, dk, k + (ptrdiff_t)t * ld, ld, nr, scale, s + t, sc_ld, pv, t);
+        for (; t < n; t++)
+            keys_tile(1, swap, qt, dk, k + (ptrdiff_t)t * ld, ld, nr, scale, s + t, sc_ld, pv, t);
+    }
+}
+
+__attribute__((target(AVX2))) void mha_rows_scores_avx2(const float *restrict q, int nq, int dk,
+                                                        const float *restrict k, ptrdiff_t ld, int n, float scale,
+                                                        float *restrict sc, size_t sc_ld, const mha_rows_ahead *v)
+{
+    rows_scores_as(0, q, nq, dk, k, ld, n, scale, sc, sc_ld, v);
+}
+
+/* Under DAZ and FTZ with scale 1, as decode_scores16 sums (a sum times one is itself), then
+ * its finish in the caller's mode. */
+__attribute__((target(AVX2))) void mha_rows_scores16_avx2(const float *restrict q, int nq, int dk,
+                                                          const float *restrict k, ptrdiff_t ld, int n, float scale,
+                                                          float *restrict sc, size_t sc_ld, mha_bk_order order,
+                                                          const mha_rows_ahead *v)
+{
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | DAZ_FTZ);
+    if (order == MHA_BK_ODD_FIRST)
+        rows_scores_as(1, q, nq, dk, k, ld, n, 1.0f, sc, sc_ld, v);
+    else
+        rows_scores_as(0, q, nq, dk, k, ld, n, 1.0f, sc, sc_ld, v);
+    _mm_setcsr(csr);
+    mha_scores16_finish(sc, sc_ld, nq, 1, &n, dk, scale);
+}
+
+__attribute__((target(AVX2))) void mha_decode_scores_avx2(const float *restrict q, int nq, int dk, int c0, int c1,
+                                                         int runs, const void *const *kt, const void *const *vr,
+                                                         const mha_f16 *const *kp, const int *n, int ld, float scale,
+                                                         float *restrict sc, size_t sc_ld)
+{
+    (void)kp; /* unscaled */
+    scores(MHA_KV_F32, 0, q, nq, dk, c0, c1, runs, kt, vr, NULL, n, ld, scale, sc, sc_ld);
+}
+
+__attribute__((target(AVX2))) void mha_decode_scores8_avx2(const float *restrict q, int nq, int dk, int c0, int c1,
+                                                          int runs, const void *const *kt, const void *const *vr,
+                                                          const mha_f16 *const *kp, const int *n, int ld, float scale,
+                                                          float *restrict sc, size_t sc_ld)
+{
+    scores(MHA_KV_INT8, 1, q, nq, dk, c0, c1, runs, kt, vr, kp, n, ld, scale, sc, sc_ld);
+}
+
+/* The sums under FTZ, as the bf16 kernels run (scale 1: a sum times one is itself), then
+ * the padding's + 0 and the scale in the caller's mode. */
+__attribute__((target(AVX2))) void mha_decode_scores16_avx2(const float *restrict q, int nq, int dk, int runs,
+                                                           const void *const *kt, const void *const *vr,
+                                                           const int *n, int ld, float scale, float *restrict sc,
+                                                           size_t sc_ld, mha_bk_order order)
+{
+    (void)order; /* even first only */
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | DAZ_FTZ);
+    scores(MHA_KV_BF16, 0, q, nq, dk, 0, dk, runs, kt, vr, NULL, n, ld, 1.0f, sc, sc_ld);
+    _mm_setcsr(csr);
+    mha_scores16_finish(sc, sc_ld, nq, runs, n, dk, scale);
+}
+
+/* Z of nb <= R queries, features [c0, c0 + 8·V) (the last vector's first nl lanes), over the
+ * value rows of `runs` runs (run r: n[r] rows at v[r]; its probabilities follow the previous
+ * runs' in e), with R · V <= 8 accumulators, key by key in order (an FMA per key and feature:
+ * the microkernel's A·V sums); the next run's rows (the last run: next's, or none) prefetched
+ * row by row as it goes, and a step of the walk w (or NULL) a key. full: nb = R and nl = 8
+ * (nothing tested in the loop). scaled: key
+ * t's row times vs[2t] plus vs[2t + 1] as it is loaded (an int8 cache's scale and zero point,
+ * each rounded: scale_rows' values). */
+static inline __attribute__((always_inline, target(AVX2))) void
+values_tile_as(const mha_kv_type type, const int scaled, const int R, const int V, const int full, const float *e,
+               size_t e_ld, int nb, int runs, const void *const *v, const float *vs, const int *n, const void *next,
+               int dk, int c0, int nl, float *p, size_t ps, mha_prefetch_walk *w)
+{
+    if (full)
+        nb = R, nl = 8;
+    const size_t esz = mha_kv_elem_size(type), row = (size_t)dk * esz;
+    const size_t pf0 = (size_t)c0 * esz, pf1 = (size_t)(c0 + 8 * V < dk ? c0 + 8 * V : dk) * esz;
+    __m256 acc[8];
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < V; j++) {
+            const float *y = p + (size_t)(r < nb ? r : 0) * ps + c0 + 8 * j;
+            acc[r * V + j] = load8_n(y, j == V - 1 ? nl : 8);
+        }
+    mha_prefetch_walk wl = w ? *w : (mha_prefetch_walk){0}; /* in registers while the tile runs */
+    for (int u = 0, t0 = 0; u < runs; t0 += n[u++]) {
+        const char *vu = (const char *)v[u] + (size_t)c0 * esz, *nx = u + 1 < runs ? v[u + 1] : next;
+        const float *eu = e + t0;
+        for (int t = 0; t < n[u]; t++) {
+            if (nx)
+                for (size_t off = pf0; off < pf1; off += 64)
+                    _mm_prefetch(nx + (size_t)t * row + off, _MM_HINT_T0);
+            if (w)
+                mha_prefetch_step(&wl);
+            __m256 b[4];
+            const __m256 s = scaled ? _mm256_set1_ps(vs[2 * (t0 + t)]) : _mm256_setzero_ps();
+            const __m256 z = scaled ? _mm256_set1_ps(vs[2 * (t0 + t) + 1]) : _mm256_setzero_ps();
+            for (int j = 0; j < V; j++) {
+                b[j] = load_elems(type, vu + (size_t)t * row + (size_t)(8 * j) * esz, j == V - 1 ? nl : 8);
+                b[j] = scaled ? _mm256_add_ps(_mm256_mul_ps(b[j], s), z) : b[j];
+            }
+            for (int r = 0; r < R; r++)
+                if (r < nb) {
+                    const __m256 x = _mm256_set1_ps(eu[(size_t)r * e_ld + t]);
+                    for (int j = 0; j < V; j++)
+                        acc[r * V + j] = _mm256_fmadd_ps(x, b[j], acc[r * V + j]);
+                }
+        }
+    }
+#pragma GCC unroll 8 /* as scores_tile's */
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int j = 0; j < V; j++) {
+            if (r < nb)
+                store8_n(p + (size_t)r * ps + c0 + 8 * j, j == V - 1 ? nl : 8, acc[r * V + j]);
+        }
+    if (w)
+        *w = wl;
+}
+
+static inline __attribute__((always_inline, target(AVX2))) void
+values_tile(const mha_kv_type type, const int scaled, const int R, const int V, const float *e, size_t e_ld, int nb,
+            int runs, const void *const *v, const float *vs, const int *n, const void *next, int dk, int c0, int nl,
+            float *p, size_t ps, mha_prefetch_walk *w)
+{
+    if (nb == R && nl == 8)
+        values_tile_as(type, scaled, R, V, 1, e, e_ld, nb, runs, v, vs, n, next, dk, c0, nl, p, ps, w);
+    else
+        values_tile_as(type, scaled, R, V, 0, e, e_ld, nb, runs, v, vs, n, next, dk, c0, nl, p, ps, w);
+}
+
+/* Register tiles of up to 2 queries × 32 features, 4 × 16 or 8 × 8, 8 features the last pass,
+ * each over every run. */
+static inline __attribute__((always_inline, target(AVX2))) void
+values(const mha_kv_type type, const int scaled, const float *e, size_t e_ld, int nq, int runs, const void *const *v,
+       const float *vs, const int *n, const void *next, int dk, float *p, size_t ps, mha_prefetch_walk *w)
+{
+    for (int q0 = 0; q0 < nq; q0 += 8) {
+        const int nb = nq - q0 < 8 ? nq - q0 : 8;
+        const float *eq = e + (size_t)q0 * e_ld;
+        float *pq = p + (size_t)q0 * ps;
+        const void *pf = q0 == 0 ? next : NULL;
+        for (int c0 = 0; c0 < dk;) {
+            const int left = dk - c0;
+            if (nb <= 2 && left >= 32)
+                values_tile(type, scaled, 2, 4, eq, e_ld, nb, runs, v, vs, n, pf, dk, c0, 8, pq, ps, w), c0 += 32;
+            else if (nb <= 4 && left >= 16)
+                values_tile(type, scaled, 4, 2, eq, e_ld, nb, runs, v, vs, n, pf, dk, c0, 8, pq, ps, w), c0 += 16;
+            else
+                values_tile(type, scaled, 8, 1, eq, e_ld, nb, runs, v, vs, n, pf, dk, c0, left < 8 ? left : 8, pq, ps,
+                            w), c0 += 8;
+        }
+    }
+}
+
+__attribute__((target(AVX2))) void mha_decode_values_avx2(const float *e, size_t e_ld, int nq, const void *v,
+                                                         const float *vs, int n, int dk, float *p, size_t ps,
+                                                         const void *next, mha_prefetch_walk *w)
+{
+    (void)vs; /* unscaled */
+    const void *vr[1] = {v};
+    values(MHA_KV_F32, 0, e, e_ld, nq, 1, vr, NULL, &n, next, dk, p, ps, w);
+}
+
+__attribute__((target(AVX2))) void mha_decode_values8_avx2(const float *e, size_t e_ld, int nq, const void *v,
+                                                          const float *vs, int n, int dk, float *p, size_t ps,
+                                                          const void *next, mha_prefetch_walk *w)
+{
+    const void *vr[1] = {v};
+    values(MHA_KV_INT8, 1, e, e_ld, nq, 1, vr, vs, &n, next, dk, p, ps, w);
+}
+
+/* Under FTZ, as the bf16 kernels sum; then the key padding's + 0. */
+__attribute__((target(AVX2))) void mha_decode_values16_avx2(const float *e, size_t e_ld, int nq, int runs,
+                                                           const void *const *v, const int *n, mha_kv_type type,
+                                                           int dk, float *p, size_t ps, const mha_prefetch *pf,
+                                                           mha_bk_order order)
+{
+    (void)pf, (void)order; /* even first only */
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | DAZ_FTZ);
+    if (type == MHA_KV_INT8)
+        values(MHA_KV_INT8, 0, e, e_ld, nq, runs, v, NULL, n, NULL, dk, p, ps, NULL);
+    else
+        values(MHA_KV_BF16, 0, e, e_ld, nq, runs, v, NULL, n, NULL, dk, p, ps, NULL);
+    _mm_setcsr(csr);
+    int keys = 0;
+    for (int r = 0; r < runs; r++)
+        keys += n[r];
+    mha_values16_finish(p, ps, nq, keys, dk);
+}
