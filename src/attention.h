@@ -1,4 +1,8 @@
-/* attention.h — the work of one head task and of one output-projection task. */
+/* attention.h — the attention's interface: what a pass reads (mha_call, mha_fwd), a worker's
+ * scratch, a chunk's operands, and the work of the files that run it, in sections:
+ * attention.c (what every path shares: a chunk row's math, the merge rule, the query blocks),
+ * chunk.c (the chunk step of each precision and the packing of its operands), core.c (the
+ * attention core's tasks) and forward.c (the forward's tasks). */
 #ifndef MHA_ATTENTION_H
 #define MHA_ATTENTION_H
 
@@ -40,19 +44,6 @@ static inline mha_key_span mha_keys_within(mha_key_span v, int c0, int len)
     hidden = hidden < 0 ? 0 : hidden > visible ? visible : hidden;
     return (mha_key_span){hidden, visible};
 }
-
-/* The merge rule: chunk partial (zc: its unnormalised Z over dk features, exp'd against its
- * own max mc; sc: its sum) into the running (z, *m, *s), chunk after chunk in key order. The
- * forward and decode both merge with it, so they agree bit for bit. A chunk the row sees none
- * of (mc = −∞) changes nothing; the first one it sees is taken as it is (exp(0) = 1). Its
- * loops are the table's merge_row and scale_row (ref's bits in every table). */
-void mha_softmax_merge(const struct mha_isa *isa, float *restrict z, float *m, float *s, const float *restrict zc,
-                       float mc, float sc, int dk);
-
-/* A sink logit (gpt-oss) merged into the running (z, *m, *s) after every chunk, by the merge
- * rule, as one more key whose value is zero; forward and decode alike. Returns the factor the
- * row's terms so far were scaled by (the attention weights of a forward need it). */
-float mha_softmax_sink(const struct mha_isa *isa, float *z, float *m, float *s, float sink, int dk);
 
 /* One call's inputs and outputs: a forward's (mha_input), the core's sizes and masks, or a
  * step's (causal, out; its tokens come through mha_step_job). */
@@ -222,48 +213,20 @@ typedef struct mha_chunk_rows {
                              * a step never wants them) */
 } mha_chunk_rows;
 
-/* One chunk: the keys [c0, c0 + n) (kv's operands from key b0: the chunk's first key), scores
- * = Q·Kᵀ·f->scale into sc (row stride ld) and their logits (mha_attention_logits), each row's
- * visible keys exp'd against the row's own max in this chunk (mx[i·st]; −∞: nothing visible)
- * with their sum (sum[i·st]), and the unnormalised Z = E·V into zc (m × dk). With kv->vs, E
- * is multiplied by vs[key] as it enters A·V (the sum is of E itself): the attention of an int8
- * cache's V read back, its values exact in bf16.
- * bf16 without the attention weights: 32 rows at a time through scores, E (rounded into s->p16
- * as each row is exp'd) and A·V; with them, all m rows, E kept in float32 in sc (m <= q_block).
- * The chunk step of the forward and of bf16 decode: one source of their bits. */
-void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
-                         int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum,
-                         ptrdiff_t st);
-/* The attention's operations of each precision (products.c's tables: mha_products). */
-void mha_attention_chunk_f32(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
-                             int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum,
-                             ptrdiff_t st);
-void mha_attention_chunk_bf16(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
-                              int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum,
-                              ptrdiff_t st);
-void mha_attention_chunk_stream(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r,
-                                const mha_kv_view *kv, int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc,
-                                float *mx, float *sum, ptrdiff_t st);
-void mha_attention_pack_kv_f32(const mha_fwd *f, const mha_scratch *s, int kl, mha_mat km, mha_mat vm);
-void mha_attention_pack_kv_bf16(const mha_fwd *f, const mha_scratch *s, int kl, mha_mat km, mha_mat vm);
-void mha_attention_pack_kv_stream(const mha_fwd *f, const mha_scratch *s, int kl, mha_mat km, mha_mat vm);
-void mha_attention_pack_kv16_bf16(const mha_fwd *f, const mha_scratch *s, int kl, const mha_bf16 *k16, ptrdiff_t ldk,
-                                  const mha_bf16 *v16, ptrdiff_t ldv);
-void mha_attention_pack_kv16_stream(const mha_fwd *f, const mha_scratch *s, int kl, const mha_bf16 *k16,
-                                    ptrdiff_t ldk, const mha_bf16 *v16, ptrdiff_t ldv);
-int mha_attention_few_fits_f32(const mha_fwd *f);
-int mha_attention_few_fits_bf16(const mha_fwd *f);
-struct mha_core_io;
-void mha_attention_pack_kv_few_f32(const mha_fwd *f, const mha_scratch *s, const struct mha_core_io *io, int b, int g,
-                                   int kl, mha_kv_view *kv);
-void mha_attention_pack_kv_few_bf16(const mha_fwd *f, const mha_scratch *s, const struct mha_core_io *io, int b, int g,
-                                    int kl, mha_kv_view *kv);
-const mha_bf16 *mha_attention_block_queries_f32(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r,
-                                                const mha_kv_view *kv);
-const mha_bf16 *mha_attention_block_queries_bf16(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r,
-                                                 const mha_kv_view *kv);
-const mha_bf16 *mha_attention_block_queries_stream(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r,
-                                                   const mha_kv_view *kv);
+/* ---- attention.c: what every path shares ---- */
+
+/* The merge rule: chunk partial (zc: its unnormalised Z over dk features, exp'd against its
+ * own max mc; sc: its sum) into the running (z, *m, *s), chunk after chunk in key order. The
+ * forward and decode both merge with it, so they agree bit for bit. A chunk the row sees none
+ * of (mc = −∞) changes nothing; the first one it sees is taken as it is (exp(0) = 1). Its
+ * loops are the table's merge_row and scale_row (ref's bits in every table). */
+void mha_softmax_merge(const struct mha_isa *isa, float *restrict z, float *m, float *s, const float *restrict zc,
+                       float mc, float sc, int dk);
+
+/* A sink logit (gpt-oss) merged into the running (z, *m, *s) after every chunk, by the merge
+ * rule, as one more key whose value is zero; forward and decode alike. Returns the factor the
+ * row's terms so far were scaled by (the attention weights of a forward need it). */
+float mha_softmax_sink(const struct mha_isa *isa, float *z, float *m, float *s, float sink, int dk);
 
 /* A chunk row's logits past the scaled scores, over the keys c0 + j the row sees (j in
  * [in.lo, in.hi)), in HF's order: the softcap, ALiBi's −slope·|pos − key| (head's slope), then
@@ -275,9 +238,9 @@ void mha_attention_logits(const mha_fwd *f, float *row, mha_key_span in, int pos
  * max (*mx) with the mask (or NULL; a bf16 engine's exp, softmax_row_bf16, in every form,
  * rounded or not: the attention weights' too), then, with an int8 cache's V parameters (vs: key j's
  * scale at [2j], zero point at [2j + 1]; or NULL), *zs = Σ_j e_j·zero_j (key j into lane j % 8
- * of 8 sums, each in key order, then the lanes ((0 + 4) + (1 + 5)) + ((2 + 6) + (3 + 7)): one
- * chain of additions cost the chunk ~4% of its time) and each e_j times its scale: Z = E·V is
- * then (E·scales)·q + zs in every feature (mha_attention_v_zero).
+ * of 8 sums, each in key order, then the lanes ((0 + 4) + (1 + 5)) + ((2 + 6) + (3 + 7)): 8
+ * chains, where one would make each addition wait on the last) and each e_j times its scale:
+ * Z = E·V is then (E·scales)·q + zs in every feature (mha_attention_v_zero).
  * Returns the sum (of E before the V scales). p: NULL, or E rounded to bf16 into a row of A
  * tiles at p (mha_bk_pack_a_row's; without V parameters in one pass with the exp, the table's
  * softmax_row16), the row then left as the table leaves it; else rounded: E left in the row as
@@ -312,16 +275,26 @@ void mha_attention_sum_squares(const mha_fwd *f, mha_mat qkv, int rows, int col,
  * m1^(2(i−n)+1), m1 = 2^(−max_bias/(2n)). */
 void mha_alibi_slopes(int h, float max_bias, float *slopes);
 
-/* Rows the head tasks project from the query input of sequence b (packed beforehand). */
-int mha_attention_packed_rows(const mha_fwd *f, int b);
-/* Packs rows [r0, r1) of sequence b's query input into f->xpack (r0 a multiple of the panel). */
-void mha_attention_pack_rows(const mha_fwd *f, int b, int r0, int r1);
-
-/* Q/K/V scratch columns [ccol, ccol + n) of rows [0, m) = x (m × d) · W[:, wcol : wcol + n]
- * (+ bias) of KV head g's weights. xp: x in A panels (packed once per sequence; bf16 A panels
- * in a bf16 engine), or NULL to pack here. */
-void mha_attention_project(const mha_fwd *f, const mha_scratch *s, int m, const float *x, const float *xp, int g,
-                           int wcol, int ccol, int n);
+/* The keys [*begin, end) of a block of queries at positions p0 .. p1 (kl keys): from the chunk
+ * (or with align, the multiple of align) holding p0's first visible key to p1's last one.
+ * Returns end. */
+static inline int mha_attention_block_keys(const mha_fwd *f, int p0, int p1, int kl, int align, int *begin)
+{
+    const int end = mha_visible_keys(p1, f->call->causal, f->window, kl).hi;
+    const int b = mha_visible_keys(p0, f->call->causal, f->window, kl).lo / align * align;
+    *begin = b > end ? end : b;
+    return end;
+}
+/* One block of r->m rows (r->first 0) over the keys [kv_begin, kv_end), in chunks of step from
+ * kv_begin (their scores in sc, ld apart): Z (z, rows zd apart) zeroed, the first chunk straight
+ * into it (mha_softmax_merge would take it as it is), each later one into the state's cz, then
+ * merged in key order; after every key, each row's head's sink, and each row / its sum (a row
+ * with no visible key stays 0). st: the rows' sum and max, the chunk's, the chunk's Z (4·m +
+ * m·dv floats); sum (st[i]) becomes what the attention weights are scaled by. The forward's
+ * query blocks and the core's few queries alike: one source of these bits. */
+void mha_attention_block(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
+                         int kv_begin, int kv_end, int step, float *sc, ptrdiff_t ld, float *z, ptrdiff_t zd,
+                         const float *sinks, float *st);
 /* Attention of query head h for ql query rows (of q: the scratch's columns [0, dkp), or the
  * core's Q in place) over kl keys, with the head's Kᵀ in s->kt and V in the scratch's columns
  * [2·dkp, 3·dkp) (bf16: both in B panels, s->kt16 and s->v16): query block by query
@@ -331,6 +304,47 @@ void mha_attention_project(const mha_fwd *f, const mha_scratch *s, int m, const 
  * vs: NULL, or an int8 cache's V parameters of the kl keys (mha_kv_view's). */
 void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, mha_queries q, int ql, int kl, int off, float *z,
                         ptrdiff_t ldz, const float *sinks, float *attn, const float *vs);
+
+/* ---- chunk.c: the chunk step of each precision and the packing of its operands ---- */
+
+/* One chunk: the keys [c0, c0 + n) (kv's operands from key b0: the chunk's first key), scores
+ * = Q·Kᵀ·f->scale into sc (row stride ld) and their logits (mha_attention_logits), each row's
+ * visible keys exp'd against the row's own max in this chunk (mx[i·st]; −∞: nothing visible)
+ * with their sum (sum[i·st]), and the unnormalised Z = E·V into zc (m × dk). With kv->vs, E
+ * is multiplied by vs[key] as it enters A·V (the sum is of E itself): the attention of an int8
+ * cache's V read back, its values exact in bf16.
+ * bf16 without the attention weights: 32 rows at a time through scores, E (rounded into s->p16
+ * as each row is exp'd) and A·V; with them, all m rows, E kept in float32 in sc (m <= q_block).
+ * The chunk step of the forward and of bf16 decode: one source of their bits. */
+void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
+                         int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum,
+                         ptrdiff_t st);
+/* The attention's operations of each precision (products.c's tables: mha_products). */
+void mha_attention_chunk_f32(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
+                             int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum,
+                             ptrdiff_t st);
+void mha_attention_chunk_bf16(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
+                              int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum,
+                              ptrdiff_t st);
+void mha_attention_chunk_stream(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r,
+                                const mha_kv_view *kv, int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc,
+                                float *mx, float *sum, ptrdiff_t st);
+void mha_attention_pack_kv_f32(const mha_fwd *f, const mha_scratch *s, int kl, mha_mat km, mha_mat vm);
+void mha_attention_pack_kv_bf16(const mha_fwd *f, const mha_scratch *s, int kl, mha_mat km, mha_mat vm);
+void mha_attention_pack_kv_stream(const mha_fwd *f, const mha_scratch *s, int kl, mha_mat km, mha_mat vm);
+void mha_attention_pack_kv16_bf16(const mha_fwd *f, const mha_scratch *s, int kl, const mha_bf16 *k16, ptrdiff_t ldk,
+                                  const mha_bf16 *v16, ptrdiff_t ldv);
+void mha_attention_pack_kv16_stream(const mha_fwd *f, const mha_scratch *s, int kl, const mha_bf16 *k16,
+                                    ptrdiff_t ldk, const mha_bf16 *v16, ptrdiff_t ldv);
+const mha_bf16 *mha_attention_block_queries_f32(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r,
+                                                const mha_kv_view *kv);
+const mha_bf16 *mha_attention_block_queries_bf16(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r,
+                                                 const mha_kv_view *kv);
+const mha_bf16 *mha_attention_block_queries_stream(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r,
+                                                   const mha_kv_view *kv);
+
+/* ---- core.c: the attention core's tasks ---- */
+
 /* The attention core's tensors (mha_core_forward): element (b, head, row, c) of each at
  * p[b·st[0] + head·st[1] + row·st[2] + c], strides in elements (resolved: never all zero). */
 typedef struct mha_core_io {
@@ -350,6 +364,26 @@ void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, i
 /* Query heads of a block of the core's tasks: the group, halved while above 16 and even (a
  * KV head of many query heads, MQA's or MLA's, is more than one task). */
 int mha_attention_head_block(int group);
+/* The core's few queries in each precision (products.c's tables: few_fits, pack_kv_few). */
+int mha_attention_few_fits_f32(const mha_fwd *f);
+int mha_attention_few_fits_bf16(const mha_fwd *f);
+void mha_attention_pack_kv_few_f32(const mha_fwd *f, const mha_scratch *s, const struct mha_core_io *io, int b, int g,
+                                   int kl, mha_kv_view *kv);
+void mha_attention_pack_kv_few_bf16(const mha_fwd *f, const mha_scratch *s, const struct mha_core_io *io, int b, int g,
+                                    int kl, mha_kv_view *kv);
+
+/* ---- forward.c: the forward's tasks ---- */
+
+/* Rows the head tasks project from the query input of sequence b (packed beforehand). */
+int mha_attention_packed_rows(const mha_fwd *f, int b);
+/* Packs rows [r0, r1) of sequence b's query input into f->xpack (r0 a multiple of the panel). */
+void mha_attention_pack_rows(const mha_fwd *f, int b, int r0, int r1);
+
+/* Q/K/V scratch columns [ccol, ccol + n) of rows [0, m) = x (m × d) · W[:, wcol : wcol + n]
+ * (+ bias) of KV head g's weights. xp: x in A panels (packed once per sequence; bf16 A panels
+ * in a bf16 engine), or NULL to pack here. */
+void mha_attention_project(const mha_fwd *f, const mha_scratch *s, int m, const float *x, const float *xp, int g,
+                           int wcol, int ccol, int n);
 /* KV head g of sequence b: its K and V projected (and rotated) once, then for each query
  * head of the group its Q, and query block by query block: scores, softmax, A·V into the
  * head's columns of z (and attn). */

@@ -1,0 +1,242 @@
+/* core.c — the attention core's tasks (mha_core_forward: Q, K, V given after projection and
+ * RoPE, strided, float32 or bf16; scheduler.c runs a task per sequence, KV head and block of
+ * its query heads). K and V of the KV head are read once from the caller's tensors into what
+ * the chunks read, then each query head runs mha_attention_rows (attention.c): its rows equal
+ * the forward's attention bit for bit. A few queries a head (at most MHA_DECODE_MAX_NEW, as
+ * decode brings) run the group's heads as the rows of one query block instead (core_few_rows),
+ * K and V read as decode reads a cache; what each precision does for them (few_fits,
+ * pack_kv_few: products.c's tables) is here too, as it reads the core's tensors. */
+#include "attention.h"
+
+#include "isa/isa.h"
+#include "kvcache.h"
+
+#include <string.h>
+
+int mha_attention_few_fits_f32(const mha_fwd *f)
+{
+    return f->dk <= f->kernel->kc;
+}
+
+int mha_attention_few_fits_bf16(const mha_fwd *f)
+{
+    (void)f;
+    return 1;
+}
+
+/* K's and V's rows of (sequence b, KV head g) in the core's tensors. */
+static mha_mat core_k(const mha_fwd *f, const mha_core_io *io, int b, int g)
+{
+    return mha_mat_rows(f->kernel, (const float *)io->k + b * io->ks[0] + g * io->ks[1], io->ks[2]);
+}
+static mha_mat core_v(const mha_fwd *f, const mha_core_io *io, int b, int g)
+{
+    return mha_mat_rows(f->kernel, (const float *)io->v + b * io->vs[0] + g * io->vs[1], io->vs[2]);
+}
+
+/* Whether the core's few queries read K's rows (the table has the kernel for them: have): d_k
+ * within its reach and a KV head with queries for its 4 lanes (a group of 4 or more). */
+static int few_rows(const mha_fwd *f, int have)
+{
+    return have && f->dk <= MHA_ROWS_SCORES_DK && f->group >= 4;
+}
+
+/* K and V of (sequence b, KV head g), kl keys, into what the chunks read: float32 tensors by
+ * pack_kv, bf16 ones (bf16 engines only) by pack_kv16. */
+static void core_kv_by(const mha_fwd *f, const mha_scratch *s, const mha_core_io *io, int b, int g, int kl,
+                       void (*pack_kv)(const mha_fwd *, const mha_scratch *, int, mha_mat, mha_mat),
+                       void (*pack_kv16)(const mha_fwd *, const mha_scratch *, int, const mha_bf16 *, ptrdiff_t,
+                                         const mha_bf16 *, ptrdiff_t))
+{
+    if (kl <= 0)
+        return;
+    if (io->bf16)
+        pack_kv16(f, s, kl, (const mha_bf16 *)io->k + b * io->ks[0] + g * io->ks[1], io->ks[2],
+                  (const mha_bf16 *)io->v + b * io->vs[0] + g * io->vs[1], io->vs[2]);
+    else
+        pack_kv(f, s, kl, core_k(f, io, b, g), core_v(f, io, b, g));
+}
+
+void mha_attention_pack_kv_few_f32(const mha_fwd *f, const mha_scratch *s, const mha_core_io *io, int b, int g, int kl,
+                                   mha_kv_view *kv)
+{
+    const mha_kernel *k = f->kernel;
+    const int dv = f->dv;
+    const mha_mat km = core_k(f, io, b, g), vm = core_v(f, io, b, g); /* float32 tensors: float32 engines' */
+    /* K read in place by rows_scores, or transposed into the decode tiles' panels */
+    const int rows = few_rows(f, k->isa->rows_scores != NULL);
+    if (kl > 0 && !rows)
+        k->isa->pack_rows(km, k->bw, 0, kl, 0, f->dk, MHA_TILE_KEYS, s->kt);
+    float *vc = s->qkv;
+    for (int j = 0; vm.ld != dv && j < kl; j++)
+        memcpy(vc + (size_t)j * dv, vm.p + j * vm.ld, (size_t)dv * sizeof *vc);
+    *kv = (mha_kv_view){.ktp = rows ? NULL : s->kt, .vp = vm.ld == dv ? vm.p : vc, .kr = rows ? km.p : NULL,
+                        .krl = km.ld, .kl = kl};
+}
+
+/* Whether a bf16 engine's few queries read K's and V's rows (few_rows; the decode tiles'
+ * way: the table has rows_scores16 and value tiles, and they sum in the kernel's order: even
+ * first, or odd first with d_k even) instead of the chunk's panels. */
+static int few_rows16(const mha_fwd *f)
+{
+    const mha_isa *isa = f->kernel->isa;
+    const mha_bk_order order = f->bk->order;
+    return few_rows(f, isa->rows_scores16 && isa->decode_values16 && (isa->decode16_orders >> order & 1u) &&
+                           (order == MHA_BK_EVEN_FIRST || (order == MHA_BK_ODD_FIRST && f->dk % 2 == 0)));
+}
+
+void mha_attention_pack_kv_few_bf16(const mha_fwd *f, const mha_scratch *s, const mha_core_io *io, int b, int g,
+                                    int kl, mha_kv_view *kv)
+{
+    if (!few_rows16(f)) { /* the chunk's panels, as the caller's view says */
+        core_kv_by(f, s, io, b, g, kl, mha_attention_pack_kv_bf16, mha_attention_pack_kv16_bf16);
+        return;
+    }
+    /* K's rows as floats of their bf16 values (widened, or rounded) into s->kt; V's bf16 rows
+     * dv apart, in place where the tensor holds them so, else copied (or rounded) into s->v16 */
+    const int dk = f->dk, dv = f->dv;
+    const mha_kv_traits *t16 = mha_kv_traits_of(MHA_KV_BF16);
+    float *kr = s->kt;
+    mha_bf16 *vc = s->v16;
+    const mha_bf16 *vr = vc;
+    if (io->bf16) {
+        const mha_bf16 *k16 = (const mha_bf16 *)io->k + b * io->ks[0] + g * io->ks[1];
+        const mha_bf16 *v16 = (const mha_bf16 *)io->v + b * io->vs[0] + g * io->vs[1];
+        for (int j = 0; j < kl; j++)
+            t16->floats(k16 + j * io->ks[2], 0, dk, kr + (size_t)j * dk);
+        if (io->vs[2] == dv)
+            vr = v16;
+        else
+            for (int j = 0; j < kl; j++)
+                memcpy(vc + (size_t)j * dv, v16 + j * io->vs[2], (size_t)dv * sizeof *vc);
+    } else {
+        const mha_mat km = core_k(f, io, b, g), vm = core_v(f, io, b, g);
+        for (int j = 0; j < kl; j++) {
+            memcpy(kr + (size_t)j * dk, km.p + j * km.ld, (size_t)dk * sizeof *kr);
+            t16->put(vm.p + j * vm.ld, dv, vc, (size_t)j * dv, 1);
+        }
+        f->kernel->isa->round_bf16_floats(kr, kl * dk);
+    }
+    *kv = (mha_kv_view){.kr = kr, .krl = dk, .vr16 = vr};
+}
+
+/* The core's tensors: the address of element offset off of p, in io's dtype. */
+static const char *core_at(const mha_core_io *io, const void *p, ptrdiff_t off)
+{
+    return (const char *)p + off * (io->bf16 ? (ptrdiff_t)sizeof(mha_bf16) : (ptrdiff_t)sizeof(float));
+}
+
+/* n elements of a core tensor at element offset off as floats (bf16 widened: exact). */
+static void core_get(const mha_core_io *io, const void *p, ptrdiff_t off, int n, float *dst)
+{
+    if (!io->bf16) {
+        memcpy(dst, core_at(io, p, off), (size_t)n * sizeof *dst);
+        return;
+    }
+    const mha_bf16 *restrict src = (const mha_bf16 *)p + off;
+    uint32_t *restrict bits = (uint32_t *)(void *)dst; /* a float's bits: bf16 is its high half */
+    for (int c = 0; c < n; c++)
+        bits[c] = (uint32_t)src[c] << 16;
+}
+
+/* n floats into out at element offset off (bf16: rounded by the table, as mha_bf16_round; z
+ * NULL: zeros). */
+static void core_put(const mha_fwd *f, const mha_core_io *io, ptrdiff_t off, const float *z, int n)
+{
+    char *dst = (char *)core_at(io, io->out, off);
+    if (!z) {
+        memset(dst, 0, (size_t)n * (io->bf16 ? sizeof(mha_bf16) : sizeof(float)));
+        return;
+    }
+    if (!io->bf16) {
+        memcpy(dst, z, (size_t)n * sizeof *z);
+        return;
+    }
+    f->kernel->isa->round_to_bf16(z, n, (mha_bf16 *)(void *)dst);
+}
+
+/* Whether the core's KV head of ql queries runs as core_few_rows: 1 to MHA_DECODE_MAX_NEW queries
+ * (more amortise the per-head passes) whose softmax state and Z fit the A-packing region
+ * (which no product of theirs uses: float32 reads Q in place, bf16 packs it into s->q16, sized
+ * for group·MHA_DECODE_MAX_NEW rows); float32: one pass over the features (dk <= KC: the tiles'
+ * sums are the microkernel's). */
+static int core_few(const mha_fwd *f, int ql)
+{
+    const size_t m = (size_t)f->group * ql;
+    return f->prod->few_fits(f) && ql >= 1 && ql <= MHA_DECODE_MAX_NEW && ql <= f->q_block &&
+           m * (4 + 2 * (size_t)f->dk) <= mha_gemm_apack_floats(f->kernel);
+}
+
+/* A few queries of every head of KV head g as the rows of one pass over the keys (row r: query
+ * head g·group + r / ql, query r % ql), as decode reads a cache: float32, K's rows read in
+ * place by the table's rows_scores (or Kᵀ transposed once into the decode tiles' panels) and
+ * V read in place (rows dv apart) or copied so, the tiles' scores and values (the
+ * microkernel's sums); bf16, likewise on K's and V's rows through bf16 decode's tiles
+ * (few_rows16), else K and V packed into the kernel's panels as for more queries; then
+ * mha_attention_rows' chunks, logits, merge, sink and division: the same bits as it, with
+ * one pass for the group's 1–4 rows per head. */
+static void core_few_rows(const mha_fwd *f, const mha_core_io *io, int b, int g, const mha_scratch *s, int ql, int kl)
+{
+    const mha_kernel *k = f->kernel;
+    const int dk = f->dk, dv = f->dv, m = f->group * ql, off = f->call->seq_kv - f->call->seq_q, h0 = g * f->group;
+    float *sc = s->dec, *q = sc + (size_t)m * MHA_KV_CHUNK; /* dec: (group·MHA_DECODE_MAX_NEW) × (chunk + dk) */
+    float *z = s->apack + (size_t)m * (4 + dv); /* past mha_attention_block's state in the apack region */
+    mha_kv_view kv = {.kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f), .vps = mha_attention_v16_ps(kl)};
+    f->prod->pack_kv_few(f, s, io, b, g, kl, &kv);
+    for (int r = 0; r < m; r++)
+        core_get(io, io->q, b * io->qs[0] + (h0 + r / ql) * io->qs[1] + (r % ql) * io->qs[2], dk, q + (size_t)r * dk);
+    if (kv.kr && f->bk) /* bf16 on K's rows: the queries' bf16 values, as the kernel's A panels hold them */
+        k->isa->round_bf16_floats(q, m * dk);
+    /* mha_attention_rows' one query block of these ql queries */
+    int kv_begin;
+    const int kv_end = mha_attention_block_keys(f, off, ql - 1 + off, kl, MHA_KV_CHUNK, &kv_begin);
+    const mha_chunk_rows rows = {.m = m, .pos0 = off, .period = ql, .causal = f->call->causal, .head0 = h0,
+                                 .q = mha_mat_rows(k, q, dk), .mask = f->call->mask};
+    mha_attention_block(f, s, &rows, &kv, kv_begin, kv_end, MHA_KV_CHUNK, sc, MHA_KV_CHUNK, z, dv, io->sinks, s->apack);
+    for (int r = 0; r < m; r++)
+        core_put(f, io, b * io->os[0] + (h0 + r / ql) * io->os[1] + (r % ql) * io->os[2], z + (size_t)r * dv, dv);
+}
+
+int mha_attention_head_block(int group)
+{
+    int hb = group;
+    while (hb > 16 && hb % 2 == 0)
+        hb /= 2;
+    return hb;
+}
+
+void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, int h0, int h1, const mha_scratch *s)
+{
+    const mha_kernel *k = f->kernel;
+    const int ql = f->call->q_len ? f->call->q_len[b] : f->call->seq_q;
+    const int kl = f->call->kv_len ? f->call->kv_len[b] : f->call->seq_kv;
+    const int dv = f->dv;
+    if (core_few(f, ql)) {
+        if (h0 != g * f->group)
+            return;
+        h1 = (g + 1) * f->group;
+        core_few_rows(f, io, b, g, s, ql, kl);
+    } else {
+        /* Kᵀ packed from K in place (bf16 engines: V too, into bf16 B panels; on the float32
+         * stream, V into the Q/K/V scratch's V columns, rounded), once for the block's query
+         * heads; float32 V copied into the columns the forward projects it to (the microkernel
+         * reads B in panels); float32 Q read and out written in place; bf16 Q copied into the A
+         * panels (or rounded into float rows by each chunk), bf16 out rounded from float rows in
+         * the scratch (the Q/K/V region's Q columns, which bf16 engines' core does not use
+         * otherwise) */
+        core_kv_by(f, s, io, b, g, kl, f->prod->pack_kv, f->prod->pack_kv16);
+        float *zf = s->qkv;
+        for (int h = h0; h < h1; h++) {
+            const ptrdiff_t qo = b * io->qs[0] + h * io->qs[1], oo = b * io->os[0] + h * io->os[1];
+            const mha_queries q = io->bf16 ? (mha_queries){.q16 = (const mha_bf16 *)io->q + qo, .ld16 = io->qs[2]}
+                                           : (mha_queries){.q = mha_mat_rows(k, (const float *)io->q + qo, io->qs[2])};
+            mha_attention_rows(f, h, s, q, ql, kl, f->call->seq_kv - f->call->seq_q, io->bf16 ? zf : (float *)io->out + oo,
+                               io->bf16 ? dv : io->os[2], io->sinks, NULL, NULL);
+            for (int i = 0; io->bf16 && i < ql; i++)
+                core_put(f, io, oo + i * io->os[2], zf + (size_t)i * dv, dv);
+        }
+    }
+    for (int h = h0; h < h1; h++)
+        for (int i = ql; i < f->call->seq_q; i++) /* rows past the query length */
+            core_put(f, io, b * io->os[0] + h * io->os[1] + i * io->os[2], NULL, dv);
+}
