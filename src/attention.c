@@ -154,7 +154,7 @@ void mha_attention_block(const mha_fwd *f, const mha_scratch *s, const mha_chunk
         memset(z + (size_t)i * zd, 0, (size_t)dv * sizeof *z);
         sum[i] = 0.0f, mx[i] = -INFINITY;
     }
-    const mha_bf16 *q16 = kv_end > kv_begin ? f->prod->block_queries(f, s, r, kv) : NULL;
+    const mha_bf16 *q16 = kv_end > kv_begin ? f->attn->block_queries(f, s, r, kv) : NULL;
     for (int c0 = kv_begin; c0 < kv_end; c0 += step) {
         const int n = kv_end - c0 < step ? kv_end - c0 : step, first = c0 == kv_begin;
         mha_chunk_rows cr = *r;

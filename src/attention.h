@@ -45,6 +45,59 @@ static inline mha_key_span mha_keys_within(mha_key_span v, int c0, int len)
     return (mha_key_span){hidden, visible};
 }
 
+/* How the attention packs a KV head's K and V and runs its chunks, one of three strategies
+ * chosen once per engine (mha_attention_ops_of, chunk.c): float32 on BLIS's microkernel; bf16
+ * on the engine's bf16 kernel; or bf16 whose chunks run the float32 stream on operands rounded
+ * to bf16, where the table's stream sums as the bf16 kernel does (the same bits without
+ * widening bf16 for every block: avx2). The forward, the core and the steps call through the
+ * model's f->attn and never ask which. */
+struct mha_fwd;
+struct mha_scratch;
+struct mha_chunk_rows;
+struct mha_kv_view;
+struct mha_core_io;
+typedef struct mha_attention_ops {
+    /* 1: K and V are float32 panels (float32 engines, and bf16 on the float32 stream); 0: the
+     * bf16 kernel's B panels. */
+    int float_panels;
+    /* A KV head's kl keys, K's rows km and V's rows vm (float32), into what its chunks read
+     * (mha_attention_rows' view): float32 Kᵀ in s->kt's panels and V in the Q/K/V scratch's V
+     * columns (where the forward projects it: vm elsewhere is copied there); bf16 Kᵀ and V in
+     * s->kt16 and s->v16's B panels; bf16 on the float32 stream: float32's, rounded to bf16
+     * (with the attention weights, the B panels: their chunks are the bf16 kernel's). */
+    void (*pack_kv)(const struct mha_fwd *f, const struct mha_scratch *s, int kl, mha_mat km, mha_mat vm);
+    /* The same from bf16 rows (the core's bf16 tensors: K's rows ldk apart, V's ldv apart; bf16
+     * engines only, NULL in float32's). */
+    void (*pack_kv16)(const struct mha_fwd *f, const struct mha_scratch *s, int kl, const mha_bf16 *k16,
+                      ptrdiff_t ldk, const mha_bf16 *v16, ptrdiff_t ldv);
+    /* A query block's queries as every chunk of the block reads them: bf16 without the
+     * attention weights packs them once into s->q16 (from r's float rows, or copies r's bf16
+     * rows) and returns them; NULL: each chunk reads r->q (float32; bf16 with the weights or an
+     * int8 cache's V, kv->vs; the float32 stream's chunks, which round their queries). */
+    const mha_bf16 *(*block_queries)(const struct mha_fwd *f, const struct mha_scratch *s,
+                                     const struct mha_chunk_rows *r, const struct mha_kv_view *kv);
+    /* The core's few queries of a KV head as one block (core.c's core_few_rows): whether
+     * the engine runs them so (float32: where d_k fits one KC pass, the decode tiles' sums
+     * being the microkernel's), and the K and V of (sequence b, KV head g) of the core's
+     * tensors io (kl keys) packed for it, *kv set to what the chunks then read (float32: K's
+     * rows in place for the table's rows_scores, or Kᵀ in the decode tiles' panels, and V in
+     * rows dv apart, read in place where the tensor's are, else copied into the Q/K/V scratch;
+     * bf16, on the float32 stream too: K's rows as floats of their bf16 values and V's bf16
+     * rows for rows_scores16 and decode_values16 where the table has them, else the kernel's B
+     * panels, *kv as the caller set it). */
+    int (*few_fits)(const struct mha_fwd *f);
+    void (*pack_kv_few)(const struct mha_fwd *f, const struct mha_scratch *s, const struct mha_core_io *io, int b,
+                        int g, int kl, struct mha_kv_view *kv);
+    /* One chunk: mha_attention_chunk's contract (attention.h). */
+    void (*chunk)(const struct mha_fwd *f, const struct mha_scratch *s, const struct mha_chunk_rows *r,
+                  const struct mha_kv_view *kv, int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx,
+                  float *sum, ptrdiff_t st);
+} mha_attention_ops;
+
+/* The strategy of a float32 engine (bk NULL) or of a bf16 one (its kernel; on the float32
+ * stream where kernel k's table has stream_rows16, bk sums even first and dk fits one KC pass). */
+const mha_attention_ops *mha_attention_ops_of(const mha_bkernel *bk, const mha_kernel *k, int dk);
+
 /* One call's inputs and outputs: a forward's (mha_input), the core's sizes and masks, or a
  * step's (causal, out; its tokens come through mha_step_job). */
 typedef struct mha_call {
@@ -88,6 +141,7 @@ typedef struct mha_fwd {
     int rope_dim;                 /* features rotated */
     const float *rope_cos, *rope_sin; /* (positions, rope_dim / 2) */
     const mha_products *prod;     /* the products on packed weights, in the engine's precision */
+    const mha_attention_ops *attn;/* how its attention packs K and V and runs its chunks */
     const mha_bkernel *bk;        /* bf16 engines: the kernel of every product; NULL: float32 */
     const void *wqkv;             /* packed by prod (d rows, kvh·width columns, width (group + 2)·dkp):
                                    * KV head g's [Wq_{g·G} | Wk_g | Wv_g | Wq_{g·G+1} | …] at column
@@ -140,6 +194,12 @@ typedef struct mha_scratch {
     mha_bf16 *kt16;    /* bf16: Kᵀ in B panels, in the kt part */
     mha_bf16 *apack16; /* bf16: A packing, in the apack part */
 } mha_scratch;
+
+/* The products' context of a worker of the model f (mha_products.gemm). */
+static inline mha_gemm_ctx mha_fwd_gemm(const mha_fwd *f, const mha_scratch *s)
+{
+    return (mha_gemm_ctx){f->kernel, f->bk, f->bk ? (void *)s->apack16 : (void *)s->apack};
+}
 
 /* bf16: panel strides of Kᵀ (dk × keys) in s->kt16 and of V (keys × dk) in s->v16, which has
  * a k tile of room past the keys: a chunk that starts 16 keys into a tile reads that far;
@@ -319,7 +379,7 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, mha_queri
 void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
                          int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum,
                          ptrdiff_t st);
-/* The attention's operations of each precision (products.c's tables: mha_products). */
+/* The attention's operations of each strategy (mha_attention_ops_of's tables). */
 void mha_attention_chunk_f32(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
                              int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum,
                              ptrdiff_t st);

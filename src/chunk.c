@@ -404,5 +404,30 @@ void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk
                          int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum,
                          ptrdiff_t st)
 {
-    f->prod->chunk(f, s, r, kv, b0, c0, n, sc, ld, zc, mx, sum, st);
+    f->attn->chunk(f, s, r, kv, b0, c0, n, sc, ld, zc, mx, sum, st);
+}
+
+static const mha_attention_ops f32 = {.float_panels = 1, .pack_kv = mha_attention_pack_kv_f32,
+                                      .block_queries = mha_attention_block_queries_f32,
+                                      .few_fits = mha_attention_few_fits_f32,
+                                      .pack_kv_few = mha_attention_pack_kv_few_f32, .chunk = mha_attention_chunk_f32};
+static const mha_attention_ops bf16 = {.pack_kv = mha_attention_pack_kv_bf16, .pack_kv16 = mha_attention_pack_kv16_bf16,
+                                       .block_queries = mha_attention_block_queries_bf16,
+                                       .few_fits = mha_attention_few_fits_bf16,
+                                       .pack_kv_few = mha_attention_pack_kv_few_bf16, .chunk = mha_attention_chunk_bf16};
+/* bf16's, but the K/V packing and chunks on the float32 stream (the stream's chunks round
+ * their queries themselves; the core's few queries are bf16's) */
+static const mha_attention_ops bf16_stream = {.float_panels = 1, .pack_kv = mha_attention_pack_kv_stream,
+                                              .pack_kv16 = mha_attention_pack_kv16_stream,
+                                              .block_queries = mha_attention_block_queries_stream,
+                                              .few_fits = mha_attention_few_fits_bf16,
+                                              .pack_kv_few = mha_attention_pack_kv_few_bf16,
+                                              .chunk = mha_attention_chunk_stream};
+
+const mha_attention_ops *mha_attention_ops_of(const mha_bkernel *bk, const mha_kernel *k, int dk)
+{
+    if (!bk)
+        return &f32;
+    const int stream = bk->order == MHA_BK_EVEN_FIRST && k->stream && k->isa->stream_rows16 && dk <= k->kc;
+    return stream ? &bf16_stream : &bf16;
 }

@@ -163,7 +163,7 @@ static void core_put(const mha_fwd *f, const mha_core_io *io, ptrdiff_t off, con
 static int core_few(const mha_fwd *f, int ql)
 {
     const size_t m = (size_t)f->group * ql;
-    return f->prod->few_fits(f) && ql >= 1 && ql <= MHA_DECODE_MAX_NEW && ql <= f->q_block &&
+    return f->attn->few_fits(f) && ql >= 1 && ql <= MHA_DECODE_MAX_NEW && ql <= f->q_block &&
            m * (4 + 2 * (size_t)f->dk) <= mha_gemm_apack_floats(f->kernel);
 }
 
@@ -182,7 +182,7 @@ static void core_few_rows(const mha_fwd *f, const mha_core_io *io, int b, int g,
     float *sc = s->dec, *q = sc + (size_t)m * MHA_KV_CHUNK; /* dec: (group·MHA_DECODE_MAX_NEW) × (chunk + dk) */
     float *z = s->apack + (size_t)m * (4 + dv); /* past mha_attention_block's state in the apack region */
     mha_kv_view kv = {.kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f), .vps = mha_attention_v16_ps(kl)};
-    f->prod->pack_kv_few(f, s, io, b, g, kl, &kv);
+    f->attn->pack_kv_few(f, s, io, b, g, kl, &kv);
     for (int r = 0; r < m; r++)
         core_get(io, io->q, b * io->qs[0] + (h0 + r / ql) * io->qs[1] + (r % ql) * io->qs[2], dk, q + (size_t)r * dk);
     if (kv.kr && f->bk) /* bf16 on K's rows: the queries' bf16 values, as the kernel's A panels hold them */
@@ -224,7 +224,7 @@ void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, i
          * panels (or rounded into float rows by each chunk), bf16 out rounded from float rows in
          * the scratch (the Q/K/V region's Q columns, which bf16 engines' core does not use
          * otherwise) */
-        core_kv_by(f, s, io, b, g, kl, f->prod->pack_kv, f->prod->pack_kv16);
+        core_kv_by(f, s, io, b, g, kl, f->attn->pack_kv, f->attn->pack_kv16);
         float *zf = s->qkv;
         for (int h = h0; h < h1; h++) {
             const ptrdiff_t qo = b * io->qs[0] + h * io->qs[1], oo = b * io->os[0] + h * io->os[1];

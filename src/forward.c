@@ -47,7 +47,8 @@ void mha_attention_project(const mha_fwd *f, const mha_scratch *s, int m, const 
     if (f->has_bias)
         mha_mat_fill_rows(k, c, m, n, bias + wcol);
     /* wcol is a multiple of dkp, so of every kind's panels */
-    f->prod->gemm(f, s, m, n, f->d, xp, mha_mat_rows(k, x, f->d), f->wqkv, g * (int)width + wcol, beta, c);
+    const mha_gemm_ctx gc = mha_fwd_gemm(f, s);
+    f->prod->gemm(&gc, m, n, f->d, xp, mha_mat_rows(k, x, f->d), f->wqkv, g * (int)width + wcol, beta, c);
 }
 
 /* QK-norm (of query head `head`, or is_k: of KV head `head`; ss as mha_attention_norm_rows),
@@ -107,7 +108,7 @@ void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)
     /* step 2: Kᵀ in panels (bf16: Kᵀ and V in bf16 B panels), once for every query head of the
      * group and every query block */
     if (kl > 0)
-        f->prod->pack_kv(f, s, kl, mha_mat_sub(k, qkv, 0, dkp), mha_mat_sub(k, qkv, 0, 2 * dkp));
+        f->attn->pack_kv(f, s, kl, mha_mat_sub(k, qkv, 0, dkp), mha_mat_sub(k, qkv, 0, 2 * dkp));
     /* step 3: each query head of the group: its Q (rotated; QK-norm full: from its columns of
      * z, read before its output goes there), then its attention */
     for (int j = 0; j < f->group; j++) {
@@ -164,7 +165,8 @@ void mha_attention_out_rows(const mha_fwd *f, int b, int r0, int r1, const mha_s
         if (f->has_bias)
             mha_mat_fill_rows(k, om, m, f->d, f->bo);
         const float beta = f->has_bias ? 1.0f : 0.0f;
-        f->prod->gemm(f, s, m, f->d, f->qd, NULL, mha_mat_rows(k, z, zd), f->wo, 0, beta, om);
+        const mha_gemm_ctx gc = mha_fwd_gemm(f, s);
+        f->prod->gemm(&gc, m, f->d, f->qd, NULL, mha_mat_rows(k, z, zd), f->wo, 0, beta, om);
     }
     const int zero_from = valid_end > r0 ? valid_end : r0;
     if (zero_from < r1)

@@ -152,7 +152,8 @@ static void lin(const mha_fwd *f, const mha_scratch *s, int m, mha_mat a, const 
     if (bias)
         mha_mat_fill_rows(k, c, m, l->n, bias);
     const float beta = bias ? 1.0f : 0.0f;
-    f->prod->gemm(f, s, m, l->n, l->kk, NULL, a, (const char *)f->mla_w + (l->off + extra) * f->prod->esz, 0, beta, c);
+    const mha_gemm_ctx gc = mha_fwd_gemm(f, s);
+    f->prod->gemm(&gc, m, l->n, l->kk, NULL, a, (const char *)f->mla_w + (l->off + extra) * f->prod->esz, 0, beta, c);
 }
 
 /* HF's DeepseekV3RMSNorm of rows [0, m) (n features, rows ld apart): x·rsqrt(mean(x²) + eps)·w,

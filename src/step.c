@@ -51,7 +51,7 @@ mha_step_ops mha_step_ops_of(const mha_fwd *f, mha_kv_type kv)
      * engine's kernel sums as they do */
     const int tiles16 = f->bk && isa->decode_scores16 && (isa->decode16_orders >> f->bk->order & 1u);
     return (mha_step_ops){
-        .gather = !f->prod->float_panels ? mha_step_gather_bf16 : scaled ? mha_step_gather_scaled : mha_step_gather_floats,
+        .gather = !f->attn->float_panels ? mha_step_gather_bf16 : scaled ? mha_step_gather_scaled : mha_step_gather_floats,
         .attend = scaled ? mha_step_attend_groups : mha_step_attend_rows,
         .chunk = !f->bk ? mha_step_chunk_tiles : tiles16 ? mha_step_chunk_tiles16 : mha_step_chunk_panels16,
         .commit = scaled ? mha_step_k_commit : commit_none,
@@ -210,5 +210,6 @@ void mha_step_out_rows(const mha_step_job *j, int r0, int r1, int c0, int c1, co
     const float beta = f->has_bias ? 1.0f : 0.0f;
     if (f->has_bias)
         mha_mat_fill_rows(k, om, r1 - r0, c1 - c0, f->bo + c0);
-    f->prod->gemm(f, s, r1 - r0, c1 - c0, f->qd, NULL, zm, f->wo, c0, beta, om); /* c0: whole panels of either kind */
+    const mha_gemm_ctx gc = mha_fwd_gemm(f, s);
+    f->prod->gemm(&gc, r1 - r0, c1 - c0, f->qd, NULL, zm, f->wo, c0, beta, om); /* c0: whole panels of either kind */
 }
