@@ -411,7 +411,7 @@ typedef struct mha_core_io {
     const void *q, *k, *v; /* float32, or bf16 (mha_bf16) with bf16 set: a bf16 engine's */
     void *out;
     int bf16;
-    ptrdiff_t qs[3], ks[3], vs[3], os[3];
+    ptrdiff_t q_st[3], k_st[3], v_st[3], o_st[3]; /* strides */
     const float *sinks; /* NULL or (h) */
 } mha_core_io;
 /* Query heads [h0, h1) (of KV head g's group) of sequence b of the core: g's K and V copied

@@ -27,11 +27,11 @@ int mha_attention_few_fits_bf16(const mha_fwd *f)
 /* K's and V's rows of (sequence b, KV head g) in the core's tensors. */
 static mha_mat core_k(const mha_fwd *f, const mha_core_io *io, int b, int g)
 {
-    return mha_mat_rows(f->kernel, (const float *)io->k + b * io->ks[0] + g * io->ks[1], io->ks[2]);
+    return mha_mat_rows(f->kernel, (const float *)io->k + b * io->k_st[0] + g * io->k_st[1], io->k_st[2]);
 }
 static mha_mat core_v(const mha_fwd *f, const mha_core_io *io, int b, int g)
 {
-    return mha_mat_rows(f->kernel, (const float *)io->v + b * io->vs[0] + g * io->vs[1], io->vs[2]);
+    return mha_mat_rows(f->kernel, (const float *)io->v + b * io->v_st[0] + g * io->v_st[1], io->v_st[2]);
 }
 
 /* Whether the core's few queries read K's rows (the table has the kernel for them: have): d_k
@@ -51,8 +51,8 @@ static void core_kv_by(const mha_fwd *f, const mha_scratch *s, const mha_core_io
     if (kl <= 0)
         return;
     if (io->bf16)
-        pack_kv16(f, s, kl, (const mha_bf16 *)io->k + b * io->ks[0] + g * io->ks[1], io->ks[2],
-                  (const mha_bf16 *)io->v + b * io->vs[0] + g * io->vs[1], io->vs[2]);
+        pack_kv16(f, s, kl, (const mha_bf16 *)io->k + b * io->k_st[0] + g * io->k_st[1], io->k_st[2],
+                  (const mha_bf16 *)io->v + b * io->v_st[0] + g * io->v_st[1], io->v_st[2]);
     else
         pack_kv(f, s, kl, core_k(f, io, b, g), core_v(f, io, b, g));
 }
@@ -100,15 +100,15 @@ void mha_attention_pack_kv_few_bf16(const mha_fwd *f, const mha_scratch *s, cons
     mha_bf16 *vc = s->v16;
     const mha_bf16 *vr = vc;
     if (io->bf16) {
-        const mha_bf16 *k16 = (const mha_bf16 *)io->k + b * io->ks[0] + g * io->ks[1];
-        const mha_bf16 *v16 = (const mha_bf16 *)io->v + b * io->vs[0] + g * io->vs[1];
+        const mha_bf16 *k16 = (const mha_bf16 *)io->k + b * io->k_st[0] + g * io->k_st[1];
+        const mha_bf16 *v16 = (const mha_bf16 *)io->v + b * io->v_st[0] + g * io->v_st[1];
         for (int j = 0; j < kl; j++)
-            t16->floats(k16 + j * io->ks[2], 0, dk, kr + (size_t)j * dk);
-        if (io->vs[2] == dv)
+            t16->floats(k16 + j * io->k_st[2], 0, dk, kr + (size_t)j * dk);
+        if (io->v_st[2] == dv)
             vr = v16;
         else
             for (int j = 0; j < kl; j++)
-                memcpy(vc + (size_t)j * dv, v16 + j * io->vs[2], (size_t)dv * sizeof *vc);
+                memcpy(vc + (size_t)j * dv, v16 + j * io->v_st[2], (size_t)dv * sizeof *vc);
     } else {
         const mha_mat km = core_k(f, io, b, g), vm = core_v(f, io, b, g);
         for (int j = 0; j < kl; j++) {
@@ -184,7 +184,7 @@ static void core_few_rows(const mha_fwd *f, const mha_core_io *io, int b, int g,
     mha_kv_view kv = {.kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f), .vps = mha_attention_v16_ps(kl)};
     f->attn->pack_kv_few(f, s, io, b, g, kl, &kv);
     for (int r = 0; r < m; r++)
-        core_get(io, io->q, b * io->qs[0] + (h0 + r / ql) * io->qs[1] + (r % ql) * io->qs[2], dk, q + (size_t)r * dk);
+        core_get(io, io->q, b * io->q_st[0] + (h0 + r / ql) * io->q_st[1] + (r % ql) * io->q_st[2], dk, q + (size_t)r * dk);
     if (kv.kr && f->bk) /* bf16 on K's rows: the queries' bf16 values, as the kernel's A panels hold them */
         k->isa->round_bf16_floats(q, m * dk);
     /* mha_attention_rows' one query block of these ql queries */
@@ -194,7 +194,7 @@ static void core_few_rows(const mha_fwd *f, const mha_core_io *io, int b, int g,
                                  .q = mha_mat_rows(k, q, dk), .mask = f->call->mask};
     mha_attention_block(f, s, &rows, &kv, kv_begin, kv_end, MHA_KV_CHUNK, sc, MHA_KV_CHUNK, z, dv, io->sinks, s->apack);
     for (int r = 0; r < m; r++)
-        core_put(f, io, b * io->os[0] + (h0 + r / ql) * io->os[1] + (r % ql) * io->os[2], z + (size_t)r * dv, dv);
+        core_put(f, io, b * io->o_st[0] + (h0 + r / ql) * io->o_st[1] + (r % ql) * io->o_st[2], z + (size_t)r * dv, dv);
 }
 
 int mha_attention_head_block(int group)
@@ -227,16 +227,16 @@ void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, i
         core_kv_by(f, s, io, b, g, kl, f->attn->pack_kv, f->attn->pack_kv16);
         float *zf = s->qkv;
         for (int h = h0; h < h1; h++) {
-            const ptrdiff_t qo = b * io->qs[0] + h * io->qs[1], oo = b * io->os[0] + h * io->os[1];
-            const mha_queries q = io->bf16 ? (mha_queries){.q16 = (const mha_bf16 *)io->q + qo, .ld16 = io->qs[2]}
-                                           : (mha_queries){.q = mha_mat_rows(k, (const float *)io->q + qo, io->qs[2])};
+            const ptrdiff_t qo = b * io->q_st[0] + h * io->q_st[1], oo = b * io->o_st[0] + h * io->o_st[1];
+            const mha_queries q = io->bf16 ? (mha_queries){.q16 = (const mha_bf16 *)io->q + qo, .ld16 = io->q_st[2]}
+                                           : (mha_queries){.q = mha_mat_rows(k, (const float *)io->q + qo, io->q_st[2])};
             mha_attention_rows(f, h, s, q, ql, kl, f->call->seq_kv - f->call->seq_q, io->bf16 ? zf : (float *)io->out + oo,
-                               io->bf16 ? dv : io->os[2], io->sinks, NULL, NULL);
+                               io->bf16 ? dv : io->o_st[2], io->sinks, NULL, NULL);
             for (int i = 0; io->bf16 && i < ql; i++)
-                core_put(f, io, oo + i * io->os[2], zf + (size_t)i * dv, dv);
+                core_put(f, io, oo + i * io->o_st[2], zf + (size_t)i * dv, dv);
         }
     }
     for (int h = h0; h < h1; h++)
         for (int i = ql; i < f->call->seq_q; i++) /* rows past the query length */
-            core_put(f, io, b * io->os[0] + h * io->os[1] + i * io->os[2], NULL, dv);
+            core_put(f, io, b * io->o_st[0] + h * io->o_st[1] + i * io->o_st[2], NULL, dv);
 }

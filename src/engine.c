@@ -531,10 +531,10 @@ MHA_API mha_status mha_core_forward(mha_engine *e, const mha_core_input *in, voi
     mha_core_io io = {.q = in->q, .k = in->k, .v = in->v, .out = out, .bf16 = in->dtype == MHA_DTYPE_BF16,
                       .sinks = in->sinks};
     const struct { const char *name; const ptrdiff_t *given; int n[4], distinct; ptrdiff_t *st; } t[] = {
-        {"q_stride", in->q_stride, {in->batch, dm->h, in->seq_q, dm->dk}, 0, io.qs},
-        {"k_stride", in->k_stride, {in->batch, dm->kvh, in->seq_kv, dm->dk}, 0, io.ks},
-        {"v_stride", in->v_stride, {in->batch, dm->kvh, in->seq_kv, dm->dv}, 0, io.vs},
-        {"out_stride", out_stride, {in->batch, dm->h, in->seq_q, dm->dv}, 1, io.os},
+        {"q_stride", in->q_stride, {in->batch, dm->h, in->seq_q, dm->dk}, 0, io.q_st},
+        {"k_stride", in->k_stride, {in->batch, dm->kvh, in->seq_kv, dm->dk}, 0, io.k_st},
+        {"v_stride", in->v_stride, {in->batch, dm->kvh, in->seq_kv, dm->dv}, 0, io.v_st},
+        {"out_stride", out_stride, {in->batch, dm->h, in->seq_q, dm->dv}, 1, io.o_st},
     };
     for (int i = 0; i < 4; i++) {
         const char *why = core_strides(t[i].given, t[i].n, t[i].n[3], t[i].distinct, t[i].st);

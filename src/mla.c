@@ -231,9 +231,9 @@ void mha_mla_core_view(const mha_fwd *f, int hb, mha_fwd *core, mha_core_io *io)
     core->kvh = f->h / hb, core->group = hb;
     *io = (mha_core_io){
         .q = f->z, .k = f->mla_k, .v = f->mla_k, .out = f->mla_z,
-        .qs = {c->seq_q * h * dk, dk, h * dk},
-        .ks = {c->seq_kv * dk, 0, dk}, .vs = {c->seq_kv * dk, 0, dk}, /* every head block reads the one KV head */
-        .os = {c->seq_q * h * dv, dv, h * dv},
+        .q_st = {c->seq_q * h * dk, dk, h * dk},
+        .k_st = {c->seq_kv * dk, 0, dk}, .v_st = {c->seq_kv * dk, 0, dk}, /* every head block reads the one KV head */
+        .o_st = {c->seq_q * h * dv, dv, h * dv},
     };
 }
 
