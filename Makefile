@@ -258,15 +258,16 @@ mha-mpi: $(B)/mha-mpi
 test-mpi: $(B)/mha-mpi $(B)/mha $(B)/mpi_make_batch
 	tests/mpi/test_mpi.sh $(B)
 
-# ---- fuzzing: libFuzzer targets (tests/fuzz/) for the config loader, the safetensors reader
-# and the .npy reader. The loaders are compiled by clang with libFuzzer's coverage, ASan and
-# UBSan; the rest of the library comes from the plain build. Seeds: tests/data and configs/.
+# ---- fuzzing: libFuzzer targets (tests/fuzz/) for the config loader, the safetensors reader,
+# the .npy reader and the GGUF reader. The loaders are compiled by clang with libFuzzer's
+# coverage, ASan and UBSan; the rest of the library comes from the plain build. Seeds:
+# tests/data (GGUF: tests/data/gguf) and configs/.
 # Found inputs stay in build/fuzz/corpus; a crash stops `make fuzz` with its input in
 # build/fuzz/artifacts/ (turn it into a regression file under tests/data/fuzz/).
 FUZZ_PKGS := clang libclang-rt-14-dev
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := config safetensors npy
-FUZZ_SRC := config_load config_schema fileio json_scan safetensors npy weights_file config status
+FUZZ_TARGETS := config safetensors npy gguf
+FUZZ_SRC := config_load config_schema fileio json_scan safetensors npy weights_file config status gguf gguf_model
 FUZZ_CFLAGS := -std=c11 -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined \
   -DMHA_BUILDING -Iinclude -Isrc -isystem $(BLIS_INC)
 FUZZ_LIBS := $(BLIS_A) -lyaml $(shell $(CC) -print-file-name=libgomp.so) -lm -lpthread
@@ -288,9 +289,10 @@ build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_input.h $(FUZZ_SRC:%=buil
 
 .SECONDARY: $(FUZZ_SRC:%=build/fuzz/obj/%.o) build/fuzz/obj/cli/config_file.o
 fuzz: $(FUZZ_TARGETS:%=build/fuzz/fuzz_%)
-	@rm -rf build/fuzz/seeds && mkdir -p build/fuzz/seeds/config build/fuzz/seeds/safetensors build/fuzz/seeds/npy build/fuzz/artifacts
+	@rm -rf build/fuzz/seeds && mkdir -p $(FUZZ_TARGETS:%=build/fuzz/seeds/%) build/fuzz/artifacts
 	@cp configs/*.yaml tests/data/*.yaml build/fuzz/seeds/config/
 	@cp tests/data/*.safetensors build/fuzz/seeds/safetensors/ && cp tests/data/*.npy build/fuzz/seeds/npy/
+	@cp tests/data/gguf/*.gguf build/fuzz/seeds/gguf/
 	@for t in $(FUZZ_TARGETS); do [ -d tests/data/fuzz/$$t ] && cp tests/data/fuzz/$$t/* build/fuzz/seeds/$$t/; done; true
 	@for t in $(FUZZ_TARGETS); do \
 	  mkdir -p build/fuzz/corpus/$$t; \
