@@ -169,7 +169,7 @@ static const char *save(const gbuf *g, const char *name)
 {
     static char path[128];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    write_file(path, g->b, g->n);
+    write_file(path, g->b ? g->b : (const void *)"", g->n); /* fwrite's pointer may not be NULL, even for 0 bytes */
     return path;
 }
 
