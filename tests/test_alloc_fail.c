@@ -34,6 +34,7 @@ typedef struct call {
     float *data;
     int32_t *lengths;
     mha_weights_file wf;
+    mha_gguf *g;
 } call;
 
 /* Fails allocation 1, 2, … of the call until it succeeds; returns how many it made. */
@@ -129,6 +130,17 @@ static mha_status run_weights(call *c, char *err, size_t n)
 static void release_weights(call *c) { mha_weights_file_free(&c->wf); }
 static int no_weights(call *c) { return c->wf.storage == NULL && c->wf.w.w_q == NULL; }
 
+static mha_status run_gguf(call *c, char *err, size_t n)
+{
+    c->g = NULL;
+    mha_status st = mha_gguf_open(c->path, &c->g, err, n);
+    if (st == MHA_ERR_NOMEM)
+        expect_message(c->what, err);
+    return st;
+}
+static void release_gguf(call *c) { mha_gguf_close(c->g), c->g = NULL; }
+static int no_gguf(call *c) { return c->g == NULL; }
+
 /* ---- tests ---- */
 
 Test(alloc_fail, mha_create, .timeout = 60)
@@ -195,4 +207,11 @@ Test(alloc_fail, safetensors_weights_loader, .timeout = 120)
     c.mla = (mha_mla){.kv_lora_rank = 16, .q_lora_rank = 24, .qk_nope_head_dim = 8, .qk_rope_head_dim = 4,
                       .v_head_dim = 6, .eps = 1e-6f};
     cr_assert_geq(fail_each_allocation(&c), 3);
+}
+
+Test(alloc_fail, gguf_reader, .timeout = 60)
+{
+    call c = {.what = "mha_gguf_open", .run = run_gguf, .release = release_gguf, .nothing_made = no_gguf,
+              .path = D "gguf/tiny_llama.gguf"};
+    cr_assert_geq(fail_each_allocation(&c), 2, "the handle and the tables' block");
 }

@@ -53,6 +53,27 @@ static mha_status load_npy(const char *path, char *err, size_t n)
     return st;
 }
 
+/* A GGUF file: opened, then the config and tensors of each layer (a well-formed file of an
+ * architecture mha does not compute is refused there). */
+static mha_status load_gguf(const char *path, char *err, size_t n)
+{
+    mha_gguf *g = NULL;
+    mha_status st = mha_gguf_open(path, &g, err, n);
+    cr_assert(st == MHA_OK || !g, "%s: a failed open handed back a handle", path);
+    mha_gguf_model m = {0};
+    if (st == MHA_OK)
+        st = mha_gguf_model_info(g, &m, err, n);
+    for (int l = 0; st == MHA_OK && l < (m.n_layers ? m.n_layers : 1); l++) {
+        mha_config cfg;
+        mha_config_init(&cfg);
+        mha_gguf_layer t;
+        if ((st = mha_gguf_layer_config(g, l, &cfg, err, n)) == MHA_OK)
+            st = mha_gguf_layer_tensors(g, l, &cfg, &t, err, n);
+    }
+    mha_gguf_close(g);
+    return st;
+}
+
 static int each_file(const char *kind, loader load)
 {
     char dir[128];
@@ -77,3 +98,4 @@ static int each_file(const char *kind, loader load)
 Test(fuzz_regressions, config_files, .timeout = 60) { cr_assert_gt(each_file("config", load_config), 0); }
 Test(fuzz_regressions, safetensors_files, .timeout = 60) { cr_assert_gt(each_file("safetensors", load_safetensors), 0); }
 Test(fuzz_regressions, npy_files, .timeout = 60) { cr_assert_gt(each_file("npy", load_npy), 0); }
+Test(fuzz_regressions, gguf_files, .timeout = 60) { cr_assert_gt(each_file("gguf", load_gguf), 0); }

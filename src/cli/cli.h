@@ -14,6 +14,8 @@ enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 
 int mha_cli_run(int argc, char **argv);
 int mha_cli_info(int argc, char **argv);
+/* mha info M.gguf (gguf_info.c): the file's model, its layers' configs, attention tensors and types. */
+int cli_gguf_info(const char *path);
 int mha_cli_schema(int argc, char **argv);
 /* mha run on a config with a decode block (decode.c): the files it reads and writes (NULL:
  * none): weights under a prefix; --input (batch, seq, d_model) tokens with --lengths, put

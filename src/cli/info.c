@@ -1,5 +1,6 @@
 /* info.c — `mha info`: what the engine sees of this machine: CPU model and features, the CPUs
- * this process may use, BLIS, each kernel table and what it would run here, OpenMP and its settings. */
+ * this process may use, BLIS, each kernel table and what it would run here, OpenMP and its settings.
+ * `mha info M.gguf`: what a GGUF model file holds for mha (gguf_info.c). */
 #define _GNU_SOURCE
 #include <omp.h>
 #include <stdio.h>
@@ -30,9 +31,15 @@ static void cpu_list(const int *cpus, int n, char *out, size_t len)
 
 int mha_cli_info(int argc, char **argv)
 {
-    (void)argv;
-    if (argc > 1) {
-        cli_error("info: takes no arguments");
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        printf("usage: mha info            CPU, cores, BLIS and OpenMP as the engine sees them\n"
+               "       mha info M.gguf     a GGUF model file: its attention's config per layer, tensors and types\n");
+        return EXIT_OK;
+    }
+    if (argc == 2)
+        return cli_gguf_info(argv[1]);
+    if (argc > 2) {
+        cli_error("info: takes no arguments, or one GGUF file (mha info M.gguf)");
         return EXIT_USAGE;
     }
     char model[256], flags[512], list[4096];

@@ -9,6 +9,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: mha run [CONFIG] [options]   run the engine (mha run --help)\n"
 "       mha scale CONFIG [options]   thread-scaling sweep: CSV, Markdown, plots (mha scale --help)\n"
                "       mha info                     CPU, cores, BLIS and OpenMP as the engine sees them\n"
+               "       mha info M.gguf              a GGUF model: its attention's config, tensors and types\n"
                "       mha schema                   the config file's keys as a Markdown table\n"
                "       mha --version\n");
 }
