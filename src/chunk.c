@@ -270,8 +270,9 @@ void mha_attention_chunk_f32(const mha_fwd *f, const mha_scratch *s, const mha_c
         int len[MHA_KV_CHUNK / MHA_TILE_KEYS], runs = 0;
         for (int j = 0; j < n; j += MHA_TILE_KEYS, runs++) /* b0 starts a panel */
             kt[runs] = kv->ktp + (size_t)(b0 + j) * dk, len[runs] = n - j < MHA_TILE_KEYS ? n - j : MHA_TILE_KEYS;
-        k->isa->decode_scores[MHA_KV_F32](r->q.p, m, dk, 0, dk, runs, kt, NULL, NULL, len, MHA_TILE_KEYS, f->scale,
-                                          sc, (size_t)ld);
+        const mha_score_rows rows = {r->q.p, m, dk, f->scale, sc, (size_t)ld};
+        const mha_key_runs keys = {.runs = runs, .ld = MHA_TILE_KEYS, .n = len, .kt = kt};
+        k->isa->decode_scores[MHA_KV_F32](&rows, 0, dk, &keys);
     } else
         mha_gemm_in_place(k, m, n, dk, f->scale, r->q, mha_mat_sub(k, kv->kt, 0, b0), 0.0f, sm, s->apack);
     chunk_rows(f, r, c0, n, sc, ld, mx, sum, st, 0);

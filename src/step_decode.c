@@ -162,8 +162,10 @@ static void chunk_scores(const mha_step_job *j, int seq, int i0, int i1, const f
         else
             for (int c0 = 0; c0 < dk; c0 += kc) {
                 const int c1 = c0 + kc < dk ? c0 + kc : dk;
-                isa->decode_scores[type](qh, nq, dk, c0, c1, src->runs, kt, c0 ? NULL : vr, kp, src->n, ld, f->scale, sh,
-                                         MHA_KV_CHUNK);
+                const mha_score_rows rows = {qh, nq, dk, f->scale, sh, MHA_KV_CHUNK};
+                const mha_key_runs keys = {.runs = src->runs, .ld = ld, .n = src->n, .kt = kt, .vr = c0 ? NULL : vr,
+                                           .kp = kp};
+                isa->decode_scores[type](&rows, c0, c1, &keys);
             }
     }
 }

@@ -687,8 +687,11 @@ TABLE_TEST(bgemm, int8_decode_tiles_equal_the_read_back_chunk, .timeout = 60)
                     k8r[ri] = k8 + ri * blk, kfr[ri] = kf + ri * blk, kpr[ri] = kh + ri * groups * 2 * dk;
                     v8r[ri] = v8 + ri * blk, vfr[ri] = vf + ri * blk;
                 }
-                isa->decode_scores[MHA_KV_INT8](q, nq, dk, 0, dk, RUNS, k8r, v8r, kpr, n, BS, 0.125f, sc, SC_LD);
-                isa->decode_scores[MHA_KV_F32](q, nq, dk, 0, dk, RUNS, kfr, vfr, NULL, n, BS, 0.125f, want, SC_LD);
+                const mha_score_rows got_rows = {q, nq, dk, 0.125f, sc, SC_LD}, want_rows = {q, nq, dk, 0.125f, want, SC_LD};
+                const mha_key_runs k8runs = {.runs = RUNS, .ld = BS, .n = n, .kt = k8r, .vr = v8r, .kp = kpr};
+                const mha_key_runs kfruns = {.runs = RUNS, .ld = BS, .n = n, .kt = kfr, .vr = vfr};
+                isa->decode_scores[MHA_KV_INT8](&got_rows, 0, dk, &k8runs);
+                isa->decode_scores[MHA_KV_F32](&want_rows, 0, dk, &kfruns);
                 for (int qi = 0; qi < nq; qi++) {
                     long at = first_bit_difference(sc + (size_t)qi * SC_LD, want + (size_t)qi * SC_LD, (size_t)slots);
                     cr_assert_eq(at, -1, "%s, blocks of %d, dk %d, %d queries: score (%d, %ld) %a, read back %a", isa->name,
@@ -740,7 +743,9 @@ TABLE_TEST(bgemm, rows_scores_equal_the_decode_tiles, .timeout = 60)
                         kt[(size_t)c * n + t] = k[(size_t)t * ld + c];
                 const void *ktr[1] = {kt};
                 const int len[1] = {n};
-                isa->decode_scores[MHA_KV_F32](q, nq, dk, 0, dk, 1, ktr, NULL, NULL, len, n, 0.3f, want, N);
+                const mha_score_rows want_rows = {q, nq, dk, 0.3f, want, N};
+                const mha_key_runs keys = {.runs = 1, .ld = n, .n = len, .kt = ktr};
+                isa->decode_scores[MHA_KV_F32](&want_rows, 0, dk, &keys);
                 const mha_rows_ahead v = {(const char *)kt, (size_t)dk * sizeof *kt, (size_t)dk * sizeof *kt}; /* a hint */
                 isa->rows_scores(q, nq, dk, k, ld, n, 0.3f, sc, N, &v);
                 for (int qi = 0; qi < nq; qi++) {

@@ -125,12 +125,8 @@ void mha_softcap_row_avx2(float *s, int n, float cap);
 /* avx2_decode.c (and isa.h's mha_rows_scores_avx2, mha_rows_scores16_avx2) */
 void mha_i8_scale_rows_avx2(const void *from, size_t ld_src, int rows, int n, const float *row_scales,
                             const float *row_zeros, float *restrict dst, size_t ld_dst);
-void mha_decode_scores_avx2(const float *restrict q, int nq, int dk, int c0, int c1, int runs, const void *const *kt,
-                            const void *const *vr, const mha_f16 *const *kp, const int *n, int ld, float scale,
-                            float *restrict sc, size_t sc_ld);
-void mha_decode_scores8_avx2(const float *restrict q, int nq, int dk, int c0, int c1, int runs, const void *const *kt,
-                             const void *const *vr, const mha_f16 *const *kp, const int *n, int ld, float scale,
-                             float *restrict sc, size_t sc_ld);
+void mha_decode_scores_avx2(const mha_score_rows *s, int c0, int c1, const mha_key_runs *k);
+void mha_decode_scores8_avx2(const mha_score_rows *s, int c0, int c1, const mha_key_runs *k);
 void mha_decode_scores16_avx2(const float *restrict q, int nq, int dk, int runs, const void *const *kt,
                               const void *const *vr, const int *n, int ld, float scale, float *restrict sc,
                               size_t sc_ld, mha_bk_order order);

@@ -72,12 +72,8 @@ void mha_softcap_row_avx512(float *s, int n, float cap);
 /* avx512_decode.c (fma_*16: the even-first bf16 decode, which avx512_decode_bf16.c's entries run) */
 void mha_i8_scale_rows_avx512(const void *from, size_t ld_src, int rows, int n, const float *row_scales,
                               const float *row_zeros, float *restrict dst, size_t ld_dst);
-void mha_decode_scores_avx512(const float *restrict q, int nq, int dk, int c0, int c1, int runs, const void *const *kt,
-                              const void *const *vr, const mha_f16 *const *kp, const int *n, int ld, float scale,
-                              float *restrict sc, size_t sc_ld);
-void mha_decode_scores8_avx512(const float *restrict q, int nq, int dk, int c0, int c1, int runs,
-                               const void *const *kt, const void *const *vr, const mha_f16 *const *kp, const int *n,
-                               int ld, float scale, float *restrict sc, size_t sc_ld);
+void mha_decode_scores_avx512(const mha_score_rows *s, int c0, int c1, const mha_key_runs *k);
+void mha_decode_scores8_avx512(const mha_score_rows *s, int c0, int c1, const mha_key_runs *k);
 void mha_decode_values_avx512(const float *e, size_t e_ld, int nq, const void *v, const float *vs, int n, int dk,
                               float *p, size_t ps, const void *next, mha_prefetch_walk *w);
 void mha_decode_values8_avx512(const float *e, size_t e_ld, int nq, const void *v, const float *vs, int n, int dk,

@@ -189,22 +189,18 @@ scores(const mha_kv_type type, const int scaled, const float *restrict q, int nq
     }
 }
 
-__attribute__((target(AVX512))) void mha_decode_scores_avx512(const float *restrict q, int nq, int dk, int c0, int c1,
-                                                              int runs, const void *const *kt, const void *const *vr,
-                                                              const mha_f16 *const *kp, const int *n, int ld,
-                                                              float scale, float *restrict sc, size_t sc_ld)
+__attribute__((target(AVX512))) void mha_decode_scores_avx512(const mha_score_rows *s, int c0, int c1,
+                                                              const mha_key_runs *k)
 {
-    (void)kp; /* unscaled */
-    scores(MHA_KV_F32, 0, q, nq, dk, c0, c1, runs, kt, vr, NULL, n, ld, scale, sc, sc_ld);
+    scores(MHA_KV_F32, 0, s->q, s->nq, s->dk, c0, c1, k->runs, k->kt, k->vr, NULL, k->n, k->ld, s->scale, s->sc,
+           s->sc_ld);
 }
 
-__attribute__((target(AVX512))) void mha_decode_scores8_avx512(const float *restrict q, int nq, int dk, int c0,
-                                                               int c1, int runs, const void *const *kt,
-                                                               const void *const *vr, const mha_f16 *const *kp,
-                                                               const int *n, int ld,
-                                                               float scale, float *restrict sc, size_t sc_ld)
+__attribute__((target(AVX512))) void mha_decode_scores8_avx512(const mha_score_rows *s, int c0, int c1,
+                                                               const mha_key_runs *k)
 {
-    scores(MHA_KV_INT8, 1, q, nq, dk, c0, c1, runs, kt, vr, kp, n, ld, scale, sc, sc_ld);
+    scores(MHA_KV_INT8, 1, s->q, s->nq, s->dk, c0, c1, k->runs, k->kt, k->vr, k->kp, k->n, k->ld, s->scale, s->sc,
+           s->sc_ld);
 }
 
 /* Z of nb <= R queries, features [c0, c0 + 16·V) (the last vector's lanes ml), over the n

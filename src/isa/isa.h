@@ -67,6 +67,28 @@ typedef struct mha_rows_ahead {
     size_t ld, bytes;
 } mha_rows_ahead;
 
+/* A chunk's keys as the float32 decode tiles read them (decode_scores): `runs` runs of slots,
+ * run r of n[r] slots with Kᵀ at kt[r] (feature c of slot t at element c · ld + t); a scaled
+ * type's K parameters of run r's first group at kp[r] (kp NULL for an unscaled type); the
+ * runs' value rows at vr[r], for a table to prefetch as it sums the scores (vr NULL: none). */
+typedef struct mha_key_runs {
+    int runs, ld;
+    const int *n;
+    const void *const *kt;
+    const void *const *vr;
+    const mha_f16 *const *kp;
+} mha_key_runs;
+
+/* nq >= 1 queries (q: rows dk apart) and where their scores go (query qi's at sc + qi · sc_ld),
+ * each sum times scale. */
+typedef struct mha_score_rows {
+    const float *q;
+    int nq, dk;
+    float scale;
+    float *sc;
+    size_t sc_ld;
+} mha_score_rows;
+
 typedef struct mha_isa {
     const char *name;            /* "avx512", "avx2", "ref" */
     const char *needs;           /* the CPU features it needs, as lscpu names them, space-
@@ -135,24 +157,21 @@ typedef struct mha_isa {
     void (*softcap_row)(float *s, int n, float cap);
     /* ---- per KV cache type: indexed by mha_kv_type (kvcache.h), NULL where the type has
      * none ---- */
-    /* Decode scores (float32 products: a float32 engine's, and an int8 cache's in either) over
-     * the runs of one chunk: run r holds n[r] slots of a block, Kᵀ at kt[r] (feature c of slot t
-     * at element c · ld + t of kt[r]), its scores following the previous runs' in each row of
-     * sc. Over the features [c0, c1) of one pass, sc[qi · sc_ld + slot] = scale · Σ_c q[qi · dk
-     * + c] · kt, plus sc when c0 > 0: the microkernel's sums (one chain per score in feature
-     * order from zero, FMA in the vector tables, a multiply and an add in ref, then
-     * alpha·sum (+ C)), so decode scores equal the forward's. Instruction-level parallelism
-     * comes from slots of several blocks and from queries at once, never from splitting the
-     * features. A scaled type's elements are read back as they are loaded (the values
-     * scale_rows gives, so the same bits as reading the chunk back first): kp[r] the
-     * parameters of run r's first group (runs of whole groups of MHA_KV_GROUP slots, from a
-     * group's start; mha_kv_k_params: float16), q·scale + zero rounded twice; kp NULL for an
-     * unscaled type. vr (or NULL): run r's value rows at vr[r] (slot t's dk elements at t · dk), for a
-     * table to prefetch as it sums the scores, so the values find them in cache. Every table
-     * has F32 and INT8. */
-    void (*decode_scores[MHA_KV_TYPES])(const float *restrict q, int nq, int dk, int c0, int c1, int runs,
-                                        const void *const *kt, const void *const *vr, const mha_f16 *const *kp,
-                                        const int *n, int ld, float scale, float *restrict sc, size_t sc_ld);
+    /* Decode scores (float32 products: a float32 engine's, and an int8 cache's in either) of the
+     * queries s over the runs of one chunk, k (mha_key_runs): run r holds n[r] slots of a block, Kᵀ
+     * at kt[r] (feature c of slot t at element c · ld + t of kt[r]), its scores following the
+     * previous runs' in each row of sc. Over the features [c0, c1) of one pass, sc[qi · sc_ld +
+     * slot] = scale · Σ_c q[qi · dk + c] · kt, plus sc when c0 > 0: the microkernel's sums (one
+     * chain per score in feature order from zero, FMA in the vector tables, a multiply and an add
+     * in ref, then alpha·sum (+ C)), so decode scores equal the forward's. Instruction-level
+     * parallelism comes from slots of several blocks and from queries at once, never from splitting
+     * the features. A scaled type's elements are read back as they are loaded (the values
+     * scale_rows gives, so the same bits as reading the chunk back first): kp[r] the parameters of
+     * run r's first group (runs of whole groups of MHA_KV_GROUP slots, from a group's start;
+     * mha_kv_k_params: float16), q·scale + zero rounded twice; kp NULL for an unscaled type. vr (or
+     * NULL): run r's value rows at vr[r] (slot t's dk elements at t · dk), for a table to prefetch
+     * as it sums the scores, so the values find them in cache. Every table has F32 and INT8. */
+    void (*decode_scores[MHA_KV_TYPES])(const mha_score_rows *s, int c0, int c1, const mha_key_runs *k);
     /* The same float32 scores of nq >= 1 queries (q: rows dk apart, dk <= MHA_ROWS_SCORES_DK)
      * against n keys given as rows (key t's dk features at k + t·ld), all features in one
      * pass: sc[qi · sc_ld + t] = scale · Σ_c q·k, one FMA chain per score in feature order

@@ -176,20 +176,16 @@ static void values_ref(mha_kv_type type, const float *e, size_t e_ld, int nq, co
         }
 }
 
-static void decode_scores_ref(const float *restrict q, int nq, int dk, int c0, int c1, int runs, const void *const *kt,
-                              const void *const *vr, const mha_f16 *const *kp, const int *n, int ld, float scale,
-                              float *restrict sc, size_t sc_ld)
+static void decode_scores_ref(const mha_score_rows *s, int c0, int c1, const mha_key_runs *k)
 {
-    (void)kp, (void)vr; /* unscaled; nothing to prefetch */
-    scores_ref(MHA_KV_F32, 0, q, nq, dk, c0, c1, runs, kt, NULL, n, ld, scale, sc, sc_ld);
+    /* unscaled; nothing to prefetch */
+    scores_ref(MHA_KV_F32, 0, s->q, s->nq, s->dk, c0, c1, k->runs, k->kt, NULL, k->n, k->ld, s->scale, s->sc, s->sc_ld);
 }
 
-static void decode_scores8_ref(const float *restrict q, int nq, int dk, int c0, int c1, int runs, const void *const *kt,
-                               const void *const *vr, const mha_f16 *const *kp, const int *n, int ld, float scale,
-                               float *restrict sc, size_t sc_ld)
+static void decode_scores8_ref(const mha_score_rows *s, int c0, int c1, const mha_key_runs *k)
 {
-    (void)vr;
-    scores_ref(MHA_KV_INT8, 0, q, nq, dk, c0, c1, runs, kt, kp, n, ld, scale, sc, sc_ld);
+    scores_ref(MHA_KV_INT8, 0, s->q, s->nq, s->dk, c0, c1, k->runs, k->kt, k->kp, k->n, k->ld, s->scale, s->sc,
+               s->sc_ld);
 }
 
 static void decode_values_ref(const float *e, size_t e_ld, int nq, const void *v, const float *vs, int n, int dk,
