@@ -356,16 +356,30 @@ mha_status mha_kv_open_step(mha_kv_cache *c, int n_seqs, const int32_t *n_past, 
             }
         } else if (open_out) /* an entry a sequence that ended left on this group, taken back */
             e = open_find(c, table[out.t / bs], out.t % bs);
-        if (e >= 0) {
+        if (e >= 0)
             tails[q] = open_rows(c, e);
-            for (int r = 0; r < q; r++)
-                if (tails[r] == tails[q]) {
-                    snprintf(why, why_len, "step: sequences %d and %d both write the K group at block %d slot %d", r,
-                             q, c->open[e].block, c->open[e].slot);
-                    return MHA_ERR_STATE;
-                }
-        } else if (open_out)
+        else if (open_out)
             fresh++;
+        /* two sequences writing one K group (a fork that shares its parent's last block instead
+         * of copying it): the groups each continues or leaves open, against the others' */
+        for (int r = 0; r < q; r++) {
+            const int32_t *rt = blocks + (size_t)r * max_blocks;
+            const int rp = n_past[r], rend = rp + n_new[r];
+            if (n_new[r] == 0)
+                continue;
+            const mha_kv_group rin = mha_kv_group_of(bs, rp), rout = mha_kv_group_of(bs, rend - 1);
+            const int32_t mine[2][2] = {{open_in ? table[in.t / bs] : -1, in.t % bs},
+                                        {open_out ? table[out.t / bs] : -1, out.t % bs}};
+            const int32_t theirs[2][2] = {{rp > rin.t ? rt[rin.t / bs] : -1, rin.t % bs},
+                                          {rend < rout.t + rout.n ? rt[rout.t / bs] : -1, rout.t % bs}};
+            for (int a = 0; a < 2; a++)
+                for (int b = 0; b < 2; b++)
+                    if (mine[a][0] >= 0 && mine[a][0] == theirs[b][0] && mine[a][1] == theirs[b][1]) {
+                        snprintf(why, why_len, "step: sequences %d and %d both write the K group at block %d slot %d",
+                                 r, q, mine[a][0], mine[a][1]);
+                        return MHA_ERR_STATE;
+                    }
+        }
     }
     if (fresh > idle) {
         snprintf(why, why_len, "step: the int8 cache's pool of open K groups is full (%d entries, %d free, this step "
@@ -387,7 +401,11 @@ mha_status mha_kv_open_step(mha_kv_cache *c, int n_seqs, const int32_t *n_past, 
             const int open_out = end < out.t + out.n;
             if (pass == 0 && open_out) {
                 const int e = tails[q] ? (int)((tails[q] - c->open_k) / per) : open_take(c);
-                c->open[e] = (mha_kv_open){table[out.t / bs], out.t % bs, end - out.t};
+                const mha_kv_open tag = {table[out.t / bs], out.t % bs, end - out.t};
+                for (int o = 0; o < c->max_open; o++) /* a stale entry of the same group: no longer */
+                    if (o != e && c->open[o].block == tag.block && c->open[o].slot == tag.slot)
+                        c->open[o].block = -1;
+                c->open[e] = tag;
                 tails[q] = open_rows(c, e);
             } else if (pass == 1 && !open_out && tails[q])
                 c->open[(tails[q] - c->open_k) / per].block = -1;

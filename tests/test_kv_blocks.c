@@ -260,3 +260,37 @@ Test(kv_blocks, refusals_name_the_problem_and_change_nothing)
     mha_kv_cache_free(c);
     bench_free(&b);
 }
+
+/* A sequence that ends without releasing its blocks leaves its open K group in the pool; a
+ * later sequence on those blocks takes the group back (writing it from its start), and one
+ * whose open group moves onto that group's block and slot replaces it: neither is refused or
+ * reads the old rows (the same bits as alone). */
+Test(kv_blocks, an_unreleased_open_group_does_not_stand_in_a_later_sequences_way)
+{
+    bench b;
+    bench_make(&b, &KINDS[2], 1);
+    float *want = calloc((size_t)S * D, sizeof(float)), *got = calloc((size_t)S * D, sizeof(float));
+    float *scrap = calloc((size_t)S * D, sizeof(float));
+    const float *tok = b.p.q, *other = b.p.q + (size_t)S * D;
+    /* alone: 5 tokens, 6, then one at a time, on blocks 7, 3, ... */
+    mha_kv_cache *c;
+    cr_assert_eq(mha_kv_cache_create(&b.cfg, N_BLOCKS, BS, 2, &c), MHA_OK);
+    int32_t table[MAX_BLOCKS] = {7, 3, 1, 14, 6}, past = 0, add = 5;
+    for (int k = 0; past < S; k++, add = k == 1 ? 6 : 1)
+        cr_assert_eq(step(&b, c, 1, table, &past, &add, &tok, &want), MHA_OK, "%s", mha_engine_last_error(b.e));
+    mha_kv_cache_free(c);
+    /* first another sequence leaves 5 positions of block 3's group open, and ends */
+    cr_assert_eq(mha_kv_cache_create(&b.cfg, N_BLOCKS, BS, 2, &c), MHA_OK);
+    int32_t ended[MAX_BLOCKS] = {3, 0, 0, 0, 0}, ended_past = 0, ended_add = 5;
+    cr_assert_eq(step(&b, c, 1, ended, &ended_past, &ended_add, &other, &scrap), MHA_OK);
+    cr_assert_eq(mha_kv_cache_open_groups(c), 1);
+    /* then the sequence: its second step moves its open group onto block 3, slot 0 */
+    past = 0, add = 5;
+    for (int k = 0; past < S; k++, add = k == 1 ? 6 : 1)
+        cr_assert_eq(step(&b, c, 1, table, &past, &add, &tok, &got), MHA_OK, "step %d: %s", k,
+                     mha_engine_last_error(b.e));
+    assert_same(got, want, "after an unreleased group", KINDS[2].name);
+    free(want), free(got), free(scrap);
+    mha_kv_cache_free(c);
+    bench_free(&b);
+}
