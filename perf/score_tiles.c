@@ -75,7 +75,8 @@ int main(int argc, char **argv)
                                                                 .kp = kp});
             t8[rep] = now_ms() - t0, t0 = now_ms();
             for (int i = 0; bf16 && i < calls; i++)
-                isa->decode_scores16(q, NQ, DK, runs, kt16, vr, n, BS, 1.0f, sc, MAX_RUNS * BS, order);
+                isa->decode_scores16(&(mha_score_rows){q, NQ, DK, 1.0f, sc, MAX_RUNS * BS},
+                                     &(mha_key_runs){.runs = runs, .ld = BS, .n = n, .kt = kt16, .vr = vr}, order);
             t16[rep] = now_ms() - t0;
         }
         const double a = median5(t8) * per16, b = median5(t16) * per16;

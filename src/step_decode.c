@@ -157,7 +157,8 @@ static void chunk_scores(const mha_step_job *j, int seq, int i0, int i1, const f
         const float *qh = qv + (size_t)(jh * n_new + i0) * dk;
         float *sh = sc + (size_t)(jh * n_new + i0) * MHA_KV_CHUNK;
         if (bf16)
-            isa->decode_scores16(qh, nq, dk, src->runs, kt, src->v, src->n, ld, f->scale, sh, MHA_KV_CHUNK,
+            isa->decode_scores16(&(mha_score_rows){qh, nq, dk, f->scale, sh, MHA_KV_CHUNK},
+                                 &(mha_key_runs){.runs = src->runs, .ld = ld, .n = src->n, .kt = kt, .vr = src->v},
                                  f->bk->order);
         else
             for (int c0 = 0; c0 < dk; c0 += kc) {

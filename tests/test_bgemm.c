@@ -594,7 +594,8 @@ static void decode_tiles_check(const mha_isa *isa, mha_bk_order order, rng *rp)
                 const void *vr[RUNS];
                 for (int ri = 0; ri < RUNS; ri++)
                     vr[ri] = v + (size_t)ri * vblk;
-                isa->decode_scores16(q, nq, dk, RUNS, ktr, vr, n, BS, scale, sc, SC_LD, order);
+                isa->decode_scores16(&(mha_score_rows){q, nq, dk, scale, sc, SC_LD},
+                                     &(mha_key_runs){.runs = RUNS, .ld = BS, .n = n, .kt = ktr, .vr = vr}, order);
                 model_product(order, nq, slots, dk, scale, q, kf, want);
                 for (int qi = 0; qi < nq; qi++) {
                     long at = first_bit_difference(sc + (size_t)qi * SC_LD, want + (size_t)qi * slots, (size_t)slots);

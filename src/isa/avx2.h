@@ -127,9 +127,7 @@ void mha_i8_scale_rows_avx2(const void *from, size_t ld_src, int rows, int n, co
                             const float *row_zeros, float *restrict dst, size_t ld_dst);
 void mha_decode_scores_avx2(const mha_score_rows *s, int c0, int c1, const mha_key_runs *k);
 void mha_decode_scores8_avx2(const mha_score_rows *s, int c0, int c1, const mha_key_runs *k);
-void mha_decode_scores16_avx2(const float *restrict q, int nq, int dk, int runs, const void *const *kt,
-                              const void *const *vr, const int *n, int ld, float scale, float *restrict sc,
-                              size_t sc_ld, mha_bk_order order);
+void mha_decode_scores16_avx2(const mha_score_rows *s, const mha_key_runs *k, mha_bk_order order);
 void mha_decode_values_avx2(const float *e, size_t e_ld, int nq, const void *v, const float *vs, int n, int dk,
                             float *p, size_t ps, const void *next, mha_prefetch_walk *w);
 void mha_decode_values8_avx2(const float *e, size_t e_ld, int nq, const void *v, const float *vs, int n, int dk,

@@ -253,17 +253,16 @@ __attribute__((target(AVX2))) void mha_decode_scores8_avx2(const mha_score_rows 
 
 /* The sums under FTZ, as the bf16 kernels run (scale 1: a sum times one is itself), then
  * the padding's + 0 and the scale in the caller's mode. */
-__attribute__((target(AVX2))) void mha_decode_scores16_avx2(const float *restrict q, int nq, int dk, int runs,
-                                                           const void *const *kt, const void *const *vr,
-                                                           const int *n, int ld, float scale, float *restrict sc,
-                                                           size_t sc_ld, mha_bk_order order)
+__attribute__((target(AVX2))) void mha_decode_scores16_avx2(const mha_score_rows *s, const mha_key_runs *k,
+                                                           mha_bk_order order)
 {
     (void)order; /* even first only */
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | DAZ_FTZ);
-    scores(MHA_KV_BF16, 0, q, nq, dk, 0, dk, runs, kt, vr, NULL, n, ld, 1.0f, sc, sc_ld);
+    scores(MHA_KV_BF16, 0, s->q, s->nq, s->dk, 0, s->dk, k->runs, k->kt, k->vr, NULL, k->n, k->ld, 1.0f, s->sc,
+           s->sc_ld);
     _mm_setcsr(csr);
-    mha_scores16_finish(sc, sc_ld, nq, runs, n, dk, scale);
+    mha_scores16_finish(s->sc, s->sc_ld, s->nq, k->runs, k->n, s->dk, s->scale);
 }
 
 /* Z of nb <= R queries, features [c0, c0 + 8·V) (the last vector's first nl lanes), over the

@@ -85,9 +85,7 @@ void mha_fma_values16_avx512(const float *e, size_t e_ld, int nq, int runs, cons
                              int dk, float *p, size_t ps);
 
 /* avx512_decode_bf16.c */
-void mha_decode_scores16_avx512(const float *restrict q, int nq, int dk, int runs, const void *const *kt,
-                                const void *const *vr, const int *n, int ld, float scale, float *restrict sc,
-                                size_t sc_ld, mha_bk_order order);
+void mha_decode_scores16_avx512(const mha_score_rows *s, const mha_key_runs *k, mha_bk_order order);
 void mha_decode_values16_avx512(const float *e, size_t e_ld, int nq, int runs, const void *const *v, const int *n,
                                 mha_kv_type type, int dk, float *p, size_t ps, const mha_prefetch *pf,
                                 mha_bk_order order);

@@ -261,14 +261,12 @@ __attribute__((target(BF16_TARGET))) static void dp_values16(const float *e, siz
 }
 
 /* Odd first (avx512-bf16's vdpbf16ps: a CPU with AVX512_BF16), or even first (fma-bf16's FMAs). */
-void mha_decode_scores16_avx512(const float *restrict q, int nq, int dk, int runs, const void *const *kt,
-                                const void *const *vr, const int *n, int ld, float scale, float *restrict sc,
-                                size_t sc_ld, mha_bk_order order)
+void mha_decode_scores16_avx512(const mha_score_rows *s, const mha_key_runs *k, mha_bk_order order)
 {
     if (order == MHA_BK_ODD_FIRST)
-        dp_scores16(q, nq, dk, runs, kt, vr, n, ld, scale, sc, sc_ld);
+        dp_scores16(s->q, s->nq, s->dk, k->runs, k->kt, k->vr, k->n, k->ld, s->scale, s->sc, s->sc_ld);
     else
-        mha_fma_scores16_avx512(q, nq, dk, runs, kt, vr, n, ld, scale, sc, sc_ld);
+        mha_fma_scores16_avx512(s->q, s->nq, s->dk, k->runs, k->kt, k->vr, k->n, k->ld, s->scale, s->sc, s->sc_ld);
 }
 
 void mha_decode_values16_avx512(const float *e, size_t e_ld, int nq, int runs, const void *const *v, const int *n,

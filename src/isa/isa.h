@@ -67,9 +67,9 @@ typedef struct mha_rows_ahead {
     size_t ld, bytes;
 } mha_rows_ahead;
 
-/* A chunk's keys as the float32 decode tiles read them (decode_scores): `runs` runs of slots,
- * run r of n[r] slots with Kᵀ at kt[r] (feature c of slot t at element c · ld + t); a scaled
- * type's K parameters of run r's first group at kp[r] (kp NULL for an unscaled type); the
+/* A chunk's keys as the decode score tiles read them (decode_scores, decode_scores16): `runs` runs
+ * of slots, run r of n[r] slots with Kᵀ at kt[r] (feature c of slot t at element c · ld + t); a
+ * scaled type's K parameters of run r's first group at kp[r] (kp NULL for an unscaled type); the
  * runs' value rows at vr[r], for a table to prefetch as it sums the scores (vr NULL: none). */
 typedef struct mha_key_runs {
     int runs, ld;
@@ -208,7 +208,7 @@ typedef struct mha_isa {
      * vdpbf16ps itself (so only on a CPU with AVX512_BF16: the one kernel that sums odd first
      * needs it). Scores: all dk features in one pass, + 0 for the zero features padding dk to
      * whole k tiles (a −0 sum becomes +0 there), then scale · sum unflushed: the forward's
-     * chunk scores on those kernels, bit for bit; the runs' value rows (v[r], as for values)
+     * chunk scores on those kernels, bit for bit; the runs' value rows (k->vr, as for values)
      * prefetched as their scores are summed, so the values find them in cache. Values: p += as
      * decode_values, over the runs of a chunk (run r: n[r] value rows at v[r], its
      * probabilities following the previous runs' in e), then + 0 for the keys padding the
@@ -217,9 +217,7 @@ typedef struct mha_isa {
      * bound them). NULL where the table has none (then bf16 decode gathers the chunk into the
      * kernels' panels). */
     unsigned decode16_orders;
-    void (*decode_scores16)(const float *restrict q, int nq, int dk, int runs, const void *const *kt,
-                            const void *const *v, const int *n, int ld, float scale, float *restrict sc,
-                            size_t sc_ld, mha_bk_order order);
+    void (*decode_scores16)(const mha_score_rows *s, const mha_key_runs *k, mha_bk_order order);
     void (*decode_values16)(const float *e, size_t e_ld, int nq, int runs, const void *const *v, const int *n,
                             mha_kv_type type, int dk, float *p, size_t ps, const mha_prefetch *pf,
                             mha_bk_order order);

@@ -202,12 +202,11 @@ static void decode_values8_ref(const float *e, size_t e_ld, int nq, const void *
     values_ref(MHA_KV_INT8, e, e_ld, nq, v, vs, n, dk, p, ps);
 }
 
-static void decode_scores16_ref(const float *restrict q, int nq, int dk, int runs, const void *const *kt,
-                                const void *const *v, const int *n, int ld, float scale, float *restrict sc,
-                                size_t sc_ld, mha_bk_order order)
+static void decode_scores16_ref(const mha_score_rows *s, const mha_key_runs *k, mha_bk_order order)
 {
-    (void)v, (void)order; /* even first only */
-    scores_ref(MHA_KV_BF16, 1, q, nq, dk, 0, dk, runs, kt, NULL, n, ld, scale, sc, sc_ld);
+    (void)order; /* even first only; nothing to prefetch */
+    scores_ref(MHA_KV_BF16, 1, s->q, s->nq, s->dk, 0, s->dk, k->runs, k->kt, NULL, k->n, k->ld, s->scale, s->sc,
+               s->sc_ld);
 }
 
 static void decode_values16_ref(const float *e, size_t e_ld, int nq, int runs, const void *const *v, const int *n,
