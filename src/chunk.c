@@ -198,7 +198,8 @@ static void chunk_rows16(const mha_fwd *f, const mha_chunk_rows *r, const mha_kv
         memset(mha_mat_at(f->kernel, zc, i, 0), 0, (size_t)dv * sizeof(float));
     }
     const void *v[1] = {kv->vr16 + (size_t)b0 * dv};
-    isa->decode_values16(sc, (size_t)ld, m, 1, v, &n, MHA_KV_BF16, dv, zc.p, (size_t)zc.ld, NULL, f->bk->order);
+    const mha_value_rows rows = {sc, (size_t)ld, m, dv, zc.p, (size_t)zc.ld};
+    isa->decode_values16(&rows, 1, v, &n, MHA_KV_BF16, NULL, f->bk->order);
 }
 
 const mha_bf16 *mha_attention_block_queries_f32(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r,
@@ -286,8 +287,8 @@ void mha_attention_chunk_f32(const mha_fwd *f, const mha_scratch *s, const mha_c
         mha_prefetch_walk walk = {.pf = &next, .per = MHA_VALUES_PREFETCH};
         for (int i = 0; i < m; i++)
             memset(zc.p + i * zc.ld, 0, (size_t)dv * sizeof *zc.p);
-        k->isa->decode_values[MHA_KV_F32](sc, (size_t)ld, m, kv->vp + (size_t)b0 * dv, NULL, n, dv, zc.p, (size_t)zc.ld,
-                                          NULL, next.n ? &walk : NULL);
+        const mha_value_rows rows = {sc, (size_t)ld, m, dv, zc.p, (size_t)zc.ld};
+        k->isa->decode_values[MHA_KV_F32](&rows, kv->vp + (size_t)b0 * dv, NULL, n, NULL, next.n ? &walk : NULL);
     } else
         mha_gemm_in_place(k, m, dv, n, 1.0f, sm, mha_mat_sub(k, kv->v, b0, 0), 0.0f, zc, s->apack);
 }

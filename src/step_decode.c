@@ -291,18 +291,22 @@ static void decode_chunk_tiles(const mha_step_job *j, int seq, int g, int k0, in
     const int vruns = j->cache->mla ? 1 : src->runs, *vn = j->cache->mla ? &n : src->n;
     mha_prefetch_walk walk = {.pf = pf, .per = MHA_VALUES_PREFETCH}, *w = pf ? &walk : NULL; /* float32 values */
     if (bf16) {
-        isa->decode_values16(sc, MHA_KV_CHUNK, nq, vruns, src->v, vn, src->type, src->vw, p, ps, pf, f->bk->order);
+        const mha_value_rows rows = {sc, MHA_KV_CHUNK, nq, src->vw, p, ps};
+        isa->decode_values16(&rows, vruns, src->v, vn, src->type, pf, f->bk->order);
         for (int qi = 0; zs && qi < nq; qi++)
             mha_attention_v_zero(p + (size_t)qi * ps, dk, zs[qi]);
     } else if (j->cache->mla)
-        for (int x0 = 0; x0 < src->vw; x0 += MHA_MLA_VPANEL)
-            isa->decode_values[MHA_KV_F32](sc, MHA_KV_CHUNK, nq, mla_v_panel(s->qkv, x0), NULL, n,
-                                           src->vw - x0 < MHA_MLA_VPANEL ? src->vw - x0 : MHA_MLA_VPANEL, p + x0, ps,
-                                           NULL, NULL); /* no walk: these values are in the scratch, in cache */
+        for (int x0 = 0; x0 < src->vw; x0 += MHA_MLA_VPANEL) {
+            const int cols = src->vw - x0 < MHA_MLA_VPANEL ? src->vw - x0 : MHA_MLA_VPANEL;
+            const mha_value_rows rows = {sc, MHA_KV_CHUNK, nq, cols, p + x0, ps};
+            /* no walk: these values are in the scratch, in cache */
+            isa->decode_values[MHA_KV_F32](&rows, mla_v_panel(s->qkv, x0), NULL, n, NULL, NULL);
+        }
     else
-        for (int r = 0, t = 0; r < vruns; t += vn[r++])
-            isa->decode_values[src->type](sc + t, MHA_KV_CHUNK, nq, src->v[r], src->vs[r], vn[r], src->vw, p, ps,
-                                          src->next[r], w);
+        for (int r = 0, t = 0; r < vruns; t += vn[r++]) {
+            const mha_value_rows rows = {sc + t, MHA_KV_CHUNK, nq, src->vw, p, ps};
+            isa->decode_values[src->type](&rows, src->v[r], src->vs[r], vn[r], src->next[r], w);
+        }
 }
 
 /* bf16 decode on kernels that sum otherwise (no table tiles for their order): the chunk's K

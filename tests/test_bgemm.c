@@ -603,7 +603,8 @@ static void decode_tiles_check(const mha_isa *isa, mha_bk_order order, rng *rp)
                                  isa->name, (int)order, i8 ? "int8" : "bf16", dk, nq, qi, at, sc[(size_t)qi * SC_LD + (at < 0 ? 0 : at)],
                                  want[(size_t)qi * slots + (at < 0 ? 0 : at)]);
                 }
-                isa->decode_values16(e, (size_t)slots, nq, RUNS, vr, n, i8 ? MHA_KV_INT8 : MHA_KV_BF16, dk, p, (size_t)dk, NULL, order);
+                isa->decode_values16(&(mha_value_rows){e, (size_t)slots, nq, dk, p, (size_t)dk}, RUNS, vr, n,
+                                     i8 ? MHA_KV_INT8 : MHA_KV_BF16, NULL, order);
                 model_product(order, nq, dk, slots, 1.0f, e, vf, zwant);
                 long at = first_bit_difference(p, zwant, (size_t)nq * dk);
                 cr_assert_eq(at, -1, "%s order %d, %s, dk %d, %d queries: z (%ld, %ld) %a, model %a", isa->name,
@@ -702,10 +703,10 @@ TABLE_TEST(bgemm, int8_decode_tiles_equal_the_read_back_chunk, .timeout = 60)
                 mha_prefetch ahead = {.at = {kf}, .n = 1, .bytes = RUNS * blk * sizeof *kf};
                 mha_prefetch_walk walk = {.pf = &ahead, .per = 16}; /* 16 lines a key: done within the keys */
                 for (int ri = 0, at = 0; ri < RUNS; at += n[ri++]) {
-                    isa->decode_values[MHA_KV_INT8](e + at, (size_t)slots, nq, v8 + ri * blk, vp[ri], n[ri], dk, p,
-                                                    (size_t)dk, NULL, &walk);
-                    isa->decode_values[MHA_KV_F32](e + at, (size_t)slots, nq, vf + ri * blk, NULL, n[ri], dk, zwant,
-                                                   (size_t)dk, NULL, NULL);
+                    isa->decode_values[MHA_KV_INT8](&(mha_value_rows){e + at, (size_t)slots, nq, dk, p, (size_t)dk},
+                                                    v8 + ri * blk, vp[ri], n[ri], NULL, &walk);
+                    isa->decode_values[MHA_KV_F32](&(mha_value_rows){e + at, (size_t)slots, nq, dk, zwant, (size_t)dk},
+                                                   vf + ri * blk, NULL, n[ri], NULL, NULL);
                 }
                 cr_assert_eq(walk.r, isa == &mha_isa_ref ? 0 : 1, "%s, dk %d, %d queries: the prefetch walk at region %d",
                              isa->name, dk, nq, walk.r);

@@ -128,13 +128,12 @@ void mha_i8_scale_rows_avx2(const void *from, size_t ld_src, int rows, int n, co
 void mha_decode_scores_avx2(const mha_score_rows *s, int c0, int c1, const mha_key_runs *k);
 void mha_decode_scores8_avx2(const mha_score_rows *s, int c0, int c1, const mha_key_runs *k);
 void mha_decode_scores16_avx2(const mha_score_rows *s, const mha_key_runs *k, mha_bk_order order);
-void mha_decode_values_avx2(const float *e, size_t e_ld, int nq, const void *v, const float *vs, int n, int dk,
-                            float *p, size_t ps, const void *next, mha_prefetch_walk *w);
-void mha_decode_values8_avx2(const float *e, size_t e_ld, int nq, const void *v, const float *vs, int n, int dk,
-                             float *p, size_t ps, const void *next, mha_prefetch_walk *w);
-void mha_decode_values16_avx2(const float *e, size_t e_ld, int nq, int runs, const void *const *v, const int *n,
-                              mha_kv_type type, int dk, float *p, size_t ps, const mha_prefetch *pf,
-                              mha_bk_order order);
+void mha_decode_values_avx2(const mha_value_rows *rows, const void *v, const float *vs, int n, const void *next,
+                            mha_prefetch_walk *w);
+void mha_decode_values8_avx2(const mha_value_rows *rows, const void *v, const float *vs, int n, const void *next,
+                             mha_prefetch_walk *w);
+void mha_decode_values16_avx2(const mha_value_rows *rows, int runs, const void *const *v, const int *n,
+                              mha_kv_type type, const mha_prefetch *pf, mha_bk_order order);
 
 /* avx2_bf16.c */
 void mha_round_into_tiles_avx2(const float *src, int c, int n, mha_bf16 *d);

@@ -359,29 +359,30 @@ values(const mha_kv_type type, const int scaled, const float *e, size_t e_ld, in
     }
 }
 
-__attribute__((target(AVX2))) void mha_decode_values_avx2(const float *e, size_t e_ld, int nq, const void *v,
-                                                         const float *vs, int n, int dk, float *p, size_t ps,
-                                                         const void *next, mha_prefetch_walk *w)
+__attribute__((target(AVX2))) void mha_decode_values_avx2(const mha_value_rows *rows, const void *v, const float *vs,
+                                                          int n, const void *next, mha_prefetch_walk *w)
 {
     (void)vs; /* unscaled */
     const void *vr[1] = {v};
-    values(MHA_KV_F32, 0, e, e_ld, nq, 1, vr, NULL, &n, next, dk, p, ps, w);
+    values(MHA_KV_F32, 0, rows->e, rows->e_ld, rows->nq, 1, vr, NULL, &n, next, rows->dk, rows->p, rows->ps, w);
 }
 
-__attribute__((target(AVX2))) void mha_decode_values8_avx2(const float *e, size_t e_ld, int nq, const void *v,
-                                                          const float *vs, int n, int dk, float *p, size_t ps,
-                                                          const void *next, mha_prefetch_walk *w)
+__attribute__((target(AVX2))) void mha_decode_values8_avx2(const mha_value_rows *rows, const void *v, const float *vs,
+                                                           int n, const void *next, mha_prefetch_walk *w)
 {
     const void *vr[1] = {v};
-    values(MHA_KV_INT8, 1, e, e_ld, nq, 1, vr, vs, &n, next, dk, p, ps, w);
+    values(MHA_KV_INT8, 1, rows->e, rows->e_ld, rows->nq, 1, vr, vs, &n, next, rows->dk, rows->p, rows->ps, w);
 }
 
 /* Under FTZ, as the bf16 kernels sum; then the key padding's + 0. */
-__attribute__((target(AVX2))) void mha_decode_values16_avx2(const float *e, size_t e_ld, int nq, int runs,
-                                                           const void *const *v, const int *n, mha_kv_type type,
-                                                           int dk, float *p, size_t ps, const mha_prefetch *pf,
-                                                           mha_bk_order order)
+__attribute__((target(AVX2))) void mha_decode_values16_avx2(const mha_value_rows *rows, int runs, const void *const *v,
+                                                            const int *n, mha_kv_type type, const mha_prefetch *pf,
+                                                            mha_bk_order order)
 {
+    const float *e = rows->e;
+    const size_t e_ld = rows->e_ld, ps = rows->ps;
+    const int nq = rows->nq, dk = rows->dk;
+    float *p = rows->p;
     (void)pf, (void)order; /* even first only */
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | DAZ_FTZ);

@@ -290,19 +290,19 @@ values(const mha_kv_type type, const int scaled, const float *e, size_t e_ld, in
     }
 }
 
-__attribute__((target(AVX512))) void mha_decode_values_avx512(const float *e, size_t e_ld, int nq, const void *v,
-                                                              const float *vs, int n, int dk, float *p, size_t ps,
-                                                              const void *next, mha_prefetch_walk *w)
+__attribute__((target(AVX512))) void mha_decode_values_avx512(const mha_value_rows *rows, const void *v,
+                                                              const float *vs, int n, const void *next,
+                                                              mha_prefetch_walk *w)
 {
     (void)vs; /* unscaled */
-    values(MHA_KV_F32, 0, e, e_ld, nq, v, NULL, n, dk, p, ps, next, w);
+    values(MHA_KV_F32, 0, rows->e, rows->e_ld, rows->nq, v, NULL, n, rows->dk, rows->p, rows->ps, next, w);
 }
 
-__attribute__((target(AVX512))) void mha_decode_values8_avx512(const float *e, size_t e_ld, int nq, const void *v,
-                                                               const float *vs, int n, int dk, float *p, size_t ps,
-                                                               const void *next, mha_prefetch_walk *w)
+__attribute__((target(AVX512))) void mha_decode_values8_avx512(const mha_value_rows *rows, const void *v,
+                                                               const float *vs, int n, const void *next,
+                                                               mha_prefetch_walk *w)
 {
-    values(MHA_KV_INT8, 1, e, e_ld, nq, v, vs, n, dk, p, ps, next, w);
+    values(MHA_KV_INT8, 1, rows->e, rows->e_ld, rows->nq, v, vs, n, rows->dk, rows->p, rows->ps, next, w);
 }
 
 /* ---- bf16 decode tiles, even first: the float32 tiles on widened elements ---- */

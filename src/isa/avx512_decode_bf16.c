@@ -269,10 +269,13 @@ void mha_decode_scores16_avx512(const mha_score_rows *s, const mha_key_runs *k, 
         mha_fma_scores16_avx512(s->q, s->nq, s->dk, k->runs, k->kt, k->vr, k->n, k->ld, s->scale, s->sc, s->sc_ld);
 }
 
-void mha_decode_values16_avx512(const float *e, size_t e_ld, int nq, int runs, const void *const *v, const int *n,
-                                mha_kv_type type, int dk, float *p, size_t ps, const mha_prefetch *pf,
-                                mha_bk_order order)
+void mha_decode_values16_avx512(const mha_value_rows *rows, int runs, const void *const *v, const int *n,
+                                mha_kv_type type, const mha_prefetch *pf, mha_bk_order order)
 {
+    const float *e = rows->e;
+    const size_t e_ld = rows->e_ld, ps = rows->ps;
+    const int nq = rows->nq, dk = rows->dk;
+    float *p = rows->p;
     const int i8 = type == MHA_KV_INT8;
     if (order == MHA_BK_ODD_FIRST)
         dp_values16(e, e_ld, nq, runs, v, n, i8, dk, p, ps, pf);

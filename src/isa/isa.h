@@ -89,6 +89,16 @@ typedef struct mha_score_rows {
     size_t sc_ld;
 } mha_score_rows;
 
+/* nq >= 1 queries' probabilities (query qi's row at e + qi · e_ld) and the dk features of the
+ * partial Z a value tile adds their values into (query qi's at p + qi · ps). */
+typedef struct mha_value_rows {
+    const float *e;
+    size_t e_ld;
+    int nq, dk;
+    float *p;
+    size_t ps;
+} mha_value_rows;
+
 typedef struct mha_isa {
     const char *name;            /* "avx512", "avx2", "ref" */
     const char *needs;           /* the CPU features it needs, as lscpu names them, space-
@@ -187,7 +197,8 @@ typedef struct mha_isa {
      * where decode16_orders has its order. NULL where the table has none. */
     void (*rows_scores16)(const float *restrict q, int nq, int dk, const float *restrict k, ptrdiff_t ld, int n,
                           float scale, float *restrict sc, size_t sc_ld, mha_bk_order order, const mha_rows_ahead *v);
-    /* Decode values: p[qi · ps + c] += Σ_t e[qi · e_ld + t] · v[t · dk + c] over n rows of v,
+    /* Decode values of the rows (mha_value_rows): p[qi · ps + c] += Σ_t e[qi · e_ld + t] ·
+     * v[t · dk + c] over n rows of v,
      * key by key in order (one chain per output, as the microkernel sums A·V over a chunk);
      * next (or NULL): what to prefetch as it goes; w (or NULL): a walk stepped once a key in
      * every tile (ref ignores it), the next chunk's memory into L2 while the values compute
@@ -195,8 +206,8 @@ typedef struct mha_isa {
      * vs their parameters (mha_kv_v_params: slot t's scale at [2t], zero point at [2t + 1]),
      * q·scale + zero rounded twice; vs NULL for an unscaled type. Every table has F32 and
      * INT8. */
-    void (*decode_values[MHA_KV_TYPES])(const float *e, size_t e_ld, int nq, const void *v, const float *vs, int n,
-                                        int dk, float *p, size_t ps, const void *next, mha_prefetch_walk *w);
+    void (*decode_values[MHA_KV_TYPES])(const mha_value_rows *rows, const void *v, const float *vs, int n,
+                                        const void *next, mha_prefetch_walk *w);
     /* bf16 decode (engines whose bf16 kernel sums in an order of decode16_orders: a bit
      * 1 << mha_bk_order each; order says which the engine's kernel sums in), straight
      * from a bf16 cache or (type INT8, the values only: an int8 cache's scores are float32
@@ -218,9 +229,8 @@ typedef struct mha_isa {
      * kernels' panels). */
     unsigned decode16_orders;
     void (*decode_scores16)(const mha_score_rows *s, const mha_key_runs *k, mha_bk_order order);
-    void (*decode_values16)(const float *e, size_t e_ld, int nq, int runs, const void *const *v, const int *n,
-                            mha_kv_type type, int dk, float *p, size_t ps, const mha_prefetch *pf,
-                            mha_bk_order order);
+    void (*decode_values16)(const mha_value_rows *rows, int runs, const void *const *v, const int *n, mha_kv_type type,
+                            const mha_prefetch *pf, mha_bk_order order);
     /* A scaled type's block read back as float32 (indexed by mha_kv_type: INT8): rows × n
      * elements, src's rows ld_src elements apart, dst's ld_dst apart, dst[r][t] =
      * (float)src[r][t] · row_scales[r] (+ row_zeros[r] unless NULL): V (a scale and a zero

@@ -188,18 +188,18 @@ static void decode_scores8_ref(const mha_score_rows *s, int c0, int c1, const mh
                s->sc_ld);
 }
 
-static void decode_values_ref(const float *e, size_t e_ld, int nq, const void *v, const float *vs, int n, int dk,
-                              float *p, size_t ps, const void *next, mha_prefetch_walk *w)
+static void decode_values_ref(const mha_value_rows *rows, const void *v, const float *vs, int n, const void *next,
+                              mha_prefetch_walk *w)
 {
     (void)vs, (void)next, (void)w; /* unscaled; nothing prefetched */
-    values_ref(MHA_KV_F32, e, e_ld, nq, v, NULL, n, dk, p, ps);
+    values_ref(MHA_KV_F32, rows->e, rows->e_ld, rows->nq, v, NULL, n, rows->dk, rows->p, rows->ps);
 }
 
-static void decode_values8_ref(const float *e, size_t e_ld, int nq, const void *v, const float *vs, int n, int dk,
-                               float *p, size_t ps, const void *next, mha_prefetch_walk *w)
+static void decode_values8_ref(const mha_value_rows *rows, const void *v, const float *vs, int n, const void *next,
+                               mha_prefetch_walk *w)
 {
     (void)next, (void)w;
-    values_ref(MHA_KV_INT8, e, e_ld, nq, v, vs, n, dk, p, ps);
+    values_ref(MHA_KV_INT8, rows->e, rows->e_ld, rows->nq, v, vs, n, rows->dk, rows->p, rows->ps);
 }
 
 static void decode_scores16_ref(const mha_score_rows *s, const mha_key_runs *k, mha_bk_order order)
@@ -209,10 +209,13 @@ static void decode_scores16_ref(const mha_score_rows *s, const mha_key_runs *k, 
                s->sc_ld);
 }
 
-static void decode_values16_ref(const float *e, size_t e_ld, int nq, int runs, const void *const *v, const int *n,
-                                mha_kv_type type, int dk, float *p, size_t ps, const mha_prefetch *pf,
-                                mha_bk_order order)
+static void decode_values16_ref(const mha_value_rows *rows, int runs, const void *const *v, const int *n,
+                                mha_kv_type type, const mha_prefetch *pf, mha_bk_order order)
 {
+    const float *e = rows->e;
+    const size_t e_ld = rows->e_ld, ps = rows->ps;
+    const int nq = rows->nq, dk = rows->dk;
+    float *p = rows->p;
     (void)pf, (void)order; /* even first only */
     int keys = 0;
     for (int r = 0; r < runs; keys += n[r++])
