@@ -120,7 +120,12 @@ Test(contract, shared_library_reports_the_header_version)
     char path[512];
     libmha_so(path, sizeof path);
     void *so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    cr_assert(so, "dlopen %s: %s", path, dlerror());
+    const char *why = so ? NULL : dlerror();
+    if (why && strstr(why, "libclang_rt.asan")) /* make test-clang's sanitized build: its .so takes
+                                                  * clang's shared ASan runtime, not on the loader's
+                                                  * path; every other build runs the test */
+        cr_skip_test("dlopen %s: %s", path, why);
+    cr_assert(so, "dlopen %s: %s", path, why);
     int (*number)(void);
     const char *(*string)(void);
     *(void **)&number = dlsym(so, "mha_version_number");
