@@ -1,7 +1,6 @@
 /* kvcache.c — sizing, creating and freeing the paged KV cache (kvcache.h). */
 #include "kvcache.h"
 
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +8,7 @@
 
 #include "alloc.h"
 #include "dims.h"
+#include "status.h"
 
 #define HEADER ((sizeof(mha_kv_cache) + 63) / 64 * 64)
 
@@ -138,7 +138,8 @@ static void quantize_bf16(const float *x, size_t xs, int n, int f16, void *data,
 static const mha_kv_traits traits[MHA_KV_TYPES] = {
     [MHA_KV_F32] = {.put = put_f32, .quantize = quantize_f32, .floats = floats_of_f32, .bf16_at = bf16_of_f32},
     [MHA_KV_BF16] = {.put = put_bf16, .quantize = quantize_bf16, .floats = floats_of_bf16, .bf16_at = bf16_of_bf16},
-    [MHA_KV_INT8] = {.scaled = 1, .put = put_i8, .quantize = quantize_i8, .floats = floats_of_i8, .bf16_at = bf16_of_i8},
+    [MHA_KV_INT8] =
+        {.scaled = 1, .put = put_i8, .quantize = quantize_i8, .floats = floats_of_i8, .bf16_at = bf16_of_i8},
 };
 
 const mha_kv_traits *mha_kv_traits_of(mha_kv_type type)
@@ -348,11 +349,12 @@ mha_status mha_kv_open_step(mha_kv_cache *c, int n_seqs, const int32_t *n_past, 
         if (open_in) {
             e = open_find(c, table[in.t / bs], in.t % bs);
             if (e < 0 || c->open[e].filled != p - in.t) {
-                snprintf(why, why_len, "step: sequence %d: the int8 cache holds %s of its open K group (positions "
-                         "%d..%d, block %d slot %d, n_past %d): a step, copy or release of another sequence on this "
-                         "block, or a table or n_past other than the one that left it", q,
-                         e < 0 ? "nothing" : "other positions", in.t, p - 1, table[in.t / bs], in.t % bs, p);
-                return MHA_ERR_STATE;
+                return mha_errorf(
+                    why, why_len, MHA_ERR_STATE,
+                    "step: sequence %d: the int8 cache holds %s of its open K group (positions "
+                    "%d..%d, block %d slot %d, n_past %d): a step, copy or release of another sequence on this "
+                    "block, or a table or n_past other than the one that left it",
+                    q, e < 0 ? "nothing" : "other positions", in.t, p - 1, table[in.t / bs], in.t % bs, p);
             }
         } else if (open_out) /* an entry a sequence that ended left on this group, taken back */
             e = open_find(c, table[out.t / bs], out.t % bs);
@@ -375,17 +377,19 @@ mha_status mha_kv_open_step(mha_kv_cache *c, int n_seqs, const int32_t *n_past, 
             for (int a = 0; a < 2; a++)
                 for (int b = 0; b < 2; b++)
                     if (mine[a][0] >= 0 && mine[a][0] == theirs[b][0] && mine[a][1] == theirs[b][1]) {
-                        snprintf(why, why_len, "step: sequences %d and %d both write the K group at block %d slot %d",
-                                 r, q, mine[a][0], mine[a][1]);
-                        return MHA_ERR_STATE;
+                        return mha_errorf(why, why_len, MHA_ERR_STATE,
+                                          "step: sequences %d and %d both write the K group at block %d slot %d", r, q,
+                                          mine[a][0], mine[a][1]);
                     }
         }
     }
     if (fresh > idle) {
-        snprintf(why, why_len, "step: the int8 cache's pool of open K groups is full (%d entries, %d free, this step "
-                 "opens %d): release the blocks of sequences that ended (mha_kv_cache_release), or create the cache "
-                 "with a larger max_seqs", c->max_open, idle, fresh);
-        return MHA_ERR_STATE;
+        return mha_errorf(
+            why, why_len, MHA_ERR_STATE,
+            "step: the int8 cache's pool of open K groups is full (%d entries, %d free, this step "
+            "opens %d): release the blocks of sequences that ended (mha_kv_cache_release), or create the cache "
+            "with a larger max_seqs",
+            c->max_open, idle, fresh);
     }
     /* tag every entry the step leaves open with its group and positions, taking the fresh
      * ones; only then free those whose group the step completes (their rows are still to be
@@ -415,29 +419,21 @@ mha_status mha_kv_open_step(mha_kv_cache *c, int n_seqs, const int32_t *n_past, 
 
 /* ---- block operations ---- */
 
-/* c's message for a failed block operation; returns st. */
-static mha_status refused(mha_kv_cache *c, mha_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static mha_status refused(mha_kv_cache *c, mha_status st, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->last_error, sizeof c->last_error, fmt, ap);
-    va_end(ap);
-    return st;
-}
 
 /* blocks[0 .. n) (`what`) checked: given, in range, none twice; MHA_OK, or the refusal. */
 static mha_status check_ids(mha_kv_cache *c, const char *op, const char *what, const int32_t *blocks, int n)
 {
     if (n < 0 || (n > 0 && !blocks))
-        return refused(c, MHA_ERR_INVALID_ARG, "%s: %s", op, n < 0 ? "n < 0" : "blocks is NULL");
+        return mha_errorf(c->last_error, sizeof c->last_error, MHA_ERR_INVALID_ARG, "%s: %s", op,
+                          n < 0 ? "n < 0" : "blocks is NULL");
     for (int i = 0; i < n; i++) {
         if (blocks[i] < 0 || blocks[i] >= c->n_blocks)
-            return refused(c, MHA_ERR_SHAPE, "%s: %s[%d] is %d, outside 0..%d", op, what, i, blocks[i], c->n_blocks - 1);
+            return mha_errorf(c->last_error, sizeof c->last_error, MHA_ERR_SHAPE, "%s: %s[%d] is %d, outside 0..%d", op,
+                              what, i, blocks[i], c->n_blocks - 1);
         for (int k = 0; k < i; k++)
             if (blocks[k] == blocks[i])
-                return refused(c, MHA_ERR_INVALID_ARG, "%s: %s[%d] and [%d] are both block %d", op, what, k, i,
-                               blocks[i]);
+                return mha_errorf(c->last_error, sizeof c->last_error, MHA_ERR_INVALID_ARG,
+                                  "%s: %s[%d] and [%d] are both block %d", op, what, k, i, blocks[i]);
     }
     return MHA_OK;
 }
@@ -454,9 +450,10 @@ static mha_status check_room(mha_kv_cache *c, const char *op, int need, const in
     int idle;
     const int freed = open_count(c, blocks, n, &idle);
     if (need > idle + freed)
-        return refused(c, MHA_ERR_STATE, "%s: %d open K groups to keep, the pool has room for %d (%d entries): "
-                       "release the blocks of sequences that ended, or create the cache with a larger max_seqs",
-                       op, need, idle + freed, c->max_open);
+        return mha_errorf(c->last_error, sizeof c->last_error, MHA_ERR_STATE,
+                          "%s: %d open K groups to keep, the pool has room for %d (%d entries): "
+                          "release the blocks of sequences that ended, or create the cache with a larger max_seqs",
+                          op, need, idle + freed, c->max_open);
     return MHA_OK;
 }
 
@@ -471,7 +468,8 @@ MHA_API mha_status mha_kv_cache_copy_blocks(mha_kv_cache *c, const int32_t *src,
     for (int i = 0; i < n; i++)
         for (int k = 0; k < n; k++)
             if (dst[i] == src[k])
-                return refused(c, MHA_ERR_INVALID_ARG, "copy_blocks: dst[%d] is src[%d] (block %d)", i, k, dst[i]);
+                return mha_errorf(c->last_error, sizeof c->last_error, MHA_ERR_INVALID_ARG,
+                                  "copy_blocks: dst[%d] is src[%d] (block %d)", i, k, dst[i]);
     if ((st = check_room(c, "copy_blocks", open_count(c, src, n, NULL), dst, n)) != MHA_OK)
         return st;
     open_release(c, dst, n);
@@ -550,10 +548,12 @@ MHA_API mha_status mha_kv_cache_swap_out(mha_kv_cache *c, const int32_t *blocks,
     const int n_open = open_count(c, blocks, n, NULL);
     const size_t need = swap_bytes(c, n, n_open);
     if (!dst)
-        return refused(c, MHA_ERR_INVALID_ARG, "swap_out: dst is NULL");
+        return mha_errorf(c->last_error, sizeof c->last_error, MHA_ERR_INVALID_ARG, "swap_out: dst is NULL");
     if (len < need)
-        return refused(c, MHA_ERR_WORKSPACE, "swap_out: dst holds %zu bytes, the image needs %zu "
-                       "(mha_kv_cache_swap_size)", len, need);
+        return mha_errorf(c->last_error, sizeof c->last_error, MHA_ERR_WORKSPACE,
+                          "swap_out: dst holds %zu bytes, the image needs %zu "
+                          "(mha_kv_cache_swap_size)",
+                          len, need);
     unsigned char *o = dst;
     const swap_head head = {SWAP_MAGIC, n, n_open, c->kvh, c->dk, (int32_t)c->type, block_bytes(c)};
     memcpy(o, &head, sizeof head);
@@ -581,23 +581,25 @@ MHA_API mha_status mha_kv_cache_swap_in(mha_kv_cache *c, const int32_t *blocks, 
     if (st != MHA_OK)
         return st;
     if (!src)
-        return refused(c, MHA_ERR_INVALID_ARG, "swap_in: src is NULL");
+        return mha_errorf(c->last_error, sizeof c->last_error, MHA_ERR_INVALID_ARG, "swap_in: src is NULL");
     swap_head head;
     if (len < SWAP_HEAD)
-        return refused(c, MHA_ERR_FORMAT, "swap_in: %zu bytes are no swapped-out image (its head alone is %zu)", len,
-                       (size_t)SWAP_HEAD);
+        return mha_errorf(c->last_error, sizeof c->last_error, MHA_ERR_FORMAT,
+                          "swap_in: %zu bytes are no swapped-out image (its head alone is %zu)", len,
+                          (size_t)SWAP_HEAD);
     memcpy(&head, src, sizeof head);
     if (head.magic != SWAP_MAGIC || head.kvh != c->kvh || head.dk != c->dk || head.type != (int32_t)c->type ||
         head.block_bytes != block_bytes(c))
-        return refused(c, MHA_ERR_FORMAT, "swap_in: src is not an image of this cache's layout (%s)",
-                       head.magic != SWAP_MAGIC ? "no swap_out image" : "another model, kv type or block size");
+        return mha_errorf(c->last_error, sizeof c->last_error, MHA_ERR_FORMAT,
+                          "swap_in: src is not an image of this cache's layout (%s)",
+                          head.magic != SWAP_MAGIC ? "no swap_out image" : "another model, kv type or block size");
     if (head.n != n || head.n_open < 0 ||
         head.n_open > (long long)n * ((c->block_size + MHA_KV_GROUP - 1) / MHA_KV_GROUP))
-        return refused(c, MHA_ERR_FORMAT, "swap_in: the image holds %d blocks (%d open groups), %d given", head.n,
-                       head.n_open, n);
+        return mha_errorf(c->last_error, sizeof c->last_error, MHA_ERR_FORMAT,
+                          "swap_in: the image holds %d blocks (%d open groups), %d given", head.n, head.n_open, n);
     if (len < swap_bytes(c, n, head.n_open))
-        return refused(c, MHA_ERR_FORMAT, "swap_in: the image is %zu bytes, its head says %zu", len,
-                       swap_bytes(c, n, head.n_open));
+        return mha_errorf(c->last_error, sizeof c->last_error, MHA_ERR_FORMAT,
+                          "swap_in: the image is %zu bytes, its head says %zu", len, swap_bytes(c, n, head.n_open));
     const unsigned char *groups = (const unsigned char *)src + SWAP_HEAD + (size_t)n * block_bytes(c);
     const size_t per = sizeof(swap_group) + mha_kv_open_floats(c) * sizeof(float);
     for (int k = 0; k < head.n_open; k++) {
@@ -605,14 +607,16 @@ MHA_API mha_status mha_kv_cache_swap_in(mha_kv_cache *c, const int32_t *blocks, 
         memcpy(&g, groups + (size_t)k * per, sizeof g);
         if (g.index < 0 || g.index >= n || g.slot < 0 || g.slot >= c->block_size || g.slot % MHA_KV_GROUP ||
             g.filled < 1 || g.filled >= mha_kv_group_of(c->block_size, g.slot).n)
-            return refused(c, MHA_ERR_FORMAT, "swap_in: the image's open group %d (block %d, slot %d, %d positions) "
-                           "is not one of this cache", k, g.index, g.slot, g.filled);
+            return mha_errorf(c->last_error, sizeof c->last_error, MHA_ERR_FORMAT,
+                              "swap_in: the image's open group %d (block %d, slot %d, %d positions) "
+                              "is not one of this cache",
+                              k, g.index, g.slot, g.filled);
         for (int l = 0; l < k; l++) {
             swap_group h;
             memcpy(&h, groups + (size_t)l * per, sizeof h);
             if (h.index == g.index && h.slot == g.slot)
-                return refused(c, MHA_ERR_FORMAT, "swap_in: the image holds block %d slot %d's open group twice",
-                               g.index, g.slot);
+                return mha_errorf(c->last_error, sizeof c->last_error, MHA_ERR_FORMAT,
+                                  "swap_in: the image holds block %d slot %d's open group twice", g.index, g.slot);
         }
     }
     if ((st = check_room(c, "swap_in", head.n_open, blocks, n)) != MHA_OK)
