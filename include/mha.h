@@ -38,7 +38,7 @@
 #include <stdint.h>
 
 #define MHA_VERSION_MAJOR 0
-#define MHA_VERSION_MINOR 6
+#define MHA_VERSION_MINOR 7
 #define MHA_VERSION_PATCH 0
 #define MHA_VERSION_NUMBER (MHA_VERSION_MAJOR * 10000 + MHA_VERSION_MINOR * 100 + MHA_VERSION_PATCH)
 
@@ -117,6 +117,21 @@ typedef enum { MHA_PRECISION_F32 = 0, MHA_PRECISION_BF16 = 1 } mha_precision;
  * layer of a trained model: docs/precision.md): about 0.3 of a float32 cache's bytes, 0.6 of a bf16
  * one's. */
 typedef enum { MHA_KV_AUTO = 0, MHA_KV_F32 = 1, MHA_KV_BF16 = 2, MHA_KV_INT8 = 3 } mha_kv_type;
+
+/* How the engine holds the projections' weights (mha_config.weight_type) and how a caller hands
+ * them (mha_weights.type), one per matrix, indexed by MHA_W_Q, MHA_W_K, MHA_W_V, MHA_W_O. The
+ * values are ggml's type numbers (mha_io.h's mha_ggml_type), so a GGUF tensor's type passes
+ * through. F32 (0, the default): floats, held in the precision's form (float32 or bf16 panels).
+ * Q8_0, Q4_0, Q4_1, Q4_K, Q6_K: ggml's blocks along each output's inputs, held and multiplied as
+ * stored (repacked, the file's bytes), activations and sums in float32: each weight is the
+ * block's q·d + m in one rounding (an FMA), and a product equals float32 sums over those
+ * weights in input order, the same bits on every kernel table (docs/quant.md). F16 and BF16:
+ * mha_weights.type only, converted at load. */
+typedef enum {
+    MHA_WEIGHT_F32 = 0, MHA_WEIGHT_F16 = 1, MHA_WEIGHT_Q4_0 = 2, MHA_WEIGHT_Q4_1 = 3, MHA_WEIGHT_Q8_0 = 8,
+    MHA_WEIGHT_Q4_K = 12, MHA_WEIGHT_Q6_K = 14, MHA_WEIGHT_BF16 = 30
+} mha_weight_type;
+enum { MHA_W_Q = 0, MHA_W_K = 1, MHA_W_V = 2, MHA_W_O = 3, MHA_W_COUNT = 4 };
 
 /* QK-norm, as HF's RMSNorm modules compute it (float32): Q and K after projection and bias,
  * before RoPE, x ↦ x · rsqrt(mean(x²) + eps) · w, the mean over each head's d_k features
@@ -200,6 +215,11 @@ typedef struct mha_config {
                                               v_head_dim, QK-norm, sinks, ALiBi, window or
                                               softcap; the scale's default is
                                               1/sqrt(qk_nope_head_dim + qk_rope_head_dim) */
+    mha_weight_type weight_type[MHA_W_COUNT]; /* Wq, Wk, Wv, Wo as the engine holds them
+                                              (MHA_W_Q …): F32 by default; a block type needs
+                                              d_model (Wq, Wk, Wv) and n_heads·head_dim (Wo) to
+                                              be whole blocks (32 inputs; 256 for Q4_K, Q6_K); not
+                                              with MLA */
 } mha_config;
 
 /* Defaults: d_model 512, 8 heads, capacity 1 × 128 × 128, bias on, all CPUs, no pinning,
@@ -259,6 +279,15 @@ typedef struct mha_weights {
                                             k_norm.weight); else NULL */
     const float *sinks;                  /* sinks: one logit per head (n_heads, HF's sinks);
                                             else NULL */
+    mha_weight_type type[MHA_W_COUNT];   /* of Wq, Wk, Wv, Wo (MHA_W_Q …): F32 (0): w_q … as
+                                            floats; any other: blocks[i] as a GGUF file stores
+                                            the matrix (TORCH layout only: per output a row of
+                                            blocks along the inputs), w_q … NULL. The engine's
+                                            weight_type F32 takes any (converted, dequantized at
+                                            load); a block type takes floats (quantized at load,
+                                            as ggml's reference quantizer) or its own type (as
+                                            stored) */
+    const void *blocks[MHA_W_COUNT];
 } mha_weights;
 MHA_API mha_status mha_set_weights(mha_engine *e, const mha_weights *w); /* copies and packs */
 
