@@ -452,6 +452,50 @@ deps-ggml:
 	      -o $(GGML_DIR)/ggml_core; } || echo "make bench-core: ggml could not be built: n/a"; \
 	fi
 
+# Issue 64's speed targets for quantized weights (perf/bench_quant.py): llama3-8b's attention layer
+# in mha with each weight type (perf/bench_quant.c: a decode step of 1 and of 8 sequences at
+# context 1, a 1 x 2048 causal prefill) against ggml's MUL_MAT on the same types and the layer's
+# shapes, alternating rounds, 2 threads. ggml: llama.cpp's tests/test-backend-ops.cpp from the same
+# llama-cpp-python sdist as bench-core's (it ships llama.cpp's tests), its perf cases given the
+# layer's shapes and its threads from GGML_N_THREADS (perf/peers/test-backend-ops-quant.sed),
+# linked against ggml built as deps-ggml builds it; all of it in perf/.ggml (a small venv there
+# runs pip download); n/a when it cannot be built. BENCH_QUANT_ARGS: --rounds N (3), --threads T,
+# --steps S, --iters I, --layers L, --qprec bf16|f32, --types f32,bf16,q8_0,..., --no-14336.
+.PHONY: bench-quant deps-ggml-ops
+BENCH_QUANT_ARGS ?=
+GGML_TESTS := $(GGML_DIR)/llama_cpp_python-$(GGML_PYPI)/vendor/llama.cpp/tests
+bench-quant: $(B)/libmha.a
+	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) python3 python3-venv cmake g++"
+	@$(MAKE) --no-print-directory deps-ggml-ops
+	$(CC) -O2 -std=c11 $(WARN) -Iinclude perf/bench_quant.c $(B)/libmha.a $(BLIS_A) $(LDLIBS) -o $(B)/bench_quant
+	/usr/bin/python3 perf/bench_quant.py $(BENCH_QUANT_ARGS)
+
+deps-ggml-ops:
+	@if [ ! -x $(GGML_DIR)/test-backend-ops ]; then \
+	  echo "make bench-quant: ggml, test-backend-ops from llama-cpp-python $(GGML_PYPI)'s sdist into $(GGML_DIR)"; \
+	  { mkdir -p $(GGML_DIR) && \
+	    { [ -f $(GGML_DIR)/llama_cpp_python-$(GGML_PYPI).tar.gz ] || \
+	      { { [ -x $(GGML_DIR)/venv/bin/pip ] || python3 -m venv $(GGML_DIR)/venv; } && \
+	        $(GGML_DIR)/venv/bin/pip download -q --no-deps --no-binary :all: -d $(GGML_DIR) \
+	          llama-cpp-python==$(GGML_PYPI); }; } && \
+	    tar xzf $(GGML_DIR)/llama_cpp_python-$(GGML_PYPI).tar.gz -C $(GGML_DIR) \
+	      llama_cpp_python-$(GGML_PYPI)/vendor/llama.cpp/ggml \
+	      llama_cpp_python-$(GGML_PYPI)/vendor/llama.cpp/tests/test-backend-ops.cpp && \
+	    touch $(GGML_SRC)/ggml.pc.in && \
+	    { [ -f $(GGML_DIR)/build/src/libggml-cpu.a ] || \
+	      { cmake -S $(GGML_SRC) -B $(GGML_DIR)/build -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+	          -DGGML_NATIVE=ON -DGGML_BUILD_TESTS=OFF -DGGML_BUILD_EXAMPLES=OFF >/dev/null && \
+	        cmake --build $(GGML_DIR)/build -j $$(nproc) >/dev/null; }; } && \
+	    sed -f perf/peers/test-backend-ops-quant.sed $(GGML_TESTS)/test-backend-ops.cpp \
+	      > $(GGML_DIR)/test-backend-ops-quant.cpp && \
+	    grep -q 'mha make bench-quant' $(GGML_DIR)/test-backend-ops-quant.cpp && \
+	    grep -q 'getenv("GGML_N_THREADS")' $(GGML_DIR)/test-backend-ops-quant.cpp && \
+	    $(CXX) -O2 -std=c++17 -I$(GGML_SRC)/include $(GGML_DIR)/test-backend-ops-quant.cpp \
+	      $(GGML_DIR)/build/src/libggml.a $(GGML_DIR)/build/src/libggml-cpu.a $(GGML_DIR)/build/src/libggml-base.a \
+	      -fopenmp -lpthread -lm -o $(GGML_DIR)/test-backend-ops; } || \
+	    echo "make bench-quant: ggml's test-backend-ops could not be built: n/a"; \
+	fi
+
 # Continuous batching through the KV cache (perf/decode_serve.c): DECODE_SERVE_ARGS to change
 # the model, slots, rate, duration, prompt and generation lengths.
 DECODE_SERVE_ARGS ?= --duration 5 --rate 20
