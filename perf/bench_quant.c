@@ -21,15 +21,17 @@
  * bytes mha_pack_weights holds for it and the step's error against the f32 engine
  * (‖y − y_f32‖ / ‖y_f32‖ over the 8 rows).
  *
- * LAYERS > 1: that many engines per type, each with its own copy of the weights, the steps
- * going round them (layer after layer, as a model's decode does), so that the weights a step
- * reads are not left in the last-level cache by the step before.
+ * COLD > 0 (MB): as many engines per type as make COLD MB of its weights (at most 64), each
+ * with its own copy, the steps going round them (layer after layer, as a model's decode does):
+ * with COLD above the last-level cache, a step's weights come from memory, not from the cache
+ * where the step before left them (0: one engine, as ggml's test-backend-ops repeats one
+ * product).
  *
  * usage: bench_quant [--rounds N (1)] [--round R (0)] [--threads T (2)] [--steps S (20)]
- *                    [--iters I (1; 0: no prefill)] [--layers L (1)] [--qprec f32|bf16]
+ *                    [--iters I (1; 0: no prefill)] [--cold MB (0)] [--qprec f32|bf16]
  *                    [--types f32,bf16,q8_0,q4_0,q4_1,q4_k,q6_k] [--seq S (2048)]
  * Output: one line per (round, type, workload): "bench_quant round=R type=T work=W ms=M
- * min=A max=B bytes=N isa=... kernel=..." or "... status=n/a reason=...". */
+ * min=A max=B n=STEPS layers=L" or "... status=n/a reason=...", after a setup line per type. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime (perf_util.h) under -std=c11 */
 #include <math.h>
 #include <stdint.h>
@@ -66,6 +68,7 @@ typedef struct bq_slot {
     mha_engine *step[MAX_LAYERS], *fwd;
     mha_kv_cache *cache[MAX_LAYERS];
     size_t held;        /* bytes mha_pack_weights holds for the layer; 0 unknown */
+    int layers;         /* engines stepped in turn */
     double err;         /* the 8 step rows against the f32 engine's */
     char why[256];      /* "" when the engines run */
     char fwd_why[256];  /* the prefill engine's own failure, if only it failed */
@@ -138,13 +141,13 @@ static int parse_types(const char *list, const bq_type **out)
 
 int main(int argc, char **argv)
 {
-    int rounds = 1, round0 = 0, threads = 2, steps = 20, iters = 1, layers = 1, qprec_bf16 = 1, seq = 2048;
+    int rounds = 1, round0 = 0, threads = 2, steps = 20, iters = 1, cold = 0, qprec_bf16 = 1, seq = 2048;
     const char *types_arg = "f32,bf16,q8_0,q4_0,q4_1,q4_k,q6_k";
     const struct {
         const char *flag;
         int *v;
     } ints[] = {{"--rounds", &rounds}, {"--round", &round0}, {"--threads", &threads}, {"--steps", &steps},
-                {"--iters", &iters},   {"--layers", &layers}, {"--seq", &seq}};
+                {"--iters", &iters},   {"--cold", &cold}, {"--seq", &seq}};
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int ok = 0;
@@ -160,12 +163,11 @@ int main(int argc, char **argv)
     }
     const bq_type *want[MAX_TYPES];
     const int n_types = parse_types(types_arg, want);
-    if (n_types < 1 || rounds < 1 || round0 < 0 || threads < 1 || steps < 1 || iters < 0 || layers < 1 ||
-        layers > MAX_LAYERS || seq < 1 || seq > 1 << 16) {
+    if (n_types < 1 || rounds < 1 || round0 < 0 || threads < 1 || steps < 1 || iters < 0 || cold < 0 ||
+        seq < 1 || seq > 1 << 16) {
     usage:
         fprintf(stderr, "usage: bench_quant [--rounds N] [--round R] [--threads T] [--steps S] [--iters I] "
-                        "[--layers 1..%d] [--qprec f32|bf16] [--seq S] [--types f32,bf16,q8_0,q4_0,q4_1,q4_k,q6_k]\n",
-                MAX_LAYERS);
+                        "[--cold MB] [--qprec f32|bf16] [--seq S] [--types f32,bf16,q8_0,q4_0,q4_1,q4_k,q6_k]\n");
         return 2;
     }
 
@@ -210,7 +212,10 @@ int main(int argc, char **argv)
         if (mha_pack_weights(&s->cfg_step, &fw, &pw) == MHA_OK)
             s->held = mha_packed_weights_size(pw);
         mha_packed_weights_free(pw);
-        for (int l = 0; l < layers && !s->why[0]; l++) {
+        const double layer_mb = (s->held ? (double)s->held : s->t->bytes_per_weight * (double)n_w) / 1e6;
+        s->layers = (int)ceil(cold / layer_mb);
+        s->layers = s->layers < 1 ? 1 : s->layers > MAX_LAYERS ? MAX_LAYERS : s->layers;
+        for (int l = 0; l < s->layers && !s->why[0]; l++) {
             mha_status st;
             if (!(s->step[l] = engine_for(&s->cfg_step, &fw, s->why, sizeof s->why)))
                 break;
@@ -249,11 +254,11 @@ int main(int argc, char **argv)
             }
         }
         if (s->why[0]) /* free what was made: the other types need the memory */
-            for (int l = 0; l < layers; l++)
+            for (int l = 0; l < s->layers; l++)
                 mha_kv_cache_free(s->cache[l]), mha_free(s->step[l]), s->cache[l] = NULL, s->step[l] = NULL;
-        printf("bench_quant type=%s setup precision=%s held=%zu type_bytes=%.0f err=%.3e isa=%s kernel=%s%s%s\n",
-               s->t->name, s->cfg_step.precision == MHA_PRECISION_BF16 ? "bf16" : "f32", s->held,
-               s->t->bytes_per_weight * (double)n_w, s->err, s->step[0] ? mha_engine_isa(s->step[0]) : "-",
+        printf("bench_quant type=%s setup precision=%s held=%zu type_bytes=%.0f layers=%d err=%.3e isa=%s "
+               "kernel=%s%s%s\n", s->t->name, s->cfg_step.precision == MHA_PRECISION_BF16 ? "bf16" : "f32", s->held,
+               s->t->bytes_per_weight * (double)n_w, s->layers, s->err, s->step[0] ? mha_engine_isa(s->step[0]) : "-",
                s->step[0] ? mha_engine_kernel(s->step[0]) : "-", s->why[0] ? " status=n/a reason=" : "", s->why);
         fflush(stdout);
     }
@@ -274,7 +279,7 @@ int main(int argc, char **argv)
                 mha_status st = MHA_OK;
                 mha_engine *failed = NULL;
                 for (int i = 0; i < (wk < 2 ? WARMUP : 0) + n && st == MHA_OK; i++) {
-                    const int l = i % layers;
+                    const int l = i % s->layers;
                     const double t0 = now_ms();
                     if (wk < 2) {
                         st = step_once(s->step[l], s->cache[l], rows, x, out), failed = s->step[l];
@@ -296,14 +301,14 @@ int main(int argc, char **argv)
                     continue;
                 }
                 qsort(ms, (size_t)n, sizeof *ms, cmp_double);
-                printf("bench_quant round=%d type=%s work=%s ms=%.4f min=%.4f max=%.4f n=%d\n", r, s->t->name,
-                       works[wk], ms[n / 2], ms[0], ms[n - 1], n);
+                printf("bench_quant round=%d type=%s work=%s ms=%.4f min=%.4f max=%.4f n=%d layers=%d\n", r,
+                       s->t->name, works[wk], ms[n / 2], ms[0], ms[n - 1], n, wk < 2 ? s->layers : 1);
                 fflush(stdout);
             }
         }
     }
     for (int ti = 0; ti < n_types; ti++) {
-        for (int l = 0; l < layers; l++)
+        for (int l = 0; l < slots[ti].layers; l++)
             mha_kv_cache_free(slots[ti].cache[l]), mha_free(slots[ti].step[l]);
         mha_free(slots[ti].fwd);
     }
