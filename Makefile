@@ -460,7 +460,8 @@ deps-ggml:
 # layer's shapes and its threads from GGML_N_THREADS (perf/peers/test-backend-ops-quant.sed),
 # linked against ggml built as deps-ggml builds it; all of it in perf/.ggml (a small venv there
 # runs pip download); n/a when it cannot be built. BENCH_QUANT_ARGS: --rounds N (3), --threads T,
-# --steps S, --iters I, --cold MB (600), --qprec bf16|f32, --types f32,bf16,q8_0,..., --no-14336.
+# --steps S, --iters I, --cold MB (600), --qprec bf16|f32, --types f32,bf16,q8_0,..., --no-14336,
+# --quiet S (120: waits up to S s before each part for the CPUs to be 90% idle).
 .PHONY: bench-quant deps-ggml-ops
 BENCH_QUANT_ARGS ?=
 GGML_TESTS := $(GGML_DIR)/llama_cpp_python-$(GGML_PYPI)/vendor/llama.cpp/tests

@@ -26,7 +26,7 @@ targets on the hot ones (like for like with test-backend-ops).
 Writes the log to perf/results/bench-quant-HOST-DATETIME.txt.
 usage: perf/bench_quant.py [--rounds N (3)] [--threads T (2)] [--steps S (20)] [--iters I (1)]
        [--cold MB (600; 0: no cold steps)] [--qprec bf16|f32] [--types f32,bf16,...] [--no-ggml]
-       [--no-14336]"""
+       [--no-14336] [--quiet S (120: before each part, wait up to S s for the CPUs to be 90% idle)]"""
 import argparse
 import datetime
 import os
@@ -35,6 +35,7 @@ import re
 import statistics
 import subprocess
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MHA = os.path.join(ROOT, "build/bench_quant")
@@ -132,6 +133,29 @@ def table(f, title, cols):
     log(f, "|" + " --- |" * len(cols))
 
 
+def cpu_idle(seconds):
+    """the CPUs' idle share over the next `seconds`, in %"""
+    def ticks():
+        with open("/proc/stat") as st:
+            v = [int(x) for x in st.readline().split()[1:9]]
+        return sum(v), v[3]
+    a, i = ticks()
+    time.sleep(seconds)
+    b, j = ticks()
+    return 100.0 * (j - i) / max(1, b - a)
+
+
+def wait_quiet(f, most):
+    """waits until the CPUs are 90% idle over 3 s (others share this machine), at most `most` seconds"""
+    t0 = time.time()
+    while True:
+        idle = cpu_idle(3)
+        if idle >= 90 or time.time() - t0 >= most:
+            log(f, f"{'quiet' if idle >= 90 else 'NOT quiet'}: CPUs {idle:.0f}% idle after {time.time() - t0:.0f} s; "
+                   f"load {open('/proc/loadavg').read().strip()}")
+            return
+
+
 def layer_us(g, gt, n):
     """ggml's time for the layer's four products (q, o: 4096 × 4096; k, v: 1024 × 4096), or None"""
     qo, kv = g.get((gt, 4096, n, 4096)), g.get((gt, 1024, n, 4096))
@@ -163,6 +187,8 @@ def main():
     ap.add_argument("--qprec", choices=("bf16", "f32"), default="bf16")
     ap.add_argument("--types", default=",".join(TYPES))
     ap.add_argument("--no-ggml", action="store_true")
+    ap.add_argument("--quiet", type=int, default=120,
+                    help="before each part, wait up to this many seconds for the CPUs to be 90%% idle (0: not)")
     ap.add_argument("--no-14336", action="store_true", help="leave out ggml's 4096 × 14336 cases")
     args = ap.parse_args()
     args.types = args.types.split(",")
@@ -188,6 +214,8 @@ def main():
             g, m, na = {}, {}, {}
             parts = ["ggml", "hot", "cold"] if r % 2 == 0 else ["cold", "hot", "ggml"]
             for part in parts:
+                if args.quiet > 0 and (part != "ggml" or ggml) and (part != "cold" or args.cold > 0):
+                    wait_quiet(f, args.quiet)
                 if part == "ggml" and ggml:
                     g = run_ggml(args, f, r)
                 elif part == "hot" or (part == "cold" and args.cold > 0):
