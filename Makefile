@@ -138,7 +138,7 @@ $(B)/tests/mha_tests: $(TEST_OBJ) $(TEST_CLI_OBJ) $(B)/counted/libmha.a $(B)/mha
 # The whole suite on the auto kernel table, then the engine suites once per table
 # (MHA_TEST_ISA): every table this CPU runs is tested, one it cannot run reports each test
 # skipped with the reason (the kernel-level suites loop over the tables themselves).
-ISA_SUITES := @(engine|step|kv_blocks|shared_weights|embedding|core|trained|mla)/*
+ISA_SUITES := @(engine|step|kv_blocks|shared_weights|embedding|core|trained|mla|quant_engine)/*
 # Idle OpenMP workers sleep (OMP_WAIT_POLICY=passive): two test processes' engines of two or
 # more threads share two cores, and libgomp's spinning workers took three quarters of the
 # suite's time (docs/server.md, "Choosing M workers × T threads"); the outputs do not depend
