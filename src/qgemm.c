@@ -31,9 +31,21 @@ const unsigned char *mha_qmat_panel(const mha_qmat *b, int col, const mha_qtype 
     return p + (size_t)(col % b->part / MHA_QP) * mha_qpanel_bytes(*type, b->kk);
 }
 
-/* Outputs [col, col + np·MHA_QP) (np ≤ 2 panels of type t at p[0], p[1]) of rows [0, m): into c. */
+/* Rows [r0, r0 + rows) of the sums acc (ld apart) into c's columns [cj, cj + cols): the sum,
+ * plus c's bias where beta is 1. */
+static void put_rows(const mha_kernel *k, const float *acc, ptrdiff_t ld, int r0, int rows, int cj, int cols,
+                     float beta, mha_mat c)
+{
+    for (int i = 0; i < rows; i++)
+        for (int o = 0; o < cols; o++) {
+            float *out = mha_mat_at(k, c, r0 + i, cj + o);
+            *out = beta != 0.0f ? acc[i * ld + o] + *out : acc[i * ld + o];
+        }
+}
+
+/* Outputs [cj, cj + cols) of c from np ≤ 2 panels of type t at p[0], p[1], rows [0, m). */
 static void panels(const mha_kernel *k, int m, int kk, const float *a, ptrdiff_t lda, int np,
-                   const unsigned char *const p[2], const mha_qtype *t, float beta, mha_mat c, int cj)
+                   const unsigned char *const p[2], const mha_qtype *t, float beta, mha_mat c, int cj, int cols)
 {
     const mha_qkernels *qk = k->isa->quant;
     enum { LD = 2 * MHA_QP };
@@ -51,24 +63,28 @@ static void panels(const mha_kernel *k, int m, int kk, const float *a, ptrdiff_t
                                           w + (size_t)j * QCHUNK * MHA_QP + (size_t)(g * MHA_QG - k0) * MHA_QP);
             qk->tile(w, QCHUNK * MHA_QP, kc, np, a + (size_t)r0 * lda + k0, lda, rows, acc, LD);
         }
-        for (int i = 0; i < rows; i++)
-            for (int o = 0; o < np * MHA_QP; o++) {
-                float *out = mha_mat_at(k, c, r0 + i, cj + o);
-                *out = beta != 0.0f ? acc[i * LD + o] + *out : acc[i * LD + o];
-            }
+        put_rows(k, acc, LD, r0, rows, cj, cols, beta, c);
     }
 }
 
 void mha_qgemm(const mha_kernel *k, int m, int n, const float *a, ptrdiff_t lda, const mha_qmat *b, int col,
                float beta, mha_mat c)
 {
+    const int most = m <= MHA_QFEW_ROWS ? MHA_QFEW_PANELS : 2; /* panels a pass reads together */
     for (int j = 0; j < n;) {
-        const mha_qtype *t, *t1 = NULL;
-        const unsigned char *p[2] = {mha_qmat_panel(b, col + j, &t), NULL};
-        if (j + MHA_QP < n)
-            p[1] = mha_qmat_panel(b, col + j + MHA_QP, &t1);
-        const int np = t1 == t ? 2 : 1; /* a pair of panels when they share a type */
-        panels(k, m, b->kk, a, lda, np, p, t, beta, c, j);
+        const mha_qtype *t, *tj;
+        const unsigned char *p[MHA_QFEW_PANELS] = {mha_qmat_panel(b, col + j, &t)};
+        int np = 1;
+        while (np < most && j + np * MHA_QP < n && (p[np] = mha_qmat_panel(b, col + j + np * MHA_QP, &tj)) && tj == t)
+            np++; /* the panels after it of its type */
+        const int cols = n - j < np * MHA_QP ? n - j : np * MHA_QP;
+        if (m <= MHA_QFEW_ROWS) {
+            float acc[MHA_QFEW_ROWS * MHA_QFEW_PANELS * MHA_QP] = {0};
+            k->isa->quant->few(t, p, np, b->kk, a, lda, m, acc, MHA_QFEW_PANELS * MHA_QP);
+            put_rows(k, acc, MHA_QFEW_PANELS * MHA_QP, 0, m, j, cols, beta, c);
+        } else {
+            panels(k, m, b->kk, a, lda, np, p, t, beta, c, j, cols);
+        }
         j += np * MHA_QP;
     }
 }

@@ -29,13 +29,17 @@ size_t mha_weight_row_bytes(mha_weight_type t, int64_t n)
     const mha_qtype *q = mha_qtype_of(t);
     if (q)
         return (size_t)(n / q->qk) * q->bytes;
-    return t == MHA_WEIGHT_F32 ? (size_t)n * 4 : t == MHA_WEIGHT_F16 || t == MHA_WEIGHT_BF16 ? (size_t)n * 2 : 0;
+    if (t == MHA_WEIGHT_F16 || t == MHA_WEIGHT_BF16)
+        return (size_t)n * 2;
+    return t == MHA_WEIGHT_F32 ? (size_t)n * 4 : 0;
 }
 
 const char *mha_weight_type_name(mha_weight_type t)
 {
     const mha_qtype *q = mha_qtype_of(t);
-    return q ? q->name : t == MHA_WEIGHT_F32 ? "f32" : t == MHA_WEIGHT_F16 ? "f16" : t == MHA_WEIGHT_BF16 ? "bf16" : NULL;
+    if (q)
+        return q->name;
+    return t == MHA_WEIGHT_F32 ? "f32" : t == MHA_WEIGHT_F16 ? "f16" : t == MHA_WEIGHT_BF16 ? "bf16" : NULL;
 }
 
 int mha_weight_type_parse(const char *name)

@@ -12,7 +12,8 @@
  * Panels: the engine holds a matrix as panels of MHA_QP outputs. A panel is the outputs' blocks
  * in input order, each block of the panel the MHA_QP outputs' blocks with every field
  * transposed (field by field, output fastest) and 4-bit values paired in input order (byte c of
- * an output's nibbles: input 2c low, 2c + 1 high); the same bytes as the file's. */
+ * an output's nibbles: input 2c low, 2c + 1 high, where ggml pairs input j with j + 16, or
+ * j + 32 in each 64 for Q4_K); as many bytes as the file's. */
 #ifndef MHA_QUANT_H
 #define MHA_QUANT_H
 

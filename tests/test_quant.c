@@ -215,9 +215,9 @@ TABLE_TEST(quant, products_are_fma_chains_in_input_order_for_any_rows_and_column
                     for (int k = 0; k < KK; k++)
                         s = fmaf(w[(size_t)(col + j) * KK + k], a[(size_t)i * KK + k], s);
                     const float want = s + bias[(size_t)i * OUT + j];
-                    cr_assert(c[(size_t)i * OUT + j] == want, "%s on %s, %d rows from column %d: row %d output %d: "
-                              "%.9g, the chain's %.9g", q->name, isa->name, m, col, i, j, (double)c[(size_t)i * OUT + j],
-                              (double)want);
+                    const float got = c[(size_t)i * OUT + j];
+                    cr_assert(got == want, "%s on %s, %d rows from column %d: row %d output %d: %.9g, the chain's "
+                              "%.9g", q->name, isa->name, m, col, i, j, (double)got, (double)want);
                 }
         }
         free(rows), free(panels), free(w), free(a), free(c), free(bias);

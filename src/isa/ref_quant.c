@@ -86,8 +86,15 @@ static void tile_ref(const float *restrict w, ptrdiff_t wps, int kc, int np, con
             }
 }
 
+static void few_ref(const mha_qtype *t, const unsigned char *const *p, int np, int kk, const float *a, ptrdiff_t lda,
+                    int rows, float *restrict acc, ptrdiff_t ld)
+{
+    mha_qfew_by_groups(&mha_qk_ref, t, p, np, kk, a, lda, rows, acc, ld);
+}
+
 const mha_qkernels mha_qk_ref = {
     .dequant = {[MHA_QT_Q8_0] = dequant_q8_0, [MHA_QT_Q4_0] = dequant_q4_0, [MHA_QT_Q4_1] = dequant_q4_1,
                 [MHA_QT_Q4_K] = dequant_q4_k, [MHA_QT_Q6_K] = dequant_q6_k},
     .tile = tile_ref,
+    .few = few_ref,
 };
