@@ -270,7 +270,7 @@ test-mpi: $(B)/mha-mpi $(B)/mha $(B)/mpi_make_batch
 FUZZ_PKGS := clang libclang-rt-14-dev
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := config safetensors npy gguf
-FUZZ_SRC := config_load config_schema fileio json_scan safetensors npy weights_file config status gguf gguf_model
+FUZZ_SRC := config_load config_schema fileio json_scan safetensors npy weights_file config status gguf gguf_model gguf_weights
 FUZZ_CFLAGS := -std=c11 -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined \
   -DMHA_BUILDING -Iinclude -Isrc -isystem $(BLIS_INC)
 FUZZ_LIBS := $(BLIS_A) -lyaml $(shell $(CC) -print-file-name=libgomp.so) -lm -lpthread
