@@ -72,6 +72,10 @@ typedef struct mha_config_client {
     /* After the engine's keys passed their checks: the program's own, on the loaded values
      * (dest, engine). It reports a problem through mha_config_seen_fail, or returns MHA_OK. */
     mha_status (*finish)(void *dest, const mha_config *engine, const mha_config_seen *seen);
+    /* NULL: the engine's keys start from mha_config_init's defaults and the file must hold the
+     * required ones (model.d_model, model.heads). Else they start from *base (a GGUF layer's
+     * config: mha_gguf_layer_config) and the file's keys override it, none required. */
+    const mha_config *base;
 } mha_config_client;
 
 /* mha_config_load with a program's rows (client NULL: the engine's alone). MHA_ERR_INVALID_ARG
