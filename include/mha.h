@@ -123,9 +123,9 @@ typedef enum { MHA_KV_AUTO = 0, MHA_KV_F32 = 1, MHA_KV_BF16 = 2, MHA_KV_INT8 = 3
  * values are ggml's type numbers (mha_io.h's mha_ggml_type), so a GGUF tensor's type passes
  * through. F32 (0, the default): floats, held in the precision's form (float32 or bf16 panels).
  * Q8_0, Q4_0, Q4_1, Q4_K, Q6_K: ggml's blocks along each output's inputs, held and multiplied as
- * stored (repacked, the file's bytes), activations and sums in float32: each weight is the
- * block's q·d + m in one rounding (an FMA), and a product equals float32 sums over those
- * weights in input order, the same bits on every kernel table (docs/quant.md). F16 and BF16:
+ * stored (repacked, the file's bytes), activations and sums in float32: each weight is ggml's
+ * dequantized float exactly, and a product is float32 FMA chains over those weights in input
+ * order, the same bits on every kernel table (docs/quant.md). F16 and BF16:
  * mha_weights.type only, converted at load. */
 typedef enum {
     MHA_WEIGHT_F32 = 0, MHA_WEIGHT_F16 = 1, MHA_WEIGHT_Q4_0 = 2, MHA_WEIGHT_Q4_1 = 3, MHA_WEIGHT_Q8_0 = 8,
