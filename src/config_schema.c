@@ -340,6 +340,8 @@ mha_status mha_config_verify(const mha_config *cfg, mha_key_problem *p)
             continue; /* a RoPE parameter this style and scaling do not read: any value is fine */
         if (!cfg->mla.kv_lora_rank && !strcmp(k->spec.field, "mla.eps"))
             continue; /* read by MLA alone */
+        if (k->off == ENG(weight_type))
+            continue; /* weights.type fills all four; the engine's check judges each with its reason */
         const void *src = base + k->off;
         int v = 0;
         switch (k->spec.type) {

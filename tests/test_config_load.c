@@ -296,7 +296,7 @@ Test(config_load, configs_using_every_key_load, .timeout = 30)
  * its per-matrix types kept unless the file names one, and the model keys not required. */
 Test(config_load, weights_type_fills_the_four_and_a_base_is_overridden)
 {
-    static const char text[] = MODEL "weights: { type: q4_k }\n";
+    static const char text[] = "model: { d_model: 256, heads: 4 }\nweights: { type: q4_k }\n";
     mha_config c;
     char err[256];
     cr_assert_eq(mha_config_parse_with(text, sizeof text - 1, "w.yaml", &c, NULL, err, sizeof err), MHA_OK, "%s", err);
@@ -304,19 +304,21 @@ Test(config_load, weights_type_fills_the_four_and_a_base_is_overridden)
         cr_assert_eq(c.weight_type[i], MHA_WEIGHT_Q4_K, "matrix %d", i);
     mha_config base;
     mha_config_init(&base);
-    base.d_model = 576, base.n_heads = 9, base.n_kv_heads = 3, base.bias = 0;
-    base.weight_type[MHA_W_V] = MHA_WEIGHT_Q6_K;
+    base.bias = 0;
+    for (int i = 0; i < MHA_W_COUNT; i++) /* Q4_K_M's mix: V in Q6_K */
+        base.weight_type[i] = i == MHA_W_V ? MHA_WEIGHT_Q6_K : MHA_WEIGHT_Q4_K;
+    base.d_model = 512, base.n_heads = 8, base.n_kv_heads = 2;
     const mha_config_client cl = {.base = &base};
     static const char runtime[] = "threads: { count: 1 }\nbatch: { seq_len: 12 }\n";
     cr_assert_eq(mha_config_parse_with(runtime, sizeof runtime - 1, "r.yaml", &c, &cl, err, sizeof err), MHA_OK, "%s",
                  err);
-    cr_assert(c.d_model == 576 && c.n_heads == 9 && c.n_kv_heads == 3 && !c.bias, "the base's model");
+    cr_assert(c.d_model == 512 && c.n_heads == 8 && c.n_kv_heads == 2 && !c.bias, "the base's model");
     cr_assert(c.threads == 1 && c.max_seq_q == 12 && c.max_seq_kv == 12, "the file's run-time keys");
-    cr_assert(c.weight_type[MHA_W_V] == MHA_WEIGHT_Q6_K && c.weight_type[MHA_W_Q] == MHA_WEIGHT_F32);
+    cr_assert(c.weight_type[MHA_W_V] == MHA_WEIGHT_Q6_K && c.weight_type[MHA_W_Q] == MHA_WEIGHT_Q4_K);
     static const char over[] = "model: { kv_heads: 1 }\nweights: { type: q8_0 }\n";
     cr_assert_eq(mha_config_parse_with(over, sizeof over - 1, "o.yaml", &c, &cl, err, sizeof err), MHA_OK, "%s", err);
-    cr_assert(c.n_kv_heads == 1 && c.d_model == 576 && c.weight_type[MHA_W_V] == MHA_WEIGHT_Q8_0);
-    static const char bad[] = "model: { kv_heads: 2 }\n";
+    cr_assert(c.n_kv_heads == 1 && c.d_model == 512 && c.weight_type[MHA_W_V] == MHA_WEIGHT_Q8_0);
+    static const char bad[] = "model: { kv_heads: 3 }\n";
     cr_assert_eq(mha_config_parse_with(bad, sizeof bad - 1, "b.yaml", &c, &cl, err, sizeof err), MHA_ERR_CONFIG);
     cr_assert(strstr(err, "b.yaml:1: model.kv_heads"), "%s", err);
 }

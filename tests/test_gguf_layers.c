@@ -24,9 +24,11 @@
  * (w = fma(q, d, m): src/quant.h); HF's module runs float32 on gguf-py's dequantization of the
  * same blocks (q·d + m rounded twice: a weight may differ by an ulp). What is left is the
  * order of the sums over d_model 576 and 9 heads of 64: the float32 contract against the
- * file's meaning, 1e-5 as the trained layer's (test_trained.c, measured 1.2e-6 there); the
- * Q4_1-as-stored engine is held to the same bound, as docs/quant.md's contract says (its
- * products equal float32 sums over the dequantized weights). */
+ * file's meaning, 1e-5 as the trained layer's (test_trained.c); the Q4_1-as-stored engine is
+ * held to the same bound, as docs/quant.md's contract says (its products are float32 sums over
+ * the dequantized weights). Measured, worst of the 30 layers, forward and decode alike: 2.3e-6
+ * as stored, 1.4e-6 dequantized at load (avx512, avx2 and ref). Without the Q/K rows put back
+ * in HF's order: 0.11. */
 #define GGUF_F32_TOL 1e-5
 
 typedef struct golden {

@@ -265,11 +265,16 @@ static mha_status gguf_base(const run_opts *o, const mha_gguf *g, mha_config *ba
     if (st != MHA_OK || (st = mha_gguf_layer_tensors(g, (int)o->layer, base, &t, err, err_len)) != MHA_OK)
         return st;
     const mha_gguf_tensor *m[MHA_W_COUNT] = {t.q ? t.q : t.qkv, t.k ? t.k : t.qkv, t.v ? t.v : t.qkv, t.o};
+    int floats = 0;
     for (int i = 0; i < MHA_W_COUNT; i++) {
         const int ty = m[i]->type;
-        base->weight_type[i] = ty == MHA_GGML_F32 || ty == MHA_GGML_F16 || ty == MHA_GGML_BF16 ? MHA_WEIGHT_F32
-                                                                                            : (mha_weight_type)ty;
+        const int f = ty == MHA_GGML_F32 || ty == MHA_GGML_F16 || ty == MHA_GGML_BF16;
+        base->weight_type[i] = f ? MHA_WEIGHT_F32 : (mha_weight_type)ty;
+        floats += f;
     }
+    if (floats) /* the engine holds all four as blocks or all four as floats: a mix is dequantized */
+        for (int i = 0; i < MHA_W_COUNT; i++)
+            base->weight_type[i] = MHA_WEIGHT_F32;
     return MHA_OK;
 }
 
