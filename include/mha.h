@@ -132,6 +132,17 @@ typedef enum {
     MHA_WEIGHT_Q4_K = 12, MHA_WEIGHT_Q6_K = 14, MHA_WEIGHT_BF16 = 30
 } mha_weight_type;
 enum { MHA_W_Q = 0, MHA_W_K = 1, MHA_W_V = 2, MHA_W_O = 3, MHA_W_COUNT = 4 };
+/* Bytes of n weights of type t as a file stores them (n whole blocks: 32, 256 for Q4_K and
+ * Q6_K); 0 for a type mha does not read or n not whole blocks. */
+MHA_API size_t mha_weight_bytes(mha_weight_type t, int64_t n);
+/* n weights of type t (whole blocks) as the engine reads them, into floats: F16 and BF16
+ * converted, blocks dequantized (ggml's floats, exactly). MHA_ERR_INVALID_ARG: a NULL pointer,
+ * a type mha does not read, n not whole blocks. */
+MHA_API mha_status mha_weights_to_floats(mha_weight_type t, const void *src, int64_t n, float *dst);
+/* n floats into blocks of block type t (n whole blocks), the bytes of ggml's reference
+ * quantizer (quantize_row_*_ref); F16 and BF16 rounded to nearest even. MHA_ERR_INVALID_ARG as
+ * above, or t F32. */
+MHA_API mha_status mha_weights_quantize(mha_weight_type t, const float *src, int64_t n, void *dst);
 
 /* QK-norm, as HF's RMSNorm modules compute it (float32): Q and K after projection and bias,
  * before RoPE, x ↦ x · rsqrt(mean(x²) + eps) · w, the mean over each head's d_k features

@@ -192,3 +192,37 @@ void mha_qpanel_put(const mha_qtype *q, unsigned char *panel, int kk, int o, con
         }
     }
 }
+
+/* n weights of t whole in its blocks (n ≥ 0). */
+static int whole(mha_weight_type t, int64_t n)
+{
+    const mha_qtype *q = mha_qtype_of(t);
+    return n >= 0 && mha_weight_type_name(t) && (!q || n % q->qk == 0);
+}
+
+MHA_API size_t mha_weight_bytes(mha_weight_type t, int64_t n)
+{
+    return whole(t, n) ? mha_weight_row_bytes(t, n) : 0;
+}
+
+MHA_API mha_status mha_weights_to_floats(mha_weight_type t, const void *src, int64_t n, float *dst)
+{
+    if (!src || !dst || !whole(t, n))
+        return MHA_ERR_INVALID_ARG;
+    mha_weight_row_floats(t, src, n, dst);
+    return MHA_OK;
+}
+
+MHA_API mha_status mha_weights_quantize(mha_weight_type t, const float *src, int64_t n, void *dst)
+{
+    if (!src || !dst || t == MHA_WEIGHT_F32 || !whole(t, n))
+        return MHA_ERR_INVALID_ARG;
+    if (t == MHA_WEIGHT_F16 || t == MHA_WEIGHT_BF16)
+        for (int64_t i = 0; i < n; i++) {
+            const uint16_t h = t == MHA_WEIGHT_F16 ? mha_f16_round(src[i]) : mha_bf16_round(src[i]);
+            memcpy((unsigned char *)dst + 2 * i, &h, sizeof h); /* dst: any alignment */
+        }
+    else
+        mha_quantize_row(t, src, dst, n);
+    return MHA_OK;
+}

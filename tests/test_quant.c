@@ -145,6 +145,39 @@ Test(quant, the_floats_of_every_block_type_are_ggmls_dequantization)
     }
 }
 
+Test(quant, the_public_calls_quantize_and_dequantize_and_refuse_what_they_cannot)
+{
+    enum { N = 512 };
+    float x[N], y[N];
+    unsigned char b[N * 4];
+    rng r = {3};
+    fill_uniform(x, N, -1.0f, 1.0f, &r);
+    const mha_weight_type all[] = {MHA_WEIGHT_F16, MHA_WEIGHT_BF16, MHA_WEIGHT_Q8_0, MHA_WEIGHT_Q4_0,
+                                   MHA_WEIGHT_Q4_1, MHA_WEIGHT_Q4_K, MHA_WEIGHT_Q6_K};
+    const double worst[] = {1e-3, 1e-2, 1e-2, 0.15, 0.15, 0.1, 0.05}; /* each type's steps, loosely */
+    for (size_t t = 0; t < sizeof all / sizeof all[0]; t++) {
+        unsigned char q[N * 4];
+        cr_assert_eq(mha_weights_quantize(all[t], x, N, b), MHA_OK);
+        cr_assert_eq(mha_weights_to_floats(all[t], b, N, y), MHA_OK);
+        if (mha_qtype_of(all[t])) { /* the bytes of the internal quantizer the engine uses */
+            mha_quantize_row(all[t], x, q, N);
+            cr_assert_eq(memcmp(q, b, mha_weight_bytes(all[t], N)), 0, "%s", mha_weight_type_name(all[t]));
+        }
+        double num = 0, den = 0;
+        for (int i = 0; i < N; i++)
+            num += (double)(y[i] - x[i]) * (y[i] - x[i]), den += (double)x[i] * x[i];
+        cr_assert(sqrt(num / den) < worst[t], "%s: relative error %.3g of a round trip",
+                  mha_weight_type_name(all[t]), sqrt(num / den));
+    }
+    cr_assert_eq(mha_weight_bytes(MHA_WEIGHT_Q4_K, 512), 2 * 144);
+    cr_assert_eq(mha_weight_bytes(MHA_WEIGHT_Q4_K, 480), 0); /* not whole blocks */
+    cr_assert_eq(mha_weight_bytes((mha_weight_type)16, 512), 0);
+    cr_assert_eq(mha_weights_quantize(MHA_WEIGHT_F32, x, N, b), MHA_ERR_INVALID_ARG);
+    cr_assert_eq(mha_weights_quantize(MHA_WEIGHT_Q8_0, x, 48, b), MHA_ERR_INVALID_ARG);
+    cr_assert_eq(mha_weights_to_floats(MHA_WEIGHT_Q8_0, NULL, N, y), MHA_ERR_INVALID_ARG);
+    cr_assert_eq(mha_weights_to_floats((mha_weight_type)16, b, N, y), MHA_ERR_INVALID_ARG);
+}
+
 /* MHA_QP outputs of kk inputs into one panel (as weights.c packs them). */
 static unsigned char *panel_of(const mha_qtype *q, const unsigned char *rows, int kk)
 {

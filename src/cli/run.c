@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include <getopt.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -241,7 +242,10 @@ static double recent_median(int k, const double *t)
 static mha_status open_gguf(const run_opts *o, run_state *s)
 {
     char magic[4] = {0}, err[1024];
-    FILE *f = o->weights ? fopen(o->weights, "rb") : NULL;
+    struct stat sb; /* only a regular file is opened here: a FIFO's open would wait for a writer */
+    if (!o->weights || stat(o->weights, &sb) != 0 || !S_ISREG(sb.st_mode))
+        return MHA_OK; /* not one: the weights' loader says why */
+    FILE *f = fopen(o->weights, "rb");
     const int is = f && fread(magic, 1, 4, f) == 4 && !memcmp(magic, "GGUF", 4);
     if (f)
         fclose(f);
