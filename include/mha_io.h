@@ -72,6 +72,10 @@ typedef struct mha_config_client {
     /* After the engine's keys passed their checks: the program's own, on the loaded values
      * (dest, engine). It reports a problem through mha_config_seen_fail, or returns MHA_OK. */
     mha_status (*finish)(void *dest, const mha_config *engine, const mha_config_seen *seen);
+    /* NULL: the engine's keys start from mha_config_init's defaults and the file must hold the
+     * required ones (model.d_model, model.heads). Else they start from *base (a GGUF layer's
+     * config: mha_gguf_layer_config) and the file's keys override it, none required. */
+    const mha_config *base;
 } mha_config_client;
 
 /* mha_config_load with a program's rows (client NULL: the engine's alone). MHA_ERR_INVALID_ARG
@@ -305,6 +309,28 @@ MHA_API mha_status mha_gguf_layer_tensors(const mha_gguf *g, int layer, const mh
 MHA_API mha_status mha_gguf_check_projection(const mha_gguf *g, const mha_gguf_tensor *t, int64_t in, int64_t out,
                                              char *err, size_t err_len);
 
+/* The attention weights of layer `layer` for cfg (mha_gguf_layer_config's, with any overrides:
+ * the tensors are checked against it as mha_gguf_layer_tensors does), ready for mha_set_weights,
+ * TORCH layout (HF's (out, in) rows). Each projection as stored: F32 as floats (w_q …, type
+ * MHA_WEIGHT_F32), F16, BF16 and the block types (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) as type[i] =
+ * the tensor's ggml type and blocks[i]; phi3's fused attn_qkv split into its Q, K and V rows.
+ * They point into the mapping (valid until mha_gguf_close) except where rows are moved: for
+ * arch llama (mha_gguf_model.qk_permuted) Q's and K's rows, and their biases, are put back from
+ * llama.cpp's RoPE order into HF's (docs/gguf.md), whole rows of blocks, into storage. Biases
+ * and QK-norm weights are floats in storage (F16 and BF16 converted); Gemma's norms as the file
+ * holds them (1 + w: the config's weight_offset 0). A float tensor holding NaN or an infinity is
+ * refused naming the tensor and element. MHA_ERR_FORMAT (a tensor missing, misshapen or of a
+ * type mha does not run: "m.gguf: blk.3.attn_q.weight: type IQ2_XS is not supported (supported:
+ * …)"), MHA_ERR_CONFIG (cfg invalid), MHA_ERR_NOMEM; *out zeroed on failure. */
+typedef struct mha_gguf_weights {
+    mha_weights w;                /* for mha_set_weights / mha_pack_weights */
+    void *storage;                /* owned: moved rows, biases and norms (NULL when nothing is copied) */
+    size_t storage_bytes;
+    int permuted;                 /* 1: Q and K rows were moved back to HF's order (arch llama) */
+} mha_gguf_weights;
+MHA_API mha_status mha_gguf_layer_weights(const mha_gguf *g, int layer, const mha_config *cfg,
+                                          mha_gguf_weights *out, char *err, size_t err_len);
+MHA_API void mha_gguf_weights_free(mha_gguf_weights *w); /* accepts NULL; zeroes *w */
 /* ---- NumPy .npy (format 1.0–3.0, little-endian, C order) ---- */
 
 typedef enum { MHA_NPY_F4, MHA_NPY_I4, MHA_NPY_I8 } mha_npy_dtype;

@@ -1,6 +1,8 @@
 /* arena.c — sizing and carving share this one plan, so they can never disagree. */
 #include "arena.h"
 
+#include "qgemm.h"
+
 #include <stdint.h>
 
 #include "kvcache.h"
@@ -59,6 +61,10 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
         b[MHA_REGION_mla_v] = mla->vectors * f;
         b[MHA_REGION_mla_k] = product(batch, seq_kv, dk * f, of);
         b[MHA_REGION_mla_z] = product(product(batch, seq_q, h, of), (size_t)dims->dv, f, of);
+    } else if (dims->quant) { /* panels of MHA_QP outputs, the blocks' bytes */
+        const mha_qmat qkv = mha_qmat_qkv(dims, p->dkp, NULL), o = mha_qmat_o(dims, NULL);
+        b[MHA_REGION_wqkvq] = product(kvh, mha_qmat_head_bytes(&qkv), 1, of);
+        b[MHA_REGION_woq] = mha_qmat_head_bytes(&o);
     } else if (bf16) { /* k of the weights padded to whole tiles; Wo's columns to whole panels */
         b[MHA_REGION_wqkv16] = product(kvh, mha_bk_kp(dims->d), per_group * dkp * sizeof(mha_bf16), of);
         b[MHA_REGION_wo16] = product(mha_bk_kp(dims->qd), mha_round_up(d, MHA_BT_N), sizeof(mha_bf16), of);
@@ -161,6 +167,16 @@ static const struct {
 #undef MHA_ARENA_INFO
 };
 
+static size_t lcm(size_t a, size_t b)
+{
+    size_t x = a, y = b;
+    while (y) { /* Euclid: x becomes gcd(a, b) */
+        const size_t t = x % y;
+        x = y, y = t;
+    }
+    return a / x * b;
+}
+
 int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine_bytes, mha_arena_kind kind,
                         mha_arena_plan *p)
 {
@@ -168,10 +184,12 @@ int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine
     /* bf16 engines have bw a multiple of 16 (engine.c checks): head columns (multiples of
      * dkp) start on whole bf16 B panels too */
     const size_t w = (size_t)k->bw;
-    p->dkp = (int)mha_round_up((size_t)dims->dk, w);
+    p->dkp = (int)mha_round_up((size_t)dims->dk, dims->quant ? lcm(w, MHA_QP) : w); /* whole panels of either */
     p->ld_scores = (ptrdiff_t)mha_round_up((size_t)dims->seq_kv, 16);
     p->xpack_stride = mha_gemm_packed_a_floats(k, (size_t)dims->seq_q, (size_t)dims->d); /* seq_q, d <= 2^20, 2^16 */
-    if (dims->bf16) /* bf16 A panels, in floats' room */
+    if (dims->quant) /* nothing packed: the products read A in place */
+        p->xpack_stride = 1;
+    else if (dims->bf16) /* bf16 A panels, in floats' room */
         p->xpack_stride = (product(mha_round_up((size_t)dims->seq_q, MHA_BT_M), mha_bk_kp(dims->d), 1, &of) + 1) / 2;
     mha_mla_plan_make(dims, k->bw, &p->mla);
     p->scratch_stride = 0;

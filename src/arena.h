@@ -25,9 +25,12 @@ enum { MHA_HELD_ENGINE = 1, MHA_HELD_WEIGHTS = 2, MHA_HELD_BOTH = 3 };
     X(wqkv, float, MHA_ALIGN, WEIGHTS)          /* f32: per KV head g, panels (d, (group + 2)·dkp):           \
                                                    x · [Wq_{g·group} | Wk_g | Wv_g | Wq_{g·group+1} …] */     \
     X(wqkv16, mha_bf16, MHA_ALIGN, WEIGHTS)     /* bf16: the same in B panels (bgemm.h) */                    \
+    X(wqkvq, unsigned char, MHA_ALIGN, WEIGHTS) /* block types: the same in panels of MHA_QP outputs          \
+                                                   (qgemm.h: mha_qmat_qkv) */                                 \
     X(bqkv, float, MHA_ALIGN, WEIGHTS)          /* (kvh, (group + 2)·dkp) */                                  \
     X(wo, float, MHA_ALIGN, WEIGHTS)            /* f32: panels (qd, round_up(d, bw)): Z · Wo */               \
     X(wo16, mha_bf16, MHA_ALIGN, WEIGHTS)       /* bf16: the same in B panels */                              \
+    X(woq, unsigned char, MHA_ALIGN, WEIGHTS)   /* block types: Wo in panels (mha_qmat_o) */                 \
     X(bo, float, MHA_ALIGN, WEIGHTS)            /* (d) */                                                     \
     X(qk_norm, float, MHA_ALIGN, WEIGHTS)       /* Q's then K's RMSNorm factors (w or 1 + w), dk              \
                                                    each (head) or h·dk, kvh·dk (full); absent without */      \

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "affinity.h"
+#include "quant.h"
 #include "rope.h"
 #include "status.h"
 
@@ -35,6 +36,38 @@ static float mla_scale(const mha_config *cfg)
     return (float)s;
 }
 
+/* The weights' types: all four floats, or all four blocks of types the engine reads, whole
+ * blocks of their inputs (d_model for Wq, Wk, Wv; n_heads·d_k for Wo), and no MLA. */
+static mha_status weight_types_check(const mha_config *cfg, mha_problem *pr)
+{
+    static const char *const names[MHA_W_COUNT] = {"weight_type[0]", "weight_type[1]", "weight_type[2]",
+                                                    "weight_type[3]"};
+    int blocks = 0;
+    for (int i = 0; i < MHA_W_COUNT; i++) {
+        const mha_weight_type t = cfg->weight_type[i];
+        const mha_qtype *q = mha_qtype_of(t);
+        if (t != MHA_WEIGHT_F32 && !q)
+            return mha_problemf(pr, MHA_ERR_CONFIG, names[i], "%d (%s) is not a type the engine holds weights in "
+                                "(f32, q8_0, q4_0, q4_1, q4_k, q6_k)", (int)t,
+                                mha_weight_type_name(t) ? mha_weight_type_name(t) : "unknown");
+        blocks += q != NULL;
+        if (!q)
+            continue;
+        if (cfg->mla.kv_lora_rank)
+            return mha_problemf(pr, MHA_ERR_CONFIG, names[i], "%s with MLA: an MLA engine holds float weights",
+                                q->name);
+        const long long inputs = i == MHA_W_O ? (long long)cfg->n_heads * mha_config_head_dim(cfg) : cfg->d_model;
+        if (inputs % q->qk)
+            return mha_problemf(pr, MHA_ERR_CONFIG, names[i], "%s needs whole blocks of %d inputs; %s is %lld",
+                                q->name, q->qk, i == MHA_W_O ? "n_heads·head_dim" : "d_model", inputs);
+    }
+    if (blocks && blocks < MHA_W_COUNT) /* every name is known: each passed the loop */
+        return mha_problemf(pr, MHA_ERR_CONFIG, "weight_type", "%s %s %s %s: all four f32, or all four block types",
+                            mha_weight_type_name(cfg->weight_type[0]), mha_weight_type_name(cfg->weight_type[1]),
+                            mha_weight_type_name(cfg->weight_type[2]), mha_weight_type_name(cfg->weight_type[3]));
+    return MHA_OK;
+}
+
 mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, mha_problem *pr)
 {
     if (!cfg)
@@ -42,6 +75,10 @@ mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, mha_problem
     mha_key_problem p;
     if (mha_config_verify(cfg, &p) != MHA_OK)
         return mha_config_problem(&p, pr);
+
+    mha_status st = weight_types_check(cfg, pr);
+    if (st != MHA_OK)
+        return st;
 
     int threads = cfg->threads;
     if (threads == 0) {
@@ -102,6 +139,9 @@ mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, mha_problem
                 dims->rope.mscale = r->mscale, dims->rope.mscale_all_dim = r->mscale_all_dim;
         }
         dims->positions = cfg->max_seq_q > cfg->max_seq_kv ? cfg->max_seq_q : cfg->max_seq_kv;
+        dims->quant = mha_qtype_of(cfg->weight_type[MHA_W_Q]) != NULL; /* all four or none */
+        for (int i = 0; i < MHA_W_COUNT; i++)
+            dims->wtype[i] = cfg->weight_type[i];
     }
     return MHA_OK;
 }

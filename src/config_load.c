@@ -458,7 +458,8 @@ static int seen(const loader *L, const char *key) { return L->line[find(L, key)]
 static mha_status finish(loader *L)
 {
     mha_config *c = L->cfg;
-    for (int i = 0; i < L->n_rows; i++)
+    const int based = L->client && L->client->base; /* the model is the base's: nothing is required */
+    for (int i = 0; i < L->n_rows && !based; i++)
         if (row(L, i)->spec.required && !L->line[i])
             return bad_at(L, MHA_ERR_CONFIG, 0, row(L, i)->spec.key, "missing: a config needs a model block with d_model and heads");
     if (!seen(L, "batch.kv_len"))
@@ -473,6 +474,11 @@ static mha_status finish(loader *L)
             return bad_at(L, MHA_ERR_CONFIG, L->line[i], mha_keys[i].spec.key, "given, but rope style %s, scaling %s do not read it",
                           mha_config_value_name(mha_key_find("model.rope.style"), c->rope.style),
                           mha_config_value_name(mha_key_find("model.rope.scaling"), c->rope.scaling));
+
+    /* weights.type is one type for the four projections (the schema's row fills the first) */
+    if (seen(L, "weights.type"))
+        for (int i = 1; i < MHA_W_COUNT; i++)
+            c->weight_type[i] = c->weight_type[0];
 
     if (seen(L, "model.mla.eps") && !c->mla.kv_lora_rank)
         return bad_at(L, MHA_ERR_CONFIG, seen(L, "model.mla.eps"), "model.mla.eps",
@@ -580,7 +586,10 @@ static mha_status parse(const char *text, size_t len, const char *origin, mha_co
     if (st == MHA_OK && !yaml_parser_initialize(&L->parser))
         st = mha_errorf(err, err_len, MHA_ERR_NOMEM, "%s: out of memory", origin);
     if (st == MHA_OK) {
-        mha_config_init(cfg);
+        if (cl && cl->base)
+            *cfg = *cl->base;
+        else
+            mha_config_init(cfg);
         if (cl)
             mha_config_client_init(&(mha_config_client){.rows = cl->rows, .n_rows = cl->n_rows, .dest = cdest, .size = cl->size});
         yaml_parser_set_input_string(&L->parser, (const unsigned char *)text, len);

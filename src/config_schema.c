@@ -15,7 +15,7 @@
 #define NONE ((size_t)-1)
 
 _Static_assert(sizeof(mha_pinning) == sizeof(int) && sizeof(mha_precision) == sizeof(int) && sizeof(mha_qk_norm_kind) == sizeof(int) &&
-                   sizeof(mha_kv_type) == sizeof(int),
+                   sizeof(mha_kv_type) == sizeof(int) && sizeof(mha_weight_type) == sizeof(int),
                "enum fields are stored as int");
 
 static const mha_config_name pinning_names[] = {
@@ -28,6 +28,10 @@ static const mha_config_name qk_norm_names[] = {{"none", MHA_QK_NORM_NONE}, {"he
 static const mha_config_name precision_names[] = {{"f32", MHA_PRECISION_F32}, {"bf16", MHA_PRECISION_BF16}};
 static const mha_config_name kv_type_names[] = {
     {"auto", MHA_KV_AUTO}, {"f32", MHA_KV_F32}, {"bf16", MHA_KV_BF16}, {"int8", MHA_KV_INT8}};
+/* the types the engine holds projections in (mha.h's mha_weight_type; F16 and BF16 are
+ * converted at load, never held) */
+static const mha_config_name weight_type_names[] = {{"f32", MHA_WEIGHT_F32}, {"q8_0", MHA_WEIGHT_Q8_0},
+    {"q4_0", MHA_WEIGHT_Q4_0}, {"q4_1", MHA_WEIGHT_Q4_1}, {"q4_k", MHA_WEIGHT_Q4_K}, {"q6_k", MHA_WEIGHT_Q6_K}};
 #define NAMES(a) a, (int)N_OF(a)
 
 /* K(key, engine field, type, min, max, max entries, required, enum text, default text, doc),
@@ -118,6 +122,8 @@ const mha_config_row mha_keys[] = {
         ENG(bf16_kernel), NONE, 0, NULL, 0),
     KEY(K("engine.isa", "isa", MHA_KEY_STRING, 0, 15, 0, 0, NULL, "auto", "kernel table: avx512, avx2, ref; auto: the widest this CPU runs (with blis_arch set: the widest that runs it)"),
         ENG(isa), NONE, 0, NULL, 0),
+    KEY(K("weights.type", "weight_type", MHA_KEY_ENUM, 0, 0, 0, 0, "f32, q8_0, q4_0, q4_1, q4_k, q6_k", "f32 (mha run --weights M.gguf: the file's types)", "how the engine holds Wq, Wk, Wv and Wo (one type for the four): f32, or ggml's blocks, quantized at load from float weights (as llama.cpp's reference quantizer) or taken as a GGUF file stores them"),
+        ENG(weight_type), NONE, MHA_WEIGHT_F32, NAMES(weight_type_names)),
 };
 const int mha_n_keys = (int)N_OF(mha_keys);
 
@@ -334,6 +340,8 @@ mha_status mha_config_verify(const mha_config *cfg, mha_key_problem *p)
             continue; /* a RoPE parameter this style and scaling do not read: any value is fine */
         if (!cfg->mla.kv_lora_rank && !strcmp(k->spec.field, "mla.eps"))
             continue; /* read by MLA alone */
+        if (k->off == ENG(weight_type))
+            continue; /* weights.type fills all four; the engine's check judges each with its reason */
         const void *src = base + k->off;
         int v = 0;
         switch (k->spec.type) {

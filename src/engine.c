@@ -14,6 +14,7 @@
 #include "kvcache.h"
 #include "mha.h"
 #include "mha_io.h"
+#include "qgemm.h"
 #include "rope.h"
 #include "scheduler.h"
 #include "isa/isa.h"
@@ -27,6 +28,7 @@ struct mha_engine {
     mha_kernel kernel;      /* BLIS's microkernel and the kernel table (kernel.isa) */
     mha_fwd model;          /* what every pass reads, made once the views are final (make_model) */
     mha_step_ops step_ops;  /* a step's strategies on this engine's cache type (make_model) */
+    mha_qmat qkv_q, o_q;    /* block-type weights: what model.wqkv and model.wo point to */
     const mha_bkernel *bkernel; /* bf16 engines; NULL: float32 */
     char kernel_name[24];   /* mha_engine_kernel */
     mha_sched sched;
@@ -117,6 +119,8 @@ static void make_model(mha_engine *e)
 {
     const mha_dims *dm = &e->dims;
     const mha_arena_views *v = &e->views;
+    e->qkv_q = mha_qmat_qkv(dm, e->plan.dkp, v->wqkvq);
+    e->o_q = mha_qmat_o(dm, v->woq);
     e->model = (mha_fwd){
         .kernel = &e->kernel,
         .d = dm->d, .h = dm->h, .dk = dm->dk, .dv = dm->dv, .dkp = e->plan.dkp, .q_block = dm->q_block, .qd = dm->qd,
@@ -131,10 +135,10 @@ static void make_model(mha_engine *e)
         .k_saved = v->k_saved,
         .rope = dm->rope.style, .rope_dim = dm->rope.rotary_dim,
         .rope_cos = v->rope_cos, .rope_sin = v->rope_sin,
-        .prod = mha_products_of(e->bkernel), .bk = e->bkernel,
+        .prod = mha_products_of(e->bkernel, dm->quant), .bk = e->bkernel,
         .attn = mha_attention_ops_of(e->bkernel, &e->kernel, dm->dk),
-        .wqkv = dm->bf16 ? (const void *)v->wqkv16 : v->wqkv, .bqkv = v->bqkv,
-        .wo = dm->bf16 ? (const void *)v->wo16 : v->wo, .bo = v->bo,
+        .wqkv = dm->quant ? (const void *)&e->qkv_q : dm->bf16 ? (const void *)v->wqkv16 : v->wqkv, .bqkv = v->bqkv,
+        .wo = dm->quant ? (const void *)&e->o_q : dm->bf16 ? (const void *)v->wo16 : v->wo, .bo = v->bo,
         .z = v->z,
         .xpack = v->xpack, .xpack_stride = e->plan.xpack_stride,
         .mla = e->plan.mla.on ? &e->plan.mla : NULL, .mla_dims = dm->mla,
@@ -308,6 +312,10 @@ static mha_status shared_matches(const prepared *p, const mha_packed_weights *pw
         {"precision", p->dims.bf16, pw->dims.bf16},
         {"mla.kv_lora_rank", p->dims.mla.kv_lora_rank, pw->dims.mla.kv_lora_rank}, /* packed weights are never MLA's */
         {"v_head_dim", p->dims.dv, pw->dims.dv},
+        {"weight_type[0]", p->dims.wtype[MHA_W_Q], pw->dims.wtype[MHA_W_Q]},
+        {"weight_type[1]", p->dims.wtype[MHA_W_K], pw->dims.wtype[MHA_W_K]},
+        {"weight_type[2]", p->dims.wtype[MHA_W_V], pw->dims.wtype[MHA_W_V]},
+        {"weight_type[3]", p->dims.wtype[MHA_W_O], pw->dims.wtype[MHA_W_O]},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (f[i].engine != f[i].packed)

@@ -1,5 +1,7 @@
-/* products.c — the float32 and bf16 products on packed weights (products.h). */
+/* products.c — the float32, bf16 and quantized-weight products on packed weights (products.h). */
 #include "products.h"
+
+#include "qgemm.h"
 
 static int a_panel_f32(const mha_kernel *k)
 {
@@ -66,7 +68,36 @@ static const mha_products f32 = {.esz = sizeof(float), .a_panel = a_panel_f32, .
 static const mha_products bf16 = {.esz = sizeof(mha_bf16), .a_panel = a_panel_bf16, .a_row = a_row_bf16,
                                    .pack_a = pack_a_bf16, .pack_b = pack_b_bf16, .gemm = gemm_bf16};
 
-const mha_products *mha_products_of(const mha_bkernel *bk)
+/* Quantized weights: A is read in place, float32 rows (nothing to pack); b is an mha_qmat. */
+static int a_panel_quant(const mha_kernel *k)
 {
-    return bk ? &bf16 : &f32;
+    (void)k;
+    return 1;
+}
+
+static size_t a_row_quant(int d)
+{
+    (void)d;
+    return 0;
+}
+
+static void pack_a_quant(const mha_kernel *k, mha_mat x, int r0, int m, int d, void *dst)
+{
+    (void)k, (void)x, (void)r0, (void)m, (void)d, (void)dst;
+}
+
+static void gemm_quant(const mha_gemm_ctx *g, int m, int n, int kk, const void *xp, mha_mat a, const void *b, int col,
+                       float beta, mha_mat c)
+{
+    (void)kk, (void)xp; /* the matrix knows its inputs */
+    mha_qgemm(g->k, m, n, a.p, a.ld, b, col, beta, c);
+}
+
+/* pack_b: none (weights.c packs the panels; MLA takes no quantized weights). */
+static const mha_products quant = {.esz = sizeof(float), .a_panel = a_panel_quant, .a_row = a_row_quant,
+                                    .pack_a = pack_a_quant, .gemm = gemm_quant};
+
+const mha_products *mha_products_of(const mha_bkernel *bk, int quantized)
+{
+    return quantized ? &quant : bk ? &bf16 : &f32;
 }

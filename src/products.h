@@ -41,7 +41,8 @@ typedef struct mha_products {
                  float beta, mha_mat c);
 } mha_products;
 
-/* The products of a float32 engine (bk NULL) or of a bf16 one (its kernel). */
-const mha_products *mha_products_of(const mha_bkernel *bk);
+/* The products of a float32 engine (bk NULL), of a bf16 one (its kernel), or of one holding
+ * quantized weights (whatever its precision: b an mha_qmat, qgemm.h; A read in place). */
+const mha_products *mha_products_of(const mha_bkernel *bk, int quantized);
 
 #endif

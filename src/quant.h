@@ -5,14 +5,15 @@
  * weight as w = fma(q, D, M): q the block's unsigned integer for that input, D and M the
  * factors of its group of 32 inputs (Q6_K: of each 16): Q8_0 q·d (M 0, q signed), Q4_0
  * (q − 8)·d = fma(q, d, −8d), Q4_1 q·d + m, Q4_K q·(d·sc) − dmin·mn, Q6_K (d·sc)·(q − 32) =
- * fma(q, d·sc, −32·d·sc). That is ggml's dequantization with Q4_1's and Q4_K's q·d + m in one
- * rounding, as GCC contracts ggml's own C (gguf-py's numpy rounds twice: a weight may differ
- * by an ulp there); the others are exact rewritings.
+ * fma(q, d·sc, −32·d·sc). In every type q·D is exact in float32 (its bits add up to at most 24:
+ * Q6_K's float16 d 11, int8 scale 7, q 6), and so is dmin·mn, so each weight is
+ * ggml's dequantized float bit for bit — its C contracted into an FMA or not — and gguf-py's.
  *
  * Panels: the engine holds a matrix as panels of MHA_QP outputs. A panel is the outputs' blocks
  * in input order, each block of the panel the MHA_QP outputs' blocks with every field
  * transposed (field by field, output fastest) and 4-bit values paired in input order (byte c of
- * an output's nibbles: input 2c low, 2c + 1 high); the same bytes as the file's. */
+ * an output's nibbles: input 2c low, 2c + 1 high, where ggml pairs input j with j + 16, or
+ * j + 32 in each 64 for Q4_K); as many bytes as the file's. */
 #ifndef MHA_QUANT_H
 #define MHA_QUANT_H
 
@@ -26,8 +27,12 @@ enum { MHA_QP = 16 };
 /* Inputs of a dequantized group (every type's blocks are whole groups). */
 enum { MHA_QG = 32 };
 
+/* The block types, as the kernel tables index their operations. */
+enum { MHA_QT_Q8_0, MHA_QT_Q4_0, MHA_QT_Q4_1, MHA_QT_Q4_K, MHA_QT_Q6_K, MHA_QTYPES };
+
 typedef struct mha_qtype {
     mha_weight_type type;
+    int index;        /* MHA_QT_* */
     const char *name; /* "q4_k": as the config and the command write it */
     int qk;           /* inputs per block */
     size_t bytes;     /* bytes per block (one output) */
@@ -49,6 +54,35 @@ void mha_weight_row_floats(mha_weight_type t, const void *row, int64_t n, float 
 /* n floats (a multiple of qk) into blocks of block type t, as ggml's quantize_row_*_ref
  * (quantize.c: the same bytes). */
 void mha_quantize_row(mha_weight_type t, const float *x, void *blocks, int64_t n);
+
+/* A panel's block, field by field (offsets in bytes from the block's start; P = MHA_QP):
+ *   Q8_0  d[P] f16, q[32][P] int8
+ *   Q4_0  d[P] f16, nib[16][P]
+ *   Q4_1  d[P] f16, m[P] f16, nib[16][P]
+ *   Q4_K  d[P] f16, dmin[P] f16, scales[12][P] (ggml's 6-bit packing), nib[128][P]
+ *   Q6_K  d[P] f16, scales[16][P] int8, nib[128][P] (the low 4 bits), hi[64][P] (the top 2
+ *         bits of inputs 4c..4c+3 at bits 0, 2, 4, 6 of byte c)
+ * Every field starts on a multiple of 16 bytes, and so does every block. */
+enum {
+    MHA_Q8_0_Q = 2 * MHA_QP,
+    MHA_Q4_0_NIB = 2 * MHA_QP,
+    MHA_Q4_1_M = 2 * MHA_QP, MHA_Q4_1_NIB = 4 * MHA_QP,
+    MHA_Q4_K_DMIN = 2 * MHA_QP, MHA_Q4_K_SC = 4 * MHA_QP, MHA_Q4_K_NIB = 16 * MHA_QP,
+    MHA_Q6_K_SC = 2 * MHA_QP, MHA_Q6_K_NIB = 18 * MHA_QP, MHA_Q6_K_HI = 146 * MHA_QP
+};
+
+/* Q4_K's 6-bit scale and min of group j (0..7) from its 12 packed bytes (ggml's
+ * get_scale_min_k4), byte i at q[i · stride]. */
+static inline void mha_q4k_scale_min(int j, const uint8_t *q, size_t stride, int *sc, int *mn)
+{
+    if (j < 4) {
+        *sc = q[j * stride] & 63;
+        *mn = q[(j + 4) * stride] & 63;
+    } else {
+        *sc = (q[(j + 4) * stride] & 0xF) | ((q[(j - 4) * stride] >> 6) << 4);
+        *mn = (q[(j + 4) * stride] >> 4) | ((q[j * stride] >> 6) << 4);
+    }
+}
 
 /* Bytes of a panel of kk inputs (kk a multiple of qk). */
 static inline size_t mha_qpanel_bytes(const mha_qtype *q, int kk)

@@ -2,14 +2,47 @@
  * in place: per KV head g one (d, (group + 2)·dkp) matrix [Wq_{g·G} | Wk_g | Wv_g | Wq_{g·G+1}
  * | …], each part starting on a panel boundary (zero columns up to dkp), and Wo (qd, d). Without GQA
  * (group 1) that is [Wq_h | Wk_h | Wv_h]: x_b · W is a single GEMM for Q, K and V. bf16 engines
- * hold the same matrices in bf16 B panels (bgemm.h). */
+ * hold the same matrices in bf16 B panels (bgemm.h); engines holding blocks, in panels of MHA_QP
+ * outputs (quant.h), as stored or quantized here. */
 #include "weights.h"
 
 #include "bgemm.h"
 #include "gemm.h"
+#include "qgemm.h"
+#include "quant.h"
 #include "status.h"
 
 #include <string.h>
+
+/* Matrix m (MHA_W_Q …) of w handed as another type than floats: one mha reads, its blocks
+ * given in TORCH layout, its rows whole blocks, and one this engine takes (any, held as
+ * floats; held as blocks, floats or its own type). */
+static mha_status typed_check(const mha_weights *w, int m, const mha_dims *dims, char *why, size_t why_len)
+{
+    static const char *const names[MHA_W_COUNT] = {"w_q", "w_k", "w_v", "w_o"};
+    const mha_weight_type t = w->type[m], held = dims->wtype[m];
+    const char *name = mha_weight_type_name(t);
+    if (t == MHA_WEIGHT_F32)
+        return MHA_OK;
+    if (!name)
+        return mha_errorf(why, why_len, MHA_ERR_INVALID_ARG, "%s: type %d is not one mha reads (f32, f16, bf16, q8_0, "
+                          "q4_0, q4_1, q4_k, q6_k)", names[m], (int)t);
+    if (!w->blocks[m])
+        return mha_errorf(why, why_len, MHA_ERR_INVALID_ARG, "%s: type %s with blocks[%d] NULL", names[m], name, m);
+    if (w->layout != MHA_LAYOUT_TORCH)
+        return mha_errorf(why, why_len, MHA_ERR_INVALID_ARG, "%s: type %s needs MHA_LAYOUT_TORCH (a row of blocks per "
+                          "output, as GGUF stores it)", names[m], name);
+    const mha_qtype *q = mha_qtype_of(t);
+    const int in = m == MHA_W_O ? dims->qd : dims->d;
+    if (q && in % q->qk)
+        return mha_errorf(why, why_len, MHA_ERR_INVALID_ARG, "%s: type %s has blocks of %d inputs; its rows have %d",
+                          names[m], name, q->qk, in);
+    if (held != MHA_WEIGHT_F32 && q && t != held)
+        return mha_errorf(why, why_len, MHA_ERR_INVALID_ARG, "%s: type %s, but the engine holds %s (weight_type[%d]): "
+                          "requantizing would round twice; hand floats, or hold it as %s or f32", names[m], name,
+                          mha_weight_type_name(held), m, name);
+    return MHA_OK;
+}
 
 mha_status mha_weights_check(const mha_weights *w, const mha_dims *dims, char *why, size_t why_len)
 {
@@ -20,13 +53,20 @@ mha_status mha_weights_check(const mha_weights *w, const mha_dims *dims, char *w
                           "mha_core_forward only (no projections)", dims->dv, dims->dk);
     if (!w)
         return mha_errorf(why, why_len, MHA_ERR_INVALID_ARG, "weights are NULL");
-    if (!w->w_q || !w->w_k || !w->w_v || !w->w_o)
+    const int given[MHA_W_COUNT] = {w->w_q || w->type[MHA_W_Q], w->w_k || w->type[MHA_W_K], w->w_v || w->type[MHA_W_V],
+                                    w->w_o || w->type[MHA_W_O]}; /* a typed matrix: blocks checked below */
+    if (!given[MHA_W_Q] || !given[MHA_W_K] || !given[MHA_W_V] || !given[MHA_W_O])
         return mha_errorf(why, why_len, MHA_ERR_INVALID_ARG, "w_q %s, w_k %s, w_v %s, w_o %s: all four are needed",
-                          w->w_q ? "set" : "NULL", w->w_k ? "set" : "NULL", w->w_v ? "set" : "NULL",
-                          w->w_o ? "set" : "NULL");
+                          given[MHA_W_Q] ? "set" : "NULL", given[MHA_W_K] ? "set" : "NULL",
+                          given[MHA_W_V] ? "set" : "NULL", given[MHA_W_O] ? "set" : "NULL");
     if (w->layout != MHA_LAYOUT_XW && w->layout != MHA_LAYOUT_TORCH)
         return mha_errorf(why, why_len, MHA_ERR_INVALID_ARG, "layout %d is neither MHA_LAYOUT_XW nor MHA_LAYOUT_TORCH",
                           (int)w->layout);
+    for (int m = 0; m < MHA_W_COUNT; m++) {
+        mha_status st = typed_check(w, m, dims, why, why_len);
+        if (st != MHA_OK)
+            return st;
+    }
     const int qkv = !!w->b_q + !!w->b_k + !!w->b_v;
     if (dims->bias ? qkv != 3 : qkv + !!w->b_o != 0) /* with bias, b_o may be absent (Qwen2) */
         return mha_errorf(why, why_len, MHA_ERR_INVALID_ARG,
@@ -48,11 +88,38 @@ mha_status mha_weights_check(const mha_weights *w, const mha_dims *dims, char *w
     return mha_errorf(why, why_len, MHA_OK, "%s", "");
 }
 
-/* Element (i, o) of the map x ↦ x·W from d inputs to n outputs, i = input, o = output. */
-static float at(const float *w, mha_layout layout, size_t d, size_t n, size_t i, size_t o)
+/* A matrix as the caller hands it: the map x ↦ x·W from `in` inputs to `out` outputs, floats
+ * (XW or TORCH) or rows of another type (TORCH). */
+typedef struct source {
+    const float *f;
+    const unsigned char *rows;
+    mha_weight_type type;
+    mha_layout layout;
+    size_t in, out;
+} source;
+
+static source source_of(const mha_weights *w, int m, size_t in, size_t out)
 {
-    return layout == MHA_LAYOUT_XW ? w[i * n + o] : w[o * d + i];
+    const float *const f[MHA_W_COUNT] = {w->w_q, w->w_k, w->w_v, w->w_o};
+    return (source){f[m], w->blocks[m], w->type[m], w->layout, in, out};
 }
+
+/* Inputs [i0, i0 + n) of output o as floats (i0 a multiple of the type's block). */
+static void source_floats(const source *s, size_t o, size_t i0, size_t n, float *y)
+{
+    if (s->type != MHA_WEIGHT_F32) {
+        const size_t row = mha_weight_row_bytes(s->type, (int64_t)s->in);
+        mha_weight_row_floats(s->type, s->rows + o * row + mha_weight_row_bytes(s->type, (int64_t)i0), (int64_t)n, y);
+    } else if (s->layout == MHA_LAYOUT_XW) {
+        for (size_t i = 0; i < n; i++)
+            y[i] = s->f[(i0 + i) * s->out + o];
+    } else {
+        memcpy(y, s->f + o * s->in + i0, n * sizeof *y);
+    }
+}
+
+/* Inputs read at a time: whole blocks of every type. */
+enum { CHUNK = 256 };
 
 /* One packed matrix of d input rows: float panels of bw columns, or bf16 B panels (its rows
  * padded with zeros to whole k tiles, panel stride ps). */
@@ -70,48 +137,95 @@ static void put(const packed *m, size_t i, size_t j, float x)
         m->f[(j / m->bw) * m->d * m->bw + i * m->bw + j % m->bw] = x;
 }
 
-/* Column j of m: col(i) for the d rows, then (bf16) the padding rows. */
-#define PUT_COLUMN(m, j, value)                                                                  \
-    do {                                                                                         \
-        for (size_t i = 0; i < (m)->d; i++)                                                      \
-            put((m), i, (j), (value));                                                           \
-        for (size_t i = (m)->d; (m)->h && i < mha_bk_kp((int)(m)->d); i++)                       \
-            put((m), i, (j), 0.0f);                                                              \
-    } while (0)
+/* Column j of m: output o of s (s NULL: zeros), then (bf16) the padding rows. */
+static void put_column(const packed *m, size_t j, const source *s, size_t o)
+{
+    float y[CHUNK] = {0};
+    for (size_t i0 = 0; i0 < m->d; i0 += CHUNK) {
+        const size_t n = m->d - i0 < CHUNK ? m->d - i0 : CHUNK;
+        if (s)
+            source_floats(s, o, i0, n, y);
+        for (size_t i = 0; i < n; i++)
+            put(m, i0 + i, j, y[i]);
+    }
+    for (size_t i = m->d; m->h && i < mha_bk_kp((int)m->d); i++)
+        put(m, i, j, 0.0f);
+}
+
+/* Lane `lane` of a panel of block type q (kk inputs): output o of s as stored when it is of
+ * that type, else quantized from its floats a block at a time (s NULL: zeros). */
+static void put_qcolumn(const mha_qtype *q, unsigned char *panel, int kk, int lane, const source *s, size_t o)
+{
+    if (!s || s->type == q->type) {
+        mha_qpanel_put(q, panel, kk, lane, s ? s->rows + o * mha_weight_row_bytes(q->type, kk) : NULL);
+        return;
+    }
+    float y[CHUNK];
+    unsigned char block[CHUNK]; /* a block's bytes (at most Q6_K's 210) */
+    for (int b = 0; b < kk / q->qk; b++) {
+        source_floats(s, o, (size_t)b * q->qk, (size_t)q->qk, y);
+        mha_quantize_row(q->type, y, block, q->qk);
+        mha_qpanel_put(q, panel + (size_t)b * MHA_QP * q->bytes, q->qk, lane, block);
+    }
+}
+
+/* Column j of KV head g's [Wq_{g·G} | Wk_g | Wv_g | Wq_{g·G+1} | …]: which matrix (MHA_W_*;
+ * -1: a padding column after d_k) and its output. */
+static int qkv_column(const mha_dims *dims, int dkp, size_t g, size_t j, size_t *o)
+{
+    const size_t part = j / (size_t)dkp, c = j % (size_t)dkp, dk = (size_t)dims->dk;
+    if (c >= dk)
+        return -1;
+    if (part == 1 || part == 2) { /* K or V of this group */
+        *o = g * dk + c;
+        return part == 1 ? MHA_W_K : MHA_W_V;
+    }
+    *o = (g * (size_t)dims->group + (part == 0 ? 0 : part - 2)) * dk + c; /* Q of head 0, or of head part − 2 */
+    return MHA_W_Q;
+}
 
 void mha_weights_pack(const mha_weights *w, const mha_dims *dims, const mha_kernel *k, int dkp,
                       const mha_arena_views *v)
 {
-    const size_t d = (size_t)dims->d, dk = (size_t)dims->dk, qd = (size_t)dims->qd, g_n = (size_t)dims->group;
-    const size_t kvd = (size_t)dims->kvh * dk, width = (g_n + 2) * (size_t)dkp;
-    const size_t bw = (size_t)k->bw, dp = mha_round_up(d, v->wo16 ? MHA_BT_N : bw);
-    const size_t ps = mha_bk_ps(dims->d);
+    const size_t d = (size_t)dims->d, qd = (size_t)dims->qd, kvd = (size_t)dims->kvh * (size_t)dims->dk;
+    const size_t width = ((size_t)dims->group + 2) * (size_t)dkp;
+    const size_t bw = (size_t)k->bw, dp = mha_round_up(d, v->wo16 ? MHA_BT_N : dims->quant ? MHA_QP : bw);
+    const source src[MHA_W_COUNT] = {source_of(w, MHA_W_Q, d, qd), source_of(w, MHA_W_K, d, kvd),
+                                     source_of(w, MHA_W_V, d, kvd), source_of(w, MHA_W_O, qd, d)};
+    const mha_qmat qkv = mha_qmat_qkv(dims, dkp, v->wqkvq), om = mha_qmat_o(dims, v->woq);
+    const float *const bias[MHA_W_COUNT] = {w->b_q, w->b_k, w->b_v, w->b_o};
 
     /* KV head g: the (d, (group + 2)·dkp) matrix [Wq_{g·G} | Wk_g | Wv_g | Wq_{g·G+1} | …],
-     * each part dkp wide (zero columns after d_k), panel by panel */
+     * each part dkp wide (zero columns after d_k), column by column */
     for (size_t g = 0; g < (size_t)dims->kvh; g++) {
         const packed m = {v->wqkv ? v->wqkv + g * d * width : NULL,
-                          v->wqkv16 ? v->wqkv16 + g * mha_bk_kp(dims->d) * width : NULL, d, bw, ps};
-        float *bdst = v->bqkv + g * width;
+                          v->wqkv16 ? v->wqkv16 + g * mha_bk_kp(dims->d) * width : NULL, d, bw, mha_bk_ps(dims->d)};
         for (size_t j = 0; j < width; j++) {
-            const size_t part = j / (size_t)dkp, c = j % (size_t)dkp;
-            const float *src, *bias;
-            size_t n, o;
-            if (part == 1 || part == 2) { /* K or V of this group */
-                src = part == 1 ? w->w_k : w->w_v, bias = part == 1 ? w->b_k : w->b_v;
-                n = kvd, o = g * dk + c;
-            } else { /* Q of the group's head 0 (part 0) or head part - 2 */
-                const size_t head = g * g_n + (part == 0 ? 0 : part - 2);
-                src = w->w_q, bias = w->b_q, n = qd, o = head * dk + c;
+            size_t o = 0;
+            const int mat = qkv_column(dims, dkp, g, j, &o);
+            const source *s = mat >= 0 ? &src[mat] : NULL;
+            if (dims->quant) {
+                const mha_qtype *t;
+                const unsigned char *panel = mha_qmat_panel(&qkv, (int)(g * width + j / MHA_QP * MHA_QP), &t);
+                put_qcolumn(t, (unsigned char *)panel, dims->d, (int)(j % MHA_QP), s, o);
+            } else {
+                put_column(&m, j, s, o);
             }
-            PUT_COLUMN(&m, j, c < dk ? at(src, w->layout, d, n, i, o) : 0.0f);
-            bdst[j] = c < dk && bias ? bias[o] : 0.0f;
+            v->bqkv[g * width + j] = mat >= 0 && bias[mat] ? bias[mat][o] : 0.0f;
         }
     }
     /* Wo: qd rows (the heads' outputs) to d columns */
     const packed mo = {v->wo, v->wo16, qd, bw, mha_bk_ps(dims->qd)};
-    for (size_t j = 0; j < dp; j++)
-        PUT_COLUMN(&mo, j, j < d ? at(w->w_o, w->layout, qd, d, i, j) : 0.0f);
+    for (size_t j = 0; j < dp; j++) {
+        const source *s = j < d ? &src[MHA_W_O] : NULL;
+        if (dims->quant) {
+            const mha_qtype *t;
+            const unsigned char *panel = mha_qmat_panel(&om, (int)(j / MHA_QP * MHA_QP), &t);
+            put_qcolumn(t, (unsigned char *)panel, dims->qd, (int)(j % MHA_QP), s, j);
+        } else {
+            put_column(&mo, j, s, j);
+        }
+    }
     if (w->b_o)
         memcpy(v->bo, w->b_o, d * sizeof(float));
     else

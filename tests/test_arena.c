@@ -89,8 +89,13 @@ ParameterizedTest(mha_dims *dm, arena, regions_are_aligned_disjoint_and_inside, 
 static int expected(mha_arena_kind kind, const mha_dims *dm, int r)
 {
     const int mla = dm->mla.kv_lora_rank > 0;
+    const int quant_weight = r == MHA_REGION_wqkvq || r == MHA_REGION_woq;
     const int f32_weight = r == MHA_REGION_wqkv || r == MHA_REGION_wo || r == MHA_REGION_mla_w;
     const int bf16_weight = r == MHA_REGION_wqkv16 || r == MHA_REGION_wo16 || r == MHA_REGION_mla_w16;
+    if (quant_weight) /* block types in place of either precision's panels */
+        return dm->quant && kind != MHA_ARENA_ENGINE_SHARED;
+    if (dm->quant && (f32_weight || bf16_weight))
+        return 0;
     const int mla_region = r == MHA_REGION_mla_w || r == MHA_REGION_mla_w16 || r == MHA_REGION_mla_v ||
                            r == MHA_REGION_mla_k || r == MHA_REGION_mla_z;
     if (r == MHA_REGION_engine)
@@ -132,7 +137,7 @@ static void assert_disjoint(const char *what, const size_t *off, const size_t *b
                 cr_assert(off[i] >= off[j] + bytes[j] || off[j] >= off[i] + bytes[i], "%s %d and %d overlap", what, i, j);
 }
 
-/* Every region of every kind of plan, f32 and bf16, with and without RoPE (and with it
+/* Every region of every kind of plan, f32, bf16 and Q8_0 blocks, with and without RoPE (and with it
  * QK-norm, per head or over the whole projection, and sinks; without it ALiBi): either laid out
  * (aligned, inside the total, disjoint, its view at its offset) or absent (0 bytes, a NULL
  * view), whatever the plan and the views held before (a weights plan once left its step and
@@ -141,9 +146,12 @@ static void assert_disjoint(const char *what, const size_t *off, const size_t *b
 Test(arena, every_region_of_every_kind_is_defined, .init = pick_kernel)
 {
     const mha_arena_kind kinds[] = {MHA_ARENA_ENGINE, MHA_ARENA_ENGINE_SHARED, MHA_ARENA_WEIGHTS};
-    for (int c = 0; c < 36; c++) {
+    for (int cq = 0; cq < 48; cq++) {
+        const int c = cq < 36 ? cq : cq - 36; /* 36..47: cases 0..11 holding Q8_0 blocks */
         mha_dims dm = {.d = 96, .h = 6, .dk = 16, .dv = 16, .qd = 96, .batch = 3, .seq_q = 37, .seq_kv = 290, .threads = 3,
-                       .q_block = 16, .kvh = 3, .group = 2, .bf16 = c % 2, .positions = 290};
+                       .q_block = 16, .kvh = 3, .group = 2, .bf16 = c % 2, .positions = 290, .quant = cq >= 36};
+        for (int i = 0; dm.quant && i < MHA_W_COUNT; i++)
+            dm.wtype[i] = MHA_WEIGHT_Q8_0;
         if (c >= 24) { /* MLA: one KV head of latent 16 + rope 4, V the latent */
             dm.mla = (mha_mla){.kv_lora_rank = 16, .q_lora_rank = c % 4 < 2 ? 24 : 0, .qk_nope_head_dim = 8,
                                .qk_rope_head_dim = 4, .v_head_dim = 6, .eps = 1e-6f};
@@ -172,7 +180,7 @@ Test(arena, every_region_of_every_kind_is_defined, .init = pick_kernel)
         };
         for (int r = 0; r < MHA_REGION_COUNT; r++) {
             char what[96];
-            snprintf(what, sizeof what, "case %d (kind %d, bf16 %d, rope %d): region %s", c, (int)kind, dm.bf16,
+            snprintf(what, sizeof what, "case %d (kind %d, bf16 %d, rope %d): region %s", cq, (int)kind, dm.bf16,
                      dm.rope.style != MHA_ROPE_NONE, mha_arena_region_name(r));
             if (!expected(kind, &dm, r)) {
                 cr_assert_eq(p.off[r], MHA_ARENA_ABSENT, "%s: laid out at %zu", what, p.off[r]);
@@ -192,7 +200,7 @@ Test(arena, every_region_of_every_kind_is_defined, .init = pick_kernel)
             const int bf16_only = r == MHA_SLICE_v16 || r == MHA_SLICE_p16 || r == MHA_SLICE_q16;
             if ((bf16_only && !dm.bf16) || (r == MHA_SLICE_kvs && !(dm.bf16 && dm.kv_type == MHA_KV_INT8)) ||
                 (r == MHA_SLICE_k8 && dm.kv_type != MHA_KV_INT8) || (r == MHA_SLICE_mla && !dm.mla.kv_lora_rank)) {
-                cr_assert_eq(p.slice_off[r], MHA_ARENA_ABSENT, "case %d: slice has %s", c, mha_slice_region_name(r));
+                cr_assert_eq(p.slice_off[r], MHA_ARENA_ABSENT, "case %d: slice has %s", cq, mha_slice_region_name(r));
                 continue;
             }
             assert_laid_out(mha_slice_region_name(r), p.slice_off[r], p.slice_bytes[r], MHA_ALIGN, p.scratch_stride);

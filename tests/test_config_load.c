@@ -61,6 +61,8 @@ ParameterizedTestParameters(config_load, rejects_bad_configs)
         {"bf16 cache, f32 engine", MODEL "engine: { kv_cache: bf16 }\n", MHA_ERR_CONFIG,
          ":2: engine.kv_cache: bf16 with precision f32: an engine reads its own"},
         {"unknown cache", MODEL "engine: { kv_cache: fp8 }\n", MHA_ERR_CONFIG, ":2: engine.kv_cache"},
+        {"unknown weight type", MODEL "weights: { type: iq2_xs }\n", MHA_ERR_CONFIG,
+         ":2: weights.type: 'iq2_xs' is not one of f32, q8_0, q4_0, q4_1, q4_k, q6_k"},
         {"missing model", "batch: { size: 2 }\n", MHA_ERR_CONFIG, "model"},
         {"missing heads", "model:\n  d_model: 64\n", MHA_ERR_CONFIG, "model.heads"},
         {"syntax error", MODEL "batch: { lengths: [1, 2 }\n", MHA_ERR_CONFIG, ":2: syntax: did not find expected"},
@@ -140,7 +142,7 @@ Test(config_load, a_programs_own_rows_load_with_the_engines)
     const char *engine_alone = MODEL "tool: { level: 1 }\n";
     cr_assert_eq(mha_config_parse_with(engine_alone, strlen(engine_alone), "t.yaml", &cfg, NULL, err, sizeof err),
                  MHA_ERR_CONFIG);
-    cr_assert(strstr(err, "t.yaml:2: tool: unknown key (a config takes model, batch, threads, engine)"), "%s", err);
+    cr_assert(strstr(err, "t.yaml:2: tool: unknown key (a config takes model, batch, threads, engine, weights)"), "%s", err);
     /* nor the command's: a command's file needs its rows */
     const char *command = MODEL "run: { iters: 2 }\n";
     cr_assert_eq(mha_config_parse_with(command, strlen(command), "t.yaml", &cfg, NULL, err, sizeof err), MHA_ERR_CONFIG);
@@ -247,7 +249,8 @@ Test(config_load, configs_using_every_key_load, .timeout = 30)
         "run: { warmup: 1, iters: 1, seed: 7 }\n"
         "scaling: { threads: [1], pinning: [none], mode: strong, iters: 1 }\n"
         "decode: { seqs: 1, context: 8, new: 1, steps: 1, block_size: 4, prefill_chunk: 4 }\n"
-        "engine: { q_block: 0, blis_arch: auto, precision: f32, bf16_kernel: auto, isa: auto, kv_cache: int8 }\n";
+        "engine: { q_block: 0, blis_arch: auto, precision: f32, bf16_kernel: auto, isa: auto, kv_cache: int8 }\n"
+        "weights: { type: f32 }\n";
     static const char *model[] = {
         "rope: { style: neox, theta: 10000, rotary_dim: 16, factor: 2, original_max_position: 64, scaling: llama3, "
         "low_freq_factor: 1, high_freq_factor: 4 }",
@@ -287,4 +290,35 @@ Test(config_load, configs_using_every_key_load, .timeout = 30)
         cr_assert(found, "key %s is set by no config", key);
     }
     tmpdir_remove(dir);
+}
+
+/* weights.type: one type for the four projections; a base config (a GGUF layer's) is the start,
+ * its per-matrix types kept unless the file names one, and the model keys not required. */
+Test(config_load, weights_type_fills_the_four_and_a_base_is_overridden)
+{
+    static const char text[] = "model: { d_model: 256, heads: 4 }\nweights: { type: q4_k }\n";
+    mha_config c;
+    char err[256];
+    cr_assert_eq(mha_config_parse_with(text, sizeof text - 1, "w.yaml", &c, NULL, err, sizeof err), MHA_OK, "%s", err);
+    for (int i = 0; i < MHA_W_COUNT; i++)
+        cr_assert_eq(c.weight_type[i], MHA_WEIGHT_Q4_K, "matrix %d", i);
+    mha_config base;
+    mha_config_init(&base);
+    base.bias = 0;
+    for (int i = 0; i < MHA_W_COUNT; i++) /* Q4_K_M's mix: V in Q6_K */
+        base.weight_type[i] = i == MHA_W_V ? MHA_WEIGHT_Q6_K : MHA_WEIGHT_Q4_K;
+    base.d_model = 512, base.n_heads = 8, base.n_kv_heads = 2;
+    const mha_config_client cl = {.base = &base};
+    static const char runtime[] = "threads: { count: 1 }\nbatch: { seq_len: 12 }\n";
+    cr_assert_eq(mha_config_parse_with(runtime, sizeof runtime - 1, "r.yaml", &c, &cl, err, sizeof err), MHA_OK, "%s",
+                 err);
+    cr_assert(c.d_model == 512 && c.n_heads == 8 && c.n_kv_heads == 2 && !c.bias, "the base's model");
+    cr_assert(c.threads == 1 && c.max_seq_q == 12 && c.max_seq_kv == 12, "the file's run-time keys");
+    cr_assert(c.weight_type[MHA_W_V] == MHA_WEIGHT_Q6_K && c.weight_type[MHA_W_Q] == MHA_WEIGHT_Q4_K);
+    static const char over[] = "model: { kv_heads: 1 }\nweights: { type: q8_0 }\n";
+    cr_assert_eq(mha_config_parse_with(over, sizeof over - 1, "o.yaml", &c, &cl, err, sizeof err), MHA_OK, "%s", err);
+    cr_assert(c.n_kv_heads == 1 && c.d_model == 512 && c.weight_type[MHA_W_V] == MHA_WEIGHT_Q8_0);
+    static const char bad[] = "model: { kv_heads: 3 }\n";
+    cr_assert_eq(mha_config_parse_with(bad, sizeof bad - 1, "b.yaml", &c, &cl, err, sizeof err), MHA_ERR_CONFIG);
+    cr_assert(strstr(err, "b.yaml:1: model.kv_heads"), "%s", err);
 }

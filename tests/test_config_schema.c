@@ -83,7 +83,7 @@ ParameterizedTestParameters(config_schema, strict_values)
         {"list where a number goes", MODEL "batch: { size: [1, 2] }\n", ":2: batch.size: expected an integer, got a list"},
         {"mapping in a list", MODEL "batch: { lengths: [1, {a: 2}] }\n", "batch.lengths: entries must be single values"},
         {"number where a block goes", MODEL "batch: 3\n", ":2: batch: expected a mapping of keys (size, seq_len"},
-        {"unknown top-level key", MODEL "modle: {}\n", ":2: modle: unknown key (a config takes model, batch, threads, engine, name, run"},
+        {"unknown top-level key", MODEL "modle: {}\n", ":2: modle: unknown key (a config takes model, batch, threads, engine, weights, name, run"},
         {"bool spelled as number", "model: { d_model: 64, heads: 4, bias: 1 }\n", "model.bias: expected true or false, got '1'"},
         {"too many entries", MODEL "scaling: { pinning: [none, close, spread, cpus, none] }\n", "scaling.pinning: more than 4 entries"},
         /* decoder keys */

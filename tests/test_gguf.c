@@ -1124,6 +1124,189 @@ Test(gguf_files, gguf_py_files_read_back)
     mha_gguf_close(g);
 }
 
+/* ---- the layer's weights (mha_gguf_layer_weights) ---- */
+
+/* Every tensor of m's file as floats: tensor i's 4-byte word e holds i·1000 + e % 1000 (finite
+ * values that name their place; the blocks of other types get the same bytes, which the tests
+ * compare as bytes). */
+static void number_f32(gbuf *f, const model *m, const layout *pos)
+{
+    int nt = 0;
+    for (int l = 0; l < m->layers; l++) /* as model_file lists them */
+        nt += 5 + (m->bias == 1 ? 3 : m->bias ? 1 : 0) + (m->qk_norm == 3 ? 1 : m->qk_norm ? 2 : 0);
+    for (int i = 0; i < nt; i++) {
+        const uint64_t at = pos->data + pos->rel[i];
+        for (uint64_t e = 0; e * 4 < pos->bytes[i]; e++) {
+            const float x = (float)(i * 1000 + (int)e % 1000);
+            memcpy(f->b + at + 4 * e, &x, 4);
+        }
+    }
+}
+
+/* HF's row r lies in the file's row file_row(r) (llama.cpp's permutation, docs/gguf.md). */
+static int64_t file_row(int64_t r, int dk)
+{
+    const int64_t h = r / dk, c = r % dk;
+    return h * dk + 2 * (c % (dk / 2)) + c / (dk / 2);
+}
+
+/* Layer 0's config and tensors, which must pass. */
+static mha_config layer0(const mha_gguf *g, mha_gguf_layer *t)
+{
+    mha_config c = config_of(g, 0);
+    char err[256];
+    cr_assert_eq(mha_gguf_layer_tensors(g, 0, &c, t, err, sizeof err), MHA_OK, "%s", err);
+    return c;
+}
+
+static mha_gguf_weights weights_of(const mha_gguf *g, int l, const mha_config *c)
+{
+    mha_gguf_weights w;
+    char err[512] = "";
+    mha_status st = mha_gguf_layer_weights(g, l, c, &w, err, sizeof err);
+    cr_assert_eq(st, MHA_OK, "layer %d: %s", l, err);
+    return w;
+}
+
+Test(gguf_weights, llama_q_and_k_rows_go_back_to_hf_order, .init = setup, .fini = teardown)
+{
+    for (int qt = 0; qt < 2; qt++) { /* F32 projections as floats, Q8_0 as blocks */
+        model m = {"llama", 1, 64, 4, 2, 16, qt ? MHA_GGML_Q8_0 : MHA_GGML_F32, 1, 0, 0};
+        layout pos;
+        gbuf f = model_file(&m, NULL, &pos);
+        number_f32(&f, &m, &pos);
+        mha_gguf *g = open_ok(save(&f, "llama.gguf"));
+        mha_gguf_layer t;
+        mha_config c = layer0(g, &t);
+        mha_gguf_weights w = weights_of(g, 0, &c);
+        cr_assert(w.permuted && w.storage && w.w.layout == MHA_LAYOUT_TORCH);
+        const mha_gguf_tensor *qk[2] = {t.q, t.k};
+        const void *got[2] = {qt ? w.w.blocks[MHA_W_Q] : (const void *)w.w.w_q,
+                              qt ? w.w.blocks[MHA_W_K] : (const void *)w.w.w_k};
+        for (int i = 0; i < 2; i++) {
+            cr_assert_eq(w.w.type[i], qt ? MHA_WEIGHT_Q8_0 : MHA_WEIGHT_F32);
+            cr_assert(got[i] != qk[i]->data, "%s: moved rows are a copy", qk[i]->name);
+            const size_t rb = qk[i]->bytes / (uint64_t)qk[i]->ne[1];
+            for (int64_t r = 0; r < qk[i]->ne[1]; r++)
+                cr_assert(!memcmp((const char *)got[i] + r * rb, (const char *)qk[i]->data + file_row(r, 16) * rb, rb),
+                          "%s: HF row %lld is not file row %lld", qk[i]->name, (long long)r,
+                          (long long)file_row(r, 16));
+        }
+        /* V and O are not permuted: read where they lie */
+        cr_assert_eq(qt ? w.w.blocks[MHA_W_V] : (const void *)w.w.w_v, t.v->data);
+        cr_assert_eq(qt ? w.w.blocks[MHA_W_O] : (const void *)w.w.w_o, t.o->data);
+        cr_assert(qt ? !w.w.w_q && !w.w.w_o : !w.w.blocks[MHA_W_Q] && !w.w.blocks[MHA_W_O]);
+        /* the biases: q's and k's permuted as their rows, v's as they are; floats of the file's */
+        cr_assert(w.w.b_q && w.w.b_k && w.w.b_v && !w.w.b_o && !w.w.q_norm);
+        for (int r = 0; r < 64; r++)
+            cr_assert_eq(w.w.b_q[r], ((const float *)t.q_bias->data)[file_row(r, 16)], "b_q[%d]", r);
+        for (int r = 0; r < 32; r++) {
+            cr_assert_eq(w.w.b_k[r], ((const float *)t.k_bias->data)[file_row(r, 16)], "b_k[%d]", r);
+            cr_assert_eq(w.w.b_v[r], ((const float *)t.v_bias->data)[r], "b_v[%d]", r);
+        }
+        mha_gguf_weights_free(&w);
+        cr_assert(!w.storage && !w.w.b_q);
+        mha_gguf_weights_free(NULL);
+        mha_gguf_close(g);
+        free(f.b);
+    }
+}
+
+Test(gguf_weights, other_architectures_read_in_place_and_convert_vectors, .init = setup, .fini = teardown)
+{
+    /* qwen2: F16 projections handed as stored, F32 biases as floats, nothing permuted */
+    model m = {"qwen2", 1, 64, 4, 2, 16, MHA_GGML_F16, 1, 0, 0};
+    layout pos;
+    gbuf f = model_file(&m, NULL, &pos);
+    number_f32(&f, &m, &pos);
+    for (int i = 1; i < 5; i++) /* the projections: small finite halves (0x3c00 + 7i: 1.0 and up) */
+        for (uint64_t e = 0; e < pos.bytes[i] / 2; e++)
+            f.b[pos.data + pos.rel[i] + 2 * e] = (unsigned char)e, f.b[pos.data + pos.rel[i] + 2 * e + 1] = 0x3c;
+    mha_gguf *g = open_ok(save(&f, "qwen2.gguf"));
+    mha_gguf_layer t;
+    mha_config c = layer0(g, &t);
+    char err[256];
+    mha_gguf_weights w = weights_of(g, 0, &c);
+    cr_assert(!w.permuted);
+    const mha_gguf_tensor *x[4] = {t.q, t.k, t.v, t.o};
+    for (int i = 0; i < 4; i++)
+        cr_assert(w.w.type[i] == MHA_WEIGHT_F16 && w.w.blocks[i] == x[i]->data, "%s", x[i]->name);
+    for (int r = 0; r < 64; r++)
+        cr_assert_eq(w.w.b_q[r], ((const float *)t.q_bias->data)[r]);
+    mha_gguf_weights_free(&w);
+    /* a weight that is not finite is refused, naming the tensor and the element */
+    mha_gguf_close(g);
+    f.b[pos.data + pos.rel[2] + 2 * 37 + 1] = 0x7c, f.b[pos.data + pos.rel[2] + 2 * 37] = 0; /* +inf */
+    g = open_ok(save(&f, "inf.gguf"));
+    cr_assert_eq(mha_gguf_layer_weights(g, 0, &c, &w, err, sizeof err), MHA_ERR_FORMAT);
+    cr_assert(strstr(err, "inf.gguf: blk.0.attn_k.weight: element 37 (row 0) is not finite"), "%s", err);
+    cr_assert(!w.storage && !w.w.blocks[0], "nothing handed back");
+    mha_gguf_close(g);
+    free(f.b);
+
+    /* qwen3's BF16 projections and per-head norms; the norms as floats */
+    m = (model){"qwen3", 1, 64, 4, 2, 32, MHA_GGML_BF16, 0, 1, 0};
+    f = model_file(&m, NULL, &pos);
+    number_f32(&f, &m, &pos);
+    for (int i = 1; i < 5; i++)
+        memset(f.b + pos.data + pos.rel[i], 0x3f, pos.bytes[i]); /* bf16 0x3f3f: 0.75 */
+    g = open_ok(save(&f, "qwen3.gguf"));
+    c = layer0(g, &t);
+    w = weights_of(g, 0, &c);
+    cr_assert(w.w.type[MHA_W_O] == MHA_WEIGHT_BF16 && w.w.blocks[MHA_W_O] == t.o->data && !w.w.b_q);
+    cr_assert(w.w.q_norm && w.w.k_norm);
+    for (int r = 0; r < 32; r++)
+        cr_assert(w.w.q_norm[r] == ((const float *)t.q_norm->data)[r] &&
+                  w.w.k_norm[r] == ((const float *)t.k_norm->data)[r]);
+    mha_gguf_weights_free(&w);
+    mha_gguf_close(g);
+    free(f.b);
+
+    /* phi3's fused QKV: Q's, K's and V's rows of the one tensor, in place */
+    g = open_data("tiny_phi3.gguf");
+    c = layer0(g, &t);
+    w = weights_of(g, 0, &c);
+    const size_t rb = t.qkv->bytes / 96;
+    const char *base = t.qkv->data;
+    for (int i = 0; i < 3; i++) {
+        const void *p = w.w.type[i] == MHA_WEIGHT_F32 ? (const void *)(&w.w.w_q)[i] : w.w.blocks[i];
+        cr_assert_eq(p, base + (size_t)i * 32 * rb, "matrix %d of the fused QKV", i);
+        cr_assert_eq((int)w.w.type[i], t.qkv->type);
+    }
+    mha_gguf_weights_free(&w);
+    mha_gguf_close(g);
+}
+
+Test(gguf_weights, refusals_name_the_tensor_and_value, .init = setup, .fini = teardown)
+{
+    model m = llama;
+    m.qtype = MHA_GGML_IQ2_XS, m.d = 256, m.kvh = 4, m.dk = 64;
+    gbuf f = model_file(&m, NULL, NULL);
+    mha_gguf *g = open_ok(save(&f, "iq.gguf"));
+    mha_config c = config_of(g, 0);
+    mha_gguf_weights w;
+    char err[512];
+    cr_assert_eq(mha_gguf_layer_weights(g, 0, &c, &w, err, sizeof err), MHA_ERR_FORMAT);
+    cr_assert(strstr(err, "iq.gguf: blk.0.attn_q.weight: type IQ2_XS is not supported (supported: F32, F16, Q4_0, "
+                          "Q4_1, Q8_0, Q4_K, Q6_K, BF16"), "%s", err);
+    cr_assert(!w.storage);
+    c.n_heads = 7; /* an invalid config: the engine's own message */
+    cr_assert_eq(mha_gguf_layer_weights(g, 0, &c, &w, err, sizeof err), MHA_ERR_CONFIG);
+    cr_assert(strstr(err, "iq.gguf: config: ") && strstr(err, "7"), "%s", err);
+    cr_assert_eq(mha_gguf_layer_weights(NULL, 0, &c, &w, err, sizeof err), MHA_ERR_INVALID_ARG);
+    cr_assert_eq(mha_gguf_layer_weights(g, 0, &c, NULL, err, sizeof err), MHA_ERR_INVALID_ARG);
+    mha_gguf_close(g);
+    free(f.b);
+    f = model_file(&llama, NULL, NULL);
+    g = open_ok(save(&f, "l.gguf"));
+    c = config_of(g, 0);
+    c.n_kv_heads = 4; /* another model's shape */
+    cr_assert_eq(mha_gguf_layer_weights(g, 0, &c, &w, err, sizeof err), MHA_ERR_FORMAT);
+    cr_assert(strstr(err, "blk.0.attn_k.weight: dims 64 x 32, expected 64 x 64"), "%s", err);
+    mha_gguf_close(g);
+    free(f.b);
+}
+
 /* ---- the real file ---- */
 
 #define SMOLLM2 "tests/.gguf/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -1158,6 +1341,15 @@ Test(gguf_files, smollm2_q4_1_reads_as_llama, .timeout = 60)
             cr_assert_eq(w[i]->bytes, (uint64_t)rows[i] * (576 / 32) * 20, "%s", w[i]->name);
             cr_assert_eq(w[i]->offset % 32, 0);
         }
+        /* the weights: Q4_1 as stored, Q's and K's rows moved back to HF's order, V and O in place */
+        mha_gguf_weights lw = weights_of(g, l, &c);
+        for (int i = 0; i < 4; i++)
+            cr_assert(lw.w.type[i] == MHA_WEIGHT_Q4_1 && !(&lw.w.w_q)[i], "%s", w[i]->name);
+        cr_assert(lw.w.blocks[MHA_W_V] == t.v->data && lw.w.blocks[MHA_W_O] == t.o->data && lw.permuted);
+        cr_assert(!memcmp((const char *)lw.w.blocks[MHA_W_K] + 33 * 360, (const char *)t.k->data + file_row(33, 64) * 360,
+                          360), "layer %d: K's HF row 33 is file row %lld", l, (long long)file_row(33, 64));
+        cr_assert_eq(lw.storage_bytes, (size_t)(576 + 192) * 360);
+        mha_gguf_weights_free(&lw);
         char name[64];
         snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
         const mha_gguf_tensor *n = mha_gguf_find_tensor(g, name);

@@ -20,7 +20,11 @@ int mha_cli_schema(int argc, char **argv);
 /* mha run on a config with a decode block (decode.c): the files it reads and writes (NULL:
  * none): weights under a prefix; --input (batch, seq, d_model) tokens with --lengths, put
  * through the cache instead of generated ones, and --output their rows. */
-typedef struct cli_decode_files { const char *weights, *prefix, *input, *lengths, *output; } cli_decode_files;
+typedef struct cli_decode_files {
+    const char *weights, *prefix, *input, *lengths, *output;
+    const mha_gguf *gguf;       /* weights is a GGUF file, open: layer's weights (mha_gguf_layer_weights) */
+    int layer;
+} cli_decode_files;
 int cli_decode(const cli_config *fc, const char *config, const cli_decode_files *files, int check, int json);
 int mha_cli_scale(int argc, char **argv);
 /* mha run --core (core.c): mha_core_forward on seeded Q, K, V of the config's heads and batch
@@ -36,6 +40,9 @@ int cli_parse_int(const char *opt, const char *text, long lo, long hi, long *out
 /* --precision f32|bf16; 0 and a message on anything else. */
 int cli_parse_precision(const char *text, mha_precision *out);
 int cli_parse_kv_type(const char *text, mha_kv_type *out); /* --kv-cache: auto, f32, bf16, int8 */
+/* --weights-type: f32, q8_0, q4_0, q4_1, q4_k, q6_k (weights.type's words); 0 and a message else. */
+int cli_parse_weight_type(const char *text, mha_weight_type *out);
+const char *cli_weight_type_name(mha_weight_type t); /* "q4_1", "f16"; "?" for others */
 /* --isa NAME over the config's engine.isa: the name checked with the config (an unknown table,
  * one this CPU cannot run, or one that contradicts engine.blis_arch or bf16_kernel); 0 and a
  * message "--isa NAME: why" otherwise. NULL: nothing to apply. */

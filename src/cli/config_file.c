@@ -161,6 +161,17 @@ mha_status cli_config_parse(const char *text, size_t len, const char *origin, cl
     return st;
 }
 
+mha_status cli_config_load_onto(const char *path, const mha_config *base, cli_config *fc, char *err, size_t err_len)
+{
+    mha_config_client c = client_of(fc);
+    c.base = base;
+    mha_config engine;
+    mha_status st = mha_config_load_with(path, &engine, &c, err, err_len);
+    if (st == MHA_OK)
+        snprintf(fc->path, sizeof fc->path, "%s", path);
+    return st;
+}
+
 mha_status cli_config_load(const char *path, cli_config *fc, char *err, size_t err_len)
 {
     if (!fc)

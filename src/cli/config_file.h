@@ -46,6 +46,9 @@ void cli_config_default(cli_config *fc);
 /* Reads and validates a config file (mha_config_load_with's statuses and messages); fc changes
  * only on success. */
 mha_status cli_config_load(const char *path, cli_config *fc, char *err, size_t err_len);
+/* The same over a base config (a GGUF layer's): the file's engine keys override it, none are
+ * required (mha_config_client.base). */
+mha_status cli_config_load_onto(const char *path, const mha_config *base, cli_config *fc, char *err, size_t err_len);
 /* The same from text in memory; `origin` names it in messages. */
 mha_status cli_config_parse(const char *text, size_t len, const char *origin, cli_config *fc, char *err, size_t err_len);
 /* MHA_OK when the config's engine has projections (a forward, a decode, a scaling sweep), else

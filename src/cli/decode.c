@@ -21,6 +21,7 @@ typedef struct decode_state {
     mha_engine *e, *check_e;
     mha_kv_cache *cache;
     mha_weights_file wf;
+    mha_gguf_weights gw;        /* a GGUF layer's (cli_decode_files.gguf) */
     float *gen_w, *x, *out, *check_out;
     /* the sequences kept, rows S apart: their tokens (the --input, or sequence 0's generated
      * ones for the check) and their output rows (zeros past a length) */
@@ -38,6 +39,7 @@ static void release(decode_state *s)
     mha_free(s->e), mha_free(s->check_e);
     mha_kv_cache_free(s->cache);
     mha_weights_file_free(&s->wf);
+    mha_gguf_weights_free(&s->gw);
     free(s->gen_w), free(s->x), free(s->out), free(s->check_out), free(s->times);
     free(s->tokens), free(s->rows), free(s->len), free(s->table), free(s->past), free(s->add), free(s->want);
 }
@@ -328,7 +330,14 @@ int cli_decode(const cli_config *fc, const char *config, const cli_decode_files 
     s.n_seqs = n_seqs, s.max_blocks = max_blocks, s.d = d;
     cli_problem_model(&p, &cfg);
 
-    if (f->weights) {
+    if (f->gguf) {
+        if ((st = mha_gguf_layer_weights(f->gguf, f->layer, &cfg, &s.gw, err, sizeof err)) != MHA_OK) {
+            cli_error("%s", err);
+            rc = cli_exit_code(st);
+            goto out;
+        }
+        p.w = s.gw.w;
+    } else if (f->weights) {
         if ((st = mha_weights_file_load(f->weights, f->prefix, &cfg, &s.wf, err, sizeof err)) != MHA_OK) {
             cli_error("%s", err);
             rc = cli_exit_code(st);

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include <getopt.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,10 +16,11 @@
 
 typedef struct run_opts {
     const char *config, *weights, *prefix, *input, *kv, *lengths, *kv_lengths, *output, *attn, *isa, *bf16_kernel;
-    long threads, iters, warmup, check;
-    int json, causal, core, have_threads, have_iters, have_warmup, have_precision, have_kv;
+    long threads, iters, warmup, check, layer;
+    int json, causal, core, have_threads, have_iters, have_warmup, have_precision, have_kv, have_layer, have_wtype;
     mha_precision precision;
     mha_kv_type kv_type;
+    mha_weight_type wtype;  /* --weights-type */
 } run_opts;
 
 static void usage(FILE *f)
@@ -28,6 +30,7 @@ static void usage(FILE *f)
           "               [--threads N] [--iters N] [--warmup N] [--causal] [--check ROWS]\n"
           "               [--precision f32|bf16] [--isa auto|avx512|avx2|ref] [--bf16-kernel NAME]\n"
           "               [--kv-cache auto|f32|bf16|int8] [--core] [--json]\n"
+          "               [--layer N] [--weights-type f32|q8_0|q4_0|q4_1|q4_k|q6_k]\n"
           "With no CONFIG, the built-in default model (configs/default.yaml); with no --weights or\n"
           "--input, seeded random data. --lengths pads queries and, for self-attention, keys; output\n"
           "rows past a length are 0. --kv-lengths pads the --kv keys. --check ROWS: sampled output\n"
@@ -39,7 +42,11 @@ static void usage(FILE *f)
           "override the config's engine.precision, engine.isa (the kernel table: mha info lists\n"
           "them), engine.bf16_kernel and engine.kv_cache (a decode block's cache). --core: the\n"
           "attention core alone (mha_core_forward) on seeded Q, K, V of the config's heads and\n"
-          "batch (bf16 tensors with precision bf16), no projections.\n", f);
+          "batch (bf16 tensors with precision bf16), no projections.\n"
+          "--weights M.gguf --layer N (default 0): layer N of a GGUF model (docs/gguf.md), its config\n"
+          "from the file, overridden by CONFIG's keys and the options; its projections held as the\n"
+          "file stores them (Q4_1, Q8_0, ...; F32 for float tensors). --weights-type (config\n"
+          "weights.type): how the engine holds Wq, Wk, Wv, Wo instead, quantized or dequantized at load.\n", f);
 }
 
 static int parse(int argc, char **argv, run_opts *o)
@@ -54,7 +61,8 @@ static int parse(int argc, char **argv, run_opts *o)
         {"causal", no_argument, 0, 'C'},        {"json", no_argument, 0, 'j'},
         {"precision", required_argument, 0, 'P'}, {"isa", required_argument, 0, 'I'},
         {"kv-cache", required_argument, 0, 'K'}, {"core", no_argument, 0, 'R'},
-        {"bf16-kernel", required_argument, 0, 'B'},
+        {"bf16-kernel", required_argument, 0, 'B'}, {"layer", required_argument, 0, 'Y'},
+        {"weights-type", required_argument, 0, 'T'},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
@@ -80,6 +88,8 @@ static int parse(int argc, char **argv, run_opts *o)
         case 'I': o->isa = optarg; break;
         case 'B': o->bf16_kernel = optarg; break;
         case 'K': if (!cli_parse_kv_type(optarg, &o->kv_type)) return 0; o->have_kv = 1; break;
+        case 'Y': if (!cli_parse_int("--layer", optarg, 0, 1 << 20, &o->layer)) return 0; o->have_layer = 1; break;
+        case 'T': if (!cli_parse_weight_type(optarg, &o->wtype)) return 0; o->have_wtype = 1; break;
         case 'C': o->causal = 1; break;
         case 'R': o->core = 1; break;
         case 'j': o->json = 1; break;
@@ -102,6 +112,8 @@ typedef struct run_state {
     cli_config fc;
     cli_problem p;
     mha_weights_file wf;
+    mha_gguf *gguf;             /* --weights M.gguf, open */
+    mha_gguf_weights gw;        /* its layer's weights */
     float *gen_w;
     float *out, *attn;
     double *times;
@@ -112,6 +124,8 @@ static void release(run_state *s)
 {
     mha_free(s->e);
     mha_weights_file_free(&s->wf);
+    mha_gguf_weights_free(&s->gw);
+    mha_gguf_close(s->gguf);
     free(s->gen_w);
     cli_problem_free(&s->p);
     free(s->out), free(s->attn), free(s->times);
@@ -186,6 +200,14 @@ static int load_inputs(const run_opts *o, run_state *s)
 static int load_weights(const run_opts *o, run_state *s)
 {
     cli_problem *p = &s->p;
+    if (s->gguf) {
+        char err[1024];
+        mha_status st = mha_gguf_layer_weights(s->gguf, (int)o->layer, &s->fc.engine, &s->gw, err, sizeof err);
+        if (st != MHA_OK)
+            return cli_error("%s", err), cli_exit_code(st);
+        p->w = s->gw.w;
+        return EXIT_OK;
+    }
     if (o->weights) {
         char err[1024];
         mha_status st = mha_weights_file_load(o->weights, o->prefix, &s->fc.engine, &s->wf, err, sizeof err);
@@ -215,6 +237,51 @@ static double recent_median(int k, const double *t)
     return cli_stats_of(sorted, m).median;
 }
 
+/* --weights names a GGUF file (its magic, whatever its name): opened into s->gguf. MHA_OK (not
+ * one, or opened), else the status after a message. */
+static mha_status open_gguf(const run_opts *o, run_state *s)
+{
+    char magic[4] = {0}, err[1024];
+    struct stat sb; /* only a regular file is opened here: a FIFO's open would wait for a writer */
+    if (!o->weights || stat(o->weights, &sb) != 0 || !S_ISREG(sb.st_mode))
+        return MHA_OK; /* not one: the weights' loader says why */
+    FILE *f = fopen(o->weights, "rb");
+    const int is = f && fread(magic, 1, 4, f) == 4 && !memcmp(magic, "GGUF", 4);
+    if (f)
+        fclose(f);
+    if (!is)
+        return MHA_OK;
+    mha_status st = mha_gguf_open(o->weights, &s->gguf, err, sizeof err);
+    if (st != MHA_OK)
+        cli_error("%s", err);
+    else if (o->prefix)
+        cli_error("--prefix: not with a GGUF file (--layer N names the layer)"), st = MHA_ERR_INVALID_ARG;
+    return st;
+}
+
+/* Layer --layer's config from the file, its projections held as stored: the block types as
+ * they are, F32 for the float types (F16 and BF16 are converted at load, never held). */
+static mha_status gguf_base(const run_opts *o, const mha_gguf *g, mha_config *base, char *err, size_t err_len)
+{
+    mha_gguf_layer t;
+    mha_config_init(base);
+    mha_status st = mha_gguf_layer_config(g, (int)o->layer, base, err, err_len);
+    if (st != MHA_OK || (st = mha_gguf_layer_tensors(g, (int)o->layer, base, &t, err, err_len)) != MHA_OK)
+        return st;
+    const mha_gguf_tensor *m[MHA_W_COUNT] = {t.q ? t.q : t.qkv, t.k ? t.k : t.qkv, t.v ? t.v : t.qkv, t.o};
+    int floats = 0;
+    for (int i = 0; i < MHA_W_COUNT; i++) {
+        const int ty = m[i]->type;
+        const int f = ty == MHA_GGML_F32 || ty == MHA_GGML_F16 || ty == MHA_GGML_BF16;
+        base->weight_type[i] = f ? MHA_WEIGHT_F32 : (mha_weight_type)ty;
+        floats += f;
+    }
+    if (floats) /* the engine holds all four as blocks or all four as floats: a mix is dequantized */
+        for (int i = 0; i < MHA_W_COUNT; i++)
+            base->weight_type[i] = MHA_WEIGHT_F32;
+    return MHA_OK;
+}
+
 /* The config (the file, or the built-in default) into s->fc, with the command's overrides.
  * Returns EXIT_OK or an exit code after a message. */
 static int load_config(const run_opts *o, run_state *s)
@@ -223,11 +290,30 @@ static int load_config(const run_opts *o, run_state *s)
     static const char builtin[] =
 #include "default_yaml.h"
         ;
-    const mha_status st = o->config ? cli_config_load(o->config, &s->fc, err, sizeof err)
-                                    : cli_config_parse(builtin, sizeof builtin - 1, "configs/default.yaml (built in)",
-                                                            &s->fc, err, sizeof err);
+    mha_status st;
+    if ((st = open_gguf(o, s)) != MHA_OK)
+        return cli_exit_code(st);
+    if (s->gguf) { /* the layer's config, then CONFIG's keys over it (its model block optional) */
+        mha_config base;
+        if ((st = gguf_base(o, s->gguf, &base, err, sizeof err)) == MHA_OK && o->config)
+            st = cli_config_load_onto(o->config, &base, &s->fc, err, sizeof err);
+        else if (st == MHA_OK) {
+            cli_config_default(&s->fc);
+            s->fc.engine = base;
+            const char *stem = strrchr(o->weights, '/') ? strrchr(o->weights, '/') + 1 : o->weights;
+            snprintf(s->fc.name, sizeof s->fc.name, "%.*s layer %ld", (int)strcspn(stem, "."), stem, o->layer);
+        }
+    } else if (o->have_layer)
+        return cli_error("--layer: only with --weights M.gguf (a GGUF model's layers)"), EXIT_USAGE;
+    else
+        st = o->config ? cli_config_load(o->config, &s->fc, err, sizeof err)
+                       : cli_config_parse(builtin, sizeof builtin - 1, "configs/default.yaml (built in)", &s->fc, err,
+                                          sizeof err);
     if (st != MHA_OK)
         return cli_error("%s", err), cli_exit_code(st);
+    if (o->have_wtype)
+        for (int i = 0; i < MHA_W_COUNT; i++)
+            s->fc.engine.weight_type[i] = o->wtype;
     if (o->have_threads) s->fc.engine.threads = (int)o->threads;
     if (o->have_precision) s->fc.engine.precision = o->precision;
     if ((o->have_kv && !cli_apply_kv_type(&s->fc.engine, o->kv_type)) || !cli_apply_isa(&s->fc.engine, o->isa) ||
@@ -264,7 +350,7 @@ static int other_mode(const run_opts *o, run_state *s)
                       o->lengths ? "--lengths" : "--output");
             return EXIT_USAGE;
         }
-        const cli_decode_files files = {o->weights, o->prefix, o->input, o->lengths, o->output};
+        const cli_decode_files files = {o->weights, o->prefix, o->input, o->lengths, o->output, s->gguf, (int)o->layer};
         return cli_decode(&s->fc, o->config, &files, (int)o->check, o->json);
     }
     if (o->have_kv) { /* a forward keeps no cache: int8 here would change nothing and look perfect */
@@ -374,8 +460,18 @@ static void report(const run_opts *o, const run_state *s, const cli_stats *tp, c
         printf("\n");
         printf("  batch    %d × %d%s, %s-attention (seq_kv %d), mask %s\n", p->batch, p->seq_q, "", p->cross ? "cross" : "self",
                p->seq_kv, mask);
+        char scheme[160] = "";
+        if (s->gguf) /* each matrix's type as the file hands it, and how the engine holds it */
+            snprintf(scheme, sizeof scheme, "layer %ld, Wq/Wk/Wv/Wo %s/%s/%s/%s held as %s/%s/%s/%s%s", o->layer,
+                     cli_weight_type_name(p->w.type[0]), cli_weight_type_name(p->w.type[1]),
+                     cli_weight_type_name(p->w.type[2]), cli_weight_type_name(p->w.type[3]),
+                     cli_weight_type_name(s->fc.engine.weight_type[0]), cli_weight_type_name(s->fc.engine.weight_type[1]),
+                     cli_weight_type_name(s->fc.engine.weight_type[2]), cli_weight_type_name(s->fc.engine.weight_type[3]),
+                     s->gw.permuted ? ", Q/K rows back in HF's order" : "");
+        else if (o->weights)
+            snprintf(scheme, sizeof scheme, "%s", s->wf.scheme);
         printf("  data     input %s, weights %s%s%s\n", o->input ? o->input : "random", o->weights ? o->weights : "random",
-               o->weights ? ", " : "", o->weights ? s->wf.scheme : "");
+               o->weights ? ", " : "", scheme);
         printf("  engine   %d threads, pinning %s, workers on CPUs", mha_engine_threads(s->e), pin);
         for (int i = 0; i < nw; i++)
             printf("%s%d", i ? "," : " ", cpus[i]);
@@ -460,7 +556,15 @@ int mha_cli_run(int argc, char **argv)
         goto out;
     }
     cli_check check = {0};
-    cli_check_rows(p, s.out, (int)o.check, &check);
+    /* the double-precision reference reads float weights: a GGUF file's blocks are not yet */
+    int floats = 1;
+    for (int i = 0; i < MHA_W_COUNT; i++)
+        floats &= p->w.type[i] == MHA_WEIGHT_F32;
+    if (floats)
+        cli_check_rows(p, s.out, (int)o.check, &check);
+    else if (o.check && !o.json)
+        fprintf(stderr, "mha: --check skipped: the reference needs float weights, and %s's are %s blocks\n", o.weights,
+                cli_weight_type_name(p->w.type[0]));
     const cli_stats t = cli_stats_of(s.times, s.fc.iters);
     if ((rc = write_outputs(&o, &s)) != EXIT_OK)
         goto out;

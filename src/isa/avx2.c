@@ -55,4 +55,5 @@ const mha_isa mha_isa_avx2 = {
     .pack_b16 = mha_pack_b16_avx2,
     .interleave_pairs = {[MHA_KV_BF16] = mha_interleave_pairs_avx2, [MHA_KV_INT8] = mha_interleave_pairs_i8_avx2},
     .epilogue_block = mha_epilogue_block_avx2,
+    .quant = &mha_qk_avx2,
 };

@@ -51,4 +51,5 @@ const mha_isa mha_isa_avx512 = {
     .pack_b16 = mha_pack_b16_avx512,
     .interleave_pairs = {[MHA_KV_BF16] = mha_interleave_pairs_avx512, [MHA_KV_INT8] = mha_interleave_pairs_i8_avx512},
     .epilogue_block = mha_epilogue_block_avx512,
+    .quant = &mha_qk_avx512,
 };

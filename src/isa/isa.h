@@ -29,6 +29,7 @@
 #include "blocking.h"
 #include "gemm.h"
 #include "kvcache.h" /* MHA_KV_TYPES: the per-type operations */
+#include "qkernels.h"
 #include "softmax.h"
 
 /* Memory to bring into cache while a tile computes from cache: n regions of `bytes` each
@@ -288,6 +289,9 @@ typedef struct mha_isa {
      * table); C's columns 0..15 of row i at c0 + i·ldc, 16..31 at c1 + i·ldc. */
     void (*epilogue_block)(float *c0, float *c1, ptrdiff_t ldc, const float *acc, int rows, int cols, float alpha,
                            float beta);
+
+    /* ---- quantized weights ---- */
+    const mha_qkernels *quant;
 } mha_isa;
 
 /* The vector tables' decode scores: a chunk's runs cut into slot vectors of w lanes (the

@@ -335,4 +335,5 @@ const mha_isa mha_isa_ref = {
     .pack_b16 = pack_b16_ref,
     .interleave_pairs = {[MHA_KV_BF16] = interleave_pairs_ref, [MHA_KV_INT8] = interleave_pairs_i8_ref},
     .epilogue_block = epilogue_block_ref,
+    .quant = &mha_qk_ref,
 };

@@ -1,8 +1,8 @@
 /* fuzz_gguf.c — libFuzzer target: the GGUF reader (header, every value type, tensor infos,
  * layout checks, the name tables), every getter on every entry and element, each tensor's
- * bytes read through its pointer, then the model layer: the model's info, each layer's config
- * and tensors, every tensor as a projection. Any input must give MHA_OK or an error with a
- * message, and a failed open hands back no handle. */
+ * bytes read through its pointer, then the model layer: the model's info, each layer's config,
+ * tensors and weights (mha_gguf_layer_weights), every tensor as a projection. Any input must
+ * give MHA_OK or an error with a message, and a failed open hands back no handle. */
 #include <string.h>
 
 #include "fuzz_input.h"
@@ -83,6 +83,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             mha_gguf_layer t;
             if (st == MHA_OK && mha_gguf_layer_tensors(g, l, &cfg, &t, err, sizeof err) != MHA_OK && !err[0])
                 abort();
+            /* the weights loader: rows moved, vectors converted, every byte it reads inside the tensor */
+            mha_gguf_weights w;
+            err[0] = '\0';
+            mha_status ws = st == MHA_OK ? mha_gguf_layer_weights(g, l, &cfg, &w, err, sizeof err) : MHA_ERR_CONFIG;
+            if (st == MHA_OK && ws != MHA_OK && !err[0])
+                abort();
+            if (ws == MHA_OK && w.w.b_q)
+                sum += w.w.b_q[0] > 0;
+            mha_gguf_weights_free(&w);
         }
     mha_gguf_close(g);
     return 0;

@@ -1,0 +1,281 @@
+/* avx512_quant.c — the avx512 table's quantized-weight operations (qkernels.h): a panel's 16
+ * outputs are one vector's lanes, so a group dequantizes with one conversion and one FMA per
+ * input, and a row's sums are its own FMA chain per lane, as ref's. */
+#include "avx512.h"
+#include "qkernels.h"
+
+#define Q512 __attribute__((target(AVX512 ",f16c")))
+#define Q512_INLINE __attribute__((target(AVX512 ",f16c"), always_inline)) static inline
+
+Q512_INLINE __m512 halves(const unsigned char *p)
+{
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p));
+}
+
+/* The 16 outputs' bytes of one field row, widened. */
+Q512_INLINE __m512i bytes16(const unsigned char *p)
+{
+    return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
+}
+
+Q512_INLINE __m512i sbytes16(const unsigned char *p)
+{
+    return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
+}
+
+Q512_INLINE __m512 negated(__m512 x)
+{
+    return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u)));
+}
+
+/* A group's factors for the 16 outputs: d and m (Q6_K: d0, m0 for its first 16 inputs, d1, m1
+ * for the next). Q4_K's scale and min of group j as mha_q4k_scale_min unpacks them. */
+typedef struct factors {
+    __m512 d0, m0, d1, m1;
+} factors;
+
+Q512_INLINE factors factors_of(int type, const unsigned char *b, int grp)
+{
+    factors f;
+    if (type == MHA_QT_Q8_0) {
+        f.d0 = halves(b), f.m0 = _mm512_setzero_ps();
+    } else if (type == MHA_QT_Q4_0) {
+        f.d0 = halves(b), f.m0 = _mm512_mul_ps(_mm512_set1_ps(-8.0f), f.d0);
+    } else if (type == MHA_QT_Q4_1) {
+        f.d0 = halves(b), f.m0 = halves(b + MHA_Q4_1_M);
+    } else if (type == MHA_QT_Q4_K) {
+        const unsigned char *q = b + MHA_Q4_K_SC;
+        const __m512i low6 = _mm512_set1_epi32(63), low4 = _mm512_set1_epi32(0xF);
+        __m512i sc, mn;
+        if (grp < 4) {
+            sc = _mm512_and_si512(bytes16(q + grp * MHA_QP), low6);
+            mn = _mm512_and_si512(bytes16(q + (grp + 4) * MHA_QP), low6);
+        } else {
+            const __m512i a = bytes16(q + (grp + 4) * MHA_QP);
+            sc = _mm512_or_si512(_mm512_and_si512(a, low4),
+                                 _mm512_slli_epi32(_mm512_srli_epi32(bytes16(q + (grp - 4) * MHA_QP), 6), 4));
+            mn = _mm512_or_si512(_mm512_srli_epi32(a, 4),
+                                 _mm512_slli_epi32(_mm512_srli_epi32(bytes16(q + grp * MHA_QP), 6), 4));
+        }
+        f.d0 = _mm512_mul_ps(halves(b), _mm512_cvtepi32_ps(sc));
+        f.m0 = negated(_mm512_mul_ps(halves(b + MHA_Q4_K_DMIN), _mm512_cvtepi32_ps(mn)));
+    } else { /* Q6_K */
+        const __m512 d = halves(b), m32 = _mm512_set1_ps(-32.0f);
+        const unsigned char *sc = b + MHA_Q6_K_SC + 2 * grp * MHA_QP;
+        f.d0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sbytes16(sc)));
+        f.d1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sbytes16(sc + MHA_QP)));
+        f.m0 = _mm512_mul_ps(m32, f.d0), f.m1 = _mm512_mul_ps(m32, f.d1);
+        return f;
+    }
+    f.d1 = f.d0, f.m1 = f.m0;
+    return f;
+}
+
+/* Where a type's 4-bit pairs and Q6_K's top bits lie in a block. */
+static inline int nib_at(int type)
+{
+    return type == MHA_QT_Q4_0 ? MHA_Q4_0_NIB : type == MHA_QT_Q4_1 ? MHA_Q4_1_NIB
+         : type == MHA_QT_Q4_K ? MHA_Q4_K_NIB : MHA_Q6_K_NIB;
+}
+
+/* Inputs 4c … 4c + 3 of a block as integers: two bytes of nibble pairs, with Q6_K's top bits
+ * (hi not NULL: byte c holds the four inputs' at bits 0, 2, 4, 6) moved to bits 4 and 5. */
+Q512_INLINE void quad_ints(const unsigned char *nib, const unsigned char *hi, int c, __m512i v[4])
+{
+    const __m512i low4 = _mm512_set1_epi32(0xF), top2 = _mm512_set1_epi32(0x30);
+    const __m512i a = bytes16(nib + 2 * c * MHA_QP), b = bytes16(nib + (2 * c + 1) * MHA_QP);
+    v[0] = _mm512_and_si512(a, low4), v[1] = _mm512_srli_epi32(a, 4);
+    v[2] = _mm512_and_si512(b, low4), v[3] = _mm512_srli_epi32(b, 4);
+    if (hi) { /* v | (h' & 0x30): one ternary-logic op each */
+        const __m512i h = bytes16(hi + c * MHA_QP);
+        v[0] = _mm512_ternarylogic_epi32(v[0], _mm512_slli_epi32(h, 4), top2, 0xF8);
+        v[1] = _mm512_ternarylogic_epi32(v[1], _mm512_slli_epi32(h, 2), top2, 0xF8);
+        v[2] = _mm512_ternarylogic_epi32(v[2], h, top2, 0xF8);
+        v[3] = _mm512_ternarylogic_epi32(v[3], _mm512_srli_epi32(h, 2), top2, 0xF8);
+    }
+}
+
+Q512_INLINE void dequant_group(int type, const unsigned char *b, int grp, float *restrict w)
+{
+    const factors f = factors_of(type, b, grp);
+    if (type == MHA_QT_Q8_0) {
+        for (int i = 0; i < MHA_QG; i++) {
+            const __m512i q = sbytes16(b + MHA_Q8_0_Q + i * MHA_QP);
+            _mm512_storeu_ps(w + i * MHA_QP, _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), f.d0, f.m0));
+        }
+        return;
+    }
+    const unsigned char *hi = type == MHA_QT_Q6_K ? b + MHA_Q6_K_HI : NULL;
+    for (int c = 0; c < MHA_QG / 4; c++) {
+        __m512i v[4];
+        quad_ints(b + nib_at(type), hi, grp * MHA_QG / 4 + c, v);
+        const __m512 d = c < MHA_QG / 8 ? f.d0 : f.d1, m = c < MHA_QG / 8 ? f.m0 : f.m1;
+        for (int i = 0; i < 4; i++)
+            _mm512_storeu_ps(w + (4 * c + i) * MHA_QP, _mm512_fmadd_ps(_mm512_cvtepi32_ps(v[i]), d, m));
+    }
+}
+
+static Q512 void dequant_q8_0(const unsigned char *b, int grp, float *restrict w)
+{
+    dequant_group(MHA_QT_Q8_0, b, grp, w);
+}
+
+static Q512 void dequant_q4_0(const unsigned char *b, int grp, float *restrict w)
+{
+    dequant_group(MHA_QT_Q4_0, b, grp, w);
+}
+
+static Q512 void dequant_q4_1(const unsigned char *b, int grp, float *restrict w)
+{
+    dequant_group(MHA_QT_Q4_1, b, grp, w);
+}
+
+static Q512 void dequant_q4_k(const unsigned char *b, int grp, float *restrict w)
+{
+    dequant_group(MHA_QT_Q4_K, b, grp, w);
+}
+
+static Q512 void dequant_q6_k(const unsigned char *b, int grp, float *restrict w)
+{
+    dequant_group(MHA_QT_Q6_K, b, grp, w);
+}
+
+/* rows (≤ 8) × np (1 or 2) panels: constants where inlined, so the sums stay in registers. */
+Q512_INLINE void tile_rows(const float *restrict w, ptrdiff_t wps, int kc, const int np, const float *a, ptrdiff_t lda,
+                           const int rows, float *restrict acc, ptrdiff_t ld)
+{
+    __m512 s[8][2];
+    for (int r = 0; r < rows; r++)
+        for (int p = 0; p < np; p++)
+            s[r][p] = _mm512_loadu_ps(acc + r * ld + p * MHA_QP);
+    for (int i = 0; i < kc; i++) {
+        __m512 wv[2];
+        for (int p = 0; p < np; p++)
+            wv[p] = _mm512_loadu_ps(w + p * wps + i * MHA_QP);
+        for (int r = 0; r < rows; r++) {
+            const __m512 x = _mm512_set1_ps(a[r * lda + i]);
+            for (int p = 0; p < np; p++)
+                s[r][p] = _mm512_fmadd_ps(wv[p], x, s[r][p]);
+        }
+    }
+    for (int r = 0; r < rows; r++)
+        for (int p = 0; p < np; p++)
+            _mm512_storeu_ps(acc + r * ld + p * MHA_QP, s[r][p]);
+}
+
+#define TILE_CASE(n)                                                                                                  \
+    case n:                                                                                                           \
+        if (np == 2)                                                                                                  \
+            tile_rows(w, wps, kc, 2, a, lda, n, acc, ld);                                                             \
+        else                                                                                                          \
+            tile_rows(w, wps, kc, 1, a, lda, n, acc, ld);                                                             \
+        break;
+
+static Q512 void tile_avx512(const float *restrict w, ptrdiff_t wps, int kc, int np, const float *a, ptrdiff_t lda,
+                             int rows, float *restrict acc, ptrdiff_t ld)
+{
+    for (int r = 0; r < rows; r += 8, a += 8 * lda, acc += 8 * ld)
+        switch (rows - r < 8 ? rows - r : 8) {
+            TILE_CASE(1)
+            TILE_CASE(2)
+            TILE_CASE(3)
+            TILE_CASE(4)
+            TILE_CASE(5)
+            TILE_CASE(6)
+            TILE_CASE(7)
+            TILE_CASE(8)
+        }
+}
+
+/* few's chains (qkernels.h) for rows ≤ 2 and np ≤ 4 panels of one type: each group's factors,
+ * then input by input (a pair of them for 4-bit types) every panel's weights in registers and
+ * every row's FMA; the panels' chains interleave, so no FMA waits on the one before it. */
+Q512_INLINE void few_run(const mha_qtype *t, const int type, const unsigned char *const *p, int kk, const float *a,
+                         ptrdiff_t lda, float *restrict acc, ptrdiff_t ld, const int rows, const int np)
+{
+    const int groups = t->qk / MHA_QG;
+    const size_t block_bytes = MHA_QP * t->bytes;
+    __m512 s[2][4];
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < np; j++)
+            s[r][j] = _mm512_loadu_ps(acc + r * ld + j * MHA_QP);
+    for (int g = 0; g < kk / MHA_QG; g++) {
+        const unsigned char *b[4];
+        factors f[4];
+        for (int j = 0; j < np; j++) {
+            b[j] = p[j] + (size_t)(g / groups) * block_bytes;
+            f[j] = factors_of(type, b[j], g % groups);
+        }
+        const float *x = a + g * MHA_QG;
+        if (type == MHA_QT_Q8_0) {
+            for (int i = 0; i < MHA_QG; i++)
+                for (int j = 0; j < np; j++) {
+                    const __m512i q = sbytes16(b[j] + MHA_Q8_0_Q + i * MHA_QP);
+                    const __m512 w = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), f[j].d0, f[j].m0);
+                    for (int r = 0; r < rows; r++)
+                        s[r][j] = _mm512_fmadd_ps(w, _mm512_set1_ps(x[r * lda + i]), s[r][j]);
+                }
+            continue;
+        }
+        for (int c = 0; c < MHA_QG / 4; c++)
+            for (int j = 0; j < np; j++) {
+                __m512i v[4];
+                quad_ints(b[j] + nib_at(type), type == MHA_QT_Q6_K ? b[j] + MHA_Q6_K_HI : NULL,
+                          g % groups * MHA_QG / 4 + c, v);
+                const __m512 d = c < MHA_QG / 8 ? f[j].d0 : f[j].d1, m = c < MHA_QG / 8 ? f[j].m0 : f[j].m1;
+                for (int i = 0; i < 4; i++) {
+                    const __m512 w = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v[i]), d, m);
+                    for (int r = 0; r < rows; r++)
+                        s[r][j] = _mm512_fmadd_ps(w, _mm512_set1_ps(x[r * lda + 4 * c + i]), s[r][j]);
+                }
+            }
+    }
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < np; j++)
+            _mm512_storeu_ps(acc + r * ld + j * MHA_QP, s[r][j]);
+}
+
+/* few_run with its rows and panels constants (2 or 1; 4, 2 or 1). */
+#define FEW_RUN(r, n) few_run(t, type, p + j, kk, a, lda, acc + j * MHA_QP, ld, r, n)
+Q512_INLINE void few_type(const mha_qtype *t, const int type, const unsigned char *const *p, int np, int kk,
+                          const float *a, ptrdiff_t lda, int rows, float *restrict acc, ptrdiff_t ld)
+{
+    for (int j = 0, n; j < np; j += n) {
+        n = np - j >= 4 ? 4 : np - j >= 2 ? 2 : 1;
+        if (rows == 2)
+            n == 4 ? FEW_RUN(2, 4) : n == 2 ? FEW_RUN(2, 2) : FEW_RUN(2, 1);
+        else
+            n == 4 ? FEW_RUN(1, 4) : n == 2 ? FEW_RUN(1, 2) : FEW_RUN(1, 1);
+    }
+}
+#undef FEW_RUN
+
+#define FEW_OF(name, type)                                                                                            \
+    static Q512 void name(const mha_qtype *t, const unsigned char *const *p, int np, int kk, const float *a,          \
+                          ptrdiff_t lda, int rows, float *restrict acc, ptrdiff_t ld)                                 \
+    {                                                                                                                 \
+        few_type(t, type, p, np, kk, a, lda, rows, acc, ld);                                                          \
+    }
+FEW_OF(few_q8_0, MHA_QT_Q8_0)
+FEW_OF(few_q4_0, MHA_QT_Q4_0)
+FEW_OF(few_q4_1, MHA_QT_Q4_1)
+FEW_OF(few_q4_k, MHA_QT_Q4_K)
+FEW_OF(few_q6_k, MHA_QT_Q6_K)
+#undef FEW_OF
+
+static Q512 void few_avx512(const mha_qtype *t, const unsigned char *const *p, int np, int kk, const float *a,
+                            ptrdiff_t lda, int rows, float *restrict acc, ptrdiff_t ld)
+{
+    static void (*const by_type[MHA_QTYPES])(const mha_qtype *, const unsigned char *const *, int, int, const float *,
+                                             ptrdiff_t, int, float *restrict, ptrdiff_t) = {
+        [MHA_QT_Q8_0] = few_q8_0, [MHA_QT_Q4_0] = few_q4_0, [MHA_QT_Q4_1] = few_q4_1, [MHA_QT_Q4_K] = few_q4_k,
+        [MHA_QT_Q6_K] = few_q6_k};
+    by_type[t->index](t, p, np, kk, a, lda, rows, acc, ld);
+}
+
+const mha_qkernels mha_qk_avx512 = {
+    .dequant = {[MHA_QT_Q8_0] = dequant_q8_0, [MHA_QT_Q4_0] = dequant_q4_0, [MHA_QT_Q4_1] = dequant_q4_1,
+                [MHA_QT_Q4_K] = dequant_q4_k, [MHA_QT_Q6_K] = dequant_q6_k},
+    .tile = tile_avx512,
+    .few = few_avx512,
+};

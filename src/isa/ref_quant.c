@@ -1,0 +1,100 @@
+/* ref_quant.c — the portable quantized-weight operations (qkernels.h): the definition of their
+ * numerics, which the vector tables reproduce bit for bit. */
+#include "qkernels.h"
+
+#include "bgemm.h" /* mha_f16_float */
+
+#include <math.h>
+#include <string.h>
+
+static float f16_at(const unsigned char *p)
+{
+    mha_f16 h;
+    memcpy(&h, p, sizeof h);
+    return mha_f16_float(h);
+}
+
+/* The 4-bit value of input i (of the block) from a field of pairs. */
+static int nibble(const unsigned char *nib, int i, int o)
+{
+    return (nib[(i / 2) * MHA_QP + o] >> (4 * (i & 1))) & 0xF;
+}
+
+static void dequant_q8_0(const unsigned char *b, int grp, float *restrict w)
+{
+    (void)grp; /* one group a block */
+    for (int o = 0; o < MHA_QP; o++) {
+        const float d = f16_at(b + 2 * o);
+        for (int i = 0; i < MHA_QG; i++)
+            w[i * MHA_QP + o] = fmaf((float)(signed char)b[MHA_Q8_0_Q + i * MHA_QP + o], d, 0.0f);
+    }
+}
+
+/* Q4_0 and Q4_1: d, then m at m_at (Q4_1) or −8·d (m_at 0). */
+static void dequant_q4(const unsigned char *b, int m_at, int nib_at, float *restrict w)
+{
+    for (int o = 0; o < MHA_QP; o++) {
+        const float d = f16_at(b + 2 * o), m = m_at ? f16_at(b + m_at + 2 * o) : -8.0f * d;
+        for (int i = 0; i < MHA_QG; i++)
+            w[i * MHA_QP + o] = fmaf((float)nibble(b + nib_at, i, o), d, m);
+    }
+}
+
+static void dequant_q4_0(const unsigned char *b, int grp, float *restrict w)
+{
+    (void)grp;
+    dequant_q4(b, 0, MHA_Q4_0_NIB, w);
+}
+
+static void dequant_q4_1(const unsigned char *b, int grp, float *restrict w)
+{
+    (void)grp;
+    dequant_q4(b, MHA_Q4_1_M, MHA_Q4_1_NIB, w);
+}
+
+static void dequant_q4_k(const unsigned char *b, int grp, float *restrict w)
+{
+    for (int o = 0; o < MHA_QP; o++) {
+        int sc, mn;
+        mha_q4k_scale_min(grp, b + MHA_Q4_K_SC + o, MHA_QP, &sc, &mn);
+        const float d = f16_at(b + 2 * o) * (float)sc, m = -(f16_at(b + MHA_Q4_K_DMIN + 2 * o) * (float)mn);
+        for (int i = 0; i < MHA_QG; i++)
+            w[i * MHA_QP + o] = fmaf((float)nibble(b + MHA_Q4_K_NIB, grp * MHA_QG + i, o), d, m);
+    }
+}
+
+static void dequant_q6_k(const unsigned char *b, int grp, float *restrict w)
+{
+    for (int o = 0; o < MHA_QP; o++)
+        for (int i = 0; i < MHA_QG; i++) {
+            const int at = grp * MHA_QG + i, hi = b[MHA_Q6_K_HI + (at / 4) * MHA_QP + o] >> (2 * (at % 4)) & 3;
+            const float d = f16_at(b + 2 * o) * (float)(signed char)b[MHA_Q6_K_SC + (at / 16) * MHA_QP + o];
+            w[i * MHA_QP + o] = fmaf((float)(nibble(b + MHA_Q6_K_NIB, at, o) | hi << 4), d, -32.0f * d);
+        }
+}
+
+static void tile_ref(const float *restrict w, ptrdiff_t wps, int kc, int np, const float *a, ptrdiff_t lda, int rows,
+                     float *restrict acc, ptrdiff_t ld)
+{
+    for (int r = 0; r < rows; r++)
+        for (int p = 0; p < np; p++)
+            for (int o = 0; o < MHA_QP; o++) {
+                float s = acc[r * ld + p * MHA_QP + o];
+                for (int i = 0; i < kc; i++)
+                    s = fmaf(w[p * wps + i * MHA_QP + o], a[r * lda + i], s);
+                acc[r * ld + p * MHA_QP + o] = s;
+            }
+}
+
+static void few_ref(const mha_qtype *t, const unsigned char *const *p, int np, int kk, const float *a, ptrdiff_t lda,
+                    int rows, float *restrict acc, ptrdiff_t ld)
+{
+    mha_qfew_by_groups(&mha_qk_ref, t, p, np, kk, a, lda, rows, acc, ld);
+}
+
+const mha_qkernels mha_qk_ref = {
+    .dequant = {[MHA_QT_Q8_0] = dequant_q8_0, [MHA_QT_Q4_0] = dequant_q4_0, [MHA_QT_Q4_1] = dequant_q4_1,
+                [MHA_QT_Q4_K] = dequant_q4_k, [MHA_QT_Q6_K] = dequant_q6_k},
+    .tile = tile_ref,
+    .few = few_ref,
+};

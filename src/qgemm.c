@@ -1,0 +1,90 @@
+/* qgemm.c — the driver of products on quantized weights (qgemm.h): per pair of panels and
+ * block of rows, a chunk of inputs is dequantized once into floats (L1) and every row tile of
+ * the block runs its FMA chains on it, the sums kept in a tile between chunks (a float stored
+ * and loaded back is the same float: the chains do not change). So each weight byte is read
+ * once a block of rows — once a decode step — and dequantized once. */
+#include "qgemm.h"
+
+#include "isa/isa.h"
+
+#include <string.h>
+
+/* Rows a block, inputs a chunk: the chunk's floats (two panels) and the block's sums stay in
+ * L1 (16 + 8 KiB). */
+enum { QROWS = 64, QCHUNK = 128 };
+
+size_t mha_qmat_head_bytes(const mha_qmat *b)
+{
+    size_t bytes = 0;
+    for (int j = 0; j < b->parts; j++)
+        bytes += mha_qmat_part_bytes(b, j);
+    return bytes;
+}
+
+const unsigned char *mha_qmat_panel(const mha_qmat *b, int col, const mha_qtype **type)
+{
+    const int width = b->part * b->parts, head = col / width, j = col % width / b->part;
+    const unsigned char *p = b->p + (size_t)head * mha_qmat_head_bytes(b);
+    for (int i = 0; i < j; i++)
+        p += mha_qmat_part_bytes(b, i);
+    *type = mha_qmat_type(b, j);
+    return p + (size_t)(col % b->part / MHA_QP) * mha_qpanel_bytes(*type, b->kk);
+}
+
+/* Rows [r0, r0 + rows) of the sums acc (ld apart) into c's columns [cj, cj + cols): the sum,
+ * plus c's bias where beta is 1. */
+static void put_rows(const mha_kernel *k, const float *acc, ptrdiff_t ld, int r0, int rows, int cj, int cols,
+                     float beta, mha_mat c)
+{
+    for (int i = 0; i < rows; i++)
+        for (int o = 0; o < cols; o++) {
+            float *out = mha_mat_at(k, c, r0 + i, cj + o);
+            *out = beta != 0.0f ? acc[i * ld + o] + *out : acc[i * ld + o];
+        }
+}
+
+/* Outputs [cj, cj + cols) of c from np ≤ 2 panels of type t at p[0], p[1], rows [0, m). */
+static void panels(const mha_kernel *k, int m, int kk, const float *a, ptrdiff_t lda, int np,
+                   const unsigned char *const p[2], const mha_qtype *t, float beta, mha_mat c, int cj, int cols)
+{
+    const mha_qkernels *qk = k->isa->quant;
+    enum { LD = 2 * MHA_QP };
+    float w[2 * QCHUNK * MHA_QP], acc[QROWS * LD];
+    const size_t block_bytes = MHA_QP * t->bytes;
+    const int groups = t->qk / MHA_QG;
+    for (int r0 = 0; r0 < m; r0 += QROWS) {
+        const int rows = m - r0 < QROWS ? m - r0 : QROWS;
+        memset(acc, 0, sizeof acc);
+        for (int k0 = 0; k0 < kk; k0 += QCHUNK) {
+            const int kc = kk - k0 < QCHUNK ? kk - k0 : QCHUNK; /* kk is whole groups */
+            for (int j = 0; j < np; j++)
+                for (int g = k0 / MHA_QG; g < (k0 + kc) / MHA_QG; g++)
+                    qk->dequant[t->index](p[j] + (size_t)(g / groups) * block_bytes, g % groups,
+                                          w + (size_t)j * QCHUNK * MHA_QP + (size_t)(g * MHA_QG - k0) * MHA_QP);
+            qk->tile(w, QCHUNK * MHA_QP, kc, np, a + (size_t)r0 * lda + k0, lda, rows, acc, LD);
+        }
+        put_rows(k, acc, LD, r0, rows, cj, cols, beta, c);
+    }
+}
+
+void mha_qgemm(const mha_kernel *k, int m, int n, const float *a, ptrdiff_t lda, const mha_qmat *b, int col,
+               float beta, mha_mat c)
+{
+    const int most = m <= MHA_QFEW_ROWS ? MHA_QFEW_PANELS : 2; /* panels a pass reads together */
+    for (int j = 0; j < n;) {
+        const mha_qtype *t, *tj;
+        const unsigned char *p[MHA_QFEW_PANELS] = {mha_qmat_panel(b, col + j, &t)};
+        int np = 1;
+        while (np < most && j + np * MHA_QP < n && (p[np] = mha_qmat_panel(b, col + j + np * MHA_QP, &tj)) && tj == t)
+            np++; /* the panels after it of its type */
+        const int cols = n - j < np * MHA_QP ? n - j : np * MHA_QP;
+        if (m <= MHA_QFEW_ROWS) {
+            float acc[MHA_QFEW_ROWS * MHA_QFEW_PANELS * MHA_QP] = {0};
+            k->isa->quant->few(t, p, np, b->kk, a, lda, m, acc, MHA_QFEW_PANELS * MHA_QP);
+            put_rows(k, acc, MHA_QFEW_PANELS * MHA_QP, 0, m, j, cols, beta, c);
+        } else {
+            panels(k, m, b->kk, a, lda, np, p, t, beta, c, j, cols);
+        }
+        j += np * MHA_QP;
+    }
+}

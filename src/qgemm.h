@@ -1,0 +1,56 @@
+/* qgemm.h — products on quantized weights held as panels (quant.h): C = A · Wᵀ with A's rows
+ * float32 in place and W's outputs in panels of MHA_QP, each part of the matrix of its own
+ * type (a GGUF Q4_K_M file's Wv is Q6_K beside Q4_K Wq and Wk). */
+#ifndef MHA_QGEMM_H
+#define MHA_QGEMM_H
+
+#include <stddef.h>
+
+#include "dims.h"
+#include "gemm.h"
+#include "quant.h"
+
+/* A matrix of kk inputs as the engine holds it: per head, `parts` parts of `part` outputs
+ * (a multiple of MHA_QP) in panels: Wqkv's [Q_0 | K | V | Q_1 | …] per KV head, or Wo's one
+ * part of every output (parts 1). type[0] is Q's (and Wo's), type[1] K's, type[2] V's. */
+typedef struct mha_qmat {
+    const unsigned char *p;
+    int kk, part, parts;
+    const mha_qtype *type[3];
+} mha_qmat;
+
+/* An engine's Wqkv (per KV head [Q_0 | K | V | Q_1 | …], parts dkp wide) and Wo (d outputs
+ * padded to whole panels) at p. */
+static inline mha_qmat mha_qmat_qkv(const mha_dims *dims, int dkp, const unsigned char *p)
+{
+    return (mha_qmat){p, dims->d, dkp, dims->group + 2,
+                      {mha_qtype_of(dims->wtype[MHA_W_Q]), mha_qtype_of(dims->wtype[MHA_W_K]),
+                       mha_qtype_of(dims->wtype[MHA_W_V])}};
+}
+static inline mha_qmat mha_qmat_o(const mha_dims *dims, const unsigned char *p)
+{
+    const mha_qtype *t = mha_qtype_of(dims->wtype[MHA_W_O]);
+    return (mha_qmat){p, dims->qd, (dims->d + MHA_QP - 1) / MHA_QP * MHA_QP, 1, {t, t, t}};
+}
+
+/* The type of part j of a head, and the bytes of a part and of a head. */
+static inline const mha_qtype *mha_qmat_type(const mha_qmat *b, int j)
+{
+    return b->type[j == 1 || j == 2 ? j : 0];
+}
+static inline size_t mha_qmat_part_bytes(const mha_qmat *b, int j)
+{
+    return (size_t)(b->part / MHA_QP) * mha_qpanel_bytes(mha_qmat_type(b, j), b->kk);
+}
+size_t mha_qmat_head_bytes(const mha_qmat *b);
+/* The panel of outputs [col, col + MHA_QP) (col a multiple of MHA_QP), and its type. */
+const unsigned char *mha_qmat_panel(const mha_qmat *b, int col, const mha_qtype **type);
+
+/* c (m × n) = a (m × kk float32 rows, lda apart) · the outputs [col, col + n) of b (col and n
+ * multiples of MHA_QP), plus c where beta is 1 (the bias a caller put there; beta 0: c is not
+ * read): each element one FMA chain over its inputs in order, then that one addition, the
+ * same bits whatever m, n, col or the table (qkernels.h). */
+void mha_qgemm(const mha_kernel *k, int m, int n, const float *a, ptrdiff_t lda, const mha_qmat *b, int col,
+               float beta, mha_mat c);
+
+#endif

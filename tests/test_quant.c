@@ -1,0 +1,473 @@
+/* test_quant.c — quantized weights (quant.h, qgemm.h): the floats the engine reads from each
+ * block type are ggml's dequantization, written here again from ggml's own code; every table's
+ * panels dequantize to those floats and its products are FMA chains over them in input order,
+ * bit for bit; an engine holding blocks as stored matches one holding their floats, and keeps
+ * the engine's invariances (batch, threads, steps); quantizing at load equals handing the
+ * quantized blocks; what the engine cannot hold is refused with a message. The quant suite runs
+ * once (it walks the tables itself); quant_engine once per table (make test). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+
+#include "bgemm.h"
+#include "helpers.h"
+#include "isa/isa.h"
+#include "qgemm.h"
+#include "quant.h"
+
+/* An engine holding blocks and one holding their floats differ only in the order of the
+ * projections' sums (FMA chains in input order, or BLIS's microkernel): float32 rounding. */
+#define QUANT_F32_TOL 1e-5
+
+static const mha_weight_type block_types[] = {MHA_WEIGHT_Q8_0, MHA_WEIGHT_Q4_0, MHA_WEIGHT_Q4_1, MHA_WEIGHT_Q4_K,
+                                              MHA_WEIGHT_Q6_K};
+#define N_TYPES (sizeof block_types / sizeof block_types[0])
+
+static void put_f16(unsigned char *p, float x)
+{
+    const mha_f16 h = mha_f16_round(x);
+    memcpy(p, &h, sizeof h);
+}
+
+static float f16_at(const unsigned char *p)
+{
+    mha_f16 h;
+    memcpy(&h, p, sizeof h);
+    return mha_f16_float(h);
+}
+
+/* rows outputs × in inputs of blocks of type t as a file holds them: random integers, the
+ * factors drawn so that the weights are about 1/sqrt(in) (nn.Linear's scale). */
+static unsigned char *random_rows(mha_weight_type t, int rows, int in, uint64_t seed)
+{
+    const mha_qtype *q = mha_qtype_of(t);
+    const size_t n = (size_t)rows * (size_t)(in / q->qk);
+    unsigned char *b = malloc(n * q->bytes);
+    rng r = {seed};
+    for (size_t i = 0; i < n * q->bytes; i++)
+        b[i] = (unsigned char)rng_next(&r);
+    const float s = 1.0f / sqrtf((float)in);
+    for (size_t k = 0; k < n; k++) {
+        unsigned char *blk = b + k * q->bytes;
+        const float u = rng_uniform(&r, 0.5f, 1.5f), v = rng_uniform(&r, 0.5f, 1.5f);
+        switch (t) {
+        case MHA_WEIGHT_Q8_0: put_f16(blk, u * s / 127.0f); break;
+        case MHA_WEIGHT_Q4_0: put_f16(blk, u * s / 8.0f); break;
+        case MHA_WEIGHT_Q4_1: put_f16(blk, 2.0f * u * s / 15.0f), put_f16(blk + 2, -v * s); break;
+        case MHA_WEIGHT_Q4_K: put_f16(blk, 2.0f * u * s / (63.0f * 15.0f)), put_f16(blk + 2, v * s / 63.0f); break;
+        default: put_f16(blk + 208, u * s / (128.0f * 32.0f)); break; /* Q6_K: d last */
+        }
+    }
+    return b;
+}
+
+/* ggml's dequantize_row_* (ggml-quants.c) for one block, its expressions as written, with
+ * Q4_1's and Q4_K's x·d + m contracted (fmaf) as GCC compiles them. */
+static void ggml_block(mha_weight_type t, const unsigned char *x, float *y)
+{
+    switch (t) {
+    case MHA_WEIGHT_Q8_0: {
+        const float d = f16_at(x);
+        for (int j = 0; j < 32; j++)
+            y[j] = (float)(signed char)x[2 + j] * d;
+        break;
+    }
+    case MHA_WEIGHT_Q4_0:
+    case MHA_WEIGHT_Q4_1: {
+        const int one = t == MHA_WEIGHT_Q4_1;
+        const float d = f16_at(x), m = one ? f16_at(x + 2) : 0.0f;
+        const unsigned char *qs = x + (one ? 4 : 2);
+        for (int j = 0; j < 16; j++) {
+            const int x0 = (qs[j] & 0x0F) - (one ? 0 : 8), x1 = (qs[j] >> 4) - (one ? 0 : 8);
+            y[j] = one ? fmaf((float)x0, d, m) : (float)x0 * d;
+            y[j + 16] = one ? fmaf((float)x1, d, m) : (float)x1 * d;
+        }
+        break;
+    }
+    case MHA_WEIGHT_Q4_K: {
+        const float d = f16_at(x), min = f16_at(x + 2);
+        const unsigned char *scales = x + 4, *q = x + 16;
+        for (int j = 0, is = 0; j < 256; j += 64, is += 2, q += 32) {
+            int sc, m;
+            mha_q4k_scale_min(is, scales, 1, &sc, &m);
+            const float d1 = d * (float)sc, m1 = min * (float)m;
+            mha_q4k_scale_min(is + 1, scales, 1, &sc, &m);
+            const float d2 = d * (float)sc, m2 = min * (float)m;
+            for (int l = 0; l < 32; l++)
+                y[j + l] = fmaf(d1, (float)(q[l] & 0xF), -m1);
+            for (int l = 0; l < 32; l++)
+                y[j + 32 + l] = fmaf(d2, (float)(q[l] >> 4), -m2);
+        }
+        break;
+    }
+    default: { /* Q6_K */
+        const float d = f16_at(x + 208);
+        const unsigned char *ql = x, *qh = x + 128;
+        const signed char *sc = (const signed char *)(x + 192);
+        for (int n = 0; n < 256; n += 128, ql += 64, qh += 32, sc += 8)
+            for (int l = 0; l < 32; l++) {
+                const int is = l / 16;
+                const int q1 = ((ql[l] & 0xF) | ((qh[l] >> 0) & 3) << 4) - 32;
+                const int q2 = ((ql[l + 32] & 0xF) | ((qh[l] >> 2) & 3) << 4) - 32;
+                const int q3 = ((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4) - 32;
+                const int q4 = ((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4) - 32;
+                y[n + l] = d * (float)sc[is] * (float)q1;
+                y[n + l + 32] = d * (float)sc[is + 2] * (float)q2;
+                y[n + l + 64] = d * (float)sc[is + 4] * (float)q3;
+                y[n + l + 96] = d * (float)sc[is + 6] * (float)q4;
+            }
+        break;
+    }
+    }
+}
+
+Test(quant, the_floats_of_every_block_type_are_ggmls_dequantization)
+{
+    enum { ROWS = 3, IN = 512 };
+    float want[256], got[IN];
+    for (size_t t = 0; t < N_TYPES; t++) {
+        const mha_qtype *q = mha_qtype_of(block_types[t]);
+        unsigned char *b = random_rows(q->type, ROWS, IN, 11 + t);
+        for (int r = 0; r < ROWS; r++) {
+            const unsigned char *row = b + (size_t)r * (IN / q->qk) * q->bytes;
+            mha_weight_row_floats(q->type, row, IN, got);
+            for (int k = 0; k < IN / q->qk; k++) {
+                ggml_block(q->type, row + (size_t)k * q->bytes, want);
+                for (int i = 0; i < q->qk; i++)
+                    cr_assert(got[k * q->qk + i] == want[i], "%s row %d input %d: %.9g, ggml %.9g", q->name, r,
+                              k * q->qk + i, (double)got[k * q->qk + i], (double)want[i]);
+            }
+        }
+        free(b);
+    }
+}
+
+Test(quant, the_public_calls_quantize_and_dequantize_and_refuse_what_they_cannot)
+{
+    enum { N = 512 };
+    float x[N], y[N];
+    unsigned char b[N * 4];
+    rng r = {3};
+    fill_uniform(x, N, -1.0f, 1.0f, &r);
+    const mha_weight_type all[] = {MHA_WEIGHT_F16, MHA_WEIGHT_BF16, MHA_WEIGHT_Q8_0, MHA_WEIGHT_Q4_0,
+                                   MHA_WEIGHT_Q4_1, MHA_WEIGHT_Q4_K, MHA_WEIGHT_Q6_K};
+    const double worst[] = {1e-3, 1e-2, 1e-2, 0.15, 0.15, 0.1, 0.05}; /* each type's steps, loosely */
+    for (size_t t = 0; t < sizeof all / sizeof all[0]; t++) {
+        unsigned char q[N * 4];
+        cr_assert_eq(mha_weights_quantize(all[t], x, N, b), MHA_OK);
+        cr_assert_eq(mha_weights_to_floats(all[t], b, N, y), MHA_OK);
+        if (mha_qtype_of(all[t])) { /* the bytes of the internal quantizer the engine uses */
+            mha_quantize_row(all[t], x, q, N);
+            cr_assert_eq(memcmp(q, b, mha_weight_bytes(all[t], N)), 0, "%s", mha_weight_type_name(all[t]));
+        }
+        double num = 0, den = 0;
+        for (int i = 0; i < N; i++)
+            num += (double)(y[i] - x[i]) * (y[i] - x[i]), den += (double)x[i] * x[i];
+        cr_assert(sqrt(num / den) < worst[t], "%s: relative error %.3g of a round trip",
+                  mha_weight_type_name(all[t]), sqrt(num / den));
+    }
+    cr_assert_eq(mha_weight_bytes(MHA_WEIGHT_Q4_K, 512), 2 * 144);
+    cr_assert_eq(mha_weight_bytes(MHA_WEIGHT_Q4_K, 480), 0); /* not whole blocks */
+    cr_assert_eq(mha_weight_bytes((mha_weight_type)16, 512), 0);
+    cr_assert_eq(mha_weights_quantize(MHA_WEIGHT_F32, x, N, b), MHA_ERR_INVALID_ARG);
+    cr_assert_eq(mha_weights_quantize(MHA_WEIGHT_Q8_0, x, 48, b), MHA_ERR_INVALID_ARG);
+    cr_assert_eq(mha_weights_to_floats(MHA_WEIGHT_Q8_0, NULL, N, y), MHA_ERR_INVALID_ARG);
+    cr_assert_eq(mha_weights_to_floats((mha_weight_type)16, b, N, y), MHA_ERR_INVALID_ARG);
+}
+
+/* MHA_QP outputs of kk inputs into one panel (as weights.c packs them). */
+static unsigned char *panel_of(const mha_qtype *q, const unsigned char *rows, int kk)
+{
+    unsigned char *p = aligned_alloc(64, mha_qpanel_bytes(q, kk));
+    for (int o = 0; o < MHA_QP; o++)
+        mha_qpanel_put(q, p, kk, o, rows + (size_t)o * mha_weight_row_bytes(q->type, kk));
+    return p;
+}
+
+TABLE_TEST(quant, every_tables_panels_dequantize_to_the_rows_floats)
+{
+    enum { KK = 512 };
+    float row[MHA_QP][KK], w[MHA_QG * MHA_QP];
+    for (size_t t = 0; t < N_TYPES; t++) {
+        const mha_qtype *q = mha_qtype_of(block_types[t]);
+        unsigned char *rows = random_rows(q->type, MHA_QP, KK, 23 + t), *p = panel_of(q, rows, KK);
+        for (int o = 0; o < MHA_QP; o++)
+            mha_weight_row_floats(q->type, rows + (size_t)o * mha_weight_row_bytes(q->type, KK), KK, row[o]);
+        for (int g = 0; g < KK / MHA_QG; g++) {
+            const int groups = q->qk / MHA_QG;
+            isa->quant->dequant[q->index](p + (size_t)(g / groups) * MHA_QP * q->bytes, g % groups, w);
+            for (int i = 0; i < MHA_QG; i++)
+                for (int o = 0; o < MHA_QP; o++)
+                    cr_assert(w[i * MHA_QP + o] == row[o][g * MHA_QG + i], "%s on %s: input %d output %d: %.9g, "
+                              "the row's %.9g", q->name, isa->name, g * MHA_QG + i, o, (double)w[i * MHA_QP + o],
+                              (double)row[o][g * MHA_QG + i]);
+        }
+        free(rows);
+        free(p);
+    }
+}
+
+/* c = a · Wᵀ (+ c) by mha_qgemm on the table `isa` (a BLIS-free kernel: only its table is read). */
+static void qgemm_on(const mha_isa *isa, int m, int n, const float *a, int kk, const mha_qmat *b, int col, float beta,
+                     float *c, int ldc)
+{
+    mha_kernel k = {.isa = isa, .bw = MHA_QP};
+    mha_qgemm(&k, m, n, a, kk, b, col, beta, mha_mat_rows(&k, c, ldc));
+}
+
+TABLE_TEST(quant, products_are_fma_chains_in_input_order_for_any_rows_and_columns)
+{
+    enum { KK = 768, OUT = 80 }; /* 5 panels: a pair, a pair, one alone */
+    const int ms[] = {1, 2, 7, 8, 9, 33, 64, 70};
+    for (size_t t = 0; t < N_TYPES; t++) {
+        const mha_qtype *q = mha_qtype_of(block_types[t]);
+        unsigned char *rows = random_rows(q->type, OUT, KK, 41 + t);
+        const size_t row_bytes = mha_weight_row_bytes(q->type, KK);
+        unsigned char *panels = aligned_alloc(64, (OUT / MHA_QP) * mha_qpanel_bytes(q, KK));
+        for (int j = 0; j < OUT; j++)
+            mha_qpanel_put(q, panels + (size_t)(j / MHA_QP) * mha_qpanel_bytes(q, KK), KK, j % MHA_QP,
+                           rows + (size_t)j * row_bytes);
+        const mha_qmat b = {panels, KK, OUT, 1, {q, q, q}};
+        float *w = malloc((size_t)OUT * KK * sizeof *w), *a = malloc((size_t)70 * KK * sizeof *a);
+        float *c = malloc((size_t)70 * OUT * sizeof *c), *bias = malloc((size_t)70 * OUT * sizeof *bias);
+        for (int j = 0; j < OUT; j++)
+            mha_weight_row_floats(q->type, rows + (size_t)j * row_bytes, KK, w + (size_t)j * KK);
+        rng r = {5 + t};
+        fill_uniform(a, (size_t)70 * KK, -1.0f, 1.0f, &r);
+        fill_uniform(bias, (size_t)70 * OUT, -1.0f, 1.0f, &r);
+        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+            const int m = ms[mi], col = mi % 2 ? MHA_QP : 0, n = OUT - col; /* from the second panel too */
+            memcpy(c, bias, (size_t)m * OUT * sizeof *c);
+            qgemm_on(isa, m, n, a, KK, &b, col, 1.0f, c, OUT);
+            for (int i = 0; i < m; i++)
+                for (int j = 0; j < n; j++) {
+                    float s = 0.0f;
+                    for (int k = 0; k < KK; k++)
+                        s = fmaf(w[(size_t)(col + j) * KK + k], a[(size_t)i * KK + k], s);
+                    const float want = s + bias[(size_t)i * OUT + j];
+                    const float got = c[(size_t)i * OUT + j];
+                    cr_assert(got == want, "%s on %s, %d rows from column %d: row %d output %d: %.9g, the chain's "
+                              "%.9g", q->name, isa->name, m, col, i, j, (double)got, (double)want);
+                }
+        }
+        free(rows), free(panels), free(w), free(a), free(c), free(bias);
+    }
+}
+
+/* ---- engines (quant_engine: once per table) ---- */
+
+/* A Q4_K_M file's mix (Wv in Q6_K) and one type throughout. */
+static const mha_weight_type mixes[][MHA_W_COUNT] = {
+    {MHA_WEIGHT_Q4_K, MHA_WEIGHT_Q4_K, MHA_WEIGHT_Q6_K, MHA_WEIGHT_Q4_K},
+    {MHA_WEIGHT_Q8_0, MHA_WEIGHT_Q8_0, MHA_WEIGHT_Q8_0, MHA_WEIGHT_Q8_0},
+    {MHA_WEIGHT_Q4_0, MHA_WEIGHT_Q4_0, MHA_WEIGHT_Q4_0, MHA_WEIGHT_Q4_0},
+    {MHA_WEIGHT_Q4_1, MHA_WEIGHT_Q4_1, MHA_WEIGHT_Q4_1, MHA_WEIGHT_Q4_1},
+};
+
+/* A GQA layer of d 256 (whole K blocks), 4 heads of 64 on 2 KV heads, biases, causal. */
+static void quant_problem(problem *p, int batch, int seq)
+{
+    problem_make(p, 256, 4, batch, seq, seq, 1, 0, 71);
+    problem_set_kv_heads(p, 2, 72);
+    p->causal = 1;
+}
+
+typedef struct qweights {
+    mha_weights w;
+    unsigned char *rows[MHA_W_COUNT];
+    float *scratch;
+} qweights;
+
+/* The problem's biases with random blocks of the mix for the four matrices (TORCH rows). */
+static qweights quant_weights(const problem *p, const mha_weight_type *mix)
+{
+    qweights q;
+    q.w = problem_weights(p, MHA_LAYOUT_TORCH, &q.scratch);
+    const int outs[MHA_W_COUNT] = {p->h * p->dk, p->kvh * p->dk, p->kvh * p->dk, p->d};
+    const int ins[MHA_W_COUNT] = {p->d, p->d, p->d, p->h * p->dk};
+    q.w.w_q = q.w.w_k = q.w.w_v = q.w.w_o = NULL;
+    for (int i = 0; i < MHA_W_COUNT; i++) {
+        q.rows[i] = random_rows(mix[i], outs[i], ins[i], 100 + (uint64_t)i);
+        q.w.type[i] = mix[i];
+        q.w.blocks[i] = q.rows[i];
+    }
+    return q;
+}
+
+static void qweights_free(qweights *q)
+{
+    for (int i = 0; i < MHA_W_COUNT; i++)
+        free(q->rows[i]);
+    free(q->scratch);
+}
+
+/* An engine of the problem holding the weights as `held` (NULL: floats), threads workers. */
+static mha_engine *quant_engine(const problem *p, const mha_weight_type *held, const mha_weights *w, int threads)
+{
+    mha_config cfg;
+    problem_config(p, &cfg, threads);
+    for (int i = 0; held && i < MHA_W_COUNT; i++)
+        cfg.weight_type[i] = held[i];
+    char err[256];
+    mha_engine *e;
+    cr_assert_eq(mha_create_msg(&cfg, &e, err, sizeof err), MHA_OK, "%s", err);
+    cr_assert_eq(mha_set_weights(e, w), MHA_OK, "%s", mha_engine_last_error(e));
+    return e;
+}
+
+static float *forward(mha_engine *e, const problem *p)
+{
+    float *out = malloc((size_t)p->batch * p->seq_q * p->d * sizeof *out);
+    const mha_input in = problem_input(p);
+    cr_assert_eq(mha_forward(e, &in, out, NULL), MHA_OK, "%s", mha_engine_last_error(e));
+    return out;
+}
+
+Test(quant_engine, blocks_as_stored_match_their_floats_and_hold_batch_and_thread_invariance, .timeout = 120)
+{
+    for (size_t x = 0; x < sizeof mixes / sizeof mixes[0]; x++) {
+        problem p;
+        quant_problem(&p, 3, 19);
+        qweights q = quant_weights(&p, mixes[x]);
+        mha_engine *held = quant_engine(&p, mixes[x], &q.w, 2), *floats = quant_engine(&p, NULL, &q.w, 2);
+        mha_engine *one = quant_engine(&p, mixes[x], &q.w, 1);
+        float *a = forward(held, &p), *b = forward(floats, &p), *c = forward(one, &p);
+        const size_t n = (size_t)p.batch * p.seq_q * p.d;
+        double *ref = malloc(n * sizeof *ref);
+        for (size_t i = 0; i < n; i++)
+            ref[i] = b[i];
+        const double err = rel_error(a, ref, n);
+        cr_assert(err <= QUANT_F32_TOL, "mix %zu (%s Wq): %.3g against the floats' engine", x,
+                  mha_weight_type_name(mixes[x][0]), err);
+        cr_assert_eq(first_bit_difference(a, c, n), -1, "mix %zu: 1 thread and 2 differ", x);
+        /* sequence 1 alone: the same bits as in the batch */
+        problem alone = p;
+        alone.batch = 1;
+        alone.q = alone.k = alone.v = p.q + (size_t)p.seq_q * p.d;
+        float *s = forward(held, &alone);
+        cr_assert_eq(first_bit_difference(s, a + (size_t)p.seq_q * p.d, (size_t)p.seq_q * p.d), -1,
+                     "mix %zu: a sequence alone and in a batch differ", x);
+        free(a), free(b), free(c), free(s), free(ref);
+        mha_free(held), mha_free(floats), mha_free(one);
+        qweights_free(&q);
+        problem_free(&p);
+    }
+}
+
+Test(quant_engine, steps_token_by_token_equal_the_causal_forward_bitwise, .timeout = 120)
+{
+    problem p;
+    quant_problem(&p, 1, 24);
+    qweights q = quant_weights(&p, mixes[0]);
+    mha_engine *e = quant_engine(&p, mixes[0], &q.w, 2);
+    float *full = forward(e, &p);
+    mha_config cfg;
+    problem_config(&p, &cfg, 2);
+    memcpy(cfg.weight_type, mixes[0], sizeof cfg.weight_type);
+    mha_kv_cache *c;
+    cr_assert_eq(mha_kv_cache_create(&cfg, 4, 16, 1, &c), MHA_OK);
+    const int32_t blocks[4] = {0, 1, 2, 3};
+    float *out = malloc((size_t)p.seq_q * p.d * sizeof *out);
+    for (int t = 0, n; t < p.seq_q; t += n) {
+        n = t < 10 ? 10 : 1; /* a prefill of 10, then token by token */
+        const int32_t past = t, nn = n;
+        const mha_step st = {.n_seqs = 1, .n_past = &past, .n_new = &nn, .blocks = blocks, .max_blocks = 4,
+                             .x = p.q + (size_t)t * p.d};
+        cr_assert_eq(mha_step_forward(e, c, &st, out + (size_t)t * p.d), MHA_OK, "%s", mha_engine_last_error(e));
+    }
+    cr_assert_eq(first_bit_difference(out, full, (size_t)p.seq_q * p.d), -1, "steps and the forward differ");
+    free(out), free(full);
+    mha_kv_cache_free(c);
+    mha_free(e);
+    qweights_free(&q);
+    problem_free(&p);
+}
+
+Test(quant_engine, quantizing_floats_at_load_equals_handing_the_quantized_blocks, .timeout = 120)
+{
+    problem p;
+    quant_problem(&p, 2, 9);
+    float *scratch;
+    const mha_weights fw = problem_weights(&p, MHA_LAYOUT_TORCH, &scratch);
+    const float *const f[MHA_W_COUNT] = {fw.w_q, fw.w_k, fw.w_v, fw.w_o};
+    const int outs[MHA_W_COUNT] = {p.h * p.dk, p.kvh * p.dk, p.kvh * p.dk, p.d};
+    const int ins[MHA_W_COUNT] = {p.d, p.d, p.d, p.h * p.dk};
+    for (size_t x = 0; x < sizeof mixes / sizeof mixes[0]; x++) {
+        mha_weights bw = fw;
+        unsigned char *rows[MHA_W_COUNT];
+        for (int i = 0; i < MHA_W_COUNT; i++) {
+            const size_t rb = mha_weight_row_bytes(mixes[x][i], ins[i]);
+            rows[i] = malloc((size_t)outs[i] * rb);
+            for (int o = 0; o < outs[i]; o++)
+                mha_quantize_row(mixes[x][i], f[i] + (size_t)o * ins[i], rows[i] + (size_t)o * rb, ins[i]);
+            bw.type[i] = mixes[x][i];
+            bw.blocks[i] = rows[i];
+        }
+        bw.w_q = bw.w_k = bw.w_v = bw.w_o = NULL;
+        mha_engine *a = quant_engine(&p, mixes[x], &fw, 2), *b = quant_engine(&p, mixes[x], &bw, 2);
+        float *oa = forward(a, &p), *ob = forward(b, &p);
+        cr_assert_eq(first_bit_difference(oa, ob, (size_t)p.batch * p.seq_q * p.d), -1,
+                     "mix %zu: quantized at load and handed quantized differ", x);
+        free(oa), free(ob);
+        mha_free(a), mha_free(b);
+        for (int i = 0; i < MHA_W_COUNT; i++)
+            free(rows[i]);
+    }
+    free(scratch);
+    problem_free(&p);
+}
+
+Test(quant_engine, what_the_engine_cannot_hold_is_refused_with_its_reason)
+{
+    problem p;
+    quant_problem(&p, 1, 4);
+    mha_config cfg;
+    problem_config(&p, &cfg, 1);
+    char err[256];
+    mha_engine *e = NULL;
+    const struct {
+        mha_weight_type t[MHA_W_COUNT];
+        const char *says;
+    } bad[] = {
+        {{MHA_WEIGHT_Q8_0, MHA_WEIGHT_Q8_0, MHA_WEIGHT_Q8_0, MHA_WEIGHT_F32}, "all four f32, or all four block types"},
+        {{MHA_WEIGHT_F16, MHA_WEIGHT_F16, MHA_WEIGHT_F16, MHA_WEIGHT_F16}, "not a type the engine holds"},
+        {{(mha_weight_type)16, MHA_WEIGHT_Q8_0, MHA_WEIGHT_Q8_0, MHA_WEIGHT_Q8_0}, "16 (unknown)"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        mha_config c = cfg;
+        memcpy(c.weight_type, bad[i].t, sizeof c.weight_type);
+        cr_assert_eq(mha_create_msg(&c, &e, err, sizeof err), MHA_ERR_CONFIG, "case %zu", i);
+        cr_assert(strstr(err, bad[i].says), "case %zu: '%s' does not say '%s'", i, err, bad[i].says);
+    }
+    mha_config c = cfg; /* d_model 256 is one Q4_K block; 384 is not whole ones */
+    c.d_model = 384, c.head_dim = 64;
+    for (int i = 0; i < MHA_W_COUNT; i++)
+        c.weight_type[i] = MHA_WEIGHT_Q4_K;
+    cr_assert_eq(mha_create_msg(&c, &e, err, sizeof err), MHA_ERR_CONFIG);
+    cr_assert(strstr(err, "weight_type[0]") && strstr(err, "256") && strstr(err, "384"), "%s", err);
+
+    /* weights the engine will not take: another block type, blocks in XW, none given */
+    qweights q = quant_weights(&p, mixes[1]); /* Q8_0 */
+    for (int i = 0; i < MHA_W_COUNT; i++)
+        cfg.weight_type[i] = MHA_WEIGHT_Q4_0;
+    cr_assert_eq(mha_create_msg(&cfg, &e, err, sizeof err), MHA_OK, "%s", err);
+    cr_assert_eq(mha_set_weights(e, &q.w), MHA_ERR_INVALID_ARG);
+    cr_assert(strstr(mha_engine_last_error(e), "requantizing"), "%s", mha_engine_last_error(e));
+    mha_weights w = q.w;
+    w.layout = MHA_LAYOUT_XW;
+    cr_assert_eq(mha_set_weights(e, &w), MHA_ERR_INVALID_ARG);
+    cr_assert(strstr(mha_engine_last_error(e), "MHA_LAYOUT_TORCH"), "%s", mha_engine_last_error(e));
+    mha_free(e);
+    e = quant_engine(&p, mixes[1], &q.w, 1);
+    w = q.w;
+    w.blocks[MHA_W_V] = NULL;
+    cr_assert_eq(mha_set_weights(e, &w), MHA_ERR_INVALID_ARG);
+    cr_assert(strstr(mha_engine_last_error(e), "w_v") && strstr(mha_engine_last_error(e), "NULL"), "%s",
+              mha_engine_last_error(e));
+    mha_free(e);
+    qweights_free(&q);
+    problem_free(&p);
+}
