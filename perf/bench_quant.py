@@ -26,12 +26,15 @@ targets on the hot ones (like for like with test-backend-ops).
 Writes the log to perf/results/bench-quant-HOST-DATETIME.txt.
 usage: perf/bench_quant.py [--rounds N (3)] [--threads T (2)] [--steps S (20)] [--iters I (1)]
        [--cold MB (600; 0: no cold steps)] [--qprec bf16|f32] [--types f32,bf16,...] [--no-ggml]
-       [--no-14336] [--quiet S (120: before each part, wait up to S s for the CPUs to be 90% idle)]"""
+       [--no-14336] [--quiet S (120: before each part, wait up to S s for the CPUs to be 90% idle)]
+       [--max-others P (10: a part during which other processes used more than P% of the CPUs is
+       dropped from the medians, and logged)]"""
 import argparse
 import datetime
 import os
 import platform
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -145,6 +148,21 @@ def cpu_idle(seconds):
     return 100.0 * (j - i) / max(1, b - a)
 
 
+def others_cpu(since=None):
+    """a mark, or the share of the CPUs (%) that processes other than this one and its children
+    used since the mark: /proc/stat's busy time less our own CPU time"""
+    with open("/proc/stat") as st:
+        v = [int(x) for x in st.readline().split()[1:9]]
+    hz = os.sysconf("SC_CLK_TCK")
+    own = sum(resource.getrusage(w).ru_utime + resource.getrusage(w).ru_stime
+              for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    mark = ((sum(v) - v[3] - v[4]) / hz, own, time.time())
+    if since is None:
+        return mark
+    busy, mine, wall = (mark[i] - since[i] for i in range(3))
+    return max(0.0, 100.0 * (busy - mine) / (wall * (os.cpu_count() or 1)))
+
+
 def wait_quiet(f, most):
     """waits until the CPUs are 90% idle over 3 s (others share this machine), at most `most` seconds"""
     t0 = time.time()
@@ -187,6 +205,8 @@ def main():
     ap.add_argument("--qprec", choices=("bf16", "f32"), default="bf16")
     ap.add_argument("--types", default=",".join(TYPES))
     ap.add_argument("--no-ggml", action="store_true")
+    ap.add_argument("--max-others", type=float, default=10,
+                    help="drop a part of a round in which other processes used more than this %% of the CPUs")
     ap.add_argument("--quiet", type=int, default=120,
                     help="before each part, wait up to this many seconds for the CPUs to be 90%% idle (0: not)")
     ap.add_argument("--no-14336", action="store_true", help="leave out ggml's 4096 × 14336 cases")
@@ -214,14 +234,26 @@ def main():
             g, m, na = {}, {}, {}
             parts = ["ggml", "hot", "cold"] if r % 2 == 0 else ["cold", "hot", "ggml"]
             for part in parts:
-                if args.quiet > 0 and (part != "ggml" or ggml) and (part != "cold" or args.cold > 0):
+                if (part == "ggml" and not ggml) or (part == "cold" and args.cold == 0):
+                    continue
+                if args.quiet > 0:
                     wait_quiet(f, args.quiet)
-                if part == "ggml" and ggml:
-                    g = run_ggml(args, f, r)
-                elif part == "hot" or (part == "cold" and args.cold > 0):
+                t0 = others_cpu()
+                if part == "ggml":
+                    pg = run_ggml(args, f, r)
+                else:
                     pm, pna, ps = run_mha(args, f, r, part == "cold")
-                    m.update(pm), na.update(pna)
                     setup[part] = ps
+                busy = others_cpu(t0)
+                keep = busy <= args.max_others
+                log(f, f"round {r} {part}: other processes used {busy:.0f}% of the CPUs meanwhile: "
+                       + ("kept" if keep else f"dropped (above --max-others {args.max_others:g}%)"))
+                if keep and part == "ggml":
+                    g = pg
+                elif keep:
+                    m.update(pm), na.update(pna)
+                elif part != "ggml":
+                    na.update({k: "disturbed: other processes busy in every round" for k in pm})
             rounds.append((m, g, na))
             log(f, f"load average after round {r}: {open('/proc/loadavg').read().strip()}")
         report(f, args, rounds, setup, ggml)
