@@ -176,7 +176,7 @@ int main(int argc, char **argv)
     uint64_t seed = 42;
     float *w = random_floats(n_w, 0.04f, &seed), *x = random_floats((size_t)seq * D, 1.0f, &seed);
     float *ref32 = malloc((size_t)ROWS * D * sizeof *ref32), *ref16 = malloc((size_t)ROWS * D * sizeof *ref16);
-    float *out = malloc((size_t)seq * D * sizeof *out);
+    float *out = malloc((size_t)(seq > 2 * ROWS ? seq : 2 * ROWS) * D * sizeof *out); /* (2 × 8 step rows) */
     double *ms = malloc((size_t)(steps > iters ? steps : iters) * sizeof *ms);
     bq_slot *slots = calloc((size_t)n_types, sizeof *slots);
     if (!w || !x || !ref32 || !ref16 || !out || !ms || !slots) {
@@ -215,13 +215,29 @@ int main(int argc, char **argv)
         const double layer_mb = (s->held ? (double)s->held : s->t->bytes_per_weight * (double)n_w) / 1e6;
         s->layers = (int)ceil(cold / layer_mb);
         s->layers = s->layers < 1 ? 1 : s->layers > MAX_LAYERS ? MAX_LAYERS : s->layers;
+        /* the cold engines after the first take the blocks mha_weights_quantize writes (ggml's
+         * reference bytes, what quantizing at load gives): the weights quantized once, not per engine */
+        mha_weights bw = fw;
+        void *qblocks = NULL;
+        if (s->layers > 1 && s->t->wt != MHA_WEIGHT_F32 &&
+            (qblocks = malloc(mha_weight_bytes(s->t->wt, (int64_t)n_w)))) {
+            const size_t rows[MHA_W_COUNT] = {D, KVD, KVD, D};
+            const float *src[MHA_W_COUNT] = {fw.w_q, fw.w_k, fw.w_v, fw.w_o};
+            unsigned char *dst = qblocks;
+            bw.w_q = bw.w_k = bw.w_v = bw.w_o = NULL;
+            for (int i = 0; i < MHA_W_COUNT; i++) {
+                mha_weights_quantize(s->t->wt, src[i], (int64_t)(rows[i] * D), dst);
+                bw.type[i] = s->t->wt, bw.blocks[i] = dst, dst += mha_weight_bytes(s->t->wt, (int64_t)(rows[i] * D));
+            }
+        }
         for (int l = 0; l < s->layers && !s->why[0]; l++) {
             mha_status st;
-            if (!(s->step[l] = engine_for(&s->cfg_step, &fw, s->why, sizeof s->why)))
+            if (!(s->step[l] = engine_for(&s->cfg_step, l > 0 && qblocks ? &bw : &fw, s->why, sizeof s->why)))
                 break;
             if ((st = mha_kv_cache_create(&s->cfg_step, ROWS, 16, 0, &s->cache[l])) != MHA_OK)
                 snprintf(s->why, sizeof s->why, "mha_kv_cache_create: %s", mha_status_str(st));
         }
+        free(qblocks);
         if (!s->why[0]) {
             mha_status st = step_once(s->step[0], s->cache[0], ROWS, x, out);
             if (st != MHA_OK) {
@@ -241,6 +257,11 @@ int main(int argc, char **argv)
                     snprintf(s->why, sizeof s->why, "this build ignores weight_type %s: its step's output is the %s "
                              "float engine's bit for bit", s->t->name, p ? "bf16" : "f32");
             }
+            /* the last cold engine (blocks handed as stored) computes the first's (quantized at load) bits */
+            const int last = s->layers - 1;
+            if (!s->why[0] && last > 0 && (st = step_once(s->step[last], s->cache[last], ROWS, x, out + ROWS * D)) ==
+                                              MHA_OK && memcmp(out, out + ROWS * D, (size_t)ROWS * D * sizeof *out))
+                snprintf(s->why, sizeof s->why, "engine %d's step differs from engine 0's", last);
         }
         if (!s->why[0] && iters > 0) {
             if ((s->fwd = engine_for(&s->cfg_fwd, &fw, s->fwd_why, sizeof s->fwd_why))) {
