@@ -80,7 +80,7 @@ void mha_qgemm(const mha_kernel *k, int m, int n, const float *a, ptrdiff_t lda,
         const int cols = n - j < np * MHA_QP ? n - j : np * MHA_QP;
         if (m <= MHA_QFEW_ROWS) {
             float acc[MHA_QFEW_ROWS * MHA_QFEW_PANELS * MHA_QP] = {0};
-            k->isa->quant->few(t, p, np, b->kk, a, lda, m, acc, MHA_QFEW_PANELS * MHA_QP);
+            k->isa->quant->few[t->index](t, p, np, b->kk, a, lda, m, acc, MHA_QFEW_PANELS * MHA_QP);
             put_rows(k, acc, MHA_QFEW_PANELS * MHA_QP, 0, m, j, cols, beta, c);
         } else {
             panels(k, m, b->kk, a, lda, np, p, t, beta, c, j, cols);

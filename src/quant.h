@@ -27,8 +27,10 @@ enum { MHA_QP = 16 };
 /* Inputs of a dequantized group (every type's blocks are whole groups). */
 enum { MHA_QG = 32 };
 
-/* The block types, as the kernel tables index their operations. */
+/* The block types, as the kernel tables index their operations; X(name, index) for each. */
 enum { MHA_QT_Q8_0, MHA_QT_Q4_0, MHA_QT_Q4_1, MHA_QT_Q4_K, MHA_QT_Q6_K, MHA_QTYPES };
+#define MHA_QTYPE_LIST(X) X(q8_0, MHA_QT_Q8_0) X(q4_0, MHA_QT_Q4_0) X(q4_1, MHA_QT_Q4_1) X(q4_k, MHA_QT_Q4_K) \
+    X(q6_k, MHA_QT_Q6_K)
 
 typedef struct mha_qtype {
     mha_weight_type type;

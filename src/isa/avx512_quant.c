@@ -115,30 +115,13 @@ Q512_INLINE void dequant_group(int type, const unsigned char *b, int grp, float 
     }
 }
 
-static Q512 void dequant_q8_0(const unsigned char *b, int grp, float *restrict w)
-{
-    dequant_group(MHA_QT_Q8_0, b, grp, w);
-}
-
-static Q512 void dequant_q4_0(const unsigned char *b, int grp, float *restrict w)
-{
-    dequant_group(MHA_QT_Q4_0, b, grp, w);
-}
-
-static Q512 void dequant_q4_1(const unsigned char *b, int grp, float *restrict w)
-{
-    dequant_group(MHA_QT_Q4_1, b, grp, w);
-}
-
-static Q512 void dequant_q4_k(const unsigned char *b, int grp, float *restrict w)
-{
-    dequant_group(MHA_QT_Q4_K, b, grp, w);
-}
-
-static Q512 void dequant_q6_k(const unsigned char *b, int grp, float *restrict w)
-{
-    dequant_group(MHA_QT_Q6_K, b, grp, w);
-}
+#define DEQUANT_OF(name, type)                                                                                        \
+    static Q512 void dequant_##name(const unsigned char *b, int grp, float *restrict w)                                \
+    {                                                                                                                 \
+        dequant_group(type, b, grp, w);                                                                               \
+    }
+MHA_QTYPE_LIST(DEQUANT_OF)
+#undef DEQUANT_OF
 
 /* rows (≤ 8) × np (1 or 2) panels: constants where inlined, so the sums stay in registers. */
 Q512_INLINE void tile_rows(const float *restrict w, ptrdiff_t wps, int kc, const int np, const float *a, ptrdiff_t lda,
@@ -251,31 +234,20 @@ Q512_INLINE void few_type(const mha_qtype *t, const int type, const unsigned cha
 #undef FEW_RUN
 
 #define FEW_OF(name, type)                                                                                            \
-    static Q512 void name(const mha_qtype *t, const unsigned char *const *p, int np, int kk, const float *a,          \
-                          ptrdiff_t lda, int rows, float *restrict acc, ptrdiff_t ld)                                 \
+    static Q512 void few_##name(const mha_qtype *t, const unsigned char *const *p, int np, int kk, const float *a,     \
+                             ptrdiff_t lda, int rows, float *restrict acc, ptrdiff_t ld)                              \
     {                                                                                                                 \
         few_type(t, type, p, np, kk, a, lda, rows, acc, ld);                                                          \
     }
-FEW_OF(few_q8_0, MHA_QT_Q8_0)
-FEW_OF(few_q4_0, MHA_QT_Q4_0)
-FEW_OF(few_q4_1, MHA_QT_Q4_1)
-FEW_OF(few_q4_k, MHA_QT_Q4_K)
-FEW_OF(few_q6_k, MHA_QT_Q6_K)
+MHA_QTYPE_LIST(FEW_OF)
 #undef FEW_OF
 
-static Q512 void few_avx512(const mha_qtype *t, const unsigned char *const *p, int np, int kk, const float *a,
-                            ptrdiff_t lda, int rows, float *restrict acc, ptrdiff_t ld)
-{
-    static void (*const by_type[MHA_QTYPES])(const mha_qtype *, const unsigned char *const *, int, int, const float *,
-                                             ptrdiff_t, int, float *restrict, ptrdiff_t) = {
-        [MHA_QT_Q8_0] = few_q8_0, [MHA_QT_Q4_0] = few_q4_0, [MHA_QT_Q4_1] = few_q4_1, [MHA_QT_Q4_K] = few_q4_k,
-        [MHA_QT_Q6_K] = few_q6_k};
-    by_type[t->index](t, p, np, kk, a, lda, rows, acc, ld);
-}
-
+#define DEQUANT(name, index) MHA_QENTRY(dequant, name, index)
+#define FEW(name, index) MHA_QENTRY(few, name, index)
 const mha_qkernels mha_qk_avx512 = {
-    .dequant = {[MHA_QT_Q8_0] = dequant_q8_0, [MHA_QT_Q4_0] = dequant_q4_0, [MHA_QT_Q4_1] = dequant_q4_1,
-                [MHA_QT_Q4_K] = dequant_q4_k, [MHA_QT_Q6_K] = dequant_q6_k},
+    .dequant = {MHA_QTYPE_LIST(DEQUANT)},
     .tile = tile_avx512,
-    .few = few_avx512,
+    .few = {MHA_QTYPE_LIST(FEW)},
 };
+#undef DEQUANT
+#undef FEW

@@ -18,12 +18,15 @@ typedef struct mha_qkernels {
      * i = 0 … kc − 1 in order. */
     void (*tile)(const float *restrict w, ptrdiff_t wps, int kc, int np, const float *a, ptrdiff_t lda, int rows,
                  float *restrict acc, ptrdiff_t ld);
-    /* Decode's few rows (rows ≤ MHA_QFEW_ROWS) on np ≤ MHA_QFEW_PANELS panels of type t over
+    /* Decode's few rows (rows ≤ MHA_QFEW_ROWS) on np ≤ MHA_QFEW_PANELS panels of type t (its index) over
      * all kk inputs, dequantized in registers: acc[r·ld + p·MHA_QP + o] as tile's chains from
      * acc's values, the same bits. Each weight byte is read once, never stored as a float. */
-    void (*few)(const mha_qtype *t, const unsigned char *const *p, int np, int kk, const float *a, ptrdiff_t lda,
-                int rows, float *restrict acc, ptrdiff_t ld);
+    void (*few[MHA_QTYPES])(const mha_qtype *t, const unsigned char *const *p, int np, int kk, const float *a,
+                            ptrdiff_t lda, int rows, float *restrict acc, ptrdiff_t ld);
 } mha_qkernels;
+
+/* A table's entries by type: [MHA_QT_q8_0] = prefix_q8_0, … */
+#define MHA_QENTRY(prefix, name, index) [index] = prefix##_##name,
 
 enum { MHA_QFEW_ROWS = 2, MHA_QFEW_PANELS = 4 };
 

@@ -92,9 +92,11 @@ static void few_ref(const mha_qtype *t, const unsigned char *const *p, int np, i
     mha_qfew_by_groups(&mha_qk_ref, t, p, np, kk, a, lda, rows, acc, ld);
 }
 
+#define FEW(name, index) [index] = few_ref, /* one for every type */
 const mha_qkernels mha_qk_ref = {
     .dequant = {[MHA_QT_Q8_0] = dequant_q8_0, [MHA_QT_Q4_0] = dequant_q4_0, [MHA_QT_Q4_1] = dequant_q4_1,
                 [MHA_QT_Q4_K] = dequant_q4_k, [MHA_QT_Q6_K] = dequant_q6_k},
     .tile = tile_ref,
-    .few = few_ref,
+    .few = {MHA_QTYPE_LIST(FEW)},
 };
+#undef FEW
