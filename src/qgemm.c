@@ -24,10 +24,12 @@ size_t mha_qmat_head_bytes(const mha_qmat *b)
 const unsigned char *mha_qmat_panel(const mha_qmat *b, int col, const mha_qtype **type)
 {
     const int width = b->part * b->parts, head = col / width, j = col % width / b->part;
+    *type = mha_qmat_type(b, j);
+    if (col % b->part >= b->stored)
+        return NULL;
     const unsigned char *p = b->p + (size_t)head * mha_qmat_head_bytes(b);
     for (int i = 0; i < j; i++)
         p += mha_qmat_part_bytes(b, i);
-    *type = mha_qmat_type(b, j);
     return p + (size_t)(col % b->part / MHA_QP) * mha_qpanel_bytes(*type, b->kk);
 }
 
@@ -71,14 +73,19 @@ void mha_qgemm(const mha_kernel *k, int m, int n, const float *a, ptrdiff_t lda,
                float beta, mha_mat c)
 {
     const int most = m <= MHA_QFEW_ROWS ? MHA_QFEW_PANELS : 2; /* panels a pass reads together */
+    static const float zeros[MHA_QFEW_ROWS * MHA_QP];
     for (int j = 0; j < n;) {
         const mha_qtype *t, *tj;
         const unsigned char *p[MHA_QFEW_PANELS] = {mha_qmat_panel(b, col + j, &t)};
         int np = 1;
-        while (np < most && j + np * MHA_QP < n && (p[np] = mha_qmat_panel(b, col + j + np * MHA_QP, &tj)) && tj == t)
-            np++; /* the panels after it of its type */
+        while (p[0] && np < most && j + np * MHA_QP < n && (p[np] = mha_qmat_panel(b, col + j + np * MHA_QP, &tj)) &&
+               tj == t)
+            np++; /* the stored panels after it of its type */
         const int cols = n - j < np * MHA_QP ? n - j : np * MHA_QP;
-        if (m <= MHA_QFEW_ROWS) {
+        if (!p[0]) { /* padding: its sums are 0 */
+            for (int r = 0; r < m; r += MHA_QFEW_ROWS)
+                put_rows(k, zeros, 0, r, m - r < MHA_QFEW_ROWS ? m - r : MHA_QFEW_ROWS, j, cols, beta, c);
+        } else if (m <= MHA_QFEW_ROWS) {
             float acc[MHA_QFEW_ROWS * MHA_QFEW_PANELS * MHA_QP] = {0};
             k->isa->quant->few[t->index](t, p, np, b->kk, a, lda, m, acc, MHA_QFEW_PANELS * MHA_QP);
             put_rows(k, acc, MHA_QFEW_PANELS * MHA_QP, 0, m, j, cols, beta, c);

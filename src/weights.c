@@ -207,7 +207,8 @@ void mha_weights_pack(const mha_weights *w, const mha_dims *dims, const mha_kern
             if (dims->quant) {
                 const mha_qtype *t;
                 const unsigned char *panel = mha_qmat_panel(&qkv, (int)(g * width + j / MHA_QP * MHA_QP), &t);
-                put_qcolumn(t, (unsigned char *)panel, dims->d, (int)(j % MHA_QP), s, o);
+                if (panel) /* else padding, held nowhere */
+                    put_qcolumn(t, (unsigned char *)panel, dims->d, (int)(j % MHA_QP), s, o);
             } else {
                 put_column(&m, j, s, o);
             }

@@ -230,7 +230,7 @@ TABLE_TEST(quant, products_are_fma_chains_in_input_order_for_any_rows_and_column
         for (int j = 0; j < OUT; j++)
             mha_qpanel_put(q, panels + (size_t)(j / MHA_QP) * mha_qpanel_bytes(q, KK), KK, j % MHA_QP,
                            rows + (size_t)j * row_bytes);
-        const mha_qmat b = {panels, KK, OUT, 1, {q, q, q}};
+        const mha_qmat b = {panels, KK, OUT, OUT, 1, {q, q, q}};
         float *w = malloc((size_t)OUT * KK * sizeof *w), *a = malloc((size_t)70 * KK * sizeof *a);
         float *c = malloc((size_t)70 * OUT * sizeof *c), *bias = malloc((size_t)70 * OUT * sizeof *bias);
         for (int j = 0; j < OUT; j++)
@@ -355,6 +355,38 @@ Test(quant_engine, blocks_as_stored_match_their_floats_and_hold_batch_and_thread
         qweights_free(&q);
         problem_free(&p);
     }
+}
+
+Test(quant_engine, heads_of_80_features_hold_no_padding_and_match_their_floats)
+{
+    problem p; /* d_k 80: on avx512's 32-wide panels the attention pads each part to 96 */
+    quant_problem(&p, 2, 7);
+    problem_set_head_dim(&p, 80, 73);
+    qweights q = quant_weights(&p, mixes[1]); /* Q8_0: Wo's 320 inputs are whole blocks */
+    mha_engine *held = quant_engine(&p, mixes[1], &q.w, 2), *floats = quant_engine(&p, NULL, &q.w, 2);
+    float *a = forward(held, &p), *b = forward(floats, &p);
+    const size_t n = (size_t)p.batch * p.seq_q * p.d;
+    double *ref = malloc(n * sizeof *ref);
+    for (size_t i = 0; i < n; i++)
+        ref[i] = b[i];
+    cr_assert(rel_error(a, ref, n) <= QUANT_F32_TOL, "%.3g against the floats' engine", rel_error(a, ref, n));
+    size_t bytes = 0; /* the blocks held: the four matrices' rows, no padding output */
+    const int outs[MHA_W_COUNT] = {p.h * p.dk, p.kvh * p.dk, p.kvh * p.dk, p.d};
+    const int ins[MHA_W_COUNT] = {p.d, p.d, p.d, p.h * p.dk};
+    for (int i = 0; i < MHA_W_COUNT; i++)
+        bytes += (size_t)outs[i] * mha_weight_bytes(MHA_WEIGHT_Q8_0, ins[i]);
+    mha_config cfg;
+    problem_config(&p, &cfg, 2);
+    memcpy(cfg.weight_type, mixes[1], sizeof cfg.weight_type);
+    mha_packed_weights *pw;
+    cr_assert_eq(mha_pack_weights(&cfg, &q.w, &pw), MHA_OK);
+    cr_assert_leq(mha_packed_weights_size(pw), bytes + 64 * 1024, "%zu bytes held for %zu of blocks",
+                  mha_packed_weights_size(pw), bytes); /* biases, headers and alignment beside */
+    mha_packed_weights_free(pw);
+    free(a), free(b), free(ref);
+    mha_free(held), mha_free(floats);
+    qweights_free(&q);
+    problem_free(&p);
 }
 
 Test(quant_engine, steps_token_by_token_equal_the_causal_forward_bitwise, .timeout = 120)
