@@ -178,10 +178,16 @@ Test(quant, the_public_calls_quantize_and_dequantize_and_refuse_what_they_cannot
     cr_assert_eq(mha_weights_to_floats((mha_weight_type)16, b, N, y), MHA_ERR_INVALID_ARG);
 }
 
+/* 64-byte aligned memory (aligned_alloc takes whole multiples of the alignment). */
+static void *alloc64(size_t bytes)
+{
+    return aligned_alloc(64, (bytes + 63) / 64 * 64);
+}
+
 /* MHA_QP outputs of kk inputs into one panel (as weights.c packs them). */
 static unsigned char *panel_of(const mha_qtype *q, const unsigned char *rows, int kk)
 {
-    unsigned char *p = aligned_alloc(64, mha_qpanel_bytes(q, kk));
+    unsigned char *p = alloc64(mha_qpanel_bytes(q, kk));
     for (int o = 0; o < MHA_QP; o++)
         mha_qpanel_put(q, p, kk, o, rows + (size_t)o * mha_weight_row_bytes(q->type, kk));
     return p;
@@ -226,7 +232,7 @@ TABLE_TEST(quant, products_are_fma_chains_in_input_order_for_any_rows_and_column
         const mha_qtype *q = mha_qtype_of(block_types[t]);
         unsigned char *rows = random_rows(q->type, OUT, KK, 41 + t);
         const size_t row_bytes = mha_weight_row_bytes(q->type, KK);
-        unsigned char *panels = aligned_alloc(64, (OUT / MHA_QP) * mha_qpanel_bytes(q, KK));
+        unsigned char *panels = alloc64((OUT / MHA_QP) * mha_qpanel_bytes(q, KK));
         for (int j = 0; j < OUT; j++)
             mha_qpanel_put(q, panels + (size_t)(j / MHA_QP) * mha_qpanel_bytes(q, KK), KK, j % MHA_QP,
                            rows + (size_t)j * row_bytes);
