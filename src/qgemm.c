@@ -1,8 +1,10 @@
-/* qgemm.c — the driver of products on quantized weights (qgemm.h): per pair of panels and
- * block of rows, a chunk of inputs is dequantized once into floats (L1) and every row tile of
- * the block runs its FMA chains on it, the sums kept in a tile between chunks (a float stored
- * and loaded back is the same float: the chains do not change). So each weight byte is read
- * once a block of rows — once a decode step — and dequantized once. */
+/* qgemm.c — the driver of products on quantized weights (qgemm.h). Decode's one or two rows
+ * go to the table's few: up to four panels' weights dequantized in registers, each byte read
+ * once. More rows go per pair of panels and block of 64 rows: a chunk of inputs dequantized
+ * once into floats (L1) and every row tile of the block runs its FMA chains on it, the sums
+ * kept in a tile between chunks (a float stored and loaded back is the same float: the chains
+ * do not change). Either way each weight byte is read once a block of rows — once a decode
+ * step — and every output is the same chain. */
 #include "qgemm.h"
 
 #include "isa/isa.h"
