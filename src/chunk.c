@@ -168,8 +168,8 @@ static void chunk16(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows
         else if (!r->scored) /* an int8 cache: float32 scores (mha_kv_view) */
             mha_gemm(k, m, n, f->dk, f->scale, mha_mat_sub(k, r->q, i0, 0), mha_mat_sub(k, kv->kt, 0, b0), 0.0f,
                      mha_mat_rows(k, sb, ld), s->apack);
-        if (!vs && k->isa->softmax_rows16 && whole_rows_logits(f, r, r->first + i0, m, c0, n, sb, ld))
-            k->isa->softmax_rows16(sb, ld, m, n, &mx[i0 * st], &sum[i0 * st], st, s->p16);
+        if (!vs && whole_rows_logits(f, r, r->first + i0, m, c0, n, sb, ld))
+            f->attn->exp_rows16(f, sb, ld, m, n, &mx[i0 * st], &sum[i0 * st], st, s->p16);
         else
             for (int i = 0; i < m; i++)
                 sum[(i0 + i) * st] = block_row(f, r, r->first + i0 + i, c0, n, sb + i * ld, vs, &mx[(i0 + i) * st],
@@ -181,7 +181,7 @@ static void chunk16(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows
     }
 }
 
-/* The few queries on K's and V's rows (few_rows16): rows_scores16 and decode_values16, the
+/* The few queries on K's and V's rows (mha_attention_ops.few_rows): rows_scores16 and decode_values16, the
  * kernel's chunk sums as bf16 decode reads a cache (the rows' queries bf16 values: rounded
  * by core_few_rows). */
 static void chunk_rows16(const mha_fwd *f, const mha_chunk_rows *r, const mha_kv_view *kv, int b0, int c0, int n,
@@ -238,18 +238,17 @@ const mha_bf16 *mha_attention_block_queries_stream(const mha_fwd *f, const mha_s
 
 /* The rows' logits and unnormalised softmax against the chunk (scores in sc, ld apart; E
  * left there in float32, rounded: as the floats of its bf16 rounding): the attention-weights,
- * float32 and float32-stream chunks' row pass. float32 rows that all see the whole chunk
- * through no mask (a forward's but for causal blocks' diagonal chunks): the table's
- * softmax_rows, the same bits as row by row. */
+ * float32 and float32-stream chunks' row pass. Rows that all see the whole chunk through no
+ * mask (a forward's but for causal blocks' diagonal chunks) go together (exp_rows,
+ * exp_rows_rounded: the table's rows functions where it has them), the same bits as row by
+ * row. */
 static void chunk_rows(const mha_fwd *f, const mha_chunk_rows *r, int c0, int n, float *sc, ptrdiff_t ld, float *mx,
                        float *sum, ptrdiff_t st, int rounded)
 {
-    const mha_isa *isa = f->kernel->isa;
-    if (rounded ? isa->softmax_rows_rounded != NULL : !f->bk) /* the per-row functions' rows together */
-        if (whole_rows_logits(f, r, r->first, r->m, c0, n, sc, ld)) {
-            (rounded ? isa->softmax_rows_rounded : isa->softmax_rows)(sc, ld, r->m, n, mx, sum, st);
-            return;
-        }
+    if (whole_rows_logits(f, r, r->first, r->m, c0, n, sc, ld)) {
+        (rounded ? f->attn->exp_rows_rounded : f->attn->exp_rows)(f, sc, ld, r->m, n, mx, sum, st);
+        return;
+    }
     for (int i = 0; i < r->m; i++)
         sum[i * st] = block_row(f, r, r->first + i, c0, n, sc + i * ld, NULL, &mx[i * st], NULL, rounded, NULL);
 }
@@ -409,6 +408,8 @@ void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk
     f->attn->chunk(f, s, r, kv, b0, c0, n, sc, ld, zc, mx, sum, st);
 }
 
+/* The strategies, each copied into an engine's ops by mha_attention_ops_of, which adds what
+ * the table decides (few_rows, the exp forms). */
 static const mha_attention_ops f32 = {.float_panels = 1, .pack_kv = mha_attention_pack_kv_f32,
                                       .block_queries = mha_attention_block_queries_f32,
                                       .few_fits = mha_attention_few_fits_f32,
@@ -426,10 +427,12 @@ static const mha_attention_ops bf16_stream = {.float_panels = 1, .pack_kv = mha_
                                               .pack_kv_few = mha_attention_pack_kv_few_bf16,
                                               .chunk = mha_attention_chunk_stream};
 
-const mha_attention_ops *mha_attention_ops_of(const mha_bkernel *bk, const mha_kernel *k, int dk)
+const mha_attention_ops *mha_attention_ops_of(mha_attention_ops *ops, const mha_bkernel *bk, const mha_kernel *k,
+                                              int dk, int group)
 {
-    if (!bk)
-        return &f32;
-    const int stream = bk->order == MHA_BK_EVEN_FIRST && k->stream && k->isa->stream_rows16 && dk <= k->kc;
-    return stream ? &bf16_stream : &bf16;
+    const int stream = bk && bk->order == MHA_BK_EVEN_FIRST && k->stream && k->isa->stream_rows16 && dk <= k->kc;
+    *ops = !bk ? f32 : stream ? bf16_stream : bf16;
+    ops->few_rows = mha_attention_few_rows(bk, k->isa, dk, group);
+    mha_attention_exp_ops(ops, k->isa, bk != NULL);
+    return ops;
 }
