@@ -191,8 +191,8 @@ static void chunk_rows16(const mha_fwd *f, const mha_chunk_rows *r, const mha_kv
     const int m = r->m, dv = f->dv;
     const mha_rows_ahead va = {(const char *)(kv->vr16 + (size_t)b0 * dv), (size_t)dv * sizeof(mha_bf16),
                                (size_t)dv * sizeof(mha_bf16)};
-    isa->rows_scores16(r->q.p, m, f->dk, kv->kr + (ptrdiff_t)b0 * kv->krl, kv->krl, n, f->scale, sc, (size_t)ld,
-                       f->bk->order, &va);
+    const mha_score_rows rows_q = {r->q.p, m, f->dk, f->scale, sc, (size_t)ld};
+    isa->rows_scores16(&rows_q, &(mha_key_rows){kv->kr + (ptrdiff_t)b0 * kv->krl, kv->krl, n, &va}, f->bk->order);
     for (int i = 0; i < m; i++) {
         sum[i * st] = block_row(f, r, r->first + i, c0, n, sc + i * ld, NULL, &mx[i * st], NULL, 1, NULL);
         memset(mha_mat_at(f->kernel, zc, i, 0), 0, (size_t)dv * sizeof(float));
@@ -263,8 +263,8 @@ void mha_attention_chunk_f32(const mha_fwd *f, const mha_scratch *s, const mha_c
     if (kv->kr) { /* K's rows in place, the same sums (r->q rows dk apart); V's rows brought in meanwhile */
         const mha_rows_ahead va = {(const char *)(kv->vp + (size_t)b0 * dv), (size_t)dv * sizeof(float),
                                    (size_t)dv * sizeof(float)};
-        k->isa->rows_scores(r->q.p, m, dk, kv->kr + (ptrdiff_t)b0 * kv->krl, kv->krl, n, f->scale, sc, (size_t)ld,
-                            kv->vp ? &va : NULL);
+        const mha_score_rows rows = {r->q.p, m, dk, f->scale, sc, (size_t)ld};
+        k->isa->rows_scores(&rows, &(mha_key_rows){kv->kr + (ptrdiff_t)b0 * kv->krl, kv->krl, n, kv->vp ? &va : NULL});
     } else if (kv->ktp) { /* the decode tiles on plain queries (r->q rows dk apart): a panel a run */
         const void *kt[MHA_KV_CHUNK / MHA_TILE_KEYS];
         int len[MHA_KV_CHUNK / MHA_TILE_KEYS], runs = 0;
