@@ -357,7 +357,9 @@ static void chunk_stream_scaled(const mha_fwd *f, const mha_scratch *s, const mh
         for (int i = 0; i < m; i++)
             sum[(i0 + i) * st] = block_row(f, r, r->first + i0 + i, c0, n, sb + i * ld, vs, &mx[(i0 + i) * st], NULL, 1,
                                            &zs[i]);
-        k->isa->stream_rows16(k, m, f->dv, n, 1.0f, 0, mha_mat_rows(k, sb, ld), mha_mat_sub(k, kv->v, b0, 0), zb);
+        const mha_product16 ev = {.m = m, .n = f->dv, .kk = n, .alpha = 1.0f, .a = mha_mat_rows(k, sb, ld),
+                                  .b = mha_mat_sub(k, kv->v, b0, 0), .c = zb};
+        k->isa->stream_rows16(k, &ev);
         if (n % MHA_BT_K)
             values_padding(f, kv, b0, n, m, zb);
         for (int i = 0; i < m; i++)
@@ -393,10 +395,14 @@ void mha_attention_chunk_stream(const mha_fwd *f, const mha_scratch *s, const mh
         mha_mat_get_rows(k, r->q, m, 0, dk, q, dk);
         k->isa->round_bf16_floats(q, m * dk);
     }
-    k->isa->stream_rows16(k, m, n, dk, f->scale, dk % MHA_BT_K != 0, mha_mat_rows(k, q, dk),
-                          mha_mat_sub(k, kv->kt, 0, b0), mha_mat_rows(k, sc, ld));
+    const mha_product16 qk = {.m = m, .n = n, .kk = dk, .alpha = f->scale, .pad = dk % MHA_BT_K != 0,
+                              .a = mha_mat_rows(k, q, dk), .b = mha_mat_sub(k, kv->kt, 0, b0),
+                              .c = mha_mat_rows(k, sc, ld)};
+    k->isa->stream_rows16(k, &qk);
     chunk_rows(f, r, c0, n, sc, ld, mx, sum, st, 1);
-    k->isa->stream_rows16(k, m, f->dv, n, 1.0f, 0, mha_mat_rows(k, sc, ld), mha_mat_sub(k, kv->v, b0, 0), zc);
+    const mha_product16 ev = {.m = m, .n = f->dv, .kk = n, .alpha = 1.0f, .a = mha_mat_rows(k, sc, ld),
+                              .b = mha_mat_sub(k, kv->v, b0, 0), .c = zc};
+    k->isa->stream_rows16(k, &ev);
     if (n % MHA_BT_K)
         values_padding(f, kv, b0, n, m, zc);
 }

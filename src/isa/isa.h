@@ -109,6 +109,16 @@ typedef struct mha_value_rows {
     size_t ps;
 } mha_value_rows;
 
+/* A product on operands holding bf16 values (as floats), as stream_rows16 takes it: C (m × n,
+ * rows form) = alpha · A (m × kk) · B, the sums ended as the bf16 kernels end them: + 0 where
+ * pad (kk not a multiple of their k tile), then times alpha. */
+typedef struct mha_product16 {
+    int m, n, kk;
+    float alpha;
+    int pad;
+    mha_mat a, b, c;
+} mha_product16;
+
 typedef struct mha_isa {
     const char *name;            /* "avx512", "avx2", "ref" */
     const char *needs;           /* the CPU features it needs, as lscpu names them, space-
@@ -140,14 +150,12 @@ typedef struct mha_isa {
      * MHA_STREAM_ROWS as mha_gemm does; NULL: never. The same bits either way. */
     int (*stream_in_place)(void);
     /* The attention's bf16 products where the table streams in place (products.c: bf16 on the
-     * float32 stream): stream_rows on operands already rounded to bf16, summed as the bf16
-     * kernels of order MHA_BK_EVEN_FIRST sum them: under DAZ and FTZ with alpha 1 and beta 0,
-     * kk <= k->kc (one FMA chain per element in k order: the even-first model's sums); then,
-     * in the caller's mode, + 0 where pad (the kernels' sums end on padding: kk not a
-     * multiple of their k tile) and times alpha (their epilogue's rounding). c in rows form.
-     * NULL where the table has none. */
-    void (*stream_rows16)(const mha_kernel *k, int m, int n, int kk, float alpha, int pad, mha_mat a, mha_mat b,
-                          mha_mat c);
+     * float32 stream): stream_rows on the product p's operands, already rounded to bf16, summed
+     * as the bf16 kernels of order MHA_BK_EVEN_FIRST sum them: under DAZ and FTZ with alpha 1
+     * and beta 0, p->kk <= k->kc (one FMA chain per element in k order: the even-first model's
+     * sums); then, in the caller's mode, + 0 where p->pad (the kernels' sums end on padding)
+     * and times p->alpha (their epilogue's rounding). NULL where the table has none. */
+    void (*stream_rows16)(const mha_kernel *k, const mha_product16 *p);
     /* RoPE on a run of n rotation pairs, angle j's cos c[j] and sin sign·s[j] (sign ±1: a
      * negative position reads the table at |p|): (x, y) ← (x·c − y·s', y·c + x·s'), each product
      * and the difference or sum rounded once (no FMA), so every table gives ref's bits.
