@@ -88,15 +88,41 @@ typedef struct mha_attention_ops {
     int (*few_fits)(const struct mha_fwd *f);
     void (*pack_kv_few)(const struct mha_fwd *f, const struct mha_scratch *s, const struct mha_core_io *io, int b,
                         int g, int kl, struct mha_kv_view *kv);
+    /* Whether the core's few queries read K's and V's rows in place (the table's rows_scores,
+     * or bf16's rows_scores16 and decode_values16 in the kernel's order) rather than panels:
+     * pack_kv_few's way, fixed by the table, the kernel, d_k and the group (core.c). */
+    int few_rows;
     /* One chunk: mha_attention_chunk's contract (attention.h). */
     void (*chunk)(const struct mha_fwd *f, const struct mha_scratch *s, const struct mha_chunk_rows *r,
                   const struct mha_kv_view *kv, int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx,
                   float *sum, ptrdiff_t st);
+    /* A chunk row's exp (softmax.h's contract) in the engine's precision: the table's
+     * softmax_row, or a bf16 engine's softmax_row_bf16. Its bf16 forms: exp_row16 rounds each
+     * entry into a row of A tiles at p (as mha_bk_pack_a_row), exp_row_rounded leaves each as
+     * the float of its bf16 rounding (as round_bf16_floats); exp_rows, exp_rows_rounded and
+     * exp_rows16 are the three on softmax_rows' whole rows (row i's A tiles at d +
+     * mha_bk_a_row(i, kp(n) / 32)). Each the table's one-pass function where it has one, else
+     * its parts in turn or row by row, the same bits (mha_attention_exp_ops): no chunk asks
+     * the table what it holds. */
+    mha_softmax_fn exp_row;
+    float (*exp_row16)(const struct mha_fwd *f, float *restrict s, int n, int visible, const uint8_t *restrict mask,
+                       float *max_io, mha_bf16 *p);
+    float (*exp_row_rounded)(const struct mha_fwd *f, float *restrict s, int n, int visible,
+                             const uint8_t *restrict mask, float *max_io);
+    void (*exp_rows)(const struct mha_fwd *f, float *s, ptrdiff_t ld, int m, int n, float *mx, float *sum,
+                     ptrdiff_t st);
+    void (*exp_rows_rounded)(const struct mha_fwd *f, float *s, ptrdiff_t ld, int m, int n, float *mx, float *sum,
+                             ptrdiff_t st);
+    void (*exp_rows16)(const struct mha_fwd *f, float *s, ptrdiff_t ld, int m, int n, float *mx, float *sum,
+                       ptrdiff_t st, mha_bf16 *d);
 } mha_attention_ops;
 
 /* The strategy of a float32 engine (bk NULL) or of a bf16 one (its kernel; on the float32
- * stream where kernel k's table has stream_rows16, bk sums even first and dk fits one KC pass). */
-const mha_attention_ops *mha_attention_ops_of(const mha_bkernel *bk, const mha_kernel *k, int dk);
+ * stream where kernel k's table has stream_rows16, bk sums even first and dk fits one KC pass),
+ * for heads of dk features in groups of `group` query heads, into the engine's *ops, resolved
+ * from k's table once. Returns ops. */
+const mha_attention_ops *mha_attention_ops_of(mha_attention_ops *ops, const mha_bkernel *bk, const mha_kernel *k,
+                                              int dk, int group);
 
 /* One call's inputs and outputs: a forward's (mha_input), the core's sizes and masks, or a
  * step's (causal, out; its tokens come through mha_step_job). */
@@ -302,13 +328,15 @@ void mha_attention_logits(const mha_fwd *f, float *row, mha_key_span in, int pos
  * chains, where one would make each addition wait on the last) and each e_j times its scale:
  * Z = E·V is then (E·scales)·q + zs in every feature (mha_attention_v_zero).
  * Returns the sum (of E before the V scales). p: NULL, or E rounded to bf16 into a row of A
- * tiles at p (mha_bk_pack_a_row's; without V parameters in one pass with the exp, the table's
- * softmax_row16), the row then left as the table leaves it; else rounded: E left in the row as
- * the floats of its bf16 rounding (after the V scales; without them in one pass with the exp,
- * the table's softmax_row_rounded). The forward's chunks and every decode path run it: one
- * source of these bits. */
+ * tiles at p (mha_bk_pack_a_row's; without V parameters f->attn->exp_row16), the row then left
+ * as that leaves it; else rounded: E left in the row as the floats of its bf16 rounding (after
+ * the V scales; without them f->attn->exp_row_rounded). The forward's chunks and every decode
+ * path run it: one source of these bits. */
 float mha_attention_chunk_row(const mha_fwd *f, float *row, int n, mha_key_span in, int pos, int c0, int head,
                               const uint8_t *mask, const float *vs, float *mx, mha_bf16 *p, int rounded, float *zs);
+/* The exp forms of ops (mha_attention_ops.exp_row …) for a float32 engine (bf16 0) or a bf16
+ * one on table isa: each the table's where it has it, else composed of its parts. */
+void mha_attention_exp_ops(mha_attention_ops *ops, const struct mha_isa *isa, int bf16);
 /* A row's Z (n features) plus its V zero points' share zs (mha_attention_chunk_row), after
  * the row's E·q: the same bits in the forward's chunk and the decode tiles. */
 void mha_attention_v_zero(float *z, int n, float zs);
@@ -427,6 +455,8 @@ int mha_attention_head_block(int group);
 /* The core's few queries in each precision (products.c's tables: few_fits, pack_kv_few). */
 int mha_attention_few_fits_f32(const mha_fwd *f);
 int mha_attention_few_fits_bf16(const mha_fwd *f);
+/* mha_attention_ops.few_rows of a float32 engine (bk NULL) or a bf16 one on table isa. */
+int mha_attention_few_rows(const mha_bkernel *bk, const struct mha_isa *isa, int dk, int group);
 void mha_attention_pack_kv_few_f32(const mha_fwd *f, const mha_scratch *s, const struct mha_core_io *io, int b, int g,
                                    int kl, mha_kv_view *kv);
 void mha_attention_pack_kv_few_bf16(const mha_fwd *f, const mha_scratch *s, const struct mha_core_io *io, int b, int g,

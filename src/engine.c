@@ -27,6 +27,7 @@ struct mha_engine {
     mha_arena_views views;  /* weight views point into a shared packed copy when shared */
     mha_kernel kernel;      /* BLIS's microkernel and the kernel table (kernel.isa) */
     mha_fwd model;          /* what every pass reads, made once the views are final (make_model) */
+    mha_attention_ops attn_ops; /* its attention's strategy, resolved from the table (make_model) */
     mha_step_ops step_ops;  /* a step's strategies on this engine's cache type (make_model) */
     mha_qmat qkv_q, o_q;    /* block-type weights: what model.wqkv and model.wo point to */
     const mha_bkernel *bkernel; /* bf16 engines; NULL: float32 */
@@ -136,7 +137,7 @@ static void make_model(mha_engine *e)
         .rope = dm->rope.style, .rope_dim = dm->rope.rotary_dim,
         .rope_cos = v->rope_cos, .rope_sin = v->rope_sin,
         .prod = mha_products_of(e->bkernel, dm->quant), .bk = e->bkernel,
-        .attn = mha_attention_ops_of(e->bkernel, &e->kernel, dm->dk),
+        .attn = mha_attention_ops_of(&e->attn_ops, e->bkernel, &e->kernel, dm->dk, dm->group),
         .wqkv = dm->quant ? (const void *)&e->qkv_q : dm->bf16 ? (const void *)v->wqkv16 : v->wqkv, .bqkv = v->bqkv,
         .wo = dm->quant ? (const void *)&e->o_q : dm->bf16 ? (const void *)v->wo16 : v->wo, .bo = v->bo,
         .z = v->z,

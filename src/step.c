@@ -53,7 +53,9 @@ mha_step_ops mha_step_ops_of(const mha_fwd *f, mha_kv_type kv)
     return (mha_step_ops){
         .gather = !f->attn->float_panels ? mha_step_gather_bf16 : scaled ? mha_step_gather_scaled : mha_step_gather_floats,
         .attend = scaled ? mha_step_attend_groups : mha_step_attend_rows,
-        .chunk = !f->bk ? mha_step_chunk_tiles : tiles16 ? mha_step_chunk_tiles16 : mha_step_chunk_panels16,
+        .chunk = !f->bk ? (scaled ? mha_step_chunk_tiles_scaled : mha_step_chunk_tiles)
+                 : tiles16 ? (scaled ? mha_step_chunk_tiles16_scaled : mha_step_chunk_tiles16)
+                           : mha_step_chunk_panels16,
         .commit = scaled ? mha_step_k_commit : commit_none,
         .v_params = f->bk && scaled,
         .packed_queries = f->bk && !tiles16 && !scaled,
