@@ -63,7 +63,7 @@ CLI_OBJ := $(CLI_SRC:src/cli/%.c=$(B)/obj/cli/%.o)
 TEST_SRC := $(filter-out tests/gen_%.c,$(wildcard tests/*.c))
 TEST_OBJ := $(TEST_SRC:tests/%.c=$(B)/tests/%.o)
 # Command-line modules the tests call directly (pure functions).
-TEST_CLI_OBJ := $(B)/obj/cli/scale_fit.o $(B)/obj/cli/shard.o $(B)/obj/cli/config_file.o
+TEST_CLI_OBJ := $(B)/obj/cli/check.o $(B)/obj/cli/scale_fit.o $(B)/obj/cli/shard.o $(B)/obj/cli/config_file.o
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
