@@ -250,9 +250,10 @@ MPICC ?= mpicc
 deps-mpi:
 	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) $(MPI_PKGS)"
 
-$(B)/mha-mpi: src/cli/mpi/mha_mpi.c src/cli/common.c src/cli/shard.c src/cli/config_file.c $(wildcard src/cli/*.h) $(B)/libmha.a | deps-mpi
+$(B)/mha-mpi: src/cli/mpi/mha_mpi.c src/cli/common.c src/cli/check.c src/cli/shard.c src/cli/config_file.c \
+  $(wildcard src/cli/*.h) $(B)/libmha.a | deps-mpi
 	$(MPICC) -std=c11 $(OPT) $(WARN) -fopenmp -Iinclude -Isrc/cli src/cli/mpi/mha_mpi.c src/cli/common.c \
-	  src/cli/shard.c src/cli/config_file.c $(B)/libmha.a $(BLIS_A) $(CLI_LDLIBS) -o $@
+	  src/cli/check.c src/cli/shard.c src/cli/config_file.c $(B)/libmha.a $(BLIS_A) $(CLI_LDLIBS) -o $@
 
 $(B)/mpi_make_batch: tests/mpi/make_batch.c $(B)/libmha.a
 	$(CC) -std=c11 $(OPT) $(WARN) -Iinclude $< $(B)/libmha.a $(BLIS_A) $(LDLIBS) -o $@
