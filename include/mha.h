@@ -129,6 +129,7 @@ typedef enum { MHA_KV_AUTO = 0, MHA_KV_F32 = 1, MHA_KV_BF16 = 2, MHA_KV_INT8 = 3
  * mha_weights.type only, converted at load. */
 typedef enum {
     MHA_WEIGHT_F32 = 0, MHA_WEIGHT_F16 = 1, MHA_WEIGHT_Q4_0 = 2, MHA_WEIGHT_Q4_1 = 3, MHA_WEIGHT_Q8_0 = 8,
+    MHA_WEIGHT_Q5_0 = 6, MHA_WEIGHT_Q5_1 = 7, MHA_WEIGHT_Q5_K = 13,
     MHA_WEIGHT_Q4_K = 12, MHA_WEIGHT_Q6_K = 14, MHA_WEIGHT_BF16 = 30
 } mha_weight_type;
 enum { MHA_W_Q = 0, MHA_W_K = 1, MHA_W_V = 2, MHA_W_O = 3, MHA_W_COUNT = 4 };
