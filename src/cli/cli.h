@@ -40,7 +40,7 @@ int cli_parse_int(const char *opt, const char *text, long lo, long hi, long *out
 /* --precision f32|bf16; 0 and a message on anything else. */
 int cli_parse_precision(const char *text, mha_precision *out);
 int cli_parse_kv_type(const char *text, mha_kv_type *out); /* --kv-cache: auto, f32, bf16, int8 */
-/* --weights-type: f32, q8_0, q4_0, q4_1, q4_k, q6_k (weights.type's words); 0 and a message else. */
+/* --weights-type: f32, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k (weights.type's words); 0 and a message else. */
 int cli_parse_weight_type(const char *text, mha_weight_type *out);
 const char *cli_weight_type_name(mha_weight_type t); /* "q4_1", "f16"; "?" for others */
 /* --isa NAME over the config's engine.isa: the name checked with the config (an unknown table,

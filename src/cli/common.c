@@ -75,16 +75,18 @@ int cli_parse_kv_type(const char *text, mha_kv_type *out)
 
 /* The types the engine holds weights in, as weights.type spells them (the schema's row) */
 static const struct { const char *name; mha_weight_type t; } weight_types[] = {
-    {"f32", MHA_WEIGHT_F32}, {"q8_0", MHA_WEIGHT_Q8_0}, {"q4_0", MHA_WEIGHT_Q4_0}, {"q4_1", MHA_WEIGHT_Q4_1},
-    {"q4_k", MHA_WEIGHT_Q4_K}, {"q6_k", MHA_WEIGHT_Q6_K}, {"f16", MHA_WEIGHT_F16}, {"bf16", MHA_WEIGHT_BF16}};
-enum { HELD_TYPES = 6 }; /* the first six: f16 and bf16 are handed in, never held */
+    {"f32", MHA_WEIGHT_F32},   {"q8_0", MHA_WEIGHT_Q8_0}, {"q4_0", MHA_WEIGHT_Q4_0}, {"q4_1", MHA_WEIGHT_Q4_1},
+    {"q5_0", MHA_WEIGHT_Q5_0}, {"q5_1", MHA_WEIGHT_Q5_1}, {"q4_k", MHA_WEIGHT_Q4_K}, {"q5_k", MHA_WEIGHT_Q5_K},
+    {"q6_k", MHA_WEIGHT_Q6_K}, {"f16", MHA_WEIGHT_F16},   {"bf16", MHA_WEIGHT_BF16}};
+enum { HELD_TYPES = 9 }; /* the first nine: f16 and bf16 are handed in, never held */
 
 int cli_parse_weight_type(const char *text, mha_weight_type *out)
 {
     for (int i = 0; text && i < HELD_TYPES; i++)
         if (!strcmp(text, weight_types[i].name))
             return *out = weight_types[i].t, 1;
-    cli_error("--weights-type: expected f32, q8_0, q4_0, q4_1, q4_k or q6_k, got '%s'", text ? text : "");
+    cli_error("--weights-type: expected f32, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k, got '%s'",
+              text ? text : "");
     return 0;
 }
 

@@ -30,7 +30,7 @@ static void usage(FILE *f)
           "               [--threads N] [--iters N] [--warmup N] [--causal] [--check ROWS]\n"
           "               [--precision f32|bf16] [--isa auto|avx512|avx2|ref] [--bf16-kernel NAME]\n"
           "               [--kv-cache auto|f32|bf16|int8] [--core] [--json]\n"
-          "               [--layer N] [--weights-type f32|q8_0|q4_0|q4_1|q4_k|q6_k]\n"
+          "               [--layer N] [--weights-type f32|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k]\n"
           "With no CONFIG, the built-in default model (configs/default.yaml); with no --weights or\n"
           "--input, seeded random data. --lengths pads queries and, for self-attention, keys; output\n"
           "rows past a length are 0. --kv-lengths pads the --kv keys. --check ROWS: sampled output\n"

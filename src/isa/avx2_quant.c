@@ -39,9 +39,11 @@ Q2_INLINE factors factors_of(int type, const unsigned char *b, int grp, int h)
         f.d0 = halves8(b + 2 * h), f.m0 = _mm256_setzero_ps();
     } else if (type == MHA_QT_Q4_0) {
         f.d0 = halves8(b + 2 * h), f.m0 = _mm256_mul_ps(_mm256_set1_ps(-8.0f), f.d0);
-    } else if (type == MHA_QT_Q4_1) {
-        f.d0 = halves8(b + 2 * h), f.m0 = halves8(b + MHA_Q4_1_M + 2 * h);
-    } else if (type == MHA_QT_Q4_K) {
+    } else if (type == MHA_QT_Q5_0) {
+        f.d0 = halves8(b + 2 * h), f.m0 = _mm256_mul_ps(_mm256_set1_ps(-16.0f), f.d0);
+    } else if (type == MHA_QT_Q4_1 || type == MHA_QT_Q5_1) {
+        f.d0 = halves8(b + 2 * h), f.m0 = halves8(b + MHA_Q4_1_M + 2 * h); /* Q5_1's m at the same place */
+    } else if (type == MHA_QT_Q4_K || type == MHA_QT_Q5_K) { /* the same scales, d and dmin */
         const unsigned char *q = b + MHA_Q4_K_SC + h;
         const __m256i low6 = _mm256_set1_epi32(63), low4 = _mm256_set1_epi32(0xF);
         __m256i sc, mn;
@@ -69,25 +71,28 @@ Q2_INLINE factors factors_of(int type, const unsigned char *b, int grp, int h)
     return f;
 }
 
-static inline int nib_at(int type)
-{
-    return type == MHA_QT_Q4_0 ? MHA_Q4_0_NIB : type == MHA_QT_Q4_1 ? MHA_Q4_1_NIB
-         : type == MHA_QT_Q4_K ? MHA_Q4_K_NIB : MHA_Q6_K_NIB;
-}
-
 /* Inputs 4c … 4c + 3 of a block for outputs [h, h + 8) as integers (avx512_quant.c's quad_ints). */
-Q2_INLINE void quad_ints(const unsigned char *nib, const unsigned char *hi, int c, int h, __m256i v[4])
+Q2_INLINE void quad_ints(const unsigned char *b, int type, int c, int h, __m256i v[4])
 {
-    const __m256i low4 = _mm256_set1_epi32(0xF), top2 = _mm256_set1_epi32(0x30);
-    const __m256i a = bytes8(nib + 2 * c * MHA_QP + h), b = bytes8(nib + (2 * c + 1) * MHA_QP + h);
-    v[0] = _mm256_and_si256(a, low4), v[1] = _mm256_srli_epi32(a, 4);
-    v[2] = _mm256_and_si256(b, low4), v[3] = _mm256_srli_epi32(b, 4);
-    if (hi) {
-        const __m256i t = bytes8(hi + c * MHA_QP + h);
+    const __m256i low4 = _mm256_set1_epi32(0xF);
+    const unsigned char *nib = b + mha_q_nib_at(type);
+    const __m256i x = bytes8(nib + 2 * c * MHA_QP + h), y = bytes8(nib + (2 * c + 1) * MHA_QP + h);
+    v[0] = _mm256_and_si256(x, low4), v[1] = _mm256_srli_epi32(x, 4);
+    v[2] = _mm256_and_si256(y, low4), v[3] = _mm256_srli_epi32(y, 4);
+    if (mha_q_hi_bits(type) == 2) {
+        const __m256i t = bytes8(b + mha_q_hi_at(type) + c * MHA_QP + h), top2 = _mm256_set1_epi32(0x30);
         v[0] = _mm256_or_si256(v[0], _mm256_and_si256(_mm256_slli_epi32(t, 4), top2));
         v[1] = _mm256_or_si256(v[1], _mm256_and_si256(_mm256_slli_epi32(t, 2), top2));
         v[2] = _mm256_or_si256(v[2], _mm256_and_si256(t, top2));
         v[3] = _mm256_or_si256(v[3], _mm256_and_si256(_mm256_srli_epi32(t, 2), top2));
+    } else if (mha_q_hi_bits(type) == 1) {
+        const __m256i top1 = _mm256_set1_epi32(0x10);
+        const __m256i t = _mm256_srlv_epi32(bytes8(b + mha_q_hi_at(type) + (c / 2) * MHA_QP + h),
+                                            _mm256_set1_epi32(4 * (c & 1)));
+        v[0] = _mm256_or_si256(v[0], _mm256_and_si256(_mm256_slli_epi32(t, 4), top1));
+        v[1] = _mm256_or_si256(v[1], _mm256_and_si256(_mm256_slli_epi32(t, 3), top1));
+        v[2] = _mm256_or_si256(v[2], _mm256_and_si256(_mm256_slli_epi32(t, 2), top1));
+        v[3] = _mm256_or_si256(v[3], _mm256_and_si256(_mm256_slli_epi32(t, 1), top1));
     }
 }
 
@@ -102,10 +107,9 @@ Q2_INLINE void dequant_group(int type, const unsigned char *b, int grp, float *r
             }
             continue;
         }
-        const unsigned char *hi = type == MHA_QT_Q6_K ? b + MHA_Q6_K_HI : NULL;
         for (int c = 0; c < MHA_QG / 4; c++) {
             __m256i v[4];
-            quad_ints(b + nib_at(type), hi, grp * MHA_QG / 4 + c, h, v);
+            quad_ints(b, type, grp * MHA_QG / 4 + c, h, v);
             const __m256 d = c < MHA_QG / 8 ? f.d0 : f.d1, m = c < MHA_QG / 8 ? f.m0 : f.m1;
             for (int i = 0; i < 4; i++)
                 _mm256_storeu_ps(w + (4 * c + i) * MHA_QP + h, _mm256_fmadd_ps(_mm256_cvtepi32_ps(v[i]), d, m));
@@ -198,8 +202,7 @@ Q2_INLINE void few_run(const mha_qtype *t, const int type, const unsigned char *
             for (int j = 0; j < np; j++)
                 for (int h = 0; h < 2; h++) {
                     __m256i v[4];
-                    quad_ints(b[j] + nib_at(type), type == MHA_QT_Q6_K ? b[j] + MHA_Q6_K_HI : NULL,
-                              g % groups * MHA_QG / 4 + c, 8 * h, v);
+                    quad_ints(b[j], type, g % groups * MHA_QG / 4 + c, 8 * h, v);
                     const factors *fj = &f[j][h];
                     const __m256 d = c < MHA_QG / 8 ? fj->d0 : fj->d1, m = c < MHA_QG / 8 ? fj->m0 : fj->m1;
                     for (int i = 0; i < 4; i++) {
