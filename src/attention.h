@@ -138,14 +138,37 @@ typedef struct mha_call {
     float *attn;                  /* NULL or (batch, h, seq_q, seq_kv) */
 } mha_call;
 
-/* What every task of a pass sees (read-only during it): the engine's model, made once at
- * create (sizes, numerics, the weights' views, its buffers), and the call. */
+/* The engine's buffers that a pass's tasks write, each task its own rows (beside its worker's
+ * mha_scratch and the call's out and attn): allocated in the arena at create, the pointers
+ * fixed from then on. Nothing else a task reaches through mha_fwd is written during a pass. */
+typedef struct mha_fwd_buffers {
+    float *z;                     /* (batch, seq_q, qd) */
+    float *xpack;                 /* per sequence (xpack_stride floats): q in A panels, all of d */
+    size_t xpack_stride;
+    double *q_ss, *k_ss;          /* kind full, else NULL: each row's sums of squares of Q (K),
+                                   * kvh per row, one per KV head's part (mha_attention_norm_sums) */
+    float *k_saved;               /* kind full, else NULL: K as those tasks projected it, row r
+                                   * (forward: b·seq_kv + key; steps: the step's row) at
+                                   * r·kvh·dk, KV head g's dk at g·dk; their Q goes in z */
+    float *mla_k, *mla_z;         /* MLA, else NULL: (batch·seq_kv, dk): [c | k_rope]; (batch·seq_q,
+                                   * h·dv): latent outputs */
+} mha_fwd_buffers;
+
+/* What every task of a pass sees, read-only during it (tasks take a const mha_fwd *), in three
+ * parts: the call (set per pass on a copy of the engine's model), the buffers the tasks write
+ * (buf), and the model, made once at create (engine.c's make_model) and never changed after:
+ * sizes, numerics, strategies and the weights' views, every pointer to const. */
 typedef struct mha_fwd {
+    /* the call */
     const mha_call *call;         /* this call's inputs and outputs */
+    /* the buffers */
+    mha_fwd_buffers buf;
+    /* the model */
     const mha_kernel *kernel;     /* BLIS's microkernel and the kernel table (kernel->isa) */
     int d, h, dk, dkp, q_block;   /* dkp: dk rounded up to whole B panels */
     int dv;                       /* V's features per head, each head's output's: dk, or less
-                                   * in the core (v_head_dim: V may be K's first dv features) */
+                                   * in the core (v_head_dim: V may be K's first dv features);
+                                   * an MLA engine's step model: dk (V in its cache is K whole) */
     int qd;                       /* h·dk: the width of Z (and of Q) */
     int rows;                     /* capacity rows of the Q/K/V scratch: max(max_seq_q, max_seq_kv) */
     ptrdiff_t ld_scores;          /* row stride of the score tile */
@@ -157,11 +180,6 @@ typedef struct mha_fwd {
     const float *alibi;           /* NULL or (h): each head's ALiBi slope */
     const float *q_norm, *k_norm; /* NULL or QK-norm's RMSNorm factors (w or 1 + w): (dk), or
                                    * (qd) and (kvh·dk) for the whole projection (kind full) */
-    double *q_ss, *k_ss;          /* kind full, else NULL: each row's sums of squares of Q (K),
-                                   * kvh per row, one per KV head's part (mha_attention_norm_sums) */
-    float *k_saved;               /* kind full, else NULL: K as those tasks projected it, row r
-                                   * (forward: b·seq_kv + key; steps: the step's row) at
-                                   * r·kvh·dk, KV head g's dk at g·dk; their Q goes in z */
     float norm_eps;
     mha_rope_style rope;          /* MHA_ROPE_NONE: no rotation */
     int rope_dim;                 /* features rotated */
@@ -175,15 +193,11 @@ typedef struct mha_fwd {
     const float *bqkv;            /* per KV head: (width) */
     const void *wo;               /* packed by prod: (qd, d) */
     const float *bo;              /* (d) */
-    float *z;                     /* (batch, seq_q, qd) */
-    float *xpack;                 /* per sequence (xpack_stride floats): q in A panels, all of d */
-    size_t xpack_stride;
     /* MLA engines (mla.h), else NULL and zero: z holds Q_abs (rows of h·dk) */
     const struct mha_mla_plan *mla; /* where the weights sit */
     mha_mla mla_dims;             /* the config's widths */
     const void *mla_w;            /* the weights packed by prod, each at its offset (elements) */
     const float *mla_v;           /* the RMSNorms' factors and the biases */
-    float *mla_k, *mla_z;         /* (batch·seq_kv, dk): [c | k_rope]; (batch·seq_q, h·dv): latent outputs */
 } mha_fwd;
 
 /* A worker's scratch slice: its parts in the order the arena plan carves them from the
@@ -466,7 +480,7 @@ void mha_attention_pack_kv_few_bf16(const mha_fwd *f, const mha_scratch *s, cons
 
 /* Rows the head tasks project from the query input of sequence b (packed beforehand). */
 int mha_attention_packed_rows(const mha_fwd *f, int b);
-/* Packs rows [r0, r1) of sequence b's query input into f->xpack (r0 a multiple of the panel). */
+/* Packs rows [r0, r1) of sequence b's query input into f->buf.xpack (r0 a multiple of the panel). */
 void mha_attention_pack_rows(const mha_fwd *f, int b, int r0, int r1);
 
 /* Q/K/V scratch columns [ccol, ccol + n) of rows [0, m) = x (m × d) · W[:, wcol : wcol + n]
@@ -479,13 +493,13 @@ void mha_attention_project(const mha_fwd *f, const mha_scratch *s, int m, const 
  * head's columns of z (and attn). */
 void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s);
 /* QK-norm over the whole projection (kind full), before any group task of sequence b: KV
- * head g's part of each row's sums of squares, its K's (f->k_ss) and its query heads' Q's
- * (f->q_ss), projected as mha_attention_group would project them; the projections kept for
- * it (K in f->k_saved, each Q in its head's columns of z), so it projects only V. */
+ * head g's part of each row's sums of squares, its K's (f->buf.k_ss) and its query heads' Q's
+ * (f->buf.q_ss), projected as mha_attention_group would project them; the projections kept for
+ * it (K in f->buf.k_saved, each Q in its head's columns of z), so it projects only V. */
 void mha_attention_norm_sums(const mha_fwd *f, int b, int g, const mha_scratch *s);
 /* Its work and mha_step_norm_sums': KV head g's K of kl rows from xk (xkp: those rows packed,
- * or NULL), row i's part at row k0 + i of f->k_ss and f->k_saved, and its query heads' Q of
- * ql rows from xq (xqp), row i's part at row q0 + i of f->q_ss and, projected, of z. */
+ * or NULL), row i's part at row k0 + i of f->buf.k_ss and f->buf.k_saved, and its query heads' Q of
+ * ql rows from xq (xqp), row i's part at row q0 + i of f->buf.q_ss and, projected, of z. */
 void mha_attention_norm_part(const mha_fwd *f, const mha_scratch *s, int g, int kl, const float *xk, const float *xkp,
                              size_t k0, int ql, const float *xq, const float *xqp, size_t q0);
 /* out rows [r0, r1) of sequence b: z · Wo + bo; rows past the query length are 0. */

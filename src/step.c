@@ -79,7 +79,7 @@ static int pos_of(const mha_step_job *j, int r, int seq)
 static const float *packed_rows(const mha_step_job *j, int r0)
 {
     const mha_products *p = j->f.prod;
-    return (const float *)(const void *)((const char *)j->f.xpack + (size_t)r0 * p->a_row(j->f.d) * p->esz);
+    return (const float *)(const void *)((const char *)j->f.buf.xpack + (size_t)r0 * p->a_row(j->f.d) * p->esz);
 }
 
 int mha_step_panel(const mha_step_job *j)
@@ -142,11 +142,12 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
      * row by row RoPE at the row's position and a copy into its cache slot */
     /* these rows in A panels (mha_step_pack_rows) where they start one; else packed here */
     const float *xp = r0 % mha_step_panel(j) == 0 ? packed_rows(j, r0) : NULL;
-    const double *kss = f->k_ss ? f->k_ss + (size_t)r0 * f->kvh : NULL;
-    const double *qss = f->q_ss ? f->q_ss + (size_t)r0 * f->kvh : NULL;
-    if (f->k_saved) { /* QK-norm full: K projected by mha_step_norm_sums, V here */
+    const double *kss = f->buf.k_ss ? f->buf.k_ss + (size_t)r0 * f->kvh : NULL;
+    const double *qss = f->buf.q_ss ? f->buf.q_ss + (size_t)r0 * f->kvh : NULL;
+    if (f->buf.k_saved) { /* QK-norm full: K projected by mha_step_norm_sums, V here */
         mha_attention_project(f, s, m, x, xp, g, 2 * dkp, 2 * dkp, dkp);
-        mha_mat_set_rows(k, qkv, m, dkp, dk, f->k_saved + (size_t)r0 * f->kvh * dk + (size_t)g * dk, (ptrdiff_t)f->kvh * dk);
+        mha_mat_set_rows(k, qkv, m, dkp, dk, f->buf.k_saved + (size_t)r0 * f->kvh * dk + (size_t)g * dk,
+                         (ptrdiff_t)f->kvh * dk);
     } else
         mha_attention_project(f, s, m, x, xp, g, dkp, dkp, 2 * dkp);
     mha_attention_norm_rows(f, qkv, m, dkp, 1, g, kss);
@@ -161,8 +162,8 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
     /* Q of each query head of the group (QK-norm full: already in z), rotated, into its
      * columns of z */
     for (int h = 0; h < f->group; h++) {
-        float *z = f->z + (size_t)r0 * f->qd + (size_t)(g * f->group + h) * dk;
-        if (f->k_saved)
+        float *z = f->buf.z + (size_t)r0 * f->qd + (size_t)(g * f->group + h) * dk;
+        if (f->buf.k_saved)
             mha_mat_set_rows(k, qkv, m, 0, dk, z, f->qd);
         else
             mha_attention_project(f, s, m, x, xp, g, h == 0 ? 0 : (h + 2) * dkp, 0, dkp);
@@ -189,7 +190,7 @@ void mha_step_project_mla(const mha_step_job *j, int g, int r0, int r1, const mh
     /* rows of 3·dkp in the scratch: K at dkp, V at 2·dkp, as store_kv reads them */
     float *kv = s->qkv;
     const ptrdiff_t ld = 3 * (ptrdiff_t)dkp;
-    mha_mla_rows(f, st->x + (size_t)r0 * f->d, m, 0, pos, f->z + (size_t)r0 * f->qd, kv + dkp, ld, s);
+    mha_mla_rows(f, st->x + (size_t)r0 * f->d, m, 0, pos, f->buf.z + (size_t)r0 * f->qd, kv + dkp, ld, s);
     for (int i = 0, seq = first; i < m; i++) {
         seq = seq_of(j, r0 + i, seq);
         memcpy(kv + i * ld + 2 * dkp, kv + i * ld + dkp, (size_t)dk * sizeof *kv);
@@ -200,7 +201,7 @@ void mha_step_project_mla(const mha_step_job *j, int g, int r0, int r1, const mh
 
 void mha_step_out_mla(const mha_step_job *j, int r0, int r1, const mha_scratch *s)
 {
-    mha_mla_values(&j->f, r1 - r0, j->f.z + (size_t)r0 * j->f.qd, j->f.dk, j->f.call->out + (size_t)r0 * j->f.d, s);
+    mha_mla_values(&j->f, r1 - r0, j->f.buf.z + (size_t)r0 * j->f.qd, j->f.dk, j->f.call->out + (size_t)r0 * j->f.d, s);
 }
 
 void mha_step_out_rows(const mha_step_job *j, int r0, int r1, int c0, int c1, const mha_scratch *s)
@@ -208,7 +209,8 @@ void mha_step_out_rows(const mha_step_job *j, int r0, int r1, int c0, int c1, co
     const mha_fwd *f = &j->f;
     const mha_kernel *k = f->kernel;
     const ptrdiff_t d = f->d, zd = f->qd;
-    const mha_mat om = mha_mat_rows(k, f->call->out + (size_t)r0 * d + c0, d), zm = mha_mat_rows(k, f->z + (size_t)r0 * zd, zd);
+    const mha_mat om = mha_mat_rows(k, f->call->out + (size_t)r0 * d + c0, d);
+    const mha_mat zm = mha_mat_rows(k, f->buf.z + (size_t)r0 * zd, zd);
     const float beta = f->has_bias ? 1.0f : 0.0f;
     if (f->has_bias)
         mha_mat_fill_rows(k, om, r1 - r0, c1 - c0, f->bo + c0);

@@ -502,7 +502,7 @@ static void decode_queries(const mha_step_job *j, int seq, int g, const mha_scra
     const mha_fwd *f = &j->f;
     const int n_new = j->step->n_new[seq], dk = f->dk, G = f->group;
     float *qv = dec_queries(j, seq, s);
-    const float *z = f->z + (size_t)j->row0[seq] * f->qd;
+    const float *z = f->buf.z + (size_t)j->row0[seq] * f->qd;
     for (int jh = 0; jh < G; jh++)
         for (int i = 0; i < n_new; i++)
             memcpy(qv + (size_t)(jh * n_new + i) * dk, z + (size_t)i * f->qd + (size_t)(g * G + jh) * dk,
@@ -535,7 +535,7 @@ void mha_step_decode_merge(const mha_step_job *j, int seq, int g)
 {
     const mha_fwd *f = &j->f;
     const int n_new = j->step->n_new[seq], dk = f->dk, zd = f->qd, G = f->group, chunks = mha_step_chunks(j, seq);
-    float *z = f->z + (size_t)j->row0[seq] * zd;
+    float *z = f->buf.z + (size_t)j->row0[seq] * zd;
     for (int qi = 0; qi < G * n_new; qi++) {
         const int jh = qi / n_new, i = qi % n_new;
         float *zr = z + (size_t)i * zd + (size_t)(g * G + jh) * dk;
