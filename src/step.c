@@ -43,6 +43,43 @@ static void commit_none(const mha_step_job *j, int seq, int g)
     (void)j, (void)seq, (void)g; /* an unscaled cache's keys are whole as stored */
 }
 
+/* Row i of the Q/K/V scratch (the step's row `row`), K at dkp and V at 2·dkp, into slot `slot`
+ * of a cache block (mha_step_ops.store, one per cache family). An unscaled type's elements:
+ * K transposed (feature c at c · block_size + slot), V as a row (MLA: no V, it is read from
+ * K), through the type's put a panel's run at a time. */
+static void store_kv(const mha_step_job *j, mha_mat qkv, int i, int row, int block, int g, int slot,
+                     const mha_scratch *s)
+{
+    (void)row, (void)s; /* whole as stored: nothing kept at full precision */
+    const mha_kernel *k = j->f.kernel;
+    const mha_kv_cache *c = j->cache;
+    const mha_kv_traits *kv = mha_kv_traits_of(c->type);
+    const int dk = j->f.dk, dkp = j->f.dkp, bs = c->block_size;
+    const size_t kt = mha_kv_kt_at(c, block, g) + (size_t)slot, v = c->mla ? 0 : mha_kv_v_at(c, block, g, slot);
+    for (int c0 = 0; c0 < dk; c0 += k->bw) {
+        const int n = dk - c0 < k->bw ? dk - c0 : k->bw;
+        kv->put(mha_mat_at(k, qkv, i, dkp + c0), n, c->data, kt + (size_t)c0 * bs, (size_t)bs);
+        if (!c->mla)
+            kv->put(mha_mat_at(k, qkv, i, 2 * dkp + c0), n, c->data, v + (size_t)c0, 1);
+    }
+}
+
+/* The same on a scaled type (int8; never MLA): V's whole row, through the worker's s->k8 (its
+ * scale is over all d_k features); K kept at full precision in j->k_full until its group is
+ * complete (mha_step_k_commit). */
+static void store_kv_scaled(const mha_step_job *j, mha_mat qkv, int i, int row, int block, int g, int slot,
+                            const mha_scratch *s)
+{
+    const mha_kernel *k = j->f.kernel;
+    const mha_kv_cache *c = j->cache;
+    const int dk = j->f.dk, dkp = j->f.dkp;
+    const size_t v = mha_kv_v_at(c, block, g, slot);
+    float *full = j->k_full + ((size_t)row * j->f.kvh + g) * dk, *par = mha_kv_v_params(c, block, g) + 2 * (size_t)slot;
+    mha_mat_get_rows(k, mha_mat_sub(k, qkv, i, 0), 1, dkp, dk, full, dk);
+    mha_mat_get_rows(k, mha_mat_sub(k, qkv, i, 0), 1, 2 * dkp, dk, s->k8, dk); /* V's row, whole */
+    mha_kv_traits_of(c->type)->quantize(s->k8, 1, dk, 0, c->data, v, 1, &par[0], &par[1]);
+}
+
 mha_step_ops mha_step_ops_of(const mha_fwd *f, mha_kv_type kv)
 {
     const int scaled = mha_kv_traits_of(kv)->scaled;
@@ -56,6 +93,7 @@ mha_step_ops mha_step_ops_of(const mha_fwd *f, mha_kv_type kv)
         .chunk = !f->bk ? (scaled ? mha_step_chunk_tiles_scaled : mha_step_chunk_tiles)
                  : tiles16 ? (scaled ? mha_step_chunk_tiles16_scaled : mha_step_chunk_tiles16)
                            : mha_step_chunk_panels16,
+        .store = scaled ? store_kv_scaled : store_kv,
         .commit = scaled ? mha_step_k_commit : commit_none,
         .v_params = f->bk && scaled,
         .packed_queries = f->bk && !tiles16 && !scaled,
@@ -91,34 +129,6 @@ void mha_step_pack_rows(const mha_step_job *j, int r0, int r1)
 {
     const mha_kernel *k = j->f.kernel;
     j->f.prod->pack_a(k, mha_mat_rows(k, j->step->x, j->f.d), r0, r1 - r0, j->f.d, (void *)packed_rows(j, r0));
-}
-
-/* Row i of the Q/K/V scratch (the step's row `row`), K at dkp and V at 2·dkp, into slot `slot`
- * of a cache block: K transposed (feature c at c · block_size + slot), V as a row (MLA: no V,
- * it is read from K); unscaled types (the type's put) a panel's run at a time. Scaled (int8):
- * V's whole row, through the worker's s->k8 (its scale is over all d_k features); K kept at
- * full precision in j->k_full until its group is complete (k_commit). */
-static void store_kv(const mha_step_job *j, mha_mat qkv, int i, int row, int block, int g, int slot,
-                     const mha_scratch *s)
-{
-    const mha_kernel *k = j->f.kernel;
-    const mha_kv_cache *c = j->cache;
-    const mha_kv_traits *kv = mha_kv_traits_of(c->type);
-    const int dk = j->f.dk, dkp = j->f.dkp, bs = c->block_size;
-    const size_t kt = mha_kv_kt_at(c, block, g) + (size_t)slot, v = c->mla ? 0 : mha_kv_v_at(c, block, g, slot);
-    if (kv->scaled) { /* (never MLA) */
-        float *full = j->k_full + ((size_t)row * j->f.kvh + g) * dk, *par = mha_kv_v_params(c, block, g) + 2 * (size_t)slot;
-        mha_mat_get_rows(k, mha_mat_sub(k, qkv, i, 0), 1, dkp, dk, full, dk);
-        mha_mat_get_rows(k, mha_mat_sub(k, qkv, i, 0), 1, 2 * dkp, dk, s->k8, dk); /* V's row, whole */
-        kv->quantize(s->k8, 1, dk, 0, c->data, v, 1, &par[0], &par[1]);
-        return;
-    }
-    for (int c0 = 0; c0 < dk; c0 += k->bw) {
-        const int n = dk - c0 < k->bw ? dk - c0 : k->bw;
-        kv->put(mha_mat_at(k, qkv, i, dkp + c0), n, c->data, kt + (size_t)c0 * bs, (size_t)bs);
-        if (!c->mla)
-            kv->put(mha_mat_at(k, qkv, i, 2 * dkp + c0), n, c->data, v + (size_t)c0, 1);
-    }
 }
 
 void mha_step_norm_sums(const mha_step_job *j, int g, int r0, int r1, const mha_scratch *s)
@@ -157,7 +167,7 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
         if (f->rope != MHA_ROPE_NONE)
             mha_rope_rows(k, mha_mat_sub(k, qkv, i, 0), 1, dkp, pos, f->rope, f->rope_dim, f->rope_cos, f->rope_sin);
         const mha_kv_run at = mha_kv_run_at(st->blocks + (size_t)seq * st->max_blocks, bs, pos, pos + 1);
-        store_kv(j, qkv, i, r0 + i, at.block, g, at.slot, s);
+        j->ops->store(j, qkv, i, r0 + i, at.block, g, at.slot, s);
     }
     /* Q of each query head of the group (QK-norm full: already in z), rotated, into its
      * columns of z */
@@ -187,7 +197,7 @@ void mha_step_project_mla(const mha_step_job *j, int g, int r0, int r1, const mh
         seq = seq_of(j, r0 + i, seq);
         pos[i] = pos_of(j, r0 + i, seq);
     }
-    /* rows of 3·dkp in the scratch: K at dkp, V at 2·dkp, as store_kv reads them */
+    /* rows of 3·dkp in the scratch: K at dkp, V at 2·dkp, as mha_step_ops.store reads them */
     float *kv = s->qkv;
     const ptrdiff_t ld = 3 * (ptrdiff_t)dkp;
     mha_mla_rows(f, st->x + (size_t)r0 * f->d, m, 0, pos, f->buf.z + (size_t)r0 * f->qd, kv + dkp, ld, s);
@@ -195,7 +205,7 @@ void mha_step_project_mla(const mha_step_job *j, int g, int r0, int r1, const mh
         seq = seq_of(j, r0 + i, seq);
         memcpy(kv + i * ld + 2 * dkp, kv + i * ld + dkp, (size_t)dk * sizeof *kv);
         const mha_kv_run at = mha_kv_run_at(st->blocks + (size_t)seq * st->max_blocks, bs, pos[i], pos[i] + 1);
-        store_kv(j, mha_mat_rows(f->kernel, kv, ld), i, r0 + i, at.block, g, at.slot, s);
+        j->ops->store(j, mha_mat_rows(f->kernel, kv, ld), i, r0 + i, at.block, g, at.slot, s);
     }
 }
 

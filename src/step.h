@@ -31,6 +31,12 @@ typedef struct mha_step_ops {
      * prefetch; next.c < 0: none). */
     void (*chunk)(const struct mha_step_job *j, int seq, int g, int k0, int k1, mha_chunk_at next, float *p, float *vs,
                   const mha_scratch *s);
+    /* A new row's K and V (row i of the Q/K/V scratch qkv, K at dkp and V at 2·dkp; the step's
+     * row `row`) into slot `slot` of the cache's block `block`, KV head g: the elements (an
+     * unscaled type's put), or (scaled) V quantized and K kept at full precision in j->k_full
+     * until its group is complete (step.c). */
+    void (*store)(const struct mha_step_job *j, mha_mat qkv, int i, int row, int block, int g, int slot,
+                  const mha_scratch *s);
     /* Decode, after every chunk of (seq, g): the groups the step completed stored (scaled), or
      * nothing. */
     void (*commit)(const struct mha_step_job *j, int seq, int g);
