@@ -63,7 +63,7 @@ CLI_OBJ := $(CLI_SRC:src/cli/%.c=$(B)/obj/cli/%.o)
 TEST_SRC := $(filter-out tests/gen_%.c,$(wildcard tests/*.c))
 TEST_OBJ := $(TEST_SRC:tests/%.c=$(B)/tests/%.o)
 # Command-line modules the tests call directly (pure functions).
-TEST_CLI_OBJ := $(B)/obj/cli/scale_fit.o $(B)/obj/cli/shard.o $(B)/obj/cli/config_file.o
+TEST_CLI_OBJ := $(B)/obj/cli/check.o $(B)/obj/cli/scale_fit.o $(B)/obj/cli/shard.o $(B)/obj/cli/config_file.o
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
@@ -250,9 +250,10 @@ MPICC ?= mpicc
 deps-mpi:
 	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) $(MPI_PKGS)"
 
-$(B)/mha-mpi: src/cli/mpi/mha_mpi.c src/cli/common.c src/cli/shard.c src/cli/config_file.c $(wildcard src/cli/*.h) $(B)/libmha.a | deps-mpi
+$(B)/mha-mpi: src/cli/mpi/mha_mpi.c src/cli/common.c src/cli/check.c src/cli/shard.c src/cli/config_file.c \
+  $(wildcard src/cli/*.h) $(B)/libmha.a | deps-mpi
 	$(MPICC) -std=c11 $(OPT) $(WARN) -fopenmp -Iinclude -Isrc/cli src/cli/mpi/mha_mpi.c src/cli/common.c \
-	  src/cli/shard.c src/cli/config_file.c $(B)/libmha.a $(BLIS_A) $(CLI_LDLIBS) -o $@
+	  src/cli/check.c src/cli/shard.c src/cli/config_file.c $(B)/libmha.a $(BLIS_A) $(CLI_LDLIBS) -o $@
 
 $(B)/mpi_make_batch: tests/mpi/make_batch.c $(B)/libmha.a
 	$(CC) -std=c11 $(OPT) $(WARN) -Iinclude $< $(B)/libmha.a $(BLIS_A) $(LDLIBS) -o $@

@@ -122,18 +122,19 @@ typedef enum { MHA_KV_AUTO = 0, MHA_KV_F32 = 1, MHA_KV_BF16 = 2, MHA_KV_INT8 = 3
  * them (mha_weights.type), one per matrix, indexed by MHA_W_Q, MHA_W_K, MHA_W_V, MHA_W_O. The
  * values are ggml's type numbers (mha_io.h's mha_ggml_type), so a GGUF tensor's type passes
  * through. F32 (0, the default): floats, held in the precision's form (float32 or bf16 panels).
- * Q8_0, Q4_0, Q4_1, Q4_K, Q6_K: ggml's blocks along each output's inputs, held and multiplied as
+ * Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: ggml's blocks along each output's inputs, held and multiplied as
  * stored (repacked, the file's bytes), activations and sums in float32: each weight is ggml's
  * dequantized float exactly, and a product is float32 FMA chains over those weights in input
  * order, the same bits on every kernel table (docs/quant.md). F16 and BF16:
  * mha_weights.type only, converted at load. */
 typedef enum {
-    MHA_WEIGHT_F32 = 0, MHA_WEIGHT_F16 = 1, MHA_WEIGHT_Q4_0 = 2, MHA_WEIGHT_Q4_1 = 3, MHA_WEIGHT_Q8_0 = 8,
-    MHA_WEIGHT_Q4_K = 12, MHA_WEIGHT_Q6_K = 14, MHA_WEIGHT_BF16 = 30
+    MHA_WEIGHT_F32 = 0, MHA_WEIGHT_F16 = 1, MHA_WEIGHT_Q4_0 = 2, MHA_WEIGHT_Q4_1 = 3, MHA_WEIGHT_Q5_0 = 6,
+    MHA_WEIGHT_Q5_1 = 7, MHA_WEIGHT_Q8_0 = 8, MHA_WEIGHT_Q4_K = 12, MHA_WEIGHT_Q5_K = 13, MHA_WEIGHT_Q6_K = 14,
+    MHA_WEIGHT_BF16 = 30
 } mha_weight_type;
 enum { MHA_W_Q = 0, MHA_W_K = 1, MHA_W_V = 2, MHA_W_O = 3, MHA_W_COUNT = 4 };
 /* Bytes of n weights of type t as a file stores them (n whole blocks: 32, 256 for Q4_K and
- * Q6_K); 0 for a type mha does not read or n not whole blocks. */
+ * Q5_K and Q6_K); 0 for a type mha does not read or n not whole blocks. */
 MHA_API size_t mha_weight_bytes(mha_weight_type t, int64_t n);
 /* n weights of type t (whole blocks) as the engine reads them, into floats: F16 and BF16
  * converted, blocks dequantized (ggml's floats, exactly). MHA_ERR_INVALID_ARG: a NULL pointer,
@@ -229,7 +230,7 @@ typedef struct mha_config {
     mha_weight_type weight_type[MHA_W_COUNT]; /* Wq, Wk, Wv, Wo as the engine holds them
                                               (MHA_W_Q …): F32 by default; a block type needs
                                               d_model (Wq, Wk, Wv) and n_heads·head_dim (Wo) to
-                                              be whole blocks (32 inputs; 256 for Q4_K, Q6_K); not
+                                              be whole blocks (32 inputs; 256 for the K types); not
                                               with MLA */
 } mha_config;
 

@@ -175,8 +175,8 @@ typedef enum mha_ggml_type {
     MHA_GGML_TYPE_COUNT = 43
 } mha_ggml_type;
 /* What mha does with a type as the weight of a projection: the float types and the quantized
- * types it runs (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K), those planned (Q5_0, Q5_1,
- * Q5_K), the rest refused with a message that lists the first two groups. */
+ * types it runs (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K), the rest
+ * refused with a message that lists them (PLANNED: none today, kept for the ABI). */
 typedef enum mha_ggml_support { MHA_GGML_UNSUPPORTED = 0, MHA_GGML_PLANNED = 1, MHA_GGML_SUPPORTED = 2 } mha_ggml_support;
 /* A type's row of ggml's type traits: a row of ne[0] elements takes ne[0] / block blocks of
  * block_bytes each (ne[0] must be a multiple of block). */
@@ -305,15 +305,15 @@ MHA_API mha_status mha_gguf_layer_tensors(const mha_gguf *g, int layer, const mh
                                           char *err, size_t err_len);
 /* Whether t can be a projection of in → out features (ne = {in, out}) in mha: MHA_OK, or
  * MHA_ERR_FORMAT with "path: blk.3.attn_q.weight: type IQ2_XS is not supported (supported: F32,
- * F16, …; planned: …)" or its dims against those expected. */
+ * F16, …)" or its dims against those expected. */
 MHA_API mha_status mha_gguf_check_projection(const mha_gguf *g, const mha_gguf_tensor *t, int64_t in, int64_t out,
                                              char *err, size_t err_len);
 
 /* The attention weights of layer `layer` for cfg (mha_gguf_layer_config's, with any overrides:
  * the tensors are checked against it as mha_gguf_layer_tensors does), ready for mha_set_weights,
  * TORCH layout (HF's (out, in) rows). Each projection as stored: F32 as floats (w_q …, type
- * MHA_WEIGHT_F32), F16, BF16 and the block types (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) as type[i] =
- * the tensor's ggml type and blocks[i]; phi3's fused attn_qkv split into its Q, K and V rows.
+ * MHA_WEIGHT_F32), F16, BF16 and the block types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K,
+ * Q6_K) as type[i] = the tensor's ggml type and blocks[i]; phi3's fused attn_qkv split into its Q, K and V rows.
  * They point into the mapping (valid until mha_gguf_close) except where rows are moved: for
  * arch llama (mha_gguf_model.qk_permuted) Q's and K's rows, and their biases, are put back from
  * llama.cpp's RoPE order into HF's (docs/gguf.md), whole rows of blocks, into storage. Biases

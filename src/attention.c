@@ -35,14 +35,13 @@ void mha_attention_logits(const mha_fwd *f, float *row, mha_key_span in, int pos
 float mha_attention_chunk_row(const mha_fwd *f, float *row, int n, mha_key_span in, int pos, int c0, int head,
                               const uint8_t *mask, const float *vs, float *mx, mha_bf16 *p, int rounded, float *zs)
 {
-    const mha_isa *isa = f->kernel->isa;
+    const mha_attention_ops *o = f->attn;
     mha_attention_logits(f, row, in, pos, c0, head);
     *mx = -INFINITY;
-    if (p && !vs && isa->softmax_row16) /* exp'd and rounded in one pass */
-        return isa->softmax_row16(row, n, in.hi, mask, mx, p);
-    if (rounded && !p && !vs && isa->softmax_row_rounded)
-        return isa->softmax_row_rounded(row, n, in.hi, mask, mx);
-    const float sum = (f->bk ? isa->softmax_row_bf16 : isa->softmax_row)(row, n, in.hi, mask, mx);
+    if (!vs) /* exp'd, and rounded where asked, in one pass where the table can */
+        return p ? o->exp_row16(f, row, n, in.hi, mask, mx, p)
+               : rounded ? o->exp_row_rounded(f, row, n, in.hi, mask, mx) : o->exp_row(row, n, in.hi, mask, mx);
+    const float sum = o->exp_row(row, n, in.hi, mask, mx);
     if (vs) { /* int8: the zero points' sum in 8 lanes, then each key's V scale, after the sum */
         float z[8] = {0};
         int j = 0;
@@ -60,8 +59,94 @@ float mha_attention_chunk_row(const mha_fwd *f, float *row, int n, mha_key_span 
     if (p)
         mha_bk_pack_a_row(f->kernel, row, 0, n, p);
     else if (rounded)
-        isa->round_bf16_floats(row, n);
+        f->kernel->isa->round_bf16_floats(row, n);
     return sum;
+}
+
+/* The exp forms a table lacks (mha_attention_exp_ops): its parts in turn, or its rows one by
+ * one, the same bits as its one-pass functions would give. */
+static float exp_row16_parts(const mha_fwd *f, float *restrict s, int n, int visible, const uint8_t *restrict mask,
+                             float *max_io, mha_bf16 *p)
+{
+    const float sum = f->attn->exp_row(s, n, visible, mask, max_io);
+    mha_bk_pack_a_row(f->kernel, s, 0, n, p);
+    return sum;
+}
+
+static float exp_row_rounded_parts(const mha_fwd *f, float *restrict s, int n, int visible,
+                                   const uint8_t *restrict mask, float *max_io)
+{
+    const float sum = f->attn->exp_row(s, n, visible, mask, max_io);
+    f->kernel->isa->round_bf16_floats(s, n);
+    return sum;
+}
+
+static void exp_rows_each(const mha_fwd *f, float *s, ptrdiff_t ld, int m, int n, float *mx, float *sum, ptrdiff_t st)
+{
+    for (int i = 0; i < m; i++) {
+        mx[i * st] = -INFINITY;
+        sum[i * st] = f->attn->exp_row(s + i * ld, n, n, NULL, &mx[i * st]);
+    }
+}
+
+static void exp_rows_rounded_each(const mha_fwd *f, float *s, ptrdiff_t ld, int m, int n, float *mx, float *sum,
+                                  ptrdiff_t st)
+{
+    for (int i = 0; i < m; i++) {
+        mx[i * st] = -INFINITY;
+        sum[i * st] = f->attn->exp_row_rounded(f, s + i * ld, n, n, NULL, &mx[i * st]);
+    }
+}
+
+static void exp_rows16_each(const mha_fwd *f, float *s, ptrdiff_t ld, int m, int n, float *mx, float *sum,
+                            ptrdiff_t st, mha_bf16 *d)
+{
+    const int kt = (int)(mha_bk_kp(n) / MHA_BT_K);
+    for (int i = 0; i < m; i++) {
+        mx[i * st] = -INFINITY;
+        sum[i * st] = f->attn->exp_row16(f, s + i * ld, n, n, NULL, &mx[i * st], d + mha_bk_a_row(i, kt));
+    }
+}
+
+/* The table's own one-pass forms, through the engine's signatures. */
+static float exp_row16_table(const mha_fwd *f, float *restrict s, int n, int visible, const uint8_t *restrict mask,
+                             float *max_io, mha_bf16 *p)
+{
+    return f->kernel->isa->softmax_row16(s, n, visible, mask, max_io, p);
+}
+
+static float exp_row_rounded_table(const mha_fwd *f, float *restrict s, int n, int visible,
+                                   const uint8_t *restrict mask, float *max_io)
+{
+    return f->kernel->isa->softmax_row_rounded(s, n, visible, mask, max_io);
+}
+
+static void exp_rows_table(const mha_fwd *f, float *s, ptrdiff_t ld, int m, int n, float *mx, float *sum, ptrdiff_t st)
+{
+    f->kernel->isa->softmax_rows(s, ld, m, n, mx, sum, st);
+}
+
+static void exp_rows_rounded_table(const mha_fwd *f, float *s, ptrdiff_t ld, int m, int n, float *mx, float *sum,
+                                   ptrdiff_t st)
+{
+    f->kernel->isa->softmax_rows_rounded(s, ld, m, n, mx, sum, st);
+}
+
+static void exp_rows16_table(const mha_fwd *f, float *s, ptrdiff_t ld, int m, int n, float *mx, float *sum,
+                             ptrdiff_t st, mha_bf16 *d)
+{
+    f->kernel->isa->softmax_rows16(s, ld, m, n, mx, sum, st, d);
+}
+
+void mha_attention_exp_ops(mha_attention_ops *ops, const mha_isa *isa, int bf16)
+{
+    /* softmax_rows has the float32 exp: a bf16 engine's rows go one by one */
+    ops->exp_row = bf16 ? isa->softmax_row_bf16 : isa->softmax_row;
+    ops->exp_rows = bf16 ? exp_rows_each : exp_rows_table;
+    ops->exp_row16 = isa->softmax_row16 ? exp_row16_table : exp_row16_parts;
+    ops->exp_rows16 = isa->softmax_rows16 ? exp_rows16_table : exp_rows16_each;
+    ops->exp_row_rounded = isa->softmax_row_rounded ? exp_row_rounded_table : exp_row_rounded_parts;
+    ops->exp_rows_rounded = isa->softmax_rows_rounded ? exp_rows_rounded_table : exp_rows_rounded_each;
 }
 
 void mha_attention_v_zero(float *z, int n, float zs)

@@ -88,15 +88,41 @@ typedef struct mha_attention_ops {
     int (*few_fits)(const struct mha_fwd *f);
     void (*pack_kv_few)(const struct mha_fwd *f, const struct mha_scratch *s, const struct mha_core_io *io, int b,
                         int g, int kl, struct mha_kv_view *kv);
+    /* Whether the core's few queries read K's and V's rows in place (the table's rows_scores,
+     * or bf16's rows_scores16 and decode_values16 in the kernel's order) rather than panels:
+     * pack_kv_few's way, fixed by the table, the kernel, d_k and the group (core.c). */
+    int few_rows;
     /* One chunk: mha_attention_chunk's contract (attention.h). */
     void (*chunk)(const struct mha_fwd *f, const struct mha_scratch *s, const struct mha_chunk_rows *r,
                   const struct mha_kv_view *kv, int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx,
                   float *sum, ptrdiff_t st);
+    /* A chunk row's exp (softmax.h's contract) in the engine's precision: the table's
+     * softmax_row, or a bf16 engine's softmax_row_bf16. Its bf16 forms: exp_row16 rounds each
+     * entry into a row of A tiles at p (as mha_bk_pack_a_row), exp_row_rounded leaves each as
+     * the float of its bf16 rounding (as round_bf16_floats); exp_rows, exp_rows_rounded and
+     * exp_rows16 are the three on softmax_rows' whole rows (row i's A tiles at d +
+     * mha_bk_a_row(i, kp(n) / 32)). Each the table's one-pass function where it has one, else
+     * its parts in turn or row by row, the same bits (mha_attention_exp_ops): no chunk asks
+     * the table what it holds. */
+    mha_softmax_fn exp_row;
+    float (*exp_row16)(const struct mha_fwd *f, float *restrict s, int n, int visible, const uint8_t *restrict mask,
+                       float *max_io, mha_bf16 *p);
+    float (*exp_row_rounded)(const struct mha_fwd *f, float *restrict s, int n, int visible,
+                             const uint8_t *restrict mask, float *max_io);
+    void (*exp_rows)(const struct mha_fwd *f, float *s, ptrdiff_t ld, int m, int n, float *mx, float *sum,
+                     ptrdiff_t st);
+    void (*exp_rows_rounded)(const struct mha_fwd *f, float *s, ptrdiff_t ld, int m, int n, float *mx, float *sum,
+                             ptrdiff_t st);
+    void (*exp_rows16)(const struct mha_fwd *f, float *s, ptrdiff_t ld, int m, int n, float *mx, float *sum,
+                       ptrdiff_t st, mha_bf16 *d);
 } mha_attention_ops;
 
 /* The strategy of a float32 engine (bk NULL) or of a bf16 one (its kernel; on the float32
- * stream where kernel k's table has stream_rows16, bk sums even first and dk fits one KC pass). */
-const mha_attention_ops *mha_attention_ops_of(const mha_bkernel *bk, const mha_kernel *k, int dk);
+ * stream where kernel k's table has stream_rows16, bk sums even first and dk fits one KC pass),
+ * for heads of dk features in groups of `group` query heads, into the engine's *ops, resolved
+ * from k's table once. Returns ops. */
+const mha_attention_ops *mha_attention_ops_of(mha_attention_ops *ops, const mha_bkernel *bk, const mha_kernel *k,
+                                              int dk, int group);
 
 /* One call's inputs and outputs: a forward's (mha_input), the core's sizes and masks, or a
  * step's (causal, out; its tokens come through mha_step_job). */
@@ -112,14 +138,37 @@ typedef struct mha_call {
     float *attn;                  /* NULL or (batch, h, seq_q, seq_kv) */
 } mha_call;
 
-/* What every task of a pass sees (read-only during it): the engine's model, made once at
- * create (sizes, numerics, the weights' views, its buffers), and the call. */
+/* The engine's buffers that a pass's tasks write, each task its own rows (beside its worker's
+ * mha_scratch and the call's out and attn): allocated in the arena at create, the pointers
+ * fixed from then on. Nothing else a task reaches through mha_fwd is written during a pass. */
+typedef struct mha_fwd_buffers {
+    float *z;                     /* (batch, seq_q, qd) */
+    float *xpack;                 /* per sequence (xpack_stride floats): q in A panels, all of d */
+    size_t xpack_stride;
+    double *q_ss, *k_ss;          /* kind full, else NULL: each row's sums of squares of Q (K),
+                                   * kvh per row, one per KV head's part (mha_attention_norm_sums) */
+    float *k_saved;               /* kind full, else NULL: K as those tasks projected it, row r
+                                   * (forward: b·seq_kv + key; steps: the step's row) at
+                                   * r·kvh·dk, KV head g's dk at g·dk; their Q goes in z */
+    float *mla_k, *mla_z;         /* MLA, else NULL: (batch·seq_kv, dk): [c | k_rope]; (batch·seq_q,
+                                   * h·dv): latent outputs */
+} mha_fwd_buffers;
+
+/* What every task of a pass sees, read-only during it (tasks take a const mha_fwd *), in three
+ * parts: the call (set per pass on a copy of the engine's model), the buffers the tasks write
+ * (buf), and the model, made once at create (engine.c's make_model) and never changed after:
+ * sizes, numerics, strategies and the weights' views, every pointer to const. */
 typedef struct mha_fwd {
+    /* the call */
     const mha_call *call;         /* this call's inputs and outputs */
+    /* the buffers */
+    mha_fwd_buffers buf;
+    /* the model */
     const mha_kernel *kernel;     /* BLIS's microkernel and the kernel table (kernel->isa) */
     int d, h, dk, dkp, q_block;   /* dkp: dk rounded up to whole B panels */
     int dv;                       /* V's features per head, each head's output's: dk, or less
-                                   * in the core (v_head_dim: V may be K's first dv features) */
+                                   * in the core (v_head_dim: V may be K's first dv features);
+                                   * an MLA engine's step model: dk (V in its cache is K whole) */
     int qd;                       /* h·dk: the width of Z (and of Q) */
     int rows;                     /* capacity rows of the Q/K/V scratch: max(max_seq_q, max_seq_kv) */
     ptrdiff_t ld_scores;          /* row stride of the score tile */
@@ -131,11 +180,6 @@ typedef struct mha_fwd {
     const float *alibi;           /* NULL or (h): each head's ALiBi slope */
     const float *q_norm, *k_norm; /* NULL or QK-norm's RMSNorm factors (w or 1 + w): (dk), or
                                    * (qd) and (kvh·dk) for the whole projection (kind full) */
-    double *q_ss, *k_ss;          /* kind full, else NULL: each row's sums of squares of Q (K),
-                                   * kvh per row, one per KV head's part (mha_attention_norm_sums) */
-    float *k_saved;               /* kind full, else NULL: K as those tasks projected it, row r
-                                   * (forward: b·seq_kv + key; steps: the step's row) at
-                                   * r·kvh·dk, KV head g's dk at g·dk; their Q goes in z */
     float norm_eps;
     mha_rope_style rope;          /* MHA_ROPE_NONE: no rotation */
     int rope_dim;                 /* features rotated */
@@ -149,15 +193,11 @@ typedef struct mha_fwd {
     const float *bqkv;            /* per KV head: (width) */
     const void *wo;               /* packed by prod: (qd, d) */
     const float *bo;              /* (d) */
-    float *z;                     /* (batch, seq_q, qd) */
-    float *xpack;                 /* per sequence (xpack_stride floats): q in A panels, all of d */
-    size_t xpack_stride;
     /* MLA engines (mla.h), else NULL and zero: z holds Q_abs (rows of h·dk) */
     const struct mha_mla_plan *mla; /* where the weights sit */
     mha_mla mla_dims;             /* the config's widths */
     const void *mla_w;            /* the weights packed by prod, each at its offset (elements) */
     const float *mla_v;           /* the RMSNorms' factors and the biases */
-    float *mla_k, *mla_z;         /* (batch·seq_kv, dk): [c | k_rope]; (batch·seq_q, h·dv): latent outputs */
 } mha_fwd;
 
 /* A worker's scratch slice: its parts in the order the arena plan carves them from the
@@ -302,13 +342,15 @@ void mha_attention_logits(const mha_fwd *f, float *row, mha_key_span in, int pos
  * chains, where one would make each addition wait on the last) and each e_j times its scale:
  * Z = E·V is then (E·scales)·q + zs in every feature (mha_attention_v_zero).
  * Returns the sum (of E before the V scales). p: NULL, or E rounded to bf16 into a row of A
- * tiles at p (mha_bk_pack_a_row's; without V parameters in one pass with the exp, the table's
- * softmax_row16), the row then left as the table leaves it; else rounded: E left in the row as
- * the floats of its bf16 rounding (after the V scales; without them in one pass with the exp,
- * the table's softmax_row_rounded). The forward's chunks and every decode path run it: one
- * source of these bits. */
+ * tiles at p (mha_bk_pack_a_row's; without V parameters f->attn->exp_row16), the row then left
+ * as that leaves it; else rounded: E left in the row as the floats of its bf16 rounding (after
+ * the V scales; without them f->attn->exp_row_rounded). The forward's chunks and every decode
+ * path run it: one source of these bits. */
 float mha_attention_chunk_row(const mha_fwd *f, float *row, int n, mha_key_span in, int pos, int c0, int head,
                               const uint8_t *mask, const float *vs, float *mx, mha_bf16 *p, int rounded, float *zs);
+/* The exp forms of ops (mha_attention_ops.exp_row …) for a float32 engine (bf16 0) or a bf16
+ * one on table isa: each the table's where it has it, else composed of its parts. */
+void mha_attention_exp_ops(mha_attention_ops *ops, const struct mha_isa *isa, int bf16);
 /* A row's Z (n features) plus its V zero points' share zs (mha_attention_chunk_row), after
  * the row's E·q: the same bits in the forward's chunk and the decode tiles. */
 void mha_attention_v_zero(float *z, int n, float zs);
@@ -427,6 +469,8 @@ int mha_attention_head_block(int group);
 /* The core's few queries in each precision (products.c's tables: few_fits, pack_kv_few). */
 int mha_attention_few_fits_f32(const mha_fwd *f);
 int mha_attention_few_fits_bf16(const mha_fwd *f);
+/* mha_attention_ops.few_rows of a float32 engine (bk NULL) or a bf16 one on table isa. */
+int mha_attention_few_rows(const mha_bkernel *bk, const struct mha_isa *isa, int dk, int group);
 void mha_attention_pack_kv_few_f32(const mha_fwd *f, const mha_scratch *s, const struct mha_core_io *io, int b, int g,
                                    int kl, mha_kv_view *kv);
 void mha_attention_pack_kv_few_bf16(const mha_fwd *f, const mha_scratch *s, const struct mha_core_io *io, int b, int g,
@@ -436,7 +480,7 @@ void mha_attention_pack_kv_few_bf16(const mha_fwd *f, const mha_scratch *s, cons
 
 /* Rows the head tasks project from the query input of sequence b (packed beforehand). */
 int mha_attention_packed_rows(const mha_fwd *f, int b);
-/* Packs rows [r0, r1) of sequence b's query input into f->xpack (r0 a multiple of the panel). */
+/* Packs rows [r0, r1) of sequence b's query input into f->buf.xpack (r0 a multiple of the panel). */
 void mha_attention_pack_rows(const mha_fwd *f, int b, int r0, int r1);
 
 /* Q/K/V scratch columns [ccol, ccol + n) of rows [0, m) = x (m × d) · W[:, wcol : wcol + n]
@@ -449,13 +493,13 @@ void mha_attention_project(const mha_fwd *f, const mha_scratch *s, int m, const 
  * head's columns of z (and attn). */
 void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s);
 /* QK-norm over the whole projection (kind full), before any group task of sequence b: KV
- * head g's part of each row's sums of squares, its K's (f->k_ss) and its query heads' Q's
- * (f->q_ss), projected as mha_attention_group would project them; the projections kept for
- * it (K in f->k_saved, each Q in its head's columns of z), so it projects only V. */
+ * head g's part of each row's sums of squares, its K's (f->buf.k_ss) and its query heads' Q's
+ * (f->buf.q_ss), projected as mha_attention_group would project them; the projections kept for
+ * it (K in f->buf.k_saved, each Q in its head's columns of z), so it projects only V. */
 void mha_attention_norm_sums(const mha_fwd *f, int b, int g, const mha_scratch *s);
 /* Its work and mha_step_norm_sums': KV head g's K of kl rows from xk (xkp: those rows packed,
- * or NULL), row i's part at row k0 + i of f->k_ss and f->k_saved, and its query heads' Q of
- * ql rows from xq (xqp), row i's part at row q0 + i of f->q_ss and, projected, of z. */
+ * or NULL), row i's part at row k0 + i of f->buf.k_ss and f->buf.k_saved, and its query heads' Q of
+ * ql rows from xq (xqp), row i's part at row q0 + i of f->buf.q_ss and, projected, of z. */
 void mha_attention_norm_part(const mha_fwd *f, const mha_scratch *s, int g, int kl, const float *xk, const float *xkp,
                              size_t k0, int ql, const float *xq, const float *xqp, size_t q0);
 /* out rows [r0, r1) of sequence b: z · Wo + bo; rows past the query length are 0. */

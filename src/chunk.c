@@ -168,8 +168,8 @@ static void chunk16(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows
         else if (!r->scored) /* an int8 cache: float32 scores (mha_kv_view) */
             mha_gemm(k, m, n, f->dk, f->scale, mha_mat_sub(k, r->q, i0, 0), mha_mat_sub(k, kv->kt, 0, b0), 0.0f,
                      mha_mat_rows(k, sb, ld), s->apack);
-        if (!vs && k->isa->softmax_rows16 && whole_rows_logits(f, r, r->first + i0, m, c0, n, sb, ld))
-            k->isa->softmax_rows16(sb, ld, m, n, &mx[i0 * st], &sum[i0 * st], st, s->p16);
+        if (!vs && whole_rows_logits(f, r, r->first + i0, m, c0, n, sb, ld))
+            f->attn->exp_rows16(f, sb, ld, m, n, &mx[i0 * st], &sum[i0 * st], st, s->p16);
         else
             for (int i = 0; i < m; i++)
                 sum[(i0 + i) * st] = block_row(f, r, r->first + i0 + i, c0, n, sb + i * ld, vs, &mx[(i0 + i) * st],
@@ -181,7 +181,7 @@ static void chunk16(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows
     }
 }
 
-/* The few queries on K's and V's rows (few_rows16): rows_scores16 and decode_values16, the
+/* The few queries on K's and V's rows (mha_attention_ops.few_rows): rows_scores16 and decode_values16, the
  * kernel's chunk sums as bf16 decode reads a cache (the rows' queries bf16 values: rounded
  * by core_few_rows). */
 static void chunk_rows16(const mha_fwd *f, const mha_chunk_rows *r, const mha_kv_view *kv, int b0, int c0, int n,
@@ -191,8 +191,8 @@ static void chunk_rows16(const mha_fwd *f, const mha_chunk_rows *r, const mha_kv
     const int m = r->m, dv = f->dv;
     const mha_rows_ahead va = {(const char *)(kv->vr16 + (size_t)b0 * dv), (size_t)dv * sizeof(mha_bf16),
                                (size_t)dv * sizeof(mha_bf16)};
-    isa->rows_scores16(r->q.p, m, f->dk, kv->kr + (ptrdiff_t)b0 * kv->krl, kv->krl, n, f->scale, sc, (size_t)ld,
-                       f->bk->order, &va);
+    const mha_score_rows rows_q = {r->q.p, m, f->dk, f->scale, sc, (size_t)ld};
+    isa->rows_scores16(&rows_q, &(mha_key_rows){kv->kr + (ptrdiff_t)b0 * kv->krl, kv->krl, n, &va}, f->bk->order);
     for (int i = 0; i < m; i++) {
         sum[i * st] = block_row(f, r, r->first + i, c0, n, sc + i * ld, NULL, &mx[i * st], NULL, 1, NULL);
         memset(mha_mat_at(f->kernel, zc, i, 0), 0, (size_t)dv * sizeof(float));
@@ -238,18 +238,17 @@ const mha_bf16 *mha_attention_block_queries_stream(const mha_fwd *f, const mha_s
 
 /* The rows' logits and unnormalised softmax against the chunk (scores in sc, ld apart; E
  * left there in float32, rounded: as the floats of its bf16 rounding): the attention-weights,
- * float32 and float32-stream chunks' row pass. float32 rows that all see the whole chunk
- * through no mask (a forward's but for causal blocks' diagonal chunks): the table's
- * softmax_rows, the same bits as row by row. */
+ * float32 and float32-stream chunks' row pass. Rows that all see the whole chunk through no
+ * mask (a forward's but for causal blocks' diagonal chunks) go together (exp_rows,
+ * exp_rows_rounded: the table's rows functions where it has them), the same bits as row by
+ * row. */
 static void chunk_rows(const mha_fwd *f, const mha_chunk_rows *r, int c0, int n, float *sc, ptrdiff_t ld, float *mx,
                        float *sum, ptrdiff_t st, int rounded)
 {
-    const mha_isa *isa = f->kernel->isa;
-    if (rounded ? isa->softmax_rows_rounded != NULL : !f->bk) /* the per-row functions' rows together */
-        if (whole_rows_logits(f, r, r->first, r->m, c0, n, sc, ld)) {
-            (rounded ? isa->softmax_rows_rounded : isa->softmax_rows)(sc, ld, r->m, n, mx, sum, st);
-            return;
-        }
+    if (whole_rows_logits(f, r, r->first, r->m, c0, n, sc, ld)) {
+        (rounded ? f->attn->exp_rows_rounded : f->attn->exp_rows)(f, sc, ld, r->m, n, mx, sum, st);
+        return;
+    }
     for (int i = 0; i < r->m; i++)
         sum[i * st] = block_row(f, r, r->first + i, c0, n, sc + i * ld, NULL, &mx[i * st], NULL, rounded, NULL);
 }
@@ -264,8 +263,8 @@ void mha_attention_chunk_f32(const mha_fwd *f, const mha_scratch *s, const mha_c
     if (kv->kr) { /* K's rows in place, the same sums (r->q rows dk apart); V's rows brought in meanwhile */
         const mha_rows_ahead va = {(const char *)(kv->vp + (size_t)b0 * dv), (size_t)dv * sizeof(float),
                                    (size_t)dv * sizeof(float)};
-        k->isa->rows_scores(r->q.p, m, dk, kv->kr + (ptrdiff_t)b0 * kv->krl, kv->krl, n, f->scale, sc, (size_t)ld,
-                            kv->vp ? &va : NULL);
+        const mha_score_rows rows = {r->q.p, m, dk, f->scale, sc, (size_t)ld};
+        k->isa->rows_scores(&rows, &(mha_key_rows){kv->kr + (ptrdiff_t)b0 * kv->krl, kv->krl, n, kv->vp ? &va : NULL});
     } else if (kv->ktp) { /* the decode tiles on plain queries (r->q rows dk apart): a panel a run */
         const void *kt[MHA_KV_CHUNK / MHA_TILE_KEYS];
         int len[MHA_KV_CHUNK / MHA_TILE_KEYS], runs = 0;
@@ -358,7 +357,9 @@ static void chunk_stream_scaled(const mha_fwd *f, const mha_scratch *s, const mh
         for (int i = 0; i < m; i++)
             sum[(i0 + i) * st] = block_row(f, r, r->first + i0 + i, c0, n, sb + i * ld, vs, &mx[(i0 + i) * st], NULL, 1,
                                            &zs[i]);
-        k->isa->stream_rows16(k, m, f->dv, n, 1.0f, 0, mha_mat_rows(k, sb, ld), mha_mat_sub(k, kv->v, b0, 0), zb);
+        const mha_product16 ev = {.m = m, .n = f->dv, .kk = n, .alpha = 1.0f, .a = mha_mat_rows(k, sb, ld),
+                                  .b = mha_mat_sub(k, kv->v, b0, 0), .c = zb};
+        k->isa->stream_rows16(k, &ev);
         if (n % MHA_BT_K)
             values_padding(f, kv, b0, n, m, zb);
         for (int i = 0; i < m; i++)
@@ -394,10 +395,14 @@ void mha_attention_chunk_stream(const mha_fwd *f, const mha_scratch *s, const mh
         mha_mat_get_rows(k, r->q, m, 0, dk, q, dk);
         k->isa->round_bf16_floats(q, m * dk);
     }
-    k->isa->stream_rows16(k, m, n, dk, f->scale, dk % MHA_BT_K != 0, mha_mat_rows(k, q, dk),
-                          mha_mat_sub(k, kv->kt, 0, b0), mha_mat_rows(k, sc, ld));
+    const mha_product16 qk = {.m = m, .n = n, .kk = dk, .alpha = f->scale, .pad = dk % MHA_BT_K != 0,
+                              .a = mha_mat_rows(k, q, dk), .b = mha_mat_sub(k, kv->kt, 0, b0),
+                              .c = mha_mat_rows(k, sc, ld)};
+    k->isa->stream_rows16(k, &qk);
     chunk_rows(f, r, c0, n, sc, ld, mx, sum, st, 1);
-    k->isa->stream_rows16(k, m, f->dv, n, 1.0f, 0, mha_mat_rows(k, sc, ld), mha_mat_sub(k, kv->v, b0, 0), zc);
+    const mha_product16 ev = {.m = m, .n = f->dv, .kk = n, .alpha = 1.0f, .a = mha_mat_rows(k, sc, ld),
+                              .b = mha_mat_sub(k, kv->v, b0, 0), .c = zc};
+    k->isa->stream_rows16(k, &ev);
     if (n % MHA_BT_K)
         values_padding(f, kv, b0, n, m, zc);
 }
@@ -409,6 +414,8 @@ void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk
     f->attn->chunk(f, s, r, kv, b0, c0, n, sc, ld, zc, mx, sum, st);
 }
 
+/* The strategies, each copied into an engine's ops by mha_attention_ops_of, which adds what
+ * the table decides (few_rows, the exp forms). */
 static const mha_attention_ops f32 = {.float_panels = 1, .pack_kv = mha_attention_pack_kv_f32,
                                       .block_queries = mha_attention_block_queries_f32,
                                       .few_fits = mha_attention_few_fits_f32,
@@ -426,10 +433,12 @@ static const mha_attention_ops bf16_stream = {.float_panels = 1, .pack_kv = mha_
                                               .pack_kv_few = mha_attention_pack_kv_few_bf16,
                                               .chunk = mha_attention_chunk_stream};
 
-const mha_attention_ops *mha_attention_ops_of(const mha_bkernel *bk, const mha_kernel *k, int dk)
+const mha_attention_ops *mha_attention_ops_of(mha_attention_ops *ops, const mha_bkernel *bk, const mha_kernel *k,
+                                              int dk, int group)
 {
-    if (!bk)
-        return &f32;
-    const int stream = bk->order == MHA_BK_EVEN_FIRST && k->stream && k->isa->stream_rows16 && dk <= k->kc;
-    return stream ? &bf16_stream : &bf16;
+    const int stream = bk && bk->order == MHA_BK_EVEN_FIRST && k->stream && k->isa->stream_rows16 && dk <= k->kc;
+    *ops = !bk ? f32 : stream ? bf16_stream : bf16;
+    ops->few_rows = mha_attention_few_rows(bk, k->isa, dk, group);
+    mha_attention_exp_ops(ops, k->isa, bk != NULL);
+    return ops;
 }

@@ -48,7 +48,7 @@ static mha_status weight_types_check(const mha_config *cfg, mha_problem *pr)
         const mha_qtype *q = mha_qtype_of(t);
         if (t != MHA_WEIGHT_F32 && !q)
             return mha_problemf(pr, MHA_ERR_CONFIG, names[i], "%d (%s) is not a type the engine holds weights in "
-                                "(f32, q8_0, q4_0, q4_1, q4_k, q6_k)", (int)t,
+                                "(f32, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k)", (int)t,
                                 mha_weight_type_name(t) ? mha_weight_type_name(t) : "unknown");
         blocks += q != NULL;
         if (!q)

@@ -31,7 +31,8 @@ static const mha_config_name kv_type_names[] = {
 /* the types the engine holds projections in (mha.h's mha_weight_type; F16 and BF16 are
  * converted at load, never held) */
 static const mha_config_name weight_type_names[] = {{"f32", MHA_WEIGHT_F32}, {"q8_0", MHA_WEIGHT_Q8_0},
-    {"q4_0", MHA_WEIGHT_Q4_0}, {"q4_1", MHA_WEIGHT_Q4_1}, {"q4_k", MHA_WEIGHT_Q4_K}, {"q6_k", MHA_WEIGHT_Q6_K}};
+    {"q4_0", MHA_WEIGHT_Q4_0}, {"q4_1", MHA_WEIGHT_Q4_1}, {"q5_0", MHA_WEIGHT_Q5_0}, {"q5_1", MHA_WEIGHT_Q5_1},
+    {"q4_k", MHA_WEIGHT_Q4_K}, {"q5_k", MHA_WEIGHT_Q5_K}, {"q6_k", MHA_WEIGHT_Q6_K}};
 #define NAMES(a) a, (int)N_OF(a)
 
 /* K(key, engine field, type, min, max, max entries, required, enum text, default text, doc),
@@ -122,7 +123,7 @@ const mha_config_row mha_keys[] = {
         ENG(bf16_kernel), NONE, 0, NULL, 0),
     KEY(K("engine.isa", "isa", MHA_KEY_STRING, 0, 15, 0, 0, NULL, "auto", "kernel table: avx512, avx2, ref; auto: the widest this CPU runs (with blis_arch set: the widest that runs it)"),
         ENG(isa), NONE, 0, NULL, 0),
-    KEY(K("weights.type", "weight_type", MHA_KEY_ENUM, 0, 0, 0, 0, "f32, q8_0, q4_0, q4_1, q4_k, q6_k", "f32 (mha run --weights M.gguf: the file's types)", "how the engine holds Wq, Wk, Wv and Wo (one type for the four): f32, or ggml's blocks, quantized at load from float weights (as llama.cpp's reference quantizer) or taken as a GGUF file stores them"),
+    KEY(K("weights.type", "weight_type", MHA_KEY_ENUM, 0, 0, 0, 0, "f32, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k", "f32 (mha run --weights M.gguf: the file's types)", "how the engine holds Wq, Wk, Wv and Wo (one type for the four): f32, or ggml's blocks, quantized at load from float weights (as llama.cpp's reference quantizer) or taken as a GGUF file stores them"),
         ENG(weight_type), NONE, MHA_WEIGHT_F32, NAMES(weight_type_names)),
 };
 const int mha_n_keys = (int)N_OF(mha_keys);

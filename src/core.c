@@ -36,9 +36,21 @@ static mha_mat core_v(const mha_fwd *f, const mha_core_io *io, int b, int g)
 
 /* Whether the core's few queries read K's rows (the table has the kernel for them: have): d_k
  * within its reach and a KV head with queries for its 4 lanes (a group of 4 or more). */
-static int few_rows(const mha_fwd *f, int have)
+static int few_rows(int dk, int group, int have)
 {
-    return have && f->dk <= MHA_ROWS_SCORES_DK && f->group >= 4;
+    return have && dk <= MHA_ROWS_SCORES_DK && group >= 4;
+}
+
+/* float32: the table's rows_scores reads K in place. bf16: K's and V's rows read the decode
+ * tiles' way where the table has rows_scores16 and value tiles, and they sum in the kernel's
+ * order: even first, or odd first with d_k even. Otherwise the panels. */
+int mha_attention_few_rows(const mha_bkernel *bk, const mha_isa *isa, int dk, int group)
+{
+    if (!bk)
+        return few_rows(dk, group, isa->rows_scores != NULL);
+    const mha_bk_order order = bk->order;
+    return few_rows(dk, group, isa->rows_scores16 && isa->decode_values16 && (isa->decode16_orders >> order & 1u) &&
+                                   (order == MHA_BK_EVEN_FIRST || (order == MHA_BK_ODD_FIRST && dk % 2 == 0)));
 }
 
 /* K and V of (sequence b, KV head g), kl keys, into what the chunks read: float32 tensors by
@@ -64,7 +76,7 @@ void mha_attention_pack_kv_few_f32(const mha_fwd *f, const mha_scratch *s, const
     const int dv = f->dv;
     const mha_mat km = core_k(f, io, b, g), vm = core_v(f, io, b, g); /* float32 tensors: float32 engines' */
     /* K read in place by rows_scores, or transposed into the decode tiles' panels */
-    const int rows = few_rows(f, k->isa->rows_scores != NULL);
+    const int rows = f->attn->few_rows;
     if (kl > 0 && !rows)
         k->isa->pack_rows(km, k->bw, 0, kl, 0, f->dk, MHA_TILE_KEYS, s->kt);
     float *vc = s->qkv;
@@ -74,21 +86,10 @@ void mha_attention_pack_kv_few_f32(const mha_fwd *f, const mha_scratch *s, const
                         .krl = km.ld, .kl = kl};
 }
 
-/* Whether a bf16 engine's few queries read K's and V's rows (few_rows; the decode tiles'
- * way: the table has rows_scores16 and value tiles, and they sum in the kernel's order: even
- * first, or odd first with d_k even) instead of the chunk's panels. */
-static int few_rows16(const mha_fwd *f)
-{
-    const mha_isa *isa = f->kernel->isa;
-    const mha_bk_order order = f->bk->order;
-    return few_rows(f, isa->rows_scores16 && isa->decode_values16 && (isa->decode16_orders >> order & 1u) &&
-                           (order == MHA_BK_EVEN_FIRST || (order == MHA_BK_ODD_FIRST && f->dk % 2 == 0)));
-}
-
 void mha_attention_pack_kv_few_bf16(const mha_fwd *f, const mha_scratch *s, const mha_core_io *io, int b, int g,
                                     int kl, mha_kv_view *kv)
 {
-    if (!few_rows16(f)) { /* the chunk's panels, as the caller's view says */
+    if (!f->attn->few_rows) { /* the chunk's panels, as the caller's view says */
         core_kv_by(f, s, io, b, g, kl, mha_attention_pack_kv_bf16, mha_attention_pack_kv16_bf16);
         return;
     }
@@ -172,7 +173,7 @@ static int core_few(const mha_fwd *f, int ql)
  * place by the table's rows_scores (or Kᵀ transposed once into the decode tiles' panels) and
  * V read in place (rows dv apart) or copied so, the tiles' scores and values (the
  * microkernel's sums); bf16, likewise on K's and V's rows through bf16 decode's tiles
- * (few_rows16), else K and V packed into the kernel's panels as for more queries; then
+ * (mha_attention_ops.few_rows), else K and V packed into the kernel's panels as for more queries; then
  * mha_attention_rows' chunks, logits, merge, sink and division: the same bits as it, with
  * one pass for the group's 1–4 rows per head. */
 static void core_few_rows(const mha_fwd *f, const mha_core_io *io, int b, int g, const mha_scratch *s, int ql, int kl)

@@ -26,7 +26,10 @@ struct mha_engine {
     mha_arena_plan plan;
     mha_arena_views views;  /* weight views point into a shared packed copy when shared */
     mha_kernel kernel;      /* BLIS's microkernel and the kernel table (kernel.isa) */
-    mha_fwd model;          /* what every pass reads, made once the views are final (make_model) */
+    mha_fwd model;          /* what every forward and core pass reads, made once the views are final
+                             * (make_model), never changed after: a pass copies it and sets .call */
+    mha_fwd step_model;     /* the same for a step: an MLA engine's V is K whole there (dv = dk) */
+    mha_attention_ops attn_ops; /* its attention's strategy, resolved from the table (make_model) */
     mha_step_ops step_ops;  /* a step's strategies on this engine's cache type (make_model) */
     mha_qmat qkv_q, o_q;    /* block-type weights: what model.wqkv and model.wo point to */
     const mha_bkernel *bkernel; /* bf16 engines; NULL: float32 */
@@ -114,7 +117,8 @@ MHA_API mha_status mha_config_check(const mha_config *cfg, char *err, size_t err
 
 /* What every pass shares, made once when the engine's views are final (build; a shared
  * engine again once it takes the packed block's): the kernel, the sizes, the numerics, the
- * weights' views and the engine's buffers. A call adds its mha_call. */
+ * weights' views and the engine's buffers; and a step's, which differs only where the cache
+ * holds V otherwise (MLA: K whole). A call adds its mha_call. */
 static void make_model(mha_engine *e)
 {
     const mha_dims *dm = &e->dims;
@@ -131,20 +135,22 @@ static void make_model(mha_engine *e)
         .scale = dm->scale, .softcap = dm->softcap, .sinks = v->sinks, .alibi = v->alibi,
         .q_norm = v->qk_norm, .norm_eps = dm->qk_norm.eps,
         .k_norm = v->qk_norm ? v->qk_norm + mha_qk_norm_len(dm->qk_norm.kind, dm->h, dm->dk) : NULL,
-        .q_ss = v->qk_ss, .k_ss = v->qk_ss ? v->qk_ss + (size_t)dm->batch * dm->seq_q * dm->kvh : NULL,
-        .k_saved = v->k_saved,
         .rope = dm->rope.style, .rope_dim = dm->rope.rotary_dim,
         .rope_cos = v->rope_cos, .rope_sin = v->rope_sin,
         .prod = mha_products_of(e->bkernel, dm->quant), .bk = e->bkernel,
-        .attn = mha_attention_ops_of(e->bkernel, &e->kernel, dm->dk),
+        .attn = mha_attention_ops_of(&e->attn_ops, e->bkernel, &e->kernel, dm->dk, dm->group),
         .wqkv = dm->quant ? (const void *)&e->qkv_q : dm->bf16 ? (const void *)v->wqkv16 : v->wqkv, .bqkv = v->bqkv,
         .wo = dm->quant ? (const void *)&e->o_q : dm->bf16 ? (const void *)v->wo16 : v->wo, .bo = v->bo,
-        .z = v->z,
-        .xpack = v->xpack, .xpack_stride = e->plan.xpack_stride,
         .mla = e->plan.mla.on ? &e->plan.mla : NULL, .mla_dims = dm->mla,
-        .mla_w = dm->bf16 ? (const void *)v->mla_w16 : v->mla_w, .mla_v = v->mla_v, .mla_k = v->mla_k, .mla_z = v->mla_z,
+        .mla_w = dm->bf16 ? (const void *)v->mla_w16 : v->mla_w, .mla_v = v->mla_v,
+        .buf = {.z = v->z, .xpack = v->xpack, .xpack_stride = e->plan.xpack_stride,
+                .q_ss = v->qk_ss, .k_ss = v->qk_ss ? v->qk_ss + (size_t)dm->batch * dm->seq_q * dm->kvh : NULL,
+                .k_saved = v->k_saved, .mla_k = v->mla_k, .mla_z = v->mla_z},
     };
-    e->step_ops = mha_step_ops_of(&e->model, dm->kv_type);
+    e->step_model = e->model;
+    if (e->model.mla)
+        e->step_model.dv = e->model.dk;
+    e->step_ops = mha_step_ops_of(&e->step_model, dm->kv_type);
 }
 
 /* Lay the engine out in ws (at least plan.total bytes, 64-byte aligned). */
@@ -397,8 +403,7 @@ MHA_API mha_status mha_set_mla_weights(mha_engine *e, const mha_mla_weights *w)
     mha_status st = mha_mla_weights_check(w, &e->dims, why, sizeof why);
     if (st != MHA_OK)
         return failed(e, st, "set_mla_weights: %s", why);
-    mha_fwd f = e->model;
-    mha_mla_weights_pack(w, &f);
+    mha_mla_weights_pack(w, &e->model);
     e->weights_set = 1;
     e->last_error[0] = '\0';
     return MHA_OK;
@@ -629,7 +634,7 @@ MHA_API mha_status mha_step_forward(mha_engine *e, mha_kv_cache *c, const mha_st
         row0[q + 1] = row0[q] + s->n_new[q];
     if (rows > 0) {
         const mha_call call = {.causal = 1, .out = out}; /* a step's rows attend causally; its tokens are the job's */
-        mha_step_job j = {.f = e->model, .cache = c, .step = s, .row0 = row0, .rows = (int)rows,
+        mha_step_job j = {.f = e->step_model, .cache = c, .step = s, .row0 = row0, .rows = (int)rows,
                           .ops = &e->step_ops, .partial = e->views.partial, .k_full = e->views.k_full,
                           .tails = e->views.step_tails,
                           .max_chunks = (e->dims.seq_kv + MHA_KV_CHUNK - 1) / MHA_KV_CHUNK};
@@ -638,8 +643,8 @@ MHA_API mha_status mha_step_forward(mha_engine *e, mha_kv_cache *c, const mha_st
          * one (then each task's rows start a panel of the packed rows) */
         const int panel = mha_step_panel(&j), cap = j.f.rows < MHA_PACK_BLOCK ? j.f.rows : MHA_PACK_BLOCK;
         j.chunk_rows = cap >= panel ? cap / panel * panel : cap;
-        if (j.f.mla) /* MLA: its projections' row blocks; V in the cache is K whole */
-            j.chunk_rows = j.f.rows < MHA_MLA_ROWS ? j.f.rows : MHA_MLA_ROWS, j.f.dv = j.f.dk;
+        if (j.f.mla) /* MLA: its projections' row blocks */
+            j.chunk_rows = j.f.rows < MHA_MLA_ROWS ? j.f.rows : MHA_MLA_ROWS;
         mha_sched_step(&e->sched, &j);
     }
     e->last_error[0] = '\0';

@@ -29,7 +29,7 @@ void mha_attention_pack_rows(const mha_fwd *f, int b, int r0, int r1)
 {
     const mha_kernel *k = f->kernel;
     const mha_mat x = mha_mat_rows(k, f->call->q + (size_t)b * f->call->seq_q * f->d, f->d);
-    char *xp = (char *)(f->xpack + (size_t)b * f->xpack_stride);
+    char *xp = (char *)(f->buf.xpack + (size_t)b * f->buf.xpack_stride);
     /* r0 is a multiple of MHA_PACK_BLOCK, so of every A panel's rows */
     f->prod->pack_a(k, x, r0, r1 - r0, f->d, xp + (size_t)r0 * f->prod->a_row(f->d) * f->prod->esz);
 }
@@ -68,8 +68,8 @@ static void attend(const mha_fwd *f, int b, int h, const mha_scratch *s, int ql,
 {
     float *attn = f->call->attn ? f->call->attn + ((size_t)b * f->h + h) * f->call->seq_q * f->call->seq_kv : NULL;
     const mha_queries q = {.q = mha_mat_panels(f->kernel, s->qkv, f->rows)};
-    mha_attention_rows(f, h, s, q, ql, kl, f->call->seq_kv - f->call->seq_q, f->z + (size_t)b * f->call->seq_q * f->qd + (size_t)h * f->dk,
-                       f->qd, f->sinks, attn, NULL);
+    float *z = f->buf.z + (size_t)b * f->call->seq_q * f->qd + (size_t)h * f->dk;
+    mha_attention_rows(f, h, s, q, ql, kl, f->call->seq_kv - f->call->seq_q, z, f->qd, f->sinks, attn, NULL);
 }
 
 void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)
@@ -81,17 +81,17 @@ void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)
     const float *xq = f->call->q + (size_t)b * f->call->seq_q * d;
     const float *xk = f->call->k + (size_t)b * f->call->seq_kv * d;
     const float *xv = f->call->v + (size_t)b * f->call->seq_kv * d;
-    const float *xp = f->xpack + (size_t)b * f->xpack_stride;
-    const int one_gemm = f->call->fused && f->group == 1 && !f->k_saved; /* Q|K|V of the only head in one GEMM */
+    const float *xp = f->buf.xpack + (size_t)b * f->buf.xpack_stride;
+    const int one_gemm = f->call->fused && f->group == 1 && !f->buf.k_saved; /* Q|K|V of the only head in one GEMM */
     const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
     const ptrdiff_t kd = (ptrdiff_t)f->kvh * dk;
 
     /* step 1: K and V of this KV head for the valid keys, into columns [dkp, 3·dkp) (QK-norm
      * full: K as mha_attention_norm_sums projected it) */
-    if (f->k_saved) {
+    if (f->buf.k_saved) {
         mha_attention_project(f, s, kl, f->call->fused ? xq : f->call->kv_shared ? xk : xv, f->call->fused ? xp : NULL, g, 2 * dkp,
                               2 * dkp, dkp);
-        mha_mat_set_rows(k, qkv, kl, dkp, dk, f->k_saved + (size_t)b * f->call->seq_kv * kd + (size_t)g * dk, kd);
+        mha_mat_set_rows(k, qkv, kl, dkp, dk, f->buf.k_saved + (size_t)b * f->call->seq_kv * kd + (size_t)g * dk, kd);
     } else if (one_gemm)
         mha_attention_project(f, s, ql > kl ? ql : kl, xq, xp, g, 0, 0, 3 * dkp);
     else if (f->call->fused) /* self-attention: the packed query input is the keys' input too */
@@ -102,8 +102,8 @@ void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)
         mha_attention_project(f, s, kl, xk, NULL, g, dkp, dkp, dkp);
         mha_attention_project(f, s, kl, xv, NULL, g, 2 * dkp, 2 * dkp, dkp);
     }
-    const double *kss = f->k_ss ? f->k_ss + (size_t)b * f->call->seq_kv * f->kvh : NULL;
-    const double *qss = f->q_ss ? f->q_ss + (size_t)b * f->call->seq_q * f->kvh : NULL;
+    const double *kss = f->buf.k_ss ? f->buf.k_ss + (size_t)b * f->call->seq_kv * f->kvh : NULL;
+    const double *qss = f->buf.q_ss ? f->buf.q_ss + (size_t)b * f->call->seq_q * f->kvh : NULL;
     norm_rotate(f, s, kl, dkp, 0, 1, g, kss); /* key j at position j */
     /* step 2: Kᵀ in panels (bf16: Kᵀ and V in bf16 B panels), once for every query head of the
      * group and every query block */
@@ -112,9 +112,9 @@ void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)
     /* step 3: each query head of the group: its Q (rotated; QK-norm full: from its columns of
      * z, read before its output goes there), then its attention */
     for (int j = 0; j < f->group; j++) {
-        if (f->k_saved)
-            mha_mat_set_rows(k, qkv, ql, 0, dk, f->z + (size_t)b * f->call->seq_q * f->qd + (size_t)(g * f->group + j) * dk,
-                             f->qd);
+        if (f->buf.k_saved)
+            mha_mat_set_rows(k, qkv, ql, 0, dk,
+                             f->buf.z + (size_t)b * f->call->seq_q * f->qd + (size_t)(g * f->group + j) * dk, f->qd);
         else if (!one_gemm)
             mha_attention_project(f, s, ql, xq, xp, g, j == 0 ? 0 : (j + 2) * dkp, 0, dkp);
         norm_rotate(f, s, ql, 0, f->call->seq_kv - f->call->seq_q, 0, g * f->group + j, qss); /* query i at i + seq_kv - seq_q */
@@ -130,12 +130,12 @@ void mha_attention_norm_part(const mha_fwd *f, const mha_scratch *s, int g, int 
     const ptrdiff_t kd = (ptrdiff_t)f->kvh * dk;
     const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
     mha_attention_project(f, s, kl, xk, xkp, g, dkp, dkp, dkp);
-    mha_attention_sum_squares(f, qkv, kl, dkp, f->k_ss + k0 * f->kvh + g, 0);
-    mha_mat_get_rows(k, qkv, kl, dkp, dk, f->k_saved + k0 * kd + (size_t)g * dk, kd);
+    mha_attention_sum_squares(f, qkv, kl, dkp, f->buf.k_ss + k0 * f->kvh + g, 0);
+    mha_mat_get_rows(k, qkv, kl, dkp, dk, f->buf.k_saved + k0 * kd + (size_t)g * dk, kd);
     for (int j = 0; j < f->group; j++) {
         mha_attention_project(f, s, ql, xq, xqp, g, j == 0 ? 0 : (j + 2) * dkp, 0, dkp);
-        mha_attention_sum_squares(f, qkv, ql, 0, f->q_ss + q0 * f->kvh + g, j > 0);
-        mha_mat_get_rows(k, qkv, ql, 0, dk, f->z + q0 * f->qd + (size_t)(g * f->group + j) * dk, f->qd);
+        mha_attention_sum_squares(f, qkv, ql, 0, f->buf.q_ss + q0 * f->kvh + g, j > 0);
+        mha_mat_get_rows(k, qkv, ql, 0, dk, f->buf.z + q0 * f->qd + (size_t)(g * f->group + j) * dk, f->qd);
     }
 }
 
@@ -144,7 +144,7 @@ void mha_attention_norm_sums(const mha_fwd *f, int b, int g, const mha_scratch *
     const int ql = f->call->q_len ? f->call->q_len[b] : f->call->seq_q;
     const int kl = f->call->kv_len ? f->call->kv_len[b] : f->call->seq_kv;
     const float *xq = f->call->q + (size_t)b * f->call->seq_q * f->d;
-    const float *xp = f->xpack + (size_t)b * f->xpack_stride;
+    const float *xp = f->buf.xpack + (size_t)b * f->buf.xpack_stride;
     /* K from the query input when fused (its packed rows too), else from the key input */
     mha_attention_norm_part(f, s, g, kl, f->call->fused ? xq : f->call->k + (size_t)b * f->call->seq_kv * f->d, f->call->fused ? xp : NULL,
                             (size_t)b * f->call->seq_kv, ql, xq, xp, (size_t)b * f->call->seq_q);
@@ -157,7 +157,7 @@ void mha_attention_out_rows(const mha_fwd *f, int b, int r0, int r1, const mha_s
     const ptrdiff_t d = f->d, zd = f->qd;
     const int valid_end = r1 < ql ? r1 : ql;
     float *out = f->call->out + ((size_t)b * f->call->seq_q + r0) * d;
-    const float *z = f->z + ((size_t)b * f->call->seq_q + r0) * zd;
+    const float *z = f->buf.z + ((size_t)b * f->call->seq_q + r0) * zd;
 
     if (valid_end > r0) { /* out (m, d) = Z (m, qd) · Wo (qd, d) (+ bo) */
         const int m = valid_end - r0;

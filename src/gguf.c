@@ -16,21 +16,20 @@
 /* ggml's type traits (ggml/src/ggml.c type_traits[]; block structs in ggml-common.h): elements
  * and bytes per block, and what mha does with the type as a projection's weight. */
 #define NO MHA_GGML_UNSUPPORTED
-#define PLANNED MHA_GGML_PLANNED
 #define YES MHA_GGML_SUPPORTED
 static const mha_ggml_type_info ggml_types[MHA_GGML_TYPE_COUNT] = {
     [MHA_GGML_F32] = {"F32", 1, 4, YES},
     [MHA_GGML_F16] = {"F16", 1, 2, YES},
     [MHA_GGML_Q4_0] = {"Q4_0", 32, 18, YES},       /* d (f16), 16 bytes of nibbles */
     [MHA_GGML_Q4_1] = {"Q4_1", 32, 20, YES},       /* d, m (f16), 16 */
-    [MHA_GGML_Q5_0] = {"Q5_0", 32, 22, PLANNED},   /* d, qh[4], 16 */
-    [MHA_GGML_Q5_1] = {"Q5_1", 32, 24, PLANNED},   /* d, m, qh[4], 16 */
+    [MHA_GGML_Q5_0] = {"Q5_0", 32, 22, YES},       /* d, qh[4], 16 */
+    [MHA_GGML_Q5_1] = {"Q5_1", 32, 24, YES},       /* d, m, qh[4], 16 */
     [MHA_GGML_Q8_0] = {"Q8_0", 32, 34, YES},       /* d, 32 int8 */
     [MHA_GGML_Q8_1] = {"Q8_1", 32, 36, NO},        /* d, s, 32 int8 */
     [MHA_GGML_Q2_K] = {"Q2_K", 256, 84, NO},
     [MHA_GGML_Q3_K] = {"Q3_K", 256, 110, NO},
     [MHA_GGML_Q4_K] = {"Q4_K", 256, 144, YES},     /* d, dmin, scales[12], qs[128] */
-    [MHA_GGML_Q5_K] = {"Q5_K", 256, 176, PLANNED}, /* d, dmin, scales[12], qh[32], qs[128] */
+    [MHA_GGML_Q5_K] = {"Q5_K", 256, 176, YES},     /* d, dmin, scales[12], qh[32], qs[128] */
     [MHA_GGML_Q6_K] = {"Q6_K", 256, 210, YES},     /* ql[128], qh[64], scales[16], d */
     [MHA_GGML_Q8_K] = {"Q8_K", 256, 292, NO},
     [MHA_GGML_IQ2_XXS] = {"IQ2_XXS", 256, 66, NO},

@@ -172,12 +172,10 @@ MHA_API mha_status mha_gguf_check_projection(const mha_gguf *g, const mha_gguf_t
         return mha_errorf(err, err_len, MHA_ERR_INVALID_ARG, "GGUF handle or tensor is NULL");
     const mha_ggml_type_info *ti = mha_ggml_type_get(t->type);
     if (!ti || ti->projection != MHA_GGML_SUPPORTED) {
-        char yes[160], planned[80];
+        char yes[160];
         types_with(MHA_GGML_SUPPORTED, yes, sizeof yes);
-        types_with(MHA_GGML_PLANNED, planned, sizeof planned);
-        return mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: %s: type %s is not supported%s (supported: %s; planned: %s)",
-                          g->info.path, t->name, mha_ggml_type_name(t->type),
-                          ti && ti->projection == MHA_GGML_PLANNED ? " yet" : "", yes, planned);
+        return mha_errorf(err, err_len, MHA_ERR_FORMAT, "%s: %s: type %s is not supported (supported: %s)",
+                          g->info.path, t->name, mha_ggml_type_name(t->type), yes);
     }
     if (t->n_dims != 2 || t->ne[0] != in || t->ne[1] != out) {
         char dims[96];

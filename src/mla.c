@@ -219,8 +219,8 @@ void mha_mla_rows(const mha_fwd *f, const float *xr, int m, int pos0, const int 
 void mha_mla_project(const mha_fwd *f, int b, int r0, int r1, const mha_scratch *s)
 {
     const size_t row0 = (size_t)b * f->call->seq_q + r0; /* key j at position j */
-    mha_mla_rows(f, f->call->q + row0 * f->d, r1 - r0, r0, NULL, f->z + row0 * (size_t)f->h * f->dk,
-                 f->mla_k + row0 * f->dk, f->dk, s);
+    mha_mla_rows(f, f->call->q + row0 * f->d, r1 - r0, r0, NULL, f->buf.z + row0 * (size_t)f->h * f->dk,
+                 f->buf.mla_k + row0 * f->dk, f->dk, s);
 }
 
 void mha_mla_core_view(const mha_fwd *f, int hb, mha_fwd *core, mha_core_io *io)
@@ -230,7 +230,7 @@ void mha_mla_core_view(const mha_fwd *f, int hb, mha_fwd *core, mha_core_io *io)
     *core = *f;
     core->kvh = f->h / hb, core->group = hb;
     *io = (mha_core_io){
-        .q = f->z, .k = f->mla_k, .v = f->mla_k, .out = f->mla_z,
+        .q = f->buf.z, .k = f->buf.mla_k, .v = f->buf.mla_k, .out = f->buf.mla_z,
         .q_st = {c->seq_q * h * dk, dk, h * dk},
         .k_st = {c->seq_kv * dk, 0, dk}, .v_st = {c->seq_kv * dk, 0, dk}, /* every head block reads the one KV head */
         .o_st = {c->seq_q * h * dv, dv, h * dv},
@@ -255,7 +255,7 @@ void mha_mla_out_rows(const mha_fwd *f, int b, int r0, int r1, const mha_scratch
     const int ql = f->call->q_len ? f->call->q_len[b] : f->call->seq_q, dv = f->dv;
     const int end = r1 < ql ? r1 : ql, m = end - r0;
     if (m > 0)
-        mha_mla_values(f, m, f->mla_z + ((size_t)b * f->call->seq_q + r0) * (size_t)f->h * dv, dv,
+        mha_mla_values(f, m, f->buf.mla_z + ((size_t)b * f->call->seq_q + r0) * (size_t)f->h * dv, dv,
                        f->call->out + ((size_t)b * f->call->seq_q + r0) * f->d, s);
     const int zero_from = m > 0 ? end : r0;
     if (zero_from < r1)

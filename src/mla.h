@@ -49,12 +49,12 @@ void mha_mla_rows(const mha_fwd *f, const float *x, int m, int pos0, const int *
  * apart, head hd at hd·zh) through W_uv, then o_proj (+ b_o). The forward's phase 3 and a
  * step's output rows. */
 void mha_mla_values(const mha_fwd *f, int m, const float *z, ptrdiff_t zh, float *out, const mha_scratch *s);
-/* Phase 1 of a forward, rows [r0, r1) of sequence b: Q_abs (f->z, rows of h·dk: each head's
- * W_ukᵀ·q_nope then its rotated q_rope) and K (f->mla_k, rows of dk: the normed latent, then
+/* Phase 1 of a forward, rows [r0, r1) of sequence b: Q_abs (f->buf.z, rows of h·dk: each head's
+ * W_ukᵀ·q_nope then its rotated q_rope) and K (f->buf.mla_k, rows of dk: the normed latent, then
  * the rotated k_rope). */
 void mha_mla_project(const mha_fwd *f, int b, int r0, int r1, const mha_scratch *s);
 /* Phase 2: the attention core's view of Q_abs, K and its V (K's first dv features) and the
- * heads' latent outputs (f->mla_z); core: f's model with head blocks of hb query heads as
+ * heads' latent outputs (f->buf.mla_z); core: f's model with head blocks of hb query heads as
  * its "KV heads" (K read with a zero head stride), so a task runs hb heads of a sequence
  * (hb: mha_attention_head_block(h), a divisor of h and a function of h alone). */
 void mha_mla_core_view(const mha_fwd *f, int hb, mha_fwd *core, mha_core_io *io);

@@ -1,8 +1,10 @@
-/* qgemm.c — the driver of products on quantized weights (qgemm.h): per pair of panels and
- * block of rows, a chunk of inputs is dequantized once into floats (L1) and every row tile of
- * the block runs its FMA chains on it, the sums kept in a tile between chunks (a float stored
- * and loaded back is the same float: the chains do not change). So each weight byte is read
- * once a block of rows — once a decode step — and dequantized once. */
+/* qgemm.c — the driver of products on quantized weights (qgemm.h). Decode's one or two rows
+ * go to the table's few: up to four panels' weights dequantized in registers, each byte read
+ * once. More rows go per block of 64 rows and pair of panels: a chunk of inputs dequantized
+ * once into floats (L1) and every row tile of the block runs its FMA chains on it, the sums
+ * kept in a tile between chunks (a float stored and loaded back is the same float: the chains
+ * do not change). Either way each weight byte is read once a block of rows — once a decode
+ * step — and every output is the same chain. */
 #include "qgemm.h"
 
 #include "isa/isa.h"
@@ -24,10 +26,12 @@ size_t mha_qmat_head_bytes(const mha_qmat *b)
 const unsigned char *mha_qmat_panel(const mha_qmat *b, int col, const mha_qtype **type)
 {
     const int width = b->part * b->parts, head = col / width, j = col % width / b->part;
+    *type = mha_qmat_type(b, j);
+    if (col % b->part >= b->stored)
+        return NULL;
     const unsigned char *p = b->p + (size_t)head * mha_qmat_head_bytes(b);
     for (int i = 0; i < j; i++)
         p += mha_qmat_part_bytes(b, i);
-    *type = mha_qmat_type(b, j);
     return p + (size_t)(col % b->part / MHA_QP) * mha_qpanel_bytes(*type, b->kk);
 }
 
@@ -43,48 +47,65 @@ static void put_rows(const mha_kernel *k, const float *acc, ptrdiff_t ld, int r0
         }
 }
 
-/* Outputs [cj, cj + cols) of c from np ≤ 2 panels of type t at p[0], p[1], rows [0, m). */
-static void panels(const mha_kernel *k, int m, int kk, const float *a, ptrdiff_t lda, int np,
+/* Outputs [cj, cj + cols) of c from np ≤ 2 panels of type t at p[0], p[1], for rows [r0, r0 +
+ * rows) (rows ≤ QROWS). */
+static void panels(const mha_kernel *k, int r0, int rows, int kk, const float *a, ptrdiff_t lda, int np,
                    const unsigned char *const p[2], const mha_qtype *t, float beta, mha_mat c, int cj, int cols)
 {
     const mha_qkernels *qk = k->isa->quant;
     enum { LD = 2 * MHA_QP };
-    float w[2 * QCHUNK * MHA_QP], acc[QROWS * LD];
+    float w[2 * QCHUNK * MHA_QP], acc[QROWS * LD] = {0};
     const size_t block_bytes = MHA_QP * t->bytes;
     const int groups = t->qk / MHA_QG;
-    for (int r0 = 0; r0 < m; r0 += QROWS) {
-        const int rows = m - r0 < QROWS ? m - r0 : QROWS;
-        memset(acc, 0, sizeof acc);
-        for (int k0 = 0; k0 < kk; k0 += QCHUNK) {
-            const int kc = kk - k0 < QCHUNK ? kk - k0 : QCHUNK; /* kk is whole groups */
-            for (int j = 0; j < np; j++)
-                for (int g = k0 / MHA_QG; g < (k0 + kc) / MHA_QG; g++)
-                    qk->dequant[t->index](p[j] + (size_t)(g / groups) * block_bytes, g % groups,
-                                          w + (size_t)j * QCHUNK * MHA_QP + (size_t)(g * MHA_QG - k0) * MHA_QP);
-            qk->tile(w, QCHUNK * MHA_QP, kc, np, a + (size_t)r0 * lda + k0, lda, rows, acc, LD);
+    for (int k0 = 0; k0 < kk; k0 += QCHUNK) {
+        const int kc = kk - k0 < QCHUNK ? kk - k0 : QCHUNK; /* kk is whole groups */
+        for (int j = 0; j < np; j++)
+            for (int g = k0 / MHA_QG; g < (k0 + kc) / MHA_QG; g++)
+                qk->dequant[t->index](p[j] + (size_t)(g / groups) * block_bytes, g % groups,
+                                      w + (size_t)j * QCHUNK * MHA_QP + (size_t)(g * MHA_QG - k0) * MHA_QP);
+        qk->tile(w, QCHUNK * MHA_QP, kc, np, a + (size_t)r0 * lda + k0, lda, rows, acc, LD);
+    }
+    put_rows(k, acc, LD, r0, rows, cj, cols, beta, c);
+}
+
+/* Rows [r0, r0 + rows) (rows ≤ QROWS, or ≤ MHA_QFEW_ROWS through few): every output. */
+static void row_block(const mha_kernel *k, int r0, int rows, int n, const float *a, ptrdiff_t lda, const mha_qmat *b,
+                      int col, float beta, mha_mat c)
+{
+    const int few = rows <= MHA_QFEW_ROWS, most = few ? MHA_QFEW_PANELS : 2; /* panels a pass reads together */
+    static const float zeros[MHA_QP];
+    for (int j = 0; j < n;) {
+        const mha_qtype *t, *tj;
+        const unsigned char *p[MHA_QFEW_PANELS] = {mha_qmat_panel(b, col + j, &t)};
+        int np = 1;
+        while (p[0] && np < most && j + np * MHA_QP < n && (p[np] = mha_qmat_panel(b, col + j + np * MHA_QP, &tj)) &&
+               tj == t)
+            np++; /* the stored panels after it of its type */
+        const int cols = n - j < np * MHA_QP ? n - j : np * MHA_QP;
+        if (!p[0]) { /* padding: its sums are 0 */
+            for (int r = r0; r < r0 + rows; r++)
+                put_rows(k, zeros, 0, r, 1, j, cols, beta, c);
+        } else if (few) {
+            float acc[MHA_QFEW_ROWS * MHA_QFEW_PANELS * MHA_QP] = {0};
+            k->isa->quant->few[t->index](t, p, np, b->kk, a + (size_t)r0 * lda, lda, rows, acc,
+                                         MHA_QFEW_PANELS * MHA_QP);
+            put_rows(k, acc, MHA_QFEW_PANELS * MHA_QP, r0, rows, j, cols, beta, c);
+        } else {
+            panels(k, r0, rows, b->kk, a, lda, np, p, t, beta, c, j, cols);
         }
-        put_rows(k, acc, LD, r0, rows, cj, cols, beta, c);
+        j += np * MHA_QP;
     }
 }
 
 void mha_qgemm(const mha_kernel *k, int m, int n, const float *a, ptrdiff_t lda, const mha_qmat *b, int col,
                float beta, mha_mat c)
 {
-    const int most = m <= MHA_QFEW_ROWS ? MHA_QFEW_PANELS : 2; /* panels a pass reads together */
-    for (int j = 0; j < n;) {
-        const mha_qtype *t, *tj;
-        const unsigned char *p[MHA_QFEW_PANELS] = {mha_qmat_panel(b, col + j, &t)};
-        int np = 1;
-        while (np < most && j + np * MHA_QP < n && (p[np] = mha_qmat_panel(b, col + j + np * MHA_QP, &tj)) && tj == t)
-            np++; /* the panels after it of its type */
-        const int cols = n - j < np * MHA_QP ? n - j : np * MHA_QP;
-        if (m <= MHA_QFEW_ROWS) {
-            float acc[MHA_QFEW_ROWS * MHA_QFEW_PANELS * MHA_QP] = {0};
-            k->isa->quant->few(t, p, np, b->kk, a, lda, m, acc, MHA_QFEW_PANELS * MHA_QP);
-            put_rows(k, acc, MHA_QFEW_PANELS * MHA_QP, 0, m, j, cols, beta, c);
-        } else {
-            panels(k, m, b->kk, a, lda, np, p, t, beta, c, j, cols);
-        }
-        j += np * MHA_QP;
+    if (m <= MHA_QFEW_ROWS) { /* decode */
+        row_block(k, 0, m, n, a, lda, b, col, beta, c);
+        return;
     }
+    /* Row blocks outermost: a block's rows (QROWS × kk floats) stay in L2 while every panel
+     * streams past them, where panels outermost would read all m rows again for each pair. */
+    for (int r0 = 0; r0 < m; r0 += QROWS)
+        row_block(k, r0, m - r0 < QROWS ? m - r0 : QROWS, n, a, lda, b, col, beta, c);
 }

@@ -11,11 +11,13 @@
 #include "quant.h"
 
 /* A matrix of kk inputs as the engine holds it: per head, `parts` parts of `part` outputs
- * (a multiple of MHA_QP) in panels: Wqkv's [Q_0 | K | V | Q_1 | …] per KV head, or Wo's one
- * part of every output (parts 1). type[0] is Q's (and Wo's), type[1] K's, type[2] V's. */
+ * (a multiple of MHA_QP), of which the first `stored` are in panels and the rest, the
+ * attention's padding up to whole float panels, are zeros held nowhere: Wqkv's [Q_0 | K | V |
+ * Q_1 | …] per KV head, or Wo's one part of every output (parts 1). type[0] is Q's (and Wo's),
+ * type[1] K's, type[2] V's. */
 typedef struct mha_qmat {
     const unsigned char *p;
-    int kk, part, parts;
+    int kk, part, stored, parts;
     const mha_qtype *type[3];
 } mha_qmat;
 
@@ -23,14 +25,15 @@ typedef struct mha_qmat {
  * padded to whole panels) at p. */
 static inline mha_qmat mha_qmat_qkv(const mha_dims *dims, int dkp, const unsigned char *p)
 {
-    return (mha_qmat){p, dims->d, dkp, dims->group + 2,
+    return (mha_qmat){p, dims->d, dkp, (dims->dk + MHA_QP - 1) / MHA_QP * MHA_QP, dims->group + 2,
                       {mha_qtype_of(dims->wtype[MHA_W_Q]), mha_qtype_of(dims->wtype[MHA_W_K]),
                        mha_qtype_of(dims->wtype[MHA_W_V])}};
 }
 static inline mha_qmat mha_qmat_o(const mha_dims *dims, const unsigned char *p)
 {
     const mha_qtype *t = mha_qtype_of(dims->wtype[MHA_W_O]);
-    return (mha_qmat){p, dims->qd, (dims->d + MHA_QP - 1) / MHA_QP * MHA_QP, 1, {t, t, t}};
+    const int outs = (dims->d + MHA_QP - 1) / MHA_QP * MHA_QP;
+    return (mha_qmat){p, dims->qd, outs, outs, 1, {t, t, t}};
 }
 
 /* The type of part j of a head, and the bytes of a part and of a head. */
@@ -40,10 +43,11 @@ static inline const mha_qtype *mha_qmat_type(const mha_qmat *b, int j)
 }
 static inline size_t mha_qmat_part_bytes(const mha_qmat *b, int j)
 {
-    return (size_t)(b->part / MHA_QP) * mha_qpanel_bytes(mha_qmat_type(b, j), b->kk);
+    return (size_t)(b->stored / MHA_QP) * mha_qpanel_bytes(mha_qmat_type(b, j), b->kk);
 }
 size_t mha_qmat_head_bytes(const mha_qmat *b);
-/* The panel of outputs [col, col + MHA_QP) (col a multiple of MHA_QP), and its type. */
+/* The panel of outputs [col, col + MHA_QP) (col a multiple of MHA_QP), and its type; NULL for
+ * padding (zeros). */
 const unsigned char *mha_qmat_panel(const mha_qmat *b, int col, const mha_qtype **type);
 
 /* c (m × n) = a (m × kk float32 rows, lda apart) · the outputs [col, col + n) of b (col and n

@@ -12,7 +12,10 @@ static const mha_qtype qtypes[MHA_QTYPES] = {
     [MHA_QT_Q8_0] = {MHA_WEIGHT_Q8_0, MHA_QT_Q8_0, "q8_0", 32, 34},
     [MHA_QT_Q4_0] = {MHA_WEIGHT_Q4_0, MHA_QT_Q4_0, "q4_0", 32, 18},
     [MHA_QT_Q4_1] = {MHA_WEIGHT_Q4_1, MHA_QT_Q4_1, "q4_1", 32, 20},
+    [MHA_QT_Q5_0] = {MHA_WEIGHT_Q5_0, MHA_QT_Q5_0, "q5_0", 32, 22},
+    [MHA_QT_Q5_1] = {MHA_WEIGHT_Q5_1, MHA_QT_Q5_1, "q5_1", 32, 24},
     [MHA_QT_Q4_K] = {MHA_WEIGHT_Q4_K, MHA_QT_Q4_K, "q4_k", 256, 144},
+    [MHA_QT_Q5_K] = {MHA_WEIGHT_Q5_K, MHA_QT_Q5_K, "q5_k", 256, 176},
     [MHA_QT_Q6_K] = {MHA_WEIGHT_Q6_K, MHA_QT_Q6_K, "q6_k", 256, 210},
 };
 
@@ -44,11 +47,13 @@ const char *mha_weight_type_name(mha_weight_type t)
 
 int mha_weight_type_parse(const char *name)
 {
-    static const mha_weight_type all[] = {MHA_WEIGHT_F32, MHA_WEIGHT_F16, MHA_WEIGHT_BF16, MHA_WEIGHT_Q8_0,
-                                          MHA_WEIGHT_Q4_0, MHA_WEIGHT_Q4_1, MHA_WEIGHT_Q4_K, MHA_WEIGHT_Q6_K};
-    for (size_t i = 0; name && i < sizeof all / sizeof all[0]; i++)
-        if (!strcasecmp(name, mha_weight_type_name(all[i])))
-            return (int)all[i];
+    static const mha_weight_type floats[] = {MHA_WEIGHT_F32, MHA_WEIGHT_F16, MHA_WEIGHT_BF16};
+    for (size_t i = 0; name && i < sizeof floats / sizeof floats[0]; i++)
+        if (!strcasecmp(name, mha_weight_type_name(floats[i])))
+            return (int)floats[i];
+    for (int i = 0; name && i < MHA_QTYPES; i++)
+        if (!strcasecmp(name, qtypes[i].name))
+            return (int)qtypes[i].type;
     return -1;
 }
 
@@ -60,22 +65,35 @@ static float f16_at(const uint8_t *p)
 }
 
 /* Input i's integer in a block as the file stores it (ggml-common.h): Q8_0's signed byte, the
- * 4-bit value of the others (Q4_0/Q4_1: byte i low, i − 16 high; Q4_K: per 64 inputs 32 bytes,
- * low nibbles then high), Q6_K's 6 bits (per 128 inputs 64 bytes of low nibbles, 32 of 2-bit
- * tops; quarter s of the 128 at nibble (s ≥ 2) of byte l + 32·(s & 1), top bits 2s of byte l). */
+ * 4-bit value of the others (Q4_0/Q4_1/Q5_0/Q5_1: byte i low, i − 16 high; Q4_K/Q5_K: per 64
+ * inputs 32 bytes, low nibbles then high) with the 5-bit types' top bit (Q5_0/Q5_1: bit i of a
+ * 32-bit word; Q5_K: bit 2·(i / 64) + (i % 64 ≥ 32) of byte i % 32), Q6_K's 6 bits (per 128
+ * inputs 64 bytes of low nibbles, 32 of 2-bit tops; quarter s of the 128 at nibble (s ≥ 2) of
+ * byte l + 32·(s & 1), top bits 2s of byte l). */
 static int file_q(const mha_qtype *q, const uint8_t *b, int i)
 {
     switch (q->index) {
     case MHA_QT_Q8_0:
         return (int8_t)b[2 + i];
     case MHA_QT_Q4_0:
-    case MHA_QT_Q4_1: {
-        const uint8_t *qs = b + (q->index == MHA_QT_Q4_0 ? 2 : 4);
-        return i < 16 ? qs[i] & 0xF : qs[i - 16] >> 4;
+    case MHA_QT_Q4_1:
+    case MHA_QT_Q5_0:
+    case MHA_QT_Q5_1: {
+        static const int qs_at[MHA_QTYPES] = {[MHA_QT_Q4_0] = 2, [MHA_QT_Q4_1] = 4, [MHA_QT_Q5_0] = 6,
+                                              [MHA_QT_Q5_1] = 8};
+        const uint8_t *qs = b + qs_at[q->index];
+        const int low = i < 16 ? qs[i] & 0xF : qs[i - 16] >> 4;
+        if (q->index == MHA_QT_Q4_0 || q->index == MHA_QT_Q4_1)
+            return low;
+        const uint8_t *qh = b + qs_at[q->index] - 4; /* a little-endian 32-bit word */
+        return low | ((qh[i / 8] >> (i % 8)) & 1) << 4;
     }
-    case MHA_QT_Q4_K: {
-        const uint8_t *qs = b + 16 + 32 * (i / 64);
-        return i % 64 < 32 ? qs[i % 64] & 0xF : qs[i % 64 - 32] >> 4;
+    case MHA_QT_Q4_K:
+    case MHA_QT_Q5_K: {
+        const int five = q->index == MHA_QT_Q5_K;
+        const uint8_t *qs = b + (five ? 48 : 16) + 32 * (i / 64);
+        const int low = i % 64 < 32 ? qs[i % 64] & 0xF : qs[i % 64 - 32] >> 4;
+        return five ? low | ((b[16 + i % 32] >> (2 * (i / 64) + (i % 64 >= 32))) & 1) << 4 : low;
     }
     default: { /* Q6_K */
         const int n = i / 128, r = i % 128, l = r % 32, s = r / 32;
@@ -95,10 +113,15 @@ static void file_dm(const mha_qtype *q, const uint8_t *b, int i, float *dd, floa
     case MHA_QT_Q4_0:
         *dd = f16_at(b), *mm = -8.0f * *dd;
         break;
+    case MHA_QT_Q5_0:
+        *dd = f16_at(b), *mm = -16.0f * *dd;
+        break;
     case MHA_QT_Q4_1:
+    case MHA_QT_Q5_1:
         *dd = f16_at(b), *mm = f16_at(b + 2);
         break;
-    case MHA_QT_Q4_K: {
+    case MHA_QT_Q4_K:
+    case MHA_QT_Q5_K: {
         int sc, mn;
         mha_q4k_scale_min(i / 32, b + 4, 1, &sc, &mn);
         *dd = f16_at(b) * (float)sc, *mm = -(f16_at(b + 2) * (float)mn);
@@ -153,6 +176,17 @@ static void put_nibbles(const mha_qtype *q, uint8_t *dst, int o, const uint8_t *
         dst[c * MHA_QP + o] = b ? (uint8_t)((file_q(q, b, 2 * c) & 0xF) | (file_q(q, b, 2 * c + 1) & 0xF) << 4) : 0;
 }
 
+/* Output o's top bits of a 5-bit type's block, inputs 8c..8c + 7 at bits 0..7 of byte c. */
+static void put_top_bits(const mha_qtype *q, uint8_t *dst, int o, const uint8_t *b)
+{
+    for (int c = 0; c < q->qk / 8; c++) {
+        int hi = 0;
+        for (int t = 0; b && t < 8; t++)
+            hi |= (file_q(q, b, 8 * c + t) >> 4) << t;
+        dst[c * MHA_QP + o] = (uint8_t)hi;
+    }
+}
+
 void mha_qpanel_put(const mha_qtype *q, unsigned char *panel, int kk, int o, const void *row)
 {
     for (int blk = 0; blk < kk / q->qk; blk++) {
@@ -177,6 +211,24 @@ void mha_qpanel_put(const mha_qtype *q, unsigned char *panel, int kk, int o, con
             put_f16(d + MHA_Q4_K_DMIN, o, b ? b + 2 : NULL);
             put_bytes(d + MHA_Q4_K_SC, o, b ? b + 4 : NULL, 12);
             put_nibbles(q, d + MHA_Q4_K_NIB, o, b);
+            break;
+        case MHA_QT_Q5_0:
+            put_f16(d, o, b);
+            put_top_bits(q, d + MHA_Q5_0_HI, o, b);
+            put_nibbles(q, d + MHA_Q5_0_NIB, o, b);
+            break;
+        case MHA_QT_Q5_1:
+            put_f16(d, o, b);
+            put_f16(d + MHA_Q5_1_M, o, b ? b + 2 : NULL);
+            put_top_bits(q, d + MHA_Q5_1_HI, o, b);
+            put_nibbles(q, d + MHA_Q5_1_NIB, o, b);
+            break;
+        case MHA_QT_Q5_K:
+            put_f16(d, o, b);
+            put_f16(d + MHA_Q5_K_DMIN, o, b ? b + 2 : NULL);
+            put_bytes(d + MHA_Q5_K_SC, o, b ? b + 4 : NULL, 12);
+            put_top_bits(q, d + MHA_Q5_K_HI, o, b);
+            put_nibbles(q, d + MHA_Q5_K_NIB, o, b);
             break;
         default: /* Q6_K */
             put_f16(d, o, b ? b + 208 : NULL);

@@ -1,11 +1,13 @@
-/* quant.h — ggml's weight blocks (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) as the engine reads them.
+/* quant.h — ggml's weight blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) as the engine
+ * reads them.
  *
  * A block type stores each output's weights as a row of blocks along its inputs, qk inputs a
  * block (32; 256 for the K types), as ggml defines them (ggml-common.h). The engine reads every
  * weight as w = fma(q, D, M): q the block's unsigned integer for that input, D and M the
  * factors of its group of 32 inputs (Q6_K: of each 16): Q8_0 q·d (M 0, q signed), Q4_0
- * (q − 8)·d = fma(q, d, −8d), Q4_1 q·d + m, Q4_K q·(d·sc) − dmin·mn, Q6_K (d·sc)·(q − 32) =
- * fma(q, d·sc, −32·d·sc). In every type q·D is exact in float32 (its bits add up to at most 24:
+ * (q − 8)·d = fma(q, d, −8d), Q5_0 (q − 16)·d, Q4_1 and Q5_1 q·d + m, Q4_K and Q5_K
+ * q·(d·sc) − dmin·mn, Q6_K (d·sc)·(q − 32) = fma(q, d·sc, −32·d·sc); the 5-bit types' top bit
+ * apart from their nibbles. In every type q·D is exact in float32 (its bits add up to at most 24:
  * Q6_K's float16 d 11, int8 scale 7, q 6), and so is dmin·mn, so each weight is
  * ggml's dequantized float bit for bit — its C contracted into an FMA or not — and gguf-py's.
  *
@@ -27,8 +29,11 @@ enum { MHA_QP = 16 };
 /* Inputs of a dequantized group (every type's blocks are whole groups). */
 enum { MHA_QG = 32 };
 
-/* The block types, as the kernel tables index their operations. */
-enum { MHA_QT_Q8_0, MHA_QT_Q4_0, MHA_QT_Q4_1, MHA_QT_Q4_K, MHA_QT_Q6_K, MHA_QTYPES };
+/* The block types, as the kernel tables index their operations; X(name, index) for each. */
+enum { MHA_QT_Q8_0, MHA_QT_Q4_0, MHA_QT_Q4_1, MHA_QT_Q5_0, MHA_QT_Q5_1, MHA_QT_Q4_K, MHA_QT_Q5_K, MHA_QT_Q6_K,
+       MHA_QTYPES };
+#define MHA_QTYPE_LIST(X) X(q8_0, MHA_QT_Q8_0) X(q4_0, MHA_QT_Q4_0) X(q4_1, MHA_QT_Q4_1) X(q5_0, MHA_QT_Q5_0) \
+    X(q5_1, MHA_QT_Q5_1) X(q4_k, MHA_QT_Q4_K) X(q5_k, MHA_QT_Q5_K) X(q6_k, MHA_QT_Q6_K)
 
 typedef struct mha_qtype {
     mha_weight_type type;
@@ -59,7 +64,10 @@ void mha_quantize_row(mha_weight_type t, const float *x, void *blocks, int64_t n
  *   Q8_0  d[P] f16, q[32][P] int8
  *   Q4_0  d[P] f16, nib[16][P]
  *   Q4_1  d[P] f16, m[P] f16, nib[16][P]
+ *   Q5_0  d[P] f16, hi[4][P] (the top bits of inputs 8c..8c+7 at bits 0..7 of byte c), nib[16][P]
+ *   Q5_1  d[P] f16, m[P] f16, hi[4][P], nib[16][P]
  *   Q4_K  d[P] f16, dmin[P] f16, scales[12][P] (ggml's 6-bit packing), nib[128][P]
+ *   Q5_K  d[P] f16, dmin[P] f16, scales[12][P], hi[32][P], nib[128][P]
  *   Q6_K  d[P] f16, scales[16][P] int8, nib[128][P] (the low 4 bits), hi[64][P] (the top 2
  *         bits of inputs 4c..4c+3 at bits 0, 2, 4, 6 of byte c)
  * Every field starts on a multiple of 16 bytes, and so does every block. */
@@ -67,6 +75,9 @@ enum {
     MHA_Q8_0_Q = 2 * MHA_QP,
     MHA_Q4_0_NIB = 2 * MHA_QP,
     MHA_Q4_1_M = 2 * MHA_QP, MHA_Q4_1_NIB = 4 * MHA_QP,
+    MHA_Q5_0_HI = 2 * MHA_QP, MHA_Q5_0_NIB = 6 * MHA_QP,
+    MHA_Q5_1_M = 2 * MHA_QP, MHA_Q5_1_HI = 4 * MHA_QP, MHA_Q5_1_NIB = 8 * MHA_QP,
+    MHA_Q5_K_DMIN = 2 * MHA_QP, MHA_Q5_K_SC = 4 * MHA_QP, MHA_Q5_K_HI = 16 * MHA_QP, MHA_Q5_K_NIB = 48 * MHA_QP,
     MHA_Q4_K_DMIN = 2 * MHA_QP, MHA_Q4_K_SC = 4 * MHA_QP, MHA_Q4_K_NIB = 16 * MHA_QP,
     MHA_Q6_K_SC = 2 * MHA_QP, MHA_Q6_K_NIB = 18 * MHA_QP, MHA_Q6_K_HI = 146 * MHA_QP
 };

@@ -1,7 +1,8 @@
-/* quantize.c — float rows into ggml's weight blocks (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K): the bytes
- * of ggml's reference quantizers, quantize_row_*_ref in ggml-quants.c (the llama.cpp that
- * llama-cpp-python 0.3.36 vendors), so that weights mha quantizes are the weights llama.cpp's
- * tools would write. tests/test_quantize.c holds ggml's bytes for a set of rows.
+/* quantize.c — float rows into ggml's weight blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K,
+ * Q6_K): the bytes of ggml's reference quantizers, quantize_row_*_ref in ggml-quants.c (the
+ * llama.cpp that llama-cpp-python 0.3.36 vendors), so that weights mha quantizes are the
+ * weights llama.cpp's tools would write. tests/test_quantize.c holds ggml's bytes for a set
+ * of rows.
  *
  * Same bytes means the same float operations in the same order: every expression here is
  * ggml's, its types and its evaluation order kept (w*x*l is (w·x)·l), with no FMA contraction
@@ -36,10 +37,25 @@ typedef struct {
     uint8_t qs[QK / 2]; /* as Q4_0's */
 } block_q4_1;
 typedef struct {
+    mha_f16 d;
+    uint8_t qh[4];      /* bit j of the little-endian u32: input j's fifth bit */
+    uint8_t qs[QK / 2]; /* byte j: input j low 4 bits, j + 16 high */
+} block_q5_0;
+typedef struct {
+    mha_f16 d, m;
+    uint8_t qh[4], qs[QK / 2]; /* as Q5_0's */
+} block_q5_1;
+typedef struct {
     mha_f16 d, dmin;      /* factors of the 6-bit scales and mins */
     uint8_t scales[12];   /* 8 scales and 8 mins, 6 bits each (put_scale_min) */
     uint8_t qs[QK_K / 2]; /* per 64 inputs, byte j: input j low nibble, j + 32 high */
 } block_q4_K;
+typedef struct {
+    mha_f16 d, dmin;      /* as Q4_K's */
+    uint8_t scales[12];   /* as Q4_K's */
+    uint8_t qh[QK_K / 8]; /* fifth bits: byte j bits 2i, 2i + 1 for inputs 64i + j, 64i + j + 32 */
+    uint8_t qs[QK_K / 2]; /* low 4 bits, laid out as Q4_K's */
+} block_q5_K;
 typedef struct {
     uint8_t ql[QK_K / 2]; /* low 4 bits, per 128 inputs: byte j input j | j + 64, byte 32 + j j + 32 | j + 96 */
     uint8_t qh[QK_K / 4]; /* high 2 bits, per 128 inputs: byte j inputs j, j + 32, j + 64, j + 96 */
@@ -47,7 +63,8 @@ typedef struct {
     mha_f16 d;
 } block_q6_K;
 _Static_assert(sizeof(block_q8_0) == 34 && sizeof(block_q4_0) == 18 && sizeof(block_q4_1) == 20 &&
-                   sizeof(block_q4_K) == 144 && sizeof(block_q6_K) == 210,
+                   sizeof(block_q5_0) == 22 && sizeof(block_q5_1) == 24 && sizeof(block_q4_K) == 144 &&
+                   sizeof(block_q5_K) == 176 && sizeof(block_q6_K) == 210,
                "ggml's block sizes");
 
 /* ggml's GROUP_MAX_EPS: a group whose largest magnitude is below it quantizes as all zero. */
@@ -81,11 +98,26 @@ static int low_i8(int32_t v)
     return b < 128 ? b : b - 256;
 }
 
-/* Q4_0's and Q4_1's nibble: MIN(15, (int8_t)f) stored in a uint8_t. */
-static uint8_t q4_nibble(float f)
+/* A 32-input block's quant: MIN(cap, (int8_t)f) stored in a uint8_t (Q4_0 and Q4_1 cap 15,
+ * Q5_0 31). Q5_1's plain (uint8_t)f is cap 255: a cap that never binds, the same low byte. */
+static uint8_t q_byte(float f, int cap)
 {
     const int v = low_i8(trunc_i32(f));
-    return (uint8_t)(v < 15 ? v : 15);
+    return (uint8_t)(v < cap ? v : cap);
+}
+
+/* Q5_0's and Q5_1's fifth bits, bit j of qh's little-endian u32 for input j (ggml's memcpy of
+ * a uint32_t on x86), and the low 4 bits as Q4's bytes are laid out. */
+static void q5_pack(const uint8_t *q, uint8_t *qh, uint8_t *qs)
+{
+    uint32_t h = 0;
+    for (int j = 0; j < QK / 2; ++j) {
+        qs[j] = (uint8_t)((q[j] & 0x0F) | (q[QK / 2 + j] & 0x0F) << 4);
+        h |= ((q[j] & 0x10u) >> 4) << (j + 0);
+        h |= ((q[QK / 2 + j] & 0x10u) >> 4) << (j + QK / 2);
+    }
+    for (int k = 0; k < 4; ++k)
+        qh[k] = (uint8_t)(h >> 8 * k);
 }
 
 /* ---- 32-input blocks ---- */
@@ -107,31 +139,29 @@ static void q8_0_block(const float *x, unsigned char *out)
     memcpy(out, &b, sizeof b);
 }
 
-/* Q4_0: d = max / −8, max the input of largest magnitude (the first of them), so that it is
- * q = 0 exactly; each input truncated from x / d + 8.5. */
-static void q4_0_block(const float *x, unsigned char *out)
+/* Q4_0 and Q5_0 (half 8, 16): d = max / −half, max the input of largest magnitude (the first of
+ * them), so that it is q = 0 exactly; each input truncated from x / d + half + 0.5, capped at
+ * 2·half − 1. Returns d; q[j] is input j's. */
+static float fit_sym(const float *x, int half, uint8_t *q)
 {
-    block_q4_0 b;
     float amax = 0.0f, max = 0.0f;
     for (int j = 0; j < QK; j++)
         if (amax < fabsf(x[j])) {
             amax = fabsf(x[j]);
             max = x[j];
         }
-    const float d = max / -8;
+    const float d = max / -half;
     const float id = d ? 1.0f / d : 0.0f;
-    b.d = mha_f16_round(d);
-    for (int j = 0; j < QK / 2; j++) {
-        const float x0 = x[j] * id, x1 = x[QK / 2 + j] * id;
-        b.qs[j] = (uint8_t)(q4_nibble(x0 + 8.5f) | q4_nibble(x1 + 8.5f) << 4);
-    }
-    memcpy(out, &b, sizeof b);
+    const float offset = half + 0.5f; /* 8.5f, 16.5f: exact */
+    for (int j = 0; j < QK; j++)
+        q[j] = q_byte(x[j] * id + offset, 2 * half - 1);
+    return d;
 }
 
-/* Q4_1: d = (max − min) / 15, m = min; each input truncated from (x − min) / d + 0.5. */
-static void q4_1_block(const float *x, unsigned char *out)
+/* Q4_1 and Q5_1 (nmax 15, 31): d = (max − min) / nmax, m = min; each input truncated from
+ * (x − min) / d + 0.5 (capped at cap). Returns d and min; q[j] is input j's. */
+static float fit_asym(const float *x, int nmax, int cap, float *min_out, uint8_t *q)
 {
-    block_q4_1 b;
     float min = FLT_MAX, max = -FLT_MAX;
     for (int j = 0; j < QK; j++) {
         if (x[j] < min)
@@ -139,23 +169,68 @@ static void q4_1_block(const float *x, unsigned char *out)
         if (x[j] > max)
             max = x[j];
     }
-    const float d = (max - min) / 15;
+    const float d = (max - min) / nmax;
     const float id = d ? 1.0f / d : 0.0f;
-    b.d = mha_f16_round(d);
-    b.m = mha_f16_round(min);
-    for (int j = 0; j < QK / 2; j++) {
-        const float x0 = (x[j] - min) * id, x1 = (x[QK / 2 + j] - min) * id;
-        b.qs[j] = (uint8_t)(q4_nibble(x0 + 0.5f) | q4_nibble(x1 + 0.5f) << 4);
-    }
+    for (int j = 0; j < QK; j++)
+        q[j] = q_byte((x[j] - min) * id + 0.5f, cap);
+    *min_out = min;
+    return d;
+}
+
+/* ggml packs Q4_0's and Q4_1's quants unmasked: byte j is q[j] | q[j + 16] << 4. */
+static void q4_pack(const uint8_t *q, uint8_t *qs)
+{
+    for (int j = 0; j < QK / 2; j++)
+        qs[j] = (uint8_t)(q[j] | q[QK / 2 + j] << 4);
+}
+
+static void q4_0_block(const float *x, unsigned char *out)
+{
+    block_q4_0 b;
+    uint8_t q[QK];
+    b.d = mha_f16_round(fit_sym(x, 8, q));
+    q4_pack(q, b.qs);
     memcpy(out, &b, sizeof b);
 }
 
-/* ---- Q4_K ---- */
+static void q4_1_block(const float *x, unsigned char *out)
+{
+    block_q4_1 b;
+    uint8_t q[QK];
+    float min;
+    b.d = mha_f16_round(fit_asym(x, 15, 15, &min, q));
+    b.m = mha_f16_round(min);
+    q4_pack(q, b.qs);
+    memcpy(out, &b, sizeof b);
+}
 
-/* ggml's make_qkx2_quants without use_mad (Q4_K passes false): L (n values in 0..nmax) and a
- * scale and min (returned, and −min in *the_min) for x ≈ scale·L + min, min ≤ 0: the plain
- * min/max fit, then nstep + 1 trial scales (rmin + rdelta·is + nmax steps over the range), each
- * refit by weighted least squares and kept if its weighted squared error is smaller. */
+static void q5_0_block(const float *x, unsigned char *out)
+{
+    block_q5_0 b;
+    uint8_t q[QK];
+    b.d = mha_f16_round(fit_sym(x, 16, q));
+    q5_pack(q, b.qh, b.qs);
+    memcpy(out, &b, sizeof b);
+}
+
+static void q5_1_block(const float *x, unsigned char *out)
+{
+    block_q5_1 b;
+    uint8_t q[QK];
+    float min;
+    b.d = mha_f16_round(fit_asym(x, 31, 255, &min, q)); /* ggml's (uint8_t) without a MIN */
+    b.m = mha_f16_round(min);
+    q5_pack(q, b.qh, b.qs);
+    memcpy(out, &b, sizeof b);
+}
+
+/* ---- Q4_K and Q5_K ---- */
+
+/* ggml's make_qkx2_quants without use_mad (Q4_K and Q5_K pass false, and nstep ≥ 1): L (n
+ * values in 0..nmax) and a scale and min (returned, and −min in *the_min) for
+ * x ≈ scale·L + min, min ≤ 0: the plain min/max fit, then nstep + 1 trial scales
+ * (rmin + rdelta·is + nmax steps over the range), each refit by weighted least squares and
+ * kept if its weighted squared error is smaller. */
 static float make_qkx2_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L, float *the_min,
                               uint8_t *Laux, float rmin, float rdelta, int nstep)
 {
@@ -242,13 +317,14 @@ static void put_scale_min(uint8_t *scales, int j, uint8_t ls, uint8_t lm)
     }
 }
 
-/* Q4_K: 8 sub-blocks of 32, each fit by make_qkx2_quants weighted by rms + |x|; their scales
- * and mins as 6-bit multiples of d = max scale / 63 and dmin = max min / 63; then each input
- * requantized against the rounded factors: q = nearest((x + dmin·m) / (d·sc)) in 0..15. */
-static void q4_K_block(const float *x, unsigned char *out)
+/* Q4_K and Q5_K (nmax 15, 31, with make_qkx2_quants' rmin and nstep): 8 sub-blocks of 32, each
+ * fit by make_qkx2_quants weighted by rms + |x|; their scales and mins as 6-bit multiples of
+ * d = max scale / 63 and dmin = max min / 63 (into *d, *dmin and scales[12]); then each input
+ * requantized against the rounded factors: L = nearest((x + dmin·m) / (d·sc)) in 0..nmax. */
+static void fit_k(const float *x, int nmax, float rmin, int nstep, mha_f16 *d_out, mha_f16 *dmin_out,
+                  uint8_t *packed, uint8_t *L)
 {
-    block_q4_K b;
-    uint8_t L[QK_K], Laux[32], ls[8], lm[8];
+    uint8_t Laux[32], ls[8], lm[8];
     float weights[32], mins[8], scales[8];
     float max_scale = 0, max_min = 0; /* the min is subtracted: scales are positive */
     for (int j = 0; j < 8; ++j) {
@@ -259,7 +335,7 @@ static void q4_K_block(const float *x, unsigned char *out)
         const float av_x = sqrtf(sum_x2 / 32);
         for (int l = 0; l < 32; ++l)
             weights[l] = av_x + fabsf(xj[l]);
-        scales[j] = make_qkx2_quants(32, 15, xj, weights, L + 32 * j, &mins[j], Laux, -1.f, 0.1f, 20);
+        scales[j] = make_qkx2_quants(32, nmax, xj, weights, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep);
         if (scales[j] > max_scale)
             max_scale = scales[j];
         if (mins[j] > max_min)
@@ -273,25 +349,59 @@ static void q4_K_block(const float *x, unsigned char *out)
         lm[j] = (uint8_t)nearest_int(inv_min * mins[j]);
         ls[j] = ls[j] < 63 ? ls[j] : 63;
         lm[j] = lm[j] < 63 ? lm[j] : 63;
-        put_scale_min(b.scales, j, ls[j], lm[j]);
+        put_scale_min(packed, j, ls[j], lm[j]);
     }
-    b.d = mha_f16_round(max_scale / 63.f);
-    b.dmin = mha_f16_round(max_min / 63.f);
+    *d_out = mha_f16_round(max_scale / 63.f);
+    *dmin_out = mha_f16_round(max_min / 63.f);
 
     /* ggml reads ls and lm back from the packed bytes: 6 bits each, the same values */
     for (int j = 0; j < 8; ++j) {
-        const float d = mha_f16_float(b.d) * ls[j];
+        const float d = mha_f16_float(*d_out) * ls[j];
         if (!d) /* keeps make_qkx2_quants' L */
             continue;
-        const float dm = mha_f16_float(b.dmin) * lm[j];
+        const float dm = mha_f16_float(*dmin_out) * lm[j];
         for (int ii = 0; ii < 32; ++ii) {
             const int l = nearest_int((x[32 * j + ii] + dm) / d);
-            L[32 * j + ii] = (uint8_t)(l < 0 ? 0 : l > 15 ? 15 : l);
+            L[32 * j + ii] = (uint8_t)(l < 0 ? 0 : l > nmax ? nmax : l);
         }
     }
+}
+
+static void q4_K_block(const float *x, unsigned char *out)
+{
+    block_q4_K b;
+    uint8_t L[QK_K];
+    fit_k(x, 15, -1.f, 20, &b.d, &b.dmin, b.scales, L);
     for (int j = 0; j < QK_K; j += 64)
         for (int l = 0; l < 32; ++l)
             b.qs[j / 2 + l] = (uint8_t)(L[j + l] | L[j + l + 32] << 4);
+    memcpy(out, &b, sizeof b);
+}
+
+/* Q5_K: Q4_K's nibbles of L's low 4 bits, its fifth bits in qh (64-input group i: bits 2i, 2i + 1). */
+static void q5_K_block(const float *x, unsigned char *out)
+{
+    block_q5_K b;
+    uint8_t L[QK_K];
+    fit_k(x, 31, -0.5f, 15, &b.d, &b.dmin, b.scales, L);
+    memset(b.qh, 0, sizeof b.qh);
+    uint8_t m1 = 1, m2 = 2;
+    for (int n = 0; n < QK_K; n += 64) {
+        for (int j = 0; j < 32; ++j) {
+            int l1 = L[n + j], l2 = L[n + j + 32];
+            if (l1 > 15) {
+                l1 -= 16;
+                b.qh[j] |= m1;
+            }
+            if (l2 > 15) {
+                l2 -= 16;
+                b.qh[j] |= m2;
+            }
+            b.qs[n / 2 + j] = (uint8_t)(l1 | l2 << 4);
+        }
+        m1 = (uint8_t)(m1 << 2);
+        m2 = (uint8_t)(m2 << 2);
+    }
     memcpy(out, &b, sizeof b);
 }
 
@@ -413,9 +523,10 @@ typedef struct {
 } quantizer;
 
 static const quantizer quantizers[] = {
-    {MHA_WEIGHT_Q8_0, QK, sizeof(block_q8_0), q8_0_block},      {MHA_WEIGHT_Q4_0, QK, sizeof(block_q4_0), q4_0_block},
-    {MHA_WEIGHT_Q4_1, QK, sizeof(block_q4_1), q4_1_block},      {MHA_WEIGHT_Q4_K, QK_K, sizeof(block_q4_K), q4_K_block},
-    {MHA_WEIGHT_Q6_K, QK_K, sizeof(block_q6_K), q6_K_block},
+    {MHA_WEIGHT_Q8_0, QK, sizeof(block_q8_0), q8_0_block},   {MHA_WEIGHT_Q4_0, QK, sizeof(block_q4_0), q4_0_block},
+    {MHA_WEIGHT_Q4_1, QK, sizeof(block_q4_1), q4_1_block},   {MHA_WEIGHT_Q5_0, QK, sizeof(block_q5_0), q5_0_block},
+    {MHA_WEIGHT_Q5_1, QK, sizeof(block_q5_1), q5_1_block},   {MHA_WEIGHT_Q4_K, QK_K, sizeof(block_q4_K), q4_K_block},
+    {MHA_WEIGHT_Q5_K, QK_K, sizeof(block_q5_K), q5_K_block}, {MHA_WEIGHT_Q6_K, QK_K, sizeof(block_q6_K), q6_K_block},
 };
 
 void mha_quantize_row(mha_weight_type t, const float *x, void *blocks, int64_t n)

@@ -92,7 +92,7 @@ static void forward_tasks(const mha_sched *s, const void *arg)
 #pragma omp task firstprivate(b, r0, r1) depend(out : xtok[c])
             mha_attention_pack_rows(f, b, r0, r1);
         }
-        const int nn = f->q_ss ? nh : 0; /* QK-norm full: every row's norm before its heads */
+        const int nn = f->buf.q_ss ? nh : 0; /* QK-norm full: every row's norm before its heads */
         for (int h = 0; h < nn; h++) {
 #pragma omp task firstprivate(b, h) depend(iterator(c = 0 : nc), in : xtok[c]) depend(out : ntok[h])
             {
@@ -236,7 +236,7 @@ static void step_tasks(const mha_sched *s, const void *arg)
         mha_step_pack_rows(j, r0, r1);
     }
 #pragma omp taskwait
-    if (j->f.q_ss) { /* QK-norm full: every row's norm first */
+    if (j->f.buf.q_ss) { /* QK-norm full: every row's norm first */
         row_tasks(s, j, mha_step_norm_sums);
 #pragma omp taskwait
     }

@@ -43,6 +43,43 @@ static void commit_none(const mha_step_job *j, int seq, int g)
     (void)j, (void)seq, (void)g; /* an unscaled cache's keys are whole as stored */
 }
 
+/* Row i of the Q/K/V scratch (the step's row `row`), K at dkp and V at 2·dkp, into slot `slot`
+ * of a cache block (mha_step_ops.store, one per cache family). An unscaled type's elements:
+ * K transposed (feature c at c · block_size + slot), V as a row (MLA: no V, it is read from
+ * K), through the type's put a panel's run at a time. */
+static void store_kv(const mha_step_job *j, mha_mat qkv, int i, int row, int block, int g, int slot,
+                     const mha_scratch *s)
+{
+    (void)row, (void)s; /* whole as stored: nothing kept at full precision */
+    const mha_kernel *k = j->f.kernel;
+    const mha_kv_cache *c = j->cache;
+    const mha_kv_traits *kv = mha_kv_traits_of(c->type);
+    const int dk = j->f.dk, dkp = j->f.dkp, bs = c->block_size;
+    const size_t kt = mha_kv_kt_at(c, block, g) + (size_t)slot, v = c->mla ? 0 : mha_kv_v_at(c, block, g, slot);
+    for (int c0 = 0; c0 < dk; c0 += k->bw) {
+        const int n = dk - c0 < k->bw ? dk - c0 : k->bw;
+        kv->put(mha_mat_at(k, qkv, i, dkp + c0), n, c->data, kt + (size_t)c0 * bs, (size_t)bs);
+        if (!c->mla)
+            kv->put(mha_mat_at(k, qkv, i, 2 * dkp + c0), n, c->data, v + (size_t)c0, 1);
+    }
+}
+
+/* The same on a scaled type (int8; never MLA): V's whole row, through the worker's s->k8 (its
+ * scale is over all d_k features); K kept at full precision in j->k_full until its group is
+ * complete (mha_step_k_commit). */
+static void store_kv_scaled(const mha_step_job *j, mha_mat qkv, int i, int row, int block, int g, int slot,
+                            const mha_scratch *s)
+{
+    const mha_kernel *k = j->f.kernel;
+    const mha_kv_cache *c = j->cache;
+    const int dk = j->f.dk, dkp = j->f.dkp;
+    const size_t v = mha_kv_v_at(c, block, g, slot);
+    float *full = j->k_full + ((size_t)row * j->f.kvh + g) * dk, *par = mha_kv_v_params(c, block, g) + 2 * (size_t)slot;
+    mha_mat_get_rows(k, mha_mat_sub(k, qkv, i, 0), 1, dkp, dk, full, dk);
+    mha_mat_get_rows(k, mha_mat_sub(k, qkv, i, 0), 1, 2 * dkp, dk, s->k8, dk); /* V's row, whole */
+    mha_kv_traits_of(c->type)->quantize(s->k8, 1, dk, 0, c->data, v, 1, &par[0], &par[1]);
+}
+
 mha_step_ops mha_step_ops_of(const mha_fwd *f, mha_kv_type kv)
 {
     const int scaled = mha_kv_traits_of(kv)->scaled;
@@ -53,7 +90,10 @@ mha_step_ops mha_step_ops_of(const mha_fwd *f, mha_kv_type kv)
     return (mha_step_ops){
         .gather = !f->attn->float_panels ? mha_step_gather_bf16 : scaled ? mha_step_gather_scaled : mha_step_gather_floats,
         .attend = scaled ? mha_step_attend_groups : mha_step_attend_rows,
-        .chunk = !f->bk ? mha_step_chunk_tiles : tiles16 ? mha_step_chunk_tiles16 : mha_step_chunk_panels16,
+        .chunk = !f->bk ? (scaled ? mha_step_chunk_tiles_scaled : mha_step_chunk_tiles)
+                 : tiles16 ? (scaled ? mha_step_chunk_tiles16_scaled : mha_step_chunk_tiles16)
+                           : mha_step_chunk_panels16,
+        .store = scaled ? store_kv_scaled : store_kv,
         .commit = scaled ? mha_step_k_commit : commit_none,
         .v_params = f->bk && scaled,
         .packed_queries = f->bk && !tiles16 && !scaled,
@@ -77,7 +117,7 @@ static int pos_of(const mha_step_job *j, int r, int seq)
 static const float *packed_rows(const mha_step_job *j, int r0)
 {
     const mha_products *p = j->f.prod;
-    return (const float *)(const void *)((const char *)j->f.xpack + (size_t)r0 * p->a_row(j->f.d) * p->esz);
+    return (const float *)(const void *)((const char *)j->f.buf.xpack + (size_t)r0 * p->a_row(j->f.d) * p->esz);
 }
 
 int mha_step_panel(const mha_step_job *j)
@@ -89,34 +129,6 @@ void mha_step_pack_rows(const mha_step_job *j, int r0, int r1)
 {
     const mha_kernel *k = j->f.kernel;
     j->f.prod->pack_a(k, mha_mat_rows(k, j->step->x, j->f.d), r0, r1 - r0, j->f.d, (void *)packed_rows(j, r0));
-}
-
-/* Row i of the Q/K/V scratch (the step's row `row`), K at dkp and V at 2·dkp, into slot `slot`
- * of a cache block: K transposed (feature c at c · block_size + slot), V as a row (MLA: no V,
- * it is read from K); unscaled types (the type's put) a panel's run at a time. Scaled (int8):
- * V's whole row, through the worker's s->k8 (its scale is over all d_k features); K kept at
- * full precision in j->k_full until its group is complete (k_commit). */
-static void store_kv(const mha_step_job *j, mha_mat qkv, int i, int row, int block, int g, int slot,
-                     const mha_scratch *s)
-{
-    const mha_kernel *k = j->f.kernel;
-    const mha_kv_cache *c = j->cache;
-    const mha_kv_traits *kv = mha_kv_traits_of(c->type);
-    const int dk = j->f.dk, dkp = j->f.dkp, bs = c->block_size;
-    const size_t kt = mha_kv_kt_at(c, block, g) + (size_t)slot, v = c->mla ? 0 : mha_kv_v_at(c, block, g, slot);
-    if (kv->scaled) { /* (never MLA) */
-        float *full = j->k_full + ((size_t)row * j->f.kvh + g) * dk, *par = mha_kv_v_params(c, block, g) + 2 * (size_t)slot;
-        mha_mat_get_rows(k, mha_mat_sub(k, qkv, i, 0), 1, dkp, dk, full, dk);
-        mha_mat_get_rows(k, mha_mat_sub(k, qkv, i, 0), 1, 2 * dkp, dk, s->k8, dk); /* V's row, whole */
-        kv->quantize(s->k8, 1, dk, 0, c->data, v, 1, &par[0], &par[1]);
-        return;
-    }
-    for (int c0 = 0; c0 < dk; c0 += k->bw) {
-        const int n = dk - c0 < k->bw ? dk - c0 : k->bw;
-        kv->put(mha_mat_at(k, qkv, i, dkp + c0), n, c->data, kt + (size_t)c0 * bs, (size_t)bs);
-        if (!c->mla)
-            kv->put(mha_mat_at(k, qkv, i, 2 * dkp + c0), n, c->data, v + (size_t)c0, 1);
-    }
 }
 
 void mha_step_norm_sums(const mha_step_job *j, int g, int r0, int r1, const mha_scratch *s)
@@ -140,11 +152,12 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
      * row by row RoPE at the row's position and a copy into its cache slot */
     /* these rows in A panels (mha_step_pack_rows) where they start one; else packed here */
     const float *xp = r0 % mha_step_panel(j) == 0 ? packed_rows(j, r0) : NULL;
-    const double *kss = f->k_ss ? f->k_ss + (size_t)r0 * f->kvh : NULL;
-    const double *qss = f->q_ss ? f->q_ss + (size_t)r0 * f->kvh : NULL;
-    if (f->k_saved) { /* QK-norm full: K projected by mha_step_norm_sums, V here */
+    const double *kss = f->buf.k_ss ? f->buf.k_ss + (size_t)r0 * f->kvh : NULL;
+    const double *qss = f->buf.q_ss ? f->buf.q_ss + (size_t)r0 * f->kvh : NULL;
+    if (f->buf.k_saved) { /* QK-norm full: K projected by mha_step_norm_sums, V here */
         mha_attention_project(f, s, m, x, xp, g, 2 * dkp, 2 * dkp, dkp);
-        mha_mat_set_rows(k, qkv, m, dkp, dk, f->k_saved + (size_t)r0 * f->kvh * dk + (size_t)g * dk, (ptrdiff_t)f->kvh * dk);
+        mha_mat_set_rows(k, qkv, m, dkp, dk, f->buf.k_saved + (size_t)r0 * f->kvh * dk + (size_t)g * dk,
+                         (ptrdiff_t)f->kvh * dk);
     } else
         mha_attention_project(f, s, m, x, xp, g, dkp, dkp, 2 * dkp);
     mha_attention_norm_rows(f, qkv, m, dkp, 1, g, kss);
@@ -154,13 +167,13 @@ void mha_step_project(const mha_step_job *j, int g, int r0, int r1, const mha_sc
         if (f->rope != MHA_ROPE_NONE)
             mha_rope_rows(k, mha_mat_sub(k, qkv, i, 0), 1, dkp, pos, f->rope, f->rope_dim, f->rope_cos, f->rope_sin);
         const mha_kv_run at = mha_kv_run_at(st->blocks + (size_t)seq * st->max_blocks, bs, pos, pos + 1);
-        store_kv(j, qkv, i, r0 + i, at.block, g, at.slot, s);
+        j->ops->store(j, qkv, i, r0 + i, at.block, g, at.slot, s);
     }
     /* Q of each query head of the group (QK-norm full: already in z), rotated, into its
      * columns of z */
     for (int h = 0; h < f->group; h++) {
-        float *z = f->z + (size_t)r0 * f->qd + (size_t)(g * f->group + h) * dk;
-        if (f->k_saved)
+        float *z = f->buf.z + (size_t)r0 * f->qd + (size_t)(g * f->group + h) * dk;
+        if (f->buf.k_saved)
             mha_mat_set_rows(k, qkv, m, 0, dk, z, f->qd);
         else
             mha_attention_project(f, s, m, x, xp, g, h == 0 ? 0 : (h + 2) * dkp, 0, dkp);
@@ -184,21 +197,21 @@ void mha_step_project_mla(const mha_step_job *j, int g, int r0, int r1, const mh
         seq = seq_of(j, r0 + i, seq);
         pos[i] = pos_of(j, r0 + i, seq);
     }
-    /* rows of 3·dkp in the scratch: K at dkp, V at 2·dkp, as store_kv reads them */
+    /* rows of 3·dkp in the scratch: K at dkp, V at 2·dkp, as mha_step_ops.store reads them */
     float *kv = s->qkv;
     const ptrdiff_t ld = 3 * (ptrdiff_t)dkp;
-    mha_mla_rows(f, st->x + (size_t)r0 * f->d, m, 0, pos, f->z + (size_t)r0 * f->qd, kv + dkp, ld, s);
+    mha_mla_rows(f, st->x + (size_t)r0 * f->d, m, 0, pos, f->buf.z + (size_t)r0 * f->qd, kv + dkp, ld, s);
     for (int i = 0, seq = first; i < m; i++) {
         seq = seq_of(j, r0 + i, seq);
         memcpy(kv + i * ld + 2 * dkp, kv + i * ld + dkp, (size_t)dk * sizeof *kv);
         const mha_kv_run at = mha_kv_run_at(st->blocks + (size_t)seq * st->max_blocks, bs, pos[i], pos[i] + 1);
-        store_kv(j, mha_mat_rows(f->kernel, kv, ld), i, r0 + i, at.block, g, at.slot, s);
+        j->ops->store(j, mha_mat_rows(f->kernel, kv, ld), i, r0 + i, at.block, g, at.slot, s);
     }
 }
 
 void mha_step_out_mla(const mha_step_job *j, int r0, int r1, const mha_scratch *s)
 {
-    mha_mla_values(&j->f, r1 - r0, j->f.z + (size_t)r0 * j->f.qd, j->f.dk, j->f.call->out + (size_t)r0 * j->f.d, s);
+    mha_mla_values(&j->f, r1 - r0, j->f.buf.z + (size_t)r0 * j->f.qd, j->f.dk, j->f.call->out + (size_t)r0 * j->f.d, s);
 }
 
 void mha_step_out_rows(const mha_step_job *j, int r0, int r1, int c0, int c1, const mha_scratch *s)
@@ -206,7 +219,8 @@ void mha_step_out_rows(const mha_step_job *j, int r0, int r1, int c0, int c1, co
     const mha_fwd *f = &j->f;
     const mha_kernel *k = f->kernel;
     const ptrdiff_t d = f->d, zd = f->qd;
-    const mha_mat om = mha_mat_rows(k, f->call->out + (size_t)r0 * d + c0, d), zm = mha_mat_rows(k, f->z + (size_t)r0 * zd, zd);
+    const mha_mat om = mha_mat_rows(k, f->call->out + (size_t)r0 * d + c0, d);
+    const mha_mat zm = mha_mat_rows(k, f->buf.z + (size_t)r0 * zd, zd);
     const float beta = f->has_bias ? 1.0f : 0.0f;
     if (f->has_bias)
         mha_mat_fill_rows(k, om, r1 - r0, c1 - c0, f->bo + c0);

@@ -31,6 +31,12 @@ typedef struct mha_step_ops {
      * prefetch; next.c < 0: none). */
     void (*chunk)(const struct mha_step_job *j, int seq, int g, int k0, int k1, mha_chunk_at next, float *p, float *vs,
                   const mha_scratch *s);
+    /* A new row's K and V (row i of the Q/K/V scratch qkv, K at dkp and V at 2·dkp; the step's
+     * row `row`) into slot `slot` of the cache's block `block`, KV head g: the elements (an
+     * unscaled type's put), or (scaled) V quantized and K kept at full precision in j->k_full
+     * until its group is complete (step.c). */
+    void (*store)(const struct mha_step_job *j, mha_mat qkv, int i, int row, int block, int g, int slot,
+                  const mha_scratch *s);
     /* Decode, after every chunk of (seq, g): the groups the step completed stored (scaled), or
      * nothing. */
     void (*commit)(const struct mha_step_job *j, int seq, int g);
@@ -41,7 +47,7 @@ typedef struct mha_step_ops {
 } mha_step_ops;
 
 typedef struct mha_step_job {
-    mha_fwd f;                 /* what attention needs: kernel, sizes, weights, z, out; causal */
+    mha_fwd f;                 /* the engine's step model and its buffers (engine.c), and the call: causal, out */
     const mha_step_ops *ops;   /* the engine's strategies (mha_step_ops_of) */
     const mha_kv_cache *cache;
     const mha_step *step;
@@ -62,12 +68,12 @@ mha_step_ops mha_step_ops_of(const mha_fwd *f, mha_kv_type kv);
 
 /* Rows per A panel of the step's packed rows: the float32 microkernel's, or 16 for bf16. */
 int mha_step_panel(const mha_step_job *j);
-/* Rows [r0, r1) of the step's x into A panels at f.xpack (r0 a multiple of MHA_PACK_BLOCK),
+/* Rows [r0, r1) of the step's x into A panels at f.buf.xpack (r0 a multiple of MHA_PACK_BLOCK),
  * once for all the projections that read them. */
 void mha_step_pack_rows(const mha_step_job *j, int r0, int r1);
 /* QK-norm over the whole projection (kind full), before any mha_step_project: KV head g's
- * part of the sums of squares of rows [r0, r1)'s K and Q (f.k_ss, f.q_ss, row r at r·kvh);
- * K kept in f.k_saved and each Q in its columns of z for mha_step_project (which then
+ * part of the sums of squares of rows [r0, r1)'s K and Q (f.buf.k_ss, f.buf.q_ss, row r at r·kvh);
+ * K kept in f.buf.k_saved and each Q in its columns of z for mha_step_project (which then
  * projects only V). */
 void mha_step_norm_sums(const mha_step_job *j, int g, int r0, int r1, const mha_scratch *s);
 /* Rows [r0, r1) of the step, KV head g: K and V projected (QK-norm full: K read back),

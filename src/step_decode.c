@@ -239,74 +239,119 @@ static float *dec_zero_sums(const mha_step_job *j, int seq, const mha_scratch *s
     return dec_partials(j, seq, s) + (size_t)j->f.group * j->step->n_new[seq] * ((size_t)j->f.dk + 2);
 }
 
-/* The chunk's scores and A·V in register tiles, read in place from the cache blocks (src),
- * each key and value row once for every query of the group, and the forward's softmax of the
- * chunk (mha_attention_chunk_row) in between; into the chunk's partials p (partial_of).
- * float32 engines: the microkernel's sums (decode_scores, decode_values; an int8 cache's
- * Kᵀ as scores_scaled reads it, its values as its decode_values does). bf16 engines (their kernel
+/* The regions of KV head g in chunk c's blocks, whole (Kᵀ, V and an int8 cache's parameters:
+ * the block's bytes of the head, contiguous), for the worker's previous unit's tiles to
+ * prefetch while they sum its values from cache: the whole regions, not Kᵀ alone, as the next
+ * unit reads its values and parameters right after its scores. */
+static void chunk_regions(const mha_step_job *j, int seq, int g, int c, mha_prefetch *pf)
+{
+    const mha_kv_cache *cache = j->cache;
+    const int bs = cache->block_size, ctx = j->step->n_past[seq] + j->step->n_new[seq];
+    const int k0 = c * MHA_KV_CHUNK, k1 = k0 + MHA_KV_CHUNK < ctx ? k0 + MHA_KV_CHUNK : ctx;
+    const size_t esz = mha_kv_elem_size(cache->type);
+    const int32_t *table = j->step->blocks + (size_t)seq * j->step->max_blocks;
+    pf->n = 0, pf->bytes = cache->head_elems * esz;
+    for (mha_kv_run r = mha_kv_run_at(table, bs, k0, k1); r.n; r = mha_kv_run_at(table, bs, r.t + r.n, k1))
+        pf->at[pf->n++] = (const char *)cache->data + mha_kv_kt_at(cache, r.block, g) * esz;
+}
+
+/* What a unit's values prefetch: the next unit's regions into pf (NULL: no next unit). */
+static const mha_prefetch *next_regions(const mha_step_job *j, int seq, mha_chunk_at next, mha_prefetch *pf)
+{
+    if (next.c < 0)
+        return NULL;
+    chunk_regions(j, seq, next.g, next.c, pf);
+    return pf;
+}
+
+/* The decode tiles (mha_step_ops.chunk, one entry per engine and cache family below): the
+ * chunk's scores and A·V in register tiles, read in place from the cache blocks, each key and
+ * value row once for every query of the group, and the forward's softmax of the chunk
+ * (mha_attention_chunk_row) in between; into the chunk's partials p (partial_of). float32
+ * engines: the microkernel's sums (decode_scores, decode_values). bf16 engines (their kernel
  * summing in an order of the tiles): the bf16 kernels' sums on the cache's own elements
  * (decode_scores16, decode_values16), the queries and probabilities rounded to bf16 as the
- * kernels' A panels round them; an int8 cache's scores as a float32 engine's (scores_scaled, on
- * the queries unrounded) and its V parameters gathered into vs: the forward's chunk step, bit for
- * bit; bf16: which (mha_step_ops.chunk says); pf: what the values prefetch into L2 as
- * they sum (the next unit's regions, or NULL). */
-static void decode_chunk_tiles(const mha_step_job *j, int seq, int g, int k0, int k1, int bf16, float *qv, float *sc,
-                               float *p, const chunk_src *src, float *vs, const mha_prefetch *pf, const mha_scratch *s)
+ * kernels' A panels round them. An int8 cache's K as scores_scaled reads it (float32 products
+ * in either engine, on the queries unrounded); its V read back as loaded (float32), or its
+ * values themselves with their parameters applied by the softmax (bf16): the forward's chunk
+ * step, bit for bit. Here, what the families share: the chunk's runs (and the next unit's
+ * regions, which the values prefetch into L2 as they sum: pf), the rows' softmax and the two
+ * ways of summing the values. */
+static const mha_prefetch *tile_runs(const mha_step_job *j, int seq, int g, int k0, int k1, mha_chunk_at next,
+                                     const mha_scratch *s, chunk_src *src, mha_prefetch *ahead)
 {
-    const mha_fwd *f = &j->f;
-    const int scaled = mha_kv_traits_of(src->type)->scaled;
-    const int n_new = j->step->n_new[seq], n_past = j->step->n_past[seq], dk = f->dk, nq = f->group * n_new;
-    const int n = k1 - k0;
-    const mha_isa *isa = f->kernel->isa;
-    if (bf16 && !scaled) /* int8: float32 scores on the queries as they are (chunk_scores) */
-        isa->round_bf16_floats(qv, nq * dk);
-    /* int8: K read where the cache holds it for the keys in groups stored before the step (so
-     * every row sees them as stored) when the runs are whole groups (blocks of a multiple of
-     * MHA_KV_GROUP slots); the rest read back as each row sees it */
-    if (scaled)
-        scores_scaled(j, seq, g, k0, k1, qv, sc, s);
-    else
-        chunk_scores(j, seq, 0, n_new, qv, sc, src, bf16, src->type, src->kt, NULL, src->ld);
+    const mha_prefetch *pf = next_regions(j, seq, next, ahead);
+    cache_runs(j, seq, g, k0, k1, s->qkv, src);
+    return pf;
+}
+
+/* An unscaled cache's scores (chunk_scores of every row at once; bf16: decode_scores16 on the
+ * queries rounded already), then an MLA chunk's V into the scratch (mla_v_chunk). */
+static void tile_scores(const mha_step_job *j, int seq, const float *qv, float *sc, const chunk_src *src, int bf16,
+                        const mha_scratch *s)
+{
+    chunk_scores(j, seq, 0, j->step->n_new[seq], qv, sc, src, bf16, src->type, src->kt, NULL, src->ld);
     if (j->cache->mla)
         mla_v_chunk(j, src, s->qkv);
-    /* int8 in a bf16 engine: the chunk's V parameters, key by key, and the rows' zero sums */
-    for (int r = 0, t = 0; scaled && bf16 && r < src->runs; t += src->n[r++])
-        memcpy(vs + 2 * (size_t)t, src->vs[r], 2 * (size_t)src->n[r] * sizeof *vs);
-    float *zs = scaled && bf16 ? dec_zero_sums(j, seq, s) : NULL;
-    /* per query: the keys it sees in this chunk, their logits, exp'd against the chunk's max,
-     * the sum */
+}
+
+/* Per query: the keys it sees in the chunk, their logits exp'd against the chunk's max and the
+ * sum (mha_attention_chunk_row, with vs, rounded and zs as it takes them) into its partials,
+ * whose Z is zeroed for the values. */
+static void tile_rows(const mha_step_job *j, int seq, int g, int k0, int k1, float *sc, float *p, const float *vs,
+                      int rounded, float *zs)
+{
+    const mha_fwd *f = &j->f;
+    const int n_new = j->step->n_new[seq], n_past = j->step->n_past[seq], dk = f->dk, nq = f->group * n_new;
     const size_t ps = (size_t)dk + 2; /* partial_of's stride between queries */
     for (int qi = 0; qi < nq; qi++) {
         const int pos = n_past + qi % n_new;
-        const mha_key_span in = mha_keys_within(mha_visible_keys(pos, 1, f->window, k1), k0, n);
+        const mha_key_span in = mha_keys_within(mha_visible_keys(pos, 1, f->window, k1), k0, k1 - k0);
         float *row = sc + (size_t)qi * MHA_KV_CHUNK, *pq = p + (size_t)qi * ps;
-        pq[dk + 1] = mha_attention_chunk_row(f, row, n, in, pos, k0, g * f->group + qi / n_new, NULL, vs, &pq[dk], NULL,
-                                             bf16, zs ? &zs[qi] : NULL);
+        pq[dk + 1] = mha_attention_chunk_row(f, row, k1 - k0, in, pos, k0, g * f->group + qi / n_new, NULL, vs,
+                                             &pq[dk], NULL, rounded, zs ? &zs[qi] : NULL);
         memset(pq, 0, (size_t)dk * sizeof *pq);
     }
-    /* Z = E · V: each value row read once for every query; an MLA chunk's V lies in order in
-     * the scratch (mla_v_chunk), so as one run: each tile's accumulators held over all its keys,
-     * not stored and reloaded at every block (the same sums, key by key); float32: panel by
-     * panel (mla_v_panel) */
-    const int vruns = j->cache->mla ? 1 : src->runs, *vn = j->cache->mla ? &n : src->n;
-    mha_prefetch_walk walk = {.pf = pf, .per = MHA_VALUES_PREFETCH}, *w = pf ? &walk : NULL; /* float32 values */
-    if (bf16) {
-        const mha_value_rows rows = {sc, MHA_KV_CHUNK, nq, src->vw, p, ps};
-        isa->decode_values16(&rows, vruns, src->v, vn, src->type, pf, f->bk->order);
-        for (int qi = 0; zs && qi < nq; qi++)
-            mha_attention_v_zero(p + (size_t)qi * ps, dk, zs[qi]);
-    } else if (j->cache->mla)
+}
+
+/* float32 Z = E · V over the chunk's n keys, each value row read once for every query: run by
+ * run (decode_values of the cache's type: an int8 cache's rows read back as loaded), the walk
+ * over pf stepped as they go; an MLA chunk's V panel by panel in the scratch (mla_v_panel), in
+ * order as one run (each tile's accumulators held over all its keys) with no walk: in cache. */
+static void tile_values(const mha_step_job *j, int seq, int n, const float *sc, float *p, const chunk_src *src,
+                        const mha_prefetch *pf, const mha_scratch *s)
+{
+    const mha_isa *isa = j->f.kernel->isa;
+    const int nq = j->f.group * j->step->n_new[seq];
+    const size_t ps = (size_t)j->f.dk + 2;
+    if (j->cache->mla) {
         for (int x0 = 0; x0 < src->vw; x0 += MHA_MLA_VPANEL) {
             const int cols = src->vw - x0 < MHA_MLA_VPANEL ? src->vw - x0 : MHA_MLA_VPANEL;
             const mha_value_rows rows = {sc, MHA_KV_CHUNK, nq, cols, p + x0, ps};
-            /* no walk: these values are in the scratch, in cache */
             isa->decode_values[MHA_KV_F32](&rows, mla_v_panel(s->qkv, x0), NULL, n, NULL, NULL);
         }
-    else
-        for (int r = 0, t = 0; r < vruns; t += vn[r++]) {
-            const mha_value_rows rows = {sc + t, MHA_KV_CHUNK, nq, src->vw, p, ps};
-            isa->decode_values[src->type](&rows, src->v[r], src->vs[r], vn[r], src->next[r], w);
-        }
+        return;
+    }
+    mha_prefetch_walk walk = {.pf = pf, .per = MHA_VALUES_PREFETCH};
+    for (int r = 0, t = 0; r < src->runs; t += src->n[r++]) {
+        const mha_value_rows rows = {sc + t, MHA_KV_CHUNK, nq, src->vw, p, ps};
+        isa->decode_values[src->type](&rows, src->v[r], src->vs[r], src->n[r], src->next[r], pf ? &walk : NULL);
+    }
+}
+
+/* bf16 Z = E · V (decode_values16 over the runs; an MLA chunk's V, in order in the scratch, as
+ * one run), then each query's V zero sum (zs: an int8 cache's, or NULL). */
+static void tile_values16(const mha_step_job *j, int seq, int n, const float *sc, float *p, const chunk_src *src,
+                          const float *zs, const mha_prefetch *pf)
+{
+    const mha_fwd *f = &j->f;
+    const int nq = f->group * j->step->n_new[seq], dk = f->dk;
+    const size_t ps = (size_t)dk + 2;
+    const mha_value_rows rows = {sc, MHA_KV_CHUNK, nq, src->vw, p, ps};
+    f->kernel->isa->decode_values16(&rows, j->cache->mla ? 1 : src->runs, src->v, j->cache->mla ? &n : src->n,
+                                    src->type, pf, f->bk->order);
+    for (int qi = 0; zs && qi < nq; qi++)
+        mha_attention_v_zero(p + (size_t)qi * ps, dk, zs[qi]);
 }
 
 /* bf16 decode on kernels that sum otherwise (no table tiles for their order): the chunk's K
@@ -330,22 +375,6 @@ static void decode_chunk_bf16(const mha_step_job *j, int seq, int g, int k0, int
                                  .scored = vs != NULL};
     mha_attention_chunk(f, s, &rows, &kv, 0, k0, k1 - k0, sc, MHA_KV_CHUNK, mha_mat_rows(k, p, (ptrdiff_t)ps), p + dk,
                         p + dk + 1, (ptrdiff_t)ps);
-}
-
-/* The regions of KV head g in chunk c's blocks, whole (Kᵀ, V and an int8 cache's parameters:
- * the block's bytes of the head, contiguous), for the worker's previous unit's tiles to
- * prefetch while they sum its values from cache: the whole regions, not Kᵀ alone, as the next
- * unit reads its values and parameters right after its scores. */
-static void chunk_regions(const mha_step_job *j, int seq, int g, int c, mha_prefetch *pf)
-{
-    const mha_kv_cache *cache = j->cache;
-    const int bs = cache->block_size, ctx = j->step->n_past[seq] + j->step->n_new[seq];
-    const int k0 = c * MHA_KV_CHUNK, k1 = k0 + MHA_KV_CHUNK < ctx ? k0 + MHA_KV_CHUNK : ctx;
-    const size_t esz = mha_kv_elem_size(cache->type);
-    const int32_t *table = j->step->blocks + (size_t)seq * j->step->max_blocks;
-    pf->n = 0, pf->bytes = cache->head_elems * esz;
-    for (mha_kv_run r = mha_kv_run_at(table, bs, k0, k1); r.n; r = mha_kv_run_at(table, bs, r.t + r.n, k1))
-        pf->at[pf->n++] = (const char *)cache->data + mha_kv_kt_at(cache, r.block, g) * esz;
 }
 
 /* A query's partials (at pq) marked for the merge to skip: no key of the chunk, or merged
@@ -373,37 +402,67 @@ static void decode_chunk(const mha_step_job *j, int seq, int g, int c, mha_chunk
     j->ops->chunk(j, seq, g, k0, k1, next, p, mha_step_v_params(j, s), s);
 }
 
-/* What a unit's values prefetch: the next unit's regions into pf (NULL: no next unit). */
-static const mha_prefetch *next_regions(const mha_step_job *j, int seq, mha_chunk_at next, mha_prefetch *pf)
-{
-    if (next.c < 0)
-        return NULL;
-    chunk_regions(j, seq, next.g, next.c, pf);
-    return pf;
-}
-
-/* The step's decode chunks (mha_step_ops.chunk): float32 engines' tiles on the cache. */
+/* The step's decode chunks (mha_step_ops.chunk): float32 engines' tiles on a float32 cache
+ * (an MLA one's too). */
 void mha_step_chunk_tiles(const mha_step_job *j, int seq, int g, int k0, int k1, mha_chunk_at next, float *p, float *vs,
                           const mha_scratch *s)
+{
+    (void)vs; /* no V parameters */
+    mha_prefetch ahead;
+    chunk_src src;
+    const mha_prefetch *pf = tile_runs(j, seq, g, k0, k1, next, s, &src, &ahead);
+    float *sc = dec_scores(s);
+    tile_scores(j, seq, dec_queries(j, seq, s), sc, &src, 0, s);
+    tile_rows(j, seq, g, k0, k1, sc, p, NULL, 0, NULL);
+    tile_values(j, seq, k1 - k0, sc, p, &src, pf, s);
+}
+
+/* float32 engines on an int8 cache: K read as scores_scaled reads it; V's rows read back as
+ * loaded, with their parameters (src's vs). */
+void mha_step_chunk_tiles_scaled(const mha_step_job *j, int seq, int g, int k0, int k1, mha_chunk_at next, float *p,
+                                 float *vs, const mha_scratch *s)
 {
     (void)vs; /* V's parameters applied as loaded */
     mha_prefetch ahead;
     chunk_src src;
-    /* MLA's values take no walk (decode_chunk_tiles) */
-    const mha_prefetch *pf = j->cache->mla ? NULL : next_regions(j, seq, next, &ahead);
-    cache_runs(j, seq, g, k0, k1, s->qkv, &src);
-    decode_chunk_tiles(j, seq, g, k0, k1, 0, dec_queries(j, seq, s), dec_scores(s), p, &src, NULL, pf, s);
+    const mha_prefetch *pf = tile_runs(j, seq, g, k0, k1, next, s, &src, &ahead);
+    float *sc = dec_scores(s);
+    scores_scaled(j, seq, g, k0, k1, dec_queries(j, seq, s), sc, s);
+    tile_rows(j, seq, g, k0, k1, sc, p, NULL, 0, NULL);
+    tile_values(j, seq, k1 - k0, sc, p, &src, pf, s);
 }
 
-/* bf16 engines whose kernel sums as the table's bf16 tiles do: those tiles on the cache. */
+/* bf16 engines whose kernel sums as the table's bf16 tiles do, on a bf16 cache: those tiles
+ * on the queries rounded as the kernels' A panels hold them, the probabilities rounded too. */
 void mha_step_chunk_tiles16(const mha_step_job *j, int seq, int g, int k0, int k1, mha_chunk_at next, float *p, float *vs,
                             const mha_scratch *s)
 {
+    (void)vs; /* no V parameters */
     mha_prefetch ahead;
     chunk_src src;
-    const mha_prefetch *pf = next_regions(j, seq, next, &ahead);
-    cache_runs(j, seq, g, k0, k1, s->qkv, &src);
-    decode_chunk_tiles(j, seq, g, k0, k1, 1, dec_queries(j, seq, s), dec_scores(s), p, &src, vs, pf, s);
+    const mha_prefetch *pf = tile_runs(j, seq, g, k0, k1, next, s, &src, &ahead);
+    float *sc = dec_scores(s), *qv = dec_queries(j, seq, s);
+    j->f.kernel->isa->round_bf16_floats(qv, j->f.group * j->step->n_new[seq] * j->f.dk);
+    tile_scores(j, seq, qv, sc, &src, 1, s);
+    tile_rows(j, seq, g, k0, k1, sc, p, NULL, 1, NULL);
+    tile_values16(j, seq, k1 - k0, sc, p, &src, NULL, pf);
+}
+
+/* The same on an int8 cache: float32 scores on the queries as they are (scores_scaled); the
+ * chunk's V parameters, key by key, into vs for the softmax, which scales each probability and
+ * sums the zero points' share of each row (zs) for after the values. */
+void mha_step_chunk_tiles16_scaled(const mha_step_job *j, int seq, int g, int k0, int k1, mha_chunk_at next, float *p,
+                                   float *vs, const mha_scratch *s)
+{
+    mha_prefetch ahead;
+    chunk_src src;
+    const mha_prefetch *pf = tile_runs(j, seq, g, k0, k1, next, s, &src, &ahead);
+    float *sc = dec_scores(s), *zs = dec_zero_sums(j, seq, s);
+    scores_scaled(j, seq, g, k0, k1, dec_queries(j, seq, s), sc, s);
+    for (int r = 0, t = 0; r < src.runs; t += src.n[r++])
+        memcpy(vs + 2 * (size_t)t, src.vs[r], 2 * (size_t)src.n[r] * sizeof *vs);
+    tile_rows(j, seq, g, k0, k1, sc, p, vs, 1, zs);
+    tile_values16(j, seq, k1 - k0, sc, p, &src, zs, pf);
 }
 
 /* Other bf16 engines: the chunk gathered into the kernel's panels and the forward's chunk
@@ -443,7 +502,7 @@ static void decode_queries(const mha_step_job *j, int seq, int g, const mha_scra
     const mha_fwd *f = &j->f;
     const int n_new = j->step->n_new[seq], dk = f->dk, G = f->group;
     float *qv = dec_queries(j, seq, s);
-    const float *z = f->z + (size_t)j->row0[seq] * f->qd;
+    const float *z = f->buf.z + (size_t)j->row0[seq] * f->qd;
     for (int jh = 0; jh < G; jh++)
         for (int i = 0; i < n_new; i++)
             memcpy(qv + (size_t)(jh * n_new + i) * dk, z + (size_t)i * f->qd + (size_t)(g * G + jh) * dk,
@@ -476,7 +535,7 @@ void mha_step_decode_merge(const mha_step_job *j, int seq, int g)
 {
     const mha_fwd *f = &j->f;
     const int n_new = j->step->n_new[seq], dk = f->dk, zd = f->qd, G = f->group, chunks = mha_step_chunks(j, seq);
-    float *z = f->z + (size_t)j->row0[seq] * zd;
+    float *z = f->buf.z + (size_t)j->row0[seq] * zd;
     for (int qi = 0; qi < G * n_new; qi++) {
         const int jh = qi / n_new, i = qi % n_new;
         float *zr = z + (size_t)i * zd + (size_t)(g * G + jh) * dk;

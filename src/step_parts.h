@@ -47,8 +47,9 @@ void mha_step_gather_panels16(const mha_step_job *j, const int32_t *table, int g
 /* The strategies mha_step_ops_of chooses among (step.h's mha_step_ops says what each does):
  * gathers into float32 panels of an unscaled cache's elements, of a scaled one's read back (or
  * its values with their parameters in vs), or into bf16 panels; the rows attended all at once
- * or group by group; decode on the float32 tiles, on the bf16 tiles, or on the forward's bf16
- * chunk step over gathered panels; an int8 cache's completed groups stored, or nothing. */
+ * or group by group; decode on the float32 tiles or the bf16 tiles (each of an unscaled cache or
+ * of an int8 one), or on the forward's bf16 chunk step over gathered panels; an int8 cache's
+ * completed groups stored, or nothing. */
 void mha_step_gather_floats(const mha_step_job *j, int seq, int g, int t_begin, int ctx, const mha_scratch *s, float *vs);
 void mha_step_gather_scaled(const mha_step_job *j, int seq, int g, int t_begin, int ctx, const mha_scratch *s, float *vs);
 void mha_step_gather_bf16(const mha_step_job *j, int seq, int g, int t_begin, int ctx, const mha_scratch *s, float *vs);
@@ -56,8 +57,12 @@ void mha_step_attend_rows(const mha_step_job *j, int seq, int g, int t_begin, co
 void mha_step_attend_groups(const mha_step_job *j, int seq, int g, int t_begin, const mha_scratch *s, const float *vs);
 void mha_step_chunk_tiles(const mha_step_job *j, int seq, int g, int k0, int k1, mha_chunk_at next, float *p, float *vs,
                           const mha_scratch *s);
+void mha_step_chunk_tiles_scaled(const mha_step_job *j, int seq, int g, int k0, int k1, mha_chunk_at next, float *p,
+                                 float *vs, const mha_scratch *s);
 void mha_step_chunk_tiles16(const mha_step_job *j, int seq, int g, int k0, int k1, mha_chunk_at next, float *p, float *vs,
                             const mha_scratch *s);
+void mha_step_chunk_tiles16_scaled(const mha_step_job *j, int seq, int g, int k0, int k1, mha_chunk_at next, float *p,
+                                   float *vs, const mha_scratch *s);
 void mha_step_chunk_panels16(const mha_step_job *j, int seq, int g, int k0, int k1, mha_chunk_at next, float *p,
                              float *vs, const mha_scratch *s);
 

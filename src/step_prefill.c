@@ -202,7 +202,7 @@ static void attend_rows(const mha_step_job *j, int seq, int g, int i0, int i1, c
     const mha_kernel *k = f->kernel;
     const int n_past = j->step->n_past[seq], ctx = n_past + j->step->n_new[seq], dk = f->dk;
     const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
-    float *z = f->z + (size_t)(j->row0[seq] + i0) * f->qd;
+    float *z = f->buf.z + (size_t)(j->row0[seq] + i0) * f->qd;
     for (int h = g * f->group; h < (g + 1) * f->group; h++) {
         mha_mat_set_rows(k, qkv, i1 - i0, 0, dk, z + (size_t)h * dk, f->qd);
         mha_attention_rows(f, h, s, (mha_queries){.q = qkv}, i1 - i0, ctx, n_past + i0, z + (size_t)h * dk, f->qd,

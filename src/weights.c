@@ -26,7 +26,7 @@ static mha_status typed_check(const mha_weights *w, int m, const mha_dims *dims,
         return MHA_OK;
     if (!name)
         return mha_errorf(why, why_len, MHA_ERR_INVALID_ARG, "%s: type %d is not one mha reads (f32, f16, bf16, q8_0, "
-                          "q4_0, q4_1, q4_k, q6_k)", names[m], (int)t);
+                          "q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k)", names[m], (int)t);
     if (!w->blocks[m])
         return mha_errorf(why, why_len, MHA_ERR_INVALID_ARG, "%s: type %s with blocks[%d] NULL", names[m], name, m);
     if (w->layout != MHA_LAYOUT_TORCH)
@@ -207,7 +207,8 @@ void mha_weights_pack(const mha_weights *w, const mha_dims *dims, const mha_kern
             if (dims->quant) {
                 const mha_qtype *t;
                 const unsigned char *panel = mha_qmat_panel(&qkv, (int)(g * width + j / MHA_QP * MHA_QP), &t);
-                put_qcolumn(t, (unsigned char *)panel, dims->d, (int)(j % MHA_QP), s, o);
+                if (panel) /* else padding, held nowhere */
+                    put_qcolumn(t, (unsigned char *)panel, dims->d, (int)(j % MHA_QP), s, o);
             } else {
                 put_column(&m, j, s, o);
             }

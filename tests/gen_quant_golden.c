@@ -1,5 +1,5 @@
 /* gen_quant_golden.c — tests/data/quant_golden.bin from ggml's own reference quantizers
- * (quantize_row_{q8_0,q4_0,q4_1,q4_K,q6_K}_ref, ggml-quants.c), for tests/test_quantize.c,
+ * (quantize_row_{q8_0,q4_0,q4_1,q4_K,q6_K,q5_0,q5_1,q5_K}_ref, ggml-quants.c), for tests/test_quantize.c,
  * which asserts that mha_quantize_row writes the same bytes.
  *
  * `make goldens-quant` builds ggml-base from llama-cpp-python's sdist (the ggml that deps-ggml
@@ -31,6 +31,9 @@ void quantize_row_q4_0_ref(const float *x, void *y, int64_t k);
 void quantize_row_q4_1_ref(const float *x, void *y, int64_t k);
 void quantize_row_q4_K_ref(const float *x, void *y, int64_t k);
 void quantize_row_q6_K_ref(const float *x, void *y, int64_t k);
+void quantize_row_q5_0_ref(const float *x, void *y, int64_t k);
+void quantize_row_q5_1_ref(const float *x, void *y, int64_t k);
+void quantize_row_q5_K_ref(const float *x, void *y, int64_t k);
 
 enum { MAX_N = 1024, MAX_ROWS = 4 };
 
@@ -149,7 +152,9 @@ typedef struct {
 static const gtype types[] = {
     {GGML_TYPE_Q8_0, quantize_row_q8_0_ref}, {GGML_TYPE_Q4_0, quantize_row_q4_0_ref},
     {GGML_TYPE_Q4_1, quantize_row_q4_1_ref}, {GGML_TYPE_Q4_K, quantize_row_q4_K_ref},
-    {GGML_TYPE_Q6_K, quantize_row_q6_K_ref},
+    {GGML_TYPE_Q6_K, quantize_row_q6_K_ref}, /* types added later follow: the earlier bytes stay put */
+    {GGML_TYPE_Q5_0, quantize_row_q5_0_ref}, {GGML_TYPE_Q5_1, quantize_row_q5_1_ref},
+    {GGML_TYPE_Q5_K, quantize_row_q5_K_ref},
 };
 enum { NTYPES = sizeof types / sizeof types[0] };
 

@@ -749,7 +749,7 @@ TABLE_TEST(bgemm, rows_scores_equal_the_decode_tiles, .timeout = 60)
                 const mha_key_runs keys = {.runs = 1, .ld = n, .n = len, .kt = ktr};
                 isa->decode_scores[MHA_KV_F32](&want_rows, 0, dk, &keys);
                 const mha_rows_ahead v = {(const char *)kt, (size_t)dk * sizeof *kt, (size_t)dk * sizeof *kt}; /* a hint */
-                isa->rows_scores(q, nq, dk, k, ld, n, 0.3f, sc, N, &v);
+                isa->rows_scores(&(mha_score_rows){q, nq, dk, 0.3f, sc, N}, &(mha_key_rows){k, ld, n, &v});
                 for (int qi = 0; qi < nq; qi++) {
                     const long at = first_bit_difference(sc + (size_t)qi * N, want + (size_t)qi * N, (size_t)n);
                     cr_assert_eq(at, -1, "%s, dk %d, %d queries, %d keys: score (%d, %ld) %a, decode tiles %a", isa->name,

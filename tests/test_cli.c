@@ -136,7 +136,7 @@ ParameterizedTest(golden *g, cli, reproduces_pytorch, .timeout = 60)
     snprintf(file, sizeof file, "%s_out.npy", g->name);
     const double e = golden_error(g, got, file, s);
     cr_assert_leq(e, 1e-5, "%s: relative error %g", g->name, e);
-    cr_assert(strstr(out, "relative error") && strstr(out, "(bound 0.0001, float32)"),
+    cr_assert(strstr(out, "relative error") && strstr(out, "(bound 0.0001, float32: "),
               "%s: the summary has no reference check with its bound: %s", g->name, out);
     free(got), free(out);
 }
@@ -356,7 +356,8 @@ Test(cli, decode_block_runs_steps_through_the_cache, .timeout = 60)
               f32_bytes);
     at = strstr(out, "\"check_rel_error\":");
     cr_assert(at && sscanf(at, "\"check_rel_error\":%lf", &e) == 1 && e < 1e-2, "bf16 steps against the forward: %s", out);
-    cr_assert(strstr(out, "\"check_bound\":0.01"), "the bf16 bound: %s", out);
+    cr_assert(strstr(out, "\"check_bound\":0.0225") && strstr(out, "\"check_bound_path\":\"bf16\""),
+              "the bf16 bound of float weights over 4 rows, 1.5e-2 x 1.5: %s", out);
     free(out), free(err);
     snprintf(args, sizeof args, "run %s --kv tests/data/x.npy", path);
     cr_assert_eq(run_cli(args, &out, &err), 2);
@@ -445,22 +446,32 @@ static double peak_rss_of(const char *args)
 }
 
 /* --check's one rule, past its bound: bf16 on sharp attention (scores scaled by 300: Q and K
- * rounded to bf16 move the logits by units) is outside the bf16 contract, which holds for
- * unit-scale scores (measured 5.8e-2 on every table); the run says so with the bound and
- * exits 1, its report still written. */
+ * rounded to bf16 move the logits by units) is outside the bf16 bound of float weights (over 4
+ * rows 2.25e-2, measured 5.8e-2 on every table) and of q8_0 blocks (over 16 rows 1.25e-2,
+ * measured 2.5e-2); the run says so with the bound, its path and rule, and exits 1, its
+ * report still written. */
 Test(cli, a_check_above_its_bound_exits_1, .timeout = 60)
 {
     char dir[64], path[128], args[256];
     tmpdir_make(dir, sizeof dir);
     write_config(dir, "sharp.yaml", "model: { d_model: 64, heads: 4, scale: 300 }\nbatch: { size: 1, seq_len: 32 }\n",
                  path, sizeof path);
-    snprintf(args, sizeof args, "run %s --precision bf16 --check 4", path);
-    char *out, *err;
-    const int rc = run_cli(args, &out, &err);
-    cr_assert_eq(rc, 1, "exit %d: %s", rc, err);
-    cr_assert(strstr(err, "over 4 rows is above the bound 0.01 of bf16"), "%s", err);
-    cr_assert(strstr(out, "against a double-precision reference (bound 0.01, bf16)"), "%s", out);
-    free(out), free(err);
+    const struct { const char *opts, *err, *out; } t[] = {
+        {"--check 4", "over 4 rows is above the bound 0.0225 of bf16 (",
+         "against a double-precision reference (bound 0.0225, bf16: "},
+        {"--check 16 --weights-type q8_0",
+         "over 16 rows is above the bound 0.0125 of bf16, block weights (0.01 over a layer x (1 + 1/sqrt(16 rows))",
+         "and dequantized (what the engine holds) (bound 0.0125, bf16, block weights: "},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        snprintf(args, sizeof args, "run %s --precision bf16 %s", path, t[i].opts);
+        char *out, *err;
+        const int rc = run_cli(args, &out, &err);
+        cr_assert_eq(rc, 1, "%s: exit %d: %s", t[i].opts, rc, err);
+        cr_assert(strstr(err, t[i].err), "%s: %s", t[i].opts, err);
+        cr_assert(strstr(out, t[i].out), "%s: %s", t[i].opts, out);
+        free(out), free(err);
+    }
     tmpdir_remove(dir);
 }
 
@@ -581,10 +592,12 @@ Test(cli, mla_configs_run_forward_and_decode_and_refuse_the_rest, .timeout = 60)
     const struct { const char *name, *rest, *opts; int rc; const char *says; } t[] = {
         {"fwd.yaml", "batch: { size: 2, seq_len: 70, mask: causal, lengths: [70, 33] }\n", "--check 12", 0,
          "relative error"},
-        {"bf16.yaml", "batch: { size: 2, seq_len: 70, mask: causal }\n", "--check 12 --precision bf16", 0, "(bound 0.01, bf16)"},
+        {"bf16.yaml", "batch: { size: 2, seq_len: 70, mask: causal }\n", "--check 12 --precision bf16", 0,
+         "(bound 0.0193, bf16: "},
         {"dec.yaml", "decode: { seqs: 3, context: 270, new: 2, steps: 3, block_size: 16, prefill_chunk: 100 }\n",
          "--check 6", 0, "relative error 0.00e+00 over 6 rows against one causal float32 forward"},
-        {"dec16.yaml", "decode: { seqs: 2, context: 40, steps: 2 }\n", "--check 4 --precision bf16", 0, "(bound 0.01, bf16)"},
+        {"dec16.yaml", "decode: { seqs: 2, context: 40, steps: 2 }\n", "--check 4 --precision bf16", 0,
+         "(bound 0.0225, bf16: "},
         {"cross.yaml", "batch: { seq_len: 8, kv_len: 9 }\n", "", 2, "batch.kv_len: not with model.mla"},
         {"attn.yaml", "batch: { seq_len: 8 }\n", "--attn x.npy", 2, "--attn: not with model.mla"},
     };

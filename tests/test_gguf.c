@@ -516,10 +516,10 @@ Test(gguf, type_table_has_every_type_of_the_spec)
     static const struct { int type; const char *name; int block, bytes; mha_ggml_support s; } rows[] = {
         {0, "F32", 1, 4, MHA_GGML_SUPPORTED}, {1, "F16", 1, 2, MHA_GGML_SUPPORTED},
         {2, "Q4_0", 32, 18, MHA_GGML_SUPPORTED}, {3, "Q4_1", 32, 20, MHA_GGML_SUPPORTED},
-        {6, "Q5_0", 32, 22, MHA_GGML_PLANNED}, {7, "Q5_1", 32, 24, MHA_GGML_PLANNED},
+        {6, "Q5_0", 32, 22, MHA_GGML_SUPPORTED}, {7, "Q5_1", 32, 24, MHA_GGML_SUPPORTED},
         {8, "Q8_0", 32, 34, MHA_GGML_SUPPORTED}, {9, "Q8_1", 32, 36, MHA_GGML_UNSUPPORTED},
         {10, "Q2_K", 256, 84, MHA_GGML_UNSUPPORTED}, {11, "Q3_K", 256, 110, MHA_GGML_UNSUPPORTED},
-        {12, "Q4_K", 256, 144, MHA_GGML_SUPPORTED}, {13, "Q5_K", 256, 176, MHA_GGML_PLANNED},
+        {12, "Q4_K", 256, 144, MHA_GGML_SUPPORTED}, {13, "Q5_K", 256, 176, MHA_GGML_SUPPORTED},
         {14, "Q6_K", 256, 210, MHA_GGML_SUPPORTED}, {15, "Q8_K", 256, 292, MHA_GGML_UNSUPPORTED},
         {16, "IQ2_XXS", 256, 66, 0}, {17, "IQ2_XS", 256, 74, 0}, {18, "IQ3_XXS", 256, 98, 0}, {19, "IQ1_S", 256, 50, 0},
         {20, "IQ4_NL", 32, 18, 0}, {21, "IQ3_S", 256, 110, 0}, {22, "IQ2_S", 256, 82, 0}, {23, "IQ4_XS", 256, 136, 0},
@@ -808,7 +808,7 @@ Test(gguf_model, projection_types_mha_does_not_run_are_named, .init = setup, .fi
     char err[512];
     cr_assert_eq(mha_gguf_layer_tensors(g, 0, &c, &t, err, sizeof err), MHA_ERR_FORMAT);
     cr_assert(strstr(err, "iq.gguf: blk.0.attn_q.weight: type IQ2_XS is not supported (supported: F32, F16, Q4_0, "
-                          "Q4_1, Q8_0, Q4_K, Q6_K, BF16; planned: Q5_0, Q5_1, Q5_K)"), "%s", err);
+                          "Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, BF16)"), "%s", err);
     const mha_gguf_tensor *q = mha_gguf_find_tensor(g, "blk.0.attn_q.weight");
     cr_assert_eq(mha_gguf_check_projection(g, q, 256, 256, err, sizeof err), MHA_ERR_FORMAT);
     mha_gguf_close(g);
@@ -816,9 +816,8 @@ Test(gguf_model, projection_types_mha_does_not_run_are_named, .init = setup, .fi
     m.qtype = MHA_GGML_Q5_K;
     f = model_file(&m, NULL, NULL);
     g = open_ok(save(&f, "q5k.gguf"));
-    q = mha_gguf_find_tensor(g, "blk.1.attn_output.weight");
-    cr_assert_eq(mha_gguf_check_projection(g, q, 256, 256, err, sizeof err), MHA_ERR_FORMAT);
-    cr_assert(strstr(err, "blk.1.attn_output.weight: type Q5_K is not supported yet"), "%s", err);
+    q = mha_gguf_find_tensor(g, "blk.1.attn_output.weight"); /* Q5_K: run as stored */
+    cr_assert_eq(mha_gguf_check_projection(g, q, 256, 256, err, sizeof err), MHA_OK, "%s", err);
     mha_gguf_close(g);
     free(f.b);
     m.qtype = MHA_GGML_Q4_K;
@@ -1288,7 +1287,7 @@ Test(gguf_weights, refusals_name_the_tensor_and_value, .init = setup, .fini = te
     char err[512];
     cr_assert_eq(mha_gguf_layer_weights(g, 0, &c, &w, err, sizeof err), MHA_ERR_FORMAT);
     cr_assert(strstr(err, "iq.gguf: blk.0.attn_q.weight: type IQ2_XS is not supported (supported: F32, F16, Q4_0, "
-                          "Q4_1, Q8_0, Q4_K, Q6_K, BF16"), "%s", err);
+                          "Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, BF16)"), "%s", err);
     cr_assert(!w.storage);
     c.n_heads = 7; /* an invalid config: the engine's own message */
     cr_assert_eq(mha_gguf_layer_weights(g, 0, &c, &w, err, sizeof err), MHA_ERR_CONFIG);

@@ -22,8 +22,8 @@
  * projections' sums (FMA chains in input order, or BLIS's microkernel): float32 rounding. */
 #define QUANT_F32_TOL 1e-5
 
-static const mha_weight_type block_types[] = {MHA_WEIGHT_Q8_0, MHA_WEIGHT_Q4_0, MHA_WEIGHT_Q4_1, MHA_WEIGHT_Q4_K,
-                                              MHA_WEIGHT_Q6_K};
+static const mha_weight_type block_types[] = {MHA_WEIGHT_Q8_0, MHA_WEIGHT_Q4_0, MHA_WEIGHT_Q4_1, MHA_WEIGHT_Q5_0,
+                                              MHA_WEIGHT_Q5_1, MHA_WEIGHT_Q4_K, MHA_WEIGHT_Q5_K, MHA_WEIGHT_Q6_K};
 #define N_TYPES (sizeof block_types / sizeof block_types[0])
 
 static void put_f16(unsigned char *p, float x)
@@ -57,7 +57,10 @@ static unsigned char *random_rows(mha_weight_type t, int rows, int in, uint64_t 
         case MHA_WEIGHT_Q8_0: put_f16(blk, u * s / 127.0f); break;
         case MHA_WEIGHT_Q4_0: put_f16(blk, u * s / 8.0f); break;
         case MHA_WEIGHT_Q4_1: put_f16(blk, 2.0f * u * s / 15.0f), put_f16(blk + 2, -v * s); break;
+        case MHA_WEIGHT_Q5_0: put_f16(blk, u * s / 16.0f); break;
+        case MHA_WEIGHT_Q5_1: put_f16(blk, 2.0f * u * s / 31.0f), put_f16(blk + 2, -v * s); break;
         case MHA_WEIGHT_Q4_K: put_f16(blk, 2.0f * u * s / (63.0f * 15.0f)), put_f16(blk + 2, v * s / 63.0f); break;
+        case MHA_WEIGHT_Q5_K: put_f16(blk, 2.0f * u * s / (63.0f * 31.0f)), put_f16(blk + 2, v * s / 63.0f); break;
         default: put_f16(blk + 208, u * s / (128.0f * 32.0f)); break; /* Q6_K: d last */
         }
     }
@@ -87,19 +90,37 @@ static void ggml_block(mha_weight_type t, const unsigned char *x, float *y)
         }
         break;
     }
-    case MHA_WEIGHT_Q4_K: {
+    case MHA_WEIGHT_Q5_0:
+    case MHA_WEIGHT_Q5_1: { /* dequantize_row_q5_0 / _q5_1 */
+        const int one = t == MHA_WEIGHT_Q5_1;
+        const float d = f16_at(x), m = one ? f16_at(x + 2) : 0.0f;
+        uint32_t qh;
+        memcpy(&qh, x + (one ? 4 : 2), sizeof qh);
+        const unsigned char *qs = x + (one ? 8 : 6);
+        for (int j = 0; j < 16; j++) {
+            const int xh_0 = (int)((qh >> (j + 0)) << 4) & 0x10, xh_1 = (int)(qh >> (j + 12)) & 0x10;
+            const int x0 = ((qs[j] & 0x0F) | xh_0) - (one ? 0 : 16), x1 = ((qs[j] >> 4) | xh_1) - (one ? 0 : 16);
+            y[j] = one ? fmaf((float)x0, d, m) : (float)x0 * d;
+            y[j + 16] = one ? fmaf((float)x1, d, m) : (float)x1 * d;
+        }
+        break;
+    }
+    case MHA_WEIGHT_Q4_K:
+    case MHA_WEIGHT_Q5_K: { /* dequantize_row_q4_K / _q5_K: q5_K's top bits u1, u2 of qh */
+        const int five = t == MHA_WEIGHT_Q5_K;
         const float d = f16_at(x), min = f16_at(x + 2);
-        const unsigned char *scales = x + 4, *q = x + 16;
-        for (int j = 0, is = 0; j < 256; j += 64, is += 2, q += 32) {
+        const unsigned char *scales = x + 4, *qh = x + 16, *q = x + (five ? 48 : 16);
+        unsigned u1 = 1, u2 = 2;
+        for (int j = 0, is = 0; j < 256; j += 64, is += 2, q += 32, u1 <<= 2, u2 <<= 2) {
             int sc, m;
             mha_q4k_scale_min(is, scales, 1, &sc, &m);
             const float d1 = d * (float)sc, m1 = min * (float)m;
             mha_q4k_scale_min(is + 1, scales, 1, &sc, &m);
             const float d2 = d * (float)sc, m2 = min * (float)m;
             for (int l = 0; l < 32; l++)
-                y[j + l] = fmaf(d1, (float)(q[l] & 0xF), -m1);
+                y[j + l] = fmaf(d1, (float)((q[l] & 0xF) + (five && (qh[l] & u1) ? 16 : 0)), -m1);
             for (int l = 0; l < 32; l++)
-                y[j + 32 + l] = fmaf(d2, (float)(q[l] >> 4), -m2);
+                y[j + 32 + l] = fmaf(d2, (float)((q[l] >> 4) + (five && (qh[l] & u2) ? 16 : 0)), -m2);
         }
         break;
     }
@@ -152,9 +173,9 @@ Test(quant, the_public_calls_quantize_and_dequantize_and_refuse_what_they_cannot
     unsigned char b[N * 4];
     rng r = {3};
     fill_uniform(x, N, -1.0f, 1.0f, &r);
-    const mha_weight_type all[] = {MHA_WEIGHT_F16, MHA_WEIGHT_BF16, MHA_WEIGHT_Q8_0, MHA_WEIGHT_Q4_0,
-                                   MHA_WEIGHT_Q4_1, MHA_WEIGHT_Q4_K, MHA_WEIGHT_Q6_K};
-    const double worst[] = {1e-3, 1e-2, 1e-2, 0.15, 0.15, 0.1, 0.05}; /* each type's steps, loosely */
+    const mha_weight_type all[] = {MHA_WEIGHT_F16,  MHA_WEIGHT_BF16, MHA_WEIGHT_Q8_0, MHA_WEIGHT_Q4_0, MHA_WEIGHT_Q4_1,
+                                   MHA_WEIGHT_Q5_0, MHA_WEIGHT_Q5_1, MHA_WEIGHT_Q4_K, MHA_WEIGHT_Q5_K, MHA_WEIGHT_Q6_K};
+    const double worst[] = {1e-3, 1e-2, 1e-2, 0.15, 0.15, 0.08, 0.08, 0.1, 0.05, 0.05}; /* each type's steps, loosely */
     for (size_t t = 0; t < sizeof all / sizeof all[0]; t++) {
         unsigned char q[N * 4];
         cr_assert_eq(mha_weights_quantize(all[t], x, N, b), MHA_OK);
@@ -178,10 +199,16 @@ Test(quant, the_public_calls_quantize_and_dequantize_and_refuse_what_they_cannot
     cr_assert_eq(mha_weights_to_floats((mha_weight_type)16, b, N, y), MHA_ERR_INVALID_ARG);
 }
 
+/* 64-byte aligned memory (aligned_alloc takes whole multiples of the alignment). */
+static void *alloc64(size_t bytes)
+{
+    return aligned_alloc(64, (bytes + 63) / 64 * 64);
+}
+
 /* MHA_QP outputs of kk inputs into one panel (as weights.c packs them). */
 static unsigned char *panel_of(const mha_qtype *q, const unsigned char *rows, int kk)
 {
-    unsigned char *p = aligned_alloc(64, mha_qpanel_bytes(q, kk));
+    unsigned char *p = alloc64(mha_qpanel_bytes(q, kk));
     for (int o = 0; o < MHA_QP; o++)
         mha_qpanel_put(q, p, kk, o, rows + (size_t)o * mha_weight_row_bytes(q->type, kk));
     return p;
@@ -226,11 +253,11 @@ TABLE_TEST(quant, products_are_fma_chains_in_input_order_for_any_rows_and_column
         const mha_qtype *q = mha_qtype_of(block_types[t]);
         unsigned char *rows = random_rows(q->type, OUT, KK, 41 + t);
         const size_t row_bytes = mha_weight_row_bytes(q->type, KK);
-        unsigned char *panels = aligned_alloc(64, (OUT / MHA_QP) * mha_qpanel_bytes(q, KK));
+        unsigned char *panels = alloc64((OUT / MHA_QP) * mha_qpanel_bytes(q, KK));
         for (int j = 0; j < OUT; j++)
             mha_qpanel_put(q, panels + (size_t)(j / MHA_QP) * mha_qpanel_bytes(q, KK), KK, j % MHA_QP,
                            rows + (size_t)j * row_bytes);
-        const mha_qmat b = {panels, KK, OUT, 1, {q, q, q}};
+        const mha_qmat b = {panels, KK, OUT, OUT, 1, {q, q, q}};
         float *w = malloc((size_t)OUT * KK * sizeof *w), *a = malloc((size_t)70 * KK * sizeof *a);
         float *c = malloc((size_t)70 * OUT * sizeof *c), *bias = malloc((size_t)70 * OUT * sizeof *bias);
         for (int j = 0; j < OUT; j++)
@@ -259,9 +286,12 @@ TABLE_TEST(quant, products_are_fma_chains_in_input_order_for_any_rows_and_column
 
 /* ---- engines (quant_engine: once per table) ---- */
 
-/* A Q4_K_M file's mix (Wv in Q6_K) and one type throughout. */
+/* A Q4_K_M and a Q5_K_M file's mixes (Wv in Q6_K), the 5-bit types of 32, and one type throughout. */
+enum { MIX_Q4_K_M, MIX_Q5_K_M, MIX_Q5, MIX_Q8_0 };
 static const mha_weight_type mixes[][MHA_W_COUNT] = {
     {MHA_WEIGHT_Q4_K, MHA_WEIGHT_Q4_K, MHA_WEIGHT_Q6_K, MHA_WEIGHT_Q4_K},
+    {MHA_WEIGHT_Q5_K, MHA_WEIGHT_Q5_K, MHA_WEIGHT_Q6_K, MHA_WEIGHT_Q5_K}, /* Q5_K_M */
+    {MHA_WEIGHT_Q5_0, MHA_WEIGHT_Q5_0, MHA_WEIGHT_Q5_1, MHA_WEIGHT_Q5_1},
     {MHA_WEIGHT_Q8_0, MHA_WEIGHT_Q8_0, MHA_WEIGHT_Q8_0, MHA_WEIGHT_Q8_0},
     {MHA_WEIGHT_Q4_0, MHA_WEIGHT_Q4_0, MHA_WEIGHT_Q4_0, MHA_WEIGHT_Q4_0},
     {MHA_WEIGHT_Q4_1, MHA_WEIGHT_Q4_1, MHA_WEIGHT_Q4_1, MHA_WEIGHT_Q4_1},
@@ -328,7 +358,7 @@ static float *forward(mha_engine *e, const problem *p)
 
 Test(quant_engine, blocks_as_stored_match_their_floats_and_hold_batch_and_thread_invariance, .timeout = 120)
 {
-    for (size_t x = 0; x < sizeof mixes / sizeof mixes[0]; x++) {
+    for (size_t x = 0; x < sizeof mixes / sizeof mixes[MIX_Q4_K_M]; x++) {
         problem p;
         quant_problem(&p, 3, 19);
         qweights q = quant_weights(&p, mixes[x]);
@@ -357,16 +387,48 @@ Test(quant_engine, blocks_as_stored_match_their_floats_and_hold_batch_and_thread
     }
 }
 
+Test(quant_engine, heads_of_80_features_hold_no_padding_and_match_their_floats)
+{
+    problem p; /* d_k 80: on avx512's 32-wide panels the attention pads each part to 96 */
+    quant_problem(&p, 2, 7);
+    problem_set_head_dim(&p, 80, 73);
+    qweights q = quant_weights(&p, mixes[MIX_Q8_0]); /* Q8_0: Wo's 320 inputs are whole blocks */
+    mha_engine *held = quant_engine(&p, mixes[MIX_Q8_0], &q.w, 2), *floats = quant_engine(&p, NULL, &q.w, 2);
+    float *a = forward(held, &p), *b = forward(floats, &p);
+    const size_t n = (size_t)p.batch * p.seq_q * p.d;
+    double *ref = malloc(n * sizeof *ref);
+    for (size_t i = 0; i < n; i++)
+        ref[i] = b[i];
+    cr_assert(rel_error(a, ref, n) <= QUANT_F32_TOL, "%.3g against the floats' engine", rel_error(a, ref, n));
+    size_t bytes = 0; /* the blocks held: the four matrices' rows, no padding output */
+    const int outs[MHA_W_COUNT] = {p.h * p.dk, p.kvh * p.dk, p.kvh * p.dk, p.d};
+    const int ins[MHA_W_COUNT] = {p.d, p.d, p.d, p.h * p.dk};
+    for (int i = 0; i < MHA_W_COUNT; i++)
+        bytes += (size_t)outs[i] * mha_weight_bytes(MHA_WEIGHT_Q8_0, ins[i]);
+    mha_config cfg;
+    problem_config(&p, &cfg, 2);
+    memcpy(cfg.weight_type, mixes[MIX_Q8_0], sizeof cfg.weight_type);
+    mha_packed_weights *pw;
+    cr_assert_eq(mha_pack_weights(&cfg, &q.w, &pw), MHA_OK);
+    cr_assert_leq(mha_packed_weights_size(pw), bytes + 64 * 1024, "%zu bytes held for %zu of blocks",
+                  mha_packed_weights_size(pw), bytes); /* biases, headers and alignment beside */
+    mha_packed_weights_free(pw);
+    free(a), free(b), free(ref);
+    mha_free(held), mha_free(floats);
+    qweights_free(&q);
+    problem_free(&p);
+}
+
 Test(quant_engine, steps_token_by_token_equal_the_causal_forward_bitwise, .timeout = 120)
 {
     problem p;
     quant_problem(&p, 1, 24);
-    qweights q = quant_weights(&p, mixes[0]);
-    mha_engine *e = quant_engine(&p, mixes[0], &q.w, 2);
+    qweights q = quant_weights(&p, mixes[MIX_Q4_K_M]);
+    mha_engine *e = quant_engine(&p, mixes[MIX_Q4_K_M], &q.w, 2);
     float *full = forward(e, &p);
     mha_config cfg;
     problem_config(&p, &cfg, 2);
-    memcpy(cfg.weight_type, mixes[0], sizeof cfg.weight_type);
+    memcpy(cfg.weight_type, mixes[MIX_Q4_K_M], sizeof cfg.weight_type);
     mha_kv_cache *c;
     cr_assert_eq(mha_kv_cache_create(&cfg, 4, 16, 1, &c), MHA_OK);
     const int32_t blocks[4] = {0, 1, 2, 3};
@@ -395,7 +457,7 @@ Test(quant_engine, quantizing_floats_at_load_equals_handing_the_quantized_blocks
     const float *const f[MHA_W_COUNT] = {fw.w_q, fw.w_k, fw.w_v, fw.w_o};
     const int outs[MHA_W_COUNT] = {p.h * p.dk, p.kvh * p.dk, p.kvh * p.dk, p.d};
     const int ins[MHA_W_COUNT] = {p.d, p.d, p.d, p.h * p.dk};
-    for (size_t x = 0; x < sizeof mixes / sizeof mixes[0]; x++) {
+    for (size_t x = 0; x < sizeof mixes / sizeof mixes[MIX_Q4_K_M]; x++) {
         mha_weights bw = fw;
         unsigned char *rows[MHA_W_COUNT];
         for (int i = 0; i < MHA_W_COUNT; i++) {
@@ -450,7 +512,7 @@ Test(quant_engine, what_the_engine_cannot_hold_is_refused_with_its_reason)
     cr_assert(strstr(err, "weight_type[0]") && strstr(err, "256") && strstr(err, "384"), "%s", err);
 
     /* weights the engine will not take: another block type, blocks in XW, none given */
-    qweights q = quant_weights(&p, mixes[1]); /* Q8_0 */
+    qweights q = quant_weights(&p, mixes[MIX_Q8_0]); /* Q8_0 */
     for (int i = 0; i < MHA_W_COUNT; i++)
         cfg.weight_type[i] = MHA_WEIGHT_Q4_0;
     cr_assert_eq(mha_create_msg(&cfg, &e, err, sizeof err), MHA_OK, "%s", err);
@@ -461,7 +523,7 @@ Test(quant_engine, what_the_engine_cannot_hold_is_refused_with_its_reason)
     cr_assert_eq(mha_set_weights(e, &w), MHA_ERR_INVALID_ARG);
     cr_assert(strstr(mha_engine_last_error(e), "MHA_LAYOUT_TORCH"), "%s", mha_engine_last_error(e));
     mha_free(e);
-    e = quant_engine(&p, mixes[1], &q.w, 1);
+    e = quant_engine(&p, mixes[MIX_Q8_0], &q.w, 1);
     w = q.w;
     w.blocks[MHA_W_V] = NULL;
     cr_assert_eq(mha_set_weights(e, &w), MHA_ERR_INVALID_ARG);

@@ -91,7 +91,8 @@ ParameterizedTestParameters(quantize, writes_ggml_reference_bytes)
 {
     static qcase types[] = {
         {MHA_WEIGHT_Q8_0, "q8_0", 32, 34},   {MHA_WEIGHT_Q4_0, "q4_0", 32, 18},   {MHA_WEIGHT_Q4_1, "q4_1", 32, 20},
-        {MHA_WEIGHT_Q4_K, "q4_K", 256, 144}, {MHA_WEIGHT_Q6_K, "q6_K", 256, 210},
+        {MHA_WEIGHT_Q5_0, "q5_0", 32, 22},   {MHA_WEIGHT_Q5_1, "q5_1", 32, 24},   {MHA_WEIGHT_Q4_K, "q4_K", 256, 144},
+        {MHA_WEIGHT_Q5_K, "q5_K", 256, 176}, {MHA_WEIGHT_Q6_K, "q6_K", 256, 210},
     };
     return cr_make_param_array(qcase, types, sizeof types / sizeof types[0]);
 }
@@ -154,7 +155,7 @@ Test(quantize, other_types_write_nothing)
     float x[256];
     for (int i = 0; i < 256; i++)
         x[i] = (float)i / 7 - 3;
-    const int others[] = {MHA_WEIGHT_F32, MHA_WEIGHT_F16, MHA_WEIGHT_BF16, 6 /* Q5_0 */, 10 /* Q2_K */, 13 /* Q5_K */};
+    const int others[] = {MHA_WEIGHT_F32, MHA_WEIGHT_F16, MHA_WEIGHT_BF16, 10 /* Q2_K */, 11 /* Q3_K */, 15 /* Q8_K */};
     unsigned char buf[1024];
     for (size_t k = 0; k < sizeof others / sizeof others[0]; k++) {
         memset(buf, 0xa5, sizeof buf);

@@ -40,7 +40,7 @@ int cli_parse_int(const char *opt, const char *text, long lo, long hi, long *out
 /* --precision f32|bf16; 0 and a message on anything else. */
 int cli_parse_precision(const char *text, mha_precision *out);
 int cli_parse_kv_type(const char *text, mha_kv_type *out); /* --kv-cache: auto, f32, bf16, int8 */
-/* --weights-type: f32, q8_0, q4_0, q4_1, q4_k, q6_k (weights.type's words); 0 and a message else. */
+/* --weights-type: f32, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k (weights.type's words); 0 and a message else. */
 int cli_parse_weight_type(const char *text, mha_weight_type *out);
 const char *cli_weight_type_name(mha_weight_type t); /* "q4_1", "f16"; "?" for others */
 /* --isa NAME over the config's engine.isa: the name checked with the config (an unknown table,
@@ -170,22 +170,38 @@ double cli_tokens(const cli_problem *p);
 
 /* ---- --check: one rule in every mode (forward, decode block, core) ----
  * The relative error of the rows checked, norm-wise over all of them together,
- * ‖got − ref‖ / ‖ref‖, held to the contract of the engine's precision and KV cache (README,
- * "Checks"): float32 1e-4, bf16 1e-2, an int8 cache 2e-2. */
+ * ‖got − ref‖ / ‖ref‖, held to the bound of the engine's precision, KV cache and weights
+ * and the rows checked (cli_check_bound: float32 1e-4; bf16 1e-2 on block weights, 1.5e-2 on
+ * floats, each over a layer and × (1 + 1/sqrt(rows)) for fewer; an int8 cache 2e-2). */
 typedef struct cli_check { double num, den; int rows; } cli_check;
 /* One more checked row of n values against its reference (in double, or in float32). */
 void cli_check_row(cli_check *c, const float *got, const double *ref, int n);
 void cli_check_row_f(cli_check *c, const float *got, const float *ref, int n);
 double cli_check_error(const cli_check *c);  /* NaN when any value was */
-/* The bound of a precision and cache type (MHA_KV_AUTO: the precision's own), and its name. */
-double cli_check_bound(mha_precision prec, mha_kv_type kv);
-const char *cli_check_contract(mha_precision prec, mha_kv_type kv);
-/* After the run's summary: the check's line (unless json; `against`: what the reference is)
- * and its verdict, EXIT_OK, or EXIT_RUNTIME with a message naming the error, rows and bound
- * when the error is above the bound or NaN. Nothing checked: EXIT_OK. */
-int cli_check_verdict(const cli_check *c, mha_precision prec, mha_kv_type kv, const char *against, int json);
-/* The check's JSON keys: check_rows, check_rel_error (null when nothing was checked), check_bound. */
-void cli_check_json(struct json_t *j, const cli_check *c, mha_precision prec, mha_kv_type kv);
+/* The bound of a run (check.c) over `rows` rows checked: its precision, its cache (MHA_KV_AUTO:
+ * a forward, none) and how the engine held Wq, Wk, Wv, Wo (wt; NULL: no weights, --core's Q, K,
+ * V): the bound, the path's name ("bf16, block weights") and why (what was measured; for the
+ * paths whose few rows get more room, the rule). */
+typedef struct cli_bound { double bound; const char *path; char why[160]; } cli_bound;
+cli_bound cli_check_bound(mha_precision prec, mha_kv_type kv, const mha_weight_type *wt, int rows);
+/* After the run's summary: the check's line (unless json; `against`: what the reference is),
+ * naming the bound, its path and why, and its verdict: EXIT_OK, or EXIT_RUNTIME with a message
+ * naming the error, rows and bound when the error is above the bound or NaN. Nothing checked:
+ * EXIT_OK. */
+int cli_check_verdict(const cli_check *c, mha_precision prec, mha_kv_type kv, const mha_weight_type *wt,
+                      const char *against, int json);
+/* The check's JSON keys: check_rows, check_rel_error (null when nothing was checked),
+ * check_bound, check_bound_path, check_bound_why. */
+void cli_check_json(struct json_t *j, const cli_check *c, mha_precision prec, mha_kv_type kv,
+                    const mha_weight_type *wt);
+/* The floats the check's reference multiplies by (check.c): the weights as the engine means
+ * them, every matrix F32 in p's layout. A file's blocks (F16, BF16 too) dequantized: what the
+ * file means; floats the engine quantizes at load (cfg->weight_type a block type) through the
+ * same quantizer and back: what the engine holds; else p's own floats. `what` says which ("" for
+ * the last). buf (owned) holds the converted matrices. MHA_ERR_NOMEM, or a conversion's status. */
+typedef struct cli_ref_weights { mha_weights w; float *buf; char what[96]; } cli_ref_weights;
+mha_status cli_ref_weights_make(const cli_problem *p, const mha_config *cfg, cli_ref_weights *r);
+void cli_ref_weights_free(cli_ref_weights *r); /* zeroes *r */
 /* Samples `rows` output rows (spread over the first and last sequence and their rows) and adds
  * them, each against a double-precision reference computed from p's inputs and weights. */
 void cli_check_rows(const cli_problem *p, const float *out, int rows, cli_check *c);

@@ -75,16 +75,18 @@ int cli_parse_kv_type(const char *text, mha_kv_type *out)
 
 /* The types the engine holds weights in, as weights.type spells them (the schema's row) */
 static const struct { const char *name; mha_weight_type t; } weight_types[] = {
-    {"f32", MHA_WEIGHT_F32}, {"q8_0", MHA_WEIGHT_Q8_0}, {"q4_0", MHA_WEIGHT_Q4_0}, {"q4_1", MHA_WEIGHT_Q4_1},
-    {"q4_k", MHA_WEIGHT_Q4_K}, {"q6_k", MHA_WEIGHT_Q6_K}, {"f16", MHA_WEIGHT_F16}, {"bf16", MHA_WEIGHT_BF16}};
-enum { HELD_TYPES = 6 }; /* the first six: f16 and bf16 are handed in, never held */
+    {"f32", MHA_WEIGHT_F32},   {"q8_0", MHA_WEIGHT_Q8_0}, {"q4_0", MHA_WEIGHT_Q4_0}, {"q4_1", MHA_WEIGHT_Q4_1},
+    {"q5_0", MHA_WEIGHT_Q5_0}, {"q5_1", MHA_WEIGHT_Q5_1}, {"q4_k", MHA_WEIGHT_Q4_K}, {"q5_k", MHA_WEIGHT_Q5_K},
+    {"q6_k", MHA_WEIGHT_Q6_K}, {"f16", MHA_WEIGHT_F16},   {"bf16", MHA_WEIGHT_BF16}};
+enum { HELD_TYPES = 9 }; /* the first nine: f16 and bf16 are handed in, never held */
 
 int cli_parse_weight_type(const char *text, mha_weight_type *out)
 {
     for (int i = 0; text && i < HELD_TYPES; i++)
         if (!strcmp(text, weight_types[i].name))
             return *out = weight_types[i].t, 1;
-    cli_error("--weights-type: expected f32, q8_0, q4_0, q4_1, q4_k or q6_k, got '%s'", text ? text : "");
+    cli_error("--weights-type: expected f32, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k, got '%s'",
+              text ? text : "");
     return 0;
 }
 
@@ -631,36 +633,31 @@ double cli_check_error(const cli_check *c)
     return c->den > 0 ? sqrt(c->num / c->den) : sqrt(c->num);
 }
 
-double cli_check_bound(mha_precision prec, mha_kv_type kv)
-{
-    return kv == MHA_KV_INT8 ? 2e-2 : prec == MHA_PRECISION_BF16 || kv == MHA_KV_BF16 ? 1e-2 : 1e-4;
-}
-
-const char *cli_check_contract(mha_precision prec, mha_kv_type kv)
-{
-    return kv == MHA_KV_INT8 ? "an int8 KV cache" : prec == MHA_PRECISION_BF16 || kv == MHA_KV_BF16 ? "bf16" : "float32";
-}
-
-int cli_check_verdict(const cli_check *c, mha_precision prec, mha_kv_type kv, const char *against, int json)
+int cli_check_verdict(const cli_check *c, mha_precision prec, mha_kv_type kv, const mha_weight_type *wt,
+                      const char *against, int json)
 {
     if (!c->rows)
         return EXIT_OK;
-    const double e = cli_check_error(c), bound = cli_check_bound(prec, kv);
+    const double e = cli_check_error(c);
+    const cli_bound b = cli_check_bound(prec, kv, wt, c->rows);
     if (!json)
-        printf("  check    relative error %.2e over %d row%s against %s (bound %g, %s)\n", e, c->rows,
-               c->rows == 1 ? "" : "s", against, bound, cli_check_contract(prec, kv));
-    if (e <= bound)
+        printf("  check    relative error %.2e over %d row%s against %s (bound %.3g, %s: %s)\n", e, c->rows,
+               c->rows == 1 ? "" : "s", against, b.bound, b.path, b.why);
+    if (e <= b.bound)
         return EXIT_OK;
-    cli_error("check: relative error %.3g over %d row%s is above the bound %g of %s", e, c->rows, c->rows == 1 ? "" : "s",
-              bound, cli_check_contract(prec, kv));
+    cli_error("check: relative error %.3g over %d row%s is above the bound %.3g of %s (%s)", e, c->rows,
+              c->rows == 1 ? "" : "s", b.bound, b.path, b.why);
     return EXIT_RUNTIME;
 }
 
-void cli_check_json(struct json_t *j, const cli_check *c, mha_precision prec, mha_kv_type kv)
+void cli_check_json(json_t *j, const cli_check *c, mha_precision prec, mha_kv_type kv, const mha_weight_type *wt)
 {
+    const cli_bound b = cli_check_bound(prec, kv, wt, c->rows);
     json_object_set_new(j, "check_rows", json_integer(c->rows));
     json_object_set_new(j, "check_rel_error", c->rows ? json_real(cli_check_error(c)) : json_null());
-    json_object_set_new(j, "check_bound", json_real(cli_check_bound(prec, kv)));
+    json_object_set_new(j, "check_bound", json_real(b.bound));
+    json_object_set_new(j, "check_bound_path", json_string(b.path));
+    json_object_set_new(j, "check_bound_why", json_string(b.why));
 }
 
 /* y (n) = x (k) · W + b, W one of an MLA model's matrices (k in, n out; TORCH: rows are

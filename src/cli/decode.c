@@ -115,18 +115,32 @@ static int load_tokens(const cli_decode_files *f, int d, int cap, decode_state *
 }
 
 /* The check: `rows` rows sampled over the first and last kept sequence against one causal
- * float32 forward over the kept sequences' tokens, into c. Returns EXIT_OK or an exit code
- * after a message. */
-static int check_rows(decode_state *s, const mha_config *cfg, const cli_problem *w, int rows, cli_check *c)
+ * float32 forward over the kept sequences' tokens, on the floats the weights mean (a file's
+ * blocks dequantized, floats quantized at load and back: cli_ref_weights_make; what it names
+ * into what), into c. Returns EXIT_OK or an exit code after a message. */
+static int check_rows(decode_state *s, const mha_config *cfg, const cli_problem *w, int rows, cli_check *c, char *what,
+                      size_t what_len)
 {
     const int d = cfg->d_model, S = s->S, B = s->kept;
     mha_config one = *cfg;
     one.max_batch = B, one.max_seq_q = one.max_seq_kv = S;
     one.precision = MHA_PRECISION_F32; /* a float32 forward: no cache, no bf16 kernel */
     one.kv_type = MHA_KV_AUTO, one.bf16_kernel[0] = '\0';
-    mha_status st = MHA_ERR_NOMEM;
+    for (int i = 0; i < MHA_W_COUNT; i++)
+        one.weight_type[i] = MHA_WEIGHT_F32; /* the reference's floats, as they are */
+    cli_ref_weights ref;
+    mha_status st = cli_ref_weights_make(w, cfg, &ref);
+    if (st != MHA_OK)
+        return cli_error("check: the reference's weights: %s", mha_status_str(st)), EXIT_RUNTIME;
+    cli_problem rp = *w;
+    rp.w = ref.w;
+    snprintf(what, what_len, "%s", ref.what);
+    st = MHA_ERR_NOMEM;
     s->check_out = malloc((size_t)B * S * d * sizeof *s->check_out);
-    if (!s->check_out || (st = mha_create(&one, &s->check_e)) != MHA_OK || (st = cli_set_weights(s->check_e, w)) != MHA_OK)
+    if (s->check_out && (st = mha_create(&one, &s->check_e)) == MHA_OK)
+        st = cli_set_weights(s->check_e, &rp);
+    cli_ref_weights_free(&ref); /* the engine holds its own copy */
+    if (st != MHA_OK)
         return cli_error("check: an engine for %d × %d tokens: %s", B, S, s->check_out ? mha_status_str(st) : "out of memory"),
                EXIT_RUNTIME;
     const mha_input in = {.batch = B, .seq_q = S, .seq_kv = S, .q = s->tokens, .k = s->tokens, .v = s->tokens,
@@ -249,7 +263,7 @@ static void report(decode_state *s, const cli_config *fc, const char *config, co
         json_object_set_new(j, "decode_tokens_per_s", json_real(decode_tps));
         json_object_set_new(j, "kv_cache", json_string(mha_kv_type_name(kv)));
         json_object_set_new(j, "kv_cache_bytes", json_integer((json_int_t)cache_bytes));
-        cli_check_json(j, checked, cfg->precision, kv);
+        cli_check_json(j, checked, cfg->precision, kv, cfg->weight_type);
         cli_print_json(j);
         return;
     }
@@ -372,7 +386,8 @@ int cli_decode(const cli_config *fc, const char *config, const cli_decode_files 
         goto out;
 
     cli_check checked = {0};
-    if (check > 0 && s.kept && (rc = check_rows(&s, &cfg, &p, check, &checked)) != EXIT_OK)
+    char what[96] = "";
+    if (check > 0 && s.kept && (rc = check_rows(&s, &cfg, &p, check, &checked, what, sizeof what)) != EXIT_OK)
         goto out;
     if (f->output) {
         const int64_t shape[3] = {s.kept, s.S, d};
@@ -386,9 +401,10 @@ int cli_decode(const cli_config *fc, const char *config, const cli_decode_files 
     const mha_kv_type kv = cfg.kv_type != MHA_KV_AUTO ? cfg.kv_type
                          : cfg.precision == MHA_PRECISION_BF16 ? MHA_KV_BF16 : MHA_KV_F32;
     report(&s, fc, config, f, &p, &cfg, kv, ran, prefill_ms, prefilled, &checked, json);
-    char against[96];
-    snprintf(against, sizeof against, "one causal float32 forward over %s", f->input ? "the inputs" : "sequence 0's tokens");
-    rc = cli_check_verdict(&checked, cfg.precision, kv, against, json);
+    char against[224];
+    snprintf(against, sizeof against, "one causal float32 forward over %s%s%s",
+             f->input ? "the inputs" : "sequence 0's tokens", what[0] ? " on " : "", what);
+    rc = cli_check_verdict(&checked, cfg.precision, kv, cfg.weight_type, against, json);
 out:
     release(&s);
     return rc;

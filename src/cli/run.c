@@ -30,15 +30,18 @@ static void usage(FILE *f)
           "               [--threads N] [--iters N] [--warmup N] [--causal] [--check ROWS]\n"
           "               [--precision f32|bf16] [--isa auto|avx512|avx2|ref] [--bf16-kernel NAME]\n"
           "               [--kv-cache auto|f32|bf16|int8] [--core] [--json]\n"
-          "               [--layer N] [--weights-type f32|q8_0|q4_0|q4_1|q4_k|q6_k]\n"
+          "               [--layer N] [--weights-type f32|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k]\n"
           "With no CONFIG, the built-in default model (configs/default.yaml); with no --weights or\n"
           "--input, seeded random data. --lengths pads queries and, for self-attention, keys; output\n"
           "rows past a length are 0. --kv-lengths pads the --kv keys. --check ROWS: sampled output\n"
           "rows (default 4, 0 skips) against a double-precision reference (a decode block: one\n"
-          "float32 forward), ||out - ref|| / ||ref|| over them, exit 1 above the bound of the\n"
-          "precision and cache (f32 1e-4, bf16 1e-2, int8 cache 2e-2). A decode config takes\n"
-          "--input (sequences, tokens, d_model) with --lengths: prefilled, then decoded token by\n"
-          "token as its decode block says, every row to --output. --precision, --isa and --kv-cache\n"
+          "float32 forward) on the weights as the engine means them (blocks dequantized, floats\n"
+          "quantized at load and back), ||out - ref|| / ||ref|| over them, exit 1 above the bound of\n"
+          "the precision, cache, weights and rows, which the check's line names (f32 1e-4; bf16\n"
+          "1e-2 on blocks, 1.5e-2 on floats, times 1 + 1/sqrt(rows); int8 cache 2e-2;\n"
+          "docs/precision.md). A decode config takes --input (sequences, tokens, d_model) with\n"
+          "--lengths: prefilled, then decoded token by token as its decode block says, every row\n"
+          "to --output. --precision, --isa and --kv-cache\n"
           "override the config's engine.precision, engine.isa (the kernel table: mha info lists\n"
           "them), engine.bf16_kernel and engine.kv_cache (a decode block's cache). --core: the\n"
           "attention core alone (mha_core_forward) on seeded Q, K, V of the config's heads and\n"
@@ -441,7 +444,7 @@ static void report(const run_opts *o, const run_state *s, const cli_stats *tp, c
         json_object_set_new(j, "flops_counted", json_string("unmasked"));
         json_object_set_new(j, "tokens_per_s", json_real(tokens));
         json_object_set_new(j, "peak_rss_mb", json_real(peak_rss_mb()));
-        cli_check_json(j, check, s->fc.engine.precision, MHA_KV_AUTO);
+        cli_check_json(j, check, s->fc.engine.precision, MHA_KV_AUTO, s->fc.engine.weight_type);
         cli_print_json(j);
     } else {
         printf("mha run: %s%s%s%s\n", s->fc.name, o->config ? " (" : "", o->config ? o->config : "", o->config ? ")" : " (built-in default)");
@@ -556,20 +559,28 @@ int mha_cli_run(int argc, char **argv)
         goto out;
     }
     cli_check check = {0};
-    /* the double-precision reference reads float weights: a GGUF file's blocks are not yet */
-    int floats = 1;
-    for (int i = 0; i < MHA_W_COUNT; i++)
-        floats &= p->w.type[i] == MHA_WEIGHT_F32;
-    if (floats)
-        cli_check_rows(p, s.out, (int)o.check, &check);
-    else if (o.check && !o.json)
-        fprintf(stderr, "mha: --check skipped: the reference needs float weights, and %s's are %s blocks\n", o.weights,
-                cli_weight_type_name(p->w.type[0]));
+    /* the double-precision reference on the floats the weights mean: a file's blocks
+     * dequantized, floats quantized at load through the engine's quantizer and back */
+    cli_ref_weights ref;
+    char against[160] = "a double-precision reference";
+    if (o.check) {
+        if ((st = cli_ref_weights_make(p, &cfg, &ref)) != MHA_OK) {
+            cli_error("check: the reference's weights: %s", mha_status_str(st));
+            rc = EXIT_RUNTIME;
+            goto out;
+        }
+        cli_problem rp = *p;
+        rp.w = ref.w;
+        cli_check_rows(&rp, s.out, (int)o.check, &check);
+        if (ref.what[0])
+            snprintf(against + strlen(against), sizeof against - strlen(against), " on %s", ref.what);
+        cli_ref_weights_free(&ref);
+    }
     const cli_stats t = cli_stats_of(s.times, s.fc.iters);
     if ((rc = write_outputs(&o, &s)) != EXIT_OK)
         goto out;
     report(&o, &s, &t, &check);
-    rc = cli_check_verdict(&check, s.fc.engine.precision, MHA_KV_AUTO, "a double-precision reference", o.json);
+    rc = cli_check_verdict(&check, s.fc.engine.precision, MHA_KV_AUTO, s.fc.engine.weight_type, against, o.json);
 out:
     release(&s);
     return rc;

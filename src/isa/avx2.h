@@ -103,8 +103,7 @@ static inline __attribute__((target(AVX2))) __m128i narrow8(__m256i r)
 void mha_pack_rows_avx2(mha_mat a, int w, int i0, int rows, int p0, int kc, int pw, float *restrict dst);
 void mha_stream_rows_avx2(const mha_kernel *k, int m, int n, int kk, float alpha, mha_mat a, mha_mat b, float beta,
                           mha_mat c);
-void mha_stream_rows16_avx2(const mha_kernel *k, int m, int n, int kk, float alpha, int pad, mha_mat a, mha_mat b,
-                            mha_mat c);
+void mha_stream_rows16_avx2(const mha_kernel *k, const mha_product16 *p);
 int mha_stream_in_place_avx2(void);
 void mha_rope_halves_avx2(float *a, float *b, const float *c, const float *s, float sign, int n);
 void mha_rope_pairs_avx2(float *x, const float *c, const float *s, float sign, int n);

@@ -213,28 +213,24 @@ static inline __attribute__((always_inline, target(AVX2))) void rows_scores_as(c
     }
 }
 
-__attribute__((target(AVX2))) void mha_rows_scores_avx2(const float *restrict q, int nq, int dk,
-                                                        const float *restrict k, ptrdiff_t ld, int n, float scale,
-                                                        float *restrict sc, size_t sc_ld, const mha_rows_ahead *v)
+__attribute__((target(AVX2))) void mha_rows_scores_avx2(const mha_score_rows *s, const mha_key_rows *k)
 {
-    rows_scores_as(0, q, nq, dk, k, ld, n, scale, sc, sc_ld, v);
+    rows_scores_as(0, s->q, s->nq, s->dk, k->k, k->ld, k->n, s->scale, s->sc, s->sc_ld, k->v);
 }
 
 /* Under DAZ and FTZ with scale 1, as decode_scores16 sums (a sum times one is itself), then
  * its finish in the caller's mode. */
-__attribute__((target(AVX2))) void mha_rows_scores16_avx2(const float *restrict q, int nq, int dk,
-                                                          const float *restrict k, ptrdiff_t ld, int n, float scale,
-                                                          float *restrict sc, size_t sc_ld, mha_bk_order order,
-                                                          const mha_rows_ahead *v)
+__attribute__((target(AVX2))) void mha_rows_scores16_avx2(const mha_score_rows *s, const mha_key_rows *k,
+                                                          mha_bk_order order)
 {
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | DAZ_FTZ);
     if (order == MHA_BK_ODD_FIRST)
-        rows_scores_as(1, q, nq, dk, k, ld, n, 1.0f, sc, sc_ld, v);
+        rows_scores_as(1, s->q, s->nq, s->dk, k->k, k->ld, k->n, 1.0f, s->sc, s->sc_ld, k->v);
     else
-        rows_scores_as(0, q, nq, dk, k, ld, n, 1.0f, sc, sc_ld, v);
+        rows_scores_as(0, s->q, s->nq, s->dk, k->k, k->ld, k->n, 1.0f, s->sc, s->sc_ld, k->v);
     _mm_setcsr(csr);
-    mha_scores16_finish(sc, sc_ld, nq, 1, &n, dk, scale);
+    mha_scores16_finish(s->sc, s->sc_ld, s->nq, 1, &k->n, s->dk, s->scale);
 }
 
 __attribute__((target(AVX2))) void mha_decode_scores_avx2(const mha_score_rows *s, int c0, int c1,

@@ -112,21 +112,21 @@ __attribute__((target(AVX2))) void mha_stream_rows_avx2(const mha_kernel *k, int
 /* Under DAZ and FTZ, as the bf16 kernels sum (alpha 1: a sum times one is itself); then the
  * padding's + 0 and alpha in the caller's mode, 8 lanes at a time (per element: the bits of
  * epilogue_block's multiply). */
-__attribute__((target(AVX2))) void mha_stream_rows16_avx2(const mha_kernel *k, int m, int n, int kk, float alpha,
-                                                         int pad, mha_mat a, mha_mat b, mha_mat c)
+__attribute__((target(AVX2))) void mha_stream_rows16_avx2(const mha_kernel *k, const mha_product16 *p)
 {
+    const int m = p->m, n = p->n;
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | DAZ_FTZ);
-    mha_stream_rows_avx2(k, m, n, kk, 1.0f, a, b, 0.0f, c);
+    mha_stream_rows_avx2(k, m, n, p->kk, 1.0f, p->a, p->b, 0.0f, p->c);
     _mm_setcsr(csr);
-    if (!pad && alpha == 1.0f)
+    if (!p->pad && p->alpha == 1.0f)
         return;
-    const __m256 va = _mm256_set1_ps(alpha), zero = _mm256_setzero_ps();
+    const __m256 va = _mm256_set1_ps(p->alpha), zero = _mm256_setzero_ps();
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j += 8) {
-            float *y = c.p + (ptrdiff_t)i * c.ld + j;
+            float *y = p->c.p + (ptrdiff_t)i * p->c.ld + j;
             __m256 x = load8_n(y, n - j);
-            if (pad)
+            if (p->pad)
                 x = _mm256_add_ps(x, zero);
             store8_n(y, n - j, _mm256_mul_ps(x, va));
         }

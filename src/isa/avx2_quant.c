@@ -1,5 +1,6 @@
 /* avx2_quant.c — the avx2 table's quantized-weight operations (qkernels.h): a panel's 16
- * outputs are two vectors' lanes; the same conversions, FMAs and chains as ref's. */
+ * outputs are two vectors' lanes (halves h = 0, 8); the same conversions, FMAs and chains as
+ * ref's, in avx512_quant.c's shape. */
 #include "avx2.h"
 #include "qkernels.h"
 
@@ -26,88 +27,104 @@ Q2_INLINE __m256 negated8(__m256 x)
     return _mm256_xor_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u)));
 }
 
-/* Lanes [h, h + 8) of a group's pairs (pairs: avx512_quant.c). */
-Q2_INLINE void pairs8(const unsigned char *nib, const unsigned char *hi, int c0, int h, __m256 d0, __m256 m0,
-                      __m256 d1, __m256 m1, float *restrict w)
-{
-    const __m256i low4 = _mm256_set1_epi32(0xF), low2 = _mm256_set1_epi32(3);
-    for (int c = 0; c < MHA_QG / 2; c++) {
-        const __m256i v = bytes8(nib + (c0 + c) * MHA_QP + h);
-        __m256i lo = _mm256_and_si256(v, low4), up = _mm256_srli_epi32(v, 4);
-        if (hi) {
-            const __m256i t = _mm256_srli_epi32(bytes8(hi + ((c0 + c) / 2) * MHA_QP + h), 4 * ((c0 + c) & 1));
-            lo = _mm256_or_si256(lo, _mm256_slli_epi32(_mm256_and_si256(t, low2), 4));
-            up = _mm256_or_si256(up, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(t, 2), low2), 4));
-        }
-        const __m256 d = c < MHA_QG / 4 ? d0 : d1, m = c < MHA_QG / 4 ? m0 : m1;
-        _mm256_storeu_ps(w + 2 * c * MHA_QP + h, _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo), d, m));
-        _mm256_storeu_ps(w + (2 * c + 1) * MHA_QP + h, _mm256_fmadd_ps(_mm256_cvtepi32_ps(up), d, m));
-    }
-}
+/* A group's factors for outputs [h, h + 8) (avx512_quant.c's factors). */
+typedef struct factors {
+    __m256 d0, m0, d1, m1;
+} factors;
 
-static Q2 void dequant_q8_0(const unsigned char *b, int grp, float *restrict w)
+Q2_INLINE factors factors_of(int type, const unsigned char *b, int grp, int h)
 {
-    (void)grp;
-    for (int h = 0; h < MHA_QP; h += 8) {
-        const __m256 d = halves8(b + 2 * h), zero = _mm256_setzero_ps();
-        for (int i = 0; i < MHA_QG; i++)
-            _mm256_storeu_ps(w + i * MHA_QP + h,
-                             _mm256_fmadd_ps(_mm256_cvtepi32_ps(sbytes8(b + MHA_Q8_0_Q + i * MHA_QP + h)), d, zero));
-    }
-}
-
-static Q2 void dequant_q4_0(const unsigned char *b, int grp, float *restrict w)
-{
-    (void)grp;
-    for (int h = 0; h < MHA_QP; h += 8) {
-        const __m256 d = halves8(b + 2 * h), m = _mm256_mul_ps(_mm256_set1_ps(-8.0f), d);
-        pairs8(b + MHA_Q4_0_NIB, NULL, 0, h, d, m, d, m, w);
-    }
-}
-
-static Q2 void dequant_q4_1(const unsigned char *b, int grp, float *restrict w)
-{
-    (void)grp;
-    for (int h = 0; h < MHA_QP; h += 8) {
-        const __m256 d = halves8(b + 2 * h), m = halves8(b + MHA_Q4_1_M + 2 * h);
-        pairs8(b + MHA_Q4_1_NIB, NULL, 0, h, d, m, d, m, w);
-    }
-}
-
-static Q2 void dequant_q4_k(const unsigned char *b, int grp, float *restrict w)
-{
-    const unsigned char *q = b + MHA_Q4_K_SC;
-    const __m256i low6 = _mm256_set1_epi32(63), low4 = _mm256_set1_epi32(0xF);
-    for (int h = 0; h < MHA_QP; h += 8) {
+    factors f;
+    if (type == MHA_QT_Q8_0) {
+        f.d0 = halves8(b + 2 * h), f.m0 = _mm256_setzero_ps();
+    } else if (type == MHA_QT_Q4_0) {
+        f.d0 = halves8(b + 2 * h), f.m0 = _mm256_mul_ps(_mm256_set1_ps(-8.0f), f.d0);
+    } else if (type == MHA_QT_Q5_0) {
+        f.d0 = halves8(b + 2 * h), f.m0 = _mm256_mul_ps(_mm256_set1_ps(-16.0f), f.d0);
+    } else if (type == MHA_QT_Q4_1 || type == MHA_QT_Q5_1) {
+        f.d0 = halves8(b + 2 * h), f.m0 = halves8(b + MHA_Q4_1_M + 2 * h); /* Q5_1's m at the same place */
+    } else if (type == MHA_QT_Q4_K || type == MHA_QT_Q5_K) { /* the same scales, d and dmin */
+        const unsigned char *q = b + MHA_Q4_K_SC + h;
+        const __m256i low6 = _mm256_set1_epi32(63), low4 = _mm256_set1_epi32(0xF);
         __m256i sc, mn;
         if (grp < 4) {
-            sc = _mm256_and_si256(bytes8(q + grp * MHA_QP + h), low6);
-            mn = _mm256_and_si256(bytes8(q + (grp + 4) * MHA_QP + h), low6);
+            sc = _mm256_and_si256(bytes8(q + grp * MHA_QP), low6);
+            mn = _mm256_and_si256(bytes8(q + (grp + 4) * MHA_QP), low6);
         } else {
-            const __m256i a = bytes8(q + (grp + 4) * MHA_QP + h);
+            const __m256i a = bytes8(q + (grp + 4) * MHA_QP);
             sc = _mm256_or_si256(_mm256_and_si256(a, low4),
-                                 _mm256_slli_epi32(_mm256_srli_epi32(bytes8(q + (grp - 4) * MHA_QP + h), 6), 4));
+                                 _mm256_slli_epi32(_mm256_srli_epi32(bytes8(q + (grp - 4) * MHA_QP), 6), 4));
             mn = _mm256_or_si256(_mm256_srli_epi32(a, 4),
-                                 _mm256_slli_epi32(_mm256_srli_epi32(bytes8(q + grp * MHA_QP + h), 6), 4));
+                                 _mm256_slli_epi32(_mm256_srli_epi32(bytes8(q + grp * MHA_QP), 6), 4));
         }
-        const __m256 d = _mm256_mul_ps(halves8(b + 2 * h), _mm256_cvtepi32_ps(sc));
-        const __m256 m = negated8(_mm256_mul_ps(halves8(b + MHA_Q4_K_DMIN + 2 * h), _mm256_cvtepi32_ps(mn)));
-        pairs8(b + MHA_Q4_K_NIB, NULL, grp * MHA_QG / 2, h, d, m, d, m, w);
+        f.d0 = _mm256_mul_ps(halves8(b + 2 * h), _mm256_cvtepi32_ps(sc));
+        f.m0 = negated8(_mm256_mul_ps(halves8(b + MHA_Q4_K_DMIN + 2 * h), _mm256_cvtepi32_ps(mn)));
+    } else { /* Q6_K */
+        const __m256 d = halves8(b + 2 * h), m32 = _mm256_set1_ps(-32.0f);
+        const unsigned char *sc = b + MHA_Q6_K_SC + 2 * grp * MHA_QP + h;
+        f.d0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sbytes8(sc)));
+        f.d1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sbytes8(sc + MHA_QP)));
+        f.m0 = _mm256_mul_ps(m32, f.d0), f.m1 = _mm256_mul_ps(m32, f.d1);
+        return f;
+    }
+    f.d1 = f.d0, f.m1 = f.m0;
+    return f;
+}
+
+/* Inputs 4c … 4c + 3 of a block for outputs [h, h + 8) as integers (avx512_quant.c's quad_ints). */
+Q2_INLINE void quad_ints(const unsigned char *b, int type, int c, int h, __m256i v[4])
+{
+    const __m256i low4 = _mm256_set1_epi32(0xF);
+    const unsigned char *nib = b + mha_q_nib_at(type);
+    const __m256i x = bytes8(nib + 2 * c * MHA_QP + h), y = bytes8(nib + (2 * c + 1) * MHA_QP + h);
+    v[0] = _mm256_and_si256(x, low4), v[1] = _mm256_srli_epi32(x, 4);
+    v[2] = _mm256_and_si256(y, low4), v[3] = _mm256_srli_epi32(y, 4);
+    if (mha_q_hi_bits(type) == 2) {
+        const __m256i t = bytes8(b + mha_q_hi_at(type) + c * MHA_QP + h), top2 = _mm256_set1_epi32(0x30);
+        v[0] = _mm256_or_si256(v[0], _mm256_and_si256(_mm256_slli_epi32(t, 4), top2));
+        v[1] = _mm256_or_si256(v[1], _mm256_and_si256(_mm256_slli_epi32(t, 2), top2));
+        v[2] = _mm256_or_si256(v[2], _mm256_and_si256(t, top2));
+        v[3] = _mm256_or_si256(v[3], _mm256_and_si256(_mm256_srli_epi32(t, 2), top2));
+    } else if (mha_q_hi_bits(type) == 1) {
+        const __m256i top1 = _mm256_set1_epi32(0x10);
+        const __m256i t = _mm256_srlv_epi32(bytes8(b + mha_q_hi_at(type) + (c / 2) * MHA_QP + h),
+                                            _mm256_set1_epi32(4 * (c & 1)));
+        v[0] = _mm256_or_si256(v[0], _mm256_and_si256(_mm256_slli_epi32(t, 4), top1));
+        v[1] = _mm256_or_si256(v[1], _mm256_and_si256(_mm256_slli_epi32(t, 3), top1));
+        v[2] = _mm256_or_si256(v[2], _mm256_and_si256(_mm256_slli_epi32(t, 2), top1));
+        v[3] = _mm256_or_si256(v[3], _mm256_and_si256(_mm256_slli_epi32(t, 1), top1));
     }
 }
 
-static Q2 void dequant_q6_k(const unsigned char *b, int grp, float *restrict w)
+Q2_INLINE void dequant_group(int type, const unsigned char *b, int grp, float *restrict w)
 {
-    const __m256 m32 = _mm256_set1_ps(-32.0f);
-    const unsigned char *sc = b + MHA_Q6_K_SC + 2 * grp * MHA_QP;
     for (int h = 0; h < MHA_QP; h += 8) {
-        const __m256 d = halves8(b + 2 * h);
-        const __m256 d0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sbytes8(sc + h)));
-        const __m256 d1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sbytes8(sc + MHA_QP + h)));
-        pairs8(b + MHA_Q6_K_NIB, b + MHA_Q6_K_HI, grp * MHA_QG / 2, h, d0, _mm256_mul_ps(m32, d0), d1,
-               _mm256_mul_ps(m32, d1), w);
+        const factors f = factors_of(type, b, grp, h);
+        if (type == MHA_QT_Q8_0) {
+            for (int i = 0; i < MHA_QG; i++) {
+                const __m256i q = sbytes8(b + MHA_Q8_0_Q + i * MHA_QP + h);
+                _mm256_storeu_ps(w + i * MHA_QP + h, _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), f.d0, f.m0));
+            }
+            continue;
+        }
+        for (int c = 0; c < MHA_QG / 4; c++) {
+            __m256i v[4];
+            quad_ints(b, type, grp * MHA_QG / 4 + c, h, v);
+            const __m256 d = c < MHA_QG / 8 ? f.d0 : f.d1, m = c < MHA_QG / 8 ? f.m0 : f.m1;
+            for (int i = 0; i < 4; i++)
+                _mm256_storeu_ps(w + (4 * c + i) * MHA_QP + h, _mm256_fmadd_ps(_mm256_cvtepi32_ps(v[i]), d, m));
+        }
     }
 }
+
+#define DEQUANT_OF(name, type)                                                                                        \
+    static Q2 void dequant_##name(const unsigned char *b, int grp, float *restrict w)                                \
+    {                                                                                                                 \
+        dequant_group(type, b, grp, w);                                                                               \
+    }
+MHA_QTYPE_LIST(DEQUANT_OF)
+#undef DEQUANT_OF
+
 
 /* rows (≤ 6) of one panel's 16 outputs: two vectors a row, constants where inlined. */
 Q2_INLINE void tile_rows(const float *restrict w, int kc, const float *a, ptrdiff_t lda, const int rows,
@@ -148,15 +165,88 @@ static Q2 void tile_avx2(const float *restrict w, ptrdiff_t wps, int kc, int np,
         }
 }
 
-static void few_avx2(const mha_qtype *t, const unsigned char *const *p, int np, int kk, const float *a, ptrdiff_t lda,
-                    int rows, float *restrict acc, ptrdiff_t ld)
+/* few's chains for rows ≤ 2 and np ≤ 2 panels, avx512_quant.c's few_run on half vectors: four
+ * chains a row interleaved (two panels, two halves); with 16 registers the factors may live
+ * in L1, read as the FMAs' operands. */
+Q2_INLINE void few_run(const mha_qtype *t, const int type, const unsigned char *const *p, int kk, const float *a,
+                       ptrdiff_t lda, float *restrict acc, ptrdiff_t ld, const int rows, const int np)
 {
-    mha_qfew_by_groups(&mha_qk_avx2, t, p, np, kk, a, lda, rows, acc, ld);
+    const int groups = t->qk / MHA_QG;
+    const size_t block_bytes = MHA_QP * t->bytes;
+    __m256 s[2][2][2]; /* [row][panel][half] */
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < np; j++)
+            for (int h = 0; h < 2; h++)
+                s[r][j][h] = _mm256_loadu_ps(acc + r * ld + j * MHA_QP + 8 * h);
+    for (int g = 0; g < kk / MHA_QG; g++) {
+        const float *x = a + g * MHA_QG;
+        const unsigned char *b[2];
+        factors f[2][2];
+        for (int j = 0; j < np; j++) {
+            b[j] = p[j] + (size_t)(g / groups) * block_bytes;
+            for (int h = 0; h < 2; h++)
+                f[j][h] = factors_of(type, b[j], g % groups, 8 * h);
+        }
+        if (type == MHA_QT_Q8_0) {
+            for (int i = 0; i < MHA_QG; i++)
+                for (int j = 0; j < np; j++)
+                    for (int h = 0; h < 2; h++) {
+                        const __m256i q = sbytes8(b[j] + MHA_Q8_0_Q + i * MHA_QP + 8 * h);
+                        const __m256 w = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), f[j][h].d0, f[j][h].m0);
+                        for (int r = 0; r < rows; r++)
+                            s[r][j][h] = _mm256_fmadd_ps(w, _mm256_broadcast_ss(x + r * lda + i), s[r][j][h]);
+                    }
+            continue;
+        }
+        for (int c = 0; c < MHA_QG / 4; c++)
+            for (int j = 0; j < np; j++)
+                for (int h = 0; h < 2; h++) {
+                    __m256i v[4];
+                    quad_ints(b[j], type, g % groups * MHA_QG / 4 + c, 8 * h, v);
+                    const factors *fj = &f[j][h];
+                    const __m256 d = c < MHA_QG / 8 ? fj->d0 : fj->d1, m = c < MHA_QG / 8 ? fj->m0 : fj->m1;
+                    for (int i = 0; i < 4; i++) {
+                        const __m256 w = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v[i]), d, m);
+                        for (int r = 0; r < rows; r++)
+                            s[r][j][h] = _mm256_fmadd_ps(w, _mm256_broadcast_ss(x + r * lda + 4 * c + i), s[r][j][h]);
+                    }
+                }
+    }
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < np; j++)
+            for (int h = 0; h < 2; h++)
+                _mm256_storeu_ps(acc + r * ld + j * MHA_QP + 8 * h, s[r][j][h]);
 }
 
+#define FEW_RUN(r, n) few_run(t, type, p + j, kk, a, lda, acc + j * MHA_QP, ld, r, n)
+Q2_INLINE void few_type(const mha_qtype *t, const int type, const unsigned char *const *p, int np, int kk,
+                        const float *a, ptrdiff_t lda, int rows, float *restrict acc, ptrdiff_t ld)
+{
+    for (int j = 0, n; j < np; j += n) {
+        n = np - j >= 2 ? 2 : 1;
+        if (rows == 2)
+            n == 2 ? FEW_RUN(2, 2) : FEW_RUN(2, 1);
+        else
+            n == 2 ? FEW_RUN(1, 2) : FEW_RUN(1, 1);
+    }
+}
+#undef FEW_RUN
+
+#define FEW_OF(name, type)                                                                                            \
+    static Q2 void few_##name(const mha_qtype *t, const unsigned char *const *p, int np, int kk, const float *a,     \
+                             ptrdiff_t lda, int rows, float *restrict acc, ptrdiff_t ld)                              \
+    {                                                                                                                 \
+        few_type(t, type, p, np, kk, a, lda, rows, acc, ld);                                                          \
+    }
+MHA_QTYPE_LIST(FEW_OF)
+#undef FEW_OF
+
+#define DEQUANT(name, index) MHA_QENTRY(dequant, name, index)
+#define FEW(name, index) MHA_QENTRY(few, name, index)
 const mha_qkernels mha_qk_avx2 = {
-    .dequant = {[MHA_QT_Q8_0] = dequant_q8_0, [MHA_QT_Q4_0] = dequant_q4_0, [MHA_QT_Q4_1] = dequant_q4_1,
-                [MHA_QT_Q4_K] = dequant_q4_k, [MHA_QT_Q6_K] = dequant_q6_k},
+    .dequant = {MHA_QTYPE_LIST(DEQUANT)},
     .tile = tile_avx2,
-    .few = few_avx2,
+    .few = {MHA_QTYPE_LIST(FEW)},
 };
+#undef DEQUANT
+#undef FEW

@@ -41,9 +41,11 @@ Q512_INLINE factors factors_of(int type, const unsigned char *b, int grp)
         f.d0 = halves(b), f.m0 = _mm512_setzero_ps();
     } else if (type == MHA_QT_Q4_0) {
         f.d0 = halves(b), f.m0 = _mm512_mul_ps(_mm512_set1_ps(-8.0f), f.d0);
-    } else if (type == MHA_QT_Q4_1) {
-        f.d0 = halves(b), f.m0 = halves(b + MHA_Q4_1_M);
-    } else if (type == MHA_QT_Q4_K) {
+    } else if (type == MHA_QT_Q5_0) {
+        f.d0 = halves(b), f.m0 = _mm512_mul_ps(_mm512_set1_ps(-16.0f), f.d0);
+    } else if (type == MHA_QT_Q4_1 || type == MHA_QT_Q5_1) {
+        f.d0 = halves(b), f.m0 = halves(b + MHA_Q4_1_M); /* Q5_1's m at the same place */
+    } else if (type == MHA_QT_Q4_K || type == MHA_QT_Q5_K) { /* the same scales, d and dmin */
         const unsigned char *q = b + MHA_Q4_K_SC;
         const __m512i low6 = _mm512_set1_epi32(63), low4 = _mm512_set1_epi32(0xF);
         __m512i sc, mn;
@@ -71,27 +73,30 @@ Q512_INLINE factors factors_of(int type, const unsigned char *b, int grp)
     return f;
 }
 
-/* Where a type's 4-bit pairs and Q6_K's top bits lie in a block. */
-static inline int nib_at(int type)
+/* Inputs 4c … 4c + 3 of a block as integers: two bytes of nibble pairs, with the top bits
+ * (bits 2: Q6_K's, byte c holding the four inputs' at bits 0, 2, 4, 6; bits 1: the 5-bit
+ * types', byte c / 2 holding eight inputs' at bits 0..7) moved to bit 4 and up. */
+Q512_INLINE void quad_ints(const unsigned char *b, int type, int c, __m512i v[4])
 {
-    return type == MHA_QT_Q4_0 ? MHA_Q4_0_NIB : type == MHA_QT_Q4_1 ? MHA_Q4_1_NIB
-         : type == MHA_QT_Q4_K ? MHA_Q4_K_NIB : MHA_Q6_K_NIB;
-}
-
-/* Inputs 4c … 4c + 3 of a block as integers: two bytes of nibble pairs, with Q6_K's top bits
- * (hi not NULL: byte c holds the four inputs' at bits 0, 2, 4, 6) moved to bits 4 and 5. */
-Q512_INLINE void quad_ints(const unsigned char *nib, const unsigned char *hi, int c, __m512i v[4])
-{
-    const __m512i low4 = _mm512_set1_epi32(0xF), top2 = _mm512_set1_epi32(0x30);
-    const __m512i a = bytes16(nib + 2 * c * MHA_QP), b = bytes16(nib + (2 * c + 1) * MHA_QP);
-    v[0] = _mm512_and_si512(a, low4), v[1] = _mm512_srli_epi32(a, 4);
-    v[2] = _mm512_and_si512(b, low4), v[3] = _mm512_srli_epi32(b, 4);
-    if (hi) { /* v | (h' & 0x30): one ternary-logic op each */
-        const __m512i h = bytes16(hi + c * MHA_QP);
+    const __m512i low4 = _mm512_set1_epi32(0xF);
+    const unsigned char *nib = b + mha_q_nib_at(type);
+    const __m512i x = bytes16(nib + 2 * c * MHA_QP), y = bytes16(nib + (2 * c + 1) * MHA_QP);
+    v[0] = _mm512_and_si512(x, low4), v[1] = _mm512_srli_epi32(x, 4);
+    v[2] = _mm512_and_si512(y, low4), v[3] = _mm512_srli_epi32(y, 4);
+    if (mha_q_hi_bits(type) == 2) { /* v | (h' & 0x30): one ternary-logic op each */
+        const __m512i h = bytes16(b + mha_q_hi_at(type) + c * MHA_QP), top2 = _mm512_set1_epi32(0x30);
         v[0] = _mm512_ternarylogic_epi32(v[0], _mm512_slli_epi32(h, 4), top2, 0xF8);
         v[1] = _mm512_ternarylogic_epi32(v[1], _mm512_slli_epi32(h, 2), top2, 0xF8);
         v[2] = _mm512_ternarylogic_epi32(v[2], h, top2, 0xF8);
         v[3] = _mm512_ternarylogic_epi32(v[3], _mm512_srli_epi32(h, 2), top2, 0xF8);
+    } else if (mha_q_hi_bits(type) == 1) {
+        const __m512i top1 = _mm512_set1_epi32(0x10);
+        const __m512i h = _mm512_srlv_epi32(bytes16(b + mha_q_hi_at(type) + (c / 2) * MHA_QP),
+                                            _mm512_set1_epi32(4 * (c & 1)));
+        v[0] = _mm512_ternarylogic_epi32(v[0], _mm512_slli_epi32(h, 4), top1, 0xF8);
+        v[1] = _mm512_ternarylogic_epi32(v[1], _mm512_slli_epi32(h, 3), top1, 0xF8);
+        v[2] = _mm512_ternarylogic_epi32(v[2], _mm512_slli_epi32(h, 2), top1, 0xF8);
+        v[3] = _mm512_ternarylogic_epi32(v[3], _mm512_slli_epi32(h, 1), top1, 0xF8);
     }
 }
 
@@ -105,40 +110,22 @@ Q512_INLINE void dequant_group(int type, const unsigned char *b, int grp, float 
         }
         return;
     }
-    const unsigned char *hi = type == MHA_QT_Q6_K ? b + MHA_Q6_K_HI : NULL;
     for (int c = 0; c < MHA_QG / 4; c++) {
         __m512i v[4];
-        quad_ints(b + nib_at(type), hi, grp * MHA_QG / 4 + c, v);
+        quad_ints(b, type, grp * MHA_QG / 4 + c, v);
         const __m512 d = c < MHA_QG / 8 ? f.d0 : f.d1, m = c < MHA_QG / 8 ? f.m0 : f.m1;
         for (int i = 0; i < 4; i++)
             _mm512_storeu_ps(w + (4 * c + i) * MHA_QP, _mm512_fmadd_ps(_mm512_cvtepi32_ps(v[i]), d, m));
     }
 }
 
-static Q512 void dequant_q8_0(const unsigned char *b, int grp, float *restrict w)
-{
-    dequant_group(MHA_QT_Q8_0, b, grp, w);
-}
-
-static Q512 void dequant_q4_0(const unsigned char *b, int grp, float *restrict w)
-{
-    dequant_group(MHA_QT_Q4_0, b, grp, w);
-}
-
-static Q512 void dequant_q4_1(const unsigned char *b, int grp, float *restrict w)
-{
-    dequant_group(MHA_QT_Q4_1, b, grp, w);
-}
-
-static Q512 void dequant_q4_k(const unsigned char *b, int grp, float *restrict w)
-{
-    dequant_group(MHA_QT_Q4_K, b, grp, w);
-}
-
-static Q512 void dequant_q6_k(const unsigned char *b, int grp, float *restrict w)
-{
-    dequant_group(MHA_QT_Q6_K, b, grp, w);
-}
+#define DEQUANT_OF(name, type)                                                                                        \
+    static Q512 void dequant_##name(const unsigned char *b, int grp, float *restrict w)                                \
+    {                                                                                                                 \
+        dequant_group(type, b, grp, w);                                                                               \
+    }
+MHA_QTYPE_LIST(DEQUANT_OF)
+#undef DEQUANT_OF
 
 /* rows (≤ 8) × np (1 or 2) panels: constants where inlined, so the sums stay in registers. */
 Q512_INLINE void tile_rows(const float *restrict w, ptrdiff_t wps, int kc, const int np, const float *a, ptrdiff_t lda,
@@ -220,8 +207,7 @@ Q512_INLINE void few_run(const mha_qtype *t, const int type, const unsigned char
         for (int c = 0; c < MHA_QG / 4; c++)
             for (int j = 0; j < np; j++) {
                 __m512i v[4];
-                quad_ints(b[j] + nib_at(type), type == MHA_QT_Q6_K ? b[j] + MHA_Q6_K_HI : NULL,
-                          g % groups * MHA_QG / 4 + c, v);
+                quad_ints(b[j], type, g % groups * MHA_QG / 4 + c, v);
                 const __m512 d = c < MHA_QG / 8 ? f[j].d0 : f[j].d1, m = c < MHA_QG / 8 ? f[j].m0 : f[j].m1;
                 for (int i = 0; i < 4; i++) {
                     const __m512 w = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v[i]), d, m);
@@ -251,31 +237,20 @@ Q512_INLINE void few_type(const mha_qtype *t, const int type, const unsigned cha
 #undef FEW_RUN
 
 #define FEW_OF(name, type)                                                                                            \
-    static Q512 void name(const mha_qtype *t, const unsigned char *const *p, int np, int kk, const float *a,          \
-                          ptrdiff_t lda, int rows, float *restrict acc, ptrdiff_t ld)                                 \
+    static Q512 void few_##name(const mha_qtype *t, const unsigned char *const *p, int np, int kk, const float *a,     \
+                             ptrdiff_t lda, int rows, float *restrict acc, ptrdiff_t ld)                              \
     {                                                                                                                 \
         few_type(t, type, p, np, kk, a, lda, rows, acc, ld);                                                          \
     }
-FEW_OF(few_q8_0, MHA_QT_Q8_0)
-FEW_OF(few_q4_0, MHA_QT_Q4_0)
-FEW_OF(few_q4_1, MHA_QT_Q4_1)
-FEW_OF(few_q4_k, MHA_QT_Q4_K)
-FEW_OF(few_q6_k, MHA_QT_Q6_K)
+MHA_QTYPE_LIST(FEW_OF)
 #undef FEW_OF
 
-static Q512 void few_avx512(const mha_qtype *t, const unsigned char *const *p, int np, int kk, const float *a,
-                            ptrdiff_t lda, int rows, float *restrict acc, ptrdiff_t ld)
-{
-    static void (*const by_type[MHA_QTYPES])(const mha_qtype *, const unsigned char *const *, int, int, const float *,
-                                             ptrdiff_t, int, float *restrict, ptrdiff_t) = {
-        [MHA_QT_Q8_0] = few_q8_0, [MHA_QT_Q4_0] = few_q4_0, [MHA_QT_Q4_1] = few_q4_1, [MHA_QT_Q4_K] = few_q4_k,
-        [MHA_QT_Q6_K] = few_q6_k};
-    by_type[t->index](t, p, np, kk, a, lda, rows, acc, ld);
-}
-
+#define DEQUANT(name, index) MHA_QENTRY(dequant, name, index)
+#define FEW(name, index) MHA_QENTRY(few, name, index)
 const mha_qkernels mha_qk_avx512 = {
-    .dequant = {[MHA_QT_Q8_0] = dequant_q8_0, [MHA_QT_Q4_0] = dequant_q4_0, [MHA_QT_Q4_1] = dequant_q4_1,
-                [MHA_QT_Q4_K] = dequant_q4_k, [MHA_QT_Q6_K] = dequant_q6_k},
+    .dequant = {MHA_QTYPE_LIST(DEQUANT)},
     .tile = tile_avx512,
-    .few = few_avx512,
+    .few = {MHA_QTYPE_LIST(FEW)},
 };
+#undef DEQUANT
+#undef FEW

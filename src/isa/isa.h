@@ -68,6 +68,16 @@ typedef struct mha_rows_ahead {
     size_t ld, bytes;
 } mha_rows_ahead;
 
+/* n keys as rows, key t's dk features at k + t·ld: K where the core's caller keeps it, as its few
+ * queries' scores read it (rows_scores, rows_scores16); v (or NULL): the keys' value rows, to
+ * bring into L2 as their scores are summed. */
+typedef struct mha_key_rows {
+    const float *k;
+    ptrdiff_t ld;
+    int n;
+    const mha_rows_ahead *v;
+} mha_key_rows;
+
 /* A chunk's keys as the decode score tiles read them (decode_scores, decode_scores16): `runs` runs
  * of slots, run r of n[r] slots with Kᵀ at kt[r] (feature c of slot t at element c · ld + t); a
  * scaled type's K parameters of run r's first group at kp[r] (kp NULL for an unscaled type); the
@@ -100,6 +110,16 @@ typedef struct mha_value_rows {
     size_t ps;
 } mha_value_rows;
 
+/* A product on operands holding bf16 values (as floats), as stream_rows16 takes it: C (m × n,
+ * rows form) = alpha · A (m × kk) · B, the sums ended as the bf16 kernels end them: + 0 where
+ * pad (kk not a multiple of their k tile), then times alpha. */
+typedef struct mha_product16 {
+    int m, n, kk;
+    float alpha;
+    int pad;
+    mha_mat a, b, c;
+} mha_product16;
+
 typedef struct mha_isa {
     const char *name;            /* "avx512", "avx2", "ref" */
     const char *needs;           /* the CPU features it needs, as lscpu names them, space-
@@ -131,14 +151,12 @@ typedef struct mha_isa {
      * MHA_STREAM_ROWS as mha_gemm does; NULL: never. The same bits either way. */
     int (*stream_in_place)(void);
     /* The attention's bf16 products where the table streams in place (products.c: bf16 on the
-     * float32 stream): stream_rows on operands already rounded to bf16, summed as the bf16
-     * kernels of order MHA_BK_EVEN_FIRST sum them: under DAZ and FTZ with alpha 1 and beta 0,
-     * kk <= k->kc (one FMA chain per element in k order: the even-first model's sums); then,
-     * in the caller's mode, + 0 where pad (the kernels' sums end on padding: kk not a
-     * multiple of their k tile) and times alpha (their epilogue's rounding). c in rows form.
-     * NULL where the table has none. */
-    void (*stream_rows16)(const mha_kernel *k, int m, int n, int kk, float alpha, int pad, mha_mat a, mha_mat b,
-                          mha_mat c);
+     * float32 stream): stream_rows on the product p's operands, already rounded to bf16, summed
+     * as the bf16 kernels of order MHA_BK_EVEN_FIRST sum them: under DAZ and FTZ with alpha 1
+     * and beta 0, p->kk <= k->kc (one FMA chain per element in k order: the even-first model's
+     * sums); then, in the caller's mode, + 0 where p->pad (the kernels' sums end on padding)
+     * and times p->alpha (their epilogue's rounding). NULL where the table has none. */
+    void (*stream_rows16)(const mha_kernel *k, const mha_product16 *p);
     /* RoPE on a run of n rotation pairs, angle j's cos c[j] and sin sign·s[j] (sign ±1: a
      * negative position reads the table at |p|): (x, y) ← (x·c − y·s', y·c + x·s'), each product
      * and the difference or sum rounded once (no FMA), so every table gives ref's bits.
@@ -183,21 +201,19 @@ typedef struct mha_isa {
      * NULL): run r's value rows at vr[r] (slot t's dk elements at t · dk), for a table to prefetch
      * as it sums the scores, so the values find them in cache. Every table has F32 and INT8. */
     void (*decode_scores[MHA_KV_TYPES])(const mha_score_rows *s, int c0, int c1, const mha_key_runs *k);
-    /* The same float32 scores of nq >= 1 queries (q: rows dk apart, dk <= MHA_ROWS_SCORES_DK)
-     * against n keys given as rows (key t's dk features at k + t·ld), all features in one
-     * pass: sc[qi · sc_ld + t] = scale · Σ_c q·k, one FMA chain per score in feature order
-     * from zero, decode_scores' bits without Kᵀ panels (the core's few queries read K where
-     * the caller keeps it); v (or NULL): the keys' value rows, prefetched into L2 as their
-     * scores are summed (so the values after find them there, not in memory). NULL: the
-     * table transposes K for decode_scores instead. */
-    void (*rows_scores)(const float *restrict q, int nq, int dk, const float *restrict k, ptrdiff_t ld, int n,
-                        float scale, float *restrict sc, size_t sc_ld, const mha_rows_ahead *v);
-    /* The same on q and K's rows holding bf16 values (as floats): decode_scores16's sums and
-     * finish in the order asked (FMA under DAZ/FTZ, each feature pair even first, or with dk
-     * even odd first; the k padding's + 0, then the scale), so a bf16 kernel's chunk scores
+    /* The same float32 scores of the queries s (dk <= MHA_ROWS_SCORES_DK) against the keys k
+     * given as rows (mha_key_rows), all features in one pass: sc[qi · sc_ld + t] = scale · Σ_c
+     * q·k, one FMA chain per score in feature order from zero, decode_scores' bits without Kᵀ
+     * panels (the core's few queries read K where the caller keeps it); k->v (or NULL): the
+     * keys' value rows, prefetched into L2 as their scores are summed (so the values after find
+     * them there, not in memory). NULL: the table transposes K for decode_scores instead (an
+     * engine decides which once: mha_attention_ops.few_rows). */
+    void (*rows_scores)(const mha_score_rows *s, const mha_key_rows *k);
+    /* The same on queries and K's rows holding bf16 values (as floats): decode_scores16's sums
+     * and finish in the order asked (FMA under DAZ/FTZ, each feature pair even first, or with
+     * dk even odd first; the k padding's + 0, then the scale), so a bf16 kernel's chunk scores
      * where decode16_orders has its order. NULL where the table has none. */
-    void (*rows_scores16)(const float *restrict q, int nq, int dk, const float *restrict k, ptrdiff_t ld, int n,
-                          float scale, float *restrict sc, size_t sc_ld, mha_bk_order order, const mha_rows_ahead *v);
+    void (*rows_scores16)(const mha_score_rows *s, const mha_key_rows *k, mha_bk_order order);
     /* Decode values of the rows (mha_value_rows): p[qi · ps + c] += Σ_t e[qi · e_ld + t] ·
      * v[t · dk + c] over n rows of v,
      * key by key in order (one chain per output, as the microkernel sums A·V over a chunk);
@@ -333,10 +349,8 @@ extern const mha_bkernel mha_bk_amx; /* the avx512 table's AMX products (amx.c) 
  * avx512 table's too: FMA chains in feature order are every vector table's decode sums, so
  * the bits are avx512's, and 16 lanes would need a shuffle per feature and key group to set
  * four keys' features beside four queries' (avx2_decode.c). */
-void mha_rows_scores_avx2(const float *restrict q, int nq, int dk, const float *restrict k, ptrdiff_t ld, int n,
-                          float scale, float *restrict sc, size_t sc_ld, const mha_rows_ahead *v);
-void mha_rows_scores16_avx2(const float *restrict q, int nq, int dk, const float *restrict k, ptrdiff_t ld, int n,
-                            float scale, float *restrict sc, size_t sc_ld, mha_bk_order order, const mha_rows_ahead *v);
+void mha_rows_scores_avx2(const mha_score_rows *s, const mha_key_rows *k);
+void mha_rows_scores16_avx2(const mha_score_rows *s, const mha_key_rows *k, mha_bk_order order);
 
 /* Every table, widest first. */
 extern const mha_isa *const mha_isa_tables[];

@@ -18,14 +18,40 @@ typedef struct mha_qkernels {
      * i = 0 … kc − 1 in order. */
     void (*tile)(const float *restrict w, ptrdiff_t wps, int kc, int np, const float *a, ptrdiff_t lda, int rows,
                  float *restrict acc, ptrdiff_t ld);
-    /* Decode's few rows (rows ≤ MHA_QFEW_ROWS) on np ≤ MHA_QFEW_PANELS panels of type t over
+    /* Decode's few rows (rows ≤ MHA_QFEW_ROWS) on np ≤ MHA_QFEW_PANELS panels of type t (its index) over
      * all kk inputs, dequantized in registers: acc[r·ld + p·MHA_QP + o] as tile's chains from
      * acc's values, the same bits. Each weight byte is read once, never stored as a float. */
-    void (*few)(const mha_qtype *t, const unsigned char *const *p, int np, int kk, const float *a, ptrdiff_t lda,
-                int rows, float *restrict acc, ptrdiff_t ld);
+    void (*few[MHA_QTYPES])(const mha_qtype *t, const unsigned char *const *p, int np, int kk, const float *a,
+                            ptrdiff_t lda, int rows, float *restrict acc, ptrdiff_t ld);
 } mha_qkernels;
 
+/* A table's entries by type: [MHA_QT_q8_0] = prefix_q8_0, … */
+#define MHA_QENTRY(prefix, name, index) [index] = prefix##_##name,
+
 enum { MHA_QFEW_ROWS = 2, MHA_QFEW_PANELS = 4 };
+
+/* Where a type's 4-bit pairs and its top bits lie in a panel's block (0: none), and how many
+ * top bits an input has (Q6_K 2, the 5-bit types 1). */
+static inline int mha_q_nib_at(int type)
+{
+    static const int at[MHA_QTYPES] = {[MHA_QT_Q4_0] = MHA_Q4_0_NIB, [MHA_QT_Q4_1] = MHA_Q4_1_NIB,
+                                       [MHA_QT_Q5_0] = MHA_Q5_0_NIB, [MHA_QT_Q5_1] = MHA_Q5_1_NIB,
+                                       [MHA_QT_Q4_K] = MHA_Q4_K_NIB, [MHA_QT_Q5_K] = MHA_Q5_K_NIB,
+                                       [MHA_QT_Q6_K] = MHA_Q6_K_NIB};
+    return at[type];
+}
+
+static inline int mha_q_hi_at(int type)
+{
+    static const int at[MHA_QTYPES] = {[MHA_QT_Q5_0] = MHA_Q5_0_HI, [MHA_QT_Q5_1] = MHA_Q5_1_HI,
+                                       [MHA_QT_Q5_K] = MHA_Q5_K_HI, [MHA_QT_Q6_K] = MHA_Q6_K_HI};
+    return at[type];
+}
+
+static inline int mha_q_hi_bits(int type)
+{
+    return type == MHA_QT_Q6_K ? 2 : mha_q_hi_at(type) ? 1 : 0;
+}
 
 /* few from a table's dequant and tile, a group at a time (for tables without their own). */
 static inline void mha_qfew_by_groups(const mha_qkernels *qk, const mha_qtype *t, const unsigned char *const *p,

@@ -30,37 +30,73 @@ static void dequant_q8_0(const unsigned char *b, int grp, float *restrict w)
     }
 }
 
-/* Q4_0 and Q4_1: d, then m at m_at (Q4_1) or −8·d (m_at 0). */
-static void dequant_q4(const unsigned char *b, int m_at, int nib_at, float *restrict w)
+/* Input i's 5-bit value: its nibble, and its top bit from byte i / 8 of the field at hi. */
+static int five_bits(const unsigned char *nib, const unsigned char *hi, int i, int o)
+{
+    return nibble(nib, i, o) | ((hi[(i / 8) * MHA_QP + o] >> (i % 8)) & 1) << 4;
+}
+
+/* Q4_0, Q4_1, Q5_0, Q5_1: d, then m at m_at, or −bias·d (m_at 0); the top bits at hi_at (0:
+ * none). */
+static void dequant_32(const unsigned char *b, int m_at, float bias, int hi_at, int nib_at, float *restrict w)
 {
     for (int o = 0; o < MHA_QP; o++) {
-        const float d = f16_at(b + 2 * o), m = m_at ? f16_at(b + m_at + 2 * o) : -8.0f * d;
-        for (int i = 0; i < MHA_QG; i++)
-            w[i * MHA_QP + o] = fmaf((float)nibble(b + nib_at, i, o), d, m);
+        const float d = f16_at(b + 2 * o), m = m_at ? f16_at(b + m_at + 2 * o) : -bias * d;
+        for (int i = 0; i < MHA_QG; i++) {
+            const int q = hi_at ? five_bits(b + nib_at, b + hi_at, i, o) : nibble(b + nib_at, i, o);
+            w[i * MHA_QP + o] = fmaf((float)q, d, m);
+        }
     }
 }
 
 static void dequant_q4_0(const unsigned char *b, int grp, float *restrict w)
 {
     (void)grp;
-    dequant_q4(b, 0, MHA_Q4_0_NIB, w);
+    dequant_32(b, 0, 8.0f, 0, MHA_Q4_0_NIB, w);
 }
 
 static void dequant_q4_1(const unsigned char *b, int grp, float *restrict w)
 {
     (void)grp;
-    dequant_q4(b, MHA_Q4_1_M, MHA_Q4_1_NIB, w);
+    dequant_32(b, MHA_Q4_1_M, 0.0f, 0, MHA_Q4_1_NIB, w);
+}
+
+static void dequant_q5_0(const unsigned char *b, int grp, float *restrict w)
+{
+    (void)grp;
+    dequant_32(b, 0, 16.0f, MHA_Q5_0_HI, MHA_Q5_0_NIB, w);
+}
+
+static void dequant_q5_1(const unsigned char *b, int grp, float *restrict w)
+{
+    (void)grp;
+    dequant_32(b, MHA_Q5_1_M, 0.0f, MHA_Q5_1_HI, MHA_Q5_1_NIB, w);
+}
+
+/* Q4_K and Q5_K (top bits at hi_at, or 0). */
+static void dequant_k(const unsigned char *b, int grp, int sc_at, int dmin_at, int hi_at, int nib_at,
+                      float *restrict w)
+{
+    for (int o = 0; o < MHA_QP; o++) {
+        int sc, mn;
+        mha_q4k_scale_min(grp, b + sc_at + o, MHA_QP, &sc, &mn);
+        const float d = f16_at(b + 2 * o) * (float)sc, m = -(f16_at(b + dmin_at + 2 * o) * (float)mn);
+        for (int i = 0; i < MHA_QG; i++) {
+            const int at = grp * MHA_QG + i;
+            const int q = hi_at ? five_bits(b + nib_at, b + hi_at, at, o) : nibble(b + nib_at, at, o);
+            w[i * MHA_QP + o] = fmaf((float)q, d, m);
+        }
+    }
 }
 
 static void dequant_q4_k(const unsigned char *b, int grp, float *restrict w)
 {
-    for (int o = 0; o < MHA_QP; o++) {
-        int sc, mn;
-        mha_q4k_scale_min(grp, b + MHA_Q4_K_SC + o, MHA_QP, &sc, &mn);
-        const float d = f16_at(b + 2 * o) * (float)sc, m = -(f16_at(b + MHA_Q4_K_DMIN + 2 * o) * (float)mn);
-        for (int i = 0; i < MHA_QG; i++)
-            w[i * MHA_QP + o] = fmaf((float)nibble(b + MHA_Q4_K_NIB, grp * MHA_QG + i, o), d, m);
-    }
+    dequant_k(b, grp, MHA_Q4_K_SC, MHA_Q4_K_DMIN, 0, MHA_Q4_K_NIB, w);
+}
+
+static void dequant_q5_k(const unsigned char *b, int grp, float *restrict w)
+{
+    dequant_k(b, grp, MHA_Q5_K_SC, MHA_Q5_K_DMIN, MHA_Q5_K_HI, MHA_Q5_K_NIB, w);
 }
 
 static void dequant_q6_k(const unsigned char *b, int grp, float *restrict w)
@@ -92,9 +128,12 @@ static void few_ref(const mha_qtype *t, const unsigned char *const *p, int np, i
     mha_qfew_by_groups(&mha_qk_ref, t, p, np, kk, a, lda, rows, acc, ld);
 }
 
+#define DEQUANT(name, index) MHA_QENTRY(dequant, name, index)
+#define FEW(name, index) [index] = few_ref, /* one for every type */
 const mha_qkernels mha_qk_ref = {
-    .dequant = {[MHA_QT_Q8_0] = dequant_q8_0, [MHA_QT_Q4_0] = dequant_q4_0, [MHA_QT_Q4_1] = dequant_q4_1,
-                [MHA_QT_Q4_K] = dequant_q4_k, [MHA_QT_Q6_K] = dequant_q6_k},
+    .dequant = {MHA_QTYPE_LIST(DEQUANT)},
     .tile = tile_ref,
-    .few = few_ref,
+    .few = {MHA_QTYPE_LIST(FEW)},
 };
+#undef DEQUANT
+#undef FEW
