@@ -502,16 +502,22 @@ int mha_cli_run(int argc, char **argv)
     char err[1024];
     mha_status st;
     int rc;
+    /* from here every exit goes through out: the state holds an open GGUF file */
     if ((rc = load_config(&o, &s)) != EXIT_OK)
-        return rc;
-    if (!o.core && (st = cli_config_projections(&s.fc, err, sizeof err)) != MHA_OK) /* a forward or a decode */
-        return cli_error("%s", err), cli_exit_code(st);
-    if (s.fc.engine.mla.kv_lora_rank && (o.attn || o.kv)) /* the engine's refusals, before any work */
-        return cli_error("%s: not with model.mla (%s)", o.attn ? "--attn" : "--kv",
-                         o.attn ? "the absorbed form gives no attention weights" : "self-attention only"), EXIT_USAGE;
-    if ((rc = other_mode(&o, &s)) >= 0)
-        return rc;
-    if ((rc = load_inputs(&o, &s)) != EXIT_OK || (rc = load_weights(&o, &s)) != EXIT_OK)
+        goto out;
+    if (!o.core && (st = cli_config_projections(&s.fc, err, sizeof err)) != MHA_OK) { /* a forward or a decode */
+        cli_error("%s", err);
+        rc = cli_exit_code(st);
+        goto out;
+    }
+    if (s.fc.engine.mla.kv_lora_rank && (o.attn || o.kv)) { /* the engine's refusals, before any work */
+        cli_error("%s: not with model.mla (%s)", o.attn ? "--attn" : "--kv",
+                  o.attn ? "the absorbed form gives no attention weights" : "self-attention only");
+        rc = EXIT_USAGE;
+        goto out;
+    }
+    if ((rc = other_mode(&o, &s)) >= 0 || (rc = load_inputs(&o, &s)) != EXIT_OK ||
+        (rc = load_weights(&o, &s)) != EXIT_OK)
         goto out;
 
     cli_problem *p = &s.p;
