@@ -84,7 +84,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (st == MHA_OK && mha_gguf_layer_tensors(g, l, &cfg, &t, err, sizeof err) != MHA_OK && !err[0])
                 abort();
             /* the weights loader: rows moved, vectors converted, every byte it reads inside the tensor */
-            mha_gguf_weights w;
+            mha_gguf_weights w = {0}; /* freed whether or not the loader ran */
             err[0] = '\0';
             mha_status ws = st == MHA_OK ? mha_gguf_layer_weights(g, l, &cfg, &w, err, sizeof err) : MHA_ERR_CONFIG;
             if (st == MHA_OK && ws != MHA_OK && !err[0])
