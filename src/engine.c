@@ -26,9 +26,9 @@ struct mha_engine {
     mha_arena_plan plan;
     mha_arena_views views;  /* weight views point into a shared packed copy when shared */
     mha_kernel kernel;      /* BLIS's microkernel and the kernel table (kernel.isa) */
-    mha_fwd model;          /* what every forward and core pass reads, made once the views are final
-                             * (make_model), never changed after: a pass copies it and sets .call */
-    mha_fwd step_model;     /* the same for a step: an MLA engine's V is K whole there (dv = dk) */
+    mha_fwd model;          /* what every pass reads, made once the views are final (make_model),
+                             * never changed after: a pass copies it and sets .call (a step's
+                             * copy an MLA engine's dv too) */
     mha_attention_ops attn_ops; /* its attention's strategy, resolved from the table (make_model) */
     mha_step_ops step_ops;  /* a step's strategies on this engine's cache type (make_model) */
     mha_qmat qkv_q, o_q;    /* block-type weights: what model.wqkv and model.wo point to */
@@ -117,8 +117,7 @@ MHA_API mha_status mha_config_check(const mha_config *cfg, char *err, size_t err
 
 /* What every pass shares, made once when the engine's views are final (build; a shared
  * engine again once it takes the packed block's): the kernel, the sizes, the numerics, the
- * weights' views and the engine's buffers; and a step's, which differs only where the cache
- * holds V otherwise (MLA: K whole). A call adds its mha_call. */
+ * weights' views and the engine's buffers. A call adds its mha_call. */
 static void make_model(mha_engine *e)
 {
     const mha_dims *dm = &e->dims;
@@ -147,10 +146,7 @@ static void make_model(mha_engine *e)
                 .q_ss = v->qk_ss, .k_ss = v->qk_ss ? v->qk_ss + (size_t)dm->batch * dm->seq_q * dm->kvh : NULL,
                 .k_saved = v->k_saved, .mla_k = v->mla_k, .mla_z = v->mla_z},
     };
-    e->step_model = e->model;
-    if (e->model.mla)
-        e->step_model.dv = e->model.dk;
-    e->step_ops = mha_step_ops_of(&e->step_model, dm->kv_type);
+    e->step_ops = mha_step_ops_of(&e->model, dm->kv_type);
 }
 
 /* Lay the engine out in ws (at least plan.total bytes, 64-byte aligned). */
@@ -634,7 +630,7 @@ MHA_API mha_status mha_step_forward(mha_engine *e, mha_kv_cache *c, const mha_st
         row0[q + 1] = row0[q] + s->n_new[q];
     if (rows > 0) {
         const mha_call call = {.causal = 1, .out = out}; /* a step's rows attend causally; its tokens are the job's */
-        mha_step_job j = {.f = e->step_model, .cache = c, .step = s, .row0 = row0, .rows = (int)rows,
+        mha_step_job j = {.f = e->model, .cache = c, .step = s, .row0 = row0, .rows = (int)rows,
                           .ops = &e->step_ops, .partial = e->views.partial, .k_full = e->views.k_full,
                           .tails = e->views.step_tails,
                           .max_chunks = (e->dims.seq_kv + MHA_KV_CHUNK - 1) / MHA_KV_CHUNK};
@@ -643,8 +639,10 @@ MHA_API mha_status mha_step_forward(mha_engine *e, mha_kv_cache *c, const mha_st
          * one (then each task's rows start a panel of the packed rows) */
         const int panel = mha_step_panel(&j), cap = j.f.rows < MHA_PACK_BLOCK ? j.f.rows : MHA_PACK_BLOCK;
         j.chunk_rows = cap >= panel ? cap / panel * panel : cap;
-        if (j.f.mla) /* MLA: its projections' row blocks */
-            j.chunk_rows = j.f.rows < MHA_MLA_ROWS ? j.f.rows : MHA_MLA_ROWS;
+        if (j.f.mla) /* MLA: its projections' row blocks; V in the cache is K whole (set on the job's
+                      * copy, not held as a second model: the engine struct's size places the
+                      * arena's regions, and decode's speed depends on where they fall) */
+            j.chunk_rows = j.f.rows < MHA_MLA_ROWS ? j.f.rows : MHA_MLA_ROWS, j.f.dv = j.f.dk;
         mha_sched_step(&e->sched, &j);
     }
     e->last_error[0] = '\0';
