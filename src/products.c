@@ -97,7 +97,29 @@ static void gemm_quant(const mha_gemm_ctx *g, int m, int n, int kk, const void *
 static const mha_products quant = {.esz = sizeof(float), .a_panel = a_panel_quant, .a_row = a_row_quant,
                                     .pack_a = pack_a_quant, .gemm = gemm_quant};
 
-const mha_products *mha_products_of(const mha_bkernel *bk, int quantized)
+/* Quantized weights on int8 activations: A packed as mha_q8_pack's rows (bytes). */
+static size_t a_row_quant8(int d)
 {
-    return quantized ? &quant : bk ? &bf16 : &f32;
+    return mha_q8_row_bytes(d);
+}
+
+static void pack_a_quant8(const mha_kernel *k, mha_mat x, int r0, int m, int d, void *dst)
+{
+    for (int r = 0; r < m; r++)
+        mha_q8_pack(mha_mat_at(k, x, r0 + r, 0), d, (unsigned char *)dst + (size_t)r * mha_q8_row_bytes(d));
+}
+
+static void gemm_quant8(const mha_gemm_ctx *g, int m, int n, int kk, const void *xp, mha_mat a, const void *b,
+                        int col, float beta, mha_mat c)
+{
+    (void)kk;
+    mha_qgemm8(g->k, m, n, xp, a.p, a.ld, b, col, beta, c, g->apack);
+}
+
+static const mha_products quant8 = {.esz = 1, .a_panel = a_panel_quant, .a_row = a_row_quant8,
+                                     .pack_a = pack_a_quant8, .gemm = gemm_quant8};
+
+const mha_products *mha_products_of(const mha_bkernel *bk, int quantized, int act8)
+{
+    return act8 ? &quant8 : quantized ? &quant : bk ? &bf16 : &f32;
 }

@@ -6,6 +6,7 @@
  * quantized blocks; what the engine cannot hold is refused with a message. The quant suite runs
  * once (it walks the tables itself); quant_engine once per table (make test). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -281,6 +282,141 @@ TABLE_TEST(quant, products_are_fma_chains_in_input_order_for_any_rows_and_column
                 }
         }
         free(rows), free(panels), free(w), free(a), free(c), free(bias);
+    }
+}
+
+/* Integer products on int8 activations against the products on float32 ones, a row's outputs
+ * in norm: each input's rounding is uniform within half a step of its group's max|x| / 127,
+ * independent between inputs: about 4e-3 on uniform rows (rounding's rms 1/(127·√12) of max|x|
+ * against an input's rms of max|x|/√3). A 20× outlier channel makes its group's step 20 times
+ * coarser for the 31 inputs beside it: about 1e-2, as llama.cpp's q8_0 has it. */
+#define Q8_ACT_TOL 1e-2
+#define Q8_OUTLIER_TOL 3e-2
+
+/* What the activations' packing must give: llama.cpp's q8_0 rounding (nearbyintf), the sums
+ * and scales, at the places mha_q8_at and the layout say. */
+Test(quant, activations_pack_as_q8_0_rounds_them)
+{
+    enum { KK = 256 };
+    float x[KK];
+    rng r = {91};
+    fill_uniform(x, KK, -2.0f, 2.0f, &r);
+    for (int i = 0; i < 32; i++)
+        x[32 + i] = 0.0f; /* a group of zeros: scale 0 */
+    x[70] = 40.0f;        /* an outlier */
+    x[64] = 40.0f / 254.0f; /* half a step of its group's scale: a tie, to even */
+    unsigned char *row = alloc64(mha_q8_row_bytes(KK));
+    mha_q8_pack(x, KK, row);
+    const signed char *q = (const signed char *)row;
+    for (int g = 0; g < KK / MHA_QG; g++) {
+        float amax = 0.0f;
+        for (int i = 0; i < MHA_QG; i++)
+            amax = fmaxf(amax, fabsf(x[g * MHA_QG + i]));
+        const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        int sum[2] = {0, 0};
+        for (int i = 0; i < MHA_QG; i++) {
+            const int want = (int)nearbyintf(fminf(fmaxf(x[g * MHA_QG + i] * id, -127.0f), 127.0f));
+            cr_assert_eq(q[g * MHA_QG + mha_q8_at(i)], want, "input %d", g * MHA_QG + i);
+            sum[i / 16] += want;
+        }
+        cr_assert(mha_q8_d(row, KK)[g] == amax / 127.0f, "group %d's scale", g);
+        cr_assert(mha_q8_u(row, KK)[g] == amax / 127.0f * (float)(sum[0] + sum[1]), "group %d's u", g);
+        cr_assert(mha_q8_s(row, KK)[2 * g] == sum[0] && mha_q8_s(row, KK)[2 * g + 1] == sum[1], "group %d", g);
+    }
+    for (int i = 0; i < KK; i++) /* every place once */
+        for (int j = 0; j < i; j++)
+            cr_assert_neq(mha_q8_at(i), mha_q8_at(j));
+    free(row);
+}
+
+/* c = a · Wᵀ (+ c) by mha_qgemm8 with the integer products ops. */
+static void qgemm8_on(const mha_isa *isa, const mha_q8ops *ops, int m, int n, const float *a, int kk,
+                      const mha_qmat *b, int col, float beta, float *c, int ldc, int packed)
+{
+    mha_kernel k = {.isa = isa, .bw = MHA_QP, .q8 = ops};
+    const size_t xs = mha_q8_row_bytes(kk);
+    unsigned char *room = alloc64((size_t)(m > MHA_QROWS ? m : MHA_QROWS) * xs);
+    if (packed)
+        for (int i = 0; i < m; i++)
+            mha_q8_pack(a + (size_t)i * kk, kk, room + (size_t)i * xs);
+    mha_qgemm8(&k, m, n, packed ? room : NULL, a, kk, b, col, beta, mha_mat_rows(&k, c, ldc), room);
+    free(room);
+}
+
+/* Whether this CPU has every feature of a space-separated list. */
+static int cpu_has_all(const char *needs)
+{
+    char f[32];
+    for (const char *p = needs; *p;) {
+        const size_t n = strcspn(p, " ");
+        snprintf(f, sizeof f, "%.*s", (int)n, p);
+        if (n && !mha_cpu_has(f))
+            return 0;
+        p += n + (p[n] == ' ');
+    }
+    return 1;
+}
+
+TABLE_TEST(quant, integer_products_are_refs_bits_for_any_rows_and_columns_and_near_the_floats)
+{
+    enum { KK = 768, OUT = 80, M = 70 };
+    const int ms[] = {1, 2, 3, 5, 8, 33, 64, 70};
+    for (int v = 0; isa->quant->q8[v]; v++) {
+        const mha_q8ops *ops = isa->quant->q8[v];
+        if (!cpu_has_all(ops->needs)) {
+            note_skipped("quant: %s's integer products %s: this CPU lacks some of %s", isa->name, ops->name,
+                         ops->needs);
+            continue;
+        }
+        for (size_t t = 0; t < N_TYPES; t++) {
+            const mha_qtype *q = mha_qtype_of(block_types[t]);
+            unsigned char *rows = random_rows(q->type, OUT, KK, 41 + t);
+            const size_t row_bytes = mha_weight_row_bytes(q->type, KK);
+            unsigned char *panels = alloc64((OUT / MHA_QP) * mha_qpanel_bytes(q, KK));
+            for (int j = 0; j < OUT; j++)
+                mha_qpanel_put(q, panels + (size_t)(j / MHA_QP) * mha_qpanel_bytes(q, KK), KK, j % MHA_QP,
+                               rows + (size_t)j * row_bytes);
+            const mha_qmat b = {panels, KK, OUT, OUT, 1, {q, q, q}};
+            float *w = malloc((size_t)OUT * KK * sizeof *w), *a = malloc((size_t)M * KK * sizeof *a);
+            float *c = malloc((size_t)M * OUT * sizeof *c), *want = malloc((size_t)M * OUT * sizeof *want);
+            float *bias = malloc((size_t)M * OUT * sizeof *bias);
+            for (int j = 0; j < OUT; j++)
+                mha_weight_row_floats(q->type, rows + (size_t)j * row_bytes, KK, w + (size_t)j * KK);
+            rng r = {5 + t};
+            fill_uniform(a, (size_t)M * KK, -1.0f, 1.0f, &r);
+            fill_uniform(bias, (size_t)M * OUT, -1.0f, 1.0f, &r);
+            for (int i = 1; i < M; i += 2)
+                a[(size_t)i * KK + (i * 37) % KK] = 20.0f; /* an outlier channel in odd rows */
+            /* ref's integer products on all rows: what every table and row count gives */
+            memcpy(want, bias, (size_t)M * OUT * sizeof *want);
+            qgemm8_on(&mha_isa_ref, &mha_q8_ref, M, OUT, a, KK, &b, 0, 1.0f, want, OUT, 1);
+            for (int i = 0; i < M; i++) { /* each row's outputs against the floats' */
+                double e2 = 0.0, r2 = 0.0;
+                for (int j = 0; j < OUT; j++) {
+                    double s = 0.0;
+                    for (int k = 0; k < KK; k++)
+                        s += (double)w[(size_t)j * KK + k] * a[(size_t)i * KK + k];
+                    const double got = (double)want[(size_t)i * OUT + j] - bias[(size_t)i * OUT + j];
+                    e2 += (got - s) * (got - s), r2 += s * s;
+                }
+                cr_assert(sqrt(e2 / r2) <= (i % 2 ? Q8_OUTLIER_TOL : Q8_ACT_TOL), "%s: row %d: %.3g from the floats' "
+                          "products", q->name, i, sqrt(e2 / r2));
+            }
+            for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+                const int m = ms[mi], col = mi % 2 ? MHA_QP : 0, n = OUT - col;
+                for (int i = 0; i < m; i++)
+                    memcpy(c + (size_t)i * OUT, bias + (size_t)i * OUT + col, (size_t)n * sizeof *c);
+                qgemm8_on(isa, ops, m, n, a, KK, &b, col, 1.0f, c, OUT, (int)(mi / 2 % 2));
+                for (int i = 0; i < m; i++)
+                    for (int j = 0; j < n; j++) {
+                        const float got = c[(size_t)i * OUT + j], ref = want[(size_t)i * OUT + col + j];
+                        cr_assert(got == ref, "%s on %s (%s), %d rows from column %d: row %d output %d: %.9g, "
+                                  "ref's %.9g", q->name, isa->name, ops->name, m, col, i, j, (double)got,
+                                  (double)ref);
+                    }
+            }
+            free(rows), free(panels), free(w), free(a), free(c), free(want), free(bias);
+        }
     }
 }
 

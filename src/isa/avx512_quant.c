@@ -251,6 +251,7 @@ const mha_qkernels mha_qk_avx512 = {
     .dequant = {MHA_QTYPE_LIST(DEQUANT)},
     .tile = tile_avx512,
     .few = {MHA_QTYPE_LIST(FEW)},
+    .q8 = {&mha_q8_ref, NULL},
 };
 #undef DEQUANT
 #undef FEW

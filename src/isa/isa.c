@@ -43,6 +43,9 @@ int mha_cpu_has(const char *f)
     if (!strcmp(f, "fma")) return __builtin_cpu_supports("fma");
     if (!strcmp(f, "avx")) return __builtin_cpu_supports("avx");
     if (!strcmp(f, "ssse3")) return __builtin_cpu_supports("ssse3");
+    if (!strcmp(f, "avx512_vnni")) return __builtin_cpu_supports("avx512vnni");
+    if (!strcmp(f, "avx512vbmi")) return __builtin_cpu_supports("avx512vbmi");
+    if (!strcmp(f, "avx_vnni")) return __builtin_cpu_supports("avxvnni");
     return cpuid_has(f);
 }
 
@@ -59,6 +62,17 @@ static void lacking(const char *needs, char *buf, size_t len)
             at += (size_t)snprintf(buf + at, len - at, "%s%s", at ? " " : "", f);
         p += n + (p[n] == ' ');
     }
+}
+
+const mha_q8ops *mha_q8_choose(const mha_qkernels *qk)
+{
+    int i = 0;
+    for (char lacks[128]; qk->q8[i + 1]; i++) {
+        lacking(qk->q8[i]->needs, lacks, sizeof lacks);
+        if (!lacks[0])
+            break;
+    }
+    return qk->q8[i];
 }
 
 int mha_isa_runnable(const mha_isa *isa)

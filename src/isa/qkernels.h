@@ -9,6 +9,29 @@
 
 #include "quant.h"
 
+/* The integer products (weight_activations Q8) on rows of activations quantized as
+ * mha_q8_pack writes them (qgemm.h): for rows r < rows (≤ MHA_Q8_ROWS, row r at x + r·xs bytes)
+ * and the outputs of np ≤ MHA_QFEW_PANELS panels of type t over all kk inputs, group by group in
+ * input order: each group's dot product of the weights' integers q with the row's int8 values,
+ * exact in int32, then
+ *     types with an integer offset (Q8_0 0, Q4_0 8, Q5_0 16, Q6_K 32 per 16 inputs):
+ *         isum = Σ q·a − offset·Σa,  acc = fma(D·d, (float)isum, acc)   (Q6_K: each 16 inputs)
+ *     types with a float min M (Q4_1, Q5_1, Q4_K, Q5_K):
+ *         isum = Σ q·a,  acc = fma(D·d, (float)isum, acc),  acc = fma(M, u, acc)
+ * D and M the group's factors as the float path reads them (quant.h), d the row's group scale,
+ * u = d·Σa as packed; D·d one rounding, (float)isum exact (|isum| < 2^24). Integer sums are
+ * the same in any order, so every table gives ref's bits with any instructions. */
+typedef void mha_q8dot(const mha_qtype *t, const unsigned char *const *p, int np, int kk, const unsigned char *x,
+                       size_t xs, int rows, float *restrict acc, ptrdiff_t ld);
+
+typedef struct mha_q8ops {
+    const char *name;  /* "avx512-vnni", "avx2", "ref" */
+    const char *needs; /* CPU features beyond the table's, as lscpu names them ("" none) */
+    mha_q8dot *dot[MHA_QTYPES];
+} mha_q8ops;
+
+enum { MHA_Q8_ROWS = 4 };
+
 typedef struct mha_qkernels {
     /* Group grp (inputs [grp·MHA_QG, grp·MHA_QG + MHA_QG)) of a panel's block of that type as
      * floats: w[i·MHA_QP + o], input i of the group, output o of the panel. */
@@ -23,7 +46,13 @@ typedef struct mha_qkernels {
      * acc's values, the same bits. Each weight byte is read once, never stored as a float. */
     void (*few[MHA_QTYPES])(const mha_qtype *t, const unsigned char *const *p, int np, int kk, const float *a,
                             ptrdiff_t lda, int rows, float *restrict acc, ptrdiff_t ld);
+    /* The integer products it holds, NULL-terminated, fastest first: an engine takes the first
+     * this CPU runs (mha_q8_choose). */
+    const mha_q8ops *q8[3];
 } mha_qkernels;
+
+/* The first of the table's integer products this CPU runs (the last needs nothing more). */
+const mha_q8ops *mha_q8_choose(const mha_qkernels *qk);
 
 /* A table's entries by type: [MHA_QT_q8_0] = prefix_q8_0, … */
 #define MHA_QENTRY(prefix, name, index) [index] = prefix##_##name,
@@ -53,6 +82,12 @@ static inline int mha_q_hi_bits(int type)
     return type == MHA_QT_Q6_K ? 2 : mha_q_hi_at(type) ? 1 : 0;
 }
 
+/* Whether a type's groups have a float min (the integer products' second FMA). */
+static inline int mha_q_has_min(int type)
+{
+    return type == MHA_QT_Q4_1 || type == MHA_QT_Q5_1 || type == MHA_QT_Q4_K || type == MHA_QT_Q5_K;
+}
+
 /* few from a table's dequant and tile, a group at a time (for tables without their own). */
 static inline void mha_qfew_by_groups(const mha_qkernels *qk, const mha_qtype *t, const unsigned char *const *p,
                                       int np, int kk, const float *a, ptrdiff_t lda, int rows, float *restrict acc,
@@ -71,5 +106,6 @@ static inline void mha_qfew_by_groups(const mha_qkernels *qk, const mha_qtype *t
 }
 
 extern const mha_qkernels mha_qk_ref, mha_qk_avx2, mha_qk_avx512;
+extern const mha_q8ops mha_q8_ref, mha_q8_avx2, mha_q8_avx512_vnni;
 
 #endif

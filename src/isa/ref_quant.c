@@ -3,6 +3,7 @@
 #include "qkernels.h"
 
 #include "bgemm.h" /* mha_f16_float */
+#include "qgemm.h" /* the packed activations */
 
 #include <math.h>
 #include <string.h>
@@ -128,12 +129,94 @@ static void few_ref(const mha_qtype *t, const unsigned char *const *p, int np, i
     mha_qfew_by_groups(&mha_qk_ref, t, p, np, kk, a, lda, rows, acc, ld);
 }
 
+/* Group grp of output o of a panel's block as integers q (Q8_0 signed, else unsigned), with
+ * its factors D (Q6_K: D[h] for each 16 inputs) and float min M (0 where the offset is an
+ * integer); returns that offset (Q4_0 8, Q5_0 16, Q6_K 32, else 0). */
+static int group_ints(int type, const unsigned char *b, int grp, int o, int q[MHA_QG], float D[2], float *M)
+{
+    static const int nib_at[MHA_QTYPES] = {[MHA_QT_Q4_0] = MHA_Q4_0_NIB, [MHA_QT_Q4_1] = MHA_Q4_1_NIB,
+                                           [MHA_QT_Q5_0] = MHA_Q5_0_NIB, [MHA_QT_Q5_1] = MHA_Q5_1_NIB,
+                                           [MHA_QT_Q4_K] = MHA_Q4_K_NIB, [MHA_QT_Q5_K] = MHA_Q5_K_NIB,
+                                           [MHA_QT_Q6_K] = MHA_Q6_K_NIB};
+    static const int hi_at[MHA_QTYPES] = {[MHA_QT_Q5_0] = MHA_Q5_0_HI, [MHA_QT_Q5_1] = MHA_Q5_1_HI,
+                                          [MHA_QT_Q5_K] = MHA_Q5_K_HI};
+    const float d = f16_at(b + 2 * o);
+    *M = 0.0f;
+    D[0] = D[1] = d;
+    if (type == MHA_QT_Q8_0) {
+        for (int i = 0; i < MHA_QG; i++)
+            q[i] = (signed char)b[MHA_Q8_0_Q + i * MHA_QP + o];
+        return 0;
+    }
+    if (type == MHA_QT_Q6_K) {
+        for (int i = 0; i < MHA_QG; i++) {
+            const int at = grp * MHA_QG + i;
+            q[i] = nibble(b + MHA_Q6_K_NIB, at, o) | (b[MHA_Q6_K_HI + (at / 4) * MHA_QP + o] >> (2 * (at % 4)) & 3) << 4;
+        }
+        for (int h = 0; h < 2; h++)
+            D[h] = d * (float)(signed char)b[MHA_Q6_K_SC + (2 * grp + h) * MHA_QP + o];
+        return 32;
+    }
+    const int k = type == MHA_QT_Q4_K || type == MHA_QT_Q5_K, first = k ? grp * MHA_QG : 0;
+    for (int i = 0; i < MHA_QG; i++)
+        q[i] = hi_at[type] ? five_bits(b + nib_at[type], b + hi_at[type], first + i, o)
+                           : nibble(b + nib_at[type], first + i, o);
+    if (k) {
+        int sc, mn;
+        mha_q4k_scale_min(grp, b + MHA_Q4_K_SC + o, MHA_QP, &sc, &mn); /* Q5_K's at the same place */
+        D[0] = D[1] = d * (float)sc, *M = -(f16_at(b + MHA_Q4_K_DMIN + 2 * o) * (float)mn);
+        return 0;
+    }
+    if (type == MHA_QT_Q4_1 || type == MHA_QT_Q5_1)
+        *M = f16_at(b + MHA_Q4_1_M + 2 * o); /* Q5_1's m at the same place */
+    return type == MHA_QT_Q4_0 ? 8 : type == MHA_QT_Q5_0 ? 16 : 0;
+}
+
+static void dot_ref(const mha_qtype *t, const unsigned char *const *p, int np, int kk, const unsigned char *x,
+                    size_t xs, int rows, float *restrict acc, ptrdiff_t ld)
+{
+    const int groups = t->qk / MHA_QG;
+    for (int r = 0; r < rows; r++) {
+        const unsigned char *row = x + (size_t)r * xs;
+        const signed char *a = (const signed char *)row;
+        const float *d = mha_q8_d(row, kk), *u = mha_q8_u(row, kk);
+        const int32_t *s16 = mha_q8_s(row, kk);
+        for (int j = 0; j < np; j++)
+            for (int o = 0; o < MHA_QP; o++) {
+                float s = acc[r * ld + j * MHA_QP + o];
+                for (int g = 0; g < kk / MHA_QG; g++) {
+                    int q[MHA_QG];
+                    float D[2], M;
+                    const unsigned char *b = p[j] + (size_t)(g / groups) * MHA_QP * t->bytes;
+                    const int off = group_ints(t->index, b, g % groups, o, q, D, &M);
+                    int32_t sum[2] = {0, 0};
+                    for (int i = 0; i < MHA_QG; i++)
+                        sum[i / 16] += q[i] * a[g * MHA_QG + mha_q8_at(i)];
+                    if (t->index == MHA_QT_Q6_K) {
+                        for (int h = 0; h < 2; h++)
+                            s = fmaf(D[h] * d[g], (float)(sum[h] - off * s16[2 * g + h]), s);
+                        continue;
+                    }
+                    s = fmaf(D[0] * d[g], (float)(sum[0] + sum[1] - off * (s16[2 * g] + s16[2 * g + 1])), s);
+                    if (mha_q_has_min(t->index))
+                        s = fmaf(M, u[g], s);
+                }
+                acc[r * ld + j * MHA_QP + o] = s;
+            }
+    }
+}
+
+#define DOT(name, index) [index] = dot_ref,
+const mha_q8ops mha_q8_ref = {.name = "ref", .needs = "", .dot = {MHA_QTYPE_LIST(DOT)}};
+#undef DOT
+
 #define DEQUANT(name, index) MHA_QENTRY(dequant, name, index)
 #define FEW(name, index) [index] = few_ref, /* one for every type */
 const mha_qkernels mha_qk_ref = {
     .dequant = {MHA_QTYPE_LIST(DEQUANT)},
     .tile = tile_ref,
     .few = {MHA_QTYPE_LIST(FEW)},
+    .q8 = {&mha_q8_ref, NULL},
 };
 #undef DEQUANT
 #undef FEW
