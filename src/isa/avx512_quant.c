@@ -3,6 +3,9 @@
  * input, and a row's sums are its own FMA chain per lane, as ref's. */
 #include "avx512.h"
 #include "qkernels.h"
+#include "qgemm.h" /* the packed activations */
+
+#include <string.h>
 
 #define Q512 __attribute__((target(AVX512 ",f16c")))
 #define Q512_INLINE __attribute__((target(AVX512 ",f16c"), always_inline)) static inline
@@ -245,13 +248,195 @@ Q512_INLINE void few_type(const mha_qtype *t, const int type, const unsigned cha
 MHA_QTYPE_LIST(FEW_OF)
 #undef FEW_OF
 
+/* ---- the integer products (qkernels.h: mha_q8dot) on AVX512_VNNI and AVX512_VBMI ----
+ * A panel's 16 outputs are the 16 lanes of vpdpbusd, each lane four weights of one output
+ * (unsigned bytes) against four activations (int8). Four rows of nibble pairs (inputs 2c …
+ * 2c + 7 of 16 outputs) become, by one byte permutation, each output's four bytes: their low
+ * nibbles are the even inputs 2c, 2c + 2, 2c + 4, 2c + 6 and their high ones the odd, which is
+ * how the packed activations lie (qgemm.h), so a lane's four activations are one broadcast
+ * dword. Top bits (the 5-bit types, Q6_K) come to bit 4 by vpmultishiftqb from each output's
+ * bytes. Q8_0's signed weights go in as w + 128 (an xor), taken back as 128·Σa. */
+#define Q8V __attribute__((target(AVX512 ",f16c,avx512vnni,avx512vbmi")))
+#define Q8V_INLINE __attribute__((target(AVX512 ",f16c,avx512vnni,avx512vbmi"), always_inline)) static inline
+
+/* vpermb's indices: byte 4o + c of the result is byte 16·row(c) + o of the source, output o's
+ * bytes of four rows (a, b, c, d). */
+#define LANE(a, b, c, d, o) 16 * (a) + (o), 16 * (b) + (o), 16 * (c) + (o), 16 * (d) + (o)
+#define LANES(a, b, c, d)                                                                                             \
+    {LANE(a, b, c, d, 0),  LANE(a, b, c, d, 1),  LANE(a, b, c, d, 2),  LANE(a, b, c, d, 3),                          \
+     LANE(a, b, c, d, 4),  LANE(a, b, c, d, 5),  LANE(a, b, c, d, 6),  LANE(a, b, c, d, 7),                          \
+     LANE(a, b, c, d, 8),  LANE(a, b, c, d, 9),  LANE(a, b, c, d, 10), LANE(a, b, c, d, 11),                         \
+     LANE(a, b, c, d, 12), LANE(a, b, c, d, 13), LANE(a, b, c, d, 14), LANE(a, b, c, d, 15)}
+static const unsigned char lanes_next[64] __attribute__((aligned(64))) = LANES(0, 1, 2, 3),
+                           lanes_even[64] __attribute__((aligned(64))) = LANES(0, 2, 4, 6),
+                           lanes_odd[64] __attribute__((aligned(64))) = LANES(1, 3, 5, 7),
+                           lanes_one[4][64] __attribute__((aligned(64))) = {LANES(0, 0, 0, 0), LANES(1, 1, 1, 1),
+                                                                            LANES(2, 2, 2, 2), LANES(3, 3, 3, 3)},
+                           lanes_pairs[2][64] __attribute__((aligned(64))) = {LANES(0, 0, 1, 1), LANES(2, 2, 3, 3)};
+#undef LANES
+#undef LANE
+
+/* vpmultishiftqb's offsets (one qword, two lanes): dst byte c takes bit e(c) of source byte c
+ * to bit 4, offset 8·c + e − 4 (mod 64), +32 in the qword's second lane. The 5-bit types' byte
+ * holds eight inputs' top bits (e 0, 2, 4, 6 for the even inputs, 1, 3, 5, 7 for the odd);
+ * Q6_K's bytes (h, h, h', h') four inputs' two (e 0, 4, 0, 4 and 2, 6, 2, 6). */
+#define SHIFTS(a, b, c, d) (((a) | (b) << 8 | (c) << 16 | (uint64_t)(d) << 24) * 0x100000001ull + 0x2020202000000000ull)
+static const uint64_t top1_even = SHIFTS(60, 6, 16, 26) & 0x3F3F3F3F3F3F3F3Full,
+                      top1_odd = SHIFTS(61, 7, 17, 27) & 0x3F3F3F3F3F3F3F3Full,
+                      top2_even = SHIFTS(60, 8, 12, 24) & 0x3F3F3F3F3F3F3F3Full,
+                      top2_odd = SHIFTS(62, 10, 14, 26) & 0x3F3F3F3F3F3F3F3Full;
+#undef SHIFTS
+
+Q8V_INLINE __m512i lanes(const unsigned char *idx)
+{
+    return _mm512_load_si512(idx);
+}
+
+/* Chunk k (inputs 8k … 8k + 7 of group grp) of a panel's block as bytes: even[o] the weights
+ * of inputs 8k, 8k + 2, 8k + 4, 8k + 6 of output o (lane o), odd[o] those of 8k + 1, …. */
+Q8V_INLINE void chunk_bytes(int type, const unsigned char *b, int grp, int k, __m512i *even, __m512i *odd)
+{
+    const __m512i low4 = _mm512_set1_epi8(0xF);
+    if (type == MHA_QT_Q8_0) {
+        const unsigned char *q = b + MHA_Q8_0_Q + 8 * k * MHA_QP;
+        const __m512i x = _mm512_loadu_si512(q), y = _mm512_loadu_si512(q + 4 * MHA_QP), flip = _mm512_set1_epi8(-128);
+        /* rows 0, 2 of x and of y (inputs 8k, 8k + 2, 8k + 4, 8k + 6); rows 1, 3 */
+        *even = _mm512_xor_si512(_mm512_permutex2var_epi8(x, lanes(lanes_even), y), flip);
+        *odd = _mm512_xor_si512(_mm512_permutex2var_epi8(x, lanes(lanes_odd), y), flip);
+        return;
+    }
+    const int k_type = type == MHA_QT_Q4_K || type == MHA_QT_Q5_K || type == MHA_QT_Q6_K;
+    const unsigned char *nib = b + mha_q_nib_at(type) + (k_type ? grp * MHA_QG / 2 * MHA_QP : 0);
+    const __m512i t = _mm512_permutexvar_epi8(lanes(lanes_next), _mm512_loadu_si512(nib + 4 * k * MHA_QP));
+    *even = _mm512_and_si512(t, low4);
+    *odd = _mm512_and_si512(_mm512_srli_epi16(t, 4), low4);
+    if (mha_q_hi_bits(type) == 1) { /* row k of the group's four: inputs 8k … 8k + 7 at bits 0 … 7 */
+        const unsigned char *hi = b + mha_q_hi_at(type) + (type == MHA_QT_Q5_K ? grp * 4 * MHA_QP : 0);
+        const __m512i h = _mm512_permutexvar_epi8(lanes(lanes_one[k]), _mm512_loadu_si512(hi));
+        const __m512i top = _mm512_set1_epi8(0x10);
+        *even = _mm512_ternarylogic_epi32(
+            *even, _mm512_multishift_epi64_epi8(_mm512_set1_epi64((long long)top1_even), h), top, 0xF8);
+        *odd = _mm512_ternarylogic_epi32(
+            *odd, _mm512_multishift_epi64_epi8(_mm512_set1_epi64((long long)top1_odd), h), top, 0xF8);
+    } else if (mha_q_hi_bits(type) == 2) { /* Q6_K: rows 2k, 2k + 1 of the group's eight, four inputs each */
+        const unsigned char *hi = b + MHA_Q6_K_HI + (8 * grp + 4 * (k / 2)) * MHA_QP;
+        const __m512i h = _mm512_permutexvar_epi8(lanes(lanes_pairs[k % 2]), _mm512_loadu_si512(hi));
+        const __m512i top = _mm512_set1_epi8(0x30);
+        *even = _mm512_ternarylogic_epi32(
+            *even, _mm512_multishift_epi64_epi8(_mm512_set1_epi64((long long)top2_even), h), top, 0xF8);
+        *odd = _mm512_ternarylogic_epi32(
+            *odd, _mm512_multishift_epi64_epi8(_mm512_set1_epi64((long long)top2_odd), h), top, 0xF8);
+    }
+}
+
+Q8V_INLINE __m512i dword_at(const unsigned char *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return _mm512_set1_epi32(v);
+}
+
+/* rows (≤ 2, or ≤ 4 with np ≤ 2) × np panels of one type: per group, each chunk's bytes once
+ * for every row, the integer sums in lanes, then the float steps of mha_q8dot. */
+Q8V_INLINE void dot_run(const mha_qtype *t, const int type, const unsigned char *const *p, int kk,
+                        const unsigned char *x, size_t xs, float *restrict acc, ptrdiff_t ld, const int rows,
+                        const int np)
+{
+    const int groups = t->qk / MHA_QG, halves = type == MHA_QT_Q6_K ? 2 : 1;
+    const int offset = type == MHA_QT_Q8_0 ? 128 : type == MHA_QT_Q4_0 ? 8 : type == MHA_QT_Q5_0 ? 16 : 32;
+    const size_t block_bytes = MHA_QP * t->bytes;
+    __m512 s[4][4];
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < np; j++)
+            s[r][j] = _mm512_loadu_ps(acc + r * ld + j * MHA_QP);
+    for (int g = 0; g < kk / MHA_QG; g++) {
+        const unsigned char *b[4];
+        factors f[4];
+        for (int j = 0; j < np; j++) {
+            b[j] = p[j] + (size_t)(g / groups) * block_bytes;
+            f[j] = factors_of(type, b[j], g % groups);
+        }
+        for (int h = 0; h < halves; h++) {
+            __m512i is[4][4];
+            for (int r = 0; r < rows; r++)
+                for (int j = 0; j < np; j++)
+                    is[r][j] = _mm512_setzero_si512();
+            for (int k = h * 4 / halves; k < (h + 1) * 4 / halves; k++)
+                for (int j = 0; j < np; j++) {
+                    __m512i even, odd;
+                    chunk_bytes(type, b[j], g % groups, k, &even, &odd);
+                    for (int r = 0; r < rows; r++) {
+                        const unsigned char *a = x + r * xs + g * MHA_QG + 8 * k;
+                        is[r][j] = _mm512_dpbusd_epi32(is[r][j], even, dword_at(a));
+                        is[r][j] = _mm512_dpbusd_epi32(is[r][j], odd, dword_at(a + 4));
+                    }
+                }
+            for (int r = 0; r < rows; r++) {
+                const unsigned char *row = x + r * xs;
+                const __m512 d = _mm512_set1_ps(mha_q8_d(row, kk)[g]);
+                const int32_t *sum = mha_q8_s(row, kk) + 2 * g;
+                const int off_sum = halves == 2 ? offset * sum[h] : offset * (sum[0] + sum[1]);
+                for (int j = 0; j < np; j++) {
+                    const __m512 dd = _mm512_mul_ps(h ? f[j].d1 : f[j].d0, d);
+                    if (mha_q_has_min(type)) {
+                        s[r][j] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(is[r][j]), s[r][j]);
+                        s[r][j] = _mm512_fmadd_ps(f[j].m0, _mm512_set1_ps(mha_q8_u(row, kk)[g]), s[r][j]);
+                    } else {
+                        const __m512i v = _mm512_sub_epi32(is[r][j], _mm512_set1_epi32(off_sum));
+                        s[r][j] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(v), s[r][j]);
+                    }
+                }
+            }
+        }
+    }
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < np; j++)
+            _mm512_storeu_ps(acc + r * ld + j * MHA_QP, s[r][j]);
+}
+
+/* dot_run with its rows and panels constants: rows 1–2 on up to 4 panels, 3–4 on up to 2. */
+#define DOT_RUN(r, n) dot_run(t, type, p + j, kk, x + (size_t)r0 * xs, xs, acc + r0 * ld + j * MHA_QP, ld, r, n)
+Q8V_INLINE void dot_type(const mha_qtype *t, const int type, const unsigned char *const *p, int np, int kk,
+                         const unsigned char *x, size_t xs, int rows, float *restrict acc, ptrdiff_t ld)
+{
+    for (int r0 = 0, rr; r0 < rows; r0 += rr) {
+        rr = rows - r0 >= 4 ? 4 : rows - r0 == 3 ? 3 : rows - r0;
+        for (int j = 0, n; j < np; j += n) {
+            n = np - j >= 4 && rr <= 2 ? 4 : np - j >= 2 ? 2 : 1;
+            if (rr == 4)
+                n == 2 ? DOT_RUN(4, 2) : DOT_RUN(4, 1);
+            else if (rr == 3)
+                n == 2 ? DOT_RUN(3, 2) : DOT_RUN(3, 1);
+            else if (rr == 2)
+                n == 4 ? DOT_RUN(2, 4) : n == 2 ? DOT_RUN(2, 2) : DOT_RUN(2, 1);
+            else
+                n == 4 ? DOT_RUN(1, 4) : n == 2 ? DOT_RUN(1, 2) : DOT_RUN(1, 1);
+        }
+    }
+}
+#undef DOT_RUN
+
+#define DOT_OF(name, type)                                                                                            \
+    static Q8V void dot_##name(const mha_qtype *t, const unsigned char *const *p, int np, int kk,                    \
+                               const unsigned char *x, size_t xs, int rows, float *restrict acc, ptrdiff_t ld)        \
+    {                                                                                                                 \
+        dot_type(t, type, p, np, kk, x, xs, rows, acc, ld);                                                           \
+    }
+MHA_QTYPE_LIST(DOT_OF)
+#undef DOT_OF
+
+#define DOT(name, index) MHA_QENTRY(dot, name, index)
+const mha_q8ops mha_q8_avx512_vnni = {.name = "avx512-vnni", .needs = "avx512_vnni avx512vbmi",
+                                      .dot = {MHA_QTYPE_LIST(DOT)}};
+#undef DOT
+
 #define DEQUANT(name, index) MHA_QENTRY(dequant, name, index)
 #define FEW(name, index) MHA_QENTRY(few, name, index)
 const mha_qkernels mha_qk_avx512 = {
     .dequant = {MHA_QTYPE_LIST(DEQUANT)},
     .tile = tile_avx512,
     .few = {MHA_QTYPE_LIST(FEW)},
-    .q8 = {&mha_q8_ref, NULL},
+    .q8 = {&mha_q8_avx512_vnni, &mha_q8_ref, NULL},
 };
 #undef DEQUANT
 #undef FEW

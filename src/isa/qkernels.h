@@ -48,7 +48,7 @@ typedef struct mha_qkernels {
                             ptrdiff_t lda, int rows, float *restrict acc, ptrdiff_t ld);
     /* The integer products it holds, NULL-terminated, fastest first: an engine takes the first
      * this CPU runs (mha_q8_choose). */
-    const mha_q8ops *q8[3];
+    const mha_q8ops *q8[4];
 } mha_qkernels;
 
 /* The first of the table's integer products this CPU runs (the last needs nothing more). */
