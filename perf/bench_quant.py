@@ -25,7 +25,8 @@ targets on the hot ones (like for like with test-backend-ops).
 
 Writes the log to perf/results/bench-quant-HOST-DATETIME.txt.
 usage: perf/bench_quant.py [--rounds N (3)] [--threads T (2)] [--steps S (20)] [--iters I (1)]
-       [--cold MB (600; 0: no cold steps)] [--qprec bf16|f32] [--types f32,bf16,...] [--no-ggml]
+       [--cold MB (600; 0: no cold steps)] [--qprec bf16|f32] [--activations f32|q8 (f32)]
+       [--types f32,bf16,...] [--no-ggml]
        [--no-14336] [--quiet S (120: before each part, wait up to S s for the CPUs to be 90% idle)]
        [--max-others P (10: a part during which other processes used more than P% of the CPUs is
        dropped from the medians, and logged)]"""
@@ -110,7 +111,7 @@ def run_mha(args, f, rnd, cold):
     enough engines for args.cold MB of weights, their works named step1-cold and step8-cold"""
     cmd = [MHA, "--round", str(rnd), "--threads", str(args.threads), "--steps", str(args.steps), "--iters",
            str(0 if cold else args.iters), "--cold", str(args.cold if cold else 0), "--qprec", args.qprec,
-           "--types", ",".join(args.types)]
+           "--types", ",".join(args.types), "--activations", args.activations]
     p = subprocess.run(cmd, capture_output=True, text=True)
     ms, na, setup = {}, {}, {}
     for line in p.stdout.splitlines():
@@ -203,6 +204,8 @@ def main():
     ap.add_argument("--iters", type=int, default=1)
     ap.add_argument("--cold", type=int, default=600, help="MB of weights the cold steps go through (0: none)")
     ap.add_argument("--qprec", choices=("bf16", "f32"), default="bf16")
+    ap.add_argument("--activations", choices=("f32", "q8"), default="f32",
+                    help="what mha's block types multiply (weight_activations): q8 as ggml's products do")
     ap.add_argument("--types", default=",".join(TYPES))
     ap.add_argument("--no-ggml", action="store_true")
     ap.add_argument("--max-others", type=float, default=10,
@@ -226,7 +229,7 @@ def main():
         rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
         log(f, f"git {rev.stdout.strip()}; {args.rounds} rounds, {args.threads} threads, {args.steps} steps, "
                f"{args.iters} prefill iters, cold steps through {args.cold} MB of engines, block types in a "
-               f"{args.qprec} engine; ggml "
+               f"{args.qprec} engine on {args.activations} activations; ggml "
                + ("test-backend-ops" if ggml else "n/a (perf/.ggml/test-backend-ops not built)"))
         log(f, f"load average before: {open('/proc/loadavg').read().strip()}")
         rounds, setup = [], {"hot": {}, "cold": {}}

@@ -336,7 +336,7 @@ Q8V_INLINE __m512i dword_at(const unsigned char *p)
     return _mm512_set1_epi32(v);
 }
 
-/* rows (≤ 2, or ≤ 4 with np ≤ 2) × np panels of one type: per group, each chunk's bytes once
+/* rows (≤ 2; ≤ 4 with np ≤ 2; ≤ 8 with np 1) × np panels of one type: per group, each chunk's bytes once
  * for every row, the integer sums in lanes, then the float steps of mha_q8dot. */
 Q8V_INLINE void dot_run(const mha_qtype *t, const int type, const unsigned char *const *p, int kk,
                         const unsigned char *x, size_t xs, float *restrict acc, ptrdiff_t ld, const int rows,
@@ -345,7 +345,7 @@ Q8V_INLINE void dot_run(const mha_qtype *t, const int type, const unsigned char 
     const int groups = t->qk / MHA_QG, halves = type == MHA_QT_Q6_K ? 2 : 1;
     const int offset = type == MHA_QT_Q8_0 ? 128 : type == MHA_QT_Q4_0 ? 8 : type == MHA_QT_Q5_0 ? 16 : 32;
     const size_t block_bytes = MHA_QP * t->bytes;
-    __m512 s[4][4];
+    __m512 s[8][4];
     for (int r = 0; r < rows; r++)
         for (int j = 0; j < np; j++)
             s[r][j] = _mm512_loadu_ps(acc + r * ld + j * MHA_QP);
@@ -357,7 +357,7 @@ Q8V_INLINE void dot_run(const mha_qtype *t, const int type, const unsigned char 
             f[j] = factors_of(type, b[j], g % groups);
         }
         for (int h = 0; h < halves; h++) {
-            __m512i is[4][4];
+            __m512i is[8][4];
             for (int r = 0; r < rows; r++)
                 for (int j = 0; j < np; j++)
                     is[r][j] = _mm512_setzero_si512();
@@ -394,23 +394,26 @@ Q8V_INLINE void dot_run(const mha_qtype *t, const int type, const unsigned char 
             _mm512_storeu_ps(acc + r * ld + j * MHA_QP, s[r][j]);
 }
 
-/* dot_run with its rows and panels constants: rows 1–2 on up to 4 panels, 3–4 on up to 2. */
+/* dot_run with its rows and panels constants: rows 1–2 on up to 4 panels, 3–4 on up to 2, 5–8
+ * on one (the sums of a pass in registers). */
 #define DOT_RUN(r, n) dot_run(t, type, p + j, kk, x + (size_t)r0 * xs, xs, acc + r0 * ld + j * MHA_QP, ld, r, n)
 Q8V_INLINE void dot_type(const mha_qtype *t, const int type, const unsigned char *const *p, int np, int kk,
                          const unsigned char *x, size_t xs, int rows, float *restrict acc, ptrdiff_t ld)
 {
     for (int r0 = 0, rr; r0 < rows; r0 += rr) {
-        rr = rows - r0 >= 4 ? 4 : rows - r0 == 3 ? 3 : rows - r0;
+        rr = rows - r0 >= 8 ? 8 : rows - r0;
         for (int j = 0, n; j < np; j += n) {
-            n = np - j >= 4 && rr <= 2 ? 4 : np - j >= 2 ? 2 : 1;
-            if (rr == 4)
-                n == 2 ? DOT_RUN(4, 2) : DOT_RUN(4, 1);
-            else if (rr == 3)
-                n == 2 ? DOT_RUN(3, 2) : DOT_RUN(3, 1);
-            else if (rr == 2)
-                n == 4 ? DOT_RUN(2, 4) : n == 2 ? DOT_RUN(2, 2) : DOT_RUN(2, 1);
-            else
-                n == 4 ? DOT_RUN(1, 4) : n == 2 ? DOT_RUN(1, 2) : DOT_RUN(1, 1);
+            n = np - j >= 4 && rr <= 2 ? 4 : np - j >= 2 && rr <= 4 ? 2 : 1;
+            switch (rr) {
+            case 8: DOT_RUN(8, 1); break;
+            case 7: DOT_RUN(7, 1); break;
+            case 6: DOT_RUN(6, 1); break;
+            case 5: DOT_RUN(5, 1); break;
+            case 4: n == 2 ? DOT_RUN(4, 2) : DOT_RUN(4, 1); break;
+            case 3: n == 2 ? DOT_RUN(3, 2) : DOT_RUN(3, 1); break;
+            case 2: n == 4 ? DOT_RUN(2, 4) : n == 2 ? DOT_RUN(2, 2) : DOT_RUN(2, 1); break;
+            default: n == 4 ? DOT_RUN(1, 4) : n == 2 ? DOT_RUN(1, 2) : DOT_RUN(1, 1);
+            }
         }
     }
 }

@@ -30,7 +30,7 @@ typedef struct mha_q8ops {
     mha_q8dot *dot[MHA_QTYPES];
 } mha_q8ops;
 
-enum { MHA_Q8_ROWS = 4 };
+enum { MHA_Q8_ROWS = 8 };
 
 typedef struct mha_qkernels {
     /* Group grp (inputs [grp·MHA_QG, grp·MHA_QG + MHA_QG)) of a panel's block of that type as
