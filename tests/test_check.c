@@ -47,20 +47,21 @@ Test(check, bound_per_precision_cache_weights_and_rows)
         {MHA_PRECISION_BF16, MHA_KV_AUTO, NULL, 1, 1e-2, "bf16"},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
-        const cli_bound b = cli_check_bound(t[i].p, t[i].kv, t[i].wt, t[i].rows);
+        const cli_bound b = cli_check_bound(t[i].p, t[i].kv, t[i].wt, MHA_ACTIVATIONS_F32, t[i].rows);
         cr_assert_float_eq(b.bound, t[i].bound, 1e-12, "row %zu: bound %g, want %g", i, b.bound, t[i].bound);
         cr_assert_str_eq(b.path, t[i].path, "row %zu", i);
         cr_assert(strstr(b.why, "worst") || strstr(b.why, "hold"), "row %zu: no reason given: %s", i, b.why);
     }
     /* the rows' rule is said where it applies */
-    cr_assert(strstr(cli_check_bound(MHA_PRECISION_BF16, MHA_KV_AUTO, q4_1, 9).why,
+    cr_assert(strstr(cli_check_bound(MHA_PRECISION_BF16, MHA_KV_AUTO, q4_1, MHA_ACTIVATIONS_F32, 9).why,
                      "0.01 over a layer x (1 + 1/sqrt(9 rows))"));
     /* the issue's rule: a path that keeps the projections' activations in float (blocks) is
      * held to at most 1e-2 over a whole layer: the bound falls towards it as rows grow */
     for (int n = 1; n < 1000; n++) {
-        const double b = cli_check_bound(MHA_PRECISION_BF16, MHA_KV_AUTO, q4_1, n).bound;
+        const double b = cli_check_bound(MHA_PRECISION_BF16, MHA_KV_AUTO, q4_1, MHA_ACTIVATIONS_F32, n).bound;
         cr_assert(b > 1e-2 && b <= 1e-2 * (1 + 1 / sqrt(n)) + 1e-15, "%d rows: %g", n, b);
-        cr_assert_leq(b, cli_check_bound(MHA_PRECISION_BF16, MHA_KV_AUTO, q4_1, n - 1 > 0 ? n - 1 : 1).bound);
+        cr_assert_leq(b, cli_check_bound(MHA_PRECISION_BF16, MHA_KV_AUTO, q4_1, MHA_ACTIVATIONS_F32,
+                                         n - 1 > 0 ? n - 1 : 1).bound);
     }
 }
 
@@ -170,6 +171,48 @@ Test(check, run_with_weights_quantized_at_load_checks_against_them, .timeout = 6
         passes(args, "and dequantized (what the engine holds) (bound 0.0001, float32, block weights: ", "");
     }
     tmpdir_remove(dir);
+}
+
+/* Block weights on q8 activations (--activations q8, weights.activations): their own bound,
+ * 1e-2 in float32 whatever the rows, the path named; a forward and a decode block pass it on
+ * the default model's unit-scale data. Activations q8 without block weights is the config's
+ * error (exit 2, naming the field); a value not f32 or q8 names the flag and the value. */
+Test(check, q8_activations_are_held_to_their_own_bound, .timeout = 60)
+{
+    const struct { mha_precision p; mha_kv_type kv; int rows; double bound; const char *path; } t[] = {
+        {MHA_PRECISION_F32, MHA_KV_AUTO, 1, 1e-2, "float32, block weights on q8 activations"},
+        {MHA_PRECISION_F32, MHA_KV_F32, 256, 1e-2, "float32, block weights on q8 activations"},
+        {MHA_PRECISION_BF16, MHA_KV_AUTO, 4, 1e-2 * 1.5, "bf16, block weights on q8 activations"},
+        {MHA_PRECISION_F32, MHA_KV_INT8, 4, 2e-2, "an int8 KV cache, block weights on q8 activations"},
+        {MHA_PRECISION_BF16, MHA_KV_INT8, 4, 2e-2, "bf16, an int8 KV cache, block weights on q8 activations"},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        const cli_bound b = cli_check_bound(t[i].p, t[i].kv, q4_k_m, MHA_ACTIVATIONS_Q8, t[i].rows);
+        cr_assert_float_eq(b.bound, t[i].bound, 1e-12, "row %zu: bound %g, want %g", i, b.bound, t[i].bound);
+        cr_assert_str_eq(b.path, t[i].path, "row %zu", i);
+    }
+    /* q8 says nothing of float weights: they multiply float activations */
+    cr_assert_str_eq(cli_check_bound(MHA_PRECISION_F32, MHA_KV_AUTO, floats, MHA_ACTIVATIONS_Q8, 4).path, "float32");
+
+    char dir[64], path[128], args[320];
+    tmpdir_make(dir, sizeof dir);
+    write_config(dir, "dec.yaml",
+                 "model: { d_model: 128, heads: 8, kv_heads: 2, rope: { style: neox } }\n"
+                 "decode: { seqs: 2, context: 40, new: 1, steps: 4, block_size: 8, prefill_chunk: 16 }\n",
+                 path, sizeof path);
+    passes("run --weights-type q4_0 --activations q8 --iters 1 --warmup 0 --check 8",
+           "and dequantized (what the engine holds)", "(bound 0.01, float32, block weights on q8 activations: ");
+    snprintf(args, sizeof args, "run --weights-type q8_0 --activations q8 --check 8 %s", path);
+    passes(args, "and dequantized (what the engine holds)", "(bound 0.01, float32, block weights on q8 activations: ");
+    tmpdir_remove(dir);
+
+    char *out, *err;
+    cr_assert_eq(run_cli("run --activations q8 --iters 1 --warmup 0", &out, &err), 2, "%s", err);
+    cr_assert(strstr(err, "weight_activations") && strstr(err, "f32"), "%s", err);
+    free(out), free(err);
+    cr_assert_eq(run_cli("run --weights-type q4_0 --activations int8 --iters 1", &out, &err), 2, "%s", err);
+    cr_assert(strstr(err, "--activations: expected f32 or q8, got 'int8'"), "%s", err);
+    free(out), free(err);
 }
 
 /* The committed tiny GGUF (blocks of three types and floats, held as f32): checked, not

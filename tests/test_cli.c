@@ -229,7 +229,8 @@ Test(cli, bad_usage_exits_2)
 {
     const char *cases[] = {"", "frobnicate", "run --threads many", "run --iters 0", "run --no-such-flag",
                            "run a.yaml b.yaml", "run --kv-lengths " D "kv_lengths.npy", "run --prefix x", "info extra",
-                           "run --precision fp8", "scale x.yaml --precision"};
+                           "run --precision fp8", "scale x.yaml --precision",
+                           "run --activations q4"};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *out, *err;
         int rc = run_cli(cases[i], &out, &err);

@@ -250,7 +250,7 @@ Test(config_load, configs_using_every_key_load, .timeout = 30)
         "scaling: { threads: [1], pinning: [none], mode: strong, iters: 1 }\n"
         "decode: { seqs: 1, context: 8, new: 1, steps: 1, block_size: 4, prefill_chunk: 4 }\n"
         "engine: { q_block: 0, blis_arch: auto, precision: f32, bf16_kernel: auto, isa: auto, kv_cache: int8 }\n"
-        "weights: { type: f32 }\n";
+        "weights: { type: f32, activations: f32 }\n";
     static const char *model[] = {
         "rope: { style: neox, theta: 10000, rotary_dim: 16, factor: 2, original_max_position: 64, scaling: llama3, "
         "low_freq_factor: 1, high_freq_factor: 4 }",

@@ -433,12 +433,17 @@ static const mha_weight_type mixes[][MHA_W_COUNT] = {
     {MHA_WEIGHT_Q4_1, MHA_WEIGHT_Q4_1, MHA_WEIGHT_Q4_1, MHA_WEIGHT_Q4_1},
 };
 
-/* A GQA layer of d 256 (whole K blocks), 4 heads of 64 on 2 KV heads, biases, causal. */
-static void quant_problem(problem *p, int batch, int seq)
+/* A GQA layer of d 256 (whole K blocks), 4 heads of 64 on 2 KV heads, biases or none, causal. */
+static void quant_problem_bias(problem *p, int batch, int seq, int bias)
 {
-    problem_make(p, 256, 4, batch, seq, seq, 1, 0, 71);
+    problem_make(p, 256, 4, batch, seq, seq, bias, 0, 71);
     problem_set_kv_heads(p, 2, 72);
     p->causal = 1;
+}
+
+static void quant_problem(problem *p, int batch, int seq)
+{
+    quant_problem_bias(p, batch, seq, 1);
 }
 
 typedef struct qweights {
@@ -470,18 +475,26 @@ static void qweights_free(qweights *q)
     free(q->scratch);
 }
 
-/* An engine of the problem holding the weights as `held` (NULL: floats), threads workers. */
-static mha_engine *quant_engine(const problem *p, const mha_weight_type *held, const mha_weights *w, int threads)
+/* An engine of the problem holding the weights as `held` (NULL: floats), threads workers, its
+ * block weights multiplying activations as `act`. */
+static mha_engine *quant_engine_act(const problem *p, const mha_weight_type *held, const mha_weights *w, int threads,
+                                    mha_activations act)
 {
     mha_config cfg;
     problem_config(p, &cfg, threads);
     for (int i = 0; held && i < MHA_W_COUNT; i++)
         cfg.weight_type[i] = held[i];
+    cfg.weight_activations = act;
     char err[256];
     mha_engine *e;
     cr_assert_eq(mha_create_msg(&cfg, &e, err, sizeof err), MHA_OK, "%s", err);
     cr_assert_eq(mha_set_weights(e, w), MHA_OK, "%s", mha_engine_last_error(e));
     return e;
+}
+
+static mha_engine *quant_engine(const problem *p, const mha_weight_type *held, const mha_weights *w, int threads)
+{
+    return quant_engine_act(p, held, w, threads, MHA_ACTIVATIONS_F32);
 }
 
 static float *forward(mha_engine *e, const problem *p)
@@ -667,5 +680,119 @@ Test(quant_engine, what_the_engine_cannot_hold_is_refused_with_its_reason)
               mha_engine_last_error(e));
     mha_free(e);
     qweights_free(&q);
+    problem_free(&p);
+}
+
+/* ---- block weights on int8 activations (weight_activations Q8) ---- */
+
+/* The integer products' engine against the same engine on float activations, norm-wise over
+ * the whole output (batch, rows, d_model): Wq, Wk, Wv and Wo each add their activations'
+ * rounding, about Q8_ACT_TOL's 4e-3 of a uniform row. V's and Wo's pass to the output as they
+ * are, Q's and K's only through the scores' softmax, damped by the scores' small spread;
+ * independent, they add in quadrature: between sqrt(2) and 2 times 4e-3, 5.7e-3 to 8e-3. The
+ * bound is a product's own, Q8_ACT_TOL (1e-2): 25% over the estimate's top. Without biases the
+ * error is all the products'; measured 6.3e-3 to 7.0e-3 over the six mixes (avx512, avx2 and ref
+ * alike). Biases add float32 terms that carry no rounding: 2.1e-3 to 2.9e-3 with them. */
+#define Q8_ENGINE_TOL Q8_ACT_TOL
+
+/* A sequence of 70: one query block (q_block: up to 96 rows) multiplies Wo over 70 rows, more
+ * than MHA_QROWS, so mha_qgemm8 quantizes them in two blocks into the worker's room. */
+enum { Q8_SEQ = 70 };
+
+Test(quant_engine, q8_activations_stay_within_their_bound_of_f32_ones_and_hold_batch_and_thread_invariance,
+     .timeout = 240)
+{
+    for (size_t t = 0; t < 2 * sizeof mixes / sizeof mixes[MIX_Q4_K_M]; t++) {
+        const size_t x = t / 2; /* each mix without biases, then with them */
+        problem p;
+        quant_problem_bias(&p, 2, Q8_SEQ, (int)(t % 2));
+        qweights q = quant_weights(&p, mixes[x]);
+        mha_engine *q8 = quant_engine_act(&p, mixes[x], &q.w, 2, MHA_ACTIVATIONS_Q8);
+        mha_engine *one = quant_engine_act(&p, mixes[x], &q.w, 1, MHA_ACTIVATIONS_Q8);
+        mha_engine *f32 = quant_engine(&p, mixes[x], &q.w, 2);
+        float *a = forward(q8, &p), *b = forward(f32, &p), *c = forward(one, &p);
+        const size_t n = (size_t)p.batch * p.seq_q * p.d;
+        double *ref = malloc(n * sizeof *ref);
+        for (size_t i = 0; i < n; i++)
+            ref[i] = b[i];
+        const double err = rel_error(a, ref, n);
+        cr_assert(err <= Q8_ENGINE_TOL, "mix %zu (%s Wq)%s: %.3g against f32 activations", x,
+                  mha_weight_type_name(mixes[x][0]), t % 2 ? ", biases" : "", err);
+        cr_assert_gt(err, 0.0, "mix %zu: q8 activations gave f32's bits: the integer products did not run", x);
+        cr_assert_eq(first_bit_difference(a, c, n), -1, "mix %zu: 1 thread and 2 differ", x);
+        problem alone = p; /* sequence 1 alone: the same bits as in the batch */
+        alone.batch = 1;
+        alone.q = alone.k = alone.v = p.q + (size_t)p.seq_q * p.d;
+        float *s = forward(q8, &alone);
+        cr_assert_eq(first_bit_difference(s, a + (size_t)p.seq_q * p.d, (size_t)p.seq_q * p.d), -1,
+                     "mix %zu: a sequence alone and in a batch differ", x);
+        free(a), free(b), free(c), free(s), free(ref);
+        mha_free(q8), mha_free(f32), mha_free(one);
+        qweights_free(&q);
+        problem_free(&p);
+    }
+}
+
+/* Steps through the paged cache on int8 activations: the forward's bits, whether the rows come
+ * a prefill of 10 then one a step (Wo on 1 to 10 rows) or a prefill of 70 then one a step (Wo on
+ * more than MHA_QROWS rows in a step). */
+Test(quant_engine, q8_activations_steps_token_by_token_equal_the_causal_forward_bitwise, .timeout = 240)
+{
+    for (size_t x = 0; x < sizeof mixes / sizeof mixes[MIX_Q4_K_M]; x++) {
+        problem p;
+        quant_problem(&p, 1, Q8_SEQ + 4);
+        qweights q = quant_weights(&p, mixes[x]);
+        mha_engine *e = quant_engine_act(&p, mixes[x], &q.w, 2, MHA_ACTIVATIONS_Q8);
+        float *full = forward(e, &p);
+        mha_config cfg;
+        problem_config(&p, &cfg, 2);
+        memcpy(cfg.weight_type, mixes[x], sizeof cfg.weight_type);
+        cfg.weight_activations = MHA_ACTIVATIONS_Q8;
+        mha_kv_cache *c;
+        cr_assert_eq(mha_kv_cache_create(&cfg, 5, 16, 1, &c), MHA_OK);
+        const int32_t blocks[5] = {0, 1, 2, 3, 4};
+        float *out = malloc((size_t)p.seq_q * p.d * sizeof *out);
+        const int prefills[2] = {10, Q8_SEQ};
+        for (int pass = 0; pass < 2; pass++) {
+            memset(out, 0, (size_t)p.seq_q * p.d * sizeof *out);
+            for (int t = 0, n; t < p.seq_q; t += n) {
+                n = t ? 1 : prefills[pass];
+                const int32_t past = t, nn = n;
+                const mha_step st = {.n_seqs = 1, .n_past = &past, .n_new = &nn, .blocks = blocks, .max_blocks = 5,
+                                     .x = p.q + (size_t)t * p.d};
+                cr_assert_eq(mha_step_forward(e, c, &st, out + (size_t)t * p.d), MHA_OK, "%s",
+                             mha_engine_last_error(e));
+            }
+            const long at = first_bit_difference(out, full, (size_t)p.seq_q * p.d);
+            cr_assert_eq(at, -1, "mix %zu, a prefill of %d: steps and the forward differ at row %ld", x,
+                         prefills[pass], at / p.d);
+        }
+        free(out), free(full);
+        mha_kv_cache_free(c);
+        mha_free(e);
+        qweights_free(&q);
+        problem_free(&p);
+    }
+}
+
+Test(quant_engine, q8_activations_on_f32_weights_or_an_unknown_value_are_refused_with_the_field)
+{
+    problem p;
+    quant_problem(&p, 1, 4);
+    mha_config cfg;
+    problem_config(&p, &cfg, 1);
+    char err[256];
+    mha_engine *e = NULL;
+    cfg.weight_activations = MHA_ACTIVATIONS_Q8; /* the four f32 */
+    cr_assert_eq(mha_create_msg(&cfg, &e, err, sizeof err), MHA_ERR_CONFIG);
+    cr_assert(strstr(err, "weight_activations") && strstr(err, "f32"), "%s", err);
+    for (int i = 0; i < MHA_W_COUNT; i++)
+        cfg.weight_type[i] = MHA_WEIGHT_Q8_0;
+    cfg.weight_activations = (mha_activations)7; /* neither F32 nor Q8, on block weights */
+    cr_assert_eq(mha_create_msg(&cfg, &e, err, sizeof err), MHA_ERR_CONFIG);
+    cr_assert(strstr(err, "weight_activations") && strstr(err, "7"), "%s", err);
+    cfg.weight_activations = MHA_ACTIVATIONS_Q8; /* and the one that is right */
+    cr_assert_eq(mha_create_msg(&cfg, &e, err, sizeof err), MHA_OK, "%s", err);
+    mha_free(e);
     problem_free(&p);
 }

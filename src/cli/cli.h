@@ -42,6 +42,8 @@ int cli_parse_precision(const char *text, mha_precision *out);
 int cli_parse_kv_type(const char *text, mha_kv_type *out); /* --kv-cache: auto, f32, bf16, int8 */
 /* --weights-type: f32, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k (weights.type's words); 0 and a message else. */
 int cli_parse_weight_type(const char *text, mha_weight_type *out);
+/* --activations: f32, q8 (weights.activations' words); 0 and a message naming the flag else. */
+int cli_parse_activations(const char *text, mha_activations *out);
 const char *cli_weight_type_name(mha_weight_type t); /* "q4_1", "f16"; "?" for others */
 /* --isa NAME over the config's engine.isa: the name checked with the config (an unknown table,
  * one this CPU cannot run, or one that contradicts engine.blis_arch or bf16_kernel); 0 and a
@@ -179,21 +181,22 @@ void cli_check_row(cli_check *c, const float *got, const double *ref, int n);
 void cli_check_row_f(cli_check *c, const float *got, const float *ref, int n);
 double cli_check_error(const cli_check *c);  /* NaN when any value was */
 /* The bound of a run (check.c) over `rows` rows checked: its precision, its cache (MHA_KV_AUTO:
- * a forward, none) and how the engine held Wq, Wk, Wv, Wo (wt; NULL: no weights, --core's Q, K,
- * V): the bound, the path's name ("bf16, block weights") and why (what was measured; for the
- * paths whose few rows get more room, the rule). */
+ * a forward, none), how the engine held Wq, Wk, Wv, Wo (wt; NULL: no weights, --core's Q, K,
+ * V) and what block weights multiplied (act): the bound, the path's name ("bf16, block
+ * weights") and why (what was measured; for the paths whose few rows get more room, the rule). */
 typedef struct cli_bound { double bound; const char *path; char why[160]; } cli_bound;
-cli_bound cli_check_bound(mha_precision prec, mha_kv_type kv, const mha_weight_type *wt, int rows);
+cli_bound cli_check_bound(mha_precision prec, mha_kv_type kv, const mha_weight_type *wt, mha_activations act,
+                          int rows);
 /* After the run's summary: the check's line (unless json; `against`: what the reference is),
  * naming the bound, its path and why, and its verdict: EXIT_OK, or EXIT_RUNTIME with a message
  * naming the error, rows and bound when the error is above the bound or NaN. Nothing checked:
  * EXIT_OK. */
 int cli_check_verdict(const cli_check *c, mha_precision prec, mha_kv_type kv, const mha_weight_type *wt,
-                      const char *against, int json);
+                      mha_activations act, const char *against, int json);
 /* The check's JSON keys: check_rows, check_rel_error (null when nothing was checked),
  * check_bound, check_bound_path, check_bound_why. */
 void cli_check_json(struct json_t *j, const cli_check *c, mha_precision prec, mha_kv_type kv,
-                    const mha_weight_type *wt);
+                    const mha_weight_type *wt, mha_activations act);
 /* The floats the check's reference multiplies by (check.c): the weights as the engine means
  * them, every matrix F32 in p's layout. A file's blocks (F16, BF16 too) dequantized: what the
  * file means; floats the engine quantizes at load (cfg->weight_type a block type) through the

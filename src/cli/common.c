@@ -90,6 +90,17 @@ int cli_parse_weight_type(const char *text, mha_weight_type *out)
     return 0;
 }
 
+int cli_parse_activations(const char *text, mha_activations *out)
+{
+    static const struct { const char *name; mha_activations a; } all[] = {{"f32", MHA_ACTIVATIONS_F32},
+                                                                           {"q8", MHA_ACTIVATIONS_Q8}};
+    for (size_t i = 0; text && i < sizeof all / sizeof all[0]; i++)
+        if (!strcmp(text, all[i].name))
+            return *out = all[i].a, 1;
+    cli_error("--activations: expected f32 or q8, got '%s'", text ? text : "");
+    return 0;
+}
+
 const char *cli_weight_type_name(mha_weight_type t)
 {
     for (size_t i = 0; i < sizeof weight_types / sizeof weight_types[0]; i++)
@@ -634,12 +645,12 @@ double cli_check_error(const cli_check *c)
 }
 
 int cli_check_verdict(const cli_check *c, mha_precision prec, mha_kv_type kv, const mha_weight_type *wt,
-                      const char *against, int json)
+                      mha_activations act, const char *against, int json)
 {
     if (!c->rows)
         return EXIT_OK;
     const double e = cli_check_error(c);
-    const cli_bound b = cli_check_bound(prec, kv, wt, c->rows);
+    const cli_bound b = cli_check_bound(prec, kv, wt, act, c->rows);
     if (!json)
         printf("  check    relative error %.2e over %d row%s against %s (bound %.3g, %s: %s)\n", e, c->rows,
                c->rows == 1 ? "" : "s", against, b.bound, b.path, b.why);
@@ -650,9 +661,10 @@ int cli_check_verdict(const cli_check *c, mha_precision prec, mha_kv_type kv, co
     return EXIT_RUNTIME;
 }
 
-void cli_check_json(json_t *j, const cli_check *c, mha_precision prec, mha_kv_type kv, const mha_weight_type *wt)
+void cli_check_json(json_t *j, const cli_check *c, mha_precision prec, mha_kv_type kv, const mha_weight_type *wt,
+                    mha_activations act)
 {
-    const cli_bound b = cli_check_bound(prec, kv, wt, c->rows);
+    const cli_bound b = cli_check_bound(prec, kv, wt, act, c->rows);
     json_object_set_new(j, "check_rows", json_integer(c->rows));
     json_object_set_new(j, "check_rel_error", c->rows ? json_real(cli_check_error(c)) : json_null());
     json_object_set_new(j, "check_bound", json_real(b.bound));

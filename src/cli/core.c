@@ -139,7 +139,7 @@ static void report(core_state *s, const cli_config *fc, const char *config, cons
         json_object_set_new(j, "max_ms", json_real(t.max));
         json_object_set_new(j, "gflops", json_real(flops / (t.median * 1e6)));
         json_object_set_new(j, "flops_counted", json_string("visible pairs, 2·heads·(head_dim + v_head_dim) each"));
-        cli_check_json(j, checked, cfg.precision, MHA_KV_AUTO, NULL);
+        cli_check_json(j, checked, cfg.precision, MHA_KV_AUTO, NULL, MHA_ACTIVATIONS_F32);
         cli_print_json(j);
     } else {
         printf("mha run --core: %s%s%s%s\n", fc->name, config ? " (" : "", config ? config : "",
@@ -235,7 +235,8 @@ int cli_core(const cli_config *fc, const char *config, int causal, int check, in
     cli_check checked = {0};
     check_rows(&s, check, &checked);
     report(&s, fc, config, &cfg, &checked, json);
-    rc = cli_check_verdict(&checked, cfg.precision, MHA_KV_AUTO, NULL, "a double-precision reference", json);
+    rc = cli_check_verdict(&checked, cfg.precision, MHA_KV_AUTO, NULL, MHA_ACTIVATIONS_F32, "a double-precision reference",
+                           json);
 out:
     release(&s);
     return rc;

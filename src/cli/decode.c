@@ -128,6 +128,7 @@ static int check_rows(decode_state *s, const mha_config *cfg, const cli_problem 
     one.kv_type = MHA_KV_AUTO, one.bf16_kernel[0] = '\0';
     for (int i = 0; i < MHA_W_COUNT; i++)
         one.weight_type[i] = MHA_WEIGHT_F32; /* the reference's floats, as they are */
+    one.weight_activations = MHA_ACTIVATIONS_F32; /* float activations: f32 weights multiply nothing else */
     cli_ref_weights ref;
     mha_status st = cli_ref_weights_make(w, cfg, &ref);
     if (st != MHA_OK)
@@ -263,7 +264,7 @@ static void report(decode_state *s, const cli_config *fc, const char *config, co
         json_object_set_new(j, "decode_tokens_per_s", json_real(decode_tps));
         json_object_set_new(j, "kv_cache", json_string(mha_kv_type_name(kv)));
         json_object_set_new(j, "kv_cache_bytes", json_integer((json_int_t)cache_bytes));
-        cli_check_json(j, checked, cfg->precision, kv, cfg->weight_type);
+        cli_check_json(j, checked, cfg->precision, kv, cfg->weight_type, cfg->weight_activations);
         cli_print_json(j);
         return;
     }
@@ -404,7 +405,7 @@ int cli_decode(const cli_config *fc, const char *config, const cli_decode_files 
     char against[224];
     snprintf(against, sizeof against, "one causal float32 forward over %s%s%s",
              f->input ? "the inputs" : "sequence 0's tokens", what[0] ? " on " : "", what);
-    rc = cli_check_verdict(&checked, cfg.precision, kv, cfg.weight_type, against, json);
+    rc = cli_check_verdict(&checked, cfg.precision, kv, cfg.weight_type, cfg.weight_activations, against, json);
 out:
     release(&s);
     return rc;

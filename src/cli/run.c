@@ -18,9 +18,11 @@ typedef struct run_opts {
     const char *config, *weights, *prefix, *input, *kv, *lengths, *kv_lengths, *output, *attn, *isa, *bf16_kernel;
     long threads, iters, warmup, check, layer;
     int json, causal, core, have_threads, have_iters, have_warmup, have_precision, have_kv, have_layer, have_wtype;
+    int have_act;
     mha_precision precision;
     mha_kv_type kv_type;
     mha_weight_type wtype;  /* --weights-type */
+    mha_activations act;    /* --activations */
 } run_opts;
 
 static void usage(FILE *f)
@@ -31,6 +33,7 @@ static void usage(FILE *f)
           "               [--precision f32|bf16] [--isa auto|avx512|avx2|ref] [--bf16-kernel NAME]\n"
           "               [--kv-cache auto|f32|bf16|int8] [--core] [--json]\n"
           "               [--layer N] [--weights-type f32|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k]\n"
+          "               [--activations f32|q8]\n"
           "With no CONFIG, the built-in default model (configs/default.yaml); with no --weights or\n"
           "--input, seeded random data. --lengths pads queries and, for self-attention, keys; output\n"
           "rows past a length are 0. --kv-lengths pads the --kv keys. --check ROWS: sampled output\n"
@@ -49,7 +52,9 @@ static void usage(FILE *f)
           "--weights M.gguf --layer N (default 0): layer N of a GGUF model (docs/gguf.md), its config\n"
           "from the file, overridden by CONFIG's keys and the options; its projections held as the\n"
           "file stores them (Q4_1, Q8_0, ...; F32 for float tensors). --weights-type (config\n"
-          "weights.type): how the engine holds Wq, Wk, Wv, Wo instead, quantized or dequantized at load.\n", f);
+          "weights.type): how the engine holds Wq, Wk, Wv, Wo instead, quantized or dequantized at load.\n"
+          "--activations (config weights.activations): what block weights multiply: f32 (default), or\n"
+          "q8, activations quantized to int8 per 32 inputs as llama.cpp does (docs/quant.md).\n", f);
 }
 
 static int parse(int argc, char **argv, run_opts *o)
@@ -65,7 +70,7 @@ static int parse(int argc, char **argv, run_opts *o)
         {"precision", required_argument, 0, 'P'}, {"isa", required_argument, 0, 'I'},
         {"kv-cache", required_argument, 0, 'K'}, {"core", no_argument, 0, 'R'},
         {"bf16-kernel", required_argument, 0, 'B'}, {"layer", required_argument, 0, 'Y'},
-        {"weights-type", required_argument, 0, 'T'},
+        {"weights-type", required_argument, 0, 'T'}, {"activations", required_argument, 0, 'Q'},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
@@ -93,6 +98,7 @@ static int parse(int argc, char **argv, run_opts *o)
         case 'K': if (!cli_parse_kv_type(optarg, &o->kv_type)) return 0; o->have_kv = 1; break;
         case 'Y': if (!cli_parse_int("--layer", optarg, 0, 1 << 20, &o->layer)) return 0; o->have_layer = 1; break;
         case 'T': if (!cli_parse_weight_type(optarg, &o->wtype)) return 0; o->have_wtype = 1; break;
+        case 'Q': if (!cli_parse_activations(optarg, &o->act)) return 0; o->have_act = 1; break;
         case 'C': o->causal = 1; break;
         case 'R': o->core = 1; break;
         case 'j': o->json = 1; break;
@@ -317,6 +323,8 @@ static int load_config(const run_opts *o, run_state *s)
     if (o->have_wtype)
         for (int i = 0; i < MHA_W_COUNT; i++)
             s->fc.engine.weight_type[i] = o->wtype;
+    if (o->have_act)
+        s->fc.engine.weight_activations = o->act;
     if (o->have_threads) s->fc.engine.threads = (int)o->threads;
     if (o->have_precision) s->fc.engine.precision = o->precision;
     if ((o->have_kv && !cli_apply_kv_type(&s->fc.engine, o->kv_type)) || !cli_apply_isa(&s->fc.engine, o->isa) ||
@@ -444,7 +452,8 @@ static void report(const run_opts *o, const run_state *s, const cli_stats *tp, c
         json_object_set_new(j, "flops_counted", json_string("unmasked"));
         json_object_set_new(j, "tokens_per_s", json_real(tokens));
         json_object_set_new(j, "peak_rss_mb", json_real(peak_rss_mb()));
-        cli_check_json(j, check, s->fc.engine.precision, MHA_KV_AUTO, s->fc.engine.weight_type);
+        cli_check_json(j, check, s->fc.engine.precision, MHA_KV_AUTO, s->fc.engine.weight_type,
+                       s->fc.engine.weight_activations);
         cli_print_json(j);
     } else {
         printf("mha run: %s%s%s%s\n", s->fc.name, o->config ? " (" : "", o->config ? o->config : "", o->config ? ")" : " (built-in default)");
@@ -586,7 +595,8 @@ int mha_cli_run(int argc, char **argv)
     if ((rc = write_outputs(&o, &s)) != EXIT_OK)
         goto out;
     report(&o, &s, &t, &check);
-    rc = cli_check_verdict(&check, s.fc.engine.precision, MHA_KV_AUTO, s.fc.engine.weight_type, against, o.json);
+    rc = cli_check_verdict(&check, s.fc.engine.precision, MHA_KV_AUTO, s.fc.engine.weight_type,
+                           s.fc.engine.weight_activations, against, o.json);
 out:
     release(&s);
     return rc;
