@@ -135,12 +135,13 @@ typedef enum {
 enum { MHA_W_Q = 0, MHA_W_K = 1, MHA_W_V = 2, MHA_W_O = 3, MHA_W_COUNT = 4 };
 /* What block-type weights multiply (mha_config.weight_activations). F32 (0, the default): the
  * activations as they are, float32 FMA chains over the exact weights (the f32 contract against
- * the layer on the dequantized weights). Q8: llama.cpp's way — each row's activations quantized
- * to int8 per group of 32 inputs (a float scale, round to nearest even), each group's integer
- * dot product exact, then scaled into a float32 sum in input order: integer multiply units
- * (AVX512_VNNI, AVX_VNNI, pmaddubsw) at several times float32's rate, within a stated bound of
- * the dequantized layer (docs/quant.md); the same bits on every table, row count and split. */
-typedef enum { MHA_ACTIVATIONS_F32 = 0, MHA_ACTIVATIONS_Q8 = 1 } mha_activations;
+ * the layer on the dequantized weights). INT16: each row's activations rounded to int16 per
+ * group of 32 inputs (a float scale, max|x| / 32767), each group's dot product with the weights'
+ * integers exact in int32, then scaled into a float32 sum in input order: integer multiply units
+ * (AVX512_VNNI's vpdpwssd, pmaddwd) at several times float32's rate, within a stated bound of the
+ * dequantized layer (docs/quant.md); the same bits on every table, row count and split. 16 bits,
+ * not llama.cpp's 8: trained layers' outlier channels leave 8 bits above 1e-2. */
+typedef enum { MHA_ACTIVATIONS_F32 = 0, MHA_ACTIVATIONS_INT16 = 1 } mha_activations;
 /* Bytes of n weights of type t as a file stores them (n whole blocks: 32, 256 for Q4_K and
  * Q5_K and Q6_K); 0 for a type mha does not read or n not whole blocks. */
 MHA_API size_t mha_weight_bytes(mha_weight_type t, int64_t n);
@@ -241,7 +242,7 @@ typedef struct mha_config {
                                               be whole blocks (32 inputs; 256 for the K types); not
                                               with MLA */
     mha_activations weight_activations;    /* what block-type weights multiply: F32 by default;
-                                              Q8 needs block-type weights */
+                                              INT16 needs block-type weights */
 } mha_config;
 
 /* Defaults: d_model 512, 8 heads, capacity 1 × 128 × 128, bias on, all CPUs, no pinning,

@@ -75,7 +75,7 @@ typedef struct bq_slot {
     char fwd_why[256];  /* the prefill engine's own failure, if only it failed */
 } bq_slot;
 
-static int act8; /* --activations q8: block types multiply int8 activations (weight_activations) */
+static int act16; /* --activations q8: block types multiply int8 activations (weight_activations) */
 
 static void config_for(mha_config *cfg, const bq_type *t, int qprec_bf16, int threads, int batch, int seq_q,
                        int seq_kv)
@@ -90,8 +90,8 @@ static void config_for(mha_config *cfg, const bq_type *t, int qprec_bf16, int th
                            .original_max_position = 8192};
     for (int i = 0; i < MHA_W_COUNT; i++)
         cfg->weight_type[i] = t->wt;
-    if (act8 && t->wt != MHA_WEIGHT_F32)
-        cfg->weight_activations = MHA_ACTIVATIONS_Q8;
+    if (act16 && t->wt != MHA_WEIGHT_F32)
+        cfg->weight_activations = MHA_ACTIVATIONS_INT16;
 }
 
 /* an engine of cfg holding w, or NULL with why filled */
@@ -164,7 +164,7 @@ int main(int argc, char **argv)
         if (v && !strcmp(a, "--qprec") && (!strcmp(v, "f32") || !strcmp(v, "bf16")))
             qprec_bf16 = !strcmp(v, "bf16"), ok = 1;
         if (v && !strcmp(a, "--activations") && (!strcmp(v, "f32") || !strcmp(v, "q8")))
-            act8 = !strcmp(v, "q8"), ok = 1;
+            act16 = !strcmp(v, "q8"), ok = 1;
         if (!ok)
             goto usage;
     }

@@ -113,8 +113,8 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
     sl[MHA_SLICE_kt] = product(dk, mha_round_up(seq_kv, w > MHA_TILE_KEYS ? w : MHA_TILE_KEYS), f, of);
     sl[MHA_SLICE_scores] = product((size_t)dims->q_block, (size_t)p->ld_scores, f, of);
     sl[MHA_SLICE_apack] = mha_gemm_apack_floats(k) * f;
-    if (dims->act8) { /* Wo's rows quantized a block at a time (mha_qgemm8) */
-        const size_t room = product(MHA_QROWS, mha_q8_row_bytes(dims->qd > dims->d ? dims->qd : dims->d), 1, of);
+    if (dims->act16) { /* Wo's rows quantized a block at a time (mha_qgemm16) */
+        const size_t room = product(MHA_QROWS, mha_a16_row_bytes(dims->qd > dims->d ? dims->qd : dims->d), 1, of);
         sl[MHA_SLICE_apack] = sl[MHA_SLICE_apack] > room ? sl[MHA_SLICE_apack] : room;
     }
     if (bf16) {
@@ -191,8 +191,8 @@ int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine
     p->dkp = (int)mha_round_up((size_t)dims->dk, dims->quant ? lcm(w, MHA_QP) : w); /* whole panels of either */
     p->ld_scores = (ptrdiff_t)mha_round_up((size_t)dims->seq_kv, 16);
     p->xpack_stride = mha_gemm_packed_a_floats(k, (size_t)dims->seq_q, (size_t)dims->d); /* seq_q, d <= 2^20, 2^16 */
-    if (dims->act8) /* int8 rows (qgemm.h), in floats' room */
-        p->xpack_stride = (product((size_t)dims->seq_q, mha_q8_row_bytes(dims->d), 1, &of) + 3) / 4;
+    if (dims->act16) /* int8 rows (qgemm.h), in floats' room */
+        p->xpack_stride = (product((size_t)dims->seq_q, mha_a16_row_bytes(dims->d), 1, &of) + 3) / 4;
     else if (dims->quant) /* nothing packed: the products read A in place */
         p->xpack_stride = 1;
     else if (dims->bf16) /* bf16 A panels, in floats' room */

@@ -62,7 +62,7 @@ static mha_status weight_types_check(const mha_config *cfg, mha_problem *pr)
                                 q->name, q->qk, i == MHA_W_O ? "n_heads·head_dim" : "d_model", inputs);
     }
     if (cfg->weight_activations != MHA_ACTIVATIONS_F32 && !blocks)
-        return mha_problemf(pr, MHA_ERR_CONFIG, "weight_activations", "q8 multiplies block-type weights; "
+        return mha_problemf(pr, MHA_ERR_CONFIG, "weight_activations", "int16 multiplies block-type weights; "
                             "these are f32 (set weight_type, or weights.type)");
     if (blocks && blocks < MHA_W_COUNT) /* every name is known: each passed the loop */
         return mha_problemf(pr, MHA_ERR_CONFIG, "weight_type", "%s %s %s %s: all four f32, or all four block types",
@@ -145,7 +145,7 @@ mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, mha_problem
         dims->quant = mha_qtype_of(cfg->weight_type[MHA_W_Q]) != NULL; /* all four or none */
         for (int i = 0; i < MHA_W_COUNT; i++)
             dims->wtype[i] = cfg->weight_type[i];
-        dims->act8 = cfg->weight_activations == MHA_ACTIVATIONS_Q8;
+        dims->act16 = cfg->weight_activations == MHA_ACTIVATIONS_INT16;
     }
     return MHA_OK;
 }

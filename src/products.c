@@ -97,29 +97,29 @@ static void gemm_quant(const mha_gemm_ctx *g, int m, int n, int kk, const void *
 static const mha_products quant = {.esz = sizeof(float), .a_panel = a_panel_quant, .a_row = a_row_quant,
                                     .pack_a = pack_a_quant, .gemm = gemm_quant};
 
-/* Quantized weights on int8 activations: A packed as mha_q8_pack's rows (bytes). */
-static size_t a_row_quant8(int d)
+/* Quantized weights on int16 activations: A packed as mha_a16_pack's rows (bytes). */
+static size_t a_row_quant16(int d)
 {
-    return mha_q8_row_bytes(d);
+    return mha_a16_row_bytes(d);
 }
 
-static void pack_a_quant8(const mha_kernel *k, mha_mat x, int r0, int m, int d, void *dst)
+static void pack_a_quant16(const mha_kernel *k, mha_mat x, int r0, int m, int d, void *dst)
 {
     for (int r = 0; r < m; r++)
-        mha_q8_pack(mha_mat_at(k, x, r0 + r, 0), d, (unsigned char *)dst + (size_t)r * mha_q8_row_bytes(d));
+        mha_a16_pack(mha_mat_at(k, x, r0 + r, 0), d, (unsigned char *)dst + (size_t)r * mha_a16_row_bytes(d));
 }
 
-static void gemm_quant8(const mha_gemm_ctx *g, int m, int n, int kk, const void *xp, mha_mat a, const void *b,
+static void gemm_quant16(const mha_gemm_ctx *g, int m, int n, int kk, const void *xp, mha_mat a, const void *b,
                         int col, float beta, mha_mat c)
 {
     (void)kk;
-    mha_qgemm8(g->k, m, n, xp, a.p, a.ld, b, col, beta, c, g->apack);
+    mha_qgemm16(g->k, m, n, xp, a.p, a.ld, b, col, beta, c, g->apack);
 }
 
-static const mha_products quant8 = {.esz = 1, .a_panel = a_panel_quant, .a_row = a_row_quant8,
-                                     .pack_a = pack_a_quant8, .gemm = gemm_quant8};
+static const mha_products quant16 = {.esz = 1, .a_panel = a_panel_quant, .a_row = a_row_quant16,
+                                     .pack_a = pack_a_quant16, .gemm = gemm_quant16};
 
-const mha_products *mha_products_of(const mha_bkernel *bk, int quantized, int act8)
+const mha_products *mha_products_of(const mha_bkernel *bk, int quantized, int act16)
 {
-    return act8 ? &quant8 : quantized ? &quant : bk ? &bf16 : &f32;
+    return act16 ? &quant16 : quantized ? &quant : bk ? &bf16 : &f32;
 }

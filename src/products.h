@@ -43,7 +43,7 @@ typedef struct mha_products {
 
 /* The products of a float32 engine (bk NULL), of a bf16 one (its kernel), or of one holding
  * quantized weights (whatever its precision: b an mha_qmat, qgemm.h; A read in place, or with
- * act8 packed as int8 rows for the integer products). */
-const mha_products *mha_products_of(const mha_bkernel *bk, int quantized, int act8);
+ * act16 packed as int8 rows for the integer products). */
+const mha_products *mha_products_of(const mha_bkernel *bk, int quantized, int act16);
 
 #endif

@@ -111,14 +111,14 @@ void mha_qgemm(const mha_kernel *k, int m, int n, const float *a, ptrdiff_t lda,
         row_block(k, r0, m - r0 < QROWS ? m - r0 : QROWS, n, a, lda, b, col, beta, c);
 }
 
-void mha_q8_pack(const float *x, int kk, unsigned char *row)
+void mha_a16_pack(const float *x, int kk, unsigned char *row)
 {
-    signed char *q = (signed char *)row;
-    float *d = (float *)(void *)(row + kk), *u = d + kk / MHA_QG;
+    int16_t *q = (int16_t *)(void *)row;
+    float *d = (float *)(void *)(row + 2 * (size_t)kk), *u = d + kk / MHA_QG;
     int32_t *s = (int32_t *)(void *)(u + kk / MHA_QG);
-    /* adding and taking away 1.5 · 2^23 rounds |v| ≤ 127 to nearest even, as nearbyintf does
+    /* adding and taking away 1.5 · 2^23 rounds |v| ≤ 32767 to nearest even, as nearbyintf does
      * in the default mode, in code every compiler vectorizes */
-    const float round = 12582912.0f;
+    const float round = 12582912.0f, top = 32767.0f;
     for (int g = 0; g < kk / MHA_QG; g++) {
         const float *xg = x + g * MHA_QG;
         float amax = 0.0f;
@@ -126,25 +126,25 @@ void mha_q8_pack(const float *x, int kk, unsigned char *row)
             const float v = fabsf(xg[i]);
             amax = v > amax ? v : amax; /* a NaN is passed over */
         }
-        const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        const float id = amax > 0.0f ? top / amax : 0.0f;
         int32_t sum[2] = {0, 0};
         for (int i = 0; i < MHA_QG; i++) {
             float v = xg[i] * id;
-            v = v > -127.0f ? v : -127.0f; /* NaN: −127 */
-            v = v < 127.0f ? v : 127.0f;
+            v = v > -top ? v : -top; /* NaN: −32767 */
+            v = v < top ? v : top;
             const int qi = (int)((v + round) - round);
-            q[g * MHA_QG + mha_q8_at(i)] = (signed char)qi;
+            q[g * MHA_QG + mha_a16_at(i)] = (int16_t)qi;
             sum[i / 16] += qi;
         }
-        d[g] = amax / 127.0f;
+        d[g] = amax / top;
         u[g] = d[g] * (float)(sum[0] + sum[1]);
         s[2 * g] = sum[0], s[2 * g + 1] = sum[1];
     }
 }
 
 /* Rows [r0, r0 + rows) of xq (rows ≤ MHA_QROWS): every output, up to MHA_QFEW_PANELS panels of
- * one type a pass, MHA_Q8_ROWS rows at a time over them. */
-static void row_block8(const mha_kernel *k, int r0, int rows, int n, const unsigned char *xq, size_t xs,
+ * one type a pass, MHA_A16_ROWS rows at a time over them. */
+static void row_block16(const mha_kernel *k, int r0, int rows, int n, const unsigned char *xq, size_t xs,
                        const mha_qmat *b, int col, float beta, mha_mat c)
 {
     enum { LD = MHA_QFEW_PANELS * MHA_QP };
@@ -157,31 +157,31 @@ static void row_block8(const mha_kernel *k, int r0, int rows, int n, const unsig
                (p[np] = mha_qmat_panel(b, col + j + np * MHA_QP, &tj)) && tj == t)
             np++;
         const int cols = n - j < np * MHA_QP ? n - j : np * MHA_QP;
-        for (int r = 0; r < rows; r += MHA_Q8_ROWS) {
-            const int rr = rows - r < MHA_Q8_ROWS ? rows - r : MHA_Q8_ROWS;
+        for (int r = 0; r < rows; r += MHA_A16_ROWS) {
+            const int rr = rows - r < MHA_A16_ROWS ? rows - r : MHA_A16_ROWS;
             if (!p[0]) { /* padding: its sums are 0 */
                 for (int i = r0 + r; i < r0 + r + rr; i++)
                     put_rows(k, zeros, 0, i, 1, j, cols, beta, c);
                 continue;
             }
-            float acc[MHA_Q8_ROWS * LD] = {0};
-            k->q8->dot[t->index](t, p, np, b->kk, xq + (size_t)r * xs, xs, rr, acc, LD);
+            float acc[MHA_A16_ROWS * LD] = {0};
+            k->qdot16->dot[t->index](t, p, np, b->kk, xq + (size_t)r * xs, xs, rr, acc, LD);
             put_rows(k, acc, LD, r0 + r, rr, j, cols, beta, c);
         }
         j += np * MHA_QP;
     }
 }
 
-void mha_qgemm8(const mha_kernel *k, int m, int n, const unsigned char *xq, const float *a, ptrdiff_t lda,
+void mha_qgemm16(const mha_kernel *k, int m, int n, const unsigned char *xq, const float *a, ptrdiff_t lda,
                 const mha_qmat *b, int col, float beta, mha_mat c, void *room)
 {
-    const size_t xs = mha_q8_row_bytes(b->kk);
+    const size_t xs = mha_a16_row_bytes(b->kk);
     for (int r0 = 0; r0 < m; r0 += QROWS) {
         const int rows = m - r0 < QROWS ? m - r0 : QROWS;
         const unsigned char *x = xq ? xq + (size_t)r0 * xs : room;
         if (!xq)
             for (int r = 0; r < rows; r++)
-                mha_q8_pack(a + (size_t)(r0 + r) * lda, b->kk, (unsigned char *)room + (size_t)r * xs);
-        row_block8(k, r0, rows, n, x, xs, b, col, beta, c);
+                mha_a16_pack(a + (size_t)(r0 + r) * lda, b->kk, (unsigned char *)room + (size_t)r * xs);
+        row_block16(k, r0, rows, n, x, xs, b, col, beta, c);
     }
 }

@@ -59,48 +59,54 @@ const unsigned char *mha_qmat_panel(const mha_qmat *b, int col, const mha_qtype 
 void mha_qgemm(const mha_kernel *k, int m, int n, const float *a, ptrdiff_t lda, const mha_qmat *b, int col,
                float beta, mha_mat c);
 
-/* Activations for the integer products (weight_activations Q8): a row of kk inputs (whole
- * groups of MHA_QG) quantized as llama.cpp's q8_0 does, per group of 32 inputs d = max|x| / 127
- * and q = x · (127 / max|x|) rounded to nearest even (0 for a group of zeros), written by
- * mha_q8_pack in mha_q8_row_bytes(kk) bytes:
- *   q[kk]    int8; in each 8 inputs 8j … 8j + 7 the even ones first (8j, 8j + 2, 8j + 4,
- *            8j + 6, then 8j + 1, …): four inputs of one parity a 32-bit lane, as a panel's
- *            nibble pairs give them (mha_q8_at)
+/* Activations for the integer products (weight_activations INT16): a row of kk inputs (whole
+ * groups of MHA_QG) quantized per group of 32 inputs to d = max|x| / 32767 and q = x · (32767 /
+ * max|x|) rounded to nearest even (0 for a group of zeros), written by mha_a16_pack in
+ * mha_a16_row_bytes(kk) bytes:
+ *   q[kk]    int16; in each 4 inputs 4m … 4m + 3 the even ones first (4m, 4m + 2, 4m + 1,
+ *            4m + 3): two inputs of one parity a 32-bit lane, as two rows of a panel's nibble
+ *            pairs give them (mha_a16_at)
  *   d[kk/32] float, group g's scale
  *   u[kk/32] float, d · Σq over the group (what a float min multiplies)
- *   s[kk/16] int32, Σq over each 16 inputs (what an integer offset multiplies) */
-enum { MHA_Q8_ALIGN = 64 };
-static inline size_t mha_q8_row_bytes(int kk)
+ *   s[kk/16] int32, Σq over each 16 inputs (what an integer offset multiplies)
+ * 16 bits, not llama.cpp's 8: trained layers' activations have channels 20 times their row's
+ * rms, and 8 bits round the 31 inputs beside such a channel to a few steps (docs/quant.md). */
+enum { MHA_A16_ALIGN = 64 };
+static inline size_t mha_a16_row_bytes(int kk)
 {
-    return ((size_t)kk * 3 / 2 + MHA_Q8_ALIGN - 1) / MHA_Q8_ALIGN * MHA_Q8_ALIGN;
+    return ((size_t)kk * 5 / 2 + MHA_A16_ALIGN - 1) / MHA_A16_ALIGN * MHA_A16_ALIGN;
 }
-/* Where input i's int8 lies in a packed row. */
-static inline int mha_q8_at(int i)
+/* Where input i's int16 lies in a packed row. */
+static inline int mha_a16_at(int i)
 {
-    return (i & ~7) + (i & 1) * 4 + (i & 7) / 2;
+    return (i & ~3) + (i & 1) * 2 + (i & 3) / 2;
 }
-static inline const float *mha_q8_d(const unsigned char *row, int kk)
+static inline const int16_t *mha_a16_q(const unsigned char *row)
 {
-    return (const float *)(const void *)(row + kk);
+    return (const int16_t *)(const void *)row;
 }
-static inline const float *mha_q8_u(const unsigned char *row, int kk)
+static inline const float *mha_a16_d(const unsigned char *row, int kk)
 {
-    return (const float *)(const void *)(row + kk + kk / 8);
+    return (const float *)(const void *)(row + 2 * (size_t)kk);
 }
-static inline const int32_t *mha_q8_s(const unsigned char *row, int kk)
+static inline const float *mha_a16_u(const unsigned char *row, int kk)
 {
-    return (const int32_t *)(const void *)(row + kk + kk / 4);
+    return mha_a16_d(row, kk) + kk / MHA_QG;
+}
+static inline const int32_t *mha_a16_s(const unsigned char *row, int kk)
+{
+    return (const int32_t *)(const void *)(mha_a16_u(row, kk) + kk / MHA_QG);
 }
 /* Row x (kk inputs) into row. The same code for every table, so the same integers. */
-void mha_q8_pack(const float *x, int kk, unsigned char *row);
+void mha_a16_pack(const float *x, int kk, unsigned char *row);
 
-/* Rows a block of mha_qgemm8 when it quantizes them itself: its room holds them. */
+/* Rows a block of mha_qgemm16 when it quantizes them itself: its room holds them. */
 enum { MHA_QROWS = 64 };
-/* mha_qgemm on int8 activations (k->q8's integer products): xq holds a's m rows packed
- * (mha_q8_row_bytes(kk) apart), or is NULL: then a's rows are packed here, MHA_QROWS at a
- * time, into room (MHA_QROWS · mha_q8_row_bytes(kk) bytes). The same bits whatever m, n, col
- * or the table (qkernels.h: mha_q8dot). */
-void mha_qgemm8(const mha_kernel *k, int m, int n, const unsigned char *xq, const float *a, ptrdiff_t lda,
+/* mha_qgemm on int16 activations (k->qdot16's integer products): xq holds a's m rows packed
+ * (mha_a16_row_bytes(kk) apart), or is NULL: then a's rows are packed here, MHA_QROWS at a
+ * time, into room (MHA_QROWS · mha_a16_row_bytes(kk) bytes). The same bits whatever m, n, col
+ * or the table (qkernels.h: mha_qdot16). */
+void mha_qgemm16(const mha_kernel *k, int m, int n, const unsigned char *xq, const float *a, ptrdiff_t lda,
                 const mha_qmat *b, int col, float beta, mha_mat c, void *room);
 
 #endif

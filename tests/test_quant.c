@@ -285,17 +285,19 @@ TABLE_TEST(quant, products_are_fma_chains_in_input_order_for_any_rows_and_column
     }
 }
 
-/* Integer products on int8 activations against the products on float32 ones, a row's outputs
- * in norm: each input's rounding is uniform within half a step of its group's max|x| / 127,
- * independent between inputs: about 4e-3 on uniform rows (rounding's rms 1/(127·√12) of max|x|
- * against an input's rms of max|x|/√3). A 20× outlier channel makes its group's step 20 times
- * coarser for the 31 inputs beside it: about 1e-2, as llama.cpp's q8_0 has it. */
-#define Q8_ACT_TOL 1e-2
-#define Q8_OUTLIER_TOL 3e-2
+/* Integer products on int16 activations against the products on float32 ones, a row's outputs
+ * in norm: each input's rounding is uniform within half a step of its group's max|x| / 32767,
+ * independent between inputs: about 1.6e-5 on uniform rows (rounding's rms 1/(32767·√12) of
+ * max|x| against an input's rms of max|x|/√3), measured 1.7e-5 to 2.9e-5 (the K types' min adds
+ * its own rounding of d·Σq); bound 5e-5. A 20× outlier channel makes its group's step 20 times
+ * coarser for the 31 inputs beside it, the rest of the row unchanged: measured 5.0e-5 to 8.7e-5;
+ * bound 2e-4. */
+#define Q16_ACT_TOL 5e-5
+#define Q16_OUTLIER_TOL 2e-4
 
-/* What the activations' packing must give: llama.cpp's q8_0 rounding (nearbyintf), the sums
- * and scales, at the places mha_q8_at and the layout say. */
-Test(quant, activations_pack_as_q8_0_rounds_them)
+/* What the activations' packing must give: each group's q = x · 32767 / max|x| to nearest even
+ * (nearbyintf), the sums and scales, at the places mha_a16_at and the layout say. */
+Test(quant, activations_pack_to_int16_per_group_of_32)
 {
     enum { KK = 256 };
     float x[KK];
@@ -304,42 +306,42 @@ Test(quant, activations_pack_as_q8_0_rounds_them)
     for (int i = 0; i < 32; i++)
         x[32 + i] = 0.0f; /* a group of zeros: scale 0 */
     x[70] = 40.0f;        /* an outlier */
-    x[64] = 40.0f / 254.0f; /* half a step of its group's scale: a tie, to even */
-    unsigned char *row = alloc64(mha_q8_row_bytes(KK));
-    mha_q8_pack(x, KK, row);
-    const signed char *q = (const signed char *)row;
+    x[64] = 40.0f / 65534.0f; /* about half a step of its group's scale */
+    unsigned char *row = alloc64(mha_a16_row_bytes(KK));
+    mha_a16_pack(x, KK, row);
+    const int16_t *q = mha_a16_q(row);
     for (int g = 0; g < KK / MHA_QG; g++) {
         float amax = 0.0f;
         for (int i = 0; i < MHA_QG; i++)
             amax = fmaxf(amax, fabsf(x[g * MHA_QG + i]));
-        const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        const float id = amax > 0.0f ? 32767.0f / amax : 0.0f;
         int sum[2] = {0, 0};
         for (int i = 0; i < MHA_QG; i++) {
-            const int want = (int)nearbyintf(fminf(fmaxf(x[g * MHA_QG + i] * id, -127.0f), 127.0f));
-            cr_assert_eq(q[g * MHA_QG + mha_q8_at(i)], want, "input %d", g * MHA_QG + i);
+            const int want = (int)nearbyintf(fminf(fmaxf(x[g * MHA_QG + i] * id, -32767.0f), 32767.0f));
+            cr_assert_eq(q[g * MHA_QG + mha_a16_at(i)], want, "input %d", g * MHA_QG + i);
             sum[i / 16] += want;
         }
-        cr_assert(mha_q8_d(row, KK)[g] == amax / 127.0f, "group %d's scale", g);
-        cr_assert(mha_q8_u(row, KK)[g] == amax / 127.0f * (float)(sum[0] + sum[1]), "group %d's u", g);
-        cr_assert(mha_q8_s(row, KK)[2 * g] == sum[0] && mha_q8_s(row, KK)[2 * g + 1] == sum[1], "group %d", g);
+        cr_assert(mha_a16_d(row, KK)[g] == amax / 32767.0f, "group %d's scale", g);
+        cr_assert(mha_a16_u(row, KK)[g] == amax / 32767.0f * (float)(sum[0] + sum[1]), "group %d's u", g);
+        cr_assert(mha_a16_s(row, KK)[2 * g] == sum[0] && mha_a16_s(row, KK)[2 * g + 1] == sum[1], "group %d", g);
     }
     for (int i = 0; i < KK; i++) /* every place once */
         for (int j = 0; j < i; j++)
-            cr_assert_neq(mha_q8_at(i), mha_q8_at(j));
+            cr_assert_neq(mha_a16_at(i), mha_a16_at(j));
     free(row);
 }
 
-/* c = a · Wᵀ (+ c) by mha_qgemm8 with the integer products ops. */
-static void qgemm8_on(const mha_isa *isa, const mha_q8ops *ops, int m, int n, const float *a, int kk,
+/* c = a · Wᵀ (+ c) by mha_qgemm16 with the integer products ops. */
+static void qgemm16_on(const mha_isa *isa, const mha_qdot16_ops *ops, int m, int n, const float *a, int kk,
                       const mha_qmat *b, int col, float beta, float *c, int ldc, int packed)
 {
-    mha_kernel k = {.isa = isa, .bw = MHA_QP, .q8 = ops};
-    const size_t xs = mha_q8_row_bytes(kk);
+    mha_kernel k = {.isa = isa, .bw = MHA_QP, .qdot16 = ops};
+    const size_t xs = mha_a16_row_bytes(kk);
     unsigned char *room = alloc64((size_t)(m > MHA_QROWS ? m : MHA_QROWS) * xs);
     if (packed)
         for (int i = 0; i < m; i++)
-            mha_q8_pack(a + (size_t)i * kk, kk, room + (size_t)i * xs);
-    mha_qgemm8(&k, m, n, packed ? room : NULL, a, kk, b, col, beta, mha_mat_rows(&k, c, ldc), room);
+            mha_a16_pack(a + (size_t)i * kk, kk, room + (size_t)i * xs);
+    mha_qgemm16(&k, m, n, packed ? room : NULL, a, kk, b, col, beta, mha_mat_rows(&k, c, ldc), room);
     free(room);
 }
 
@@ -361,8 +363,8 @@ TABLE_TEST(quant, integer_products_are_refs_bits_for_any_rows_and_columns_and_ne
 {
     enum { KK = 768, OUT = 80, M = 70 };
     const int ms[] = {1, 2, 3, 5, 8, 33, 64, 70};
-    for (int v = 0; isa->quant->q8[v]; v++) {
-        const mha_q8ops *ops = isa->quant->q8[v];
+    for (int v = 0; isa->quant->dot16[v]; v++) {
+        const mha_qdot16_ops *ops = isa->quant->dot16[v];
         if (!cpu_has_all(ops->needs)) {
             note_skipped("quant: %s's integer products %s: this CPU lacks some of %s", isa->name, ops->name,
                          ops->needs);
@@ -389,7 +391,7 @@ TABLE_TEST(quant, integer_products_are_refs_bits_for_any_rows_and_columns_and_ne
                 a[(size_t)i * KK + (i * 37) % KK] = 20.0f; /* an outlier channel in odd rows */
             /* ref's integer products on all rows: what every table and row count gives */
             memcpy(want, bias, (size_t)M * OUT * sizeof *want);
-            qgemm8_on(&mha_isa_ref, &mha_q8_ref, M, OUT, a, KK, &b, 0, 1.0f, want, OUT, 1);
+            qgemm16_on(&mha_isa_ref, &mha_qdot16_ref, M, OUT, a, KK, &b, 0, 1.0f, want, OUT, 1);
             for (int i = 0; i < M; i++) { /* each row's outputs against the floats' */
                 double e2 = 0.0, r2 = 0.0;
                 for (int j = 0; j < OUT; j++) {
@@ -399,14 +401,14 @@ TABLE_TEST(quant, integer_products_are_refs_bits_for_any_rows_and_columns_and_ne
                     const double got = (double)want[(size_t)i * OUT + j] - bias[(size_t)i * OUT + j];
                     e2 += (got - s) * (got - s), r2 += s * s;
                 }
-                cr_assert(sqrt(e2 / r2) <= (i % 2 ? Q8_OUTLIER_TOL : Q8_ACT_TOL), "%s: row %d: %.3g from the floats' "
+                cr_assert(sqrt(e2 / r2) <= (i % 2 ? Q16_OUTLIER_TOL : Q16_ACT_TOL), "%s: row %d: %.3g from the floats' "
                           "products", q->name, i, sqrt(e2 / r2));
             }
             for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
                 const int m = ms[mi], col = mi % 2 ? MHA_QP : 0, n = OUT - col;
                 for (int i = 0; i < m; i++)
                     memcpy(c + (size_t)i * OUT, bias + (size_t)i * OUT + col, (size_t)n * sizeof *c);
-                qgemm8_on(isa, ops, m, n, a, KK, &b, col, 1.0f, c, OUT, (int)(mi / 2 % 2));
+                qgemm16_on(isa, ops, m, n, a, KK, &b, col, 1.0f, c, OUT, (int)(mi / 2 % 2));
                 for (int i = 0; i < m; i++)
                     for (int j = 0; j < n; j++) {
                         const float got = c[(size_t)i * OUT + j], ref = want[(size_t)i * OUT + col + j];
@@ -683,76 +685,75 @@ Test(quant_engine, what_the_engine_cannot_hold_is_refused_with_its_reason)
     problem_free(&p);
 }
 
-/* ---- block weights on int8 activations (weight_activations Q8) ---- */
+/* ---- block weights on int16 activations (weight_activations INT16) ---- */
 
 /* The integer products' engine against the same engine on float activations, norm-wise over
  * the whole output (batch, rows, d_model): Wq, Wk, Wv and Wo each add their activations'
- * rounding, about Q8_ACT_TOL's 4e-3 of a uniform row. V's and Wo's pass to the output as they
- * are, Q's and K's only through the scores' softmax, damped by the scores' small spread;
- * independent, they add in quadrature: between sqrt(2) and 2 times 4e-3, 5.7e-3 to 8e-3. The
- * bound is a product's own, Q8_ACT_TOL (1e-2): 25% over the estimate's top. Without biases the
- * error is all the products'; measured 6.3e-3 to 7.0e-3 over the six mixes (avx512, avx2 and ref
- * alike). Biases add float32 terms that carry no rounding: 2.1e-3 to 2.9e-3 with them. */
-#define Q8_ENGINE_TOL Q8_ACT_TOL
+ * rounding, about a uniform row's 1.6e-5 to 2.9e-5 (Q16_ACT_TOL's comment). V's and Wo's pass to
+ * the output as they are, Q's and K's only through the scores' softmax; independent, they add
+ * in quadrature. Without biases the error is all the products': measured 2.5e-5 to 2.8e-5 over
+ * the six mixes (avx512, avx2 and ref alike); biases add float32 terms that carry no rounding:
+ * 8e-6 to 1.1e-5 with them. Bound: a product's own, Q16_ACT_TOL. */
+#define Q16_ENGINE_TOL Q16_ACT_TOL
 
 /* A sequence of 70: one query block (q_block: up to 96 rows) multiplies Wo over 70 rows, more
- * than MHA_QROWS, so mha_qgemm8 quantizes them in two blocks into the worker's room. */
-enum { Q8_SEQ = 70 };
+ * than MHA_QROWS, so mha_qgemm16 quantizes them in two blocks into the worker's room. */
+enum { Q16_SEQ = 70 };
 
-Test(quant_engine, q8_activations_stay_within_their_bound_of_f32_ones_and_hold_batch_and_thread_invariance,
+Test(quant_engine, int16_activations_stay_within_their_bound_of_f32_ones_and_hold_batch_and_thread_invariance,
      .timeout = 240)
 {
     for (size_t t = 0; t < 2 * sizeof mixes / sizeof mixes[MIX_Q4_K_M]; t++) {
         const size_t x = t / 2; /* each mix without biases, then with them */
         problem p;
-        quant_problem_bias(&p, 2, Q8_SEQ, (int)(t % 2));
+        quant_problem_bias(&p, 2, Q16_SEQ, (int)(t % 2));
         qweights q = quant_weights(&p, mixes[x]);
-        mha_engine *q8 = quant_engine_act(&p, mixes[x], &q.w, 2, MHA_ACTIVATIONS_Q8);
-        mha_engine *one = quant_engine_act(&p, mixes[x], &q.w, 1, MHA_ACTIVATIONS_Q8);
+        mha_engine *i16 = quant_engine_act(&p, mixes[x], &q.w, 2, MHA_ACTIVATIONS_INT16);
+        mha_engine *one = quant_engine_act(&p, mixes[x], &q.w, 1, MHA_ACTIVATIONS_INT16);
         mha_engine *f32 = quant_engine(&p, mixes[x], &q.w, 2);
-        float *a = forward(q8, &p), *b = forward(f32, &p), *c = forward(one, &p);
+        float *a = forward(i16, &p), *b = forward(f32, &p), *c = forward(one, &p);
         const size_t n = (size_t)p.batch * p.seq_q * p.d;
         double *ref = malloc(n * sizeof *ref);
         for (size_t i = 0; i < n; i++)
             ref[i] = b[i];
         const double err = rel_error(a, ref, n);
-        cr_assert(err <= Q8_ENGINE_TOL, "mix %zu (%s Wq)%s: %.3g against f32 activations", x,
+        cr_assert(err <= Q16_ENGINE_TOL, "mix %zu (%s Wq)%s: %.3g against f32 activations", x,
                   mha_weight_type_name(mixes[x][0]), t % 2 ? ", biases" : "", err);
-        cr_assert_gt(err, 0.0, "mix %zu: q8 activations gave f32's bits: the integer products did not run", x);
+        cr_assert_gt(err, 0.0, "mix %zu: int16 activations gave f32's bits: the integer products did not run", x);
         cr_assert_eq(first_bit_difference(a, c, n), -1, "mix %zu: 1 thread and 2 differ", x);
         problem alone = p; /* sequence 1 alone: the same bits as in the batch */
         alone.batch = 1;
         alone.q = alone.k = alone.v = p.q + (size_t)p.seq_q * p.d;
-        float *s = forward(q8, &alone);
+        float *s = forward(i16, &alone);
         cr_assert_eq(first_bit_difference(s, a + (size_t)p.seq_q * p.d, (size_t)p.seq_q * p.d), -1,
                      "mix %zu: a sequence alone and in a batch differ", x);
         free(a), free(b), free(c), free(s), free(ref);
-        mha_free(q8), mha_free(f32), mha_free(one);
+        mha_free(i16), mha_free(f32), mha_free(one);
         qweights_free(&q);
         problem_free(&p);
     }
 }
 
-/* Steps through the paged cache on int8 activations: the forward's bits, whether the rows come
+/* Steps through the paged cache on int16 activations: the forward's bits, whether the rows come
  * a prefill of 10 then one a step (Wo on 1 to 10 rows) or a prefill of 70 then one a step (Wo on
  * more than MHA_QROWS rows in a step). */
-Test(quant_engine, q8_activations_steps_token_by_token_equal_the_causal_forward_bitwise, .timeout = 240)
+Test(quant_engine, int16_activations_steps_token_by_token_equal_the_causal_forward_bitwise, .timeout = 240)
 {
     for (size_t x = 0; x < sizeof mixes / sizeof mixes[MIX_Q4_K_M]; x++) {
         problem p;
-        quant_problem(&p, 1, Q8_SEQ + 4);
+        quant_problem(&p, 1, Q16_SEQ + 4);
         qweights q = quant_weights(&p, mixes[x]);
-        mha_engine *e = quant_engine_act(&p, mixes[x], &q.w, 2, MHA_ACTIVATIONS_Q8);
+        mha_engine *e = quant_engine_act(&p, mixes[x], &q.w, 2, MHA_ACTIVATIONS_INT16);
         float *full = forward(e, &p);
         mha_config cfg;
         problem_config(&p, &cfg, 2);
         memcpy(cfg.weight_type, mixes[x], sizeof cfg.weight_type);
-        cfg.weight_activations = MHA_ACTIVATIONS_Q8;
+        cfg.weight_activations = MHA_ACTIVATIONS_INT16;
         mha_kv_cache *c;
         cr_assert_eq(mha_kv_cache_create(&cfg, 5, 16, 1, &c), MHA_OK);
         const int32_t blocks[5] = {0, 1, 2, 3, 4};
         float *out = malloc((size_t)p.seq_q * p.d * sizeof *out);
-        const int prefills[2] = {10, Q8_SEQ};
+        const int prefills[2] = {10, Q16_SEQ};
         for (int pass = 0; pass < 2; pass++) {
             memset(out, 0, (size_t)p.seq_q * p.d * sizeof *out);
             for (int t = 0, n; t < p.seq_q; t += n) {
@@ -775,7 +776,7 @@ Test(quant_engine, q8_activations_steps_token_by_token_equal_the_causal_forward_
     }
 }
 
-Test(quant_engine, q8_activations_on_f32_weights_or_an_unknown_value_are_refused_with_the_field)
+Test(quant_engine, int16_activations_on_f32_weights_or_an_unknown_value_are_refused_with_the_field)
 {
     problem p;
     quant_problem(&p, 1, 4);
@@ -783,15 +784,15 @@ Test(quant_engine, q8_activations_on_f32_weights_or_an_unknown_value_are_refused
     problem_config(&p, &cfg, 1);
     char err[256];
     mha_engine *e = NULL;
-    cfg.weight_activations = MHA_ACTIVATIONS_Q8; /* the four f32 */
+    cfg.weight_activations = MHA_ACTIVATIONS_INT16; /* the four f32 */
     cr_assert_eq(mha_create_msg(&cfg, &e, err, sizeof err), MHA_ERR_CONFIG);
     cr_assert(strstr(err, "weight_activations") && strstr(err, "f32"), "%s", err);
     for (int i = 0; i < MHA_W_COUNT; i++)
         cfg.weight_type[i] = MHA_WEIGHT_Q8_0;
-    cfg.weight_activations = (mha_activations)7; /* neither F32 nor Q8, on block weights */
+    cfg.weight_activations = (mha_activations)7; /* neither F32 nor INT16, on block weights */
     cr_assert_eq(mha_create_msg(&cfg, &e, err, sizeof err), MHA_ERR_CONFIG);
     cr_assert(strstr(err, "weight_activations") && strstr(err, "7"), "%s", err);
-    cfg.weight_activations = MHA_ACTIVATIONS_Q8; /* and the one that is right */
+    cfg.weight_activations = MHA_ACTIVATIONS_INT16; /* and the one that is right */
     cr_assert_eq(mha_create_msg(&cfg, &e, err, sizeof err), MHA_OK, "%s", err);
     mha_free(e);
     problem_free(&p);

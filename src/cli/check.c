@@ -129,11 +129,11 @@ void cli_ref_weights_free(cli_ref_weights *r)
  * has little room over a whole layer (bf16 without an int8 cache) it is `bound · (1 +
  * 1/sqrt(n))` for n rows: twice the layer's at one row, within 6% of it from 256 rows. The
  * others are flat: their worst at any row count is well inside them. */
-enum { FLOATS, BLOCKS, NONE, BLOCKS_Q8 }; /* BLOCKS_Q8: block weights on int8 activations */
+enum { FLOATS, BLOCKS, NONE, BLOCKS_I16 }; /* BLOCKS_I16: block weights on int8 activations */
 static const struct bound_row {
     mha_precision prec;
     int int8;           /* an int8 KV cache */
-    int weights;        /* FLOATS, BLOCKS (any block type), BLOCKS_Q8 (on q8 activations), NONE (--core) */
+    int weights;        /* FLOATS, BLOCKS (any block type), BLOCKS_I16 (on q8 activations), NONE (--core) */
     double bound;
     int per_rows;       /* bound · (1 + 1/sqrt(rows)) */
     const char *path, *why;
@@ -167,13 +167,13 @@ static const struct bound_row {
      * 7.0e-3 without biases) and SmolLM2's layers do not: their input rows carry outlier
      * channels 20x their rms, and q8_0's groups round them to 1e-2 before any product
      * (docs/quant.md). bf16 and an int8 cache keep their own, larger, bounds. */
-    {MHA_PRECISION_F32, 0, BLOCKS_Q8, 1e-2, 0, "float32, block weights on q8 activations",
+    {MHA_PRECISION_F32, 0, BLOCKS_I16, 1e-2, 0, "float32, block weights on q8 activations",
      "the ceiling for q8 activations; unit-scale data's worst 7.0e-3, trained layers' above it"},
-    {MHA_PRECISION_BF16, 0, BLOCKS_Q8, 1e-2, 1, "bf16, block weights on q8 activations",
+    {MHA_PRECISION_BF16, 0, BLOCKS_I16, 1e-2, 1, "bf16, block weights on q8 activations",
      "the ceiling for q8 activations; unit-scale data's worst 7.0e-3, trained layers' above it"},
-    {MHA_PRECISION_F32, 1, BLOCKS_Q8, 2e-2, 0, "an int8 KV cache, block weights on q8 activations",
+    {MHA_PRECISION_F32, 1, BLOCKS_I16, 2e-2, 0, "an int8 KV cache, block weights on q8 activations",
      "the int8 cache's bound; unit-scale data hold it"},
-    {MHA_PRECISION_BF16, 1, BLOCKS_Q8, 2e-2, 0, "bf16, an int8 KV cache, block weights on q8 activations",
+    {MHA_PRECISION_BF16, 1, BLOCKS_I16, 2e-2, 0, "bf16, an int8 KV cache, block weights on q8 activations",
      "the int8 cache's bound; unit-scale data hold it"},
 };
 
@@ -182,7 +182,7 @@ cli_bound cli_check_bound(mha_precision prec, mha_kv_type kv, const mha_weight_t
 {
     int weights = wt ? FLOATS : NONE;
     for (int i = 0; wt && i < MHA_W_COUNT; i++)
-        weights = wt[i] != MHA_WEIGHT_F32 ? act == MHA_ACTIVATIONS_Q8 ? BLOCKS_Q8 : BLOCKS : weights;
+        weights = wt[i] != MHA_WEIGHT_F32 ? act == MHA_ACTIVATIONS_INT16 ? BLOCKS_I16 : BLOCKS : weights;
     const int int8 = kv == MHA_KV_INT8, bf16 = prec == MHA_PRECISION_BF16 || kv == MHA_KV_BF16;
     const struct bound_row *r = &bound_rows[0];
     for (size_t i = 0; i < sizeof bound_rows / sizeof bound_rows[0]; i++)

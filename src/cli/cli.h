@@ -42,7 +42,7 @@ int cli_parse_precision(const char *text, mha_precision *out);
 int cli_parse_kv_type(const char *text, mha_kv_type *out); /* --kv-cache: auto, f32, bf16, int8 */
 /* --weights-type: f32, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k (weights.type's words); 0 and a message else. */
 int cli_parse_weight_type(const char *text, mha_weight_type *out);
-/* --activations: f32, q8 (weights.activations' words); 0 and a message naming the flag else. */
+/* --activations: f32, int16 (weights.activations' words); 0 and a message naming the flag else. */
 int cli_parse_activations(const char *text, mha_activations *out);
 const char *cli_weight_type_name(mha_weight_type t); /* "q4_1", "f16"; "?" for others */
 /* --isa NAME over the config's engine.isa: the name checked with the config (an unknown table,

@@ -248,43 +248,43 @@ Q512_INLINE void few_type(const mha_qtype *t, const int type, const unsigned cha
 MHA_QTYPE_LIST(FEW_OF)
 #undef FEW_OF
 
-/* ---- the integer products (qkernels.h: mha_q8dot) on AVX512_VNNI and AVX512_VBMI ----
- * A panel's 16 outputs are the 16 lanes of vpdpbusd, each lane four weights of one output
- * (unsigned bytes) against four activations (int8). Four rows of nibble pairs (inputs 2c …
- * 2c + 7 of 16 outputs) become, by one byte permutation, each output's four bytes: their low
- * nibbles are the even inputs 2c, 2c + 2, 2c + 4, 2c + 6 and their high ones the odd, which is
- * how the packed activations lie (qgemm.h), so a lane's four activations are one broadcast
- * dword. Top bits (the 5-bit types, Q6_K) come to bit 4 by vpmultishiftqb from each output's
- * bytes. Q8_0's signed weights go in as w + 128 (an xor), taken back as 128·Σa. */
+/* ---- the integer products (qkernels.h: mha_qdot16) on AVX512_VNNI and AVX512_VBMI ----
+ * A panel's 16 outputs are the 16 lanes of vpdpwssd, each lane two weights of one output (int16)
+ * against two activations. Two rows of nibble pairs (inputs 4m … 4m + 3 of 16 outputs) become,
+ * by one byte permutation zeroing every other byte, each output's two bytes as words: their low
+ * nibbles are inputs 4m and 4m + 2, their high ones 4m + 1 and 4m + 3, which is how the packed
+ * activations lie (qgemm.h), so a lane's two activations are one broadcast dword. Top bits (the
+ * 5-bit types, Q6_K) come to bit 4 by vpmultishiftqb from each output's byte; Q8_0's signed bytes
+ * go to the words' high halves and shift down with their sign. */
 #define Q8V __attribute__((target(AVX512 ",f16c,avx512vnni,avx512vbmi")))
 #define Q8V_INLINE __attribute__((target(AVX512 ",f16c,avx512vnni,avx512vbmi"), always_inline)) static inline
 
-/* vpermb's indices: byte 4o + c of the result is byte 16·row(c) + o of the source, output o's
- * bytes of four rows (a, b, c, d). */
+/* vpermb's indices: bytes 4o … 4o + 3 of the result are output o's bytes of rows (a, b, c, d) of
+ * the source (16 outputs a row). */
 #define LANE(a, b, c, d, o) 16 * (a) + (o), 16 * (b) + (o), 16 * (c) + (o), 16 * (d) + (o)
 #define LANES(a, b, c, d)                                                                                             \
     {LANE(a, b, c, d, 0),  LANE(a, b, c, d, 1),  LANE(a, b, c, d, 2),  LANE(a, b, c, d, 3),                          \
      LANE(a, b, c, d, 4),  LANE(a, b, c, d, 5),  LANE(a, b, c, d, 6),  LANE(a, b, c, d, 7),                          \
      LANE(a, b, c, d, 8),  LANE(a, b, c, d, 9),  LANE(a, b, c, d, 10), LANE(a, b, c, d, 11),                         \
      LANE(a, b, c, d, 12), LANE(a, b, c, d, 13), LANE(a, b, c, d, 14), LANE(a, b, c, d, 15)}
-static const unsigned char lanes_next[64] __attribute__((aligned(64))) = LANES(0, 1, 2, 3),
-                           lanes_even[64] __attribute__((aligned(64))) = LANES(0, 2, 4, 6),
-                           lanes_odd[64] __attribute__((aligned(64))) = LANES(1, 3, 5, 7),
+/* rows (0, 1) or (2, 1) in words' low bytes (even bytes kept); (0, 2) or (1, 3) in their high
+ * bytes (odd kept); row k in every byte */
+static const unsigned char lanes_low[2][64] __attribute__((aligned(64))) = {LANES(0, 0, 1, 1), LANES(2, 2, 3, 3)},
+                           lanes_high[2][64] __attribute__((aligned(64))) = {LANES(0, 0, 2, 2), LANES(1, 1, 3, 3)},
                            lanes_one[4][64] __attribute__((aligned(64))) = {LANES(0, 0, 0, 0), LANES(1, 1, 1, 1),
-                                                                            LANES(2, 2, 2, 2), LANES(3, 3, 3, 3)},
-                           lanes_pairs[2][64] __attribute__((aligned(64))) = {LANES(0, 0, 1, 1), LANES(2, 2, 3, 3)};
+                                                                            LANES(2, 2, 2, 2), LANES(3, 3, 3, 3)};
 #undef LANES
 #undef LANE
+static const __mmask64 low_bytes = 0x5555555555555555ull, high_bytes = 0xAAAAAAAAAAAAAAAAull;
 
-/* vpmultishiftqb's offsets (one qword, two lanes): dst byte c takes bit e(c) of source byte c
- * to bit 4, offset 8·c + e − 4 (mod 64), +32 in the qword's second lane. The 5-bit types' byte
- * holds eight inputs' top bits (e 0, 2, 4, 6 for the even inputs, 1, 3, 5, 7 for the odd);
- * Q6_K's bytes (h, h, h', h') four inputs' two (e 0, 4, 0, 4 and 2, 6, 2, 6). */
-#define SHIFTS(a, b, c, d) (((a) | (b) << 8 | (c) << 16 | (uint64_t)(d) << 24) * 0x100000001ull + 0x2020202000000000ull)
-static const uint64_t top1_even = SHIFTS(60, 6, 16, 26) & 0x3F3F3F3F3F3F3F3Full,
-                      top1_odd = SHIFTS(61, 7, 17, 27) & 0x3F3F3F3F3F3F3F3Full,
-                      top2_even = SHIFTS(60, 8, 12, 24) & 0x3F3F3F3F3F3F3F3Full,
-                      top2_odd = SHIFTS(62, 10, 14, 26) & 0x3F3F3F3F3F3F3F3Full;
+/* vpmultishiftqb's offsets: the words' low bytes (bytes 0, 2, 4, 6 of a qword: two lanes) take
+ * bit e of their byte to bit 4, offset 8·p + e − 4 (mod 64). The 5-bit types' byte holds eight
+ * inputs' top bits (inputs 4m, 4m + 2: bits 0, 2 of the low half, 4, 6 of the high; the odd
+ * inputs one more); Q6_K's byte four inputs' two (bits 0, 4; 2, 6). */
+#define SHIFTS(a, b, c, d) ((uint64_t)(a) | (uint64_t)(b) << 16 | (uint64_t)(c) << 32 | (uint64_t)(d) << 48)
+static const uint64_t top1[2][2] = {{SHIFTS(60, 14, 28, 46), SHIFTS(61, 15, 29, 47)},
+                                    {SHIFTS(0, 18, 32, 50), SHIFTS(1, 19, 33, 51)}},
+                      top2[2] = {SHIFTS(60, 16, 28, 48), SHIFTS(62, 18, 30, 50)};
 #undef SHIFTS
 
 Q8V_INLINE __m512i lanes(const unsigned char *idx)
@@ -292,40 +292,40 @@ Q8V_INLINE __m512i lanes(const unsigned char *idx)
     return _mm512_load_si512(idx);
 }
 
-/* Chunk k (inputs 8k … 8k + 7 of group grp) of a panel's block as bytes: even[o] the weights
- * of inputs 8k, 8k + 2, 8k + 4, 8k + 6 of output o (lane o), odd[o] those of 8k + 1, …. */
-Q8V_INLINE void chunk_bytes(int type, const unsigned char *b, int grp, int k, __m512i *even, __m512i *odd)
+/* v | (bits at bit 4 of multishift(h) masked by top): one ternary-logic op */
+Q8V_INLINE __m512i with_top(__m512i v, uint64_t shifts, __m512i h, int top)
 {
-    const __m512i low4 = _mm512_set1_epi8(0xF);
-    if (type == MHA_QT_Q8_0) {
-        const unsigned char *q = b + MHA_Q8_0_Q + 8 * k * MHA_QP;
-        const __m512i x = _mm512_loadu_si512(q), y = _mm512_loadu_si512(q + 4 * MHA_QP), flip = _mm512_set1_epi8(-128);
-        /* rows 0, 2 of x and of y (inputs 8k, 8k + 2, 8k + 4, 8k + 6); rows 1, 3 */
-        *even = _mm512_xor_si512(_mm512_permutex2var_epi8(x, lanes(lanes_even), y), flip);
-        *odd = _mm512_xor_si512(_mm512_permutex2var_epi8(x, lanes(lanes_odd), y), flip);
+    return _mm512_ternarylogic_epi32(v, _mm512_multishift_epi64_epi8(_mm512_set1_epi64((long long)shifts), h),
+                                     _mm512_set1_epi16((short)top), 0xF8);
+}
+
+/* Chunk m (inputs 4m … 4m + 3 of group grp) of a panel's block as words: lo[o] the weights of
+ * inputs 4m, 4m + 2 of output o (lane o), hi[o] those of 4m + 1, 4m + 3. */
+Q8V_INLINE void chunk_words(int type, const unsigned char *b, int grp, int m, __m512i *lo, __m512i *hi)
+{
+    if (type == MHA_QT_Q8_0) { /* rows 4m … 4m + 3: (0, 2) and (1, 3), sign-extended */
+        const __m512i x = _mm512_loadu_si512(b + MHA_Q8_0_Q + 4 * m * MHA_QP);
+        *lo = _mm512_srai_epi16(_mm512_maskz_permutexvar_epi8(high_bytes, lanes(lanes_high[0]), x), 8);
+        *hi = _mm512_srai_epi16(_mm512_maskz_permutexvar_epi8(high_bytes, lanes(lanes_high[1]), x), 8);
         return;
     }
     const int k_type = type == MHA_QT_Q4_K || type == MHA_QT_Q5_K || type == MHA_QT_Q6_K;
     const unsigned char *nib = b + mha_q_nib_at(type) + (k_type ? grp * MHA_QG / 2 * MHA_QP : 0);
-    const __m512i t = _mm512_permutexvar_epi8(lanes(lanes_next), _mm512_loadu_si512(nib + 4 * k * MHA_QP));
-    *even = _mm512_and_si512(t, low4);
-    *odd = _mm512_and_si512(_mm512_srli_epi16(t, 4), low4);
-    if (mha_q_hi_bits(type) == 1) { /* row k of the group's four: inputs 8k … 8k + 7 at bits 0 … 7 */
-        const unsigned char *hi = b + mha_q_hi_at(type) + (type == MHA_QT_Q5_K ? grp * 4 * MHA_QP : 0);
-        const __m512i h = _mm512_permutexvar_epi8(lanes(lanes_one[k]), _mm512_loadu_si512(hi));
-        const __m512i top = _mm512_set1_epi8(0x10);
-        *even = _mm512_ternarylogic_epi32(
-            *even, _mm512_multishift_epi64_epi8(_mm512_set1_epi64((long long)top1_even), h), top, 0xF8);
-        *odd = _mm512_ternarylogic_epi32(
-            *odd, _mm512_multishift_epi64_epi8(_mm512_set1_epi64((long long)top1_odd), h), top, 0xF8);
-    } else if (mha_q_hi_bits(type) == 2) { /* Q6_K: rows 2k, 2k + 1 of the group's eight, four inputs each */
-        const unsigned char *hi = b + MHA_Q6_K_HI + (8 * grp + 4 * (k / 2)) * MHA_QP;
-        const __m512i h = _mm512_permutexvar_epi8(lanes(lanes_pairs[k % 2]), _mm512_loadu_si512(hi));
-        const __m512i top = _mm512_set1_epi8(0x30);
-        *even = _mm512_ternarylogic_epi32(
-            *even, _mm512_multishift_epi64_epi8(_mm512_set1_epi64((long long)top2_even), h), top, 0xF8);
-        *odd = _mm512_ternarylogic_epi32(
-            *odd, _mm512_multishift_epi64_epi8(_mm512_set1_epi64((long long)top2_odd), h), top, 0xF8);
+    /* nibble rows 2m, 2m + 1: rows (0, 1) or (2, 3) of the four from 4·(m / 2) */
+    const __m512i x = _mm512_loadu_si512(nib + 4 * (m / 2) * MHA_QP);
+    const __m512i w = _mm512_maskz_permutexvar_epi8(low_bytes, lanes(lanes_low[m % 2]), x);
+    *lo = _mm512_and_si512(w, _mm512_set1_epi16(0xF));
+    *hi = _mm512_srli_epi16(w, 4);
+    if (mha_q_hi_bits(type) == 1) { /* byte m / 2 of the group's four: inputs 8·(m / 2) … at bits 0 … 7 */
+        const unsigned char *t = b + mha_q_hi_at(type) + (type == MHA_QT_Q5_K ? grp * 4 * MHA_QP : 0);
+        const __m512i h = _mm512_permutexvar_epi8(lanes(lanes_one[m / 2]), _mm512_loadu_si512(t));
+        *lo = with_top(*lo, top1[m % 2][0], h, 0x10);
+        *hi = with_top(*hi, top1[m % 2][1], h, 0x10);
+    } else if (mha_q_hi_bits(type) == 2) { /* Q6_K: byte m of the group's eight, four inputs' two bits */
+        const unsigned char *t = b + MHA_Q6_K_HI + (8 * grp + 4 * (m / 4)) * MHA_QP;
+        const __m512i h = _mm512_permutexvar_epi8(lanes(lanes_one[m % 4]), _mm512_loadu_si512(t));
+        *lo = with_top(*lo, top2[0], h, 0x30);
+        *hi = with_top(*hi, top2[1], h, 0x30);
     }
 }
 
@@ -337,13 +337,13 @@ Q8V_INLINE __m512i dword_at(const unsigned char *p)
 }
 
 /* rows (≤ 2; ≤ 4 with np ≤ 2; ≤ 8 with np 1) × np panels of one type: per group, each chunk's bytes once
- * for every row, the integer sums in lanes, then the float steps of mha_q8dot. */
+ * for every row, the integer sums in lanes, then the float steps of mha_qdot16. */
 Q8V_INLINE void dot_run(const mha_qtype *t, const int type, const unsigned char *const *p, int kk,
                         const unsigned char *x, size_t xs, float *restrict acc, ptrdiff_t ld, const int rows,
                         const int np)
 {
     const int groups = t->qk / MHA_QG, halves = type == MHA_QT_Q6_K ? 2 : 1;
-    const int offset = type == MHA_QT_Q8_0 ? 128 : type == MHA_QT_Q4_0 ? 8 : type == MHA_QT_Q5_0 ? 16 : 32;
+    const int offset = type == MHA_QT_Q4_0 ? 8 : type == MHA_QT_Q5_0 ? 16 : type == MHA_QT_Q6_K ? 32 : 0;
     const size_t block_bytes = MHA_QP * t->bytes;
     __m512 s[8][4];
     for (int r = 0; r < rows; r++)
@@ -361,26 +361,26 @@ Q8V_INLINE void dot_run(const mha_qtype *t, const int type, const unsigned char 
             for (int r = 0; r < rows; r++)
                 for (int j = 0; j < np; j++)
                     is[r][j] = _mm512_setzero_si512();
-            for (int k = h * 4 / halves; k < (h + 1) * 4 / halves; k++)
+            for (int m = h * 8 / halves; m < (h + 1) * 8 / halves; m++)
                 for (int j = 0; j < np; j++) {
-                    __m512i even, odd;
-                    chunk_bytes(type, b[j], g % groups, k, &even, &odd);
+                    __m512i lo, hi;
+                    chunk_words(type, b[j], g % groups, m, &lo, &hi);
                     for (int r = 0; r < rows; r++) {
-                        const unsigned char *a = x + r * xs + g * MHA_QG + 8 * k;
-                        is[r][j] = _mm512_dpbusd_epi32(is[r][j], even, dword_at(a));
-                        is[r][j] = _mm512_dpbusd_epi32(is[r][j], odd, dword_at(a + 4));
+                        const unsigned char *a = x + r * xs + 2 * (g * MHA_QG + 4 * m);
+                        is[r][j] = _mm512_dpwssd_epi32(is[r][j], lo, dword_at(a));
+                        is[r][j] = _mm512_dpwssd_epi32(is[r][j], hi, dword_at(a + 4));
                     }
                 }
             for (int r = 0; r < rows; r++) {
                 const unsigned char *row = x + r * xs;
-                const __m512 d = _mm512_set1_ps(mha_q8_d(row, kk)[g]);
-                const int32_t *sum = mha_q8_s(row, kk) + 2 * g;
+                const __m512 d = _mm512_set1_ps(mha_a16_d(row, kk)[g]);
+                const int32_t *sum = mha_a16_s(row, kk) + 2 * g;
                 const int off_sum = halves == 2 ? offset * sum[h] : offset * (sum[0] + sum[1]);
                 for (int j = 0; j < np; j++) {
                     const __m512 dd = _mm512_mul_ps(h ? f[j].d1 : f[j].d0, d);
                     if (mha_q_has_min(type)) {
                         s[r][j] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(is[r][j]), s[r][j]);
-                        s[r][j] = _mm512_fmadd_ps(f[j].m0, _mm512_set1_ps(mha_q8_u(row, kk)[g]), s[r][j]);
+                        s[r][j] = _mm512_fmadd_ps(f[j].m0, _mm512_set1_ps(mha_a16_u(row, kk)[g]), s[r][j]);
                     } else {
                         const __m512i v = _mm512_sub_epi32(is[r][j], _mm512_set1_epi32(off_sum));
                         s[r][j] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(v), s[r][j]);
@@ -429,7 +429,7 @@ MHA_QTYPE_LIST(DOT_OF)
 #undef DOT_OF
 
 #define DOT(name, index) MHA_QENTRY(dot, name, index)
-const mha_q8ops mha_q8_avx512_vnni = {.name = "avx512-vnni", .needs = "avx512_vnni avx512vbmi",
+const mha_qdot16_ops mha_qdot16_avx512_vnni = {.name = "avx512-vnni", .needs = "avx512_vnni avx512vbmi",
                                       .dot = {MHA_QTYPE_LIST(DOT)}};
 #undef DOT
 
@@ -439,7 +439,7 @@ const mha_qkernels mha_qk_avx512 = {
     .dequant = {MHA_QTYPE_LIST(DEQUANT)},
     .tile = tile_avx512,
     .few = {MHA_QTYPE_LIST(FEW)},
-    .q8 = {&mha_q8_avx512_vnni, &mha_q8_ref, NULL},
+    .dot16 = {&mha_qdot16_avx512_vnni, &mha_qdot16_ref, NULL},
 };
 #undef DEQUANT
 #undef FEW

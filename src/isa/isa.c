@@ -64,15 +64,15 @@ static void lacking(const char *needs, char *buf, size_t len)
     }
 }
 
-const mha_q8ops *mha_q8_choose(const mha_qkernels *qk)
+const mha_qdot16_ops *mha_qdot16_choose(const mha_qkernels *qk)
 {
     int i = 0;
-    for (char lacks[128]; qk->q8[i + 1]; i++) {
-        lacking(qk->q8[i]->needs, lacks, sizeof lacks);
+    for (char lacks[128]; qk->dot16[i + 1]; i++) {
+        lacking(qk->dot16[i]->needs, lacks, sizeof lacks);
         if (!lacks[0])
             break;
     }
-    return qk->q8[i];
+    return qk->dot16[i];
 }
 
 int mha_isa_runnable(const mha_isa *isa)

@@ -9,28 +9,28 @@
 
 #include "quant.h"
 
-/* The integer products (weight_activations Q8) on rows of activations quantized as
- * mha_q8_pack writes them (qgemm.h): for rows r < rows (≤ MHA_Q8_ROWS, row r at x + r·xs bytes)
+/* The integer products (weight_activations INT16) on rows of activations quantized as
+ * mha_a16_pack writes them (qgemm.h): for rows r < rows (≤ MHA_A16_ROWS, row r at x + r·xs bytes)
  * and the outputs of np ≤ MHA_QFEW_PANELS panels of type t over all kk inputs, group by group in
- * input order: each group's dot product of the weights' integers q with the row's int8 values,
+ * input order: each group's dot product of the weights' integers q with the row's int16 values,
  * exact in int32, then
  *     types with an integer offset (Q8_0 0, Q4_0 8, Q5_0 16, Q6_K 32 per 16 inputs):
  *         isum = Σ q·a − offset·Σa,  acc = fma(D·d, (float)isum, acc)   (Q6_K: each 16 inputs)
  *     types with a float min M (Q4_1, Q5_1, Q4_K, Q5_K):
  *         isum = Σ q·a,  acc = fma(D·d, (float)isum, acc),  acc = fma(M, u, acc)
  * D and M the group's factors as the float path reads them (quant.h), d the row's group scale,
- * u = d·Σa as packed; D·d one rounding, (float)isum exact (|isum| < 2^24). Integer sums are
+ * u = d·Σa as packed; D·d one rounding, (float)isum one (exact below 2^24). Integer sums are
  * the same in any order, so every table gives ref's bits with any instructions. */
-typedef void mha_q8dot(const mha_qtype *t, const unsigned char *const *p, int np, int kk, const unsigned char *x,
+typedef void mha_qdot16(const mha_qtype *t, const unsigned char *const *p, int np, int kk, const unsigned char *x,
                        size_t xs, int rows, float *restrict acc, ptrdiff_t ld);
 
-typedef struct mha_q8ops {
+typedef struct mha_qdot16_ops {
     const char *name;  /* "avx512-vnni", "avx2", "ref" */
     const char *needs; /* CPU features beyond the table's, as lscpu names them ("" none) */
-    mha_q8dot *dot[MHA_QTYPES];
-} mha_q8ops;
+    mha_qdot16 *dot[MHA_QTYPES];
+} mha_qdot16_ops;
 
-enum { MHA_Q8_ROWS = 8 };
+enum { MHA_A16_ROWS = 8 };
 
 typedef struct mha_qkernels {
     /* Group grp (inputs [grp·MHA_QG, grp·MHA_QG + MHA_QG)) of a panel's block of that type as
@@ -47,12 +47,12 @@ typedef struct mha_qkernels {
     void (*few[MHA_QTYPES])(const mha_qtype *t, const unsigned char *const *p, int np, int kk, const float *a,
                             ptrdiff_t lda, int rows, float *restrict acc, ptrdiff_t ld);
     /* The integer products it holds, NULL-terminated, fastest first: an engine takes the first
-     * this CPU runs (mha_q8_choose). */
-    const mha_q8ops *q8[4];
+     * this CPU runs (mha_qdot16_choose). */
+    const mha_qdot16_ops *dot16[4];
 } mha_qkernels;
 
 /* The first of the table's integer products this CPU runs (the last needs nothing more). */
-const mha_q8ops *mha_q8_choose(const mha_qkernels *qk);
+const mha_qdot16_ops *mha_qdot16_choose(const mha_qkernels *qk);
 
 /* A table's entries by type: [MHA_QT_q8_0] = prefix_q8_0, … */
 #define MHA_QENTRY(prefix, name, index) [index] = prefix##_##name,
@@ -106,6 +106,6 @@ static inline void mha_qfew_by_groups(const mha_qkernels *qk, const mha_qtype *t
 }
 
 extern const mha_qkernels mha_qk_ref, mha_qk_avx2, mha_qk_avx512;
-extern const mha_q8ops mha_q8_ref, mha_q8_avx2, mha_q8_avx512_vnni;
+extern const mha_qdot16_ops mha_qdot16_ref, mha_qdot16_avx2, mha_qdot16_avx512_vnni;
 
 #endif

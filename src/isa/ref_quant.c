@@ -178,9 +178,9 @@ static void dot_ref(const mha_qtype *t, const unsigned char *const *p, int np, i
     const int groups = t->qk / MHA_QG;
     for (int r = 0; r < rows; r++) {
         const unsigned char *row = x + (size_t)r * xs;
-        const signed char *a = (const signed char *)row;
-        const float *d = mha_q8_d(row, kk), *u = mha_q8_u(row, kk);
-        const int32_t *s16 = mha_q8_s(row, kk);
+        const int16_t *a = mha_a16_q(row);
+        const float *d = mha_a16_d(row, kk), *u = mha_a16_u(row, kk);
+        const int32_t *s16 = mha_a16_s(row, kk);
         for (int j = 0; j < np; j++)
             for (int o = 0; o < MHA_QP; o++) {
                 float s = acc[r * ld + j * MHA_QP + o];
@@ -191,7 +191,7 @@ static void dot_ref(const mha_qtype *t, const unsigned char *const *p, int np, i
                     const int off = group_ints(t->index, b, g % groups, o, q, D, &M);
                     int32_t sum[2] = {0, 0};
                     for (int i = 0; i < MHA_QG; i++)
-                        sum[i / 16] += q[i] * a[g * MHA_QG + mha_q8_at(i)];
+                        sum[i / 16] += q[i] * a[g * MHA_QG + mha_a16_at(i)];
                     if (t->index == MHA_QT_Q6_K) {
                         for (int h = 0; h < 2; h++)
                             s = fmaf(D[h] * d[g], (float)(sum[h] - off * s16[2 * g + h]), s);
@@ -207,7 +207,7 @@ static void dot_ref(const mha_qtype *t, const unsigned char *const *p, int np, i
 }
 
 #define DOT(name, index) [index] = dot_ref,
-const mha_q8ops mha_q8_ref = {.name = "ref", .needs = "", .dot = {MHA_QTYPE_LIST(DOT)}};
+const mha_qdot16_ops mha_qdot16_ref = {.name = "ref", .needs = "", .dot = {MHA_QTYPE_LIST(DOT)}};
 #undef DOT
 
 #define DEQUANT(name, index) MHA_QENTRY(dequant, name, index)
@@ -216,7 +216,7 @@ const mha_qkernels mha_qk_ref = {
     .dequant = {MHA_QTYPE_LIST(DEQUANT)},
     .tile = tile_ref,
     .few = {MHA_QTYPE_LIST(FEW)},
-    .q8 = {&mha_q8_ref, NULL},
+    .dot16 = {&mha_qdot16_ref, NULL},
 };
 #undef DEQUANT
 #undef FEW
