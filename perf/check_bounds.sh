@@ -4,13 +4,15 @@
 # (make gguf-file), each layer's projections as stored (Q4_1) and, through perf/gguf_floats.c's
 # dequantized copy, quantized at load to q8_0 and q4_0 (q4_k and q6_k need d_model a multiple
 # of 256: 576 is not) or held as f32; precision f32 and bf16; a forward, and a decode block with
-# the precision's own cache and an int8 one; --check over 1, 2, 4, ... rows. Two input sets:
+# the precision's own cache and an int8 one; --check over 1, 2, 4, ... rows; the block weights
+# multiplying float32 activations or int16 ones (ACTS; f32 weights take f32 only). Two input sets:
 #   short: each layer's own real-text input (tests/data/gguf_layers_x.npy, 12 tokens);
 #   long:  the trained golden's two sequences (tests/data/smollm2_trained_x.npy, 128 and 80
 #          tokens of real text, layer 26's inputs) through every layer: longer contexts.
-# Prints one line per run: set layer precision cache weights rows error (cache "-": a forward).
-# Usage: [LAYERS="0 5"] perf/check_bounds.sh short|long [DIR] (build/mha and build/libmha.a
-# built; LAYERS: only those, default all 30).
+# Prints one line per run: set layer precision cache weights activations rows error (cache "-": a
+# forward).
+# Usage: [LAYERS="0 5"] [ACTS="f32 int16"] perf/check_bounds.sh short|long [DIR] (build/mha and
+# build/libmha.a built; LAYERS: only those, default all 30; ACTS: weights.activations, default f32).
 set -eu
 set_=${1:?short or long}
 dir=${2:-build/check_bounds}
@@ -57,18 +59,22 @@ for l in ${LAYERS:-$(seq 0 29)}; do
     [ "$set_" = long ] && x=tests/data/smollm2_trained_x.npy
     for prec in f32 bf16; do
         for kv in - "$prec" int8; do
-            for wt in q4_1 q8_0 q4_0 f32; do
-                if [ "$wt" = q4_1 ]; then src="--weights $gguf --layer $l" cfg=""
-                else src="--weights $dir/w$l.safetensors --prefix model.layers.$l.self_attn. --weights-type $wt"
-                     cfg="$dir/model.yaml"; fi
-                if [ "$kv" = - ]; then mode="$fwd --iters 1 --warmup 0"
-                else mode="--kv-cache $kv"
-                     if [ "$wt" = q4_1 ]; then cfg="$dir/dec_$set_.yaml"; else cfg="$dir/model_dec_$set_.yaml"; fi; fi
-                for r in $rows; do
-                    # shellcheck disable=SC2086
-                    e=$("$mha" run $cfg $src --input "$x" $lens --precision "$prec" $mode --threads 1 --json \
-                        --check "$r" 2>/dev/null | err)
-                    echo "$set_ $l $prec $kv $wt $r $e"
+            for act in ${ACTS:-f32}; do
+                for wt in q4_1 q8_0 q4_0 f32; do
+                    # f32 weights multiply float32 activations: int16 on them is refused (exit 2)
+                    [ "$act" != f32 ] && [ "$wt" = f32 ] && continue
+                    if [ "$wt" = q4_1 ]; then src="--weights $gguf --layer $l" cfg=""
+                    else src="--weights $dir/w$l.safetensors --prefix model.layers.$l.self_attn. --weights-type $wt"
+                         cfg="$dir/model.yaml"; fi
+                    if [ "$kv" = - ]; then mode="$fwd --iters 1 --warmup 0"
+                    else mode="--kv-cache $kv"
+                         cfg="$dir/model_dec_$set_.yaml"; [ "$wt" = q4_1 ] && cfg="$dir/dec_$set_.yaml"; fi
+                    for r in $rows; do
+                        # shellcheck disable=SC2086
+                        e=$("$mha" run $cfg $src --input "$x" $lens --precision "$prec" $mode --threads 1 --json \
+                            --activations "$act" --check "$r" 2>/dev/null | err)
+                        echo "$set_ $l $prec $kv $wt $act $r $e"
+                    done
                 done
             done
         done
