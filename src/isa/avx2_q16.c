@@ -215,8 +215,12 @@ Q16_INLINE void dot_run(const mha_qtype *t, const int type, const unsigned char 
                     for (int r = 0; r < rows; r++) {
                         const unsigned char *a = x + r * xs + 2 * (g * MHA_QG + 4 * m);
                         const __m256i a0 = dword_at(a), a1 = dword_at(a + 4);
-                        for (int k = 0; k < 2; k++)
+                        for (int k = 0; k < 2; k++) {
                             is[r][j][k] = sums(is[r][j][k], w[k], a0, w[2 + k], a1);
+                            /* a chain in a register: else GCC reassociates the group's sums into a
+                             * tree whose partial sums spill to the stack */
+                            __asm__("" : "+x"(is[r][j][k]));
+                        }
                     }
                 }
             for (int j = 0; j < np; j++) {
