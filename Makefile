@@ -91,6 +91,8 @@ deps-perf:
 $(B)/obj/%.o: src/%.c $(wildcard src/*.h src/isa/*.h) include/mha.h include/mha_io.h | deps
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_LIB) -c $< -o $@
+# avx2_q16_vnni.c is avx2_q16.c built again for AVX-VNNI.
+$(B)/obj/isa/avx2_q16_vnni.o: src/isa/avx2_q16.c
 
 # The command line is a client like any other: public headers only (include/), no src/.
 # Its built-in default model is configs/default.yaml, compiled in as text.

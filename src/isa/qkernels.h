@@ -106,6 +106,6 @@ static inline void mha_qfew_by_groups(const mha_qkernels *qk, const mha_qtype *t
 }
 
 extern const mha_qkernels mha_qk_ref, mha_qk_avx2, mha_qk_avx512;
-extern const mha_qdot16_ops mha_qdot16_ref, mha_qdot16_avx2, mha_qdot16_avx512_vnni;
+extern const mha_qdot16_ops mha_qdot16_ref, mha_qdot16_avx2, mha_qdot16_avx2_vnni, mha_qdot16_avx512_vnni;
 
 #endif
