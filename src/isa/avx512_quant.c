@@ -439,7 +439,7 @@ const mha_qkernels mha_qk_avx512 = {
     .dequant = {MHA_QTYPE_LIST(DEQUANT)},
     .tile = tile_avx512,
     .few = {MHA_QTYPE_LIST(FEW)},
-    .dot16 = {&mha_qdot16_avx512_vnni, &mha_qdot16_ref, NULL},
+    .dot16 = {&mha_qdot16_avx512_vnni, &mha_qdot16_avx2_vnni, &mha_qdot16_avx2, &mha_qdot16_ref, NULL},
 };
 #undef DEQUANT
 #undef FEW

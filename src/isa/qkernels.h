@@ -25,7 +25,7 @@ typedef void mha_qdot16(const mha_qtype *t, const unsigned char *const *p, int n
                        size_t xs, int rows, float *restrict acc, ptrdiff_t ld);
 
 typedef struct mha_qdot16_ops {
-    const char *name;  /* "avx512-vnni", "avx2", "ref" */
+    const char *name;  /* "avx512-vnni", "avx2-vnni", "avx2", "ref" */
     const char *needs; /* CPU features beyond the table's, as lscpu names them ("" none) */
     mha_qdot16 *dot[MHA_QTYPES];
 } mha_qdot16_ops;
@@ -48,7 +48,7 @@ typedef struct mha_qkernels {
                             ptrdiff_t lda, int rows, float *restrict acc, ptrdiff_t ld);
     /* The integer products it holds, NULL-terminated, fastest first: an engine takes the first
      * this CPU runs (mha_qdot16_choose). */
-    const mha_qdot16_ops *dot16[4];
+    const mha_qdot16_ops *dot16[5];
 } mha_qkernels;
 
 /* The first of the table's integer products this CPU runs (the last needs nothing more). */
