@@ -177,6 +177,17 @@ static Q512 void tile_avx512(const float *restrict w, ptrdiff_t wps, int kc, int
         }
 }
 
+/* A decode step reads each panel once, from memory: the bytes of the group PREFETCH_GROUPS on
+ * (a panel's bytes a group, in order) asked for while this one computes, so that every panel
+ * has lines in flight; the hardware's stream prefetch alone left a step's reads at about
+ * three quarters of the bf16 step's rate. */
+enum { PREFETCH_GROUPS = 8 };
+Q512_INLINE void prefetch_ahead(const unsigned char *panel, int g, size_t group_bytes)
+{
+    for (size_t at = 0; at < group_bytes; at += 64)
+        _mm_prefetch((const char *)panel + (size_t)(g + PREFETCH_GROUPS) * group_bytes + at, _MM_HINT_T0);
+}
+
 /* few's chains (qkernels.h) for rows ≤ 2 and np ≤ 4 panels of one type: each group's factors,
  * then input by input (a pair of them for 4-bit types) every panel's weights in registers and
  * every row's FMA; the panels' chains interleave, so no FMA waits on the one before it. */
@@ -184,7 +195,7 @@ Q512_INLINE void few_run(const mha_qtype *t, const int type, const unsigned char
                          ptrdiff_t lda, float *restrict acc, ptrdiff_t ld, const int rows, const int np)
 {
     const int groups = t->qk / MHA_QG;
-    const size_t block_bytes = MHA_QP * t->bytes;
+    const size_t block_bytes = MHA_QP * t->bytes, group_bytes = block_bytes / groups;
     __m512 s[2][4];
     for (int r = 0; r < rows; r++)
         for (int j = 0; j < np; j++)
@@ -195,6 +206,7 @@ Q512_INLINE void few_run(const mha_qtype *t, const int type, const unsigned char
         for (int j = 0; j < np; j++) {
             b[j] = p[j] + (size_t)(g / groups) * block_bytes;
             f[j] = factors_of(type, b[j], g % groups);
+            prefetch_ahead(p[j], g, group_bytes);
         }
         const float *x = a + g * MHA_QG;
         if (type == MHA_QT_Q8_0) {
@@ -344,7 +356,7 @@ Q8V_INLINE void dot_run(const mha_qtype *t, const int type, const unsigned char 
 {
     const int groups = t->qk / MHA_QG, halves = type == MHA_QT_Q6_K ? 2 : 1;
     const int offset = type == MHA_QT_Q4_0 ? 8 : type == MHA_QT_Q5_0 ? 16 : type == MHA_QT_Q6_K ? 32 : 0;
-    const size_t block_bytes = MHA_QP * t->bytes;
+    const size_t block_bytes = MHA_QP * t->bytes, group_bytes = block_bytes / groups;
     __m512 s[8][4];
     for (int r = 0; r < rows; r++)
         for (int j = 0; j < np; j++)
@@ -355,6 +367,7 @@ Q8V_INLINE void dot_run(const mha_qtype *t, const int type, const unsigned char 
         for (int j = 0; j < np; j++) {
             b[j] = p[j] + (size_t)(g / groups) * block_bytes;
             f[j] = factors_of(type, b[j], g % groups);
+            prefetch_ahead(p[j], g, group_bytes);
         }
         for (int h = 0; h < halves; h++) {
             __m512i is[8][4];
