@@ -179,8 +179,8 @@ static Q512 void tile_avx512(const float *restrict w, ptrdiff_t wps, int kc, int
 
 /* A decode step reads each panel once, from memory: the bytes of the group PREFETCH_GROUPS on
  * (a panel's bytes a group, in order) asked for while this one computes, so that every panel
- * has lines in flight; the hardware's stream prefetch alone left a step's reads at about
- * three quarters of the bf16 step's rate. */
+ * has lines in flight; the hardware's stream prefetch alone left a step's reads well below the
+ * bf16 step's rate (perf/RESULTS.md). */
 enum { PREFETCH_GROUPS = 8 };
 Q512_INLINE void prefetch_ahead(const unsigned char *panel, int g, size_t group_bytes)
 {
