@@ -191,7 +191,7 @@ int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine
     p->dkp = (int)mha_round_up((size_t)dims->dk, dims->quant ? lcm(w, MHA_QP) : w); /* whole panels of either */
     p->ld_scores = (ptrdiff_t)mha_round_up((size_t)dims->seq_kv, 16);
     p->xpack_stride = mha_gemm_packed_a_floats(k, (size_t)dims->seq_q, (size_t)dims->d); /* seq_q, d <= 2^20, 2^16 */
-    if (dims->act16) /* int8 rows (qgemm.h), in floats' room */
+    if (dims->act16) /* int16 rows (qgemm.h), in floats' room */
         p->xpack_stride = (product((size_t)dims->seq_q, mha_a16_row_bytes(dims->d), 1, &of) + 3) / 4;
     else if (dims->quant) /* nothing packed: the products read A in place */
         p->xpack_stride = 1;

@@ -4,7 +4,9 @@
  * once into floats (L1) and every row tile of the block runs its FMA chains on it, the sums
  * kept in a tile between chunks (a float stored and loaded back is the same float: the chains
  * do not change). Either way each weight byte is read once a block of rows — once a decode
- * step — and every output is the same chain. */
+ * step — and every output is the same chain. On int16 activations (mha_qgemm16) the rows are
+ * packed once (mha_a16_pack), and the table's integer products run up to four panels over 8
+ * rows at a time, all the inputs in one pass. */
 #include "qgemm.h"
 
 #include "isa/isa.h"
@@ -69,6 +71,20 @@ static void panels(const mha_kernel *k, int r0, int rows, int kk, const float *a
     put_rows(k, acc, LD, r0, rows, cj, cols, beta, c);
 }
 
+/* The panels a pass reads together from output col + j on (of n): the first, NULL for padding
+ * (then alone), and the stored panels after it of its type, at most `most`; their count. */
+static int panel_run(const mha_qmat *b, int col, int j, int n, int most, const unsigned char **p,
+                     const mha_qtype **t)
+{
+    const mha_qtype *tj;
+    int np = 1;
+    p[0] = mha_qmat_panel(b, col + j, t);
+    while (p[0] && np < most && j + np * MHA_QP < n && (p[np] = mha_qmat_panel(b, col + j + np * MHA_QP, &tj)) &&
+           tj == *t)
+        np++;
+    return np;
+}
+
 /* Rows [r0, r0 + rows) (rows ≤ QROWS, or ≤ MHA_QFEW_ROWS through few): every output. */
 static void row_block(const mha_kernel *k, int r0, int rows, int n, const float *a, ptrdiff_t lda, const mha_qmat *b,
                       int col, float beta, mha_mat c)
@@ -76,12 +92,9 @@ static void row_block(const mha_kernel *k, int r0, int rows, int n, const float 
     const int few = rows <= MHA_QFEW_ROWS, most = few ? MHA_QFEW_PANELS : 2; /* panels a pass reads together */
     static const float zeros[MHA_QP];
     for (int j = 0; j < n;) {
-        const mha_qtype *t, *tj;
-        const unsigned char *p[MHA_QFEW_PANELS] = {mha_qmat_panel(b, col + j, &t)};
-        int np = 1;
-        while (p[0] && np < most && j + np * MHA_QP < n && (p[np] = mha_qmat_panel(b, col + j + np * MHA_QP, &tj)) &&
-               tj == t)
-            np++; /* the stored panels after it of its type */
+        const mha_qtype *t;
+        const unsigned char *p[MHA_QFEW_PANELS];
+        const int np = panel_run(b, col, j, n, most, p, &t);
         const int cols = n - j < np * MHA_QP ? n - j : np * MHA_QP;
         if (!p[0]) { /* padding: its sums are 0 */
             for (int r = r0; r < r0 + rows; r++)
@@ -145,17 +158,14 @@ void mha_a16_pack(const float *x, int kk, unsigned char *row)
 /* Rows [r0, r0 + rows) of xq (rows ≤ MHA_QROWS): every output, up to MHA_QFEW_PANELS panels of
  * one type a pass, MHA_A16_ROWS rows at a time over them. */
 static void row_block16(const mha_kernel *k, int r0, int rows, int n, const unsigned char *xq, size_t xs,
-                       const mha_qmat *b, int col, float beta, mha_mat c)
+                        const mha_qmat *b, int col, float beta, mha_mat c)
 {
     enum { LD = MHA_QFEW_PANELS * MHA_QP };
     static const float zeros[MHA_QP];
     for (int j = 0; j < n;) {
-        const mha_qtype *t, *tj;
-        const unsigned char *p[MHA_QFEW_PANELS] = {mha_qmat_panel(b, col + j, &t)};
-        int np = 1;
-        while (p[0] && np < MHA_QFEW_PANELS && j + np * MHA_QP < n &&
-               (p[np] = mha_qmat_panel(b, col + j + np * MHA_QP, &tj)) && tj == t)
-            np++;
+        const mha_qtype *t;
+        const unsigned char *p[MHA_QFEW_PANELS];
+        const int np = panel_run(b, col, j, n, MHA_QFEW_PANELS, p, &t);
         const int cols = n - j < np * MHA_QP ? n - j : np * MHA_QP;
         for (int r = 0; r < rows; r += MHA_A16_ROWS) {
             const int rr = rows - r < MHA_A16_ROWS ? rows - r : MHA_A16_ROWS;
@@ -173,7 +183,7 @@ static void row_block16(const mha_kernel *k, int r0, int rows, int n, const unsi
 }
 
 void mha_qgemm16(const mha_kernel *k, int m, int n, const unsigned char *xq, const float *a, ptrdiff_t lda,
-                const mha_qmat *b, int col, float beta, mha_mat c, void *room)
+                 const mha_qmat *b, int col, float beta, mha_mat c, void *room)
 {
     const size_t xs = mha_a16_row_bytes(b->kk);
     for (int r0 = 0; r0 < m; r0 += QROWS) {

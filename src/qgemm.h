@@ -107,6 +107,6 @@ enum { MHA_QROWS = 64 };
  * time, into room (MHA_QROWS · mha_a16_row_bytes(kk) bytes). The same bits whatever m, n, col
  * or the table (qkernels.h: mha_qdot16). */
 void mha_qgemm16(const mha_kernel *k, int m, int n, const unsigned char *xq, const float *a, ptrdiff_t lda,
-                const mha_qmat *b, int col, float beta, mha_mat c, void *room);
+                 const mha_qmat *b, int col, float beta, mha_mat c, void *room);
 
 #endif
