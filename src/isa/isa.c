@@ -11,10 +11,11 @@
 const mha_isa *const mha_isa_tables[] = {&mha_isa_avx512, &mha_isa_avx2, &mha_isa_ref};
 const int mha_isa_count = (int)(sizeof mha_isa_tables / sizeof mha_isa_tables[0]);
 
-/* CPUID's bit of leaf 1 (ECX) or 7.0 (EDX) for a feature that clang 14's
- * __builtin_cpu_supports does not name (f16c, amx-tile, amx-bf16), with the register state
- * the OS must save for it: F16C's VEX encoding needs AVX's (which __builtin_cpu_supports("avx")
- * checks), AMX's tiles XCR0's TILECFG and TILEDATA (bits 17, 18), as GCC's own check asks. */
+/* CPUID's bit of leaf 1 (ECX), 7.0 (EDX) or 7.1 (EAX) for a feature that clang 14's
+ * __builtin_cpu_supports does not name (f16c, avx_vnni, amx-tile, amx-bf16), with the register
+ * state the OS must save for it: F16C's and AVX-VNNI's VEX encodings need AVX's (which
+ * __builtin_cpu_supports("avx") checks), AMX's tiles XCR0's TILECFG and TILEDATA (bits 17, 18),
+ * as GCC's own check asks. */
 static int cpuid_has(const char *f)
 {
     unsigned a, b, c, d;
@@ -22,6 +23,8 @@ static int cpuid_has(const char *f)
         return 0;
     if (!strcmp(f, "f16c"))
         return (c >> 29 & 1u) && __builtin_cpu_supports("avx");
+    if (!strcmp(f, "avx_vnni"))
+        return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4 & 1u) && __builtin_cpu_supports("avx");
     const unsigned bit = !strcmp(f, "amx_tile") ? 24 : !strcmp(f, "amx_bf16") ? 22 : 0;
     if (!bit || !(c >> 27 & 1u)) /* none of these; or no OSXSAVE, so no xgetbv */
         return 0;
@@ -45,7 +48,6 @@ int mha_cpu_has(const char *f)
     if (!strcmp(f, "ssse3")) return __builtin_cpu_supports("ssse3");
     if (!strcmp(f, "avx512_vnni")) return __builtin_cpu_supports("avx512vnni");
     if (!strcmp(f, "avx512vbmi")) return __builtin_cpu_supports("avx512vbmi");
-    if (!strcmp(f, "avx_vnni")) return __builtin_cpu_supports("avxvnni");
     return cpuid_has(f);
 }
 
