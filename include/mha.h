@@ -545,9 +545,10 @@ MHA_API size_t mha_l2_bytes(void); /* per-core L2 cache; 0 if unknown */
  * differ across tables (float rounding). */
 MHA_API const char *mha_isa_auto(void);
 /* What kernel table `isa` holds, as one line into buf: the CPU features it needs, whether this
- * CPU runs it, its BLIS sub-configs and its bf16 kernels ("needs avx2 fma f16c; runs here;
- * BLIS haswell zen3 zen2 zen; bf16 avx2-bf16"). MHA_ERR_CONFIG for an unknown name (buf says
- * which exist), MHA_ERR_INVALID_ARG for NULL. */
+ * CPU runs it, its BLIS sub-configs, its bf16 kernels and its integer products for int16
+ * activations, the one an engine here takes marked ("needs avx2 fma f16c; runs here; BLIS
+ * haswell zen3 zen2 zen; bf16 avx2-bf16; int16 products avx2-vnni avx2 (here) ref").
+ * MHA_ERR_CONFIG for an unknown name (buf says which exist), MHA_ERR_INVALID_ARG for NULL. */
 MHA_API mha_status mha_isa_describe(const char *isa, char *buf, size_t len);
 /* The BLIS sub-config "auto" picks on this CPU (the auto table's default), and the version of
  * the BLIS linked in. */

@@ -259,8 +259,11 @@ Test(kernel, each_table_describes_itself)
     cr_assert_eq(mha_isa_describe("avx512", buf, sizeof buf), MHA_OK);
     cr_assert(strstr(buf, "bf16 amx-bf16 avx512-bf16 fma-bf16") && strstr(buf, mha_isa_runnable(&mha_isa_avx512) ? "runs here" : "not here"),
               "%s", buf);
+    cr_assert(strstr(buf, "int16 products avx512-vnni") && strstr(buf, "avx2-vnni") && strstr(buf, " ref") &&
+              (!mha_isa_runnable(&mha_isa_avx512) || strstr(buf, " (here)")), "%s", buf);
     cr_assert_eq(mha_isa_describe("ref", buf, sizeof buf), MHA_OK);
-    cr_assert(strstr(buf, "runs here") && strstr(buf, "BLIS generic") && strstr(buf, "bf16 ref-bf16"), "%s", buf);
+    cr_assert(strstr(buf, "runs here") && strstr(buf, "BLIS generic") && strstr(buf, "bf16 ref-bf16") &&
+              strstr(buf, "int16 products ref (here)"), "%s", buf);
     cr_assert_eq(mha_isa_describe("neon", buf, sizeof buf), MHA_ERR_CONFIG);
     cr_assert(strstr(buf, "unknown"), "%s", buf);
     cr_assert_eq(mha_isa_describe(NULL, buf, sizeof buf), MHA_ERR_INVALID_ARG);

@@ -187,6 +187,12 @@ MHA_API mha_status mha_isa_describe(const char *name, char *buf, size_t len)
             at += (size_t)snprintf(buf + at, len - at, "; bf16");
         for (int j = 0; t->bf16[j] && at < len; j++)
             at += (size_t)snprintf(buf + at, len - at, " %s", t->bf16[j]->name);
+        if (at < len) /* the integer products, the one an engine here would take marked */
+            at += (size_t)snprintf(buf + at, len - at, "; int16 products");
+        const mha_qdot16_ops *here_ops = lacks[0] ? NULL : mha_qdot16_choose(t->quant);
+        for (int j = 0; t->quant->dot16[j] && at < len; j++)
+            at += (size_t)snprintf(buf + at, len - at, " %s%s", t->quant->dot16[j]->name,
+                                   t->quant->dot16[j] == here_ops ? " (here)" : "");
         return MHA_OK;
     }
     unknown(buf, len, 0);
