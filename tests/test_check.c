@@ -251,45 +251,40 @@ static void need_smollm2(void)
                      "or was not run)");
 }
 
-/* SmolLM2's layer 29 as stored (Q4_1 blocks), its real-text input, a causal forward: --check on
- * every row passes against the dequantized weights in float32 (measured 2.2e-6) and bf16
- * (4.5e-3, bound 1e-2 x (1 + 1/sqrt(12))), each line naming the reference and the bound. */
-Test(check, gguf_layer_with_block_weights_passes, .timeout = 120)
+/* SmolLM2's layer l as stored (Q4_1 blocks), its real-text input, a causal forward with the
+ * options opts, checked on every row in float32 and bf16: each passes, its line naming the
+ * reference and says[precision]'s bound and path. */
+static void gguf_layer_passes(int l, const char *opts, const char *const says[2])
 {
     need_smollm2();
     char dir[64], x[128], args[512];
     tmpdir_make(dir, sizeof dir);
-    layer_input(dir, 29, x, sizeof x);
-    const char *prec[] = {"f32", "bf16"}, *says[] = {"(bound 0.0001, float32, block weights:",
-                                                       "(bound 0.0129, bf16, block weights:"};
+    layer_input(dir, l, x, sizeof x);
+    const char *prec[] = {"f32", "bf16"};
     for (int i = 0; i < 2; i++) {
-        snprintf(args, sizeof args, "run --weights " SMOLLM2 " --layer 29 --input %s --causal --iters 1 --warmup 0 "
-                 "--check 12 --precision %s", x, prec[i]);
+        snprintf(args, sizeof args, "run --weights " SMOLLM2 " --layer %d --input %s --causal --iters 1 --warmup 0 "
+                 "%s --check 12 --precision %s", l, x, opts, prec[i]);
         passes(args, "over 12 rows against a double-precision reference on the file's q4_1 weights dequantized "
                      "(what the file means)", says[i]);
     }
     tmpdir_remove(dir);
 }
 
-/* SmolLM2's layer 6 as stored, on int16 activations: the layer whose inputs' outlier channels
- * (20x their rms) round the most (perf/check_bounds.sh's worst), a causal forward checked on
- * every row: float32 measures 2.4e-4 (bound 1e-3), bf16 6.3e-3 (bound 1e-2 x (1 + 1/sqrt(12))),
- * each line naming the int16 path and the file's weights dequantized as the reference. */
+/* Layer 29: float32 measures 2.2e-6 (bound 1e-4), bf16 4.5e-3 (bound 1e-2 x (1 + 1/sqrt(12))). */
+Test(check, gguf_layer_with_block_weights_passes, .timeout = 120)
+{
+    const char *const says[2] = {"(bound 0.0001, float32, block weights:", "(bound 0.0129, bf16, block weights:"};
+    gguf_layer_passes(29, "", says);
+}
+
+/* Layer 6 on int16 activations: the layer whose inputs' outlier channels (20x their rms) round
+ * the most (perf/check_bounds.sh's worst): float32 measures 2.4e-4 (bound 1e-3), bf16 6.3e-3
+ * (bound 1e-2 x (1 + 1/sqrt(12))), each line naming the int16 path. */
 Test(check, gguf_layer_on_int16_activations_passes, .timeout = 120)
 {
-    need_smollm2();
-    char dir[64], x[128], args[512];
-    tmpdir_make(dir, sizeof dir);
-    layer_input(dir, 6, x, sizeof x);
-    const char *prec[] = {"f32", "bf16"}, *says[] = {"(bound 0.001, float32, block weights on int16 activations:",
-                                                       "(bound 0.0129, bf16, block weights on int16 activations:"};
-    for (int i = 0; i < 2; i++) {
-        snprintf(args, sizeof args, "run --weights " SMOLLM2 " --layer 6 --input %s --causal --iters 1 --warmup 0 "
-                 "--activations int16 --check 12 --precision %s", x, prec[i]);
-        passes(args, "over 12 rows against a double-precision reference on the file's q4_1 weights dequantized "
-                     "(what the file means)", says[i]);
-    }
-    tmpdir_remove(dir);
+    const char *const says[2] = {"(bound 0.001, float32, block weights on int16 activations:",
+                                 "(bound 0.0129, bf16, block weights on int16 activations:"};
+    gguf_layer_passes(6, "--activations int16", says);
 }
 
 /* The issue's case: a correct bf16 decode of SmolLM2's layer 29 checked on one row, which 1e-2

@@ -570,33 +570,52 @@ Test(quant_engine, heads_of_80_features_hold_no_padding_and_match_their_floats)
     problem_free(&p);
 }
 
-Test(quant_engine, steps_token_by_token_equal_the_causal_forward_bitwise, .timeout = 120)
+/* One sequence of seq tokens through the paged cache on weights of the mix and activations act,
+ * for each prefill length of prefills (n of them) then one token a step: the causal forward's
+ * bits. */
+static void steps_equal_the_forward(const mha_weight_type *mix, mha_activations act, int seq, const int *prefills,
+                                    int n)
 {
     problem p;
-    quant_problem(&p, 1, 24);
-    qweights q = quant_weights(&p, mixes[MIX_Q4_K_M]);
-    mha_engine *e = quant_engine(&p, mixes[MIX_Q4_K_M], &q.w, 2);
+    quant_problem(&p, 1, seq);
+    qweights q = quant_weights(&p, mix);
+    mha_engine *e = quant_engine_act(&p, mix, &q.w, 2, act);
     float *full = forward(e, &p);
     mha_config cfg;
     problem_config(&p, &cfg, 2);
-    memcpy(cfg.weight_type, mixes[MIX_Q4_K_M], sizeof cfg.weight_type);
+    memcpy(cfg.weight_type, mix, sizeof cfg.weight_type);
+    cfg.weight_activations = act;
+    enum { BS = 16, BLOCKS = 8 };
+    cr_assert_leq(seq, BS * BLOCKS);
     mha_kv_cache *c;
-    cr_assert_eq(mha_kv_cache_create(&cfg, 4, 16, 1, &c), MHA_OK);
-    const int32_t blocks[4] = {0, 1, 2, 3};
+    cr_assert_eq(mha_kv_cache_create(&cfg, BLOCKS, BS, 1, &c), MHA_OK);
+    const int32_t blocks[BLOCKS] = {0, 1, 2, 3, 4, 5, 6, 7};
     float *out = malloc((size_t)p.seq_q * p.d * sizeof *out);
-    for (int t = 0, n; t < p.seq_q; t += n) {
-        n = t < 10 ? 10 : 1; /* a prefill of 10, then token by token */
-        const int32_t past = t, nn = n;
-        const mha_step st = {.n_seqs = 1, .n_past = &past, .n_new = &nn, .blocks = blocks, .max_blocks = 4,
-                             .x = p.q + (size_t)t * p.d};
-        cr_assert_eq(mha_step_forward(e, c, &st, out + (size_t)t * p.d), MHA_OK, "%s", mha_engine_last_error(e));
+    for (int pass = 0; pass < n; pass++) {
+        memset(out, 0, (size_t)p.seq_q * p.d * sizeof *out);
+        for (int t = 0, k; t < p.seq_q; t += k) {
+            k = t ? 1 : prefills[pass];
+            const int32_t past = t, nn = k;
+            const mha_step st = {.n_seqs = 1, .n_past = &past, .n_new = &nn, .blocks = blocks, .max_blocks = BLOCKS,
+                                 .x = p.q + (size_t)t * p.d};
+            cr_assert_eq(mha_step_forward(e, c, &st, out + (size_t)t * p.d), MHA_OK, "%s", mha_engine_last_error(e));
+        }
+        const long at = first_bit_difference(out, full, (size_t)p.seq_q * p.d);
+        cr_assert_eq(at, -1, "%s Wq on %s activations, a prefill of %d: steps and the forward differ at row %ld",
+                     mha_weight_type_name(mix[0]), act == MHA_ACTIVATIONS_INT16 ? "int16" : "f32", prefills[pass],
+                     at / p.d);
     }
-    cr_assert_eq(first_bit_difference(out, full, (size_t)p.seq_q * p.d), -1, "steps and the forward differ");
     free(out), free(full);
     mha_kv_cache_free(c);
     mha_free(e);
     qweights_free(&q);
     problem_free(&p);
+}
+
+Test(quant_engine, steps_token_by_token_equal_the_causal_forward_bitwise, .timeout = 120)
+{
+    const int prefill[1] = {10};
+    steps_equal_the_forward(mixes[MIX_Q4_K_M], MHA_ACTIVATIONS_F32, 24, prefill, 1);
 }
 
 Test(quant_engine, quantizing_floats_at_load_equals_handing_the_quantized_blocks, .timeout = 120)
@@ -739,41 +758,9 @@ Test(quant_engine, int16_activations_stay_within_their_bound_of_f32_ones_and_hol
  * more than MHA_QROWS rows in a step). */
 Test(quant_engine, int16_activations_steps_token_by_token_equal_the_causal_forward_bitwise, .timeout = 240)
 {
-    for (size_t x = 0; x < sizeof mixes / sizeof mixes[MIX_Q4_K_M]; x++) {
-        problem p;
-        quant_problem(&p, 1, Q16_SEQ + 4);
-        qweights q = quant_weights(&p, mixes[x]);
-        mha_engine *e = quant_engine_act(&p, mixes[x], &q.w, 2, MHA_ACTIVATIONS_INT16);
-        float *full = forward(e, &p);
-        mha_config cfg;
-        problem_config(&p, &cfg, 2);
-        memcpy(cfg.weight_type, mixes[x], sizeof cfg.weight_type);
-        cfg.weight_activations = MHA_ACTIVATIONS_INT16;
-        mha_kv_cache *c;
-        cr_assert_eq(mha_kv_cache_create(&cfg, 5, 16, 1, &c), MHA_OK);
-        const int32_t blocks[5] = {0, 1, 2, 3, 4};
-        float *out = malloc((size_t)p.seq_q * p.d * sizeof *out);
-        const int prefills[2] = {10, Q16_SEQ};
-        for (int pass = 0; pass < 2; pass++) {
-            memset(out, 0, (size_t)p.seq_q * p.d * sizeof *out);
-            for (int t = 0, n; t < p.seq_q; t += n) {
-                n = t ? 1 : prefills[pass];
-                const int32_t past = t, nn = n;
-                const mha_step st = {.n_seqs = 1, .n_past = &past, .n_new = &nn, .blocks = blocks, .max_blocks = 5,
-                                     .x = p.q + (size_t)t * p.d};
-                cr_assert_eq(mha_step_forward(e, c, &st, out + (size_t)t * p.d), MHA_OK, "%s",
-                             mha_engine_last_error(e));
-            }
-            const long at = first_bit_difference(out, full, (size_t)p.seq_q * p.d);
-            cr_assert_eq(at, -1, "mix %zu, a prefill of %d: steps and the forward differ at row %ld", x,
-                         prefills[pass], at / p.d);
-        }
-        free(out), free(full);
-        mha_kv_cache_free(c);
-        mha_free(e);
-        qweights_free(&q);
-        problem_free(&p);
-    }
+    const int prefills[2] = {10, Q16_SEQ};
+    for (size_t x = 0; x < sizeof mixes / sizeof mixes[MIX_Q4_K_M]; x++)
+        steps_equal_the_forward(mixes[x], MHA_ACTIVATIONS_INT16, Q16_SEQ + 4, prefills, 2);
 }
 
 Test(quant_engine, int16_activations_on_f32_weights_or_an_unknown_value_are_refused_with_the_field)

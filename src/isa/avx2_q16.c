@@ -191,7 +191,7 @@ Q16_INLINE void dot_run(const mha_qtype *t, const int type, const unsigned char 
                         const int np)
 {
     const int groups = t->qk / MHA_QG, halves = type == MHA_QT_Q6_K ? 2 : 1;
-    const int offset = type == MHA_QT_Q4_0 ? 8 : type == MHA_QT_Q5_0 ? 16 : type == MHA_QT_Q6_K ? 32 : 0;
+    const int offset = mha_q_offset(type);
     const size_t block_bytes = MHA_QP * t->bytes;
     __m256 s[4][4][2]; /* [row][panel][A or B] */
     for (int r = 0; r < rows; r++)

@@ -188,6 +188,20 @@ Q512_INLINE void prefetch_ahead(const unsigned char *panel, int g, size_t group_
         _mm_prefetch((const char *)panel + (size_t)(g + PREFETCH_GROUPS) * group_bytes + at, _MM_HINT_T0);
 }
 
+/* Group g of np panels of type t: each panel's block holding it (b) and the group's factors (f),
+ * the group PREFETCH_GROUPS on asked for. */
+Q512_INLINE void group_of_panels(const mha_qtype *t, const int type, const unsigned char *const *p, int np, int g,
+                                 const unsigned char **b, factors *f)
+{
+    const int groups = t->qk / MHA_QG;
+    const size_t block_bytes = MHA_QP * t->bytes;
+    for (int j = 0; j < np; j++) {
+        b[j] = p[j] + (size_t)(g / groups) * block_bytes;
+        f[j] = factors_of(type, b[j], g % groups);
+        prefetch_ahead(p[j], g, block_bytes / groups);
+    }
+}
+
 /* few's chains (qkernels.h) for rows ≤ 2 and np ≤ 4 panels of one type: each group's factors,
  * then input by input (a pair of them for 4-bit types) every panel's weights in registers and
  * every row's FMA; the panels' chains interleave, so no FMA waits on the one before it. */
@@ -195,7 +209,6 @@ Q512_INLINE void few_run(const mha_qtype *t, const int type, const unsigned char
                          ptrdiff_t lda, float *restrict acc, ptrdiff_t ld, const int rows, const int np)
 {
     const int groups = t->qk / MHA_QG;
-    const size_t block_bytes = MHA_QP * t->bytes, group_bytes = block_bytes / groups;
     __m512 s[2][4];
     for (int r = 0; r < rows; r++)
         for (int j = 0; j < np; j++)
@@ -203,11 +216,7 @@ Q512_INLINE void few_run(const mha_qtype *t, const int type, const unsigned char
     for (int g = 0; g < kk / MHA_QG; g++) {
         const unsigned char *b[4];
         factors f[4];
-        for (int j = 0; j < np; j++) {
-            b[j] = p[j] + (size_t)(g / groups) * block_bytes;
-            f[j] = factors_of(type, b[j], g % groups);
-            prefetch_ahead(p[j], g, group_bytes);
-        }
+        group_of_panels(t, type, p, np, g, b, f);
         const float *x = a + g * MHA_QG;
         if (type == MHA_QT_Q8_0) {
             for (int i = 0; i < MHA_QG; i++)
@@ -355,8 +364,7 @@ Q8V_INLINE void dot_run(const mha_qtype *t, const int type, const unsigned char 
                         const int np)
 {
     const int groups = t->qk / MHA_QG, halves = type == MHA_QT_Q6_K ? 2 : 1;
-    const int offset = type == MHA_QT_Q4_0 ? 8 : type == MHA_QT_Q5_0 ? 16 : type == MHA_QT_Q6_K ? 32 : 0;
-    const size_t block_bytes = MHA_QP * t->bytes, group_bytes = block_bytes / groups;
+    const int offset = mha_q_offset(type);
     __m512 s[8][4];
     for (int r = 0; r < rows; r++)
         for (int j = 0; j < np; j++)
@@ -364,11 +372,7 @@ Q8V_INLINE void dot_run(const mha_qtype *t, const int type, const unsigned char 
     for (int g = 0; g < kk / MHA_QG; g++) {
         const unsigned char *b[4];
         factors f[4];
-        for (int j = 0; j < np; j++) {
-            b[j] = p[j] + (size_t)(g / groups) * block_bytes;
-            f[j] = factors_of(type, b[j], g % groups);
-            prefetch_ahead(p[j], g, group_bytes);
-        }
+        group_of_panels(t, type, p, np, g, b, f);
         for (int h = 0; h < halves; h++) {
             __m512i is[8][4];
             for (int r = 0; r < rows; r++)

@@ -82,6 +82,13 @@ static inline int mha_q_hi_bits(int type)
     return type == MHA_QT_Q6_K ? 2 : mha_q_hi_at(type) ? 1 : 0;
 }
 
+/* The integer a type's unsigned values are offset by (Q4_0 8, Q5_0 16, Q6_K 32; else 0): the
+ * integer products take offset·Σa from a group's sum. */
+static inline int mha_q_offset(int type)
+{
+    return type == MHA_QT_Q4_0 ? 8 : type == MHA_QT_Q5_0 ? 16 : type == MHA_QT_Q6_K ? 32 : 0;
+}
+
 /* Whether a type's groups have a float min (the integer products' second FMA). */
 static inline int mha_q_has_min(int type)
 {

@@ -155,7 +155,7 @@ static int group_ints(int type, const unsigned char *b, int grp, int o, int q[MH
         }
         for (int h = 0; h < 2; h++)
             D[h] = d * (float)(signed char)b[MHA_Q6_K_SC + (2 * grp + h) * MHA_QP + o];
-        return 32;
+        return mha_q_offset(type);
     }
     const int k = type == MHA_QT_Q4_K || type == MHA_QT_Q5_K, first = k ? grp * MHA_QG : 0;
     for (int i = 0; i < MHA_QG; i++)
@@ -169,7 +169,7 @@ static int group_ints(int type, const unsigned char *b, int grp, int o, int q[MH
     }
     if (type == MHA_QT_Q4_1 || type == MHA_QT_Q5_1)
         *M = f16_at(b + MHA_Q4_1_M + 2 * o); /* Q5_1's m at the same place */
-    return type == MHA_QT_Q4_0 ? 8 : type == MHA_QT_Q5_0 ? 16 : 0;
+    return mha_q_offset(type);
 }
 
 static void dot_ref(const mha_qtype *t, const unsigned char *const *p, int np, int kk, const unsigned char *x,
