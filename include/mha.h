@@ -38,7 +38,7 @@
 #include <stdint.h>
 
 #define MHA_VERSION_MAJOR 0
-#define MHA_VERSION_MINOR 8
+#define MHA_VERSION_MINOR 9
 #define MHA_VERSION_PATCH 0
 #define MHA_VERSION_NUMBER (MHA_VERSION_MAJOR * 10000 + MHA_VERSION_MINOR * 100 + MHA_VERSION_PATCH)
 
@@ -140,8 +140,11 @@ enum { MHA_W_Q = 0, MHA_W_K = 1, MHA_W_V = 2, MHA_W_O = 3, MHA_W_COUNT = 4 };
  * integers exact in int32, then scaled into a float32 sum in input order: integer multiply units
  * (AVX512_VNNI's vpdpwssd, pmaddwd) at several times float32's rate, within a stated bound of the
  * dequantized layer (docs/quant.md); the same bits on every table, row count and split. 16 bits,
- * not llama.cpp's 8: trained layers' outlier channels leave 8 bits above 1e-2. */
-typedef enum { MHA_ACTIVATIONS_F32 = 0, MHA_ACTIVATIONS_INT16 = 1 } mha_activations;
+ * not llama.cpp's 8: trained layers' outlier channels leave 8 bits above 1e-2. BF16 (bf16
+ * engines only): the engine's own bf16 products (AMX tiles, vdpbf16ps) on the activations and
+ * the dequantized weights rounded to bf16, a panel of weights dequantized once a product: the
+ * bits of the bf16 engine holding the dequantized floats, prefills and many rows at its speed. */
+typedef enum { MHA_ACTIVATIONS_F32 = 0, MHA_ACTIVATIONS_INT16 = 1, MHA_ACTIVATIONS_BF16 = 2 } mha_activations;
 /* Bytes of n weights of type t as a file stores them (n whole blocks: 32, 256 for Q4_K and
  * Q5_K and Q6_K); 0 for a type mha does not read or n not whole blocks. */
 MHA_API size_t mha_weight_bytes(mha_weight_type t, int64_t n);

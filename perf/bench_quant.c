@@ -30,7 +30,8 @@
  * usage: bench_quant [--rounds N (1)] [--round R (0)] [--threads T (2)] [--steps S (20)]
  *                    [--iters I (1; 0: no prefill)] [--cold MB (0)] [--qprec f32|bf16]
  *                    [--types f32,bf16,q8_0,q4_0,q4_1,q4_k,q6_k] [--seq S (2048)]
- *                    [--activations f32|int16 (f32): what the block types multiply, weight_activations]
+ *                    [--activations f32|int16|bf16 (f32): what the block types multiply,
+ *                     weight_activations; bf16 needs QPREC bf16]
  * Output: one line per (round, type, workload): "bench_quant round=R type=T work=W ms=M
  * min=A max=B n=STEPS layers=L" or "... status=n/a reason=...", after a setup line per type. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime (perf_util.h) under -std=c11 */
@@ -75,7 +76,7 @@ typedef struct bq_slot {
     char fwd_why[256];  /* the prefill engine's own failure, if only it failed */
 } bq_slot;
 
-static int act16; /* --activations int16: block types multiply int16 activations (weight_activations) */
+static mha_activations acts; /* --activations: what the block types multiply (weight_activations) */
 
 static void config_for(mha_config *cfg, const bq_type *t, int qprec_bf16, int threads, int batch, int seq_q,
                        int seq_kv)
@@ -90,8 +91,8 @@ static void config_for(mha_config *cfg, const bq_type *t, int qprec_bf16, int th
                            .original_max_position = 8192};
     for (int i = 0; i < MHA_W_COUNT; i++)
         cfg->weight_type[i] = t->wt;
-    if (act16 && t->wt != MHA_WEIGHT_F32)
-        cfg->weight_activations = MHA_ACTIVATIONS_INT16;
+    if (t->wt != MHA_WEIGHT_F32)
+        cfg->weight_activations = acts;
 }
 
 /* an engine of cfg holding w, or NULL with why filled */
@@ -163,8 +164,10 @@ int main(int argc, char **argv)
             types_arg = v, ok = 1;
         if (v && !strcmp(a, "--qprec") && (!strcmp(v, "f32") || !strcmp(v, "bf16")))
             qprec_bf16 = !strcmp(v, "bf16"), ok = 1;
-        if (v && !strcmp(a, "--activations") && (!strcmp(v, "f32") || !strcmp(v, "int16")))
-            act16 = !strcmp(v, "int16"), ok = 1;
+        if (v && !strcmp(a, "--activations") && (!strcmp(v, "f32") || !strcmp(v, "int16") || !strcmp(v, "bf16")))
+            acts = !strcmp(v, "int16") ? MHA_ACTIVATIONS_INT16 : !strcmp(v, "bf16") ? MHA_ACTIVATIONS_BF16
+                                                                                  : MHA_ACTIVATIONS_F32,
+            ok = 1;
         if (!ok)
             goto usage;
     }
@@ -174,7 +177,7 @@ int main(int argc, char **argv)
         seq < 1 || seq > 1 << 16) {
     usage:
         fprintf(stderr, "usage: bench_quant [--rounds N] [--round R] [--threads T] [--steps S] [--iters I] "
-                        "[--cold MB] [--qprec f32|bf16] [--activations f32|int16] [--seq S] "
+                        "[--cold MB] [--qprec f32|bf16] [--activations f32|int16|bf16] [--seq S] "
                         "[--types f32,bf16,q8_0,q4_0,q4_1,q4_k,q6_k]\n");
         return 2;
     }

@@ -25,7 +25,7 @@ targets on the hot ones (like for like with test-backend-ops).
 
 Writes the log to perf/results/bench-quant-HOST-DATETIME.txt.
 usage: perf/bench_quant.py [--rounds N (3)] [--threads T (2)] [--steps S (20)] [--iters I (1)]
-       [--cold MB (600; 0: no cold steps)] [--qprec bf16|f32] [--activations f32|int16 (f32)]
+       [--cold MB (600; 0: no cold steps)] [--qprec bf16|f32] [--activations f32|int16|bf16 (f32)]
        [--types f32,bf16,...] [--no-ggml]
        [--no-14336] [--quiet S (120: before each part, wait up to S s for the CPUs to be 90% idle)]
        [--max-others P (10: a part during which other processes used more than P% of the CPUs is
@@ -204,9 +204,10 @@ def main():
     ap.add_argument("--iters", type=int, default=1)
     ap.add_argument("--cold", type=int, default=600, help="MB of weights the cold steps go through (0: none)")
     ap.add_argument("--qprec", choices=("bf16", "f32"), default="bf16")
-    ap.add_argument("--activations", choices=("f32", "int16"), default="f32",
+    ap.add_argument("--activations", choices=("f32", "int16", "bf16"), default="f32",
                     help="what mha's block types multiply (weight_activations): int16, integer products "
-                         "on activations rounded per 32 inputs")
+                         "on activations rounded per 32 inputs; bf16, the bf16 engine's products on the "
+                         "weights dequantized into bf16 (--qprec bf16)")
     ap.add_argument("--types", default=",".join(TYPES))
     ap.add_argument("--no-ggml", action="store_true")
     ap.add_argument("--max-others", type=float, default=10,

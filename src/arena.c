@@ -113,7 +113,7 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
     sl[MHA_SLICE_kt] = product(dk, mha_round_up(seq_kv, w > MHA_TILE_KEYS ? w : MHA_TILE_KEYS), f, of);
     sl[MHA_SLICE_scores] = product((size_t)dims->q_block, (size_t)p->ld_scores, f, of);
     sl[MHA_SLICE_apack] = mha_gemm_apack_floats(k) * f;
-    if (dims->act16) { /* Wo's rows quantized a block at a time (mha_qgemm16) */
+    if (dims->acts == MHA_ACTIVATIONS_INT16) { /* Wo's rows quantized a block at a time (mha_qgemm16) */
         const size_t room = product(MHA_QROWS, mha_a16_row_bytes(dims->qd > dims->d ? dims->qd : dims->d), 1, of);
         sl[MHA_SLICE_apack] = sl[MHA_SLICE_apack] > room ? sl[MHA_SLICE_apack] : room;
     }
@@ -128,6 +128,12 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
                                     sizeof(mha_bf16), 1, of);
         sl[MHA_SLICE_kt] = sl[MHA_SLICE_kt] > kt16 ? sl[MHA_SLICE_kt] : kt16;
         sl[MHA_SLICE_apack] = sl[MHA_SLICE_apack] > ap16 ? sl[MHA_SLICE_apack] : ap16;
+        if (dims->acts == MHA_ACTIVATIONS_BF16) { /* mha_qgemm_bf16's rooms, for Wqkv (d) and Wo (qd) */
+            const size_t apq = product(mha_qbf16_apack_elems(deepest), sizeof(mha_bf16), 1, of);
+            const size_t wd = mha_qbf16_wpack_elems(k, dims->d), wo = mha_qbf16_wpack_elems(k, dims->qd);
+            sl[MHA_SLICE_apack] = sl[MHA_SLICE_apack] > apq ? sl[MHA_SLICE_apack] : apq;
+            sl[MHA_SLICE_wq16] = product(wd > wo ? wd : wo, sizeof(mha_bf16), 1, of);
+        }
         /* V (seq_kv, dk) in B panels; a key chunk may start 16 rows into a k tile and read a
          * tile past its end (those rows meet zero probabilities): one tile of room */
         sl[MHA_SLICE_v16] = product(mha_bk_b_elems(dims->seq_kv + MHA_BT_K, dims->dk), sizeof(mha_bf16), 1, of);
@@ -191,9 +197,9 @@ int mha_arena_plan_make(const mha_dims *dims, const mha_kernel *k, size_t engine
     p->dkp = (int)mha_round_up((size_t)dims->dk, dims->quant ? lcm(w, MHA_QP) : w); /* whole panels of either */
     p->ld_scores = (ptrdiff_t)mha_round_up((size_t)dims->seq_kv, 16);
     p->xpack_stride = mha_gemm_packed_a_floats(k, (size_t)dims->seq_q, (size_t)dims->d); /* seq_q, d <= 2^20, 2^16 */
-    if (dims->act16) /* int16 rows (qgemm.h), in floats' room */
+    if (dims->acts == MHA_ACTIVATIONS_INT16) /* int16 rows (qgemm.h), in floats' room */
         p->xpack_stride = (product((size_t)dims->seq_q, mha_a16_row_bytes(dims->d), 1, &of) + 3) / 4;
-    else if (dims->quant) /* nothing packed: the products read A in place */
+    else if (dims->quant && dims->acts == MHA_ACTIVATIONS_F32) /* nothing packed: the products read A in place */
         p->xpack_stride = 1;
     else if (dims->bf16) /* bf16 A panels, in floats' room */
         p->xpack_stride = (product(mha_round_up((size_t)dims->seq_q, MHA_BT_M), mha_bk_kp(dims->d), 1, &of) + 1) / 2;

@@ -208,6 +208,7 @@ typedef struct mha_fwd {
     X(kt, float)      /* panels (dk, round_up(seq_kv, bw)): Kᵀ (bf16: kt16, the larger) */     \
     X(scores, float)  /* (q_block, ld_scores) */                                               \
     X(apack, float)   /* mha_gemm_apack_floats (bf16: apack16, the larger) */                  \
+    X(wq16, mha_bf16) /* bf16 engines with block weights: their panels dequantized (qgemm.h) */ \
     X(v16, mha_bf16)  /* bf16: V in B panels */                                                \
     X(p16, mha_bf16)  /* bf16: 32 rows' probabilities against one chunk in A panels (each row  \
                          rounded as exp'd) */                                                  \
@@ -238,7 +239,7 @@ typedef struct mha_scratch {
 /* The products' context of a worker of the model f (mha_products.gemm). */
 static inline mha_gemm_ctx mha_fwd_gemm(const mha_fwd *f, const mha_scratch *s)
 {
-    return (mha_gemm_ctx){f->kernel, f->bk, f->bk ? (void *)s->apack16 : (void *)s->apack};
+    return (mha_gemm_ctx){f->kernel, f->bk, f->bk ? (void *)s->apack16 : (void *)s->apack, s->wq16};
 }
 
 /* bf16: panel strides of Kᵀ (dk × keys) in s->kt16 and of V (keys × dk) in s->v16, which has

@@ -62,8 +62,12 @@ static mha_status weight_types_check(const mha_config *cfg, mha_problem *pr)
                                 q->name, q->qk, i == MHA_W_O ? "n_heads·head_dim" : "d_model", inputs);
     }
     if (cfg->weight_activations != MHA_ACTIVATIONS_F32 && !blocks)
-        return mha_problemf(pr, MHA_ERR_CONFIG, "weight_activations", "int16 multiplies block-type weights; "
-                            "these are f32 (set weight_type, or weights.type)");
+        return mha_problemf(pr, MHA_ERR_CONFIG, "weight_activations", "%s multiplies block-type weights; "
+                            "these are f32 (set weight_type, or weights.type)",
+                            cfg->weight_activations == MHA_ACTIVATIONS_BF16 ? "bf16" : "int16");
+    if (cfg->weight_activations == MHA_ACTIVATIONS_BF16 && cfg->precision != MHA_PRECISION_BF16)
+        return mha_problemf(pr, MHA_ERR_CONFIG, "weight_activations", "bf16 runs the block weights on a bf16 "
+                            "engine's products; this engine's precision is f32 (set precision bf16)");
     if (blocks && blocks < MHA_W_COUNT) /* every name is known: each passed the loop */
         return mha_problemf(pr, MHA_ERR_CONFIG, "weight_type", "%s %s %s %s: all four f32, or all four block types",
                             mha_weight_type_name(cfg->weight_type[0]), mha_weight_type_name(cfg->weight_type[1]),
@@ -145,7 +149,7 @@ mha_status mha_config_resolve(const mha_config *cfg, mha_dims *dims, mha_problem
         dims->quant = mha_qtype_of(cfg->weight_type[MHA_W_Q]) != NULL; /* all four or none */
         for (int i = 0; i < MHA_W_COUNT; i++)
             dims->wtype[i] = cfg->weight_type[i];
-        dims->act16 = cfg->weight_activations == MHA_ACTIVATIONS_INT16;
+        dims->acts = cfg->weight_activations;
     }
     return MHA_OK;
 }

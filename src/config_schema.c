@@ -33,7 +33,8 @@ static const mha_config_name kv_type_names[] = {
 static const mha_config_name weight_type_names[] = {{"f32", MHA_WEIGHT_F32}, {"q8_0", MHA_WEIGHT_Q8_0},
     {"q4_0", MHA_WEIGHT_Q4_0}, {"q4_1", MHA_WEIGHT_Q4_1}, {"q5_0", MHA_WEIGHT_Q5_0}, {"q5_1", MHA_WEIGHT_Q5_1},
     {"q4_k", MHA_WEIGHT_Q4_K}, {"q5_k", MHA_WEIGHT_Q5_K}, {"q6_k", MHA_WEIGHT_Q6_K}};
-static const mha_config_name activations_names[] = {{"f32", MHA_ACTIVATIONS_F32}, {"int16", MHA_ACTIVATIONS_INT16}};
+static const mha_config_name activations_names[] = {
+    {"f32", MHA_ACTIVATIONS_F32}, {"int16", MHA_ACTIVATIONS_INT16}, {"bf16", MHA_ACTIVATIONS_BF16}};
 #define NAMES(a) a, (int)N_OF(a)
 
 /* K(key, engine field, type, min, max, max entries, required, enum text, default text, doc),
@@ -126,7 +127,7 @@ const mha_config_row mha_keys[] = {
         ENG(isa), NONE, 0, NULL, 0),
     KEY(K("weights.type", "weight_type", MHA_KEY_ENUM, 0, 0, 0, 0, "f32, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k", "f32 (mha run --weights M.gguf: the file's types)", "how the engine holds Wq, Wk, Wv and Wo (one type for the four): f32, or ggml's blocks, quantized at load from float weights (as llama.cpp's reference quantizer) or taken as a GGUF file stores them"),
         ENG(weight_type), NONE, MHA_WEIGHT_F32, NAMES(weight_type_names)),
-    KEY(K("weights.activations", "weight_activations", MHA_KEY_ENUM, 0, 0, 0, 0, "f32, int16", "f32", "what block-type weights multiply: f32 (the activations as they are: float32 FMA chains, the f32 contract), or int16 (activations rounded to int16 per 32 inputs, exact integer dot products: several times faster, within a stated bound: docs/quant.md); int16 needs a block weights.type"),
+    KEY(K("weights.activations", "weight_activations", MHA_KEY_ENUM, 0, 0, 0, 0, "f32, int16, bf16", "f32", "what block-type weights multiply: f32 (the activations as they are: float32 FMA chains, the f32 contract), int16 (activations rounded to int16 per 32 inputs, exact integer dot products: several times faster, within a stated bound: docs/quant.md), or bf16 (precision bf16 only: the engine's bf16 products on the weights dequantized into bf16, prefills at the bf16 engine's speed); int16 and bf16 need a block weights.type"),
         ENG(weight_activations), NONE, MHA_ACTIVATIONS_F32, NAMES(activations_names)),
 };
 const int mha_n_keys = (int)N_OF(mha_keys);

@@ -28,8 +28,8 @@ typedef struct mha_dims {
     mha_rope rope;                /* as configured; rope.rotary_dim resolved (0 -> dk) */
     int positions;                /* RoPE table rows: max(seq_q, seq_kv) */
     mha_weight_type wtype[MHA_W_COUNT]; /* Wq, Wk, Wv, Wo as held (config.weight_type) */
-    int act16;                          /* block weights multiply int16 activations
-                                           (config.weight_activations INT16) */
+    mha_activations acts;               /* what block weights multiply
+                                           (config.weight_activations) */
     int quant;                    /* the four held as blocks (quant.h), not floats */
     mha_mla mla;                  /* as configured; zeroed without MLA (kv_lora_rank 0). With it:
                                    * dk = kv_lora + rope, dv = kv_lora, kvh 1, group h */

@@ -136,7 +136,7 @@ static void make_model(mha_engine *e)
         .k_norm = v->qk_norm ? v->qk_norm + mha_qk_norm_len(dm->qk_norm.kind, dm->h, dm->dk) : NULL,
         .rope = dm->rope.style, .rope_dim = dm->rope.rotary_dim,
         .rope_cos = v->rope_cos, .rope_sin = v->rope_sin,
-        .prod = mha_products_of(e->bkernel, dm->quant, dm->act16), .bk = e->bkernel,
+        .prod = mha_products_of(e->bkernel, dm->quant, dm->acts), .bk = e->bkernel,
         .attn = mha_attention_ops_of(&e->attn_ops, e->bkernel, &e->kernel, dm->dk, dm->group),
         .wqkv = dm->quant ? (const void *)&e->qkv_q : dm->bf16 ? (const void *)v->wqkv16 : v->wqkv, .bqkv = v->bqkv,
         .wo = dm->quant ? (const void *)&e->o_q : dm->bf16 ? (const void *)v->wo16 : v->wo, .bo = v->bo,

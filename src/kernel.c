@@ -103,6 +103,7 @@ mha_status mha_kernel_select(const char *request, const mha_isa *isa, mha_kernel
         k->nb = k->transposed ? mc : nc / nr * nr;
         k->isa = isa;
         k->qdot16 = mha_qdot16_choose(isa->quant);
+        k->qbf16 = mha_qbf16_choose(isa->quant);
         /* rows stream where the table's passes reproduce this microkernel's sums: the one of
          * stream_arch, which other sub-configs share (zen, zen2 and zen3 run haswell's) */
         k->stream = isa->stream_rows && k->bw == isa->stream_bw &&

@@ -119,7 +119,21 @@ static void gemm_quant16(const mha_gemm_ctx *g, int m, int n, int kk, const void
 static const mha_products quant16 = {.esz = 1, .a_panel = a_panel_quant, .a_row = a_row_quant16,
                                      .pack_a = pack_a_quant16, .gemm = gemm_quant16};
 
-const mha_products *mha_products_of(const mha_bkernel *bk, int quantized, int act16)
+/* Block weights in a bf16 engine: A packed as bf16's, the products mha_qgemm_bf16's (the bits
+ * of a bf16 engine holding the dequantized floats). */
+static void gemm_quant_bf16(const mha_gemm_ctx *g, int m, int n, int kk, const void *xp, mha_mat a, const void *b,
+                            int col, float beta, mha_mat c)
 {
-    return act16 ? &quant16 : quantized ? &quant : bk ? &bf16 : &f32;
+    (void)kk;
+    mha_qgemm_bf16(g->k, g->bk, m, n, xp, a.p, a.ld, b, col, beta, c, g->apack, g->wpack);
+}
+
+static const mha_products quant_bf16 = {.esz = sizeof(mha_bf16), .a_panel = a_panel_bf16, .a_row = a_row_bf16,
+                                        .pack_a = pack_a_bf16, .gemm = gemm_quant_bf16};
+
+const mha_products *mha_products_of(const mha_bkernel *bk, int quantized, mha_activations acts)
+{
+    if (quantized)
+        return acts == MHA_ACTIVATIONS_INT16 ? &quant16 : acts == MHA_ACTIVATIONS_BF16 ? &quant_bf16 : &quant;
+    return bk ? &bf16 : &f32;
 }

@@ -11,13 +11,15 @@
 
 #include "bgemm.h"
 #include "gemm.h"
+#include "mha.h"
 
 /* What a product needs of the engine and the worker: the microkernel (and its table), the
- * bf16 kernel (NULL: float32), and the worker's room for packing A (float32's or bf16's). */
+ * bf16 kernel (NULL: float32), the worker's room for packing A (float32's or bf16's), and for
+ * block weights in a bf16 engine its room for their dequantized panels (else NULL). */
 typedef struct mha_gemm_ctx {
     const mha_kernel *k;
     const mha_bkernel *bk;
-    void *apack;
+    void *apack, *wpack;
 } mha_gemm_ctx;
 
 typedef struct mha_products {
@@ -42,8 +44,9 @@ typedef struct mha_products {
 } mha_products;
 
 /* The products of a float32 engine (bk NULL), of a bf16 one (its kernel), or of one holding
- * quantized weights (whatever its precision: b an mha_qmat, qgemm.h; A read in place, or with
- * act16 packed as int8 rows for the integer products). */
-const mha_products *mha_products_of(const mha_bkernel *bk, int quantized, int act16);
+ * quantized weights (b an mha_qmat, qgemm.h) multiplying acts: float32 A read in place, A
+ * packed as int16 rows for the integer products, or (a bf16 engine) A in bf16 panels on the
+ * weights dequantized into bf16. */
+const mha_products *mha_products_of(const mha_bkernel *bk, int quantized, mha_activations acts);
 
 #endif

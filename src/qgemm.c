@@ -195,3 +195,75 @@ void mha_qgemm16(const mha_kernel *k, int m, int n, const unsigned char *xq, con
         row_block16(k, r0, rows, n, x, xs, b, col, beta, c);
     }
 }
+
+static int gcd(int a, int b)
+{
+    return b ? gcd(b, a % b) : a;
+}
+
+int mha_qbf16_cols(const mha_kernel *k, int kk)
+{
+    const int step = k->bw / gcd(k->bw, MHA_QP) * MHA_QP;
+    const size_t fit = MHA_QBF16_BYTES / (mha_bk_kp(kk) * sizeof(mha_bf16)) / (size_t)step * (size_t)step;
+    return fit > (size_t)step ? (int)fit : step;
+}
+
+/* Panel p (type t) of kk inputs into a bf16 B panel at dst (B's layout is k pair by k pair: input
+ * i's pair starts i·MHA_QP elements in): a group at a time by the table's k->qbf16, or QCHUNK
+ * inputs at a time dequantized into floats (L1), then rounded as the table packs any float B. */
+static void panel_bf16(const mha_kernel *k, const unsigned char *p, const mha_qtype *t, int kk, mha_bf16 *dst)
+{
+    const mha_qkernels *qk = k->isa->quant;
+    const size_t block_bytes = MHA_QP * t->bytes;
+    const int groups = t->qk / MHA_QG;
+    if (k->qbf16) {
+        for (int g = 0; g < kk / MHA_QG; g++)
+            k->qbf16->dequant[t->index](p + (size_t)(g / groups) * block_bytes, g % groups,
+                                        dst + (size_t)g * MHA_QG * MHA_QP);
+        return;
+    }
+    float w[QCHUNK * MHA_QP];
+    for (int k0 = 0; k0 < kk; k0 += QCHUNK) {
+        const int kc = kk - k0 < QCHUNK ? kk - k0 : QCHUNK; /* whole groups, so whole k pairs */
+        for (int g = k0 / MHA_QG; g < (k0 + kc) / MHA_QG; g++)
+            qk->dequant[t->index](p + (size_t)(g / groups) * block_bytes, g % groups, w + (size_t)(g * MHA_QG - k0) * MHA_QP);
+        k->isa->pack_b16(k, mha_mat_rows(k, w, MHA_QP), 0, kc, MHA_QP, dst + (size_t)k0 * MHA_QP, mha_bk_ps(kk));
+    }
+}
+
+void mha_qgemm_bf16(const mha_kernel *k, const mha_bkernel *bk, int m, int n, const mha_bf16 *xp, const float *a,
+                    ptrdiff_t lda, const mha_qmat *b, int col, float beta, mha_mat c, mha_bf16 *apack,
+                    mha_bf16 *wpack)
+{
+    static const float zeros[MHA_QP];
+    const int kk = b->kk, most = mha_qbf16_cols(k, kk) / MHA_QP;
+    const size_t ps = mha_bk_ps(kk);
+    const int block = xp ? m : MHA_QBF16_ROWS;
+    for (int r0 = 0; r0 < m; r0 += block) {
+        const int rows = m - r0 < block ? m - r0 : block;
+        const mha_bf16 *ap = xp ? xp : apack;
+        if (!xp)
+            mha_bk_pack_a(k, mha_mat_rows(k, a, lda), r0, rows, kk, apack);
+        for (int j = 0; j < n;) {
+            const mha_qtype *t;
+            const unsigned char *p = mha_qmat_panel(b, col + j, &t);
+            if (!p) { /* padding: its sums are 0 */
+                const int cols = n - j < MHA_QP ? n - j : MHA_QP;
+                for (int r = r0; r < r0 + rows; r++)
+                    put_rows(k, zeros, 0, r, 1, j, cols, beta, c);
+                j += MHA_QP;
+                continue;
+            }
+            /* the stored panels from j on, up to most: each of its own type */
+            int np = 0;
+            while (p) {
+                panel_bf16(k, p, t, kk, wpack + (size_t)np++ * ps);
+                p = np < most && j + np * MHA_QP < n ? mha_qmat_panel(b, col + j + np * MHA_QP, &t) : NULL;
+            }
+            const int cols = n - j < np * MHA_QP ? n - j : np * MHA_QP;
+            mha_bgemm(bk, k, rows, cols, kk, 1.0f, ap, mha_mat_rows(k, a, lda), wpack, ps, beta,
+                      mha_mat_sub(k, c, r0, j), NULL);
+            j += np * MHA_QP;
+        }
+    }
+}

@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 
+#include "bgemm.h"
 #include "dims.h"
 #include "gemm.h"
 #include "quant.h"
@@ -108,5 +109,32 @@ enum { MHA_QROWS = 64 };
  * or the table (qkernels.h: mha_qdot16). */
 void mha_qgemm16(const mha_kernel *k, int m, int n, const unsigned char *xq, const float *a, ptrdiff_t lda,
                  const mha_qmat *b, int col, float beta, mha_mat c, void *room);
+
+/* Block weights in a bf16 engine (float activations): the engine's bf16 products on the weights
+ * dequantized (quant.h's floats, exact) and rounded to bf16 as its packing rounds floats. A pass
+ * dequantizes up to mha_qbf16_cols columns at a time into the worker's room as bf16 B panels
+ * (bgemm.h), then runs bk's blocks on every row of the product: the bits of a bf16 engine
+ * holding the dequantized floats, whatever m, n, col or the blocking (mha_bgemm sums every k in
+ * one pass), so on AMX tiles or vdpbf16ps a prefill costs the dequantizing once per product.
+ * xp: a's m rows in A panels (mha_bk_pack_a), or NULL: packed here into apack, at most
+ * MHA_QBF16_ROWS rows at a time. Runs between mha_bk_begin and mha_bk_end of bk. */
+enum { MHA_QBF16_ROWS = 192 };
+/* Columns a pass dequantizes for products of depth kk: whole panels of both B kinds (k->bw and
+ * MHA_QP), their bf16 within MHA_QBF16_BYTES where kk allows (L2: they are read again for
+ * every block of 32 rows). */
+enum { MHA_QBF16_BYTES = 512 * 1024 };
+int mha_qbf16_cols(const mha_kernel *k, int kk);
+/* The rooms: bf16 elements of apack (A rows packed when xp is NULL) and of wpack. */
+static inline size_t mha_qbf16_apack_elems(int kk)
+{
+    return mha_bk_a_elems(MHA_QBF16_ROWS, kk);
+}
+static inline size_t mha_qbf16_wpack_elems(const mha_kernel *k, int kk)
+{
+    return (size_t)mha_qbf16_cols(k, kk) * mha_bk_kp(kk);
+}
+void mha_qgemm_bf16(const mha_kernel *k, const mha_bkernel *bk, int m, int n, const mha_bf16 *xp, const float *a,
+                    ptrdiff_t lda, const mha_qmat *b, int col, float beta, mha_mat c, mha_bf16 *apack,
+                    mha_bf16 *wpack);
 
 #endif

@@ -216,7 +216,34 @@ Test(check, int16_activations_are_held_to_their_own_bound, .timeout = 60)
     cr_assert(strstr(err, "weight_activations") && strstr(err, "f32"), "%s", err);
     free(out), free(err);
     cr_assert_eq(run_cli("run --weights-type q4_0 --activations q8 --iters 1", &out, &err), 2, "%s", err);
-    cr_assert(strstr(err, "--activations: expected f32 or int16, got 'q8'"), "%s", err);
+    cr_assert(strstr(err, "--activations: expected f32, int16 or bf16, got 'q8'"), "%s", err);
+    free(out), free(err);
+}
+
+/* Block weights on bf16 activations are the bf16 engine on their floats, bit for bit
+ * (test_quant.c): --check holds them to that engine's bounds, by name; in a float32 engine the
+ * config's error (exit 2, the field named). */
+Test(check, bf16_activations_are_held_to_the_bf16_bounds_of_their_floats, .timeout = 60)
+{
+    const struct { mha_kv_type kv; int rows; double bound; const char *path; } t[] = {
+        {MHA_KV_AUTO, 4, 1.5e-2 * 1.5, "bf16, block weights on bf16 activations"},
+        {MHA_KV_BF16, 1, 1.5e-2 * 2, "bf16, block weights on bf16 activations"},
+        {MHA_KV_INT8, 4, 2e-2, "bf16, an int8 KV cache, block weights on bf16 activations"},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        const cli_bound b = cli_check_bound(MHA_PRECISION_BF16, t[i].kv, q4_k_m, MHA_ACTIVATIONS_BF16, t[i].rows);
+        const cli_bound f = cli_check_bound(MHA_PRECISION_BF16, t[i].kv, floats, MHA_ACTIVATIONS_F32, t[i].rows);
+        cr_assert_float_eq(b.bound, t[i].bound, 1e-12, "row %zu: bound %g, want %g", i, b.bound, t[i].bound);
+        cr_assert_float_eq(b.bound, f.bound, 1e-12, "row %zu: %g, the floats' %g", i, b.bound, f.bound);
+        cr_assert_str_eq(b.path, t[i].path, "row %zu", i);
+        cr_assert(strstr(b.why, "worst"), "row %zu: no measurement given: %s", i, b.why);
+    }
+    passes("run --precision bf16 --weights-type q4_k --activations bf16 --iters 1 --warmup 0 --check 8",
+           "and dequantized (what the engine holds)", "(bound 0.0203, bf16, block weights on bf16 activations: ");
+    char *out, *err;
+    cr_assert_eq(run_cli("run --weights-type q4_k --activations bf16 --iters 1 --warmup 0", &out, &err), 2, "%s",
+                 err);
+    cr_assert(strstr(err, "weight_activations") && strstr(err, "precision"), "%s", err);
     free(out), free(err);
 }
 

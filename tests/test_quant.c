@@ -238,6 +238,62 @@ TABLE_TEST(quant, every_tables_panels_dequantize_to_the_rows_floats)
     }
 }
 
+/* Whether this CPU has every feature of a space-separated list. */
+static int cpu_has_all(const char *needs)
+{
+    char f[32];
+    for (const char *p = needs; *p;) {
+        const size_t n = strcspn(p, " ");
+        snprintf(f, sizeof f, "%.*s", (int)n, p);
+        if (n && !mha_cpu_has(f))
+            return 0;
+        p += n + (p[n] == ' ');
+    }
+    return 1;
+}
+
+/* Block weights into bf16 (a bf16 engine on bf16 activations): each runnable kernel of the table
+ * gives its dequant's floats rounded as mha_bf16_round, in B panels' pairs, bit for bit; panels
+ * whose scales are infinite or NaN too (output 0's d NaN, output 1's infinite). */
+TABLE_TEST(quant, every_tables_bf16_dequantizing_is_its_floats_rounded)
+{
+    enum { KK = 512 };
+    float w[MHA_QG * MHA_QP];
+    mha_bf16 got[MHA_QG * MHA_QP];
+    for (int v = 0; isa->quant->bf16w[v]; v++) {
+        const mha_qbf16_ops *ops = isa->quant->bf16w[v];
+        if (!cpu_has_all(ops->needs)) {
+            note_skipped("quant: %s's dequantizing into bf16 %s: this CPU lacks %s", isa->name, ops->name, ops->needs);
+            continue;
+        }
+        for (size_t t = 0; t < N_TYPES; t++)
+            for (int poison = 0; poison < 2; poison++) {
+                const mha_qtype *q = mha_qtype_of(block_types[t]);
+                unsigned char *rows = random_rows(q->type, MHA_QP, KK, 29 + t), *p = panel_of(q, rows, KK);
+                if (poison) { /* every type's first field is its blocks' float16 d, output by output */
+                    const uint16_t nan = 0x7e01, inf = 0x7c00;
+                    memcpy(p, &nan, 2), memcpy(p + 2, &inf, 2);
+                }
+                for (int g = 0; g < KK / MHA_QG; g++) {
+                    const int groups = q->qk / MHA_QG;
+                    const unsigned char *b = p + (size_t)(g / groups) * MHA_QP * q->bytes;
+                    isa->quant->dequant[q->index](b, g % groups, w);
+                    ops->dequant[q->index](b, g % groups, got);
+                    for (int i = 0; i < MHA_QG; i++)
+                        for (int o = 0; o < MHA_QP; o++) {
+                            const mha_bf16 want = mha_bf16_round(w[i * MHA_QP + o]);
+                            const mha_bf16 at = got[i / 2 * 2 * MHA_QP + o * 2 + i % 2];
+                            cr_assert_eq(at, want, "%s on %s (%s)%s: input %d output %d: 0x%04x, the float %.9g "
+                                         "rounds to 0x%04x", q->name, isa->name, ops->name, poison ? ", NaN scales" : "",
+                                         g * MHA_QG + i, o, at, (double)w[i * MHA_QP + o], want);
+                        }
+                }
+                free(rows);
+                free(p);
+            }
+    }
+}
+
 /* c = a · Wᵀ (+ c) by mha_qgemm on the table `isa` (a BLIS-free kernel: only its table is read). */
 static void qgemm_on(const mha_isa *isa, int m, int n, const float *a, int kk, const mha_qmat *b, int col, float beta,
                      float *c, int ldc)
@@ -345,19 +401,6 @@ static void qgemm16_on(const mha_isa *isa, const mha_qdot16_ops *ops, int m, int
     free(room);
 }
 
-/* Whether this CPU has every feature of a space-separated list. */
-static int cpu_has_all(const char *needs)
-{
-    char f[32];
-    for (const char *p = needs; *p;) {
-        const size_t n = strcspn(p, " ");
-        snprintf(f, sizeof f, "%.*s", (int)n, p);
-        if (n && !mha_cpu_has(f))
-            return 0;
-        p += n + (p[n] == ' ');
-    }
-    return 1;
-}
 
 TABLE_TEST(quant, integer_products_are_refs_bits_for_any_rows_and_columns_and_near_the_floats)
 {
@@ -477,13 +520,14 @@ static void qweights_free(qweights *q)
     free(q->scratch);
 }
 
-/* An engine of the problem holding the weights as `held` (NULL: floats), threads workers, its
- * block weights multiplying activations as `act`. */
-static mha_engine *quant_engine_act(const problem *p, const mha_weight_type *held, const mha_weights *w, int threads,
-                                    mha_activations act)
+/* An engine of the problem in precision `prec` holding the weights as `held` (NULL: floats),
+ * threads workers, its block weights multiplying activations as `act`. */
+static mha_engine *quant_engine_in(const problem *p, mha_precision prec, const mha_weight_type *held,
+                                   const mha_weights *w, int threads, mha_activations act)
 {
     mha_config cfg;
     problem_config(p, &cfg, threads);
+    cfg.precision = prec;
     for (int i = 0; held && i < MHA_W_COUNT; i++)
         cfg.weight_type[i] = held[i];
     cfg.weight_activations = act;
@@ -492,6 +536,12 @@ static mha_engine *quant_engine_act(const problem *p, const mha_weight_type *hel
     cr_assert_eq(mha_create_msg(&cfg, &e, err, sizeof err), MHA_OK, "%s", err);
     cr_assert_eq(mha_set_weights(e, w), MHA_OK, "%s", mha_engine_last_error(e));
     return e;
+}
+
+static mha_engine *quant_engine_act(const problem *p, const mha_weight_type *held, const mha_weights *w, int threads,
+                                    mha_activations act)
+{
+    return quant_engine_in(p, MHA_PRECISION_F32, held, w, threads, act);
 }
 
 static mha_engine *quant_engine(const problem *p, const mha_weight_type *held, const mha_weights *w, int threads)
@@ -570,19 +620,20 @@ Test(quant_engine, heads_of_80_features_hold_no_padding_and_match_their_floats)
     problem_free(&p);
 }
 
-/* One sequence of seq tokens through the paged cache on weights of the mix and activations act,
- * for each prefill length of prefills (n of them) then one token a step: the causal forward's
- * bits. */
-static void steps_equal_the_forward(const mha_weight_type *mix, mha_activations act, int seq, const int *prefills,
-                                    int n)
+/* One sequence of seq tokens through the paged cache in precision prec on weights of the mix and
+ * activations act, for each prefill length of prefills (n of them) then one token a step: the
+ * causal forward's bits. */
+static void steps_equal_the_forward(mha_precision prec, const mha_weight_type *mix, mha_activations act, int seq,
+                                    const int *prefills, int n)
 {
     problem p;
     quant_problem(&p, 1, seq);
     qweights q = quant_weights(&p, mix);
-    mha_engine *e = quant_engine_act(&p, mix, &q.w, 2, act);
+    mha_engine *e = quant_engine_in(&p, prec, mix, &q.w, 2, act);
     float *full = forward(e, &p);
     mha_config cfg;
     problem_config(&p, &cfg, 2);
+    cfg.precision = prec;
     memcpy(cfg.weight_type, mix, sizeof cfg.weight_type);
     cfg.weight_activations = act;
     enum { BS = 16, BLOCKS = 8 };
@@ -601,9 +652,10 @@ static void steps_equal_the_forward(const mha_weight_type *mix, mha_activations 
             cr_assert_eq(mha_step_forward(e, c, &st, out + (size_t)t * p.d), MHA_OK, "%s", mha_engine_last_error(e));
         }
         const long at = first_bit_difference(out, full, (size_t)p.seq_q * p.d);
-        cr_assert_eq(at, -1, "%s Wq on %s activations, a prefill of %d: steps and the forward differ at row %ld",
-                     mha_weight_type_name(mix[0]), act == MHA_ACTIVATIONS_INT16 ? "int16" : "f32", prefills[pass],
-                     at / p.d);
+        cr_assert_eq(at, -1, "%s: %s Wq on %s activations, a prefill of %d: steps and the forward differ at row %ld",
+                     prec == MHA_PRECISION_BF16 ? "bf16" : "f32", mha_weight_type_name(mix[0]),
+                     act == MHA_ACTIVATIONS_INT16 ? "int16" : act == MHA_ACTIVATIONS_BF16 ? "bf16" : "f32",
+                     prefills[pass], at / p.d);
     }
     free(out), free(full);
     mha_kv_cache_free(c);
@@ -615,7 +667,52 @@ static void steps_equal_the_forward(const mha_weight_type *mix, mha_activations 
 Test(quant_engine, steps_token_by_token_equal_the_causal_forward_bitwise, .timeout = 120)
 {
     const int prefill[1] = {10};
-    steps_equal_the_forward(mixes[MIX_Q4_K_M], MHA_ACTIVATIONS_F32, 24, prefill, 1);
+    steps_equal_the_forward(MHA_PRECISION_F32, mixes[MIX_Q4_K_M], MHA_ACTIVATIONS_F32, 24, prefill, 1);
+}
+
+/* Block weights on bf16 activations are a bf16 engine's products on their floats (qgemm.h): the
+ * bits of the bf16 engine handed the same blocks to hold as floats, for every mix, batch and
+ * thread count, the rows of a self-attention (packed once) and of a cross-attention's keys
+ * (packed here, more than MHA_QBF16_ROWS of them). */
+Test(quant_engine, bf16_activations_equal_the_bf16_engine_on_the_floats_bitwise, .timeout = 240)
+{
+    for (int cross = 0; cross < 2; cross++)
+        for (size_t x = 0; x < sizeof mixes / sizeof mixes[MIX_Q4_K_M]; x++) {
+            if (cross && x != MIX_Q4_K_M)
+                continue;
+            problem p;
+            if (cross)
+                problem_make(&p, 256, 4, 2, 9, MHA_QBF16_ROWS + 21, 1, 1, 74);
+            else
+                quant_problem(&p, 3, 19);
+            qweights q = quant_weights(&p, mixes[x]);
+            mha_engine *held = quant_engine_in(&p, MHA_PRECISION_BF16, mixes[x], &q.w, 2, MHA_ACTIVATIONS_BF16);
+            mha_engine *floats = quant_engine_in(&p, MHA_PRECISION_BF16, NULL, &q.w, 2, MHA_ACTIVATIONS_F32);
+            mha_engine *one = quant_engine_in(&p, MHA_PRECISION_BF16, mixes[x], &q.w, 1, MHA_ACTIVATIONS_BF16);
+            float *a = forward(held, &p), *b = forward(floats, &p), *c = forward(one, &p);
+            const size_t n = (size_t)p.batch * p.seq_q * p.d, rows = (size_t)p.seq_q * p.d;
+            cr_assert_eq(first_bit_difference(a, b, n), -1, "mix %zu%s: blocks and their floats differ", x,
+                         cross ? ", cross" : "");
+            cr_assert_eq(first_bit_difference(a, c, n), -1, "mix %zu: 1 thread and 2 differ", x);
+            problem alone = p; /* the last sequence alone: its bits in the batch */
+            alone.batch = 1;
+            alone.q = p.q + (size_t)(p.batch - 1) * rows;
+            alone.k = p.k + (size_t)(p.batch - 1) * p.seq_kv * p.d;
+            alone.v = p.v + (size_t)(p.batch - 1) * p.seq_kv * p.d;
+            float *s = forward(held, &alone);
+            cr_assert_eq(first_bit_difference(s, a + (size_t)(p.batch - 1) * rows, rows), -1,
+                         "mix %zu: a sequence alone and in a batch differ", x);
+            free(a), free(b), free(c), free(s);
+            mha_free(held), mha_free(floats), mha_free(one);
+            qweights_free(&q);
+            problem_free(&p);
+        }
+}
+
+Test(quant_engine, bf16_activations_steps_token_by_token_equal_the_causal_forward_bitwise, .timeout = 120)
+{
+    const int prefill[1] = {10};
+    steps_equal_the_forward(MHA_PRECISION_BF16, mixes[MIX_Q4_K_M], MHA_ACTIVATIONS_BF16, 24, prefill, 1);
 }
 
 Test(quant_engine, quantizing_floats_at_load_equals_handing_the_quantized_blocks, .timeout = 120)
@@ -760,7 +857,7 @@ Test(quant_engine, int16_activations_steps_token_by_token_equal_the_causal_forwa
 {
     const int prefills[2] = {10, Q16_SEQ};
     for (size_t x = 0; x < sizeof mixes / sizeof mixes[MIX_Q4_K_M]; x++)
-        steps_equal_the_forward(mixes[x], MHA_ACTIVATIONS_INT16, Q16_SEQ + 4, prefills, 2);
+        steps_equal_the_forward(MHA_PRECISION_F32, mixes[x], MHA_ACTIVATIONS_INT16, Q16_SEQ + 4, prefills, 2);
 }
 
 Test(quant_engine, int16_activations_on_f32_weights_or_an_unknown_value_are_refused_with_the_field)
@@ -780,6 +877,29 @@ Test(quant_engine, int16_activations_on_f32_weights_or_an_unknown_value_are_refu
     cr_assert_eq(mha_create_msg(&cfg, &e, err, sizeof err), MHA_ERR_CONFIG);
     cr_assert(strstr(err, "weight_activations") && strstr(err, "7"), "%s", err);
     cfg.weight_activations = MHA_ACTIVATIONS_INT16; /* and the one that is right */
+    cr_assert_eq(mha_create_msg(&cfg, &e, err, sizeof err), MHA_OK, "%s", err);
+    mha_free(e);
+    problem_free(&p);
+}
+
+Test(quant_engine, bf16_activations_outside_a_bf16_engine_or_on_f32_weights_are_refused_with_the_field)
+{
+    problem p;
+    quant_problem(&p, 1, 4);
+    mha_config cfg;
+    problem_config(&p, &cfg, 1);
+    char err[256];
+    mha_engine *e = NULL;
+    cfg.weight_activations = MHA_ACTIVATIONS_BF16;
+    cfg.precision = MHA_PRECISION_BF16; /* the four f32 */
+    cr_assert_eq(mha_create_msg(&cfg, &e, err, sizeof err), MHA_ERR_CONFIG);
+    cr_assert(strstr(err, "weight_activations") && strstr(err, "bf16") && strstr(err, "f32"), "%s", err);
+    for (int i = 0; i < MHA_W_COUNT; i++)
+        cfg.weight_type[i] = MHA_WEIGHT_Q4_K;
+    cfg.precision = MHA_PRECISION_F32; /* blocks, in a float32 engine */
+    cr_assert_eq(mha_create_msg(&cfg, &e, err, sizeof err), MHA_ERR_CONFIG);
+    cr_assert(strstr(err, "weight_activations") && strstr(err, "precision"), "%s", err);
+    cfg.precision = MHA_PRECISION_BF16;
     cr_assert_eq(mha_create_msg(&cfg, &e, err, sizeof err), MHA_OK, "%s", err);
     mha_free(e);
     problem_free(&p);

@@ -129,11 +129,13 @@ void cli_ref_weights_free(cli_ref_weights *r)
  * has little room over a whole layer (bf16 without an int8 cache) it is `bound · (1 +
  * 1/sqrt(n))` for n rows: twice the layer's at one row, within 6% of it from 256 rows. The
  * others are flat: their worst at any row count is well inside them. */
-enum { FLOATS, BLOCKS, NONE, BLOCKS_I16 }; /* BLOCKS_I16: block weights on int16 activations */
+/* BLOCKS_I16, BLOCKS_B16: block weights on int16 or bf16 activations */
+enum { FLOATS, BLOCKS, NONE, BLOCKS_I16, BLOCKS_B16 };
 static const struct bound_row {
     mha_precision prec;
     int int8;           /* an int8 KV cache */
-    int weights;        /* FLOATS, BLOCKS (any block type), BLOCKS_I16 (on int16 activations), NONE (--core) */
+    int weights;        /* FLOATS, BLOCKS (any block type), BLOCKS_I16 or _B16 (on int16 or bf16 activations),
+                         * NONE (--core) */
     double bound;
     int per_rows;       /* bound · (1 + 1/sqrt(rows)) */
     const char *path, *why;
@@ -180,6 +182,13 @@ static const struct bound_row {
      "trained layers' worst 8.6e-3"},
     {MHA_PRECISION_BF16, 1, BLOCKS_I16, 2e-2, 0, "bf16, an int8 KV cache, block weights on int16 activations",
      "trained layers' worst 8.7e-3"},
+    /* block weights on bf16 activations (a bf16 engine's own products on the weights dequantized
+     * into bf16): the bits of the bf16 engine holding the dequantized floats (test_quant.c), so
+     * the bounds of its FLOATS rows, measured on those weights */
+    {MHA_PRECISION_BF16, 0, BLOCKS_B16, 1.5e-2, 1, "bf16, block weights on bf16 activations",
+     "the bf16 engine on their floats: trained layers' worst 1.23e-2 over a layer, 1.32e-2 over 4 rows"},
+    {MHA_PRECISION_BF16, 1, BLOCKS_B16, 2e-2, 0, "bf16, an int8 KV cache, block weights on bf16 activations",
+     "the bf16 engine on their floats: trained layers' worst 1.2e-2"},
 };
 
 cli_bound cli_check_bound(mha_precision prec, mha_kv_type kv, const mha_weight_type *wt, mha_activations act,
@@ -187,7 +196,10 @@ cli_bound cli_check_bound(mha_precision prec, mha_kv_type kv, const mha_weight_t
 {
     int weights = wt ? FLOATS : NONE;
     for (int i = 0; wt && i < MHA_W_COUNT; i++)
-        weights = wt[i] != MHA_WEIGHT_F32 ? act == MHA_ACTIVATIONS_INT16 ? BLOCKS_I16 : BLOCKS : weights;
+        weights = wt[i] == MHA_WEIGHT_F32           ? weights
+                  : act == MHA_ACTIVATIONS_INT16 ? BLOCKS_I16
+                  : act == MHA_ACTIVATIONS_BF16  ? BLOCKS_B16
+                                                 : BLOCKS;
     const int int8 = kv == MHA_KV_INT8, bf16 = prec == MHA_PRECISION_BF16 || kv == MHA_KV_BF16;
     const struct bound_row *r = &bound_rows[0];
     for (size_t i = 0; i < sizeof bound_rows / sizeof bound_rows[0]; i++)

@@ -93,11 +93,12 @@ int cli_parse_weight_type(const char *text, mha_weight_type *out)
 int cli_parse_activations(const char *text, mha_activations *out)
 {
     static const struct { const char *name; mha_activations a; } all[] = {{"f32", MHA_ACTIVATIONS_F32},
-                                                                           {"int16", MHA_ACTIVATIONS_INT16}};
+                                                                           {"int16", MHA_ACTIVATIONS_INT16},
+                                                                           {"bf16", MHA_ACTIVATIONS_BF16}};
     for (size_t i = 0; text && i < sizeof all / sizeof all[0]; i++)
         if (!strcmp(text, all[i].name))
             return *out = all[i].a, 1;
-    cli_error("--activations: expected f32 or int16, got '%s'", text ? text : "");
+    cli_error("--activations: expected f32, int16 or bf16, got '%s'", text ? text : "");
     return 0;
 }
 

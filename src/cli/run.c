@@ -33,7 +33,7 @@ static void usage(FILE *f)
           "               [--precision f32|bf16] [--isa auto|avx512|avx2|ref] [--bf16-kernel NAME]\n"
           "               [--kv-cache auto|f32|bf16|int8] [--core] [--json]\n"
           "               [--layer N] [--weights-type f32|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k]\n"
-          "               [--activations f32|int16]\n"
+          "               [--activations f32|int16|bf16]\n"
           "With no CONFIG, the built-in default model (configs/default.yaml); with no --weights or\n"
           "--input, seeded random data. --lengths pads queries and, for self-attention, keys; output\n"
           "rows past a length are 0. --kv-lengths pads the --kv keys. --check ROWS: sampled output\n"
@@ -53,8 +53,9 @@ static void usage(FILE *f)
           "from the file, overridden by CONFIG's keys and the options; its projections held as the\n"
           "file stores them (Q4_1, Q8_0, ...; F32 for float tensors). --weights-type (config\n"
           "weights.type): how the engine holds Wq, Wk, Wv, Wo instead, quantized or dequantized at load.\n"
-          "--activations (config weights.activations): what block weights multiply: f32 (default), or\n"
-          "int16, activations rounded to int16 per 32 inputs for integer products (docs/quant.md).\n", f);
+          "--activations (config weights.activations): what block weights multiply: f32 (default),\n"
+          "int16, activations rounded to int16 per 32 inputs for integer products, or bf16 (precision\n"
+          "bf16): the engine's bf16 products on the weights dequantized into bf16 (docs/quant.md).\n", f);
 }
 
 static int parse(int argc, char **argv, run_opts *o)

@@ -130,6 +130,101 @@ Q512_INLINE void dequant_group(int type, const unsigned char *b, int grp, float 
 MHA_QTYPE_LIST(DEQUANT_OF)
 #undef DEQUANT_OF
 
+/* ---- a group as bf16 B-panel pairs (block weights in a bf16 engine: mha_qbf16_ops) ---- */
+
+#define Q512BF_INLINE __attribute__((target(AVX512 ",f16c,avx512bf16"), always_inline)) static inline
+
+/* Inputs 2p and 2p + 1 of 16 outputs as one row of a B panel, bf16 pairs with the even input in
+ * each lane's low half. AVX512_BF16's rounding is mha_bf16_round (bgemm.h) for every float. */
+Q512BF_INLINE __m512i bf16_pair_hw(__m512 even, __m512 odd)
+{
+    static const uint16_t order[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    return _mm512_permutexvar_epi16(_mm512_loadu_si512(order), (__m512i)_mm512_cvtne2ps_pbh(odd, even));
+}
+
+/* The same in integer steps: mha_bf16_round's bits for finite floats that are not denormal. Every
+ * weight q·D + M of finite factors is one (a multiple of float16's least step, 2^-24, or zero);
+ * the group checks its factors first. */
+Q512_INLINE __m512i bf16_pair_int(__m512 even, __m512 odd)
+{
+    const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
+    const __m512i ue = _mm512_castps_si512(even), uo = _mm512_castps_si512(odd);
+    const __m512i re = _mm512_add_epi32(_mm512_add_epi32(ue, half), _mm512_and_si512(_mm512_srli_epi32(ue, 16), one));
+    const __m512i ro = _mm512_add_epi32(_mm512_add_epi32(uo, half), _mm512_and_si512(_mm512_srli_epi32(uo, 16), one));
+    return _mm512_mask_blend_epi16(0xAAAAAAAAu, _mm512_srli_epi32(re, 16), ro);
+}
+
+/* Whether any lane is infinite or NaN (fpclass: QNaN, +inf, −inf, SNaN). */
+Q512_INLINE int not_finite(__m512 x)
+{
+    return _mm512_fpclass_ps_mask(x, 0x99) != 0;
+}
+
+/* A group's weights, of factors f, two inputs at a time through PAIR. */
+#define DEQUANT16_BODY(PAIR)                                                                                          \
+    if (type == MHA_QT_Q8_0) {                                                                                        \
+        for (int i = 0; i < MHA_QG; i += 2) {                                                                         \
+            const __m512 e = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sbytes16(b + MHA_Q8_0_Q + i * MHA_QP)), f.d0, f.m0);  \
+            const __m512 o =                                                                                          \
+                _mm512_fmadd_ps(_mm512_cvtepi32_ps(sbytes16(b + MHA_Q8_0_Q + (i + 1) * MHA_QP)), f.d0, f.m0);         \
+            _mm512_storeu_si512(dst + i * MHA_QP, PAIR(e, o));                                                        \
+        }                                                                                                             \
+        return;                                                                                                       \
+    }                                                                                                                 \
+    for (int c = 0; c < MHA_QG / 4; c++) {                                                                            \
+        __m512i v[4];                                                                                                 \
+        quad_ints(b, type, grp * MHA_QG / 4 + c, v);                                                                  \
+        const __m512 d = c < MHA_QG / 8 ? f.d0 : f.d1, m = c < MHA_QG / 8 ? f.m0 : f.m1;                              \
+        __m512 w[4];                                                                                                  \
+        for (int i = 0; i < 4; i++)                                                                                   \
+            w[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v[i]), d, m);                                                   \
+        _mm512_storeu_si512(dst + 4 * c * MHA_QP, PAIR(w[0], w[1]));                                                  \
+        _mm512_storeu_si512(dst + (4 * c + 2) * MHA_QP, PAIR(w[2], w[3]));                                            \
+    }
+
+Q512BF_INLINE void dequant16_hw(int type, const unsigned char *b, int grp, mha_bf16 *restrict dst)
+{
+    const factors f = factors_of(type, b, grp);
+    DEQUANT16_BODY(bf16_pair_hw)
+}
+
+Q512_INLINE void dequant16_int(int type, const unsigned char *b, int grp, mha_bf16 *restrict dst)
+{
+    const factors f = factors_of(type, b, grp);
+    if (not_finite(f.d0) || not_finite(f.m0) || not_finite(f.d1) || not_finite(f.m1)) {
+        float w[MHA_QG * MHA_QP]; /* the floats, each rounded as mha_bf16_round (NaN, infinity) */
+        dequant_group(type, b, grp, w);
+        for (int i = 0; i < MHA_QG; i++)
+            for (int o = 0; o < MHA_QP; o++)
+                dst[i / 2 * 2 * MHA_QP + o * 2 + i % 2] = mha_bf16_round(w[i * MHA_QP + o]);
+        return;
+    }
+    DEQUANT16_BODY(bf16_pair_int)
+}
+#undef DEQUANT16_BODY
+
+#define DEQUANT16_OF(name, type)                                                                                      \
+    static __attribute__((target(AVX512 ",f16c,avx512bf16"))) void dequant16_hw_##name(                               \
+        const unsigned char *b, int grp, mha_bf16 *restrict dst)                                                      \
+    {                                                                                                                 \
+        dequant16_hw(type, b, grp, dst);                                                                              \
+    }                                                                                                                 \
+    static Q512 void dequant16_int_##name(const unsigned char *b, int grp, mha_bf16 *restrict dst)                     \
+    {                                                                                                                 \
+        dequant16_int(type, b, grp, dst);                                                                             \
+    }
+MHA_QTYPE_LIST(DEQUANT16_OF)
+#undef DEQUANT16_OF
+
+#define HW(name, index) MHA_QENTRY(dequant16_hw, name, index)
+#define INT(name, index) MHA_QENTRY(dequant16_int, name, index)
+const mha_qbf16_ops mha_qbf16_avx512_bf16 = {.name = "avx512-bf16", .needs = "avx512_bf16",
+                                             .dequant = {MHA_QTYPE_LIST(HW)}};
+const mha_qbf16_ops mha_qbf16_avx512 = {.name = "avx512", .needs = "", .dequant = {MHA_QTYPE_LIST(INT)}};
+#undef HW
+#undef INT
+
 /* rows (≤ 8) × np (1 or 2) panels: constants where inlined, so the sums stay in registers. */
 Q512_INLINE void tile_rows(const float *restrict w, ptrdiff_t wps, int kc, const int np, const float *a, ptrdiff_t lda,
                            const int rows, float *restrict acc, ptrdiff_t ld)
@@ -454,6 +549,7 @@ const mha_qdot16_ops mha_qdot16_avx512_vnni = {.name = "avx512-vnni", .needs = "
 #define FEW(name, index) MHA_QENTRY(few, name, index)
 const mha_qkernels mha_qk_avx512 = {
     .dequant = {MHA_QTYPE_LIST(DEQUANT)},
+    .bf16w = {&mha_qbf16_avx512_bf16, &mha_qbf16_avx512, NULL},
     .tile = tile_avx512,
     .few = {MHA_QTYPE_LIST(FEW)},
     .dot16 = {&mha_qdot16_avx512_vnni, &mha_qdot16_avx2_vnni, &mha_qdot16_avx2, &mha_qdot16_ref, NULL},

@@ -66,15 +66,27 @@ static void lacking(const char *needs, char *buf, size_t len)
     }
 }
 
+static int has_all(const char *needs)
+{
+    char lacks[128];
+    lacking(needs, lacks, sizeof lacks);
+    return !lacks[0];
+}
+
 const mha_qdot16_ops *mha_qdot16_choose(const mha_qkernels *qk)
 {
     int i = 0;
-    for (char lacks[128]; qk->dot16[i + 1]; i++) {
-        lacking(qk->dot16[i]->needs, lacks, sizeof lacks);
-        if (!lacks[0])
-            break;
-    }
+    while (qk->dot16[i + 1] && !has_all(qk->dot16[i]->needs))
+        i++;
     return qk->dot16[i];
+}
+
+const mha_qbf16_ops *mha_qbf16_choose(const mha_qkernels *qk)
+{
+    int i = 0;
+    while (qk->bf16w[i] && !has_all(qk->bf16w[i]->needs))
+        i++;
+    return qk->bf16w[i];
 }
 
 int mha_isa_runnable(const mha_isa *isa)
@@ -193,6 +205,14 @@ MHA_API mha_status mha_isa_describe(const char *name, char *buf, size_t len)
         for (int j = 0; t->quant->dot16[j] && at < len; j++)
             at += (size_t)snprintf(buf + at, len - at, " %s%s", t->quant->dot16[j]->name,
                                    t->quant->dot16[j] == here_ops ? " (here)" : "");
+        if (at < len) /* block weights into bf16: the table's own, or its floats rounded */
+            at += (size_t)snprintf(buf + at, len - at, "; blocks to bf16");
+        const mha_qbf16_ops *here_w = lacks[0] ? NULL : mha_qbf16_choose(t->quant);
+        for (int j = 0; t->quant->bf16w[j] && at < len; j++)
+            at += (size_t)snprintf(buf + at, len - at, " %s%s", t->quant->bf16w[j]->name,
+                                   t->quant->bf16w[j] == here_w ? " (here)" : "");
+        if (at < len)
+            at += (size_t)snprintf(buf + at, len - at, " floats%s", !lacks[0] && !here_w ? " (here)" : "");
         return MHA_OK;
     }
     unknown(buf, len, 0);

@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 
+#include "bgemm.h"
 #include "quant.h"
 
 /* The integer products (weight_activations INT16) on rows of activations quantized as
@@ -32,10 +33,22 @@ typedef struct mha_qdot16_ops {
 
 enum { MHA_A16_ROWS = 8 };
 
+/* Block weights in a bf16 engine (qgemm.h: mha_qgemm_bf16): group grp of a panel's block as bf16
+ * B-panel pairs (bgemm.h), dst[(i / 2)·2·MHA_QP + o·2 + i % 2] = mha_bf16_round(w[i·MHA_QP + o])
+ * for w the table's dequant of it: those bits, by any instructions. */
+typedef void mha_qdequant16(const unsigned char *block, int grp, mha_bf16 *restrict dst);
+
+typedef struct mha_qbf16_ops {
+    const char *name;  /* "avx512-bf16", "avx512" */
+    const char *needs; /* CPU features beyond the table's ("" none) */
+    mha_qdequant16 *dequant[MHA_QTYPES];
+} mha_qbf16_ops;
+
 typedef struct mha_qkernels {
     /* Group grp (inputs [grp·MHA_QG, grp·MHA_QG + MHA_QG)) of a panel's block of that type as
      * floats: w[i·MHA_QP + o], input i of the group, output o of the panel. */
     void (*dequant[MHA_QTYPES])(const unsigned char *block, int grp, float *restrict w);
+
     /* For rows r < rows and the outputs of panels p < np (np ≤ 2: w's panel p at w + p·wps):
      * acc[r·ld + p·MHA_QP + o] = fma(w[p·wps + i·MHA_QP + o], a[r·lda + i], acc[…]), inputs
      * i = 0 … kc − 1 in order. */
@@ -49,10 +62,16 @@ typedef struct mha_qkernels {
     /* The integer products it holds, NULL-terminated, fastest first: an engine takes the first
      * this CPU runs (mha_qdot16_choose). */
     const mha_qdot16_ops *dot16[5];
+    /* Its dequantizing into bf16, NULL-terminated, fastest first: an engine takes the first this
+     * CPU runs (mha_qbf16_choose); none (or none runnable): qgemm.c dequantizes into floats and
+     * rounds them through the table's pack_b16, the same bits. */
+    const mha_qbf16_ops *bf16w[3];
 } mha_qkernels;
 
 /* The first of the table's integer products this CPU runs (the last needs nothing more). */
 const mha_qdot16_ops *mha_qdot16_choose(const mha_qkernels *qk);
+/* The first of its dequantizing into bf16 this CPU runs, or NULL. */
+const mha_qbf16_ops *mha_qbf16_choose(const mha_qkernels *qk);
 
 /* A table's entries by type: [MHA_QT_q8_0] = prefix_q8_0, … */
 #define MHA_QENTRY(prefix, name, index) [index] = prefix##_##name,
@@ -114,5 +133,6 @@ static inline void mha_qfew_by_groups(const mha_qkernels *qk, const mha_qtype *t
 
 extern const mha_qkernels mha_qk_ref, mha_qk_avx2, mha_qk_avx512;
 extern const mha_qdot16_ops mha_qdot16_ref, mha_qdot16_avx2, mha_qdot16_avx2_vnni, mha_qdot16_avx512_vnni;
+extern const mha_qbf16_ops mha_qbf16_avx512, mha_qbf16_avx512_bf16;
 
 #endif
