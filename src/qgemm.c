@@ -17,6 +17,8 @@
 /* Rows a block, inputs a chunk: the chunk's floats (two panels) and the block's sums stay in
  * L1 (16 + 8 KiB). */
 enum { QROWS = MHA_QROWS, QCHUNK = 128 };
+/* Groups ahead a walk of a panel asks for its bytes. */
+enum { PREFETCH_GROUPS = 8 };
 
 size_t mha_qmat_head_bytes(const mha_qmat *b)
 {
@@ -217,9 +219,15 @@ static void panel_bf16(const mha_kernel *k, const unsigned char *p, const mha_qt
     const size_t block_bytes = MHA_QP * t->bytes;
     const int groups = t->qk / MHA_QG;
     if (k->qbf16) {
-        for (int g = 0; g < kk / MHA_QG; g++)
+        /* the panel from memory, walked once in order: a group's share of its bytes asked for
+         * PREFETCH_GROUPS groups ahead, so the reads overlap the dequantizing */
+        const size_t share = block_bytes / (size_t)groups;
+        for (int g = 0; g < kk / MHA_QG; g++) {
+            for (size_t at = 0; at < share; at += 64)
+                __builtin_prefetch(p + (size_t)(g + PREFETCH_GROUPS) * share + at, 0, 3);
             k->qbf16->dequant[t->index](p + (size_t)(g / groups) * block_bytes, g % groups,
                                         dst + (size_t)g * MHA_QG * MHA_QP);
+        }
         return;
     }
     float w[QCHUNK * MHA_QP];

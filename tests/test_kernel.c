@@ -252,7 +252,7 @@ Test(kernel, checks_ask_the_os_for_nothing, .timeout = 30)
 /* mha_isa_describe says what each table holds, and refuses a name it does not know. */
 Test(kernel, each_table_describes_itself)
 {
-    char buf[256];
+    char buf[512];
     cr_assert_eq(mha_isa_describe("avx2", buf, sizeof buf), MHA_OK);
     cr_assert(strstr(buf, "needs avx2 fma f16c") && strstr(buf, "BLIS haswell zen3 zen2 zen") && strstr(buf, "bf16 avx2-bf16"),
               "%s", buf);
@@ -261,9 +261,12 @@ Test(kernel, each_table_describes_itself)
               "%s", buf);
     cr_assert(strstr(buf, "int16 products avx512-vnni") && strstr(buf, "avx2-vnni") && strstr(buf, " ref") &&
               (!mha_isa_runnable(&mha_isa_avx512) || strstr(buf, " (here)")), "%s", buf);
+    const int bf16_here = mha_isa_runnable(&mha_isa_avx512) && mha_cpu_has("avx512_bf16");
+    cr_assert(strstr(buf, "; blocks to bf16 avx512-bf16") && strstr(buf, " avx512") && strstr(buf, " floats") &&
+              (!bf16_here || strstr(buf, "avx512-bf16 (here)")), "%s", buf);
     cr_assert_eq(mha_isa_describe("ref", buf, sizeof buf), MHA_OK);
     cr_assert(strstr(buf, "runs here") && strstr(buf, "BLIS generic") && strstr(buf, "bf16 ref-bf16") &&
-              strstr(buf, "int16 products ref (here)"), "%s", buf);
+              strstr(buf, "int16 products ref (here)") && strstr(buf, "blocks to bf16 floats (here)"), "%s", buf);
     cr_assert_eq(mha_isa_describe("neon", buf, sizeof buf), MHA_ERR_CONFIG);
     cr_assert(strstr(buf, "unknown"), "%s", buf);
     cr_assert_eq(mha_isa_describe(NULL, buf, sizeof buf), MHA_ERR_INVALID_ARG);
