@@ -137,7 +137,8 @@ static void assert_disjoint(const char *what, const size_t *off, const size_t *b
                 cr_assert(off[i] >= off[j] + bytes[j] || off[j] >= off[i] + bytes[i], "%s %d and %d overlap", what, i, j);
 }
 
-/* Every region of every kind of plan, f32, bf16 and Q8_0 blocks, with and without RoPE (and with it
+/* Every region of every kind of plan, f32, bf16 and Q8_0 blocks (in bf16 on bf16 activations too), with and
+ * without RoPE (and with it
  * QK-norm, per head or over the whole projection, and sinks; without it ALiBi): either laid out
  * (aligned, inside the total, disjoint, its view at its offset) or absent (0 bytes, a NULL
  * view), whatever the plan and the views held before (a weights plan once left its step and
@@ -152,6 +153,8 @@ Test(arena, every_region_of_every_kind_is_defined, .init = pick_kernel)
                        .q_block = 16, .kvh = 3, .group = 2, .bf16 = c % 2, .positions = 290, .quant = cq >= 36};
         for (int i = 0; dm.quant && i < MHA_W_COUNT; i++)
             dm.wtype[i] = MHA_WEIGHT_Q8_0;
+        if (dm.quant && dm.bf16 && c / 2 % 2) /* the bf16 products' rooms */
+            dm.acts = MHA_ACTIVATIONS_BF16;
         if (c >= 24) { /* MLA: one KV head of latent 16 + rope 4, V the latent */
             dm.mla = (mha_mla){.kv_lora_rank = 16, .q_lora_rank = c % 4 < 2 ? 24 : 0, .qk_nope_head_dim = 8,
                                .qk_rope_head_dim = 4, .v_head_dim = 6, .eps = 1e-6f};
@@ -199,7 +202,8 @@ Test(arena, every_region_of_every_kind_is_defined, .init = pick_kernel)
         for (int r = 0; r < MHA_SLICE_COUNT; r++) {
             const int bf16_only = r == MHA_SLICE_v16 || r == MHA_SLICE_p16 || r == MHA_SLICE_q16;
             if ((bf16_only && !dm.bf16) || (r == MHA_SLICE_kvs && !(dm.bf16 && dm.kv_type == MHA_KV_INT8)) ||
-                (r == MHA_SLICE_k8 && dm.kv_type != MHA_KV_INT8) || (r == MHA_SLICE_mla && !dm.mla.kv_lora_rank)) {
+                (r == MHA_SLICE_k8 && dm.kv_type != MHA_KV_INT8) || (r == MHA_SLICE_mla && !dm.mla.kv_lora_rank) ||
+                (r == MHA_SLICE_wq16 && dm.acts != MHA_ACTIVATIONS_BF16)) {
                 cr_assert_eq(p.slice_off[r], MHA_ARENA_ABSENT, "case %d: slice has %s", cq, mha_slice_region_name(r));
                 continue;
             }
@@ -221,6 +225,7 @@ Test(arena, every_region_of_every_kind_is_defined, .init = pick_kernel)
             cr_assert_eq((const void *)s.v16, dm.bf16 ? slice + o[MHA_SLICE_v16] : NULL);
             cr_assert_eq((const void *)s.p16, dm.bf16 ? slice + o[MHA_SLICE_p16] : NULL);
             cr_assert_eq((const void *)s.q16, dm.bf16 ? slice + o[MHA_SLICE_q16] : NULL);
+            cr_assert_eq((const void *)s.wq16, dm.acts == MHA_ACTIVATIONS_BF16 ? slice + o[MHA_SLICE_wq16] : NULL);
         }
         free(base);
     }
