@@ -162,3 +162,23 @@ def test_minilm_sentence_embeddings_of_a_padded_batch_match_sdpas():
                for a, m in models.items()}
     for i in range(3):
         assert rel(emb["mha"][i], emb["sdpa"][i]) <= F32_TOL, i
+
+
+def test_the_torch_op_stays_one_node_under_torch_compile_and_gives_its_eager_bits():
+    r = torch.Generator().manual_seed(7)
+    q, k, v = torch.randn(2, 4, 9, 16, generator=r), torch.randn(2, 2, 9, 16, generator=r), torch.randn(2, 2, 9, 16,
+                                                                                                          generator=r)
+
+    def f(q, k, v):
+        return torch.ops.mha.attention(q * 2, k, v, None, True, 0.25, 0.0, None) + 1
+
+    nodes = []
+
+    def backend(gm, example_inputs):  # records the graph dynamo hands over, runs it as it is
+        nodes.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm
+
+    got = torch.compile(f, backend=backend, fullgraph=True)(q, k, v)
+    assert sum("mha.attention" in n for n in nodes) == 1, nodes
+    assert torch.equal(got, f(q, k, v))
+    assert torch.ops.mha.attention.default._schema.name == "mha::attention"
