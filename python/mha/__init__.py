@@ -67,6 +67,7 @@ class Engine:
         else:
             raise TypeError("config: a dict shaped like the YAML files, or a YAML file's path")
         self.info = _mha.engine_info(self._e)
+        self._dv = self.info["v_head_dim"]
 
     def __repr__(self):
         i = self.info
@@ -112,45 +113,20 @@ class Engine:
              out=None):
         """The attention core alone, as PyTorch's SDPA: q (batch, heads, seq_q, head_dim), k and v
         (batch, kv_heads, seq_kv, head_dim) for layout "bhsd" (SDPA's), or (batch, seq, heads,
-        head_dim) for "bshd" (HF's); any strides numpy's views have in the last three dimensions
-        beyond a contiguous last one are passed to the engine, nothing copied. float32, or
-        bfloat16 bits (uint16 arrays) in a bf16 engine. Returns out in q's layout (v_head_dim)."""
-        i = self.info
-        bf16 = i["precision"] == "bf16" and np.asarray(q).dtype == np.uint16
-        arrays = []
-        for a, name in ((q, "q"), (k, "k"), (v, "v")):
-            a = np.asarray(a.detach().numpy() if hasattr(a, "detach") else a)
-            if a.dtype != (np.uint16 if bf16 else np.float32):
-                raise TypeError(f"{name}: dtype {a.dtype}; float32 (or uint16 bfloat16 bits in a bf16 engine)")
-            if a.ndim != 4:
-                raise ValueError(f"{name}: {a.ndim} dimensions; 4 are needed")
-            arrays.append(a)
+        head_dim) for "bshd" (HF's); read where they lie, whatever their strides (the features
+        contiguous). float32, or bfloat16 bits (uint16 arrays) in a bf16 engine. Returns out in
+        q's layout (v_head_dim), or fills the array given (any strides)."""
         if layout not in ("bhsd", "bshd"):
             raise ValueError(f"layout: '{layout}'; 'bhsd' or 'bshd'")
-        ax = (0, 1, 2) if layout == "bhsd" else (0, 2, 1)  # (batch, heads, rows) axes
-        q, k, v = arrays
-        batch, seq_q, seq_kv = q.shape[0], q.shape[ax[2]], k.shape[ax[2]]
-        dv = i["v_head_dim"]
+        q, k, v = (a.detach().numpy() if hasattr(a, "detach") else a for a in (q, k, v))
+        bf16 = q.dtype == np.uint16
         if out is None:
-            shape = (batch, i["n_heads"], seq_q, dv) if layout == "bhsd" else (batch, seq_q, i["n_heads"], dv)
-            out = np.empty(shape, q.dtype)
-        strides, bases = [], []
-        for a, name, heads, rows, feat in ((q, "q", i["n_heads"], seq_q, i["head_dim"]),
-                                           (k, "k", i["n_kv_heads"], seq_kv, i["head_dim"]),
-                                           (v, "v", i["n_kv_heads"], seq_kv, dv),
-                                           (out, "out", i["n_heads"], seq_q, dv)):
-            want = (batch, heads, rows, feat) if layout == "bhsd" else (batch, rows, heads, feat)
-            if a.shape != want:
-                raise ValueError(f"{name}: shape {a.shape}; {want} is needed")
-            if a.strides[3] != a.itemsize or any(s < 0 for s in a.strides):
-                raise ValueError(f"{name}: its last dimension must be contiguous and no stride negative")
-            strides.append(tuple(a.strides[x] // a.itemsize for x in ax))
-            bases.append(_base_buffer(a))
-        if sinks is not None:
-            sinks = _f32(sinks, "sinks")
-        _mha.engine_core(self._e, *bases, batch, seq_q, seq_kv, bf16, *strides, bool(causal),
-                         _i32(q_lengths, "q_lengths", batch), _i32(kv_lengths, "kv_lengths", batch),
-                         None if mask is None else np.ascontiguousarray(np.asarray(mask), dtype=np.uint8), sinks)
+            s = q.shape
+            out = np.empty(s[:3] + (self._dv,) if len(s) == 4 else s, q.dtype)
+        _mha.engine_core(self._e, q, k, v, out, layout == "bshd", bf16, bool(causal),
+                         _i32(q_lengths, "q_lengths", q.shape[0]), _i32(kv_lengths, "kv_lengths", q.shape[0]),
+                         None if mask is None else np.ascontiguousarray(mask, dtype=np.uint8),
+                         None if sinks is None else _f32(sinks, "sinks"))
         return out
 
     def step(self, cache, x, n_past, n_new, blocks):
@@ -171,15 +147,6 @@ class Engine:
         _mha.engine_step(self._e, cache._c, n, _i32(n_past, "n_past", n), _i32(n_new, "n_new", n), blocks,
                          blocks.shape[1], x.shape[0], x, out)
         return out
-
-
-def _base_buffer(a):
-    """The flat memory a strided view starts at, as a 1-D array from its first element to the
-    last it reaches (the engine reads it with the strides)."""
-    if a.size == 0:
-        return np.empty(0, a.dtype)
-    span = 1 + sum((n - 1) * s for n, s in zip(a.shape, a.strides)) // a.itemsize
-    return np.lib.stride_tricks.as_strided(a, shape=(span,), strides=(a.itemsize,), writeable=a.flags.writeable)
 
 
 class KVCache:

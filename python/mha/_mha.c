@@ -249,74 +249,97 @@ static PyObject *engine_forward(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* The elements a strided (batch, heads, rows, features) tensor spans: its last element's index
- * + 1, or -1 past range. */
-static Py_ssize_t span(long long batch, long long heads, long long rows, long long feat, const Py_ssize_t s[3])
+/* A 4-dimensional tensor as the core reads it: its buffer (any strides, the last dimension's one
+ * element) in (batch, heads, rows, features) order, axes (0, 1, 2) or, for HF's (batch, rows,
+ * heads, features), (0, 2, 1). Its element type fmt, its dims checked against want[] where
+ * want[i] >= 0 (the rest taken from it), its strides turned into elements. */
+static int tensor_get(PyObject *obj, const char *name, const char *fmt, int hf, int writable, Py_ssize_t want[4],
+                      Py_ssize_t stride[3], view *v)
 {
-    if (batch <= 0 || heads <= 0 || rows <= 0 || feat <= 0)
-        return 0;
-    const long long lim = PY_SSIZE_T_MAX / 4;
-    long long last = feat - 1;
-    const long long ext[3] = {batch - 1, heads - 1, rows - 1};
-    for (int i = 0; i < 3; i++) {
-        if (s[i] < 0 || (ext[i] && s[i] > (lim - last) / ext[i]))
-            return -1;
-        last += ext[i] * s[i];
+    v->held = 0;
+    if (PyObject_GetBuffer(obj, &v->b, PyBUF_STRIDES | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0)
+        return -1;
+    v->held = 1;
+    const Py_ssize_t size = fmt[0] == 'H' ? 2 : 4;
+    const char *f = v->b.format ? v->b.format : "B";
+    f += f[0] == '<' || f[0] == '=' || f[0] == '@';
+    if (strcmp(f, fmt) || v->b.itemsize != size) {
+        PyErr_Format(PyExc_TypeError, "%s: elements of format '%s'; %s are needed", name, f,
+                     size == 2 ? "bfloat16 bits (uint16)" : "float32");
+        return -1;
     }
-    return (Py_ssize_t)(last + 1);
+    if (v->b.ndim != 4) {
+        PyErr_Format(PyExc_ValueError, "%s: %d dimensions; 4 are needed", name, v->b.ndim);
+        return -1;
+    }
+    static const int order[2][3] = {{0, 1, 2}, {0, 2, 1}};
+    const Py_ssize_t dims[4] = {v->b.shape[0], v->b.shape[order[hf][1]], v->b.shape[order[hf][2]], v->b.shape[3]};
+    for (int i = 0; i < 4; i++) {
+        if (want[i] >= 0 && dims[i] != want[i]) {
+            PyErr_Format(PyExc_ValueError, "%s: dimension %s is %zd; %zd is needed", name,
+                         (const char *const[]){"batch", "heads", "rows", "features"}[i], dims[i], want[i]);
+            return -1;
+        }
+        want[i] = dims[i];
+    }
+    if (v->b.strides[3] != size) {
+        PyErr_Format(PyExc_ValueError, "%s: its features must be contiguous (stride %zd bytes)", name, v->b.strides[3]);
+        return -1;
+    }
+    for (int i = 0; i < 3; i++) {
+        const Py_ssize_t st = v->b.strides[order[hf][i]];
+        if (st < 0 || st % size) {
+            PyErr_Format(PyExc_ValueError, "%s: stride %zd bytes; non-negative whole elements are needed", name, st);
+            return -1;
+        }
+        stride[i] = st / size;
+    }
+    return 0;
 }
 
-/* core(engine, q, k, v, out, batch, seq_q, seq_kv, bf16, q_stride, k_stride, v_stride, out_stride,
- * causal, q_lengths, kv_lengths, mask, sinks): each tensor a flat buffer holding at least the
- * elements its strides reach (strides in elements, as mha_core_input's). */
+/* core(engine, q, k, v, out, hf_layout, bf16, causal, q_lengths, kv_lengths, mask, sinks): q
+ * (batch, heads, seq_q, head_dim), k and v (batch, kv_heads, seq_kv, head_dim / v_head_dim), out
+ * (batch, heads, seq_q, v_head_dim), or each in HF's (batch, rows, heads, features) order: any
+ * strides numpy or torch gives (the buffer protocol's), the features contiguous, read and written
+ * in place. */
 static PyObject *engine_core(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *cap, *o[4], *oql, *okl, *omask, *osinks;
-    int batch, seq_q, seq_kv, bf16, causal;
-    Py_ssize_t s[4][3];
-    if (!PyArg_ParseTuple(args, "OOOOOiiip(nnn)(nnn)(nnn)(nnn)pOOOO", &cap, &o[0], &o[1], &o[2], &o[3], &batch, &seq_q,
-                          &seq_kv, &bf16, &s[0][0], &s[0][1], &s[0][2], &s[1][0], &s[1][1], &s[1][2], &s[2][0],
-                          &s[2][1], &s[2][2], &s[3][0], &s[3][1], &s[3][2], &causal, &oql, &okl, &omask, &osinks))
+    int hf, bf16, causal;
+    if (!PyArg_ParseTuple(args, "OOOOOpppOOOO", &cap, &o[0], &o[1], &o[2], &o[3], &hf, &bf16, &causal, &oql, &okl,
+                          &omask, &osinks))
         return NULL;
     engine *g = engine_of(cap);
     if (!g)
         return NULL;
     const mha_config *c = &g->cfg;
-    const long long h = c->n_heads, kvh = c->n_kv_heads ? c->n_kv_heads : c->n_heads;
-    const long long dk = mha_config_head_dim(c), dv = mha_config_v_head_dim(c);
-    const Py_ssize_t need[4] = {span(batch, h, seq_q, dk, s[0]), span(batch, kvh, seq_kv, dk, s[1]),
-                                span(batch, kvh, seq_kv, dv, s[2]), span(batch, h, seq_q, dv, s[3])};
-    static const char *const names[4] = {"q", "k", "v", "out"};
+    const Py_ssize_t h = c->n_heads, kvh = c->n_kv_heads ? c->n_kv_heads : c->n_heads;
+    const Py_ssize_t dk = mha_config_head_dim(c), dv = mha_config_v_head_dim(c);
+    const char *fmt = bf16 ? "H" : "f";
     view v[8];
     memset(v, 0, sizeof v);
-    const char *fmt = bf16 ? "H" : "f";
-    for (int i = 0; i < 4; i++) {
-        if (!sizes_ok(need[i], names[i]) || PyObject_GetBuffer(o[i], &v[i].b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT |
-                                                                                   (i == 3 ? PyBUF_WRITABLE : 0)) < 0) {
-            views_release(v, 8);
-            return NULL;
-        }
-        v[i].held = 1;
-        const Py_ssize_t have = v[i].b.len / (bf16 ? 2 : 4);
-        const char *f = v[i].b.format ? v[i].b.format : "B";
-        f += f[0] == '<' || f[0] == '=' || f[0] == '@';
-        if (strcmp(f, fmt) || v[i].b.itemsize != (bf16 ? 2 : 4) || have < need[i]) {
-            PyErr_Format(have < need[i] && !strcmp(f, fmt) ? PyExc_ValueError : PyExc_TypeError,
-                         "%s: %zd elements of format '%s'; %zd of %s are needed (its strides reach that far)",
-                         names[i], have, f, need[i], bf16 ? "bfloat16 bits (uint16)" : "float32");
-            views_release(v, 8);
-            return NULL;
-        }
+    Py_ssize_t s[4][3];
+    Py_ssize_t wq[4] = {-1, h, -1, dk};
+    int bad = tensor_get(o[0], "q", fmt, hf, 0, wq, s[0], &v[0]) < 0;
+    Py_ssize_t wk[4] = {wq[0], kvh, -1, dk};
+    bad = bad || tensor_get(o[1], "k", fmt, hf, 0, wk, s[1], &v[1]) < 0;
+    Py_ssize_t wv[4] = {wq[0], kvh, wk[2], dv}, wo[4] = {wq[0], h, wq[2], dv};
+    bad = bad || tensor_get(o[2], "v", fmt, hf, 0, wv, s[2], &v[2]) < 0 ||
+          tensor_get(o[3], "out", fmt, hf, 1, wo, s[3], &v[3]) < 0;
+    const Py_ssize_t batch = wq[0], seq_q = wq[2], seq_kv = wk[2];
+    if (!bad && (batch > INT32_MAX || seq_q > INT32_MAX || seq_kv > INT32_MAX)) {
+        PyErr_Format(PyExc_ValueError, "q, k: batch %zd, seq_q %zd, seq_kv %zd past int's range", batch, seq_q, seq_kv);
+        bad = 1;
     }
-    const Py_ssize_t nb = count3(1, 1, batch), nm = count3(1, seq_q, seq_kv);
-    if (!sizes_ok(nm, "mask") || view_get(oql, "q_lengths", "i", nb, 0, 1, &v[4]) < 0 ||
-        view_get(okl, "kv_lengths", "i", nb, 0, 1, &v[5]) < 0 || view_get(omask, "mask", "B", nm, 0, 1, &v[6]) < 0 ||
-        view_get(osinks, "sinks", "f", (Py_ssize_t)h, 0, 1, &v[7]) < 0) {
+    const Py_ssize_t nm = bad ? 0 : count3(1, seq_q, seq_kv);
+    if (bad || !sizes_ok(nm, "mask") || view_get(oql, "q_lengths", "i", batch, 0, 1, &v[4]) < 0 ||
+        view_get(okl, "kv_lengths", "i", batch, 0, 1, &v[5]) < 0 || view_get(omask, "mask", "B", nm, 0, 1, &v[6]) < 0 ||
+        view_get(osinks, "sinks", "f", h, 0, 1, &v[7]) < 0) {
         views_release(v, 8);
         return NULL;
     }
-    mha_core_input in = {.batch = batch, .seq_q = seq_q, .seq_kv = seq_kv,
+    mha_core_input in = {.batch = (int)batch, .seq_q = (int)seq_q, .seq_kv = (int)seq_kv,
                          .dtype = bf16 ? MHA_DTYPE_BF16 : MHA_DTYPE_F32, .q = ptr(&v[0]), .k = ptr(&v[1]),
                          .v = ptr(&v[2]), .q_lengths = ptr(&v[4]), .kv_lengths = ptr(&v[5]), .causal = causal,
                          .mask = ptr(&v[6]), .sinks = ptr(&v[7])};
@@ -481,7 +504,7 @@ static PyMethodDef methods[] = {
     {"engine_new", engine_new, METH_VARARGS, "engine_new(text, origin, is_path) -> engine"},
     {"engine_set_weights", engine_set_weights, METH_VARARGS, "set_weights(engine, torch_layout, w_q ... sinks)"},
     {"engine_forward", engine_forward, METH_VARARGS, "forward(engine, q, k, v, out, batch, seq_q, seq_kv, ...)"},
-    {"engine_core", engine_core, METH_VARARGS, "core(engine, q, k, v, out, batch, seq_q, seq_kv, bf16, strides, ...)"},
+    {"engine_core", engine_core, METH_VARARGS, "core(engine, q, k, v, out, hf_layout, bf16, causal, ...)"},
     {"engine_step", engine_step, METH_VARARGS, "step(engine, cache, n_seqs, n_past, n_new, blocks, ...)"},
     {"engine_info", engine_info, METH_VARARGS, "engine_info(engine) -> dict"},
     {"cache_new", cache_new, METH_VARARGS, "cache_new(engine, n_blocks, block_size, max_seqs) -> cache"},

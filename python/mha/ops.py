@@ -67,12 +67,30 @@ def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask:
     if mask.dtype != torch.bool or tuple(mask.shape) != (batch, seq_q, seq_kv):
         raise ValueError(f"mha attention: mask {mask.dtype} {tuple(mask.shape)}; bool ({batch}, {seq_q}, {seq_kv})")
     m = mask.numpy()
-    if (m == m[:1]).all():  # one mask for the batch
+    lengths = _key_padding(m, causal)
+    if lengths is not None:  # padding at the end of each sequence's keys (an encoder's, or causal): one call
+        e.core(q, k, v, causal=lengths[1], kv_lengths=lengths[0], sinks=s, out=ov)
+    elif (m == m[:1]).all():  # one mask for the batch
         e.core(q, k, v, causal=causal, mask=m[0], sinks=s, out=ov)
-    else:  # rows that differ (padding): sequence by sequence, each with its own mask
+    else:  # rows that differ otherwise (left padding): sequence by sequence, each with its own mask
         for b in range(batch):
             e.core(q[b:b + 1], k[b:b + 1], v[b:b + 1], causal=causal, mask=m[b], sinks=s, out=ov[b:b + 1])
     return out
+
+
+def _key_padding(m, causal):
+    """(kv_lengths, causal) when the boolean mask m (batch, q, kv) is each sequence's first
+    kv_lengths keys, seen by every query or causally (bottom-right, as mha), and more than that
+    where asked; else None."""
+    seq_q, seq_kv = m.shape[1], m.shape[2]
+    lengths = m[:, -1, :].sum(axis=-1, dtype=np.int32)  # the last query sees the most keys
+    keys = np.arange(seq_kv)[None, None, :] < lengths[:, None, None]
+    if np.array_equal(m, np.broadcast_to(keys, m.shape)):
+        return lengths, causal
+    tri = np.arange(seq_kv)[None, :] <= np.arange(seq_q)[:, None] + (seq_kv - seq_q)
+    if np.array_equal(m, keys & tri[None]):
+        return lengths, True
+    return None
 
 
 @attention.register_fake

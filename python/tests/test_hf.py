@@ -66,10 +66,14 @@ CAUSAL = [
 ]
 
 
+@pytest.mark.parametrize("side", ["left", "right"])
 @pytest.mark.parametrize("config,model,extra", CAUSAL, ids=[c[1] for c in CAUSAL])
-def test_padded_batches_match_the_eager_attention_in_float32(config, model, extra):
+def test_padded_batches_match_the_eager_attention_in_float32(config, model, extra, side):
+    """Left padding (generation's: a mask per sequence) and right padding (causal with key
+    lengths: one call)."""
     ref, ours = model_pair(small(config, **extra), model)
     ids, mask = padded_batch()
+    mask = mask if side == "left" else mask.flip(1)
     with torch.no_grad():
         want = ref(input_ids=ids, attention_mask=mask).logits
         got = ours(input_ids=ids, attention_mask=mask).logits

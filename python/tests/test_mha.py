@@ -132,6 +132,14 @@ def test_bad_calls_raise_with_the_engines_message():
         mha.Engine(config()).set_weights(**{**weights(), "w_q": np.zeros((3, 3), np.float32)})
     with pytest.raises(mha.MhaError):
         mha.Engine(config()).forward(x)  # no weights yet
+    q = np.zeros((2, H, 9, DK), np.float32)
+    kv = np.zeros((2, KVH, 9, DK), np.float32)
+    with pytest.raises(TypeError, match="float32"):
+        e.core(q.astype(np.float64), kv, kv)
+    with pytest.raises(ValueError, match="dimension heads is 2; 4 is needed"):
+        e.core(kv, kv, kv)
+    with pytest.raises(ValueError, match="features must be contiguous"):
+        e.core(q[..., ::-1], kv, kv)  # features reversed
 
 
 def test_one_engine_from_several_threads_gives_every_caller_its_bits():
