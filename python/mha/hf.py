@@ -16,7 +16,7 @@ head dims, scale, softcap, sinks, precision: mha/ops.py) and grown, never per ca
 """
 import torch
 
-from . import ops  # noqa: F401 (defines torch.ops.mha.attention)
+from . import ops
 
 
 def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, softcap=None,
@@ -45,7 +45,9 @@ def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=No
         if causal and seq_kv > seq_q:
             key, value, seq_kv = key[:, :, :seq_q], value[:, :, :seq_q], seq_q
     scale = float(scaling) if scaling is not None else dk ** -0.5
-    return torch.ops.mha.attention(query, key, value, mask, causal, scale, float(softcap or 0.0), s_aux), None
+    # the op where torch.compile traces (one node), the function itself where code runs eagerly
+    op = torch.ops.mha.attention if torch.compiler.is_compiling() else ops.run
+    return op(query, key, value, mask, causal, scale, float(softcap or 0.0), s_aux), None
 
 
 def register(name="mha"):

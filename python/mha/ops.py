@@ -46,9 +46,9 @@ def _numpy(t, bf16):
     return t.detach().numpy()
 
 
-@torch.library.custom_op("mha::attention", mutates_args=())
-def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: Optional[torch.Tensor],
-              causal: bool, scale: float, softcap: float, sinks: Optional[torch.Tensor]) -> torch.Tensor:
+def run(query, key, value, mask, causal, scale, softcap, sinks):
+    """The op's computation, called as a function: what eager code calls (mha.hf does), without
+    the op's dispatch (tens of microseconds a call, a decode step's attention's fifth)."""
     if query.dtype not in (torch.float32, torch.bfloat16) or key.dtype != query.dtype or value.dtype != query.dtype:
         raise TypeError(f"mha attention: float32 or bfloat16 tensors; got {query.dtype}, {key.dtype}, {value.dtype}")
     if query.device.type != "cpu":
@@ -91,6 +91,12 @@ def _key_padding(m, causal):
     if np.array_equal(m, keys & tri[None]):
         return lengths, True
     return None
+
+
+@torch.library.custom_op("mha::attention", mutates_args=())
+def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: Optional[torch.Tensor],
+              causal: bool, scale: float, softcap: float, sinks: Optional[torch.Tensor]) -> torch.Tensor:
+    return run(query, key, value, mask, causal, scale, softcap, sinks)
 
 
 @attention.register_fake
