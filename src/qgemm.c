@@ -17,8 +17,6 @@
 /* Rows a block, inputs a chunk: the chunk's floats (two panels) and the block's sums stay in
  * L1 (16 + 8 KiB). */
 enum { QROWS = MHA_QROWS, QCHUNK = 128 };
-/* Groups ahead a walk of a panel asks for its bytes. */
-enum { PREFETCH_GROUPS = 8 };
 
 size_t mha_qmat_head_bytes(const mha_qmat *b)
 {
@@ -39,6 +37,9 @@ const unsigned char *mha_qmat_panel(const mha_qmat *b, int col, const mha_qtype 
         p += mha_qmat_part_bytes(b, i);
     return p + (size_t)(col % b->part / MHA_QP) * mha_qpanel_bytes(*type, b->kk);
 }
+
+/* The sums of padding outputs (zeros held nowhere): put_rows' acc with ld 0. */
+static const float zeros[MHA_QP];
 
 /* Rows [r0, r0 + rows) of the sums acc (ld apart) into c's columns [cj, cj + cols): the sum,
  * plus c's bias where beta is 1. */
@@ -92,15 +93,13 @@ static void row_block(const mha_kernel *k, int r0, int rows, int n, const float 
                       int col, float beta, mha_mat c)
 {
     const int few = rows <= MHA_QFEW_ROWS, most = few ? MHA_QFEW_PANELS : 2; /* panels a pass reads together */
-    static const float zeros[MHA_QP];
     for (int j = 0; j < n;) {
         const mha_qtype *t;
         const unsigned char *p[MHA_QFEW_PANELS];
         const int np = panel_run(b, col, j, n, most, p, &t);
         const int cols = n - j < np * MHA_QP ? n - j : np * MHA_QP;
         if (!p[0]) { /* padding: its sums are 0 */
-            for (int r = r0; r < r0 + rows; r++)
-                put_rows(k, zeros, 0, r, 1, j, cols, beta, c);
+            put_rows(k, zeros, 0, r0, rows, j, cols, beta, c);
         } else if (few) {
             float acc[MHA_QFEW_ROWS * MHA_QFEW_PANELS * MHA_QP] = {0};
             k->isa->quant->few[t->index](t, p, np, b->kk, a + (size_t)r0 * lda, lda, rows, acc,
@@ -163,7 +162,6 @@ static void row_block16(const mha_kernel *k, int r0, int rows, int n, const unsi
                         const mha_qmat *b, int col, float beta, mha_mat c)
 {
     enum { LD = MHA_QFEW_PANELS * MHA_QP };
-    static const float zeros[MHA_QP];
     for (int j = 0; j < n;) {
         const mha_qtype *t;
         const unsigned char *p[MHA_QFEW_PANELS];
@@ -172,8 +170,7 @@ static void row_block16(const mha_kernel *k, int r0, int rows, int n, const unsi
         for (int r = 0; r < rows; r += MHA_A16_ROWS) {
             const int rr = rows - r < MHA_A16_ROWS ? rows - r : MHA_A16_ROWS;
             if (!p[0]) { /* padding: its sums are 0 */
-                for (int i = r0 + r; i < r0 + r + rr; i++)
-                    put_rows(k, zeros, 0, i, 1, j, cols, beta, c);
+                put_rows(k, zeros, 0, r0 + r, rr, j, cols, beta, c);
                 continue;
             }
             float acc[MHA_A16_ROWS * LD] = {0};
@@ -220,11 +217,11 @@ static void panel_bf16(const mha_kernel *k, const unsigned char *p, const mha_qt
     const int groups = t->qk / MHA_QG;
     if (k->qbf16) {
         /* the panel from memory, walked once in order: a group's share of its bytes asked for
-         * PREFETCH_GROUPS groups ahead, so the reads overlap the dequantizing */
+         * MHA_QPREFETCH_GROUPS groups ahead, so the reads overlap the dequantizing */
         const size_t share = block_bytes / (size_t)groups;
         for (int g = 0; g < kk / MHA_QG; g++) {
             for (size_t at = 0; at < share; at += 64)
-                __builtin_prefetch(p + (size_t)(g + PREFETCH_GROUPS) * share + at, 0, 3);
+                __builtin_prefetch(p + (size_t)(g + MHA_QPREFETCH_GROUPS) * share + at, 0, 3);
             k->qbf16->dequant[t->index](p + (size_t)(g / groups) * block_bytes, g % groups,
                                         dst + (size_t)g * MHA_QG * MHA_QP);
         }
@@ -243,7 +240,6 @@ void mha_qgemm_bf16(const mha_kernel *k, const mha_bkernel *bk, int m, int n, co
                     ptrdiff_t lda, const mha_qmat *b, int col, float beta, mha_mat c, mha_bf16 *apack,
                     mha_bf16 *wpack)
 {
-    static const float zeros[MHA_QP];
     const int kk = b->kk, most = mha_qbf16_cols(k, kk) / MHA_QP;
     const size_t ps = mha_bk_ps(kk);
     const int block = xp ? m : MHA_QBF16_ROWS;
@@ -257,8 +253,7 @@ void mha_qgemm_bf16(const mha_kernel *k, const mha_bkernel *bk, int m, int n, co
             const unsigned char *p = mha_qmat_panel(b, col + j, &t);
             if (!p) { /* padding: its sums are 0 */
                 const int cols = n - j < MHA_QP ? n - j : MHA_QP;
-                for (int r = r0; r < r0 + rows; r++)
-                    put_rows(k, zeros, 0, r, 1, j, cols, beta, c);
+                put_rows(k, zeros, 0, r0, rows, j, cols, beta, c);
                 j += MHA_QP;
                 continue;
             }

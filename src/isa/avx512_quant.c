@@ -272,19 +272,16 @@ static Q512 void tile_avx512(const float *restrict w, ptrdiff_t wps, int kc, int
         }
 }
 
-/* A decode step reads each panel once, from memory: the bytes of the group PREFETCH_GROUPS on
- * (a panel's bytes a group, in order) asked for while this one computes, so that every panel
- * has lines in flight; the hardware's stream prefetch alone left a step's reads well below the
- * bf16 step's rate (perf/RESULTS.md). */
-enum { PREFETCH_GROUPS = 8 };
+/* A decode step reads each panel once, from memory: the bytes of the group MHA_QPREFETCH_GROUPS
+ * on asked for while this one computes (qkernels.h). */
 Q512_INLINE void prefetch_ahead(const unsigned char *panel, int g, size_t group_bytes)
 {
     for (size_t at = 0; at < group_bytes; at += 64)
-        _mm_prefetch((const char *)panel + (size_t)(g + PREFETCH_GROUPS) * group_bytes + at, _MM_HINT_T0);
+        _mm_prefetch((const char *)panel + (size_t)(g + MHA_QPREFETCH_GROUPS) * group_bytes + at, _MM_HINT_T0);
 }
 
 /* Group g of np panels of type t: each panel's block holding it (b) and the group's factors (f),
- * the group PREFETCH_GROUPS on asked for. */
+ * the group MHA_QPREFETCH_GROUPS on asked for. */
 Q512_INLINE void group_of_panels(const mha_qtype *t, const int type, const unsigned char *const *p, int np, int g,
                                  const unsigned char **b, factors *f)
 {

@@ -78,6 +78,12 @@ const mha_qbf16_ops *mha_qbf16_choose(const mha_qkernels *qk);
 
 enum { MHA_QFEW_ROWS = 2, MHA_QFEW_PANELS = 4 };
 
+/* A walk of a panel from memory (a decode step's, a pass dequantizing into bf16) asks for the
+ * bytes of the group this many on (a panel's bytes a group, in order) while this one computes,
+ * so that every panel has lines in flight; the hardware's stream prefetch alone left a step's
+ * reads well below the bf16 step's rate (perf/RESULTS.md). */
+enum { MHA_QPREFETCH_GROUPS = 8 };
+
 /* Where a type's 4-bit pairs and its top bits lie in a panel's block (0: none), and how many
  * top bits an input has (Q6_K 2, the 5-bit types 1). */
 static inline int mha_q_nib_at(int type)
