@@ -79,7 +79,7 @@ typedef struct mha_attention_ops {
     /* The core's few queries of a KV head as one block (core.c's core_few_rows): whether
      * the engine runs them so (float32: where d_k fits one KC pass, the decode tiles' sums
      * being the microkernel's), and the K and V of (sequence b, KV head g) of the core's
-     * tensors io (kl keys) packed for it, *kv set to what the chunks then read (float32: K's
+     * tensors io (kl keys from key k0) packed for it, *kv set to what the chunks then read (float32: K's
      * rows in place for the table's rows_scores, or Kᵀ in the decode tiles' panels, and V in
      * rows dv apart, read in place where the tensor's are, else copied into the Q/K/V scratch;
      * bf16, on the float32 stream too: K's rows as floats of their bf16 values and V's bf16
@@ -87,7 +87,7 @@ typedef struct mha_attention_ops {
      * panels, *kv as the caller set it). */
     int (*few_fits)(const struct mha_fwd *f);
     void (*pack_kv_few)(const struct mha_fwd *f, const struct mha_scratch *s, const struct mha_core_io *io, int b,
-                        int g, int kl, struct mha_kv_view *kv);
+                        int g, int k0, int kl, struct mha_kv_view *kv);
     /* Whether the core's few queries read K's and V's rows in place (the table's rows_scores,
      * or bf16's rows_scores16 and decode_values16 in the kernel's order) rather than panels:
      * pack_kv_few's way, fixed by the table, the kernel, d_k and the group (core.c). */
@@ -456,6 +456,8 @@ typedef struct mha_core_io {
     int bf16;
     ptrdiff_t q_st[3], k_st[3], v_st[3], o_st[3]; /* strides */
     const float *sinks; /* NULL or (h) */
+    float *partial;     /* the few queries' chunk partials (the engine's decode partials region,
+                         * mha_attention_core_keys), or NULL: no call's keys split */
 } mha_core_io;
 /* Query heads [h0, h1) (of KV head g's group) of sequence b of the core: g's K and V copied
  * into the scratch (Kᵀ packed once), then for each of those heads its Q and
@@ -464,6 +466,17 @@ typedef struct mha_core_io {
  * head runs them all, the others nothing. A row's bits do not depend on the block. f holds
  * the call's sizes, lengths, mask and causal flag. */
 void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, int h0, int h1, const mha_scratch *s);
+/* A few queries' keys split over tasks, as a decode step splits a cache's (io->partial: the
+ * results depend on neither the split nor the thread count). mha_attention_core_chunks: where
+ * sequence b's queries run as one block of few rows (mha_attention_core's core_few), the end of
+ * the chunks of MHA_KV_CHUNK keys they see and (*first) the first; else 0. core_keys: chunks
+ * [c0, c1) of them (within those) into their partials; core_merge, after every chunk's: the
+ * partials merged in chunk order, the sink and the division, into out (as mha_attention_core
+ * writes it, zero rows past the query length). */
+int mha_attention_core_chunks(const mha_fwd *f, int b, int *first);
+void mha_attention_core_keys(const mha_fwd *f, const mha_core_io *io, int b, int g, int c0, int c1,
+                             const mha_scratch *s);
+void mha_attention_core_merge(const mha_fwd *f, const mha_core_io *io, int b, int g, const mha_scratch *s);
 /* Query heads of a block of the core's tasks: the group, halved while above 16 and even (a
  * KV head of many query heads, MQA's or MLA's, is more than one task). */
 int mha_attention_head_block(int group);
@@ -473,9 +486,9 @@ int mha_attention_few_fits_bf16(const mha_fwd *f);
 /* mha_attention_ops.few_rows of a float32 engine (bk NULL) or a bf16 one on table isa. */
 int mha_attention_few_rows(const mha_bkernel *bk, const struct mha_isa *isa, int dk, int group);
 void mha_attention_pack_kv_few_f32(const mha_fwd *f, const mha_scratch *s, const struct mha_core_io *io, int b, int g,
-                                   int kl, mha_kv_view *kv);
+                                   int k0, int kl, mha_kv_view *kv);
 void mha_attention_pack_kv_few_bf16(const mha_fwd *f, const mha_scratch *s, const struct mha_core_io *io, int b, int g,
-                                    int kl, mha_kv_view *kv);
+                                    int k0, int kl, mha_kv_view *kv);
 
 /* ---- forward.c: the forward's tasks ---- */
 

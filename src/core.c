@@ -11,6 +11,7 @@
 #include "isa/isa.h"
 #include "kvcache.h"
 
+#include <math.h>
 #include <string.h>
 
 int mha_attention_few_fits_f32(const mha_fwd *f)
@@ -24,14 +25,16 @@ int mha_attention_few_fits_bf16(const mha_fwd *f)
     return 1;
 }
 
-/* K's and V's rows of (sequence b, KV head g) in the core's tensors. */
-static mha_mat core_k(const mha_fwd *f, const mha_core_io *io, int b, int g)
+/* K's and V's rows of (sequence b, KV head g) from key k0 in the core's tensors. */
+static mha_mat core_k(const mha_fwd *f, const mha_core_io *io, int b, int g, int k0)
 {
-    return mha_mat_rows(f->kernel, (const float *)io->k + b * io->k_st[0] + g * io->k_st[1], io->k_st[2]);
+    return mha_mat_rows(f->kernel, (const float *)io->k + b * io->k_st[0] + g * io->k_st[1] + k0 * io->k_st[2],
+                        io->k_st[2]);
 }
-static mha_mat core_v(const mha_fwd *f, const mha_core_io *io, int b, int g)
+static mha_mat core_v(const mha_fwd *f, const mha_core_io *io, int b, int g, int k0)
 {
-    return mha_mat_rows(f->kernel, (const float *)io->v + b * io->v_st[0] + g * io->v_st[1], io->v_st[2]);
+    return mha_mat_rows(f->kernel, (const float *)io->v + b * io->v_st[0] + g * io->v_st[1] + k0 * io->v_st[2],
+                        io->v_st[2]);
 }
 
 /* Whether the core's few queries read K's rows (the table has the kernel for them: have): d_k
@@ -53,9 +56,9 @@ int mha_attention_few_rows(const mha_bkernel *bk, const mha_isa *isa, int dk, in
                                    (order == MHA_BK_EVEN_FIRST || (order == MHA_BK_ODD_FIRST && dk % 2 == 0)));
 }
 
-/* K and V of (sequence b, KV head g), kl keys, into what the chunks read: float32 tensors by
- * pack_kv, bf16 ones (bf16 engines only) by pack_kv16. */
-static void core_kv_by(const mha_fwd *f, const mha_scratch *s, const mha_core_io *io, int b, int g, int kl,
+/* K and V of (sequence b, KV head g), kl keys from key k0, into what the chunks read (from
+ * their key 0): float32 tensors by pack_kv, bf16 ones (bf16 engines only) by pack_kv16. */
+static void core_kv_by(const mha_fwd *f, const mha_scratch *s, const mha_core_io *io, int b, int g, int k0, int kl,
                        void (*pack_kv)(const mha_fwd *, const mha_scratch *, int, mha_mat, mha_mat),
                        void (*pack_kv16)(const mha_fwd *, const mha_scratch *, int, const mha_bf16 *, ptrdiff_t,
                                          const mha_bf16 *, ptrdiff_t))
@@ -63,18 +66,19 @@ static void core_kv_by(const mha_fwd *f, const mha_scratch *s, const mha_core_io
     if (kl <= 0)
         return;
     if (io->bf16)
-        pack_kv16(f, s, kl, (const mha_bf16 *)io->k + b * io->k_st[0] + g * io->k_st[1], io->k_st[2],
-                  (const mha_bf16 *)io->v + b * io->v_st[0] + g * io->v_st[1], io->v_st[2]);
+        pack_kv16(f, s, kl, (const mha_bf16 *)io->k + b * io->k_st[0] + g * io->k_st[1] + k0 * io->k_st[2],
+                  io->k_st[2], (const mha_bf16 *)io->v + b * io->v_st[0] + g * io->v_st[1] + k0 * io->v_st[2],
+                  io->v_st[2]);
     else
-        pack_kv(f, s, kl, core_k(f, io, b, g), core_v(f, io, b, g));
+        pack_kv(f, s, kl, core_k(f, io, b, g, k0), core_v(f, io, b, g, k0));
 }
 
-void mha_attention_pack_kv_few_f32(const mha_fwd *f, const mha_scratch *s, const mha_core_io *io, int b, int g, int kl,
-                                   mha_kv_view *kv)
+void mha_attention_pack_kv_few_f32(const mha_fwd *f, const mha_scratch *s, const mha_core_io *io, int b, int g,
+                                   int k0, int kl, mha_kv_view *kv)
 {
     const mha_kernel *k = f->kernel;
     const int dv = f->dv;
-    const mha_mat km = core_k(f, io, b, g), vm = core_v(f, io, b, g); /* float32 tensors: float32 engines' */
+    const mha_mat km = core_k(f, io, b, g, k0), vm = core_v(f, io, b, g, k0); /* float32 tensors: float32 engines' */
     /* K read in place by rows_scores, or transposed into the decode tiles' panels */
     const int rows = f->attn->few_rows;
     if (kl > 0 && !rows)
@@ -87,10 +91,10 @@ void mha_attention_pack_kv_few_f32(const mha_fwd *f, const mha_scratch *s, const
 }
 
 void mha_attention_pack_kv_few_bf16(const mha_fwd *f, const mha_scratch *s, const mha_core_io *io, int b, int g,
-                                    int kl, mha_kv_view *kv)
+                                    int k0, int kl, mha_kv_view *kv)
 {
     if (!f->attn->few_rows) { /* the chunk's panels, as the caller's view says */
-        core_kv_by(f, s, io, b, g, kl, mha_attention_pack_kv_bf16, mha_attention_pack_kv16_bf16);
+        core_kv_by(f, s, io, b, g, k0, kl, mha_attention_pack_kv_bf16, mha_attention_pack_kv16_bf16);
         return;
     }
     /* K's rows as floats of their bf16 values (widened, or rounded) into s->kt; V's bf16 rows
@@ -101,8 +105,8 @@ void mha_attention_pack_kv_few_bf16(const mha_fwd *f, const mha_scratch *s, cons
     mha_bf16 *vc = s->v16;
     const mha_bf16 *vr = vc;
     if (io->bf16) {
-        const mha_bf16 *k16 = (const mha_bf16 *)io->k + b * io->k_st[0] + g * io->k_st[1];
-        const mha_bf16 *v16 = (const mha_bf16 *)io->v + b * io->v_st[0] + g * io->v_st[1];
+        const mha_bf16 *k16 = (const mha_bf16 *)io->k + b * io->k_st[0] + g * io->k_st[1] + k0 * io->k_st[2];
+        const mha_bf16 *v16 = (const mha_bf16 *)io->v + b * io->v_st[0] + g * io->v_st[1] + k0 * io->v_st[2];
         for (int j = 0; j < kl; j++)
             t16->floats(k16 + j * io->k_st[2], 0, dk, kr + (size_t)j * dk);
         if (io->v_st[2] == dv)
@@ -111,7 +115,7 @@ void mha_attention_pack_kv_few_bf16(const mha_fwd *f, const mha_scratch *s, cons
             for (int j = 0; j < kl; j++)
                 memcpy(vc + (size_t)j * dv, v16 + j * io->v_st[2], (size_t)dv * sizeof *vc);
     } else {
-        const mha_mat km = core_k(f, io, b, g), vm = core_v(f, io, b, g);
+        const mha_mat km = core_k(f, io, b, g, k0), vm = core_v(f, io, b, g, k0);
         for (int j = 0; j < kl; j++) {
             memcpy(kr + (size_t)j * dk, km.p + j * km.ld, (size_t)dk * sizeof *kr);
             t16->put(vm.p + j * vm.ld, dv, vc, (size_t)j * dv, 1);
@@ -168,34 +172,139 @@ static int core_few(const mha_fwd *f, int ql)
            m * (4 + 2 * (size_t)f->dk) <= mha_gemm_apack_floats(f->kernel);
 }
 
-/* A few queries of every head of KV head g as the rows of one pass over the keys (row r: query
- * head g·group + r / ql, query r % ql), as decode reads a cache: float32, K's rows read in
- * place by the table's rows_scores (or Kᵀ transposed once into the decode tiles' panels) and
- * V read in place (rows dv apart) or copied so, the tiles' scores and values (the
- * microkernel's sums); bf16, likewise on K's and V's rows through bf16 decode's tiles
- * (mha_attention_ops.few_rows), else K and V packed into the kernel's panels as for more queries; then
- * mha_attention_rows' chunks, logits, merge, sink and division: the same bits as it, with
- * one pass for the group's 1–4 rows per head. */
-static void core_few_rows(const mha_fwd *f, const mha_core_io *io, int b, int g, const mha_scratch *s, int ql, int kl)
+/* The few queries of KV head g's query heads as the rows of one block (row r: query head
+ * g·group + r / ql, query r % ql), into q (rows dk apart), with K's and V's keys [k0, k0 + kl)
+ * packed by the engine's pack_kv_few into *kv (from the view's key 0); bf16 on K's rows: the
+ * queries' bf16 values, as the kernel's A panels hold them. The block's rows. */
+static mha_chunk_rows few_block(const mha_fwd *f, const mha_core_io *io, int b, int g, const mha_scratch *s, int ql,
+                                int k0, int kl, float *q, mha_kv_view *kv)
 {
     const mha_kernel *k = f->kernel;
-    const int dk = f->dk, dv = f->dv, m = f->group * ql, off = f->call->seq_kv - f->call->seq_q, h0 = g * f->group;
-    float *sc = s->dec, *q = sc + (size_t)m * MHA_KV_CHUNK; /* dec: (group·MHA_DECODE_MAX_NEW) × (chunk + dk) */
-    float *z = s->apack + (size_t)m * (4 + dv); /* past mha_attention_block's state in the apack region */
-    mha_kv_view kv = {.kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f), .vps = mha_attention_v16_ps(kl)};
-    f->attn->pack_kv_few(f, s, io, b, g, kl, &kv);
+    const int dk = f->dk, m = f->group * ql, h0 = g * f->group;
+    *kv = (mha_kv_view){.kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f),
+                        .vps = mha_attention_v16_ps(kl)};
+    f->attn->pack_kv_few(f, s, io, b, g, k0, kl, kv);
     for (int r = 0; r < m; r++)
         core_get(io, io->q, b * io->q_st[0] + (h0 + r / ql) * io->q_st[1] + (r % ql) * io->q_st[2], dk, q + (size_t)r * dk);
-    if (kv.kr && f->bk) /* bf16 on K's rows: the queries' bf16 values, as the kernel's A panels hold them */
+    if (kv->kr && f->bk)
         k->isa->round_bf16_floats(q, m * dk);
-    /* mha_attention_rows' one query block of these ql queries */
+    return (mha_chunk_rows){.m = m, .pos0 = f->call->seq_kv - f->call->seq_q, .period = ql, .causal = f->call->causal,
+                            .head0 = h0, .q = mha_mat_rows(k, q, dk), .mask = f->call->mask};
+}
+
+/* The keys [*begin, end) that sequence b's ql queries see (mha_attention_rows' one query block
+ * of them, from a chunk's start). Returns end. */
+static int few_keys(const mha_fwd *f, int b, int ql, int *begin)
+{
+    const int kl = f->call->kv_len ? f->call->kv_len[b] : f->call->seq_kv, off = f->call->seq_kv - f->call->seq_q;
+    return mha_attention_block_keys(f, off, ql - 1 + off, kl, MHA_KV_CHUNK, begin);
+}
+
+/* A few queries of every head of KV head g as the rows of one pass over the keys, as decode
+ * reads a cache: float32, K's rows read in place by the table's rows_scores (or Kᵀ transposed
+ * once into the decode tiles' panels) and V read in place (rows dv apart) or copied so, the
+ * tiles' scores and values (the microkernel's sums); bf16, likewise on K's and V's rows through
+ * bf16 decode's tiles (mha_attention_ops.few_rows), else K and V packed into the kernel's panels
+ * as for more queries; then mha_attention_rows' chunks, logits, merge, sink and division: the
+ * same bits as it, with one pass for the group's 1–4 rows per head. */
+static void core_few_rows(const mha_fwd *f, const mha_core_io *io, int b, int g, const mha_scratch *s, int ql, int kl)
+{
+    const int dv = f->dv, m = f->group * ql;
+    float *sc = s->dec, *q = sc + (size_t)m * MHA_KV_CHUNK; /* dec: (group·MHA_DECODE_MAX_NEW) × (chunk + dk) */
+    float *z = s->apack + (size_t)m * (4 + dv); /* past mha_attention_block's state in the apack region */
+    mha_kv_view kv;
+    const mha_chunk_rows rows = few_block(f, io, b, g, s, ql, 0, kl, q, &kv);
     int kv_begin;
-    const int kv_end = mha_attention_block_keys(f, off, ql - 1 + off, kl, MHA_KV_CHUNK, &kv_begin);
-    const mha_chunk_rows rows = {.m = m, .pos0 = off, .period = ql, .causal = f->call->causal, .head0 = h0,
-                                 .q = mha_mat_rows(k, q, dk), .mask = f->call->mask};
+    const int kv_end = few_keys(f, b, ql, &kv_begin);
     mha_attention_block(f, s, &rows, &kv, kv_begin, kv_end, MHA_KV_CHUNK, sc, MHA_KV_CHUNK, z, dv, io->sinks, s->apack);
     for (int r = 0; r < m; r++)
-        core_put(f, io, b * io->o_st[0] + (h0 + r / ql) * io->o_st[1] + (r % ql) * io->o_st[2], z + (size_t)r * dv, dv);
+        core_put(f, io, b * io->o_st[0] + (rows.head0 + r / ql) * io->o_st[1] + (r % ql) * io->o_st[2],
+                 z + (size_t)r * dv, dv);
+}
+
+/* Zeros for the rows past sequence b's query length, of query heads [h0, h1). */
+static void core_zero_rows(const mha_fwd *f, const mha_core_io *io, int b, int ql, int h0, int h1)
+{
+    for (int h = h0; h < h1; h++)
+        for (int i = ql; i < f->call->seq_q; i++)
+            core_put(f, io, b * io->o_st[0] + h * io->o_st[1] + i * io->o_st[2], NULL, f->dv);
+}
+
+int mha_attention_core_chunks(const mha_fwd *f, int b, int *first)
+{
+    const int ql = f->call->q_len ? f->call->q_len[b] : f->call->seq_q;
+    int begin;
+    const int end = ql > 0 && core_few(f, ql) ? few_keys(f, b, ql, &begin) : 0;
+    *first = end > 0 ? begin / MHA_KV_CHUNK : 0;
+    return end > 0 ? (end + MHA_KV_CHUNK - 1) / MHA_KV_CHUNK : 0;
+}
+
+/* Chunk c's partials of (sequence b, KV head g) in io->partial: each of the few rows' Z (dv),
+ * running max and sum, rows dv + 2 apart (the rows of a decode step's partials, dk + 2 >= dv + 2
+ * floats a row). */
+static float *core_partial(const mha_fwd *f, const mha_core_io *io, int b, int g, int c)
+{
+    const size_t chunks = ((size_t)f->call->seq_kv + MHA_KV_CHUNK - 1) / MHA_KV_CHUNK;
+    return io->partial + (((size_t)b * f->kvh + g) * chunks + c) * mha_step_partial_floats(f->group, f->dk);
+}
+
+void mha_attention_core_keys(const mha_fwd *f, const mha_core_io *io, int b, int g, int c0, int c1,
+                             const mha_scratch *s)
+{
+    const mha_kernel *k = f->kernel;
+    const int ql = f->call->q_len ? f->call->q_len[b] : f->call->seq_q, dv = f->dv, m = f->group * ql;
+    const ptrdiff_t ps = (ptrdiff_t)dv + 2;
+    int first;
+    const int kv_end = few_keys(f, b, ql, &first);
+    const int k0 = c0 * MHA_KV_CHUNK > first ? c0 * MHA_KV_CHUNK : first;
+    const int k1 = c1 * MHA_KV_CHUNK < kv_end ? c1 * MHA_KV_CHUNK : kv_end;
+    float *sc = s->dec, *q = sc + (size_t)m * MHA_KV_CHUNK;
+    float *fz = s->apack + (size_t)m * (4 + dv); /* a folded chunk's partials: core_few_rows' z */
+    mha_kv_view kv;
+    const mha_chunk_rows rows = few_block(f, io, b, g, s, ql, k0, k1 - k0, q, &kv);
+    const mha_bf16 *q16 = f->attn->block_queries(f, s, &rows, &kv);
+    /* a run from the first chunk folds each later one into its partials as it goes, by the
+     * merge's rule (mha_attention_block's order); later runs leave each chunk's own */
+    float *acc = core_partial(f, io, b, g, k0 / MHA_KV_CHUNK);
+    for (int c = k0; c < k1; c += MHA_KV_CHUNK) {
+        const int n = k1 - c < MHA_KV_CHUNK ? k1 - c : MHA_KV_CHUNK, folded = k0 == first && c > k0;
+        float *p = folded ? fz : core_partial(f, io, b, g, c / MHA_KV_CHUNK);
+        mha_chunk_rows cr = rows;
+        cr.q16 = q16;
+        if (cr.mask)
+            cr.mask += c;
+        mha_attention_chunk(f, s, &cr, &kv, c - k0, c, n, sc, MHA_KV_CHUNK, mha_mat_rows(k, p, ps), p + dv, p + dv + 1,
+                            ps);
+        for (int r = 0; folded && r < m; r++) {
+            float *a = acc + r * ps, *done = core_partial(f, io, b, g, c / MHA_KV_CHUNK) + r * ps;
+            const float *pr = p + r * ps;
+            mha_softmax_merge(k->isa, a, &a[dv], &a[dv + 1], pr, pr[dv], pr[dv + 1], dv);
+            done[dv] = -INFINITY, done[dv + 1] = 0.0f; /* merged: the merge skips it */
+        }
+    }
+}
+
+void mha_attention_core_merge(const mha_fwd *f, const mha_core_io *io, int b, int g, const mha_scratch *s)
+{
+    const mha_isa *isa = f->kernel->isa;
+    const int ql = f->call->q_len ? f->call->q_len[b] : f->call->seq_q, dv = f->dv, h0 = g * f->group;
+    const ptrdiff_t ps = (ptrdiff_t)dv + 2;
+    int first;
+    const int end = mha_attention_core_chunks(f, b, &first);
+    float *z = s->apack;
+    for (int r = 0; r < f->group * ql; r++) {
+        float mx = -INFINITY, sum = 0.0f;
+        memset(z, 0, (size_t)dv * sizeof *z);
+        for (int c = first; c < end; c++) { /* in chunk order, as mha_attention_block merges */
+            const float *p = core_partial(f, io, b, g, c) + r * ps;
+            mha_softmax_merge(isa, z, &mx, &sum, p, p[dv], p[dv + 1], dv);
+        }
+        if (io->sinks)
+            mha_softmax_sink(isa, z, &mx, &sum, io->sinks[h0 + r / ql], dv);
+        isa->scale_row(z, z, sum > 0.0f ? 1.0f / sum : 0.0f, dv);
+        core_put(f, io, b * io->o_st[0] + (h0 + r / ql) * io->o_st[1] + (r % ql) * io->o_st[2], z, dv);
+    }
+    core_zero_rows(f, io, b, ql, h0, h0 + f->group);
 }
 
 int mha_attention_head_block(int group)
@@ -225,7 +334,7 @@ void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, i
          * panels (or rounded into float rows by each chunk), bf16 out rounded from float rows in
          * the scratch (the Q/K/V region's Q columns, which bf16 engines' core does not use
          * otherwise) */
-        core_kv_by(f, s, io, b, g, kl, f->attn->pack_kv, f->attn->pack_kv16);
+        core_kv_by(f, s, io, b, g, 0, kl, f->attn->pack_kv, f->attn->pack_kv16);
         float *zf = s->qkv;
         for (int h = h0; h < h1; h++) {
             const ptrdiff_t qo = b * io->q_st[0] + h * io->q_st[1], oo = b * io->o_st[0] + h * io->o_st[1];
@@ -237,7 +346,5 @@ void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, i
                 core_put(f, io, oo + i * io->o_st[2], zf + (size_t)i * dv, dv);
         }
     }
-    for (int h = h0; h < h1; h++)
-        for (int i = ql; i < f->call->seq_q; i++) /* rows past the query length */
-            core_put(f, io, b * io->o_st[0] + h * io->o_st[1] + i * io->o_st[2], NULL, dv);
+    core_zero_rows(f, io, b, ql, h0, h1);
 }

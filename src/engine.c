@@ -538,7 +538,7 @@ MHA_API mha_status mha_core_forward(mha_engine *e, const mha_core_input *in, voi
     if (st != MHA_OK)
         return st;
     mha_core_io io = {.q = in->q, .k = in->k, .v = in->v, .out = out, .bf16 = in->dtype == MHA_DTYPE_BF16,
-                      .sinks = in->sinks};
+                      .sinks = in->sinks, .partial = e->views.partial};
     const struct { const char *name; const ptrdiff_t *given; int n[4], distinct; ptrdiff_t *st; } t[] = {
         {"q_stride", in->q_stride, {in->batch, dm->h, in->seq_q, dm->dk}, 0, io.q_st},
         {"k_stride", in->k_stride, {in->batch, dm->kvh, in->seq_kv, dm->dk}, 0, io.k_st},

@@ -126,22 +126,76 @@ void mha_sched_forward(const mha_sched *s, const mha_fwd *f)
 
 typedef struct core_job { const mha_fwd *f; const mha_core_io *io; } core_job;
 
-/* The core's tasks (arg: a core_job): per sequence, KV head and block of its query heads. */
+/* Decode units per task: a run of consecutive chunks of one sequence for a run of its KV heads,
+ * chunk by chunk and head by head within a chunk (a block's regions of the heads follow each
+ * other: the run reads each block as one stream, prefetching the next unit as it finishes
+ * one). As many heads as DECODE_TASKS tasks per thread leave room for, then up to DECODE_RUN
+ * chunks: fewer where the step has too few visible chunks. Heads before chunks: a run of one
+ * head's chunks jumps from block to block, reading a few KiB of each; a run of a chunk's heads
+ * reads each block's regions in the order they lie. The core's few queries split their keys
+ * into runs of chunks likewise (core_run). */
+enum { DECODE_RUN = 8, DECODE_TASKS = 8 };
+
+/* Chunks a task of the core's few queries runs, as decode_units cuts a step's (one KV head a
+ * task: the core's tensors hold each head's keys apart); 0: the keys not split (one thread, or
+ * no partials to merge). */
+static int core_run(const mha_sched *s, const mha_fwd *f, const mha_core_io *io)
+{
+    if (!io->partial || s->threads < 2)
+        return 0;
+    long units = 0;
+    for (int b = 0, first; b < f->call->batch; b++)
+        units += (long)(mha_attention_core_chunks(f, b, &first) - first) * f->kvh;
+    const long per = units / ((long)s->threads * DECODE_TASKS);
+    return per < 1 ? 1 : per > DECODE_RUN ? DECODE_RUN : (int)per;
+}
+
+/* The core's tasks (arg: a core_job): per sequence, KV head and block of its query heads; a
+ * few queries' keys longer than a run split into runs of chunks, merged once all have run. */
 static void core_tasks(const mha_sched *s, const void *arg)
 {
     const mha_fwd *f = ((const core_job *)arg)->f;
     const mha_core_io *io = ((const core_job *)arg)->io;
-    const int hb = mha_attention_head_block(f->group);
-    for (int i = 0; i < f->call->batch; i++)
-        for (int g = 0; g < f->kvh; g++)
+    const int hb = mha_attention_head_block(f->group), run = core_run(s, f, io);
+    int split = 0;
+    for (int i = 0; i < f->call->batch; i++) {
+        const int b = s->order[i];
+        int first = 0;
+        const int end = run ? mha_attention_core_chunks(f, b, &first) : 0;
+        for (int g = 0; g < f->kvh && end - first > run; g++)
+            for (int c0 = first; c0 < end; c0 += run) {
+                const int c1 = c0 + run < end ? c0 + run : end;
+#pragma omp task firstprivate(b, g, c0, c1)
+                {
+                    const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
+                    mha_attention_core_keys(f, io, b, g, c0, c1, &sc);
+                }
+            }
+        split |= end - first > run;
+        for (int g = 0; g < f->kvh && end - first <= run; g++)
             for (int h0 = g * f->group; h0 < (g + 1) * f->group; h0 += hb) {
-                const int b = s->order[i], h1 = h0 + hb;
+                const int h1 = h0 + hb;
 #pragma omp task firstprivate(b, g, h0, h1)
                 {
                     const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
                     mha_attention_core(f, io, b, g, h0, h1, &sc);
                 }
             }
+    }
+    if (!split)
+        return;
+#pragma omp taskwait
+    for (int b = 0; b < f->call->batch; b++) {
+        int first;
+        const int end = mha_attention_core_chunks(f, b, &first);
+        for (int g = 0; g < f->kvh && end - first > run; g++) {
+#pragma omp task firstprivate(b, g)
+            {
+                const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
+                mha_attention_core_merge(f, io, b, g, &sc);
+            }
+        }
+    }
 }
 
 void mha_sched_core(const mha_sched *s, const mha_fwd *f, const mha_core_io *io)
@@ -204,14 +258,6 @@ static void row_tasks(const mha_sched *s, const mha_step_job *j,
         }
 }
 
-/* Decode units per task: a run of consecutive chunks of one sequence for a run of its KV heads,
- * chunk by chunk and head by head within a chunk (a block's regions of the heads follow each
- * other: the run reads each block as one stream, prefetching the next unit as it finishes
- * one). As many heads as DECODE_TASKS tasks per thread leave room for, then up to DECODE_RUN
- * chunks: fewer where the step has too few visible chunks. Heads before chunks: a run of one
- * head's chunks jumps from block to block, reading a few KiB of each; a run of a chunk's heads
- * reads each block's regions in the order they lie. */
-enum { DECODE_RUN = 8, DECODE_TASKS = 8 };
 typedef struct decode_split { int heads, run; } decode_split;
 static decode_split decode_units(const mha_sched *s, const mha_step_job *j)
 {
