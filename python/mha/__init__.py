@@ -123,11 +123,16 @@ class Engine:
         if out is None:
             s = q.shape
             out = np.empty(s[:3] + (self._dv,) if len(s) == 4 else s, q.dtype)
-        _mha.engine_core(self._e, q, k, v, out, layout == "bshd", bf16, bool(causal),
-                         _i32(q_lengths, "q_lengths", q.shape[0]), _i32(kv_lengths, "kv_lengths", q.shape[0]),
+        self._core_arrays(q, k, v, out, layout == "bshd", bf16, causal, q_lengths, kv_lengths, mask, sinks)
+        return out
+
+    def _core_arrays(self, q, k, v, out, bshd, bf16, causal, q_lengths=None, kv_lengths=None, mask=None, sinks=None):
+        """core on numpy arrays (bf16: their uint16 bits) and out given: what mha.ops calls."""
+        n = q.shape[0] if q.ndim else 0
+        _mha.engine_core(self._e, q, k, v, out, bshd, bf16, bool(causal), _i32(q_lengths, "q_lengths", n),
+                         _i32(kv_lengths, "kv_lengths", n),
                          None if mask is None else np.ascontiguousarray(mask, dtype=np.uint8),
                          None if sinks is None else _f32(sinks, "sinks"))
-        return out
 
     def step(self, cache, x, n_past, n_new, blocks):
         """One step through a KVCache: sequence s has n_past[s] tokens cached and brings n_new[s]

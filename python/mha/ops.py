@@ -41,40 +41,44 @@ def _engine(key, batch, seq_q, seq_kv):
 
 def _numpy(t, bf16):
     """A CPU tensor's memory as numpy, strides kept (bfloat16 as its bits, uint16)."""
+    if t.requires_grad:
+        t = t.detach()
     if bf16:
-        return t.detach().view(torch.int16).numpy().view(np.uint16)
-    return t.detach().numpy()
+        return t.view(torch.int16).numpy().view(np.uint16)
+    return t.numpy()
 
 
 def run(query, key, value, mask, causal, scale, softcap, sinks):
     """The op's computation, called as a function: what eager code calls (mha.hf does), without
-    the op's dispatch (tens of microseconds a call, a decode step's attention's fifth)."""
-    if query.dtype not in (torch.float32, torch.bfloat16) or key.dtype != query.dtype or value.dtype != query.dtype:
+    the op's dispatch (tens of microseconds a call, a decode step's attention's fifth). Kept
+    lean: at decode every Python step here is a visible share of the call."""
+    dt = query.dtype
+    if (dt is not torch.float32 and dt is not torch.bfloat16) or key.dtype is not dt or value.dtype is not dt:
         raise TypeError(f"mha attention: float32 or bfloat16 tensors; got {query.dtype}, {key.dtype}, {value.dtype}")
     if query.device.type != "cpu":
         raise ValueError(f"mha attention: CPU tensors; got {query.device}")
     batch, heads, seq_q, dk = query.shape
     kvh, seq_kv, dv = key.shape[1], key.shape[2], value.shape[3]
-    bf16 = query.dtype == torch.bfloat16
+    bf16 = dt is torch.bfloat16
     s = None if sinks is None else sinks.detach().to(torch.float32).contiguous().numpy()
     e = _engine((heads, kvh, dk, dv, float(scale), float(softcap), s is not None, bf16), batch, seq_q, seq_kv)
-    out = torch.empty(batch, seq_q, heads, dv, dtype=query.dtype)
-    q, k, v, o = (_numpy(t, bf16) for t in (query, key, value, out))
+    out = torch.empty(batch, seq_q, heads, dv, dtype=dt)
+    q, k, v, o = _numpy(query, bf16), _numpy(key, bf16), _numpy(value, bf16), _numpy(out, bf16)
     ov = o.transpose(0, 2, 1, 3)  # out written through a (batch, heads, q, dv) view of its layout
     if mask is None:
-        e.core(q, k, v, causal=causal, sinks=s, out=ov)
+        e._core_arrays(q, k, v, ov, False, bf16, causal, sinks=s)
         return out
     if mask.dtype != torch.bool or tuple(mask.shape) != (batch, seq_q, seq_kv):
         raise ValueError(f"mha attention: mask {mask.dtype} {tuple(mask.shape)}; bool ({batch}, {seq_q}, {seq_kv})")
     m = mask.numpy()
     lengths = _key_padding(m, causal)
     if lengths is not None:  # padding at the end of each sequence's keys (an encoder's, or causal): one call
-        e.core(q, k, v, causal=lengths[1], kv_lengths=lengths[0], sinks=s, out=ov)
+        e._core_arrays(q, k, v, ov, False, bf16, lengths[1], kv_lengths=lengths[0], sinks=s)
     elif (m == m[:1]).all():  # one mask for the batch
-        e.core(q, k, v, causal=causal, mask=m[0], sinks=s, out=ov)
+        e._core_arrays(q, k, v, ov, False, bf16, causal, mask=m[0], sinks=s)
     else:  # rows that differ otherwise (left padding): sequence by sequence, each with its own mask
         for b in range(batch):
-            e.core(q[b:b + 1], k[b:b + 1], v[b:b + 1], causal=causal, mask=m[b], sinks=s, out=ov[b:b + 1])
+            e._core_arrays(q[b:b + 1], k[b:b + 1], v[b:b + 1], ov[b:b + 1], False, bf16, causal, mask=m[b], sinks=s)
     return out
 
 
