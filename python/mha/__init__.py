@@ -8,14 +8,16 @@
 
 An Engine is made from a config: a dict shaped like the YAML files (docs/config.md: "model",
 "engine", "batch", "threads", "weights" sections) or a YAML file's path. Arrays are numpy's (a
-torch CPU tensor is taken through .numpy(), no copy): float32 and C-contiguous as the engine
-reads them, or converted once (a copy) when they are not. Every call checks its arrays'
-shapes against the config before the engine reads them, runs with the GIL released, and
-raises MhaError(message, status) with the engine's own message when the engine refuses. One
-engine serves one call at a time: calls from several threads wait their turn.
+torch CPU tensor is taken through .numpy(), another DLPack producer's inputs through
+np.from_dlpack, no copy): float32 and C-contiguous as the engine reads them, or converted once
+(a copy) when they are not (core: any strides). Every call checks its arrays' shapes against
+the config before the engine reads them, runs with the GIL released, and raises
+MhaError(message, status) with the engine's own message when the engine refuses. One engine
+serves one call at a time: calls from several threads wait their turn.
 """
 import json
 import os
+import sys
 
 import numpy as np
 
@@ -32,10 +34,26 @@ def info():
     return _mha.info()
 
 
+def _array(a):
+    """An array's memory as numpy, no copy: a torch CPU tensor through .numpy() (bfloat16 as its
+    bits, uint16), another DLPack producer (JAX, CuPy's host arrays, ...) through
+    np.from_dlpack (read-only: inputs), numpy's as it is."""
+    if isinstance(a, np.ndarray):
+        return a
+    if hasattr(a, "detach") and hasattr(a, "numpy"):  # torch's: imported already
+        torch = sys.modules["torch"]
+        if a.requires_grad:
+            a = a.detach()
+        if a.dtype is torch.bfloat16:
+            return a.view(torch.int16).numpy().view(np.uint16)
+        return a.numpy()
+    if hasattr(a, "__dlpack__"):
+        return np.from_dlpack(a)
+    return np.asarray(a)
+
+
 def _f32(a, name):
-    if hasattr(a, "detach") and hasattr(a, "numpy"):  # a torch tensor: its memory, no copy
-        a = a.detach().numpy()
-    a = np.asarray(a)
+    a = _array(a)
     if a.dtype != np.float32:
         raise TypeError(f"{name}: dtype {a.dtype}; float32 is needed")
     return np.ascontiguousarray(a)
@@ -114,16 +132,16 @@ class Engine:
         """The attention core alone, as PyTorch's SDPA: q (batch, heads, seq_q, head_dim), k and v
         (batch, kv_heads, seq_kv, head_dim) for layout "bhsd" (SDPA's), or (batch, seq, heads,
         head_dim) for "bshd" (HF's); read where they lie, whatever their strides (the features
-        contiguous). float32, or bfloat16 bits (uint16 arrays) in a bf16 engine. Returns out in
-        q's layout (v_head_dim), or fills the array given (any strides)."""
+        contiguous). float32, or bfloat16 (torch's, or its bits as uint16 arrays) in a bf16 engine.
+        Returns out in q's layout (v_head_dim), or fills the array or tensor given (any strides)."""
         if layout not in ("bhsd", "bshd"):
             raise ValueError(f"layout: '{layout}'; 'bhsd' or 'bshd'")
-        q, k, v = (a.detach().numpy() if hasattr(a, "detach") else a for a in (q, k, v))
+        q, k, v = _array(q), _array(k), _array(v)
         bf16 = q.dtype == np.uint16
         if out is None:
             s = q.shape
             out = np.empty(s[:3] + (self._dv,) if len(s) == 4 else s, q.dtype)
-        self._core_arrays(q, k, v, out, layout == "bshd", bf16, causal, q_lengths, kv_lengths, mask, sinks)
+        self._core_arrays(q, k, v, _array(out), layout == "bshd", bf16, causal, q_lengths, kv_lengths, mask, sinks)
         return out
 
     def _core_arrays(self, q, k, v, out, bshd, bf16, causal, q_lengths=None, kv_lengths=None, mask=None, sinks=None):

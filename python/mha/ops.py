@@ -15,7 +15,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from . import Engine
+from . import Engine, _array
 
 _engines = {}
 
@@ -39,15 +39,6 @@ def _engine(key, batch, seq_q, seq_kv):
     return e
 
 
-def _numpy(t, bf16):
-    """A CPU tensor's memory as numpy, strides kept (bfloat16 as its bits, uint16)."""
-    if t.requires_grad:
-        t = t.detach()
-    if bf16:
-        return t.view(torch.int16).numpy().view(np.uint16)
-    return t.numpy()
-
-
 def run(query, key, value, mask, causal, scale, softcap, sinks):
     """The op's computation, called as a function: what eager code calls (mha.hf does), without
     the op's dispatch (tens of microseconds a call, a decode step's attention's fifth). Kept
@@ -63,7 +54,7 @@ def run(query, key, value, mask, causal, scale, softcap, sinks):
     s = None if sinks is None else sinks.detach().to(torch.float32).contiguous().numpy()
     e = _engine((heads, kvh, dk, dv, float(scale), float(softcap), s is not None, bf16), batch, seq_q, seq_kv)
     out = torch.empty(batch, seq_q, heads, dv, dtype=dt)
-    q, k, v, o = _numpy(query, bf16), _numpy(key, bf16), _numpy(value, bf16), _numpy(out, bf16)
+    q, k, v, o = _array(query), _array(key), _array(value), _array(out)
     ov = o.transpose(0, 2, 1, 3)  # out written through a (batch, heads, q, dv) view of its layout
     if mask is None:
         e._core_arrays(q, k, v, ov, False, bf16, causal, sinks=s)

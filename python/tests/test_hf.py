@@ -9,11 +9,13 @@ transformers' own sdpa in bfloat16 is held to it too.
 """
 import copy
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is absent: make test-hf installs it (PyPI) into build/venv-hf")
 transformers = pytest.importorskip("transformers", reason="transformers is absent: make test-hf installs it")
 
+import mha  # noqa: E402
 import mha.hf  # noqa: E402
 
 F32_TOL = 1e-5  # the f32 contract
@@ -186,3 +188,20 @@ def test_the_torch_op_stays_one_node_under_torch_compile_and_gives_its_eager_bit
     assert sum("mha.attention" in n for n in nodes) == 1, nodes
     assert torch.equal(got, f(q, k, v))
     assert torch.ops.mha.attention.default._schema.name == "mha::attention"
+
+
+def test_engine_core_takes_torch_tensors_in_and_out_bf16_included_without_copies():
+    """torch tensors straight into Engine.core (float32, and bfloat16 in a bf16 engine), out a
+    torch tensor it fills: the bits of the same call on numpy arrays (bf16: their uint16 bits)."""
+    r = torch.Generator().manual_seed(8)
+    for precision, dtype in (("f32", torch.float32), ("bf16", torch.bfloat16)):
+        e = mha.Engine({"model": {"d_model": 64, "heads": 4, "kv_heads": 2, "bias": False},
+                        "engine": {"precision": precision}, "batch": {"size": 2, "seq_len": 5, "kv_len": 9}})
+        q = torch.randn(2, 5, 4, 16, generator=r).to(dtype)  # HF's layout
+        kv = torch.randn(2, 9, 2, 32, generator=r).to(dtype)
+        k, v = kv[..., :16], kv[..., 16:]  # strided views
+        out = torch.empty(2, 5, 4, 16, dtype=dtype)
+        assert e.core(q, k, v, causal=True, layout="bshd", out=out) is out
+        want = e.core(*(mha._array(t).copy() for t in (q, k, v)), causal=True, layout="bshd")
+        assert np.array_equal(mha._array(out), want)
+        assert np.shares_memory(mha._array(k), mha._array(kv))

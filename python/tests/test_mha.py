@@ -103,6 +103,31 @@ def test_core_on_hf_strided_layout_equals_sdpa_layout_bitwise_and_the_reference(
     assert rel(sdpa, attention(qs.astype(np.float64), ks, vs, True)) <= F32_TOL
 
 
+class DLPackOnly:
+    """An array offered only through the DLPack protocol (as JAX's or CuPy's host arrays are)."""
+
+    def __init__(self, a):
+        self._a = a
+
+    def __dlpack__(self, **kwargs):
+        return self._a.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+def test_core_takes_dlpack_producers_without_a_copy():
+    e = mha.Engine(config(seq=7, kv=11))
+    r = np.random.default_rng(5)
+    q = r.uniform(-1, 1, (2, 7, H, DK)).astype(np.float32)
+    kv = r.uniform(-1, 1, (2, 11, KVH, 2 * DK)).astype(np.float32)
+    k, v = kv[..., :DK], kv[..., DK:]  # strided: a copy would be contiguous
+    want = e.core(q, k, v, causal=True, layout="bshd")
+    assert np.shares_memory(mha._array(DLPackOnly(k)), kv)
+    got = e.core(DLPackOnly(q), DLPackOnly(k), DLPackOnly(v), causal=True, layout="bshd")
+    assert np.array_equal(got, want)
+
+
 def test_steps_through_the_cache_equal_the_causal_forward_bitwise():
     cfg = config(batch=1, seq=12)
     e = engine(cfg)
