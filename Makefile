@@ -9,9 +9,17 @@ INCLUDEDIR ?= $(PREFIX)/include
 DESTDIR ?=
 # CC, CFLAGS and LDFLAGS from the environment or the command line are honoured (added after
 # the project's own flags); make's built-in default `cc` becomes gcc.
+# ARCH=aarch64 on an x86-64 machine: the library and the command cross-built for 64-bit Arm
+# Linux by Debian's cross compiler into build/aarch64 (make deps installs it, qemu-user and the
+# arm64 libraries); on an Arm machine the build is native, as x86-64's is. The test suite is not
+# cross-built yet: Criterion's arm64 package cannot be installed beside amd64's.
+ARCH ?= $(shell uname -m)
+CROSS := $(if $(filter aarch64,$(ARCH)),$(if $(filter aarch64,$(shell uname -m)),,aarch64-linux-gnu-))
 ifeq ($(origin CC),default)
-CC := gcc
+CC := $(CROSS)gcc
 endif
+AR := $(CROSS)ar
+OBJCOPY := $(CROSS)objcopy
 CFLAGS ?=
 LDFLAGS ?=
 
@@ -21,6 +29,11 @@ MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null || echo x86_64-linux-gnu
 BLIS_INC ?= /usr/include/$(MULTIARCH)/blis-serial
 BLIS_A ?= /usr/lib/$(MULTIARCH)/blis-serial/libblis.a
 DEB_PKGS := libblis-serial-dev libcriterion-dev libyaml-dev libjansson-dev pkgconf gnuplot-nox
+ifneq ($(CROSS),)
+# the cross compiler, qemu-user to run what it builds, and the arm64 libraries beside the
+# amd64 ones (Debian's multiarch; make deps adds the arm64 architecture to dpkg first)
+DEB_PKGS := crossbuild-essential-arm64 qemu-user libblis-serial-dev:arm64 libyaml-dev:arm64 libjansson-dev:arm64
+endif
 MPI_PKGS := libopenmpi-dev openmpi-bin
 ifeq ($(MPI),1)
 DEB_PKGS += $(MPI_PKGS)
@@ -41,6 +54,9 @@ else
 B := build
 OPT := -O3 -g
 endif
+ifneq ($(CROSS),)
+B := $(B)/$(ARCH)
+endif
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wvla -Wmissing-prototypes
 # GCC's -Wformat-truncation flags every snprintf into a fixed buffer (the messages are cut on
@@ -56,6 +72,10 @@ LDLIBS := -lyaml -fopenmp -lm -lpthread
 CLI_LDLIBS := $(LDLIBS) -ljansson
 
 LIB_SRC := $(wildcard src/*.c) $(wildcard src/isa/*.c)
+# The x86 tables' files (x86 intrinsics) only where the target is x86-64; elsewhere the ref table.
+ifneq ($(MULTIARCH),x86_64-linux-gnu)
+LIB_SRC := $(filter-out src/isa/avx2% src/isa/avx512% src/isa/amx.c,$(LIB_SRC))
+endif
 LIB_OBJ := $(LIB_SRC:src/%.c=$(B)/obj/%.o)
 CLI_SRC := $(wildcard src/cli/*.c)
 CLI_OBJ := $(CLI_SRC:src/cli/%.c=$(B)/obj/cli/%.o)
@@ -79,6 +99,7 @@ deps:
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "make deps: installing$$missing"; \
+	    case "$$missing" in *:arm64*) dpkg --print-foreign-architectures | grep -qx arm64 || dpkg --add-architecture arm64;; esac; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null || exit 1; \
 	  else echo "make deps: missing Debian packages:$$missing (run 'make deps' as root)" >&2; exit 1; fi; \
 	fi
@@ -108,7 +129,7 @@ $(B)/mha: $(CLI_OBJ) $(B)/libmha.a
 	$(CC) $(OPT) $(LDFLAGS) -o $@ $(CLI_OBJ) $(B)/libmha.a $(BLIS_A) $(CLI_LDLIBS)
 
 $(B)/libmha.a: $(LIB_OBJ)
-	rm -f $@ && ar rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 
 # clang links no sanitizer runtime into a shared object (the program brings its own), so a
 # sanitized clang build names the shared ASan runtime there for --no-undefined's sake.
@@ -126,8 +147,8 @@ $(B)/libmha.so: $(B)/libmha.so.$(VERSION)
 # whose allocator calls are counted (so a test can prove mha_forward allocates nothing).
 $(B)/counted/libmha.a: $(LIB_OBJ)
 	@rm -rf $(@D)/obj && mkdir -p $(@D)/obj
-	for o in $^; do objcopy $(foreach s,$(ALLOC_SYMS),--redefine-sym $(s)=mha_counted_$(s)) $$o $(@D)/obj/$$(basename $$o); done
-	rm -f $@ && ar rcs $@ $(@D)/obj/*.o
+	for o in $^; do $(OBJCOPY) $(foreach s,$(ALLOC_SYMS),--redefine-sym $(s)=mha_counted_$(s)) $$o $(@D)/obj/$$(basename $$o); done
+	rm -f $@ && $(AR) rcs $@ $(@D)/obj/*.o
 
 $(B)/tests/%.o: tests/%.c $(wildcard tests/*.h) $(wildcard src/*.h src/isa/*.h) include/mha.h include/mha_io.h | deps
 	@mkdir -p $(@D)

@@ -547,6 +547,13 @@ MHA_API size_t mha_l2_bytes(void); /* per-core L2 cache; 0 if unknown */
  * of the engine; results are bit for bit the same within a table and precision, and may
  * differ across tables (float rounding). */
 MHA_API const char *mha_isa_auto(void);
+/* Whether this CPU (and the OS) has `feature`, as the kernel tables test it: x86-64's names as
+ * /proc/cpuinfo's flags ("avx512f", "avx2", "amx_bf16"), aarch64's from the auxiliary vector
+ * ("asimd", "fphp", "asimddp", "bf16", "i8mm", "sve", "sve2"); 0 for a name it does not know. */
+MHA_API int mha_cpu_has_feature(const char *feature);
+/* The name of kernel table i of this build, widest first ("avx512", "avx2", "ref" on x86-64;
+ * "ref" on aarch64), or NULL past the last: what isa may name. */
+MHA_API const char *mha_isa_table(int i);
 /* What kernel table `isa` holds, as one line into buf: the CPU features it needs, whether this
  * CPU runs it, its BLIS sub-configs, its bf16 kernels and its integer products for int16
  * activations, the one an engine here takes marked ("needs avx2 fma f16c; runs here; BLIS

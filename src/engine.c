@@ -703,6 +703,16 @@ MHA_API const char *mha_isa_auto(void)
     return mha_isa_auto_table()->name;
 }
 
+MHA_API int mha_cpu_has_feature(const char *feature)
+{
+    return feature && mha_cpu_has(feature) ? 1 : 0;
+}
+
+MHA_API const char *mha_isa_table(int i)
+{
+    return i >= 0 && i < mha_isa_count ? mha_isa_tables[i]->name : NULL;
+}
+
 MHA_API const char *mha_engine_isa(const mha_engine *e)
 {
     return e ? e->kernel.isa->name : "";

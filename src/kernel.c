@@ -26,6 +26,13 @@
 
 _Static_assert(sizeof(cntx_t) <= MHA_CNTX_BYTES, "MHA_CNTX_BYTES holds BLIS's cntx_t");
 
+typedef struct arch_req {
+    const char *name;
+    void (*init)(cntx_t *);
+    const char *features[6]; /* what the CPU must support; NULL-terminated */
+} arch_req;
+
+#if defined(__x86_64__)
 /* Each sub-config's own context initialiser (in every x86-64 build of Debian's libblis.a). */
 void bli_cntx_init_skx(cntx_t *cntx);
 void bli_cntx_init_zen3(cntx_t *cntx);
@@ -35,12 +42,6 @@ void bli_cntx_init_haswell(cntx_t *cntx);
 void bli_cntx_init_sandybridge(cntx_t *cntx);
 void bli_cntx_init_penryn(cntx_t *cntx);
 void bli_cntx_init_generic(cntx_t *cntx);
-
-typedef struct arch_req {
-    const char *name;
-    void (*init)(cntx_t *);
-    const char *features[6]; /* what the CPU must support; NULL-terminated */
-} arch_req;
 
 static const arch_req arch_table[] = {
     {"skx", bli_cntx_init_skx, {"avx512f", "avx512dq", "avx512bw", "avx512vl", "fma", NULL}},
@@ -52,6 +53,14 @@ static const arch_req arch_table[] = {
     {"penryn", bli_cntx_init_penryn, {"ssse3", NULL}},
     {"generic", bli_cntx_init_generic, {NULL}},
 };
+#else
+/* Debian's arm64 libblis.a is built for one sub-config, cortexa57: ARMv8-A's NEON kernels. */
+void bli_cntx_init_cortexa57(cntx_t *cntx);
+
+static const arch_req arch_table[] = {
+    {"cortexa57", bli_cntx_init_cortexa57, {"asimd", NULL}},
+};
+#endif
 
 static int runnable(const arch_req *a)
 {

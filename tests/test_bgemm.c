@@ -2,7 +2,9 @@
  * against the portable model (a kernel the CPU lacks reports itself skipped, with the reason),
  * the packed layouts and the driver against a double product of the rounded operands, and
  * results that do not depend on how rows are blocked. */
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 #include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
@@ -90,6 +92,7 @@ TABLE_TEST(bgemm, rounding_to_bf16_is_the_scalar_rounding_in_every_table)
     }
 }
 
+#if defined(__x86_64__)
 /* The CPU's own conversion (vcvtneps2bf16), on a sample of every 97th float. */
 __attribute__((target("avx512f,avx512bf16"))) static uint32_t hw_mismatches(void)
 {
@@ -114,6 +117,12 @@ Test(bgemm, rounding_matches_the_cpus_conversion, .timeout = 60)
         cr_skip_test("this CPU has no AVX512_BF16 (vcvtneps2bf16): rounding checked by the cases above only");
     cr_assert_eq(hw_mismatches(), 0u);
 }
+#else
+Test(bgemm, rounding_matches_the_cpus_conversion)
+{
+    cr_skip_test("not an x86-64 build (the conversion checked is vcvtneps2bf16): the cases above only");
+}
+#endif
 
 /* Random bf16 of unit scale give sums far from float32's denormals: the model's domain. */
 static void fill_bf16(mha_bf16 *x, size_t n, rng *r)
@@ -191,9 +200,11 @@ Test(bgemm, unknown_or_another_tables_kernel_is_refused)
     char why[256];
     cr_assert_eq(mha_bkernel_select(&mha_isa_ref, "tpu", &bk, why, sizeof why), MHA_ERR_CONFIG);
     cr_assert(strstr(why, "not a kernel of isa ref (it has ref-bf16)"), "%s", why);
+#if defined(__x86_64__)
     cr_assert_eq(mha_bkernel_select(&mha_isa_avx2, "fma-bf16", &bk, why, sizeof why), MHA_ERR_CONFIG);
     cr_assert(strstr(why, "not a kernel of isa avx2 (it has avx2-bf16)"), "%s", why);
     cr_assert_eq(mha_bkernel_select(&mha_isa_avx512, "avx2-bf16", &bk, why, sizeof why), MHA_ERR_CONFIG);
+#endif
 }
 
 typedef struct bcase { int m, n, k; int prepacked; float beta; } bcase;

@@ -50,13 +50,25 @@ int mha_cli_info(int argc, char **argv)
 
     printf("mha %s\n", mha_version_string());
     printf("CPU       %s\n", model);
+#if defined(__aarch64__) /* the auxiliary vector's, as the library reads them (qemu-user's too) */
+    static const char *arm[] = {"asimd", "fphp", "asimdhp", "asimddp", "bf16", "i8mm", "sve", "sve2"};
+    flags[0] = '\0';
+    for (size_t i = 0; i < sizeof arm / sizeof arm[0]; i++)
+        if (mha_cpu_has_feature(arm[i]))
+            snprintf(flags + strlen(flags), sizeof flags - strlen(flags), "%s%s", flags[0] ? " " : "", arm[i]);
+    printf("features  %s\n", flags[0] ? flags : "(no Advanced SIMD)");
+#else
     printf("features  %s\n", flags[0] ? flags : "(none of the AVX family)");
+#endif
     printf("CPUs      %d this process may use: %s (%ld online)\n", n, list, sysconf(_SC_NPROCESSORS_ONLN));
     printf("L2        %zu KiB per core\n", mha_l2_bytes() / 1024);
     printf("BLIS      %s; sub-configs chosen by the kernel table (never BLIS's own detection)\n", mha_blis_version());
     /* each kernel table, as an engine of it would run here (a one-token engine says) */
-    static const char *tables[] = {"avx512", "avx2", "ref"};
-    for (int i = 0; i < 3; i++) {
+    const char *tables[8];
+    int nt = 0;
+    while (nt < 8 && (tables[nt] = mha_isa_table(nt)))
+        nt++;
+    for (int i = 0; i < nt; i++) {
         mha_config c;
         mha_config_init(&c);
         snprintf(c.isa, sizeof c.isa, "%s", tables[i]);
@@ -72,7 +84,7 @@ int mha_cli_info(int argc, char **argv)
         printf("%s%-6s    runs here%s: f32 on BLIS '%s', bf16 on '%s'\n", i ? "          " : "isa       ", tables[i],
                !strcmp(tables[i], mha_isa_auto()) ? " (auto)" : "", f32.blis_arch, bf16.kernel);
     }
-    for (int i = 0; i < 3; i++) { /* what each table holds */
+    for (int i = 0; i < nt; i++) { /* what each table holds */
         char what[256];
         mha_isa_describe(tables[i], what, sizeof what);
         printf("%s%-6s    %s\n", i ? "          " : "tables    ", tables[i], what);

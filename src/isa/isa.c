@@ -4,12 +4,13 @@
  * mha_bkernel_enable, at create. */
 #include "isa.h"
 
-#include <cpuid.h>
 #include <stdio.h>
 #include <string.h>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+
 const mha_isa *const mha_isa_tables[] = {&mha_isa_avx512, &mha_isa_avx2, &mha_isa_ref};
-const int mha_isa_count = (int)(sizeof mha_isa_tables / sizeof mha_isa_tables[0]);
 
 /* CPUID's bit of leaf 1 (ECX), 7.0 (EDX) or 7.1 (EAX) for a feature that clang 14's
  * __builtin_cpu_supports does not name (f16c, avx_vnni, amx-tile, amx-bf16), with the register
@@ -50,6 +51,31 @@ int mha_cpu_has(const char *f)
     if (!strcmp(f, "avx512vbmi")) return __builtin_cpu_supports("avx512vbmi");
     return cpuid_has(f);
 }
+#elif defined(__aarch64__)
+#include <sys/auxv.h>
+
+/* The x86 tables' files are not built here (Makefile): the portable table alone. */
+const mha_isa *const mha_isa_tables[] = {&mha_isa_ref};
+
+/* Linux's names for the features (/proc/cpuinfo's), from the auxiliary vector's HWCAP words:
+ * the kernel says what it enabled, as it does for user space (no MRS traps). */
+int mha_cpu_has(const char *f)
+{
+    static const struct { const char *name; int word; unsigned long bit; } caps[] = {
+        {"asimd", 1, HWCAP_ASIMD}, {"fphp", 1, HWCAP_FPHP},   {"asimdhp", 1, HWCAP_ASIMDHP},
+        {"asimddp", 1, HWCAP_ASIMDDP}, {"sve", 1, HWCAP_SVE}, {"sve2", 2, HWCAP2_SVE2},
+        {"i8mm", 2, HWCAP2_I8MM},  {"bf16", 2, HWCAP2_BF16},
+    };
+    for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++)
+        if (!strcmp(f, caps[i].name))
+            return (getauxval(caps[i].word == 1 ? AT_HWCAP : AT_HWCAP2) & caps[i].bit) != 0;
+    return 0;
+}
+#else
+#error "mha builds for x86-64 and aarch64 Linux"
+#endif
+
+const int mha_isa_count = (int)(sizeof mha_isa_tables / sizeof mha_isa_tables[0]);
 
 /* The features of `needs` (space-separated) this CPU lacks, into buf ("" when none). */
 static void lacking(const char *needs, char *buf, size_t len)

@@ -297,9 +297,18 @@ static const mha_bkernel ref_bf16 = {.name = "ref-bf16", .order = MHA_BK_EVEN_FI
 
 /* ---- the table ---- */
 
+/* The portable table on the BLIS sub-configs without wider vectors: x86-64's generic (and the
+ * AVX and SSSE3 ones), or aarch64's one. */
+#if defined(__aarch64__)
+#define REF_ARCHS "cortexa57"
+#else
+#define REF_ARCHS "generic", "sandybridge", "penryn"
+#endif
+
 static const char *default_arch_ref(void)
 {
-    return "generic";
+    static const char *const archs[] = {REF_ARCHS};
+    return archs[0];
 }
 
 static const mha_bkernel *bf16_auto_ref(void)
@@ -310,7 +319,7 @@ static const mha_bkernel *bf16_auto_ref(void)
 const mha_isa mha_isa_ref = {
     .name = "ref",
     .needs = "",
-    .archs = {"generic", "sandybridge", "penryn", NULL},
+    .archs = {REF_ARCHS, NULL},
     .default_arch = default_arch_ref,
     .bf16 = {&ref_bf16, NULL},
     .bf16_auto = bf16_auto_ref,
