@@ -259,7 +259,8 @@ void mha_attention_core_keys(const mha_fwd *f, const mha_core_io *io, int b, int
     const int k0 = c0 * MHA_KV_CHUNK > first ? c0 * MHA_KV_CHUNK : first;
     const int k1 = c1 * MHA_KV_CHUNK < kv_end ? c1 * MHA_KV_CHUNK : kv_end;
     float *sc = s->dec, *q = sc + (size_t)m * MHA_KV_CHUNK;
-    float *fz = s->apack + (size_t)m * (4 + dv); /* a folded chunk's partials: core_few_rows' z */
+    float *fz = s->apack; /* a folded chunk's partials (m·(dv + 2) floats): where core_few_rows
+                           * keeps mha_attention_block's state, which no chunk uses */
     mha_kv_view kv;
     const mha_chunk_rows rows = few_block(f, io, b, g, s, ql, k0, k1 - k0, q, &kv);
     const mha_bf16 *q16 = f->attn->block_queries(f, s, &rows, &kv);
