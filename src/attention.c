@@ -228,6 +228,14 @@ float mha_softmax_sink(const mha_isa *isa, float *z, float *m, float *s, float s
     return a;
 }
 
+float mha_softmax_end(const mha_isa *isa, float *z, float *m, float *s, const float *sink, int dk)
+{
+    const float a = sink ? mha_softmax_sink(isa, z, m, s, *sink, dk) : 1.0f;
+    const float inv = *s > 0.0f ? 1.0f / *s : 0.0f;
+    isa->scale_row(z, z, inv, dk);
+    return inv * a;
+}
+
 void mha_attention_block(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
                          int kv_begin, int kv_end, int step, float *sc, ptrdiff_t ld, float *z, ptrdiff_t zd,
                          const float *sinks, float *st)
@@ -251,14 +259,9 @@ void mha_attention_block(const mha_fwd *f, const mha_scratch *s, const mha_chunk
         for (int i = 0; !first && i < m; i++)
             mha_softmax_merge(k->isa, z + (size_t)i * zd, &mx[i], &sum[i], cz + (size_t)i * dv, cmx[i], csum[i], dv);
     }
-    for (int i = 0; i < m; i++) {
-        float *zr = z + (size_t)i * zd;
-        const float a =
-            sinks ? mha_softmax_sink(k->isa, zr, &mx[i], &sum[i], sinks[r->head0 + i / r->period], dv) : 1.0f;
-        const float inv = sum[i] > 0.0f ? 1.0f / sum[i] : 0.0f;
-        k->isa->scale_row(zr, zr, inv, dv);
-        sum[i] = inv * a;
-    }
+    for (int i = 0; i < m; i++)
+        sum[i] = mha_softmax_end(k->isa, z + (size_t)i * zd, &mx[i], &sum[i],
+                                 sinks ? &sinks[r->head0 + i / r->period] : NULL, dv);
 }
 
 void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, mha_queries q, int ql, int kl, int off, float *z,

@@ -329,6 +329,11 @@ void mha_softmax_merge(const struct mha_isa *isa, float *restrict z, float *m, f
  * row's terms so far were scaled by (the attention weights of a forward need it). */
 float mha_softmax_sink(const struct mha_isa *isa, float *z, float *m, float *s, float sink, int dk);
 
+/* A row's end after its last chunk, forward and decode alike: the sink (NULL: none) merged,
+ * then z divided by the sum (no key seen: a zero row). Returns what the row's exp'd terms so far
+ * were multiplied by in all (the attention weights of a forward need it). */
+float mha_softmax_end(const struct mha_isa *isa, float *z, float *m, float *s, const float *sink, int dk);
+
 /* A chunk row's logits past the scaled scores, over the keys c0 + j the row sees (j in
  * [in.lo, in.hi)), in HF's order: the softcap, ALiBi's −slope·|pos − key| (head's slope), then
  * −∞ for j < in.lo (before the window). mha_attention_chunk_row calls it for every path: one

@@ -300,9 +300,7 @@ void mha_attention_core_merge(const mha_fwd *f, const mha_core_io *io, int b, in
             const float *p = core_partial(f, io, b, g, c) + r * ps;
             mha_softmax_merge(isa, z, &mx, &sum, p, p[dv], p[dv + 1], dv);
         }
-        if (io->sinks)
-            mha_softmax_sink(isa, z, &mx, &sum, io->sinks[h0 + r / ql], dv);
-        isa->scale_row(z, z, sum > 0.0f ? 1.0f / sum : 0.0f, dv);
+        mha_softmax_end(isa, z, &mx, &sum, io->sinks ? &io->sinks[h0 + r / ql] : NULL, dv);
         core_put(f, io, b * io->o_st[0] + (h0 + r / ql) * io->o_st[1] + (r % ql) * io->o_st[2], z, dv);
     }
     core_zero_rows(f, io, b, ql, h0, h0 + f->group);

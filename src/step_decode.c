@@ -545,10 +545,7 @@ void mha_step_decode_merge(const mha_step_job *j, int seq, int g)
             const float *p = partial_of(j, seq, g, c, qi);
             mha_softmax_merge(f->kernel->isa, zr, &m, &sum, p, p[dk], p[dk + 1], dk);
         }
-        if (f->sinks) /* after every key, as the forward merges it */
-            mha_softmax_sink(f->kernel->isa, zr, &m, &sum, f->sinks[g * G + jh], dk);
-        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f; /* no visible key: a zero row */
-        f->kernel->isa->scale_row(zr, zr, inv, dk);
+        mha_softmax_end(f->kernel->isa, zr, &m, &sum, f->sinks ? &f->sinks[g * G + jh] : NULL, dk);
     }
     j->ops->commit(j, seq, g); /* every chunk of (seq, g) has read the keys */
 }
