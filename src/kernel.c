@@ -54,11 +54,15 @@ static const arch_req arch_table[] = {
     {"generic", bli_cntx_init_generic, {NULL}},
 };
 #else
-/* Debian's arm64 libblis.a is built for one sub-config, cortexa57: ARMv8-A's NEON kernels. */
+/* Debian's arm64 libblis.a is built for one sub-config, cortexa57: ARMv8-A's NEON kernels (8 × 12,
+ * C column-stored), and BLIS's reference kernels compiled for it, which mha names generic as on
+ * x86-64 (4 × 16, C row-stored: the B panels of 16 columns a bf16 engine needs). */
 void bli_cntx_init_cortexa57(cntx_t *cntx);
+void bli_cntx_init_cortexa57_ref(cntx_t *cntx);
 
 static const arch_req arch_table[] = {
     {"cortexa57", bli_cntx_init_cortexa57, {"asimd", NULL}},
+    {"generic", bli_cntx_init_cortexa57_ref, {NULL}},
 };
 #endif
 
@@ -172,6 +176,16 @@ mha_status mha_kernel_choose(const mha_config *cfg, int bf16, mha_kernel *k, con
         return mha_problemf(pr, MHA_ERR_CONFIG, "blis_arch",
                             "'%s' is unknown, not in this BLIS build, or not runnable on this CPU",
                             is_auto(cfg->blis_arch) ? isa->default_arch() : cfg->blis_arch);
+    /* A bf16 engine's activations sit in 16-column groups of whole B panels: with no sub-config
+     * named, it takes the table's first whose panels hold them (aarch64: generic, as cortexa57's
+     * are 8 wide); with none, the engine's check names the default's width. */
+    if (bf16 && is_auto(cfg->blis_arch) && k->bw % MHA_BT_N != 0) {
+        int i = 0;
+        while (isa->archs[i] && (mha_kernel_select(isa->archs[i], isa, k) != MHA_OK || k->bw % MHA_BT_N != 0))
+            i++;
+        if (!isa->archs[i])
+            mha_kernel_select(cfg->blis_arch, isa, k);
+    }
     if (!mha_attention_chunk_fits(k))
         return mha_problemf(pr, MHA_ERR_CONFIG, "blis_arch", "'%s' has KC %d and B panels %d wide: the softmax's "
                             "chunks of %d keys need one KC pass on whole panels", k->arch, k->kc,

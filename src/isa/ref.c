@@ -298,9 +298,9 @@ static const mha_bkernel ref_bf16 = {.name = "ref-bf16", .order = MHA_BK_EVEN_FI
 /* ---- the table ---- */
 
 /* The portable table on the BLIS sub-configs without wider vectors: x86-64's generic (and the
- * AVX and SSSE3 ones), or aarch64's one. */
+ * AVX and SSSE3 ones), or aarch64's two (kernel.c). */
 #if defined(__aarch64__)
-#define REF_ARCHS "cortexa57"
+#define REF_ARCHS "cortexa57", "generic"
 #else
 #define REF_ARCHS "generic", "sandybridge", "penryn"
 #endif
