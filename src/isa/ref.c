@@ -133,8 +133,20 @@ static float elem_at(const void *p, mha_kv_type type, size_t i)
                                  : (float)((const int8_t *)p)[i];
 }
 
-/* One chain per score, feature by feature: float32 a multiply and an add each rounded, as the
- * portable sub-configs' microkernels sum; bf16 (bf16 set) as the bf16 model sums (flushed).
+/* A step of a float32 chain as the microkernels of this table's sub-configs sum: x86-64's
+ * portable ones a multiply and an add, each rounded; aarch64's generic (BLIS's reference
+ * kernels, which Debian compiles with contraction there) one FMA. */
+static inline float chain_step(float acc, float a, float b)
+{
+#if defined(__aarch64__)
+    return fmaf(a, b, acc);
+#else
+    return acc + a * b;
+#endif
+}
+
+/* One chain per score, feature by feature: float32 as the microkernels sum (chain_step); bf16
+ * (bf16 set) as the bf16 model sums (flushed), its products exact.
  * int8 K (kp: each run's first group's parameters; float32 sums in either engine): each
  * element q·scale + zero of its feature, scale_rows' value. */
 static void scores_ref(mha_kv_type type, int bf16, const float *restrict q, int nq, int dk, int c0, int c1, int runs,
@@ -151,7 +163,7 @@ static void scores_ref(mha_kv_type type, int bf16, const float *restrict q, int 
                     float x = elem_at(kt[r], type, (size_t)c * ld + t);
                     if (g)
                         x = x * mha_f16_float(g[c]) + mha_f16_float(g[dk + c]);
-                    acc += q[(size_t)qi * dk + c] * x;
+                    acc = chain_step(acc, q[(size_t)qi * dk + c], x);
                     acc = flush ? mha_bk_ftz(acc) : acc;
                 }
                 if (flush && dk % MHA_BT_K) /* the padding's zero products */
@@ -170,7 +182,7 @@ static void values_ref(mha_kv_type type, const float *e, size_t e_ld, int nq, co
             float *y = p + (size_t)qi * ps;
             for (int c = 0; c < dk; c++) {
                 const float el = elem_at(v, type, (size_t)t * dk + c);
-                y[c] += x * (vs ? el * vs[2 * t] + vs[2 * t + 1] : el);
+                y[c] = chain_step(y[c], x, vs ? el * vs[2 * t] + vs[2 * t + 1] : el);
                 y[c] = type != MHA_KV_F32 && !vs ? mha_bk_ftz(y[c]) : y[c];
             }
         }
@@ -297,10 +309,12 @@ static const mha_bkernel ref_bf16 = {.name = "ref-bf16", .order = MHA_BK_EVEN_FI
 
 /* ---- the table ---- */
 
-/* The portable table on the BLIS sub-configs without wider vectors: x86-64's generic (and the
- * AVX and SSSE3 ones), or aarch64's two (kernel.c). */
+/* The portable table on the BLIS sub-configs that sum as its chains do (chain_step): x86-64's
+ * generic (and the AVX and SSSE3 ones), aarch64's generic. Not cortexa57, whose epilogue fuses
+ * beta·C into alpha·sum where generic rounds them apart: decode passes after a first (heads
+ * wider than KC) would differ from its forward. */
 #if defined(__aarch64__)
-#define REF_ARCHS "cortexa57", "generic"
+#define REF_ARCHS "generic"
 #else
 #define REF_ARCHS "generic", "sandybridge", "penryn"
 #endif
