@@ -47,21 +47,30 @@ static inline __attribute__((always_inline)) void transpose4(float32x4_t r[4])
     r[3] = vreinterpretq_f32_f64(vtrn2q_f64(vreinterpretq_f64_f32(t1), vreinterpretq_f64_f32(t3)));
 }
 
-/* acc + b · v[l], one rounding (FMLA by element): l a constant where it is inlined, which the
- * intrinsic needs as an immediate. */
+/* acc + b · v[l], one rounding: FMLA by element, l a constant where it is inlined. Written in
+ * asm because GCC, given vfmaq_laneq_f32 for several accumulators on the same v[l] (a tile's
+ * queries' feature against each of its vectors), shares one DUP of the lane among them and
+ * issues plain FMLAs: an instruction and a register more per lane and FMA row, which in a tile
+ * of 16 accumulators spills them. The asm is not volatile: the compiler still schedules and
+ * drops it as it would the intrinsic. */
 static inline __attribute__((always_inline)) float32x4_t fma_lane(float32x4_t acc, float32x4_t b, float32x4_t v,
                                                                   const int l)
 {
     switch (l) {
     case 0:
-        return vfmaq_laneq_f32(acc, b, v, 0);
+        __asm__("fmla %0.4s, %1.4s, %2.s[0]" : "+w"(acc) : "w"(b), "w"(v));
+        break;
     case 1:
-        return vfmaq_laneq_f32(acc, b, v, 1);
+        __asm__("fmla %0.4s, %1.4s, %2.s[1]" : "+w"(acc) : "w"(b), "w"(v));
+        break;
     case 2:
-        return vfmaq_laneq_f32(acc, b, v, 2);
+        __asm__("fmla %0.4s, %1.4s, %2.s[2]" : "+w"(acc) : "w"(b), "w"(v));
+        break;
     default:
-        return vfmaq_laneq_f32(acc, b, v, 3);
+        __asm__("fmla %0.4s, %1.4s, %2.s[3]" : "+w"(acc) : "w"(b), "w"(v));
+        break;
     }
+    return acc;
 }
 
 /* 4 int8 elements at x (n >= 4: all 4; lanes from n on zero) as float32 lanes, exact. */

@@ -47,6 +47,34 @@ static inline __attribute__((always_inline)) float32x4_t load_elems(const mha_kv
     return i8_load4((const int8_t *)x, n);
 }
 
+/* A key's V vectors of features (at x, elements of `type`; the last vector's first nl lanes)
+ * into b: float32 as loaded; int8 sixteen bytes (four vectors) a load where whole, widened
+ * in steps (SXTL, SXTL2), then eight, then four: a load and a conversion per vector would
+ * spend a DUP from a general register and two widenings on each. */
+static inline __attribute__((always_inline)) void load_row(const mha_kv_type type, const char *x, const int V, int nl,
+                                                           float32x4_t *b)
+{
+    int j = 0;
+    if (type == MHA_KV_INT8) {
+        const int8_t *p = (const int8_t *)x;
+        for (; j + 4 < V || (j + 4 == V && nl == 4); j += 4) {
+            const int8x16_t w = vld1q_s8(p + 4 * j);
+            const int16x8_t lo = vmovl_s8(vget_low_s8(w)), hi = vmovl_high_s8(w);
+            b[j] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo)));
+            b[j + 1] = vcvtq_f32_s32(vmovl_high_s16(lo));
+            b[j + 2] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi)));
+            b[j + 3] = vcvtq_f32_s32(vmovl_high_s16(hi));
+        }
+        for (; j + 2 < V || (j + 2 == V && nl == 4); j += 2) {
+            const int16x8_t h = vmovl_s8(vld1_s8(p + 4 * j));
+            b[j] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(h)));
+            b[j + 1] = vcvtq_f32_s32(vmovl_high_s16(h));
+        }
+    }
+    for (; j < V; j++)
+        b[j] = load_elems(type, x + (size_t)(4 * j) * mha_kv_elem_size(type), j == V - 1 ? nl : 4);
+}
+
 /* Lane l of v in every lane (l a constant where it is inlined). */
 static inline __attribute__((always_inline)) float32x4_t dup_lane(float32x4_t v, const int l)
 {
@@ -108,27 +136,46 @@ scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
         float32x4_t qv[8];
         for (int r = 0; r < R; r++)
             qv[r] = r < nb ? vld1q_f32(q + (size_t)r * dk + c) : vdupq_n_f32(0.0f);
-#pragma GCC unroll 8
-        for (int j = 0; j < V; j++) {
-            float32x4_t ks = vdupq_n_f32(0.0f), kz = ks;
-            if (scaled && j < nv)
-                ks = f16_load4(kp[j] + c), kz = f16_load4(kp[j] + dk + c);
+        if (!scaled) /* feature by feature over the vectors: one feature's rows live at a time */
 #pragma GCC unroll 4
             for (int l = 0; l < 4; l++) {
                 const size_t at = (size_t)(c + l) * ld * esz, line = (size_t)(c + l - c0) * 64;
-                if (line < vbytes[j])
-                    __builtin_prefetch(v[j].v + line, 0, 3);
-                if (j % per_line == 0)
-                    __builtin_prefetch(pfp[j] + at, 0, 3);
-                float32x4_t k = j < nv ? load_elems(type, kt[j] + at, lanes[j]) : vdupq_n_f32(0.0f);
-                if (scaled && j < nv)
-                    k = vaddq_f32(vmulq_f32(k, dup_lane(ks, l)), dup_lane(kz, l));
+                const int rows = full ? line < vbytes[0] : 1; /* a whole tile's vectors: alike */
 #pragma GCC unroll 8
-                for (int r = 0; r < R; r++)
-                    if (r < nb)
-                        acc[r * V + j] = fma_lane(acc[r * V + j], k, qv[r], l);
+                for (int j = 0; j < V; j++) {
+                    if (rows && (full || line < vbytes[j]))
+                        __builtin_prefetch(v[j].v + line, 0, 3);
+                    if (j % per_line == 0)
+                        __builtin_prefetch(pfp[j] + at, 0, 3);
+                    const float32x4_t k = j < nv ? load_elems(type, kt[j] + at, lanes[j]) : vdupq_n_f32(0.0f);
+#pragma GCC unroll 8
+                    for (int r = 0; r < R; r++)
+                        if (r < nb)
+                            acc[r * V + j] = fma_lane(acc[r * V + j], k, qv[r], l);
+                }
             }
-        }
+        else /* vector by vector, its four features' parameters converted at once */
+#pragma GCC unroll 8
+            for (int j = 0; j < V; j++) {
+                float32x4_t ks = vdupq_n_f32(0.0f), kz = ks;
+                if (j < nv)
+                    ks = f16_load4(kp[j] + c), kz = f16_load4(kp[j] + dk + c);
+#pragma GCC unroll 4
+                for (int l = 0; l < 4; l++) {
+                    const size_t at = (size_t)(c + l) * ld * esz, line = (size_t)(c + l - c0) * 64;
+                    if (line < vbytes[j])
+                        __builtin_prefetch(v[j].v + line, 0, 3);
+                    if (j % per_line == 0)
+                        __builtin_prefetch(pfp[j] + at, 0, 3);
+                    float32x4_t k = j < nv ? load_elems(type, kt[j] + at, lanes[j]) : vdupq_n_f32(0.0f);
+                    if (j < nv)
+                        k = vaddq_f32(vmulq_f32(k, dup_lane(ks, l)), dup_lane(kz, l));
+#pragma GCC unroll 8
+                    for (int r = 0; r < R; r++)
+                        if (r < nb)
+                            acc[r * V + j] = fma_lane(acc[r * V + j], k, qv[r], l);
+                }
+            }
     }
     for (; c < c1; c++) { /* features past the last four, one at a time */
         const size_t at = (size_t)c * ld * esz;
@@ -250,16 +297,16 @@ values_tile_as(const mha_kv_type type, const int scaled, const int R, const int 
                         __builtin_prefetch(nx + (size_t)(t + l) * row + off, 0, 3);
                 if (w)
                     mha_prefetch_step(&wl);
+                float32x4_t b[TILE_V];
+                load_row(type, vu + (size_t)(t + l) * row, V, nl, b);
 #pragma GCC unroll 8
                 for (int j = 0; j < V; j++) {
-                    float32x4_t b = load_elems(type, vu + (size_t)(t + l) * row + (size_t)(4 * j) * esz,
-                                               j == V - 1 ? nl : 4);
                     if (scaled)
-                        b = vaddq_f32(vmulq_f32(b, dup_lane(sz.val[0], l)), dup_lane(sz.val[1], l));
+                        b[j] = vaddq_f32(vmulq_f32(b[j], dup_lane(sz.val[0], l)), dup_lane(sz.val[1], l));
 #pragma GCC unroll 8
                     for (int r = 0; r < R; r++)
                         if (r < nb)
-                            acc[r * V + j] = fma_lane(acc[r * V + j], b, ev[r], l);
+                            acc[r * V + j] = fma_lane(acc[r * V + j], b[j], ev[r], l);
                 }
             }
         }
@@ -271,15 +318,16 @@ values_tile_as(const mha_kv_type type, const int scaled, const int R, const int 
                 mha_prefetch_step(&wl);
             const float32x4_t s = scaled ? vdupq_n_f32(vs[2 * (t0 + t)]) : vdupq_n_f32(0.0f);
             const float32x4_t z = scaled ? vdupq_n_f32(vs[2 * (t0 + t) + 1]) : vdupq_n_f32(0.0f);
+            float32x4_t b[TILE_V];
+            load_row(type, vu + (size_t)t * row, V, nl, b);
 #pragma GCC unroll 8
             for (int j = 0; j < V; j++) {
-                float32x4_t b = load_elems(type, vu + (size_t)t * row + (size_t)(4 * j) * esz, j == V - 1 ? nl : 4);
                 if (scaled)
-                    b = vaddq_f32(vmulq_f32(b, s), z);
+                    b[j] = vaddq_f32(vmulq_f32(b[j], s), z);
 #pragma GCC unroll 8
                 for (int r = 0; r < R; r++)
                     if (r < nb)
-                        acc[r * V + j] = vfmaq_f32(acc[r * V + j], b, vld1q_dup_f32(eu + (size_t)r * e_ld + t));
+                        acc[r * V + j] = vfmaq_f32(acc[r * V + j], b[j], vld1q_dup_f32(eu + (size_t)r * e_ld + t));
             }
         }
     }

@@ -14,6 +14,14 @@ static inline __attribute__((always_inline)) void pack_group(const float *const 
                                                              int n, float *dst, int pw)
 {
     float32x4_t v[4];
+    if (gw == 4 && have >= 4 && n == 4) { /* a whole group: nothing to test per row or column */
+        for (int r = 0; r < 4; r++)
+            v[r] = vld1q_f32(src[r] + off);
+        transpose4(v);
+        for (int t = 0; t < 4; t++)
+            vst1q_f32(dst + (size_t)t * pw, v[t]);
+        return;
+    }
     for (int r = 0; r < 4; r++)
         v[r] = r < gw && r < have ? load4_n(src[r] + off, n) : vdupq_n_f32(0.0f);
     transpose4(v);
