@@ -84,6 +84,8 @@ static inline __attribute__((always_inline)) float32x4_t i8_load4(const int8_t *
 
 /* neon_f32.c */
 void mha_pack_rows_neon(mha_mat a, int w, int i0, int rows, int p0, int kc, int pw, float *restrict dst);
+void mha_stream_rows_neon(const mha_kernel *k, int m, int n, int kk, float alpha, mha_mat a, mha_mat b, float beta,
+                          mha_mat c);
 void mha_rope_halves_neon(float *a, float *b, const float *c, const float *s, float sign, int n);
 void mha_rope_pairs_neon(float *x, const float *c, const float *s, float sign, int n);
 

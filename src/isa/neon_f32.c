@@ -36,6 +36,94 @@ void mha_pack_rows_neon(mha_mat a, int w, int i0, int rows, int p0, int kc, int 
     mha_pack_walk(a, w, i0, rows, p0, kc, pw, dst, 4, pack_group);
 }
 
+/* ---- few rows ---- */
+
+/* Up to MHA_STREAM_ROWS rows with cortexa57's B panels of 8 columns: B streamed once from
+ * memory, R rows × 8 columns of accumulators per pass over a chunk of k (R = 8, 4, 2, 1), the
+ * other passes reading the chunk again from cache; the next chunk of B comes into L2 over the
+ * passes in proportion to their rows (avx512_f32.c says why). The sums are BLIS's armv8a
+ * 8 × 12 microkernel's, bit for bit for beta 0 and 1: one FMA chain per element over each chunk
+ * of k->kc in k order (four k of a row loaded at once and taken by lane), then its epilogue,
+ * which differs between a whole tile and an edge one. gemm.c gives it Cᵀ: tiles of 8 columns
+ * (a B panel) by 12 rows (an A panel, from the product's row 0). A whole tile (8 columns, 12
+ * rows) ends with c = alpha·acc + beta·c in one FMA (beta·c rounded first; beta 0: c not
+ * read); an edge tile sums into a buffer, alpha·acc rounded, then c = beta·c + that (beta 0:
+ * that). A later chunk of k is beta 1. So whole or edge is a question of the row's panel and
+ * the column's: m, the product's rows, is (p1 − p0)·m / (p1 − p0) from the walk's prefetch
+ * share, which mha_stream_walk sets per pass. */
+static inline __attribute__((always_inline)) void stream_pass(const int R, mha_ahead *pf, int i0, int p0, int p1,
+                                                              int j0, int nj, float alpha, mha_mat a, const float *bp,
+                                                              float beta, mha_mat c)
+{
+    const int w = 8, m = (int)(pf->per / (p1 - p0));
+    float32x4_t acc0[8], acc1[8];
+    for (int r = 0; r < R; r++)
+        acc0[r] = acc1[r] = vdupq_n_f32(0.0f);
+    for (int p = p0; p < p1;) { /* A's columns are contiguous within one of its panels */
+        const int in_panel = w - p % w, np = p1 - p < in_panel ? p1 - p : in_panel;
+        const float *x = a.p + (ptrdiff_t)i0 * a.ld + (ptrdiff_t)(p / w) * a.ps + p % w;
+        const float *bq = bp + (ptrdiff_t)p * w;
+        int q = 0;
+        for (; q + 4 <= np; q += 4, bq += 4 * w) {
+            float32x4_t xa[8];
+            for (int r = 0; r < R; r++)
+                xa[r] = vld1q_f32(x + (ptrdiff_t)r * a.ld + q);
+#pragma GCC unroll 4
+            for (int l = 0; l < 4; l++) {
+                for (pf->credit += pf->share; pf->credit >= pf->per; pf->credit -= pf->per, pf->at += 64)
+                    __builtin_prefetch(pf->at, 0, 2);
+                const float32x4_t b0 = vld1q_f32(bq + l * w), b1 = vld1q_f32(bq + l * w + 4);
+#pragma GCC unroll 8
+                for (int r = 0; r < R; r++) {
+                    acc0[r] = fma_lane(acc0[r], b0, xa[r], l);
+                    acc1[r] = fma_lane(acc1[r], b1, xa[r], l);
+                }
+            }
+        }
+        for (; q < np; q++, bq += w) {
+            for (pf->credit += pf->share; pf->credit >= pf->per; pf->credit -= pf->per, pf->at += 64)
+                __builtin_prefetch(pf->at, 0, 2);
+            const float32x4_t b0 = vld1q_f32(bq), b1 = vld1q_f32(bq + 4);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                const float32x4_t xr = vld1q_dup_f32(x + (ptrdiff_t)r * a.ld + q);
+                acc0[r] = vfmaq_f32(acc0[r], xr, b0);
+                acc1[r] = vfmaq_f32(acc1[r], xr, b1);
+            }
+        }
+        p += np;
+    }
+    /* C's rows from here without mha_mat_at's division by k->bw (j0 starts a panel of w) */
+    float *cr = c.p + (ptrdiff_t)(j0 / w) * c.ps + (ptrdiff_t)i0 * c.ld;
+    const float32x4_t zero = vdupq_n_f32(0.0f);
+    const float b = p0 > 0 ? 1.0f : beta;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        float *cp = cr + (ptrdiff_t)r * c.ld;
+        const int i = i0 + r, whole = nj == w && i / 12 * 12 + 12 <= m;
+        float32x4_t t0, t1;
+        if (b == 0.0f) /* c not read: alpha·acc + 0, whole tile or buffer alike */
+            t0 = vfmaq_n_f32(zero, acc0[r], alpha), t1 = vfmaq_n_f32(zero, acc1[r], alpha);
+        else {
+            float32x4_t c0 = load4_n(cp, nj), c1 = load4_n(cp + 4, nj - 4);
+            if (b != 1.0f)
+                c0 = vmulq_n_f32(c0, b), c1 = vmulq_n_f32(c1, b);
+            if (whole)
+                t0 = vfmaq_n_f32(c0, acc0[r], alpha), t1 = vfmaq_n_f32(c1, acc1[r], alpha);
+            else
+                t0 = vaddq_f32(c0, vfmaq_n_f32(zero, acc0[r], alpha)), t1 = vaddq_f32(c1, vfmaq_n_f32(zero, acc1[r], alpha));
+        }
+        store4_n(cp, nj, t0);
+        store4_n(cp + 4, nj - 4, t1);
+    }
+}
+
+void mha_stream_rows_neon(const mha_kernel *k, int m, int n, int kk, float alpha, mha_mat a, mha_mat b, float beta,
+                          mha_mat c)
+{
+    mha_stream_walk(k, m, n, kk, alpha, a, b, beta, c, 8, 8, stream_pass);
+}
+
 /* ---- RoPE ---- */
 
 /* Four pairs at a time: products and the difference or sum each rounded once, as ref (vmulq
