@@ -183,7 +183,7 @@ scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
         for (int j = 0; j < V; j++) {
             float32x4_t k = j < nv ? load_elems(type, kt[j] + at, lanes[j]) : vdupq_n_f32(0.0f);
             if (scaled && j < nv)
-                k = vaddq_f32(vmulq_f32(k, vdupq_n_f32(mha_f16_float(kp[j][c]))), vdupq_n_f32(mha_f16_float(kp[j][dk + c])));
+                k = vaddq_f32(vmulq_n_f32(k, mha_f16_float(kp[j][c])), vdupq_n_f32(mha_f16_float(kp[j][dk + c])));
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++)
                 if (r < nb)

@@ -111,7 +111,8 @@ static inline __attribute__((always_inline)) void stream_pass(const int R, mha_a
             if (whole)
                 t0 = vfmaq_n_f32(c0, acc0[r], alpha), t1 = vfmaq_n_f32(c1, acc1[r], alpha);
             else
-                t0 = vaddq_f32(c0, vfmaq_n_f32(zero, acc0[r], alpha)), t1 = vaddq_f32(c1, vfmaq_n_f32(zero, acc1[r], alpha));
+                t0 = vaddq_f32(c0, vfmaq_n_f32(zero, acc0[r], alpha)),
+                t1 = vaddq_f32(c1, vfmaq_n_f32(zero, acc1[r], alpha));
         }
         store4_n(cp, nj, t0);
         store4_n(cp + 4, nj - 4, t1);
