@@ -2,14 +2,16 @@
  * sub-configs of Debian's arm64 build (kernel.c): cortexa57 (BLIS's NEON 8 × 12 microkernel)
  * and generic (the reference kernels, 4 × 16 rows, which bf16 engines take). Its operations,
  * by family:
- *   neon_f32.c      float32 packing through 4 × 4 register transposes, RoPE
+ *   neon_f32.c      float32 packing through 4 × 4 register transposes, the few-row products
+ *                   streamed past cortexa57's microkernel with its sums, RoPE
  *   neon_softmax.c  softmax rows (float32 and the bf16 engines'), merge rule, softcap
  *   neon_decode.c   float32 decode tiles on float32 and int8 caches, int8 blocks read back,
  *                   rows_scores
  * and what they share, neon.h. The bf16 products and what surrounds them (rounding, B
  * packing, the epilogue, bf16 decode) are ref's (ref.h): the same bits as a NEON version
- * would give, without its speed; the quantized weights' kernels too. No few-row stream
- * (stream_rows): gemm.c packs A for the microkernel whatever the rows. */
+ * would give, without its speed; the quantized weights' kernels too. The attention's products
+ * pack A for the microkernel (no stream_in_place: nothing measured on an Arm core yet), and
+ * generic's sub-config streams no rows (its reference kernel's sums are not reproduced). */
 #include "neon.h"
 
 static const char *default_arch_neon(void)
