@@ -82,9 +82,13 @@ LDLIBS := -lyaml -fopenmp -lm -lpthread
 CLI_LDLIBS := $(LDLIBS) -ljansson
 
 LIB_SRC := $(wildcard src/*.c) $(wildcard src/isa/*.c)
-# The x86 tables' files (x86 intrinsics) only where the target is x86-64; elsewhere the ref table.
+# The x86 tables' files (x86 intrinsics) only where the target is x86-64, the neon table's (Arm
+# intrinsics) only where it is aarch64; the ref table everywhere.
 ifneq ($(MULTIARCH),x86_64-linux-gnu)
 LIB_SRC := $(filter-out src/isa/avx2% src/isa/avx512% src/isa/amx.c,$(LIB_SRC))
+endif
+ifneq ($(MULTIARCH),aarch64-linux-gnu)
+LIB_SRC := $(filter-out src/isa/neon%,$(LIB_SRC))
 endif
 LIB_OBJ := $(LIB_SRC:src/%.c=$(B)/obj/%.o)
 CLI_SRC := $(wildcard src/cli/*.c)

@@ -54,8 +54,9 @@ int mha_cpu_has(const char *f)
 #elif defined(__aarch64__)
 #include <sys/auxv.h>
 
-/* The x86 tables' files are not built here (Makefile): the portable table alone. */
-const mha_isa *const mha_isa_tables[] = {&mha_isa_ref};
+/* The x86 tables' files are not built here (Makefile): NEON (every ARMv8-A core has it), then
+ * the portable table. */
+const mha_isa *const mha_isa_tables[] = {&mha_isa_neon, &mha_isa_ref};
 
 /* Linux's names for the features (/proc/cpuinfo's), from the auxiliary vector's HWCAP words:
  * the kernel says what it enabled, as it does for user space (no MRS traps). */

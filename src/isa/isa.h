@@ -8,6 +8,7 @@
  *           table is tested against it where it promises the same bits
  *   avx2    AVX2 + FMA + F16C (AMD Zen 1-3, Intel Haswell and later client parts)
  *   avx512  AVX-512 F/BW/VL/DQ, with the AVX512_BF16 and AMX-BF16 products where present
+ *   neon    aarch64's Advanced SIMD (every ARMv8-A core), its bf16 products ref's
  *
  * A table's operations give the same bits as ref's wherever the comment says so; where they
  * do not (softmax's exp lanes, bf16 products in another pair order) the tests hold them to
@@ -344,6 +345,7 @@ static inline int mha_slot_vecs_whole(const mha_slot_vec *v, int n, int w)
 }
 
 extern const mha_isa mha_isa_ref, mha_isa_avx2, mha_isa_avx512;
+extern const mha_isa mha_isa_neon; /* aarch64 builds only (neon.c) */
 extern const mha_bkernel mha_bk_amx; /* the avx512 table's AMX products (amx.c) */
 /* avx2's rows_scores and rows_scores16 (four queries as the lanes of an xmm register), the
  * avx512 table's too: FMA chains in feature order are every vector table's decode sums, so
