@@ -111,19 +111,23 @@ struct criterion_test_params table_params(int per_kernel);
 /* The same instances into out (at most max); returns how many: for tests whose parameters
  * cross their own cases with the tables. */
 int table_list(int per_kernel, table_param *out, int max);
-/* A parameters function's result: every element of the array `shapes` on every table (or bf16
- * kernel), as elements {shape, table_param} of type T_on (a struct { T g; table_param on; }). */
+
 /* The build's kernel tables as an unknown name's message lists them (isa.c's mha_isa_tables),
- * and the ref table's BLIS sub-configs, its default first (ref.c's REF_ARCHS). */
+ * the ref table's BLIS sub-configs, its default first (ref.c's REF_ARCHS), and the table a
+ * config naming only that default gets (the widest listing it). */
 #define TEST_REF_ARCH "generic"
 #if defined(__aarch64__)
-#define TEST_TABLES "ref"
+#define TEST_TABLES "neon, ref"
 #define TEST_REF_ARCHS TEST_REF_ARCH
+#define TEST_GENERIC_TABLE "neon"
 #else
 #define TEST_TABLES "avx512, avx2, ref"
 #define TEST_REF_ARCHS TEST_REF_ARCH ", sandybridge, penryn"
+#define TEST_GENERIC_TABLE "ref"
 #endif
 
+/* A parameters function's result: every element of the array `shapes` on every table (or bf16
+ * kernel), as elements {shape, table_param} of type T_on (a struct { T g; table_param on; }). */
 #define TABLE_CASES(T_on, shapes, per_kernel)                                                                          \
     ({                                                                                                                 \
         static T_on cases_[sizeof(shapes) / sizeof((shapes)[0]) * 16];                                                 \
