@@ -43,10 +43,12 @@ static inline __attribute__((always_inline)) void mha_pack_walk(mha_mat a, int w
 
 /* ---- stream_rows: few rows past the microkernel, B streamed once ---- */
 
-/* The prefetch of the next chunk of B over the passes of this one (avx512_f32.c says why). */
+/* The prefetch of the next chunk of B over the passes of this one (avx512_f32.c says why), and
+ * the product's rows m (neon's pass tells cortexa57's whole tiles from its edge ones by them). */
 typedef struct mha_ahead {
     const char *at;          /* the next line of the next chunk */
     long credit, share, per; /* a line each time credit, growing by share per row of a pass, reaches per */
+    int m;
 } mha_ahead;
 
 /* One pass of R rows from row i0 over k in [p0, p1) against B's panel bp (columns j0 .. j0 + nj). */
@@ -69,9 +71,9 @@ static inline __attribute__((always_inline)) void mha_stream_walk(const mha_kern
             /* the next chunk: rows p1 .. of this panel, or the first of the next panel */
             const int more = p1 < kk ? kk - p1 : j0 + w < n ? kk : 0;
             const float *next = p1 < kk ? bp + (ptrdiff_t)p1 * w : more ? bp + b.ps : bp;
-            const long lines = (long)(more < k->kc ? more : k->kc) * (w / 16); /* 64-byte lines */
+            const long lines = (long)(more < k->kc ? more : k->kc) * w / 16; /* 64-byte lines */
             /* a pass of R rows: lines·R/m of them over its p1 - p0 rows */
-            mha_ahead pf = {.at = (const char *)next, .per = (long)(p1 - p0) * m};
+            mha_ahead pf = {.at = (const char *)next, .per = (long)(p1 - p0) * m, .m = m};
             int i0 = 0;
             for (; i0 + top <= m; i0 += top)
                 pf.share = lines * top, pass(top, &pf, i0, p0, p1, j0, nj, alpha, a, bp, beta, c);

@@ -49,13 +49,12 @@ void mha_pack_rows_neon(mha_mat a, int w, int i0, int rows, int p0, int kc, int 
  * rows) ends with c = alpha·acc + beta·c in one FMA (beta·c rounded first; beta 0: c not
  * read); an edge tile sums into a buffer, alpha·acc rounded, then c = beta·c + that (beta 0:
  * that). A later chunk of k is beta 1. So whole or edge is a question of the row's panel and
- * the column's: m, the product's rows, is (p1 − p0)·m / (p1 − p0) from the walk's prefetch
- * share, which mha_stream_walk sets per pass. */
+ * the column's: m, the product's rows, comes with the walk's prefetch (mha_ahead). */
 static inline __attribute__((always_inline)) void stream_pass(const int R, mha_ahead *pf, int i0, int p0, int p1,
                                                               int j0, int nj, float alpha, mha_mat a, const float *bp,
                                                               float beta, mha_mat c)
 {
-    const int w = 8, m = (int)(pf->per / (p1 - p0));
+    const int w = 8, m = pf->m;
     float32x4_t acc0[8], acc1[8];
     for (int r = 0; r < R; r++)
         acc0[r] = acc1[r] = vdupq_n_f32(0.0f);
