@@ -7,6 +7,8 @@
  * panels two by two. */
 #include "bgemm.h"
 
+#include <float.h>
+
 #include "isa/isa.h"
 
 /* ---- the model ---- */
@@ -14,6 +16,42 @@
 static float daz(mha_bf16 h)
 {
     return (h & 0x7f80u) == 0 ? 0.0f : mha_bf16_float(h);
+}
+
+/* The exact value hi + lo (|lo| at most half an ulp of hi: a double sum and its error) as
+ * BFDOT rounds it: below FLT_MIN a zero of its sign, at 2^128 or above infinity, else
+ * truncated to float and, if that dropped anything, its last bit set (round to odd). */
+static float odd_round(double hi, double lo)
+{
+    const double mag = fabs(hi);
+    const int nearer_zero = lo != 0.0 && signbit(lo) != signbit(hi); /* the exact value is below |hi| */
+    if (mag < FLT_MIN || (mag == FLT_MIN && nearer_zero))
+        return copysignf(0.0f, (float)hi);
+    if (mag > 0x1p128 || (mag == 0x1p128 && !nearer_zero))
+        return copysignf(INFINITY, (float)hi);
+    float t = (float)mag;
+    if ((double)t > mag) /* nearest rounded up (or to infinity): truncate */
+        t = nextafterf(t, 0.0f);
+    const int inexact = (double)t != mag || lo != 0.0;
+    if ((double)t == mag && nearer_zero)
+        t = nextafterf(t, 0.0f);
+    uint32_t u;
+    memcpy(&u, &t, sizeof u);
+    u |= (uint32_t)inexact | (signbit(hi) ? 0x80000000u : 0u);
+    memcpy(&t, &u, sizeof t);
+    return t;
+}
+
+float mha_bk_odd_sum(float x, float y)
+{
+    const double s = (double)x + y, v = s - x, err = ((double)x - (s - v)) + ((double)y - v); /* TwoSum: exact */
+    return odd_round(s, err);
+}
+
+/* A pair's product: exact in double, rounded to float only where it leaves float's range. */
+static float odd_product(float a, float b)
+{
+    return odd_round((double)a * b, 0.0);
 }
 
 /* Tile by tile, B's tile made float once for every row; each row's columns advanced together
@@ -43,6 +81,9 @@ void mha_bk_block_model(mha_bk_order order, int rows, int npan, int kt, const mh
                             ep[j] = mha_bk_ftz(ep[j] + a0 * b0[j]);
                             op[j] = mha_bk_ftz(op[j] + a1 * b1[j]);
                         }
+                    else if (order == MHA_BK_PAIRS_ODD)
+                        for (int j = 0; j < 16; j++)
+                            sp[j] = mha_bk_odd_sum(sp[j], mha_bk_odd_sum(odd_product(a0, b0[j]), odd_product(a1, b1[j])));
                     else
                         for (int j = 0; j < 16; j++) {
                             sp[j] = mha_bk_ftz(sp[j] + af * bf[j]);

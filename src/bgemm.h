@@ -3,14 +3,20 @@
  *
  * Operands are rounded to bfloat16 (nearest even) as they are packed; products of two bf16
  * are exact in float32, and every sum is rounded to float32 (nearest even, denormal sums
- * flushed to zero). The order of the sums is the instruction's, one of three (mha_bk_order):
+ * flushed to zero), but for BFDOT's pairs. The order of the sums is the instruction's, one of
+ * four (mha_bk_order):
  *   even first, odd first: one accumulator, k pair by k pair in increasing k, the pair's two
  *     products added one at a time, even element first (FMA on widened bf16; Intel's SDM for
  *     tdpbf16ps reads so, hardware does not) or odd first (vdpbf16ps, measured bitwise on Xeon
  *     model 207);
  *   tile lanes (AMX tdpbf16ps, measured bitwise on a Sapphire Rapids Xeon, perf/RESULTS.md):
  *     per k tile of 32, the even products and the odd products each summed in their own chain
- *     from zero in increasing k, then acc += (even + odd), two more roundings.
+ *     from zero in increasing k, then acc += (even + odd), two more roundings;
+ *   pairs to odd (Arm's BFDOT without FEAT_EBF16's mode, Arm ARM C8.2.49): one accumulator,
+ *     k pair by k pair in increasing k, acc += (even product + odd product), each product, the
+ *     pair's sum and the accumulation rounded to odd (an inexact result truncated, its last
+ *     bit set) and flushed to zero when the exact value is below FLT_MIN (Arm decides before
+ *     rounding), an overflow to infinity.
  * The whole of k is summed in one pass, so a result never depends on how rows and columns are
  * blocked or which worker computes them.
  *
@@ -106,11 +112,15 @@ static inline float mha_bk_ftz(float x)
 }
 
 /* The order of a kernel's sums (see the top of this file). */
-typedef enum { MHA_BK_EVEN_FIRST, MHA_BK_ODD_FIRST, MHA_BK_TILE_LANES } mha_bk_order;
+typedef enum { MHA_BK_EVEN_FIRST, MHA_BK_ODD_FIRST, MHA_BK_TILE_LANES, MHA_BK_PAIRS_ODD } mha_bk_order;
+
+/* One of BFDOT's steps as the model takes it (pairs to odd): x + y rounded to odd, flushed
+ * below FLT_MIN. */
+float mha_bk_odd_sum(float x, float y);
 
 /* A bf16 kernel of a table (src/isa/): "ref-bf16" (the model), "fma-bf16" (AVX-512F FMA on
  * widened bf16), "avx512-bf16" (vdpbf16ps), "amx-bf16" (AMX tiles), "avx2-bf16" (AVX2 FMA on
- * widened bf16). */
+ * widened bf16), "neon-bf16" (NEON FMA on widened bf16), "neon-bfdot" (BFDOT). */
 typedef struct mha_bkernel {
     const char *name;   /* as mha_engine_kernel names it */
     mha_bk_order order; /* the order of its sums */

@@ -121,7 +121,7 @@ const mha_config_row mha_keys[] = {
         ENG(precision), NONE, MHA_PRECISION_F32, NAMES(precision_names)),
     KEY(K("engine.kv_cache", "kv_type", MHA_KEY_ENUM, 0, 0, 0, 0, "auto, f32, bf16, int8", "auto", "KV cache elements: auto (the precision's), or int8: K per feature over groups of 16 slots with a scale and zero point, V per token with a scale and zero point (about 0.3 of f32's bytes; either precision; the cache keeps each sequence's open K group)"),
         ENG(kv_type), NONE, MHA_KV_AUTO, NAMES(kv_type_names)),
-    KEY(K("engine.bf16_kernel", "bf16_kernel", MHA_KEY_STRING, 0, 15, 0, 0, NULL, "auto", "bf16 kernel of the isa: amx-bf16, avx512-bf16, fma-bf16 (avx512), avx2-bf16 (avx2), ref-bf16 (ref); auto: the fastest this CPU runs"),
+    KEY(K("engine.bf16_kernel", "bf16_kernel", MHA_KEY_STRING, 0, 15, 0, 0, NULL, "auto", "bf16 kernel of the isa: amx-bf16, avx512-bf16, fma-bf16 (avx512), avx2-bf16 (avx2), neon-bfdot, neon-bf16 (neon), ref-bf16 (ref); auto: the fastest this CPU runs"),
         ENG(bf16_kernel), NONE, 0, NULL, 0),
     KEY(K("engine.isa", "isa", MHA_KEY_STRING, 0, 15, 0, 0, NULL, "auto", "kernel table: avx512, avx2, ref; auto: the widest this CPU runs (with blis_arch set: the widest that runs it)"),
         ENG(isa), NONE, 0, NULL, 0),

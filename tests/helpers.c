@@ -94,6 +94,18 @@ const mha_isa *table_or_skip(const table_param *p, const mha_bkernel **bk)
     return t;
 }
 
+int names_bf16_kernel(const char *s, const char *before)
+{
+    for (int t = 0; t < mha_isa_count; t++)
+        for (int k = 0; mha_isa_tables[t]->bf16[k]; k++) {
+            char want[64];
+            snprintf(want, sizeof want, "%s%s", before, mha_isa_tables[t]->bf16[k]->name);
+            if (strstr(s, want))
+                return 1;
+        }
+    return 0;
+}
+
 void kernel_auto(mha_kernel *k)
 {
     cr_assert_eq(mha_kernel_select("", mha_isa_auto_table(), k), MHA_OK);

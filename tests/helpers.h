@@ -156,6 +156,9 @@ const struct mha_isa *table_or_skip(const table_param *p, const struct mha_bkern
         suite##_##name##_on(isa, bk);                                                                                  \
     }                                                                                                                  \
     static void suite##_##name##_on(const struct mha_isa *isa, const struct mha_bkernel *bk)
+/* Whether s names a bf16 kernel of this build's tables right after `before` (a summary's
+ * "kernel ", a JSON's "\"kernel\":\""). */
+int names_bf16_kernel(const char *s, const char *before);
 /* A kernel of the auto table's default sub-config; asserts. */
 void kernel_auto(struct mha_kernel *k);
 /* A table's default kernel, and the same kernel on ref's table: a vector part and the scalar

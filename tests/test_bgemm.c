@@ -191,6 +191,42 @@ Test(bgemm, amx_kernel_matches_model, .timeout = 60) { kernel_matches_model("amx
 Test(bgemm, avx512bf16_kernel_matches_model, .timeout = 60) { kernel_matches_model("avx512-bf16"); }
 Test(bgemm, fma_kernel_matches_model, .timeout = 60) { kernel_matches_model("fma-bf16"); }
 Test(bgemm, avx2_kernel_matches_model, .timeout = 60) { kernel_matches_model("avx2-bf16"); }
+Test(bgemm, neon_kernel_matches_model, .timeout = 60) { kernel_matches_model("neon-bf16"); }
+Test(bgemm, bfdot_kernel_matches_model, .timeout = 60) { kernel_matches_model("neon-bfdot"); }
+
+/* BFDOT's steps in the model (pairs to odd), on values whose exact sums are known: exact sums
+ * kept, an inexact one truncated with its last bit set, a tie too (never to even), a carry into
+ * the next binade, exact values below FLT_MIN flushed to a zero of their sign (the operands
+ * normal: BFDOT flushes denormal ones before), overflow to infinity, FLT_MAX kept below 2^128. */
+Test(bgemm, pairs_to_odd_rounds_each_step_as_bfdot)
+{
+    static const struct { float x, y; uint32_t want; } cases[] = {
+        {1.0f, 0x1p-24f, 0x3f800001u},                 /* 1 + half an ulp: a tie, to odd */
+        {1.0f, 0x1p-30f, 0x3f800001u},                 /* below half: still odd */
+        {1.0f, 0x1p-23f, 0x3f800001u},                 /* exact */
+        {1.0f, 0x1.8p-23f, 0x3f800001u},               /* 1 + 1.5 ulp: truncated to 1 + 1 ulp, odd already */
+        {1.0f, 0x1p-22f, 0x3f800002u},                 /* exact, even: kept */
+        {1.0f, -0x1p-30f, 0x3f7fffffu},                /* just below 1: truncated, odd */
+        {0x1.fffffep0f, 0x1p-23f, 0x40000000u},        /* exact carry into 2 */
+        {0x1.fffffep0f, 0x1p-25f, 0x3fffffffu},        /* inexact below 2: truncated, odd */
+        {-1.0f, -0x1p-30f, 0xbf800001u},               /* the sign kept */
+        {0x1.8p-126f, -0x1p-126f, 0x00000000u},        /* 2^-127, exact as a denormal: +0 */
+        {-0x1.8p-126f, 0x1p-126f, 0x80000000u},        /* the same, negative: -0 */
+        {0x1.8p-126f, 0x1p-100f, 0x0d800001u},         /* 2^-100 and a little: odd */
+        {0x1p-126f, 0x0p0f, 0x00800000u},              /* FLT_MIN exact */
+        {0x1.fffffep127f, 0x1p103f, 0x7f7fffffu},      /* past FLT_MAX, below 2^128: truncated to FLT_MAX */
+        {0x1.fffffep127f, 0x1p127f, 0x7f800000u},      /* 2^128 and over: infinity */
+        {1.0f, -1.0f, 0x00000000u},                    /* an exact zero: +0 */
+        {-0.0f, -0.0f, 0x80000000u},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const float got = mha_bk_odd_sum(cases[i].x, cases[i].y), swapped = mha_bk_odd_sum(cases[i].y, cases[i].x);
+        uint32_t g, s;
+        memcpy(&g, &got, sizeof g), memcpy(&s, &swapped, sizeof s);
+        cr_assert_eq(g, cases[i].want, "%a + %a: %#010x, want %#010x", cases[i].x, cases[i].y, g, cases[i].want);
+        cr_assert_eq(s, g, "%a + %a: not symmetric", cases[i].x, cases[i].y);
+    }
+}
 /* No such test for ref-bf16: its block is the model itself (ref.c), so it could not fail; its
  * sums are held to the exact product by matches_double_product_of_rounded_operands. */
 

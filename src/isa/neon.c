@@ -7,11 +7,13 @@
  *   neon_softmax.c  softmax rows (float32 and the bf16 engines'), merge rule, softcap
  *   neon_decode.c   float32 decode tiles on float32 and int8 caches, int8 blocks read back,
  *                   rows_scores
- * and what they share, neon.h. The bf16 products and what surrounds them (rounding, B
- * packing, the epilogue, bf16 decode) are ref's (ref.h): the same bits as a NEON version
- * would give, without its speed; the quantized weights' kernels too. The attention's products
- * pack A for the microkernel (no stream_in_place: nothing measured on an Arm core yet), and
- * generic's sub-config streams no rows (its reference kernel's sums are not reproduced). */
+ *   neon_bf16.c     the bf16 products: neon-bfdot (BFDOT) where the CPU has FEAT_BF16,
+ *                   neon-bf16 (FMA on widened bf16, ref-bf16's bits) everywhere
+ * and what they share, neon.h. What surrounds the bf16 products (rounding, B packing, the
+ * epilogue, bf16 decode tiles) is ref's (ref.h): the same bits as a NEON version would give,
+ * without its speed; the quantized weights' kernels too. The attention's products pack A for
+ * the microkernel (no stream_in_place: nothing measured on an Arm core yet), and generic's
+ * sub-config streams no rows (its reference kernel's sums are not reproduced). */
 #include "neon.h"
 
 static const char *default_arch_neon(void)
@@ -19,9 +21,11 @@ static const char *default_arch_neon(void)
     return "cortexa57";
 }
 
+/* BFDOT does a k pair's two products in one instruction where FMLA on widened elements does
+ * one (and needs the widening): counted, not timed on an Arm core yet (perf/RESULTS.md#arm). */
 static const mha_bkernel *bf16_auto_neon(void)
 {
-    return &mha_bk_ref;
+    return mha_bk_bfdot.usable() ? &mha_bk_bfdot : &mha_bk_neon;
 }
 
 const mha_isa mha_isa_neon = {
@@ -29,7 +33,7 @@ const mha_isa mha_isa_neon = {
     .needs = "asimd",
     .archs = {"cortexa57", "generic", NULL},
     .default_arch = default_arch_neon,
-    .bf16 = {&mha_bk_ref, NULL},
+    .bf16 = {&mha_bk_bfdot, &mha_bk_neon, NULL},
     .bf16_auto = bf16_auto_neon,
     .pack_rows = mha_pack_rows_neon,
     .stream_rows = mha_stream_rows_neon,

@@ -97,6 +97,9 @@ void mha_scale_row_neon(float *z, const float *x, float s, int n);
 float mha_softmax_row_bf16_neon(float *restrict s, int n, int visible, const uint8_t *restrict mask, float *max_io);
 void mha_softcap_row_neon(float *s, int n, float cap);
 
+/* neon_bf16.c */
+extern const mha_bkernel mha_bk_neon, mha_bk_bfdot;
+
 /* neon_decode.c */
 void mha_i8_scale_rows_neon(const void *from, size_t ld_src, int rows, int n, const float *row_scales,
                             const float *row_zeros, float *restrict dst, size_t ld_dst);

@@ -1,0 +1,147 @@
+/* neon_bf16.c — the neon table's bf16 products (mha_bkernel's block on bgemm.h's layouts):
+ *   neon-bf16   FMLA on bf16 widened to float32 (a shift or a mask: exact), even element of
+ *               each k pair first, under FPCR.FZ: every aarch64 core; the model's even-first
+ *               sums, so ref-bf16's bits.
+ *   neon-bfdot  BFDOT (FEAT_BF16): a pair's two products in one instruction, each step
+ *               rounded to odd (bgemm.h: pairs to odd), its own bits.
+ * Both run a block as groups of up to 4 rows against one 16-column panel at a time: 16
+ * accumulators, the panel's pair row (4 registers of 4 columns × 2) and the rows' A elements
+ * in 32 registers. Arm's FZ decides a result is tiny before rounding, the model after (as x86's
+ * FTZ does): the two part only where a sum's exact value lies within 2^-150 of FLT_MIN. */
+#include "neon.h"
+
+/* bf16 pairs (even element low) as float32 lanes: the even elements, the odd ones. */
+static inline __attribute__((always_inline)) float32x4_t even_of(uint16x8_t v)
+{
+    return vreinterpretq_f32_u32(vshlq_n_u32(vreinterpretq_u32_u16(v), 16));
+}
+static inline __attribute__((always_inline)) float32x4_t odd_of(uint16x8_t v)
+{
+    return vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_u16(v), vdupq_n_u32(0xffff0000u)));
+}
+
+/* R rows of 16 sums into acc's rows (32 floats apart). */
+static inline __attribute__((always_inline)) void store_rows(const int R, float32x4_t c[4][4], float *acc)
+{
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < 4; v++)
+            vst1q_f32(acc + (size_t)r * 32 + 4 * v, c[r][v]);
+}
+
+/* The B lines of the panel's next k tile, while this one computes (B from memory: pf). */
+static inline __attribute__((always_inline)) void prefetch_tile(const mha_bf16 *bt)
+{
+    for (int l = 0; l < MHA_BT_ELEMS * 2; l += 64)
+        __builtin_prefetch((const char *)bt + l);
+}
+
+/* One k pair's row of B (pr) into R rows' accumulators, A's pair at lanes 2h, 2h + 1 of x[r]:
+ * column group by column group, so that two B registers are live at a time. */
+static inline __attribute__((always_inline)) void pair_fma(const int R, float32x4_t c[4][4], const float32x4_t x[4],
+                                                          const mha_bf16 *pr, const int h)
+{
+    for (int v = 0; v < 4; v++) {
+        const uint16x8_t w = vld1q_u16(pr + 8 * v);
+        const float32x4_t e = even_of(w), o = odd_of(w);
+        for (int r = 0; r < R; r++)
+            c[r][v] = fma_lane(fma_lane(c[r][v], e, x[r], 2 * h), o, x[r], 2 * h + 1);
+    }
+}
+
+/* Rows i0 .. i0 + R - 1 against the panel at bp (its columns col0 .. col0 + 15 of acc). */
+static inline __attribute__((always_inline)) void rows_fma(const int R, int i0, int kt, const mha_bf16 *a,
+                                                          const mha_bf16 *bp, float *acc, int col0, int pf)
+{
+    float32x4_t c[4][4] = {{vdupq_n_f32(0.0f)}};
+    for (int t = 0; t < kt; t++) {
+        const mha_bf16 *bt = bp + (size_t)t * MHA_BT_ELEMS;
+        if (pf && t + 1 < kt)
+            prefetch_tile(bt + MHA_BT_ELEMS);
+        for (int q0 = 0; q0 < MHA_BT_K / 2; q0 += 2) { /* two k pairs: 4 of A's elements a row */
+            float32x4_t x[4];
+            for (int r = 0; r < R; r++)
+                x[r] = vreinterpretq_f32_u32(
+                    vshll_n_u16(vld1_u16(a + mha_bk_a_row(i0 + r, kt) + (size_t)t * MHA_BT_ELEMS + 2 * q0), 16));
+            pair_fma(R, c, x, bt + 32 * q0, 0); /* the lanes written out: fma_lane's must be constants */
+            pair_fma(R, c, x, bt + 32 * (q0 + 1), 1);
+        }
+    }
+    store_rows(R, c, acc + (size_t)i0 * 32 + col0);
+}
+
+/* A block's panels one by one, its rows 4, then 2, then 1 at a time through fn; the first
+ * group of a panel prefetches B (pf). */
+#define PANELS(fn)                                                                                                     \
+    for (int p = 0; p < npan; p++) {                                                                                   \
+        const mha_bf16 *bp = b + (size_t)p * ps;                                                                       \
+        int i = 0;                                                                                                     \
+        for (; i + 4 <= rows; i += 4)                                                                                  \
+            fn(4, i, kt, a, bp, acc, 16 * p, pf && i == 0);                                                            \
+        if (i + 2 <= rows)                                                                                             \
+            fn(2, i, kt, a, bp, acc, 16 * p, pf && i == 0), i += 2;                                                    \
+        if (i < rows)                                                                                                  \
+            fn(1, i, kt, a, bp, acc, 16 * p, pf && i == 0);                                                            \
+    }
+
+static void block_fma(int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps, float *acc, int pf)
+{
+    const uint64_t fpcr = __builtin_aarch64_get_fpcr64();
+    __builtin_aarch64_set_fpcr64(fpcr | 1u << 24); /* FZ: denormal inputs and results flushed */
+    PANELS(rows_fma)
+    __builtin_aarch64_set_fpcr64(fpcr);
+}
+
+const mha_bkernel mha_bk_neon = {.name = "neon-bf16", .order = MHA_BK_EVEN_FIRST, .block = block_fma};
+
+#define BF16_TARGET __attribute__((target("arch=armv8.2-a+bf16")))
+
+/* The same on BFDOT: the 4 pairs of A's 8 elements a row, each by its lane. */
+BF16_TARGET static inline __attribute__((always_inline)) void rows_dot(const int R, int i0, int kt, const mha_bf16 *a,
+                                                                       const mha_bf16 *bp, float *acc, int col0, int pf)
+{
+    float32x4_t c[4][4] = {{vdupq_n_f32(0.0f)}};
+    for (int t = 0; t < kt; t++) {
+        const mha_bf16 *bt = bp + (size_t)t * MHA_BT_ELEMS;
+        if (pf && t + 1 < kt)
+            prefetch_tile(bt + MHA_BT_ELEMS);
+        for (int q0 = 0; q0 < MHA_BT_K / 2; q0 += 4) {
+            bfloat16x8_t x[4];
+            for (int r = 0; r < R; r++)
+                x[r] = vreinterpretq_bf16_u16(vld1q_u16(a + mha_bk_a_row(i0 + r, kt) + (size_t)t * MHA_BT_ELEMS + 2 * q0));
+#define DOT_PAIR(h)                                                                                                    \
+    do {                                                                                                               \
+        bfloat16x8_t w[4];                                                                                             \
+        for (int v = 0; v < 4; v++)                                                                                    \
+            w[v] = vreinterpretq_bf16_u16(vld1q_u16(bt + 32 * (q0 + (h)) + 8 * v));                                    \
+        for (int r = 0; r < R; r++)                                                                                    \
+            for (int v = 0; v < 4; v++)                                                                                \
+                c[r][v] = vbfdotq_laneq_f32(c[r][v], w[v], x[r], h);                                                   \
+    } while (0)
+            DOT_PAIR(0);
+            DOT_PAIR(1);
+            DOT_PAIR(2);
+            DOT_PAIR(3);
+#undef DOT_PAIR
+        }
+    }
+    store_rows(R, c, acc + (size_t)i0 * 32 + col0);
+}
+
+BF16_TARGET static void block_dot(int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps,
+                                  float *acc, int pf)
+{
+    PANELS(rows_dot)
+}
+
+static int dot_usable(void)
+{
+    return mha_cpu_has("bf16");
+}
+
+const mha_bkernel mha_bk_bfdot = {
+    .name = "neon-bfdot",
+    .order = MHA_BK_PAIRS_ODD,
+    .usable = dot_usable,
+    .lacks = "this CPU has no BF16 (FEAT_BF16: BFDOT)",
+    .block = block_dot,
+};
