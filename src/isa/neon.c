@@ -9,9 +9,10 @@
  *                   rows_scores
  *   neon_bf16.c     the bf16 products: neon-bfdot (BFDOT) where the CPU has FEAT_BF16,
  *                   neon-bf16 (FMA on widened bf16, ref-bf16's bits) everywhere
+ *   neon_quant.c    the quantized weights' float32 tile and integer products (mha_qk_neon)
  * and what they share, neon.h. What surrounds the bf16 products (rounding, B packing, the
  * epilogue, bf16 decode tiles) is ref's (ref.h): the same bits as a NEON version would give,
- * without its speed; the quantized weights' kernels too. The attention's products pack A for
+ * without its speed; the quantized weights' dequantizing too. The attention's products pack A for
  * the microkernel (no stream_in_place: nothing measured on an Arm core yet), and generic's
  * sub-config streams no rows (its reference kernel's sums are not reproduced). */
 #include "neon.h"
@@ -60,5 +61,5 @@ const mha_isa mha_isa_neon = {
     .pack_b16 = mha_pack_b16_ref,
     .interleave_pairs = {[MHA_KV_BF16] = mha_interleave_pairs_ref, [MHA_KV_INT8] = mha_interleave_pairs_i8_ref},
     .epilogue_block = mha_epilogue_block_ref,
-    .quant = &mha_qk_ref,
+    .quant = &mha_qk_neon,
 };

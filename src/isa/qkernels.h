@@ -26,7 +26,7 @@ typedef void mha_qdot16(const mha_qtype *t, const unsigned char *const *p, int n
                        size_t xs, int rows, float *restrict acc, ptrdiff_t ld);
 
 typedef struct mha_qdot16_ops {
-    const char *name;  /* "avx512-vnni", "avx2-vnni", "avx2", "ref" */
+    const char *name;  /* "avx512-vnni", "avx2-vnni", "avx2", "neon", "ref" */
     const char *needs; /* CPU features beyond the table's, as lscpu names them ("" none) */
     mha_qdot16 *dot[MHA_QTYPES];
 } mha_qdot16_ops;
@@ -138,7 +138,9 @@ static inline void mha_qfew_by_groups(const mha_qkernels *qk, const mha_qtype *t
 }
 
 extern const mha_qkernels mha_qk_ref, mha_qk_avx2, mha_qk_avx512;
+extern const mha_qkernels mha_qk_neon; /* aarch64 builds only (neon_quant.c) */
 extern const mha_qdot16_ops mha_qdot16_ref, mha_qdot16_avx2, mha_qdot16_avx2_vnni, mha_qdot16_avx512_vnni;
+extern const mha_qdot16_ops mha_qdot16_neon;
 extern const mha_qbf16_ops mha_qbf16_avx512, mha_qbf16_avx512_bf16;
 
 #endif

@@ -1,10 +1,12 @@
 /* ref.h — the portable table's operations that another table takes as they are (neon: the
- * bf16 products and their surroundings, where it has no vector code of its own yet). They are
- * ref's bits, and each is the entry of the same name in mha_isa_ref. */
+ * bf16 work around its products and the quantized weights' dequantizing, where it has no vector
+ * code of its own yet). They are ref's bits, and each is the entry of the same name in
+ * mha_isa_ref (or its quantized weights', mha_qk_ref). */
 #ifndef MHA_ISA_REF_H
 #define MHA_ISA_REF_H
 
 #include "isa.h"
+#include "qkernels.h"
 
 extern const mha_bkernel mha_bk_ref; /* ref-bf16: the model itself, even first */
 
@@ -19,5 +21,16 @@ void mha_interleave_pairs_ref(const void *from, size_t ld, int pairs, mha_bf16 *
 void mha_interleave_pairs_i8_ref(const void *from, size_t ld, int pairs, mha_bf16 *restrict dst, const char *next);
 void mha_epilogue_block_ref(float *c0, float *c1, ptrdiff_t ldc, const float *acc, int rows, int cols, float alpha,
                             float beta);
+
+/* The quantized weights' (qkernels.h): each type's dequant (ref_quant.c), as a table's entries
+ * (.dequant = {MHA_QTYPE_LIST(MHA_REF_DEQUANT)}), and the factors of output o's group grp of a
+ * panel's block that the integer products scale their sums by: D (Q6_K: D[h] for each 16
+ * inputs; else D[0] = D[1]) and the float min M (0 where the offset is an integer), in the
+ * float path's roundings; returns the type's integer offset (mha_q_offset). */
+#define MHA_REF_DEQUANT(name, index) [index] = mha_dequant_##name##_ref,
+#define MHA_REF_DEQUANT_DECL(name, index) void mha_dequant_##name##_ref(const unsigned char *b, int grp, float *restrict w);
+MHA_QTYPE_LIST(MHA_REF_DEQUANT_DECL)
+#undef MHA_REF_DEQUANT_DECL
+int mha_q_group_factors_ref(int type, const unsigned char *b, int grp, int o, float D[2], float *M);
 
 #endif

@@ -1,6 +1,7 @@
 /* ref_quant.c — the portable quantized-weight operations (qkernels.h): the definition of their
  * numerics, which the vector tables reproduce bit for bit. */
 #include "qkernels.h"
+#include "ref.h"
 
 #include "bgemm.h" /* mha_f16_float */
 #include "qgemm.h" /* the packed activations */
@@ -21,7 +22,7 @@ static int nibble(const unsigned char *nib, int i, int o)
     return (nib[(i / 2) * MHA_QP + o] >> (4 * (i & 1))) & 0xF;
 }
 
-static void dequant_q8_0(const unsigned char *b, int grp, float *restrict w)
+void mha_dequant_q8_0_ref(const unsigned char *b, int grp, float *restrict w)
 {
     (void)grp; /* one group a block */
     for (int o = 0; o < MHA_QP; o++) {
@@ -50,25 +51,25 @@ static void dequant_32(const unsigned char *b, int m_at, float bias, int hi_at, 
     }
 }
 
-static void dequant_q4_0(const unsigned char *b, int grp, float *restrict w)
+void mha_dequant_q4_0_ref(const unsigned char *b, int grp, float *restrict w)
 {
     (void)grp;
     dequant_32(b, 0, 8.0f, 0, MHA_Q4_0_NIB, w);
 }
 
-static void dequant_q4_1(const unsigned char *b, int grp, float *restrict w)
+void mha_dequant_q4_1_ref(const unsigned char *b, int grp, float *restrict w)
 {
     (void)grp;
     dequant_32(b, MHA_Q4_1_M, 0.0f, 0, MHA_Q4_1_NIB, w);
 }
 
-static void dequant_q5_0(const unsigned char *b, int grp, float *restrict w)
+void mha_dequant_q5_0_ref(const unsigned char *b, int grp, float *restrict w)
 {
     (void)grp;
     dequant_32(b, 0, 16.0f, MHA_Q5_0_HI, MHA_Q5_0_NIB, w);
 }
 
-static void dequant_q5_1(const unsigned char *b, int grp, float *restrict w)
+void mha_dequant_q5_1_ref(const unsigned char *b, int grp, float *restrict w)
 {
     (void)grp;
     dequant_32(b, MHA_Q5_1_M, 0.0f, MHA_Q5_1_HI, MHA_Q5_1_NIB, w);
@@ -90,17 +91,17 @@ static void dequant_k(const unsigned char *b, int grp, int sc_at, int dmin_at, i
     }
 }
 
-static void dequant_q4_k(const unsigned char *b, int grp, float *restrict w)
+void mha_dequant_q4_k_ref(const unsigned char *b, int grp, float *restrict w)
 {
     dequant_k(b, grp, MHA_Q4_K_SC, MHA_Q4_K_DMIN, 0, MHA_Q4_K_NIB, w);
 }
 
-static void dequant_q5_k(const unsigned char *b, int grp, float *restrict w)
+void mha_dequant_q5_k_ref(const unsigned char *b, int grp, float *restrict w)
 {
     dequant_k(b, grp, MHA_Q5_K_SC, MHA_Q5_K_DMIN, MHA_Q5_K_HI, MHA_Q5_K_NIB, w);
 }
 
-static void dequant_q6_k(const unsigned char *b, int grp, float *restrict w)
+void mha_dequant_q6_k_ref(const unsigned char *b, int grp, float *restrict w)
 {
     for (int o = 0; o < MHA_QP; o++)
         for (int i = 0; i < MHA_QG; i++) {
@@ -129,39 +130,19 @@ static void few_ref(const mha_qtype *t, const unsigned char *const *p, int np, i
     mha_qfew_by_groups(&mha_qk_ref, t, p, np, kk, a, lda, rows, acc, ld);
 }
 
-/* Group grp of output o of a panel's block as integers q (Q8_0 signed, else unsigned), with
- * its factors D (Q6_K: D[h] for each 16 inputs) and float min M (0 where the offset is an
- * integer); returns that offset (Q4_0 8, Q5_0 16, Q6_K 32, else 0). */
-static int group_ints(int type, const unsigned char *b, int grp, int o, int q[MHA_QG], float D[2], float *M)
+int mha_q_group_factors_ref(int type, const unsigned char *b, int grp, int o, float D[2], float *M)
 {
-    static const int nib_at[MHA_QTYPES] = {[MHA_QT_Q4_0] = MHA_Q4_0_NIB, [MHA_QT_Q4_1] = MHA_Q4_1_NIB,
-                                           [MHA_QT_Q5_0] = MHA_Q5_0_NIB, [MHA_QT_Q5_1] = MHA_Q5_1_NIB,
-                                           [MHA_QT_Q4_K] = MHA_Q4_K_NIB, [MHA_QT_Q5_K] = MHA_Q5_K_NIB,
-                                           [MHA_QT_Q6_K] = MHA_Q6_K_NIB};
-    static const int hi_at[MHA_QTYPES] = {[MHA_QT_Q5_0] = MHA_Q5_0_HI, [MHA_QT_Q5_1] = MHA_Q5_1_HI,
-                                          [MHA_QT_Q5_K] = MHA_Q5_K_HI};
     const float d = f16_at(b + 2 * o);
     *M = 0.0f;
     D[0] = D[1] = d;
-    if (type == MHA_QT_Q8_0) {
-        for (int i = 0; i < MHA_QG; i++)
-            q[i] = (signed char)b[MHA_Q8_0_Q + i * MHA_QP + o];
+    if (type == MHA_QT_Q8_0)
         return 0;
-    }
     if (type == MHA_QT_Q6_K) {
-        for (int i = 0; i < MHA_QG; i++) {
-            const int at = grp * MHA_QG + i;
-            q[i] = nibble(b + MHA_Q6_K_NIB, at, o) | (b[MHA_Q6_K_HI + (at / 4) * MHA_QP + o] >> (2 * (at % 4)) & 3) << 4;
-        }
         for (int h = 0; h < 2; h++)
             D[h] = d * (float)(signed char)b[MHA_Q6_K_SC + (2 * grp + h) * MHA_QP + o];
         return mha_q_offset(type);
     }
-    const int k = type == MHA_QT_Q4_K || type == MHA_QT_Q5_K, first = k ? grp * MHA_QG : 0;
-    for (int i = 0; i < MHA_QG; i++)
-        q[i] = hi_at[type] ? five_bits(b + nib_at[type], b + hi_at[type], first + i, o)
-                           : nibble(b + nib_at[type], first + i, o);
-    if (k) {
+    if (type == MHA_QT_Q4_K || type == MHA_QT_Q5_K) {
         int sc, mn;
         mha_q4k_scale_min(grp, b + MHA_Q4_K_SC + o, MHA_QP, &sc, &mn); /* Q5_K's at the same place */
         D[0] = D[1] = d * (float)sc, *M = -(f16_at(b + MHA_Q4_K_DMIN + 2 * o) * (float)mn);
@@ -170,6 +151,23 @@ static int group_ints(int type, const unsigned char *b, int grp, int o, int q[MH
     if (type == MHA_QT_Q4_1 || type == MHA_QT_Q5_1)
         *M = f16_at(b + MHA_Q4_1_M + 2 * o); /* Q5_1's m at the same place */
     return mha_q_offset(type);
+}
+
+/* Group grp of output o of a panel's block as integers q (Q8_0 signed, else unsigned). */
+static void group_ints(int type, const unsigned char *b, int grp, int o, int q[MHA_QG])
+{
+    if (type == MHA_QT_Q8_0) {
+        for (int i = 0; i < MHA_QG; i++)
+            q[i] = (signed char)b[MHA_Q8_0_Q + i * MHA_QP + o];
+        return;
+    }
+    const int nib_at = mha_q_nib_at(type), hi_at = mha_q_hi_at(type);
+    for (int i = 0; i < MHA_QG; i++) {
+        const int at = grp * MHA_QG + i; /* input at of the block (a block of one group: grp 0) */
+        q[i] = type == MHA_QT_Q6_K ? nibble(b + nib_at, at, o) | (b[hi_at + (at / 4) * MHA_QP + o] >> (2 * (at % 4)) & 3) << 4
+               : hi_at             ? five_bits(b + nib_at, b + hi_at, at, o)
+                                   : nibble(b + nib_at, at, o);
+    }
 }
 
 static void dot_ref(const mha_qtype *t, const unsigned char *const *p, int np, int kk, const unsigned char *x,
@@ -188,7 +186,8 @@ static void dot_ref(const mha_qtype *t, const unsigned char *const *p, int np, i
                     int q[MHA_QG];
                     float D[2], M;
                     const unsigned char *b = p[j] + (size_t)(g / groups) * MHA_QP * t->bytes;
-                    const int off = group_ints(t->index, b, g % groups, o, q, D, &M);
+                    const int off = mha_q_group_factors_ref(t->index, b, g % groups, o, D, &M);
+                    group_ints(t->index, b, g % groups, o, q);
                     int32_t sum[2] = {0, 0};
                     for (int i = 0; i < MHA_QG; i++)
                         sum[i / 16] += q[i] * a[g * MHA_QG + mha_a16_at(i)];
@@ -210,13 +209,11 @@ static void dot_ref(const mha_qtype *t, const unsigned char *const *p, int np, i
 const mha_qdot16_ops mha_qdot16_ref = {.name = "ref", .needs = "", .dot = {MHA_QTYPE_LIST(DOT)}};
 #undef DOT
 
-#define DEQUANT(name, index) MHA_QENTRY(dequant, name, index)
 #define FEW(name, index) [index] = few_ref, /* one for every type */
 const mha_qkernels mha_qk_ref = {
-    .dequant = {MHA_QTYPE_LIST(DEQUANT)},
+    .dequant = {MHA_QTYPE_LIST(MHA_REF_DEQUANT)},
     .tile = tile_ref,
     .few = {MHA_QTYPE_LIST(FEW)},
     .dot16 = {&mha_qdot16_ref, NULL},
 };
-#undef DEQUANT
 #undef FEW
