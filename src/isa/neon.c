@@ -6,12 +6,13 @@
  *                   streamed past cortexa57's microkernel with its sums, RoPE
  *   neon_softmax.c  softmax rows (float32 and the bf16 engines'), merge rule, softcap
  *   neon_decode.c   float32 decode tiles on float32 and int8 caches, int8 blocks read back,
- *                   rows_scores
+ *                   rows_scores; the same tiles on a bf16 cache's elements (and an int8 one's
+ *                   values) under FZ for neon-bf16's decode (decode_scores16, rows_scores16)
  *   neon_bf16.c     the bf16 products: neon-bfdot (BFDOT) where the CPU has FEAT_BF16,
  *                   neon-bf16 (FMA on widened bf16, ref-bf16's bits) everywhere
  *   neon_quant.c    the quantized weights' float32 tile and integer products (mha_qk_neon)
  * and what they share, neon.h. What surrounds the bf16 products (rounding, B packing, the
- * epilogue, bf16 decode tiles) is ref's (ref.h): the same bits as a NEON version would give,
+ * epilogue) is ref's (ref.h): the same bits as a NEON version would give,
  * without its speed; the quantized weights' dequantizing too. The attention's products pack A for
  * the microkernel (no stream_in_place: nothing measured on an Arm core yet), and generic's
  * sub-config streams no rows (its reference kernel's sums are not reproduced). */
@@ -51,10 +52,11 @@ const mha_isa mha_isa_neon = {
     .scale_rows = {[MHA_KV_INT8] = mha_i8_scale_rows_neon},
     .decode_scores = {[MHA_KV_F32] = mha_decode_scores_neon, [MHA_KV_INT8] = mha_decode_scores8_neon},
     .rows_scores = mha_rows_scores_neon,
+    .rows_scores16 = mha_rows_scores16_neon,
     .decode_values = {[MHA_KV_F32] = mha_decode_values_neon, [MHA_KV_INT8] = mha_decode_values8_neon},
     .decode16_orders = 1u << MHA_BK_EVEN_FIRST,
-    .decode_scores16 = mha_decode_scores16_ref,
-    .decode_values16 = mha_decode_values16_ref,
+    .decode_scores16 = mha_decode_scores16_neon,
+    .decode_values16 = mha_decode_values16_neon,
     .round_into_tiles = mha_round_into_tiles_ref,
     .round_bf16_floats = mha_round_bf16_floats_ref,
     .round_to_bf16 = mha_round_to_bf16_ref,

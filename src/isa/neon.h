@@ -82,6 +82,27 @@ static inline __attribute__((always_inline)) float32x4_t i8_load4(const int8_t *
     return vcvtq_f32_s32(vmovl_s16(vget_low_s16(h)));
 }
 
+/* 4 bf16 elements at x (n >= 4: all 4; lanes from n on zero) as float32 lanes, exact. */
+static inline __attribute__((always_inline)) float32x4_t bf16_load4(const uint16_t *x, int n)
+{
+    uint64_t word = 0;
+    memcpy(&word, x, (size_t)(n < 4 ? (n > 0 ? n : 0) : 4) * sizeof *x);
+    return vreinterpretq_f32_u32(vshll_n_u16(vcreate_u16(word), 16));
+}
+
+/* FPCR.FZ set (denormal inputs and results flushed, as the bf16 kernels sum) until fz_end(the
+ * value fz_begin returned) puts the caller's back. */
+static inline __attribute__((always_inline)) uint64_t fz_begin(void)
+{
+    const uint64_t fpcr = __builtin_aarch64_get_fpcr64();
+    __builtin_aarch64_set_fpcr64(fpcr | 1u << 24);
+    return fpcr;
+}
+static inline __attribute__((always_inline)) void fz_end(uint64_t fpcr)
+{
+    __builtin_aarch64_set_fpcr64(fpcr);
+}
+
 /* neon_f32.c */
 void mha_pack_rows_neon(mha_mat a, int w, int i0, int rows, int p0, int kc, int pw, float *restrict dst);
 void mha_stream_rows_neon(const mha_kernel *k, int m, int n, int kk, float alpha, mha_mat a, mha_mat b, float beta,
@@ -110,5 +131,9 @@ void mha_decode_values_neon(const mha_value_rows *rows, const void *v, const flo
 void mha_decode_values8_neon(const mha_value_rows *rows, const void *v, const float *vs, int n, const void *next,
                              mha_prefetch_walk *w);
 void mha_rows_scores_neon(const mha_score_rows *s, const mha_key_rows *k);
+void mha_rows_scores16_neon(const mha_score_rows *s, const mha_key_rows *k, mha_bk_order order);
+void mha_decode_scores16_neon(const mha_score_rows *s, const mha_key_runs *k, mha_bk_order order);
+void mha_decode_values16_neon(const mha_value_rows *rows, int runs, const void *const *v, const int *n,
+                              mha_kv_type type, const mha_prefetch *pf, mha_bk_order order);
 
 #endif

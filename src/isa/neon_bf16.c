@@ -85,10 +85,9 @@ static inline __attribute__((always_inline)) void rows_fma(const int R, int i0, 
 
 static void block_fma(int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps, float *acc, int pf)
 {
-    const uint64_t fpcr = __builtin_aarch64_get_fpcr64();
-    __builtin_aarch64_set_fpcr64(fpcr | 1u << 24); /* FZ: denormal inputs and results flushed */
+    const uint64_t fpcr = fz_begin();
     PANELS(rows_fma)
-    __builtin_aarch64_set_fpcr64(fpcr);
+    fz_end(fpcr);
 }
 
 const mha_bkernel mha_bk_neon = {.name = "neon-bf16", .order = MHA_BK_EVEN_FIRST, .block = block_fma};

@@ -39,11 +39,13 @@ void mha_i8_scale_rows_neon(const void *from, size_t ld_src, int rows, int n, co
 /* ---- decode tiles ---- */
 
 /* n elements (1..4) of a cache row at x as float32 lanes, lanes from n on zero: float32 as it
- * is, int8 converted (exact). */
+ * is, bf16 and int8 converted (exact). */
 static inline __attribute__((always_inline)) float32x4_t load_elems(const mha_kv_type type, const char *x, int n)
 {
     if (type == MHA_KV_F32)
         return load4_n((const float *)(const void *)x, n);
+    if (type == MHA_KV_BF16)
+        return bf16_load4((const uint16_t *)(const void *)x, n);
     return i8_load4((const int8_t *)x, n);
 }
 
@@ -250,6 +252,18 @@ void mha_decode_scores_neon(const mha_score_rows *s, int c0, int c1, const mha_k
            s->sc_ld);
 }
 
+/* The sums under FZ, as the bf16 kernels run (scale 1: a sum times one is itself), then the
+ * padding's + 0 and the scale in the caller's mode. */
+void mha_decode_scores16_neon(const mha_score_rows *s, const mha_key_runs *k, mha_bk_order order)
+{
+    (void)order; /* even first only */
+    const uint64_t fpcr = fz_begin();
+    scores(MHA_KV_BF16, 0, s->q, s->nq, s->dk, 0, s->dk, k->runs, k->kt, k->vr, NULL, k->n, k->ld, 1.0f, s->sc,
+           s->sc_ld);
+    fz_end(fpcr);
+    mha_scores16_finish(s->sc, s->sc_ld, s->nq, k->runs, k->n, s->dk, s->scale);
+}
+
 void mha_decode_scores8_neon(const mha_score_rows *s, int c0, int c1, const mha_key_runs *k)
 {
     scores(MHA_KV_INT8, 1, s->q, s->nq, s->dk, c0, c1, k->runs, k->kt, k->vr, k->kp, k->n, k->ld, s->scale, s->sc,
@@ -391,6 +405,24 @@ void mha_decode_values_neon(const mha_value_rows *rows, const void *v, const flo
     values(MHA_KV_F32, 0, rows->e, rows->e_ld, rows->nq, 1, vr, NULL, &n, next, rows->dk, rows->p, rows->ps, w);
 }
 
+/* Under FZ, as the bf16 kernels sum; an int8 cache's V its values themselves (exact as bf16),
+ * unscaled; then the padding's + 0. */
+void mha_decode_values16_neon(const mha_value_rows *rows, int runs, const void *const *v, const int *n,
+                              mha_kv_type type, const mha_prefetch *pf, mha_bk_order order)
+{
+    (void)pf, (void)order; /* even first only: their FMAs, not memory, bound them */
+    const uint64_t fpcr = fz_begin();
+    if (type == MHA_KV_INT8)
+        values(MHA_KV_INT8, 0, rows->e, rows->e_ld, rows->nq, runs, v, NULL, n, NULL, rows->dk, rows->p, rows->ps, NULL);
+    else
+        values(MHA_KV_BF16, 0, rows->e, rows->e_ld, rows->nq, runs, v, NULL, n, NULL, rows->dk, rows->p, rows->ps, NULL);
+    fz_end(fpcr);
+    int keys = 0;
+    for (int r = 0; r < runs; r++)
+        keys += n[r];
+    mha_values16_finish(rows->p, rows->ps, rows->nq, keys, rows->dk);
+}
+
 void mha_decode_values8_neon(const mha_value_rows *rows, const void *v, const float *vs, int n, const void *next,
                              mha_prefetch_walk *w)
 {
@@ -470,4 +502,16 @@ void mha_rows_scores_neon(const mha_score_rows *s, const mha_key_rows *k)
         for (; t < n; t++)
             keys_tile(1, qt, dk, kr + (ptrdiff_t)t * k->ld, k->ld, nr, s->scale, sr + t, s->sc_ld, pv, t);
     }
+}
+
+/* Under FZ with scale 1, as decode_scores16 sums, then its finish in the caller's mode. */
+void mha_rows_scores16_neon(const mha_score_rows *s, const mha_key_rows *k, mha_bk_order order)
+{
+    (void)order; /* even first only */
+    mha_score_rows one = *s;
+    one.scale = 1.0f;
+    const uint64_t fpcr = fz_begin();
+    mha_rows_scores_neon(&one, k);
+    fz_end(fpcr);
+    mha_scores16_finish(s->sc, s->sc_ld, s->nq, 1, &k->n, s->dk, s->scale);
 }
