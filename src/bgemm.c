@@ -83,7 +83,8 @@ void mha_bk_block_model(mha_bk_order order, int rows, int npan, int kt, const mh
                         }
                     else if (order == MHA_BK_PAIRS_ODD)
                         for (int j = 0; j < 16; j++)
-                            sp[j] = mha_bk_odd_sum(sp[j], mha_bk_odd_sum(odd_product(a0, b0[j]), odd_product(a1, b1[j])));
+                            sp[j] = mha_bk_odd_sum(sp[j],
+                                                   mha_bk_odd_sum(odd_product(a0, b0[j]), odd_product(a1, b1[j])));
                     else
                         for (int j = 0; j < 16; j++) {
                             sp[j] = mha_bk_ftz(sp[j] + af * bf[j]);

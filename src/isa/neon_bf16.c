@@ -105,8 +105,10 @@ BF16_TARGET static inline __attribute__((always_inline)) void rows_dot(const int
             prefetch_tile(bt + MHA_BT_ELEMS);
         for (int q0 = 0; q0 < MHA_BT_K / 2; q0 += 4) {
             bfloat16x8_t x[4];
-            for (int r = 0; r < R; r++)
-                x[r] = vreinterpretq_bf16_u16(vld1q_u16(a + mha_bk_a_row(i0 + r, kt) + (size_t)t * MHA_BT_ELEMS + 2 * q0));
+            for (int r = 0; r < R; r++) {
+                const mha_bf16 *ar = a + mha_bk_a_row(i0 + r, kt) + (size_t)t * MHA_BT_ELEMS;
+                x[r] = vreinterpretq_bf16_u16(vld1q_u16(ar + 2 * q0));
+            }
 #define DOT_PAIR(h)                                                                                                    \
     do {                                                                                                               \
         bfloat16x8_t w[4];                                                                                             \

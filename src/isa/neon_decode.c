@@ -411,11 +411,14 @@ void mha_decode_values16_neon(const mha_value_rows *rows, int runs, const void *
                               mha_kv_type type, const mha_prefetch *pf, mha_bk_order order)
 {
     (void)pf, (void)order; /* even first only: their FMAs, not memory, bound them */
+    const float *e = rows->e;
+    const size_t e_ld = rows->e_ld;
+    const int nq = rows->nq, dk = rows->dk;
     const uint64_t fpcr = fz_begin();
     if (type == MHA_KV_INT8)
-        values(MHA_KV_INT8, 0, rows->e, rows->e_ld, rows->nq, runs, v, NULL, n, NULL, rows->dk, rows->p, rows->ps, NULL);
+        values(MHA_KV_INT8, 0, e, e_ld, nq, runs, v, NULL, n, NULL, dk, rows->p, rows->ps, NULL);
     else
-        values(MHA_KV_BF16, 0, rows->e, rows->e_ld, rows->nq, runs, v, NULL, n, NULL, rows->dk, rows->p, rows->ps, NULL);
+        values(MHA_KV_BF16, 0, e, e_ld, nq, runs, v, NULL, n, NULL, dk, rows->p, rows->ps, NULL);
     fz_end(fpcr);
     int keys = 0;
     for (int r = 0; r < runs; r++)

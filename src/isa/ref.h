@@ -28,7 +28,8 @@ void mha_epilogue_block_ref(float *c0, float *c1, ptrdiff_t ldc, const float *ac
  * inputs; else D[0] = D[1]) and the float min M (0 where the offset is an integer), in the
  * float path's roundings; returns the type's integer offset (mha_q_offset). */
 #define MHA_REF_DEQUANT(name, index) [index] = mha_dequant_##name##_ref,
-#define MHA_REF_DEQUANT_DECL(name, index) void mha_dequant_##name##_ref(const unsigned char *b, int grp, float *restrict w);
+#define MHA_REF_DEQUANT_DECL(name, index)                                                                              \
+    void mha_dequant_##name##_ref(const unsigned char *b, int grp, float *restrict w);
 MHA_QTYPE_LIST(MHA_REF_DEQUANT_DECL)
 #undef MHA_REF_DEQUANT_DECL
 int mha_q_group_factors_ref(int type, const unsigned char *b, int grp, int o, float D[2], float *M);

@@ -164,9 +164,10 @@ static void group_ints(int type, const unsigned char *b, int grp, int o, int q[M
     const int nib_at = mha_q_nib_at(type), hi_at = mha_q_hi_at(type);
     for (int i = 0; i < MHA_QG; i++) {
         const int at = grp * MHA_QG + i; /* input at of the block (a block of one group: grp 0) */
-        q[i] = type == MHA_QT_Q6_K ? nibble(b + nib_at, at, o) | (b[hi_at + (at / 4) * MHA_QP + o] >> (2 * (at % 4)) & 3) << 4
+        const int nib = nibble(b + nib_at, at, o);
+        q[i] = type == MHA_QT_Q6_K ? nib | (b[hi_at + (at / 4) * MHA_QP + o] >> (2 * (at % 4)) & 3) << 4
                : hi_at             ? five_bits(b + nib_at, b + hi_at, at, o)
-                                   : nibble(b + nib_at, at, o);
+                                   : nib;
     }
 }
 
