@@ -23,12 +23,14 @@ OBJCOPY := $(CROSS)objcopy
 CFLAGS ?=
 LDFLAGS ?=
 
-MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+# (before make deps has installed the compiler on a fresh machine: the machine's own triplet)
+MULTIARCH := $(shell command -v $(CC) >/dev/null && $(CC) -print-multiarch 2>/dev/null || echo $(ARCH)-linux-gnu)
 # The serial BLIS build, linked statically: every GEMM single-threaded with no nested
 # parallel region, and bli_gks_lookup_id (hidden in libblis.so.4) reachable.
 BLIS_INC ?= /usr/include/$(MULTIARCH)/blis-serial
 BLIS_A ?= /usr/lib/$(MULTIARCH)/blis-serial/libblis.a
-DEB_PKGS := libblis-serial-dev libcriterion-dev libyaml-dev libjansson-dev pkgconf gnuplot-nox
+# (the compiler too: a minimal Debian, a container's or a cloud image's, may have none)
+DEB_PKGS := gcc libc6-dev libblis-serial-dev libcriterion-dev libyaml-dev libjansson-dev pkgconf gnuplot-nox
 ifneq ($(CROSS),)
 # the cross compiler, qemu-user to run what it builds, and the arm64 libraries beside the
 # amd64 ones (Debian's multiarch; make deps adds the arm64 architecture to dpkg first)
@@ -68,15 +70,17 @@ ARM_CRITERION := $(ARM_LIBDIR)/libcriterion.so
 TEST_LDFLAGS := -L$(ARM_LIBDIR) -Wl,-rpath-link,$(ARM_LIBDIR)
 endif
 
-WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wvla -Wmissing-prototypes
+WARN = -Wall -Wextra -Wshadow -Wstrict-prototypes -Wvla -Wmissing-prototypes $(WARN_TRUNC)
 # GCC's -Wformat-truncation flags every snprintf into a fixed buffer (the messages are cut on
 # purpose); clang has no such warning and warns about the option instead.
-WARN += $(shell $(CC) -Werror -Wno-format-truncation -fsyntax-only -x c /dev/null 2>/dev/null && echo -Wno-format-truncation)
+# Asked once, when the first compile needs it: after make deps, which may install the compiler.
+WARN_TRUNC = $(eval WARN_TRUNC := $(shell $(CC) -Werror -Wno-format-truncation -fsyntax-only -x c /dev/null 2>/dev/null \
+	&& echo -Wno-format-truncation))$(WARN_TRUNC)
 # The numerics the bitwise guarantees rest on, after the user's CFLAGS so that none undoes them:
 # no FMA contraction (-std=c11 implies it; -std=gnu11 or -ffp-contract=fast would not). A build
 # with -ffast-math or -Ofast stops at src/isa/isa.h, which says why. make test-numerics checks both.
 NUMERICS := -ffp-contract=off
-CFLAGS_LIB := -std=c11 $(OPT) $(WARN) -fPIC -fvisibility=hidden -fopenmp -DMHA_BUILDING -Iinclude -Isrc -isystem $(BLIS_INC) $(CFLAGS) $(NUMERICS)
+CFLAGS_LIB = -std=c11 $(OPT) $(WARN) -fPIC -fvisibility=hidden -fopenmp -DMHA_BUILDING -Iinclude -Isrc -isystem $(BLIS_INC) $(CFLAGS) $(NUMERICS)
 # The library needs libyaml (config loader); the command also jansson (--json output).
 LDLIBS := -lyaml -fopenmp -lm -lpthread
 CLI_LDLIBS := $(LDLIBS) -ljansson
@@ -379,7 +383,7 @@ FUZZ_TARGETS := config safetensors npy gguf
 FUZZ_SRC := config_load config_schema fileio json_scan safetensors npy weights_file config status gguf gguf_model gguf_weights
 FUZZ_CFLAGS := -std=c11 -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined \
   -DMHA_BUILDING -Iinclude -Isrc -isystem $(BLIS_INC)
-FUZZ_LIBS := $(BLIS_A) -lyaml $(shell $(CC) -print-file-name=libgomp.so) -lm -lpthread
+FUZZ_LIBS = $(BLIS_A) -lyaml $(shell $(CC) -print-file-name=libgomp.so) -lm -lpthread
 deps-fuzz:
 	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) $(FUZZ_PKGS)"
 
