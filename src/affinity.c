@@ -94,10 +94,37 @@ MHA_API size_t mha_l2_bytes(void)
     return mha_affinity_l2_bytes();
 }
 
+/* glibc answers from CPUID on x86-64 and 0 on aarch64; Linux's sysfs has the caches wherever
+ * the firmware describes them (Arm servers' ACPI PPTT or device tree): cpu0's level-2 one. */
+static size_t sysfs_l2_bytes(void)
+{
+    for (int i = 0; i < 8; i++) {
+        char path[96];
+        int level = 0;
+        unsigned long kib = 0;
+        char unit = 0;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            break;
+        const int got = fscanf(f, "%d", &level);
+        fclose(f);
+        if (got != 1 || level != 2)
+            continue;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        if (!(f = fopen(path, "r")))
+            return 0;
+        const int n = fscanf(f, "%lu%c", &kib, &unit);
+        fclose(f);
+        return n == 2 && unit == 'K' && kib < ((size_t)1 << 40) ? (size_t)kib * 1024 : 0;
+    }
+    return 0;
+}
+
 size_t mha_affinity_l2_bytes(void)
 {
-    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    return l2 > 0 ? (size_t)l2 : 0;
+    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return l2 > 0 ? (size_t)l2 : sysfs_l2_bytes();
 }
 
 static int contains(const int *set, int n, int cpu)

@@ -2,6 +2,7 @@
  * mask is restored; worker CPUs are reported. */
 #define _GNU_SOURCE
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -110,4 +111,31 @@ Test(affinity, threads_zero_means_every_allowed_cpu)
     cr_assert_eq(mha_create(&cfg, &e), MHA_OK);
     cr_assert_eq(mha_engine_threads(e), n);
     mha_free(e);
+}
+
+/* The per-core L2 that mha_l2_bytes reports is the kernel's (sysfs: cpu0's level-2 cache, as
+ * Linux reads it from CPUID or the firmware's tables), whether glibc answers (x86-64) or not
+ * (aarch64). */
+Test(affinity, l2_size_is_the_kernels)
+{
+    for (int i = 0; i < 8; i++) {
+        char path[96];
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            break;
+        int level = 0;
+        const int got = fscanf(f, "%d", &level);
+        fclose(f);
+        if (got != 1 || level != 2)
+            continue;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        cr_assert(f = fopen(path, "r"), "%s", path);
+        unsigned long kib = 0;
+        cr_assert_eq(fscanf(f, "%luK", &kib), 1, "%s", path);
+        fclose(f);
+        cr_assert_eq(mha_l2_bytes(), (size_t)kib * 1024, "mha_l2_bytes %zu, sysfs %lu KiB", mha_l2_bytes(), kib);
+        return;
+    }
+    cr_skip_test("no level-2 cache in /sys/devices/system/cpu/cpu0/cache: nothing to compare");
 }

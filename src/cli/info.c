@@ -61,7 +61,10 @@ int mha_cli_info(int argc, char **argv)
     printf("features  %s\n", flags[0] ? flags : "(none of the AVX family)");
 #endif
     printf("CPUs      %d this process may use: %s (%ld online)\n", n, list, sysconf(_SC_NPROCESSORS_ONLN));
-    printf("L2        %zu KiB per core\n", mha_l2_bytes() / 1024);
+    if (mha_l2_bytes())
+        printf("L2        %zu KiB per core\n", mha_l2_bytes() / 1024);
+    else
+        printf("L2        unknown (neither glibc nor sysfs says)\n");
     printf("BLIS      %s; sub-configs chosen by the kernel table (never BLIS's own detection)\n", mha_blis_version());
     /* each kernel table, as an engine of it would run here (a one-token engine says) */
     const char *tables[8];

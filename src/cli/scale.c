@@ -514,7 +514,10 @@ static void md_machine(FILE *f, const sweep *w)
     fprintf(f, "| CPUs this process may use | %d:", w->n_allowed);
     for (int i = 0; i < w->n_allowed && i < 1024; i++)
         fprintf(f, " %d", w->allowed[i]);
-    fprintf(f, " |\n| L2 per core | %zu KiB |\n", mha_l2_bytes() / 1024);
+    if (mha_l2_bytes())
+        fprintf(f, " |\n| L2 per core | %zu KiB |\n", mha_l2_bytes() / 1024);
+    else
+        fprintf(f, " |\n| L2 per core | unknown |\n");
     cli_kernels_used used = {"?", "?", "?"};
     cli_kernels(&fc->engine, &used);
     fprintf(f, "| Kernel table | %s (isa: every ISA-specific operation of the engine) |\n", used.isa);
