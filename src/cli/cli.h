@@ -79,9 +79,16 @@ void cli_print_json(struct json_t *j);
 /* What OpenMP's environment asked for: the binding policy and the place list, in words. */
 void cli_openmp_binding(char *out, size_t n);
 
-/* The CPU's model name and the features that decide kernels (AVX family, FMA, AMX), from
- * /proc/cpuinfo; "unknown" and "" when it cannot be read. */
+/* The CPU's name (x86: /proc/cpuinfo's model name; aarch64: its core, from the implementer and
+ * part) and the features that decide kernels (x86: /proc/cpuinfo's flags; aarch64: the
+ * auxiliary vector's, as the library reads them); "unknown" when /proc/cpuinfo cannot be read,
+ * flags empty: none of them (CLI_NO_FEATURES). */
 void cli_cpu_info(char *model, size_t nm, char *flags, size_t nf);
+#if defined(__aarch64__)
+#define CLI_NO_FEATURES "no Advanced SIMD"
+#else
+#define CLI_NO_FEATURES "none of the AVX family"
+#endif
 
 /* Seeded data: splitmix64 → uniform floats in [lo, hi). */
 void cli_fill_uniform(float *x, size_t n, float lo, float hi, uint64_t *state);

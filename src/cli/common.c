@@ -869,10 +869,37 @@ done:
     free(K), free(V), free(q), free(z), free(ref), free(a), free(all), free(inv_freq);
 }
 
+#if defined(__aarch64__)
+/* An Arm core's name from /proc/cpuinfo's implementer and part (Linux gives no model name
+ * there): the server cores seen in clouds, else the two numbers. */
+static void arm_core_name(unsigned impl, unsigned part, char *model, size_t nm)
+{
+    static const struct { unsigned impl, part; const char *name; } cores[] = {
+        {0x41, 0xd0c, "Arm Neoverse N1"}, {0x41, 0xd40, "Arm Neoverse V1"}, {0x41, 0xd49, "Arm Neoverse N2"},
+        {0x41, 0xd4f, "Arm Neoverse V2"}, {0x41, 0xd84, "Arm Neoverse V3"}, {0x41, 0xd8e, "Arm Neoverse N3"},
+        {0x41, 0xd08, "Arm Cortex-A72"}, {0x41, 0xd07, "Arm Cortex-A57"}, {0xc0, 0xac3, "Ampere AmpereOne"},
+    };
+    for (size_t i = 0; i < sizeof cores / sizeof cores[0]; i++)
+        if (cores[i].impl == impl && cores[i].part == part) {
+            snprintf(model, nm, "%s", cores[i].name);
+            return;
+        }
+    snprintf(model, nm, "Arm implementer %#x, part %#x", impl, part);
+}
+#endif
+
 void cli_cpu_info(char *model, size_t nm, char *flags, size_t nf)
 {
     snprintf(model, nm, "unknown");
     flags[0] = '\0';
+#if defined(__aarch64__) /* the auxiliary vector's features, as the library reads them (qemu-user's too) */
+    static const char *arm[] = {"asimd", "fphp", "asimdhp", "asimddp", "bf16", "i8mm", "sve", "sve2"};
+    for (size_t i = 0; i < sizeof arm / sizeof arm[0]; i++)
+        if (mha_cpu_has_feature(arm[i]))
+            snprintf(flags + strlen(flags), nf - strlen(flags), "%s%s", flags[0] ? " " : "", arm[i]);
+    unsigned impl = 0, part = 0;
+    int got_impl = 0, got_part = 0;
+#endif
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (!f)
         return;
@@ -884,6 +911,15 @@ void cli_cpu_info(char *model, size_t nm, char *flags, size_t nf)
             continue;
         char *value = colon + 2 <= line + strlen(line) ? colon + 2 : colon + 1;
         value[strcspn(value, "\n")] = '\0';
+#if defined(__aarch64__)
+        got_flags = 1;
+        if (!got_impl && !strncmp(line, "CPU implementer", 15))
+            got_impl = sscanf(value, "%x", &impl) == 1;
+        if (!got_part && !strncmp(line, "CPU part", 8))
+            got_part = sscanf(value, "%x", &part) == 1;
+        if (got_impl && got_part && !got_model)
+            arm_core_name(impl, part, model, nm), got_model = 1;
+#endif
         if (!got_model && !strncmp(line, "model name", 10)) {
             snprintf(model, nm, "%s", value);
             got_model = 1;

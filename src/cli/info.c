@@ -50,16 +50,7 @@ int mha_cli_info(int argc, char **argv)
 
     printf("mha %s\n", mha_version_string());
     printf("CPU       %s\n", model);
-#if defined(__aarch64__) /* the auxiliary vector's, as the library reads them (qemu-user's too) */
-    static const char *arm[] = {"asimd", "fphp", "asimdhp", "asimddp", "bf16", "i8mm", "sve", "sve2"};
-    flags[0] = '\0';
-    for (size_t i = 0; i < sizeof arm / sizeof arm[0]; i++)
-        if (mha_cpu_has_feature(arm[i]))
-            snprintf(flags + strlen(flags), sizeof flags - strlen(flags), "%s%s", flags[0] ? " " : "", arm[i]);
-    printf("features  %s\n", flags[0] ? flags : "(no Advanced SIMD)");
-#else
-    printf("features  %s\n", flags[0] ? flags : "(none of the AVX family)");
-#endif
+    printf("features  %s\n", flags[0] ? flags : "(" CLI_NO_FEATURES ")");
     printf("CPUs      %d this process may use: %s (%ld online)\n", n, list, sysconf(_SC_NPROCESSORS_ONLN));
     if (mha_l2_bytes())
         printf("L2        %zu KiB per core\n", mha_l2_bytes() / 1024);

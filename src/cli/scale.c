@@ -510,7 +510,7 @@ static void md_machine(FILE *f, const sweep *w)
     char model[256], flags[512];
     cli_cpu_info(model, sizeof model, flags, sizeof flags);
     fputs("## Machine\n\n| | |\n| --- | --- |\n", f);
-    fprintf(f, "| CPU | %s |\n| CPU features | %s |\n", model, flags[0] ? flags : "none of the AVX family");
+    fprintf(f, "| CPU | %s |\n| CPU features | %s |\n", model, flags[0] ? flags : CLI_NO_FEATURES);
     fprintf(f, "| CPUs this process may use | %d:", w->n_allowed);
     for (int i = 0; i < w->n_allowed && i < 1024; i++)
         fprintf(f, " %d", w->allowed[i]);
