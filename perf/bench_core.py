@@ -17,7 +17,8 @@ does not install. mha's bf16 rows take bf16 tensors, as the peers' bf16 rows do.
 every measurement once, in turn, so all share the machine's noise; the table gives each one's
 median over rounds with min–max, and mha's tables as a share of the loop each runs on
 (build/ceiling, measured every round, the median of the rounds: the FMA loop for f32 and
-fma-bf16/avx2-bf16, the vdpbf16ps loop for avx512-bf16, the tdpbf16ps loop for amx-bf16).
+fma-bf16/avx2-bf16, the vdpbf16ps loop for avx512-bf16, the tdpbf16ps loop for amx-bf16; on
+aarch64 the FMLA loop for f32 and neon-bf16, the BFDOT loop for neon-bfdot).
 GFLOP: 4·heads·d_k per visible (query, key) pair. Writes
 perf/results/bench-core-HOST-DATETIME.csv.
 usage: perf/bench_core.py [--rounds N] [--quick] [--threads T] [--shapes 1,3] [--peers torch,ggml]
@@ -94,7 +95,7 @@ def main():
         ap.error(f"--peers {args.peers}: from {', '.join(PEERS)}")
     rounds = 1 if args.quick else args.rounds
     t = args.threads
-    tables = [i for i in ("avx512", "avx2", "ref")
+    tables = [i for i in ("avx512", "avx2", "neon", "ref")
               if run_json([MHA, "run", "--core", "--json", "--iters", "1", "--warmup", "0", "--check", "0", "--isa", i])]
     venv = os.path.exists(VENV)
     have = {p: venv and subprocess.run([VENV, "-c", f"import {m}"], capture_output=True).returncode == 0
@@ -166,8 +167,10 @@ def main():
     stamp = datetime.datetime.now().strftime("%Y-%m-%dT%H%M")
     os.makedirs(os.path.join(ROOT, "perf/results"), exist_ok=True)
     out = os.path.join(ROOT, f"perf/results/bench-core-{platform.node()}-{stamp}.csv")
-    loop_of = {"blis": "avx512", "amx-bf16": "amx_bf16", "avx512-bf16": "avx512_bf16", "fma-bf16": "avx512",
-               "avx2-bf16": "avx2", "ref-bf16": None}
+    # the loop each kernel runs at (build/ceiling's kinds): float32 on BLIS, the table's FMA loop
+    blis_loop = {"avx512": "avx512", "avx2": "avx2", "neon": "neon"}
+    loop_of = {"amx-bf16": "amx_bf16", "avx512-bf16": "avx512_bf16", "fma-bf16": "avx512", "avx2-bf16": "avx2",
+               "neon-bfdot": "neon_bfdot", "neon-bf16": "neon", "ref-bf16": None}
     with open(out, "w", newline="") as f:
         wr = csv.writer(f)
         wr.writerow(["shape", "what", "kernel", "median_ms", "min_ms", "max_ms", "gflops", "pct_of_loop", "rounds"])
@@ -181,10 +184,7 @@ def main():
                 loop = None
                 if label.startswith("mha"):
                     tab = label.split()[1]
-                    key = "blis" if kern.startswith("blis") else kern
-                    loop = loop_of.get(key)
-                    if loop == "avx512" and tab == "avx2":
-                        loop = "avx2"
+                    loop = blis_loop.get(tab) if kern.startswith("blis") else loop_of.get(kern)
                     if tab == "ref":  # scalar C: no loop of its own
                         loop = None
                 pct = 100.0 * g / (m[0] / 1e3) / ceil[loop] if m and loop in ceil else None

@@ -2,11 +2,18 @@
  * 1..T threads, the median of 9 runs each; where the CPU has AVX512_BF16, the same loop of
  * vdpbf16ps (bf16 pairs into float32: 32 multiply-adds per instruction) next to it; where it
  * has AMX-BF16 and Linux grants tile data, a loop of tdpbf16ps on four accumulator tiles
- * (16 × 16 × 32 multiply-adds each), else one line saying why not.
+ * (16 × 16 × 32 multiply-adds each), else one line saying why not. On aarch64: a NEON FMLA loop
+ * (the neon table's float32 and neon-bf16 ceiling) and, where the CPU has BF16, a BFDOT loop
+ * (neon-bfdot's).
  * usage: ceiling [THREADS] (default 2).
  * Prints one line per kind and thread count: kind, threads, median GFLOP/s, min, max. */
+#if defined(__x86_64__)
 #include <cpuid.h>
 #include <immintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#include <sys/auxv.h>
+#endif
 #include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,7 +23,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifndef ITERS /* -DITERS=…: a short run (a check that the loops run, under emulation) */
 #define ITERS 20000000L
+#endif
 
 static double now(void)
 {
@@ -39,6 +48,7 @@ static double now(void)
         a12 = FMA(a12, x, y); a13 = FMA(a13, x, y); a14 = FMA(a14, x, y); a15 = FMA(a15, x, y); \
     }
 
+#if defined(__x86_64__)
 __attribute__((target("avx512f"))) static float fma512(float seed)
 {
     __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(seed + 1e-3f);
@@ -155,6 +165,42 @@ static const char *amx_unavailable(void)
     return NULL;
 }
 
+#elif defined(__aarch64__)
+/* 16 chains of FMLA on 4 lanes (32 registers: chains and operands fit): flops = ITERS · 16 · 4 · 2. */
+static float fma_neon(float seed)
+{
+    const float32x4_t x = vdupq_n_f32(0.999999f), y = vdupq_n_f32(seed + 1e-3f);
+#define FMLA(a, b, c) vfmaq_f32(c, a, b)
+    CHAINS(float32x4_t, FMLA)
+#undef FMLA
+    float32x4_t s = vaddq_f32(vaddq_f32(vaddq_f32(a0, a1), vaddq_f32(a2, a3)),
+                              vaddq_f32(vaddq_f32(a4, a5), vaddq_f32(a6, a7)));
+    s = vaddq_f32(s, vaddq_f32(vaddq_f32(vaddq_f32(a8, a9), vaddq_f32(a10, a11)),
+                               vaddq_f32(vaddq_f32(a12, a13), vaddq_f32(a14, a15))));
+    return vaddvq_f32(s);
+}
+
+/* 16 chains of BFDOT, each chain from its own value (see dpbf16 above): 4 lanes × 2 pairs a
+ * chain, flops = ITERS · 16 · 4 · 2 · 2. */
+__attribute__((target("arch=armv8.2-a+bf16"))) static float bfdot(float seed)
+{
+    uint16x8_t ones = vdupq_n_u16(0x3f80); /* bf16 1.0 pairs */
+    __asm__("" : "+w"(ones)); /* an opaque value: folded, GCC writes it as an FP16 fmov (FEAT_FP16) */
+    const bfloat16x8_t x = vreinterpretq_bf16_u16(ones), y = x;
+    float32x4_t a[16];
+    for (int i = 0; i < 16; i++)
+        a[i] = vdupq_n_f32(seed + (float)i);
+    for (long n = 0; n < ITERS; n++)
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++)
+            a[i] = vbfdotq_f32(a[i], x, y);
+    float32x4_t s = a[0];
+    for (int i = 1; i < 16; i++)
+        s = vaddq_f32(s, a[i]);
+    return vaddvq_f32(s);
+}
+#endif
+
 static int cmp(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -186,6 +232,14 @@ static void measure(const char *kind, float (*loop)(float), double flops, int ma
 int main(int argc, char **argv)
 {
     int max_threads = argc > 1 ? atoi(argv[1]) : 2;
+#if defined(__aarch64__)
+    measure("neon", fma_neon, ITERS * 16.0 * 4 * 2, max_threads);
+    if (getauxval(AT_HWCAP2) & HWCAP2_BF16)
+        measure("neon_bfdot", bfdot, ITERS * 16.0 * 4 * 2 * 2, max_threads);
+    else
+        printf("neon_bfdot n/a: the CPU reports no BF16 (HWCAP2_BF16)\n");
+    return 0;
+#else
     __builtin_cpu_init();
     int wide = __builtin_cpu_supports("avx512f");
     if (wide)
@@ -200,4 +254,5 @@ int main(int argc, char **argv)
     else
         measure("amx_bf16", amx_loop, ITERS_AMX * 4.0 * 16 * 16 * 32 * 2, max_threads);
     return 0;
+#endif
 }
