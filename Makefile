@@ -23,7 +23,7 @@ OBJCOPY := $(CROSS)objcopy
 CFLAGS ?=
 LDFLAGS ?=
 
-# (before make deps has installed the compiler on a fresh machine: the machine's own triplet)
+# (before make deps has installed the compiler on a fresh machine: the target's own triplet)
 MULTIARCH := $(shell command -v $(CC) >/dev/null && $(CC) -print-multiarch 2>/dev/null || echo $(ARCH)-linux-gnu)
 # The serial BLIS build, linked statically: every GEMM single-threaded with no nested
 # parallel region, and bli_gks_lookup_id (hidden in libblis.so.4) reachable.

@@ -181,19 +181,26 @@ static float fma_neon(float seed)
 }
 
 /* 16 chains of BFDOT, each chain from its own value (see dpbf16 above): 4 lanes × 2 pairs a
- * chain, flops = ITERS · 16 · 4 · 2 · 2. */
-__attribute__((target("arch=armv8.2-a+bf16"))) static float bfdot(float seed)
+ * chain, flops = ITERS · 16 · 4 · 2 · 2. In asm, as src/isa/neon_bf16.c writes it (no target
+ * attribute, no bf16 types: either compiler, any -mcpu). */
+#if defined(__clang__)
+__attribute__((target("bf16")))
+#endif
+static float bfdot(float seed)
 {
-    uint16x8_t ones = vdupq_n_u16(0x3f80); /* bf16 1.0 pairs */
-    __asm__("" : "+w"(ones)); /* an opaque value: folded, GCC writes it as an FP16 fmov (FEAT_FP16) */
-    const bfloat16x8_t x = vreinterpretq_bf16_u16(ones), y = x;
+    uint16x8_t x = vdupq_n_u16(0x3f80); /* bf16 1.0 pairs */
+    __asm__("" : "+w"(x)); /* an opaque value: folded, GCC writes it as an FP16 fmov (FEAT_FP16) */
     float32x4_t a[16];
     for (int i = 0; i < 16; i++)
         a[i] = vdupq_n_f32(seed + (float)i);
     for (long n = 0; n < ITERS; n++)
 #pragma GCC unroll 16
         for (int i = 0; i < 16; i++)
-            a[i] = vbfdotq_f32(a[i], x, y);
+#if defined(__clang__)
+            __asm__("bfdot %0.4s, %1.8h, %1.8h" : "+w"(a[i]) : "w"(x));
+#else
+            __asm__(".arch_extension bf16\n\tbfdot %0.4s, %1.8h, %1.8h" : "+w"(a[i]) : "w"(x));
+#endif
     float32x4_t s = a[0];
     for (int i = 1; i < 16; i++)
         s = vaddq_f32(s, a[i]);

@@ -94,9 +94,30 @@ MHA_API size_t mha_l2_bytes(void)
     return mha_affinity_l2_bytes();
 }
 
+/* How many CPUs a sysfs CPU list ("0-3,8") names; 0 if it cannot be read. */
+static int cpus_in_list(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    int n = 0, a, b;
+    char sep;
+    while (fscanf(f, "%d", &a) == 1) {
+        b = a;
+        if ((sep = (char)fgetc(f)) == '-' && fscanf(f, "%d", &b) == 1)
+            sep = (char)fgetc(f);
+        n += b >= a ? b - a + 1 : 0;
+        if (sep != ',')
+            break;
+    }
+    fclose(f);
+    return n;
+}
+
 /* glibc answers from CPUID on x86-64 and 0 on aarch64; Linux's sysfs has the caches wherever
- * the firmware describes them (Arm servers' ACPI PPTT or device tree): cpu0's level-2 one. */
-static size_t sysfs_l2_bytes(void)
+ * the firmware describes them (Arm servers' ACPI PPTT or device tree): cpu0's level-2 one, its
+ * size shared among the CPUs that share it (a cluster's L2 on some Arm cores). */
+size_t mha_affinity_sysfs_l2_bytes(void)
 {
     for (int i = 0; i < 8; i++) {
         char path[96];
@@ -116,7 +137,11 @@ static size_t sysfs_l2_bytes(void)
             return 0;
         const int n = fscanf(f, "%lu%c", &kib, &unit);
         fclose(f);
-        return n == 2 && unit == 'K' && kib < ((size_t)1 << 40) ? (size_t)kib * 1024 : 0;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/shared_cpu_list", i);
+        const int sharing = cpus_in_list(path);
+        if (n != 2 || unit != 'K' || kib >= ((size_t)1 << 40))
+            return 0;
+        return (size_t)kib * 1024 / (size_t)(sharing > 1 ? sharing : 1);
     }
     return 0;
 }
@@ -124,7 +149,7 @@ static size_t sysfs_l2_bytes(void)
 size_t mha_affinity_l2_bytes(void)
 {
     const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    return l2 > 0 ? (size_t)l2 : sysfs_l2_bytes();
+    return l2 > 0 ? (size_t)l2 : mha_affinity_sysfs_l2_bytes();
 }
 
 static int contains(const int *set, int n, int cpu)

@@ -21,6 +21,7 @@ int mha_affinity_set(const mha_cpumask *m); /* 0 on success */
 int mha_affinity_pin(int cpu);            /* calling thread onto one CPU; 0 on success */
 int mha_affinity_current_cpu(void);       /* -1 if unknown */
 size_t mha_affinity_l2_bytes(void);       /* per-core L2 size; 0 if unknown */
+size_t mha_affinity_sysfs_l2_bytes(void); /* the same from sysfs alone (where glibc says 0) */
 
 /* The pinning plan of a create: worker t's CPU under cfg's policy into pin[t] (-1: none), from
  * the allowed set; MHA_ERR_AFFINITY, naming the field, if a CPU is not this process's. */

@@ -13,16 +13,20 @@
 
 /* ---- the model ---- */
 
+/* A denormal input as the instructions read it: a zero of its sign (x86's DAZ, Arm's FZ). */
 static float daz(mha_bf16 h)
 {
-    return (h & 0x7f80u) == 0 ? 0.0f : mha_bf16_float(h);
+    return mha_bf16_float((h & 0x7f80u) == 0 ? h & 0x8000u : h);
 }
 
 /* The exact value hi + lo (|lo| at most half an ulp of hi: a double sum and its error) as
- * BFDOT rounds it: below FLT_MIN a zero of its sign, at 2^128 or above infinity, else
+ * BFDOT rounds it: NaN the default NaN, below FLT_MIN a zero of its sign, at 2^128 or above
+ * infinity, else
  * truncated to float and, if that dropped anything, its last bit set (round to odd). */
 static float odd_round(double hi, double lo)
 {
+    if (isnan(hi)) /* the instruction's default NaN (lo is NaN too where hi is infinite) */
+        return mha_bf16_float(0x7fc0u);
     const double mag = fabs(hi);
     const int nearer_zero = lo != 0.0 && signbit(lo) != signbit(hi); /* the exact value is below |hi| */
     if (mag < FLT_MIN || (mag == FLT_MIN && nearer_zero))

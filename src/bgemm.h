@@ -2,8 +2,9 @@
  * that run them, and the portable model every kernel is checked against.
  *
  * Operands are rounded to bfloat16 (nearest even) as they are packed; products of two bf16
- * are exact in float32, and every sum is rounded to float32 (nearest even, denormal sums
- * flushed to zero), but for BFDOT's pairs. The order of the sums is the instruction's, one of
+ * are exact in float32 within its normal range (the FMA kernels fuse them, the model rounds
+ * them: the two part only on a product below 2^-126 or above FLT_MAX), and every sum is rounded
+ * to float32 (nearest even, denormal sums flushed to zero), but for BFDOT's pairs. The order of the sums is the instruction's, one of
  * four (mha_bk_order):
  *   even first, odd first: one accumulator, k pair by k pair in increasing k, the pair's two
  *     products added one at a time, even element first (FMA on widened bf16; Intel's SDM for
@@ -12,7 +13,7 @@
  *   tile lanes (AMX tdpbf16ps, measured bitwise on a Sapphire Rapids Xeon, perf/RESULTS.md):
  *     per k tile of 32, the even products and the odd products each summed in their own chain
  *     from zero in increasing k, then acc += (even + odd), two more roundings;
- *   pairs to odd (Arm's BFDOT without FEAT_EBF16's mode, Arm ARM C8.2.49): one accumulator,
+ *   pairs to odd (Arm's BFDOT without FEAT_EBF16's mode, Arm ARM's BFDOT (vector)): one accumulator,
  *     k pair by k pair in increasing k, acc += (even product + odd product), each product, the
  *     pair's sum and the accumulation rounded to odd (an inexact result truncated, its last
  *     bit set) and flushed to zero when the exact value is below FLT_MIN (Arm decides before

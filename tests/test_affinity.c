@@ -5,9 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <criterion/criterion.h>
 
+#include "affinity.h"
 #include "helpers.h"
 
 static int allowed_cpus(int *cpus, int max)
@@ -113,9 +115,9 @@ Test(affinity, threads_zero_means_every_allowed_cpu)
     mha_free(e);
 }
 
-/* The per-core L2 that mha_l2_bytes reports is the kernel's (sysfs: cpu0's level-2 cache, as
- * Linux reads it from CPUID or the firmware's tables), whether glibc answers (x86-64) or not
- * (aarch64). */
+/* The per-core L2 from sysfs: cpu0's level-2 cache's size over the CPUs sharing it (counted here
+ * from shared_cpu_map's bits, where the library reads shared_cpu_list); mha_l2_bytes reports it
+ * wherever glibc has no answer (aarch64). */
 Test(affinity, l2_size_is_the_kernels)
 {
     for (int i = 0; i < 8; i++) {
@@ -134,7 +136,17 @@ Test(affinity, l2_size_is_the_kernels)
         unsigned long kib = 0;
         cr_assert_eq(fscanf(f, "%luK", &kib), 1, "%s", path);
         fclose(f);
-        cr_assert_eq(mha_l2_bytes(), (size_t)kib * 1024, "mha_l2_bytes %zu, sysfs %lu KiB", mha_l2_bytes(), kib);
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/shared_cpu_map", i);
+        cr_assert(f = fopen(path, "r"), "%s", path);
+        unsigned word, sharing = 0;
+        while (fscanf(f, "%x,", &word) == 1)
+            sharing += (unsigned)__builtin_popcount(word);
+        fclose(f);
+        const size_t want = (size_t)kib * 1024 / (sharing ? sharing : 1);
+        cr_assert_eq(mha_affinity_sysfs_l2_bytes(), want, "sysfs L2 %zu, want %lu KiB over %u CPUs",
+                     mha_affinity_sysfs_l2_bytes(), kib, sharing);
+        if (sysconf(_SC_LEVEL2_CACHE_SIZE) <= 0)
+            cr_assert_eq(mha_l2_bytes(), want, "mha_l2_bytes %zu where glibc has none", mha_l2_bytes());
         return;
     }
     cr_skip_test("no level-2 cache in /sys/devices/system/cpu/cpu0/cache: nothing to compare");

@@ -158,7 +158,19 @@ static const mha_bkernel *find_bkernel(const char *name, const char **why)
     return NULL;
 }
 
-static void kernel_matches_model(const char *name)
+/* bf16 of every exponent (denormals, zeros of both signs, infinities left out): products that
+ * underflow, overflow and cancel, for the kernels whose model holds there (pairs to odd: the
+ * FMA kernels fuse what the model rounds, so they part on products outside float32's range). */
+static void fill_bf16_wide(mha_bf16 *x, size_t n, rng *r)
+{
+    for (size_t i = 0; i < n; i++) {
+        const int e = (int)(rng_uniform(r, 0.0f, 255.0f)); /* 0 .. 254: denormals and zeros at 0 */
+        const unsigned m = (unsigned)rng_uniform(r, 0.0f, 128.0f) & 0x7fu, s = rng_uniform(r, 0.0f, 1.0f) < 0.5f;
+        x[i] = (mha_bf16)(s << 15 | (unsigned)e << 7 | m);
+    }
+}
+
+static void kernel_matches_model_on(const char *name, void (*fill)(mha_bf16 *, size_t, rng *))
 {
     const char *why;
     const mha_bkernel *bk = find_bkernel(name, &why);
@@ -171,8 +183,8 @@ static void kernel_matches_model(const char *name)
                 const size_t ps = (size_t)kt * 512 + 64; /* a panel stride larger than the panel */
                 mha_bf16 *a = aligned_alloc(64, (size_t)32 * 32 * kt * sizeof *a);
                 mha_bf16 *b = aligned_alloc(64, 2 * ps * sizeof *b);
-                fill_bf16(a, (size_t)32 * 32 * kt, &r);
-                fill_bf16(b, 2 * ps, &r);
+                fill(a, (size_t)32 * 32 * kt, &r);
+                fill(b, 2 * ps, &r);
                 float got[32 * 32], want[32 * 32];
                 memset(got, 0, sizeof got), memset(want, 0, sizeof want);
                 mha_bk_block(bk, rows, npan, kt, a, b, ps, got);
@@ -187,12 +199,21 @@ static void kernel_matches_model(const char *name)
     cr_log_info("bf16 kernel %s matches the model bitwise", bk->name);
 }
 
+static void kernel_matches_model(const char *name)
+{
+    kernel_matches_model_on(name, fill_bf16);
+}
+
 Test(bgemm, amx_kernel_matches_model, .timeout = 60) { kernel_matches_model("amx-bf16"); }
 Test(bgemm, avx512bf16_kernel_matches_model, .timeout = 60) { kernel_matches_model("avx512-bf16"); }
 Test(bgemm, fma_kernel_matches_model, .timeout = 60) { kernel_matches_model("fma-bf16"); }
 Test(bgemm, avx2_kernel_matches_model, .timeout = 60) { kernel_matches_model("avx2-bf16"); }
 Test(bgemm, neon_kernel_matches_model, .timeout = 60) { kernel_matches_model("neon-bf16"); }
 Test(bgemm, bfdot_kernel_matches_model, .timeout = 60) { kernel_matches_model("neon-bfdot"); }
+Test(bgemm, bfdot_kernel_matches_model_at_every_exponent, .timeout = 60)
+{
+    kernel_matches_model_on("neon-bfdot", fill_bf16_wide);
+}
 
 /* BFDOT's steps in the model (pairs to odd), on values whose exact sums are known: exact sums
  * kept, an inexact one truncated with its last bit set, a tie too (never to even), a carry into

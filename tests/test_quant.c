@@ -455,7 +455,7 @@ TABLE_TEST(quant, integer_products_are_refs_bits_for_any_rows_and_columns_and_ne
                 for (int i = 0; i < m; i++)
                     for (int j = 0; j < n; j++) {
                         const float got = c[(size_t)i * OUT + j], ref = want[(size_t)i * OUT + col + j];
-                        cr_assert(got == ref, "%s on %s (%s), %d rows from column %d: row %d output %d: %.9g, "
+                        cr_assert(memcmp(&got, &ref, sizeof got) == 0, "%s on %s (%s), %d rows from column %d: row %d output %d: %.9g, "
                                   "ref's %.9g", q->name, isa->name, ops->name, m, col, i, j, (double)got,
                                   (double)ref);
                     }

@@ -911,7 +911,7 @@ void cli_cpu_info(char *model, size_t nm, char *flags, size_t nf)
             continue;
         char *value = colon + 2 <= line + strlen(line) ? colon + 2 : colon + 1;
         value[strcspn(value, "\n")] = '\0';
-#if defined(__aarch64__)
+#if defined(__aarch64__) /* implementer and part (not qemu-user's host's model name: x86's line) */
         got_flags = 1;
         if (!got_impl && !strncmp(line, "CPU implementer", 15))
             got_impl = sscanf(value, "%x", &impl) == 1;
@@ -919,7 +919,7 @@ void cli_cpu_info(char *model, size_t nm, char *flags, size_t nf)
             got_part = sscanf(value, "%x", &part) == 1;
         if (got_impl && got_part && !got_model)
             arm_core_name(impl, part, model, nm), got_model = 1;
-#endif
+#else
         if (!got_model && !strncmp(line, "model name", 10)) {
             snprintf(model, nm, "%s", value);
             got_model = 1;
@@ -937,6 +937,7 @@ void cli_cpu_info(char *model, size_t nm, char *flags, size_t nf)
             }
             got_flags = 1;
         }
+#endif
     }
     fclose(f);
 }

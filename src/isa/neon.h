@@ -90,17 +90,30 @@ static inline __attribute__((always_inline)) float32x4_t bf16_load4(const uint16
     return vreinterpretq_f32_u32(vshll_n_u16(vcreate_u16(word), 16));
 }
 
+/* FPCR, read and written in asm (GCC's builtins for it are GCC's alone); the memory clobber keeps
+ * the loads and stores of what runs under it on its side. */
+static inline __attribute__((always_inline)) uint64_t fpcr_get(void)
+{
+    uint64_t v;
+    __asm__ volatile("mrs %0, fpcr" : "=r"(v));
+    return v;
+}
+static inline __attribute__((always_inline)) void fpcr_set(uint64_t v)
+{
+    __asm__ volatile("msr fpcr, %0" ::"r"(v) : "memory");
+}
+
 /* FPCR.FZ set (denormal inputs and results flushed, as the bf16 kernels sum) until fz_end(the
  * value fz_begin returned) puts the caller's back. */
 static inline __attribute__((always_inline)) uint64_t fz_begin(void)
 {
-    const uint64_t fpcr = __builtin_aarch64_get_fpcr64();
-    __builtin_aarch64_set_fpcr64(fpcr | 1u << 24);
+    const uint64_t fpcr = fpcr_get();
+    fpcr_set(fpcr | 1u << 24);
     return fpcr;
 }
 static inline __attribute__((always_inline)) void fz_end(uint64_t fpcr)
 {
-    __builtin_aarch64_set_fpcr64(fpcr);
+    fpcr_set(fpcr);
 }
 
 /* neon_f32.c */

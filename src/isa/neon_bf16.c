@@ -6,8 +6,8 @@
  *               rounded to odd (bgemm.h: pairs to odd), its own bits.
  * Both run a block as groups of up to 4 rows against one 16-column panel at a time: 16
  * accumulators, the panel's pair row (4 registers of 4 columns × 2) and the rows' A elements
- * in 32 registers. Arm's FZ decides a result is tiny before rounding, the model after (as x86's
- * FTZ does): the two part only where a sum's exact value lies within 2^-150 of FLT_MIN. */
+ * in 32 registers. FMLA is fused where the model rounds a product before its sum (x86's FMA
+ * kernels alike): the two part only on a product outside float32's normal range. */
 #include "neon.h"
 
 /* bf16 pairs (even element low) as float32 lanes: the even elements, the odd ones. */
@@ -92,10 +92,44 @@ static void block_fma(int rows, int npan, int kt, const mha_bf16 *a, const mha_b
 
 const mha_bkernel mha_bk_neon = {.name = "neon-bf16", .order = MHA_BK_EVEN_FIRST, .block = block_fma};
 
-#define BF16_TARGET __attribute__((target("arch=armv8.2-a+bf16")))
+/* BFDOT in asm, on uint16 vectors: GCC's target attribute for bf16 sets a baseline that a -mcpu
+ * in CFLAGS does not match (it then inlines nothing into the function), and clang's bf16 types
+ * need the whole file built for bf16. GCC's assembler takes the extension from a directive;
+ * clang's (14) does not know it there, and takes it from the functions' target instead, which
+ * clang adds to the baseline. */
+#if defined(__clang__)
+#define BF16_FN __attribute__((target("bf16")))
+#define BF16_ASM ""
+#else
+#define BF16_FN
+#define BF16_ASM ".arch_extension bf16\n\t"
+#endif
+
+/* acc + BFDOT of w's 4 pairs with x's pair l (l a constant where it is inlined). */
+BF16_FN static inline __attribute__((always_inline)) float32x4_t bfdot_lane(float32x4_t acc, uint16x8_t w,
+                                                                            uint16x8_t x, const int l)
+{
+#define BFDOT(l) __asm__(BF16_ASM "bfdot %0.4s, %1.8h, %2.2h[" #l "]" : "+w"(acc) : "w"(w), "w"(x))
+    switch (l) {
+    case 0:
+        BFDOT(0);
+        break;
+    case 1:
+        BFDOT(1);
+        break;
+    case 2:
+        BFDOT(2);
+        break;
+    default:
+        BFDOT(3);
+        break;
+    }
+#undef BFDOT
+    return acc;
+}
 
 /* The same on BFDOT: the 4 pairs of A's 8 elements a row, each by its lane. */
-BF16_TARGET static inline __attribute__((always_inline)) void rows_dot(const int R, int i0, int kt, const mha_bf16 *a,
+BF16_FN static inline __attribute__((always_inline)) void rows_dot(const int R, int i0, int kt, const mha_bf16 *a,
                                                                        const mha_bf16 *bp, float *acc, int col0, int pf)
 {
     float32x4_t c[4][4] = {{vdupq_n_f32(0.0f)}};
@@ -104,19 +138,17 @@ BF16_TARGET static inline __attribute__((always_inline)) void rows_dot(const int
         if (pf && t + 1 < kt)
             prefetch_tile(bt + MHA_BT_ELEMS);
         for (int q0 = 0; q0 < MHA_BT_K / 2; q0 += 4) {
-            bfloat16x8_t x[4];
-            for (int r = 0; r < R; r++) {
-                const mha_bf16 *ar = a + mha_bk_a_row(i0 + r, kt) + (size_t)t * MHA_BT_ELEMS;
-                x[r] = vreinterpretq_bf16_u16(vld1q_u16(ar + 2 * q0));
-            }
+            uint16x8_t x[4];
+            for (int r = 0; r < R; r++)
+                x[r] = vld1q_u16(a + mha_bk_a_row(i0 + r, kt) + (size_t)t * MHA_BT_ELEMS + 2 * q0);
 #define DOT_PAIR(h)                                                                                                    \
     do {                                                                                                               \
-        bfloat16x8_t w[4];                                                                                             \
+        uint16x8_t w[4];                                                                                               \
         for (int v = 0; v < 4; v++)                                                                                    \
-            w[v] = vreinterpretq_bf16_u16(vld1q_u16(bt + 32 * (q0 + (h)) + 8 * v));                                    \
+            w[v] = vld1q_u16(bt + 32 * (q0 + (h)) + 8 * v);                                                            \
         for (int r = 0; r < R; r++)                                                                                    \
             for (int v = 0; v < 4; v++)                                                                                \
-                c[r][v] = vbfdotq_laneq_f32(c[r][v], w[v], x[r], h);                                                   \
+                c[r][v] = bfdot_lane(c[r][v], w[v], x[r], h);                                                          \
     } while (0)
             DOT_PAIR(0);
             DOT_PAIR(1);
@@ -128,10 +160,17 @@ BF16_TARGET static inline __attribute__((always_inline)) void rows_dot(const int
     store_rows(R, c, acc + (size_t)i0 * 32 + col0);
 }
 
-BF16_TARGET static void block_dot(int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps,
-                                  float *acc, int pf)
+/* Under FPCR.EBF clear: on a core with FEAT_EBF16 a caller's EBF 1 would fuse the pair's
+ * products (other bits); without the feature the bit is RES0, written as it was. */
+BF16_FN static void block_dot(int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps, float *acc,
+                      int pf)
 {
+    const uint64_t fpcr = fpcr_get(), ebf = 1u << 13;
+    if (fpcr & ebf)
+        fpcr_set(fpcr & ~ebf);
     PANELS(rows_dot)
+    if (fpcr & ebf)
+        fpcr_set(fpcr);
 }
 
 static int dot_usable(void)
