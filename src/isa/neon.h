@@ -133,6 +133,11 @@ void mha_softcap_row_neon(float *s, int n, float cap);
 
 /* neon_bf16.c */
 extern const mha_bkernel mha_bk_neon, mha_bk_bfdot;
+void mha_round_to_bf16_neon(const float *restrict x, int n, mha_bf16 *restrict d);
+void mha_round_bf16_floats_neon(float *x, int n);
+void mha_round_into_tiles_neon(const float *src, int c, int n, mha_bf16 *d);
+void mha_epilogue_block_neon(float *c0, float *c1, ptrdiff_t ldc, const float *acc, int rows, int cols, float alpha,
+                             float beta);
 
 /* neon_decode.c */
 void mha_i8_scale_rows_neon(const void *from, size_t ld_src, int rows, int n, const float *row_scales,

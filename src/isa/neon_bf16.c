@@ -185,3 +185,66 @@ const mha_bkernel mha_bk_bfdot = {
     .lacks = "this CPU has no BF16 (FEAT_BF16: BFDOT)",
     .block = block_dot,
 };
+
+/* ---- rounding into bf16 and the products' epilogue (ref's bits) ---- */
+
+/* 4 floats to bf16 as mha_bf16_round: nearest even, a denormal a zero of its sign, NaN quiet. */
+static inline __attribute__((always_inline)) uint16x4_t bf16_round4(float32x4_t x)
+{
+    const uint32x4_t u = vreinterpretq_u32_f32(x), hi = vshrq_n_u32(u, 16);
+    const uint32x4_t even = vaddq_u32(vandq_u32(hi, vdupq_n_u32(1)), vdupq_n_u32(0x7fff));
+    uint32x4_t r = vshrq_n_u32(vaddq_u32(u, even), 16);
+    const uint32x4_t nan = vcgtq_u32(vandq_u32(u, vdupq_n_u32(0x7fffffffu)), vdupq_n_u32(0x7f800000u));
+    r = vbslq_u32(nan, vorrq_u32(hi, vdupq_n_u32(0x40)), r);
+    const uint32x4_t denormal = vceqq_u32(vandq_u32(u, vdupq_n_u32(0x7f800000u)), vdupq_n_u32(0));
+    r = vbslq_u32(denormal, vandq_u32(hi, vdupq_n_u32(0x8000)), r);
+    return vmovn_u32(r);
+}
+
+void mha_round_to_bf16_neon(const float *restrict x, int n, mha_bf16 *restrict d)
+{
+    int i = 0;
+    for (; i + 4 <= n; i += 4)
+        vst1_u16(d + i, bf16_round4(vld1q_f32(x + i)));
+    for (; i < n; i++)
+        d[i] = mha_bf16_round(x[i]);
+}
+
+void mha_round_bf16_floats_neon(float *x, int n)
+{
+    int i = 0;
+    for (; i + 4 <= n; i += 4)
+        vst1q_f32(x + i, vreinterpretq_f32_u32(vshll_n_u16(bf16_round4(vld1q_f32(x + i)), 16)));
+    for (; i < n; i++)
+        x[i] = mha_bf16_float(mha_bf16_round(x[i]));
+}
+
+void mha_round_into_tiles_neon(const float *src, int c, int n, mha_bf16 *d)
+{
+    for (int t = 0; t < n;) { /* a run within one tile's row of MHA_BT_K */
+        const int e = c + t, run = n - t < MHA_BT_K - e % MHA_BT_K ? n - t : MHA_BT_K - e % MHA_BT_K;
+        mha_round_to_bf16_neon(src + t, run, d + (size_t)(e / MHA_BT_K) * MHA_BT_ELEMS + e % MHA_BT_K);
+        t += run;
+    }
+}
+
+/* C = alpha·acc (+ beta·C), each product and the sum rounded apart, as ref's loop. */
+void mha_epilogue_block_neon(float *c0, float *c1, ptrdiff_t ldc, const float *acc, int rows, int cols, float alpha,
+                             float beta)
+{
+    for (int i = 0; i < rows; i++)
+        for (int h = 0; h * 16 < cols; h++) {
+            float *c = (h ? c1 : c0) + (ptrdiff_t)i * ldc;
+            const float *a = acc + i * 32 + 16 * h;
+            const int n = cols - 16 * h < 16 ? cols - 16 * h : 16;
+            int j = 0;
+            for (; j + 4 <= n; j += 4) {
+                const float32x4_t y = vmulq_n_f32(vld1q_f32(a + j), alpha);
+                vst1q_f32(c + j, beta == 0.0f ? y : vaddq_f32(y, vmulq_n_f32(vld1q_f32(c + j), beta)));
+            }
+            for (; j < n; j++) {
+                const float y = alpha * a[j];
+                c[j] = beta == 0.0f ? y : y + beta * c[j];
+            }
+        }
+}
