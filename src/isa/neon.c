@@ -10,12 +10,13 @@
  *                   values) under FZ for neon-bf16's decode (decode_scores16, rows_scores16)
  *   neon_bf16.c     the bf16 products: neon-bfdot (BFDOT) where the CPU has FEAT_BF16,
  *                   neon-bf16 (FMA on widened bf16, ref-bf16's bits) everywhere; rounding
- *                   into bf16 and the products' epilogue
+ *                   into bf16, B's bf16 packing and the products' epilogue
  *   neon_quant.c    the quantized weights' float32 tile and integer products (mha_qk_neon)
- * and what they share, neon.h. B's bf16 packing is ref's (ref.h): the same bits as a NEON version would give,
- * without its speed; the quantized weights' dequantizing too. The attention's products pack A for
- * the microkernel (no stream_in_place: nothing measured on an Arm core yet), and generic's
- * sub-config streams no rows (its reference kernel's sums are not reproduced). */
+ * and what they share, neon.h. The bf16 decode's gather into panels (interleave_pairs) and the
+ * quantized weights' dequantizing are ref's (ref.h): the same bits as a NEON version would give,
+ * without its speed. The attention's products pack A for the microkernel (no stream_in_place:
+ * nothing measured on an Arm core yet), and generic's sub-config streams no rows (its reference
+ * kernel's sums are not reproduced). */
 #include "neon.h"
 
 static const char *default_arch_neon(void)
@@ -60,7 +61,7 @@ const mha_isa mha_isa_neon = {
     .round_into_tiles = mha_round_into_tiles_neon,
     .round_bf16_floats = mha_round_bf16_floats_neon,
     .round_to_bf16 = mha_round_to_bf16_neon,
-    .pack_b16 = mha_pack_b16_ref,
+    .pack_b16 = mha_pack_b16_neon,
     .interleave_pairs = {[MHA_KV_BF16] = mha_interleave_pairs_ref, [MHA_KV_INT8] = mha_interleave_pairs_i8_ref},
     .epilogue_block = mha_epilogue_block_neon,
     .quant = &mha_qk_neon,

@@ -136,6 +136,7 @@ extern const mha_bkernel mha_bk_neon, mha_bk_bfdot;
 void mha_round_to_bf16_neon(const float *restrict x, int n, mha_bf16 *restrict d);
 void mha_round_bf16_floats_neon(float *x, int n);
 void mha_round_into_tiles_neon(const float *src, int c, int n, mha_bf16 *d);
+void mha_pack_b16_neon(const mha_kernel *k, mha_mat src, int transpose, int kk, int n, mha_bf16 *dst, size_t ps);
 void mha_epilogue_block_neon(float *c0, float *c1, ptrdiff_t ldc, const float *acc, int rows, int cols, float alpha,
                              float beta);
 

@@ -248,3 +248,31 @@ void mha_epilogue_block_neon(float *c0, float *c1, ptrdiff_t ldc, const float *a
             }
         }
 }
+
+/* B panels 4 k × 4 columns at a time: 4 source rows loaded (transposed: keys' rows of 4
+ * features, turned by a register transpose), each k pair rounded and interleaved into 8 words
+ * (4 columns' pairs). src's 4-column runs must not cross its panels (else ref's). */
+void mha_pack_b16_neon(const mha_kernel *k, mha_mat src, int transpose, int kk, int n, mha_bf16 *dst, size_t ps)
+{
+    if (k->bw % 4 != 0) {
+        mha_pack_b16_ref(k, src, transpose, kk, n, dst, ps);
+        return;
+    }
+    const int kp = (int)mha_bk_kp(kk), np = (int)mha_round_up((size_t)n, MHA_BT_N);
+    for (int j0 = 0; j0 < np; j0 += 4)
+        for (int p0 = 0; p0 < kp; p0 += 4) {
+            float32x4_t v[4];
+            /* rows of src: k (features of the keys' rows when transposed) or columns */
+            const int rows = transpose ? n - j0 : kk - p0, cols = transpose ? kk - p0 : n - j0;
+            for (int r = 0; r < 4; r++)
+                v[r] = r < rows && cols > 0 ? load4_n(transpose ? mha_mat_at(k, src, j0 + r, p0)
+                                                                : mha_mat_at(k, src, p0 + r, j0), cols)
+                                            : vdupq_n_f32(0.0f);
+            if (transpose)
+                transpose4(v); /* v[r]: k p0 + r over the 4 columns */
+            for (int r = 0; r < 4; r += 2) {
+                const uint16x4x2_t pair = {{bf16_round4(v[r]), bf16_round4(v[r + 1])}};
+                vst2_u16(dst + mha_bk_b_index(p0 + r, j0, ps), pair);
+            }
+        }
+}
