@@ -10,11 +10,11 @@
  *                   values) under FZ for neon-bf16's decode (decode_scores16, rows_scores16)
  *   neon_bf16.c     the bf16 products: neon-bfdot (BFDOT) where the CPU has FEAT_BF16,
  *                   neon-bf16 (FMA on widened bf16, ref-bf16's bits) everywhere; rounding
- *                   into bf16, B's bf16 packing and the products' epilogue
+ *                   into bf16, B's bf16 packing, the products' epilogue, the bf16 decode's
+ *                   gather of a cache chunk into panels (interleave_pairs)
  *   neon_quant.c    the quantized weights' float32 tile and integer products (mha_qk_neon)
- * and what they share, neon.h. The bf16 decode's gather into panels (interleave_pairs) and the
- * quantized weights' dequantizing are ref's (ref.h): the same bits as a NEON version would give,
- * without its speed. The attention's products pack A for the microkernel (no stream_in_place:
+ * and what they share, neon.h. The quantized weights' dequantizing is ref's (ref.h): the same
+ * bits as a NEON version would give, without its speed. The attention's products pack A for the microkernel (no stream_in_place:
  * nothing measured on an Arm core yet), and generic's sub-config streams no rows (its reference
  * kernel's sums are not reproduced). */
 #include "neon.h"
@@ -62,7 +62,7 @@ const mha_isa mha_isa_neon = {
     .round_bf16_floats = mha_round_bf16_floats_neon,
     .round_to_bf16 = mha_round_to_bf16_neon,
     .pack_b16 = mha_pack_b16_neon,
-    .interleave_pairs = {[MHA_KV_BF16] = mha_interleave_pairs_ref, [MHA_KV_INT8] = mha_interleave_pairs_i8_ref},
+    .interleave_pairs = {[MHA_KV_BF16] = mha_interleave_pairs_neon, [MHA_KV_INT8] = mha_interleave_pairs_i8_neon},
     .epilogue_block = mha_epilogue_block_neon,
     .quant = &mha_qk_neon,
 };

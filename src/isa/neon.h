@@ -137,6 +137,8 @@ void mha_round_to_bf16_neon(const float *restrict x, int n, mha_bf16 *restrict d
 void mha_round_bf16_floats_neon(float *x, int n);
 void mha_round_into_tiles_neon(const float *src, int c, int n, mha_bf16 *d);
 void mha_pack_b16_neon(const mha_kernel *k, mha_mat src, int transpose, int kk, int n, mha_bf16 *dst, size_t ps);
+void mha_interleave_pairs_neon(const void *src, size_t ld, int pairs, mha_bf16 *restrict dst, const char *next);
+void mha_interleave_pairs_i8_neon(const void *src, size_t ld, int pairs, mha_bf16 *restrict dst, const char *next);
 void mha_epilogue_block_neon(float *c0, float *c1, ptrdiff_t ldc, const float *acc, int rows, int cols, float alpha,
                              float beta);
 

@@ -276,3 +276,48 @@ void mha_pack_b16_neon(const mha_kernel *k, mha_mat src, int transpose, int kk, 
             }
         }
 }
+
+/* ---- the bf16 decode's gather of a cache chunk into panels ---- */
+
+/* 16 elements of a row at r as bf16: a bf16 row's as they are, an int8 row's converted (exact in
+ * bf16: its float32's low half is zero). */
+static inline __attribute__((always_inline)) uint16x8x2_t row16(const int i8, const char *r)
+{
+    if (!i8)
+        return (uint16x8x2_t){{vld1q_u16((const uint16_t *)(const void *)r),
+                               vld1q_u16((const uint16_t *)(const void *)r + 8)}};
+    const int8x16_t b = vld1q_s8((const int8_t *)r);
+    const int16x8_t lo = vmovl_s8(vget_low_s8(b)), hi = vmovl_high_s8(b);
+#define BF16_OF(h) vreinterpretq_u32_f32(vcvtq_f32_s32(h))
+    return (uint16x8x2_t){{vcombine_u16(vshrn_n_u32(BF16_OF(vmovl_s16(vget_low_s16(lo))), 16),
+                                        vshrn_n_u32(BF16_OF(vmovl_high_s16(lo)), 16)),
+                           vcombine_u16(vshrn_n_u32(BF16_OF(vmovl_s16(vget_low_s16(hi))), 16),
+                                        vshrn_n_u32(BF16_OF(vmovl_high_s16(hi)), 16))}};
+#undef BF16_OF
+}
+
+/* Pair p of rows (2p, 2p + 1; ld elements apart) interleaved element by element into 32 words:
+ * a B panel's pair row. */
+static inline __attribute__((always_inline)) void interleave_rows(const int i8, const void *src, size_t ld, int pairs,
+                                                                 mha_bf16 *restrict dst, const char *next, int pf)
+{
+    const size_t row = ld * (i8 ? 1 : sizeof(mha_bf16));
+    const char *r = src;
+    for (int p = 0; p < pairs; p++, r += 2 * row, dst += 2 * MHA_BT_N) {
+        if (next)
+            __builtin_prefetch(next + (size_t)pf * p);
+        const uint16x8x2_t a = row16(i8, r), b = row16(i8, r + row);
+        vst2q_u16(dst, ((uint16x8x2_t){{a.val[0], b.val[0]}}));
+        vst2q_u16(dst + MHA_BT_N, ((uint16x8x2_t){{a.val[1], b.val[1]}}));
+    }
+}
+
+void mha_interleave_pairs_neon(const void *src, size_t ld, int pairs, mha_bf16 *restrict dst, const char *next)
+{
+    interleave_rows(0, src, ld, pairs, dst, next, 64);
+}
+
+void mha_interleave_pairs_i8_neon(const void *src, size_t ld, int pairs, mha_bf16 *restrict dst, const char *next)
+{
+    interleave_rows(1, src, ld, pairs, dst, next, 32);
+}
