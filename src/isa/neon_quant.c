@@ -2,7 +2,8 @@
  * tile (each output's FMA chain in input order, a panel's 16 outputs in 4 registers) and the
  * integer products (a group's weights unpacked to int16 once, 16 outputs wide, then SMLAL by
  * each row's int16 activation into int32: exact, so ref's sums in any order; then ref's float
- * chain, 4 outputs a register). Dequantizing into floats is ref's. */
+ * chain, 4 outputs a register), and dequantizing into floats the same way (ref's factors, 16
+ * outputs a row of fma). */
 #include "neon.h"
 #include "qgemm.h"
 
@@ -104,6 +105,35 @@ static inline __attribute__((always_inline)) void sum_16(int16_t (*w)[MHA_QP], c
     }
 }
 
+/* A group as floats, as ref's dequant: the group's integers (group_weights), 4 outputs a
+ * register, fma(q, d, m) with ref's factors for each 16 inputs. */
+static void dequant_neon(int type, const unsigned char *b, int grp, float *restrict w)
+{
+    int16_t q[MHA_QG][MHA_QP];
+    float d[2][MHA_QP], m[2][MHA_QP];
+    group_weights(type, b, grp, q);
+    for (int o = 0; o < MHA_QP; o++) {
+        float d2[2], m2[2];
+        mha_q_dequant_factors_ref(type, b, grp, o, d2, m2);
+        d[0][o] = d2[0], d[1][o] = d2[1], m[0][o] = m2[0], m[1][o] = m2[1];
+    }
+    for (int i = 0; i < MHA_QG; i++)
+        for (int v = 0; v < 4; v++) {
+            const int16x4_t qi = vld1_s16(q[i] + 4 * v);
+            const float32x4_t x = vcvtq_f32_s32(vmovl_s16(qi)); /* exact */
+            vst1q_f32(w + i * MHA_QP + 4 * v,
+                      vfmaq_f32(vld1q_f32(m[i / 16] + 4 * v), x, vld1q_f32(d[i / 16] + 4 * v)));
+        }
+}
+
+#define DEQUANT(name, index)                                                                                           \
+    static void dequant_##name##_neon(const unsigned char *b, int grp, float *restrict w)                             \
+    {                                                                                                                  \
+        dequant_neon(index, b, grp, w);                                                                                \
+    }
+MHA_QTYPE_LIST(DEQUANT)
+#undef DEQUANT
+
 static void dot_neon(const mha_qtype *t, const unsigned char *const *p, int np, int kk, const unsigned char *x,
                      size_t xs, int rows, float *restrict acc, ptrdiff_t ld)
 {
@@ -155,7 +185,9 @@ const mha_qdot16_ops mha_qdot16_neon = {.name = "neon", .needs = "", .dot = {MHA
 
 #define FEW(name, index) [index] = few_neon,
 const mha_qkernels mha_qk_neon = {
-    .dequant = {MHA_QTYPE_LIST(MHA_REF_DEQUANT)},
+#define DEQUANT(name, index) [index] = dequant_##name##_neon,
+    .dequant = {MHA_QTYPE_LIST(DEQUANT)},
+#undef DEQUANT
     .tile = tile_neon,
     .few = {MHA_QTYPE_LIST(FEW)},
     .dot16 = {&mha_qdot16_neon, NULL},

@@ -215,14 +215,14 @@ static void decode_values8_ref(const mha_value_rows *rows, const void *v, const 
     values_ref(MHA_KV_INT8, rows->e, rows->e_ld, rows->nq, v, vs, n, rows->dk, rows->p, rows->ps);
 }
 
-void mha_decode_scores16_ref(const mha_score_rows *s, const mha_key_runs *k, mha_bk_order order)
+static void decode_scores16_ref(const mha_score_rows *s, const mha_key_runs *k, mha_bk_order order)
 {
     (void)order; /* even first only; nothing to prefetch */
     scores_ref(MHA_KV_BF16, 1, s->q, s->nq, s->dk, 0, s->dk, k->runs, k->kt, NULL, k->n, k->ld, s->scale, s->sc,
                s->sc_ld);
 }
 
-void mha_decode_values16_ref(const mha_value_rows *rows, int runs, const void *const *v, const int *n,
+static void decode_values16_ref(const mha_value_rows *rows, int runs, const void *const *v, const int *n,
                              mha_kv_type type, const mha_prefetch *pf, mha_bk_order order)
 {
     const float *e = rows->e;
@@ -238,7 +238,7 @@ void mha_decode_values16_ref(const mha_value_rows *rows, int runs, const void *c
 
 /* ---- bf16 ---- */
 
-void mha_round_into_tiles_ref(const float *src, int c, int n, mha_bf16 *d)
+static void round_into_tiles_ref(const float *src, int c, int n, mha_bf16 *d)
 {
     for (int t = 0; t < n; t++) {
         const int e = c + t;
@@ -246,19 +246,19 @@ void mha_round_into_tiles_ref(const float *src, int c, int n, mha_bf16 *d)
     }
 }
 
-void mha_round_bf16_floats_ref(float *x, int n)
+static void round_bf16_floats_ref(float *x, int n)
 {
     for (int i = 0; i < n; i++)
         x[i] = mha_bf16_float(mha_bf16_round(x[i]));
 }
 
-void mha_round_to_bf16_ref(const float *restrict x, int n, mha_bf16 *restrict d)
+static void round_to_bf16_ref(const float *restrict x, int n, mha_bf16 *restrict d)
 {
     for (int i = 0; i < n; i++)
         d[i] = mha_bf16_round(x[i]);
 }
 
-void mha_interleave_pairs_ref(const void *from, size_t ld, int pairs, mha_bf16 *restrict dst, const char *next)
+static void interleave_pairs_ref(const void *from, size_t ld, int pairs, mha_bf16 *restrict dst, const char *next)
 {
     (void)next;
     const mha_bf16 *src = from;
@@ -267,7 +267,7 @@ void mha_interleave_pairs_ref(const void *from, size_t ld, int pairs, mha_bf16 *
             dst[2 * i] = src[i], dst[2 * i + 1] = src[ld + i];
 }
 
-void mha_interleave_pairs_i8_ref(const void *from, size_t ld, int pairs, mha_bf16 *restrict dst, const char *next)
+static void interleave_pairs_i8_ref(const void *from, size_t ld, int pairs, mha_bf16 *restrict dst, const char *next)
 {
     (void)next;
     const int8_t *src = from;
@@ -288,7 +288,7 @@ void mha_pack_b16_ref(const mha_kernel *k, mha_mat src, int transpose, int kk, i
         }
 }
 
-void mha_epilogue_block_ref(float *c0, float *c1, ptrdiff_t ldc, const float *acc, int rows, int cols, float alpha,
+static void epilogue_block_ref(float *c0, float *c1, ptrdiff_t ldc, const float *acc, int rows, int cols, float alpha,
                             float beta)
 {
     for (int i = 0; i < rows; i++)
@@ -306,7 +306,7 @@ static void block_ref(int rows, int npan, int kt, const mha_bf16 *a, const mha_b
     mha_bk_block_model(MHA_BK_EVEN_FIRST, rows, npan, kt, a, b, ps, acc);
 }
 
-const mha_bkernel mha_bk_ref = {.name = "ref-bf16", .order = MHA_BK_EVEN_FIRST, .block = block_ref};
+static const mha_bkernel ref_bf16 = {.name = "ref-bf16", .order = MHA_BK_EVEN_FIRST, .block = block_ref};
 
 /* ---- the table ---- */
 
@@ -328,7 +328,7 @@ static const char *default_arch_ref(void)
 
 static const mha_bkernel *bf16_auto_ref(void)
 {
-    return &mha_bk_ref;
+    return &ref_bf16;
 }
 
 const mha_isa mha_isa_ref = {
@@ -336,7 +336,7 @@ const mha_isa mha_isa_ref = {
     .needs = "",
     .archs = {REF_ARCHS, NULL},
     .default_arch = default_arch_ref,
-    .bf16 = {&mha_bk_ref, NULL},
+    .bf16 = {&ref_bf16, NULL},
     .bf16_auto = bf16_auto_ref,
     .pack_rows = pack_rows_ref,
     .rope_halves = rope_halves_ref,
@@ -351,13 +351,13 @@ const mha_isa mha_isa_ref = {
     .decode_scores = {[MHA_KV_F32] = decode_scores_ref, [MHA_KV_INT8] = decode_scores8_ref},
     .decode_values = {[MHA_KV_F32] = decode_values_ref, [MHA_KV_INT8] = decode_values8_ref},
     .decode16_orders = 1u << MHA_BK_EVEN_FIRST,
-    .decode_scores16 = mha_decode_scores16_ref,
-    .decode_values16 = mha_decode_values16_ref,
-    .round_into_tiles = mha_round_into_tiles_ref,
-    .round_bf16_floats = mha_round_bf16_floats_ref,
-    .round_to_bf16 = mha_round_to_bf16_ref,
+    .decode_scores16 = decode_scores16_ref,
+    .decode_values16 = decode_values16_ref,
+    .round_into_tiles = round_into_tiles_ref,
+    .round_bf16_floats = round_bf16_floats_ref,
+    .round_to_bf16 = round_to_bf16_ref,
     .pack_b16 = mha_pack_b16_ref,
-    .interleave_pairs = {[MHA_KV_BF16] = mha_interleave_pairs_ref, [MHA_KV_INT8] = mha_interleave_pairs_i8_ref},
-    .epilogue_block = mha_epilogue_block_ref,
+    .interleave_pairs = {[MHA_KV_BF16] = interleave_pairs_ref, [MHA_KV_INT8] = interleave_pairs_i8_ref},
+    .epilogue_block = epilogue_block_ref,
     .quant = &mha_qk_ref,
 };

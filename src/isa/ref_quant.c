@@ -22,94 +22,53 @@ static int nibble(const unsigned char *nib, int i, int o)
     return (nib[(i / 2) * MHA_QP + o] >> (4 * (i & 1))) & 0xF;
 }
 
-void mha_dequant_q8_0_ref(const unsigned char *b, int grp, float *restrict w)
-{
-    (void)grp; /* one group a block */
-    for (int o = 0; o < MHA_QP; o++) {
-        const float d = f16_at(b + 2 * o);
-        for (int i = 0; i < MHA_QG; i++)
-            w[i * MHA_QP + o] = fmaf((float)(signed char)b[MHA_Q8_0_Q + i * MHA_QP + o], d, 0.0f);
-    }
-}
-
 /* Input i's 5-bit value: its nibble, and its top bit from byte i / 8 of the field at hi. */
 static int five_bits(const unsigned char *nib, const unsigned char *hi, int i, int o)
 {
     return nibble(nib, i, o) | ((hi[(i / 8) * MHA_QP + o] >> (i % 8)) & 1) << 4;
 }
 
-/* Q4_0, Q4_1, Q5_0, Q5_1: d, then m at m_at, or −bias·d (m_at 0); the top bits at hi_at (0:
- * none). */
-static void dequant_32(const unsigned char *b, int m_at, float bias, int hi_at, int nib_at, float *restrict w)
-{
-    for (int o = 0; o < MHA_QP; o++) {
-        const float d = f16_at(b + 2 * o), m = m_at ? f16_at(b + m_at + 2 * o) : -bias * d;
-        for (int i = 0; i < MHA_QG; i++) {
-            const int q = hi_at ? five_bits(b + nib_at, b + hi_at, i, o) : nibble(b + nib_at, i, o);
-            w[i * MHA_QP + o] = fmaf((float)q, d, m);
-        }
-    }
-}
+static void group_ints(int type, const unsigned char *b, int grp, int o, int q[MHA_QG]);
 
-void mha_dequant_q4_0_ref(const unsigned char *b, int grp, float *restrict w)
+void mha_q_dequant_factors_ref(int type, const unsigned char *b, int grp, int o, float d[2], float m[2])
 {
-    (void)grp;
-    dequant_32(b, 0, 8.0f, 0, MHA_Q4_0_NIB, w);
-}
-
-void mha_dequant_q4_1_ref(const unsigned char *b, int grp, float *restrict w)
-{
-    (void)grp;
-    dequant_32(b, MHA_Q4_1_M, 0.0f, 0, MHA_Q4_1_NIB, w);
-}
-
-void mha_dequant_q5_0_ref(const unsigned char *b, int grp, float *restrict w)
-{
-    (void)grp;
-    dequant_32(b, 0, 16.0f, MHA_Q5_0_HI, MHA_Q5_0_NIB, w);
-}
-
-void mha_dequant_q5_1_ref(const unsigned char *b, int grp, float *restrict w)
-{
-    (void)grp;
-    dequant_32(b, MHA_Q5_1_M, 0.0f, MHA_Q5_1_HI, MHA_Q5_1_NIB, w);
-}
-
-/* Q4_K and Q5_K (top bits at hi_at, or 0). */
-static void dequant_k(const unsigned char *b, int grp, int sc_at, int dmin_at, int hi_at, int nib_at,
-                      float *restrict w)
-{
-    for (int o = 0; o < MHA_QP; o++) {
+    const float f = f16_at(b + 2 * o);
+    d[0] = d[1] = f, m[0] = m[1] = 0.0f;
+    if (type == MHA_QT_Q4_0 || type == MHA_QT_Q5_0) /* an integer offset: −offset·d */
+        m[0] = m[1] = -(float)mha_q_offset(type) * f;
+    else if (type == MHA_QT_Q4_1 || type == MHA_QT_Q5_1) /* Q5_1's m at Q4_1's place */
+        m[0] = m[1] = f16_at(b + MHA_Q4_1_M + 2 * o);
+    else if (type == MHA_QT_Q4_K || type == MHA_QT_Q5_K) { /* Q5_K's scales at Q4_K's place */
         int sc, mn;
-        mha_q4k_scale_min(grp, b + sc_at + o, MHA_QP, &sc, &mn);
-        const float d = f16_at(b + 2 * o) * (float)sc, m = -(f16_at(b + dmin_at + 2 * o) * (float)mn);
-        for (int i = 0; i < MHA_QG; i++) {
-            const int at = grp * MHA_QG + i;
-            const int q = hi_at ? five_bits(b + nib_at, b + hi_at, at, o) : nibble(b + nib_at, at, o);
-            w[i * MHA_QP + o] = fmaf((float)q, d, m);
+        mha_q4k_scale_min(grp, b + MHA_Q4_K_SC + o, MHA_QP, &sc, &mn);
+        d[0] = d[1] = f * (float)sc, m[0] = m[1] = -(f16_at(b + MHA_Q4_K_DMIN + 2 * o) * (float)mn);
+    } else if (type == MHA_QT_Q6_K)
+        for (int h = 0; h < 2; h++) {
+            d[h] = f * (float)(signed char)b[MHA_Q6_K_SC + (2 * grp + h) * MHA_QP + o];
+            m[h] = -32.0f * d[h];
         }
+}
+
+/* Every type's dequant: w = fma(q, d, m) with its integers and factors. */
+static void dequant_ref(int type, const unsigned char *b, int grp, float *restrict w)
+{
+    for (int o = 0; o < MHA_QP; o++) {
+        int q[MHA_QG];
+        float d[2], m[2];
+        mha_q_dequant_factors_ref(type, b, grp, o, d, m);
+        group_ints(type, b, grp, o, q);
+        for (int i = 0; i < MHA_QG; i++)
+            w[i * MHA_QP + o] = fmaf((float)q[i], d[i / 16], m[i / 16]);
     }
 }
 
-void mha_dequant_q4_k_ref(const unsigned char *b, int grp, float *restrict w)
-{
-    dequant_k(b, grp, MHA_Q4_K_SC, MHA_Q4_K_DMIN, 0, MHA_Q4_K_NIB, w);
-}
-
-void mha_dequant_q5_k_ref(const unsigned char *b, int grp, float *restrict w)
-{
-    dequant_k(b, grp, MHA_Q5_K_SC, MHA_Q5_K_DMIN, MHA_Q5_K_HI, MHA_Q5_K_NIB, w);
-}
-
-void mha_dequant_q6_k_ref(const unsigned char *b, int grp, float *restrict w)
-{
-    for (int o = 0; o < MHA_QP; o++)
-        for (int i = 0; i < MHA_QG; i++) {
-            const int at = grp * MHA_QG + i, hi = b[MHA_Q6_K_HI + (at / 4) * MHA_QP + o] >> (2 * (at % 4)) & 3;
-            const float d = f16_at(b + 2 * o) * (float)(signed char)b[MHA_Q6_K_SC + (at / 16) * MHA_QP + o];
-            w[i * MHA_QP + o] = fmaf((float)(nibble(b + MHA_Q6_K_NIB, at, o) | hi << 4), d, -32.0f * d);
-        }
-}
+#define DEQUANT(name, index)                                                                                           \
+    static void dequant_##name##_ref(const unsigned char *b, int grp, float *restrict w)                              \
+    {                                                                                                                  \
+        dequant_ref(index, b, grp, w);                                                                                 \
+    }
+MHA_QTYPE_LIST(DEQUANT)
+#undef DEQUANT
 
 static void tile_ref(const float *restrict w, ptrdiff_t wps, int kc, int np, const float *a, ptrdiff_t lda, int rows,
                      float *restrict acc, ptrdiff_t ld)
@@ -212,7 +171,9 @@ const mha_qdot16_ops mha_qdot16_ref = {.name = "ref", .needs = "", .dot = {MHA_Q
 
 #define FEW(name, index) [index] = few_ref, /* one for every type */
 const mha_qkernels mha_qk_ref = {
-    .dequant = {MHA_QTYPE_LIST(MHA_REF_DEQUANT)},
+#define DEQUANT(name, index) [index] = dequant_##name##_ref,
+    .dequant = {MHA_QTYPE_LIST(DEQUANT)},
+#undef DEQUANT
     .tile = tile_ref,
     .few = {MHA_QTYPE_LIST(FEW)},
     .dot16 = {&mha_qdot16_ref, NULL},
