@@ -21,8 +21,8 @@ static float daz(mha_bf16 h)
 
 /* The exact value hi + lo (|lo| at most half an ulp of hi: a double sum and its error) as
  * BFDOT rounds it: NaN the default NaN, below FLT_MIN a zero of its sign, at 2^128 or above
- * infinity, else
- * truncated to float and, if that dropped anything, its last bit set (round to odd). */
+ * infinity, else truncated to float and, if that dropped anything, its last bit set (round to
+ * odd). */
 static float odd_round(double hi, double lo)
 {
     if (isnan(hi)) /* the instruction's default NaN (lo is NaN too where hi is infinite) */

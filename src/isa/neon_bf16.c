@@ -128,9 +128,21 @@ BF16_FN static inline __attribute__((always_inline)) float32x4_t bfdot_lane(floa
     return acc;
 }
 
+/* One k pair's row of B (pr) into R rows' accumulators by BFDOT, A's pair at lane h of x[r]. */
+BF16_FN static inline __attribute__((always_inline)) void pair_dot(const int R, float32x4_t c[4][4],
+                                                                   const uint16x8_t x[4], const mha_bf16 *pr,
+                                                                   const int h)
+{
+    for (int v = 0; v < 4; v++) {
+        const uint16x8_t w = vld1q_u16(pr + 8 * v);
+        for (int r = 0; r < R; r++)
+            c[r][v] = bfdot_lane(c[r][v], w, x[r], h);
+    }
+}
+
 /* The same on BFDOT: the 4 pairs of A's 8 elements a row, each by its lane. */
 BF16_FN static inline __attribute__((always_inline)) void rows_dot(const int R, int i0, int kt, const mha_bf16 *a,
-                                                                       const mha_bf16 *bp, float *acc, int col0, int pf)
+                                                                   const mha_bf16 *bp, float *acc, int col0, int pf)
 {
     float32x4_t c[4][4] = {{vdupq_n_f32(0.0f)}};
     for (int t = 0; t < kt; t++) {
@@ -141,20 +153,10 @@ BF16_FN static inline __attribute__((always_inline)) void rows_dot(const int R, 
             uint16x8_t x[4];
             for (int r = 0; r < R; r++)
                 x[r] = vld1q_u16(a + mha_bk_a_row(i0 + r, kt) + (size_t)t * MHA_BT_ELEMS + 2 * q0);
-#define DOT_PAIR(h)                                                                                                    \
-    do {                                                                                                               \
-        uint16x8_t w[4];                                                                                               \
-        for (int v = 0; v < 4; v++)                                                                                    \
-            w[v] = vld1q_u16(bt + 32 * (q0 + (h)) + 8 * v);                                                            \
-        for (int r = 0; r < R; r++)                                                                                    \
-            for (int v = 0; v < 4; v++)                                                                                \
-                c[r][v] = bfdot_lane(c[r][v], w[v], x[r], h);                                                          \
-    } while (0)
-            DOT_PAIR(0);
-            DOT_PAIR(1);
-            DOT_PAIR(2);
-            DOT_PAIR(3);
-#undef DOT_PAIR
+            pair_dot(R, c, x, bt + 32 * q0, 0); /* the lanes written out: constants */
+            pair_dot(R, c, x, bt + 32 * (q0 + 1), 1);
+            pair_dot(R, c, x, bt + 32 * (q0 + 2), 2);
+            pair_dot(R, c, x, bt + 32 * (q0 + 3), 3);
         }
     }
     store_rows(R, c, acc + (size_t)i0 * 32 + col0);
@@ -162,8 +164,8 @@ BF16_FN static inline __attribute__((always_inline)) void rows_dot(const int R, 
 
 /* Under FPCR.EBF clear: on a core with FEAT_EBF16 a caller's EBF 1 would fuse the pair's
  * products (other bits); without the feature the bit is RES0, written as it was. */
-BF16_FN static void block_dot(int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps, float *acc,
-                      int pf)
+BF16_FN static void block_dot(int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps,
+                              float *acc, int pf)
 {
     const uint64_t fpcr = fpcr_get(), ebf = 1u << 13;
     if (fpcr & ebf)
