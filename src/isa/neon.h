@@ -90,6 +90,19 @@ static inline __attribute__((always_inline)) float32x4_t bf16_load4(const uint16
     return vreinterpretq_f32_u32(vshll_n_u16(vcreate_u16(word), 16));
 }
 
+/* 4 floats to bf16 as mha_bf16_round: nearest even, a denormal a zero of its sign, NaN quiet. */
+static inline __attribute__((always_inline)) uint16x4_t bf16_round4(float32x4_t x)
+{
+    const uint32x4_t u = vreinterpretq_u32_f32(x), hi = vshrq_n_u32(u, 16);
+    const uint32x4_t even = vaddq_u32(vandq_u32(hi, vdupq_n_u32(1)), vdupq_n_u32(0x7fff));
+    uint32x4_t r = vshrq_n_u32(vaddq_u32(u, even), 16);
+    const uint32x4_t nan = vcgtq_u32(vandq_u32(u, vdupq_n_u32(0x7fffffffu)), vdupq_n_u32(0x7f800000u));
+    r = vbslq_u32(nan, vorrq_u32(hi, vdupq_n_u32(0x40)), r);
+    const uint32x4_t denormal = vceqq_u32(vandq_u32(u, vdupq_n_u32(0x7f800000u)), vdupq_n_u32(0));
+    r = vbslq_u32(denormal, vandq_u32(hi, vdupq_n_u32(0x8000)), r);
+    return vmovn_u32(r);
+}
+
 /* FPCR, read and written in asm (GCC's builtins for it are GCC's alone); the memory clobber keeps
  * the loads and stores of what runs under it on its side. */
 static inline __attribute__((always_inline)) uint64_t fpcr_get(void)
@@ -129,6 +142,11 @@ void mha_softmax_rows_neon(float *s, ptrdiff_t ld, int m, int n, float *mx, floa
 void mha_merge_row_neon(float *restrict z, float a, const float *restrict zc, float b, int n);
 void mha_scale_row_neon(float *z, const float *x, float s, int n);
 float mha_softmax_row_bf16_neon(float *restrict s, int n, int visible, const uint8_t *restrict mask, float *max_io);
+float mha_softmax_row_rounded_neon(float *restrict s, int n, int visible, const uint8_t *restrict mask, float *max_io);
+void mha_softmax_rows_rounded_neon(float *s, ptrdiff_t ld, int m, int n, float *mx, float *sum, ptrdiff_t st);
+float mha_softmax_row16_neon(float *restrict s, int n, int visible, const uint8_t *restrict mask, float *max_io,
+                             mha_bf16 *d);
+void mha_softmax_rows16_neon(float *s, ptrdiff_t ld, int m, int n, float *mx, float *sum, ptrdiff_t st, mha_bf16 *d);
 void mha_softcap_row_neon(float *s, int n, float cap);
 
 /* neon_bf16.c */

@@ -190,19 +190,6 @@ const mha_bkernel mha_bk_bfdot = {
 
 /* ---- rounding into bf16 and the products' epilogue (ref's bits) ---- */
 
-/* 4 floats to bf16 as mha_bf16_round: nearest even, a denormal a zero of its sign, NaN quiet. */
-static inline __attribute__((always_inline)) uint16x4_t bf16_round4(float32x4_t x)
-{
-    const uint32x4_t u = vreinterpretq_u32_f32(x), hi = vshrq_n_u32(u, 16);
-    const uint32x4_t even = vaddq_u32(vandq_u32(hi, vdupq_n_u32(1)), vdupq_n_u32(0x7fff));
-    uint32x4_t r = vshrq_n_u32(vaddq_u32(u, even), 16);
-    const uint32x4_t nan = vcgtq_u32(vandq_u32(u, vdupq_n_u32(0x7fffffffu)), vdupq_n_u32(0x7f800000u));
-    r = vbslq_u32(nan, vorrq_u32(hi, vdupq_n_u32(0x40)), r);
-    const uint32x4_t denormal = vceqq_u32(vandq_u32(u, vdupq_n_u32(0x7f800000u)), vdupq_n_u32(0));
-    r = vbslq_u32(denormal, vandq_u32(hi, vdupq_n_u32(0x8000)), r);
-    return vmovn_u32(r);
-}
-
 void mha_round_to_bf16_neon(const float *restrict x, int n, mha_bf16 *restrict d)
 {
     int i = 0;

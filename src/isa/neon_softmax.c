@@ -1,6 +1,7 @@
-/* neon_softmax.c — the neon table's softmax rows (float32 and the bf16 engines'), the merge
- * rule's row loops and the logit softcap: 4 lanes, eight exps step by step together, the exp of
- * exp_poly.h as the avx2 table computes it lane by lane (the same FMAs, so the same bits). */
+/* neon_softmax.c — the neon table's softmax rows (float32, the bf16 engines', rounded to bf16
+ * as floats or straight into bf16 A tiles), the merge rule's row loops and the logit softcap:
+ * 4 lanes, eight exps step by step together, the exp of exp_poly.h as the avx2 table computes
+ * it lane by lane (the same FMAs, so the same bits). */
 #include <arm_neon.h>
 #include <math.h>
 #include <string.h>
@@ -83,12 +84,40 @@ static inline __attribute__((always_inline)) float32x4_t load4(const float *s, c
     return load4_n(s + j, left);
 }
 
+/* Where the exp pass stores the entries: s as they are, s as the floats of their bf16
+ * roundings, or those bf16 in their places in a row of A tiles (then s is not written). */
+enum { EXP_FLOATS, EXP_ROUNDED, EXP_TILES };
+
+/* Entries j .. j + 3 (a vector within one k tile's row of 32) stored as `out` says; n of them. */
+static inline __attribute__((always_inline)) void store_exps(float *s, mha_bf16 *d, int j, int n, float32x4_t e,
+                                                             const int out)
+{
+    if (out == EXP_FLOATS) {
+        store4_n(s + j, n, e);
+        return;
+    }
+    const uint16x4_t h = bf16_round4(e);
+    if (out == EXP_ROUNDED) {
+        store4_n(s + j, n, vreinterpretq_f32_u32(vshll_n_u16(h, 16)));
+        return;
+    }
+    mha_bf16 *o = d + (size_t)(j / MHA_BT_K) * MHA_BT_ELEMS + j % MHA_BT_K;
+    if (n >= 4)
+        vst1_u16(o, h);
+    else {
+        mha_bf16 tmp[4];
+        vst1_u16(tmp, h);
+        memcpy(o, tmp, (size_t)n * sizeof *tmp);
+    }
+}
+
 /* Softmax pass 2's steps of STEP entries up to end (a multiple of STEP, all visible), the exps
- * step by step together (exp4_n): exp(s[j] − max), 0 where masked, stored. Returns their sum,
- * in lanes, added in order of j. Inlined with mask NULL or not: the unmasked loop tests
- * nothing. */
+ * step by step together (exp4_n): exp(s[j] − max), 0 where masked, stored as `out` says.
+ * Returns their sum, in lanes, added in order of j. Inlined with mask NULL or not: the
+ * unmasked loop tests nothing. */
 static inline __attribute__((always_inline)) float32x4_t exp_steps(float *s, const uint8_t *mask, int end,
-                                                                   float32x4_t vmx, const int bf16)
+                                                                   float32x4_t vmx, mha_bf16 *d, const int out,
+                                                                   const int bf16)
 {
     float32x4_t vsum = vdupq_n_f32(0.0f);
     for (int j0 = 0; j0 < end; j0 += STEP) {
@@ -99,7 +128,7 @@ static inline __attribute__((always_inline)) float32x4_t exp_steps(float *s, con
         for (int q = 0; q < STEP_VECS; q++) {
             if (mask)
                 e[q] = vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(e[q]), visible4(mask + j0 + 4 * q)));
-            vst1q_f32(s + j0 + 4 * q, e[q]);
+            store_exps(s, d, j0 + 4 * q, 4, e[q], out);
             vsum = vaddq_f32(vsum, e[q]);
         }
     }
@@ -136,64 +165,106 @@ static inline __attribute__((always_inline)) float row_max(const float *restrict
 }
 
 /* Pass 2: exp(s − mx) where visible, 0 elsewhere, and the sum in order of j: STEP entries a
- * step (exp_steps), then 4. bf16: the bf16 engines' exp. mx −∞: nothing visible, zeros, sum
- * 0. The sum's lanes end as avx2's 8 end, in pairs: (l0 + l2) + (l1 + l3). */
+ * step (exp_steps), then 4. The sum is of the entries unrounded whatever `out` stores
+ * (EXP_ROUNDED: softmax_row_rounded; EXP_TILES: softmax_row16, zeros in d past visible up to
+ * n rounded to the k tile); bf16: the bf16 engines' exp (every `out` but EXP_FLOATS;
+ * softmax_row_bf16 for that one). mx −∞: nothing visible, zeros, sum 0. The sum's lanes end as
+ * avx2's 8 end, in pairs: (l0 + l2) + (l1 + l3). */
 static inline __attribute__((always_inline)) float exp_pass(float *restrict s, int n, int visible,
-                                                            const uint8_t *restrict mask, float mx, const int bf16)
+                                                            const uint8_t *restrict mask, float mx, mha_bf16 *d,
+                                                            const int out, const int bf16)
 {
+    const int kp = (int)mha_bk_kp(n);
     if (mx == -INFINITY) {
-        memset(s, 0, (size_t)n * sizeof *s);
+        if (out == EXP_TILES)
+            for (int t = 0; t < kp; t += MHA_BT_K)
+                memset(d + (size_t)(t / MHA_BT_K) * MHA_BT_ELEMS, 0, MHA_BT_K * sizeof *d);
+        else
+            memset(s, 0, (size_t)n * sizeof *s);
         return 0.0f;
     }
     const float32x4_t vmx = vdupq_n_f32(mx);
     const int j0 = visible / STEP * STEP;
     uint32x4_t vis;
-    float32x4_t vsum = mask ? exp_steps(s, mask, j0, vmx, bf16) : exp_steps(s, NULL, j0, vmx, bf16);
+    float32x4_t vsum = mask ? exp_steps(s, mask, j0, vmx, d, out, bf16) : exp_steps(s, NULL, j0, vmx, d, out, bf16);
     for (int j = j0; j < visible; j += 4) {
         const float32x4_t x = load4(s, mask, j, visible, &vis);
         float32x4_t e = vsubq_f32(x, vmx);
         exp4_n(&e, 1, 0, bf16);
         e = vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(e), vis));
-        store4_n(s + j, visible - j, e);
+        store_exps(s, d, j, visible - j, e, out);
         vsum = vaddq_f32(vsum, e);
     }
-    for (int j = visible; j < n; j++)
-        s[j] = 0.0f;
+    if (out == EXP_TILES)
+        for (int j = visible; j < kp; j++)
+            d[(size_t)(j / MHA_BT_K) * MHA_BT_ELEMS + j % MHA_BT_K] = 0;
+    else
+        for (int j = visible; j < n; j++)
+            s[j] = 0.0f;
     return (vgetq_lane_f32(vsum, 0) + vgetq_lane_f32(vsum, 2)) + (vgetq_lane_f32(vsum, 1) + vgetq_lane_f32(vsum, 3));
 }
 
 static inline __attribute__((always_inline)) float softmax_row_as(float *restrict s, int n, int visible,
                                                                   const uint8_t *restrict mask, float *max_io,
-                                                                  const int bf16)
+                                                                  mha_bf16 *d, const int out, const int bf16)
 {
     *max_io = row_max(s, visible, mask, *max_io);
-    return exp_pass(s, n, visible, mask, *max_io, bf16);
+    return exp_pass(s, n, visible, mask, *max_io, d, out, bf16);
 }
 
 float mha_softmax_row_neon(float *restrict s, int n, int visible, const uint8_t *restrict mask, float *max_io)
 {
-    return softmax_row_as(s, n, visible, mask, max_io, 0);
+    return softmax_row_as(s, n, visible, mask, max_io, NULL, EXP_FLOATS, 0);
 }
 
 float mha_softmax_row_bf16_neon(float *restrict s, int n, int visible, const uint8_t *restrict mask, float *max_io)
 {
-    return softmax_row_as(s, n, visible, mask, max_io, 1);
+    return softmax_row_as(s, n, visible, mask, max_io, NULL, EXP_FLOATS, 1);
 }
 
-/* mha_rows_walk's bodies: a whole row's max, and its exps. */
+float mha_softmax_row_rounded_neon(float *restrict s, int n, int visible, const uint8_t *restrict mask, float *max_io)
+{
+    return softmax_row_as(s, n, visible, mask, max_io, NULL, EXP_ROUNDED, 1);
+}
+
+float mha_softmax_row16_neon(float *restrict s, int n, int visible, const uint8_t *restrict mask, float *max_io,
+                             mha_bf16 *d)
+{
+    return softmax_row_as(s, n, visible, mask, max_io, d, EXP_TILES, 1);
+}
+
+/* mha_rows_walk's bodies: a whole row's max, and its exps as each table entry stores them
+ * (floats; floats of their bf16 roundings; bf16 into the A panels at d). */
 static inline __attribute__((always_inline)) float whole_row_max(const float *s, int n)
 {
     return row_max(s, n, NULL, -INFINITY);
 }
 static inline __attribute__((always_inline)) float exps_floats(float *s, int n, float mx, mha_bf16 *d)
 {
-    (void)d; /* floats */
-    return exp_pass(s, n, n, NULL, mx, 0);
+    return exp_pass(s, n, n, NULL, mx, d, EXP_FLOATS, 0);
+}
+static inline __attribute__((always_inline)) float exps_rounded(float *s, int n, float mx, mha_bf16 *d)
+{
+    return exp_pass(s, n, n, NULL, mx, d, EXP_ROUNDED, 1);
+}
+static inline __attribute__((always_inline)) float exps_tiles(float *s, int n, float mx, mha_bf16 *d)
+{
+    return exp_pass(s, n, n, NULL, mx, d, EXP_TILES, 1);
 }
 
 void mha_softmax_rows_neon(float *s, ptrdiff_t ld, int m, int n, float *mx, float *sum, ptrdiff_t st)
 {
     mha_rows_walk(s, ld, m, n, mx, sum, st, NULL, whole_row_max, exps_floats);
+}
+
+void mha_softmax_rows_rounded_neon(float *s, ptrdiff_t ld, int m, int n, float *mx, float *sum, ptrdiff_t st)
+{
+    mha_rows_walk(s, ld, m, n, mx, sum, st, NULL, whole_row_max, exps_rounded);
+}
+
+void mha_softmax_rows16_neon(float *s, ptrdiff_t ld, int m, int n, float *mx, float *sum, ptrdiff_t st, mha_bf16 *d)
+{
+    mha_rows_walk(s, ld, m, n, mx, sum, st, d, whole_row_max, exps_tiles);
 }
 
 /* ---- the merge rule: each product and the sum rounded once, as ref ---- */
