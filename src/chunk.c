@@ -191,7 +191,7 @@ static void chunk_rows16(const mha_fwd *f, const mha_chunk_rows *r, const mha_kv
     const int m = r->m, dv = f->dv;
     const mha_rows_ahead va = {(const char *)(kv->vr16 + (size_t)b0 * dv), (size_t)dv * sizeof(mha_bf16),
                                (size_t)dv * sizeof(mha_bf16)};
-    const mha_score_rows rows_q = {r->q.p, m, f->dk, f->scale, sc, (size_t)ld};
+    const mha_score_rows rows_q = {r->q.p, m, f->dk, f->scale, sc, (size_t)ld, f->kernel->beta_fused};
     isa->rows_scores16(&rows_q, &(mha_key_rows){kv->kr + (ptrdiff_t)b0 * kv->krl, kv->krl, n, &va}, f->bk->order);
     for (int i = 0; i < m; i++) {
         sum[i * st] = block_row(f, r, r->first + i, c0, n, sc + i * ld, NULL, &mx[i * st], NULL, 1, NULL);
@@ -263,14 +263,14 @@ void mha_attention_chunk_f32(const mha_fwd *f, const mha_scratch *s, const mha_c
     if (kv->kr) { /* K's rows in place, the same sums (r->q rows dk apart); V's rows brought in meanwhile */
         const mha_rows_ahead va = {(const char *)(kv->vp + (size_t)b0 * dv), (size_t)dv * sizeof(float),
                                    (size_t)dv * sizeof(float)};
-        const mha_score_rows rows = {r->q.p, m, dk, f->scale, sc, (size_t)ld};
+        const mha_score_rows rows = {r->q.p, m, dk, f->scale, sc, (size_t)ld, k->beta_fused};
         k->isa->rows_scores(&rows, &(mha_key_rows){kv->kr + (ptrdiff_t)b0 * kv->krl, kv->krl, n, kv->vp ? &va : NULL});
     } else if (kv->ktp) { /* the decode tiles on plain queries (r->q rows dk apart): a panel a run */
         const void *kt[MHA_KV_CHUNK / MHA_TILE_KEYS];
         int len[MHA_KV_CHUNK / MHA_TILE_KEYS], runs = 0;
         for (int j = 0; j < n; j += MHA_TILE_KEYS, runs++) /* b0 starts a panel */
             kt[runs] = kv->ktp + (size_t)(b0 + j) * dk, len[runs] = n - j < MHA_TILE_KEYS ? n - j : MHA_TILE_KEYS;
-        const mha_score_rows rows = {r->q.p, m, dk, f->scale, sc, (size_t)ld};
+        const mha_score_rows rows = {r->q.p, m, dk, f->scale, sc, (size_t)ld, k->beta_fused};
         const mha_key_runs keys = {.runs = runs, .ld = MHA_TILE_KEYS, .n = len, .kt = kt};
         k->isa->decode_scores[MHA_KV_F32](&rows, 0, dk, &keys);
     } else

@@ -30,6 +30,7 @@ typedef struct arch_req {
     const char *name;
     void (*init)(cntx_t *);
     const char *features[6]; /* what the CPU must support; NULL-terminated */
+    int beta_fused;          /* mha_kernel.beta_fused */
 } arch_req;
 
 #if defined(__x86_64__)
@@ -44,14 +45,14 @@ void bli_cntx_init_penryn(cntx_t *cntx);
 void bli_cntx_init_generic(cntx_t *cntx);
 
 static const arch_req arch_table[] = {
-    {"skx", bli_cntx_init_skx, {"avx512f", "avx512dq", "avx512bw", "avx512vl", "fma", NULL}},
-    {"zen3", bli_cntx_init_zen3, {"avx2", "fma", NULL}},
-    {"zen2", bli_cntx_init_zen2, {"avx2", "fma", NULL}},
-    {"zen", bli_cntx_init_zen, {"avx2", "fma", NULL}},
-    {"haswell", bli_cntx_init_haswell, {"avx2", "fma", NULL}},
-    {"sandybridge", bli_cntx_init_sandybridge, {"avx", NULL}},
-    {"penryn", bli_cntx_init_penryn, {"ssse3", NULL}},
-    {"generic", bli_cntx_init_generic, {NULL}},
+    {"skx", bli_cntx_init_skx, {"avx512f", "avx512dq", "avx512bw", "avx512vl", "fma", NULL}, 0},
+    {"zen3", bli_cntx_init_zen3, {"avx2", "fma", NULL}, 0},
+    {"zen2", bli_cntx_init_zen2, {"avx2", "fma", NULL}, 0},
+    {"zen", bli_cntx_init_zen, {"avx2", "fma", NULL}, 0},
+    {"haswell", bli_cntx_init_haswell, {"avx2", "fma", NULL}, 0},
+    {"sandybridge", bli_cntx_init_sandybridge, {"avx", NULL}, 0},
+    {"penryn", bli_cntx_init_penryn, {"ssse3", NULL}, 0},
+    {"generic", bli_cntx_init_generic, {NULL}, 0},
 };
 #else
 /* Debian's arm64 libblis.a is built for one sub-config, cortexa57: ARMv8-A's NEON kernels (8 × 12,
@@ -61,8 +62,8 @@ void bli_cntx_init_cortexa57(cntx_t *cntx);
 void bli_cntx_init_cortexa57_ref(cntx_t *cntx);
 
 static const arch_req arch_table[] = {
-    {"cortexa57", bli_cntx_init_cortexa57, {"asimd", NULL}},
-    {"generic", bli_cntx_init_cortexa57_ref, {NULL}},
+    {"cortexa57", bli_cntx_init_cortexa57, {"asimd", NULL}, 1}, /* FMLA with beta 1 on a whole tile */
+    {"generic", bli_cntx_init_cortexa57_ref, {NULL}, 0},
 };
 #endif
 
@@ -102,6 +103,7 @@ mha_status mha_kernel_select(const char *request, const mha_isa *isa, mha_kernel
         memset(cx, 0, sizeof *cx);
         a->init(cx);
         k->arch = a->name;
+        k->beta_fused = a->beta_fused;
         k->ukr = (void *)bli_cntx_get_l3_nat_ukr_dt(BLIS_FLOAT, BLIS_GEMM_UKR, cx);
         k->transposed = bli_cntx_l3_nat_ukr_prefers_cols_dt(BLIS_FLOAT, BLIS_GEMM_UKR, cx);
         int mr = (int)bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_MR, cx);

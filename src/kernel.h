@@ -21,6 +21,8 @@ typedef struct mha_kernel {
     int transposed;    /* the microkernel prefers column-stored C: it computes Cᵀ tiles */
     int bw, aw;        /* panel widths: B panels of bw columns, A panels of aw rows */
     int kc;            /* k per pass (BLIS's KC) */
+    int beta_fused;    /* a whole tile's beta 1 pass (k past KC) ends C + alpha·sum in one rounding
+                        * (cortexa57), where every other sub-config rounds alpha·sum first */
     int mb, nb;        /* rows of A packed per pass; columns of B per cache block */
     const struct mha_isa *isa; /* the kernel table every other ISA-specific operation comes from */
     const struct mha_qdot16_ops *qdot16; /* the table's integer products this CPU runs (qkernels.h) */

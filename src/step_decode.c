@@ -157,13 +157,13 @@ static void chunk_scores(const mha_step_job *j, int seq, int i0, int i1, const f
         const float *qh = qv + (size_t)(jh * n_new + i0) * dk;
         float *sh = sc + (size_t)(jh * n_new + i0) * MHA_KV_CHUNK;
         if (bf16)
-            isa->decode_scores16(&(mha_score_rows){qh, nq, dk, f->scale, sh, MHA_KV_CHUNK},
+            isa->decode_scores16(&(mha_score_rows){qh, nq, dk, f->scale, sh, MHA_KV_CHUNK, f->kernel->beta_fused},
                                  &(mha_key_runs){.runs = src->runs, .ld = ld, .n = src->n, .kt = kt, .vr = src->v},
                                  f->bk->order);
         else
             for (int c0 = 0; c0 < dk; c0 += kc) {
                 const int c1 = c0 + kc < dk ? c0 + kc : dk;
-                const mha_score_rows rows = {qh, nq, dk, f->scale, sh, MHA_KV_CHUNK};
+                const mha_score_rows rows = {qh, nq, dk, f->scale, sh, MHA_KV_CHUNK, f->kernel->beta_fused};
                 const mha_key_runs keys = {.runs = src->runs, .ld = ld, .n = src->n, .kt = kt, .vr = c0 ? NULL : vr,
                                            .kp = kp};
                 isa->decode_scores[type](&rows, c0, c1, &keys);

@@ -29,6 +29,10 @@ void config_init(mha_config *cfg)
     if (!isa)
         cr_skip_test("isa %s: %s", test_isa(), why);
     snprintf(cfg->isa, sizeof cfg->isa, "%s", test_isa());
+    /* MHA_TEST_BLIS_ARCH: engines on that BLIS sub-config (a table's second one: its own sums) */
+    const char *arch = getenv("MHA_TEST_BLIS_ARCH");
+    if (arch)
+        snprintf(cfg->blis_arch, sizeof cfg->blis_arch, "%s", arch);
     /* MHA_TEST_BF16_KERNEL: bf16 engines on that kernel of the table, not its auto one */
     const char *bk = getenv("MHA_TEST_BF16_KERNEL");
     if (bk) {

@@ -662,7 +662,7 @@ static void decode_tiles_check(const mha_isa *isa, mha_bk_order order, rng *rp)
                 const void *vr[RUNS];
                 for (int ri = 0; ri < RUNS; ri++)
                     vr[ri] = v + (size_t)ri * vblk;
-                isa->decode_scores16(&(mha_score_rows){q, nq, dk, scale, sc, SC_LD},
+                isa->decode_scores16(&(mha_score_rows){q, nq, dk, scale, sc, SC_LD, 0},
                                      &(mha_key_runs){.runs = RUNS, .ld = BS, .n = n, .kt = ktr, .vr = vr}, order);
                 model_product(order, nq, slots, dk, scale, q, kf, want);
                 for (int qi = 0; qi < nq; qi++) {
@@ -757,7 +757,8 @@ TABLE_TEST(bgemm, int8_decode_tiles_equal_the_read_back_chunk, .timeout = 60)
                     k8r[ri] = k8 + ri * blk, kfr[ri] = kf + ri * blk, kpr[ri] = kh + ri * groups * 2 * dk;
                     v8r[ri] = v8 + ri * blk, vfr[ri] = vf + ri * blk;
                 }
-                const mha_score_rows got_rows = {q, nq, dk, 0.125f, sc, SC_LD}, want_rows = {q, nq, dk, 0.125f, want, SC_LD};
+                const mha_score_rows got_rows = {q, nq, dk, 0.125f, sc, SC_LD, 0},
+                                     want_rows = {q, nq, dk, 0.125f, want, SC_LD, 0};
                 const mha_key_runs k8runs = {.runs = RUNS, .ld = BS, .n = n, .kt = k8r, .vr = v8r, .kp = kpr};
                 const mha_key_runs kfruns = {.runs = RUNS, .ld = BS, .n = n, .kt = kfr, .vr = vfr};
                 isa->decode_scores[MHA_KV_INT8](&got_rows, 0, dk, &k8runs);
@@ -784,6 +785,48 @@ TABLE_TEST(bgemm, int8_decode_tiles_equal_the_read_back_chunk, .timeout = 60)
                 free(k8), free(v8), free(kp), free(kh), free(kf), free(vf), free(q), free(e), free(sc), free(want), free(p),
                     free(zwant);
             }
+}
+
+/* A decode score pass after the first ends as the engine's sub-config ends a beta 1 pass
+ * (mha_score_rows.beta_fused): the pass's sums times scale plus the scores so far, rounded once
+ * where fused (cortexa57's FMLA), the product rounded first where not (every other sub-config).
+ * Every table, float32 and int8 keys: the second pass's sums alone (scale 1 onto zeros: exact
+ * either way) give the expected ends of the two-pass scores. */
+TABLE_TEST(bgemm, decode_score_passes_end_as_the_sub_config_ends_them, .timeout = 30)
+{
+    enum { N = 19, DK = 40, C = 24, NQ = 3 };
+    rng r = {777};
+    float q[NQ * DK], kt[DK * N], one[NQ * N], sums[NQ * N], got[NQ * N];
+    int8_t k8[DK * N];
+    mha_f16 kp[2 * DK * 2]; /* two groups' scales and zero points */
+    fill_uniform(q, NQ * DK, -1.0f, 1.0f, &r);
+    fill_uniform(kt, DK * N, -1.0f, 1.0f, &r);
+    for (int i = 0; i < DK * N; i++)
+        k8[i] = (int8_t)(rng_next(&r) % 255 - 127);
+    for (int i = 0; i < 2 * DK * 2; i++)
+        kp[i] = mha_f16_round(i % (2 * DK) < DK ? rng_uniform(&r, 0.001f, 0.05f) : rng_uniform(&r, -0.5f, 0.5f));
+    const float scale = 0.37f;
+    for (mha_kv_type type = MHA_KV_F32; type <= MHA_KV_INT8; type += MHA_KV_INT8 - MHA_KV_F32)
+        for (int fused = 0; fused <= 1; fused++) {
+            const void *ktr[2] = {type == MHA_KV_INT8 ? (const void *)k8 : (const void *)kt,
+                                  type == MHA_KV_INT8 ? (const void *)(k8 + MHA_KV_GROUP)
+                                                      : (const void *)(kt + MHA_KV_GROUP)};
+            const mha_f16 *kpr[2] = {kp, kp + 2 * DK};
+            const int len[2] = {MHA_KV_GROUP, N - MHA_KV_GROUP};
+            const mha_key_runs keys = {.runs = 2, .ld = N, .n = len, .kt = ktr, .kp = type == MHA_KV_INT8 ? kpr : NULL};
+            const mha_score_rows first = {q, NQ, DK, scale, one, N, fused}, rows = {q, NQ, DK, scale, got, N, fused};
+            isa->decode_scores[type](&first, 0, C, &keys);
+            memset(sums, 0, sizeof sums);
+            isa->decode_scores[type](&(mha_score_rows){q, NQ, DK, 1.0f, sums, N, fused}, C, DK, &keys);
+            memcpy(got, one, sizeof got);
+            isa->decode_scores[type](&rows, C, DK, &keys);
+            float want[NQ * N];
+            for (int i = 0; i < NQ * N; i++)
+                want[i] = fused ? fmaf(sums[i], scale, one[i]) : sums[i] * scale + one[i];
+            const long at = first_bit_difference(got, want, NQ * N), i = at < 0 ? 0 : at;
+            cr_assert_eq(at, -1, "%s, %s keys, beta_fused %d, score %ld: %a, want %a (first pass %a, second's sum %a)",
+                         isa->name, type == MHA_KV_INT8 ? "int8" : "float32", fused, at, got[i], want[i], one[i], sums[i]);
+        }
 }
 
 /* rows_scores (K's rows read in place: the core's few queries) gives decode_scores' bits on
@@ -813,11 +856,11 @@ TABLE_TEST(bgemm, rows_scores_equal_the_decode_tiles, .timeout = 60)
                         kt[(size_t)c * n + t] = k[(size_t)t * ld + c];
                 const void *ktr[1] = {kt};
                 const int len[1] = {n};
-                const mha_score_rows want_rows = {q, nq, dk, 0.3f, want, N};
+                const mha_score_rows want_rows = {q, nq, dk, 0.3f, want, N, 0};
                 const mha_key_runs keys = {.runs = 1, .ld = n, .n = len, .kt = ktr};
                 isa->decode_scores[MHA_KV_F32](&want_rows, 0, dk, &keys);
                 const mha_rows_ahead v = {(const char *)kt, (size_t)dk * sizeof *kt, (size_t)dk * sizeof *kt}; /* a hint */
-                isa->rows_scores(&(mha_score_rows){q, nq, dk, 0.3f, sc, N}, &(mha_key_rows){k, ld, n, &v});
+                isa->rows_scores(&(mha_score_rows){q, nq, dk, 0.3f, sc, N, 0}, &(mha_key_rows){k, ld, n, &v});
                 for (int qi = 0; qi < nq; qi++) {
                     const long at = first_bit_difference(sc + (size_t)qi * N, want + (size_t)qi * N, (size_t)n);
                     cr_assert_eq(at, -1, "%s, dk %d, %d queries, %d keys: score (%d, %ld) %a, decode tiles %a", isa->name,

@@ -62,8 +62,8 @@ static inline __attribute__((always_inline, target(AVX2))) __m256 load_elems(con
  * row is tested in the loop (the accumulators stay in registers). */
 static inline __attribute__((always_inline, target(AVX2))) void
 scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, const int full, const float *restrict q,
-            int nb, int dk, int c0, int c1, const mha_slot_vec *v, int nv, const mha_slot_vec *pf, int npf, int ld,
-            float scale, float *restrict sc, size_t sc_ld)
+            int nb, int dk, int c0, int c1, int fused, const mha_slot_vec *v, int nv, const mha_slot_vec *pf, int npf,
+            int ld, float scale, float *restrict sc, size_t sc_ld)
 {
     if (full)
         nb = R, nv = V;
@@ -107,32 +107,33 @@ scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
                 continue;
             float *y = sc + (size_t)r * sc_ld + v[j].out;
             __m256 x = _mm256_mul_ps(acc[r * V + j], _mm256_set1_ps(scale));
-            if (c0 > 0)
-                x = _mm256_add_ps(x, load8_n(y, v[j].lanes));
+            if (c0 > 0) /* the sub-config's beta 1: scale·sum rounded first, or in one rounding */
+                x = fused ? _mm256_fmadd_ps(acc[r * V + j], _mm256_set1_ps(scale), load8_n(y, v[j].lanes))
+                          : _mm256_add_ps(x, load8_n(y, v[j].lanes));
             store8_n(y, v[j].lanes, x);
         }
 }
 
 /* R queries × V slot vectors over the vector list, each tile prefetching the next where ahead. */
 static inline __attribute__((always_inline, target(AVX2))) void
-scores_tiles(const mha_kv_type type, const int scaled, const int R, const int V, const float *restrict q, int nb, int dk,
-             int c0, int c1, const mha_slot_vec *v, int nv, int ld, float scale, float *restrict sc, size_t sc_ld,
-             int ahead)
+scores_tiles(const mha_kv_type type, const int scaled, const int R, const int V, const float *restrict q, int nb,
+             int dk, int c0, int c1, int fused, const mha_slot_vec *v, int nv, int ld, float scale, float *restrict sc,
+             size_t sc_ld, int ahead)
 {
     ahead = ahead && mha_scores_fit_l1(c1 - c0, V, 8 * mha_kv_elem_size(type));
     if (type != MHA_KV_F32 && ahead) /* the first tile's Kᵀ: nothing prefetched it */
         for (int j = 0; j < V && j < nv; j++)
             for (size_t off = 0; off < (size_t)(c1 - c0) * ld * mha_kv_elem_size(type); off += 64)
                 _mm_prefetch(v[j].kt + (size_t)c0 * ld * mha_kv_elem_size(type) + off, _MM_HINT_T0);
-    mha_scores_walk(type, scaled, R, V, 8, q, nb, dk, c0, c1, v, nv, ld, scale, sc, sc_ld, ahead, scores_tile);
+    mha_scores_walk(type, scaled, R, V, 8, q, nb, dk, c0, c1, fused, v, nv, ld, scale, sc, sc_ld, ahead, scores_tile);
 }
 
 /* Slot vectors of 8 from every block of the chunk: 1 query × 8 vectors, 2 × 4, up to 4 × 2,
  * more 8 × 1 at a time (8 independent chains). */
 static inline __attribute__((always_inline, target(AVX2))) void
-scores(const mha_kv_type type, const int scaled, const float *restrict q, int nq, int dk, int c0, int c1, int runs,
-       const void *const *kt, const void *const *vr, const mha_f16 *const *kp, const int *n, int ld, float scale,
-       float *restrict sc, size_t sc_ld)
+scores(const mha_kv_type type, const int scaled, const float *restrict q, int nq, int dk, int c0, int c1, int fused,
+       int runs, const void *const *kt, const void *const *vr, const mha_f16 *const *kp, const int *n, int ld,
+       float scale, float *restrict sc, size_t sc_ld)
 {
     mha_slot_vec v[MHA_KV_CHUNK];
     const int nv = mha_slot_vecs(runs, kt, vr, (size_t)dk * mha_kv_elem_size(type), kp, dk, n, 8, mha_kv_elem_size(type), v);
@@ -141,13 +142,13 @@ scores(const mha_kv_type type, const int scaled, const float *restrict q, int nq
         const float *qq = q + (size_t)q0 * dk;
         float *sq = sc + (size_t)q0 * sc_ld;
         if (nb == 1)
-            scores_tiles(type, scaled, 1, 8, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld, q0 == 0);
+            scores_tiles(type, scaled, 1, 8, qq, nb, dk, c0, c1, fused, v, nv, ld, scale, sq, sc_ld, q0 == 0);
         else if (nb == 2)
-            scores_tiles(type, scaled, 2, 4, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld, q0 == 0);
+            scores_tiles(type, scaled, 2, 4, qq, nb, dk, c0, c1, fused, v, nv, ld, scale, sq, sc_ld, q0 == 0);
         else if (nb <= 4)
-            scores_tiles(type, scaled, 4, 2, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld, q0 == 0);
+            scores_tiles(type, scaled, 4, 2, qq, nb, dk, c0, c1, fused, v, nv, ld, scale, sq, sc_ld, q0 == 0);
         else
-            scores_tiles(type, scaled, 8, 1, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld, q0 == 0);
+            scores_tiles(type, scaled, 8, 1, qq, nb, dk, c0, c1, fused, v, nv, ld, scale, sq, sc_ld, q0 == 0);
     }
 }
 
@@ -236,15 +237,15 @@ __attribute__((target(AVX2))) void mha_rows_scores16_avx2(const mha_score_rows *
 __attribute__((target(AVX2))) void mha_decode_scores_avx2(const mha_score_rows *s, int c0, int c1,
                                                           const mha_key_runs *k)
 {
-    scores(MHA_KV_F32, 0, s->q, s->nq, s->dk, c0, c1, k->runs, k->kt, k->vr, NULL, k->n, k->ld, s->scale, s->sc,
-           s->sc_ld);
+    scores(MHA_KV_F32, 0, s->q, s->nq, s->dk, c0, c1, s->beta_fused, k->runs, k->kt, k->vr, NULL, k->n, k->ld, s->scale,
+           s->sc, s->sc_ld);
 }
 
 __attribute__((target(AVX2))) void mha_decode_scores8_avx2(const mha_score_rows *s, int c0, int c1,
                                                            const mha_key_runs *k)
 {
-    scores(MHA_KV_INT8, 1, s->q, s->nq, s->dk, c0, c1, k->runs, k->kt, k->vr, k->kp, k->n, k->ld, s->scale, s->sc,
-           s->sc_ld);
+    scores(MHA_KV_INT8, 1, s->q, s->nq, s->dk, c0, c1, s->beta_fused, k->runs, k->kt, k->vr, k->kp, k->n, k->ld,
+           s->scale, s->sc, s->sc_ld);
 }
 
 /* The sums under FTZ, as the bf16 kernels run (scale 1: a sum times one is itself), then
@@ -255,7 +256,7 @@ __attribute__((target(AVX2))) void mha_decode_scores16_avx2(const mha_score_rows
     (void)order; /* even first only */
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | DAZ_FTZ);
-    scores(MHA_KV_BF16, 0, s->q, s->nq, s->dk, 0, s->dk, k->runs, k->kt, k->vr, NULL, k->n, k->ld, 1.0f, s->sc,
+    scores(MHA_KV_BF16, 0, s->q, s->nq, s->dk, 0, s->dk, 0, k->runs, k->kt, k->vr, NULL, k->n, k->ld, 1.0f, s->sc,
            s->sc_ld);
     _mm_setcsr(csr);
     mha_scores16_finish(s->sc, s->sc_ld, s->nq, k->runs, k->n, s->dk, s->scale);

@@ -94,7 +94,7 @@ score_features(const mha_kv_type type, const int scaled, const int R, const int 
  * loop, so the accumulators stay in registers). */
 static inline __attribute__((always_inline, target(AVX512))) void
 scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, const int full,
-            const float *restrict q, int nb, int dk, int c0, int c1, const mha_slot_vec *v, int nv,
+            const float *restrict q, int nb, int dk, int c0, int c1, int fused, const mha_slot_vec *v, int nv,
             const mha_slot_vec *pf, int npf, int ld, float scale, float *restrict sc, size_t sc_ld)
 {
     if (full)
@@ -144,8 +144,9 @@ scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
                 continue;
             float *y = sc + (size_t)r * sc_ld + v[j].out;
             __m512 x = _mm512_mul_ps(acc[r * V + j], _mm512_set1_ps(scale));
-            if (c0 > 0)
-                x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m[j], y));
+            if (c0 > 0) /* the sub-config's beta 1: scale·sum rounded first, or in one rounding */
+                x = fused ? _mm512_fmadd_ps(acc[r * V + j], _mm512_set1_ps(scale), _mm512_maskz_loadu_ps(m[j], y))
+                          : _mm512_add_ps(x, _mm512_maskz_loadu_ps(m[j], y));
             _mm512_mask_storeu_ps(y, m[j], x);
         }
 }
@@ -153,11 +154,11 @@ scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
 /* R queries × V slot vectors over the vector list, each tile prefetching the next where ahead. */
 static inline __attribute__((always_inline, target(AVX512))) void
 scores_tiles(const mha_kv_type type, const int scaled, const int R, const int V, const float *restrict q, int nb,
-             int dk, int c0, int c1, const mha_slot_vec *v, int nv, int ld, float scale, float *restrict sc,
+             int dk, int c0, int c1, int fused, const mha_slot_vec *v, int nv, int ld, float scale, float *restrict sc,
              size_t sc_ld, int ahead)
 {
     ahead = ahead && mha_scores_fit_l1(c1 - c0, V, 16 * mha_kv_elem_size(type));
-    mha_scores_walk(type, scaled, R, V, 16, q, nb, dk, c0, c1, v, nv, ld, scale, sc, sc_ld, ahead, scores_tile);
+    mha_scores_walk(type, scaled, R, V, 16, q, nb, dk, c0, c1, fused, v, nv, ld, scale, sc, sc_ld, ahead, scores_tile);
 }
 
 /* Slot vectors of 16 from the chunk's blocks: 1 or 2 queries × 4 vectors, up to 4 × 2, more
@@ -167,9 +168,9 @@ scores_tiles(const mha_kv_type type, const int scaled, const int R, const int V,
  * same: its rows are 16 bytes, a quarter of a float32 cache's, and each K vector made from its
  * scale and zero point (two operations a feature) serves 4 queries, not 2. */
 static inline __attribute__((always_inline, target(AVX512))) void
-scores(const mha_kv_type type, const int scaled, const float *restrict q, int nq, int dk, int c0, int c1, int runs,
-       const void *const *kt, const void *const *vr, const mha_f16 *const *kp, const int *n, int ld, float scale,
-       float *restrict sc, size_t sc_ld)
+scores(const mha_kv_type type, const int scaled, const float *restrict q, int nq, int dk, int c0, int c1, int fused,
+       int runs, const void *const *kt, const void *const *vr, const mha_f16 *const *kp, const int *n, int ld,
+       float scale, float *restrict sc, size_t sc_ld)
 {
     mha_slot_vec v[MHA_KV_CHUNK];
     const size_t esz = mha_kv_elem_size(type);
@@ -179,28 +180,28 @@ scores(const mha_kv_type type, const int scaled, const float *restrict q, int nq
         const float *qq = q + (size_t)q0 * dk;
         float *sq = sc + (size_t)q0 * sc_ld;
         if (nb <= 2)
-            scores_tiles(type, scaled, 2, 4, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld, q0 == 0);
+            scores_tiles(type, scaled, 2, 4, qq, nb, dk, c0, c1, fused, v, nv, ld, scale, sq, sc_ld, q0 == 0);
         else if (nb <= 4 && scaled)
-            scores_tiles(type, scaled, 4, 4, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld, q0 == 0);
+            scores_tiles(type, scaled, 4, 4, qq, nb, dk, c0, c1, fused, v, nv, ld, scale, sq, sc_ld, q0 == 0);
         else if (nb <= 4)
-            scores_tiles(type, scaled, 4, 2, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld, q0 == 0);
+            scores_tiles(type, scaled, 4, 2, qq, nb, dk, c0, c1, fused, v, nv, ld, scale, sq, sc_ld, q0 == 0);
         else
-            scores_tiles(type, scaled, 8, 2, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld, q0 == 0);
+            scores_tiles(type, scaled, 8, 2, qq, nb, dk, c0, c1, fused, v, nv, ld, scale, sq, sc_ld, q0 == 0);
     }
 }
 
 __attribute__((target(AVX512))) void mha_decode_scores_avx512(const mha_score_rows *s, int c0, int c1,
                                                               const mha_key_runs *k)
 {
-    scores(MHA_KV_F32, 0, s->q, s->nq, s->dk, c0, c1, k->runs, k->kt, k->vr, NULL, k->n, k->ld, s->scale, s->sc,
-           s->sc_ld);
+    scores(MHA_KV_F32, 0, s->q, s->nq, s->dk, c0, c1, s->beta_fused, k->runs, k->kt, k->vr, NULL, k->n, k->ld, s->scale,
+           s->sc, s->sc_ld);
 }
 
 __attribute__((target(AVX512))) void mha_decode_scores8_avx512(const mha_score_rows *s, int c0, int c1,
                                                                const mha_key_runs *k)
 {
-    scores(MHA_KV_INT8, 1, s->q, s->nq, s->dk, c0, c1, k->runs, k->kt, k->vr, k->kp, k->n, k->ld, s->scale, s->sc,
-           s->sc_ld);
+    scores(MHA_KV_INT8, 1, s->q, s->nq, s->dk, c0, c1, s->beta_fused, k->runs, k->kt, k->vr, k->kp, k->n, k->ld,
+           s->scale, s->sc, s->sc_ld);
 }
 
 /* Z of nb <= R queries, features [c0, c0 + 16·V) (the last vector's lanes ml), over the n
@@ -315,7 +316,7 @@ __attribute__((target(AVX512))) void mha_fma_scores16_avx512(const float *restri
 {
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | DAZ_FTZ);
-    scores(MHA_KV_BF16, 0, q, nq, dk, 0, dk, runs, kt, vr, NULL, n, ld, 1.0f, sc, sc_ld);
+    scores(MHA_KV_BF16, 0, q, nq, dk, 0, dk, 0, runs, kt, vr, NULL, n, ld, 1.0f, sc, sc_ld);
     _mm_setcsr(csr);
     mha_scores16_finish(sc, sc_ld, nq, runs, n, dk, scale);
 }

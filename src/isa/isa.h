@@ -92,13 +92,15 @@ typedef struct mha_key_runs {
 } mha_key_runs;
 
 /* nq >= 1 queries (q: rows dk apart) and where their scores go (query qi's at sc + qi · sc_ld),
- * each sum times scale. */
+ * each sum times scale. beta_fused: the engine's mha_kernel.beta_fused, how decode_scores ends
+ * a pass after the first. */
 typedef struct mha_score_rows {
     const float *q;
     int nq, dk;
     float scale;
     float *sc;
     size_t sc_ld;
+    int beta_fused;
 } mha_score_rows;
 
 /* nq >= 1 queries' probabilities (query qi's row at e + qi · e_ld) and the dk features of the
@@ -193,9 +195,9 @@ typedef struct mha_isa {
      * previous runs' in each row of sc. Over the features [c0, c1) of one pass, sc[qi · sc_ld +
      * slot] = scale · Σ_c q[qi · dk + c] · kt, plus sc when c0 > 0: the microkernel's sums (one
      * chain per score in feature order from zero, FMA in the vector tables, a multiply and an add
-     * in ref, then alpha·sum (+ C)), so decode scores equal the forward's. Instruction-level
-     * parallelism comes from slots of several blocks and from queries at once, never from splitting
-     * the features. A scaled type's elements are read back as they are loaded (the values
+     * in ref, then alpha·sum (+ C: in one rounding where s->beta_fused)), so decode scores equal
+     * the forward's. Instruction-level parallelism comes from slots of several blocks and from
+     * queries at once, never from splitting the features. A scaled type's elements are read back as they are loaded (the values
      * scale_rows gives, so the same bits as reading the chunk back first): kp[r] the parameters of
      * run r's first group (runs of whole groups of MHA_KV_GROUP slots, from a group's start;
      * mha_kv_k_params: float16), q·scale + zero rounded twice; kp NULL for an unscaled type. vr (or

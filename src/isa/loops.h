@@ -117,10 +117,12 @@ static inline __attribute__((always_inline)) void mha_rows_walk(float *s, ptrdif
 /* ---- decode: score tiles over a chunk's slot vectors ---- */
 
 /* Scores of nb <= R queries against up to V slot vectors (v, nv of them), the next tile's
- * vectors (pf, npf) prefetched; full: nb = R and V whole vectors. */
+ * vectors (pf, npf) prefetched; full: nb = R and V whole vectors; fused: a pass after the first
+ * ends in one rounding (mha_score_rows.beta_fused). */
 typedef void (*mha_scores_tile_fn)(mha_kv_type type, int scaled, int R, int V, int full, const float *restrict q, int nb,
-                                   int dk, int c0, int c1, const mha_slot_vec *v, int nv, const mha_slot_vec *pf, int npf,
-                                   int ld, float scale, float *restrict sc, size_t sc_ld);
+                                   int dk, int c0, int c1, int fused, const mha_slot_vec *v, int nv,
+                                   const mha_slot_vec *pf, int npf, int ld, float scale, float *restrict sc,
+                                   size_t sc_ld);
 
 /* Whether a score tile's Kᵀ (rows features of V vectors, each row's vector `bytes` wide) and
  * the next tile's fit in 32 KiB of L1 together. */
@@ -136,16 +138,18 @@ static inline int mha_scores_fit_l1(int rows, int V, size_t bytes)
  * costs: an MLA tile (576 features) pushes the lines out before it reads them. */
 static inline __attribute__((always_inline)) void
 mha_scores_walk(const mha_kv_type type, const int scaled, const int R, const int V, const int lanes,
-                const float *restrict q, int nb, int dk, int c0, int c1, const mha_slot_vec *v, int nv, int ld, float scale,
-                float *restrict sc, size_t sc_ld, int ahead, mha_scores_tile_fn tile)
+                const float *restrict q, int nb, int dk, int c0, int c1, int fused, const mha_slot_vec *v, int nv,
+                int ld, float scale, float *restrict sc, size_t sc_ld, int ahead, mha_scores_tile_fn tile)
 {
     for (int i = 0; i < nv; i += V) {
         const int here = nv - i < V ? nv - i : V, next = !ahead ? 0 : nv - i - here < V ? nv - i - here : V;
         const int full = nb == R && here == V && mha_slot_vecs_whole(v + i, here, lanes);
         if (full)
-            tile(type, scaled, R, V, 1, q, nb, dk, c0, c1, v + i, here, v + i + here, next, ld, scale, sc, sc_ld);
+            tile(type, scaled, R, V, 1, q, nb, dk, c0, c1, fused, v + i, here, v + i + here, next, ld, scale, sc,
+                 sc_ld);
         else
-            tile(type, scaled, R, V, 0, q, nb, dk, c0, c1, v + i, here, v + i + here, next, ld, scale, sc, sc_ld);
+            tile(type, scaled, R, V, 0, q, nb, dk, c0, c1, fused, v + i, here, v + i + here, next, ld, scale, sc,
+                 sc_ld);
     }
 }
 

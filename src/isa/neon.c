@@ -4,8 +4,10 @@
  * by family:
  *   neon_f32.c      float32 packing through 4 × 4 register transposes, the few-row products
  *                   streamed past cortexa57's microkernel with its sums, RoPE
- *   neon_softmax.c  softmax rows (float32 and the bf16 engines'), merge rule, softcap
- *   neon_decode.c   float32 decode tiles on float32 and int8 caches, int8 blocks read back,
+ *   neon_softmax.c  softmax rows (float32 and the bf16 engines', these rounded to bf16 as
+ *                   floats or into A tiles), merge rule, softcap
+ *   neon_decode.c   float32 decode tiles on float32 and int8 caches (a pass past KC ended as
+ *                   the sub-config ends it: mha_score_rows.beta_fused), int8 blocks read back,
  *                   rows_scores; the same tiles on a bf16 cache's elements (and an int8 one's
  *                   values) under FZ for neon-bf16's decode (decode_scores16, rows_scores16)
  *   neon_bf16.c     the bf16 products: neon-bfdot (BFDOT) where the CPU has FEAT_BF16,
@@ -49,6 +51,10 @@ const mha_isa mha_isa_neon = {
     .merge_row = mha_merge_row_neon,
     .scale_row = mha_scale_row_neon,
     .softmax_row_bf16 = mha_softmax_row_bf16_neon,
+    .softmax_row_rounded = mha_softmax_row_rounded_neon,
+    .softmax_rows_rounded = mha_softmax_rows_rounded_neon,
+    .softmax_row16 = mha_softmax_row16_neon,
+    .softmax_rows16 = mha_softmax_rows16_neon,
     .softcap_row = mha_softcap_row_neon,
     .scale_rows = {[MHA_KV_INT8] = mha_i8_scale_rows_neon},
     .decode_scores = {[MHA_KV_F32] = mha_decode_scores_neon, [MHA_KV_INT8] = mha_decode_scores8_neon},

@@ -104,7 +104,7 @@ enum { TILE_ACC = 16, TILE_V = 8 };
 
 /* Scores of nb <= R queries for nv <= V slot vectors (of any blocks; 4 slots a vector), R · V
  * <= 16 accumulators, each score one FMA chain over the features [c0, c1) from zero, then scale
- * · sum (+ sc when c0 > 0, in one rounding: the microkernel's beta 1 on a whole tile). Four
+ * · sum (+ sc when c0 > 0, in one rounding where fused: the microkernel's beta 1). Four
  * features a step: each query's four loaded once, each vector's Kᵀ rows loaded and scaled (int8
  * K: q·scale + zero, scale_rows' value, the parameters of the four features converted at once)
  * and multiplied into its R accumulators by lane, one feature after the other. The next tile's
@@ -113,8 +113,8 @@ enum { TILE_ACC = 16, TILE_V = 8 };
  * full: nb = R, nv = V and every vector 4 slots wide, so no lane or row is tested in the loop. */
 static inline __attribute__((always_inline)) void
 scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, const int full, const float *restrict q,
-            int nb, int dk, int c0, int c1, const mha_slot_vec *v, int nv, const mha_slot_vec *pf, int npf, int ld,
-            float scale, float *restrict sc, size_t sc_ld)
+            int nb, int dk, int c0, int c1, int fused, const mha_slot_vec *v, int nv, const mha_slot_vec *pf, int npf,
+            int ld, float scale, float *restrict sc, size_t sc_ld)
 {
     if (full)
         nb = R, nv = V;
@@ -199,9 +199,11 @@ scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
             if (r >= nb || j >= nv)
                 continue;
             float *y = sc + (size_t)r * sc_ld + v[j].out;
-            /* c0 > 0: y + scale·sum in one rounding, as the microkernel's FMLA with beta 1 */
-            const float32x4_t x = c0 > 0 ? vfmaq_n_f32(load4_n(y, lanes[j]), acc[r * V + j], scale)
-                                         : vmulq_n_f32(acc[r * V + j], scale);
+            /* c0 > 0: the sub-config's beta 1, y + scale·sum in one rounding (cortexa57's FMLA on
+             * a whole tile) or scale·sum rounded first (generic's) */
+            const float32x4_t x = c0 == 0 ? vmulq_n_f32(acc[r * V + j], scale)
+                                  : fused  ? vfmaq_n_f32(load4_n(y, lanes[j]), acc[r * V + j], scale)
+                                           : vaddq_f32(vmulq_n_f32(acc[r * V + j], scale), load4_n(y, lanes[j]));
             store4_n(y, lanes[j], x);
         }
 }
@@ -209,24 +211,25 @@ scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
 /* R queries × V slot vectors over the vector list, each tile prefetching the next where ahead. */
 static inline __attribute__((always_inline)) void scores_tiles(const mha_kv_type type, const int scaled, const int R,
                                                                const int V, const float *restrict q, int nb, int dk,
-                                                               int c0, int c1, const mha_slot_vec *v, int nv, int ld,
-                                                               float scale, float *restrict sc, size_t sc_ld, int ahead)
+                                                               int c0, int c1, int fused, const mha_slot_vec *v, int nv,
+                                                               int ld, float scale, float *restrict sc, size_t sc_ld,
+                                                               int ahead)
 {
     ahead = ahead && mha_scores_fit_l1(c1 - c0, V, 4 * mha_kv_elem_size(type));
     if (type != MHA_KV_F32 && ahead) /* the first tile's Kᵀ: nothing prefetched it */
         for (int j = 0; j < V && j < nv; j++)
             for (size_t off = 0; off < (size_t)(c1 - c0) * ld * mha_kv_elem_size(type); off += 64)
                 __builtin_prefetch(v[j].kt + (size_t)c0 * ld * mha_kv_elem_size(type) + off, 0, 3);
-    mha_scores_walk(type, scaled, R, V, 4, q, nb, dk, c0, c1, v, nv, ld, scale, sc, sc_ld, ahead, scores_tile);
+    mha_scores_walk(type, scaled, R, V, 4, q, nb, dk, c0, c1, fused, v, nv, ld, scale, sc, sc_ld, ahead, scores_tile);
 }
 
 /* Slot vectors of 4 from every block of the chunk: 1 query × 8 vectors, 2 × 8, up to 4 × 4,
  * more 8 × 2 at a time (8 or 16 independent chains). */
 static inline __attribute__((always_inline)) void scores(const mha_kv_type type, const int scaled,
                                                          const float *restrict q, int nq, int dk, int c0, int c1,
-                                                         int runs, const void *const *kt, const void *const *vr,
-                                                         const mha_f16 *const *kp, const int *n, int ld, float scale,
-                                                         float *restrict sc, size_t sc_ld)
+                                                         int fused, int runs, const void *const *kt,
+                                                         const void *const *vr, const mha_f16 *const *kp, const int *n,
+                                                         int ld, float scale, float *restrict sc, size_t sc_ld)
 {
     mha_slot_vec v[MHA_KV_CHUNK];
     const int nv = mha_slot_vecs(runs, kt, vr, (size_t)dk * mha_kv_elem_size(type), kp, dk, n, 4,
@@ -236,20 +239,20 @@ static inline __attribute__((always_inline)) void scores(const mha_kv_type type,
         const float *qq = q + (size_t)q0 * dk;
         float *sq = sc + (size_t)q0 * sc_ld;
         if (nb == 1)
-            scores_tiles(type, scaled, 1, 8, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld, q0 == 0);
+            scores_tiles(type, scaled, 1, 8, qq, nb, dk, c0, c1, fused, v, nv, ld, scale, sq, sc_ld, q0 == 0);
         else if (nb == 2)
-            scores_tiles(type, scaled, 2, 8, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld, q0 == 0);
+            scores_tiles(type, scaled, 2, 8, qq, nb, dk, c0, c1, fused, v, nv, ld, scale, sq, sc_ld, q0 == 0);
         else if (nb <= 4)
-            scores_tiles(type, scaled, 4, 4, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld, q0 == 0);
+            scores_tiles(type, scaled, 4, 4, qq, nb, dk, c0, c1, fused, v, nv, ld, scale, sq, sc_ld, q0 == 0);
         else
-            scores_tiles(type, scaled, 8, 2, qq, nb, dk, c0, c1, v, nv, ld, scale, sq, sc_ld, q0 == 0);
+            scores_tiles(type, scaled, 8, 2, qq, nb, dk, c0, c1, fused, v, nv, ld, scale, sq, sc_ld, q0 == 0);
     }
 }
 
 void mha_decode_scores_neon(const mha_score_rows *s, int c0, int c1, const mha_key_runs *k)
 {
-    scores(MHA_KV_F32, 0, s->q, s->nq, s->dk, c0, c1, k->runs, k->kt, k->vr, NULL, k->n, k->ld, s->scale, s->sc,
-           s->sc_ld);
+    scores(MHA_KV_F32, 0, s->q, s->nq, s->dk, c0, c1, s->beta_fused, k->runs, k->kt, k->vr, NULL, k->n, k->ld, s->scale,
+           s->sc, s->sc_ld);
 }
 
 /* The sums under FZ, as the bf16 kernels run (scale 1: a sum times one is itself), then the
@@ -258,7 +261,7 @@ void mha_decode_scores16_neon(const mha_score_rows *s, const mha_key_runs *k, mh
 {
     (void)order; /* even first only */
     const uint64_t fpcr = fz_begin();
-    scores(MHA_KV_BF16, 0, s->q, s->nq, s->dk, 0, s->dk, k->runs, k->kt, k->vr, NULL, k->n, k->ld, 1.0f, s->sc,
+    scores(MHA_KV_BF16, 0, s->q, s->nq, s->dk, 0, s->dk, 0, k->runs, k->kt, k->vr, NULL, k->n, k->ld, 1.0f, s->sc,
            s->sc_ld);
     fz_end(fpcr);
     mha_scores16_finish(s->sc, s->sc_ld, s->nq, k->runs, k->n, s->dk, s->scale);
@@ -266,8 +269,8 @@ void mha_decode_scores16_neon(const mha_score_rows *s, const mha_key_runs *k, mh
 
 void mha_decode_scores8_neon(const mha_score_rows *s, int c0, int c1, const mha_key_runs *k)
 {
-    scores(MHA_KV_INT8, 1, s->q, s->nq, s->dk, c0, c1, k->runs, k->kt, k->vr, k->kp, k->n, k->ld, s->scale, s->sc,
-           s->sc_ld);
+    scores(MHA_KV_INT8, 1, s->q, s->nq, s->dk, c0, c1, s->beta_fused, k->runs, k->kt, k->vr, k->kp, k->n, k->ld,
+           s->scale, s->sc, s->sc_ld);
 }
 
 /* Z of nb <= R queries, features [c0, c0 + 4·V) (the last vector's first nl lanes), over the

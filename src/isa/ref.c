@@ -150,8 +150,8 @@ static inline float chain_step(float acc, float a, float b)
  * (bf16 set) as the bf16 model sums (flushed), its products exact.
  * int8 K (kp: each run's first group's parameters; float32 sums in either engine): each
  * element q·scale + zero of its feature, scale_rows' value. */
-static void scores_ref(mha_kv_type type, int bf16, const float *restrict q, int nq, int dk, int c0, int c1, int runs,
-                       const void *const *kt, const mha_f16 *const *kp, const int *n, int ld, float scale,
+static void scores_ref(mha_kv_type type, int bf16, const float *restrict q, int nq, int dk, int c0, int c1, int fused,
+                       int runs, const void *const *kt, const mha_f16 *const *kp, const int *n, int ld, float scale,
                        float *restrict sc, size_t sc_ld)
 {
     const int flush = type != MHA_KV_F32 && bf16; /* the bf16 kernels' sums */
@@ -170,7 +170,7 @@ static void scores_ref(mha_kv_type type, int bf16, const float *restrict q, int 
                 if (flush && dk % MHA_BT_K) /* the padding's zero products */
                     acc += 0.0f;
                 float *y = sc + (size_t)qi * sc_ld + at + t;
-                *y = c0 > 0 ? acc * scale + *y : acc * scale;
+                *y = c0 == 0 ? acc * scale : fused ? fmaf(acc, scale, *y) : acc * scale + *y;
             }
 }
 
@@ -192,13 +192,14 @@ static void values_ref(mha_kv_type type, const float *e, size_t e_ld, int nq, co
 static void decode_scores_ref(const mha_score_rows *s, int c0, int c1, const mha_key_runs *k)
 {
     /* unscaled; nothing to prefetch */
-    scores_ref(MHA_KV_F32, 0, s->q, s->nq, s->dk, c0, c1, k->runs, k->kt, NULL, k->n, k->ld, s->scale, s->sc, s->sc_ld);
+    scores_ref(MHA_KV_F32, 0, s->q, s->nq, s->dk, c0, c1, s->beta_fused, k->runs, k->kt, NULL, k->n, k->ld, s->scale,
+               s->sc, s->sc_ld);
 }
 
 static void decode_scores8_ref(const mha_score_rows *s, int c0, int c1, const mha_key_runs *k)
 {
-    scores_ref(MHA_KV_INT8, 0, s->q, s->nq, s->dk, c0, c1, k->runs, k->kt, k->kp, k->n, k->ld, s->scale, s->sc,
-               s->sc_ld);
+    scores_ref(MHA_KV_INT8, 0, s->q, s->nq, s->dk, c0, c1, s->beta_fused, k->runs, k->kt, k->kp, k->n, k->ld, s->scale,
+               s->sc, s->sc_ld);
 }
 
 static void decode_values_ref(const mha_value_rows *rows, const void *v, const float *vs, int n, const void *next,
@@ -218,7 +219,7 @@ static void decode_values8_ref(const mha_value_rows *rows, const void *v, const 
 static void decode_scores16_ref(const mha_score_rows *s, const mha_key_runs *k, mha_bk_order order)
 {
     (void)order; /* even first only; nothing to prefetch */
-    scores_ref(MHA_KV_BF16, 1, s->q, s->nq, s->dk, 0, s->dk, k->runs, k->kt, NULL, k->n, k->ld, s->scale, s->sc,
+    scores_ref(MHA_KV_BF16, 1, s->q, s->nq, s->dk, 0, s->dk, 0, k->runs, k->kt, NULL, k->n, k->ld, s->scale, s->sc,
                s->sc_ld);
 }
 
