@@ -88,7 +88,9 @@ int mha_cli_info(int argc, char **argv)
            !strcmp(bk, "amx-bf16") ? " (AMX tiles)"
            : !strcmp(bk, "avx512-bf16") ? " (vdpbf16ps; no AMX here)"
            : !strcmp(bk, "fma-bf16") || !strcmp(bk, "avx2-bf16") ? " (bf16 storage, float32 FMA; no AMX here)"
-                                : " (portable C)");
+           : !strcmp(bk, "neon-bfdot")                           ? " (BFDOT)"
+           : !strcmp(bk, "neon-bf16") ? " (bf16 storage, float32 FMA; no BFDOT here)"
+                                      : " (portable C)");
     static const char *binds[] = {"false", "true", "primary", "close", "spread"};
     omp_proc_bind_t bind = omp_get_proc_bind();
     printf("OpenMP    %d (spec date), max threads %d, dynamic %s, proc_bind %s, max active levels %d\n", _OPENMP,

@@ -14,8 +14,9 @@
  *                   neon-bf16 (FMA on widened bf16, ref-bf16's bits) everywhere; rounding
  *                   into bf16, B's bf16 packing, the products' epilogue, the bf16 decode's
  *                   gather of a cache chunk into panels (interleave_pairs)
- *   neon_quant.c    the quantized weights' dequantizing, float32 tile and integer products
- *                   (mha_qk_neon; ref's scalar factors, ref.h)
+ *   neon_quant.c    the quantized weights' dequantizing (into floats, or into bf16 B pairs),
+ *                   float32 tile and integer products (mha_qk_neon; ref's scalar factors,
+ *                   ref.h)
  * and what they share, neon.h. The attention's products pack A for the microkernel (no
  * stream_in_place: nothing measured on an Arm core yet), and generic's sub-config streams no
  * rows (its reference kernel's sums are not reproduced). */

@@ -105,24 +105,50 @@ static inline __attribute__((always_inline)) void sum_16(int16_t (*w)[MHA_QP], c
     }
 }
 
-/* A group as floats, as ref's dequant: the group's integers (group_weights), 4 outputs a
- * register, fma(q, d, m) with ref's factors for each 16 inputs. */
-static void dequant_neon(int type, const unsigned char *b, int grp, float *restrict w)
-{
+/* A group's integers (group_weights) and ref's factors for each 16 inputs, by output. */
+typedef struct group_of {
     int16_t q[MHA_QG][MHA_QP];
     float d[2][MHA_QP], m[2][MHA_QP];
-    group_weights(type, b, grp, q);
+} group_of;
+
+static void group_read(int type, const unsigned char *b, int grp, group_of *g)
+{
+    group_weights(type, b, grp, g->q);
     for (int o = 0; o < MHA_QP; o++) {
         float d2[2], m2[2];
         mha_q_dequant_factors_ref(type, b, grp, o, d2, m2);
-        d[0][o] = d2[0], d[1][o] = d2[1], m[0][o] = m2[0], m[1][o] = m2[1];
+        g->d[0][o] = d2[0], g->d[1][o] = d2[1], g->m[0][o] = m2[0], g->m[1][o] = m2[1];
     }
+}
+
+/* Input i's weights of outputs 4v .. 4v + 3: fma(q, d, m), as ref's dequant. */
+static inline __attribute__((always_inline)) float32x4_t group_weight4(const group_of *g, int i, int v)
+{
+    const float32x4_t x = vcvtq_f32_s32(vmovl_s16(vld1_s16(g->q[i] + 4 * v))); /* exact */
+    return vfmaq_f32(vld1q_f32(g->m[i / 16] + 4 * v), x, vld1q_f32(g->d[i / 16] + 4 * v));
+}
+
+/* A group as floats, as ref's dequant, 4 outputs a register. */
+static void dequant_neon(int type, const unsigned char *b, int grp, float *restrict w)
+{
+    group_of g;
+    group_read(type, b, grp, &g);
     for (int i = 0; i < MHA_QG; i++)
+        for (int v = 0; v < 4; v++)
+            vst1q_f32(w + i * MHA_QP + 4 * v, group_weight4(&g, i, v));
+}
+
+/* The same weights rounded to bf16 (bf16_round4: mha_bf16_round's bits, NaN and infinite factors
+ * included) as B-panel pairs: inputs 2p and 2p + 1 of each output side by side (vst2's zip). */
+static void dequant16_neon(int type, const unsigned char *b, int grp, mha_bf16 *restrict dst)
+{
+    group_of g;
+    group_read(type, b, grp, &g);
+    for (int i = 0; i < MHA_QG; i += 2)
         for (int v = 0; v < 4; v++) {
-            const int16x4_t qi = vld1_s16(q[i] + 4 * v);
-            const float32x4_t x = vcvtq_f32_s32(vmovl_s16(qi)); /* exact */
-            vst1q_f32(w + i * MHA_QP + 4 * v,
-                      vfmaq_f32(vld1q_f32(m[i / 16] + 4 * v), x, vld1q_f32(d[i / 16] + 4 * v)));
+            const uint16x4x2_t pair = {
+                {bf16_round4(group_weight4(&g, i, v)), bf16_round4(group_weight4(&g, i + 1, v))}};
+            vst2_u16(dst + (size_t)i * MHA_QP + 8 * v, pair);
         }
 }
 
@@ -130,9 +156,17 @@ static void dequant_neon(int type, const unsigned char *b, int grp, float *restr
     static void dequant_##name##_neon(const unsigned char *b, int grp, float *restrict w)                             \
     {                                                                                                                  \
         dequant_neon(index, b, grp, w);                                                                                \
+    }                                                                                                                  \
+    static void dequant16_##name##_neon(const unsigned char *b, int grp, mha_bf16 *restrict dst)                      \
+    {                                                                                                                  \
+        dequant16_neon(index, b, grp, dst);                                                                            \
     }
 MHA_QTYPE_LIST(DEQUANT)
 #undef DEQUANT
+
+#define DEQUANT16(name, index) [index] = dequant16_##name##_neon,
+static const mha_qbf16_ops qbf16_neon = {.name = "neon", .needs = "", .dequant = {MHA_QTYPE_LIST(DEQUANT16)}};
+#undef DEQUANT16
 
 static void dot_neon(const mha_qtype *t, const unsigned char *const *p, int np, int kk, const unsigned char *x,
                      size_t xs, int rows, float *restrict acc, ptrdiff_t ld)
@@ -191,5 +225,6 @@ const mha_qkernels mha_qk_neon = {
     .tile = tile_neon,
     .few = {MHA_QTYPE_LIST(FEW)},
     .dot16 = {&mha_qdot16_neon, NULL},
+    .bf16w = {&qbf16_neon, NULL},
 };
 #undef FEW
