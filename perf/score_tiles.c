@@ -70,12 +70,12 @@ int main(int argc, char **argv)
         for (int rep = 0; rep < REPS; rep++) {
             double t0 = now_ms();
             for (int i = 0; i < calls; i++)
-                isa->decode_scores[MHA_KV_INT8](&(mha_score_rows){q, NQ, DK, 1.0f, sc, MAX_RUNS * BS}, 0, DK,
+                isa->decode_scores[MHA_KV_INT8](&(mha_score_rows){q, NQ, DK, 1.0f, sc, MAX_RUNS * BS, 0}, 0, DK,
                                                 &(mha_key_runs){.runs = runs, .ld = BS, .n = n, .kt = kt8, .vr = vr,
                                                                 .kp = kp});
             t8[rep] = now_ms() - t0, t0 = now_ms();
             for (int i = 0; bf16 && i < calls; i++)
-                isa->decode_scores16(&(mha_score_rows){q, NQ, DK, 1.0f, sc, MAX_RUNS * BS},
+                isa->decode_scores16(&(mha_score_rows){q, NQ, DK, 1.0f, sc, MAX_RUNS * BS, 0},
                                      &(mha_key_runs){.runs = runs, .ld = BS, .n = n, .kt = kt16, .vr = vr}, order);
             t16[rep] = now_ms() - t0;
         }

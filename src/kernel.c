@@ -62,7 +62,7 @@ void bli_cntx_init_cortexa57(cntx_t *cntx);
 void bli_cntx_init_cortexa57_ref(cntx_t *cntx);
 
 static const arch_req arch_table[] = {
-    {"cortexa57", bli_cntx_init_cortexa57, {"asimd", NULL}, 1}, /* FMLA with beta 1 on a whole tile */
+    {"cortexa57", bli_cntx_init_cortexa57, {"asimd", NULL}, 1}, /* FMLA with beta 1: whole tiles */
     {"generic", bli_cntx_init_cortexa57_ref, {NULL}, 0},
 };
 #endif

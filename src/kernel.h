@@ -22,7 +22,8 @@ typedef struct mha_kernel {
     int bw, aw;        /* panel widths: B panels of bw columns, A panels of aw rows */
     int kc;            /* k per pass (BLIS's KC) */
     int beta_fused;    /* a whole tile's beta 1 pass (k past KC) ends C + alpha·sum in one rounding
-                        * (cortexa57), where every other sub-config rounds alpha·sum first */
+                        * (cortexa57; its edge tiles do not), where every other sub-config rounds
+                        * alpha·sum first */
     int mb, nb;        /* rows of A packed per pass; columns of B per cache block */
     const struct mha_isa *isa; /* the kernel table every other ISA-specific operation comes from */
     const struct mha_qdot16_ops *qdot16; /* the table's integer products this CPU runs (qkernels.h) */

@@ -195,14 +195,15 @@ typedef struct mha_isa {
      * previous runs' in each row of sc. Over the features [c0, c1) of one pass, sc[qi · sc_ld +
      * slot] = scale · Σ_c q[qi · dk + c] · kt, plus sc when c0 > 0: the microkernel's sums (one
      * chain per score in feature order from zero, FMA in the vector tables, a multiply and an add
-     * in ref, then alpha·sum (+ C: in one rounding where s->beta_fused)), so decode scores equal
-     * the forward's. Instruction-level parallelism comes from slots of several blocks and from
-     * queries at once, never from splitting the features. A scaled type's elements are read back as they are loaded (the values
-     * scale_rows gives, so the same bits as reading the chunk back first): kp[r] the parameters of
-     * run r's first group (runs of whole groups of MHA_KV_GROUP slots, from a group's start;
-     * mha_kv_k_params: float16), q·scale + zero rounded twice; kp NULL for an unscaled type. vr (or
-     * NULL): run r's value rows at vr[r] (slot t's dk elements at t · dk), for a table to prefetch
-     * as it sums the scores, so the values find them in cache. Every table has F32 and INT8. */
+     * in ref on x86-64 (FMA on aarch64), then alpha·sum (+ C: in one rounding where
+     * s->beta_fused)), so decode scores equal the forward's. Instruction-level parallelism comes
+     * from slots of several blocks and from queries at once, never from splitting the features. A
+     * scaled type's elements are read back as they are loaded (the values scale_rows gives, so the
+     * same bits as reading the chunk back first): kp[r] the parameters of run r's first group (runs
+     * of whole groups of MHA_KV_GROUP slots, from a group's start; mha_kv_k_params: float16),
+     * q·scale + zero rounded twice; kp NULL for an unscaled type. vr (or NULL): run r's value rows
+     * at vr[r] (slot t's dk elements at t · dk), for a table to prefetch as it sums the scores, so
+     * the values find them in cache. Every table has F32 and INT8. */
     void (*decode_scores[MHA_KV_TYPES])(const mha_score_rows *s, int c0, int c1, const mha_key_runs *k);
     /* The same float32 scores of the queries s (dk <= MHA_ROWS_SCORES_DK) against the keys k
      * given as rows (mha_key_rows), all features in one pass: sc[qi · sc_ld + t] = scale · Σ_c
