@@ -190,6 +190,22 @@ void mha_bk_pack_b(const mha_kernel *k, mha_mat src, int transpose, int kk, int 
     k->isa->pack_b16(k, src, transpose, kk, n, dst, ps);
 }
 
+/* Rows [r0, r1) of src (at most n0; each `bytes` long) asked into L1: the rows a packing reads
+ * next, while it packs the ones before. A few queries' attention reads K and V once, straight
+ * from the caller's tensors, and waits on every line the hardware's prefetchers leave: they
+ * follow a stream within a page, not the jump to the next rows a panel's transposes make. */
+static void prefetch_rows(const mha_bf16 *src, ptrdiff_t ld, int r0, int r1, int n0, size_t bytes)
+{
+    for (int r = r0; r < r1 && r < n0; r++)
+        for (size_t off = 0; off < bytes; off += 64)
+            __builtin_prefetch((const char *)(src + (ptrdiff_t)r * ld) + off, 0, 3);
+}
+
+/* B's pairs of rows by blocks of this many, each block's pairs into every whole panel before
+ * the next block: the block's lines (a few KiB) stay in L1 across the panels, and the rows are
+ * read in order, where a panel at a time would read every row once per 16 columns. */
+enum { PACK_PAIRS = 8 };
+
 void mha_bk_pack_b_bf16(const mha_kernel *k, const mha_bf16 *src, ptrdiff_t ld, int transpose, int kk, int n,
                         mha_bf16 *dst, size_t ps)
 {
@@ -197,18 +213,26 @@ void mha_bk_pack_b_bf16(const mha_kernel *k, const mha_bf16 *src, ptrdiff_t ld, 
     const int kp = (int)mha_bk_kp(kk), np = (int)mha_round_up((size_t)(n > 0 ? n : 0), MHA_BT_N);
     /* transpose: a row's k pairs are 32-bit words, which B's panels hold 16 rows abreast */
     const int words = transpose && kk % 2 == 0 && ld % 2 == 0 && ((uintptr_t)src & 3u) == 0 ? kk / 2 : 0;
+    /* not transposed: the columns of whole panels, their k pairs interleaved block by block */
+    const int whole = !transpose && kk >= 2 ? n / MHA_BT_N * MHA_BT_N : 0;
+    for (int p0 = 0; whole && p0 < kk / 2; p0 += PACK_PAIRS) {
+        prefetch_rows(src, ld, 2 * (p0 + PACK_PAIRS), 2 * (p0 + 2 * PACK_PAIRS), kk, (size_t)n * sizeof *src);
+        for (int j0 = 0; j0 < whole; j0 += MHA_BT_N)
+            isa->interleave_pairs[MHA_KV_BF16](src + (ptrdiff_t)2 * p0 * ld + j0, (size_t)ld,
+                                               kk / 2 - p0 < PACK_PAIRS ? kk / 2 - p0 : PACK_PAIRS,
+                                               dst + (size_t)(j0 / MHA_BT_N) * ps + (size_t)2 * MHA_BT_N * p0, NULL);
+    }
     for (int j0 = 0; j0 < np; j0 += MHA_BT_N) {
         mha_bf16 *panel = dst + (size_t)(j0 / MHA_BT_N) * ps;
         int p = 0;
         if (words) {
             const int rows = n - j0 < MHA_BT_N ? n - j0 : MHA_BT_N;
+            prefetch_rows(src, ld, j0 + MHA_BT_N, j0 + 2 * MHA_BT_N, n, (size_t)kk * sizeof *src);
             isa->pack_rows(mha_mat_rows(k, (const float *)(const void *)(src + (ptrdiff_t)j0 * ld), ld / 2), k->bw, 0,
                            rows, 0, words, MHA_BT_N, (float *)(void *)panel);
             p = kk;
-        } else if (!transpose && j0 + MHA_BT_N <= n && kk >= 2) {
-            isa->interleave_pairs[MHA_KV_BF16](src + j0, (size_t)ld, kk / 2, panel, NULL);
+        } else if (j0 < whole)
             p = kk / 2 * 2;
-        }
         for (; p < kp; p++) /* the rest, and zeros past kk and n */
             for (int i = 0; i < MHA_BT_N; i++) {
                 const int j = j0 + i;

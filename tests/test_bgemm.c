@@ -397,6 +397,42 @@ TABLE_TEST(bgemm, vector_b_packing_matches_scalar_bit_for_bit, .timeout = 60)
             }
 }
 
+/* B packed from bf16 tensors (mha_bk_pack_b_bf16: the core's bf16 K and V, by blocks of rows
+ * with the rows ahead prefetched) writes what the table's packing of the same values as floats
+ * writes, bit for bit, padding included: transposed (K: whole 16-row panels and a short last
+ * one, odd and even k, one element) or not (V: key pairs by blocks, odd key counts, feature
+ * panels whole and not), rows wider than the matrix. */
+TABLE_TEST(bgemm, bf16_tensor_packing_matches_the_float_packing, .timeout = 60)
+{
+    mha_kernel k;
+    cr_assert_eq(mha_kernel_select("", isa, &k), MHA_OK);
+    const int shapes[][2] = {{1, 1}, {2, 16}, {17, 33}, {64, 100}, {128, 256}, {257, 48}, {130, 31}};
+    rng r = {29};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int transpose = 0; transpose < 2; transpose++) {
+            const int kk = shapes[si][0], n = shapes[si][1];
+            const int rows = transpose ? n : kk, cols = transpose ? kk : n, ld = cols + 6; /* src: rows × cols */
+            const size_t cp = mha_round_up((size_t)cols, (size_t)k.bw);
+            mha_bf16 *s16 = malloc((size_t)rows * ld * sizeof *s16);
+            float *sf = aligned_alloc(64, (size_t)rows * cp * sizeof *sf);
+            for (int i = 0; i < rows; i++)
+                for (int c = 0; c < cols; c++) {
+                    s16[(size_t)i * ld + c] = mha_bf16_round(rng_uniform(&r, -2.0f, 2.0f));
+                    sf[(size_t)i * cp + c] = mha_bf16_float(s16[(size_t)i * ld + c]);
+                }
+            const size_t ps = mha_bk_ps(kk) + 64, elems = mha_bk_b_elems(kk, n) + 64 * mha_round_up(n, 16) / 16;
+            mha_bf16 *x = aligned_alloc(64, mha_round_up(elems * 2, 64)), *y = aligned_alloc(64, mha_round_up(elems * 2, 64));
+            memset(x, 0xAB, elems * 2);
+            memset(y, 0xAB, elems * 2);
+            mha_bk_pack_b_bf16(&k, s16, ld, transpose, kk, n, x, ps);
+            mha_bk_pack_b(&k, mha_mat_rows(&k, sf, (ptrdiff_t)cp), transpose, kk, n, y, ps);
+            for (size_t i = 0; i < elems; i++)
+                cr_assert_eq(x[i], y[i], "%s: k %d, n %d, %s: element %zu: %#06x, from floats %#06x", isa->name, kk, n,
+                             transpose ? "transposed" : "as is", i, x[i], y[i]);
+            free(s16), free(sf), free(x), free(y);
+        }
+}
+
 /* Each table's pair interleave (the bf16 decode's gather of a cache chunk into panels) writes
  * what ref's writes, and only the pairs asked for: from rows of 16 at strides 16 (Kᵀ of a
  * 16-slot block), 24 and 136 (V rows), 1 to 64 pairs, with and without a prefetch address;
