@@ -745,8 +745,8 @@ BKERNEL_TEST(bgemm, decode_tiles_sum_as_the_kernels_of_their_order, .timeout = 6
  * scale and zero point; decode_values[INT8]: V per slot with a scale and zero point), reading the int8 values and
  * making each value as they load it, give the bits of the float32 tiles on the chunk read back
  * first (scale_rows[INT8]): scores and Z, runs of 16, 5 and 6 slots of blocks of 16 (runs of 32 and
- * 16 of blocks of 32: two groups in a run), d_k 128 and 40, 1 to 9 queries. The int8 values
- * step a prefetch walk (over the read-back K) as they go: the vector tables to its end, ref
+ * 16 of blocks of 32: two groups in a run), d_k 128 and 44 (a part vector of features), 1 to 9
+ * queries. The int8 values step a prefetch walk (over the read-back K) as they go: the vector tables to its end, ref
  * not at all; the sums are the same. */
 TABLE_TEST(bgemm, int8_decode_tiles_equal_the_read_back_chunk, .timeout = 60)
 {
@@ -755,7 +755,7 @@ TABLE_TEST(bgemm, int8_decode_tiles_equal_the_read_back_chunk, .timeout = 60)
     cr_assert(isa->decode_scores[MHA_KV_INT8] && isa->decode_values[MHA_KV_INT8], "isa %s has no int8 float32 decode tiles",
               isa->name);
     for (int BS = 16; BS <= 32; BS += 16)
-        for (int dk = 40; dk <= 128; dk += 88)
+        for (int dk = 44; dk <= 128; dk += 84)
             for (int nq = 1; nq <= 9; nq += 4) {
                 const int n[RUNS] = {BS, BS == 16 ? 5 : 16, BS == 16 ? 6 : 32}, slots = n[0] + n[1] + n[2];
                 const size_t blk = (size_t)dk * BS, groups = (size_t)BS / MHA_KV_GROUP;

@@ -54,6 +54,18 @@ static inline __attribute__((always_inline, target(AVX2))) __m256 load_elems(con
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(raw));
 }
 
+enum { PAR_FEATURES = 32 };
+
+/* n <= PAR_FEATURES float16 values at h as float32 into d (exact). */
+static inline __attribute__((always_inline, target(AVX2))) void params_f32(const mha_f16 *h, int n, float *d)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_store_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(h + i))));
+    for (; i < n; i++)
+        d[i] = _cvtsh_ss(h[i]);
+}
+
 /* Scores of nb <= R queries for nv <= V slot vectors (of any blocks), R · V <= 8
  * accumulators, each score one FMA chain over the features [c0, c1) from zero, then scale ·
  * sum (+ sc when c0 > 0): the microkernel's sums. One Kᵀ row load per feature and vector for
@@ -80,24 +92,33 @@ scores_tile(const mha_kv_type type, const int scaled, const int R, const int V, 
     __m256 acc[8];
     for (int i = 0; i < R * V; i++)
         acc[i] = _mm256_setzero_ps();
-    for (int c = c0; c < c1; c++) {
-        const size_t at = (size_t)c * ld * mha_kv_elem_size(type), line = (size_t)(c - c0) * 64;
-        __m256 krow[8];
-        for (int j = 0; j < V; j++) {
-            if (line < vbytes[j])
-                _mm_prefetch(v[j].v + line, _MM_HINT_T0);
-            _mm_prefetch(pfp[j] + at, _MM_HINT_T0);
-            krow[j] = j >= nv ? _mm256_setzero_ps() : load_elems(type, v[j].kt + at, full ? 8 : v[j].lanes);
-            if (scaled && j < nv) /* q·scale + zero, scale_rows' value */
-                krow[j] = _mm256_add_ps(_mm256_mul_ps(krow[j], _mm256_set1_ps(_cvtsh_ss(kp[j][c]))),
-                                        _mm256_set1_ps(_cvtsh_ss(kp[j][dk + c])));
-        }
-        for (int r = 0; r < R; r++)
-            if (r < nb) {
-                const __m256 x = _mm256_set1_ps(q[(size_t)r * dk + c]);
-                for (int j = 0; j < V; j++)
-                    acc[r * V + j] = _mm256_fmadd_ps(x, krow[j], acc[r * V + j]);
+    /* scaled: each vector's parameters of PAR_FEATURES features as float32 before their
+     * features' FMAs (as the avx512 tiles do), so a feature broadcasts them from memory:
+     * converting a float16 there took three operations a parameter and vector */
+    _Alignas(32) float par[8][2][PAR_FEATURES];
+    for (int cb = c0; cb < c1; cb += PAR_FEATURES) {
+        const int ce = c1 - cb < PAR_FEATURES ? c1 : cb + PAR_FEATURES;
+        for (int j = 0; scaled && j < nv; j++)
+            params_f32(kp[j] + cb, ce - cb, par[j][0]), params_f32(kp[j] + dk + cb, ce - cb, par[j][1]);
+        for (int c = cb; c < ce; c++) {
+            const size_t at = (size_t)c * ld * mha_kv_elem_size(type), line = (size_t)(c - c0) * 64;
+            __m256 krow[8];
+            for (int j = 0; j < V; j++) {
+                if (line < vbytes[j])
+                    _mm_prefetch(v[j].v + line, _MM_HINT_T0);
+                _mm_prefetch(pfp[j] + at, _MM_HINT_T0);
+                krow[j] = j >= nv ? _mm256_setzero_ps() : load_elems(type, v[j].kt + at, full ? 8 : v[j].lanes);
+                if (scaled && j < nv) /* q·scale + zero, scale_rows' value */
+                    krow[j] = _mm256_add_ps(_mm256_mul_ps(krow[j], _mm256_broadcast_ss(&par[j][0][c - cb])),
+                                            _mm256_broadcast_ss(&par[j][1][c - cb]));
             }
+            for (int r = 0; r < R; r++)
+                if (r < nb) {
+                    const __m256 x = _mm256_set1_ps(q[(size_t)r * dk + c]);
+                    for (int j = 0; j < V; j++)
+                        acc[r * V + j] = _mm256_fmadd_ps(x, krow[j], acc[r * V + j]);
+                }
+        }
     }
 #pragma GCC unroll 8 /* constant indices: a loop over acc would keep it in memory, stored every feature */
     for (int r = 0; r < R; r++)
