@@ -741,6 +741,90 @@ BKERNEL_TEST(bgemm, decode_tiles_sum_as_the_kernels_of_their_order, .timeout = 6
     decode_tiles_check(isa, bk->order, &r);
 }
 
+/* int8_scores (isa.h) of every table that has one gives the model's bits (ref's), and the
+ * model is within its rounding of the float64 score on the same codes and parameters: blocks of
+ * 16, 32 and 8 slots (runs of whole groups, two groups in a run, groups of 8; a run of 5),
+ * d_k 44, 128 and 600 (two passes), 1 to 9 queries; codes over all of int8, K's channels and
+ * the queries with outliers, a group whose scales are all zero and a query of zeros. Then NaN:
+ * a NaN scale makes its group's scores NaN, a NaN query feature its query's. */
+TABLE_TEST(bgemm, int8_scores_match_the_model, .timeout = 60)
+{
+    enum { RUNS = 3, SC_LD = 96 };
+    if (!isa->int8_scores)
+        cr_skip_test("isa %s has no int8_scores", isa->name);
+    rng r = {4099};
+    for (int BS = 8; BS <= 32; BS *= 2)
+        for (int dk = 44; dk <= 600; dk = dk == 44 ? 128 : dk == 128 ? 600 : 601)
+            for (int nq = 1; nq <= 9; nq += nq < 5 ? 1 : 4) {
+                const int n[RUNS] = {BS, BS == 16 ? 5 : BS, BS};
+                const int groups = (BS + MHA_KV_GROUP - 1) / MHA_KV_GROUP, gs = BS < MHA_KV_GROUP ? BS : MHA_KV_GROUP;
+                const size_t blk = (size_t)dk * BS;
+                int8_t *k8 = malloc(RUNS * blk);
+                mha_f16 *kh = malloc((size_t)RUNS * groups * 2 * dk * sizeof *kh);
+                float *q = malloc((size_t)nq * dk * sizeof *q), *sc = malloc((size_t)nq * SC_LD * sizeof *sc);
+                float *want = malloc((size_t)nq * SC_LD * sizeof *want);
+                for (size_t i = 0; i < RUNS * blk; i++)
+                    k8[i] = (int8_t)(rng_next(&r) & 0xff);
+                for (int g = 0; g < RUNS * groups; g++)
+                    for (int c = 0; c < dk; c++) { /* channel 5 mod 37: 20× the range; group 1 all zero scales */
+                        const float w = c % 37 == 5 ? 20.0f : 1.0f;
+                        const float scale = g == 1 ? 0.0f : w * rng_uniform(&r, 0.001f, 0.02f);
+                        kh[((size_t)g * 2) * dk + c] = mha_f16_round(scale);
+                        kh[((size_t)g * 2 + 1) * dk + c] = mha_f16_round(w * rng_uniform(&r, -1.0f, 1.0f));
+                    }
+                for (int i = 0; i < nq * dk; i++) /* feature 7 mod 41: 30× the range; query 1 zeros */
+                    q[i] = i / dk == 1 ? 0.0f : rng_uniform(&r, -1.0f, 1.0f) * (i % dk % 41 == 7 ? 30.0f : 1.0f);
+                const void *ktr[RUNS];
+                const mha_f16 *kpr[RUNS];
+                for (int ri = 0; ri < RUNS; ri++)
+                    ktr[ri] = k8 + ri * blk, kpr[ri] = kh + (size_t)ri * groups * 2 * dk;
+                const mha_key_runs keys = {.runs = RUNS, .ld = BS, .n = n, .kt = ktr, .kp = kpr};
+                isa->int8_scores(&(mha_score_rows){q, nq, dk, 0.125f, sc, SC_LD, 0}, &keys);
+                mha_isa_ref.int8_scores(&(mha_score_rows){q, nq, dk, 0.125f, want, SC_LD, 0}, &keys);
+                for (int qi = 0, slots = n[0] + n[1] + n[2]; qi < nq; qi++) {
+                    const long at =
+                        first_bit_difference(sc + (size_t)qi * SC_LD, want + (size_t)qi * SC_LD, (size_t)slots);
+                    cr_assert_eq(at, -1, "%s, blocks of %d, dk %d, %d queries: score (%d, %ld) %a, the model's %a",
+                                 isa->name, BS, dk, nq, qi, at, sc[(size_t)qi * SC_LD + (at < 0 ? 0 : at)],
+                                 want[(size_t)qi * SC_LD + (at < 0 ? 0 : at)]);
+                }
+                /* the model against float64: u's rounding (half a step a feature, times its code),
+                 * then float32 roundings of sums of the products' magnitudes */
+                for (int qi = 0; qi < nq; qi++)
+                    for (int ri = 0, at = 0; ri < RUNS; at += n[ri++])
+                        for (int t = 0; t < n[ri]; t++) {
+                            const mha_f16 *g = kpr[ri] + (size_t)(t / gs) * 2 * dk;
+                            double exact = 0, mag = 0, ucodes = 0;
+                            float mq = 0, ms = 0;
+                            for (int c = 0; c < dk; c++)
+                                mq = fmaxf(mq, fabsf(q[(size_t)qi * dk + c])), ms = fmaxf(ms, mha_f16_float(g[c]));
+                            for (int c = 0; c < dk; c++) {
+                                const double x = (double)k8[ri * blk + (size_t)c * BS + t] * mha_f16_float(g[c]) +
+                                                 mha_f16_float(g[dk + c]);
+                                exact += q[(size_t)qi * dk + c] * x;
+                                mag += fabs(q[(size_t)qi * dk + c]) * (fabs(x) + fabs(mha_f16_float(g[dk + c])));
+                                ucodes += abs(k8[ri * blk + (size_t)c * BS + t]);
+                            }
+                            const double tol = 0.5 * mq / 32767 * ms * ucodes * 1.001 + 1e-5 * mag;
+                            const double got = want[(size_t)qi * SC_LD + at + t] / 0.125;
+                            cr_assert(fabs(got - exact) <= tol, "the model, blocks of %d, dk %d: score (%d, %d) %g, "
+                                      "float64 %g, bound %g", BS, dk, qi, at + t, got, exact, tol);
+                        }
+                /* NaN: run 0's first scale, and query 0's feature 3 */
+                kh[0] = 0x7e00;
+                isa->int8_scores(&(mha_score_rows){q, nq, dk, 0.125f, sc, SC_LD, 0}, &keys);
+                for (int qi = 0; qi < nq; qi++)
+                    for (int t = 0; t < gs && t < n[0]; t++)
+                        cr_assert(isnan(sc[(size_t)qi * SC_LD + t]), "%s: a NaN scale, score (%d, %d) %g", isa->name,
+                                  qi, t, sc[(size_t)qi * SC_LD + t]);
+                kh[0] = mha_f16_round(0.01f), q[3] = NAN;
+                isa->int8_scores(&(mha_score_rows){q, nq, dk, 0.125f, sc, SC_LD, 0}, &keys);
+                for (int t = 0; t < n[0] + n[1] + n[2]; t++)
+                    cr_assert(isnan(sc[t]), "%s: a NaN query, score %d %g", isa->name, t, sc[t]);
+                free(k8), free(kh), free(q), free(sc), free(want);
+            }
+}
+
 /* Each table's float32 decode tiles on an int8 cache (decode_scores[INT8]: K per feature with a
  * scale and zero point; decode_values[INT8]: V per slot with a scale and zero point), reading the int8 values and
  * making each value as they load it, give the bits of the float32 tiles on the chunk read back

@@ -1,7 +1,8 @@
 /* avx2_decode.c — the avx2 table's decode tiles: float32 FMA chains on a float32 cache, on an
  * int8 cache's elements scaled as they load (and its blocks read back as float32), and on bf16
- * or int8 elements widened (the bf16 decode, even first); and the scores of a few queries
- * against K's rows (rows_scores, the avx512 table's too). */
+ * or int8 elements widened (the bf16 decode, even first); the scores of a few queries against
+ * K's rows (rows_scores) and integer scores on an int8 cache's codes (int8_scores), both the
+ * avx512 table's too. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -413,4 +414,208 @@ __attribute__((target(AVX2))) void mha_decode_values16_avx2(const mha_value_rows
     for (int r = 0; r < runs; r++)
         keys += n[r];
     mha_values16_finish(p, ps, nq, keys, dk);
+}
+
+/* ---- int8_scores (isa.h): K's codes against int16 queries, exact int32 sums ---- */
+
+/* The largest lane of m (the lanes' maxps order: halves, then pairs, then the two left). */
+static inline __attribute__((always_inline, target(AVX2))) float max8(__m256 m)
+{
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    return _mm_cvtss_f32(_mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1)));
+}
+
+/* A group's pass [p0, p0 + np) (np <= MHA_INT8_PASS): its scales over their largest |scale|
+ * into sr and its zero points into z, as float32, zeros past np up to whole 16s; returns the
+ * largest |scale| (NaN where a scale is NaN). */
+static inline __attribute__((always_inline, target(AVX2))) float group_params(const mha_f16 *par, int dk, int np,
+                                                                             float *restrict sr, float *restrict z)
+{
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 m = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
+    for (int c = 0; c < np; c += 8) {
+        __m256 s, zz;
+        if (np - c >= 8) {
+            s = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(par + c)));
+            zz = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(par + dk + c)));
+        } else {
+            _Alignas(16) mha_f16 hs[8] = {0}, hz[8] = {0};
+            memcpy(hs, par + c, (size_t)(np - c) * sizeof *hs), memcpy(hz, par + dk + c, (size_t)(np - c) * sizeof *hz);
+            s = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(const void *)hs));
+            zz = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(const void *)hz));
+        }
+        _mm256_store_ps(sr + c, s), _mm256_store_ps(z + c, zz);
+        m = _mm256_max_ps(m, _mm256_and_ps(s, absm));
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(s, s, _CMP_UNORD_Q));
+    }
+    for (int c = (np + 7) / 8 * 8; c % 16; c += 8)
+        _mm256_store_ps(sr + c, _mm256_setzero_ps()), _mm256_store_ps(z + c, _mm256_setzero_ps());
+    const float ms = max8(m);
+    const __m256 rs = _mm256_set1_ps(ms > 0.0f ? 1.0f / ms : 0.0f);
+    for (int c = 0; c < np; c += 8)
+        _mm256_store_ps(sr + c, _mm256_mul_ps(_mm256_load_ps(sr + c), rs));
+    return _mm256_movemask_ps(nan) ? NAN : ms;
+}
+
+/* One query's u over the pass (qr: its features times 32767 / mq, qz: the features, each
+ * zero past the pass up to whole 16s) into u, and its zero points' sum: 16 chains (two
+ * vectors), then halves added. */
+static inline __attribute__((always_inline, target(AVX2))) float query_u(const float *restrict qr,
+                                                                        const float *restrict qz,
+                                                                        const float *restrict sr,
+                                                                        const float *restrict z, int np,
+                                                                        int16_t *restrict u)
+{
+    __m256 z0 = _mm256_setzero_ps(), z1 = _mm256_setzero_ps();
+    for (int c = 0; c < np; c += 16) {
+        const __m256 a = _mm256_mul_ps(_mm256_load_ps(qr + c), _mm256_load_ps(sr + c));
+        const __m256 b = _mm256_mul_ps(_mm256_load_ps(qr + c + 8), _mm256_load_ps(sr + c + 8));
+        const __m256i w = _mm256_packs_epi32(_mm256_cvtps_epi32(a), _mm256_cvtps_epi32(b)); /* NaN: −32768 */
+        _mm256_store_si256((__m256i *)(void *)(u + c), _mm256_permute4x64_epi64(w, 0xd8)); /* features in order */
+        z0 = _mm256_fmadd_ps(_mm256_load_ps(qz + c), _mm256_load_ps(z + c), z0);
+        z1 = _mm256_fmadd_ps(_mm256_load_ps(qz + c + 8), _mm256_load_ps(z + c + 8), z1);
+    }
+    const __m256 s8 = _mm256_add_ps(z0, z1);
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s4, _mm_shuffle_ps(s4, s4, 1)));
+}
+
+/* R <= 4 queries' (nb of them live) exact sums against one group's slots over a pass of np
+ * features: rows c and c + 1 of Kᵀ (k, rows ld apart, 16 codes each) widened and interleaved,
+ * one vpmaddwd a query and pair against its u pair; then each live query's value fma(step,
+ * isum, zsum) into y (16 slots, in order). pk: the next group's Kᵀ (NULL: none) and pv (bytes
+ * pvb): this group's value rows, a line of each prefetched a pair. */
+static inline __attribute__((always_inline, target(AVX2))) void
+group_sums(const int R, const int8_t *k, size_t ld, int np, const int16_t (*u)[MHA_INT8_PASS], const float *step,
+           const float *zsum, const int8_t *pk, const char *pv, size_t pvb, float (*y)[MHA_KV_GROUP])
+{
+    /* named accumulators: GCC spilled two of an array's eight across the pair loop */
+    __m256i a0 = _mm256_setzero_si256(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0;
+    /* the prefetches without a test in the loop: no next group, no value rows: k's own lines */
+    const char *ahead = pk ? (const char *)pk : (const char *)k, *rows = pvb ? pv : (const char *)k;
+    const size_t rows_end = pvb ? pvb - 1 : 0;
+    const int32_t *u0 = (const int32_t *)(const void *)u[0], *u1 = (const int32_t *)(const void *)u[R > 1];
+    const int32_t *u2 = (const int32_t *)(const void *)u[R > 2 ? 2 : 0];
+    const int32_t *u3 = (const int32_t *)(const void *)u[R > 3 ? 3 : 0];
+/* rows c and c + 1 widened (w0, w1) into every query's sums: slots 0-3 8-11 (lo), 4-7 12-15 (hi) */
+#define PAIR_SUMS(w0, w1)                                                                                              \
+    do {                                                                                                               \
+        const __m256i lo = _mm256_unpacklo_epi16(w0, w1), hi = _mm256_unpackhi_epi16(w0, w1);                          \
+        __m256i x = _mm256_set1_epi32(u0[c / 2]);                                                                      \
+        a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(lo, x)), b0 = _mm256_add_epi32(b0, _mm256_madd_epi16(hi, x));      \
+        if (R > 1)                                                                                                     \
+            x = _mm256_set1_epi32(u1[c / 2]), a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(lo, x)),                     \
+            b1 = _mm256_add_epi32(b1, _mm256_madd_epi16(hi, x));                                                       \
+        if (R > 2)                                                                                                     \
+            x = _mm256_set1_epi32(u2[c / 2]), a2 = _mm256_add_epi32(a2, _mm256_madd_epi16(lo, x)),                     \
+            b2 = _mm256_add_epi32(b2, _mm256_madd_epi16(hi, x));                                                       \
+        if (R > 3)                                                                                                     \
+            x = _mm256_set1_epi32(u3[c / 2]), a3 = _mm256_add_epi32(a3, _mm256_madd_epi16(lo, x)),                     \
+            b3 = _mm256_add_epi32(b3, _mm256_madd_epi16(hi, x));                                                       \
+    } while (0)
+    int c = 0;
+    for (; c + 1 < np; c += 2) {
+        const size_t line = (size_t)c * 32;
+        _mm_prefetch(ahead + (size_t)c * ld, _MM_HINT_T0);
+        _mm_prefetch(rows + (line < rows_end ? line : rows_end), _MM_HINT_T0);
+        const __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(k + (size_t)c * ld)));
+        const __m256i w1 =
+            _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(k + (size_t)(c + 1) * ld)));
+        PAIR_SUMS(w0, w1);
+    }
+    if (c < np) { /* an odd pass's last feature, paired with zeros */
+        const __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(k + (size_t)c * ld)));
+        PAIR_SUMS(w0, _mm256_setzero_si256());
+    }
+#undef PAIR_SUMS
+    const __m256i acc[4][2] = {{a0, b0}, {a1, b1}, {a2, b2}, {a3, b3}};
+#pragma GCC unroll 4
+    for (int qi = 0; qi < R; qi++) {
+        const __m256 d = _mm256_set1_ps(step[qi]), zs = _mm256_set1_ps(zsum[qi]);
+        const __m256i x0 = _mm256_permute2x128_si256(acc[qi][0], acc[qi][1], 0x20);
+        const __m256i x1 = _mm256_permute2x128_si256(acc[qi][0], acc[qi][1], 0x31);
+        _mm256_store_ps(y[qi], _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(x0), zs));
+        _mm256_store_ps(y[qi] + 8, _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(x1), zs));
+    }
+}
+
+/* Up to 4 queries (q rows dk apart, nb live) over every group of the runs, pass by pass. */
+static inline __attribute__((always_inline, target(AVX2))) void
+int8_scores_block(const int R, const float *q, int nb, int dk, float scale, const mha_key_runs *k, float *sc,
+                  size_t sc_ld, int first)
+{
+    _Alignas(32) float qr[4][MHA_INT8_PASS], qz[4][MHA_INT8_PASS], sr[MHA_INT8_PASS], z[MHA_INT8_PASS];
+    _Alignas(32) float y[4][MHA_KV_GROUP];
+    _Alignas(32) int16_t u[4][MHA_INT8_PASS];
+    _Alignas(32) int8_t part[MHA_INT8_PASS][MHA_KV_GROUP]; /* a group of fewer slots, zero-padded */
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (int p0 = 0; p0 < dk; p0 += MHA_INT8_PASS) {
+        const int np = dk - p0 < MHA_INT8_PASS ? dk - p0 : MHA_INT8_PASS, last = p0 + np == dk;
+        float dq[4];
+        for (int qi = 0; qi < R; qi++) { /* the queries times 32767 / max |q| */
+            const float *qq = q + (size_t)(qi < nb ? qi : 0) * dk + p0;
+            __m256 m = _mm256_setzero_ps();
+            for (int c = 0; c < np; c += 8)
+                m = _mm256_max_ps(m, _mm256_and_ps(load8_n(qq + c, np - c), absm));
+            const float mq = max8(m);
+            const __m256 rq = _mm256_set1_ps(mq > 0.0f ? 32767.0f / mq : 0.0f);
+            dq[qi] = mq / 32767.0f;
+            for (int c = 0; c < (np + 15) / 16 * 16; c += 8) {
+                const __m256 x = c < np ? load8_n(qq + c, np - c) : _mm256_setzero_ps();
+                _mm256_store_ps(qz[qi] + c, x), _mm256_store_ps(qr[qi] + c, _mm256_mul_ps(x, rq));
+            }
+        }
+        for (int r = 0, at = 0; r < k->runs; at += k->n[r++])
+            for (int g0 = 0; g0 < k->n[r]; g0 += MHA_KV_GROUP) {
+                const int slots = k->n[r] - g0 < MHA_KV_GROUP ? k->n[r] - g0 : MHA_KV_GROUP;
+                const int8_t *kg = (const int8_t *)k->kt[r] + g0 + (size_t)p0 * k->ld;
+                const int8_t *pk = g0 + MHA_KV_GROUP < k->n[r] ? kg + MHA_KV_GROUP
+                                   : r + 1 < k->runs           ? (const int8_t *)k->kt[r + 1] + (size_t)p0 * k->ld
+                                                               : NULL;
+                size_t ld = (size_t)k->ld;
+                if (slots < MHA_KV_GROUP) { /* no read past the group's codes */
+                    for (int c = 0; c < np; c++) {
+                        memset(part[c], 0, sizeof part[c]);
+                        memcpy(part[c], kg + (size_t)c * ld, (size_t)slots);
+                    }
+                    kg = &part[0][0], ld = MHA_KV_GROUP;
+                }
+                const char *pv = first && k->vr && p0 == 0 ? (const char *)k->vr[r] + (size_t)g0 * dk : NULL;
+                const mha_f16 *par = k->kp[r] + (size_t)(g0 / MHA_KV_GROUP) * 2 * (size_t)dk + p0;
+                const float ms = group_params(par, dk, np, sr, z);
+                float step[4], zsum[4];
+                for (int qi = 0; qi < R; qi++) {
+                    zsum[qi] = query_u(qr[qi], qz[qi], sr, z, np, u[qi]);
+                    step[qi] = dq[qi] * ms;
+                }
+                group_sums(R, kg, ld, np, (const int16_t (*)[MHA_INT8_PASS])u, step, zsum, pk, pv,
+                           pv ? (size_t)slots * (size_t)dk : 0, y);
+                for (int qi = 0; qi < nb; qi++) /* a pass's value, added to the passes' before */
+                    for (int h = 0; h < slots; h += 8) {
+                        float *out = sc + (size_t)qi * sc_ld + at + g0 + h;
+                        __m256 v = _mm256_load_ps(y[qi] + h);
+                        v = p0 == 0 ? v : _mm256_add_ps(load8_n(out, slots - h), v);
+                        store8_n(out, slots - h, last ? _mm256_mul_ps(v, _mm256_set1_ps(scale)) : v);
+                    }
+            }
+    }
+}
+
+__attribute__((target(AVX2))) void mha_int8_scores_avx2(const mha_score_rows *s, const mha_key_runs *k)
+{
+    for (int q0 = 0; q0 < s->nq; q0 += 4) {
+        const int nb = s->nq - q0 < 4 ? s->nq - q0 : 4;
+        const float *q = s->q + (size_t)q0 * s->dk;
+        float *sc = s->sc + (size_t)q0 * s->sc_ld;
+        if (nb == 4) /* R constant in each: the accumulators in registers */
+            int8_scores_block(4, q, nb, s->dk, s->scale, k, sc, s->sc_ld, q0 == 0);
+        else if (nb == 3)
+            int8_scores_block(3, q, nb, s->dk, s->scale, k, sc, s->sc_ld, q0 == 0);
+        else if (nb == 2)
+            int8_scores_block(2, q, nb, s->dk, s->scale, k, sc, s->sc_ld, q0 == 0);
+        else
+            int8_scores_block(1, q, nb, s->dk, s->scale, k, sc, s->sc_ld, q0 == 0);
+    }
 }

@@ -79,6 +79,10 @@ typedef struct mha_key_rows {
     const mha_rows_ahead *v;
 } mha_key_rows;
 
+/* int8_scores' pass: at most this many features' products in one int32 sum (|u| <= 32767,
+ * |code| <= 128: 512 · 32767 · 128 < 2^31). */
+enum { MHA_INT8_PASS = 512 };
+
 /* A chunk's keys as the decode score tiles read them (decode_scores, decode_scores16): `runs` runs
  * of slots, run r of n[r] slots with Kᵀ at kt[r] (feature c of slot t at element c · ld + t); a
  * scaled type's K parameters of run r's first group at kp[r] (kp NULL for an unscaled type); the
@@ -205,6 +209,24 @@ typedef struct mha_isa {
      * at vr[r] (slot t's dk elements at t · dk), for a table to prefetch as it sums the scores, so
      * the values find them in cache. Every table has F32 and INT8. */
     void (*decode_scores[MHA_KV_TYPES])(const mha_score_rows *s, int c0, int c1, const mha_key_runs *k);
+    /* Integer scores on an int8 cache's stored K groups (kvcache.h: K per feature over groups of
+     * MHA_KV_GROUP slots, a code, a float16 scale and zero point): the queries s against the
+     * runs k as decode_scores takes them (every run from a group's start; kp[r] the parameters
+     * of its first group, group g of the run at kp[r] + g · 2 · dk; vr[r] prefetched), all dk
+     * features in one call, in passes of MHA_INT8_PASS features from 0. Per (query, group,
+     * pass): mq = max |q_c|, ms = max |scale_c| (NaN where a scale is NaN), each feature's
+     * u_c = rne((q_c · rq) · (scale_c · rs)) an int16 (|u| <= 32767; −32768 where NaN: the only
+     * way to it), rq = 32767 / mq, rs = 1 / ms (each 0 where its max is not > 0); the exact
+     * int32 isum = Σ u_c · code_c (wrapping: only a NaN's u can reach 2^31); zsum = Σ q_c ·
+     * zero_c in 16 FMA chains (feature c on chain c mod 16 of the pass, from +0), then chains j
+     * and j + 8, j and j + 4, j and j + 2, 0 and 1 added; the pass's value fma((mq / 32767) · ms,
+     * (float)isum, zsum). A score is its passes' values added in order, times scale. The same
+     * bits in every table (ref the model). Issue 68 item 4's scores, not yet the engine's: an
+     * int8 cache's decode and prefill still score with decode_scores[INT8] and the float32
+     * products on K read back, until both take these (the stored groups of a step's own
+     * queries included), so that decode and prefill keep one value per (query, key). NULL: the
+     * table has none. */
+    void (*int8_scores)(const mha_score_rows *s, const mha_key_runs *k);
     /* The same float32 scores of the queries s (dk <= MHA_ROWS_SCORES_DK) against the keys k
      * given as rows (mha_key_rows), all features in one pass: sc[qi · sc_ld + t] = scale · Σ_c
      * q·k, one FMA chain per score in feature order from zero, decode_scores' bits without Kᵀ
@@ -356,6 +378,8 @@ extern const mha_bkernel mha_bk_amx; /* the avx512 table's AMX products (amx.c) 
  * four keys' features beside four queries' (avx2_decode.c). */
 void mha_rows_scores_avx2(const mha_score_rows *s, const mha_key_rows *k);
 void mha_rows_scores16_avx2(const mha_score_rows *s, const mha_key_rows *k, mha_bk_order order);
+/* avx2's int8_scores, the avx512 table's too: exact integer sums, so the same bits. */
+void mha_int8_scores_avx2(const mha_score_rows *s, const mha_key_runs *k);
 
 /* Every table, widest first. */
 extern const mha_isa *const mha_isa_tables[];

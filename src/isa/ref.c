@@ -202,6 +202,59 @@ static void decode_scores8_ref(const mha_score_rows *s, int c0, int c1, const mh
                s->sc, s->sc_ld);
 }
 
+/* x86's maxps on one lane: the second operand where either is NaN. */
+static float max_x86(float a, float b)
+{
+    return a > b ? a : b;
+}
+
+/* int8_scores' model (isa.h): per run, group, query and pass, the group's u, zsum and step,
+ * then each slot's exact integer sum. */
+void mha_int8_scores_ref(const mha_score_rows *s, const mha_key_runs *k)
+{
+    const int dk = s->dk;
+    int16_t u[MHA_INT8_PASS];
+    for (int r = 0, at = 0; r < k->runs; at += k->n[r++])
+        for (int g0 = 0; g0 < k->n[r]; g0 += MHA_KV_GROUP) {
+            const int slots = k->n[r] - g0 < MHA_KV_GROUP ? k->n[r] - g0 : MHA_KV_GROUP;
+            const mha_f16 *par = k->kp[r] + (size_t)(g0 / MHA_KV_GROUP) * 2 * (size_t)dk;
+            const int8_t *code = (const int8_t *)k->kt[r] + g0;
+            for (int qi = 0; qi < s->nq; qi++) {
+                const float *q = s->q + (size_t)qi * dk;
+                float y[MHA_KV_GROUP];
+                for (int p0 = 0; p0 < dk; p0 += MHA_INT8_PASS) {
+                    const int p1 = dk - p0 < MHA_INT8_PASS ? dk : p0 + MHA_INT8_PASS;
+                    float mq = 0.0f, ms = 0.0f, ch[16] = {0};
+                    int nan = 0;
+                    for (int c = p0; c < p1; c++) {
+                        const float sc = mha_f16_float(par[c]);
+                        mq = max_x86(mq, fabsf(q[c])), ms = max_x86(ms, fabsf(sc)), nan |= sc != sc;
+                    }
+                    const float rq = mq > 0.0f ? 32767.0f / mq : 0.0f, rs = ms > 0.0f ? 1.0f / ms : 0.0f;
+                    ms = nan ? NAN : ms;
+                    for (int c = p0; c < p1; c++) {
+                        const float x = (q[c] * rq) * (mha_f16_float(par[c]) * rs);
+                        u[c - p0] = x != x ? INT16_MIN : (int16_t)nearbyintf(x); /* |x| < 32767.5 else */
+                        ch[(c - p0) % 16] = fmaf(q[c], mha_f16_float(par[dk + c]), ch[(c - p0) % 16]);
+                    }
+                    for (int w = 8; w >= 1; w /= 2) /* chains j and j + 8, j and j + 4, … */
+                        for (int j = 0; j < w; j++)
+                            ch[j] += ch[j + w];
+                    const float step = mq / 32767.0f * ms;
+                    for (int t = 0; t < slots; t++) {
+                        uint32_t isum = 0; /* wraps as the vector sums (only where a u is NaN's) */
+                        for (int c = p0; c < p1; c++)
+                            isum += (uint32_t)((int32_t)u[c - p0] * code[(size_t)c * k->ld + t]);
+                        const float v = fmaf(step, (float)(int32_t)isum, ch[0]);
+                        y[t] = p0 == 0 ? v : y[t] + v;
+                    }
+                }
+                for (int t = 0; t < slots; t++)
+                    s->sc[(size_t)qi * s->sc_ld + at + g0 + t] = y[t] * s->scale;
+            }
+        }
+}
+
 static void decode_values_ref(const mha_value_rows *rows, const void *v, const float *vs, int n, const void *next,
                               mha_prefetch_walk *w)
 {
@@ -351,6 +404,7 @@ const mha_isa mha_isa_ref = {
     .scale_rows = {[MHA_KV_INT8] = i8_scale_rows_ref},
     .decode_scores = {[MHA_KV_F32] = decode_scores_ref, [MHA_KV_INT8] = decode_scores8_ref},
     .decode_values = {[MHA_KV_F32] = decode_values_ref, [MHA_KV_INT8] = decode_values8_ref},
+    .int8_scores = mha_int8_scores_ref,
     .decode16_orders = 1u << MHA_BK_EVEN_FIRST,
     .decode_scores16 = decode_scores16_ref,
     .decode_values16 = decode_values16_ref,
