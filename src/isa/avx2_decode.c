@@ -482,7 +482,7 @@ static inline __attribute__((always_inline, target(AVX2))) float query_u(const f
     return _mm_cvtss_f32(_mm_add_ss(s4, _mm_shuffle_ps(s4, s4, 1)));
 }
 
-/* R <= 4 queries' (nb of them live) exact sums against one group's slots over a pass of np
+/* R <= 4 queries' exact sums against one group's slots over a pass of np
  * features: rows c and c + 1 of Kᵀ (k, rows ld apart, 16 codes each) widened and interleaved,
  * one vpmaddwd a query and pair against its u pair; then each live query's value fma(step,
  * isum, zsum) into y (16 slots, in order). pk: the next group's Kᵀ (NULL: none) and pv (bytes
@@ -560,7 +560,7 @@ int8_scores_block(const int R, const float *q, int nb, int dk, float scale, cons
             for (int c = 0; c < np; c += 8)
                 m = _mm256_max_ps(m, _mm256_and_ps(load8_n(qq + c, np - c), absm));
             const float mq = max8(m);
-            const __m256 rq = _mm256_set1_ps(mq > 0.0f ? 32767.0f / mq : 0.0f);
+            const __m256 rq = _mm256_set1_ps(mq > MHA_INT8_TINY ? 32767.0f / mq : 0.0f);
             dq[qi] = mq / 32767.0f;
             for (int c = 0; c < (np + 15) / 16 * 16; c += 8) {
                 const __m256 x = c < np ? load8_n(qq + c, np - c) : _mm256_setzero_ps();

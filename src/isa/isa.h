@@ -80,8 +80,11 @@ typedef struct mha_key_rows {
 } mha_key_rows;
 
 /* int8_scores' pass: at most this many features' products in one int32 sum (|u| <= 32767,
- * |code| <= 128: 512 · 32767 · 128 < 2^31). */
+ * |code| <= 128: 512 · 32767 · 128 < 2^31); and the largest |q| of a pass below which its
+ * queries' u are 0 (32767 / mq would overflow float32 near 1e-34; such a query's scores are
+ * its zero points' sums, which its products would change by less than 1e-25). */
 enum { MHA_INT8_PASS = 512 };
+#define MHA_INT8_TINY 0x1p-100f
 
 /* A chunk's keys as the decode score tiles read them (decode_scores, decode_scores16): `runs` runs
  * of slots, run r of n[r] slots with Kᵀ at kt[r] (feature c of slot t at element c · ld + t); a
@@ -215,13 +218,15 @@ typedef struct mha_isa {
      * of its first group, group g of the run at kp[r] + g · 2 · dk; vr[r] prefetched), all dk
      * features in one call, in passes of MHA_INT8_PASS features from 0. Per (query, group,
      * pass): mq = max |q_c|, ms = max |scale_c| (NaN where a scale is NaN), each feature's
-     * u_c = rne((q_c · rq) · (scale_c · rs)) an int16 (|u| <= 32767; −32768 where NaN: the only
-     * way to it), rq = 32767 / mq, rs = 1 / ms (each 0 where its max is not > 0); the exact
-     * int32 isum = Σ u_c · code_c (wrapping: only a NaN's u can reach 2^31); zsum = Σ q_c ·
+     * u_c = rne((q_c · rq) · (scale_c · rs)) an int16 (|u| <= 32767), rq = 32767 / mq (0 where
+     * mq <= MHA_INT8_TINY), rs = 1 / ms (0 where ms is not > 0); the exact int32 isum = Σ u_c ·
+     * code_c; zsum = Σ q_c ·
      * zero_c in 16 FMA chains (feature c on chain c mod 16 of the pass, from +0), then chains j
      * and j + 8, j and j + 4, j and j + 2, 0 and 1 added; the pass's value fma((mq / 32767) · ms,
      * (float)isum, zsum). A score is its passes' values added in order, times scale. The same
-     * bits in every table (ref the model). Issue 68 item 4's scores, not yet the engine's: an
+     * bits in every table (ref the model). A NaN among a query's features or a group's scales
+     * makes the scores NaN (which NaN, and the u on the way, as the table's max and conversion
+     * give: ref as x86's, the sums wrapping). Issue 68 item 4's scores, not yet the engine's: an
      * int8 cache's decode and prefill still score with decode_scores[INT8] and the float32
      * products on K read back, until both take these (the stored groups of a step's own
      * queries included), so that decode and prefill keep one value per (query, key). NULL: the

@@ -208,6 +208,16 @@ static float max_x86(float a, float b)
     return a > b ? a : b;
 }
 
+/* x86's cvtps2dq then packssdw on one lane: rne to int32 (NaN or out of its range: INT32_MIN),
+ * saturated to int16 (int8_scores' u, |x| < 32767.5 but where a max was a NaN's). */
+static int16_t cvt_pack_x86(float x)
+{
+    if (!(fabsf(x) < 2147483648.0f))
+        return INT16_MIN;
+    const long r = lrintf(x);
+    return (int16_t)(r > INT16_MAX ? INT16_MAX : r < INT16_MIN ? INT16_MIN : r);
+}
+
 /* int8_scores' model (isa.h): per run, group, query and pass, the group's u, zsum and step,
  * then each slot's exact integer sum. */
 void mha_int8_scores_ref(const mha_score_rows *s, const mha_key_runs *k)
@@ -230,11 +240,10 @@ void mha_int8_scores_ref(const mha_score_rows *s, const mha_key_runs *k)
                         const float sc = mha_f16_float(par[c]);
                         mq = max_x86(mq, fabsf(q[c])), ms = max_x86(ms, fabsf(sc)), nan |= sc != sc;
                     }
-                    const float rq = mq > 0.0f ? 32767.0f / mq : 0.0f, rs = ms > 0.0f ? 1.0f / ms : 0.0f;
+                    const float rq = mq > MHA_INT8_TINY ? 32767.0f / mq : 0.0f, rs = ms > 0.0f ? 1.0f / ms : 0.0f;
                     ms = nan ? NAN : ms;
                     for (int c = p0; c < p1; c++) {
-                        const float x = (q[c] * rq) * (mha_f16_float(par[c]) * rs);
-                        u[c - p0] = x != x ? INT16_MIN : (int16_t)nearbyintf(x); /* |x| < 32767.5 else */
+                        u[c - p0] = cvt_pack_x86((q[c] * rq) * (mha_f16_float(par[c]) * rs));
                         ch[(c - p0) % 16] = fmaf(q[c], mha_f16_float(par[dk + c]), ch[(c - p0) % 16]);
                     }
                     for (int w = 8; w >= 1; w /= 2) /* chains j and j + 8, j and j + 4, … */
