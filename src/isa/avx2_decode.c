@@ -541,9 +541,9 @@ group_sums(const int R, const int8_t *k, size_t ld, int np, const int16_t (*u)[M
     }
 }
 
-/* Up to 4 queries (q rows dk apart, nb live) over every group of the runs, pass by pass. */
+/* R <= 4 queries (q rows dk apart) over every group of the runs, pass by pass. */
 static inline __attribute__((always_inline, target(AVX2))) void
-int8_scores_block(const int R, const float *q, int nb, int dk, float scale, const mha_key_runs *k, float *sc,
+int8_scores_block(const int R, const float *q, int dk, float scale, const mha_key_runs *k, float *sc,
                   size_t sc_ld, int first)
 {
     _Alignas(32) float qr[4][MHA_INT8_PASS], qz[4][MHA_INT8_PASS], sr[MHA_INT8_PASS], z[MHA_INT8_PASS];
@@ -555,7 +555,7 @@ int8_scores_block(const int R, const float *q, int nb, int dk, float scale, cons
         const int np = dk - p0 < MHA_INT8_PASS ? dk - p0 : MHA_INT8_PASS, last = p0 + np == dk;
         float dq[4];
         for (int qi = 0; qi < R; qi++) { /* the queries times 32767 / max |q| */
-            const float *qq = q + (size_t)(qi < nb ? qi : 0) * dk + p0;
+            const float *qq = q + (size_t)qi * dk + p0;
             __m256 m = _mm256_setzero_ps();
             for (int c = 0; c < np; c += 8)
                 m = _mm256_max_ps(m, _mm256_and_ps(load8_n(qq + c, np - c), absm));
@@ -592,7 +592,7 @@ int8_scores_block(const int R, const float *q, int nb, int dk, float scale, cons
                 }
                 group_sums(R, kg, ld, np, (const int16_t (*)[MHA_INT8_PASS])u, step, zsum, pk, pv,
                            pv ? (size_t)slots * (size_t)dk : 0, y);
-                for (int qi = 0; qi < nb; qi++) /* a pass's value, added to the passes' before */
+                for (int qi = 0; qi < R; qi++) /* a pass's value, added to the passes' before */
                     for (int h = 0; h < slots; h += 8) {
                         float *out = sc + (size_t)qi * sc_ld + at + g0 + h;
                         __m256 v = _mm256_load_ps(y[qi] + h);
@@ -610,12 +610,12 @@ __attribute__((target(AVX2))) void mha_int8_scores_avx2(const mha_score_rows *s,
         const float *q = s->q + (size_t)q0 * s->dk;
         float *sc = s->sc + (size_t)q0 * s->sc_ld;
         if (nb == 4) /* R constant in each: the accumulators in registers */
-            int8_scores_block(4, q, nb, s->dk, s->scale, k, sc, s->sc_ld, q0 == 0);
+            int8_scores_block(4, q, s->dk, s->scale, k, sc, s->sc_ld, q0 == 0);
         else if (nb == 3)
-            int8_scores_block(3, q, nb, s->dk, s->scale, k, sc, s->sc_ld, q0 == 0);
+            int8_scores_block(3, q, s->dk, s->scale, k, sc, s->sc_ld, q0 == 0);
         else if (nb == 2)
-            int8_scores_block(2, q, nb, s->dk, s->scale, k, sc, s->sc_ld, q0 == 0);
+            int8_scores_block(2, q, s->dk, s->scale, k, sc, s->sc_ld, q0 == 0);
         else
-            int8_scores_block(1, q, nb, s->dk, s->scale, k, sc, s->sc_ld, q0 == 0);
+            int8_scores_block(1, q, s->dk, s->scale, k, sc, s->sc_ld, q0 == 0);
     }
 }
