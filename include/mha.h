@@ -8,8 +8,8 @@
  *
  * Threading contract: use one engine per calling thread at a time; any number of engines
  * may run at once in one process, and an engine may move between threads between calls
- * (built by clang, on LLVM's libomp: only among threads that live on; a thread that ran an
- * engine and exits crashes libomp's next parallel region, docs/server.md).
+ * (threads that exit after a call included; on LLVM's libomp each such thread leaves about
+ * 8 KiB in the runtime, docs/server.md).
  * An engine of more than one thread called from inside the caller's own active OpenMP
  * parallel region fails with MHA_ERR_STATE (its team would run as one thread there); one of
  * threads = 1 runs anywhere. libgomp keeps one team of workers per thread that starts parallel

@@ -1,6 +1,6 @@
 /* scheduler.c — OpenMP tasks over (batch × KV heads), the only file with #pragma omp.
  *
- * One parallel region per forward; one thread produces the tasks, all of them run them.
+ * One parallel region per forward; one worker produces the tasks, all of them run them.
  * Each head task (a KV head and its query heads) runs on one worker with that worker's
  * scratch slice, and every GEMM in it
  * is single-threaded, so a task's result does not depend on which worker ran it or how
@@ -57,7 +57,14 @@ static void pin_leave(int pinned, const mha_cpumask *saved)
 
 /* One parallel region of the engine's team: each worker pinned (when the config asks) and in
  * bk's hardware context (AMX: its tile configuration, once for all its tasks), one of them
- * running produce(s, arg), whose tasks every worker runs; the region's end completes them. */
+ * running produce(s, arg), whose tasks every worker runs; the barrier completes them before
+ * the context ends.
+ *
+ * The producer is the team's worker 1, never the calling thread: LLVM's libomp keeps a
+ * finished task's memory on the free lists of the thread that ran it, owned by the thread that
+ * created it, and frees an exiting thread's memory — so tasks created by a caller that then
+ * exits leave a pooled worker with freed blocks, and a later caller's region corrupts the heap
+ * (tests/test_embedding.c). A worker lives as long as the runtime. */
 static void run_region(const mha_sched *s, const mha_bkernel *bk, void (*produce)(const mha_sched *, const void *),
                        const void *arg)
 {
@@ -68,8 +75,9 @@ static void run_region(const mha_sched *s, const mha_bkernel *bk, void (*produce
         mha_cpumask saved;
         int pinned = pin_enter(s, omp_get_thread_num(), &saved);
         mha_bk_begin(bk);
-#pragma omp single
-        produce(s, arg);
+        if (omp_get_thread_num() == (omp_get_num_threads() > 1)) /* worker 1; a team of one: the caller */
+            produce(s, arg);
+#pragma omp barrier
         mha_bk_end(bk);
         pin_leave(pinned, &saved);
     }
