@@ -464,13 +464,20 @@ typedef struct mha_core_io {
     float *partial;     /* the few queries' chunk partials (the engine's decode partials region,
                          * mha_attention_core_keys), or NULL: no call's keys split */
 } mha_core_io;
-/* Query heads [h0, h1) (of KV head g's group) of sequence b of the core: g's K and V copied
+/* Query heads [h0, h1) (of KV head g's group) of sequence b of the core, part `part` of its
+ * rows (of `parts`: mha_attention_core_part): the keys those rows see of g's K and V copied
  * into the scratch (Kᵀ packed once), then for each of those heads its Q and
- * mha_attention_rows into out (rows past the query length zeroed). A few queries a head
- * (core_few) run the group's heads as the rows of one pass: the block with the group's first
- * head runs them all, the others nothing. A row's bits do not depend on the block. f holds
- * the call's sizes, lengths, mask and causal flag. */
-void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, int h0, int h1, const mha_scratch *s);
+ * mha_attention_rows into out (part 0: rows past the query length zeroed). A few queries a
+ * head (core_few) run the group's heads as the rows of one pass: part 0 of the block with the
+ * group's first head runs them all, the others nothing. A row's bits depend on neither the
+ * block nor the part. f holds the call's sizes, lengths, mask and causal flag. */
+void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, int h0, int h1, int part, int parts,
+                        const mha_scratch *s);
+/* The rows [*r0, *r1) of sequence b's queries that part `part` of `parts` runs: cut at query
+ * blocks (f->q_block from row 0, so each block is the unsplit call's), the parts' blocks'
+ * visible keys about equal (a causal sequence's later rows see more); parts 1 or an explicit
+ * mask (whose rows mha_attention_rows takes from the call's first): all of them in part 0. */
+void mha_attention_core_part(const mha_fwd *f, int b, int part, int parts, int *r0, int *r1);
 /* A few queries' keys split over tasks, as a decode step splits a cache's (io->partial: the
  * results depend on neither the split nor the thread count). mha_attention_core_chunks: where
  * sequence b's queries run as one block of few rows (mha_attention_core's core_few), the end of

@@ -314,14 +314,51 @@ int mha_attention_head_block(int group)
     return hb;
 }
 
-void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, int h0, int h1, const mha_scratch *s)
+/* The keys a query block of sequence b's rows [r0, r1) reads (mha_attention_rows' chunks). */
+static long block_keys(const mha_fwd *f, int r0, int r1, int kl)
+{
+    const int off = f->call->seq_kv - f->call->seq_q;
+    int begin;
+    const int end = mha_attention_block_keys(f, r0 + off, r1 - 1 + off, kl, 1, &begin);
+    return (long)(end - begin) * (r1 - r0);
+}
+
+/* Where part p of `parts` of rows [0, ql) starts: the first block boundary by which the blocks'
+ * keys reach p / parts of total. */
+static int core_cut(const mha_fwd *f, int ql, int kl, long total, int p, int parts)
+{
+    if (p >= parts)
+        return ql;
+    long done = 0;
+    int r = 0;
+    for (const int qb = f->q_block; r < ql && done * parts < total * p; r += qb)
+        done += block_keys(f, r, r + qb < ql ? r + qb : ql, kl);
+    return r < ql ? r : ql;
+}
+
+void mha_attention_core_part(const mha_fwd *f, int b, int part, int parts, int *r0, int *r1)
+{
+    const int ql = f->call->q_len ? f->call->q_len[b] : f->call->seq_q;
+    const int kl = f->call->kv_len ? f->call->kv_len[b] : f->call->seq_kv, qb = f->q_block;
+    if (parts < 2 || f->call->mask) {
+        *r0 = 0, *r1 = part == 0 ? ql : 0;
+        return;
+    }
+    long total = 0;
+    for (int r = 0; r < ql; r += qb)
+        total += block_keys(f, r, r + qb < ql ? r + qb : ql, kl);
+    *r0 = core_cut(f, ql, kl, total, part, parts), *r1 = core_cut(f, ql, kl, total, part + 1, parts);
+}
+
+void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, int h0, int h1, int part, int parts,
+                        const mha_scratch *s)
 {
     const mha_kernel *k = f->kernel;
     const int ql = f->call->q_len ? f->call->q_len[b] : f->call->seq_q;
     const int kl = f->call->kv_len ? f->call->kv_len[b] : f->call->seq_kv;
     const int dv = f->dv;
     if (core_few(f, ql)) {
-        if (h0 != g * f->group)
+        if (h0 != g * f->group || part != 0)
             return;
         h1 = (g + 1) * f->group;
         core_few_rows(f, io, b, g, s, ql, kl);
@@ -333,17 +370,32 @@ void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, i
          * panels (or rounded into float rows by each chunk), bf16 out rounded from float rows in
          * the scratch (the Q/K/V region's Q columns, which bf16 engines' core does not use
          * otherwise) */
-        core_kv_by(f, s, io, b, g, 0, kl, f->attn->pack_kv, f->attn->pack_kv16);
+        int r0, r1;
+        mha_attention_core_part(f, b, part, parts, &r0, &r1);
+        /* a part that ends before the last row: the keys to the end of the chunk holding the
+         * last key its last row sees (a window implies causal: no earlier row sees more), as
+         * the unsplit call packs them — a chunk's tiles read its keys past the last visible
+         * one, and their products' zeros keep the signs of those values */
+        const int off = f->call->seq_kv - f->call->seq_q;
+        int kn = kl;
+        if (r1 < ql) {
+            const int hi = mha_visible_keys(r1 - 1 + off, f->call->causal, f->window, kl).hi;
+            const int up = (hi + MHA_KV_CHUNK - 1) / MHA_KV_CHUNK * MHA_KV_CHUNK;
+            kn = up < kl ? up : kl;
+        }
+        core_kv_by(f, s, io, b, g, 0, r1 > r0 ? kn : 0, f->attn->pack_kv, f->attn->pack_kv16);
         float *zf = s->qkv;
-        for (int h = h0; h < h1; h++) {
-            const ptrdiff_t qo = b * io->q_st[0] + h * io->q_st[1], oo = b * io->o_st[0] + h * io->o_st[1];
+        for (int h = h0; h < h1 && r1 > r0; h++) {
+            const ptrdiff_t qo = b * io->q_st[0] + h * io->q_st[1] + r0 * io->q_st[2];
+            const ptrdiff_t oo = b * io->o_st[0] + h * io->o_st[1] + r0 * io->o_st[2];
             const mha_queries q = io->bf16 ? (mha_queries){.q16 = (const mha_bf16 *)io->q + qo, .ld16 = io->q_st[2]}
                                            : (mha_queries){.q = mha_mat_rows(k, (const float *)io->q + qo, io->q_st[2])};
-            mha_attention_rows(f, h, s, q, ql, kl, f->call->seq_kv - f->call->seq_q, io->bf16 ? zf : (float *)io->out + oo,
+            mha_attention_rows(f, h, s, q, r1 - r0, kn, off + r0, io->bf16 ? zf : (float *)io->out + oo,
                                io->bf16 ? dv : io->o_st[2], io->sinks, NULL, NULL);
-            for (int i = 0; io->bf16 && i < ql; i++)
+            for (int i = 0; io->bf16 && i < r1 - r0; i++)
                 core_put(f, io, oo + i * io->o_st[2], zf + (size_t)i * dv, dv);
         }
     }
-    core_zero_rows(f, io, b, ql, h0, h1);
+    if (part == 0)
+        core_zero_rows(f, io, b, ql, h0, h1);
 }

@@ -158,18 +158,32 @@ static int core_run(const mha_sched *s, const mha_fwd *f, const mha_core_io *io)
     return per < 1 ? 1 : per > DECODE_RUN ? DECODE_RUN : (int)per;
 }
 
-/* The core's tasks (arg: a core_job): per sequence, KV head and block of its query heads; a
- * few queries' keys longer than a run split into runs of chunks, merged once all have run. */
+/* Parts of each sequence's rows for the core's tasks (mha_attention_core_part): enough for two
+ * tasks a thread where (sequence, KV head, head block) alone give fewer — a long prefill of a
+ * few KV heads, which would otherwise leave threads idle or nothing to even out a slow one
+ * with. Each part packs the keys its rows see: rows of a part are many blocks, so that is a
+ * small share of its products. */
+static int core_parts(const mha_sched *s, const mha_fwd *f)
+{
+    const int hb = mha_attention_head_block(f->group);
+    const long tasks = (long)f->call->batch * f->kvh * ((f->group + hb - 1) / hb), want = 2L * s->threads;
+    return s->threads < 2 || tasks >= want ? 1 : (int)((want + tasks - 1) / tasks);
+}
+
+/* The core's tasks (arg: a core_job): per sequence, KV head, block of its query heads and part
+ * of its rows; a few queries' keys longer than a run split into runs of chunks, merged once
+ * all have run. */
 static void core_tasks(const mha_sched *s, const void *arg)
 {
     const mha_fwd *f = ((const core_job *)arg)->f;
     const mha_core_io *io = ((const core_job *)arg)->io;
-    const int hb = mha_attention_head_block(f->group), run = core_run(s, f, io);
+    const int hb = mha_attention_head_block(f->group), run = core_run(s, f, io), parts = core_parts(s, f);
     int split = 0;
     for (int i = 0; i < f->call->batch; i++) {
         const int b = s->order[i];
         int first = 0;
-        const int end = run ? mha_attention_core_chunks(f, b, &first) : 0;
+        const int chunks = mha_attention_core_chunks(f, b, &first), end = run ? chunks : 0;
+        const int np = chunks ? 1 : parts; /* a few queries run as one pass */
         for (int g = 0; g < f->kvh && end - first > run; g++)
             for (int c0 = first; c0 < end; c0 += run) {
                 const int c1 = c0 + run < end ? c0 + run : end;
@@ -181,14 +195,15 @@ static void core_tasks(const mha_sched *s, const void *arg)
             }
         split |= end - first > run;
         for (int g = 0; g < f->kvh && end - first <= run; g++)
-            for (int h0 = g * f->group; h0 < (g + 1) * f->group; h0 += hb) {
-                const int h1 = h0 + hb;
-#pragma omp task firstprivate(b, g, h0, h1)
-                {
-                    const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
-                    mha_attention_core(f, io, b, g, h0, h1, &sc);
+            for (int h0 = g * f->group; h0 < (g + 1) * f->group; h0 += hb)
+                for (int part = 0; part < np; part++) {
+                    const int h1 = h0 + hb;
+#pragma omp task firstprivate(b, g, h0, h1, part, np)
+                    {
+                        const mha_scratch sc = mha_arena_slice(s->plan, s->scratch, omp_get_thread_num());
+                        mha_attention_core(f, io, b, g, h0, h1, part, np, &sc);
+                    }
                 }
-            }
     }
     if (!split)
         return;

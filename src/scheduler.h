@@ -26,8 +26,8 @@ void mha_sched_order(const mha_fwd *f, int *order);
  * sequence's heads. */
 void mha_sched_forward(const mha_sched *s, const mha_fwd *f);
 /* The attention core (mha_core_forward): a task per (sequence, KV head, block of its query
- * heads: mha_attention_head_block), longest sequences first, each running mha_attention_core
- * on its worker's slice. */
+ * heads: mha_attention_head_block, part of its rows where those are fewer than two a thread),
+ * longest sequences first, each running mha_attention_core on its worker's slice. */
 void mha_sched_core(const mha_sched *s, const mha_fwd *f, const mha_core_io *io);
 /* An MLA engine's forward (mla.h): the row blocks' projections, then the attention core by
  * head blocks, then the row blocks' values and output projection. */

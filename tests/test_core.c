@@ -28,7 +28,8 @@ typedef struct ccase {
 
 /* Shapes that cross a key chunk (256), GQA and MQA (a group of 40: the core's tasks take
  * blocks of its heads), heads not a power of two, d_k not a multiple of any panel, every mask
- * and logit variant the core applies. */
+ * and logit variant the core applies, and sequences of too few KV heads for the threads (the
+ * core splits their rows). */
 static const ccase cases[] = {
     {"bert-like, two key chunks", 4, 4, 64, 3, 300, 300, 0, 0, 0, 0},
     {"GQA 8/2, causal", 8, 2, 32, 2, 130, 130, 0, M_CAUSAL, 0, V_SCALE},
@@ -39,6 +40,10 @@ static const ccase cases[] = {
     {"three queries of 8 heads over 2: window, mask, ragged", 8, 2, 32, 3, 3, 300, 1,
      M_CAUSAL | M_EXPLICIT | M_QLEN | M_KVLEN, 40, V_ALIBI | V_SOFTCAP},
     {"MQA of 40 heads (core tasks of 10), sinks, ALiBi", 40, 1, 24, 2, 70, 70, 0, M_CAUSAL, 0, V_SINKS | V_ALIBI},
+    {"one long causal sequence of MQA (its rows in parts over the tasks)", 4, 1, 48, 1, 700, 700, 0, M_CAUSAL, 0,
+     V_SINKS | V_ALIBI},
+    {"one sequence's queries at the end of longer keys, window (rows in parts)", 6, 2, 40, 1, 300, 800, 1, M_CAUSAL,
+     150, V_SOFTCAP},
 };
 enum { N_CASES = sizeof cases / sizeof cases[0] };
 
