@@ -44,6 +44,8 @@ static const ccase cases[] = {
      V_SINKS | V_ALIBI},
     {"one sequence's queries at the end of longer keys, window (rows in parts)", 6, 2, 40, 1, 300, 800, 1, M_CAUSAL,
      150, V_SOFTCAP},
+    {"one sequence of MQA, ragged, explicit mask (its rows one part: the mask's are the call's)", 4, 1, 32, 1, 200, 200,
+     0, M_CAUSAL | M_EXPLICIT | M_QLEN | M_KVLEN, 0, 0},
 };
 enum { N_CASES = sizeof cases / sizeof cases[0] };
 
