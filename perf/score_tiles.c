@@ -3,10 +3,9 @@
  * (a GQA group of 4, a decode step's row) against RUNS blocks of 16 slots, d_k 128 (Kᵀ as the
  * cache holds it, RUNS · 4 KiB of bf16 keys, RUNS · 2 KiB of int8 and their parameters), each
  * table's decode_scores[INT8] (float32 FMAs on K made from its scale and zero point as the
- * tiles load it) and int8_scores (integer sums on the codes, isa.h) next to decode_scores16 on
- * a bf16 cache where the table has it (odd first where the CPU has AVX512_BF16, else even
- * first); 200 000 / RUNS
- * calls a run, median of 5 runs interleaved, in ns per 16 key elements (one feature of a block,
+ * tiles load it) and each int8_scores kernel the CPU runs (integer sums on the codes, isa.h)
+ * next to decode_scores16 on a bf16 cache where the table has it (odd first where the CPU has
+ * AVX512_BF16, else even first); 200 000 / RUNS calls a run, median of 5 runs interleaved, in ns per 16 key elements (one feature of a block,
  * for all 4 queries) and the keys' bytes per second.
  * usage: score_tiles [RUNS (4)] */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime (perf_util.h) under -std=c11 */
@@ -67,7 +66,7 @@ int main(int argc, char **argv)
                                        ? MHA_BK_ODD_FIRST
                                        : MHA_BK_EVEN_FIRST;
         const int bf16 = isa->decode_scores16 && (isa->decode16_orders >> order & 1);
-        double t8[REPS], ti[REPS], t16[REPS];
+        double t8[REPS], ti[3][REPS], t16[REPS];
         for (int rep = 0; rep < REPS; rep++) {
             double t0 = now_ms();
             for (int i = 0; i < calls; i++)
@@ -75,10 +74,13 @@ int main(int argc, char **argv)
                                                 &(mha_key_runs){.runs = runs, .ld = BS, .n = n, .kt = kt8, .vr = vr,
                                                                 .kp = kp});
             t8[rep] = now_ms() - t0, t0 = now_ms();
-            for (int i = 0; isa->int8_scores && i < calls; i++)
-                isa->int8_scores(&(mha_score_rows){q, NQ, DK, 1.0f, sc, MAX_RUNS * BS, 0},
-                                 &(mha_key_runs){.runs = runs, .ld = BS, .n = n, .kt = kt8, .vr = vr, .kp = kp});
-            ti[rep] = now_ms() - t0, t0 = now_ms();
+            for (int v = 0; isa->int8_scores[v]; v++) { /* each kernel this CPU runs */
+                for (int i = 0; mha_cpu_has_all(isa->int8_scores[v]->needs) && i < calls; i++)
+                    isa->int8_scores[v]->run(&(mha_score_rows){q, NQ, DK, 1.0f, sc, MAX_RUNS * BS, 0},
+                                             &(mha_key_runs){.runs = runs, .ld = BS, .n = n, .kt = kt8, .vr = vr,
+                                                             .kp = kp});
+                ti[v][rep] = now_ms() - t0, t0 = now_ms();
+            }
             for (int i = 0; bf16 && i < calls; i++)
                 isa->decode_scores16(&(mha_score_rows){q, NQ, DK, 1.0f, sc, MAX_RUNS * BS, 0},
                                      &(mha_key_runs){.runs = runs, .ld = BS, .n = n, .kt = kt16, .vr = vr}, order);
@@ -86,8 +88,10 @@ int main(int argc, char **argv)
         }
         const double a = median5(t8) * per16, b = median5(t16) * per16;
         printf("%-7s int8 %.3f ns / 16 elements (%.1f GB/s of K)", isa->name, a, 16 / a);
-        if (isa->int8_scores)
-            printf(", int8 integer scores %.3f ns (%.1f GB/s)", median5(ti) * per16, 16 / (median5(ti) * per16));
+        for (int v = 0; isa->int8_scores[v]; v++)
+            if (mha_cpu_has_all(isa->int8_scores[v]->needs))
+                printf(", int8 integer scores (%s) %.3f ns (%.1f GB/s)", isa->int8_scores[v]->name,
+                       median5(ti[v]) * per16, 16 / (median5(ti[v]) * per16));
         if (bf16)
             printf(", bf16 (%s first) %.3f ns (%.1f GB/s)", order == MHA_BK_ODD_FIRST ? "odd" : "even", b, 32 / b);
         printf("\n");

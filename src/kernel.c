@@ -119,6 +119,7 @@ mha_status mha_kernel_select(const char *request, const mha_isa *isa, mha_kernel
         k->isa = isa;
         k->qdot16 = mha_qdot16_choose(isa->quant);
         k->qbf16 = mha_qbf16_choose(isa->quant);
+        k->int8_scores = mha_int8_scores_choose(isa);
         /* rows stream where the table's passes reproduce this microkernel's sums: the one of
          * stream_arch, which other sub-configs share (zen, zen2 and zen3 run haswell's) */
         k->stream = isa->stream_rows && k->bw == isa->stream_bw &&

@@ -28,6 +28,7 @@ typedef struct mha_kernel {
     const struct mha_isa *isa; /* the kernel table every other ISA-specific operation comes from */
     const struct mha_qdot16_ops *qdot16; /* the table's integer products this CPU runs (qkernels.h) */
     const struct mha_qbf16_ops *qbf16;   /* its dequantizing into bf16 this CPU runs, or NULL */
+    const struct mha_int8_scores_ops *int8_scores; /* its integer scores this CPU runs, or NULL */
     int stream;        /* few rows stream B (isa->stream_rows): the table has it for this
                         * sub-config and panel width (its sums are the microkernel's) */
     int in_place;      /* stream, and the attention's products stream any number of rows with

@@ -741,18 +741,16 @@ BKERNEL_TEST(bgemm, decode_tiles_sum_as_the_kernels_of_their_order, .timeout = 6
     decode_tiles_check(isa, bk->order, &r);
 }
 
-/* int8_scores (isa.h) of every table that has one gives the model's bits (ref's), and the
- * model is within its rounding of the float64 score on the same codes and parameters: blocks of
+/* int8_scores (isa.h): each kernel of every table that has one gives the model's bits (ref's;
+ * a kernel this CPU cannot run is noted as skipped), and the model is within its rounding of the float64 score on the same codes and parameters: blocks of
  * 16, 32 and 8 slots (runs of whole groups, two groups in a run, groups of 8; runs of 5 and
  * 21), d_k 44, 128 and 601 (two passes, odd), 1 to 9 queries; codes over all of int8, K's
  * channels and the queries with outliers, a group whose scales are all zero, a query of zeros
  * and one below MHA_INT8_TINY (bits only). Then NaN:
  * a NaN scale makes its group's scores NaN, a NaN query feature its query's. */
-TABLE_TEST(bgemm, int8_scores_match_the_model, .timeout = 60)
+static void int8_scores_check(const mha_isa *isa, const mha_int8_scores_ops *ops)
 {
     enum { RUNS = 3, SC_LD = 96 };
-    if (!isa->int8_scores)
-        cr_skip_test("isa %s has no int8_scores", isa->name);
     rng r = {4099};
     for (int BS = 8; BS <= 32; BS *= 2)
         for (int dk = 44; dk <= 601; dk = dk == 44 ? 128 : dk == 128 ? 601 : 602)
@@ -782,13 +780,13 @@ TABLE_TEST(bgemm, int8_scores_match_the_model, .timeout = 60)
                 for (int ri = 0; ri < RUNS; ri++)
                     ktr[ri] = k8 + ri * blk, kpr[ri] = kh + (size_t)ri * groups * 2 * dk;
                 const mha_key_runs keys = {.runs = RUNS, .ld = BS, .n = n, .kt = ktr, .kp = kpr};
-                isa->int8_scores(&(mha_score_rows){q, nq, dk, 0.125f, sc, SC_LD, 0}, &keys);
-                mha_isa_ref.int8_scores(&(mha_score_rows){q, nq, dk, 0.125f, want, SC_LD, 0}, &keys);
+                ops->run(&(mha_score_rows){q, nq, dk, 0.125f, sc, SC_LD, 0}, &keys);
+                mha_int8_scores_ref.run(&(mha_score_rows){q, nq, dk, 0.125f, want, SC_LD, 0}, &keys);
                 for (int qi = 0, slots = n[0] + n[1] + n[2]; qi < nq; qi++) {
                     const long at =
                         first_bit_difference(sc + (size_t)qi * SC_LD, want + (size_t)qi * SC_LD, (size_t)slots);
-                    cr_assert_eq(at, -1, "%s, blocks of %d, dk %d, %d queries: score (%d, %ld) %a, the model's %a",
-                                 isa->name, BS, dk, nq, qi, at, sc[(size_t)qi * SC_LD + (at < 0 ? 0 : at)],
+                    cr_assert_eq(at, -1, "%s %s, blocks of %d, dk %d, %d queries: score (%d, %ld) %a, the model's %a",
+                                 isa->name, ops->name, BS, dk, nq, qi, at, sc[(size_t)qi * SC_LD + (at < 0 ? 0 : at)],
                                  want[(size_t)qi * SC_LD + (at < 0 ? 0 : at)]);
                 }
                 /* the model against float64: u's rounding (half a step a feature, times its code),
@@ -815,17 +813,29 @@ TABLE_TEST(bgemm, int8_scores_match_the_model, .timeout = 60)
                         }
                 /* NaN: run 0's first scale, and query 0's feature 3 */
                 kh[0] = 0x7e00;
-                isa->int8_scores(&(mha_score_rows){q, nq, dk, 0.125f, sc, SC_LD, 0}, &keys);
+                ops->run(&(mha_score_rows){q, nq, dk, 0.125f, sc, SC_LD, 0}, &keys);
                 for (int qi = 0; qi < nq; qi++)
                     for (int t = 0; t < gs && t < n[0]; t++)
-                        cr_assert(isnan(sc[(size_t)qi * SC_LD + t]), "%s: a NaN scale, score (%d, %d) %g", isa->name,
+                        cr_assert(isnan(sc[(size_t)qi * SC_LD + t]), "%s %s: a NaN scale, score (%d, %d) %g", isa->name, ops->name,
                                   qi, t, sc[(size_t)qi * SC_LD + t]);
                 kh[0] = mha_f16_round(0.01f), q[3] = NAN;
-                isa->int8_scores(&(mha_score_rows){q, nq, dk, 0.125f, sc, SC_LD, 0}, &keys);
+                ops->run(&(mha_score_rows){q, nq, dk, 0.125f, sc, SC_LD, 0}, &keys);
                 for (int t = 0; t < n[0] + n[1] + n[2]; t++)
-                    cr_assert(isnan(sc[t]), "%s: a NaN query, score %d %g", isa->name, t, sc[t]);
+                    cr_assert(isnan(sc[t]), "%s %s: a NaN query, score %d %g", isa->name, ops->name, t, sc[t]);
                 free(k8), free(kh), free(q), free(sc), free(want);
             }
+}
+
+TABLE_TEST(bgemm, int8_scores_match_the_model, .timeout = 60)
+{
+    if (!isa->int8_scores[0])
+        cr_skip_test("isa %s has no int8_scores", isa->name);
+    for (int v = 0; isa->int8_scores[v]; v++)
+        if (mha_cpu_has_all(isa->int8_scores[v]->needs))
+            int8_scores_check(isa, isa->int8_scores[v]);
+        else
+            note_skipped("bgemm: %s's int8 scores %s: this CPU lacks some of %s", isa->name,
+                         isa->int8_scores[v]->name, isa->int8_scores[v]->needs);
 }
 
 /* Each table's float32 decode tiles on an int8 cache (decode_scores[INT8]: K per feature with a

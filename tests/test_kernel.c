@@ -323,6 +323,9 @@ Test(kernel, each_table_describes_itself)
               "%s", buf);
     cr_assert(strstr(buf, "int16 products avx512-vnni") && strstr(buf, "avx2-vnni") && strstr(buf, " ref") &&
               (!mha_isa_runnable(&mha_isa_avx512) || strstr(buf, " (here)")), "%s", buf);
+    const int vnni_here = mha_isa_runnable(&mha_isa_avx512) && mha_cpu_has_all(mha_int8_scores_avx512_vnni.needs);
+    cr_assert(strstr(buf, "; int8 scores avx512-vnni") && strstr(buf, vnni_here ? "avx512-vnni (here) avx2" : " avx2"),
+              "%s", buf);
     const int bf16_here = mha_isa_runnable(&mha_isa_avx512) && mha_cpu_has("avx512_bf16");
     cr_assert(strstr(buf, "; blocks to bf16 avx512-bf16") && strstr(buf, " avx512") && strstr(buf, " floats") &&
               (!bf16_here || strstr(buf, "avx512-bf16 (here)")), "%s", buf);

@@ -238,20 +238,6 @@ TABLE_TEST(quant, every_tables_panels_dequantize_to_the_rows_floats)
     }
 }
 
-/* Whether this CPU has every feature of a space-separated list. */
-static int cpu_has_all(const char *needs)
-{
-    char f[32];
-    for (const char *p = needs; *p;) {
-        const size_t n = strcspn(p, " ");
-        snprintf(f, sizeof f, "%.*s", (int)n, p);
-        if (n && !mha_cpu_has(f))
-            return 0;
-        p += n + (p[n] == ' ');
-    }
-    return 1;
-}
-
 /* Block weights into bf16 (a bf16 engine on bf16 activations): each runnable kernel of the table
  * gives its dequant's floats rounded as mha_bf16_round, in B panels' pairs, bit for bit; panels
  * whose scales are infinite or NaN too (output 0's d NaN, output 1's infinite). */
@@ -262,7 +248,7 @@ TABLE_TEST(quant, every_tables_bf16_dequantizing_is_its_floats_rounded)
     mha_bf16 got[MHA_QG * MHA_QP];
     for (int v = 0; isa->quant->bf16w[v]; v++) {
         const mha_qbf16_ops *ops = isa->quant->bf16w[v];
-        if (!cpu_has_all(ops->needs)) {
+        if (!mha_cpu_has_all(ops->needs)) {
             note_skipped("quant: %s's dequantizing into bf16 %s: this CPU lacks %s", isa->name, ops->name, ops->needs);
             continue;
         }
@@ -408,7 +394,7 @@ TABLE_TEST(quant, integer_products_are_refs_bits_for_any_rows_and_columns_and_ne
     const int ms[] = {1, 2, 3, 5, 8, 33, 64, 70};
     for (int v = 0; isa->quant->dot16[v]; v++) {
         const mha_qdot16_ops *ops = isa->quant->dot16[v];
-        if (!cpu_has_all(ops->needs)) {
+        if (!mha_cpu_has_all(ops->needs)) {
             note_skipped("quant: %s's integer products %s: this CPU lacks some of %s", isa->name, ops->name,
                          ops->needs);
             continue;

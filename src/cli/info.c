@@ -79,7 +79,7 @@ int mha_cli_info(int argc, char **argv)
                !strcmp(tables[i], mha_isa_auto()) ? " (auto)" : "", f32.blis_arch, bf16.kernel);
     }
     for (int i = 0; i < nt; i++) { /* what each table holds */
-        char what[256];
+        char what[512];
         mha_isa_describe(tables[i], what, sizeof what);
         printf("%s%-6s    %s\n", i ? "          " : "tables    ", tables[i], what);
     }

@@ -603,7 +603,7 @@ int8_scores_block(const int R, const float *q, int dk, float scale, const mha_ke
     }
 }
 
-__attribute__((target(AVX2))) void mha_int8_scores_avx2(const mha_score_rows *s, const mha_key_runs *k)
+static __attribute__((target(AVX2))) void int8_scores_avx2(const mha_score_rows *s, const mha_key_runs *k)
 {
     for (int q0 = 0; q0 < s->nq; q0 += 4) {
         const int nb = s->nq - q0 < 4 ? s->nq - q0 : 4;
@@ -619,3 +619,5 @@ __attribute__((target(AVX2))) void mha_int8_scores_avx2(const mha_score_rows *s,
             int8_scores_block(1, q, s->dk, s->scale, k, sc, s->sc_ld, q0 == 0);
     }
 }
+
+const mha_int8_scores_ops mha_int8_scores_avx2 = {.name = "avx2", .needs = "", .run = int8_scores_avx2};

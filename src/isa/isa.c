@@ -93,7 +93,7 @@ static void lacking(const char *needs, char *buf, size_t len)
     }
 }
 
-static int has_all(const char *needs)
+int mha_cpu_has_all(const char *needs)
 {
     char lacks[128];
     lacking(needs, lacks, sizeof lacks);
@@ -103,7 +103,7 @@ static int has_all(const char *needs)
 const mha_qdot16_ops *mha_qdot16_choose(const mha_qkernels *qk)
 {
     int i = 0;
-    while (qk->dot16[i + 1] && !has_all(qk->dot16[i]->needs))
+    while (qk->dot16[i + 1] && !mha_cpu_has_all(qk->dot16[i]->needs))
         i++;
     return qk->dot16[i];
 }
@@ -111,9 +111,17 @@ const mha_qdot16_ops *mha_qdot16_choose(const mha_qkernels *qk)
 const mha_qbf16_ops *mha_qbf16_choose(const mha_qkernels *qk)
 {
     int i = 0;
-    while (qk->bf16w[i] && !has_all(qk->bf16w[i]->needs))
+    while (qk->bf16w[i] && !mha_cpu_has_all(qk->bf16w[i]->needs))
         i++;
     return qk->bf16w[i];
+}
+
+const mha_int8_scores_ops *mha_int8_scores_choose(const mha_isa *isa)
+{
+    int i = 0;
+    while (isa->int8_scores[i] && !mha_cpu_has_all(isa->int8_scores[i]->needs))
+        i++;
+    return isa->int8_scores[i];
 }
 
 int mha_isa_runnable(const mha_isa *isa)
@@ -232,6 +240,12 @@ MHA_API mha_status mha_isa_describe(const char *name, char *buf, size_t len)
         for (int j = 0; t->quant->dot16[j] && at < len; j++)
             at += (size_t)snprintf(buf + at, len - at, " %s%s", t->quant->dot16[j]->name,
                                    t->quant->dot16[j] == here_ops ? " (here)" : "");
+        if (at < len) /* an int8 cache's integer scores, the kernel an engine here would take marked */
+            at += (size_t)snprintf(buf + at, len - at, "; int8 scores");
+        const mha_int8_scores_ops *here_s = lacks[0] ? NULL : mha_int8_scores_choose(t);
+        for (int j = 0; t->int8_scores[j] && at < len; j++)
+            at += (size_t)snprintf(buf + at, len - at, " %s%s", t->int8_scores[j]->name,
+                                   t->int8_scores[j] == here_s ? " (here)" : "");
         if (at < len) /* block weights into bf16: the table's own, or its floats rounded */
             at += (size_t)snprintf(buf + at, len - at, "; blocks to bf16");
         const mha_qbf16_ops *here_w = lacks[0] ? NULL : mha_qbf16_choose(t->quant);

@@ -110,6 +110,13 @@ typedef struct mha_score_rows {
     int beta_fused;
 } mha_score_rows;
 
+/* One kernel of int8_scores' contract (mha_isa.int8_scores): every one the same bits. */
+typedef struct mha_int8_scores_ops {
+    const char *name;  /* "avx512-vnni", "avx2", "ref" */
+    const char *needs; /* CPU features beyond its table's, as lscpu names them ("" none) */
+    void (*run)(const mha_score_rows *s, const mha_key_runs *k);
+} mha_int8_scores_ops;
+
 /* nq >= 1 queries' probabilities (query qi's row at e + qi · e_ld) and the dk features of the
  * partial Z a value tile adds their values into (query qi's at p + qi · ps). */
 typedef struct mha_value_rows {
@@ -229,9 +236,10 @@ typedef struct mha_isa {
      * give: ref as x86's, the sums wrapping). Issue 68 item 4's scores, not yet the engine's: an
      * int8 cache's decode and prefill still score with decode_scores[INT8] and the float32
      * products on K read back, until both take these (the stored groups of a step's own
-     * queries included), so that decode and prefill keep one value per (query, key). NULL: the
-     * table has none. */
-    void (*int8_scores)(const mha_score_rows *s, const mha_key_runs *k);
+     * queries included), so that decode and prefill keep one value per (query, key). The table's
+     * kernels, NULL-terminated, fastest first: an engine takes the first this CPU runs
+     * (mha_int8_scores_choose); {NULL}: none. */
+    const struct mha_int8_scores_ops *int8_scores[3];
     /* The same float32 scores of the queries s (dk <= MHA_ROWS_SCORES_DK) against the keys k
      * given as rows (mha_key_rows), all features in one pass: sc[qi · sc_ld + t] = scale · Σ_c
      * q·k, one FMA chain per score in feature order from zero, decode_scores' bits without Kᵀ
@@ -383,8 +391,11 @@ extern const mha_bkernel mha_bk_amx; /* the avx512 table's AMX products (amx.c) 
  * four keys' features beside four queries' (avx2_decode.c). */
 void mha_rows_scores_avx2(const mha_score_rows *s, const mha_key_rows *k);
 void mha_rows_scores16_avx2(const mha_score_rows *s, const mha_key_rows *k, mha_bk_order order);
-/* avx2's int8_scores, the avx512 table's too: exact integer sums, so the same bits. */
-void mha_int8_scores_avx2(const mha_score_rows *s, const mha_key_runs *k);
+/* The int8_scores kernels: the model (ref.c), avx2's (vpmaddwd; the avx512 table's where the
+ * CPU lacks VNNI), avx512's on AVX512_VNNI (vpdpwssd): exact integer sums, so the same bits. */
+extern const mha_int8_scores_ops mha_int8_scores_ref, mha_int8_scores_avx2, mha_int8_scores_avx512_vnni;
+/* The first of the table's int8_scores kernels this CPU runs; NULL where it has none. */
+const mha_int8_scores_ops *mha_int8_scores_choose(const struct mha_isa *isa);
 
 /* Every table, widest first. */
 extern const mha_isa *const mha_isa_tables[];
@@ -411,5 +422,7 @@ mha_status mha_bkernel_select(const mha_isa *isa, const char *request, const mha
 /* CPU features by lscpu's name ("avx512f", "avx2", "fma", "f16c", ...): whether this CPU has
  * it; 0 for a name the library does not test. */
 int mha_cpu_has(const char *feature);
+/* Whether it has every feature of a space-separated list ("": yes). */
+int mha_cpu_has_all(const char *needs);
 
 #endif

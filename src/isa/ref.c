@@ -220,7 +220,7 @@ static int16_t cvt_pack_x86(float x)
 
 /* int8_scores' model (isa.h): per run, group, query and pass, the group's u, zsum and step,
  * then each slot's exact integer sum. */
-void mha_int8_scores_ref(const mha_score_rows *s, const mha_key_runs *k)
+static void int8_scores_ref(const mha_score_rows *s, const mha_key_runs *k)
 {
     const int dk = s->dk;
     int16_t u[MHA_INT8_PASS];
@@ -263,6 +263,8 @@ void mha_int8_scores_ref(const mha_score_rows *s, const mha_key_runs *k)
             }
         }
 }
+
+const mha_int8_scores_ops mha_int8_scores_ref = {.name = "ref", .needs = "", .run = int8_scores_ref};
 
 static void decode_values_ref(const mha_value_rows *rows, const void *v, const float *vs, int n, const void *next,
                               mha_prefetch_walk *w)
@@ -413,7 +415,7 @@ const mha_isa mha_isa_ref = {
     .scale_rows = {[MHA_KV_INT8] = i8_scale_rows_ref},
     .decode_scores = {[MHA_KV_F32] = decode_scores_ref, [MHA_KV_INT8] = decode_scores8_ref},
     .decode_values = {[MHA_KV_F32] = decode_values_ref, [MHA_KV_INT8] = decode_values8_ref},
-    .int8_scores = mha_int8_scores_ref,
+    .int8_scores = {&mha_int8_scores_ref, NULL},
     .decode16_orders = 1u << MHA_BK_EVEN_FIRST,
     .decode_scores16 = decode_scores16_ref,
     .decode_values16 = decode_values16_ref,

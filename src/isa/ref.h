@@ -10,9 +10,6 @@
 /* B into bf16 panels, where a table's vector packing does not fit the sub-config's panels. */
 void mha_pack_b16_ref(const mha_kernel *k, mha_mat src, int transpose, int kk, int n, mha_bf16 *dst, size_t ps);
 
-/* int8_scores' model (isa.h), which a table without vector code takes. */
-void mha_int8_scores_ref(const mha_score_rows *s, const mha_key_runs *k);
-
 /* The quantized weights' (qkernels.h, ref_quant.c): the factors of output o's group grp of a
  * panel's block that the integer products scale their sums by: D (Q6_K: D[h] for each 16
  * inputs; else D[0] = D[1]) and the float min M (0 where the offset is an integer), in the
