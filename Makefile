@@ -105,7 +105,7 @@ TEST_CLI_OBJ := $(B)/obj/cli/check.o $(B)/obj/cli/scale_fit.o $(B)/obj/cli/shard
 # Allocation functions that the counted copy of the library routes to tests/alloc_count.c.
 ALLOC_SYMS := malloc calloc realloc free posix_memalign aligned_alloc memalign valloc strdup
 
-.PHONY: all deps gguf-file gguf-seeds goldens-quant test-clang test-tsan goldens-hf goldens-mla goldens-hf-venv goldens-trained goldens-gguf goldens-trained-venv trained-layers deps-perf deps-bench decode-bench block-reads decode-step chunk-step int8-speed ukernel-rate decode-serve test test-numerics test-emulated test-arm test-python test-hf hf-venv bench-python python run install uninstall clean readme-example docs-check docs-stage footprint blis-overhead head-shapes bench bench-core deps-ggml report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
+.PHONY: all deps test-build gguf-file gguf-seeds goldens-quant test-clang test-tsan goldens-hf goldens-mla goldens-hf-venv goldens-trained goldens-gguf goldens-trained-venv trained-layers deps-perf deps-bench decode-bench block-reads decode-step chunk-step int8-speed ukernel-rate decode-serve test test-numerics test-emulated test-arm test-python test-hf hf-venv bench-python python run install uninstall clean readme-example docs-check docs-stage footprint blis-overhead head-shapes bench bench-core deps-ggml report serve-bench fuzz deps-fuzz mha-mpi deps-mpi test-mpi
 all: $(B)/libmha.a $(B)/libmha.so $(B)/mha $(if $(filter 1,$(MPI)),$(B)/mha-mpi)
 
 deps:
@@ -199,7 +199,11 @@ ISA_SUITES := @(engine|step|kv_blocks|shared_weights|embedding|core|trained|mla|
 # on it. make test-numerics, test-tsan and test-mpi run with the runtimes' default.
 TEST_ENV := LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMP_WAIT_POLICY=passive
-test: $(B)/tests/mha_tests docs-check gguf-file
+# The builds the test targets make run JOBS compiles at once (sub-makes of build targets only).
+JOBS ?= -j$(shell nproc 2>/dev/null || echo 1)
+test-build:
+	@$(MAKE) --no-print-directory $(JOBS) all $(B)/tests/mha_tests
+test: test-build docs-check gguf-file
 	$(TEST_ENV) $(B)/tests/mha_tests --jobs 2
 	@for isa in $(ISA_TABLES); do \
 	  echo "engine suites on isa $$isa (MHA_TEST_ISA=$$isa)"; \
@@ -290,7 +294,7 @@ gguf-seeds:
 # The suite on a build whose CFLAGS would break the bitwise guarantees were the numerics not
 # pinned after them (FMA contraction on, GNU mode), and a -ffast-math build refused.
 test-numerics: gguf-file
-	$(MAKE) --no-print-directory B=build/numerics CFLAGS='-O2 -std=gnu11 -ffp-contract=fast' build/numerics/tests/mha_tests
+	$(MAKE) --no-print-directory $(JOBS) B=build/numerics CFLAGS='-O2 -std=gnu11 -ffp-contract=fast' build/numerics/tests/mha_tests
 	build/numerics/tests/mha_tests --jobs 2
 	@if $(CC) -std=c11 -ffast-math -Iinclude -Isrc -isystem $(BLIS_INC) -fsyntax-only src/gemm.c 2>/dev/null; then \
 	  echo "make test-numerics: a -ffast-math build of src/gemm.c was not refused" >&2; exit 1; fi
@@ -302,10 +306,10 @@ test-numerics: gguf-file
 CLANG_PKGS := clang libomp-dev
 test-clang: gguf-file
 	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) $(CLANG_PKGS)"
-	$(MAKE) --no-print-directory B=build/clang CC=clang CFLAGS=-Werror build/clang/tests/mha_tests
+	$(MAKE) --no-print-directory $(JOBS) B=build/clang CC=clang CFLAGS=-Werror build/clang/tests/mha_tests
 	$(TEST_ENV) build/clang/tests/mha_tests --jobs 2
 	@echo "the same under clang's AddressSanitizer and UBSan (which flag arithmetic on a null pointer; GCC's do not)"
-	$(MAKE) --no-print-directory DEBUG=1 B=build/clang/debug CC=clang CFLAGS=-Werror build/clang/debug/tests/mha_tests
+	$(MAKE) --no-print-directory $(JOBS) DEBUG=1 B=build/clang/debug CC=clang CFLAGS=-Werror build/clang/debug/tests/mha_tests
 	$(TEST_ENV) build/clang/debug/tests/mha_tests --jobs 2
 
 # ThreadSanitizer over the command's parallel paths and a server's use of the library
@@ -313,7 +317,7 @@ test-clang: gguf-file
 # tool tells TSan what OpenMP's barriers, tasks and dependencies order.
 test-tsan:
 	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) $(CLANG_PKGS)"
-	$(MAKE) --no-print-directory B=build/clang/tsan CC=clang CFLAGS=-Werror OPT='-O1 -g -fsanitize=thread' \
+	$(MAKE) --no-print-directory $(JOBS) B=build/clang/tsan CC=clang CFLAGS=-Werror OPT='-O1 -g -fsanitize=thread' \
 	  build/clang/tsan/mha build/clang/tsan/serve_bench
 	tests/tsan.sh build/clang/tsan
 
@@ -327,7 +331,7 @@ QEMU_CPU ?= max
 # a binfmt_misc handler while it runs). The few tests that run many minutes emulated are left
 # out there (arm.sh says which); they run natively wherever make test runs.
 test-arm: gguf-file
-	@$(MAKE) --no-print-directory ARCH=aarch64 DEBUG=0 all build/aarch64/tests/mha_tests
+	@$(MAKE) --no-print-directory $(JOBS) ARCH=aarch64 DEBUG=0 all build/aarch64/tests/mha_tests
 	tests/arm.sh build/aarch64
 
 test-emulated: $(B)/tests/mha_tests
