@@ -154,8 +154,11 @@ static void region_bytes(const mha_dims *dims, const mha_kernel *k, size_t engin
     if (bf16 && scaled) /* V's parameters beside its int8 values in the panels */
         sl[MHA_SLICE_kvs] = product(2, seq_kv, f, of);
     sl[MHA_SLICE_mla] = mla->scratch * f;
-    if (scaled)
-        sl[MHA_SLICE_k8] = product(MHA_KV_GROUP + 2 + (MHA_KV_GROUP + 3) / 4, dk, f, of);
+    if (scaled) { /* a group's view (k_view) or its integer scores and a chunk's queries (mha_int8_keys) */
+        const size_t view = product(MHA_KV_GROUP + 2 + (MHA_KV_GROUP + 3) / 4, dk, f, of);
+        const size_t ints = product(mha_int8_keys_room(dims->dk) + (size_t)MHA_INT8_ROWS * dk, f, 1, of);
+        sl[MHA_SLICE_k8] = view > ints ? view : ints;
+    }
 
     size_t slice = 0;
     for (int r = 0; r < MHA_SLICE_COUNT; r++)

@@ -265,7 +265,7 @@ void mha_attention_block(const mha_fwd *f, const mha_scratch *s, const mha_chunk
 }
 
 void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, mha_queries q, int ql, int kl, int off, float *z,
-                        ptrdiff_t ldz, const float *sinks, float *attn, const float *vs)
+                        ptrdiff_t ldz, const float *sinks, float *attn, const float *vs, const mha_int8_keys *i8)
 {
     const mha_kernel *k = f->kernel;
     const int dk = f->dk, dkp = f->dkp, qb = f->q_block;
@@ -273,7 +273,7 @@ void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, mha_queri
     const mha_mat qkv = mha_mat_panels(k, s->qkv, f->rows);
     const mha_kv_view kv = {.kt = mha_mat_panels(k, s->kt, dk), .v = mha_mat_sub(k, qkv, 0, 2 * dkp),
                             .kt16 = s->kt16, .v16 = s->v16, .kps = mha_attention_kt16_ps(f),
-                            .vps = mha_attention_v16_ps(kl), .vs = vs, .kl = kl};
+                            .vps = mha_attention_v16_ps(kl), .vs = vs, .kl = kl, .i8 = i8};
     const float *sum = s->state; /* mha_attention_block's state: its rows' factors first */
 
     /* query blocks (with the attention weights wanted: one chunk of whole rows, from the panel

@@ -224,7 +224,8 @@ typedef struct mha_fwd {
                          of a context's keys (2 · seq_kv) */                                   \
     X(k8, float)      /* int8 cache: a group's Kᵀ as a query sees it (MHA_KV_GROUP · dk), the  \
                          parameters (2 · dk) and values (MHA_KV_GROUP · dk bytes) of a group    \
-                         quantized in a step (step.c's k_view) */                              \
+                         quantized in a step (step.c's k_view); or a group's integer scores   \
+                         and a chunk's queries (mha_int8_keys_room, MHA_INT8_ROWS · dk) */     \
     X(mla, float)     /* MLA: a row block's q_a and Q, or its heads' values (mha_mla_plan's    \
                          scratch) */
 
@@ -262,6 +263,29 @@ static inline size_t mha_attention_state_floats(size_t q_block, size_t dk)
 
 /* Kᵀ and V of the keys a chunk reads: float32 (kt: panels of dk rows; v: rows are keys), or
  * bf16 B panels (kt16 of kps, v16 of vps elements per panel). */
+/* An int8 cache's stored K groups in a step's prefill (mha_kv_view.i8): the scores of the keys
+ * before `own` (operand index, the key's position; every one in a group stored before the rows'
+ * own) are integer scores on the groups' codes (isa.h's int8_scores), the chunk's products on
+ * them replaced: scores(i8, q, nq, k0, k1, sc, ld, s) puts nq queries' (q: rows dk apart) for the
+ * keys [k0, k1) into sc (query qi's key k0 at sc[qi · ld]). What decode's tiles give the same
+ * (query, key): one value however a step's rows were cut. */
+typedef struct mha_int8_keys {
+    int own;
+    void (*scores)(const struct mha_int8_keys *i8, const float *q, int nq, int k0, int k1, float *sc, size_t ld,
+                   const struct mha_scratch *s);
+    const void *job; /* the step's (mha_step_job) */
+    int seq, g;
+} mha_int8_keys;
+
+/* Rows of queries an int8 cache's chunk gathers at a time for mha_int8_keys.scores, into s->k8
+ * past the floats the scores take there (mha_int8_keys_room: a group's float16 parameters and
+ * codes quantized in a step, then the scores of MHA_INT8_ROWS queries for a group cut short). */
+enum { MHA_INT8_ROWS = 32 };
+static inline size_t mha_int8_keys_room(int dk)
+{
+    return 5 * (size_t)dk + MHA_INT8_ROWS * MHA_KV_GROUP;
+}
+
 typedef struct mha_kv_view {
     mha_mat kt, v;
     const mha_bf16 *kt16, *v16;
@@ -270,7 +294,8 @@ typedef struct mha_kv_view {
                              * (mha_attention_chunk_row's pairs; the V panels then hold the int8
                              * values themselves, and the scores are
                              * float32 products on the queries unrounded and kt, Kᵀ as the cache
-                             * holds it, as a float32 engine's); NULL: none */
+                             * holds it, as a float32 engine's, its stored groups' integer: i8);
+                             * NULL: none */
     int kl;                 /* keys the operands hold (kt and v: the bf16 panels' room past them
                              * is zero; mha_attention_chunk_stream) */
     const float *ktp, *vp;  /* float32 engines, or NULL: Kᵀ in panels of MHA_TILE_KEYS keys (key
@@ -284,6 +309,7 @@ typedef struct mha_kv_view {
                              * vr16 (dv apart) read by decode_values16, the kernel's bits */
     ptrdiff_t krl;
     const mha_bf16 *vr16;
+    const mha_int8_keys *i8; /* an int8 cache's stored groups (a step's prefill), or NULL */
 } mha_kv_view;
 
 /* A head's query rows: float32 (q), or bf16 rows ld16 apart (q16: the core's bf16 tensors, a bf16
@@ -409,9 +435,10 @@ void mha_attention_block(const mha_fwd *f, const mha_scratch *s, const mha_chunk
  * block, scores, softmax (causal: row i sees keys j <= i + off; the window; f->mask), A·V
  * into z (ql rows of dk features, ldz apart), each row divided by its sum. sinks: NULL, or
  * each head's sink logit. attn: NULL, or this head's (seq_q, seq_kv) weights of a forward.
- * vs: NULL, or an int8 cache's V parameters of the kl keys (mha_kv_view's). */
+ * vs: NULL, or an int8 cache's V parameters of the kl keys (mha_kv_view's); i8: NULL, or its
+ * stored K groups (mha_kv_view's). */
 void mha_attention_rows(const mha_fwd *f, int h, const mha_scratch *s, mha_queries q, int ql, int kl, int off, float *z,
-                        ptrdiff_t ldz, const float *sinks, float *attn, const float *vs);
+                        ptrdiff_t ldz, const float *sinks, float *attn, const float *vs, const mha_int8_keys *i8);
 
 /* ---- chunk.c: the chunk step of each precision and the packing of its operands ---- */
 

@@ -102,6 +102,31 @@ void mha_attention_pack_kv16_stream(const mha_fwd *f, const mha_scratch *s, int 
         }
 }
 
+/* Whether every key of the chunk (n from b0) is in an int8 cache's stored groups (kv->i8): its
+ * products would all be replaced. */
+static int int8_stored_chunk(const mha_kv_view *kv, int b0, int n)
+{
+    return kv->i8 && b0 + n <= kv->i8->own;
+}
+
+/* An int8 cache's stored groups (kv->i8, a step's prefill): the scores of the rows [i0, i0 + m)
+ * of the block r (at sc, ld apart) against the chunk's keys before kv->i8->own (n from b0)
+ * replaced by their integer scores (mha_int8_keys), the queries gathered as rows MHA_INT8_ROWS
+ * at a time into s->k8. */
+static void int8_stored_scores(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
+                               int i0, int m, int b0, int n, float *sc, ptrdiff_t ld)
+{
+    if (!kv->i8 || b0 >= kv->i8->own)
+        return;
+    const int k1 = b0 + n < kv->i8->own ? b0 + n : kv->i8->own, dk = f->dk;
+    float *q = s->k8 + mha_int8_keys_room(dk);
+    for (int a = i0; a < i0 + m; a += MHA_INT8_ROWS) {
+        const int rows = i0 + m - a < MHA_INT8_ROWS ? i0 + m - a : MHA_INT8_ROWS;
+        mha_mat_get_rows(f->kernel, mha_mat_sub(f->kernel, r->q, a, 0), rows, 0, dk, q, dk);
+        kv->i8->scores(kv->i8, q, rows, b0, k1, sc + (a - i0) * ld, (size_t)ld, s);
+    }
+}
+
 /* Row `row` of the block r: its position, its query head, the keys of the chunk's n from c0
  * that it sees. */
 static int row_pos(const mha_chunk_rows *r, int row)
@@ -165,9 +190,12 @@ static void chunk16(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows
             mha_bgemm(f->bk, k, m, n, f->dk, f->scale, r->q16 ? r->q16 + mha_bk_a_row(i0, kq) : NULL,
                       r->q16 ? r->q : mha_mat_sub(k, r->q, i0, 0), /* packed Q: r->q unread (and NULL) */
                       kv->kt16 + (size_t)(b0 / MHA_BT_N) * kv->kps, kv->kps, 0.0f, mha_mat_rows(k, sb, ld), s->apack16);
-        else if (!r->scored) /* an int8 cache: float32 scores (mha_kv_view) */
-            mha_gemm(k, m, n, f->dk, f->scale, mha_mat_sub(k, r->q, i0, 0), mha_mat_sub(k, kv->kt, 0, b0), 0.0f,
-                     mha_mat_rows(k, sb, ld), s->apack);
+        else if (!r->scored) { /* an int8 cache: float32 scores (mha_kv_view), its stored groups' integer */
+            if (!int8_stored_chunk(kv, b0, n))
+                mha_gemm(k, m, n, f->dk, f->scale, mha_mat_sub(k, r->q, i0, 0), mha_mat_sub(k, kv->kt, 0, b0), 0.0f,
+                         mha_mat_rows(k, sb, ld), s->apack);
+            int8_stored_scores(f, s, r, kv, i0, m, b0, n, sb, ld);
+        }
         if (!vs && whole_rows_logits(f, r, r->first + i0, m, c0, n, sb, ld))
             f->attn->exp_rows16(f, sb, ld, m, n, &mx[i0 * st], &sum[i0 * st], st, s->p16);
         else
@@ -213,7 +241,7 @@ const mha_bf16 *mha_attention_block_queries_bf16(const mha_fwd *f, const mha_scr
                                                  const mha_kv_view *kv)
 {
     if (f->call->attn || kv->vs) /* the weights' chunks pack Q in their scores' product; an int8 cache's
-                                  * scores are float32 products */
+                                  * scores are float32 products and integer ones on the queries unrounded */
         return NULL;
     if (r->q16_rows)
         mha_bk_copy_a(r->q16_rows, r->q16_ld, r->m, f->dk, s->q16);
@@ -273,8 +301,9 @@ void mha_attention_chunk_f32(const mha_fwd *f, const mha_scratch *s, const mha_c
         const mha_score_rows rows = {r->q.p, m, dk, f->scale, sc, (size_t)ld, k->beta_fused};
         const mha_key_runs keys = {.runs = runs, .ld = MHA_TILE_KEYS, .n = len, .kt = kt};
         k->isa->decode_scores[MHA_KV_F32](&rows, 0, dk, &keys);
-    } else
+    } else if (!int8_stored_chunk(kv, b0, n))
         mha_gemm_in_place(k, m, n, dk, f->scale, r->q, mha_mat_sub(k, kv->kt, 0, b0), 0.0f, sm, s->apack);
+    int8_stored_scores(f, s, r, kv, 0, m, b0, n, sc, ld);
     chunk_rows(f, r, c0, n, sc, ld, mx, sum, st, 0);
     /* Z (m, dv) = E (m, n) · V (n, dv) */
     if (kv->vp) { /* key by key in order from zero: the microkernel's sums over the chunk; K's rows
@@ -338,7 +367,7 @@ static void values_padding(const mha_fwd *f, const mha_kv_view *kv, int b0, int 
 
 /* An int8 cache's chunk on the float32 stream (kv->vs; v: the values themselves, as floats):
  * chunk16's, 32 rows at a time, with its products on the stream: the scores float32 products
- * on the queries unrounded, each row's E times its keys' V scales rounded in place, A·V by
+ * on the queries unrounded (its stored groups' integer: int8_stored_scores), each row's E times its keys' V scales rounded in place, A·V by
  * stream_rows16 (the bf16 kernel's sums: the values are exact in bf16), then the zero
  * points' sums. */
 static void chunk_stream_scaled(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r,
@@ -352,8 +381,10 @@ static void chunk_stream_scaled(const mha_fwd *f, const mha_scratch *s, const mh
         const int m = r->m - i0 < 2 * MHA_BT_M ? r->m - i0 : 2 * MHA_BT_M;
         float *sb = sc + (size_t)i0 * ld;
         const mha_mat zb = mha_mat_sub(k, zc, i0, 0);
-        mha_gemm_in_place(k, m, n, f->dk, f->scale, mha_mat_sub(k, r->q, i0, 0), mha_mat_sub(k, kv->kt, 0, b0), 0.0f,
-                          mha_mat_rows(k, sb, ld), s->apack);
+        if (!int8_stored_chunk(kv, b0, n))
+            mha_gemm_in_place(k, m, n, f->dk, f->scale, mha_mat_sub(k, r->q, i0, 0), mha_mat_sub(k, kv->kt, 0, b0),
+                              0.0f, mha_mat_rows(k, sb, ld), s->apack);
+        int8_stored_scores(f, s, r, kv, i0, m, b0, n, sb, ld);
         for (int i = 0; i < m; i++)
             sum[(i0 + i) * st] = block_row(f, r, r->first + i0 + i, c0, n, sb + i * ld, vs, &mx[(i0 + i) * st], NULL, 1,
                                            &zs[i]);

@@ -391,7 +391,7 @@ void mha_attention_core(const mha_fwd *f, const mha_core_io *io, int b, int g, i
             const mha_queries q = io->bf16 ? (mha_queries){.q16 = (const mha_bf16 *)io->q + qo, .ld16 = io->q_st[2]}
                                            : (mha_queries){.q = mha_mat_rows(k, (const float *)io->q + qo, io->q_st[2])};
             mha_attention_rows(f, h, s, q, r1 - r0, kn, off + r0, io->bf16 ? zf : (float *)io->out + oo,
-                               io->bf16 ? dv : io->o_st[2], io->sinks, NULL, NULL);
+                               io->bf16 ? dv : io->o_st[2], io->sinks, NULL, NULL, NULL);
             for (int i = 0; io->bf16 && i < r1 - r0; i++)
                 core_put(f, io, oo + i * io->o_st[2], zf + (size_t)i * dv, dv);
         }

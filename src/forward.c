@@ -69,7 +69,7 @@ static void attend(const mha_fwd *f, int b, int h, const mha_scratch *s, int ql,
     float *attn = f->call->attn ? f->call->attn + ((size_t)b * f->h + h) * f->call->seq_q * f->call->seq_kv : NULL;
     const mha_queries q = {.q = mha_mat_panels(f->kernel, s->qkv, f->rows)};
     float *z = f->buf.z + (size_t)b * f->call->seq_q * f->qd + (size_t)h * f->dk;
-    mha_attention_rows(f, h, s, q, ql, kl, f->call->seq_kv - f->call->seq_q, z, f->qd, f->sinks, attn, NULL);
+    mha_attention_rows(f, h, s, q, ql, kl, f->call->seq_kv - f->call->seq_q, z, f->qd, f->sinks, attn, NULL, NULL);
 }
 
 void mha_attention_group(const mha_fwd *f, int b, int g, const mha_scratch *s)

@@ -66,9 +66,11 @@ typedef struct mha_kv_traits {
     /* 1: an element q stands for q·scale + zero (int8). K per feature over each group of
      * MHA_KV_GROUP slots (mha_kv_group_of), the group still filling kept at full precision in
      * the cache's open-group pool (mha_kv_open_step) until it is complete; V per slot; the parameters
-     * after the values (mha_kv_k_params, mha_kv_v_params). Its scores are float32 products on
-     * K read back, in either engine; a bf16 engine's chunks read V's elements themselves and
-     * apply the parameters after. 0: elements are the values (float32, bf16). */
+     * after the values (mha_kv_k_params, mha_kv_v_params). Its scores, in either engine: a
+     * stored group's integer where the table has them (isa.h's int8_scores), else float32
+     * products on K read back; the query's own group's float32 products on K at full
+     * precision. A bf16 engine's chunks read V's elements themselves and apply the parameters
+     * after. 0: elements are the values (float32, bf16). */
     int scaled;
     /* Every operation below is defined for every type (no holes: a caller never tests the type
      * before calling one). */

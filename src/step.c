@@ -26,10 +26,13 @@
  * still filling kept at full precision (the step's new K in j->k_full, the earlier ones of its
  * group in the cache's open-group pool) until complete: each query reads Kᵀ as its own group sees it
  * (k_view: the groups before as stored, its own at full precision) into the panels or the
- * decode tiles' rows, then k_commit stores what the step completed. Prefill and decode read
- * the same values. An int8 cache's scores are float32 products in either engine (a bf16
- * engine's on its queries unrounded: K is not rounded to bf16 on top of int8; its
- * probabilities and V are bf16's). QK-norm runs before RoPE;
+ * decode tiles' rows, then k_commit stores what the step completed (a prefill stores its
+ * completed groups before its rows attend: mha_step_k_store_groups). Prefill and decode read
+ * the same values. An int8 cache's scores in either engine are integer scores (isa.h's
+ * int8_scores, where the table has them; else float32 products on K as stored) for a key in a
+ * group stored before the query's own, float32 products on K at full precision for one of its
+ * own group (a bf16 engine's on its queries unrounded: K is not
+ * rounded to bf16 on top of int8; its probabilities and V are bf16's). QK-norm runs before RoPE;
  * the logits and the sink are the forward's (mha_attention_logits, mha_softmax_sink). */
 #include "step_parts.h"
 

@@ -140,7 +140,8 @@ static int view_rows_end(const mha_step_job *j, int seq, int k1, int i0)
 /* The chunk's scores into sc for the step's rows [i0, i1) of every query head of the group
  * (query qi = head jh, row i at qv[qi · dk]; all rows: one pass for every query), Kᵀ at kt[r]
  * for src's runs, elements of `type`, rows ld apart (kp: NULL, or a scaled cache's Kᵀ in
- * place, its runs' group parameters; type F32: Kᵀ read back): float32 decode_scores[type] in
+ * place, its runs' group parameters; type F32: Kᵀ read back or an int8 cache's K at full
+ * precision, chunk_kt_scaled's): float32 decode_scores[type] in
  * the microkernel's passes of KC (one unless dk > KC), or with bf16 (a bf16 engine on an
  * unscaled cache) decode_scores16 (qv rounded already). Each run's Kᵀ read once for every
  * query, slots of several runs at once, the runs' value rows given to be prefetched (by the
@@ -189,30 +190,77 @@ static int k_stored_end(const mha_step_job *j, int seq, int k0, int k1)
     return bs % MHA_KV_GROUP ? k0 : e < k0 ? k0 : e < k1 ? e : k1;
 }
 
-/* int8: the scores of the keys [k0, k1) of the chunk (sc: key k0's column): those in groups
- * stored before the step (to k_stored_end) where the cache holds them, every row at once; the
- * rest on Kᵀ as each row's group sees it, a pass per set of rows that see it alike
- * (chunk_kt_scaled). A key's score is its own sum either way: the split changes no bit. */
-static void scores_scaled(const mha_step_job *j, int seq, int g, int k0, int k1, const float *qv, float *sc,
-                          const mha_scratch *s)
+/* int8: float32 scores of the rows [i0, i1) (rows that see the keys alike: view_rows_end) on the
+ * keys [a, k1) of (seq, g) as they see them (chunk_kt_scaled), into sc (key a's column). */
+static void scores_viewed(const mha_step_job *j, int seq, int g, int a, int k1, int i0, int i1, const float *qv,
+                          float *sc, const mha_scratch *s)
 {
-    const int e = k_stored_end(j, seq, k0, k1), n_new = j->step->n_new[seq];
-    chunk_src part; /* the runs of [k0, e), then of [e, k1) */
-    if (e > k0) {
-        cache_runs(j, seq, g, k0, e, NULL, &part);
-        chunk_scores(j, seq, 0, n_new, qv, sc, &part, 0, part.type, part.kt, part.kp, part.ld);
-    }
-    if (e == k1)
-        return;
-    cache_runs(j, seq, g, e, k1, NULL, &part);
+    chunk_src part;
+    cache_runs(j, seq, g, a, k1, NULL, &part);
     const void *kt[MHA_KV_CHUNK];
     for (int r = 0, t = 0; r < part.runs; t += part.n[r++])
         kt[r] = s->kt + t;
-    for (int i0 = 0, i1; i0 < n_new; i0 = i1) {
-        i1 = view_rows_end(j, seq, k1, i0);
-        chunk_kt_scaled(j, seq, g, e, k1, i0, s);
-        chunk_scores(j, seq, i0, i1, qv, sc + (e - k0), &part, 0, MHA_KV_F32, kt, NULL, k1 - e); /* read back */
+    chunk_kt_scaled(j, seq, g, a, k1, i0, s);
+    chunk_scores(j, seq, i0, i1, qv, sc, &part, 0, MHA_KV_F32, kt, NULL, k1 - a);
+}
+
+/* int8: the scores of the keys [k0, k1) of the chunk (sc: key k0's column) where the engine's
+ * table has integer scores (mha_kernel.int8_scores). A key in a group stored before its query's
+ * own: the integer scores; those stored before the step (to k_stored_end) where the cache
+ * holds them, every row at once, the value rows prefetched; the rest group by group
+ * (mha_step_int8_scores). A key of the query's own group (or a later one, which it does not
+ * see): float32 products on K at full precision (chunk_kt_scaled), a pass per set of rows that
+ * see the keys alike. A key's score is its own either way: the split changes no bit. */
+static void scores_integer(const mha_step_job *j, int seq, int g, int k0, int k1, const float *qv, float *sc,
+                           const mha_scratch *s)
+{
+    const mha_fwd *f = &j->f;
+    const int e = k_stored_end(j, seq, k0, k1), n_new = j->step->n_new[seq], n_past = j->step->n_past[seq];
+    chunk_src part;
+    if (e > k0) {
+        cache_runs(j, seq, g, k0, e, NULL, &part);
+        f->kernel->int8_scores->run(&(mha_score_rows){qv, f->group * n_new, f->dk, f->scale, sc, MHA_KV_CHUNK, 0},
+                                    &(mha_key_runs){.runs = part.runs, .ld = part.ld, .n = part.n, .kt = part.kt,
+                                                    .vr = part.v, .kp = part.kp});
     }
+    for (int i0 = 0, i1; i0 < n_new && e < k1; i0 = i1) {
+        i1 = view_rows_end(j, seq, k1, i0);
+        const int own = mha_kv_group_of(j->cache->block_size, n_past + i0).t, all = i1 - i0 == n_new;
+        const int se = own < e ? e : own < k1 ? own : k1; /* the stored groups' end */
+        for (int jh = 0; se > e && jh < (all ? 1 : f->group); jh++)
+            mha_step_int8_scores(j, seq, g, qv + (size_t)(jh * n_new + i0) * f->dk, all ? f->group * n_new : i1 - i0,
+                                 e, se, sc + (size_t)(jh * n_new + i0) * MHA_KV_CHUNK + (e - k0), MHA_KV_CHUNK, n_past,
+                                 s);
+        if (se < k1) /* its own group's keys at full precision */
+            scores_viewed(j, seq, g, se, k1, i0, i1, qv, sc + (se - k0), s);
+    }
+}
+
+/* int8 on a table without integer scores: float32 products on K as each row sees it, those in
+ * groups stored before the step (to k_stored_end) where the cache holds them, every row at
+ * once (decode_scores[INT8]: each value made as it loads); the rest on Kᵀ as each row's group
+ * sees it, a pass per set of rows that see it alike (chunk_kt_scaled). A key's score is its own
+ * sum either way: the split changes no bit. */
+static void scores_float(const mha_step_job *j, int seq, int g, int k0, int k1, const float *qv, float *sc,
+                         const mha_scratch *s)
+{
+    const int e = k_stored_end(j, seq, k0, k1), n_new = j->step->n_new[seq];
+    if (e > k0) {
+        chunk_src part;
+        cache_runs(j, seq, g, k0, e, NULL, &part);
+        chunk_scores(j, seq, 0, n_new, qv, sc, &part, 0, part.type, part.kt, part.kp, part.ld);
+    }
+    for (int i0 = 0, i1; i0 < n_new && e < k1; i0 = i1) { /* read back */
+        i1 = view_rows_end(j, seq, k1, i0);
+        scores_viewed(j, seq, g, e, k1, i0, i1, qv, sc + (e - k0), s);
+    }
+}
+
+/* int8: the scores of the keys [k0, k1) of the chunk, as the engine's table defines them. */
+static void scores_scaled(const mha_step_job *j, int seq, int g, int k0, int k1, const float *qv, float *sc,
+                          const mha_scratch *s)
+{
+    (j->f.kernel->int8_scores ? scores_integer : scores_float)(j, seq, g, k0, k1, qv, sc, s);
 }
 
 /* The worker's decode scratch (s->dec) for the nq queries of a task: their scores against a
@@ -271,8 +319,8 @@ static const mha_prefetch *next_regions(const mha_step_job *j, int seq, mha_chun
  * engines: the microkernel's sums (decode_scores, decode_values). bf16 engines (their kernel
  * summing in an order of the tiles): the bf16 kernels' sums on the cache's own elements
  * (decode_scores16, decode_values16), the queries and probabilities rounded to bf16 as the
- * kernels' A panels round them. An int8 cache's K as scores_scaled reads it (float32 products
- * in either engine, on the queries unrounded); its V read back as loaded (float32), or its
+ * kernels' A panels round them. An int8 cache's K as scores_scaled reads it (integer scores
+ * and float32 products in either engine, on the queries unrounded); its V read back as loaded (float32), or its
  * values themselves with their parameters applied by the softmax (bf16): the forward's chunk
  * step, bit for bit. Here, what the families share: the chunk's runs (and the next unit's
  * regions, which the values prefetch into L2 as they sum: pf), the rows' softmax and the two
@@ -360,7 +408,7 @@ static void tile_values16(const mha_step_job *j, int seq, int n, const float *sc
  * q_block (chunk16 runs them 32 at a time, each row's bits its own, from the queries packed
  * once a run in s->q16): the forward's roundings and sums, so decode and prefill agree bit for
  * bit; into p as above. vs: NULL, or an int8 cache's V parameters: then the scores are in sc
- * already (scores_scaled's float32 tiles, the forward's float32 products' sums) and the chunk
+ * already (scores_scaled's: the forward's integer scores and float32 products' sums) and the chunk
  * starts at their logits. */
 static void decode_chunk_bf16(const mha_step_job *j, int seq, int g, int k0, int k1, float *qv, float *sc, float *p,
                               const mha_scratch *s, size_t vps, const float *vs)

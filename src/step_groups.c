@@ -95,8 +95,9 @@ void mha_step_k_view(const mha_step_job *j, int seq, int g, int own, int k0, int
 
 /* Prefill: Kᵀ of keys [k0, k1) of (seq, g) as a query of the group at `own` sees them, into the
  * float32 microkernel's panels (s->kt, key t at column t), a group at a time through s->k8: an
- * int8 cache's scores are float32 products in either engine (a bf16 engine's on its queries
- * unrounded: mha_kv_view.vs). */
+ * int8 cache's products are float32 in either engine (a bf16 engine's on its queries
+ * unrounded: mha_kv_view.vs; the stored groups' scores then replaced by integer ones,
+ * mha_kv_view.i8). */
 void mha_step_k_view_panels(const mha_step_job *j, int seq, int g, int own, int k0, int k1, const mha_scratch *s)
 {
     const mha_kernel *k = j->f.kernel;
@@ -117,10 +118,73 @@ void mha_step_k_view_panels(const mha_step_job *j, int seq, int g, int own, int 
     }
 }
 
-/* After the step's attention of (seq, g): each group its new tokens complete quantized into the
- * cache, the new tokens of the group still filling into its open-group entry (rows from the
- * group's start; the earlier ones are there already). */
-void mha_step_k_commit(const mha_step_job *j, int seq, int g)
+/* int8: the integer scores (isa.h's int8_scores, the engine's kernel) of nq queries q (rows dk
+ * apart) against the keys [k0, k1) of (seq, g), each in a group stored before the queries' own,
+ * into sc (query qi's key k0 at sc[qi · ld]). The whole groups that end by `stored` (keys the
+ * cache holds quantized) in place, a run a block, in one call; a group the step completed
+ * quantized here (into s->k8) as k_commit stores it; a group the keys cut scored whole for
+ * MHA_INT8_ROWS queries at a time beside them, the keys asked then copied. A score depends on
+ * its query and its group alone: decode and prefill give it the same bits. */
+void mha_step_int8_scores(const mha_step_job *j, int seq, int g, const float *q, int nq, int k0, int k1, float *sc,
+                          size_t ld, int stored, const mha_scratch *s)
+{
+    const mha_kv_cache *c = j->cache;
+    const int dk = j->f.dk, bs = c->block_size;
+    const int32_t *table = j->step->blocks + (size_t)seq * j->step->max_blocks;
+    const mha_int8_scores_ops *ops = j->f.kernel->int8_scores;
+    mha_f16 *half = (mha_f16 *)(void *)s->k8;           /* 2 · dk float16 */
+    int8_t *codes = (int8_t *)(void *)(s->k8 + dk);     /* MHA_KV_GROUP · dk bytes */
+    float *part = s->k8 + 5 * (size_t)dk;               /* MHA_INT8_ROWS × MHA_KV_GROUP scores */
+    const void *kt[MHA_KV_CHUNK];
+    const mha_f16 *kp[MHA_KV_CHUNK];
+    int n[MHA_KV_CHUNK], runs = 0, from = k0; /* the whole stored groups not scored yet: runs from `from` */
+    for (int t = k0, e; t <= k1; t = e) {
+        const mha_kv_group grp = mha_kv_group_of(bs, t);
+        e = grp.t + grp.n < k1 ? grp.t + grp.n : k1;
+        const int whole = t < k1 && t == grp.t && e == grp.t + grp.n, in_cache = grp.t + grp.n <= stored;
+        if (whole && in_cache && runs < MHA_KV_CHUNK) { /* a run a block: this group, or onto the last run */
+            const int block = table[grp.t / bs], slot = grp.t % bs;
+            if (runs && slot)
+                n[runs - 1] += grp.n;
+            else
+                kt[runs] = mha_kv_i8(c) + mha_kv_kt_at(c, block, g) + (size_t)slot,
+                kp[runs] = mha_kv_k_params(c, block, g, slot), n[runs++] = grp.n;
+            continue;
+        }
+        if (runs) /* the runs so far, then this group alone */
+            ops->run(&(mha_score_rows){q, nq, dk, j->f.scale, sc + (from - k0), ld, 0},
+                     &(mha_key_runs){.runs = runs, .ld = bs, .n = n, .kt = kt, .kp = kp});
+        runs = 0, from = e;
+        if (t == k1)
+            break;
+        const void *gk = codes;
+        const mha_f16 *gp = half;
+        int gld = MHA_KV_GROUP;
+        if (in_cache) {
+            const int block = table[grp.t / bs], slot = grp.t % bs;
+            gk = mha_kv_i8(c) + mha_kv_kt_at(c, block, g) + (size_t)slot, gp = mha_kv_k_params(c, block, g, slot);
+            gld = bs;
+        } else
+            quantize_k_group(j, seq, g, grp, codes, MHA_KV_GROUP, NULL, half);
+        const mha_key_runs keys = {.runs = 1, .ld = gld, .n = &grp.n, .kt = &gk, .kp = &gp};
+        if (whole) {
+            ops->run(&(mha_score_rows){q, nq, dk, j->f.scale, sc + (t - k0), ld, 0}, &keys);
+            continue;
+        }
+        for (int q0 = 0; q0 < nq; q0 += MHA_INT8_ROWS) {
+            const int rows = nq - q0 < MHA_INT8_ROWS ? nq - q0 : MHA_INT8_ROWS;
+            ops->run(&(mha_score_rows){q + (size_t)q0 * dk, rows, dk, j->f.scale, part, MHA_KV_GROUP, 0}, &keys);
+            for (int i = 0; i < rows; i++)
+                memcpy(sc + (size_t)(q0 + i) * ld + (t - k0), part + (size_t)i * MHA_KV_GROUP + (t - grp.t),
+                       (size_t)(e - t) * sizeof *sc);
+        }
+    }
+}
+
+/* Each group the step's new tokens of (seq, g) complete (groups: 1) quantized into the cache, or
+ * (groups: 0) the new tokens of the group still filling into its open-group entry (rows from
+ * the group's start; the earlier ones are there already, which k_full_row reads until then). */
+static void k_store(const mha_step_job *j, int seq, int g, int groups)
 {
     const mha_kv_cache *c = j->cache;
     const int n_past = j->step->n_past[seq], ctx = n_past + j->step->n_new[seq], bs = c->block_size, dk = j->f.dk;
@@ -129,12 +193,29 @@ void mha_step_k_commit(const mha_step_job *j, int seq, int g)
         const mha_kv_group grp = mha_kv_group_of(bs, t);
         if (grp.t + grp.n <= ctx) {
             const int block = table[grp.t / bs], slot = grp.t % bs;
-            quantize_k_group(j, seq, g, grp, mha_kv_i8(c) + mha_kv_kt_at(c, block, g) + (size_t)slot, (size_t)bs, NULL,
-                             mha_kv_k_params(c, block, g, slot));
-        } else
+            if (groups)
+                quantize_k_group(j, seq, g, grp, mha_kv_i8(c) + mha_kv_kt_at(c, block, g) + (size_t)slot, (size_t)bs,
+                                 NULL, mha_kv_k_params(c, block, g, slot));
+        } else if (!groups)
             for (int u = t; u < ctx; u++)
                 memcpy(j->tails[seq] + ((size_t)g * MHA_KV_GROUP + (size_t)(u - grp.t)) * dk,
                        k_full_row(j, seq, g, u), (size_t)dk * sizeof(float));
         t = grp.t + grp.n;
     }
+}
+
+void mha_step_k_store_groups(const mha_step_job *j, int seq, int g)
+{
+    k_store(j, seq, g, 1);
+}
+
+void mha_step_k_commit(const mha_step_job *j, int seq, int g)
+{
+    k_store(j, seq, g, 1);
+    k_store(j, seq, g, 0);
+}
+
+void mha_step_k_keep_tail(const mha_step_job *j, int seq, int g)
+{
+    k_store(j, seq, g, 0);
 }

@@ -32,9 +32,18 @@ void mha_step_k_view(const mha_step_job *j, int seq, int g, int own, int k0, int
 /* Prefill: the same into the float32 microkernel's panels (s->kt, key t at column t), a group
  * at a time through s->k8. */
 void mha_step_k_view_panels(const mha_step_job *j, int seq, int g, int own, int k0, int k1, const mha_scratch *s);
+/* The integer scores of nq queries q (rows dk apart) against the keys [k0, k1) of (seq, g), each
+ * in a group stored before the queries' own, into sc (query qi's key k0 at sc[qi · ld]); groups
+ * ending by `stored` read from the cache, the others quantized here as k_commit stores them. */
+void mha_step_int8_scores(const mha_step_job *j, int seq, int g, const float *q, int nq, int k0, int k1, float *sc,
+                          size_t ld, int stored, const mha_scratch *s);
 /* After the step's attention of (seq, g): each group its new tokens complete quantized into the
- * cache, the new tokens of the group still filling into its open-group entry. */
+ * cache, the new tokens of the group still filling into its open-group entry. The two halves:
+ * store_groups (before its attention when one task reads (seq, g): the prefill's), keep_tail
+ * (after it: the entry holds the earlier rows of n_past's group until then). */
 void mha_step_k_commit(const mha_step_job *j, int seq, int g);
+void mha_step_k_store_groups(const mha_step_job *j, int seq, int g);
+void mha_step_k_keep_tail(const mha_step_job *j, int seq, int g);
 
 /* ---- prefill (step_prefill.c) ---- */
 

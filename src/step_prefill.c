@@ -195,8 +195,9 @@ void mha_step_gather_bf16(const mha_step_job *j, int seq, int g, int t_begin, in
 
 /* The step's rows [i0, i1) of sequence seq for each query head of KV head g: the forward's
  * attention (its Q, rotated in phase 1, from z; Z written over it) over the gathered context;
- * vs: NULL, or an int8 cache's V parameters (bf16 engines). */
-static void attend_rows(const mha_step_job *j, int seq, int g, int i0, int i1, const mha_scratch *s, const float *vs)
+ * vs: NULL, or an int8 cache's V parameters (bf16 engines); i8: NULL, or its stored K groups. */
+static void attend_rows(const mha_step_job *j, int seq, int g, int i0, int i1, const mha_scratch *s, const float *vs,
+                        const mha_int8_keys *i8)
 {
     const mha_fwd *f = &j->f;
     const mha_kernel *k = f->kernel;
@@ -206,7 +207,7 @@ static void attend_rows(const mha_step_job *j, int seq, int g, int i0, int i1, c
     for (int h = g * f->group; h < (g + 1) * f->group; h++) {
         mha_mat_set_rows(k, qkv, i1 - i0, 0, dk, z + (size_t)h * dk, f->qd);
         mha_attention_rows(f, h, s, (mha_queries){.q = qkv}, i1 - i0, ctx, n_past + i0, z + (size_t)h * dk, f->qd,
-                           f->sinks, NULL, vs);
+                           f->sinks, NULL, vs, i8);
     }
 }
 
@@ -215,26 +216,41 @@ static void attend_rows(const mha_step_job *j, int seq, int g, int i0, int i1, c
 void mha_step_attend_rows(const mha_step_job *j, int seq, int g, int t_begin, const mha_scratch *s, const float *vs)
 {
     (void)t_begin, (void)vs; /* Kᵀ and V gathered whole; no V parameters */
-    attend_rows(j, seq, g, 0, j->step->n_new[seq], s, NULL);
+    attend_rows(j, seq, g, 0, j->step->n_new[seq], s, NULL, NULL);
 }
 
-/* An int8 cache: Kᵀ of the groups before the last as stored, then the rows group by group from
- * the last, each group turned to full precision for its own rows (the later groups, full by
- * then, are past them); then the groups the step completed stored. */
+/* mha_int8_keys.scores in a step's prefill: every group before the rows' own is in the cache by
+ * then (mha_step_attend_groups stores the step's first). */
+static void prefill_int8_scores(const mha_int8_keys *i8, const float *q, int nq, int k0, int k1, float *sc, size_t ld,
+                                const mha_scratch *s)
+{
+    const mha_step_job *j = i8->job;
+    mha_step_int8_scores(j, i8->seq, i8->g, q, nq, k0, k1, sc, ld,
+                         j->step->n_past[i8->seq] + j->step->n_new[i8->seq], s);
+}
+
+/* An int8 cache: the groups the step completes stored first (this task alone reads them in this
+ * step), Kᵀ of the groups before the last as stored (not where the table has integer scores:
+ * theirs replace the chunks' products on those keys, prefill_int8_scores), then the rows group
+ * by group from the last, each group turned to full precision for its own rows (the later
+ * groups, full by then, are past them). */
 void mha_step_attend_groups(const mha_step_job *j, int seq, int g, int t_begin, const mha_scratch *s, const float *vs)
 {
     const int n_past = j->step->n_past[seq], ctx = n_past + j->step->n_new[seq];
-    const int bs = j->cache->block_size, last = mha_kv_group_of(bs, ctx - 1).t;
+    const int bs = j->cache->block_size, last = mha_kv_group_of(bs, ctx - 1).t, ints = j->f.kernel->int8_scores != NULL;
+    mha_int8_keys i8 = {.scores = prefill_int8_scores, .job = j, .seq = seq, .g = g};
+    mha_step_k_store_groups(j, seq, g);
     zero_kt_past(j, ctx, s);
-    mha_step_k_view_panels(j, seq, g, last, t_begin, ctx, s);
+    mha_step_k_view_panels(j, seq, g, last, ints && last > t_begin ? last : t_begin, ctx, s);
     for (int b = ctx, a; b > n_past; b = a) {
         const mha_kv_group grp = mha_kv_group_of(bs, b - 1);
         a = grp.t > n_past ? grp.t : n_past;
         if (grp.t != last)
             mha_step_k_view_panels(j, seq, g, grp.t, grp.t > t_begin ? grp.t : t_begin, grp.t + grp.n, s);
-        attend_rows(j, seq, g, a - n_past, b - n_past, s, vs);
+        i8.own = grp.t;
+        attend_rows(j, seq, g, a - n_past, b - n_past, s, vs, ints ? &i8 : NULL);
     }
-    mha_step_k_commit(j, seq, g);
+    mha_step_k_keep_tail(j, seq, g);
 }
 
 void mha_step_attend(const mha_step_job *j, int seq, int g, const mha_scratch *s)

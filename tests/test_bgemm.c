@@ -744,7 +744,8 @@ BKERNEL_TEST(bgemm, decode_tiles_sum_as_the_kernels_of_their_order, .timeout = 6
 /* int8_scores (isa.h): each kernel of every table that has one gives the model's bits (ref's;
  * a kernel this CPU cannot run is noted as skipped), and the model is within its rounding of the float64 score on the same codes and parameters: blocks of
  * 16, 32 and 8 slots (runs of whole groups, two groups in a run, groups of 8; runs of 5 and
- * 21), d_k 44, 128 and 601 (two passes, odd), 1 to 9 queries; codes over all of int8, K's
+ * 21), d_k 44, 128 and 601 (two passes, odd), 1 to 70 queries (a kernel's blocks and their
+ * remainders); codes over all of int8, K's
  * channels and the queries with outliers, a group whose scales are all zero, a query of zeros
  * and one below MHA_INT8_TINY (bits only). Then NaN:
  * a NaN scale makes its group's scores NaN, a NaN query feature its query's. */
@@ -754,7 +755,7 @@ static void int8_scores_check(const mha_isa *isa, const mha_int8_scores_ops *ops
     rng r = {4099};
     for (int BS = 8; BS <= 32; BS *= 2)
         for (int dk = 44; dk <= 601; dk = dk == 44 ? 128 : dk == 128 ? 601 : 602)
-            for (int nq = 1; nq <= 9; nq += nq < 5 ? 1 : 4) {
+            for (int nq = 1; nq <= 70; nq += nq < 5 ? 1 : nq < 9 ? 4 : nq < 21 ? 12 : 49) {
                 const int n[RUNS] = {BS, BS == 8 ? BS : BS - 11, BS}; /* 5 of 16, 21 of 32 */
                 const int groups = (BS + MHA_KV_GROUP - 1) / MHA_KV_GROUP, gs = BS < MHA_KV_GROUP ? BS : MHA_KV_GROUP;
                 const size_t blk = (size_t)dk * BS;

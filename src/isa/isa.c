@@ -241,7 +241,7 @@ MHA_API mha_status mha_isa_describe(const char *name, char *buf, size_t len)
             at += (size_t)snprintf(buf + at, len - at, " %s%s", t->quant->dot16[j]->name,
                                    t->quant->dot16[j] == here_ops ? " (here)" : "");
         if (at < len) /* an int8 cache's integer scores, the kernel an engine here would take marked */
-            at += (size_t)snprintf(buf + at, len - at, "; int8 scores");
+            at += (size_t)snprintf(buf + at, len - at, "; int8 scores%s", t->int8_scores[0] ? "" : " float32");
         const mha_int8_scores_ops *here_s = lacks[0] ? NULL : mha_int8_scores_choose(t);
         for (int j = 0; t->int8_scores[j] && at < len; j++)
             at += (size_t)snprintf(buf + at, len - at, " %s%s", t->int8_scores[j]->name,

@@ -203,7 +203,8 @@ typedef struct mha_isa {
     void (*softcap_row)(float *s, int n, float cap);
     /* ---- per KV cache type: indexed by mha_kv_type (kvcache.h), NULL where the type has
      * none ---- */
-    /* Decode scores (float32 products: a float32 engine's, and an int8 cache's in either) of the
+    /* Decode scores (float32 products: a float32 engine's, and an int8 cache's in either where the
+     * table has no int8_scores, or of a query's own group where it has) of the
      * queries s over the runs of one chunk, k (mha_key_runs): run r holds n[r] slots of a block, Kᵀ
      * at kt[r] (feature c of slot t at element c · ld + t of kt[r]), its scores following the
      * previous runs' in each row of sc. Over the features [c0, c1) of one pass, sc[qi · sc_ld +
@@ -233,12 +234,12 @@ typedef struct mha_isa {
      * (float)isum, zsum). A score is its passes' values added in order, times scale. The same
      * bits in every table (ref the model). A NaN among a query's features or a group's scales
      * makes the scores NaN (which NaN, and the u on the way, as the table's max and conversion
-     * give: ref as x86's, the sums wrapping). Issue 68 item 4's scores, not yet the engine's: an
-     * int8 cache's decode and prefill still score with decode_scores[INT8] and the float32
-     * products on K read back, until both take these (the stored groups of a step's own
-     * queries included), so that decode and prefill keep one value per (query, key). The table's
-     * kernels, NULL-terminated, fastest first: an engine takes the first this CPU runs
-     * (mha_int8_scores_choose); {NULL}: none. */
+     * give: ref as x86's, the sums wrapping). An int8 cache's scores of a key in a group stored
+     * before its query's own, in decode and prefill alike (the groups a step completes
+     * included), so that they keep one value per (query, key). The table's kernels,
+     * NULL-terminated, fastest first: an engine takes the first this CPU runs
+     * (mha_int8_scores_choose); {NULL}: the table scores an int8 cache by float32 products on K
+     * read back (decode_scores[INT8], scale_rows[INT8]) instead, in decode and prefill alike. */
     const struct mha_int8_scores_ops *int8_scores[3];
     /* The same float32 scores of the queries s (dk <= MHA_ROWS_SCORES_DK) against the keys k
      * given as rows (mha_key_rows), all features in one pass: sc[qi · sc_ld + t] = scale · Σ_c
