@@ -199,11 +199,15 @@ ISA_SUITES := @(engine|step|kv_blocks|shared_weights|embedding|core|trained|mla|
 # on it. make test-numerics, test-tsan and test-mpi run with the runtimes' default.
 TEST_ENV := LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMP_WAIT_POLICY=passive
-# The builds the test targets make run JOBS compiles at once (sub-makes of build targets only).
-JOBS ?= -j$(shell nproc 2>/dev/null || echo 1)
+# The test targets build their trees BUILD_JOBS compiles at once (make BUILD_JOBS=-j4 to
+# choose), in a sub-make that builds only, or as the jobs of a parallel make (make -jN test);
+# the docs' staged install after it, not beside it.
+BUILD_JOBS := -j$(shell nproc 2>/dev/null || echo 1)
+SUB_JOBS = $(if $(findstring jobserver,$(MAKEFLAGS)),,$(BUILD_JOBS))
 test-build:
-	@$(MAKE) --no-print-directory $(JOBS) all $(B)/tests/mha_tests
-test: test-build docs-check gguf-file
+	@$(MAKE) --no-print-directory $(SUB_JOBS) all $(B)/tests/mha_tests
+test: test-build
+	@$(MAKE) --no-print-directory docs-check gguf-file
 	$(TEST_ENV) $(B)/tests/mha_tests --jobs 2
 	@for isa in $(ISA_TABLES); do \
 	  echo "engine suites on isa $$isa (MHA_TEST_ISA=$$isa)"; \
@@ -294,7 +298,7 @@ gguf-seeds:
 # The suite on a build whose CFLAGS would break the bitwise guarantees were the numerics not
 # pinned after them (FMA contraction on, GNU mode), and a -ffast-math build refused.
 test-numerics: gguf-file
-	$(MAKE) --no-print-directory $(JOBS) B=build/numerics CFLAGS='-O2 -std=gnu11 -ffp-contract=fast' build/numerics/tests/mha_tests
+	$(MAKE) --no-print-directory $(SUB_JOBS) B=build/numerics CFLAGS='-O2 -std=gnu11 -ffp-contract=fast' build/numerics/tests/mha_tests
 	build/numerics/tests/mha_tests --jobs 2
 	@if $(CC) -std=c11 -ffast-math -Iinclude -Isrc -isystem $(BLIS_INC) -fsyntax-only src/gemm.c 2>/dev/null; then \
 	  echo "make test-numerics: a -ffast-math build of src/gemm.c was not refused" >&2; exit 1; fi
@@ -306,10 +310,10 @@ test-numerics: gguf-file
 CLANG_PKGS := clang libomp-dev
 test-clang: gguf-file
 	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) $(CLANG_PKGS)"
-	$(MAKE) --no-print-directory $(JOBS) B=build/clang CC=clang CFLAGS=-Werror build/clang/tests/mha_tests
+	$(MAKE) --no-print-directory $(SUB_JOBS) B=build/clang CC=clang CFLAGS=-Werror build/clang/tests/mha_tests
 	$(TEST_ENV) build/clang/tests/mha_tests --jobs 2
 	@echo "the same under clang's AddressSanitizer and UBSan (which flag arithmetic on a null pointer; GCC's do not)"
-	$(MAKE) --no-print-directory $(JOBS) DEBUG=1 B=build/clang/debug CC=clang CFLAGS=-Werror build/clang/debug/tests/mha_tests
+	$(MAKE) --no-print-directory $(SUB_JOBS) DEBUG=1 B=build/clang/debug CC=clang CFLAGS=-Werror build/clang/debug/tests/mha_tests
 	$(TEST_ENV) build/clang/debug/tests/mha_tests --jobs 2
 
 # ThreadSanitizer over the command's parallel paths and a server's use of the library
@@ -317,7 +321,7 @@ test-clang: gguf-file
 # tool tells TSan what OpenMP's barriers, tasks and dependencies order.
 test-tsan:
 	@$(MAKE) --no-print-directory deps DEB_PKGS="$(DEB_PKGS) $(CLANG_PKGS)"
-	$(MAKE) --no-print-directory $(JOBS) B=build/clang/tsan CC=clang CFLAGS=-Werror OPT='-O1 -g -fsanitize=thread' \
+	$(MAKE) --no-print-directory $(SUB_JOBS) B=build/clang/tsan CC=clang CFLAGS=-Werror OPT='-O1 -g -fsanitize=thread' \
 	  build/clang/tsan/mha build/clang/tsan/serve_bench
 	tests/tsan.sh build/clang/tsan
 
@@ -331,7 +335,7 @@ QEMU_CPU ?= max
 # a binfmt_misc handler while it runs). The few tests that run many minutes emulated are left
 # out there (arm.sh says which); they run natively wherever make test runs.
 test-arm: gguf-file
-	@$(MAKE) --no-print-directory $(JOBS) ARCH=aarch64 DEBUG=0 all build/aarch64/tests/mha_tests
+	@$(MAKE) --no-print-directory $(SUB_JOBS) ARCH=aarch64 DEBUG=0 all build/aarch64/tests/mha_tests
 	tests/arm.sh build/aarch64
 
 test-emulated: $(B)/tests/mha_tests

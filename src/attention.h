@@ -261,11 +261,8 @@ static inline size_t mha_attention_state_floats(size_t q_block, size_t dk)
     return q_block * (4 + dk);
 }
 
-/* Kᵀ and V of the keys a chunk reads: float32 (kt: panels of dk rows; v: rows are keys), or
- * bf16 B panels (kt16 of kps, v16 of vps elements per panel). */
 /* An int8 cache's stored K groups in a step's prefill (mha_kv_view.i8): the scores of the keys
- * before `own` (operand index, the key's position; every one in a group stored before the rows'
- * own) are integer scores on the groups' codes (isa.h's int8_scores), the chunk's products on
+ * before position `own` (every one in a group stored before the rows' own) are integer scores on the groups' codes (isa.h's int8_scores), the chunk's products on
  * them replaced: scores(i8, q, nq, k0, k1, sc, ld, s) puts nq queries' (q: rows dk apart) for the
  * keys [k0, k1) into sc (query qi's key k0 at sc[qi · ld]). What decode's tiles give the same
  * (query, key): one value however a step's rows were cut. */
@@ -277,15 +274,19 @@ typedef struct mha_int8_keys {
     int seq, g;
 } mha_int8_keys;
 
-/* Rows of queries an int8 cache's chunk gathers at a time for mha_int8_keys.scores, into s->k8
- * past the floats the scores take there (mha_int8_keys_room: a group's float16 parameters and
- * codes quantized in a step, then the scores of MHA_INT8_ROWS queries for a group cut short). */
-enum { MHA_INT8_ROWS = 32 };
+/* Rows of queries an int8 cache's chunk gathers at a time for mha_int8_keys.scores. s->k8 as
+ * the integer scores take it (mha_step_int8_scores), in floats: a group's float16 parameters
+ * (2 · dk) at 0, its codes quantized in a step (MHA_KV_GROUP · dk bytes) at INT8_CODES_AT · dk,
+ * the scores of MHA_INT8_ROWS queries for a group cut short at INT8_PART_AT · dk; a chunk's
+ * queries gathered past them all (mha_int8_keys_room). */
+enum { MHA_INT8_ROWS = 32, MHA_INT8_CODES_AT = 1, MHA_INT8_PART_AT = 5 };
 static inline size_t mha_int8_keys_room(int dk)
 {
-    return 5 * (size_t)dk + MHA_INT8_ROWS * MHA_KV_GROUP;
+    return MHA_INT8_PART_AT * (size_t)dk + MHA_INT8_ROWS * MHA_KV_GROUP;
 }
 
+/* Kᵀ and V of the keys a chunk reads: float32 (kt: panels of dk rows; v: rows are keys), or
+ * bf16 B panels (kt16 of kps, v16 of vps elements per panel). */
 typedef struct mha_kv_view {
     mha_mat kt, v;
     const mha_bf16 *kt16, *v16;

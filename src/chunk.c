@@ -102,28 +102,28 @@ void mha_attention_pack_kv16_stream(const mha_fwd *f, const mha_scratch *s, int 
         }
 }
 
-/* Whether every key of the chunk (n from b0) is in an int8 cache's stored groups (kv->i8): its
- * products would all be replaced. */
-static int int8_stored_chunk(const mha_kv_view *kv, int b0, int n)
+/* Whether every key of the chunk (n from position c0) is in an int8 cache's stored groups
+ * (kv->i8): its products would all be replaced. */
+static int int8_stored_chunk(const mha_kv_view *kv, int c0, int n)
 {
-    return kv->i8 && b0 + n <= kv->i8->own;
+    return kv->i8 && c0 + n <= kv->i8->own;
 }
 
 /* An int8 cache's stored groups (kv->i8, a step's prefill): the scores of the rows [i0, i0 + m)
- * of the block r (at sc, ld apart) against the chunk's keys before kv->i8->own (n from b0)
- * replaced by their integer scores (mha_int8_keys), the queries gathered as rows MHA_INT8_ROWS
- * at a time into s->k8. */
+ * of the block r (at sc, ld apart) against the chunk's keys before kv->i8->own (n from position
+ * c0) replaced by their integer scores (mha_int8_keys), the queries gathered as rows
+ * MHA_INT8_ROWS at a time into s->k8. */
 static void int8_stored_scores(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
-                               int i0, int m, int b0, int n, float *sc, ptrdiff_t ld)
+                               int i0, int m, int c0, int n, float *sc, ptrdiff_t ld)
 {
-    if (!kv->i8 || b0 >= kv->i8->own)
+    if (!kv->i8 || c0 >= kv->i8->own)
         return;
-    const int k1 = b0 + n < kv->i8->own ? b0 + n : kv->i8->own, dk = f->dk;
+    const int k1 = c0 + n < kv->i8->own ? c0 + n : kv->i8->own, dk = f->dk;
     float *q = s->k8 + mha_int8_keys_room(dk);
     for (int a = i0; a < i0 + m; a += MHA_INT8_ROWS) {
         const int rows = i0 + m - a < MHA_INT8_ROWS ? i0 + m - a : MHA_INT8_ROWS;
         mha_mat_get_rows(f->kernel, mha_mat_sub(f->kernel, r->q, a, 0), rows, 0, dk, q, dk);
-        kv->i8->scores(kv->i8, q, rows, b0, k1, sc + (a - i0) * ld, (size_t)ld, s);
+        kv->i8->scores(kv->i8, q, rows, c0, k1, sc + (a - i0) * ld, (size_t)ld, s);
     }
 }
 
@@ -191,10 +191,10 @@ static void chunk16(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows
                       r->q16 ? r->q : mha_mat_sub(k, r->q, i0, 0), /* packed Q: r->q unread (and NULL) */
                       kv->kt16 + (size_t)(b0 / MHA_BT_N) * kv->kps, kv->kps, 0.0f, mha_mat_rows(k, sb, ld), s->apack16);
         else if (!r->scored) { /* an int8 cache: float32 scores (mha_kv_view), its stored groups' integer */
-            if (!int8_stored_chunk(kv, b0, n))
+            if (!int8_stored_chunk(kv, c0, n))
                 mha_gemm(k, m, n, f->dk, f->scale, mha_mat_sub(k, r->q, i0, 0), mha_mat_sub(k, kv->kt, 0, b0), 0.0f,
                          mha_mat_rows(k, sb, ld), s->apack);
-            int8_stored_scores(f, s, r, kv, i0, m, b0, n, sb, ld);
+            int8_stored_scores(f, s, r, kv, i0, m, c0, n, sb, ld);
         }
         if (!vs && whole_rows_logits(f, r, r->first + i0, m, c0, n, sb, ld))
             f->attn->exp_rows16(f, sb, ld, m, n, &mx[i0 * st], &sum[i0 * st], st, s->p16);
@@ -301,9 +301,9 @@ void mha_attention_chunk_f32(const mha_fwd *f, const mha_scratch *s, const mha_c
         const mha_score_rows rows = {r->q.p, m, dk, f->scale, sc, (size_t)ld, k->beta_fused};
         const mha_key_runs keys = {.runs = runs, .ld = MHA_TILE_KEYS, .n = len, .kt = kt};
         k->isa->decode_scores[MHA_KV_F32](&rows, 0, dk, &keys);
-    } else if (!int8_stored_chunk(kv, b0, n))
+    } else if (!int8_stored_chunk(kv, c0, n))
         mha_gemm_in_place(k, m, n, dk, f->scale, r->q, mha_mat_sub(k, kv->kt, 0, b0), 0.0f, sm, s->apack);
-    int8_stored_scores(f, s, r, kv, 0, m, b0, n, sc, ld);
+    int8_stored_scores(f, s, r, kv, 0, m, c0, n, sc, ld);
     chunk_rows(f, r, c0, n, sc, ld, mx, sum, st, 0);
     /* Z (m, dv) = E (m, n) · V (n, dv) */
     if (kv->vp) { /* key by key in order from zero: the microkernel's sums over the chunk; K's rows
@@ -381,10 +381,10 @@ static void chunk_stream_scaled(const mha_fwd *f, const mha_scratch *s, const mh
         const int m = r->m - i0 < 2 * MHA_BT_M ? r->m - i0 : 2 * MHA_BT_M;
         float *sb = sc + (size_t)i0 * ld;
         const mha_mat zb = mha_mat_sub(k, zc, i0, 0);
-        if (!int8_stored_chunk(kv, b0, n))
+        if (!int8_stored_chunk(kv, c0, n))
             mha_gemm_in_place(k, m, n, f->dk, f->scale, mha_mat_sub(k, r->q, i0, 0), mha_mat_sub(k, kv->kt, 0, b0),
                               0.0f, mha_mat_rows(k, sb, ld), s->apack);
-        int8_stored_scores(f, s, r, kv, i0, m, b0, n, sb, ld);
+        int8_stored_scores(f, s, r, kv, i0, m, c0, n, sb, ld);
         for (int i = 0; i < m; i++)
             sum[(i0 + i) * st] = block_row(f, r, r->first + i0 + i, c0, n, sb + i * ld, vs, &mx[(i0 + i) * st], NULL, 1,
                                            &zs[i]);

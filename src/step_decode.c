@@ -522,7 +522,7 @@ void mha_step_chunk_panels16(const mha_step_job *j, int seq, int g, int k0, int 
     float *sc = dec_scores(s), *qv = dec_queries(j, seq, s);
     const size_t vps = mha_attention_v16_ps(k1 - k0);
     mha_step_gather_panels16(j, j->step->blocks + (size_t)seq * j->step->max_blocks, g, k0, k1, k0, vps, s, vs);
-    if (vs) /* a scaled cache: the float32 tiles' scores (scores_scaled), then the chunk from its logits */
+    if (vs) /* a scaled cache: its scores (scores_scaled), then the chunk from its logits */
         scores_scaled(j, seq, g, k0, k1, qv, sc, s);
     decode_chunk_bf16(j, seq, g, k0, k1, qv, sc, p, s, vps, vs);
 }
@@ -544,7 +544,7 @@ static void fold_chunk(const mha_step_job *j, int seq, int g, int c0, int c, con
 
 /* The queries of KV head g's query heads (query qi = head jh, row i), rotated in phase 1, from
  * z into the decode scratch; on the forward's chunks (decode_chunk_bf16; an int8 cache's scores
- * are float32 tiles') in A panels too. */
+ * are scores_scaled's, on the queries unrounded) in A panels too. */
 static void decode_queries(const mha_step_job *j, int seq, int g, const mha_scratch *s)
 {
     const mha_fwd *f = &j->f;

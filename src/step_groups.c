@@ -3,7 +3,9 @@
  * j->k_full, the earlier ones of its group in the cache's open-group pool, j->tails) until
  * complete. Each query reads Kᵀ as its own group sees it (k_view: the groups before as stored,
  * its own at full precision), so every (query, key) pair has one value however the steps were
- * cut; k_commit stores what the step completed. */
+ * cut; k_commit stores what the step completed (a prefill: store_groups before its rows
+ * attend, keep_tail after). Where the table has integer scores, a query scores the groups
+ * before its own on their codes (mha_step_int8_scores). */
 #include "step_parts.h"
 
 #include <string.h>
@@ -132,9 +134,9 @@ void mha_step_int8_scores(const mha_step_job *j, int seq, int g, const float *q,
     const int dk = j->f.dk, bs = c->block_size;
     const int32_t *table = j->step->blocks + (size_t)seq * j->step->max_blocks;
     const mha_int8_scores_ops *ops = j->f.kernel->int8_scores;
-    mha_f16 *half = (mha_f16 *)(void *)s->k8;           /* 2 · dk float16 */
-    int8_t *codes = (int8_t *)(void *)(s->k8 + dk);     /* MHA_KV_GROUP · dk bytes */
-    float *part = s->k8 + 5 * (size_t)dk;               /* MHA_INT8_ROWS × MHA_KV_GROUP scores */
+    mha_f16 *half = (mha_f16 *)(void *)s->k8; /* s->k8's layout: attention.h, MHA_INT8_ROWS */
+    int8_t *codes = (int8_t *)(void *)(s->k8 + MHA_INT8_CODES_AT * (size_t)dk);
+    float *part = s->k8 + MHA_INT8_PART_AT * (size_t)dk;
     const void *kt[MHA_KV_CHUNK];
     const mha_f16 *kp[MHA_KV_CHUNK];
     int n[MHA_KV_CHUNK], runs = 0, from = k0; /* the whole stored groups not scored yet: runs from `from` */

@@ -140,14 +140,13 @@ VNNI_INLINE void group_sums(const int R, const group_codes *g, const __m512i *w,
 
 /* R <= QB queries (q rows dk apart; rq, dq their pass's 32767 / max |q| and its inverse) against
  * a group's pass (its scales over their max in sr, its zero points in z, ms that max, g its
- * codes, w NULL or them widened): each query's u and zero points' sum, then the sums; the pass's value into out (query
+ * codes, w NULL or them widened), their u into the caller's room: each query's u and zero points' sum, then the sums; the pass's value into out (query
  * qi's slots at out + qi · ld, the `live` ones), added to the passes' before (p0 > 0), times
  * scale after the last. */
 VNNI_INLINE void block_sums(const int R, const float *q, int dk, const float *rq, const float *dq, const float *sr,
                             const float *z, float ms, const group_codes *g, const __m512i *w, int np, int p0, int last,
-                            float scale, float *out, size_t ld)
+                            float scale, float *out, size_t ld, int16_t (*restrict u)[MHA_INT8_PASS])
 {
-    _Alignas(64) int16_t u[QB][MHA_INT8_PASS];
     float step[QB], zsum[QB];
     for (int qi = 0; qi < R; qi++) {
         zsum[qi] = query_u(q + (size_t)qi * dk + p0, rq[qi], sr, z, np, u[qi]);
@@ -171,6 +170,7 @@ static __attribute__((target(VNNI))) void scores_queries(const float *q, int nq,
 {
     _Alignas(64) float sr[MHA_INT8_PASS], z[MHA_INT8_PASS];
     _Alignas(64) __m512i w[MHA_INT8_PASS / 2];
+    _Alignas(64) int16_t u[QB][MHA_INT8_PASS]; /* one room for every block size's inlined copy */
     float rq[QMAX], dq[QMAX];
     const __m512 absm = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     for (int p0 = 0; p0 < dk; p0 += MHA_INT8_PASS) {
@@ -203,7 +203,7 @@ static __attribute__((target(VNNI))) void scores_queries(const float *q, int nq,
                     switch (nq - q0 < QB ? nq - q0 : QB) {
 #define BLOCK(R)                                                                                                       \
     case R:                                                                                                            \
-        block_sums(R, qb, dk, rq + q0, dq + q0, sr, z, ms, &gc, nq > QB ? w : NULL, np, p0, last, scale, out, sc_ld); \
+        block_sums(R, qb, dk, rq + q0, dq + q0, sr, z, ms, &gc, nq > QB ? w : NULL, np, p0, last, scale, out, sc_ld, u); \
         break;
                         BLOCK(1) BLOCK(2) BLOCK(3) BLOCK(4) BLOCK(5) BLOCK(6) BLOCK(7) BLOCK(8)
                         BLOCK(9) BLOCK(10) BLOCK(11) BLOCK(12) BLOCK(13) BLOCK(14) BLOCK(15) BLOCK(16)
