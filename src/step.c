@@ -98,6 +98,7 @@ mha_step_ops mha_step_ops_of(const mha_fwd *f, mha_kv_type kv)
                            : mha_step_chunk_panels16,
         .store = scaled ? store_kv_scaled : store_kv,
         .commit = scaled ? mha_step_k_commit : commit_none,
+        .scores = !scaled ? NULL : f->kernel->int8_scores ? mha_step_scores_integer : mha_step_scores_float,
         .v_params = f->bk && scaled,
         .packed_queries = f->bk && !tiles16 && !scaled,
     };

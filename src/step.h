@@ -23,8 +23,8 @@ typedef struct mha_step_ops {
      * attend; bf16: B panels, a scaled cache's V parameters into vs). */
     void (*gather)(const struct mha_step_job *j, int seq, int g, int t_begin, int ctx, const mha_scratch *s, float *vs);
     /* Prefill: the rows of (seq, g) attended over what gather left: all at once, or (scaled)
-     * group by group, each seeing its own K group at full precision, then the groups the step
-     * completed stored. */
+     * group by group, each seeing its own K group at full precision, the groups the step
+     * completes stored first. */
     void (*attend)(const struct mha_step_job *j, int seq, int g, int t_begin, const mha_scratch *s, const float *vs);
     /* Decode: a chunk (keys [k0, k1)) of (seq, g) into its partials p, from the queries in the
      * worker's decode scratch; next: the (KV head, chunk) of seq the worker runs next (what to
@@ -40,6 +40,12 @@ typedef struct mha_step_ops {
     /* Decode, after every chunk of (seq, g): the groups the step completed stored (scaled), or
      * nothing. */
     void (*commit)(const struct mha_step_job *j, int seq, int g);
+    /* Decode on a scaled cache (NULL: unscaled): the scores of the chunk's keys [k0, k1) of
+     * (seq, g) for the queries qv into sc (key k0's column, MHA_KV_CHUNK apart), integer for the
+     * stored groups where the engine's table has int8_scores, else float32 products on K read
+     * back (step_decode.c). */
+    void (*scores)(const struct mha_step_job *j, int seq, int g, int k0, int k1, const float *qv, float *sc,
+                   const mha_scratch *s);
     int v_params;              /* 1: the chunks take an int8 cache's V parameters (the worker's
                                 * s->kvs: a bf16 engine's, which read V's values themselves) */
     int packed_queries;        /* 1: decode's queries packed into A panels once per unit (the

@@ -211,8 +211,8 @@ static void scores_viewed(const mha_step_job *j, int seq, int g, int a, int k1, 
  * (mha_step_int8_scores). A key of the query's own group (or a later one, which it does not
  * see): float32 products on K at full precision (chunk_kt_scaled), a pass per set of rows that
  * see the keys alike. A key's score is its own either way: the split changes no bit. */
-static void scores_integer(const mha_step_job *j, int seq, int g, int k0, int k1, const float *qv, float *sc,
-                           const mha_scratch *s)
+void mha_step_scores_integer(const mha_step_job *j, int seq, int g, int k0, int k1, const float *qv, float *sc,
+                             const mha_scratch *s)
 {
     const mha_fwd *f = &j->f;
     const int e = k_stored_end(j, seq, k0, k1), n_new = j->step->n_new[seq], n_past = j->step->n_past[seq];
@@ -241,8 +241,8 @@ static void scores_integer(const mha_step_job *j, int seq, int g, int k0, int k1
  * once (decode_scores[INT8]: each value made as it loads); the rest on Kᵀ as each row's group
  * sees it, a pass per set of rows that see it alike (chunk_kt_scaled). A key's score is its own
  * sum either way: the split changes no bit. */
-static void scores_float(const mha_step_job *j, int seq, int g, int k0, int k1, const float *qv, float *sc,
-                         const mha_scratch *s)
+void mha_step_scores_float(const mha_step_job *j, int seq, int g, int k0, int k1, const float *qv, float *sc,
+                           const mha_scratch *s)
 {
     const int e = k_stored_end(j, seq, k0, k1), n_new = j->step->n_new[seq];
     if (e > k0) {
@@ -254,13 +254,6 @@ static void scores_float(const mha_step_job *j, int seq, int g, int k0, int k1, 
         i1 = view_rows_end(j, seq, k1, i0);
         scores_viewed(j, seq, g, e, k1, i0, i1, qv, sc + (e - k0), s);
     }
-}
-
-/* int8: the scores of the keys [k0, k1) of the chunk, as the engine's table defines them. */
-static void scores_scaled(const mha_step_job *j, int seq, int g, int k0, int k1, const float *qv, float *sc,
-                          const mha_scratch *s)
-{
-    (j->f.kernel->int8_scores ? scores_integer : scores_float)(j, seq, g, k0, k1, qv, sc, s);
 }
 
 /* The worker's decode scratch (s->dec) for the nq queries of a task: their scores against a
@@ -319,7 +312,7 @@ static const mha_prefetch *next_regions(const mha_step_job *j, int seq, mha_chun
  * engines: the microkernel's sums (decode_scores, decode_values). bf16 engines (their kernel
  * summing in an order of the tiles): the bf16 kernels' sums on the cache's own elements
  * (decode_scores16, decode_values16), the queries and probabilities rounded to bf16 as the
- * kernels' A panels round them. An int8 cache's K as scores_scaled reads it (integer scores
+ * kernels' A panels round them. An int8 cache's K as mha_step_ops.scores reads it (integer scores
  * and float32 products in either engine, on the queries unrounded); its V read back as loaded (float32), or its
  * values themselves with their parameters applied by the softmax (bf16): the forward's chunk
  * step, bit for bit. Here, what the families share: the chunk's runs (and the next unit's
@@ -408,7 +401,7 @@ static void tile_values16(const mha_step_job *j, int seq, int n, const float *sc
  * q_block (chunk16 runs them 32 at a time, each row's bits its own, from the queries packed
  * once a run in s->q16): the forward's roundings and sums, so decode and prefill agree bit for
  * bit; into p as above. vs: NULL, or an int8 cache's V parameters: then the scores are in sc
- * already (scores_scaled's: the forward's integer scores and float32 products' sums) and the chunk
+ * already (mha_step_ops.scores': the forward's integer scores and float32 products' sums) and the chunk
  * starts at their logits. */
 static void decode_chunk_bf16(const mha_step_job *j, int seq, int g, int k0, int k1, float *qv, float *sc, float *p,
                               const mha_scratch *s, size_t vps, const float *vs)
@@ -465,7 +458,7 @@ void mha_step_chunk_tiles(const mha_step_job *j, int seq, int g, int k0, int k1,
     tile_values(j, seq, k1 - k0, sc, p, &src, pf, s);
 }
 
-/* float32 engines on an int8 cache: K read as scores_scaled reads it; V's rows read back as
+/* float32 engines on an int8 cache: K read as mha_step_ops.scores reads it; V's rows read back as
  * loaded, with their parameters (src's vs). */
 void mha_step_chunk_tiles_scaled(const mha_step_job *j, int seq, int g, int k0, int k1, mha_chunk_at next, float *p,
                                  float *vs, const mha_scratch *s)
@@ -475,7 +468,7 @@ void mha_step_chunk_tiles_scaled(const mha_step_job *j, int seq, int g, int k0, 
     chunk_src src;
     const mha_prefetch *pf = tile_runs(j, seq, g, k0, k1, next, s, &src, &ahead);
     float *sc = dec_scores(s);
-    scores_scaled(j, seq, g, k0, k1, dec_queries(j, seq, s), sc, s);
+    j->ops->scores(j, seq, g, k0, k1, dec_queries(j, seq, s), sc, s);
     tile_rows(j, seq, g, k0, k1, sc, p, NULL, 0, NULL);
     tile_values(j, seq, k1 - k0, sc, p, &src, pf, s);
 }
@@ -496,7 +489,7 @@ void mha_step_chunk_tiles16(const mha_step_job *j, int seq, int g, int k0, int k
     tile_values16(j, seq, k1 - k0, sc, p, &src, NULL, pf);
 }
 
-/* The same on an int8 cache: float32 scores on the queries as they are (scores_scaled); the
+/* The same on an int8 cache: float32 scores on the queries as they are (mha_step_ops.scores); the
  * chunk's V parameters, key by key, into vs for the softmax, which scales each probability and
  * sums the zero points' share of each row (zs) for after the values. */
 void mha_step_chunk_tiles16_scaled(const mha_step_job *j, int seq, int g, int k0, int k1, mha_chunk_at next, float *p,
@@ -506,7 +499,7 @@ void mha_step_chunk_tiles16_scaled(const mha_step_job *j, int seq, int g, int k0
     chunk_src src;
     const mha_prefetch *pf = tile_runs(j, seq, g, k0, k1, next, s, &src, &ahead);
     float *sc = dec_scores(s), *zs = dec_zero_sums(j, seq, s);
-    scores_scaled(j, seq, g, k0, k1, dec_queries(j, seq, s), sc, s);
+    j->ops->scores(j, seq, g, k0, k1, dec_queries(j, seq, s), sc, s);
     for (int r = 0, t = 0; r < src.runs; t += src.n[r++])
         memcpy(vs + 2 * (size_t)t, src.vs[r], 2 * (size_t)src.n[r] * sizeof *vs);
     tile_rows(j, seq, g, k0, k1, sc, p, vs, 1, zs);
@@ -522,8 +515,8 @@ void mha_step_chunk_panels16(const mha_step_job *j, int seq, int g, int k0, int 
     float *sc = dec_scores(s), *qv = dec_queries(j, seq, s);
     const size_t vps = mha_attention_v16_ps(k1 - k0);
     mha_step_gather_panels16(j, j->step->blocks + (size_t)seq * j->step->max_blocks, g, k0, k1, k0, vps, s, vs);
-    if (vs) /* a scaled cache: its scores (scores_scaled), then the chunk from its logits */
-        scores_scaled(j, seq, g, k0, k1, qv, sc, s);
+    if (vs) /* a scaled cache: its scores (mha_step_ops.scores), then the chunk from its logits */
+        j->ops->scores(j, seq, g, k0, k1, qv, sc, s);
     decode_chunk_bf16(j, seq, g, k0, k1, qv, sc, p, s, vps, vs);
 }
 
@@ -544,7 +537,7 @@ static void fold_chunk(const mha_step_job *j, int seq, int g, int c0, int c, con
 
 /* The queries of KV head g's query heads (query qi = head jh, row i), rotated in phase 1, from
  * z into the decode scratch; on the forward's chunks (decode_chunk_bf16; an int8 cache's scores
- * are scores_scaled's, on the queries unrounded) in A panels too. */
+ * are mha_step_ops.scores', on the queries unrounded) in A panels too. */
 static void decode_queries(const mha_step_job *j, int seq, int g, const mha_scratch *s)
 {
     const mha_fwd *f = &j->f;

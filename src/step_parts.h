@@ -58,12 +58,16 @@ void mha_step_gather_panels16(const mha_step_job *j, const int32_t *table, int g
  * its values with their parameters in vs), or into bf16 panels; the rows attended all at once
  * or group by group; decode on the float32 tiles or the bf16 tiles (each of an unscaled cache or
  * of an int8 one), or on the forward's bf16 chunk step over gathered panels; an int8 cache's
- * completed groups stored, or nothing. */
+ * completed groups stored, or nothing; an int8 cache's decode scores, integer or float32. */
 void mha_step_gather_floats(const mha_step_job *j, int seq, int g, int t_begin, int ctx, const mha_scratch *s, float *vs);
 void mha_step_gather_scaled(const mha_step_job *j, int seq, int g, int t_begin, int ctx, const mha_scratch *s, float *vs);
 void mha_step_gather_bf16(const mha_step_job *j, int seq, int g, int t_begin, int ctx, const mha_scratch *s, float *vs);
 void mha_step_attend_rows(const mha_step_job *j, int seq, int g, int t_begin, const mha_scratch *s, const float *vs);
 void mha_step_attend_groups(const mha_step_job *j, int seq, int g, int t_begin, const mha_scratch *s, const float *vs);
+void mha_step_scores_integer(const mha_step_job *j, int seq, int g, int k0, int k1, const float *qv, float *sc,
+                             const mha_scratch *s);
+void mha_step_scores_float(const mha_step_job *j, int seq, int g, int k0, int k1, const float *qv, float *sc,
+                           const mha_scratch *s);
 void mha_step_chunk_tiles(const mha_step_job *j, int seq, int g, int k0, int k1, mha_chunk_at next, float *p, float *vs,
                           const mha_scratch *s);
 void mha_step_chunk_tiles_scaled(const mha_step_job *j, int seq, int g, int k0, int k1, mha_chunk_at next, float *p,

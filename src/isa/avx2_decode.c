@@ -569,11 +569,9 @@ int8_scores_block(const int R, const float *q, int dk, float scale, const mha_ke
         }
         for (int r = 0, at = 0; r < k->runs; at += k->n[r++])
             for (int g0 = 0; g0 < k->n[r]; g0 += MHA_KV_GROUP) {
-                const int slots = k->n[r] - g0 < MHA_KV_GROUP ? k->n[r] - g0 : MHA_KV_GROUP;
-                const int8_t *kg = (const int8_t *)k->kt[r] + g0 + (size_t)p0 * k->ld;
-                const int8_t *pk = g0 + MHA_KV_GROUP < k->n[r] ? kg + MHA_KV_GROUP
-                                   : r + 1 < k->runs           ? (const int8_t *)k->kt[r + 1] + (size_t)p0 * k->ld
-                                                               : NULL;
+                const mha_int8_group gr = mha_int8_group_at(k, r, g0, p0, dk, first);
+                const int slots = gr.slots;
+                const int8_t *kg = gr.kt;
                 size_t ld = (size_t)k->ld;
                 if (slots < MHA_KV_GROUP) { /* no read past the group's codes */
                     for (int c = 0; c < np; c++) {
@@ -582,16 +580,14 @@ int8_scores_block(const int R, const float *q, int dk, float scale, const mha_ke
                     }
                     kg = &part[0][0], ld = MHA_KV_GROUP;
                 }
-                const char *pv = first && k->vr && p0 == 0 ? (const char *)k->vr[r] + (size_t)g0 * dk : NULL;
-                const mha_f16 *par = k->kp[r] + (size_t)(g0 / MHA_KV_GROUP) * 2 * (size_t)dk + p0;
-                const float ms = group_params(par, dk, np, sr, z);
+                const float ms = group_params(gr.par, dk, np, sr, z);
                 float step[4], zsum[4];
                 for (int qi = 0; qi < R; qi++) {
                     zsum[qi] = query_u(qr[qi], qz[qi], sr, z, np, u[qi]);
                     step[qi] = dq[qi] * ms;
                 }
-                group_sums(R, kg, ld, np, (const int16_t (*)[MHA_INT8_PASS])u, step, zsum, pk, pv,
-                           pv ? (size_t)slots * (size_t)dk : 0, y);
+                group_sums(R, kg, ld, np, (const int16_t (*)[MHA_INT8_PASS])u, step, zsum, gr.next, gr.vr,
+                           gr.vr ? (size_t)slots * (size_t)dk : 0, y);
                 for (int qi = 0; qi < R; qi++) /* a pass's value, added to the passes' before */
                     for (int h = 0; h < slots; h += 8) {
                         float *out = sc + (size_t)qi * sc_ld + at + g0 + h;

@@ -6,6 +6,7 @@
 
 #include "avx512.h"
 #include "kvcache.h"
+#include "loops.h"
 
 #define VNNI "avx512f,avx512bw,avx512vl,avx512dq,fma,f16c,avx512vnni,avx512vbmi"
 #define VNNI_INLINE __attribute__((target(VNNI), always_inline)) static inline
@@ -185,16 +186,10 @@ static __attribute__((target(VNNI))) void scores_queries(const float *q, int nq,
         }
         for (int r = 0, at = 0; r < k->runs; at += k->n[r++])
             for (int g0 = 0; g0 < k->n[r]; g0 += MHA_KV_GROUP) {
-                const int slots = k->n[r] - g0 < MHA_KV_GROUP ? k->n[r] - g0 : MHA_KV_GROUP;
-                const int8_t *kg = (const int8_t *)k->kt[r] + g0 + (size_t)p0 * k->ld;
-                const int8_t *pk = g0 + MHA_KV_GROUP < k->n[r] ? kg + MHA_KV_GROUP
-                                   : r + 1 < k->runs           ? (const int8_t *)k->kt[r + 1] + (size_t)p0 * k->ld
-                                                               : NULL;
-                const char *pv = first && k->vr && p0 == 0 ? (const char *)k->vr[r] + (size_t)g0 * dk : NULL;
-                const mha_f16 *par = k->kp[r] + (size_t)(g0 / MHA_KV_GROUP) * 2 * (size_t)dk + p0;
-                const float ms = group_params(par, dk, np, sr, z);
-                const group_codes gc = codes_of(kg, (size_t)k->ld, first16(slots), pk, pv,
-                                                pv ? (size_t)slots * (size_t)dk : 0);
+                const mha_int8_group gr = mha_int8_group_at(k, r, g0, p0, dk, first);
+                const float ms = group_params(gr.par, dk, np, sr, z);
+                const group_codes gc = codes_of(gr.kt, (size_t)k->ld, first16(gr.slots), gr.next, gr.vr,
+                                                gr.vr ? (size_t)gr.slots * (size_t)dk : 0);
                 if (nq > QB)
                     widen_codes(&gc, np, w);
                 for (int q0 = 0; q0 < nq; q0 += QB) { /* R constant in each: the accumulators in registers */

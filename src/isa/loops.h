@@ -184,4 +184,31 @@ static inline __attribute__((always_inline)) void mha_values16_finish(float *res
             p[(size_t)qi * ps + c] += 0.0f;
 }
 
+/* ---- int8_scores: where a group of the runs lies ---- */
+
+/* Group g0 (a multiple of MHA_KV_GROUP) of run r of the key runs k (int8_scores, isa.h), from
+ * feature p0 of dk: its slots, its codes (Kᵀ rows k->ld apart), the next group's (what to
+ * prefetch; NULL: none), its value rows where first and p0 is 0 (NULL otherwise) and its
+ * parameters from p0. */
+typedef struct mha_int8_group {
+    int slots;
+    const int8_t *kt, *next;
+    const char *vr;
+    const mha_f16 *par;
+} mha_int8_group;
+
+static inline mha_int8_group mha_int8_group_at(const mha_key_runs *k, int r, int g0, int p0, int dk, int first)
+{
+    const int8_t *kt = (const int8_t *)k->kt[r] + g0 + (size_t)p0 * k->ld;
+    return (mha_int8_group){
+        .slots = k->n[r] - g0 < MHA_KV_GROUP ? k->n[r] - g0 : MHA_KV_GROUP,
+        .kt = kt,
+        .next = g0 + MHA_KV_GROUP < k->n[r] ? kt + MHA_KV_GROUP
+                : r + 1 < k->runs           ? (const int8_t *)k->kt[r + 1] + (size_t)p0 * k->ld
+                                            : NULL,
+        .vr = first && k->vr && p0 == 0 ? (const char *)k->vr[r] + (size_t)g0 * dk : NULL,
+        .par = k->kp[r] + (size_t)(g0 / MHA_KV_GROUP) * 2 * (size_t)dk + p0,
+    };
+}
+
 #endif
