@@ -40,7 +40,7 @@ const mha_isa mha_isa_avx512 = {
     .decode_values = {[MHA_KV_F32] = mha_decode_values_avx512, [MHA_KV_INT8] = mha_decode_values8_avx512},
     .int8_scores = {&mha_int8_scores_avx512_vnni, &mha_int8_scores_avx2, NULL}, /* avx2's: the same integer sums */
     .decode16_orders = 1u << MHA_BK_EVEN_FIRST | 1u << MHA_BK_ODD_FIRST,
-    .rows_scores = mha_rows_scores_avx2,
+    .rows_scores = mha_rows_scores_avx512,
     .rows_scores16 = mha_rows_scores16_avx2,
     .decode_scores16 = mha_decode_scores16_avx512,
     .decode_values16 = mha_decode_values16_avx512,

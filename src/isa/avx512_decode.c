@@ -204,6 +204,78 @@ __attribute__((target(AVX512))) void mha_decode_scores8_avx512(const mha_score_r
            s->scale, s->sc, s->sc_ld);
 }
 
+/* ---- rows_scores: 16 keys as the lanes of a register ---- */
+
+/* The products of features [c, c + nc) of 16 keys' rows (nt of them, the rest zero) for nb <= R
+ * queries: the rows' 16 features loaded and transposed in registers (feature u of the 16 keys
+ * in x[u]), each query's feature broadcast, one FMA a query and feature; the next 16 keys'
+ * rows prefetched a line a row, and (v) these keys' value rows into L2 as often. */
+static inline __attribute__((always_inline, target(AVX512))) void
+rows_features(const int R, const int nc, const float *restrict q, int dk, int c, const float *restrict k, ptrdiff_t ld,
+              int nt, const mha_rows_ahead *v, int t, __m512 *acc)
+{
+    const __mmask16 mc = first16(nc);
+    const size_t line = (size_t)c / 16 * 64;
+    __m512 x[16];
+    for (int u = 0; u < 16; u++) {
+        x[u] = u < nt ? _mm512_maskz_loadu_ps(mc, k + (ptrdiff_t)u * ld + c) : _mm512_setzero_ps();
+        _mm_prefetch((const char *)(k + (ptrdiff_t)(16 + u) * ld + c), _MM_HINT_T0); /* a hint: never faults */
+        if (v && u < nt && line < v->bytes)
+            _mm_prefetch(v->at + (size_t)(t + u) * v->ld + line, _MM_HINT_T1);
+    }
+    transpose16(x);
+    for (int u = 0; u < nc; u++)
+        fma_rows(R, 1, 1, R, q + c + u, (size_t)dk, &x[u], acc);
+}
+
+/* Scores of R queries (rows dk apart) against nt <= 16 keys' rows from k: one FMA chain per
+ * score in feature order from zero, then scale · sum, decode_scores' bits. */
+static inline __attribute__((always_inline, target(AVX512))) void
+rows_tile(const int R, const float *restrict q, int dk, const float *restrict k, ptrdiff_t ld, int nt, float scale,
+          float *restrict sc, size_t sc_ld, const mha_rows_ahead *v, int t)
+{
+    __m512 acc[8];
+    for (int r = 0; r < R; r++)
+        acc[r] = _mm512_setzero_ps();
+    int c = 0;
+    for (; c + 16 <= dk; c += 16)
+        rows_features(R, 16, q, dk, c, k, ld, nt, v, t, acc);
+    if (c < dk)
+        rows_features(R, dk - c, q, dk, c, k, ld, nt, v, t, acc);
+    const __mmask16 mt = first16(nt);
+    for (int r = 0; r < R; r++)
+        _mm512_mask_storeu_ps(sc + (size_t)r * sc_ld, mt, _mm512_mul_ps(acc[r], _mm512_set1_ps(scale)));
+}
+
+/* Keys as lanes: any number of queries fills the vectors (avx2's rows_scores has the queries
+ * as its lanes, 4 to a register), at the cost of a register transpose per 16 keys and 16
+ * features, for up to 8 queries at once (8 accumulators beside the 16 transposed vectors);
+ * more queries transpose the keys again a pass. The first pass prefetches the value rows. */
+__attribute__((target(AVX512))) void mha_rows_scores_avx512(const mha_score_rows *s, const mha_key_rows *k)
+{
+    const int dk = s->dk;
+    for (int r0 = 0; r0 < s->nq; r0 += 8) {
+        const int nb = s->nq - r0 < 8 ? s->nq - r0 : 8;
+        const float *q = s->q + (size_t)r0 * dk;
+        const mha_rows_ahead *v = k->v && k->v->at && r0 == 0 ? k->v : NULL;
+        for (int t = 0; t < k->n; t += 16) {
+            const int nt = k->n - t < 16 ? k->n - t : 16;
+            const float *kr = k->k + (ptrdiff_t)t * k->ld;
+            float *sc = s->sc + (size_t)r0 * s->sc_ld + t;
+            switch (nb) {
+            case 1: rows_tile(1, q, dk, kr, k->ld, nt, s->scale, sc, s->sc_ld, v, t); break;
+            case 2: rows_tile(2, q, dk, kr, k->ld, nt, s->scale, sc, s->sc_ld, v, t); break;
+            case 3: rows_tile(3, q, dk, kr, k->ld, nt, s->scale, sc, s->sc_ld, v, t); break;
+            case 4: rows_tile(4, q, dk, kr, k->ld, nt, s->scale, sc, s->sc_ld, v, t); break;
+            case 5: rows_tile(5, q, dk, kr, k->ld, nt, s->scale, sc, s->sc_ld, v, t); break;
+            case 6: rows_tile(6, q, dk, kr, k->ld, nt, s->scale, sc, s->sc_ld, v, t); break;
+            case 7: rows_tile(7, q, dk, kr, k->ld, nt, s->scale, sc, s->sc_ld, v, t); break;
+            default: rows_tile(8, q, dk, kr, k->ld, nt, s->scale, sc, s->sc_ld, v, t); break;
+            }
+        }
+    }
+}
+
 /* Z of nb <= R queries, features [c0, c0 + 16·V) (the last vector's lanes ml), over the n
  * value rows of one block, with R · V <= 16 accumulators: each row's vectors loaded once for all
  * the queries, key by key in order (the microkernel's A·V sums); the same features of the next

@@ -249,6 +249,10 @@ typedef struct mha_isa {
      * them there, not in memory). NULL: the table transposes K for decode_scores instead (an
      * engine decides which once: mha_attention_ops.few_rows). */
     void (*rows_scores)(const mha_score_rows *s, const mha_key_rows *k);
+    /* The fewest queries of a KV head (its group) for which rows_scores reads K's rows: where
+     * the queries are its lanes (avx2, neon: 4 to a register), fewer leave lanes empty and the
+     * decode tiles on Kᵀ panels are the faster; 0: the keys are its lanes (avx512), any group. */
+    int rows_scores_group;
     /* The same on queries and K's rows holding bf16 values (as floats): decode_scores16's sums
      * and finish in the order asked (FMA under DAZ/FTZ, each feature pair even first, or with
      * dk even odd first; the k padding's + 0, then the scale), so a bf16 kernel's chunk scores
