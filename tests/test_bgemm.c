@@ -707,6 +707,23 @@ static void decode_tiles_check(const mha_isa *isa, mha_bk_order order, rng *rp)
                                  isa->name, (int)order, i8 ? "int8" : "bf16", dk, nq, qi, at, sc[(size_t)qi * SC_LD + (at < 0 ? 0 : at)],
                                  want[(size_t)qi * slots + (at < 0 ? 0 : at)]);
                 }
+                if (isa->rows_scores16 && (order == MHA_BK_EVEN_FIRST || dk % 2 == 0)) { /* mha_attention_few_rows' */
+                    const int ld = dk + 3; /* K's rows, wider than d_k, as the core's few queries read them */
+                    float *kr = malloc((size_t)slots * ld * sizeof *kr);
+                    for (int t = 0; t < slots; t++)
+                        for (int c = 0; c < dk; c++)
+                            kr[(size_t)t * ld + c] = kf[(size_t)c * slots + t];
+                    isa->rows_scores16(&(mha_score_rows){q, nq, dk, scale, sc, SC_LD, 0},
+                                       &(mha_key_rows){kr, ld, slots, NULL}, order);
+                    for (int qi = 0; qi < nq; qi++) {
+                        const long at = first_bit_difference(sc + (size_t)qi * SC_LD, want + (size_t)qi * slots,
+                                                             (size_t)slots);
+                        cr_assert_eq(at, -1, "%s rows_scores16 order %d, dk %d, %d queries: score (%d, %ld) %a, model %a",
+                                     isa->name, (int)order, dk, nq, qi, at, sc[(size_t)qi * SC_LD + (at < 0 ? 0 : at)],
+                                     want[(size_t)qi * slots + (at < 0 ? 0 : at)]);
+                    }
+                    free(kr);
+                }
                 isa->decode_values16(&(mha_value_rows){e, (size_t)slots, nq, dk, p, (size_t)dk}, RUNS, vr, n,
                                      i8 ? MHA_KV_INT8 : MHA_KV_BF16, NULL, order);
                 model_product(order, nq, dk, slots, 1.0f, e, vf, zwant);
@@ -727,7 +744,9 @@ static void decode_tiles_check(const mha_isa *isa, mha_bk_order order, rng *rp)
 /* Each table's bf16 decode tiles, reading a cache's blocks in place (runs of 16, 5 and 6 slots
  * of blocks of 16; K bf16, V bf16 or int8), give what the forward's chunk computes on the kernels that
  * sum in their order (even first: ref, avx2, avx512; odd first: avx512), bit for bit: scores = scale · Q·Kᵀ
- * and Z = E·V, against bgemm on the model of that order on the same operands. d_k 128, 40 (a
+ * and Z = E·V, against bgemm on the model of that order on the same operands; so does the
+ * table's rows_scores16 on the same keys as rows (the core's few queries), in the orders it
+ * serves (odd first for an even d_k). d_k 128, 40 (a
  * padded k tile) and 41 (an odd feature: a half pair); 27 keys (a half pair); 1 to 9 queries.
  * One query's last two products cancel to a half of float32's smallest normal, flushed to −0
  * as the kernels flush; then the padding makes it +0: a tile without FTZ, or without the
@@ -968,27 +987,30 @@ TABLE_TEST(bgemm, decode_score_passes_end_as_the_sub_config_ends_them, .timeout 
 }
 
 /* rows_scores (K's rows read in place: the core's few queries) gives decode_scores' bits on
- * the same keys transposed into one run: 1 to 9 queries (lanes of 4 filled and not), d_k 1 to
- * MHA_ROWS_SCORES_DK, key counts through every tile size, rows wider than d_k. A table without
- * it is skipped. */
-TABLE_TEST(bgemm, rows_scores_equal_the_decode_tiles, .timeout = 60)
+ * the same keys transposed into one run: 1 to 17 queries (avx2's and neon's lanes of 4 filled
+ * and not, avx512's passes of up to 8), d_k 1 to MHA_ROWS_SCORES_DK (whole blocks of 16
+ * features, a tail, both), 1 to 33 keys (every key tile and tail), rows wider than d_k; no score
+ * written past the keys (sentinels). A table without it is skipped. */
+TABLE_TEST(bgemm, rows_scores_equal_the_decode_tiles, .timeout = 120)
 {
-    enum { N = 29, LD_PAD = 3 };
+    enum { N = 33, LD_PAD = 3 };
     if (!isa->rows_scores) {
         note_skipped("bgemm::rows_scores_equal_the_decode_tiles: isa %s has no rows_scores (it transposes K)", isa->name);
         cr_skip_test();
     }
     rng r = {4242};
-    const int dks[] = {1, 7, 32, 64, 128, MHA_ROWS_SCORES_DK};
+    const int dks[] = {1, 7, 17, 32, 40, 64, 128, 200, MHA_ROWS_SCORES_DK};
     for (size_t di = 0; di < sizeof dks / sizeof dks[0]; di++)
-        for (int nq = 1; nq <= 9; nq += 2)
-            for (int n = 1; n <= N; n += 7) {
+        for (int nq = 1; nq <= 17; nq++)
+            for (int n = 1; n <= N; n += n < 17 ? 1 : 4) {
                 const int dk = dks[di], ld = dk + LD_PAD;
                 float *q = malloc((size_t)nq * dk * sizeof *q), *k = malloc((size_t)n * ld * sizeof *k);
                 float *kt = malloc((size_t)dk * n * sizeof *kt), *sc = malloc((size_t)nq * N * sizeof *sc);
                 float *want = malloc((size_t)nq * N * sizeof *want);
                 fill_uniform(q, (size_t)nq * dk, -1.0f, 1.0f, &r);
                 fill_uniform(k, (size_t)n * ld, -1.0f, 1.0f, &r);
+                for (size_t i = 0; i < (size_t)nq * N; i++)
+                    sc[i] = want[i] = 12345.0f; /* sentinels past the keys */
                 for (int t = 0; t < n; t++)
                     for (int c = 0; c < dk; c++)
                         kt[(size_t)c * n + t] = k[(size_t)t * ld + c];
@@ -1000,7 +1022,7 @@ TABLE_TEST(bgemm, rows_scores_equal_the_decode_tiles, .timeout = 60)
                 const mha_rows_ahead v = {(const char *)kt, (size_t)dk * sizeof *kt, (size_t)dk * sizeof *kt}; /* a hint */
                 isa->rows_scores(&(mha_score_rows){q, nq, dk, 0.3f, sc, N, 0}, &(mha_key_rows){k, ld, n, &v});
                 for (int qi = 0; qi < nq; qi++) {
-                    const long at = first_bit_difference(sc + (size_t)qi * N, want + (size_t)qi * N, (size_t)n);
+                    const long at = first_bit_difference(sc + (size_t)qi * N, want + (size_t)qi * N, N);
                     cr_assert_eq(at, -1, "%s, dk %d, %d queries, %d keys: score (%d, %ld) %a, decode tiles %a", isa->name,
                                  dk, nq, n, qi, at, sc[(size_t)qi * N + (at < 0 ? 0 : at)],
                                  want[(size_t)qi * N + (at < 0 ? 0 : at)]);

@@ -2,7 +2,8 @@
  *   avx512_f32.c          float32 packing, the few-row products streamed past skx's
  *                         microkernel, RoPE
  *   avx512_softmax.c      softmax rows (float32, bf16, into bf16 tiles), merge rule, softcap
- *   avx512_decode.c       decode tiles on FMA: float32 and int8 caches, even-first bf16
+ *   avx512_decode.c       decode tiles on FMA: float32 and int8 caches, even-first bf16;
+ *                         rows_scores, rows_scores16 (16 keys the lanes of a register)
  *   avx512_decode_bf16.c  the bf16 decode entries and the vdpbf16ps (odd-first) tiles
  *   avx512_bf16.c         bf16 rounding, B packing, epilogue, the bf16 products on FMA
  *                         (widened bf16) and AVX512_BF16 (vdpbf16ps)
@@ -41,7 +42,9 @@ const mha_isa mha_isa_avx512 = {
     .int8_scores = {&mha_int8_scores_avx512_vnni, &mha_int8_scores_avx2, NULL}, /* avx2's: the same integer sums */
     .decode16_orders = 1u << MHA_BK_EVEN_FIRST | 1u << MHA_BK_ODD_FIRST,
     .rows_scores = mha_rows_scores_avx512,
-    .rows_scores16 = mha_rows_scores16_avx2,
+    .rows_scores_group = 0, /* keys as lanes: any group */
+    .rows_scores16 = mha_rows_scores16_avx512,
+    .rows_scores16_group = 4,
     .decode_scores16 = mha_decode_scores16_avx512,
     .decode_values16 = mha_decode_values16_avx512,
     .softmax_row16 = mha_softmax_row16_avx512,

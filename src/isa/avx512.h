@@ -75,6 +75,7 @@ void mha_i8_scale_rows_avx512(const void *from, size_t ld_src, int rows, int n, 
 void mha_decode_scores_avx512(const mha_score_rows *s, int c0, int c1, const mha_key_runs *k);
 void mha_decode_scores8_avx512(const mha_score_rows *s, int c0, int c1, const mha_key_runs *k);
 void mha_rows_scores_avx512(const mha_score_rows *s, const mha_key_rows *k);
+void mha_rows_scores16_avx512(const mha_score_rows *s, const mha_key_rows *k, mha_bk_order order);
 void mha_decode_values_avx512(const mha_value_rows *rows, const void *v, const float *vs, int n, const void *next,
                               mha_prefetch_walk *w);
 void mha_decode_values8_avx512(const mha_value_rows *rows, const void *v, const float *vs, int n, const void *next,

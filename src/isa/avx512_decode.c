@@ -1,7 +1,8 @@
 /* avx512_decode.c — the avx512 table's decode tiles on FMA: float32 chains on a float32 cache,
  * on an int8 cache's elements scaled as they load (and its blocks read back as float32), and on
  * bf16 or int8 elements widened: the even-first bf16 decode (fma-bf16's sums), which the bf16
- * entries in avx512_decode_bf16.c call. */
+ * entries in avx512_decode_bf16.c call; and the same chains on K's rows (rows_scores,
+ * rows_scores16: the core's few queries). */
 #include <immintrin.h>
 
 #include "avx512.h"
@@ -206,13 +207,14 @@ __attribute__((target(AVX512))) void mha_decode_scores8_avx512(const mha_score_r
 
 /* ---- rows_scores: 16 keys as the lanes of a register ---- */
 
-/* The products of features [c, c + nc) of 16 keys' rows (nt of them, the rest zero) for nb <= R
+/* The products of features [c, c + nc) of 16 keys' rows (nt of them, the rest zero) for R
  * queries: the rows' 16 features loaded and transposed in registers (feature u of the 16 keys
- * in x[u]), each query's feature broadcast, one FMA a query and feature; the next 16 keys'
- * rows prefetched a line a row, and (v) these keys' value rows into L2 as often. */
+ * in x[u]), each query's feature broadcast, one FMA a query and feature; swap: in the order
+ * u ^ 1, each pair's odd feature first (nc even). The next 16 keys' rows prefetched a line a
+ * row, and (v) these keys' value rows into L2 as often. */
 static inline __attribute__((always_inline, target(AVX512))) void
-rows_features(const int R, const int nc, const float *restrict q, int dk, int c, const float *restrict k, ptrdiff_t ld,
-              int nt, const mha_rows_ahead *v, int t, __m512 *acc)
+rows_features(const int R, const int swap, const int nc, const float *restrict q, int dk, int c,
+              const float *restrict k, ptrdiff_t ld, int nt, const mha_rows_ahead *v, int t, __m512 *acc)
 {
     const __mmask16 mc = first16(nc);
     const size_t line = (size_t)c / 16 * 64;
@@ -225,23 +227,24 @@ rows_features(const int R, const int nc, const float *restrict q, int dk, int c,
     }
     transpose16(x);
     for (int u = 0; u < nc; u++)
-        fma_rows(R, 1, 1, R, q + c + u, (size_t)dk, &x[u], acc);
+        fma_rows(R, 1, 1, R, q + c + (u ^ swap), (size_t)dk, &x[u ^ swap], acc);
 }
 
 /* Scores of R queries (rows dk apart) against nt <= 16 keys' rows from k: one FMA chain per
- * score in feature order from zero, then scale · sum, decode_scores' bits. */
+ * score in feature order from zero (swap: pair by pair, odd first), then scale · sum:
+ * decode_scores' bits (decode_scores16's before its finish). */
 static inline __attribute__((always_inline, target(AVX512))) void
-rows_tile(const int R, const float *restrict q, int dk, const float *restrict k, ptrdiff_t ld, int nt, float scale,
-          float *restrict sc, size_t sc_ld, const mha_rows_ahead *v, int t)
+rows_tile(const int R, const int swap, const float *restrict q, int dk, const float *restrict k, ptrdiff_t ld, int nt,
+          float scale, float *restrict sc, size_t sc_ld, const mha_rows_ahead *v, int t)
 {
     __m512 acc[8];
     for (int r = 0; r < R; r++)
         acc[r] = _mm512_setzero_ps();
     int c = 0;
     for (; c + 16 <= dk; c += 16)
-        rows_features(R, 16, q, dk, c, k, ld, nt, v, t, acc);
+        rows_features(R, swap, 16, q, dk, c, k, ld, nt, v, t, acc);
     if (c < dk)
-        rows_features(R, dk - c, q, dk, c, k, ld, nt, v, t, acc);
+        rows_features(R, swap, dk - c, q, dk, c, k, ld, nt, v, t, acc);
     const __mmask16 mt = first16(nt);
     for (int r = 0; r < R; r++)
         _mm512_mask_storeu_ps(sc + (size_t)r * sc_ld, mt, _mm512_mul_ps(acc[r], _mm512_set1_ps(scale)));
@@ -251,7 +254,8 @@ rows_tile(const int R, const float *restrict q, int dk, const float *restrict k,
  * as its lanes, 4 to a register), at the cost of a register transpose per 16 keys and 16
  * features, for up to 8 queries at once (8 accumulators beside the 16 transposed vectors);
  * more queries transpose the keys again a pass. The first pass prefetches the value rows. */
-__attribute__((target(AVX512))) void mha_rows_scores_avx512(const mha_score_rows *s, const mha_key_rows *k)
+static inline __attribute__((always_inline, target(AVX512))) void
+rows_scores_as(const int swap, const mha_score_rows *s, const mha_key_rows *k, float scale)
 {
     const int dk = s->dk;
     for (int r0 = 0; r0 < s->nq; r0 += 8) {
@@ -263,17 +267,37 @@ __attribute__((target(AVX512))) void mha_rows_scores_avx512(const mha_score_rows
             const float *kr = k->k + (ptrdiff_t)t * k->ld;
             float *sc = s->sc + (size_t)r0 * s->sc_ld + t;
             switch (nb) {
-            case 1: rows_tile(1, q, dk, kr, k->ld, nt, s->scale, sc, s->sc_ld, v, t); break;
-            case 2: rows_tile(2, q, dk, kr, k->ld, nt, s->scale, sc, s->sc_ld, v, t); break;
-            case 3: rows_tile(3, q, dk, kr, k->ld, nt, s->scale, sc, s->sc_ld, v, t); break;
-            case 4: rows_tile(4, q, dk, kr, k->ld, nt, s->scale, sc, s->sc_ld, v, t); break;
-            case 5: rows_tile(5, q, dk, kr, k->ld, nt, s->scale, sc, s->sc_ld, v, t); break;
-            case 6: rows_tile(6, q, dk, kr, k->ld, nt, s->scale, sc, s->sc_ld, v, t); break;
-            case 7: rows_tile(7, q, dk, kr, k->ld, nt, s->scale, sc, s->sc_ld, v, t); break;
-            default: rows_tile(8, q, dk, kr, k->ld, nt, s->scale, sc, s->sc_ld, v, t); break;
+            case 1: rows_tile(1, swap, q, dk, kr, k->ld, nt, scale, sc, s->sc_ld, v, t); break;
+            case 2: rows_tile(2, swap, q, dk, kr, k->ld, nt, scale, sc, s->sc_ld, v, t); break;
+            case 3: rows_tile(3, swap, q, dk, kr, k->ld, nt, scale, sc, s->sc_ld, v, t); break;
+            case 4: rows_tile(4, swap, q, dk, kr, k->ld, nt, scale, sc, s->sc_ld, v, t); break;
+            case 5: rows_tile(5, swap, q, dk, kr, k->ld, nt, scale, sc, s->sc_ld, v, t); break;
+            case 6: rows_tile(6, swap, q, dk, kr, k->ld, nt, scale, sc, s->sc_ld, v, t); break;
+            case 7: rows_tile(7, swap, q, dk, kr, k->ld, nt, scale, sc, s->sc_ld, v, t); break;
+            default: rows_tile(8, swap, q, dk, kr, k->ld, nt, scale, sc, s->sc_ld, v, t); break;
             }
         }
     }
+}
+
+__attribute__((target(AVX512))) void mha_rows_scores_avx512(const mha_score_rows *s, const mha_key_rows *k)
+{
+    rows_scores_as(0, s, k, s->scale);
+}
+
+/* Under DAZ and FTZ with scale 1, as decode_scores16 sums (a sum times one is itself), then
+ * its finish in the caller's mode (avx2's rows_scores16 likewise). */
+__attribute__((target(AVX512))) void mha_rows_scores16_avx512(const mha_score_rows *s, const mha_key_rows *k,
+                                                              mha_bk_order order)
+{
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | DAZ_FTZ);
+    if (order == MHA_BK_ODD_FIRST)
+        rows_scores_as(1, s, k, 1.0f);
+    else
+        rows_scores_as(0, s, k, 1.0f);
+    _mm_setcsr(csr);
+    mha_scores16_finish(s->sc, s->sc_ld, s->nq, 1, &k->n, s->dk, s->scale);
 }
 
 /* Z of nb <= R queries, features [c0, c0 + 16·V) (the last vector's lanes ml), over the n
