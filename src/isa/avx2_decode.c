@@ -1,8 +1,8 @@
 /* avx2_decode.c — the avx2 table's decode tiles: float32 FMA chains on a float32 cache, on an
  * int8 cache's elements scaled as they load (and its blocks read back as float32), and on bf16
  * or int8 elements widened (the bf16 decode, even first); the scores of a few queries against
- * K's rows (rows_scores) and integer scores on an int8 cache's codes (int8_scores), both the
- * avx512 table's too. */
+ * K's rows (rows_scores, rows_scores16) and integer scores on an int8 cache's codes
+ * (int8_scores, the avx512 table's fallback). */
 #include <immintrin.h>
 #include <string.h>
 
@@ -236,9 +236,64 @@ static inline __attribute__((always_inline, target(AVX2))) void rows_scores_as(c
     }
 }
 
+/* Fewer than 4 queries (a KV head of 1 to 3, one query each) would leave the lanes of queries
+ * mostly empty: 8 keys are the lanes of a ymm register instead, their rows' features [c, c + nc)
+ * loaded and transposed in registers, each query's feature broadcast: the same FMA chains.
+ * The next 8 keys' rows prefetched a line a row every 16 features, and (v) these keys' value
+ * rows into L2 as often. */
+static inline __attribute__((always_inline, target(AVX2))) void
+lanes_features(const int R, const int nc, const float *restrict q, int dk, int c, const float *restrict k,
+               ptrdiff_t ld, int nt, const mha_rows_ahead *v, int t, __m256 *acc)
+{
+    const size_t line = (size_t)c / 16 * 64;
+    __m256 x[8];
+    for (int u = 0; u < 8; u++) {
+        x[u] = u < nt ? load8_n(k + (ptrdiff_t)u * ld + c, nc) : _mm256_setzero_ps();
+        if (c % 16 == 0) {
+            _mm_prefetch((const char *)(k + (ptrdiff_t)(8 + u) * ld + c), _MM_HINT_T0); /* a hint: never faults */
+            if (v && u < nt && line < v->bytes)
+                _mm_prefetch(v->at + (size_t)(t + u) * v->ld + line, _MM_HINT_T1);
+        }
+    }
+    transpose8(x);
+    for (int u = 0; u < nc; u++)
+        for (int r = 0; r < R; r++)
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(q[(size_t)r * dk + c + u]), x[u], acc[r]);
+}
+
+static inline __attribute__((always_inline, target(AVX2))) void
+lanes_tile(const int R, const float *restrict q, int dk, const float *restrict k, ptrdiff_t ld, int nt, float scale,
+           float *restrict sc, size_t sc_ld, const mha_rows_ahead *v, int t)
+{
+    __m256 acc[3];
+    for (int r = 0; r < R; r++)
+        acc[r] = _mm256_setzero_ps();
+    int c = 0;
+    for (; c + 8 <= dk; c += 8)
+        lanes_features(R, 8, q, dk, c, k, ld, nt, v, t, acc);
+    if (c < dk)
+        lanes_features(R, dk - c, q, dk, c, k, ld, nt, v, t, acc);
+    for (int r = 0; r < R; r++)
+        store8_n(sc + (size_t)r * sc_ld, nt, _mm256_mul_ps(acc[r], _mm256_set1_ps(scale)));
+}
+
 __attribute__((target(AVX2))) void mha_rows_scores_avx2(const mha_score_rows *s, const mha_key_rows *k)
 {
-    rows_scores_as(0, s->q, s->nq, s->dk, k->k, k->ld, k->n, s->scale, s->sc, s->sc_ld, k->v);
+    if (s->nq >= 4) {
+        rows_scores_as(0, s->q, s->nq, s->dk, k->k, k->ld, k->n, s->scale, s->sc, s->sc_ld, k->v);
+        return;
+    }
+    const mha_rows_ahead *v = k->v && k->v->at ? k->v : NULL;
+    for (int t = 0; t < k->n; t += 8) {
+        const int nt = k->n - t < 8 ? k->n - t : 8;
+        const float *kr = k->k + (ptrdiff_t)t * k->ld;
+        if (s->nq == 1)
+            lanes_tile(1, s->q, s->dk, kr, k->ld, nt, s->scale, s->sc + t, s->sc_ld, v, t);
+        else if (s->nq == 2)
+            lanes_tile(2, s->q, s->dk, kr, k->ld, nt, s->scale, s->sc + t, s->sc_ld, v, t);
+        else
+            lanes_tile(3, s->q, s->dk, kr, k->ld, nt, s->scale, s->sc + t, s->sc_ld, v, t);
+    }
 }
 
 /* Under DAZ and FTZ with scale 1, as decode_scores16 sums (a sum times one is itself), then

@@ -250,8 +250,9 @@ typedef struct mha_isa {
      * engine decides which once: mha_attention_ops.few_rows). */
     void (*rows_scores)(const mha_score_rows *s, const mha_key_rows *k);
     /* The fewest queries of a KV head (its group) for which rows_scores reads K's rows: where
-     * the queries are its lanes (avx2, neon: 4 to a register), fewer leave lanes empty and K
-     * transposed into panels is the faster; 0: the keys are its lanes (avx512), any group. */
+     * the queries are its lanes (neon: 4 to a register), fewer leave lanes empty and K
+     * transposed into panels is the faster; 0: any group (avx512 makes the keys its lanes, avx2
+     * too under 4 queries). */
     int rows_scores_group;
     /* The same on queries and K's rows holding bf16 values (as floats): decode_scores16's sums
      * and finish in the order asked (FMA under DAZ/FTZ, each feature pair even first, or with
@@ -394,8 +395,8 @@ static inline int mha_slot_vecs_whole(const mha_slot_vec *v, int n, int w)
 extern const mha_isa mha_isa_ref, mha_isa_avx2, mha_isa_avx512;
 extern const mha_isa mha_isa_neon; /* aarch64 builds only (neon.c) */
 extern const mha_bkernel mha_bk_amx; /* the avx512 table's AMX products (amx.c) */
-/* avx2's rows_scores and rows_scores16: four queries as the lanes of an xmm register
- * (avx2_decode.c; avx512's own make 16 keys the lanes, avx512_decode.c). */
+/* avx2's rows_scores and rows_scores16: four queries as the lanes of an xmm register (fewer:
+ * rows_scores makes 8 keys the lanes of a ymm register; avx2_decode.c). */
 void mha_rows_scores_avx2(const mha_score_rows *s, const mha_key_rows *k);
 void mha_rows_scores16_avx2(const mha_score_rows *s, const mha_key_rows *k, mha_bk_order order);
 /* The int8_scores kernels: the model (ref.c), avx2's (vpmaddwd; the avx512 table's where the
