@@ -707,23 +707,6 @@ static void decode_tiles_check(const mha_isa *isa, mha_bk_order order, rng *rp)
                                  isa->name, (int)order, i8 ? "int8" : "bf16", dk, nq, qi, at, sc[(size_t)qi * SC_LD + (at < 0 ? 0 : at)],
                                  want[(size_t)qi * slots + (at < 0 ? 0 : at)]);
                 }
-                if (isa->rows_scores16 && (order == MHA_BK_EVEN_FIRST || dk % 2 == 0)) { /* mha_attention_few_rows' */
-                    const int ld = dk + 3; /* K's rows, wider than d_k, as the core's few queries read them */
-                    float *kr = malloc((size_t)slots * ld * sizeof *kr);
-                    for (int t = 0; t < slots; t++)
-                        for (int c = 0; c < dk; c++)
-                            kr[(size_t)t * ld + c] = kf[(size_t)c * slots + t];
-                    isa->rows_scores16(&(mha_score_rows){q, nq, dk, scale, sc, SC_LD, 0},
-                                       &(mha_key_rows){kr, ld, slots, NULL}, order);
-                    for (int qi = 0; qi < nq; qi++) {
-                        const long at = first_bit_difference(sc + (size_t)qi * SC_LD, want + (size_t)qi * slots,
-                                                             (size_t)slots);
-                        cr_assert_eq(at, -1, "%s rows_scores16 order %d, dk %d, %d queries: score (%d, %ld) %a, model %a",
-                                     isa->name, (int)order, dk, nq, qi, at, sc[(size_t)qi * SC_LD + (at < 0 ? 0 : at)],
-                                     want[(size_t)qi * slots + (at < 0 ? 0 : at)]);
-                    }
-                    free(kr);
-                }
                 isa->decode_values16(&(mha_value_rows){e, (size_t)slots, nq, dk, p, (size_t)dk}, RUNS, vr, n,
                                      i8 ? MHA_KV_INT8 : MHA_KV_BF16, NULL, order);
                 model_product(order, nq, dk, slots, 1.0f, e, vf, zwant);
@@ -744,9 +727,7 @@ static void decode_tiles_check(const mha_isa *isa, mha_bk_order order, rng *rp)
 /* Each table's bf16 decode tiles, reading a cache's blocks in place (runs of 16, 5 and 6 slots
  * of blocks of 16; K bf16, V bf16 or int8), give what the forward's chunk computes on the kernels that
  * sum in their order (even first: ref, avx2, avx512; odd first: avx512), bit for bit: scores = scale · Q·Kᵀ
- * and Z = E·V, against bgemm on the model of that order on the same operands; so does the
- * table's rows_scores16 on the same keys as rows (the core's few queries), in the orders it
- * serves (odd first for an even d_k). d_k 128, 40 (a
+ * and Z = E·V, against bgemm on the model of that order on the same operands. d_k 128, 40 (a
  * padded k tile) and 41 (an odd feature: a half pair); 27 keys (a half pair); 1 to 9 queries.
  * One query's last two products cancel to a half of float32's smallest normal, flushed to −0
  * as the kernels flush; then the padding makes it +0: a tile without FTZ, or without the
@@ -1028,5 +1009,84 @@ TABLE_TEST(bgemm, rows_scores_equal_the_decode_tiles, .timeout = 120)
                                  want[(size_t)qi * N + (at < 0 ? 0 : at)]);
                 }
                 free(q), free(k), free(kt), free(sc), free(want);
+            }
+}
+
+/* A random denormal bf16 of either sign: exponent 0, a mantissa of 1 to 127. */
+static mha_bf16 bf16_denormal(rng *r)
+{
+    const uint32_t u = rng_next(r);
+    return (mha_bf16)((u & 0x8000u) | (1u + (u >> 16) % 127u));
+}
+
+/* The CPU's floating-point mode (x86's MXCSR, aarch64's FPCR): what a kernel that flushes
+ * denormals must leave as it found it. */
+static unsigned long fp_mode(void)
+{
+#if defined(__x86_64__)
+    return _mm_getcsr();
+#elif defined(__aarch64__)
+    return __builtin_aarch64_get_fpcr();
+#else
+    return 0;
+#endif
+}
+
+/* rows_scores16 (K's rows of bf16 values as floats: a bf16 engine's few queries) gives
+ * decode_scores16's bits on the same keys in a cache's blocks of 16, in the order of each bf16
+ * kernel the CPU runs whose order the table's tiles sum in (odd first for an even d_k only): 1
+ * to 17 queries, 1 to 33 keys, d_k tails, queries and keys with denormal bf16 values among
+ * them (read as zero: DAZ; a query of denormals against large keys tells DAZ from FTZ), no
+ * score written past the keys (sentinels), and the caller's floating-point mode restored. */
+BKERNEL_TEST(bgemm, rows_scores16_equal_the_bf16_decode_tiles, .timeout = 120)
+{
+    enum { N = 33, BS = 16, LD_PAD = 3 };
+    const mha_bk_order order = bk->order;
+    if (!isa->rows_scores16 || !isa->decode_scores16 || !(isa->decode16_orders >> order & 1u))
+        cr_skip_test("isa %s has no rows_scores16 in the order %s sums", isa->name, bk->name);
+    rng r = {4343};
+    const int dks[] = {2, 7, 40, 64, 130};
+    for (size_t di = 0; di < sizeof dks / sizeof dks[0]; di++)
+        for (int nq = 1; nq <= 17; nq++)
+            for (int n = 1; n <= N; n += n < 17 ? 1 : 4) {
+                const int dk = dks[di], ld = dk + LD_PAD, runs = (n + BS - 1) / BS;
+                if (order == MHA_BK_ODD_FIRST && dk % 2)
+                    continue;
+                float *q = malloc((size_t)nq * dk * sizeof *q), *k = malloc((size_t)n * ld * sizeof *k);
+                float *sc = malloc((size_t)nq * N * sizeof *sc), *want = malloc((size_t)nq * N * sizeof *want);
+                mha_bf16 *kt = calloc((size_t)runs * dk * BS, sizeof *kt);
+                const void *ktr[(N + BS - 1) / BS];
+                int len[(N + BS - 1) / BS];
+                /* bf16 values (bf16 has float32's exponents): one in 5 a denormal, query 1's all
+                 * (whose products with K's features of up to 2^23 would be normal but for DAZ);
+                 * denormals by their bits (mha_bf16_round flushes them) */
+                for (size_t i = 0; i < (size_t)nq * dk; i++)
+                    q[i] = i % 5 == 3 || i / dk == 1 ? mha_bf16_float(bf16_denormal(&r))
+                                                     : mha_bf16_float(mha_bf16_round(rng_uniform(&r, -1.0f, 1.0f)));
+                for (int t = 0; t < n; t++)
+                    for (int c = 0; c < dk; c++) {
+                        const float big = ldexpf(1.0f, c % 24);
+                        const mha_bf16 x = (t + c) % 5 == 1 ? bf16_denormal(&r)
+                                                            : mha_bf16_round(rng_uniform(&r, -1.0f, 1.0f) * big);
+                        k[(size_t)t * ld + c] = mha_bf16_float(x);
+                        kt[((size_t)(t / BS) * dk + c) * BS + t % BS] = x;
+                    }
+                for (int ri = 0; ri < runs; ri++)
+                    ktr[ri] = kt + (size_t)ri * dk * BS, len[ri] = n - ri * BS < BS ? n - ri * BS : BS;
+                for (size_t i = 0; i < (size_t)nq * N; i++)
+                    sc[i] = want[i] = 12345.0f; /* sentinels past the keys */
+                isa->decode_scores16(&(mha_score_rows){q, nq, dk, 0.125f, want, N, 0},
+                                     &(mha_key_runs){.runs = runs, .ld = BS, .n = len, .kt = ktr}, order);
+                const unsigned long mode = fp_mode();
+                isa->rows_scores16(&(mha_score_rows){q, nq, dk, 0.125f, sc, N, 0}, &(mha_key_rows){k, ld, n, NULL},
+                                   order);
+                cr_assert_eq(fp_mode(), mode, "%s: rows_scores16 left the floating-point mode changed", isa->name);
+                for (int qi = 0; qi < nq; qi++) {
+                    const long at = first_bit_difference(sc + (size_t)qi * N, want + (size_t)qi * N, N);
+                    cr_assert_eq(at, -1, "%s order %d, dk %d, %d queries, %d keys: score (%d, %ld) %a, decode tiles %a",
+                                 isa->name, (int)order, dk, nq, n, qi, at, sc[(size_t)qi * N + (at < 0 ? 0 : at)],
+                                 want[(size_t)qi * N + (at < 0 ? 0 : at)]);
+                }
+                free(q), free(k), free(sc), free(want), free(kt);
             }
 }

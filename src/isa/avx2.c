@@ -4,6 +4,7 @@
  *                   microkernel, RoPE
  *   avx2_softmax.c  softmax rows (float32, bf16, rounded, into bf16 tiles), merge rule, softcap
  *   avx2_decode.c   decode tiles: float32 and int8 caches, bf16 (even first); rows_scores
+ *                   (4 queries the lanes, or under 4, 8 keys), rows_scores16, int8_scores
  *   avx2_bf16.c     bf16 rounding, B packing, epilogue, the bf16 products as FMA on widened
  *                   bf16 (avx2-bf16: the sums of the model, even first, bit for bit, as
  *                   fma-bf16 and ref-bf16)

@@ -174,12 +174,13 @@ scores(const mha_kv_type type, const int scaled, const float *restrict q, int nq
     }
 }
 
-/* rows_scores: four queries as the lanes of an xmm register (their features transposed into
- * qt, 4 a feature), J keys a tile, each key's feature broadcast: J accumulators, one FMA chain
- * per score in feature order (Zen 1 runs two 128-bit FMAs a cycle, the 256-bit rate, and
- * nothing is transposed but the queries); swap: in the order c ^ 1, each pair's odd feature
- * first (dk even). The next tile's rows prefetched a line a row every 16 features, and (v)
- * this tile's value rows (rows t on of v) into L2 as often. */
+/* rows_scores from 4 queries on (and rows_scores16): four queries as the lanes of an xmm
+ * register (their features transposed into qt, 4 a feature), J keys a tile, each key's
+ * feature broadcast: J accumulators, one FMA chain per score in feature order (Zen 1 runs two
+ * 128-bit FMAs a cycle, the 256-bit rate, and nothing is transposed but the queries); swap:
+ * in the order c ^ 1, each pair's odd feature first (dk even). The next tile's rows
+ * prefetched a line a row every 16 features, and (v) this tile's value rows (rows t on of v)
+ * into L2 as often. */
 enum { ROWS_KEYS = 12 };
 
 static inline __attribute__((always_inline, target(AVX2))) void keys_tile(const int J, const int swap,

@@ -251,7 +251,7 @@ rows_tile(const int R, const int swap, const float *restrict q, int dk, const fl
 }
 
 /* Keys as lanes: any number of queries fills the vectors (avx2's rows_scores has the queries
- * as its lanes, 4 to a register), at the cost of a register transpose per 16 keys and 16
+ * as its lanes, 4 to a register, from 4 queries on), at the cost of a register transpose per 16 keys and 16
  * features, for up to 8 queries at once (8 accumulators beside the 16 transposed vectors);
  * more queries transpose the keys again a pass. The first pass prefetches the value rows. */
 static inline __attribute__((always_inline, target(AVX512))) void
