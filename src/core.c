@@ -38,7 +38,7 @@ static mha_mat core_v(const mha_fwd *f, const mha_core_io *io, int b, int g, int
 }
 
 /* Whether the core's few queries read K's rows (the table has the kernel for them: have): d_k
- * within its reach and a KV head of at least the table's min_group queries for it. */
+ * within its reach and a KV head of at least min_group queries. */
 static int few_rows(int dk, int group, int have, int min_group)
 {
     return have && dk <= MHA_ROWS_SCORES_DK && group >= min_group;
@@ -55,7 +55,8 @@ int mha_attention_few_rows(const mha_bkernel *bk, const mha_isa *isa, int dk, in
     return few_rows(dk, group,
                     isa->rows_scores16 && isa->decode_values16 && (isa->decode16_orders >> order & 1u) &&
                         (order == MHA_BK_EVEN_FIRST || (order == MHA_BK_ODD_FIRST && dk % 2 == 0)),
-                    isa->rows_scores16_group);
+                    4); /* bf16: K widened into floats first, then float32 products; with fewer
+                         * queries the bf16 kernel's panels are the faster on every table */
 }
 
 /* K and V of (sequence b, KV head g), kl keys from key k0, into what the chunks read (from

@@ -47,7 +47,6 @@ const mha_isa mha_isa_avx2 = {
     .rows_scores = mha_rows_scores_avx2,
     .rows_scores_group = 0, /* under 4 queries, keys as lanes: any group */
     .rows_scores16 = mha_rows_scores16_avx2,
-    .rows_scores16_group = 4,
     .decode_values = {[MHA_KV_F32] = mha_decode_values_avx2, [MHA_KV_INT8] = mha_decode_values8_avx2},
     .int8_scores = {NULL}, /* float32 scores: vpmaddwd runs at half the FMA's rate (the avx512 table's fallback) */
     .decode16_orders = 1u << MHA_BK_EVEN_FIRST,

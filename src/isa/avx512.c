@@ -44,7 +44,6 @@ const mha_isa mha_isa_avx512 = {
     .rows_scores = mha_rows_scores_avx512,
     .rows_scores_group = 0, /* keys as lanes: any group */
     .rows_scores16 = mha_rows_scores16_avx512,
-    .rows_scores16_group = 4,
     .decode_scores16 = mha_decode_scores16_avx512,
     .decode_values16 = mha_decode_values16_avx512,
     .softmax_row16 = mha_softmax_row16_avx512,

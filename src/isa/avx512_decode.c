@@ -251,9 +251,10 @@ rows_tile(const int R, const int swap, const float *restrict q, int dk, const fl
 }
 
 /* Keys as lanes: any number of queries fills the vectors (avx2's rows_scores has the queries
- * as its lanes, 4 to a register, from 4 queries on), at the cost of a register transpose per 16 keys and 16
- * features, for up to 8 queries at once (8 accumulators beside the 16 transposed vectors);
- * more queries transpose the keys again a pass. The first pass prefetches the value rows. */
+ * as its lanes, 4 to a register, from 4 queries on), at the cost of a register transpose per
+ * 16 keys and 16 features, for up to 8 queries at once (8 accumulators beside the 16
+ * transposed vectors); more queries transpose the keys again a pass. The first pass
+ * prefetches the value rows. */
 static inline __attribute__((always_inline, target(AVX512))) void
 rows_scores_as(const int swap, const mha_score_rows *s, const mha_key_rows *k, float scale)
 {

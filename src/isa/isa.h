@@ -259,10 +259,6 @@ typedef struct mha_isa {
      * dk even odd first; the k padding's + 0, then the scale), so a bf16 kernel's chunk scores
      * where decode16_orders has its order. NULL where the table has none. */
     void (*rows_scores16)(const mha_score_rows *s, const mha_key_rows *k, mha_bk_order order);
-    /* The same for rows_scores16, whose caller first widens K's bf16 rows into floats: 4 on
-     * every table (avx512's keys as lanes too: with fewer queries the widened copy and float32
-     * products lose to the bf16 kernel's panels). */
-    int rows_scores16_group;
     /* Decode values of the rows (mha_value_rows): p[qi · ps + c] += Σ_t e[qi · e_ld + t] ·
      * v[t · dk + c] over n rows of v,
      * key by key in order (one chain per output, as the microkernel sums A·V over a chunk);

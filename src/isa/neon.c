@@ -62,7 +62,6 @@ const mha_isa mha_isa_neon = {
     .rows_scores = mha_rows_scores_neon,
     .rows_scores_group = 4,
     .rows_scores16 = mha_rows_scores16_neon,
-    .rows_scores16_group = 4,
     .decode_values = {[MHA_KV_F32] = mha_decode_values_neon, [MHA_KV_INT8] = mha_decode_values8_neon},
     .int8_scores = {NULL}, /* float32 scores until a NEON kernel: the model is scalar */
     .decode16_orders = 1u << MHA_BK_EVEN_FIRST,
