@@ -244,8 +244,9 @@ void mha_bk_pack_b_bf16(const mha_kernel *k, const mha_bf16 *src, ptrdiff_t ld, 
 
 /* ---- the product ---- */
 
-void mha_bgemm(const mha_bkernel *bk, const mha_kernel *k, int m, int n, int kk, float alpha, const mha_bf16 *ap,
-               mha_mat a, const mha_bf16 *b, size_t ps, float beta, mha_mat c, mha_bf16 *apack)
+/* mha_bgemm, and with bias set mha_bgemm_bias (alpha 1, beta 1 on C's rows filled with bias). */
+static void bgemm(const mha_bkernel *bk, const mha_kernel *k, int m, int n, int kk, float alpha, const mha_bf16 *ap,
+                  mha_mat a, const mha_bf16 *b, size_t ps, float beta, const float *bias, mha_mat c, mha_bf16 *apack)
 {
     if (m <= 0 || n <= 0)
         return;
@@ -258,18 +259,35 @@ void mha_bgemm(const mha_bkernel *bk, const mha_kernel *k, int m, int n, int kk,
             mha_bk_pack_a(k, a, i0, rows, kk, apack);
         for (int j0 = 0; j0 < n; j0 += 32) {
             const int cols = n - j0 < 32 ? n - j0 : 32, npan = cols > 16 ? 2 : 1;
+            /* 16 columns are contiguous in any form (bw: 16k); rows are c.ld apart */
+            float *c0 = mha_mat_at(k, c, i0, j0), *c1 = cols > 16 ? mha_mat_at(k, c, i0, j0 + 16) : NULL;
             if (kt > 0 && bk->block_c) {
-                bk->block_c(rows, npan, kt, ab, b + (size_t)(j0 / 16) * ps, ps, mha_mat_at(k, c, i0, j0),
-                            cols > 16 ? mha_mat_at(k, c, i0, j0 + 16) : NULL, c.ld, cols, alpha, beta, m <= 32);
+                bk->block_c(rows, npan, kt, ab, b + (size_t)(j0 / 16) * ps, ps, c0, c1, c.ld, cols, alpha, beta,
+                            bias ? bias + j0 : NULL, m <= 32);
                 continue;
             }
             if (kt > 0)
                 bk->block(rows, npan, kt, ab, b + (size_t)(j0 / 16) * ps, ps, acc, m <= 32);
             else
                 memset(acc, 0, sizeof acc);
-            /* 16 columns are contiguous in any form (bw: 16k); rows are c.ld apart */
-            k->isa->epilogue_block(mha_mat_at(k, c, i0, j0), cols > 16 ? mha_mat_at(k, c, i0, j0 + 16) : NULL, c.ld,
-                                   acc, rows, cols, alpha, beta);
+            for (int i = 0; bias && i < rows; i++) { /* the block's rows of C filled with bias: beta 1 adds it */
+                memcpy(c0 + i * c.ld, bias + j0, (size_t)(cols < 16 ? cols : 16) * sizeof *c0);
+                if (c1)
+                    memcpy(c1 + i * c.ld, bias + j0 + 16, (size_t)(cols - 16) * sizeof *c1);
+            }
+            k->isa->epilogue_block(c0, c1, c.ld, acc, rows, cols, alpha, bias ? 1.0f : beta);
         }
     }
+}
+
+void mha_bgemm(const mha_bkernel *bk, const mha_kernel *k, int m, int n, int kk, float alpha, const mha_bf16 *ap,
+               mha_mat a, const mha_bf16 *b, size_t ps, float beta, mha_mat c, mha_bf16 *apack)
+{
+    bgemm(bk, k, m, n, kk, alpha, ap, a, b, ps, beta, NULL, c, apack);
+}
+
+void mha_bgemm_bias(const mha_bkernel *bk, const mha_kernel *k, int m, int n, int kk, const mha_bf16 *ap, mha_mat a,
+                    const mha_bf16 *b, size_t ps, const float *bias, mha_mat c, mha_bf16 *apack)
+{
+    bgemm(bk, k, m, n, kk, 1.0f, ap, a, b, ps, 1.0f, bias, c, apack);
 }

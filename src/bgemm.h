@@ -137,9 +137,10 @@ typedef struct mha_bkernel {
     void (*block)(int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps, float *acc, int pf);
     /* NULL, or block and the table's epilogue_block in one: C's rows (c0: columns 0-15, c1:
      * 16-31 when cols > 16; ldc apart) = alpha·sums + beta·C (beta 0: C not read), the bits
-     * of block then epilogue_block */
+     * of block then epilogue_block; bias set: + bias[j] in every row in place of beta·C
+     * (C not read), the bits of C's rows filled with bias and beta 1 */
     void (*block_c)(int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps, float *c0, float *c1,
-                    ptrdiff_t ldc, int cols, float alpha, float beta, int pf);
+                    ptrdiff_t ldc, int cols, float alpha, float beta, const float *bias, int pf);
 } mha_bkernel;
 
 /* Once per process before the first product (at create: a check never calls it); 0 when the OS
@@ -210,6 +211,11 @@ static inline size_t mha_bgemm_apack_elems(int kk)
  * mha_bk_begin and mha_bk_end of bk on the calling thread. */
 void mha_bgemm(const mha_bkernel *bk, const mha_kernel *k, int m, int n, int kk, float alpha, const mha_bf16 *ap,
                mha_mat a, const mha_bf16 *b, size_t ps, float beta, mha_mat c, mha_bf16 *apack);
+/* mha_bgemm with alpha 1 and C = A · B + bias (n floats, added to every row; C not read): the
+ * bits of C's rows filled with bias then mha_bgemm with beta 1, the bias added as each block is
+ * stored (a kernel with block_c) or each block's rows filled just before its epilogue. */
+void mha_bgemm_bias(const mha_bkernel *bk, const mha_kernel *k, int m, int n, int kk, const mha_bf16 *ap, mha_mat a,
+                    const mha_bf16 *b, size_t ps, const float *bias, mha_mat c, mha_bf16 *apack);
 
 /* The accumulators of one block (entering and leaving bk's hardware context): acc[i·32 + j] (i < rows ≤ 32, j < 16·npan, npan 1 or 2) =
  * Σ_k A·B over kt tiles of k, for A panels a (the second at a + 16·kt·32 when rows > 16; a

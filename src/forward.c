@@ -43,12 +43,10 @@ void mha_attention_project(const mha_fwd *f, const mha_scratch *s, int m, const 
     const size_t width = (size_t)(f->group + 2) * f->dkp;
     const float *bias = f->bqkv + (size_t)g * width;
     mha_mat c = mha_mat_sub(k, mha_mat_panels(k, s->qkv, f->rows), 0, ccol);
-    const float beta = f->has_bias ? 1.0f : 0.0f;
-    if (f->has_bias)
-        mha_mat_fill_rows(k, c, m, n, bias + wcol);
     /* wcol is a multiple of dkp, so of every kind's panels */
     const mha_gemm_ctx gc = mha_fwd_gemm(f, s);
-    f->prod->gemm(&gc, m, n, f->d, xp, mha_mat_rows(k, x, f->d), f->wqkv, g * (int)width + wcol, beta, c);
+    f->prod->gemm(&gc, m, n, f->d, xp, mha_mat_rows(k, x, f->d), f->wqkv, g * (int)width + wcol,
+                  f->has_bias ? bias + wcol : NULL, c);
 }
 
 /* QK-norm (of query head `head`, or is_k: of KV head `head`; ss as mha_attention_norm_rows),
@@ -161,12 +159,9 @@ void mha_attention_out_rows(const mha_fwd *f, int b, int r0, int r1, const mha_s
 
     if (valid_end > r0) { /* out (m, d) = Z (m, qd) · Wo (qd, d) (+ bo) */
         const int m = valid_end - r0;
-        mha_mat om = mha_mat_rows(k, out, d);
-        if (f->has_bias)
-            mha_mat_fill_rows(k, om, m, f->d, f->bo);
-        const float beta = f->has_bias ? 1.0f : 0.0f;
         const mha_gemm_ctx gc = mha_fwd_gemm(f, s);
-        f->prod->gemm(&gc, m, f->d, f->qd, NULL, mha_mat_rows(k, z, zd), f->wo, 0, beta, om);
+        f->prod->gemm(&gc, m, f->d, f->qd, NULL, mha_mat_rows(k, z, zd), f->wo, 0, f->has_bias ? f->bo : NULL,
+                      mha_mat_rows(k, out, d));
     }
     const int zero_from = valid_end > r0 ? valid_end : r0;
     if (zero_from < r1)

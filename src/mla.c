@@ -146,14 +146,10 @@ void mha_mla_weights_pack(const mha_mla_weights *w, const mha_fwd *f)
 static void lin(const mha_fwd *f, const mha_scratch *s, int m, mha_mat a, const mha_mla_lin *l, size_t extra,
                 const float *bias, mha_mat c)
 {
-    const mha_kernel *k = f->kernel;
     if (m <= 0)
         return;
-    if (bias)
-        mha_mat_fill_rows(k, c, m, l->n, bias);
-    const float beta = bias ? 1.0f : 0.0f;
     const mha_gemm_ctx gc = mha_fwd_gemm(f, s);
-    f->prod->gemm(&gc, m, l->n, l->kk, NULL, a, (const char *)f->mla_w + (l->off + extra) * f->prod->esz, 0, beta, c);
+    f->prod->gemm(&gc, m, l->n, l->kk, NULL, a, (const char *)f->mla_w + (l->off + extra) * f->prod->esz, 0, bias, c);
 }
 
 /* HF's DeepseekV3RMSNorm of rows [0, m) (n features, rows ld apart): x·rsqrt(mean(x²) + eps)·w,

@@ -3,6 +3,15 @@
 
 #include "qgemm.h"
 
+/* c's m rows filled with bias (n columns) for products that add to c (beta 1); NULL: beta 0. */
+static float bias_rows(const mha_kernel *k, mha_mat c, int m, int n, const float *bias)
+{
+    if (!bias)
+        return 0.0f;
+    mha_mat_fill_rows(k, c, m, n, bias);
+    return 1.0f;
+}
+
 static int a_panel_f32(const mha_kernel *k)
 {
     return k->aw;
@@ -24,9 +33,10 @@ static void pack_b_f32(const mha_kernel *k, mha_mat src, int transpose, int kk, 
 }
 
 static void gemm_f32(const mha_gemm_ctx *g, int m, int n, int kk, const void *xp, mha_mat a, const void *b, int col,
-                     float beta, mha_mat c)
+                     const float *bias, mha_mat c)
 {
     const mha_kernel *k = g->k;
+    const float beta = bias_rows(k, c, m, n, bias);
     const mha_mat bm = mha_mat_sub(k, mha_mat_panels(k, b, kk), 0, col);
     if (xp && !mha_gemm_few_rows(k, m)) /* few rows are read from a itself */
         mha_gemm_prepacked(k, m, n, kk, 1.0f, xp, bm, beta, c);
@@ -55,12 +65,16 @@ static void pack_b_bf16(const mha_kernel *k, mha_mat src, int transpose, int kk,
     mha_bk_pack_b(k, src, transpose, kk, n, dst, mha_bk_ps(kk));
 }
 
+/* The bias added as each block of c is stored (mha_bgemm_bias), not filled into c first. */
 static void gemm_bf16(const mha_gemm_ctx *g, int m, int n, int kk, const void *xp, mha_mat a, const void *b, int col,
-                      float beta, mha_mat c)
+                      const float *bias, mha_mat c)
 {
     const size_t ps = mha_bk_ps(kk);
-    mha_bgemm(g->bk, g->k, m, n, kk, 1.0f, xp, a, (const mha_bf16 *)b + (size_t)(col / MHA_BT_N) * ps, ps, beta, c,
-              g->apack);
+    const mha_bf16 *bp = (const mha_bf16 *)b + (size_t)(col / MHA_BT_N) * ps;
+    if (bias)
+        mha_bgemm_bias(g->bk, g->k, m, n, kk, xp, a, bp, ps, bias, c, g->apack);
+    else
+        mha_bgemm(g->bk, g->k, m, n, kk, 1.0f, xp, a, bp, ps, 0.0f, c, g->apack);
 }
 
 static const mha_products f32 = {.esz = sizeof(float), .a_panel = a_panel_f32, .a_row = a_row_f32,
@@ -87,10 +101,10 @@ static void pack_a_quant(const mha_kernel *k, mha_mat x, int r0, int m, int d, v
 }
 
 static void gemm_quant(const mha_gemm_ctx *g, int m, int n, int kk, const void *xp, mha_mat a, const void *b, int col,
-                       float beta, mha_mat c)
+                       const float *bias, mha_mat c)
 {
     (void)kk, (void)xp; /* the matrix knows its inputs */
-    mha_qgemm(g->k, m, n, a.p, a.ld, b, col, beta, c);
+    mha_qgemm(g->k, m, n, a.p, a.ld, b, col, bias_rows(g->k, c, m, n, bias), c);
 }
 
 /* pack_b: none (weights.c packs the panels; MLA takes no quantized weights). */
@@ -110,10 +124,10 @@ static void pack_a_quant16(const mha_kernel *k, mha_mat x, int r0, int m, int d,
 }
 
 static void gemm_quant16(const mha_gemm_ctx *g, int m, int n, int kk, const void *xp, mha_mat a, const void *b,
-                        int col, float beta, mha_mat c)
+                        int col, const float *bias, mha_mat c)
 {
     (void)kk;
-    mha_qgemm16(g->k, m, n, xp, a.p, a.ld, b, col, beta, c, g->apack);
+    mha_qgemm16(g->k, m, n, xp, a.p, a.ld, b, col, bias_rows(g->k, c, m, n, bias), c, g->apack);
 }
 
 static const mha_products quant16 = {.esz = 1, .a_panel = a_panel_quant, .a_row = a_row_quant16,
@@ -122,10 +136,10 @@ static const mha_products quant16 = {.esz = 1, .a_panel = a_panel_quant, .a_row 
 /* Block weights in a bf16 engine: A packed as bf16's, the products mha_qgemm_bf16's (the bits
  * of a bf16 engine holding the dequantized floats). */
 static void gemm_quant_bf16(const mha_gemm_ctx *g, int m, int n, int kk, const void *xp, mha_mat a, const void *b,
-                            int col, float beta, mha_mat c)
+                            int col, const float *bias, mha_mat c)
 {
     (void)kk;
-    mha_qgemm_bf16(g->k, g->bk, m, n, xp, a.p, a.ld, b, col, beta, c, g->apack, g->wpack);
+    mha_qgemm_bf16(g->k, g->bk, m, n, xp, a.p, a.ld, b, col, bias_rows(g->k, c, m, n, bias), c, g->apack, g->wpack);
 }
 
 static const mha_products quant_bf16 = {.esz = sizeof(mha_bf16), .a_panel = a_panel_bf16, .a_row = a_row_bf16,

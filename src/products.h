@@ -37,10 +37,12 @@ typedef struct mha_products {
      * microkernel's width, or bf16 VNNI panels of mha_bk_ps(kk) elements. */
     void (*pack_b)(const mha_kernel *k, mha_mat src, int transpose, int kk, int n, void *dst);
     /* c (m × n) = a · the columns [col, col + n) of b (kk rows packed by pack_b; col a
-     * multiple of both kinds' panel widths) + beta · c. xp: a's rows packed by pack_a (then
-     * float32 reads them unless m is few, mha_gemm_few_rows), or NULL: packed here. */
+     * multiple of both kinds' panel widths), + bias (n floats) in every row where bias is set:
+     * the bits of c's rows filled with bias and the products added to them. xp: a's rows
+     * packed by pack_a (then float32 reads them unless m is few, mha_gemm_few_rows), or NULL:
+     * packed here. */
     void (*gemm)(const mha_gemm_ctx *g, int m, int n, int kk, const void *xp, mha_mat a, const void *b, int col,
-                 float beta, mha_mat c);
+                 const float *bias, mha_mat c);
 } mha_products;
 
 /* The products of a float32 engine (bk NULL), of a bf16 one (its kernel), or of one holding

@@ -225,9 +225,7 @@ void mha_step_out_rows(const mha_step_job *j, int r0, int r1, int c0, int c1, co
     const ptrdiff_t d = f->d, zd = f->qd;
     const mha_mat om = mha_mat_rows(k, f->call->out + (size_t)r0 * d + c0, d);
     const mha_mat zm = mha_mat_rows(k, f->buf.z + (size_t)r0 * zd, zd);
-    const float beta = f->has_bias ? 1.0f : 0.0f;
-    if (f->has_bias)
-        mha_mat_fill_rows(k, om, r1 - r0, c1 - c0, f->bo + c0);
     const mha_gemm_ctx gc = mha_fwd_gemm(f, s);
-    f->prod->gemm(&gc, r1 - r0, c1 - c0, f->qd, NULL, zm, f->wo, c0, beta, om); /* c0: whole panels of either kind */
+    f->prod->gemm(&gc, r1 - r0, c1 - c0, f->qd, NULL, zm, f->wo, c0, f->has_bias ? f->bo + c0 : NULL,
+                  om); /* c0: whole panels of either kind */
 }

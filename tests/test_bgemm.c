@@ -578,6 +578,59 @@ Test(bgemm, fused_epilogue_matches_block_then_epilogue, .timeout = 60)
         cr_skip_test("no bf16 kernel with a fused epilogue runs on this CPU");
 }
 
+/* mha_bgemm_bias (the projections' bias added as blocks are stored) against C's rows filled with
+ * the bias and mha_bgemm with beta 1, bit for bit, on kernel bk: 37 rows (a short last row
+ * group), n 57 (the last block 25 wide: its second 16 cut short) and 13 (one short panel); C's
+ * rows 61 apart, whose columns past n keep what they held. */
+static void bias_agrees(const mha_bkernel *bk, const mha_kernel *k)
+{
+    const int m = 37, kk = 70, ldc = 61, ns[] = {57, 13};
+    rng r = {29};
+    float *a = malloc((size_t)m * kk * sizeof *a), *bsrc = malloc((size_t)kk * ldc * sizeof *bsrc);
+    float *bias = malloc((size_t)ldc * sizeof *bias), *x = malloc((size_t)m * ldc * sizeof *x);
+    float *y = malloc((size_t)m * ldc * sizeof *y);
+    fill_uniform(a, (size_t)m * kk, -1.0f, 1.0f, &r);
+    fill_uniform(bsrc, (size_t)kk * ldc, -1.0f, 1.0f, &r);
+    fill_uniform(bias, (size_t)ldc, -1.0f, 1.0f, &r);
+    const size_t ps = mha_bk_ps(kk);
+    mha_bf16 *b = aligned_alloc(64, mha_round_up(mha_bk_b_elems(kk, ldc) * 2, 64));
+    mha_bf16 *apack = aligned_alloc(64, mha_round_up(mha_bgemm_apack_elems(kk) * 2, 64));
+    for (int t = 0; t < 2; t++) {
+        const int n = ns[t];
+        mha_bk_pack_b(k, mha_mat_rows(k, bsrc, n), 0, kk, n, b, ps);
+        fill_uniform(x, (size_t)m * ldc, -1.0f, 1.0f, &r); /* what C held: unread */
+        for (int i = 0; i < m; i++)
+            memcpy(y + (size_t)i * ldc, x + (size_t)i * ldc, (size_t)ldc * sizeof *y);
+        mha_mat_fill_rows(k, mha_mat_rows(k, y, ldc), m, n, bias);
+        mha_bk_begin(bk);
+        mha_bgemm_bias(bk, k, m, n, kk, NULL, mha_mat_rows(k, a, kk), b, ps, bias, mha_mat_rows(k, x, ldc), apack);
+        mha_bgemm(bk, k, m, n, kk, 1.0f, NULL, mha_mat_rows(k, a, kk), b, ps, 1.0f, mha_mat_rows(k, y, ldc), apack);
+        mha_bk_end(bk);
+        const long at = first_bit_difference(x, y, (size_t)m * ldc);
+        cr_assert_eq(at, -1, "%s, n %d: c[%ld][%ld] %.9g, against %.9g", bk->name, n, at / ldc, at % ldc,
+                     x[at < 0 ? 0 : at], y[at < 0 ? 0 : at]);
+    }
+    free(a), free(bsrc), free(bias), free(x), free(y), free(b), free(apack);
+}
+
+/* Every bf16 kernel this CPU runs, fused epilogue (block_c) or not. */
+Test(bgemm, bias_is_c_filled_with_it_then_beta_1, .timeout = 60)
+{
+    int ran = 0;
+    for (int ti = 0; ti < mha_isa_count; ti++)
+        for (int j = 0; mha_isa_tables[ti]->bf16[j]; j++) {
+            const mha_bkernel *bk = mha_isa_tables[ti]->bf16[j];
+            const char *why;
+            if (find_bkernel(bk->name, &why) != bk)
+                continue;
+            mha_kernel k;
+            cr_assert_eq(mha_kernel_select("", mha_isa_tables[ti], &k), MHA_OK);
+            bias_agrees(bk, &k);
+            ran++;
+        }
+    cr_assert_gt(ran, 0, "ref's bf16 kernel runs everywhere");
+}
+
 /* A packing: each row's values rounded at their tile places, zeros past kk to the tile's end
  * and in the last panel's missing rows (whatever the buffer held before). */
 TABLE_TEST(bgemm, a_packing_places_rows_and_pads_with_zeros)

@@ -160,13 +160,15 @@ FMA_INLINE void prefetch_b(const mha_bf16 *bp, int npan, size_t ps)
 }
 
 /* Where a group of rows' sums go: acc (rows 32 floats apart: mha_bk_block's contract), or with c0
- * set, alpha·sums + beta·c into C (mha_bkernel.block_c: the table's epilogue_block fused). */
+ * set, alpha·sums + beta·c into C (mha_bkernel.block_c: the table's epilogue_block fused); with
+ * bias set, + bias (its 32 columns of the block) in place of beta·c. */
 typedef struct bk_out {
     float *acc;
     float *c0, *c1;
     ptrdiff_t ldc;
     int cols;
     float alpha, beta;
+    const float *bias;
 } bk_out;
 
 /* Rows i0 .. i0 + NR's accumulators (c0: columns 0-15, c1: 16-31) out as o says (into C:
@@ -182,6 +184,16 @@ FMA_INLINE void store_rows(const int NR, const bk_out *o, int i0, int npan, cons
         return;
     }
     const __m512 va = _mm512_set1_ps(o->alpha), vb = _mm512_set1_ps(o->beta);
+    if (o->bias) { /* + bias: the bits of C filled with it, then beta 1 (y + 1·bias is y + bias) */
+        for (int g = 0; g < o->cols; g += 16) {
+            const __mmask16 m = first16(o->cols - g);
+            const __m512 bias = _mm512_maskz_loadu_ps(m, o->bias + g);
+            for (int r = 0; r < NR; r++)
+                _mm512_mask_storeu_ps((g ? o->c1 : o->c0) + (ptrdiff_t)(i0 + r) * o->ldc, m,
+                                      _mm512_add_ps(_mm512_mul_ps(va, g ? c1[r] : c0[r]), bias));
+        }
+        return;
+    }
     if (o->cols == 32) { /* whole rows of the block: plain loads and stores (a masked store costs
                           * more than a plain one on AMD's cores: RESULTS, H 54) */
         float *p0 = o->c0 + (ptrdiff_t)i0 * o->ldc, *p1 = o->c1 + (ptrdiff_t)i0 * o->ldc;
@@ -320,10 +332,11 @@ static void rows_dpbf16_block(int rows, int npan, int kt, const mha_bf16 *a, con
  * chunks store each row's sums once, scaled, instead of through acc (a separate epilogue is
  * another pass over the block, acc written and read back, on products that are small). */
 static void rows_dpbf16_block_c(int rows, int npan, int kt, const mha_bf16 *a, const mha_bf16 *b, size_t ps, float *c0,
-                                float *c1, ptrdiff_t ldc, int cols, float alpha, float beta, int pf)
+                                float *c1, ptrdiff_t ldc, int cols, float alpha, float beta, const float *bias, int pf)
 {
-    rows_dpbf16_groups(rows, npan, kt, a, b, ps,
-                       &(bk_out){.c0 = c0, .c1 = c1, .ldc = ldc, .cols = cols, .alpha = alpha, .beta = beta}, pf);
+    rows_dpbf16_groups(
+        rows, npan, kt, a, b, ps,
+        &(bk_out){.c0 = c0, .c1 = c1, .ldc = ldc, .cols = cols, .alpha = alpha, .beta = beta, .bias = bias}, pf);
 }
 
 /* FMA under the instructions' DAZ and FTZ (for the FMAs only: the caller's MXCSR comes back). */
