@@ -438,11 +438,64 @@ void mha_attention_chunk_stream(const mha_fwd *f, const mha_scratch *s, const mh
         values_padding(f, kv, b0, n, m, zc);
 }
 
+/* Rows a group of a chunk's (chunk_groups): the bf16 kernel's 32, two of the microkernel's
+ * A panels in float32 (24 on AVX-512, 12 on AVX2). */
+static int group_rows(const mha_fwd *f)
+{
+    return f->bk ? 2 * MHA_BT_M : 2 * f->kernel->aw;
+}
+
+/* The chunk's n keys that rows [g0, g0 + m) of the block r see any of: up to the last any sees. */
+static int group_keys(const mha_fwd *f, const mha_chunk_rows *r, int g0, int m, int c0, int n)
+{
+    int hi = 0;
+    for (int i = g0; i < g0 + m && hi < n; i++) {
+        const int h = row_keys(f, r, r->first + i, c0, n).hi;
+        hi = h > hi ? h : hi;
+    }
+    return hi;
+}
+
+/* A causal block's chunk on its diagonal, where its rows see ever more of the chunk's keys:
+ * each group of rows against the keys up to the last its rows see (at least one), not the
+ * block's — a query block of 96 rows would compute about 48 keys a row that none of them sees.
+ * Each row's scores and exps are the same; its A·V ends short of keys its E holds 0 for (a sum
+ * of 0 × V changes only where the sum is −0: then the group's end decides). Not for the few
+ * queries' rows (K's rows, decode tiles), scores given, attention weights (whole rows of E) or
+ * an int8 cache's chunks. Returns whether it ran the chunk. */
+static int chunk_groups(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
+                        int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum,
+                        ptrdiff_t st)
+{
+    const int g = group_rows(f);
+    if (r->m <= g || r->scored || f->call->attn || kv->vs || kv->i8 || kv->kr || kv->ktp ||
+        group_keys(f, r, 0, g, c0, n) == n)
+        return 0; /* the first group sees the whole chunk already: the chunk whole */
+    const mha_kernel *k = f->kernel;
+    const int kq = (int)(mha_bk_kp(f->dk) / MHA_BT_K);
+    for (int g0 = 0; g0 < r->m; g0 += g) {
+        mha_chunk_rows gr = *r;
+        gr.m = r->m - g0 < g ? r->m - g0 : g;
+        gr.first = r->first + g0;
+        if (r->q.p)
+            gr.q = mha_mat_sub(k, r->q, g0, 0);
+        if (r->q16)
+            gr.q16 = r->q16 + mha_bk_a_row(g0, kq);
+        if (r->q16_rows)
+            gr.q16_rows = r->q16_rows + g0 * r->q16_ld;
+        const int keys = group_keys(f, r, g0, gr.m, c0, n);
+        f->attn->chunk(f, s, &gr, kv, b0, c0, keys > 0 ? keys : 1, sc + g0 * ld, ld, mha_mat_sub(k, zc, g0, 0),
+                       mx + g0 * st, sum + g0 * st, st);
+    }
+    return 1;
+}
+
 void mha_attention_chunk(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
                          int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum,
                          ptrdiff_t st)
 {
-    f->attn->chunk(f, s, r, kv, b0, c0, n, sc, ld, zc, mx, sum, st);
+    if (!chunk_groups(f, s, r, kv, b0, c0, n, sc, ld, zc, mx, sum, st))
+        f->attn->chunk(f, s, r, kv, b0, c0, n, sc, ld, zc, mx, sum, st);
 }
 
 /* The strategies, each copied into an engine's ops by mha_attention_ops_of, which adds what

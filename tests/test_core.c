@@ -392,15 +392,17 @@ static mha_bk_order kernel_order(const char *name)
  * −0: the kernels sum the chunk's k tile to its end, + 0 times the V of the keys past the
  * chunk (zero past the last key: the panels' room). The tables that run bf16 on the float32
  * stream sum the chunk alone and must end as the kernel would. One head of d_k 16, 100 keys;
- * row 1 sees keys 0 and 1 (the mask), its query zero (both probabilities 1): V's columns 0 and
- * 1 hold 1.5·2⁻¹²⁶ and −1.75·2⁻¹²⁶ there (their sum flushes to −0), −1 on every later key but
- * key 50 of column 1 (+0.25); the rest random. (b) 40 causal queries: the chunk ends at key
- * 40, its padding keys 40–63 real; then (a) 40 keys (kv_lengths): the chunk's tile padded past
- * the last key (the scratch still holding (b)'s V there). Row 1 must be the model's sums in
- * the engine kernel's order (mha_bk_block_model) times 1/2. */
+ * row 33 sees keys 0 and 1 (the mask), its query zero (both probabilities 1): V's columns 0
+ * and 1 hold 1.5·2⁻¹²⁶ and −1.75·2⁻¹²⁶ there (their sum flushes to −0), −1 on every later key
+ * but key 50 of column 1 (+0.25); the rest random. (b) 40 causal queries: row 33's group of
+ * the chunk's rows (32–39: a causal chunk's rows go by groups of the bf16 kernel's 32, each to
+ * the keys its last row sees) ends at key 40, its padding keys 40–63 real; then (a) 40 keys
+ * (kv_lengths): the chunk's tile padded past the last key (the scratch still holding (b)'s V
+ * there). Row 33 must be the model's sums in the engine kernel's order (mha_bk_block_model)
+ * times 1/2. */
 Test(core, a_sum_flushed_to_minus_zero_ends_as_the_bf16_kernel_ends_it, .timeout = 30)
 {
-    enum { DK = 16, S = 100, N = 40 };
+    enum { DK = 16, S = 100, N = 40, ROW = 33 };
     const int kp = (int)mha_bk_kp(N);
     problem p;
     problem_make(&p, DK, 1, 1, S, S, 0, 0, 9000);
@@ -410,7 +412,7 @@ Test(core, a_sum_flushed_to_minus_zero_ends_as_the_bf16_kernel_ends_it, .timeout
     mha_engine *e = NULL;
     cr_assert_eq(mha_create(&cfg, &e), MHA_OK);
     sdpa s = sdpa_of(&p, 9100);
-    memset(s.q + DK, 0, DK * sizeof *s.q);
+    memset(s.q + ROW * DK, 0, DK * sizeof *s.q);
     for (int j = 0; j < S; j++)
         for (int c = 0; c < 2; c++)
             s.v[(size_t)j * DK + c] = j == 0 ? 0x1.8p-126f : j == 1 ? -0x1.cp-126f : c == 1 && j == 50 ? 0.25f : -1.0f;
@@ -419,7 +421,7 @@ Test(core, a_sum_flushed_to_minus_zero_ends_as_the_bf16_kernel_ends_it, .timeout
     uint8_t mask[S * S];
     for (int i = 0; i < S; i++)
         for (int j = 0; j < S; j++)
-            mask[i * S + j] = i != 1 || j < 2;
+            mask[i * S + j] = i != ROW || j < 2;
     const int32_t len = N;
     float *out = sentinel_floats((size_t)S * DK);
     for (int variant = 1; variant >= 0; variant--) {
@@ -437,8 +439,8 @@ Test(core, a_sum_flushed_to_minus_zero_ends_as_the_bf16_kernel_ends_it, .timeout
         float acc[32 * 32];
         mha_bk_block_model(kernel_order(mha_engine_kernel(e)), 1, 1, kp / MHA_BT_K, a, b, (size_t)kp * MHA_BT_N, acc);
         for (int c = 0; c < DK; c++) {
-            const float want = acc[c] * 0.5f, got = out[DK + c];
-            cr_assert(memcmp(&want, &got, sizeof want) == 0, "(%c) isa %s, kernel %s: row 1, column %d: %a, the model %a",
+            const float want = acc[c] * 0.5f, got = out[ROW * DK + c];
+            cr_assert(memcmp(&want, &got, sizeof want) == 0, "(%c) isa %s, kernel %s: row 33, column %d: %a, the model %a",
                       'a' + variant, mha_engine_isa(e), mha_engine_kernel(e), c, (double)got, (double)want);
         }
     }
