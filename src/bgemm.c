@@ -275,7 +275,7 @@ static void bgemm(const mha_bkernel *bk, const mha_kernel *k, int m, int n, int 
                 if (c1)
                     memcpy(c1 + i * c.ld, bias + j0 + 16, (size_t)(cols - 16) * sizeof *c1);
             }
-            k->isa->epilogue_block(c0, c1, c.ld, acc, rows, cols, alpha, bias ? 1.0f : beta);
+            k->isa->epilogue_block(c0, c1, c.ld, acc, rows, cols, alpha, beta); /* beta 1 with bias */
         }
     }
 }

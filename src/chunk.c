@@ -439,7 +439,7 @@ void mha_attention_chunk_stream(const mha_fwd *f, const mha_scratch *s, const mh
 }
 
 /* Rows a group of a chunk's (chunk_groups): the bf16 kernel's 32, two of the microkernel's
- * A panels in float32 (24 on AVX-512, 12 on AVX2). */
+ * A panels in float32 (24 with blis-skx's panels of 12 rows). */
 static int group_rows(const mha_fwd *f)
 {
     return f->bk ? 2 * MHA_BT_M : 2 * f->kernel->aw;
@@ -460,9 +460,13 @@ static int group_keys(const mha_fwd *f, const mha_chunk_rows *r, int g0, int m, 
  * each group of rows against the keys up to the last its rows see (at least one), not the
  * block's — a query block of 96 rows would compute about 48 keys a row that none of them sees.
  * Each row's scores and exps are the same; its A·V ends short of keys its E holds 0 for (a sum
- * of 0 × V changes only where the sum is −0: then the group's end decides). Not for the few
- * queries' rows (K's rows, decode tiles), scores given, attention weights (whole rows of E) or
- * an int8 cache's chunks. Returns whether it ran the chunk. */
+ * of 0 × V, V finite, changes only where the sum is −0: then the group's end decides; an
+ * infinite V of a key the row does not see reached it as NaN, now only within its group). Not
+ * for the few queries' rows on K's rows or decode tiles, scores given, attention weights (whole
+ * rows of E) or an int8 cache's chunks; the few queries on panels (a group's heads' rows, their
+ * positions repeating every MHA_DECODE_MAX_NEW rows at most) see the whole chunk in their
+ * first group.
+ * Returns whether it ran the chunk. */
 static int chunk_groups(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
                         int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum,
                         ptrdiff_t st)

@@ -392,14 +392,16 @@ static mha_bk_order kernel_order(const char *name)
  * −0: the kernels sum the chunk's k tile to its end, + 0 times the V of the keys past the
  * chunk (zero past the last key: the panels' room). The tables that run bf16 on the float32
  * stream sum the chunk alone and must end as the kernel would. One head of d_k 16, 100 keys;
- * row 33 sees keys 0 and 1 (the mask), its query zero (both probabilities 1): V's columns 0
- * and 1 hold 1.5·2⁻¹²⁶ and −1.75·2⁻¹²⁶ there (their sum flushes to −0), −1 on every later key
- * but key 50 of column 1 (+0.25); the rest random. (b) 40 causal queries: row 33's group of
- * the chunk's rows (32–39: a causal chunk's rows go by groups of the bf16 kernel's 32, each to
- * the keys its last row sees) ends at key 40, its padding keys 40–63 real; then (a) 40 keys
- * (kv_lengths): the chunk's tile padded past the last key (the scratch still holding (b)'s V
- * there). Row 33 must be the model's sums in the engine kernel's order (mha_bk_block_model)
- * times 1/2. */
+ * rows 1 and 33 see keys 0 and 1 (the mask), their queries zero (both probabilities 1): V's
+ * columns 0 and 1 hold 1.5·2⁻¹²⁶ and −1.75·2⁻¹²⁶ there (their sum flushes to −0), −1 on every
+ * later key but key 50 of column 1 (+0.25); the rest random. A causal chunk's rows go by groups
+ * of the bf16 kernel's 32, each to the keys its last row sees. (c) 40 causal queries at
+ * positions 8–47 (92 queries, 100 keys): row 1's group (rows 0–31) ends at key 40, inside the
+ * chunk (48 keys) and inside a tile, its padding keys 40–63 real; (b) 40 causal queries from
+ * position 0: row 33's group (rows 32–39) ends at key 40, the chunk's end, padding real; then
+ * (a) 40 keys (kv_lengths): the chunk's tile padded past the last key (the scratch still
+ * holding (b)'s V there). The row must be the model's sums in the engine kernel's order
+ * (mha_bk_block_model) times 1/2. */
 Test(core, a_sum_flushed_to_minus_zero_ends_as_the_bf16_kernel_ends_it, .timeout = 30)
 {
     enum { DK = 16, S = 100, N = 40, ROW = 33 };
@@ -412,6 +414,7 @@ Test(core, a_sum_flushed_to_minus_zero_ends_as_the_bf16_kernel_ends_it, .timeout
     mha_engine *e = NULL;
     cr_assert_eq(mha_create(&cfg, &e), MHA_OK);
     sdpa s = sdpa_of(&p, 9100);
+    memset(s.q + DK, 0, DK * sizeof *s.q);
     memset(s.q + ROW * DK, 0, DK * sizeof *s.q);
     for (int j = 0; j < S; j++)
         for (int c = 0; c < 2; c++)
@@ -421,13 +424,14 @@ Test(core, a_sum_flushed_to_minus_zero_ends_as_the_bf16_kernel_ends_it, .timeout
     uint8_t mask[S * S];
     for (int i = 0; i < S; i++)
         for (int j = 0; j < S; j++)
-            mask[i * S + j] = i != ROW || j < 2;
+            mask[i * S + j] = (i != 1 && i != ROW) || j < 2;
     const int32_t len = N;
     float *out = sentinel_floats((size_t)S * DK);
-    for (int variant = 1; variant >= 0; variant--) {
-        const mha_core_input in = {.batch = 1, .seq_q = S, .seq_kv = S, .q = s.q, .k = s.k, .v = s.v,
-                                   .q_lengths = variant ? &len : NULL, .kv_lengths = variant ? NULL : &len,
-                                   .causal = variant, .mask = mask};
+    for (int variant = 2; variant >= 0; variant--) {
+        const int row = variant == 2 ? 1 : ROW;
+        const mha_core_input in = {.batch = 1, .seq_q = variant == 2 ? S - 8 : S, .seq_kv = S, .q = s.q, .k = s.k,
+                                   .v = s.v, .q_lengths = variant ? &len : NULL, .kv_lengths = variant ? NULL : &len,
+                                   .causal = variant > 0, .mask = mask};
         cr_assert_eq(mha_core_forward(e, &in, out, NULL), MHA_OK, "%s", mha_engine_last_error(e));
         /* the model: E (1, 1, 0, …) in row 0 of an A panel, V's keys [0, kp) in a B panel (zero
          * past the last key) */
@@ -439,9 +443,9 @@ Test(core, a_sum_flushed_to_minus_zero_ends_as_the_bf16_kernel_ends_it, .timeout
         float acc[32 * 32];
         mha_bk_block_model(kernel_order(mha_engine_kernel(e)), 1, 1, kp / MHA_BT_K, a, b, (size_t)kp * MHA_BT_N, acc);
         for (int c = 0; c < DK; c++) {
-            const float want = acc[c] * 0.5f, got = out[ROW * DK + c];
-            cr_assert(memcmp(&want, &got, sizeof want) == 0, "(%c) isa %s, kernel %s: row 33, column %d: %a, the model %a",
-                      'a' + variant, mha_engine_isa(e), mha_engine_kernel(e), c, (double)got, (double)want);
+            const float want = acc[c] * 0.5f, got = out[row * DK + c];
+            cr_assert(memcmp(&want, &got, sizeof want) == 0, "(%c) isa %s, kernel %s: row %d, column %d: %a, the model %a",
+                      'a' + variant, mha_engine_isa(e), mha_engine_kernel(e), row, c, (double)got, (double)want);
         }
     }
     free(out), free(s.q), free(s.k), free(s.v);
