@@ -438,8 +438,9 @@ void mha_attention_chunk_stream(const mha_fwd *f, const mha_scratch *s, const mh
         values_padding(f, kv, b0, n, m, zc);
 }
 
-/* Rows a group of a chunk's (chunk_groups): the bf16 kernel's 32, two of the microkernel's
- * A panels in float32 (24 with blis-skx's panels of 12 rows). */
+/* Rows a group of a chunk's (chunk_groups): the bf16 kernel's 32 (and bf16 on the float32
+ * stream's), two of the microkernel's A panels in float32 (24 with blis-skx's panels of 12
+ * rows). */
 static int group_rows(const mha_fwd *f)
 {
     return f->bk ? 2 * MHA_BT_M : 2 * f->kernel->aw;
@@ -457,8 +458,9 @@ static int group_keys(const mha_fwd *f, const mha_chunk_rows *r, int g0, int m, 
 }
 
 /* A causal block's chunk on its diagonal, where its rows see ever more of the chunk's keys:
- * each group of rows against the keys up to the last its rows see (at least one), not the
- * block's — a query block of 96 rows would compute about 48 keys a row that none of them sees.
+ * each group of rows against the keys up to the last its rows see (at least one; bf16: to that
+ * key's k tile, within the chunk), not the block's — a query block of 96 rows would compute
+ * about 48 keys a row that none of them sees.
  * Each row's scores and exps are the same; its A·V ends short of keys its E holds 0 for (a sum
  * of 0 × V, V finite, changes only where the sum is −0: then the group's end decides; an
  * infinite V of a key the row does not see reached it as NaN, now only within its group). Not
@@ -487,7 +489,9 @@ static int chunk_groups(const mha_fwd *f, const mha_scratch *s, const mha_chunk_
             gr.q16 = r->q16 + mha_bk_a_row(g0, kq);
         if (r->q16_rows)
             gr.q16_rows = r->q16_rows + g0 * r->q16_ld;
-        const int keys = group_keys(f, r, g0, gr.m, c0, n);
+        int keys = group_keys(f, r, g0, gr.m, c0, n);
+        if (f->bk) /* to its k tile, which the bf16 kernel reads to anyway: no padding to mend */
+            keys = (int)mha_bk_kp(keys) < n ? (int)mha_bk_kp(keys) : n;
         f->attn->chunk(f, s, &gr, kv, b0, c0, keys > 0 ? keys : 1, sc + g0 * ld, ld, mha_mat_sub(k, zc, g0, 0),
                        mx + g0 * st, sum + g0 * st, st);
     }

@@ -395,9 +395,9 @@ static mha_bk_order kernel_order(const char *name)
  * rows 1 and 33 see keys 0 and 1 (the mask), their queries zero (both probabilities 1): V's
  * columns 0 and 1 hold 1.5·2⁻¹²⁶ and −1.75·2⁻¹²⁶ there (their sum flushes to −0), −1 on every
  * later key but key 50 of column 1 (+0.25); the rest random. A causal chunk's rows go by groups
- * of the bf16 kernel's 32, each to the keys its last row sees. (c) 40 causal queries at
- * positions 8–47 (92 queries, 100 keys): row 1's group (rows 0–31) ends at key 40, inside the
- * chunk (48 keys) and inside a tile, its padding keys 40–63 real; (b) 40 causal queries from
+ * of the bf16 kernel's 32, each to the k tile of the last key its rows see, within the chunk.
+ * (c) 40 causal queries at positions 8–47 (92 queries, 100 keys): row 1's group (rows 0–31)
+ * sees keys to 40 of the chunk's 48, its padding keys 40–63 real; (b) 40 causal queries from
  * position 0: row 33's group (rows 32–39) ends at key 40, the chunk's end, padding real; then
  * (a) 40 keys (kv_lengths): the chunk's tile padded past the last key (the scratch still
  * holding (b)'s V there). The row must be the model's sums in the engine kernel's order
