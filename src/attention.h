@@ -92,6 +92,10 @@ typedef struct mha_attention_ops {
      * or bf16's rows_scores16 and decode_values16 in the kernel's order) rather than panels:
      * pack_kv_few's way, fixed by the table, the kernel, d_k and the group (core.c). */
     int few_rows;
+    /* A causal block's diagonal chunk runs by groups of group_rows rows, each to the last key
+     * its rows see rounded up to a multiple of group_keys (chunk.c's chunk_groups): the bf16
+     * kernel's 32 rows and k tile, or two of the float32 microkernel's A panels and 1. */
+    int group_rows, group_keys;
     /* One chunk: mha_attention_chunk's contract (attention.h). */
     void (*chunk)(const struct mha_fwd *f, const struct mha_scratch *s, const struct mha_chunk_rows *r,
                   const struct mha_kv_view *kv, int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx,

@@ -438,14 +438,6 @@ void mha_attention_chunk_stream(const mha_fwd *f, const mha_scratch *s, const mh
         values_padding(f, kv, b0, n, m, zc);
 }
 
-/* Rows a group of a chunk's (chunk_groups): the bf16 kernel's 32 (and bf16 on the float32
- * stream's), two of the microkernel's A panels in float32 (24 with blis-skx's panels of 12
- * rows). */
-static int group_rows(const mha_fwd *f)
-{
-    return f->bk ? 2 * MHA_BT_M : 2 * f->kernel->aw;
-}
-
 /* The chunk's n keys that rows [g0, g0 + m) of the block r see any of: up to the last any sees. */
 static int group_keys(const mha_fwd *f, const mha_chunk_rows *r, int g0, int m, int c0, int n)
 {
@@ -458,8 +450,9 @@ static int group_keys(const mha_fwd *f, const mha_chunk_rows *r, int g0, int m, 
 }
 
 /* A causal block's chunk on its diagonal, where its rows see ever more of the chunk's keys:
- * each group of rows against the keys up to the last its rows see (at least one; bf16: to that
- * key's k tile, within the chunk), not the block's — a query block of 96 rows would compute
+ * each group of rows (mha_attention_ops.group_rows) against the keys up to the last its rows
+ * see (at least one; bf16: to that key's k tile, which the bf16 kernel reads to anyway, within
+ * the chunk: no padding to mend), not the block's — a query block of 96 rows would compute
  * about 48 keys a row that none of them sees.
  * Each row's scores and exps are the same; its A·V ends short of keys its E holds 0 for (a sum
  * of 0 × V, V finite, changes only where the sum is −0: then the group's end decides; an
@@ -473,7 +466,7 @@ static int chunk_groups(const mha_fwd *f, const mha_scratch *s, const mha_chunk_
                         int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum,
                         ptrdiff_t st)
 {
-    const int g = group_rows(f);
+    const int g = f->attn->group_rows, align = f->attn->group_keys;
     if (r->m <= g || r->scored || f->call->attn || kv->vs || kv->i8 || kv->kr || kv->ktp ||
         group_keys(f, r, 0, g, c0, n) == n)
         return 0; /* the first group sees the whole chunk already: the chunk whole */
@@ -489,11 +482,9 @@ static int chunk_groups(const mha_fwd *f, const mha_scratch *s, const mha_chunk_
             gr.q16 = r->q16 + mha_bk_a_row(g0, kq);
         if (r->q16_rows)
             gr.q16_rows = r->q16_rows + g0 * r->q16_ld;
-        int keys = group_keys(f, r, g0, gr.m, c0, n);
-        if (f->bk) /* to its k tile, which the bf16 kernel reads to anyway: no padding to mend */
-            keys = (int)mha_bk_kp(keys) < n ? (int)mha_bk_kp(keys) : n;
-        f->attn->chunk(f, s, &gr, kv, b0, c0, keys > 0 ? keys : 1, sc + g0 * ld, ld, mha_mat_sub(k, zc, g0, 0),
-                       mx + g0 * st, sum + g0 * st, st);
+        const int keys = (group_keys(f, r, g0, gr.m, c0, n) + align - 1) / align * align;
+        f->attn->chunk(f, s, &gr, kv, b0, c0, keys < 1 ? 1 : keys < n ? keys : n, sc + g0 * ld, ld,
+                       mha_mat_sub(k, zc, g0, 0), mx + g0 * st, sum + g0 * st, st);
     }
     return 1;
 }
@@ -531,6 +522,8 @@ const mha_attention_ops *mha_attention_ops_of(mha_attention_ops *ops, const mha_
     const int stream = bk && bk->order == MHA_BK_EVEN_FIRST && k->stream && k->isa->stream_rows16 && dk <= k->kc;
     *ops = !bk ? f32 : stream ? bf16_stream : bf16;
     ops->few_rows = mha_attention_few_rows(bk, k->isa, dk, group);
+    ops->group_rows = bk ? 2 * MHA_BT_M : 2 * k->aw; /* 24 with blis-skx's A panels of 12 rows */
+    ops->group_keys = bk ? MHA_BT_K : 1;
     mha_attention_exp_ops(ops, k->isa, bk != NULL);
     return ops;
 }
