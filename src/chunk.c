@@ -1,4 +1,4 @@
-/* chunk.c — the chunk step of each precision (mha_attention_chunk: products.c's tables run
+/* chunk.c — the chunk step of each precision (mha_attention_chunk: the strategy tables here run
  * mha_attention_chunk_f32, _bf16 or _stream), and what packs its operands: a KV head's Kᵀ and
  * V into the panels its chunks read (pack_kv, pack_kv16) and a query block's queries, once for
  * its chunks (block_queries).

@@ -104,7 +104,7 @@ static inline size_t mha_kv_kt_at(const mha_kv_cache *c, int block, int g)
 }
 
 /* Element index of V of KV head g at a slot: d_k contiguous elements. Not in an MLA cache
- * (V is read from Kᵀ there: step.c's mla_v_rows). */
+ * (V is read from Kᵀ there: step_decode.c's mla_v_rows). */
 static inline size_t mha_kv_v_at(const mha_kv_cache *c, int block, int g, int slot)
 {
     return mha_kv_kt_at(c, block, g) + ((size_t)c->block_size + (size_t)slot) * c->dk;
