@@ -458,10 +458,9 @@ static int group_keys(const mha_fwd *f, const mha_chunk_rows *r, int g0, int m, 
  * of 0 × V, V finite, changes only where the sum is −0: then the group's end decides; an
  * infinite V of a key the row does not see reached it as NaN, now only within its group). Not
  * for the few queries' rows on K's rows or decode tiles, scores given, attention weights (whole
- * rows of E) or a chunk given an int8 cache's V parameters or integer scores; the few queries on panels (a group's heads' rows, their
- * positions repeating every MHA_DECODE_MAX_NEW rows at most) see the whole chunk in their
- * first group.
- * Returns whether it ran the chunk. */
+ * rows of E) or a chunk given an int8 cache's V parameters or integer scores; the few queries
+ * on panels (a group's heads' rows, their positions repeating every MHA_DECODE_MAX_NEW rows at
+ * most) see the whole chunk in their first group. Returns whether it ran the chunk. */
 static int chunk_groups(const mha_fwd *f, const mha_scratch *s, const mha_chunk_rows *r, const mha_kv_view *kv,
                         int b0, int c0, int n, float *sc, ptrdiff_t ld, mha_mat zc, float *mx, float *sum,
                         ptrdiff_t st)

@@ -1,7 +1,7 @@
-/* avx512_int8_scores.c — the avx512 table's int8_scores (isa.h) on AVX512_VNNI and VBMI: a group's 16
- * slots of a feature pair in one zmm, their codes widened to int16 and interleaved by pair, one
- * vpdpwssd a query against its u pair broadcast. The sums are exact integers, so the bits are
- * the model's (ref.c) and avx2's, which the table takes on a CPU without either. */
+/* avx512_int8_scores.c — the avx512 table's int8_scores (isa.h) on AVX512_VNNI and VBMI: a
+ * group's 16 slots of a feature pair in one zmm, their codes widened to int16 and interleaved
+ * by pair, one vpdpwssd a query against its u pair broadcast. The sums are exact integers, so
+ * the bits are the model's (ref.c) and avx2's, which the table takes on a CPU without either. */
 #include <string.h>
 
 #include "avx512.h"
